@@ -1,0 +1,166 @@
+//! The signed envelope: `{v, kind, signer, key_id, seq, body, sig}`.
+//!
+//! The signature is Ed25519 (strict verification) over
+//! `"gpuledger/v1/<kind>\n" ‖ JCS({v, kind, signer, key_id, seq, body})`, where JCS is the
+//! RFC 8785 canonical form. The tag binds the signature to one kind of object.
+
+use super::ids::check_id;
+use super::keys;
+use super::limits::{MAX_ENVELOPE_BYTES, MAX_SEQ};
+use super::record::{Body, Kind};
+use super::rejection::{Reason, Rejection};
+use super::time::Timestamp;
+use base64::prelude::{Engine, BASE64_STANDARD};
+use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The only envelope version this code writes and reads.
+pub const ENVELOPE_VERSION: u32 = 1;
+
+/// A signed record as it travels on the wire and sits inside a leaf.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Envelope {
+    pub v: u32,
+    pub kind: String,
+    pub signer: String,
+    pub key_id: String,
+    pub seq: u64,
+    pub body: Value,
+    /// Standard base64 of the 64-byte Ed25519 signature.
+    pub sig: String,
+}
+
+#[derive(Serialize)]
+struct Unsigned<'a> {
+    v: u32,
+    kind: &'a str,
+    signer: &'a str,
+    key_id: &'a str,
+    seq: u64,
+    body: &'a Value,
+}
+
+/// An envelope whose shape, body and limits were checked; its signature is not yet verified.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub envelope: Envelope,
+    pub kind: Kind,
+    pub body: Body,
+    /// The exact bytes the signature covers: domain tag ‖ canonical unsigned envelope.
+    pub message: Vec<u8>,
+    pub signature: Signature,
+    /// SHA-256 of `message`: equal for the same record sent twice.
+    pub content_hash: [u8; 32],
+}
+
+impl Envelope {
+    /// The bytes a signature covers: `"gpuledger/v1/<kind>\n" ‖ JCS(envelope without sig)`.
+    pub fn signed_message(&self) -> Vec<u8> {
+        let unsigned = Unsigned {
+            v: self.v,
+            kind: &self.kind,
+            signer: &self.signer,
+            key_id: &self.key_id,
+            seq: self.seq,
+            body: &self.body,
+        };
+        let mut out = format!("gpuledger/v1/{}\n", self.kind).into_bytes();
+        out.extend(serde_jcs::to_vec(&unsigned).expect("JSON values always serialise"));
+        out
+    }
+
+    /// Builds and signs an envelope.
+    pub fn sign(kind: Kind, signer: &str, key: &SigningKey, seq: u64, body: &Body) -> Envelope {
+        let mut env = Envelope {
+            v: ENVELOPE_VERSION,
+            kind: kind.as_str().to_owned(),
+            signer: signer.to_owned(),
+            key_id: keys::key_id(&key.verifying_key()),
+            seq,
+            body: body.to_value(),
+            sig: String::new(),
+        };
+        let sig = key.sign(&env.signed_message());
+        env.sig = BASE64_STANDARD.encode(sig.to_bytes());
+        env
+    }
+
+    /// The RFC 8785 canonical bytes of the whole envelope, signature included.
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        serde_jcs::to_vec(self).expect("JSON values always serialise")
+    }
+
+    /// Checks everything that needs no registry: version, kind, identifiers, sequence number,
+    /// body, limits, signature encoding and size. `now` is the ledger's clock.
+    pub fn check(self, now: Timestamp) -> Result<Checked, Rejection> {
+        if self.v != ENVELOPE_VERSION {
+            return Err(Rejection::field(
+                Reason::UnsupportedVersion,
+                "v",
+                format!("is {}; this ledger speaks version {ENVELOPE_VERSION}", self.v),
+            ));
+        }
+        let kind = Kind::parse(&self.kind)
+            .ok_or_else(|| Rejection::field(Reason::UnknownKind, "kind", format!("{:?} is not a record kind", self.kind)))?;
+        check_id(&self.signer).map_err(|m| Rejection::field(Reason::InvalidField, "signer", m))?;
+        if self.key_id.len() != 16 || !self.key_id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(Rejection::field(Reason::InvalidField, "key_id", "must be 16 lower-case hex digits"));
+        }
+        if self.seq == 0 || self.seq > MAX_SEQ {
+            return Err(Rejection::field(
+                Reason::QuantityOutOfRange,
+                "seq",
+                format!("must be between 1 and {MAX_SEQ}"),
+            ));
+        }
+        let body = Body::from_value(kind, &self.body, now)?;
+        let sig_bytes: [u8; 64] = BASE64_STANDARD
+            .decode(&self.sig)
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| Rejection::field(Reason::InvalidField, "sig", "is not standard base64 of 64 bytes"))?;
+        let signature = Signature::from_bytes(&sig_bytes);
+        let message = self.signed_message();
+        if message.len() + 100 > MAX_ENVELOPE_BYTES {
+            return Err(Rejection::new(
+                Reason::TooLarge,
+                format!("the canonical envelope is larger than {MAX_ENVELOPE_BYTES} bytes"),
+            ));
+        }
+        let content_hash = Sha256::digest(&message).into();
+        Ok(Checked { envelope: self, kind, body, message, signature, content_hash })
+    }
+}
+
+impl Checked {
+    /// Strict Ed25519 verification against `key`.
+    pub fn verify(&self, key: &VerifyingKey) -> bool {
+        key.verify_strict(&self.message, &self.signature).is_ok()
+    }
+}
+
+/// Verifies many signatures at once: batch verification over both cores, and one-by-one strict
+/// verification for any chunk whose batch fails, to find exactly which records are bad.
+/// Returns one bool per item. Keys must have been checked for weakness at registration.
+pub fn verify_many(items: &[(&[u8], &Signature, &VerifyingKey)]) -> Vec<bool> {
+    use rayon::prelude::*;
+    const CHUNK: usize = 256;
+    items
+        .par_chunks(CHUNK)
+        .flat_map_iter(|chunk| {
+            let msgs: Vec<&[u8]> = chunk.iter().map(|i| i.0).collect();
+            let sigs: Vec<Signature> = chunk.iter().map(|i| *i.1).collect();
+            let keys: Vec<VerifyingKey> = chunk.iter().map(|i| *i.2).collect();
+            let ok = ed25519_dalek::verify_batch(&msgs, &sigs, &keys).is_ok();
+            let per: Vec<bool> = if ok {
+                vec![true; chunk.len()]
+            } else {
+                chunk.iter().map(|(m, s, k)| k.verify_strict(m, s).is_ok()).collect()
+            };
+            per.into_iter()
+        })
+        .collect()
+}

@@ -1,0 +1,23 @@
+//! Every limit the core enforces, as a named constant. Each is documented in
+//! docs/PROTOCOL.md and tested at its edge.
+
+/// Longest identifier (signer, tenant, region, node, GPU model, lease), in bytes.
+pub const MAX_ID_LEN: usize = 128;
+/// Most GPUs one `gpu_usage` record may claim.
+pub const MAX_GPU_COUNT: u32 = 1024;
+/// Longest measurement interval of one record, in seconds (one day).
+pub const MAX_INTERVAL_SECONDS: i64 = 86_400;
+/// How far past the ledger's clock an interval may end, in seconds.
+pub const MAX_CLOCK_SKEW_SECONDS: i64 = 300;
+/// Most kWh one `energy` record may claim.
+pub const MAX_KWH_PER_RECORD: u32 = 100_000;
+/// Highest spot price per GPU-hour accepted.
+pub const MAX_PRICE_PER_GPU_HOUR: u32 = 1_000_000;
+/// How far ahead of the ledger's clock a spot price may be scheduled, in seconds (7 days).
+pub const MAX_SPOT_SCHEDULE_AHEAD_SECONDS: i64 = 7 * 86_400;
+/// Largest per-signer sequence number: the largest integer JSON carries exactly (2^53 - 1).
+pub const MAX_SEQ: u64 = (1 << 53) - 1;
+/// Largest canonical envelope, in bytes.
+pub const MAX_ENVELOPE_BYTES: usize = 8 * 1024;
+/// Most records in one call to `Ledger::append`.
+pub const MAX_APPEND_BATCH: usize = 10_000;

@@ -1,0 +1,14 @@
+//! The pure core: records, validation, canonical bytes, signatures, leaves, the Merkle tree and
+//! checkpoints. Nothing here does I/O, reads a clock it is not handed, or knows a database.
+
+pub mod checkpoint;
+pub mod decimal;
+pub mod envelope;
+pub mod ids;
+pub mod keys;
+pub mod leaf;
+pub mod limits;
+pub mod merkle;
+pub mod record;
+pub mod rejection;
+pub mod time;

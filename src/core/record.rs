@@ -1,0 +1,436 @@
+//! Record kinds and their bodies, with validation.
+//!
+//! A body arrives as JSON inside an [`Envelope`](super::envelope::Envelope). It is first read
+//! into a *wire* struct of strings (unknown fields refused), then each field is parsed on its
+//! own so that a refusal names the exact field and reason.
+
+use super::decimal::{self, DecimalError};
+use super::ids::check_id;
+use super::limits::*;
+use super::rejection::{Reason, Rejection};
+use super::time::Timestamp;
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Every kind of entry the log holds. New kinds may be added in later versions; old leaves
+/// never change meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// GPU time used by a tenant on a node (signed by a node).
+    GpuUsage,
+    /// Energy measured on a node (signed by a node).
+    Energy,
+    /// A spot price taking effect (signed by a market signer).
+    SpotPrice,
+    /// A signer's public key was registered (written and signed by the ledger).
+    SignerKeyRegistered,
+    /// A signer's public key was revoked (written and signed by the ledger).
+    SignerKeyRevoked,
+}
+
+impl Kind {
+    /// All kinds, in a fixed order.
+    pub const ALL: [Kind; 5] = [
+        Kind::GpuUsage,
+        Kind::Energy,
+        Kind::SpotPrice,
+        Kind::SignerKeyRegistered,
+        Kind::SignerKeyRevoked,
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::GpuUsage => "gpu_usage",
+            Kind::Energy => "energy",
+            Kind::SpotPrice => "spot_price",
+            Kind::SignerKeyRegistered => "signer_key_registered",
+            Kind::SignerKeyRevoked => "signer_key_revoked",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// The only role whose keys may sign this kind.
+    pub fn signed_by(self) -> Role {
+        match self {
+            Kind::GpuUsage | Kind::Energy => Role::Node,
+            Kind::SpotPrice => Role::Market,
+            Kind::SignerKeyRegistered | Kind::SignerKeyRevoked => Role::Ledger,
+        }
+    }
+
+    /// The domain-separation tag prefixed to the canonical bytes before signing:
+    /// `gpuledger/v1/<kind>\n`.
+    pub fn domain_tag(self) -> String {
+        format!("gpuledger/v1/{}\n", self.as_str())
+    }
+}
+
+/// What a signer is allowed to sign.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A GPU server's agent: `gpu_usage` and `energy`.
+    Node,
+    /// A market signer: `spot_price`.
+    Market,
+    /// The ledger itself, with the log key.
+    Ledger,
+}
+
+impl Role {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Node => "node",
+            Role::Market => "market",
+            Role::Ledger => "ledger",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(s: &str) -> Option<Role> {
+        [Role::Node, Role::Market, Role::Ledger].into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+/// GPU time used: `gpu_count` GPUs of one model on one node for [start, end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuUsage {
+    pub tenant: String,
+    pub lease: Option<String>,
+    pub region: String,
+    pub node: String,
+    pub gpu_model: String,
+    /// May be fractional for shared slices (MIG, time-slicing).
+    pub gpu_count: Decimal,
+    pub start: Timestamp,
+    pub end: Timestamp,
+    /// Exactly `gpu_count × (end − start)`.
+    pub gpu_seconds: Decimal,
+}
+
+/// Energy measured on one node over [start, end), optionally attributed to a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Energy {
+    pub tenant: Option<String>,
+    pub region: String,
+    pub node: String,
+    pub start: Timestamp,
+    pub end: Timestamp,
+    pub kwh: Decimal,
+}
+
+/// A spot price per GPU-hour for one region and GPU model, in force from `effective_from`
+/// until the next spot price for the same region, model and currency.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpotPrice {
+    pub region: String,
+    pub gpu_model: String,
+    pub price_per_gpu_hour: Decimal,
+    /// ISO 4217 code, three upper-case letters.
+    pub currency: String,
+    pub effective_from: Timestamp,
+}
+
+/// The ledger registered `public_key` (base64, 32 bytes) as `key_id` of `signer`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignerKeyRegistered {
+    pub signer: String,
+    pub role: Role,
+    pub key_id: String,
+    pub public_key: String,
+}
+
+/// The ledger revoked `key_id` of `signer`: no record signed with it is accepted after this
+/// entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignerKeyRevoked {
+    pub signer: String,
+    pub key_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A validated body of any kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    GpuUsage(GpuUsage),
+    Energy(Energy),
+    SpotPrice(SpotPrice),
+    SignerKeyRegistered(SignerKeyRegistered),
+    SignerKeyRevoked(SignerKeyRevoked),
+}
+
+impl Body {
+    /// The body's kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Body::GpuUsage(_) => Kind::GpuUsage,
+            Body::Energy(_) => Kind::Energy,
+            Body::SpotPrice(_) => Kind::SpotPrice,
+            Body::SignerKeyRegistered(_) => Kind::SignerKeyRegistered,
+            Body::SignerKeyRevoked(_) => Kind::SignerKeyRevoked,
+        }
+    }
+
+    /// The tenant the entry belongs to, if any (used for tenant-scoped queries).
+    pub fn tenant(&self) -> Option<&str> {
+        match self {
+            Body::GpuUsage(u) => Some(&u.tenant),
+            Body::Energy(e) => e.tenant.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The wire JSON of this body (canonical decimals and timestamps).
+    pub fn to_value(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        let mut put = |k: &str, v: String| {
+            m.insert(k.to_owned(), Value::String(v));
+        };
+        match self {
+            Body::GpuUsage(u) => {
+                put("tenant", u.tenant.clone());
+                if let Some(l) = &u.lease {
+                    put("lease", l.clone());
+                }
+                put("region", u.region.clone());
+                put("node", u.node.clone());
+                put("gpu_model", u.gpu_model.clone());
+                put("gpu_count", decimal::to_canonical(u.gpu_count));
+                put("start", u.start.to_string());
+                put("end", u.end.to_string());
+                put("gpu_seconds", decimal::to_canonical(u.gpu_seconds));
+            }
+            Body::Energy(e) => {
+                if let Some(t) = &e.tenant {
+                    put("tenant", t.clone());
+                }
+                put("region", e.region.clone());
+                put("node", e.node.clone());
+                put("start", e.start.to_string());
+                put("end", e.end.to_string());
+                put("kwh", decimal::to_canonical(e.kwh));
+            }
+            Body::SpotPrice(p) => {
+                put("region", p.region.clone());
+                put("gpu_model", p.gpu_model.clone());
+                put("price_per_gpu_hour", decimal::to_canonical(p.price_per_gpu_hour));
+                put("currency", p.currency.clone());
+                put("effective_from", p.effective_from.to_string());
+            }
+            Body::SignerKeyRegistered(r) => return serde_json::to_value(r).expect("plain struct"),
+            Body::SignerKeyRevoked(r) => return serde_json::to_value(r).expect("plain struct"),
+        }
+        Value::Object(m)
+    }
+
+    /// Reads and validates a body of `kind` against the ledger clock `now`.
+    pub fn from_value(kind: Kind, body: &Value, now: Timestamp) -> Result<Body, Rejection> {
+        match kind {
+            Kind::GpuUsage => {
+                let w: GpuUsageWire = wire(body)?;
+                Ok(Body::GpuUsage(w.validate(now)?))
+            }
+            Kind::Energy => {
+                let w: EnergyWire = wire(body)?;
+                Ok(Body::Energy(w.validate(now)?))
+            }
+            Kind::SpotPrice => {
+                let w: SpotPriceWire = wire(body)?;
+                Ok(Body::SpotPrice(w.validate(now)?))
+            }
+            Kind::SignerKeyRegistered => {
+                let r: SignerKeyRegistered = wire(body)?;
+                id("body.signer", &r.signer)?;
+                Ok(Body::SignerKeyRegistered(r))
+            }
+            Kind::SignerKeyRevoked => {
+                let r: SignerKeyRevoked = wire(body)?;
+                id("body.signer", &r.signer)?;
+                Ok(Body::SignerKeyRevoked(r))
+            }
+        }
+    }
+}
+
+fn wire<T: for<'de> Deserialize<'de>>(body: &Value) -> Result<T, Rejection> {
+    T::deserialize(body).map_err(|e| Rejection::field(Reason::Malformed, "body", e))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuUsageWire {
+    tenant: String,
+    #[serde(default)]
+    lease: Option<String>,
+    region: String,
+    node: String,
+    gpu_model: String,
+    gpu_count: String,
+    start: String,
+    end: String,
+    gpu_seconds: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnergyWire {
+    #[serde(default)]
+    tenant: Option<String>,
+    region: String,
+    node: String,
+    start: String,
+    end: String,
+    kwh: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpotPriceWire {
+    region: String,
+    gpu_model: String,
+    price_per_gpu_hour: String,
+    currency: String,
+    effective_from: String,
+}
+
+fn id(field: &str, s: &str) -> Result<String, Rejection> {
+    check_id(s).map_err(|m| Rejection::field(Reason::InvalidField, field, m))?;
+    Ok(s.to_owned())
+}
+
+fn ts(field: &str, s: &str) -> Result<Timestamp, Rejection> {
+    Timestamp::parse(s).map_err(|e| Rejection::field(Reason::InvalidField, field, e))
+}
+
+fn quantity(field: &str, s: &str, max: Decimal) -> Result<Decimal, Rejection> {
+    let d = decimal::parse_canonical(s).map_err(|e| {
+        let reason = match e {
+            DecimalError::Negative => Reason::NegativeQuantity,
+            _ => Reason::InvalidField,
+        };
+        Rejection::field(reason, field, e)
+    })?;
+    if d > max {
+        return Err(Rejection::field(
+            Reason::QuantityOutOfRange,
+            field,
+            format!("is {d}, above the limit of {max}"),
+        ));
+    }
+    Ok(d)
+}
+
+fn interval(start: &str, end: &str, now: Timestamp) -> Result<(Timestamp, Timestamp), Rejection> {
+    let s = ts("body.start", start)?;
+    let e = ts("body.end", end)?;
+    if e <= s {
+        return Err(Rejection::field(
+            Reason::EmptyInterval,
+            "body.end",
+            format!("({e}) is not after body.start ({s})"),
+        ));
+    }
+    let len = s.seconds_until(e);
+    if len > MAX_INTERVAL_SECONDS {
+        return Err(Rejection::field(
+            Reason::IntervalTooLong,
+            "body.end",
+            format!("makes an interval of {len} s, above the limit of {MAX_INTERVAL_SECONDS} s"),
+        ));
+    }
+    let ahead = now.seconds_until(e);
+    if ahead > MAX_CLOCK_SKEW_SECONDS {
+        return Err(Rejection::field(
+            Reason::InFuture,
+            "body.end",
+            format!(
+                "({e}) is {ahead} s after the ledger's clock ({now}); the allowance is {MAX_CLOCK_SKEW_SECONDS} s"
+            ),
+        ));
+    }
+    Ok((s, e))
+}
+
+impl GpuUsageWire {
+    fn validate(self, now: Timestamp) -> Result<GpuUsage, Rejection> {
+        let tenant = id("body.tenant", &self.tenant)?;
+        let lease = self.lease.as_deref().map(|l| id("body.lease", l)).transpose()?;
+        let region = id("body.region", &self.region)?;
+        let node = id("body.node", &self.node)?;
+        let gpu_model = id("body.gpu_model", &self.gpu_model)?;
+        let gpu_count = quantity("body.gpu_count", &self.gpu_count, Decimal::from(MAX_GPU_COUNT))?;
+        if gpu_count.is_zero() {
+            return Err(Rejection::field(Reason::QuantityOutOfRange, "body.gpu_count", "must be above 0"));
+        }
+        let (start, end) = interval(&self.start, &self.end, now)?;
+        let max_seconds = Decimal::from(MAX_GPU_COUNT) * Decimal::from(MAX_INTERVAL_SECONDS);
+        let gpu_seconds = quantity("body.gpu_seconds", &self.gpu_seconds, max_seconds)?;
+        let expected = gpu_count * Decimal::from(start.seconds_until(end));
+        if gpu_seconds != expected {
+            return Err(Rejection::field(
+                Reason::GpuSecondsMismatch,
+                "body.gpu_seconds",
+                format!(
+                    "is {gpu_seconds}, but gpu_count × (end − start) = {} × {} = {}",
+                    decimal::to_canonical(gpu_count),
+                    start.seconds_until(end),
+                    decimal::to_canonical(expected)
+                ),
+            ));
+        }
+        Ok(GpuUsage { tenant, lease, region, node, gpu_model, gpu_count, start, end, gpu_seconds })
+    }
+}
+
+impl EnergyWire {
+    fn validate(self, now: Timestamp) -> Result<Energy, Rejection> {
+        let tenant = self.tenant.as_deref().map(|t| id("body.tenant", t)).transpose()?;
+        let region = id("body.region", &self.region)?;
+        let node = id("body.node", &self.node)?;
+        let (start, end) = interval(&self.start, &self.end, now)?;
+        let kwh = quantity("body.kwh", &self.kwh, Decimal::from(MAX_KWH_PER_RECORD))?;
+        Ok(Energy { tenant, region, node, start, end, kwh })
+    }
+}
+
+impl SpotPriceWire {
+    fn validate(self, now: Timestamp) -> Result<SpotPrice, Rejection> {
+        let region = id("body.region", &self.region)?;
+        let gpu_model = id("body.gpu_model", &self.gpu_model)?;
+        let price_per_gpu_hour = quantity(
+            "body.price_per_gpu_hour",
+            &self.price_per_gpu_hour,
+            Decimal::from(MAX_PRICE_PER_GPU_HOUR),
+        )?;
+        if self.currency.len() != 3 || !self.currency.bytes().all(|b| b.is_ascii_uppercase()) {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                "body.currency",
+                "must be an ISO 4217 code of three upper-case letters",
+            ));
+        }
+        let effective_from = ts("body.effective_from", &self.effective_from)?;
+        let ahead = now.seconds_until(effective_from);
+        if ahead > MAX_SPOT_SCHEDULE_AHEAD_SECONDS {
+            return Err(Rejection::field(
+                Reason::InFuture,
+                "body.effective_from",
+                format!(
+                    "is {ahead} s after the ledger's clock; prices may be scheduled at most {MAX_SPOT_SCHEDULE_AHEAD_SECONDS} s ahead"
+                ),
+            ));
+        }
+        Ok(SpotPrice { region, gpu_model, price_per_gpu_hour, currency: self.currency, effective_from })
+    }
+}

@@ -1,0 +1,110 @@
+//! Why a record was refused: a machine-readable reason, the field it concerns, and a message
+//! for people. The reason codes are part of the public contract (docs/PROTOCOL.md).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Machine-readable rejection reasons. Their snake_case names are stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Not a JSON object of the right shape: missing, unknown or mistyped fields.
+    Malformed,
+    /// Envelope `v` is not a version this ledger speaks.
+    UnsupportedVersion,
+    /// `kind` names no record kind.
+    UnknownKind,
+    /// A field has a bad value (identifier, timestamp, decimal spelling, base64, ...).
+    InvalidField,
+    /// A quantity or price is below zero.
+    NegativeQuantity,
+    /// A quantity, price or sequence number is beyond its named limit, or zero where it must not be.
+    QuantityOutOfRange,
+    /// `gpu_seconds` is not exactly `gpu_count × (end − start)`.
+    GpuSecondsMismatch,
+    /// `end` is not after `start`.
+    EmptyInterval,
+    /// The interval is longer than the named limit.
+    IntervalTooLong,
+    /// The interval ends, or the price takes effect, too far past the ledger's clock.
+    InFuture,
+    /// The canonical envelope is larger than the named limit.
+    TooLarge,
+    /// The signer id is not registered.
+    UnknownSigner,
+    /// The key id is not registered.
+    UnknownKey,
+    /// The key id belongs to another signer.
+    KeySignerMismatch,
+    /// The key was revoked before this record arrived.
+    RevokedKey,
+    /// The signer's role may not sign this kind of record.
+    RoleNotAllowed,
+    /// The signature does not verify (strict Ed25519) over the canonical bytes.
+    BadSignature,
+    /// Another, different record already holds this (signer, seq); kept as evidence.
+    Conflict,
+}
+
+impl Reason {
+    /// The stable snake_case code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Reason::Malformed => "malformed",
+            Reason::UnsupportedVersion => "unsupported_version",
+            Reason::UnknownKind => "unknown_kind",
+            Reason::InvalidField => "invalid_field",
+            Reason::NegativeQuantity => "negative_quantity",
+            Reason::QuantityOutOfRange => "quantity_out_of_range",
+            Reason::GpuSecondsMismatch => "gpu_seconds_mismatch",
+            Reason::EmptyInterval => "empty_interval",
+            Reason::IntervalTooLong => "interval_too_long",
+            Reason::InFuture => "in_future",
+            Reason::TooLarge => "too_large",
+            Reason::UnknownSigner => "unknown_signer",
+            Reason::UnknownKey => "unknown_key",
+            Reason::KeySignerMismatch => "key_signer_mismatch",
+            Reason::RevokedKey => "revoked_key",
+            Reason::RoleNotAllowed => "role_not_allowed",
+            Reason::BadSignature => "bad_signature",
+            Reason::Conflict => "conflict",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// A refused record: reason, optional field path (such as `body.gpu_count`), message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    pub reason: Reason,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl Rejection {
+    /// A rejection that concerns no single field.
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
+        Self { reason, field: None, message: message.into() }
+    }
+
+    /// A rejection about one field; the message is prefixed with the field's path.
+    pub fn field(reason: Reason, field: &str, message: impl fmt::Display) -> Self {
+        Self {
+            reason,
+            field: Some(field.to_owned()),
+            message: format!("{field} {message}"),
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.reason, self.message)
+    }
+}
