@@ -4,4 +4,8 @@
 //! [`keyfile`] reads and writes key files; [`verify`] re-checks a whole stored log;
 //! [`bench`] measures append throughput. See ARCHITECTURE.md.
 
+pub mod bench;
 pub mod core;
+pub mod keyfile;
+pub mod sample;
+pub mod store;

@@ -1,1 +1,257 @@
-fn main() {}
+//! The `gpuledger` binary: a thin CLI over the library. `anyhow` lives only here.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use gpuledger::core::keys;
+use gpuledger::store::{self, verify};
+use gpuledger::{bench, keyfile};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "gpuledger",
+    version,
+    about = "Metering and settlement ledger for rented GPU compute"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Clone)]
+struct DbArgs {
+    /// Database URL: sqlite://PATH or postgres://USER@HOST/DB.
+    #[arg(long, env = "GPULEDGER_DATABASE_URL", default_value = store::DEFAULT_DATABASE_URL)]
+    database_url: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate an Ed25519 key pair: FILE (private, mode 0600) and FILE.pub.
+    Keygen {
+        /// Where to write the private key.
+        #[arg(long, short)]
+        out: PathBuf,
+    },
+    /// Create or migrate the database; create the log's signing key if absent.
+    Init {
+        #[command(flatten)]
+        db: DbArgs,
+        /// The log's private key file (created with mode 0600 if absent).
+        #[arg(long, env = "GPULEDGER_LOG_KEY", default_value = "gpuledger-log.key")]
+        log_key: PathBuf,
+        /// The checkpoint origin (also the signed-note key name), fixed at first init.
+        #[arg(long, env = "GPULEDGER_ORIGIN", default_value = store::DEFAULT_ORIGIN)]
+        origin: String,
+    },
+    /// Re-check every entry, hash, signature and checkpoint of the stored log.
+    VerifyLog {
+        #[command(flatten)]
+        db: DbArgs,
+        /// The log public key you trust (base64); defaults to the one the database records.
+        #[arg(long)]
+        log_public_key: Option<String>,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Append throughput against a raw-insert baseline in the same database.
+    Append {
+        /// Database to use; it must hold an empty log. Default: a fresh SQLite file in a
+        /// temporary directory.
+        #[arg(long)]
+        database_url: Option<String>,
+        /// Records per phase.
+        #[arg(long, default_value_t = 200_000)]
+        records: usize,
+        /// Distinct signers.
+        #[arg(long, default_value_t = 16)]
+        signers: usize,
+        /// Records per append call.
+        #[arg(long, default_value_t = 1_000)]
+        batch: usize,
+        /// Threads submitting batches concurrently.
+        #[arg(long, default_value_t = 2)]
+        clients: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Keygen { out } => {
+            let key = keys::generate();
+            let public = keyfile::write_new(&out, &key)?;
+            println!("private key: {} (mode 0600)", out.display());
+            println!("public key:  {} ", public.display());
+            println!("key id:      {}", keys::key_id(&key.verifying_key()));
+            println!("{}", keys::encode_public(&key.verifying_key()));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Init {
+            db,
+            log_key,
+            origin,
+        } => {
+            let (key, created) = keyfile::read_or_create(&log_key)?;
+            let info = store::init(&db.database_url, &key, &origin).with_context(|| {
+                format!("initialising {}", store::conn::redact(&db.database_url))
+            })?;
+            if created {
+                println!("created log key {} (mode 0600)", log_key.display());
+            }
+            println!("database:     {}", store::conn::redact(&db.database_url));
+            println!("origin:       {}", info.origin);
+            println!("log key:      {}", info.public_key);
+            println!("verifier key: {}", info.verifier_key);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::VerifyLog {
+            db,
+            log_public_key,
+            json,
+        } => {
+            let mut conn = store::connect(&db.database_url)?;
+            let bar = (!json && std::io::stderr().is_terminal()).then(|| {
+                let b = indicatif::ProgressBar::new(0);
+                b.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{bar:40} {pos}/{len} entries ({per_sec}, eta {eta})",
+                    )
+                    .expect("valid template"),
+                );
+                b
+            });
+            let result =
+                verify::verify_log(&mut conn, log_public_key.as_deref(), &mut |done, total| {
+                    if let Some(b) = &bar {
+                        b.set_length(total);
+                        b.set_position(done);
+                    }
+                });
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+            match result {
+                Ok(report) => {
+                    if json {
+                        println!("{}", serde_json::json!({"ok": true, "report": report}));
+                    } else {
+                        println!(
+                            "PASS: {} entries, root {}, {} checkpoints (latest at size {}), {} keys",
+                            report.size,
+                            report.root,
+                            report.checkpoints,
+                            report.latest_checkpoint_size.map_or("none".into(), |s| s.to_string()),
+                            report.keys
+                        );
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(verify::VerifyError::Store(e)) => Err(e.into()),
+                Err(e) => {
+                    let index = match &e {
+                        verify::VerifyError::Bad(f) => Some(f.index),
+                        _ => None,
+                    };
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::json!({"ok": false, "index": index, "error": e.to_string()})
+                        );
+                    } else {
+                        println!("FAIL: {e}");
+                    }
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+        Command::Bench(BenchCommand::Append {
+            database_url,
+            records,
+            signers,
+            batch,
+            clients,
+            json,
+        }) => {
+            if records == 0 || signers == 0 || batch == 0 || clients == 0 {
+                bail!("--records, --signers, --batch and --clients must be above 0");
+            }
+            let tmp = tempdir_for_bench()?;
+            let url = database_url
+                .unwrap_or_else(|| format!("sqlite://{}", tmp.join("bench.db").display()));
+            let cfg = bench::AppendBench {
+                database_url: url,
+                records,
+                signers,
+                batch,
+                clients,
+            };
+            let quiet = json;
+            let rates = bench::run_append(&cfg, &|phase| {
+                if !quiet {
+                    eprintln!("… {phase}");
+                }
+            });
+            let _ = std::fs::remove_dir_all(&tmp);
+            let rates = rates?;
+            if json {
+                println!("{}", serde_json::to_string(&rates)?);
+            } else {
+                println!("backend:                          {}", rates.backend);
+                println!(
+                    "records per phase:                {} (batches of {})",
+                    rates.records, rates.batch
+                );
+                println!(
+                    "signature verification alone:     {:>10.0} records/s",
+                    rates.signature_verify_per_s
+                );
+                println!(
+                    "append without signature checks:  {:>10.0} records/s",
+                    rates.append_without_signature_checks_per_s
+                );
+                println!(
+                    "full append:                      {:>10.0} records/s",
+                    rates.full_append_per_s
+                );
+                println!(
+                    "raw insert baseline:              {:>10.0} records/s",
+                    rates.raw_insert_baseline_per_s
+                );
+                println!(
+                    "full append / raw baseline:       {:>10.2}",
+                    rates.full_vs_raw
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn tempdir_for_bench() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("gpuledger-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

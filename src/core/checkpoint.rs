@@ -40,7 +40,11 @@ impl LogSigner {
             return Err(CheckpointError::BadOrigin(origin.to_owned()));
         }
         let note_key_id = note_key_id(origin, &key.verifying_key());
-        Ok(Self { origin: origin.to_owned(), key, note_key_id })
+        Ok(Self {
+            origin: origin.to_owned(),
+            key,
+            note_key_id,
+        })
     }
 
     /// The origin line of every checkpoint.
@@ -61,7 +65,8 @@ impl LogSigner {
     /// Signs a checkpoint for `size` and `root`, returning the complete signed note text.
     pub fn sign_checkpoint(&self, size: u64, root: &Hash) -> String {
         let cp = Checkpoint::new(&self.origin, size, *root, "").expect("origin was validated");
-        let mut note = Note::new(&cp.to_bytes(), &[]).expect("checkpoint text is a valid note text");
+        let mut note =
+            Note::new(&cp.to_bytes(), &[]).expect("checkpoint text is a valid note text");
         note.add_sigs(&[self]).expect("origin is a valid key name");
         String::from_utf8(note.to_bytes()).expect("notes are UTF-8")
     }
@@ -93,16 +98,22 @@ pub fn verifier_key(name: &str, public: &VerifyingKey) -> String {
 
 /// Verifies a signed checkpoint note against a verifier key string and returns its body.
 /// The checkpoint's origin must equal the key's name.
-pub fn verify_checkpoint(note_text: &[u8], verifier_key: &str) -> Result<Checkpoint, CheckpointError> {
-    let verifier =
-        StandardVerifier::new(verifier_key).map_err(|e| CheckpointError::VerifierKey(e.to_string()))?;
+pub fn verify_checkpoint(
+    note_text: &[u8],
+    verifier_key: &str,
+) -> Result<Checkpoint, CheckpointError> {
+    let verifier = StandardVerifier::new(verifier_key)
+        .map_err(|e| CheckpointError::VerifierKey(e.to_string()))?;
     let name = signed_note::Verifier::name(&verifier).to_owned();
     let note = Note::from_bytes(note_text).map_err(|e| CheckpointError::Note(e.to_string()))?;
     note.verify(&VerifierList::new(vec![Box::new(verifier)]))
         .map_err(|e| CheckpointError::Note(e.to_string()))?;
     let cp = Checkpoint::from_bytes(note.text()).map_err(|_| CheckpointError::Body)?;
     if cp.origin() != name {
-        return Err(CheckpointError::WrongOrigin { found: cp.origin().to_owned(), expected: name });
+        return Err(CheckpointError::WrongOrigin {
+            found: cp.origin().to_owned(),
+            expected: name,
+        });
     }
     Ok(cp)
 }

@@ -84,12 +84,21 @@ mod tests {
             let d = parse_canonical(ok).unwrap();
             assert_eq!(to_canonical(d), ok);
         }
-        for bad in ["", "01", "1.", ".5", "1.50", "+1", "1e3", " 1", "1 ", "0.0", "00", "1,5", "NaN"] {
-            assert_eq!(parse_canonical(bad), Err(DecimalError::NotCanonical), "{bad:?}");
+        for bad in [
+            "", "01", "1.", ".5", "1.50", "+1", "1e3", " 1", "1 ", "0.0", "00", "1,5", "NaN",
+        ] {
+            assert_eq!(
+                parse_canonical(bad),
+                Err(DecimalError::NotCanonical),
+                "{bad:?}"
+            );
         }
         assert_eq!(parse_canonical("-1"), Err(DecimalError::Negative));
         assert_eq!(parse_canonical("-0.5"), Err(DecimalError::Negative));
-        assert_eq!(parse_canonical("0.0000000001"), Err(DecimalError::TooPrecise));
+        assert_eq!(
+            parse_canonical("0.0000000001"),
+            Err(DecimalError::TooPrecise)
+        );
         assert_eq!(parse_canonical(&"9".repeat(41)), Err(DecimalError::TooLong));
     }
 

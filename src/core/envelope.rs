@@ -4,6 +4,7 @@
 //! `"gpuledger/v1/<kind>\n" ‖ JCS({v, kind, signer, key_id, seq, body})`, where JCS is the
 //! RFC 8785 canonical form. The tag binds the signature to one kind of object.
 
+use super::canonical::{self, CanonicalError};
 use super::ids::check_id;
 use super::keys;
 use super::limits::{MAX_ENVELOPE_BYTES, MAX_SEQ};
@@ -33,16 +34,6 @@ pub struct Envelope {
     pub sig: String,
 }
 
-#[derive(Serialize)]
-struct Unsigned<'a> {
-    v: u32,
-    kind: &'a str,
-    signer: &'a str,
-    key_id: &'a str,
-    seq: u64,
-    body: &'a Value,
-}
-
 /// An envelope whose shape, body and limits were checked; its signature is not yet verified.
 #[derive(Debug, Clone)]
 pub struct Checked {
@@ -54,22 +45,46 @@ pub struct Checked {
     pub signature: Signature,
     /// SHA-256 of `message`: equal for the same record sent twice.
     pub content_hash: [u8; 32],
+    /// The RFC 8785 bytes of the whole envelope, signature included (as it goes in the leaf).
+    pub canonical: Vec<u8>,
 }
 
 impl Envelope {
-    /// The bytes a signature covers: `"gpuledger/v1/<kind>\n" ‖ JCS(envelope without sig)`.
-    pub fn signed_message(&self) -> Vec<u8> {
-        let unsigned = Unsigned {
-            v: self.v,
-            kind: &self.kind,
-            signer: &self.signer,
-            key_id: &self.key_id,
-            seq: self.seq,
-            body: &self.body,
-        };
-        let mut out = format!("gpuledger/v1/{}\n", self.kind).into_bytes();
-        out.extend(serde_jcs::to_vec(&unsigned).expect("JSON values always serialise"));
-        out
+    /// The bytes a signature covers, `"gpuledger/v1/<kind>\n" ‖ JCS(envelope without sig)`,
+    /// and the canonical bytes of the whole envelope, `JCS(envelope)`.
+    pub fn canonical_parts(&self) -> Result<(Vec<u8>, Vec<u8>), CanonicalError> {
+        let mut body = Vec::with_capacity(256);
+        canonical::write_value(&self.body, &mut body)?;
+        // Members in RFC 8785 order: body, key_id, kind, seq, [sig,] signer, v.
+        let mut head = Vec::with_capacity(body.len() + 128);
+        head.extend_from_slice(b"{\"body\":");
+        head.extend_from_slice(&body);
+        head.extend_from_slice(b",\"key_id\":");
+        canonical::write_str(&self.key_id, &mut head);
+        head.extend_from_slice(b",\"kind\":");
+        canonical::write_str(&self.kind, &mut head);
+        head.extend_from_slice(b",\"seq\":");
+        canonical::write_u64(self.seq, &mut head)?;
+        let mut tail = Vec::with_capacity(self.signer.len() + 24);
+        tail.extend_from_slice(b",\"signer\":");
+        canonical::write_str(&self.signer, &mut tail);
+        tail.extend_from_slice(b",\"v\":");
+        canonical::write_u64(u64::from(self.v), &mut tail)?;
+        tail.push(b'}');
+
+        let mut message = format!("gpuledger/v1/{}\n", self.kind).into_bytes();
+        message.extend_from_slice(&head);
+        message.extend_from_slice(&tail);
+        let mut full = head;
+        full.extend_from_slice(b",\"sig\":");
+        canonical::write_str(&self.sig, &mut full);
+        full.extend_from_slice(&tail);
+        Ok((message, full))
+    }
+
+    /// The bytes a signature covers (see [`Envelope::canonical_parts`]).
+    pub fn signed_message(&self) -> Result<Vec<u8>, CanonicalError> {
+        self.canonical_parts().map(|p| p.0)
     }
 
     /// Builds and signs an envelope.
@@ -83,14 +98,17 @@ impl Envelope {
             body: body.to_value(),
             sig: String::new(),
         };
-        let sig = key.sign(&env.signed_message());
+        let sig = key.sign(
+            &env.signed_message()
+                .expect("bodies built from records are canonical"),
+        );
         env.sig = BASE64_STANDARD.encode(sig.to_bytes());
         env
     }
 
     /// The RFC 8785 canonical bytes of the whole envelope, signature included.
-    pub fn canonical_bytes(&self) -> Vec<u8> {
-        serde_jcs::to_vec(self).expect("JSON values always serialise")
+    pub fn canonical_bytes(&self) -> Result<Vec<u8>, CanonicalError> {
+        self.canonical_parts().map(|p| p.1)
     }
 
     /// Checks everything that needs no registry: version, kind, identifiers, sequence number,
@@ -100,14 +118,26 @@ impl Envelope {
             return Err(Rejection::field(
                 Reason::UnsupportedVersion,
                 "v",
-                format!("is {}; this ledger speaks version {ENVELOPE_VERSION}", self.v),
+                format!(
+                    "is {}; this ledger speaks version {ENVELOPE_VERSION}",
+                    self.v
+                ),
             ));
         }
-        let kind = Kind::parse(&self.kind)
-            .ok_or_else(|| Rejection::field(Reason::UnknownKind, "kind", format!("{:?} is not a record kind", self.kind)))?;
+        let kind = Kind::parse(&self.kind).ok_or_else(|| {
+            Rejection::field(
+                Reason::UnknownKind,
+                "kind",
+                format!("{:?} is not a record kind", self.kind),
+            )
+        })?;
         check_id(&self.signer).map_err(|m| Rejection::field(Reason::InvalidField, "signer", m))?;
-        if self.key_id.len() != 16 || !self.key_id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            return Err(Rejection::field(Reason::InvalidField, "key_id", "must be 16 lower-case hex digits"));
+        if !keys::is_key_id(&self.key_id) {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                "key_id",
+                "must be 16 lower-case hex digits",
+            ));
         }
         if self.seq == 0 || self.seq > MAX_SEQ {
             return Err(Rejection::field(
@@ -121,17 +151,36 @@ impl Envelope {
             .decode(&self.sig)
             .ok()
             .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| Rejection::field(Reason::InvalidField, "sig", "is not standard base64 of 64 bytes"))?;
+            .ok_or_else(|| {
+                Rejection::field(
+                    Reason::InvalidField,
+                    "sig",
+                    "is not standard base64 of 64 bytes",
+                )
+            })?;
         let signature = Signature::from_bytes(&sig_bytes);
-        let message = self.signed_message();
-        if message.len() + 100 > MAX_ENVELOPE_BYTES {
+        let (message, canonical) = self
+            .canonical_parts()
+            .map_err(|e| Rejection::field(Reason::Malformed, "body", e))?;
+        if canonical.len() > MAX_ENVELOPE_BYTES {
             return Err(Rejection::new(
                 Reason::TooLarge,
-                format!("the canonical envelope is larger than {MAX_ENVELOPE_BYTES} bytes"),
+                format!(
+                    "the canonical envelope is {} bytes, above the limit of {MAX_ENVELOPE_BYTES}",
+                    canonical.len()
+                ),
             ));
         }
         let content_hash = Sha256::digest(&message).into();
-        Ok(Checked { envelope: self, kind, body, message, signature, content_hash })
+        Ok(Checked {
+            envelope: self,
+            kind,
+            body,
+            message,
+            signature,
+            content_hash,
+            canonical,
+        })
     }
 }
 
@@ -154,13 +203,25 @@ pub fn verify_many(items: &[(&[u8], &Signature, &VerifyingKey)]) -> Vec<bool> {
             let msgs: Vec<&[u8]> = chunk.iter().map(|i| i.0).collect();
             let sigs: Vec<Signature> = chunk.iter().map(|i| *i.1).collect();
             let keys: Vec<VerifyingKey> = chunk.iter().map(|i| *i.2).collect();
+            // Batch verification does not refuse a small-order R as verify_strict does (with
+            // R = identity and S = H(R‖A‖M)·a a batch always passes), so a chunk holding one
+            // goes to the strict one-by-one check.
             let ok = ed25519_dalek::verify_batch(&msgs, &sigs, &keys).is_ok();
             let per: Vec<bool> = if ok {
                 vec![true; chunk.len()]
             } else {
-                chunk.iter().map(|(m, s, k)| k.verify_strict(m, s).is_ok()).collect()
+                chunk
+                    .iter()
+                    .map(|(m, s, k)| k.verify_strict(m, s).is_ok())
+                    .collect()
             };
             per.into_iter()
         })
         .collect()
+}
+
+/// Whether the signature's R is a valid point that is not of small order (verify_strict
+/// refuses every other R).
+fn r_has_large_order(sig: &Signature) -> bool {
+    VerifyingKey::from_bytes(sig.r_bytes()).is_ok_and(|r| !r.is_weak())
 }

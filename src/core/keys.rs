@@ -13,6 +13,11 @@ pub fn key_id(public: &VerifyingKey) -> String {
     hex::encode(&Sha256::digest(public.as_bytes())[..8])
 }
 
+/// Whether `s` has the form of a key id: exactly 16 lower-case hex digits.
+pub fn is_key_id(s: &str) -> bool {
+    s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// The public key as the registration API takes it: standard base64 of its 32 bytes.
 pub fn encode_public(public: &VerifyingKey) -> String {
     BASE64_STANDARD.encode(public.as_bytes())
@@ -33,7 +38,9 @@ pub enum KeyError {
 
 /// Decodes a base64 public key and refuses invalid and weak keys.
 pub fn decode_public(s: &str) -> Result<VerifyingKey, KeyError> {
-    let bytes = BASE64_STANDARD.decode(s.trim()).map_err(|_| KeyError::Encoding)?;
+    let bytes = BASE64_STANDARD
+        .decode(s.trim())
+        .map_err(|_| KeyError::Encoding)?;
     let arr: [u8; 32] = bytes.try_into().map_err(|_| KeyError::Encoding)?;
     let key = VerifyingKey::from_bytes(&arr).map_err(|_| KeyError::NotAPoint)?;
     if key.is_weak() {
@@ -44,13 +51,21 @@ pub fn decode_public(s: &str) -> Result<VerifyingKey, KeyError> {
 
 /// The private-key text: `gpuledger-ed25519-secret-v1:<base64 seed>` and a newline.
 pub fn encode_secret(key: &SigningKey) -> String {
-    format!("{SECRET_PREFIX}{}\n", BASE64_STANDARD.encode(key.to_bytes()))
+    format!(
+        "{SECRET_PREFIX}{}\n",
+        BASE64_STANDARD.encode(key.to_bytes())
+    )
 }
 
 /// Parses the private-key text.
 pub fn decode_secret(s: &str) -> Result<SigningKey, KeyError> {
-    let b64 = s.trim().strip_prefix(SECRET_PREFIX).ok_or(KeyError::SecretEncoding)?;
-    let bytes = BASE64_STANDARD.decode(b64).map_err(|_| KeyError::SecretEncoding)?;
+    let b64 = s
+        .trim()
+        .strip_prefix(SECRET_PREFIX)
+        .ok_or(KeyError::SecretEncoding)?;
+    let bytes = BASE64_STANDARD
+        .decode(b64)
+        .map_err(|_| KeyError::SecretEncoding)?;
     let seed: [u8; 32] = bytes.try_into().map_err(|_| KeyError::SecretEncoding)?;
     Ok(SigningKey::from_bytes(&seed))
 }
@@ -67,12 +82,21 @@ mod tests {
     #[test]
     fn secret_round_trips_and_weak_keys_are_refused() {
         let k = SigningKey::from_bytes(&[7; 32]);
-        assert_eq!(decode_secret(&encode_secret(&k)).unwrap().to_bytes(), k.to_bytes());
-        assert_eq!(decode_public(&encode_public(&k.verifying_key())).unwrap(), k.verifying_key());
+        assert_eq!(
+            decode_secret(&encode_secret(&k)).unwrap().to_bytes(),
+            k.to_bytes()
+        );
+        assert_eq!(
+            decode_public(&encode_public(&k.verifying_key())).unwrap(),
+            k.verifying_key()
+        );
         // The identity point (small order) encodes as 0x01 followed by zeros.
         let mut identity = [0u8; 32];
         identity[0] = 1;
-        assert_eq!(decode_public(&BASE64_STANDARD.encode(identity)), Err(KeyError::Weak));
+        assert_eq!(
+            decode_public(&BASE64_STANDARD.encode(identity)),
+            Err(KeyError::Weak)
+        );
         assert_eq!(decode_public("AAAA"), Err(KeyError::Encoding));
         assert!(decode_secret("nonsense").is_err());
     }

@@ -32,22 +32,33 @@ pub struct Leaf {
 impl Leaf {
     /// A new leaf.
     pub fn new(index: u64, received_at: Timestamp, prev: &Hash, envelope: Envelope) -> Leaf {
-        Leaf { v: LEAF_VERSION, index, received_at, prev: BASE64_STANDARD.encode(prev.0), envelope }
+        Leaf {
+            v: LEAF_VERSION,
+            index,
+            received_at,
+            prev: BASE64_STANDARD.encode(prev.0),
+            envelope,
+        }
     }
 
     /// The canonical leaf bytes (RFC 8785).
     pub fn to_bytes(&self) -> Vec<u8> {
-        serde_jcs::to_vec(self).expect("JSON values always serialise")
+        let envelope = self
+            .envelope
+            .canonical_bytes()
+            .expect("envelopes in leaves are canonical JSON");
+        leaf_bytes(self.index, self.received_at, &self.prev, &envelope)
     }
 
     /// Parses leaf bytes and requires them to be canonical: parsing and re-encoding must give
     /// the same bytes, so one entry has exactly one leaf hash.
     pub fn from_bytes(bytes: &[u8]) -> Result<Leaf, String> {
-        let leaf: Leaf = serde_json::from_slice(bytes).map_err(|e| format!("leaf is not a valid entry: {e}"))?;
+        let leaf: Leaf =
+            serde_json::from_slice(bytes).map_err(|e| format!("leaf is not a valid entry: {e}"))?;
         if leaf.v != LEAF_VERSION {
             return Err(format!("leaf version {} is unknown", leaf.v));
         }
-        if leaf.to_bytes() != bytes {
+        if leaf.envelope.canonical_bytes().is_err() || leaf.to_bytes() != bytes {
             return Err("leaf bytes are not canonical (RFC 8785)".into());
         }
         Ok(leaf)
@@ -62,5 +73,48 @@ impl Leaf {
     /// This leaf's RFC 6962 leaf hash.
     pub fn hash(&self) -> Hash {
         leaf_hash(&self.to_bytes())
+    }
+}
+
+/// Leaf bytes from the canonical envelope, without re-serialising it. RFC 8785 orders the
+/// members `envelope, index, prev, received_at, v`; every value but the envelope is ASCII that
+/// needs no escaping, so concatenation gives exactly the canonical form.
+pub fn leaf_bytes(
+    index: u64,
+    received_at: Timestamp,
+    prev_b64: &str,
+    canonical_envelope: &[u8],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(canonical_envelope.len() + 128);
+    out.extend_from_slice(b"{\"envelope\":");
+    out.extend_from_slice(canonical_envelope);
+    out.extend_from_slice(
+        format!(",\"index\":{index},\"prev\":\"{prev_b64}\",\"received_at\":\"{received_at}\",\"v\":{LEAF_VERSION}}}").as_bytes(),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::merkle::Hash;
+
+    #[test]
+    fn fast_leaf_bytes_equal_the_generic_canonical_form() {
+        let key = crate::sample::key("leaf-test");
+        let end = Timestamp::parse("2026-11-30T12:00:10Z").unwrap();
+        for (i, count) in ["1", "0.125", "8"].iter().enumerate() {
+            let env = crate::sample::usage(
+                "node-\u{1}x",
+                &key,
+                i as u64 + 1,
+                "t\"1",
+                count.parse().unwrap(),
+                end,
+            );
+            let leaf = Leaf::new(1 << 40 | i as u64, end, &Hash([i as u8; 32]), env);
+            assert_eq!(leaf.to_bytes(), serde_jcs::to_vec(&leaf).unwrap());
+            assert_eq!(Leaf::from_bytes(&leaf.to_bytes()).unwrap(), leaf);
+        }
     }
 }

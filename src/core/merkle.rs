@@ -42,7 +42,12 @@ impl HashReader for MemoryHashes {
     fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, tlog_tiles::Error> {
         indexes
             .iter()
-            .map(|i| self.0.get(i).copied().ok_or(tlog_tiles::Error::IndexesNotInTree))
+            .map(|i| {
+                self.0
+                    .get(i)
+                    .copied()
+                    .ok_or(tlog_tiles::Error::IndexesNotInTree)
+            })
             .collect()
     }
 }
@@ -71,7 +76,11 @@ pub fn root_indexes(n: u64) -> Vec<u64> {
 /// Appends leaves to a tree held partly in `hashes` (which must contain at least the frontier
 /// of size `n`), returning the new stored hashes in stored order, starting at
 /// `stored_hash_index(0, n)`.
-pub fn append_leaves(n: u64, leaf_hashes: &[Hash], hashes: &mut MemoryHashes) -> Result<Vec<Hash>, tlog_tiles::Error> {
+pub fn append_leaves(
+    n: u64,
+    leaf_hashes: &[Hash],
+    hashes: &mut MemoryHashes,
+) -> Result<Vec<Hash>, tlog_tiles::Error> {
     let mut out = Vec::with_capacity(leaf_hashes.len() * 2);
     for (i, h) in leaf_hashes.iter().enumerate() {
         let idx = n + i as u64;
@@ -121,7 +130,12 @@ mod tests {
                 all.0.insert(base + j as u64, *nh);
             }
             leaves.push(h);
-            assert_eq!(tree_hash(n + 1, &all).unwrap(), mth(&leaves), "size {}", n + 1);
+            assert_eq!(
+                tree_hash(n + 1, &all).unwrap(),
+                mth(&leaves),
+                "size {}",
+                n + 1
+            );
             // Roots need only the frontier.
             keep_frontier(n + 1, &mut mem);
             assert_eq!(tree_hash(n + 1, &mem).unwrap(), mth(&leaves));

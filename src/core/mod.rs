@@ -1,6 +1,7 @@
 //! The pure core: records, validation, canonical bytes, signatures, leaves, the Merkle tree and
 //! checkpoints. Nothing here does I/O, reads a clock it is not handed, or knows a database.
 
+pub mod canonical;
 pub mod checkpoint;
 pub mod decimal;
 pub mod envelope;
@@ -8,7 +9,9 @@ pub mod ids;
 pub mod keys;
 pub mod leaf;
 pub mod limits;
+pub mod logcheck;
 pub mod merkle;
+pub mod outcome;
 pub mod record;
 pub mod rejection;
 pub mod time;

@@ -6,6 +6,7 @@
 
 use super::decimal::{self, DecimalError};
 use super::ids::check_id;
+use super::keys;
 use super::limits::*;
 use super::rejection::{Reason, Rejection};
 use super::time::Timestamp;
@@ -96,7 +97,9 @@ impl Role {
 
     /// Parses a wire name.
     pub fn parse(s: &str) -> Option<Role> {
-        [Role::Node, Role::Market, Role::Ledger].into_iter().find(|r| r.as_str() == s)
+        [Role::Node, Role::Market, Role::Ledger]
+            .into_iter()
+            .find(|r| r.as_str() == s)
     }
 }
 
@@ -156,7 +159,11 @@ pub struct SignerKeyRegistered {
 pub struct SignerKeyRevoked {
     pub signer: String,
     pub key_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present_string"
+    )]
     pub reason: Option<String>,
 }
 
@@ -224,7 +231,10 @@ impl Body {
             Body::SpotPrice(p) => {
                 put("region", p.region.clone());
                 put("gpu_model", p.gpu_model.clone());
-                put("price_per_gpu_hour", decimal::to_canonical(p.price_per_gpu_hour));
+                put(
+                    "price_per_gpu_hour",
+                    decimal::to_canonical(p.price_per_gpu_hour),
+                );
                 put("currency", p.currency.clone());
                 put("effective_from", p.effective_from.to_string());
             }
@@ -252,11 +262,33 @@ impl Body {
             Kind::SignerKeyRegistered => {
                 let r: SignerKeyRegistered = wire(body)?;
                 id("body.signer", &r.signer)?;
+                key_id("body.key_id", &r.key_id)?;
+                let key = keys::decode_public(&r.public_key)
+                    .ok()
+                    .filter(|k| keys::encode_public(k) == r.public_key)
+                    .ok_or_else(|| {
+                        Rejection::field(
+                            Reason::InvalidField,
+                            "body.public_key",
+                            "is not standard base64 of a valid, not weak, Ed25519 public key",
+                        )
+                    })?;
+                if keys::key_id(&key) != r.key_id {
+                    return Err(Rejection::field(
+                        Reason::InvalidField,
+                        "body.key_id",
+                        format!(
+                            "is not the key id of body.public_key ({})",
+                            keys::key_id(&key)
+                        ),
+                    ));
+                }
                 Ok(Body::SignerKeyRegistered(r))
             }
             Kind::SignerKeyRevoked => {
                 let r: SignerKeyRevoked = wire(body)?;
                 id("body.signer", &r.signer)?;
+                key_id("body.key_id", &r.key_id)?;
                 Ok(Body::SignerKeyRevoked(r))
             }
         }
@@ -267,11 +299,17 @@ fn wire<T: for<'de> Deserialize<'de>>(body: &Value) -> Result<T, Rejection> {
     T::deserialize(body).map_err(|e| Rejection::field(Reason::Malformed, "body", e))
 }
 
+/// An optional string field: absent is `None`, and JSON `null` is refused rather than read as
+/// absent, so that one body has one spelling (and one signature).
+fn present_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    String::deserialize(d).map(Some)
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct GpuUsageWire {
     tenant: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present_string")]
     lease: Option<String>,
     region: String,
     node: String,
@@ -285,7 +323,7 @@ struct GpuUsageWire {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EnergyWire {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present_string")]
     tenant: Option<String>,
     region: String,
     node: String,
@@ -307,6 +345,18 @@ struct SpotPriceWire {
 fn id(field: &str, s: &str) -> Result<String, Rejection> {
     check_id(s).map_err(|m| Rejection::field(Reason::InvalidField, field, m))?;
     Ok(s.to_owned())
+}
+
+fn key_id(field: &str, s: &str) -> Result<(), Rejection> {
+    if keys::is_key_id(s) {
+        Ok(())
+    } else {
+        Err(Rejection::field(
+            Reason::InvalidField,
+            field,
+            "must be 16 lower-case hex digits",
+        ))
+    }
 }
 
 fn ts(field: &str, s: &str) -> Result<Timestamp, Rejection> {
@@ -365,13 +415,25 @@ fn interval(start: &str, end: &str, now: Timestamp) -> Result<(Timestamp, Timest
 impl GpuUsageWire {
     fn validate(self, now: Timestamp) -> Result<GpuUsage, Rejection> {
         let tenant = id("body.tenant", &self.tenant)?;
-        let lease = self.lease.as_deref().map(|l| id("body.lease", l)).transpose()?;
+        let lease = self
+            .lease
+            .as_deref()
+            .map(|l| id("body.lease", l))
+            .transpose()?;
         let region = id("body.region", &self.region)?;
         let node = id("body.node", &self.node)?;
         let gpu_model = id("body.gpu_model", &self.gpu_model)?;
-        let gpu_count = quantity("body.gpu_count", &self.gpu_count, Decimal::from(MAX_GPU_COUNT))?;
+        let gpu_count = quantity(
+            "body.gpu_count",
+            &self.gpu_count,
+            Decimal::from(MAX_GPU_COUNT),
+        )?;
         if gpu_count.is_zero() {
-            return Err(Rejection::field(Reason::QuantityOutOfRange, "body.gpu_count", "must be above 0"));
+            return Err(Rejection::field(
+                Reason::QuantityOutOfRange,
+                "body.gpu_count",
+                "must be above 0",
+            ));
         }
         let (start, end) = interval(&self.start, &self.end, now)?;
         let max_seconds = Decimal::from(MAX_GPU_COUNT) * Decimal::from(MAX_INTERVAL_SECONDS);
@@ -389,18 +451,39 @@ impl GpuUsageWire {
                 ),
             ));
         }
-        Ok(GpuUsage { tenant, lease, region, node, gpu_model, gpu_count, start, end, gpu_seconds })
+        Ok(GpuUsage {
+            tenant,
+            lease,
+            region,
+            node,
+            gpu_model,
+            gpu_count,
+            start,
+            end,
+            gpu_seconds,
+        })
     }
 }
 
 impl EnergyWire {
     fn validate(self, now: Timestamp) -> Result<Energy, Rejection> {
-        let tenant = self.tenant.as_deref().map(|t| id("body.tenant", t)).transpose()?;
+        let tenant = self
+            .tenant
+            .as_deref()
+            .map(|t| id("body.tenant", t))
+            .transpose()?;
         let region = id("body.region", &self.region)?;
         let node = id("body.node", &self.node)?;
         let (start, end) = interval(&self.start, &self.end, now)?;
         let kwh = quantity("body.kwh", &self.kwh, Decimal::from(MAX_KWH_PER_RECORD))?;
-        Ok(Energy { tenant, region, node, start, end, kwh })
+        Ok(Energy {
+            tenant,
+            region,
+            node,
+            start,
+            end,
+            kwh,
+        })
     }
 }
 
@@ -431,6 +514,12 @@ impl SpotPriceWire {
                 ),
             ));
         }
-        Ok(SpotPrice { region, gpu_model, price_per_gpu_hour, currency: self.currency, effective_from })
+        Ok(SpotPrice {
+            region,
+            gpu_model,
+            price_per_gpu_hour,
+            currency: self.currency,
+            effective_from,
+        })
     }
 }

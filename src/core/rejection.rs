@@ -90,7 +90,11 @@ pub struct Rejection {
 impl Rejection {
     /// A rejection that concerns no single field.
     pub fn new(reason: Reason, message: impl Into<String>) -> Self {
-        Self { reason, field: None, message: message.into() }
+        Self {
+            reason,
+            field: None,
+            message: message.into(),
+        }
     }
 
     /// A rejection about one field; the message is prefixed with the field's path.

@@ -3,7 +3,10 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
-use time::{format_description::BorrowedFormatItem, macros::format_description, OffsetDateTime, PrimitiveDateTime};
+use time::{
+    format_description::BorrowedFormatItem, macros::format_description, OffsetDateTime,
+    PrimitiveDateTime,
+};
 
 const WIRE_FORMAT: &[BorrowedFormatItem<'static>] =
     format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");

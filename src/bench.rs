@@ -1,0 +1,283 @@
+//! `gpuledger bench append`: append throughput, measured against a raw-insert baseline in the
+//! same database and run. Four rates: signature verification alone, append without signature
+//! checks, the full append, and the same rows inserted raw (no hashing, no checks).
+
+use crate::core::envelope::{self, Envelope};
+use crate::core::outcome::Outcome;
+use crate::core::record::Role;
+use crate::core::time::Timestamp;
+use crate::sample;
+use crate::store::conn::per_backend;
+use crate::store::{self, Ledger, StoreError};
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use ed25519_dalek::SigningKey;
+use rayon::prelude::*;
+use rust_decimal::Decimal;
+use serde::Serialize;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Benchmark settings.
+#[derive(Debug, Clone)]
+pub struct AppendBench {
+    pub database_url: String,
+    pub records: usize,
+    pub signers: usize,
+    pub batch: usize,
+    /// Threads submitting batches at once.
+    pub clients: usize,
+}
+
+/// Measured rates, records per second.
+#[derive(Debug, Clone, Serialize)]
+pub struct AppendRates {
+    pub backend: String,
+    pub records: usize,
+    pub batch: usize,
+    pub signature_verify_per_s: f64,
+    pub append_without_signature_checks_per_s: f64,
+    pub full_append_per_s: f64,
+    pub raw_insert_baseline_per_s: f64,
+    /// full_append / raw_insert_baseline.
+    pub full_vs_raw: f64,
+}
+
+diesel::table! {
+    bench_raw (idx) {
+        idx -> BigInt,
+        kind -> Text,
+        signer -> Text,
+        seq -> BigInt,
+        tenant -> Nullable<Text>,
+        received_at -> BigInt,
+        content_hash -> Binary,
+        leaf -> Binary,
+        leaf_hash -> Binary,
+    }
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = bench_raw, treat_none_as_default_value = false)]
+struct RawRow {
+    idx: i64,
+    kind: String,
+    signer: String,
+    seq: i64,
+    tenant: Option<String>,
+    received_at: i64,
+    content_hash: Vec<u8>,
+    leaf: Vec<u8>,
+    leaf_hash: Vec<u8>,
+}
+
+fn generate(
+    prefix: &str,
+    signers: usize,
+    records: usize,
+    progress: &(dyn Fn(&str) + Sync),
+) -> (Vec<(String, SigningKey)>, Vec<Envelope>) {
+    let keys: Vec<(String, SigningKey)> = (0..signers)
+        .map(|i| {
+            (
+                format!("{prefix}-{i:02}"),
+                sample::key(&format!("{prefix}-{i}")),
+            )
+        })
+        .collect();
+    progress(&format!("signing {records} records for {prefix}"));
+    let now = Timestamp::now();
+    let envs = (0..records)
+        .into_par_iter()
+        .map(|i| {
+            let (name, key) = &keys[i % signers];
+            let seq = (i / signers) as u64 + 1;
+            let count = Decimal::from(1 + (i % 8) as i64);
+            sample::usage(
+                name,
+                key,
+                seq,
+                &format!("tenant-{}", i % 5),
+                count,
+                now.plus(-(i as i64 % 3600)),
+            )
+        })
+        .collect();
+    (keys, envs)
+}
+
+fn run_clients(
+    ledger: &Ledger,
+    envs: Vec<Envelope>,
+    batch: usize,
+    clients: usize,
+    verify: bool,
+) -> Result<f64, StoreError> {
+    let total = envs.len();
+    let batches: Mutex<std::vec::IntoIter<Vec<Envelope>>> = Mutex::new(
+        envs.chunks(batch)
+            .map(|c| c.to_vec())
+            .collect::<Vec<_>>()
+            .into_iter(),
+    );
+    let started = Instant::now();
+    let result: Mutex<Result<(), StoreError>> = Mutex::new(Ok(()));
+    std::thread::scope(|s| {
+        for _ in 0..clients {
+            s.spawn(|| loop {
+                let next = batches.lock().expect("lock").next();
+                let Some(b) = next else { break };
+                let r = if verify {
+                    ledger.append(b)
+                } else {
+                    ledger.append_trusting_signatures_for_bench(b)
+                };
+                match r {
+                    Ok(outs) => {
+                        if let Some(bad) =
+                            outs.iter().find(|o| !matches!(o, Outcome::Accepted { .. }))
+                        {
+                            *result.lock().expect("lock") = Err(StoreError::Refused(format!(
+                                "bench record not accepted: {bad:?}"
+                            )));
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        *result.lock().expect("lock") = Err(e);
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    result.into_inner().expect("lock")?;
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Runs the benchmark; `progress` receives human-readable phase names.
+pub fn run_append(
+    cfg: &AppendBench,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<AppendRates, StoreError> {
+    let log_key = sample::key("bench-log");
+    store::init(&cfg.database_url, &log_key, store::DEFAULT_ORIGIN)?;
+    let ledger = Ledger::open(&cfg.database_url, log_key)?;
+    let (size, _) = ledger.head()?;
+    if size != 0 {
+        return Err(StoreError::Refused(format!(
+            "the benchmark needs an empty log; {} holds {size} entries",
+            store::conn::redact(&cfg.database_url)
+        )));
+    }
+    let (keys_a, envs_a) = generate("bench-a", cfg.signers, cfg.records, progress);
+    let (keys_b, envs_b) = generate("bench-b", cfg.signers, cfg.records, progress);
+    for (name, key) in keys_a.iter().chain(&keys_b) {
+        ledger.register_key(
+            name,
+            Role::Node,
+            &crate::core::keys::encode_public(&key.verifying_key()),
+        )?;
+    }
+
+    progress("signature verification alone");
+    let checked: Vec<_> = envs_b
+        .par_iter()
+        .map(|e| {
+            e.clone()
+                .check(Timestamp::now())
+                .expect("sample records are valid")
+        })
+        .collect();
+    let key_of = |signer: &str| {
+        keys_b
+            .iter()
+            .find(|(n, _)| n == signer)
+            .map(|(_, k)| k.verifying_key())
+            .expect("known")
+    };
+    let vks: Vec<_> = checked.iter().map(|c| key_of(&c.envelope.signer)).collect();
+    let started = Instant::now();
+    let items: Vec<_> = checked
+        .iter()
+        .zip(&vks)
+        .map(|(c, k)| (c.message.as_slice(), &c.signature, k))
+        .collect();
+    let ok = envelope::verify_many(&items);
+    let sig_rate = cfg.records as f64 / started.elapsed().as_secs_f64();
+    assert!(ok.iter().all(|b| *b), "sample signatures verify");
+    drop(items);
+    drop(checked);
+
+    progress("append without signature checks");
+    let no_sig = run_clients(&ledger, envs_a, cfg.batch, cfg.clients, false)?;
+    progress("full append");
+    let full = run_clients(&ledger, envs_b.clone(), cfg.batch, cfg.clients, true)?;
+
+    progress("raw insert baseline");
+    let raw = raw_baseline(&cfg.database_url, &envs_b, cfg.batch)?;
+    let backend = match store::conn::backend_of(&cfg.database_url)? {
+        store::conn::Backend::Sqlite => "sqlite",
+        store::conn::Backend::Postgres => "postgres",
+    };
+    Ok(AppendRates {
+        backend: backend.into(),
+        records: cfg.records,
+        batch: cfg.batch,
+        signature_verify_per_s: sig_rate.round(),
+        append_without_signature_checks_per_s: no_sig.round(),
+        full_append_per_s: full.round(),
+        raw_insert_baseline_per_s: raw.round(),
+        full_vs_raw: (full / raw * 100.0).round() / 100.0,
+    })
+}
+
+/// The same rows, one transaction per batch, no hashing and no checks.
+fn raw_baseline(url: &str, envs: &[Envelope], batch: usize) -> Result<f64, StoreError> {
+    let mut conn = store::connect(url)?;
+    let blob = if matches!(conn, store::DbConn::Pg(_)) {
+        "BYTEA"
+    } else {
+        "BLOB"
+    };
+    conn.batch_execute(&format!(
+        "DROP TABLE IF EXISTS bench_raw;
+         CREATE TABLE bench_raw (idx BIGINT PRIMARY KEY NOT NULL, kind TEXT NOT NULL, signer TEXT NOT NULL,
+           seq BIGINT NOT NULL, tenant TEXT, received_at BIGINT NOT NULL, content_hash {blob} NOT NULL,
+           leaf {blob} NOT NULL, leaf_hash {blob} NOT NULL, UNIQUE (signer, seq));"
+    ))?;
+    let now = Timestamp::now().unix();
+    let rows: Vec<RawRow> = envs
+        .iter()
+        .enumerate()
+        .map(|(i, e)| RawRow {
+            idx: i as i64,
+            kind: e.kind.clone(),
+            signer: e.signer.clone(),
+            seq: e.seq as i64,
+            tenant: e
+                .body
+                .get("tenant")
+                .and_then(|t| t.as_str())
+                .map(str::to_owned),
+            received_at: now,
+            content_hash: vec![0; 32],
+            leaf: serde_json::to_vec(e).expect("serialises"),
+            leaf_hash: vec![0; 32],
+        })
+        .collect();
+    let started = Instant::now();
+    for chunk in rows.chunks(batch) {
+        conn.transaction(|c| {
+            for part in chunk.chunks(1000) {
+                per_backend!(c, |c| diesel::insert_into(bench_raw::table)
+                    .values(part)
+                    .execute(c))?;
+            }
+            Ok::<_, StoreError>(())
+        })?;
+    }
+    let rate = envs.len() as f64 / started.elapsed().as_secs_f64();
+    conn.batch_execute("DROP TABLE bench_raw")?;
+    Ok(rate)
+}

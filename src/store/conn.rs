@@ -1,0 +1,146 @@
+//! Connections: one diesel `MultiConnection` over SQLite and PostgreSQL, the backend chosen
+//! from the URL scheme, SQLite pragmas set on open, and embedded migrations per backend.
+
+use super::error::StoreError;
+use diesel::connection::SimpleConnection;
+use diesel::pg::PgConnection;
+use diesel::sqlite::SqliteConnection;
+use diesel::Connection;
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+
+/// How long a SQLite writer waits for another process's write lock, in milliseconds.
+pub const SQLITE_BUSY_TIMEOUT_MS: u32 = 30_000;
+
+/// The default database: a SQLite file in the working directory.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://gpuledger.db";
+
+/// A connection to either backend.
+#[derive(diesel::MultiConnection)]
+pub enum DbConn {
+    Sqlite(SqliteConnection),
+    Pg(PgConnection),
+}
+
+/// Runs the same diesel expression on the concrete connection of either backend. Used in the
+/// few places where diesel's `MultiConnection` cannot express a query (multi-row INSERT).
+macro_rules! per_backend {
+    ($conn:expr, |$c:ident| $body:expr) => {
+        match $conn {
+            $crate::store::conn::DbConn::Sqlite($c) => $body,
+            $crate::store::conn::DbConn::Pg($c) => $body,
+        }
+    };
+}
+pub(crate) use per_backend;
+
+/// Which backend a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Picks the backend from the URL scheme: `sqlite://PATH` (or `sqlite:PATH`),
+/// `postgres://…` or `postgresql://…`. Anything else is refused: SQLite would accept any
+/// string as a file name.
+pub fn backend_of(url: &str) -> Result<Backend, StoreError> {
+    if url.starts_with("sqlite:") {
+        Ok(Backend::Sqlite)
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Backend::Postgres)
+    } else {
+        Err(StoreError::BadUrl(format!(
+            "database URL must start with sqlite:// or postgres:// (got {:?})",
+            redact(url)
+        )))
+    }
+}
+
+/// The URL with any password replaced by `***`, for messages and logs.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn sqlite_path(url: &str) -> &str {
+    let rest = url.strip_prefix("sqlite:").unwrap_or(url);
+    rest.strip_prefix("//").unwrap_or(rest)
+}
+
+/// Opens a connection and prepares it (SQLite: WAL, full fsync on commit, busy timeout).
+pub fn connect(url: &str) -> Result<DbConn, StoreError> {
+    match backend_of(url)? {
+        Backend::Sqlite => {
+            let mut c = SqliteConnection::establish(sqlite_path(url))
+                .map_err(|e| StoreError::Connect(e.to_string()))?;
+            c.batch_execute(&format!(
+                "PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS};
+                 PRAGMA journal_mode = WAL;
+                 PRAGMA synchronous = FULL;
+                 PRAGMA foreign_keys = ON;"
+            ))?;
+            Ok(DbConn::Sqlite(c))
+        }
+        Backend::Postgres => {
+            let c = PgConnection::establish(url)
+                .map_err(|e| StoreError::Connect(redact(&e.to_string())))?;
+            Ok(DbConn::Pg(c))
+        }
+    }
+}
+
+/// Runs every pending migration of the connection's backend.
+pub fn migrate(conn: &mut DbConn) -> Result<(), StoreError> {
+    let r = match conn {
+        DbConn::Sqlite(c) => c.run_pending_migrations(SQLITE_MIGRATIONS).map(|_| ()),
+        DbConn::Pg(c) => {
+            // Several processes may start at once: serialise migrations with an advisory lock.
+            c.batch_execute("SELECT pg_advisory_lock(7301966)")?;
+            let r = c.run_pending_migrations(POSTGRES_MIGRATIONS).map(|_| ());
+            c.batch_execute("SELECT pg_advisory_unlock(7301966)")?;
+            r
+        }
+    };
+    r.map_err(|e| StoreError::Migration(e.to_string()))
+}
+
+/// Whether every embedded migration has been applied.
+pub fn migrations_current(conn: &mut DbConn) -> Result<bool, StoreError> {
+    let r = match conn {
+        DbConn::Sqlite(c) => c.has_pending_migration(SQLITE_MIGRATIONS),
+        DbConn::Pg(c) => c.has_pending_migration(POSTGRES_MIGRATIONS),
+    };
+    r.map(|pending| !pending)
+        .map_err(|e| StoreError::Migration(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_comes_from_the_scheme() {
+        assert_eq!(backend_of("sqlite://x.db").unwrap(), Backend::Sqlite);
+        assert_eq!(backend_of("postgres://u@h/db").unwrap(), Backend::Postgres);
+        assert_eq!(
+            backend_of("postgresql://u@h/db").unwrap(),
+            Backend::Postgres
+        );
+        assert!(backend_of("gpuledger.db").is_err());
+        assert!(backend_of("mysql://x").is_err());
+        assert_eq!(sqlite_path("sqlite://demo-data/x.db"), "demo-data/x.db");
+        assert_eq!(sqlite_path("sqlite:///tmp/x.db"), "/tmp/x.db");
+        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+    }
+}

@@ -1,0 +1,610 @@
+//! The ledger handle: validation and signature checks in the caller's threads, then one
+//! sequencer thread per process that commits everything queued in one transaction (group
+//! commit) and answers only after the commit.
+
+use super::conn::{self, DbConn};
+use super::error::StoreError;
+use super::read::{self, DbHashReader, EntryRow};
+use super::schema::*;
+use super::write::{self, Verified};
+use crate::core::checkpoint::LogSigner;
+use crate::core::envelope::{self, Checked, Envelope};
+use crate::core::ids::LEDGER_SIGNER;
+use crate::core::keys;
+use crate::core::limits::MAX_APPEND_BATCH;
+use crate::core::merkle::{self, Hash};
+use crate::core::outcome::Outcome;
+use crate::core::record::Role;
+use crate::core::rejection::{Reason, Rejection};
+use crate::core::time::Timestamp;
+use diesel::prelude::*;
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+/// Most records the sequencer commits in one transaction.
+pub const MAX_GROUP_RECORDS: usize = 20_000;
+
+/// The checkpoint origin used when `init` is given none.
+pub const DEFAULT_ORIGIN: &str = "gpuledger.local/log";
+
+type Reply<T> = mpsc::SyncSender<Result<T, StoreError>>;
+
+enum Job {
+    Append(Vec<Verified>, Reply<Vec<Outcome>>),
+    Register {
+        signer: String,
+        role: Role,
+        public_key: String,
+        reply: Reply<(String, u64)>,
+    },
+    Revoke {
+        signer: String,
+        key_id: String,
+        reason: Option<String>,
+        reply: Reply<u64>,
+    },
+    Checkpoint(Reply<(u64, String)>),
+}
+
+impl Job {
+    fn records(&self) -> usize {
+        match self {
+            Job::Append(v, _) => v.len(),
+            _ => 1,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct CachedKey {
+    signer: String,
+    role: Role,
+    key: VerifyingKey,
+    revoked: bool,
+}
+
+/// Facts about the opened log.
+#[derive(Debug, Clone)]
+pub struct LogInfo {
+    /// Checkpoint origin and note key name.
+    pub origin: String,
+    /// Base64 Ed25519 public key of the log.
+    pub public_key: String,
+    /// The signed-note verifier key string.
+    pub verifier_key: String,
+}
+
+/// An open ledger. Cheap to share between threads (`Arc<Ledger>`).
+pub struct Ledger {
+    info: LogInfo,
+    jobs: Option<mpsc::Sender<Job>>,
+    writer: Option<JoinHandle<()>>,
+    reader: Mutex<DbConn>,
+    keys: RwLock<HashMap<String, CachedKey>>,
+    queued: Arc<AtomicUsize>,
+    url: String,
+}
+
+/// Creates or migrates the database and records the log's origin and public key. Idempotent:
+/// on an initialised database it checks that `key` and `origin` match what was recorded.
+pub fn init(url: &str, key: &SigningKey, origin: &str) -> Result<LogInfo, StoreError> {
+    let signer = LogSigner::new(origin, key.clone())?;
+    let mut c = conn::connect(url)?;
+    conn::migrate(&mut c)?;
+    let public = keys::encode_public(&key.verifying_key());
+    c.transaction(|c| {
+        match read::meta(c, "log_public_key")? {
+            Some(existing) if existing != public => {
+                return Err(StoreError::WrongLogKey {
+                    expected: existing,
+                    found: public.clone(),
+                })
+            }
+            Some(_) => {
+                let o = read::meta(c, "origin")?.unwrap_or_default();
+                if o != origin {
+                    return Err(StoreError::Refused(format!(
+                        "the log was initialised with origin {o:?}, not {origin:?}"
+                    )));
+                }
+            }
+            None => {
+                for (k, v) in [("log_public_key", public.as_str()), ("origin", origin)] {
+                    diesel::insert_into(meta::table)
+                        .values((meta::key.eq(k), meta::value.eq(v)))
+                        .execute(c)?;
+                }
+                diesel::insert_into(log_head::table)
+                    .values((
+                        log_head::id.eq(1i64),
+                        log_head::size.eq(0i64),
+                        log_head::head_hash.eq(vec![0u8; 32]),
+                    ))
+                    .execute(c)?;
+                diesel::insert_into(signers::table)
+                    .values((
+                        signers::id.eq(LEDGER_SIGNER),
+                        signers::role.eq("ledger"),
+                        signers::last_seq.eq(0i64),
+                    ))
+                    .execute(c)?;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(LogInfo {
+        origin: origin.to_owned(),
+        public_key: public,
+        verifier_key: signer.verifier_key(),
+    })
+}
+
+/// Reads the origin and log public key recorded by `init`.
+pub fn log_info(conn: &mut DbConn) -> Result<LogInfo, StoreError> {
+    let origin = read::meta(conn, "origin")?.ok_or(StoreError::NotInitialised)?;
+    let public_key = read::meta(conn, "log_public_key")?.ok_or(StoreError::NotInitialised)?;
+    let key = keys::decode_public(&public_key)
+        .map_err(|e| StoreError::Corrupt(format!("log public key: {e}")))?;
+    let verifier_key = crate::core::checkpoint::verifier_key(&origin, &key);
+    Ok(LogInfo {
+        origin,
+        public_key,
+        verifier_key,
+    })
+}
+
+impl Ledger {
+    /// Opens an initialised database with the log's private key, runs pending migrations, and
+    /// starts the sequencer thread.
+    pub fn open(url: &str, key: SigningKey) -> Result<Ledger, StoreError> {
+        let mut reader = conn::connect(url)?;
+        conn::migrate(&mut reader)?;
+        let info = log_info(&mut reader)?;
+        let found = keys::encode_public(&key.verifying_key());
+        if found != info.public_key {
+            return Err(StoreError::WrongLogKey {
+                expected: info.public_key,
+                found,
+            });
+        }
+        let log = LogSigner::new(&info.origin, key)?;
+        let mut writer_conn = conn::connect(url)?;
+        let (tx, rx) = mpsc::channel::<Job>();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let q = queued.clone();
+        let writer = std::thread::Builder::new()
+            .name("gpuledger-sequencer".into())
+            .spawn(move || sequencer(&mut writer_conn, &log, rx, &q))
+            .map_err(|e| StoreError::Refused(format!("cannot start the sequencer thread: {e}")))?;
+        Ok(Ledger {
+            info,
+            jobs: Some(tx),
+            writer: Some(writer),
+            reader: Mutex::new(reader),
+            keys: RwLock::new(HashMap::new()),
+            queued,
+            url: url.to_owned(),
+        })
+    }
+
+    /// Origin, public key and verifier key of this log.
+    pub fn info(&self) -> &LogInfo {
+        &self.info
+    }
+
+    /// The database URL this ledger was opened with.
+    pub fn database_url(&self) -> &str {
+        &self.url
+    }
+
+    /// Records waiting for the sequencer (a gauge for metrics).
+    pub fn queue_depth(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    fn submit<T>(&self, make: impl FnOnce(Reply<T>) -> Job) -> Result<T, StoreError> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let job = make(tx);
+        self.queued.fetch_add(job.records(), Ordering::Relaxed);
+        self.jobs
+            .as_ref()
+            .ok_or(StoreError::WriterStopped)?
+            .send(job)
+            .map_err(|_| StoreError::WriterStopped)?;
+        rx.recv().map_err(|_| StoreError::WriterStopped)?
+    }
+
+    /// Appends a batch of signed envelopes. Returns one outcome per envelope, in order, after
+    /// the accepted ones are committed. A batch over [`MAX_APPEND_BATCH`] is refused whole.
+    pub fn append(&self, batch: Vec<Envelope>) -> Result<Vec<Outcome>, StoreError> {
+        self.append_inner(batch, true)
+    }
+
+    /// Like [`Ledger::append`] but trusts every signature. Exists only so that the benchmark can
+    /// measure the cost of the checks; never use it for real input.
+    #[doc(hidden)]
+    pub fn append_trusting_signatures_for_bench(
+        &self,
+        batch: Vec<Envelope>,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        self.append_inner(batch, false)
+    }
+
+    fn append_inner(&self, batch: Vec<Envelope>, verify: bool) -> Result<Vec<Outcome>, StoreError> {
+        if batch.len() > MAX_APPEND_BATCH {
+            return Err(StoreError::BatchTooLarge(batch.len(), MAX_APPEND_BATCH));
+        }
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = Timestamp::now();
+        let checked: Vec<Result<Checked, Rejection>> =
+            batch.into_par_iter().map(|e| e.check(now)).collect();
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; checked.len()];
+        let mut pending: Vec<(usize, Checked, VerifyingKey)> = Vec::with_capacity(checked.len());
+        let cache = self.keys_for(&checked)?;
+        for (i, c) in checked.into_iter().enumerate() {
+            let c = match c {
+                Ok(c) => c,
+                Err(r) => {
+                    outcomes[i] = Some(Outcome::Rejected(r));
+                    continue;
+                }
+            };
+            match authorise(&c, &cache) {
+                Ok(key) => pending.push((i, c, key)),
+                Err(r)
+                    if r.reason == Reason::UnknownKey
+                        && !self.signer_known(&c.envelope.signer)? =>
+                {
+                    outcomes[i] = Some(Outcome::Rejected(Rejection::field(
+                        Reason::UnknownSigner,
+                        "signer",
+                        format!("{} is not a registered signer", c.envelope.signer),
+                    )))
+                }
+                Err(r) => outcomes[i] = Some(Outcome::Rejected(r)),
+            }
+        }
+        let ok = if verify {
+            let items: Vec<(&[u8], &ed25519_dalek::Signature, &VerifyingKey)> = pending
+                .iter()
+                .map(|(_, c, k)| (c.message.as_slice(), &c.signature, k))
+                .collect();
+            envelope::verify_many(&items)
+        } else {
+            vec![true; pending.len()]
+        };
+        let mut positions = Vec::with_capacity(pending.len());
+        let mut verified = Vec::with_capacity(pending.len());
+        for ((i, c, _), good) in pending.into_iter().zip(ok) {
+            if good {
+                positions.push(i);
+                verified.push(Verified { checked: c });
+            } else {
+                outcomes[i] = Some(Outcome::Rejected(Rejection::field(
+                    Reason::BadSignature,
+                    "sig",
+                    format!(
+                        "does not verify with key {} over the canonical bytes",
+                        c.envelope.key_id
+                    ),
+                )));
+            }
+        }
+        if !verified.is_empty() {
+            let committed = self.submit(|reply| Job::Append(verified, reply))?;
+            for (i, o) in positions.into_iter().zip(committed) {
+                outcomes[i] = Some(o);
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.expect("every record has an outcome"))
+            .collect())
+    }
+
+    /// The cached keys for a batch, loading any missing ones from the database.
+    fn keys_for(
+        &self,
+        checked: &[Result<Checked, Rejection>],
+    ) -> Result<HashMap<String, Option<CachedKey>>, StoreError> {
+        let mut out: HashMap<String, Option<CachedKey>> = HashMap::new();
+        let mut missing: Vec<&str> = Vec::new();
+        {
+            let cache = self.keys.read().expect("key cache lock");
+            for c in checked.iter().flatten() {
+                let id = c.envelope.key_id.as_str();
+                if out.contains_key(id) {
+                    continue;
+                }
+                match cache.get(id) {
+                    Some(k) => {
+                        out.insert(id.to_owned(), Some(k.clone()));
+                    }
+                    None => {
+                        out.insert(id.to_owned(), None);
+                        missing.push(id);
+                    }
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let rows = {
+            let mut conn = self.reader.lock().expect("reader lock");
+            read::keys(&mut conn, Some(&missing))?
+        };
+        let mut cache = self.keys.write().expect("key cache lock");
+        for r in rows {
+            let key = VerifyingKey::from_bytes(
+                &r.public_key
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt(format!("key {} length", r.key_id)))?,
+            )
+            .map_err(|_| StoreError::Corrupt(format!("key {} is not a point", r.key_id)))?;
+            let role = Role::parse(&r.role)
+                .ok_or_else(|| StoreError::Corrupt(format!("role {:?}", r.role)))?;
+            let k = CachedKey {
+                signer: r.signer,
+                role,
+                key,
+                revoked: r.revoked_idx.is_some(),
+            };
+            cache.insert(r.key_id.clone(), k.clone());
+            out.insert(r.key_id, Some(k));
+        }
+        Ok(out)
+    }
+
+    /// Whether a signer id is registered (for a precise unknown-signer reason).
+    fn signer_known(&self, signer: &str) -> Result<bool, StoreError> {
+        let mut conn = self.reader.lock().expect("reader lock");
+        Ok(!read::known_signers(&mut conn, &[signer])?.is_empty())
+    }
+
+    /// Registers a node or market signer's public key (base64); returns its key id and the
+    /// index of the `signer_key_registered` entry.
+    pub fn register_key(
+        &self,
+        signer: &str,
+        role: Role,
+        public_key: &str,
+    ) -> Result<(String, u64), StoreError> {
+        self.submit(|reply| Job::Register {
+            signer: signer.to_owned(),
+            role,
+            public_key: public_key.to_owned(),
+            reply,
+        })
+    }
+
+    /// Revokes a key; returns the index of the `signer_key_revoked` entry.
+    pub fn revoke_key(
+        &self,
+        signer: &str,
+        key_id: &str,
+        reason: Option<String>,
+    ) -> Result<u64, StoreError> {
+        let index = self.submit(|reply| Job::Revoke {
+            signer: signer.to_owned(),
+            key_id: key_id.to_owned(),
+            reason,
+            reply,
+        })?;
+        if let Some(k) = self.keys.write().expect("key cache lock").get_mut(key_id) {
+            k.revoked = true;
+        }
+        Ok(index)
+    }
+
+    /// Signs a checkpoint of the current head if the latest one does not cover it; returns the
+    /// size and signed note of the latest checkpoint.
+    pub fn checkpoint(&self) -> Result<(u64, String), StoreError> {
+        self.submit(Job::Checkpoint)
+    }
+
+    /// Runs `f` with the shared read connection.
+    pub fn with_reader<T>(
+        &self,
+        f: impl FnOnce(&mut DbConn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.reader.lock().expect("reader lock");
+        f(&mut conn)
+    }
+
+    /// The log size and its root hash.
+    pub fn head(&self) -> Result<(u64, Hash), StoreError> {
+        self.with_reader(|c| {
+            let (size, _) = read::head(c)?;
+            Ok((size, merkle::tree_hash(size, &DbHashReader::new(c))?))
+        })
+    }
+
+    /// The latest checkpoint's size and signed note, if any.
+    pub fn latest_checkpoint(&self) -> Result<Option<(u64, String)>, StoreError> {
+        self.with_reader(|c| Ok(read::latest_checkpoint(c)?.map(|(s, _, n)| (s, n))))
+    }
+
+    /// Stored entries `start <= index < end`.
+    pub fn entries(&self, start: u64, end: u64) -> Result<Vec<EntryRow>, StoreError> {
+        self.with_reader(|c| read::entries_range(c, start, end))
+    }
+
+    /// RFC 6962 inclusion proof of entry `index` in the tree of `size` entries.
+    pub fn inclusion_proof(&self, index: u64, size: u64) -> Result<Vec<Hash>, StoreError> {
+        self.with_reader(|c| {
+            let (head, _) = read::head(c)?;
+            if index >= size || size > head {
+                return Err(StoreError::Refused(format!(
+                    "need index < size <= log size (index {index}, size {size}, log size {head})"
+                )));
+            }
+            Ok(merkle::prove_record(size, index, &DbHashReader::new(c))?)
+        })
+    }
+
+    /// RFC 6962 consistency proof between tree sizes `from` and `to`.
+    pub fn consistency_proof(&self, from: u64, to: u64) -> Result<Vec<Hash>, StoreError> {
+        self.with_reader(|c| {
+            let (head, _) = read::head(c)?;
+            if from == 0 || from > to || to > head {
+                return Err(StoreError::Refused(format!(
+                    "need 0 < from <= to <= log size (from {from}, to {to}, log size {head})"
+                )));
+            }
+            Ok(merkle::prove_tree(to, from, &DbHashReader::new(c))?)
+        })
+    }
+
+    /// The root hash of the tree of `size` entries.
+    pub fn root_at(&self, size: u64) -> Result<Hash, StoreError> {
+        self.with_reader(|c| Ok(merkle::tree_hash(size, &DbHashReader::new(c))?))
+    }
+}
+
+/// Checks the signer, key and role of a record against the registry (revocation is checked
+/// again under the write lock). Returns the key to verify the signature with.
+fn authorise(
+    c: &Checked,
+    cache: &HashMap<String, Option<CachedKey>>,
+) -> Result<VerifyingKey, Rejection> {
+    let env = &c.envelope;
+    if c.kind.signed_by() == Role::Ledger {
+        return Err(Rejection::field(
+            Reason::RoleNotAllowed,
+            "kind",
+            format!("{} entries are written by the ledger itself", env.kind),
+        ));
+    }
+    let k = match cache.get(&env.key_id).cloned().flatten() {
+        Some(k) => k,
+        None => return Err(unknown(env)),
+    };
+    if k.signer != env.signer {
+        return Err(Rejection::field(
+            Reason::KeySignerMismatch,
+            "key_id",
+            format!(
+                "{} belongs to signer {}, not {}",
+                env.key_id, k.signer, env.signer
+            ),
+        ));
+    }
+    if k.role != c.kind.signed_by() {
+        return Err(Rejection::field(
+            Reason::RoleNotAllowed,
+            "kind",
+            format!(
+                "{} may not be signed by {} (role {})",
+                env.kind,
+                env.signer,
+                k.role.as_str()
+            ),
+        ));
+    }
+    if k.revoked {
+        return Err(Rejection::field(
+            Reason::RevokedKey,
+            "key_id",
+            format!("{} of signer {} has been revoked", env.key_id, env.signer),
+        ));
+    }
+    Ok(k.key)
+}
+
+/// The key is not registered; `append_inner` turns this into `unknown_signer` when the signer
+/// id is not registered either.
+fn unknown(env: &Envelope) -> Rejection {
+    Rejection::field(
+        Reason::UnknownKey,
+        "key_id",
+        format!("{} is not a registered key", env.key_id),
+    )
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        self.jobs.take();
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued: &AtomicUsize) {
+    while let Ok(first) = rx.recv() {
+        let mut n = first.records();
+        let mut jobs = vec![first];
+        while n < MAX_GROUP_RECORDS {
+            match rx.try_recv() {
+                Ok(j) => {
+                    n += j.records();
+                    jobs.push(j);
+                }
+                Err(_) => break,
+            }
+        }
+        let now = Timestamp::now();
+        let mut appends = Vec::new();
+        for job in jobs {
+            match job {
+                Job::Append(v, reply) => appends.push((v, reply)),
+                Job::Register {
+                    signer,
+                    role,
+                    public_key,
+                    reply,
+                } => {
+                    let _ = reply.send(write::register_key(
+                        conn,
+                        log,
+                        &signer,
+                        role,
+                        &public_key,
+                        now,
+                    ));
+                }
+                Job::Revoke {
+                    signer,
+                    key_id,
+                    reason,
+                    reply,
+                } => {
+                    let _ = reply.send(write::revoke_key(conn, log, &signer, &key_id, reason, now));
+                }
+                Job::Checkpoint(reply) => {
+                    let _ = reply.send(write::checkpoint(conn, log, now));
+                }
+            }
+        }
+        if !appends.is_empty() {
+            let (batches, replies): (Vec<_>, Vec<_>) = appends.into_iter().unzip();
+            match write::append_group(conn, &batches, now) {
+                Ok(outs) => {
+                    for (o, r) in outs.into_iter().zip(replies) {
+                        let _ = r.send(Ok(o));
+                    }
+                }
+                // One failed group: retry each batch alone so one bad batch fails only itself.
+                Err(_) if batches.len() > 1 => {
+                    for (b, r) in batches.into_iter().zip(replies) {
+                        let res = write::append_group(conn, std::slice::from_ref(&b), now)
+                            .map(|mut o| o.pop().unwrap_or_default());
+                        let _ = r.send(res);
+                    }
+                }
+                Err(e) => {
+                    let _ = replies.into_iter().next().map(|r| r.send(Err(e)));
+                }
+            }
+        }
+        queued.fetch_sub(n, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,18 @@
+//! The store shell: the log persisted with diesel on SQLite or PostgreSQL through one code path.
+//!
+//! - [`conn`]: connections, backend from the URL scheme, migrations.
+//! - [`ledger`]: the [`Ledger`] handle with its sequencer (group commit).
+//! - [`write`]: write transactions (append, key registry, checkpoints), each locking the head.
+//! - [`read`]: queries and a database-backed `HashReader`.
+
+pub mod conn;
+pub mod error;
+pub mod ledger;
+pub mod read;
+pub mod schema;
+pub mod verify;
+mod write;
+
+pub use conn::{connect, DbConn, DEFAULT_DATABASE_URL};
+pub use error::StoreError;
+pub use ledger::{init, Ledger, LogInfo, DEFAULT_ORIGIN};

@@ -1,0 +1,77 @@
+//! The diesel schema, shared by SQLite and PostgreSQL (portable column types only).
+
+diesel::table! {
+    meta (key) {
+        key -> Text,
+        value -> Text,
+    }
+}
+
+diesel::table! {
+    log_head (id) {
+        id -> BigInt,
+        size -> BigInt,
+        head_hash -> Binary,
+    }
+}
+
+diesel::table! {
+    entries (idx) {
+        idx -> BigInt,
+        kind -> Text,
+        signer -> Text,
+        seq -> BigInt,
+        tenant -> Nullable<Text>,
+        received_at -> BigInt,
+        content_hash -> Binary,
+        leaf -> Binary,
+        leaf_hash -> Binary,
+    }
+}
+
+diesel::table! {
+    tree_hashes (id) {
+        id -> BigInt,
+        hash -> Binary,
+    }
+}
+
+diesel::table! {
+    checkpoints (size) {
+        size -> BigInt,
+        root -> Binary,
+        note -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    signers (id) {
+        id -> Text,
+        role -> Text,
+        last_seq -> BigInt,
+    }
+}
+
+diesel::table! {
+    signer_keys (key_id) {
+        key_id -> Text,
+        signer_id -> Text,
+        public_key -> Binary,
+        registered_idx -> BigInt,
+        revoked_idx -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    conflicts (id) {
+        id -> BigInt,
+        signer -> Text,
+        seq -> BigInt,
+        existing_idx -> BigInt,
+        received_at -> BigInt,
+        envelope -> Text,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(signers, signer_keys);

@@ -1,0 +1,463 @@
+//! Write transactions. Every write transaction starts by locking the log head row, so writers
+//! in any number of processes are serialised and the log stays one linear sequence. Nothing
+//! here returns an outcome before the transaction commits.
+
+use super::conn::{per_backend, DbConn};
+use super::error::StoreError;
+use super::read;
+use super::schema::*;
+use crate::core::checkpoint::LogSigner;
+use crate::core::envelope::{Checked, Envelope};
+use crate::core::ids::LEDGER_SIGNER;
+use crate::core::keys;
+use crate::core::leaf::leaf_bytes;
+use crate::core::merkle::{self, Hash, MemoryHashes};
+use crate::core::outcome::{Outcome, SeqGap};
+use crate::core::record::{Body, Role, SignerKeyRegistered, SignerKeyRevoked};
+use crate::core::rejection::{Reason, Rejection};
+use crate::core::time::Timestamp;
+use diesel::prelude::*;
+use std::collections::HashMap;
+
+/// Rows per multi-row INSERT (keeps bound parameters well under both backends' limits).
+const INSERT_CHUNK: usize = 1_000;
+
+#[derive(Insertable)]
+#[diesel(table_name = entries, treat_none_as_default_value = false)]
+struct NewEntry {
+    idx: i64,
+    kind: String,
+    signer: String,
+    seq: i64,
+    tenant: Option<String>,
+    received_at: i64,
+    content_hash: Vec<u8>,
+    leaf: Vec<u8>,
+    leaf_hash: Vec<u8>,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = tree_hashes)]
+struct NewTreeHash {
+    id: i64,
+    hash: Vec<u8>,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = conflicts)]
+struct NewConflict {
+    signer: String,
+    seq: i64,
+    existing_idx: i64,
+    received_at: i64,
+    envelope: String,
+}
+
+/// An open write transaction's view of the log: the head it locked and what it appends.
+pub(crate) struct Appender {
+    size: u64,
+    head: Hash,
+    received_at: Timestamp,
+    rows: Vec<NewEntry>,
+    leaf_hashes: Vec<Hash>,
+}
+
+impl Appender {
+    /// Locks the head row (first statement of the transaction) and reads it.
+    pub(crate) fn lock(conn: &mut DbConn, received_at: Timestamp) -> Result<Appender, StoreError> {
+        let n = diesel::update(log_head::table.find(1i64))
+            .set(log_head::size.eq(log_head::size))
+            .execute(conn)?;
+        if n != 1 {
+            return Err(StoreError::NotInitialised);
+        }
+        let (size, head) = read::head(conn)?;
+        Ok(Appender {
+            size,
+            head,
+            received_at,
+            rows: Vec::new(),
+            leaf_hashes: Vec::new(),
+        })
+    }
+
+    /// The index the next appended entry gets.
+    pub(crate) fn next_index(&self) -> u64 {
+        self.size + self.rows.len() as u64
+    }
+
+    /// Appends a record whose checks have all passed; returns its index.
+    pub(crate) fn push(&mut self, c: &Checked) -> u64 {
+        let index = self.next_index();
+        let prev = self.leaf_hashes.last().copied().unwrap_or(self.head);
+        let leaf = leaf_bytes(
+            index,
+            self.received_at,
+            &merkle::encode_hash(&prev),
+            &c.canonical,
+        );
+        let h = merkle::leaf_hash(&leaf);
+        self.rows.push(NewEntry {
+            idx: index as i64,
+            kind: c.envelope.kind.clone(),
+            signer: c.envelope.signer.clone(),
+            seq: c.envelope.seq as i64,
+            tenant: c.body.tenant().map(str::to_owned),
+            received_at: self.received_at.unix(),
+            content_hash: c.content_hash.to_vec(),
+            leaf,
+            leaf_hash: h.0.to_vec(),
+        });
+        self.leaf_hashes.push(h);
+        index
+    }
+
+    /// Writes the entries, their tree hashes and the new head.
+    pub(crate) fn finish(self, conn: &mut DbConn) -> Result<(), StoreError> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let mut mem = MemoryHashes(read::hashes(conn, &merkle::root_indexes(self.size))?);
+        let new = merkle::append_leaves(self.size, &self.leaf_hashes, &mut mem)?;
+        let base = merkle::stored_hash_index(0, self.size) as i64;
+        let tree: Vec<NewTreeHash> = new
+            .iter()
+            .enumerate()
+            .map(|(i, h)| NewTreeHash {
+                id: base + i as i64,
+                hash: h.0.to_vec(),
+            })
+            .collect();
+        let new_size = self.next_index();
+        assert_eq!(
+            base as u64 + tree.len() as u64,
+            merkle::stored_hash_count(new_size),
+            "stored hash count must match the tree size"
+        );
+        for chunk in self.rows.chunks(INSERT_CHUNK) {
+            per_backend!(conn, |c| diesel::insert_into(entries::table)
+                .values(chunk)
+                .execute(c))?;
+        }
+        for chunk in tree.chunks(INSERT_CHUNK) {
+            per_backend!(conn, |c| diesel::insert_into(tree_hashes::table)
+                .values(chunk)
+                .execute(c))?;
+        }
+        let head = self.leaf_hashes.last().expect("rows is not empty");
+        let n = diesel::update(log_head::table.find(1i64))
+            .filter(log_head::size.eq(self.size as i64))
+            .set((
+                log_head::size.eq(new_size as i64),
+                log_head::head_hash.eq(head.0.to_vec()),
+            ))
+            .execute(conn)?;
+        if n != 1 {
+            return Err(StoreError::Corrupt("log head moved while locked".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A record that passed every check that needs no transaction, including its signature.
+pub(crate) struct Verified {
+    pub checked: Checked,
+}
+
+/// Appends a group of batches in one transaction; returns one outcome list per batch.
+pub(crate) fn append_group(
+    conn: &mut DbConn,
+    batches: &[Vec<Verified>],
+    now: Timestamp,
+) -> Result<Vec<Vec<Outcome>>, StoreError> {
+    conn.transaction(|conn| {
+        let mut app = Appender::lock(conn, now)?;
+        let all = || batches.iter().flatten();
+
+        // Revocation is the only mutable key state: re-read it under the lock.
+        let mut key_ids: Vec<&str> = all().map(|v| v.checked.envelope.key_id.as_str()).collect();
+        key_ids.sort_unstable();
+        key_ids.dedup();
+        let revoked: std::collections::HashSet<String> = signer_keys::table
+            .filter(signer_keys::key_id.eq_any(&key_ids))
+            .filter(signer_keys::revoked_idx.is_not_null())
+            .select(signer_keys::key_id)
+            .load::<String>(conn)?
+            .into_iter()
+            .collect();
+
+        // Existing (signer, seq) pairs and each signer's highest seq.
+        let mut by_signer: HashMap<&str, Vec<i64>> = HashMap::new();
+        for v in all() {
+            by_signer.entry(v.checked.envelope.signer.as_str()).or_default().push(v.checked.envelope.seq as i64);
+        }
+        let mut existing: HashMap<(String, u64), (Vec<u8>, u64)> = HashMap::new();
+        for (signer, seqs) in &by_signer {
+            let rows: Vec<(i64, Vec<u8>, i64)> = entries::table
+                .filter(entries::signer.eq(*signer))
+                .filter(entries::seq.eq_any(seqs))
+                .select((entries::seq, entries::content_hash, entries::idx))
+                .load(conn)?;
+            for (seq, hash, idx) in rows {
+                existing.insert(((*signer).to_owned(), seq as u64), (hash, idx as u64));
+            }
+        }
+        let names: Vec<&str> = by_signer.keys().copied().collect();
+        let mut last_seq: HashMap<String, u64> = signers::table
+            .filter(signers::id.eq_any(&names))
+            .select((signers::id, signers::last_seq))
+            .load::<(String, i64)>(conn)?
+            .into_iter()
+            .map(|(id, s)| (id, s as u64))
+            .collect();
+        let before = last_seq.clone();
+
+        let mut conflicts = Vec::new();
+        let mut out = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let mut outcomes = Vec::with_capacity(batch.len());
+            for v in batch {
+                let env = &v.checked.envelope;
+                let key = (env.signer.clone(), env.seq);
+                if let Some((hash, idx)) = existing.get(&key) {
+                    if hash[..] == v.checked.content_hash[..] {
+                        outcomes.push(Outcome::Duplicate { index: *idx });
+                    } else {
+                        conflicts.push(NewConflict {
+                            signer: env.signer.clone(),
+                            seq: env.seq as i64,
+                            existing_idx: *idx as i64,
+                            received_at: now.unix(),
+                            envelope: String::from_utf8(v.checked.canonical.clone()).expect("JSON is UTF-8"),
+                        });
+                        outcomes.push(Outcome::Rejected(Rejection::field(
+                            Reason::Conflict,
+                            "seq",
+                            format!(
+                                "{} of signer {} is already used by a different record at index {idx}; this record is kept as evidence",
+                                env.seq, env.signer
+                            ),
+                        )));
+                    }
+                    continue;
+                }
+                if revoked.contains(&env.key_id) {
+                    outcomes.push(Outcome::Rejected(Rejection::field(
+                        Reason::RevokedKey,
+                        "key_id",
+                        format!("{} of signer {} has been revoked", env.key_id, env.signer),
+                    )));
+                    continue;
+                }
+                let last = last_seq.get(&env.signer).copied().unwrap_or(0);
+                let seq_gap = (env.seq > last + 1).then_some(SeqGap { from: last + 1, to: env.seq - 1 });
+                if env.seq > last {
+                    last_seq.insert(env.signer.clone(), env.seq);
+                }
+                let index = app.push(&v.checked);
+                existing.insert(key, (v.checked.content_hash.to_vec(), index));
+                outcomes.push(Outcome::Accepted { index, seq_gap });
+            }
+            out.push(outcomes);
+        }
+        for (signer, seq) in &last_seq {
+            if before.get(signer) != Some(seq) {
+                diesel::update(signers::table.find(signer))
+                    .set(signers::last_seq.eq(*seq as i64))
+                    .execute(conn)?;
+            }
+        }
+        for chunk in conflicts.chunks(INSERT_CHUNK) {
+            per_backend!(conn, |c| diesel::insert_into(conflicts::table).values(chunk).execute(c))?;
+        }
+        app.finish(conn)?;
+        Ok(out)
+    })
+}
+
+/// Appends an entry written and signed by the ledger itself, with the next ledger seq.
+fn push_ledger_entry(
+    conn: &mut DbConn,
+    app: &mut Appender,
+    log: &LogSigner,
+    body: &Body,
+) -> Result<u64, StoreError> {
+    let seq: i64 = signers::table
+        .find(LEDGER_SIGNER)
+        .select(signers::last_seq)
+        .first(conn)?;
+    let seq = seq as u64 + 1;
+    let env = Envelope::sign(body.kind(), LEDGER_SIGNER, log.key(), seq, body);
+    let checked = env
+        .check(app.received_at)
+        .map_err(|r| StoreError::Corrupt(format!("ledger entry invalid: {r}")))?;
+    diesel::update(signers::table.find(LEDGER_SIGNER))
+        .set(signers::last_seq.eq(seq as i64))
+        .execute(conn)?;
+    Ok(app.push(&checked))
+}
+
+/// Registers `public_key` for `signer` with `role`, as a ledger-signed log entry.
+pub(crate) fn register_key(
+    conn: &mut DbConn,
+    log: &LogSigner,
+    signer: &str,
+    role: Role,
+    public_key: &str,
+    now: Timestamp,
+) -> Result<(String, u64), StoreError> {
+    crate::core::ids::check_id(signer)
+        .map_err(|m| StoreError::Refused(format!("signer id {m}")))?;
+    if signer == LEDGER_SIGNER {
+        return Err(StoreError::Refused(format!(
+            "signer id {LEDGER_SIGNER:?} is reserved for the ledger"
+        )));
+    }
+    if role == Role::Ledger {
+        return Err(StoreError::Refused("role must be node or market".into()));
+    }
+    let key = keys::decode_public(public_key).map_err(|e| StoreError::Refused(e.to_string()))?;
+    let key_id = keys::key_id(&key);
+    conn.transaction(|conn| {
+        let mut app = Appender::lock(conn, now)?;
+        let existing_role: Option<String> = signers::table
+            .find(signer)
+            .select(signers::role)
+            .first(conn)
+            .optional()?;
+        match existing_role {
+            Some(r) if r != role.as_str() => {
+                return Err(StoreError::Refused(format!(
+                    "signer {signer} is registered with role {r}, not {}",
+                    role.as_str()
+                )))
+            }
+            Some(_) => {}
+            None => {
+                diesel::insert_into(signers::table)
+                    .values((
+                        signers::id.eq(signer),
+                        signers::role.eq(role.as_str()),
+                        signers::last_seq.eq(0i64),
+                    ))
+                    .execute(conn)?;
+            }
+        }
+        let taken: Option<String> = signer_keys::table
+            .find(&key_id)
+            .select(signer_keys::signer_id)
+            .first(conn)
+            .optional()?;
+        if let Some(owner) = taken {
+            return Err(StoreError::Refused(format!(
+                "key {key_id} is already registered (to signer {owner})"
+            )));
+        }
+        let body = Body::SignerKeyRegistered(SignerKeyRegistered {
+            signer: signer.to_owned(),
+            role,
+            key_id: key_id.clone(),
+            public_key: keys::encode_public(&key),
+        });
+        let index = push_ledger_entry(conn, &mut app, log, &body)?;
+        diesel::insert_into(signer_keys::table)
+            .values((
+                signer_keys::key_id.eq(&key_id),
+                signer_keys::signer_id.eq(signer),
+                signer_keys::public_key.eq(key.as_bytes().to_vec()),
+                signer_keys::registered_idx.eq(index as i64),
+            ))
+            .execute(conn)?;
+        app.finish(conn)?;
+        Ok((key_id.clone(), index))
+    })
+}
+
+/// Revokes a key, as a ledger-signed log entry; records after it signed by the key are refused.
+pub(crate) fn revoke_key(
+    conn: &mut DbConn,
+    log: &LogSigner,
+    signer: &str,
+    key_id: &str,
+    reason: Option<String>,
+    now: Timestamp,
+) -> Result<u64, StoreError> {
+    conn.transaction(|conn| {
+        let mut app = Appender::lock(conn, now)?;
+        let row: Option<(String, Option<i64>)> = signer_keys::table
+            .find(key_id)
+            .select((signer_keys::signer_id, signer_keys::revoked_idx))
+            .first(conn)
+            .optional()?;
+        match row {
+            None => return Err(StoreError::NotFound(format!("key {key_id}"))),
+            Some((owner, _)) if owner != signer => {
+                return Err(StoreError::NotFound(format!(
+                    "key {key_id} of signer {signer}"
+                )))
+            }
+            Some((_, Some(idx))) => {
+                return Err(StoreError::Refused(format!(
+                    "key {key_id} was already revoked at index {idx}"
+                )))
+            }
+            Some(_) => {}
+        }
+        let body = Body::SignerKeyRevoked(SignerKeyRevoked {
+            signer: signer.to_owned(),
+            key_id: key_id.to_owned(),
+            reason: reason.clone(),
+        });
+        let index = push_ledger_entry(conn, &mut app, log, &body)?;
+        diesel::update(signer_keys::table.find(key_id))
+            .set(signer_keys::revoked_idx.eq(Some(index as i64)))
+            .execute(conn)?;
+        app.finish(conn)?;
+        Ok(index)
+    })
+}
+
+/// Signs and stores a checkpoint of the current head, unless the latest checkpoint already
+/// covers it. Refuses to sign a tree that is not consistent with the latest checkpoint.
+pub(crate) fn checkpoint(
+    conn: &mut DbConn,
+    log: &LogSigner,
+    now: Timestamp,
+) -> Result<(u64, String), StoreError> {
+    conn.transaction(|conn| {
+        let app = Appender::lock(conn, now)?;
+        let size = app.next_index();
+        let latest = read::latest_checkpoint(conn)?;
+        if let Some((s, _, note)) = &latest {
+            if *s == size {
+                return Ok((size, note.clone()));
+            }
+            if *s > size {
+                return Err(StoreError::Corrupt(format!("latest checkpoint has size {s}, above the log size {size}")));
+            }
+        }
+        let reader = read::DbHashReader::new(conn);
+        let root = merkle::tree_hash(size, &reader)?;
+        if let Some((old_size, old_root, _)) = &latest {
+            if *old_size > 0 {
+                let proof = merkle::prove_tree(size, *old_size, &reader)?;
+                merkle::check_tree(&proof, size, root, *old_size, *old_root).map_err(|_| {
+                    StoreError::Corrupt(format!(
+                        "the tree at size {size} is not consistent with the checkpoint at size {old_size}; refusing to sign"
+                    ))
+                })?;
+            }
+        }
+        drop(reader);
+        let note = log.sign_checkpoint(size, &root);
+        diesel::insert_into(checkpoints::table)
+            .values((
+                checkpoints::size.eq(size as i64),
+                checkpoints::root.eq(root.0.to_vec()),
+                checkpoints::note.eq(&note),
+                checkpoints::created_at.eq(now.unix()),
+            ))
+            .execute(conn)?;
+        Ok((size, note))
+    })
+}

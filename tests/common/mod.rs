@@ -1,0 +1,131 @@
+//! Test support: a fresh database per test on each backend, and small record helpers.
+//!
+//! SQLite always runs. PostgreSQL runs when `GPULEDGER_TEST_DATABASE_URL` names a server (an
+//! admin URL such as `postgres://postgres@127.0.0.1:5432/postgres`); each test creates its own
+//! database there and drops it afterwards. Without it the PostgreSQL half is skipped with a
+//! loud message, and with `GPULEDGER_REQUIRE_POSTGRES=1` a skip is a failure.
+#![allow(dead_code)]
+
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection};
+use ed25519_dalek::SigningKey;
+use gpuledger::core::keys;
+use gpuledger::core::record::Role;
+use gpuledger::store::{self, Ledger};
+use std::io::Write;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A database that exists for one test.
+pub struct TestDb {
+    pub url: String,
+    pub backend: &'static str,
+    drop_pg: Option<(String, String)>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some((admin, name)) = self.drop_pg.take() {
+            if let Ok(mut c) = PgConnection::establish(&admin) {
+                let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+            }
+        }
+    }
+}
+
+pub fn sqlite() -> TestDb {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("test.db").display());
+    TestDb {
+        url,
+        backend: "sqlite",
+        drop_pg: None,
+        _dir: Some(dir),
+    }
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh PostgreSQL database, or `None` (after saying so loudly) when none is configured.
+pub fn postgres() -> Option<TestDb> {
+    let admin = match std::env::var("GPULEDGER_TEST_DATABASE_URL") {
+        Ok(u) if !u.is_empty() => u,
+        _ => {
+            if std::env::var("GPULEDGER_REQUIRE_POSTGRES").as_deref() == Ok("1") {
+                panic!("GPULEDGER_REQUIRE_POSTGRES=1 but GPULEDGER_TEST_DATABASE_URL is not set");
+            }
+            // Written straight to stderr so the test harness does not swallow it.
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n*** SKIPPED the PostgreSQL half of this test: set GPULEDGER_TEST_DATABASE_URL \
+                 (e.g. postgres://postgres@127.0.0.1:5432/postgres) to run it ***"
+            );
+            return None;
+        }
+    };
+    let name = format!(
+        "gpuledger_t_{}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+    );
+    let mut c = PgConnection::establish(&admin)
+        .unwrap_or_else(|e| panic!("cannot reach PostgreSQL at {admin}: {e}"));
+    c.batch_execute(&format!("CREATE DATABASE {name}"))
+        .expect("create test database");
+    let base = admin
+        .rsplit_once('/')
+        .map(|(b, _)| b)
+        .expect("URL has a database path");
+    Some(TestDb {
+        url: format!("{base}/{name}"),
+        backend: "postgres",
+        drop_pg: Some((admin, name)),
+        _dir: None,
+    })
+}
+
+/// Defines `NAME_sqlite` and `NAME_postgres` tests that call `body(&TestDb)`.
+#[macro_export]
+macro_rules! both_backends {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            #[test]
+            fn sqlite() {
+                let db = $crate::common::sqlite();
+                ($body)(&db);
+            }
+            #[test]
+            fn postgres() {
+                if let Some(db) = $crate::common::postgres() {
+                    ($body)(&db);
+                }
+            }
+        }
+    };
+}
+
+/// The fixed log key of the tests.
+pub fn log_key() -> SigningKey {
+    gpuledger::sample::key("test-log")
+}
+
+/// Initialises `db` and opens it.
+pub fn open(db: &TestDb) -> Ledger {
+    store::init(&db.url, &log_key(), "test.gpuledger/log").expect("init");
+    Ledger::open(&db.url, log_key()).expect("open")
+}
+
+/// Registers `name` with a deterministic key and role; returns the key.
+pub fn signer(ledger: &Ledger, name: &str, role: Role) -> SigningKey {
+    let k = gpuledger::sample::key(name);
+    ledger
+        .register_key(name, role, &keys::encode_public(&k.verifying_key()))
+        .expect("register");
+    k
+}

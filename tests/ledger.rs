@@ -1,0 +1,489 @@
+//! The ledger's append contract on both databases: outcomes, idempotency, conflict evidence,
+//! every rejection reason, keys and roles, and the stored tree against RFC 6962 by recursion.
+
+mod common;
+
+use common::*;
+use gpuledger::core::envelope::Envelope;
+use gpuledger::core::merkle::{self, Hash};
+use gpuledger::core::outcome::{Outcome, SeqGap};
+use gpuledger::core::record::Role;
+use gpuledger::core::rejection::Reason;
+use gpuledger::core::time::Timestamp;
+use gpuledger::sample;
+use gpuledger::store::{read, verify, StoreError};
+use rust_decimal::Decimal;
+use serde_json::json;
+
+fn reason(o: &Outcome) -> Reason {
+    match o {
+        Outcome::Rejected(r) => r.reason,
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+fn assert_verifies(ledger: &gpuledger::store::Ledger) -> verify::Report {
+    ledger
+        .with_reader(|c| Ok(verify::verify_log(c, None, &mut |_, _| {})))
+        .unwrap()
+        .unwrap_or_else(|e| panic!("verify-log failed: {e}"))
+}
+
+both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
+    let ledger = open(db);
+    let k = signer(&ledger, "node-1", Role::Node);
+    let now = Timestamp::now();
+    let a = sample::usage("node-1", &k, 1, "t1", Decimal::from(8), now);
+    let b = sample::usage("node-1", &k, 2, "t1", Decimal::from(8), now);
+    let out = ledger.append(vec![a.clone(), b.clone()]).unwrap();
+    // Index 0 is the key registration entry.
+    assert_eq!(
+        out,
+        vec![
+            Outcome::Accepted {
+                index: 1,
+                seq_gap: None
+            },
+            Outcome::Accepted {
+                index: 2,
+                seq_gap: None
+            }
+        ]
+    );
+
+    // The same record again: duplicate with the original index, nothing appended.
+    let again = ledger.append(vec![b.clone(), a.clone()]).unwrap();
+    assert_eq!(
+        again,
+        vec![
+            Outcome::Duplicate { index: 2 },
+            Outcome::Duplicate { index: 1 }
+        ]
+    );
+    // Within one batch too.
+    let c = sample::usage("node-1", &k, 3, "t1", Decimal::from(1), now);
+    let out = ledger.append(vec![c.clone(), c.clone()]).unwrap();
+    assert_eq!(
+        out,
+        vec![
+            Outcome::Accepted {
+                index: 3,
+                seq_gap: None
+            },
+            Outcome::Duplicate { index: 3 }
+        ]
+    );
+
+    // A different record under seq 2: conflict, kept as evidence, log unchanged.
+    let size_before = ledger.head().unwrap().0;
+    let other = sample::usage("node-1", &k, 2, "t2", Decimal::from(4), now);
+    let out = ledger.append(vec![other]).unwrap();
+    assert_eq!(reason(&out[0]), Reason::Conflict);
+    assert_eq!(ledger.head().unwrap().0, size_before);
+    assert_eq!(ledger.with_reader(read::conflict_count).unwrap(), 1);
+
+    // Gaps are allowed and reported.
+    let d = sample::usage("node-1", &k, 7, "t1", Decimal::from(1), now);
+    let out = ledger.append(vec![d]).unwrap();
+    assert_eq!(
+        out,
+        vec![Outcome::Accepted {
+            index: 4,
+            seq_gap: Some(SeqGap { from: 4, to: 6 })
+        }]
+    );
+    // A late record filling the gap is accepted without a new gap.
+    let e = sample::usage("node-1", &k, 5, "t1", Decimal::from(1), now);
+    assert_eq!(
+        ledger.append(vec![e]).unwrap(),
+        vec![Outcome::Accepted {
+            index: 5,
+            seq_gap: None
+        }]
+    );
+
+    let report = assert_verifies(&ledger);
+    assert_eq!(report.size, 6);
+});
+
+/// Mutates a signed envelope's JSON and re-signs it with `key` so that only the mutation is wrong.
+fn resigned(
+    env: &Envelope,
+    key: &ed25519_dalek::SigningKey,
+    f: impl FnOnce(&mut serde_json::Value),
+) -> Envelope {
+    let mut v = serde_json::to_value(env).unwrap();
+    f(&mut v);
+    let mut e: Envelope = serde_json::from_value(v).unwrap();
+    e.key_id = gpuledger::core::keys::key_id(&key.verifying_key());
+    use base64::Engine;
+    use ed25519_dalek::Signer;
+    let msg = e.signed_message().unwrap();
+    e.sig = base64::engine::general_purpose::STANDARD.encode(key.sign(&msg).to_bytes());
+    e
+}
+
+both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
+    let ledger = open(db);
+    let k = signer(&ledger, "node-1", Role::Node);
+    let m = signer(&ledger, "market-1", Role::Market);
+    let stranger = sample::key("stranger");
+    let now = Timestamp::now();
+    let good = sample::usage("node-1", &k, 10, "t1", Decimal::from(2), now);
+    let body = |f: &'static str, v: serde_json::Value| {
+        let good = good.clone();
+        let k = k.clone();
+        move || resigned(&good, &k, |j| j["body"][f] = v)
+    };
+    let future_end = now.plus(3600).to_string();
+    let cases: Vec<(&str, Envelope, Reason)> = vec![
+        (
+            "version",
+            resigned(&good, &k, |j| j["v"] = json!(2)),
+            Reason::UnsupportedVersion,
+        ),
+        (
+            "kind",
+            resigned(&good, &k, |j| j["kind"] = json!("gpu_usage_v9")),
+            Reason::UnknownKind,
+        ),
+        (
+            "unknown body field",
+            resigned(&good, &k, |j| j["body"]["extra"] = json!("x")),
+            Reason::Malformed,
+        ),
+        (
+            "missing body field",
+            resigned(&good, &k, |j| {
+                j["body"].as_object_mut().unwrap().remove("region");
+            }),
+            Reason::Malformed,
+        ),
+        (
+            "number for decimal",
+            body("gpu_count", json!(2))(),
+            Reason::Malformed,
+        ),
+        (
+            "non-canonical decimal",
+            body("gpu_count", json!("2.0"))(),
+            Reason::InvalidField,
+        ),
+        (
+            "negative",
+            body("gpu_count", json!("-2"))(),
+            Reason::NegativeQuantity,
+        ),
+        (
+            "zero gpus",
+            body("gpu_count", json!("0"))(),
+            Reason::QuantityOutOfRange,
+        ),
+        (
+            "absurd gpus",
+            body("gpu_count", json!("100000"))(),
+            Reason::QuantityOutOfRange,
+        ),
+        (
+            "gpu seconds",
+            body("gpu_seconds", json!("21"))(),
+            Reason::GpuSecondsMismatch,
+        ),
+        (
+            "bad timestamp",
+            body("start", json!("2026-11-30 12:00:00"))(),
+            Reason::InvalidField,
+        ),
+        (
+            "empty interval",
+            body("start", json!(now.to_string()))(),
+            Reason::EmptyInterval,
+        ),
+        (
+            "interval too long",
+            resigned(&good, &k, |j| {
+                j["body"]["start"] = json!(now.plus(-200_000).to_string());
+                j["body"]["gpu_seconds"] = json!("400000");
+            }),
+            Reason::IntervalTooLong,
+        ),
+        (
+            "in the future",
+            resigned(&good, &k, |j| {
+                j["body"]["start"] = json!(now.plus(3590).to_string());
+                j["body"]["end"] = json!(future_end.clone());
+            }),
+            Reason::InFuture,
+        ),
+        (
+            "bad id",
+            body("tenant", json!("t 1"))(),
+            Reason::InvalidField,
+        ),
+        (
+            "null lease",
+            body("lease", json!(null))(),
+            Reason::Malformed,
+        ),
+        (
+            "seq 0",
+            resigned(&good, &k, |j| j["seq"] = json!(0)),
+            Reason::QuantityOutOfRange,
+        ),
+        (
+            "id too long",
+            body("lease", json!("x".repeat(129)))(),
+            Reason::InvalidField,
+        ),
+        (
+            "unknown signer",
+            sample::usage("node-9", &stranger, 1, "t1", Decimal::ONE, now),
+            Reason::UnknownSigner,
+        ),
+        (
+            "unknown key",
+            resigned(&good, &stranger, |_| {}),
+            Reason::UnknownKey,
+        ),
+        (
+            "key of another signer",
+            resigned(&good, &m, |_| {}),
+            Reason::KeySignerMismatch,
+        ),
+        (
+            "role",
+            sample::spot("node-1", &k, 11, Decimal::ONE, now),
+            Reason::RoleNotAllowed,
+        ),
+        (
+            "market signs usage",
+            sample::usage("market-1", &m, 1, "t1", Decimal::ONE, now),
+            Reason::RoleNotAllowed,
+        ),
+        (
+            "bad signature",
+            {
+                let mut e = good.clone();
+                e.seq = 12;
+                e
+            },
+            Reason::BadSignature,
+        ),
+        (
+            "bad sig encoding",
+            {
+                let mut e = good.clone();
+                e.sig = "AAAA".into();
+                e
+            },
+            Reason::InvalidField,
+        ),
+    ];
+    let size = ledger.head().unwrap().0;
+    let (names, envs): (Vec<_>, Vec<_>) = cases.iter().map(|(n, e, _)| (*n, e.clone())).unzip();
+    let outs = ledger.append(envs).unwrap();
+    for ((name, (_, _, want)), out) in names.iter().zip(&cases).zip(&outs) {
+        assert!(
+            matches!(out, Outcome::Rejected(r) if r.reason == *want),
+            "case {name}: want {want:?}, got {out:?}"
+        );
+    }
+    assert_eq!(ledger.head().unwrap().0, size, "rejections append nothing");
+    // The valid record still goes in after all that.
+    assert!(matches!(
+        ledger.append(vec![good]).unwrap()[0],
+        Outcome::Accepted { .. }
+    ));
+    assert_verifies(&ledger);
+});
+
+both_backends!(revoked_keys_and_rotation, |db: &TestDb| {
+    let ledger = open(db);
+    let old = signer(&ledger, "node-1", Role::Node);
+    let now = Timestamp::now();
+    let r1 = sample::usage("node-1", &old, 1, "t1", Decimal::ONE, now);
+    assert!(matches!(
+        ledger.append(vec![r1]).unwrap()[0],
+        Outcome::Accepted { .. }
+    ));
+    // Rotate: register a new key for the same signer, revoke the old one.
+    let new = gpuledger::sample::key("node-1-new");
+    let (new_id, _) = ledger
+        .register_key(
+            "node-1",
+            Role::Node,
+            &gpuledger::core::keys::encode_public(&new.verifying_key()),
+        )
+        .unwrap();
+    let old_id = gpuledger::core::keys::key_id(&old.verifying_key());
+    ledger
+        .revoke_key("node-1", &old_id, Some("rotated".into()))
+        .unwrap();
+    let r2 = sample::usage("node-1", &old, 2, "t1", Decimal::ONE, now);
+    assert_eq!(
+        reason(&ledger.append(vec![r2]).unwrap()[0]),
+        Reason::RevokedKey
+    );
+    let r3 = sample::usage("node-1", &new, 2, "t1", Decimal::ONE, now);
+    assert!(matches!(
+        ledger.append(vec![r3]).unwrap()[0],
+        Outcome::Accepted { .. }
+    ));
+    assert_ne!(new_id, old_id);
+    // Registry refusals.
+    assert!(matches!(
+        ledger.revoke_key("node-1", &old_id, None),
+        Err(StoreError::Refused(_))
+    ));
+    assert!(matches!(
+        ledger.revoke_key("node-2", &new_id, None),
+        Err(StoreError::NotFound(_))
+    ));
+    let pk = gpuledger::core::keys::encode_public(&new.verifying_key());
+    assert!(matches!(
+        ledger.register_key("node-3", Role::Node, &pk),
+        Err(StoreError::Refused(_))
+    ));
+    assert!(matches!(
+        ledger.register_key("node-1", Role::Market, &pk),
+        Err(StoreError::Refused(_))
+    ));
+    assert!(matches!(
+        ledger.register_key("ledger", Role::Node, &pk),
+        Err(StoreError::Refused(_))
+    ));
+    let mut identity = [0u8; 32];
+    identity[0] = 1;
+    use base64::Engine;
+    let weak = base64::engine::general_purpose::STANDARD.encode(identity);
+    assert!(
+        matches!(ledger.register_key("node-4", Role::Node, &weak), Err(StoreError::Refused(m)) if m.contains("weak"))
+    );
+    // A second ledger handle (as another process would) sees the revocation too.
+    drop(ledger);
+    let again = gpuledger::store::Ledger::open(&db.url, log_key()).unwrap();
+    let r4 = sample::usage("node-1", &old, 3, "t1", Decimal::ONE, now);
+    assert_eq!(
+        reason(&again.append(vec![r4]).unwrap()[0]),
+        Reason::RevokedKey
+    );
+    assert_verifies(&again);
+});
+
+both_backends!(batch_limit_is_enforced, |db: &TestDb| {
+    use gpuledger::core::limits::MAX_APPEND_BATCH;
+    let ledger = open(db);
+    let k = signer(&ledger, "node-1", Role::Node);
+    let now = Timestamp::now();
+    let batch: Vec<_> = (1..=MAX_APPEND_BATCH as u64 + 1)
+        .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, now))
+        .collect();
+    assert!(
+        matches!(ledger.append(batch.clone()), Err(StoreError::BatchTooLarge(n, MAX_APPEND_BATCH)) if n == MAX_APPEND_BATCH + 1)
+    );
+    assert_eq!(ledger.head().unwrap().0, 1);
+    let outs = ledger.append(batch[..MAX_APPEND_BATCH].to_vec()).unwrap();
+    assert!(outs.iter().all(|o| matches!(o, Outcome::Accepted { .. })));
+    assert_eq!(ledger.head().unwrap().0, 1 + MAX_APPEND_BATCH as u64);
+});
+
+/// RFC 6962 §2.1 by recursion over leaf hashes.
+fn mth(leaves: &[Hash]) -> Hash {
+    match leaves.len() {
+        0 => merkle::EMPTY_HASH,
+        1 => leaves[0],
+        n => {
+            let k = 1usize << (usize::BITS - (n - 1).leading_zeros() - 1);
+            merkle::node_hash(mth(&leaves[..k]), mth(&leaves[k..]))
+        }
+    }
+}
+
+both_backends!(stored_tree_matches_rfc6962_for_every_size, |db: &TestDb| {
+    let ledger = open(db);
+    let k = signer(&ledger, "node-1", Role::Node);
+    let now = Timestamp::now();
+    // Appends of varying batch sizes, so group boundaries fall everywhere.
+    let mut seq = 0u64;
+    let mut sizes = vec![1u64];
+    for n in [1usize, 2, 3, 1, 7, 16, 1, 33, 64, 5, 100, 30] {
+        let batch = (0..n)
+            .map(|_| {
+                seq += 1;
+                sample::usage("node-1", &k, seq, "t", Decimal::ONE, now)
+            })
+            .collect();
+        ledger.append(batch).unwrap();
+        sizes.push(ledger.head().unwrap().0);
+    }
+    let size = ledger.head().unwrap().0;
+    let leaves: Vec<Hash> = ledger
+        .entries(0, size)
+        .unwrap()
+        .iter()
+        .map(|r| merkle::leaf_hash(&r.leaf))
+        .collect();
+    for n in 1..=size {
+        let root = ledger.root_at(n).unwrap();
+        assert_eq!(root, mth(&leaves[..n as usize]), "root at size {n}");
+        for i in [0, n / 2, n - 1] {
+            let p = ledger.inclusion_proof(i, n).unwrap();
+            merkle::check_record(&p, n, root, i, leaves[i as usize]).unwrap();
+        }
+        for m in [1, n / 3 + 1, n] {
+            let p = ledger.consistency_proof(m, n).unwrap();
+            merkle::check_tree(&p, n, root, m, mth(&leaves[..m as usize])).unwrap();
+        }
+    }
+    assert!(sizes.windows(2).all(|w| w[0] < w[1]));
+    assert!(ledger.inclusion_proof(size, size).is_err());
+    assert!(ledger.consistency_proof(0, size).is_err());
+    assert!(ledger.consistency_proof(1, size + 1).is_err());
+});
+
+both_backends!(checkpoints_are_signed_and_consistent, |db: &TestDb| {
+    let ledger = open(db);
+    let k = signer(&ledger, "node-1", Role::Node);
+    let (s1, note1) = ledger.checkpoint().unwrap();
+    assert_eq!(s1, 1);
+    // No new entries: the same checkpoint comes back.
+    assert_eq!(ledger.checkpoint().unwrap(), (s1, note1.clone()));
+    let now = Timestamp::now();
+    ledger
+        .append(
+            (1..=10)
+                .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, now))
+                .collect(),
+        )
+        .unwrap();
+    let (s2, note2) = ledger.checkpoint().unwrap();
+    assert_eq!(s2, 11);
+    let vkey = ledger.info().verifier_key.clone();
+    let c1 = gpuledger::core::checkpoint::verify_checkpoint(note1.as_bytes(), &vkey).unwrap();
+    let c2 = gpuledger::core::checkpoint::verify_checkpoint(note2.as_bytes(), &vkey).unwrap();
+    assert_eq!(c2.origin(), "test.gpuledger/log");
+    let p = ledger.consistency_proof(s1, s2).unwrap();
+    merkle::check_tree(&p, s2, *c2.hash(), s1, *c1.hash()).unwrap();
+    assert_eq!(ledger.latest_checkpoint().unwrap(), Some((s2, note2)));
+    let report = assert_verifies(&ledger);
+    assert_eq!(report.checkpoints, 2);
+});
+
+both_backends!(init_is_idempotent_and_refuses_another_key, |db: &TestDb| {
+    let ledger = open(db);
+    drop(ledger);
+    gpuledger::store::init(&db.url, &log_key(), "test.gpuledger/log").unwrap();
+    let other = sample::key("another-log");
+    assert!(matches!(
+        gpuledger::store::init(&db.url, &other, "test.gpuledger/log"),
+        Err(StoreError::WrongLogKey { .. })
+    ));
+    assert!(matches!(
+        gpuledger::store::Ledger::open(&db.url, other),
+        Err(StoreError::WrongLogKey { .. })
+    ));
+    assert!(matches!(
+        gpuledger::store::init(&db.url, &log_key(), "other/origin"),
+        Err(StoreError::Refused(_))
+    ));
+});
