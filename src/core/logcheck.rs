@@ -249,7 +249,7 @@ impl LogChecker {
             .iter()
             .map(|(_, m, s, k)| (m.as_slice(), s, k))
             .collect();
-        let ok = envelope::verify_many(&items);
+        let ok = envelope::verify_strict_many(&items);
         match pending.iter().zip(ok).find(|(_, good)| !good) {
             Some(((index, ..), _)) => Err(Failure {
                 index: *index,

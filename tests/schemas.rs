@@ -1,0 +1,1185 @@
+//! The JSON Schemas in schemas/ against the vectors and against the Rust types.
+//!
+//! 1. Every schema is a valid draft 2020-12 schema, and every vector JSON validates.
+//! 2. For a table of mutated envelopes, bodies and leaves, the schema accepts exactly what the
+//!    Rust reader (`Envelope` deserialisation + `Envelope::check`) accepts, and the Rust reader
+//!    refuses with the expected reason.
+//! 3. Rules the schemas cannot express ("beyond the schema" in docs/PROTOCOL.md: gpu_seconds =
+//!    gpu_count × duration, interval and clock limits, per-field upper limits, real dates, the
+//!    size limit, key/key-id agreement, integer spelling) are shown to be schema-valid and are
+//!    refused by Rust with their expected reason.
+//! 4. The shared string patterns agree with the Rust parsers on generated strings.
+
+use gpuledger::core::decimal;
+use gpuledger::core::envelope::Envelope;
+use gpuledger::core::ids::check_id;
+use gpuledger::core::keys;
+use gpuledger::core::leaf::Leaf;
+use gpuledger::core::limits::{MAX_ENVELOPE_BYTES, MAX_ID_LEN};
+use gpuledger::core::rejection::Reason;
+use gpuledger::core::time::Timestamp;
+use jsonschema::{Resource, Validator};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::OnceLock;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const ID_BASE: &str = "https://gpuledger.example/schemas/";
+const BODY_KINDS: [&str; 5] = [
+    "gpu_usage",
+    "energy",
+    "spot_price",
+    "signer_key_registered",
+    "signer_key_revoked",
+];
+
+/// The ledger clock for the tables: later than every fixture, so the clock-skew rules pass.
+fn now() -> Timestamp {
+    Timestamp::parse("2030-01-01T00:00:00Z").unwrap()
+}
+
+fn schema_files() -> &'static BTreeMap<String, Value> {
+    static FILES: OnceLock<BTreeMap<String, Value>> = OnceLock::new();
+    FILES.get_or_init(|| {
+        let mut out = BTreeMap::new();
+        for entry in std::fs::read_dir(Path::new(ROOT).join("schemas")).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+            if name.ends_with(".json") {
+                let v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap())
+                    .unwrap_or_else(|e| panic!("schemas/{name} is not JSON: {e}"));
+                out.insert(name, v);
+            }
+        }
+        out
+    })
+}
+
+/// A validator for `schemas/<name>` (or any URI under the schemas' base), with every schema
+/// file registered so that references resolve offline.
+fn validator(reference: &str) -> Validator {
+    let uri = if reference.contains("://") {
+        reference.to_owned()
+    } else {
+        format!("{ID_BASE}{reference}")
+    };
+    let resources = schema_files().iter().map(|(name, v)| {
+        (
+            format!("{ID_BASE}{name}"),
+            Resource::from_contents(v.clone()),
+        )
+    });
+    jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .with_resources(resources)
+        .build(&json!({ "$ref": uri }))
+        .unwrap_or_else(|e| panic!("cannot build a validator for {uri}: {e}"))
+}
+
+fn validators() -> &'static BTreeMap<&'static str, Validator> {
+    static V: OnceLock<BTreeMap<&'static str, Validator>> = OnceLock::new();
+    V.get_or_init(|| {
+        let mut m = BTreeMap::new();
+        m.insert("envelope", validator("envelope.v1.json"));
+        m.insert("leaf", validator("leaf.v1.json"));
+        for k in BODY_KINDS {
+            m.insert(k, validator(&format!("{k}.v1.json")));
+        }
+        m
+    })
+}
+
+fn schema_valid(which: &str, v: &Value) -> bool {
+    validators()[which].is_valid(v)
+}
+
+fn rust_envelope(v: &Value, now: Timestamp) -> Result<(), Reason> {
+    let env: Envelope = serde_json::from_value(v.clone()).map_err(|_| Reason::Malformed)?;
+    env.check(now).map(|_| ()).map_err(|r| r.reason)
+}
+
+/// What a verifier reading a leaf does with the core: canonical leaf bytes of version 1, a
+/// well-formed `prev`, and an envelope that passes every check at its `received_at`.
+fn rust_leaf(v: &Value) -> Result<(), Reason> {
+    let bytes = serde_jcs::to_vec(v).unwrap();
+    let leaf = Leaf::from_bytes(&bytes).map_err(|_| Reason::Malformed)?;
+    leaf.prev_hash().ok_or(Reason::InvalidField)?;
+    leaf.envelope
+        .check(leaf.received_at)
+        .map(|_| ())
+        .map_err(|r| r.reason)
+}
+
+fn vector(name: &str) -> Vec<u8> {
+    std::fs::read(Path::new(ROOT).join("tests/vectors").join(name))
+        .unwrap_or_else(|e| panic!("tests/vectors/{name}: {e}; generate with GPULEDGER_REGENERATE_VECTORS=1 cargo test --test vectors"))
+}
+
+fn vector_json(name: &str) -> Value {
+    serde_json::from_slice(&vector(name)).unwrap()
+}
+
+fn log_leaves() -> Vec<Value> {
+    let all = vector("log.jsonl");
+    all.split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn schemas_are_valid_2020_12_and_named_by_their_id() {
+    let files = schema_files();
+    let expected = [
+        "defs.v1.json",
+        "energy.v1.json",
+        "envelope.v1.json",
+        "gpu_usage.v1.json",
+        "leaf.v1.json",
+        "signer_key_registered.v1.json",
+        "signer_key_revoked.v1.json",
+        "spot_price.v1.json",
+    ];
+    assert_eq!(
+        files.keys().map(String::as_str).collect::<Vec<_>>(),
+        expected
+    );
+    for (name, schema) in files {
+        assert_eq!(
+            schema["$schema"], "https://json-schema.org/draft/2020-12/schema",
+            "{name}"
+        );
+        assert_eq!(schema["$id"], format!("{ID_BASE}{name}"), "{name}");
+        jsonschema::meta::validate(schema)
+            .unwrap_or_else(|e| panic!("{name} is not a valid schema: {e}"));
+        if name != "defs.v1.json" {
+            assert_eq!(schema["additionalProperties"], false, "{name}");
+            assert_eq!(schema["type"], "object", "{name}");
+        }
+    }
+}
+
+#[test]
+fn every_vector_validates() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(Path::new(ROOT).join("tests/vectors")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let Some((stem, rest)) = name.split_once('.') else {
+            continue;
+        };
+        let which = match rest {
+            "body.json" => stem,
+            "envelope.json" => "envelope",
+            "leaf.json" => "leaf",
+            _ => continue,
+        };
+        let v = vector_json(&name);
+        let errors: Vec<String> = validators()[which]
+            .iter_errors(&v)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{name}: {errors:?}");
+        seen += 1;
+    }
+    assert_eq!(seen, 9, "three kinds × body, envelope, leaf");
+    let leaves = log_leaves();
+    assert_eq!(leaves.len(), 7);
+    for (i, leaf) in leaves.iter().enumerate() {
+        assert!(schema_valid("leaf", leaf), "log entry {i}");
+        assert!(schema_valid("envelope", &leaf["envelope"]), "log entry {i}");
+        let kind = leaf["envelope"]["kind"].as_str().unwrap();
+        assert!(
+            schema_valid(kind, &leaf["envelope"]["body"]),
+            "log entry {i}"
+        );
+        assert_eq!(rust_leaf(leaf), Ok(()), "log entry {i}");
+    }
+}
+
+/// A base object from the vectors.
+#[derive(Clone, Copy, Debug)]
+enum Base {
+    Gpu,
+    Energy,
+    Spot,
+    Registered,
+    Revoked,
+}
+
+fn base(b: Base) -> Value {
+    match b {
+        Base::Gpu => vector_json("gpu_usage.envelope.json"),
+        Base::Energy => vector_json("energy.envelope.json"),
+        Base::Spot => vector_json("spot_price.envelope.json"),
+        Base::Registered => log_leaves()[0]["envelope"].clone(),
+        Base::Revoked => log_leaves()[6]["envelope"].clone(),
+    }
+}
+
+/// An edit to a JSON object at a dotted path.
+enum Edit {
+    Set(&'static str, Value),
+    Remove(&'static str),
+}
+use Edit::{Remove, Set};
+
+fn apply(mut v: Value, edits: &[Edit]) -> Value {
+    for e in edits {
+        let (path, new) = match e {
+            Set(p, n) => (p, Some(n.clone())),
+            Remove(p) => (p, None),
+        };
+        let mut parts: Vec<&str> = path.split('.').collect();
+        let last = parts.pop().unwrap();
+        let mut target = &mut v;
+        for p in parts {
+            target = &mut target[p];
+        }
+        let obj = target
+            .as_object_mut()
+            .unwrap_or_else(|| panic!("{path}: not inside an object"));
+        match new {
+            Some(n) => {
+                obj.insert(last.to_owned(), n);
+            }
+            None => assert!(obj.remove(last).is_some(), "{path}: nothing to remove"),
+        }
+    }
+    v
+}
+
+struct Case {
+    name: &'static str,
+    base: Base,
+    edits: Vec<Edit>,
+    expect: Result<(), Reason>,
+}
+
+fn case(name: &'static str, base: Base, edits: Vec<Edit>, expect: Result<(), Reason>) -> Case {
+    Case {
+        name,
+        base,
+        edits,
+        expect,
+    }
+}
+
+const MALFORMED: Result<(), Reason> = Err(Reason::Malformed);
+const INVALID: Result<(), Reason> = Err(Reason::InvalidField);
+
+/// Cases the schemas can express: the schema must accept exactly what Rust accepts.
+fn shape_cases() -> Vec<Case> {
+    use Base::*;
+    let id128 = "n".repeat(MAX_ID_LEN);
+    let id129 = "n".repeat(MAX_ID_LEN + 1);
+    let sig = |bytes: usize| json!(base64_of(&vec![0u8; bytes]));
+    vec![
+        // Unchanged vectors.
+        case("gpu_usage as is", Gpu, vec![], Ok(())),
+        case("energy as is", Energy, vec![], Ok(())),
+        case("spot_price as is", Spot, vec![], Ok(())),
+        case("signer_key_registered as is", Registered, vec![], Ok(())),
+        case("signer_key_revoked as is", Revoked, vec![], Ok(())),
+        // Envelope shape.
+        case(
+            "unknown envelope field",
+            Gpu,
+            vec![Set("extra", json!(1))],
+            MALFORMED,
+        ),
+        case("missing sig", Gpu, vec![Remove("sig")], MALFORMED),
+        case("missing body", Gpu, vec![Remove("body")], MALFORMED),
+        case("missing seq", Gpu, vec![Remove("seq")], MALFORMED),
+        case(
+            "body is an array",
+            Gpu,
+            vec![Set("body", json!([]))],
+            MALFORMED,
+        ),
+        case(
+            "body is null",
+            Gpu,
+            vec![Set("body", Value::Null)],
+            MALFORMED,
+        ),
+        case(
+            "v = 2",
+            Gpu,
+            vec![Set("v", json!(2))],
+            Err(Reason::UnsupportedVersion),
+        ),
+        case(
+            "v = 0",
+            Gpu,
+            vec![Set("v", json!(0))],
+            Err(Reason::UnsupportedVersion),
+        ),
+        case("v as a string", Gpu, vec![Set("v", json!("1"))], MALFORMED),
+        case(
+            "unknown kind",
+            Gpu,
+            vec![Set("kind", json!("gpu-usage"))],
+            Err(Reason::UnknownKind),
+        ),
+        case(
+            "kind as a number",
+            Gpu,
+            vec![Set("kind", json!(5))],
+            MALFORMED,
+        ),
+        case(
+            "kind names another body",
+            Gpu,
+            vec![Set("kind", json!("energy"))],
+            MALFORMED,
+        ),
+        // Identifiers.
+        case("signer empty", Gpu, vec![Set("signer", json!(""))], INVALID),
+        case(
+            "signer of 128 bytes",
+            Gpu,
+            vec![Set("signer", json!(id128))],
+            Ok(()),
+        ),
+        case(
+            "signer of 129 bytes",
+            Gpu,
+            vec![Set("signer", json!(id129))],
+            INVALID,
+        ),
+        case(
+            "signer starting with '-'",
+            Gpu,
+            vec![Set("signer", json!("-node"))],
+            INVALID,
+        ),
+        case(
+            "signer with a space",
+            Gpu,
+            vec![Set("signer", json!("node a"))],
+            INVALID,
+        ),
+        case(
+            "signer with a final newline",
+            Gpu,
+            vec![Set("signer", json!("node\n"))],
+            INVALID,
+        ),
+        case(
+            "signer not ASCII",
+            Gpu,
+            vec![Set("signer", json!("nöde"))],
+            INVALID,
+        ),
+        case(
+            "signer with all allowed punctuation",
+            Gpu,
+            vec![Set("signer", json!("a._:/-Z9"))],
+            Ok(()),
+        ),
+        case(
+            "tenant too long",
+            Gpu,
+            vec![Set("body.tenant", json!(id129))],
+            INVALID,
+        ),
+        case(
+            "gpu_model with a space",
+            Gpu,
+            vec![Set("body.gpu_model", json!("H100 SXM"))],
+            INVALID,
+        ),
+        case(
+            "region with '+'",
+            Spot,
+            vec![Set("body.region", json!("cn+1"))],
+            INVALID,
+        ),
+        // key_id, seq, sig.
+        case(
+            "key_id upper-case",
+            Gpu,
+            vec![Set("key_id", json!("34750F98BD59FCFC"))],
+            INVALID,
+        ),
+        case(
+            "key_id of 15 digits",
+            Gpu,
+            vec![Set("key_id", json!("34750f98bd59fcf"))],
+            INVALID,
+        ),
+        case(
+            "key_id of 17 digits",
+            Gpu,
+            vec![Set("key_id", json!("34750f98bd59fcfc0"))],
+            INVALID,
+        ),
+        case(
+            "seq 0",
+            Gpu,
+            vec![Set("seq", json!(0))],
+            Err(Reason::QuantityOutOfRange),
+        ),
+        case(
+            "seq 2^53 - 1",
+            Gpu,
+            vec![Set("seq", json!(9_007_199_254_740_991u64))],
+            Ok(()),
+        ),
+        case(
+            "seq 2^53",
+            Gpu,
+            vec![Set("seq", json!(9_007_199_254_740_992u64))],
+            Err(Reason::QuantityOutOfRange),
+        ),
+        case("seq negative", Gpu, vec![Set("seq", json!(-1))], MALFORMED),
+        case(
+            "seq as a string",
+            Gpu,
+            vec![Set("seq", json!("1"))],
+            MALFORMED,
+        ),
+        case(
+            "seq with a fraction",
+            Gpu,
+            vec![Set("seq", json!(1.5))],
+            MALFORMED,
+        ),
+        case("sig of 63 bytes", Gpu, vec![Set("sig", sig(63))], INVALID),
+        case("sig of 65 bytes", Gpu, vec![Set("sig", sig(65))], INVALID),
+        case(
+            "sig without padding",
+            Gpu,
+            vec![Set(
+                "sig",
+                json!(base64_of(&[0u8; 64]).trim_end_matches('=')),
+            )],
+            INVALID,
+        ),
+        case(
+            "sig with non-zero unused bits",
+            Gpu,
+            vec![Set("sig", json!(format!("{}B==", "A".repeat(85))))],
+            INVALID,
+        ),
+        case(
+            "sig in URL-safe base64",
+            Gpu,
+            vec![Set("sig", json!(format!("{}-A==", "A".repeat(84))))],
+            INVALID,
+        ),
+        case(
+            "sig as a number",
+            Gpu,
+            vec![Set("sig", json!(7))],
+            MALFORMED,
+        ),
+        // Body shape.
+        case(
+            "unknown body field",
+            Gpu,
+            vec![Set("body.color", json!("red"))],
+            MALFORMED,
+        ),
+        case(
+            "missing gpu_seconds",
+            Gpu,
+            vec![Remove("body.gpu_seconds")],
+            MALFORMED,
+        ),
+        case(
+            "missing tenant in gpu_usage",
+            Gpu,
+            vec![Remove("body.tenant")],
+            MALFORMED,
+        ),
+        case("lease absent", Gpu, vec![Remove("body.lease")], Ok(())),
+        case(
+            "lease null",
+            Gpu,
+            vec![Set("body.lease", Value::Null)],
+            MALFORMED,
+        ),
+        case(
+            "lease as a number",
+            Gpu,
+            vec![Set("body.lease", json!(42))],
+            MALFORMED,
+        ),
+        case(
+            "tenant null",
+            Gpu,
+            vec![Set("body.tenant", Value::Null)],
+            MALFORMED,
+        ),
+        // Decimals.
+        case(
+            "gpu_count as a JSON number",
+            Gpu,
+            vec![Set("body.gpu_count", json!(8))],
+            MALFORMED,
+        ),
+        case(
+            "gpu_count 8.0",
+            Gpu,
+            vec![Set("body.gpu_count", json!("8.0"))],
+            INVALID,
+        ),
+        case(
+            "gpu_count 1.50",
+            Gpu,
+            vec![Set("body.gpu_count", json!("1.50"))],
+            INVALID,
+        ),
+        case(
+            "gpu_count -1",
+            Gpu,
+            vec![Set("body.gpu_count", json!("-1"))],
+            Err(Reason::NegativeQuantity),
+        ),
+        case(
+            "gpu_count 1e3",
+            Gpu,
+            vec![Set("body.gpu_count", json!("1e3"))],
+            INVALID,
+        ),
+        case(
+            "gpu_count 08",
+            Gpu,
+            vec![Set("body.gpu_count", json!("08"))],
+            INVALID,
+        ),
+        case(
+            "gpu_count .5",
+            Gpu,
+            vec![Set("body.gpu_count", json!(".5"))],
+            INVALID,
+        ),
+        case(
+            "gpu_count 8.",
+            Gpu,
+            vec![Set("body.gpu_count", json!("8."))],
+            INVALID,
+        ),
+        case(
+            "gpu_count +8",
+            Gpu,
+            vec![Set("body.gpu_count", json!("+8"))],
+            INVALID,
+        ),
+        case(
+            "gpu_count with a space",
+            Gpu,
+            vec![Set("body.gpu_count", json!(" 8"))],
+            INVALID,
+        ),
+        case(
+            "gpu_count with 10 fraction digits",
+            Gpu,
+            vec![Set("body.gpu_count", json!("0.0000000001"))],
+            INVALID,
+        ),
+        case(
+            "gpu_count with 9 fraction digits",
+            Gpu,
+            vec![
+                Set("body.gpu_count", json!("0.000000001")),
+                Set("body.gpu_seconds", json!("0.0000003")),
+            ],
+            Ok(()),
+        ),
+        case(
+            "gpu_seconds of 41 characters",
+            Gpu,
+            vec![Set(
+                "body.gpu_seconds",
+                json!(format!("1{}", "0".repeat(40))),
+            )],
+            INVALID,
+        ),
+        case(
+            "kwh 3.1250",
+            Energy,
+            vec![Set("body.kwh", json!("3.1250"))],
+            INVALID,
+        ),
+        case(
+            "kwh as a JSON number",
+            Energy,
+            vec![Set("body.kwh", json!(3.125))],
+            MALFORMED,
+        ),
+        case("kwh 0", Energy, vec![Set("body.kwh", json!("0"))], Ok(())),
+        case(
+            "price -14.75",
+            Spot,
+            vec![Set("body.price_per_gpu_hour", json!("-14.75"))],
+            Err(Reason::NegativeQuantity),
+        ),
+        case(
+            "price 14,75",
+            Spot,
+            vec![Set("body.price_per_gpu_hour", json!("14,75"))],
+            INVALID,
+        ),
+        // Timestamps.
+        case(
+            "start without Z",
+            Gpu,
+            vec![Set("body.start", json!("2026-11-30T12:00:00"))],
+            INVALID,
+        ),
+        case(
+            "start with fractional seconds",
+            Gpu,
+            vec![Set("body.start", json!("2026-11-30T12:00:00.000Z"))],
+            INVALID,
+        ),
+        case(
+            "start with a space",
+            Gpu,
+            vec![Set("body.start", json!("2026-11-30 12:00:00Z"))],
+            INVALID,
+        ),
+        case(
+            "start with an offset",
+            Gpu,
+            vec![Set("body.start", json!("2026-11-30T12:00:00+00:00"))],
+            INVALID,
+        ),
+        case(
+            "start in lower case",
+            Gpu,
+            vec![Set("body.start", json!("2026-11-30t12:00:00z"))],
+            INVALID,
+        ),
+        case(
+            "start as Unix seconds",
+            Gpu,
+            vec![Set("body.start", json!(1_796_040_000))],
+            MALFORMED,
+        ),
+        case(
+            "effective_from without seconds",
+            Spot,
+            vec![Set("body.effective_from", json!("2026-11-30T13:00Z"))],
+            INVALID,
+        ),
+        // Optional fields of energy and spot_price.
+        case(
+            "energy without tenant",
+            Energy,
+            vec![Remove("body.tenant")],
+            Ok(()),
+        ),
+        case(
+            "energy tenant null",
+            Energy,
+            vec![Set("body.tenant", Value::Null)],
+            MALFORMED,
+        ),
+        case(
+            "energy without kwh",
+            Energy,
+            vec![Remove("body.kwh")],
+            MALFORMED,
+        ),
+        case(
+            "currency in lower case",
+            Spot,
+            vec![Set("body.currency", json!("cny"))],
+            INVALID,
+        ),
+        case(
+            "currency of four letters",
+            Spot,
+            vec![Set("body.currency", json!("CNYX"))],
+            INVALID,
+        ),
+        case(
+            "currency missing",
+            Spot,
+            vec![Remove("body.currency")],
+            MALFORMED,
+        ),
+        // Ledger-written bodies.
+        case(
+            "role admin",
+            Registered,
+            vec![Set("body.role", json!("admin"))],
+            MALFORMED,
+        ),
+        case(
+            "role market",
+            Registered,
+            vec![Set("body.role", json!("market"))],
+            Ok(()),
+        ),
+        case(
+            "public_key of 31 bytes",
+            Registered,
+            vec![Set("body.public_key", json!(base64_of(&[7u8; 31])))],
+            INVALID,
+        ),
+        case(
+            "public_key with a space",
+            Registered,
+            vec![Set(
+                "body.public_key",
+                json!(" iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w="),
+            )],
+            INVALID,
+        ),
+        case(
+            "registered key_id upper-case",
+            Registered,
+            vec![Set("body.key_id", json!("34750F98BD59FCFC"))],
+            INVALID,
+        ),
+        case(
+            "registered with an extra field",
+            Registered,
+            vec![Set("body.note", json!("x"))],
+            MALFORMED,
+        ),
+        case(
+            "registered without role",
+            Registered,
+            vec![Remove("body.role")],
+            MALFORMED,
+        ),
+        case(
+            "revoked without reason",
+            Revoked,
+            vec![Remove("body.reason")],
+            Ok(()),
+        ),
+        case(
+            "revoked reason null",
+            Revoked,
+            vec![Set("body.reason", Value::Null)],
+            MALFORMED,
+        ),
+        case(
+            "revoked reason as a number",
+            Revoked,
+            vec![Set("body.reason", json!(5))],
+            MALFORMED,
+        ),
+        case(
+            "revoked key_id too short",
+            Revoked,
+            vec![Set("body.key_id", json!("abc"))],
+            INVALID,
+        ),
+        case(
+            "revoked signer with a space",
+            Revoked,
+            vec![Set("body.signer", json!("market cn"))],
+            INVALID,
+        ),
+    ]
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::prelude::{Engine, BASE64_STANDARD};
+    BASE64_STANDARD.encode(bytes)
+}
+
+#[test]
+fn schema_accepts_exactly_what_rust_accepts() {
+    let cases = shape_cases();
+    assert!(cases.len() >= 40);
+    let mut failures = Vec::new();
+    for c in cases {
+        let v = apply(base(c.base), &c.edits);
+        let schema = schema_valid("envelope", &v);
+        let rust = rust_envelope(&v, now());
+        if schema != rust.is_ok() || rust != c.expect {
+            failures.push(format!(
+                "{}: schema valid = {schema}, rust = {rust:?}, expected {:?}",
+                c.name, c.expect
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} cases disagree:\n  {}",
+        failures.len(),
+        failures.join("\n  ")
+    );
+}
+
+/// Rules beyond the schema: every case here is schema-valid, and Rust decides.
+fn semantic_cases() -> Vec<Case> {
+    use Base::*;
+    // 300 s intervals that end exactly 300 s after `now`, and one second later.
+    let future = |start: &'static str, end: &'static str| {
+        vec![
+            Set("body.start", json!(start)),
+            Set("body.end", json!(end)),
+            Set("body.gpu_seconds", json!("2400")),
+        ]
+    };
+    let interval = |end: &'static str, gpu_seconds: &'static str| {
+        vec![
+            Set("body.start", json!("2026-11-30T12:00:00Z")),
+            Set("body.end", json!(end)),
+            Set("body.gpu_seconds", json!(gpu_seconds)),
+        ]
+    };
+    let weak_key = {
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        base64_of(&identity)
+    };
+    vec![
+        case(
+            "gpu_seconds one off",
+            Gpu,
+            vec![Set("body.gpu_seconds", json!("2401"))],
+            Err(Reason::GpuSecondsMismatch),
+        ),
+        case(
+            "gpu_seconds for another count",
+            Gpu,
+            vec![Set("body.gpu_count", json!("4"))],
+            Err(Reason::GpuSecondsMismatch),
+        ),
+        case(
+            "end equal to start",
+            Gpu,
+            interval("2026-11-30T12:00:00Z", "0"),
+            Err(Reason::EmptyInterval),
+        ),
+        case(
+            "end before start",
+            Gpu,
+            interval("2026-11-30T11:59:59Z", "0"),
+            Err(Reason::EmptyInterval),
+        ),
+        case(
+            "interval of 86400 s",
+            Gpu,
+            interval("2026-12-01T12:00:00Z", "691200"),
+            Ok(()),
+        ),
+        case(
+            "interval of 86401 s",
+            Gpu,
+            interval("2026-12-01T12:00:01Z", "691208"),
+            Err(Reason::IntervalTooLong),
+        ),
+        case(
+            "end 300 s after now",
+            Gpu,
+            future("2030-01-01T00:00:00Z", "2030-01-01T00:05:00Z"),
+            Ok(()),
+        ),
+        case(
+            "end 301 s after now",
+            Gpu,
+            future("2030-01-01T00:00:01Z", "2030-01-01T00:05:01Z"),
+            Err(Reason::InFuture),
+        ),
+        case(
+            "energy end 301 s after now",
+            Energy,
+            vec![
+                Set("body.start", json!("2030-01-01T00:00:00Z")),
+                Set("body.end", json!("2030-01-01T00:05:01Z")),
+            ],
+            Err(Reason::InFuture),
+        ),
+        case(
+            "gpu_count 0",
+            Gpu,
+            vec![
+                Set("body.gpu_count", json!("0")),
+                Set("body.gpu_seconds", json!("0")),
+            ],
+            Err(Reason::QuantityOutOfRange),
+        ),
+        case(
+            "gpu_count 1024",
+            Gpu,
+            vec![
+                Set("body.gpu_count", json!("1024")),
+                Set("body.gpu_seconds", json!("307200")),
+            ],
+            Ok(()),
+        ),
+        case(
+            "gpu_count 1024.5",
+            Gpu,
+            vec![
+                Set("body.gpu_count", json!("1024.5")),
+                Set("body.gpu_seconds", json!("307350")),
+            ],
+            Err(Reason::QuantityOutOfRange),
+        ),
+        case(
+            "kwh 100000",
+            Energy,
+            vec![Set("body.kwh", json!("100000"))],
+            Ok(()),
+        ),
+        case(
+            "kwh 100000.000000001",
+            Energy,
+            vec![Set("body.kwh", json!("100000.000000001"))],
+            Err(Reason::QuantityOutOfRange),
+        ),
+        case(
+            "price 1000000",
+            Spot,
+            vec![Set("body.price_per_gpu_hour", json!("1000000"))],
+            Ok(()),
+        ),
+        case(
+            "price 1000000.01",
+            Spot,
+            vec![Set("body.price_per_gpu_hour", json!("1000000.01"))],
+            Err(Reason::QuantityOutOfRange),
+        ),
+        case(
+            "price 0",
+            Spot,
+            vec![Set("body.price_per_gpu_hour", json!("0"))],
+            Ok(()),
+        ),
+        case(
+            "price beyond rust_decimal",
+            Spot,
+            vec![Set("body.price_per_gpu_hour", json!("9".repeat(30)))],
+            INVALID,
+        ),
+        case(
+            "effective_from 7 days ahead",
+            Spot,
+            vec![Set("body.effective_from", json!("2030-01-08T00:00:00Z"))],
+            Ok(()),
+        ),
+        case(
+            "effective_from 7 days and 1 s ahead",
+            Spot,
+            vec![Set("body.effective_from", json!("2030-01-08T00:00:01Z"))],
+            Err(Reason::InFuture),
+        ),
+        case(
+            "30 February",
+            Gpu,
+            vec![Set("body.start", json!("2026-02-30T12:00:00Z"))],
+            INVALID,
+        ),
+        case(
+            "hour 24",
+            Gpu,
+            vec![Set("body.end", json!("2026-11-30T24:00:00Z"))],
+            INVALID,
+        ),
+        case(
+            "second 60",
+            Gpu,
+            vec![Set("body.end", json!("2026-11-30T12:04:60Z"))],
+            INVALID,
+        ),
+        case(
+            "before 2000",
+            Spot,
+            vec![Set("body.effective_from", json!("1999-12-31T23:59:59Z"))],
+            INVALID,
+        ),
+        case(
+            "year 0000",
+            Spot,
+            vec![Set("body.effective_from", json!("0000-01-01T00:00:00Z"))],
+            INVALID,
+        ),
+        case(
+            "currency not checked against ISO 4217 beyond its shape",
+            Spot,
+            vec![Set("body.currency", json!("ZZZ"))],
+            Ok(()),
+        ),
+        case(
+            "registered key_id of another key",
+            Registered,
+            vec![Set("body.key_id", json!("0000000000000000"))],
+            INVALID,
+        ),
+        case(
+            "registered weak public key",
+            Registered,
+            vec![Set("body.public_key", json!(weak_key))],
+            INVALID,
+        ),
+        case(
+            "seq written as 1.0",
+            Gpu,
+            vec![Set("seq", json!(1.0))],
+            MALFORMED,
+        ),
+        case(
+            "v written as 1.0",
+            Gpu,
+            vec![Set("v", json!(1.0))],
+            MALFORMED,
+        ),
+    ]
+}
+
+#[test]
+fn rules_beyond_the_schema_are_refused_by_rust() {
+    let mut failures = Vec::new();
+    for c in semantic_cases() {
+        let v = apply(base(c.base), &c.edits);
+        let schema = schema_valid("envelope", &v);
+        let rust = rust_envelope(&v, now());
+        if !schema || rust != c.expect {
+            failures.push(format!(
+                "{}: schema valid = {schema}, rust = {rust:?}, expected {:?}",
+                c.name, c.expect
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} cases disagree:\n  {}",
+        failures.len(),
+        failures.join("\n  ")
+    );
+}
+
+/// The size limit is on the canonical envelope (signature included), at its exact edge.
+#[test]
+fn size_limit_at_its_edge() {
+    let revoked = base(Base::Revoked);
+    let reason_len = revoked["body"]["reason"].as_str().unwrap().len();
+    let env: Envelope = serde_json::from_value(revoked.clone()).unwrap();
+    let len = env.canonical_bytes().unwrap().len();
+    let fits = reason_len + (MAX_ENVELOPE_BYTES - len);
+    for (reason, expect) in [(fits, Ok(())), (fits + 1, Err(Reason::TooLarge))] {
+        let v = apply(
+            revoked.clone(),
+            &[Set("body.reason", json!("x".repeat(reason)))],
+        );
+        let env: Envelope = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(
+            env.canonical_bytes().unwrap().len(),
+            MAX_ENVELOPE_BYTES + reason - fits
+        );
+        assert!(schema_valid("envelope", &v));
+        assert_eq!(
+            rust_envelope(&v, now()),
+            expect,
+            "canonical length {}",
+            env.canonical_bytes().unwrap().len()
+        );
+    }
+}
+
+#[test]
+fn leaf_schema_agrees_with_the_leaf_reader() {
+    let leaf = log_leaves()[2].clone();
+    let zero_prev = json!(base64_of(&[0u8; 32]));
+    let cases: Vec<(&str, Vec<Edit>, bool)> = vec![
+        ("as is", vec![], true),
+        ("genesis prev", vec![Set("prev", zero_prev)], true),
+        ("v 2", vec![Set("v", json!(2))], false),
+        ("unknown field", vec![Set("extra", json!(true))], false),
+        ("missing prev", vec![Remove("prev")], false),
+        ("index negative", vec![Set("index", json!(-1))], false),
+        ("index as a string", vec![Set("index", json!("2"))], false),
+        (
+            "received_at with an offset",
+            vec![Set("received_at", json!("2026-11-30T12:05:02+00:00"))],
+            false,
+        ),
+        (
+            "prev of 31 bytes",
+            vec![Set("prev", json!(base64_of(&[1u8; 31])))],
+            false,
+        ),
+        (
+            "prev with non-zero unused bits",
+            vec![Set("prev", json!(format!("{}B=", "A".repeat(42))))],
+            false,
+        ),
+        (
+            "envelope with an unknown field",
+            vec![Set("envelope.extra", json!(1))],
+            false,
+        ),
+        (
+            "envelope with a bad decimal",
+            vec![Set("envelope.body.gpu_count", json!("8.0"))],
+            false,
+        ),
+    ];
+    for (name, edits, ok) in cases {
+        let v = apply(leaf.clone(), &edits);
+        assert_eq!(schema_valid("leaf", &v), ok, "{name}: schema");
+        assert_eq!(
+            rust_leaf(&v).is_ok(),
+            ok,
+            "{name}: rust ({:?})",
+            rust_leaf(&v)
+        );
+    }
+    // Beyond the schema: the envelope is checked against the clock at received_at.
+    let early = apply(leaf, &[Set("received_at", json!("2026-11-30T11:00:00Z"))]);
+    assert!(schema_valid("leaf", &early));
+    assert_eq!(rust_leaf(&early), Err(Reason::InFuture));
+}
+
+fn def_validator(def: &str) -> &'static Validator {
+    static V: OnceLock<BTreeMap<String, Validator>> = OnceLock::new();
+    let all = V.get_or_init(|| {
+        ["decimal", "id", "timestamp", "key_id"]
+            .iter()
+            .map(|d| {
+                (
+                    d.to_string(),
+                    validator(&format!("defs.v1.json#/$defs/{d}")),
+                )
+            })
+            .collect()
+    });
+    &all[def]
+}
+
+proptest! {
+    /// The decimal pattern is `decimal::parse_canonical` (below rust_decimal's 28 digits).
+    #[test]
+    fn decimal_pattern_matches_the_parser(s in "[-+.e 0-9]{0,12}|(0|[1-9][0-9]{0,6})\\.[0-9]{0,11}") {
+        let schema = def_validator("decimal").is_valid(&json!(s));
+        let rust = decimal::parse_canonical(&s);
+        prop_assert_eq!(schema, rust.is_ok(), "{:?}: rust {:?}", s, rust);
+    }
+
+    /// The identifier pattern is `ids::check_id`.
+    #[test]
+    fn id_pattern_matches_check_id(s in "[A-Za-z0-9._:/ +é\n-]{0,3}|[a-z0-9][a-z0-9._:/-]{120,130}") {
+        prop_assert_eq!(def_validator("id").is_valid(&json!(s)), check_id(&s).is_ok(), "{:?}", s);
+    }
+
+    /// Every timestamp Rust accepts matches the pattern; the pattern admits more (beyond it:
+    /// real dates in 2000..=9999).
+    #[test]
+    fn timestamp_pattern_contains_the_parser(secs in 946_684_800i64..=253_402_300_799, junk in "[0-9TZ:-]{20}") {
+        let t = Timestamp::from_unix(secs).unwrap().to_string();
+        prop_assert!(def_validator("timestamp").is_valid(&json!(t)));
+        if Timestamp::parse(&junk).is_ok() {
+            prop_assert!(def_validator("timestamp").is_valid(&json!(junk)));
+        }
+    }
+
+    /// The key-id pattern is `keys::is_key_id`.
+    #[test]
+    fn key_id_pattern_matches(s in "[0-9a-fA-G]{14,18}") {
+        prop_assert_eq!(def_validator("key_id").is_valid(&json!(s)), keys::is_key_id(&s));
+    }
+}
