@@ -19,8 +19,26 @@ fn build(db: &TestDb) -> Ledger {
     let k = signer(&ledger, "node-1", Role::Node);
     let m = signer(&ledger, "market-1", Role::Market);
     let now = Timestamp::now();
-    let mut batch: Vec<_> = (1..=12).map(|s| sample::usage("node-1", &k, s, &format!("t{}", s % 3), Decimal::from(s), now)).collect();
-    batch.push(sample::energy("node-1", &k, 13, None, Decimal::new(1234, 3), now));
+    let mut batch: Vec<_> = (1..=12)
+        .map(|s| {
+            sample::usage(
+                "node-1",
+                &k,
+                s,
+                &format!("t{}", s % 3),
+                Decimal::from(s),
+                now,
+            )
+        })
+        .collect();
+    batch.push(sample::energy(
+        "node-1",
+        &k,
+        13,
+        None,
+        Decimal::new(1234, 3),
+        now,
+    ));
     batch.push(sample::spot("market-1", &m, 1, Decimal::new(215, 2), now));
     ledger.append(batch).unwrap();
     ledger.checkpoint().unwrap();
@@ -45,7 +63,13 @@ fn flip_text(s: &str, at: usize) -> String {
     let mut b = s.as_bytes().to_vec();
     let i = at % b.len();
     // Keep it valid UTF-8 and printable: change one ASCII letter or digit.
-    b[i] = if b[i] == b'a' { b'b' } else if b[i].is_ascii_alphanumeric() { b'a' } else { b'z' };
+    b[i] = if b[i] == b'a' {
+        b'b'
+    } else if b[i].is_ascii_alphanumeric() {
+        b'a'
+    } else {
+        b'z'
+    };
     String::from_utf8(b).unwrap()
 }
 
@@ -59,32 +83,63 @@ both_backends!(any_changed_byte_is_named, |db: &TestDb| {
     for idx in [0u64, 1, 2, size / 2, size - 2, size - 1] {
         let row = rows[idx as usize].clone();
         let key = entries::table.find(idx as i64);
-        for column in ["idx", "kind", "signer", "seq", "tenant", "received_at", "content_hash", "leaf", "leaf_hash"] {
+        for column in [
+            "idx",
+            "kind",
+            "signer",
+            "seq",
+            "tenant",
+            "received_at",
+            "content_hash",
+            "leaf",
+            "leaf_hash",
+        ] {
             for at in [0usize, 7, 31, 200] {
                 let r = match column {
-                    "idx" => diesel::update(key).set(entries::idx.eq(row.idx + 1_000_000)).execute(&mut conn),
-                    "kind" => diesel::update(key).set(entries::kind.eq(flip_text(&row.kind, at))).execute(&mut conn),
-                    "signer" => diesel::update(key).set(entries::signer.eq(flip_text(&row.signer, at))).execute(&mut conn),
-                    "seq" => diesel::update(key).set(entries::seq.eq(row.seq ^ (1 << (at % 8)))).execute(&mut conn),
+                    "idx" => diesel::update(key)
+                        .set(entries::idx.eq(row.idx + 1_000_000))
+                        .execute(&mut conn),
+                    "kind" => diesel::update(key)
+                        .set(entries::kind.eq(flip_text(&row.kind, at)))
+                        .execute(&mut conn),
+                    "signer" => diesel::update(key)
+                        .set(entries::signer.eq(flip_text(&row.signer, at)))
+                        .execute(&mut conn),
+                    "seq" => diesel::update(key)
+                        .set(entries::seq.eq(row.seq ^ (1 << (at % 8))))
+                        .execute(&mut conn),
                     "tenant" => {
-                        let t = row.tenant.as_deref().map_or("x".to_owned(), |t| flip_text(t, at));
-                        diesel::update(key).set(entries::tenant.eq(Some(t))).execute(&mut conn)
+                        let t = row
+                            .tenant
+                            .as_deref()
+                            .map_or("x".to_owned(), |t| flip_text(t, at));
+                        diesel::update(key)
+                            .set(entries::tenant.eq(Some(t)))
+                            .execute(&mut conn)
                     }
-                    "received_at" => diesel::update(key).set(entries::received_at.eq(row.received_at ^ (1 << (at % 8)))).execute(&mut conn),
+                    "received_at" => diesel::update(key)
+                        .set(entries::received_at.eq(row.received_at ^ (1 << (at % 8))))
+                        .execute(&mut conn),
                     "content_hash" => {
                         let mut b = row.content_hash.clone();
                         flip(&mut b, at);
-                        diesel::update(key).set(entries::content_hash.eq(b)).execute(&mut conn)
+                        diesel::update(key)
+                            .set(entries::content_hash.eq(b))
+                            .execute(&mut conn)
                     }
                     "leaf" => {
                         let mut b = row.leaf.clone();
                         flip(&mut b, at);
-                        diesel::update(key).set(entries::leaf.eq(b)).execute(&mut conn)
+                        diesel::update(key)
+                            .set(entries::leaf.eq(b))
+                            .execute(&mut conn)
                     }
                     _ => {
                         let mut b = row.leaf_hash.clone();
                         flip(&mut b, at);
-                        diesel::update(key).set(entries::leaf_hash.eq(b)).execute(&mut conn)
+                        diesel::update(key)
+                            .set(entries::leaf_hash.eq(b))
+                            .execute(&mut conn)
                     }
                 };
                 if let Err(e) = r {
@@ -92,12 +147,22 @@ both_backends!(any_changed_byte_is_named, |db: &TestDb| {
                     assert!(matches!(column, "seq" | "signer"), "{column}: {e}");
                     continue;
                 }
-                assert_eq!(blamed(&mut conn), Some(idx), "column {column} of entry {idx}, byte {at}");
+                assert_eq!(
+                    blamed(&mut conn),
+                    Some(idx),
+                    "column {column} of entry {idx}, byte {at}"
+                );
                 checked += 1;
                 // Restore the row exactly.
-                diesel::delete(entries::table.filter(entries::idx.eq(row.idx).or(entries::idx.eq(row.idx + 1_000_000))))
-                    .execute(&mut conn)
-                    .unwrap();
+                diesel::delete(
+                    entries::table.filter(
+                        entries::idx
+                            .eq(row.idx)
+                            .or(entries::idx.eq(row.idx + 1_000_000)),
+                    ),
+                )
+                .execute(&mut conn)
+                .unwrap();
                 diesel::insert_into(entries::table)
                     .values((
                         entries::idx.eq(row.idx),
@@ -124,18 +189,36 @@ both_backends!(any_changed_byte_is_named, |db: &TestDb| {
     // A stored tree hash: blamed on the entry that wrote it.
     for idx in [0u64, 5, size - 1] {
         let id = merkle::stored_hash_index(0, idx) as i64;
-        let h: Vec<u8> = tree_hashes::table.find(id).select(tree_hashes::hash).first(&mut conn).unwrap();
+        let h: Vec<u8> = tree_hashes::table
+            .find(id)
+            .select(tree_hashes::hash)
+            .first(&mut conn)
+            .unwrap();
         let mut b = h.clone();
         flip(&mut b, 3);
-        diesel::update(tree_hashes::table.find(id)).set(tree_hashes::hash.eq(b)).execute(&mut conn).unwrap();
+        diesel::update(tree_hashes::table.find(id))
+            .set(tree_hashes::hash.eq(b))
+            .execute(&mut conn)
+            .unwrap();
         assert_eq!(blamed(&mut conn), Some(idx));
-        diesel::update(tree_hashes::table.find(id)).set(tree_hashes::hash.eq(h)).execute(&mut conn).unwrap();
+        diesel::update(tree_hashes::table.find(id))
+            .set(tree_hashes::hash.eq(h))
+            .execute(&mut conn)
+            .unwrap();
     }
     // A checkpoint's note: blamed on its last entry.
-    let (cp_size, note): (i64, String) =
-        checkpoints::table.select((checkpoints::size, checkpoints::note)).first(&mut conn).unwrap();
-    diesel::update(checkpoints::table.find(cp_size)).set(checkpoints::note.eq(flip_text(&note, 25))).execute(&mut conn).unwrap();
+    let (cp_size, note): (i64, String) = checkpoints::table
+        .select((checkpoints::size, checkpoints::note))
+        .first(&mut conn)
+        .unwrap();
+    diesel::update(checkpoints::table.find(cp_size))
+        .set(checkpoints::note.eq(flip_text(&note, 25)))
+        .execute(&mut conn)
+        .unwrap();
     assert_eq!(blamed(&mut conn), Some(cp_size as u64 - 1));
-    diesel::update(checkpoints::table.find(cp_size)).set(checkpoints::note.eq(&note)).execute(&mut conn).unwrap();
+    diesel::update(checkpoints::table.find(cp_size))
+        .set(checkpoints::note.eq(&note))
+        .execute(&mut conn)
+        .unwrap();
     assert_eq!(blamed(&mut conn), None);
 });

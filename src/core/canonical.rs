@@ -123,7 +123,7 @@ mod tests {
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
-            (-(MAX_SAFE_INTEGER as i64)..=MAX_SAFE_INTEGER as i64).prop_map(|i| Value::from(i)),
+            (-(MAX_SAFE_INTEGER as i64)..=MAX_SAFE_INTEGER as i64).prop_map(Value::from),
             ".{0,12}".prop_map(Value::String),
             "[\u{0}-\u{1f}\"\\\\a-z\u{e9}\u{20ac}\u{1F600}\u{FB01}]{0,8}".prop_map(Value::String),
         ];

@@ -31,9 +31,9 @@ pub fn parse_canonical(s: &str) -> Result<Decimal, DecimalError> {
     if s.len() > MAX_DECIMAL_LEN {
         return Err(DecimalError::TooLong);
     }
-    if s.starts_with('-') {
+    if let Some(magnitude) = s.strip_prefix('-') {
         // Report the sign precisely when the rest is otherwise a number.
-        return match parse_canonical(&s[1..]) {
+        return match parse_canonical(magnitude) {
             Ok(_) | Err(DecimalError::TooPrecise) => Err(DecimalError::Negative),
             Err(e) => Err(e),
         };

@@ -206,7 +206,8 @@ pub fn verify_many(items: &[(&[u8], &Signature, &VerifyingKey)]) -> Vec<bool> {
             // Batch verification does not refuse a small-order R as verify_strict does (with
             // R = identity and S = H(R‖A‖M)·a a batch always passes), so a chunk holding one
             // goes to the strict one-by-one check.
-            let ok = sigs.iter().all(r_has_large_order) && ed25519_dalek::verify_batch(&msgs, &sigs, &keys).is_ok();
+            let ok = sigs.iter().all(r_has_large_order)
+                && ed25519_dalek::verify_batch(&msgs, &sigs, &keys).is_ok();
             let per: Vec<bool> = if ok {
                 vec![true; chunk.len()]
             } else {
@@ -226,7 +227,10 @@ pub fn verify_many(items: &[(&[u8], &Signature, &VerifyingKey)]) -> Vec<bool> {
 /// this refuses (an R with a torsion component, which only the key's holder can make).
 pub fn verify_strict_many(items: &[(&[u8], &Signature, &VerifyingKey)]) -> Vec<bool> {
     use rayon::prelude::*;
-    items.par_iter().map(|(m, s, k)| k.verify_strict(m, s).is_ok()).collect()
+    items
+        .par_iter()
+        .map(|(m, s, k)| k.verify_strict(m, s).is_ok())
+        .collect()
 }
 
 /// Whether the signature's R is a valid point that is not of small order (verify_strict

@@ -64,7 +64,6 @@ struct CachedKey {
     signer: String,
     role: Role,
     key: VerifyingKey,
-    revoked: bool,
 }
 
 /// Facts about the opened log.
@@ -355,7 +354,6 @@ impl Ledger {
                 signer: r.signer,
                 role,
                 key,
-                revoked: r.revoked_idx.is_some(),
             };
             cache.insert(r.key_id.clone(), k.clone());
             out.insert(r.key_id, Some(k));
@@ -392,16 +390,12 @@ impl Ledger {
         key_id: &str,
         reason: Option<String>,
     ) -> Result<u64, StoreError> {
-        let index = self.submit(|reply| Job::Revoke {
+        self.submit(|reply| Job::Revoke {
             signer: signer.to_owned(),
             key_id: key_id.to_owned(),
             reason,
             reply,
-        })?;
-        if let Some(k) = self.keys.write().expect("key cache lock").get_mut(key_id) {
-            k.revoked = true;
-        }
-        Ok(index)
+        })
     }
 
     /// Signs a checkpoint of the current head if the latest one does not cover it; returns the
@@ -469,8 +463,9 @@ impl Ledger {
     }
 }
 
-/// Checks the signer, key and role of a record against the registry (revocation is checked
-/// again under the write lock). Returns the key to verify the signature with.
+/// Checks the signer, key and role of a record against the registry. Revocation is checked
+/// only under the write lock, after the duplicate check, so that resending a record logged
+/// before its key was revoked still answers `duplicate`. Returns the key to verify with.
 fn authorise(
     c: &Checked,
     cache: &HashMap<String, Option<CachedKey>>,
@@ -507,13 +502,6 @@ fn authorise(
                 env.signer,
                 k.role.as_str()
             ),
-        ));
-    }
-    if k.revoked {
-        return Err(Rejection::field(
-            Reason::RevokedKey,
-            "key_id",
-            format!("{} of signer {} has been revoked", env.key_id, env.signer),
         ));
     }
     Ok(k.key)

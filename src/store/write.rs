@@ -448,7 +448,6 @@ pub(crate) fn checkpoint(
                 })?;
             }
         }
-        drop(reader);
         let note = log.sign_checkpoint(size, &root);
         diesel::insert_into(checkpoints::table)
             .values((
