@@ -142,4 +142,56 @@ mod tests {
         }
         assert_eq!(stored_hash_count(300) as usize, all.0.len());
     }
+
+    fn tree_of(n: u64) -> (MemoryHashes, Vec<Hash>) {
+        let leaves: Vec<Hash> = (0..n).map(|i| leaf_hash(&i.to_be_bytes())).collect();
+        let mut all = MemoryHashes::default();
+        let mut frontier = MemoryHashes::default();
+        for (i, h) in leaves.iter().enumerate() {
+            let new = append_leaves(i as u64, &[*h], &mut frontier).unwrap();
+            let base = stored_hash_index(0, i as u64);
+            for (j, nh) in new.into_iter().enumerate() {
+                all.0.insert(base + j as u64, nh);
+            }
+        }
+        (all, leaves)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Every inclusion and consistency proof verifies; changing any one hash of it, or
+        /// asking about another leaf, makes it fail.
+        #[test]
+        fn proofs_verify_and_tampered_proofs_do_not(n in 1u64..700, a in 0u64..700, b in 1u64..700, flip in 0usize..64) {
+            let (all, leaves) = tree_of(n);
+            let root = tree_hash(n, &all).unwrap();
+            proptest::prop_assert_eq!(root, mth(&leaves));
+            let i = a % n;
+            let proof = prove_record(n, i, &all).unwrap();
+            proptest::prop_assert!(check_record(&proof, n, root, i, leaves[i as usize]).is_ok());
+            if !proof.is_empty() {
+                let mut bad = proof.clone();
+                let k = flip % bad.len();
+                bad[k].0[flip % 32] ^= 0x80;
+                proptest::prop_assert!(check_record(&bad, n, root, i, leaves[i as usize]).is_err());
+                let other = (i + 1) % n;
+                proptest::prop_assert!(check_record(&proof, n, root, other, leaves[i as usize]).is_err());
+            }
+            let m = 1 + (b - 1) % n;
+            let old_root = mth(&leaves[..m as usize]);
+            let cproof = prove_tree(n, m, &all).unwrap();
+            proptest::prop_assert!(check_tree(&cproof, n, root, m, old_root).is_ok());
+            if !cproof.is_empty() {
+                let mut bad = cproof.clone();
+                let k = flip % bad.len();
+                bad[k].0[(flip * 7) % 32] ^= 0x01;
+                proptest::prop_assert!(check_tree(&bad, n, root, m, old_root).is_err());
+            }
+            if m < n {
+                // An old root that is not the prefix's root is refused.
+                proptest::prop_assert!(check_tree(&cproof, n, root, m, leaf_hash(b"forged")).is_err());
+            }
+        }
+    }
 }

@@ -191,17 +191,16 @@ pub(crate) fn append_group(
         for v in all() {
             by_signer.entry(v.checked.envelope.signer.as_str()).or_default().push(v.checked.envelope.seq as i64);
         }
-        let mut existing: HashMap<(String, u64), (Vec<u8>, u64)> = HashMap::new();
+        // One round trip for every signer's seqs: (signer = s1 AND seq IN ..) OR (signer = s2 ..).
+        let mut q = entries::table.select((entries::signer, entries::seq, entries::content_hash, entries::idx)).into_boxed();
         for (signer, seqs) in &by_signer {
-            let rows: Vec<(i64, Vec<u8>, i64)> = entries::table
-                .filter(entries::signer.eq(*signer))
-                .filter(entries::seq.eq_any(seqs))
-                .select((entries::seq, entries::content_hash, entries::idx))
-                .load(conn)?;
-            for (seq, hash, idx) in rows {
-                existing.insert(((*signer).to_owned(), seq as u64), (hash, idx as u64));
-            }
+            q = q.or_filter(entries::signer.eq(*signer).and(entries::seq.eq_any(seqs.clone())));
         }
+        let mut existing: HashMap<(String, u64), (Vec<u8>, u64)> = q
+            .load::<(String, i64, Vec<u8>, i64)>(conn)?
+            .into_iter()
+            .map(|(signer, seq, hash, idx)| ((signer, seq as u64), (hash, idx as u64)))
+            .collect();
         let names: Vec<&str> = by_signer.keys().copied().collect();
         let mut last_seq: HashMap<String, u64> = signers::table
             .filter(signers::id.eq_any(&names))
@@ -260,19 +259,57 @@ pub(crate) fn append_group(
             }
             out.push(outcomes);
         }
-        for (signer, seq) in &last_seq {
-            if before.get(signer) != Some(seq) {
-                diesel::update(signers::table.find(signer))
-                    .set(signers::last_seq.eq(*seq as i64))
-                    .execute(conn)?;
-            }
-        }
+        let changed: Vec<(&String, u64)> =
+            last_seq.iter().filter(|(s, q)| before.get(*s) != Some(q)).map(|(s, q)| (s, *q)).collect();
+        update_last_seqs(conn, &changed)?;
         for chunk in conflicts.chunks(INSERT_CHUNK) {
             per_backend!(conn, |c| diesel::insert_into(conflicts::table).values(chunk).execute(c))?;
         }
         app.finish(conn)?;
         Ok(out)
     })
+}
+
+/// Sets `signers.last_seq` for many signers in one statement (`UPDATE … FROM (VALUES …)`, which
+/// both SQLite ≥ 3.33 and PostgreSQL accept; only the placeholders differ).
+fn update_last_seqs(conn: &mut DbConn, changed: &[(&String, u64)]) -> Result<(), StoreError> {
+    use diesel::sql_types::{BigInt, Text};
+    for part in changed.chunks(500) {
+        let placeholders = |pg: bool| -> String {
+            (0..part.len())
+                .map(|i| {
+                    if pg {
+                        format!("(${}::text, ${}::bigint)", 2 * i + 1, 2 * i + 2)
+                    } else {
+                        "(?, ?)".to_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let sql = |pg: bool| {
+            format!(
+                "UPDATE signers SET last_seq = v.column2 FROM (VALUES {}) AS v WHERE signers.id = v.column1",
+                placeholders(pg)
+            )
+        };
+        macro_rules! run {
+            ($c:expr, $pg:expr) => {{
+                let mut q = diesel::sql_query(sql($pg)).into_boxed();
+                for (signer, seq) in part {
+                    q = q
+                        .bind::<Text, _>(signer.as_str())
+                        .bind::<BigInt, _>(*seq as i64);
+                }
+                q.execute($c)
+            }};
+        }
+        match conn {
+            DbConn::Sqlite(c) => run!(c, false),
+            DbConn::Pg(c) => run!(c, true),
+        }?;
+    }
+    Ok(())
 }
 
 /// Appends an entry written and signed by the ledger itself, with the next ledger seq.

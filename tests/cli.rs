@@ -1,0 +1,172 @@
+//! The binary as a user runs it: keygen, init, verify-log (text, JSON, exit codes), and the
+//! append benchmark's JSON output.
+
+mod common;
+
+use common::*;
+use diesel::prelude::*;
+use gpuledger::core::record::Role;
+use gpuledger::core::time::Timestamp;
+use gpuledger::sample;
+use gpuledger::store::schema::entries;
+use rust_decimal::Decimal;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+fn gpuledger(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_gpuledger"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("GPULEDGER_DATABASE_URL")
+        .env_remove("GPULEDGER_LOG_KEY")
+        .output()
+        .unwrap()
+}
+
+fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn keygen_writes_0600_and_refuses_to_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gpuledger(dir.path(), &["keygen", "--out", "keys/node-a1.key"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mode = std::fs::metadata(dir.path().join("keys/node-a1.key"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    let public = std::fs::read_to_string(dir.path().join("keys/node-a1.key.pub")).unwrap();
+    assert!(
+        text(&o).contains(public.trim()),
+        "the public key is printed for registration"
+    );
+    let secret = std::fs::read_to_string(dir.path().join("keys/node-a1.key")).unwrap();
+    assert!(
+        !text(&o).contains(secret.trim()),
+        "the private key is never printed"
+    );
+    let again = gpuledger(dir.path(), &["keygen", "--out", "keys/node-a1.key"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(text(&again).contains("refusing to overwrite"));
+}
+
+#[test]
+fn init_defaults_then_verify_log_passes_and_names_a_tampered_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gpuledger(dir.path(), &["init"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        dir.path().join("gpuledger.db").exists(),
+        "default database is ./gpuledger.db"
+    );
+    let key = dir.path().join("gpuledger-log.key");
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // Running init again is harmless.
+    assert!(gpuledger(dir.path(), &["init"]).status.success());
+
+    // Fill the log through the library, with the CLI's key.
+    let url = format!("sqlite://{}", dir.path().join("gpuledger.db").display());
+    let log_key = gpuledger::keyfile::read(&key).unwrap();
+    let ledger = gpuledger::store::Ledger::open(&url, log_key).unwrap();
+    let k = signer(&ledger, "node-1", Role::Node);
+    let now = Timestamp::now();
+    ledger
+        .append(
+            (1..=20)
+                .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, now))
+                .collect(),
+        )
+        .unwrap();
+    ledger.checkpoint().unwrap();
+    drop(ledger);
+
+    let o = gpuledger(dir.path(), &["verify-log"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).starts_with("PASS: 21 entries"), "{}", text(&o));
+    let o = gpuledger(dir.path(), &["verify-log", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["report"]["size"], 21);
+
+    let mut conn = gpuledger::store::connect(&url).unwrap();
+    diesel::update(entries::table.find(7i64))
+        .set(entries::tenant.eq(Some("someone-else")))
+        .execute(&mut conn)
+        .unwrap();
+    let o = gpuledger(dir.path(), &["verify-log", "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["ok"].clone(), v["index"].clone()),
+        (serde_json::json!(false), serde_json::json!(7))
+    );
+    let o = gpuledger(dir.path(), &["verify-log"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("FAIL: entry 7: stored column tenant"),
+        "{}",
+        text(&o)
+    );
+
+    // A trusted key other than the log's is refused.
+    let other = gpuledger::core::keys::encode_public(&sample::key("x").verifying_key());
+    let o = gpuledger(dir.path(), &["verify-log", "--log-public-key", &other]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn bad_database_urls_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gpuledger(dir.path(), &["init", "--database-url", "gpuledger.db"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("must start with sqlite:// or postgres://"),
+        "{}",
+        text(&o)
+    );
+    let o = gpuledger(
+        dir.path(),
+        &["verify-log", "--database-url", "sqlite://missing-dir/x.db"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn bench_append_prints_four_rates() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gpuledger(
+        dir.path(),
+        &[
+            "bench",
+            "append",
+            "--records",
+            "2000",
+            "--signers",
+            "4",
+            "--batch",
+            "250",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for k in [
+        "signature_verify_per_s",
+        "append_without_signature_checks_per_s",
+        "full_append_per_s",
+        "raw_insert_baseline_per_s",
+    ] {
+        assert!(v[k].as_f64().unwrap() > 0.0, "{k} in {v}");
+    }
+    assert_eq!(v["records"], 2000);
+}
