@@ -4,8 +4,10 @@
 //! [`keyfile`] reads and writes key files; [`verify`] re-checks a whole stored log;
 //! [`bench`] measures append throughput. See ARCHITECTURE.md.
 
+pub mod api;
 pub mod bench;
 pub mod core;
 pub mod keyfile;
 pub mod sample;
+pub mod server;
 pub mod store;

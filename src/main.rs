@@ -3,8 +3,8 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use gpuledger::core::keys;
-use gpuledger::store::{self, verify};
-use gpuledger::{bench, keyfile};
+use gpuledger::store::{self, access, verify};
+use gpuledger::{bench, keyfile, server};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -57,9 +57,64 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the HTTP API (see docs/CONFIGURATION.md for every setting).
+    Serve {
+        /// Address to listen on [default: 127.0.0.1:8080; port 0 picks a free port].
+        #[arg(long, env = "GPULEDGER_LISTEN")]
+        listen: Option<std::net::SocketAddr>,
+        /// Database URL [default: sqlite://gpuledger.db].
+        #[arg(long, env = "GPULEDGER_DATABASE_URL")]
+        database_url: Option<String>,
+        /// The log's private key file [default: gpuledger-log.key].
+        #[arg(long, env = "GPULEDGER_LOG_KEY")]
+        log_key: Option<PathBuf>,
+        /// Seconds between checkpoints while the log grows [default: 10].
+        #[arg(long, env = "GPULEDGER_CHECKPOINT_INTERVAL_SECONDS")]
+        checkpoint_interval_seconds: Option<u64>,
+        /// HTTP worker threads [default: number of CPUs].
+        #[arg(long, env = "GPULEDGER_WORKERS")]
+        workers: Option<usize>,
+        /// A TOML file with any of the settings above (flags and environment win).
+        #[arg(long, env = "GPULEDGER_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// API tokens, offline against the database.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Print the OpenAPI document (what schemas/openapi.json holds).
+    Openapi,
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a token; the secret is printed once and stored only as a hash.
+    Create {
+        #[command(flatten)]
+        db: DbArgs,
+        /// admin, auditor or tenant.
+        #[arg(long)]
+        role: String,
+        /// The tenant of a tenant token.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// A note to recognise the token by.
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    /// List tokens (never their secrets).
+    List {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Revoke a token by id.
+    Revoke {
+        #[command(flatten)]
+        db: DbArgs,
+        id: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -125,6 +180,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("origin:       {}", info.origin);
             println!("log key:      {}", info.public_key);
             println!("verifier key: {}", info.verifier_key);
+            let mut conn = store::connect(&db.database_url)?;
+            if access::list_tokens(&mut conn)?.is_empty() {
+                let (t, secret) = access::create_token(
+                    &mut conn,
+                    access::ApiRole::Admin,
+                    None,
+                    "first admin (gpuledger init)",
+                )?;
+                println!("admin token:  {secret}");
+                println!(
+                    "              (id {}; shown once, stored only as a hash; keep it secret)",
+                    t.id
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::VerifyLog {
@@ -186,6 +255,77 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     Ok(ExitCode::from(1))
                 }
             }
+        }
+        Command::Serve {
+            listen,
+            database_url,
+            log_key,
+            checkpoint_interval_seconds,
+            workers,
+            config,
+        } => {
+            let file = match &config {
+                Some(p) => server::read_config(p).map_err(anyhow::Error::msg)?,
+                None => server::ServeSettings::default(),
+            };
+            let flags = server::ServeSettings {
+                listen,
+                database_url,
+                log_key,
+                checkpoint_interval_seconds,
+                workers,
+            };
+            server::init_logging();
+            server::serve(flags.resolve(file))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Token(cmd) => {
+            match cmd {
+                TokenCommand::Create {
+                    db,
+                    role,
+                    tenant,
+                    label,
+                } => {
+                    let role = access::ApiRole::parse(&role)
+                        .context("--role must be admin, auditor or tenant")?;
+                    let mut conn = store::connect(&db.database_url)?;
+                    let (t, secret) =
+                        access::create_token(&mut conn, role, tenant.as_deref(), &label)?;
+                    println!("{secret}");
+                    eprintln!(
+                        "token {} ({}) created; the secret above is shown once",
+                        t.id,
+                        t.role.as_str()
+                    );
+                }
+                TokenCommand::List { db } => {
+                    let mut conn = store::connect(&db.database_url)?;
+                    for t in access::list_tokens(&mut conn)? {
+                        println!(
+                            "{}  {:8} {:20} {}  {}{}",
+                            t.id,
+                            t.role.as_str(),
+                            t.tenant.as_deref().unwrap_or("-"),
+                            t.created_at,
+                            t.label,
+                            t.revoked_at
+                                .map(|r| format!("  (revoked {r})"))
+                                .unwrap_or_default()
+                        );
+                    }
+                }
+                TokenCommand::Revoke { db, id } => {
+                    let mut conn = store::connect(&db.database_url)?;
+                    access::revoke_token(&mut conn, &id)?;
+                    println!("token {id} revoked");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Openapi => {
+            print!("{}", gpuledger::api::openapi_json());
+            Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Append {
             database_url,

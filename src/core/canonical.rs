@@ -51,10 +51,14 @@ pub fn write_value(v: &Value, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
             out.push(b']');
         }
         Value::Object(m) => {
+            // Sorted here, whatever order the map keeps (serde_json's `preserve_order` feature
+            // would make it insertion order). For ASCII names byte order is UTF-16 order.
             let mut keys: Vec<&String> = m.keys().collect();
-            if !keys.iter().all(|k| k.is_ascii()) {
+            if keys.iter().all(|k| k.is_ascii()) {
+                keys.sort_unstable();
+            } else {
                 keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
-            } // else: the map is ordered by bytes, which for ASCII is UTF-16 order.
+            }
             out.push(b'{');
             for (i, k) in keys.into_iter().enumerate() {
                 if i > 0 {

@@ -74,6 +74,11 @@ pub fn parse_lenient(s: &str) -> Option<Decimal> {
     Decimal::from_str(s.trim()).ok()
 }
 
+/// Serialises a non-negative decimal as its canonical string (for `#[serde(serialize_with)]`).
+pub fn serialize<S: serde::Serializer>(d: &Decimal, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&to_canonical(*d))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

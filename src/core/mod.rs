@@ -15,3 +15,4 @@ pub mod outcome;
 pub mod record;
 pub mod rejection;
 pub mod time;
+pub mod usage;

@@ -24,6 +24,8 @@ pub enum StoreError {
     BatchTooLarge(usize, usize),
     #[error("{0}")]
     Refused(String),
+    #[error("{0}")]
+    AlreadyExists(String),
     #[error("not found: {0}")]
     NotFound(String),
     #[error(transparent)]

@@ -28,6 +28,9 @@ use std::thread::JoinHandle;
 /// Most records the sequencer commits in one transaction.
 pub const MAX_GROUP_RECORDS: usize = 20_000;
 
+/// Idle read connections kept open per ledger.
+pub const MAX_IDLE_READERS: usize = 8;
+
 /// The checkpoint origin used when `init` is given none.
 pub const DEFAULT_ORIGIN: &str = "gpuledger.local/log";
 
@@ -82,7 +85,7 @@ pub struct Ledger {
     info: LogInfo,
     jobs: Option<mpsc::Sender<Job>>,
     writer: Option<JoinHandle<()>>,
-    reader: Mutex<DbConn>,
+    readers: Mutex<Vec<DbConn>>,
     keys: RwLock<HashMap<String, CachedKey>>,
     queued: Arc<AtomicUsize>,
     url: String,
@@ -183,7 +186,7 @@ impl Ledger {
             info,
             jobs: Some(tx),
             writer: Some(writer),
-            reader: Mutex::new(reader),
+            readers: Mutex::new(vec![reader]),
             keys: RwLock::new(HashMap::new()),
             queued,
             url: url.to_owned(),
@@ -335,10 +338,7 @@ impl Ledger {
         if missing.is_empty() {
             return Ok(out);
         }
-        let rows = {
-            let mut conn = self.reader.lock().expect("reader lock");
-            read::keys(&mut conn, Some(&missing))?
-        };
+        let rows = self.with_reader(|c| read::keys(c, Some(&missing)))?;
         let mut cache = self.keys.write().expect("key cache lock");
         for r in rows {
             let key = VerifyingKey::from_bytes(
@@ -363,8 +363,7 @@ impl Ledger {
 
     /// Whether a signer id is registered (for a precise unknown-signer reason).
     fn signer_known(&self, signer: &str) -> Result<bool, StoreError> {
-        let mut conn = self.reader.lock().expect("reader lock");
-        Ok(!read::known_signers(&mut conn, &[signer])?.is_empty())
+        self.with_reader(|c| Ok(!read::known_signers(c, &[signer])?.is_empty()))
     }
 
     /// Registers a node or market signer's public key (base64); returns its key id and the
@@ -404,13 +403,26 @@ impl Ledger {
         self.submit(Job::Checkpoint)
     }
 
-    /// Runs `f` with the shared read connection.
+    /// Runs `f` with a read connection from a small pool (opened on demand; at most
+    /// [`MAX_IDLE_READERS`] are kept).
     pub fn with_reader<T>(
         &self,
         f: impl FnOnce(&mut DbConn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut conn = self.reader.lock().expect("reader lock");
-        f(&mut conn)
+        let pooled = self.readers.lock().expect("reader pool lock").pop();
+        let mut conn = match pooled {
+            Some(c) => c,
+            None => conn::connect(&self.url)?,
+        };
+        let r = f(&mut conn);
+        // A connection whose database call failed is dropped rather than reused.
+        if !matches!(r, Err(StoreError::Database(_))) {
+            let mut pool = self.readers.lock().expect("reader pool lock");
+            if pool.len() < MAX_IDLE_READERS {
+                pool.push(conn);
+            }
+        }
+        r
     }
 
     /// The log size and its root hash.
@@ -424,6 +436,19 @@ impl Ledger {
     /// The latest checkpoint's size and signed note, if any.
     pub fn latest_checkpoint(&self) -> Result<Option<(u64, String)>, StoreError> {
         self.with_reader(|c| Ok(read::latest_checkpoint(c)?.map(|(s, _, n)| (s, n))))
+    }
+
+    /// Seconds since the latest checkpoint was signed, if there is one.
+    pub fn latest_checkpoint_age_seconds(&self) -> Result<Option<i64>, StoreError> {
+        use super::schema::checkpoints;
+        let created: Option<i64> = self.with_reader(|c| {
+            Ok(checkpoints::table
+                .order(checkpoints::size.desc())
+                .select(checkpoints::created_at)
+                .first(c)
+                .optional()?)
+        })?;
+        Ok(created.map(|t| Timestamp::now().unix() - t))
     }
 
     /// Stored entries `start <= index < end`.

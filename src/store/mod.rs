@@ -5,11 +5,13 @@
 //! - [`write`]: write transactions (append, key registry, checkpoints), each locking the head.
 //! - [`read`]: queries and a database-backed `HashReader`.
 
+pub mod access;
 pub mod conn;
 pub mod error;
 pub mod ledger;
 pub mod read;
 pub mod schema;
+pub mod usage;
 pub mod verify;
 mod write;
 

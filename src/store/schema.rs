@@ -75,3 +75,23 @@ diesel::table! {
 }
 
 diesel::allow_tables_to_appear_in_same_query!(signers, signer_keys);
+
+diesel::table! {
+    tenants (id) {
+        id -> Text,
+        name -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    api_tokens (id) {
+        id -> Text,
+        token_hash -> Binary,
+        role -> Text,
+        tenant -> Nullable<Text>,
+        label -> Text,
+        created_at -> BigInt,
+        revoked_at -> Nullable<BigInt>,
+    }
+}

@@ -386,7 +386,7 @@ pub(crate) fn register_key(
             .first(conn)
             .optional()?;
         if let Some(owner) = taken {
-            return Err(StoreError::Refused(format!(
+            return Err(StoreError::AlreadyExists(format!(
                 "key {key_id} is already registered (to signer {owner})"
             )));
         }
@@ -434,7 +434,7 @@ pub(crate) fn revoke_key(
                 )))
             }
             Some((_, Some(idx))) => {
-                return Err(StoreError::Refused(format!(
+                return Err(StoreError::AlreadyExists(format!(
                     "key {key_id} was already revoked at index {idx}"
                 )))
             }

@@ -1,0 +1,285 @@
+//! Administration: tenants, signers (registration, rotation and revocation are log entries),
+//! and API tokens.
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::{json_body, AppState};
+use crate::core::record::Role;
+use crate::store::access::{self, ApiRole, Tenant, TokenInfo};
+use crate::store::read;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::{Deserialize, Serialize};
+
+/// Body of `POST /v1/tenants`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewTenant {
+    pub id: String,
+    pub name: String,
+}
+
+/// Creates a tenant (admin).
+#[utoipa::path(post, path = "/v1/tenants", tag = "admin", request_body = NewTenant,
+    responses((status = 201, body = Tenant), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn create_tenant(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_admin()?;
+    let t: NewTenant = json_body(&req, body).await?;
+    let ledger = state.ledger.clone();
+    let tenant =
+        web::block(move || ledger.with_reader(|c| access::create_tenant(c, &t.id, &t.name)))
+            .await??;
+    Ok(HttpResponse::Created().json(tenant))
+}
+
+/// Lists tenants (admin, auditor).
+#[utoipa::path(get, path = "/v1/tenants", tag = "admin", responses((status = 200, body = Vec<Tenant>)), security(("bearer" = [])))]
+pub async fn list_tenants(
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_reader_of_all()?;
+    let ledger = state.ledger.clone();
+    let list = web::block(move || ledger.with_reader(access::list_tenants)).await??;
+    Ok(HttpResponse::Ok().json(list))
+}
+
+/// Body of `POST /v1/signers`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewSigner {
+    pub id: String,
+    /// `node` or `market`.
+    pub role: String,
+    /// Standard base64 of the 32-byte Ed25519 public key (as `gpuledger keygen` prints it).
+    pub public_key: String,
+}
+
+/// Body of `POST /v1/signers/{id}/keys`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewKey {
+    pub public_key: String,
+}
+
+/// A registered key.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct KeyView {
+    pub signer: String,
+    pub role: String,
+    pub key_id: String,
+    pub public_key: String,
+    /// Index of the `signer_key_registered` entry.
+    pub registered_index: u64,
+    /// Index of the `signer_key_revoked` entry, if revoked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revoked_index: Option<u64>,
+}
+
+fn register(
+    state: &AppState,
+    signer: String,
+    role: Role,
+    public_key: String,
+) -> Result<KeyView, ApiError> {
+    let (key_id, index) = state.ledger.register_key(&signer, role, &public_key)?;
+    Ok(KeyView {
+        signer,
+        role: role.as_str().into(),
+        key_id,
+        public_key,
+        registered_index: index,
+        revoked_index: None,
+    })
+}
+
+/// Registers a node or market signer with its first key (admin). The registration is a
+/// ledger-signed log entry.
+#[utoipa::path(post, path = "/v1/signers", tag = "admin", request_body = NewSigner,
+    responses((status = 201, body = KeyView), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn create_signer(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_admin()?;
+    let s: NewSigner = json_body(&req, body).await?;
+    let role = match s.role.as_str() {
+        "node" => Role::Node,
+        "market" => Role::Market,
+        _ => {
+            return Err(ApiError::invalid_parameter(
+                "role",
+                "must be node or market",
+            ))
+        }
+    };
+    let view = web::block(move || register(&state, s.id, role, s.public_key)).await??;
+    Ok(HttpResponse::Created().json(view))
+}
+
+/// Adds a key to an existing signer, for rotation (admin); revoke the old key afterwards.
+#[utoipa::path(post, path = "/v1/signers/{id}/keys", tag = "admin", request_body = NewKey,
+    params(("id" = String, Path)),
+    responses((status = 201, body = KeyView), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn add_key(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+    req: HttpRequest,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_admin()?;
+    let k: NewKey = json_body(&req, body).await?;
+    let signer = path.into_inner();
+    let view = web::block(move || -> Result<KeyView, ApiError> {
+        let role = state
+            .ledger
+            .with_reader(|c| read::keys(c, None))?
+            .into_iter()
+            .find(|r| r.signer == signer)
+            .map(|r| r.role)
+            .ok_or_else(|| ApiError::NotFound(format!("signer {signer}")))?;
+        let role = Role::parse(&role).ok_or_else(|| ApiError::Internal(format!("role {role}")))?;
+        register(&state, signer, role, k.public_key)
+    })
+    .await??;
+    Ok(HttpResponse::Created().json(view))
+}
+
+/// Body of the revocation.
+#[derive(Deserialize, utoipa::ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Revocation {
+    pub reason: Option<String>,
+}
+
+/// Revokes a key (admin): records signed with it are refused from the next entry on.
+#[utoipa::path(post, path = "/v1/signers/{id}/keys/{key_id}/revoke", tag = "admin", request_body = Revocation,
+    params(("id" = String, Path), ("key_id" = String, Path)),
+    responses((status = 200, body = KeyView), (status = 404, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn revoke_key(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<(String, String)>,
+    req: HttpRequest,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_admin()?;
+    let r: Revocation = json_body(&req, body).await?;
+    let (signer, key_id) = path.into_inner();
+    let view = web::block(move || -> Result<KeyView, ApiError> {
+        state.ledger.revoke_key(&signer, &key_id, r.reason)?;
+        list_keys(&state)?
+            .into_iter()
+            .find(|k| k.key_id == key_id)
+            .ok_or_else(|| ApiError::NotFound(format!("key {key_id}")))
+    })
+    .await??;
+    Ok(HttpResponse::Ok().json(view))
+}
+
+fn list_keys(state: &AppState) -> Result<Vec<KeyView>, ApiError> {
+    use base64::prelude::{Engine, BASE64_STANDARD};
+    Ok(state
+        .ledger
+        .with_reader(|c| read::keys(c, None))?
+        .into_iter()
+        .map(|r| KeyView {
+            signer: r.signer,
+            role: r.role,
+            key_id: r.key_id,
+            public_key: BASE64_STANDARD.encode(&r.public_key),
+            registered_index: r.registered_idx as u64,
+            revoked_index: r.revoked_idx.map(|i| i as u64),
+        })
+        .collect())
+}
+
+/// Lists every signer key with its registration and revocation entries (admin, auditor).
+#[utoipa::path(get, path = "/v1/signers", tag = "admin", responses((status = 200, body = Vec<KeyView>)), security(("bearer" = [])))]
+pub async fn list_signers(
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_reader_of_all()?;
+    let keys = web::block(move || list_keys(&state)).await??;
+    Ok(HttpResponse::Ok().json(keys))
+}
+
+/// Body of `POST /v1/tokens`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewToken {
+    /// `admin`, `auditor` or `tenant`.
+    pub role: String,
+    /// Required for, and only for, tenant tokens.
+    pub tenant: Option<String>,
+    #[serde(default)]
+    pub label: String,
+}
+
+/// A new token: the secret is shown this once and stored only as a hash.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct CreatedToken {
+    pub token: String,
+    pub info: TokenInfo,
+}
+
+/// Creates an API token (admin).
+#[utoipa::path(post, path = "/v1/tokens", tag = "admin", request_body = NewToken,
+    responses((status = 201, body = CreatedToken), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn create_token(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_admin()?;
+    let t: NewToken = json_body(&req, body).await?;
+    let role = ApiRole::parse(&t.role)
+        .ok_or_else(|| ApiError::invalid_parameter("role", "must be admin, auditor or tenant"))?;
+    let (info, token) = web::block(move || {
+        state
+            .ledger
+            .with_reader(|c| access::create_token(c, role, t.tenant.as_deref(), &t.label))
+    })
+    .await??;
+    Ok(HttpResponse::Created().json(CreatedToken { token, info }))
+}
+
+/// Lists API tokens, without secrets (admin).
+#[utoipa::path(get, path = "/v1/tokens", tag = "admin", responses((status = 200, body = Vec<TokenInfo>)), security(("bearer" = [])))]
+pub async fn list_tokens(
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_admin()?;
+    let list = web::block(move || state.ledger.with_reader(access::list_tokens)).await??;
+    Ok(HttpResponse::Ok().json(list))
+}
+
+/// Revokes an API token (admin).
+#[utoipa::path(delete, path = "/v1/tokens/{id}", tag = "admin", params(("id" = String, Path)),
+    responses((status = 204), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn revoke_token(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_admin()?;
+    let id = path.into_inner();
+    web::block(move || state.ledger.with_reader(|c| access::revoke_token(c, &id))).await??;
+    Ok(HttpResponse::NoContent().finish())
+}

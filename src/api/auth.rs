@@ -1,0 +1,71 @@
+//! Bearer-token authentication and the role rules.
+
+use super::error::ApiError;
+use super::AppState;
+use crate::store::access::{self, ApiRole, Principal};
+use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
+use std::future::Future;
+use std::pin::Pin;
+
+/// An authenticated caller (any role). Extracting it answers 401 without a valid token.
+pub struct Caller(pub Principal);
+
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let token = req
+            .headers()
+            .get("Authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|t| t.trim().to_owned());
+        let state = req.app_data::<web::Data<AppState>>().cloned();
+        Box::pin(async move {
+            let token = token.ok_or(ApiError::Unauthorized)?;
+            let state = state.ok_or_else(|| ApiError::Internal("no app state".into()))?;
+            let ledger = state.ledger.clone();
+            let p = web::block(move || ledger.with_reader(|c| access::authenticate(c, &token)))
+                .await??;
+            p.map(Caller).ok_or(ApiError::Unauthorized)
+        })
+    }
+}
+
+impl Caller {
+    /// Admins only.
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        match self.0.role {
+            ApiRole::Admin => Ok(()),
+            _ => Err(ApiError::Forbidden("this needs an admin token".into())),
+        }
+    }
+
+    /// Admins and auditors.
+    pub fn require_reader_of_all(&self) -> Result<(), ApiError> {
+        match self.0.role {
+            ApiRole::Admin | ApiRole::Auditor => Ok(()),
+            ApiRole::Tenant => Err(ApiError::Forbidden(
+                "this needs an admin or auditor token".into(),
+            )),
+        }
+    }
+
+    /// The tenant this caller is confined to, if any.
+    pub fn confined_to(&self) -> Option<&str> {
+        match self.0.role {
+            ApiRole::Tenant => self.0.tenant.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Whether the caller may see data of `tenant` (`None`: data of no tenant, which tenant
+    /// callers may not see).
+    pub fn may_see(&self, tenant: Option<&str>) -> bool {
+        match self.confined_to() {
+            None => true,
+            Some(own) => tenant == Some(own),
+        }
+    }
+}

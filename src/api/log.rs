@@ -1,0 +1,251 @@
+//! The log: its identity, checkpoints, entries and proofs.
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::{parse_u64, AppState};
+use crate::core::leaf::Leaf;
+use crate::core::merkle;
+use crate::store::read::EntryRow;
+use actix_web::{web, HttpResponse};
+use base64::prelude::{Engine, BASE64_STANDARD};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Most entries one `GET /v1/entries` page returns.
+pub const MAX_ENTRIES_PAGE: u64 = 1_000;
+
+/// The log's public identity.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct LogInfoView {
+    /// Checkpoint origin line, also the signed-note key name.
+    pub origin: String,
+    /// Standard base64 of the log's Ed25519 public key.
+    pub public_key: String,
+    /// Signed-note verifier key: `<origin>+<key id hex>+<base64(0x01 ‖ key)>`.
+    pub verifier_key: String,
+    /// Current number of entries.
+    pub size: u64,
+}
+
+/// Origin, public key and verifier key of the log (public).
+#[utoipa::path(get, path = "/v1/log", tag = "log", responses((status = 200, body = LogInfoView)))]
+pub async fn get_log(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let ledger = state.ledger.clone();
+    let (size, _) = web::block(move || ledger.head()).await??;
+    let info = state.ledger.info();
+    Ok(HttpResponse::Ok().json(LogInfoView {
+        origin: info.origin.clone(),
+        public_key: info.public_key.clone(),
+        verifier_key: info.verifier_key.clone(),
+        size,
+    }))
+}
+
+/// The latest signed checkpoint as a C2SP signed note (public, `text/plain`).
+#[utoipa::path(get, path = "/v1/checkpoint", tag = "log", responses((status = 200, description = "C2SP signed note", content_type = "text/plain", body = String)))]
+pub async fn get_checkpoint(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let ledger = state.ledger.clone();
+    let latest = web::block(move || match ledger.latest_checkpoint()? {
+        Some(cp) => Ok(cp),
+        None => ledger.checkpoint(),
+    })
+    .await??;
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; charset=utf-8")
+        .body(latest.1))
+}
+
+/// One stored entry, with its leaf bytes so a client can rehash it.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct EntryView {
+    pub index: u64,
+    /// Standard base64 of the canonical leaf bytes.
+    pub leaf: String,
+    /// Standard base64 of SHA-256(0x00 ‖ leaf).
+    pub leaf_hash: String,
+    /// The leaf parsed: `{v, index, received_at, prev, envelope}`.
+    #[schema(value_type = Object)]
+    pub entry: Value,
+}
+
+fn view(row: &EntryRow) -> Result<EntryView, ApiError> {
+    let leaf = Leaf::from_bytes(&row.leaf)
+        .map_err(|e| ApiError::Internal(format!("entry {}: {e}", row.idx)))?;
+    Ok(EntryView {
+        index: row.idx as u64,
+        leaf: BASE64_STANDARD.encode(&row.leaf),
+        leaf_hash: merkle::encode_hash(&merkle::leaf_hash(&row.leaf)),
+        entry: serde_json::to_value(&leaf).map_err(|e| ApiError::Internal(e.to_string()))?,
+    })
+}
+
+/// One entry. Tenants see only their own entries; others' are 404.
+#[utoipa::path(get, path = "/v1/entries/{index}", tag = "log",
+    params(("index" = u64, Path, description = "Entry index")),
+    responses((status = 200, body = EntryView), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn get_entry(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let index = parse_u64("index", &path)?;
+    let ledger = state.ledger.clone();
+    let rows = web::block(move || ledger.entries(index, index.saturating_add(1))).await??;
+    let row = rows
+        .first()
+        .filter(|r| caller.may_see(r.tenant.as_deref()))
+        .ok_or_else(|| ApiError::NotFound(format!("entry {index}")))?;
+    Ok(HttpResponse::Ok().json(view(row)?))
+}
+
+/// A page of entries.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct EntriesPage {
+    pub start: u64,
+    pub end: u64,
+    /// For tenants, only their own entries within [start, end).
+    pub entries: Vec<EntryView>,
+}
+
+/// Query of `GET /v1/entries`.
+#[derive(Deserialize, utoipa::IntoParams)]
+pub struct RangeQuery {
+    /// First index (inclusive).
+    pub start: Option<String>,
+    /// Last index (exclusive); at most start + 1000.
+    pub end: Option<String>,
+}
+
+/// Entries with start <= index < end (at most 1000 at a time).
+#[utoipa::path(get, path = "/v1/entries", tag = "log", params(RangeQuery),
+    responses((status = 200, body = EntriesPage), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn get_entries(
+    state: web::Data<AppState>,
+    caller: Caller,
+    q: web::Query<RangeQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let start = parse_u64("start", q.start.as_deref().unwrap_or("0"))?;
+    let end = match q.end.as_deref() {
+        Some(e) => parse_u64("end", e)?,
+        None => start.saturating_add(MAX_ENTRIES_PAGE),
+    };
+    if end < start {
+        return Err(ApiError::invalid_parameter(
+            "end",
+            "must not be below start",
+        ));
+    }
+    if end - start > MAX_ENTRIES_PAGE {
+        return Err(ApiError::invalid_parameter(
+            "end",
+            format!("at most {MAX_ENTRIES_PAGE} entries per page"),
+        ));
+    }
+    let ledger = state.ledger.clone();
+    let rows = web::block(move || ledger.entries(start, end)).await??;
+    let entries = rows
+        .iter()
+        .filter(|r| caller.may_see(r.tenant.as_deref()))
+        .map(view)
+        .collect::<Result<_, _>>()?;
+    Ok(HttpResponse::Ok().json(EntriesPage {
+        start,
+        end,
+        entries,
+    }))
+}
+
+/// An RFC 6962 proof, hashes in standard base64.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ProofView {
+    pub hashes: Vec<String>,
+    /// Root of the tree of `size` (for inclusion) or `to` (for consistency) entries.
+    pub root: String,
+}
+
+/// Query of the inclusion proof.
+#[derive(Deserialize, utoipa::IntoParams)]
+pub struct InclusionQuery {
+    pub index: String,
+    /// Tree size; defaults to the latest checkpoint's.
+    pub size: Option<String>,
+}
+
+/// Inclusion proof of entry `index` in the tree of `size` entries (RFC 6962 §2.1.1).
+/// Tenants only for their own entries.
+#[utoipa::path(get, path = "/v1/proofs/inclusion", tag = "log", params(InclusionQuery),
+    responses((status = 200, body = ProofView), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn get_inclusion(
+    state: web::Data<AppState>,
+    caller: Caller,
+    q: web::Query<InclusionQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let index = parse_u64("index", &q.index)?;
+    let size = q
+        .size
+        .as_deref()
+        .map(|s| parse_u64("size", s))
+        .transpose()?;
+    let ledger = state.ledger.clone();
+    let (proof, root) = web::block(move || -> Result<_, ApiError> {
+        let rows = ledger.entries(index, index.saturating_add(1))?;
+        let row = rows
+            .first()
+            .filter(|r| caller.may_see(r.tenant.as_deref()))
+            .ok_or_else(|| ApiError::NotFound(format!("entry {index}")))?;
+        let size = match size {
+            Some(s) => s,
+            None => ledger.latest_checkpoint()?.map(|c| c.0).unwrap_or(0),
+        };
+        if row.idx as u64 >= size {
+            return Err(ApiError::invalid_parameter(
+                "size",
+                format!("entry {index} is not in a tree of {size} entries"),
+            ));
+        }
+        let proof = ledger
+            .inclusion_proof(index, size)
+            .map_err(|e| ApiError::invalid_parameter("size", e.to_string()))?;
+        Ok((proof, ledger.root_at(size)?))
+    })
+    .await??;
+    Ok(HttpResponse::Ok().json(ProofView {
+        hashes: merkle::encode_proof(&proof),
+        root: merkle::encode_hash(&root),
+    }))
+}
+
+/// Query of the consistency proof.
+#[derive(Deserialize, utoipa::IntoParams)]
+pub struct ConsistencyQuery {
+    pub from: String,
+    pub to: String,
+}
+
+/// Consistency proof between tree sizes `from` and `to` (RFC 6962 §2.1.2).
+#[utoipa::path(get, path = "/v1/proofs/consistency", tag = "log", params(ConsistencyQuery),
+    responses((status = 200, body = ProofView), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn get_consistency(
+    state: web::Data<AppState>,
+    _caller: Caller,
+    q: web::Query<ConsistencyQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let from = parse_u64("from", &q.from)?;
+    let to = parse_u64("to", &q.to)?;
+    let ledger = state.ledger.clone();
+    let (proof, root) = web::block(move || -> Result<_, ApiError> {
+        let proof = ledger
+            .consistency_proof(from, to)
+            .map_err(|e| ApiError::invalid_parameter("to", e.to_string()))?;
+        Ok((proof, ledger.root_at(to)?))
+    })
+    .await??;
+    Ok(HttpResponse::Ok().json(ProofView {
+        hashes: merkle::encode_proof(&proof),
+        root: merkle::encode_hash(&root),
+    }))
+}

@@ -1,0 +1,195 @@
+//! The HTTP API (actix-web): routes under /v1, one error shape (problem+json), roles and tenant
+//! isolation, OpenAPI generated from the handlers' annotations.
+//!
+//! Handlers are small async functions, one area per file; database work runs on actix's
+//! blocking pool through the [`Ledger`].
+
+pub mod admin;
+pub mod auth;
+pub mod error;
+pub mod log;
+pub mod ops;
+pub mod records;
+pub mod usage;
+
+use crate::store::Ledger;
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::{middleware, web, HttpRequest};
+use error::ApiError;
+use futures_util::StreamExt;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::de::DeserializeOwned;
+use std::sync::Arc;
+use utoipa::OpenApi;
+
+/// Largest JSON body accepted by the admin endpoints, in bytes.
+pub const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
+
+/// Shared state of every handler.
+pub struct AppState {
+    pub ledger: Arc<Ledger>,
+    pub metrics: PrometheusHandle,
+}
+
+/// The OpenAPI document of the whole API.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "gpuledger", description = "Metering and settlement ledger for rented GPU compute: signed usage records in a verifiable RFC 6962 log."),
+    paths(
+        records::post_records,
+        log::get_log, log::get_checkpoint, log::get_entry, log::get_entries, log::get_inclusion, log::get_consistency,
+        usage::get_usage,
+        admin::create_tenant, admin::list_tenants, admin::create_signer, admin::add_key, admin::revoke_key, admin::list_signers,
+        admin::create_token, admin::list_tokens, admin::revoke_token,
+        ops::healthz, ops::readyz, ops::metrics,
+    ),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "records", description = "Signed records in"),
+        (name = "log", description = "The log, its checkpoints and proofs"),
+        (name = "usage", description = "Usage queries for billing"),
+        (name = "admin", description = "Tenants, signers and tokens"),
+        (name = "ops", description = "Health and metrics"),
+    )
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("glt_<id>_<secret>")
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The OpenAPI document as pretty JSON (what schemas/openapi.json holds).
+pub fn openapi_json() -> String {
+    let mut doc = ApiDoc::openapi();
+    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    doc.to_pretty_json()
+        .expect("the OpenAPI document serialises")
+        + "\n"
+}
+
+/// Refuses a request whose content type is not JSON.
+pub fn require_json(req: &HttpRequest) -> Result<(), ApiError> {
+    let ct = req
+        .headers()
+        .get("Content-Type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(ApiError::UnsupportedMediaType(format!(
+            "Content-Type must be application/json (got {:?})",
+            if ct.is_empty() { "nothing" } else { ct }
+        )))
+    }
+}
+
+/// Reads a body up to `limit` bytes; over it is a 413 naming the limit.
+pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::BytesMut, ApiError> {
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::bad_request("bad_body", format!("could not read the body: {e}"))
+        })?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::TooLarge {
+                slug: "body_too_large",
+                detail: format!("the body is over the limit of {limit} bytes"),
+            });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Reads a small JSON body into `T`, with precise 4xx errors.
+pub async fn json_body<T: DeserializeOwned>(
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<T, ApiError> {
+    require_json(req)?;
+    let body = read_body(payload, MAX_ADMIN_BODY_BYTES).await?;
+    serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid: {e}")))
+}
+
+/// Parses a non-negative integer parameter.
+pub fn parse_u64(name: &str, s: &str) -> Result<u64, ApiError> {
+    s.parse::<u64>()
+        .ok()
+        .filter(|v| *v <= crate::core::limits::MAX_SEQ)
+        .ok_or_else(|| {
+            ApiError::invalid_parameter(name, format!("{s:?} is not a non-negative integer"))
+        })
+}
+
+/// Registers every route on an actix app.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(ops::healthz))
+        .route("/readyz", web::get().to(ops::readyz))
+        .route("/metrics", web::get().to(ops::metrics))
+        .route("/openapi.json", web::get().to(ops::openapi))
+        .route("/docs", web::get().to(ops::docs))
+        .service(
+            web::scope("/v1")
+                .route("/records", web::post().to(records::post_records))
+                .route("/log", web::get().to(log::get_log))
+                .route("/checkpoint", web::get().to(log::get_checkpoint))
+                .route("/entries", web::get().to(log::get_entries))
+                .route("/entries/{index}", web::get().to(log::get_entry))
+                .route("/proofs/inclusion", web::get().to(log::get_inclusion))
+                .route("/proofs/consistency", web::get().to(log::get_consistency))
+                .route("/usage", web::get().to(usage::get_usage))
+                .route("/tenants", web::post().to(admin::create_tenant))
+                .route("/tenants", web::get().to(admin::list_tenants))
+                .route("/signers", web::post().to(admin::create_signer))
+                .route("/signers", web::get().to(admin::list_signers))
+                .route("/signers/{id}/keys", web::post().to(admin::add_key))
+                .route(
+                    "/signers/{id}/keys/{key_id}/revoke",
+                    web::post().to(admin::revoke_key),
+                )
+                .route("/tokens", web::post().to(admin::create_token))
+                .route("/tokens", web::get().to(admin::list_tokens))
+                .route("/tokens/{id}", web::delete().to(admin::revoke_token)),
+        )
+        .default_service(web::to(|| async {
+            Err::<actix_web::HttpResponse, _>(ApiError::NotFound("route".into()))
+        }));
+}
+
+/// Request metrics by route pattern and status, with latency histograms.
+pub async fn record_metrics<B: MessageBody>(
+    req: ServiceRequest,
+    next: middleware::Next<B>,
+) -> Result<ServiceResponse<B>, actix_web::Error> {
+    let started = std::time::Instant::now();
+    let method = req.method().to_string();
+    let res = next.call(req).await?;
+    let route = res
+        .request()
+        .match_pattern()
+        .unwrap_or_else(|| "unmatched".into());
+    let status = res.status().as_u16().to_string();
+    metrics::counter!("gpuledger_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status)
+        .increment(1);
+    metrics::histogram!("gpuledger_http_request_seconds", "method" => method, "route" => route)
+        .record(started.elapsed().as_secs_f64());
+    Ok(res)
+}

@@ -1,0 +1,123 @@
+//! `POST /v1/records`: signed envelopes in, one outcome per record out, after commit.
+
+use super::error::ApiError;
+use super::{read_body, AppState};
+use crate::core::envelope::Envelope;
+use crate::core::limits::MAX_APPEND_BATCH;
+use crate::core::outcome::Outcome;
+use crate::core::rejection::{Reason, Rejection};
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Serialize;
+use serde_json::Value;
+
+/// Largest request body accepted on `POST /v1/records`, in bytes (8 MiB).
+pub const MAX_RECORDS_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// The answer to a batch: counts and one outcome per record, in order.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct IngestResponse {
+    pub accepted: usize,
+    pub duplicates: usize,
+    pub rejected: usize,
+    /// `{"status":"accepted","index":N[,"seq_gap":{from,to}]}`,
+    /// `{"status":"duplicate","index":N}` or
+    /// `{"status":"rejected","reason":"…","field":"…","message":"…"}`.
+    #[schema(value_type = Vec<Object>)]
+    pub outcomes: Vec<Outcome>,
+}
+
+/// Appends signed records. Authenticated by the records' own signatures; the answer comes
+/// only after the accepted records are committed.
+#[utoipa::path(
+    post,
+    path = "/v1/records",
+    tag = "records",
+    request_body(content = Vec<Object>, content_type = "application/json", description = "A JSON array of signed envelopes (docs/PROTOCOL.md §4), at most 10000, body at most 8 MiB."),
+    responses(
+        (status = 200, description = "One outcome per record, in order", body = IngestResponse),
+        (status = 400, description = "Malformed JSON or not an array", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body or record count over its limit", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Content type is not application/json", body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn post_records(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    super::require_json(&req)?;
+    let body = read_body(payload, MAX_RECORDS_BODY_BYTES).await?;
+    let values: Vec<Value> = match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Array(a)) => a,
+        Ok(_) => {
+            return Err(ApiError::bad_request(
+                "not_an_array",
+                "the body must be a JSON array of signed envelopes",
+            ))
+        }
+        Err(e) => {
+            return Err(ApiError::bad_request(
+                "malformed_json",
+                format!("the body is not valid JSON: {e}"),
+            ))
+        }
+    };
+    if values.len() > MAX_APPEND_BATCH {
+        return Err(ApiError::TooLarge {
+            slug: "too_many_records",
+            detail: format!(
+                "{} records in one request; the limit is {MAX_APPEND_BATCH}",
+                values.len()
+            ),
+        });
+    }
+    let n = values.len();
+    // Elements that are not envelopes get their own rejection; the rest go to the ledger.
+    let mut slots: Vec<Option<Outcome>> = Vec::with_capacity(n);
+    let mut envelopes = Vec::with_capacity(n);
+    for v in values {
+        match serde_json::from_value::<Envelope>(v) {
+            Ok(e) => {
+                slots.push(None);
+                envelopes.push(e);
+            }
+            Err(e) => slots.push(Some(Outcome::Rejected(Rejection::new(
+                Reason::Malformed,
+                format!("not a signed envelope: {e}"),
+            )))),
+        }
+    }
+    let ledger = state.ledger.clone();
+    let started = std::time::Instant::now();
+    let results = web::block(move || ledger.append(envelopes)).await??;
+    metrics::histogram!("gpuledger_append_seconds").record(started.elapsed().as_secs_f64());
+    metrics::histogram!("gpuledger_ingest_batch_records").record(n as f64);
+    let mut results = results.into_iter();
+    let outcomes: Vec<Outcome> = slots
+        .into_iter()
+        .map(|s| s.unwrap_or_else(|| results.next().expect("one outcome per envelope")))
+        .collect();
+    let mut resp = IngestResponse {
+        accepted: 0,
+        duplicates: 0,
+        rejected: 0,
+        outcomes: Vec::new(),
+    };
+    for o in &outcomes {
+        match o {
+            Outcome::Accepted { .. } => resp.accepted += 1,
+            Outcome::Duplicate { .. } => resp.duplicates += 1,
+            Outcome::Rejected(r) => {
+                resp.rejected += 1;
+                metrics::counter!("gpuledger_records_total", "outcome" => "rejected", "reason" => r.reason.code())
+                    .increment(1);
+            }
+        }
+    }
+    metrics::counter!("gpuledger_records_total", "outcome" => "accepted", "reason" => "")
+        .increment(resp.accepted as u64);
+    metrics::counter!("gpuledger_records_total", "outcome" => "duplicate", "reason" => "")
+        .increment(resp.duplicates as u64);
+    resp.outcomes = outcomes;
+    Ok(HttpResponse::Ok().json(resp))
+}

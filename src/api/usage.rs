@@ -1,0 +1,124 @@
+//! `GET /v1/usage`: exact GPU-seconds and kWh from the log, grouped and windowed.
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::AppState;
+use crate::core::time::Timestamp;
+use crate::core::usage::{Aggregator, GroupBy, UsageRow, Window};
+use crate::store::{access, usage};
+use actix_web::{web, HttpResponse};
+use serde::{Deserialize, Serialize};
+
+/// Longest period one usage query may cover, in seconds (about 13 months).
+pub const MAX_USAGE_PERIOD_SECONDS: i64 = 400 * 86_400;
+
+/// Query of `GET /v1/usage`.
+#[derive(Deserialize, utoipa::IntoParams)]
+pub struct UsageQuery {
+    /// Tenant id. Tenant tokens may omit it (their own) and may not name another.
+    pub tenant: Option<String>,
+    /// Start of the period (inclusive), `YYYY-MM-DDTHH:MM:SSZ`.
+    pub from: String,
+    /// End of the period (exclusive).
+    pub to: String,
+    /// Comma-separated: region, node, gpu_model, lease.
+    pub group_by: Option<String>,
+    /// hour, day or month.
+    pub window: Option<String>,
+}
+
+/// The answer: one row per group.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct UsageResponse {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    pub from: String,
+    pub to: String,
+    pub group_by: Vec<GroupBy>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
+    /// Records belong to the window and period containing their interval's start.
+    pub rows: Vec<UsageRow>,
+}
+
+/// Usage summed exactly from the log. Tenants see only their own; another tenant's id is 404.
+#[utoipa::path(get, path = "/v1/usage", tag = "usage", params(UsageQuery),
+    responses((status = 200, body = UsageResponse), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn get_usage(
+    state: web::Data<AppState>,
+    caller: Caller,
+    q: web::Query<UsageQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let q = q.into_inner();
+    let tenant = match (caller.confined_to(), q.tenant) {
+        (Some(own), Some(t)) if t != own => return Err(ApiError::NotFound(format!("tenant {t}"))),
+        (Some(own), _) => Some(own.to_owned()),
+        (None, t) => t,
+    };
+    let from = Timestamp::parse(&q.from)
+        .map_err(|e| ApiError::invalid_parameter("from", e.to_string()))?;
+    let to =
+        Timestamp::parse(&q.to).map_err(|e| ApiError::invalid_parameter("to", e.to_string()))?;
+    if to <= from {
+        return Err(ApiError::invalid_parameter("to", "must be after from"));
+    }
+    if from.seconds_until(to) > MAX_USAGE_PERIOD_SECONDS {
+        return Err(ApiError::invalid_parameter(
+            "to",
+            format!("the period may be at most {MAX_USAGE_PERIOD_SECONDS} s"),
+        ));
+    }
+    let mut group_by = Vec::new();
+    for g in q
+        .group_by
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .filter(|s| !s.is_empty())
+    {
+        let g = GroupBy::parse(g.trim()).ok_or_else(|| {
+            ApiError::invalid_parameter(
+                "group_by",
+                format!("{g:?} is not one of region, node, gpu_model, lease"),
+            )
+        })?;
+        if !group_by.contains(&g) {
+            group_by.push(g);
+        }
+    }
+    let window = q
+        .window
+        .as_deref()
+        .map(|w| {
+            Window::parse(w)
+                .ok_or_else(|| ApiError::invalid_parameter("window", "must be hour, day or month"))
+        })
+        .transpose()?;
+    let t = tenant.clone();
+    let g = group_by.clone();
+    let rows = web::block(move || -> Result<Vec<UsageRow>, ApiError> {
+        state
+            .ledger
+            .with_reader(|c| {
+                if let Some(t) = &t {
+                    if !access::tenant_exists(c, t)? && !usage::tenant_has_entries(c, t)? {
+                        return Err(crate::store::StoreError::NotFound(format!("tenant {t}")));
+                    }
+                }
+                let mut agg = Aggregator::new(from, to, g, window);
+                usage::aggregate(c, t.as_deref(), &mut agg)?;
+                Ok(agg.finish())
+            })
+            .map_err(ApiError::from)
+    })
+    .await??;
+    Ok(HttpResponse::Ok().json(UsageResponse {
+        tenant,
+        from: from.to_string(),
+        to: to.to_string(),
+        group_by,
+        window,
+        rows,
+    }))
+}

@@ -1,0 +1,283 @@
+//! Tenants and API tokens. A token is `glt_<id>_<secret>`; only SHA-256 of the whole token is
+//! stored, looked up by its public id and compared in constant time.
+
+use super::conn::DbConn;
+use super::error::StoreError;
+use super::schema::{api_tokens, tenants};
+use crate::core::ids::check_id;
+use crate::core::time::Timestamp;
+use base64::prelude::{Engine, BASE64_URL_SAFE_NO_PAD};
+use diesel::prelude::*;
+use rand_core::RngCore;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// Who a token speaks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApiRole {
+    /// Everything.
+    Admin,
+    /// Reads everything, changes nothing.
+    Auditor,
+    /// Reads its own tenant's data only.
+    Tenant,
+}
+
+impl ApiRole {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiRole::Admin => "admin",
+            ApiRole::Auditor => "auditor",
+            ApiRole::Tenant => "tenant",
+        }
+    }
+
+    /// Parses a stored or user-given name.
+    pub fn parse(s: &str) -> Option<ApiRole> {
+        [ApiRole::Admin, ApiRole::Auditor, ApiRole::Tenant]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub token_id: String,
+    pub role: ApiRole,
+    /// Set exactly when `role` is `Tenant`.
+    pub tenant: Option<String>,
+}
+
+/// A token as listed (never with its secret).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct TokenInfo {
+    pub id: String,
+    pub role: ApiRole,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    pub label: String,
+    #[schema(value_type = String, example = "2026-11-30T12:00:00Z")]
+    pub created_at: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub revoked_at: Option<Timestamp>,
+}
+
+/// A tenant.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Tenant {
+    pub id: String,
+    pub name: String,
+    #[schema(value_type = String, example = "2026-11-30T12:00:00Z")]
+    pub created_at: Timestamp,
+}
+
+fn ts(secs: i64) -> Timestamp {
+    Timestamp::from_unix(secs).unwrap_or_else(Timestamp::now)
+}
+
+/// Creates a tenant; refuses a duplicate id.
+pub fn create_tenant(conn: &mut DbConn, id: &str, name: &str) -> Result<Tenant, StoreError> {
+    check_id(id).map_err(|m| StoreError::Refused(format!("tenant id {m}")))?;
+    if name.is_empty() || name.len() > 200 {
+        return Err(StoreError::Refused(
+            "tenant name must be 1 to 200 bytes".into(),
+        ));
+    }
+    let now = Timestamp::now();
+    let exists: Option<String> = tenants::table
+        .find(id)
+        .select(tenants::id)
+        .first(conn)
+        .optional()?;
+    if exists.is_some() {
+        return Err(StoreError::AlreadyExists(format!(
+            "tenant {id} already exists"
+        )));
+    }
+    diesel::insert_into(tenants::table)
+        .values((
+            tenants::id.eq(id),
+            tenants::name.eq(name),
+            tenants::created_at.eq(now.unix()),
+        ))
+        .execute(conn)?;
+    Ok(Tenant {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        created_at: now,
+    })
+}
+
+/// Every tenant, by id.
+pub fn list_tenants(conn: &mut DbConn) -> Result<Vec<Tenant>, StoreError> {
+    let rows: Vec<(String, String, i64)> = tenants::table
+        .order(tenants::id.asc())
+        .select((tenants::id, tenants::name, tenants::created_at))
+        .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, name, c)| Tenant {
+            id,
+            name,
+            created_at: ts(c),
+        })
+        .collect())
+}
+
+/// Whether a tenant exists.
+pub fn tenant_exists(conn: &mut DbConn, id: &str) -> Result<bool, StoreError> {
+    Ok(tenants::table
+        .find(id)
+        .select(tenants::id)
+        .first::<String>(conn)
+        .optional()?
+        .is_some())
+}
+
+fn hash(token: &str) -> Vec<u8> {
+    Sha256::digest(token.as_bytes()).to_vec()
+}
+
+/// Creates a token and returns `(info, secret token)`. The secret is shown once and never
+/// stored.
+pub fn create_token(
+    conn: &mut DbConn,
+    role: ApiRole,
+    tenant: Option<&str>,
+    label: &str,
+) -> Result<(TokenInfo, String), StoreError> {
+    match (role, tenant) {
+        (ApiRole::Tenant, Some(t)) => {
+            if !tenant_exists(conn, t)? {
+                return Err(StoreError::NotFound(format!("tenant {t}")));
+            }
+        }
+        (ApiRole::Tenant, None) => {
+            return Err(StoreError::Refused("a tenant token needs a tenant".into()))
+        }
+        (_, Some(_)) => {
+            return Err(StoreError::Refused(
+                "only tenant tokens name a tenant".into(),
+            ))
+        }
+        (_, None) => {}
+    }
+    if label.len() > 200 {
+        return Err(StoreError::Refused("label is longer than 200 bytes".into()));
+    }
+    let mut id_bytes = [0u8; 6];
+    let mut secret = [0u8; 32];
+    rand_core::OsRng.fill_bytes(&mut id_bytes);
+    rand_core::OsRng.fill_bytes(&mut secret);
+    let id = hex::encode(id_bytes);
+    let token = format!("glt_{id}_{}", BASE64_URL_SAFE_NO_PAD.encode(secret));
+    let now = Timestamp::now();
+    diesel::insert_into(api_tokens::table)
+        .values((
+            api_tokens::id.eq(&id),
+            api_tokens::token_hash.eq(hash(&token)),
+            api_tokens::role.eq(role.as_str()),
+            api_tokens::tenant.eq(tenant),
+            api_tokens::label.eq(label),
+            api_tokens::created_at.eq(now.unix()),
+        ))
+        .execute(conn)?;
+    let info = TokenInfo {
+        id,
+        role,
+        tenant: tenant.map(str::to_owned),
+        label: label.to_owned(),
+        created_at: now,
+        revoked_at: None,
+    };
+    Ok((info, token))
+}
+
+/// Every token, oldest first.
+pub fn list_tokens(conn: &mut DbConn) -> Result<Vec<TokenInfo>, StoreError> {
+    type Row = (String, String, Option<String>, String, i64, Option<i64>);
+    let rows: Vec<Row> = api_tokens::table
+        .order(api_tokens::created_at.asc())
+        .select((
+            api_tokens::id,
+            api_tokens::role,
+            api_tokens::tenant,
+            api_tokens::label,
+            api_tokens::created_at,
+            api_tokens::revoked_at,
+        ))
+        .load(conn)?;
+    rows.into_iter()
+        .map(|(id, role, tenant, label, c, r)| {
+            let role = ApiRole::parse(&role)
+                .ok_or_else(|| StoreError::Corrupt(format!("token role {role:?}")))?;
+            Ok(TokenInfo {
+                id,
+                role,
+                tenant,
+                label,
+                created_at: ts(c),
+                revoked_at: r.map(ts),
+            })
+        })
+        .collect()
+}
+
+/// Revokes a token; unknown ids are `NotFound`.
+pub fn revoke_token(conn: &mut DbConn, id: &str) -> Result<(), StoreError> {
+    let n = diesel::update(
+        api_tokens::table
+            .find(id)
+            .filter(api_tokens::revoked_at.is_null()),
+    )
+    .set(api_tokens::revoked_at.eq(Some(Timestamp::now().unix())))
+    .execute(conn)?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("active token {id}")));
+    }
+    Ok(())
+}
+
+/// The principal a presented token speaks for, or `None` for a malformed, unknown or revoked
+/// token (callers answer all three the same way).
+pub fn authenticate(conn: &mut DbConn, token: &str) -> Result<Option<Principal>, StoreError> {
+    let Some(id) = token
+        .strip_prefix("glt_")
+        .and_then(|r| r.split_once('_'))
+        .map(|(id, _)| id)
+    else {
+        return Ok(None);
+    };
+    if id.len() != 12 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(None);
+    }
+    type Row = (Vec<u8>, String, Option<String>, Option<i64>);
+    let row: Option<Row> = api_tokens::table
+        .find(id)
+        .select((
+            api_tokens::token_hash,
+            api_tokens::role,
+            api_tokens::tenant,
+            api_tokens::revoked_at,
+        ))
+        .first(conn)
+        .optional()?;
+    let Some((stored, role, tenant, revoked)) = row else {
+        return Ok(None);
+    };
+    if !bool::from(stored.ct_eq(&hash(token))) || revoked.is_some() {
+        return Ok(None);
+    }
+    let role =
+        ApiRole::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("token role {role:?}")))?;
+    Ok(Some(Principal {
+        token_id: id.to_owned(),
+        role,
+        tenant,
+    }))
+}

@@ -1,0 +1,59 @@
+//! Usage queries read from the log: every `gpu_usage` and `energy` entry of a tenant (or of
+//! all tenants), re-parsed from its leaf and summed exactly.
+
+use super::conn::DbConn;
+use super::error::StoreError;
+use super::schema::entries;
+use crate::core::leaf::Leaf;
+use crate::core::record::{Body, Kind};
+use crate::core::usage::Aggregator;
+use diesel::prelude::*;
+
+/// Entries read per query.
+const PAGE: i64 = 5_000;
+
+/// Feeds every usage and energy entry (of `tenant`, if given) to `agg`, in log order.
+pub fn aggregate(
+    conn: &mut DbConn,
+    tenant: Option<&str>,
+    agg: &mut Aggregator,
+) -> Result<(), StoreError> {
+    let kinds = [Kind::GpuUsage.as_str(), Kind::Energy.as_str()];
+    let mut after = -1i64;
+    loop {
+        let mut q = entries::table
+            .filter(entries::idx.gt(after))
+            .filter(entries::kind.eq_any(kinds))
+            .order(entries::idx.asc())
+            .limit(PAGE)
+            .select((entries::idx, entries::leaf))
+            .into_boxed();
+        if let Some(t) = tenant {
+            q = q.filter(entries::tenant.eq(t));
+        }
+        let rows: Vec<(i64, Vec<u8>)> = q.load(conn)?;
+        for (idx, bytes) in &rows {
+            let leaf = Leaf::from_bytes(bytes)
+                .map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
+            let kind = Kind::parse(&leaf.envelope.kind)
+                .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: unknown kind")))?;
+            let body = Body::from_value(kind, &leaf.envelope.body, leaf.received_at)
+                .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))?;
+            agg.add(&body);
+        }
+        match rows.last() {
+            Some((idx, _)) if rows.len() as i64 == PAGE => after = *idx,
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Whether any entry names `tenant` (tenants need not be created before agents report them).
+pub fn tenant_has_entries(conn: &mut DbConn, tenant: &str) -> Result<bool, StoreError> {
+    let one: Option<i64> = entries::table
+        .filter(entries::tenant.eq(tenant))
+        .select(entries::idx)
+        .first(conn)
+        .optional()?;
+    Ok(one.is_some())
+}

@@ -1,0 +1,18 @@
+//! The checked-in OpenAPI document (schemas/openapi.json) is what the code generates.
+//! Regenerate with `cargo run -- openapi > schemas/openapi.json`.
+
+#[test]
+fn checked_in_openapi_is_current() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/schemas/openapi.json");
+    let on_disk = std::fs::read_to_string(path).expect("schemas/openapi.json exists");
+    let generated = gpuledger::api::openapi_json();
+    assert!(
+        on_disk == generated,
+        "schemas/openapi.json is stale: run `cargo run -- openapi > schemas/openapi.json`"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&generated).unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    for p in ["/v1/records", "/v1/checkpoint", "/v1/log", "/v1/entries/{index}", "/v1/entries", "/v1/proofs/inclusion", "/v1/proofs/consistency", "/v1/usage", "/v1/tenants", "/v1/signers", "/v1/tokens"] {
+        assert!(doc["paths"].get(p).is_some(), "{p} is documented");
+    }
+}
