@@ -119,6 +119,33 @@ enum TokenCommand {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// HTTP ingest: concurrent simulated agents post signed batches to a server.
+    Ingest {
+        /// A running server's base URL; without it a server is started on a fresh SQLite file.
+        #[arg(long)]
+        url: Option<String>,
+        /// Admin token of that server (to register the agents' keys).
+        #[arg(long, env = "GPULEDGER_TOKEN")]
+        token: Option<String>,
+        /// Concurrent agents.
+        #[arg(long, default_value_t = 8)]
+        agents: usize,
+        /// Records per POST.
+        #[arg(long, default_value_t = 500)]
+        batch: usize,
+        /// Longest run.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        /// Records signed in advance (the run ends when all are sent).
+        #[arg(long, default_value_t = 400_000)]
+        records: usize,
+        /// Pace the agents to this many records/s in total (default: as fast as possible).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Append throughput against a raw-insert baseline in the same database.
     Append {
         /// Database to use; it must hold an empty log. Default: a fresh SQLite file in a
@@ -325,6 +352,53 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Openapi => {
             print!("{}", gpuledger::api::openapi_json());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Ingest {
+            url,
+            token,
+            agents,
+            batch,
+            seconds,
+            records,
+            rate,
+            json,
+        }) => {
+            let cfg = bench::ingest::IngestBench {
+                url,
+                token,
+                agents,
+                batch,
+                seconds,
+                records,
+                rate,
+            };
+            let r = bench::ingest::run_ingest(&cfg, &|phase| {
+                if !json {
+                    eprintln!("… {phase}");
+                }
+            })?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!("agents × batch:         {} × {}", r.agents, r.batch);
+                println!(
+                    "accepted:               {} of {} records in {} s",
+                    r.accepted_records, r.sent_records, r.seconds
+                );
+                println!("accepted records/s:     {:.0}", r.accepted_per_s);
+                if let Some(t) = r.target_rate {
+                    println!("target rate:            {t:.0} records/s");
+                }
+                println!(
+                    "batch latency p50/p99:  {} / {} ms (max {} ms)",
+                    r.batch_latency_p50_ms, r.batch_latency_p99_ms, r.batch_latency_max_ms
+                );
+                match r.server_peak_rss_mb {
+                    Some(m) => println!("server peak RSS:        {m} MB"),
+                    None => println!("server peak RSS:        not measured (server not started by the benchmark)"),
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Append {

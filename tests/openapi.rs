@@ -12,7 +12,19 @@ fn checked_in_openapi_is_current() {
     );
     let doc: serde_json::Value = serde_json::from_str(&generated).unwrap();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
-    for p in ["/v1/records", "/v1/checkpoint", "/v1/log", "/v1/entries/{index}", "/v1/entries", "/v1/proofs/inclusion", "/v1/proofs/consistency", "/v1/usage", "/v1/tenants", "/v1/signers", "/v1/tokens"] {
+    for p in [
+        "/v1/records",
+        "/v1/checkpoint",
+        "/v1/log",
+        "/v1/entries/{index}",
+        "/v1/entries",
+        "/v1/proofs/inclusion",
+        "/v1/proofs/consistency",
+        "/v1/usage",
+        "/v1/tenants",
+        "/v1/signers",
+        "/v1/tokens",
+    ] {
         assert!(doc["paths"].get(p).is_some(), "{p} is documented");
     }
 }

@@ -8,7 +8,7 @@ use crate::core::outcome::Outcome;
 use crate::core::rejection::{Reason, Rejection};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// Largest request body accepted on `POST /v1/records`, in bytes (8 MiB).
 pub const MAX_RECORDS_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -47,19 +47,23 @@ pub async fn post_records(
 ) -> Result<HttpResponse, ApiError> {
     super::require_json(&req)?;
     let body = read_body(payload, MAX_RECORDS_BODY_BYTES).await?;
-    let values: Vec<Value> = match serde_json::from_slice::<Value>(&body) {
-        Ok(Value::Array(a)) => a,
-        Ok(_) => {
-            return Err(ApiError::bad_request(
-                "not_an_array",
-                "the body must be a JSON array of signed envelopes",
-            ))
-        }
+    // Elements stay raw until each is read as an envelope, so one bad element is one
+    // rejection, not a failed request.
+    let values: Vec<&RawValue> = match serde_json::from_slice(&body) {
+        Ok(v) => v,
         Err(e) => {
-            return Err(ApiError::bad_request(
-                "malformed_json",
-                format!("the body is not valid JSON: {e}"),
-            ))
+            return Err(
+                match serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
+                    Ok(_) => ApiError::bad_request(
+                        "not_an_array",
+                        "the body must be a JSON array of signed envelopes",
+                    ),
+                    Err(_) => ApiError::bad_request(
+                        "malformed_json",
+                        format!("the body is not valid JSON: {e}"),
+                    ),
+                },
+            )
         }
     };
     if values.len() > MAX_APPEND_BATCH {
@@ -72,11 +76,10 @@ pub async fn post_records(
         });
     }
     let n = values.len();
-    // Elements that are not envelopes get their own rejection; the rest go to the ledger.
     let mut slots: Vec<Option<Outcome>> = Vec::with_capacity(n);
     let mut envelopes = Vec::with_capacity(n);
     for v in values {
-        match serde_json::from_value::<Envelope>(v) {
+        match serde_json::from_str::<Envelope>(v.get()) {
             Ok(e) => {
                 slots.push(None);
                 envelopes.push(e);

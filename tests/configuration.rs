@@ -1,0 +1,81 @@
+//! docs/CONFIGURATION.md keeps step with the code: every flag of `serve` (from its --help) and
+//! every TOML key of its settings file is documented, and the documented example file parses.
+
+use gpuledger::server::{read_config, ServeSettings};
+use std::process::Command;
+
+fn doc() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/CONFIGURATION.md"
+    ))
+    .unwrap()
+}
+
+#[test]
+fn every_serve_flag_and_env_var_is_documented() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuledger"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    let doc = doc();
+    let flags: Vec<&str> = help
+        .split_whitespace()
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(|w| w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-'))
+        .filter(|w| *w != "--help")
+        .collect();
+    assert!(flags.len() >= 6, "parsed flags from --help: {flags:?}");
+    for f in &flags {
+        assert!(
+            doc.contains(&format!("`{f}`")),
+            "docs/CONFIGURATION.md does not document {f}"
+        );
+    }
+    for env in help
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("GPULEDGER_"))
+    {
+        assert!(
+            doc.contains(env),
+            "docs/CONFIGURATION.md does not document {env}"
+        );
+    }
+}
+
+#[test]
+fn documented_example_file_sets_every_key() {
+    let doc = doc();
+    let start = doc.find("```toml\n").expect("an example file") + 8;
+    let end = start + doc[start..].find("```").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    std::fs::write(&path, &doc[start..end]).unwrap();
+    let s = read_config(&path).unwrap();
+    // Every field is set by the example, so a new setting without documentation fails here.
+    let ServeSettings {
+        listen,
+        database_url,
+        log_key,
+        checkpoint_interval_seconds,
+        workers,
+    } = s.clone();
+    assert!(listen.is_some() && database_url.is_some() && log_key.is_some());
+    assert!(checkpoint_interval_seconds.is_some() && workers.is_some());
+    // Flags win over the file; the file wins over defaults.
+    let r = ServeSettings {
+        workers: Some(1),
+        ..Default::default()
+    }
+    .resolve(s);
+    assert_eq!(r.workers, 1);
+    assert_eq!(r.listen.to_string(), "0.0.0.0:8080");
+    // Unknown keys are refused with the file name in the message.
+    std::fs::write(&path, "listen = \"127.0.0.1:1\"\nlisten_port = 3\n").unwrap();
+    let err = read_config(&path).unwrap_err();
+    assert!(
+        err.contains("serve.toml") && err.contains("listen_port"),
+        "{err}"
+    );
+}
