@@ -83,7 +83,7 @@ fn init_defaults_then_verify_log_passes_and_names_a_tampered_entry() {
     ledger
         .append(
             (1..=20)
-                .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, now))
+                .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, slot(s)))
                 .collect(),
         )
         .unwrap();

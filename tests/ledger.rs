@@ -33,8 +33,8 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
     let ledger = open(db);
     let k = signer(&ledger, "node-1", Role::Node);
     let now = Timestamp::now();
-    let a = sample::usage("node-1", &k, 1, "t1", Decimal::from(8), now);
-    let b = sample::usage("node-1", &k, 2, "t1", Decimal::from(8), now);
+    let a = sample::usage("node-1", &k, 1, "t1", Decimal::from(8), slot(1));
+    let b = sample::usage("node-1", &k, 2, "t1", Decimal::from(8), slot(2));
     let out = ledger.append(vec![a.clone(), b.clone()]).unwrap();
     // Index 0 is the key registration entry.
     assert_eq!(
@@ -61,7 +61,7 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
         ]
     );
     // Within one batch too.
-    let c = sample::usage("node-1", &k, 3, "t1", Decimal::from(1), now);
+    let c = sample::usage("node-1", &k, 3, "t1", Decimal::from(1), slot(3));
     let out = ledger.append(vec![c.clone(), c.clone()]).unwrap();
     assert_eq!(
         out,
@@ -76,14 +76,14 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
 
     // A different record under seq 2: conflict, kept as evidence, log unchanged.
     let size_before = ledger.head().unwrap().0;
-    let other = sample::usage("node-1", &k, 2, "t2", Decimal::from(4), now);
+    let other = sample::usage("node-1", &k, 2, "t2", Decimal::from(4), slot(2));
     let out = ledger.append(vec![other]).unwrap();
     assert_eq!(reason(&out[0]), Reason::Conflict);
     assert_eq!(ledger.head().unwrap().0, size_before);
     assert_eq!(ledger.with_reader(read::conflict_count).unwrap(), 1);
 
     // Gaps are allowed and reported.
-    let d = sample::usage("node-1", &k, 7, "t1", Decimal::from(1), now);
+    let d = sample::usage("node-1", &k, 7, "t1", Decimal::from(1), slot(7));
     let out = ledger.append(vec![d]).unwrap();
     assert_eq!(
         out,
@@ -93,7 +93,7 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
         }]
     );
     // A late record filling the gap is accepted without a new gap.
-    let e = sample::usage("node-1", &k, 5, "t1", Decimal::from(1), now);
+    let e = sample::usage("node-1", &k, 5, "t1", Decimal::from(1), slot(5));
     assert_eq!(
         ledger.append(vec![e]).unwrap(),
         vec![Outcome::Accepted {
@@ -102,8 +102,23 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
         }]
     );
 
+    // Overlapping intervals of one stream are refused; another tenant's stream may overlap.
+    let same_slot = sample::usage("node-1", &k, 8, "t1", Decimal::from(2), slot(7));
+    let half_overlap = sample::usage("node-1", &k, 9, "t1", Decimal::from(2), slot(7).plus(5));
+    let other_tenant = sample::usage("node-1", &k, 10, "t9", Decimal::from(2), slot(7));
+    let out = ledger.append(vec![same_slot, half_overlap, other_tenant]).unwrap();
+    assert_eq!(reason(&out[0]), Reason::OverlappingInterval);
+    assert_eq!(reason(&out[1]), Reason::OverlappingInterval);
+    assert!(matches!(out[2], Outcome::Accepted { index: 6, .. }), "{:?}", out[2]);
+    // Within one batch as well.
+    let x = sample::usage("node-1", &k, 11, "t1", Decimal::ONE, slot(20));
+    let y = sample::usage("node-1", &k, 12, "t1", Decimal::ONE, slot(20).plus(9));
+    let out = ledger.append(vec![x, y]).unwrap();
+    assert!(matches!(out[0], Outcome::Accepted { .. }));
+    assert_eq!(reason(&out[1]), Reason::OverlappingInterval);
+
     let report = assert_verifies(&ledger);
-    assert_eq!(report.size, 6);
+    assert_eq!(report.size, 8);
 });
 
 /// Mutates a signed envelope's JSON and re-signs it with `key` so that only the mutation is wrong.
@@ -129,7 +144,7 @@ both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
     let m = signer(&ledger, "market-1", Role::Market);
     let stranger = sample::key("stranger");
     let now = Timestamp::now();
-    let good = sample::usage("node-1", &k, 10, "t1", Decimal::from(2), now);
+    let good = sample::usage("node-1", &k, 10, "t1", Decimal::from(2), slot(10));
     let body = |f: &'static str, v: serde_json::Value| {
         let good = good.clone();
         let k = k.clone();
@@ -202,7 +217,7 @@ both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
         (
             "interval too long",
             resigned(&good, &k, |j| {
-                j["body"]["start"] = json!(now.plus(-200_000).to_string());
+                j["body"]["start"] = json!(slot(10).plus(-200_000).to_string());
                 j["body"]["gpu_seconds"] = json!("400000");
             }),
             Reason::IntervalTooLong,
@@ -237,7 +252,7 @@ both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
         ),
         (
             "unknown signer",
-            sample::usage("node-9", &stranger, 1, "t1", Decimal::ONE, now),
+            sample::usage("node-9", &stranger, 1, "t1", Decimal::ONE, slot(1)),
             Reason::UnknownSigner,
         ),
         (
@@ -257,7 +272,7 @@ both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
         ),
         (
             "market signs usage",
-            sample::usage("market-1", &m, 1, "t1", Decimal::ONE, now),
+            sample::usage("market-1", &m, 1, "t1", Decimal::ONE, slot(1)),
             Reason::RoleNotAllowed,
         ),
         (
@@ -301,7 +316,7 @@ both_backends!(revoked_keys_and_rotation, |db: &TestDb| {
     let ledger = open(db);
     let old = signer(&ledger, "node-1", Role::Node);
     let now = Timestamp::now();
-    let r1 = sample::usage("node-1", &old, 1, "t1", Decimal::ONE, now);
+    let r1 = sample::usage("node-1", &old, 1, "t1", Decimal::ONE, slot(1));
     assert!(matches!(
         ledger.append(vec![r1]).unwrap()[0],
         Outcome::Accepted { .. }
@@ -319,12 +334,12 @@ both_backends!(revoked_keys_and_rotation, |db: &TestDb| {
     ledger
         .revoke_key("node-1", &old_id, Some("rotated".into()))
         .unwrap();
-    let r2 = sample::usage("node-1", &old, 2, "t1", Decimal::ONE, now);
+    let r2 = sample::usage("node-1", &old, 2, "t1", Decimal::ONE, slot(2));
     assert_eq!(
         reason(&ledger.append(vec![r2]).unwrap()[0]),
         Reason::RevokedKey
     );
-    let r3 = sample::usage("node-1", &new, 2, "t1", Decimal::ONE, now);
+    let r3 = sample::usage("node-1", &new, 2, "t1", Decimal::ONE, slot(2));
     assert!(matches!(
         ledger.append(vec![r3]).unwrap()[0],
         Outcome::Accepted { .. }
@@ -333,7 +348,7 @@ both_backends!(revoked_keys_and_rotation, |db: &TestDb| {
     // Registry refusals.
     assert!(matches!(
         ledger.revoke_key("node-1", &old_id, None),
-        Err(StoreError::Refused(_))
+        Err(StoreError::AlreadyExists(_))
     ));
     assert!(matches!(
         ledger.revoke_key("node-2", &new_id, None),
@@ -342,7 +357,7 @@ both_backends!(revoked_keys_and_rotation, |db: &TestDb| {
     let pk = gpuledger::core::keys::encode_public(&new.verifying_key());
     assert!(matches!(
         ledger.register_key("node-3", Role::Node, &pk),
-        Err(StoreError::Refused(_))
+        Err(StoreError::AlreadyExists(_))
     ));
     assert!(matches!(
         ledger.register_key("node-1", Role::Market, &pk),
@@ -362,7 +377,7 @@ both_backends!(revoked_keys_and_rotation, |db: &TestDb| {
     // A second ledger handle (as another process would) sees the revocation too.
     drop(ledger);
     let again = gpuledger::store::Ledger::open(&db.url, log_key()).unwrap();
-    let r4 = sample::usage("node-1", &old, 3, "t1", Decimal::ONE, now);
+    let r4 = sample::usage("node-1", &old, 3, "t1", Decimal::ONE, slot(3));
     assert_eq!(
         reason(&again.append(vec![r4]).unwrap()[0]),
         Reason::RevokedKey
@@ -376,7 +391,7 @@ both_backends!(batch_limit_is_enforced, |db: &TestDb| {
     let k = signer(&ledger, "node-1", Role::Node);
     let now = Timestamp::now();
     let batch: Vec<_> = (1..=MAX_APPEND_BATCH as u64 + 1)
-        .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, now))
+        .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, slot(s)))
         .collect();
     assert!(
         matches!(ledger.append(batch.clone()), Err(StoreError::BatchTooLarge(n, MAX_APPEND_BATCH)) if n == MAX_APPEND_BATCH + 1)
@@ -410,7 +425,7 @@ both_backends!(stored_tree_matches_rfc6962_for_every_size, |db: &TestDb| {
         let batch = (0..n)
             .map(|_| {
                 seq += 1;
-                sample::usage("node-1", &k, seq, "t", Decimal::ONE, now)
+                sample::usage("node-1", &k, seq, "t", Decimal::ONE, slot(seq))
             })
             .collect();
         ledger.append(batch).unwrap();
@@ -452,7 +467,7 @@ both_backends!(checkpoints_are_signed_and_consistent, |db: &TestDb| {
     ledger
         .append(
             (1..=10)
-                .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, now))
+                .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, slot(s)))
                 .collect(),
         )
         .unwrap();

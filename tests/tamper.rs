@@ -27,7 +27,7 @@ fn build(db: &TestDb) -> Ledger {
                 s,
                 &format!("t{}", s % 3),
                 Decimal::from(s),
-                now,
+                slot(s),
             )
         })
         .collect();

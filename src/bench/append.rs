@@ -86,7 +86,9 @@ fn generate(
         })
         .collect();
     progress(&format!("signing {records} records for {prefix}"));
+    // Each signer measures contiguous 10-second slots ending now: records never overlap.
     let now = Timestamp::now();
+    let per_signer = records.div_ceil(signers) as i64;
     let envs = (0..records)
         .into_par_iter()
         .map(|i| {
@@ -99,7 +101,7 @@ fn generate(
                 seq,
                 &format!("tenant-{}", i % 5),
                 count,
-                now.plus(-(i as i64 % 3600)),
+                now.plus(-10 * (per_signer - seq as i64)),
             )
         })
         .collect();

@@ -186,7 +186,7 @@ pub fn run_ingest(
                     let recs: Vec<_> = seqs
                         .iter()
                         .map(|&s| {
-                            let end = now.plus(-(10 * (per_agent - s) as i64).min(80_000));
+                            let end = now.plus(-10 * (per_agent - s) as i64);
                             sample::usage(
                                 name,
                                 key,

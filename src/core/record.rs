@@ -198,6 +198,21 @@ impl Body {
         }
     }
 
+    /// The measurement stream and interval of a usage or energy record. Two records of one
+    /// stream must never overlap in time, or the same GPU-seconds or kWh would be billed twice.
+    /// Identifiers cannot contain `|`, so the stream key is unambiguous.
+    pub fn stream(&self) -> Option<(String, Timestamp, Timestamp)> {
+        match self {
+            Body::GpuUsage(u) => Some((
+                format!("gpu_usage|{}|{}|{}|{}", u.node, u.tenant, u.lease.as_deref().unwrap_or(""), u.gpu_model),
+                u.start,
+                u.end,
+            )),
+            Body::Energy(e) => Some((format!("energy|{}|{}", e.node, e.tenant.as_deref().unwrap_or("")), e.start, e.end)),
+            _ => None,
+        }
+    }
+
     /// The wire JSON of this body (canonical decimals and timestamps).
     pub fn to_value(&self) -> Value {
         let mut m = serde_json::Map::new();

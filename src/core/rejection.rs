@@ -44,6 +44,9 @@ pub enum Reason {
     BadSignature,
     /// Another, different record already holds this (signer, seq); kept as evidence.
     Conflict,
+    /// The interval overlaps one already logged for the same stream (same node, tenant,
+    /// lease and GPU model for usage; same node and tenant for energy).
+    OverlappingInterval,
 }
 
 impl Reason {
@@ -68,6 +71,7 @@ impl Reason {
             Reason::RoleNotAllowed => "role_not_allowed",
             Reason::BadSignature => "bad_signature",
             Reason::Conflict => "conflict",
+            Reason::OverlappingInterval => "overlapping_interval",
         }
     }
 }

@@ -599,7 +599,11 @@ fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued
         }
         if !appends.is_empty() {
             let (batches, replies): (Vec<_>, Vec<_>) = appends.into_iter().unzip();
-            match write::append_group(conn, &batches, now) {
+            let started = std::time::Instant::now();
+            let result = write::append_group(conn, &batches, now);
+            metrics::histogram!("gpuledger_commit_seconds").record(started.elapsed().as_secs_f64());
+            metrics::histogram!("gpuledger_commit_group_records").record(n as f64);
+            match result {
                 Ok(outs) => {
                     for (o, r) in outs.into_iter().zip(replies) {
                         let _ = r.send(Ok(o));

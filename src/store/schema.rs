@@ -95,3 +95,12 @@ diesel::table! {
         revoked_at -> Nullable<BigInt>,
     }
 }
+
+diesel::table! {
+    intervals (stream, start_at) {
+        stream -> Text,
+        start_at -> BigInt,
+        end_at -> BigInt,
+        idx -> BigInt,
+    }
+}

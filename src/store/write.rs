@@ -210,6 +210,7 @@ pub(crate) fn append_group(
             .map(|(id, s)| (id, s as u64))
             .collect();
         let before = last_seq.clone();
+        let mut streams = Streams::load(conn, all().map(|v| &v.checked.body))?;
 
         let mut conflicts = Vec::new();
         let mut out = Vec::with_capacity(batches.len());
@@ -248,12 +249,17 @@ pub(crate) fn append_group(
                     )));
                     continue;
                 }
+                if let Some(r) = streams.overlap(&v.checked.body) {
+                    outcomes.push(Outcome::Rejected(r));
+                    continue;
+                }
                 let last = last_seq.get(&env.signer).copied().unwrap_or(0);
                 let seq_gap = (env.seq > last + 1).then_some(SeqGap { from: last + 1, to: env.seq - 1 });
                 if env.seq > last {
                     last_seq.insert(env.signer.clone(), env.seq);
                 }
                 let index = app.push(&v.checked);
+                streams.claim(&v.checked.body, index);
                 existing.insert(key, (v.checked.content_hash.to_vec(), index));
                 outcomes.push(Outcome::Accepted { index, seq_gap });
             }
@@ -265,9 +271,84 @@ pub(crate) fn append_group(
         for chunk in conflicts.chunks(INSERT_CHUNK) {
             per_backend!(conn, |c| diesel::insert_into(conflicts::table).values(chunk).execute(c))?;
         }
+        for chunk in streams.new_rows.chunks(INSERT_CHUNK) {
+            per_backend!(conn, |c| diesel::insert_into(intervals::table).values(chunk).execute(c))?;
+        }
         app.finish(conn)?;
         Ok(out)
     })
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = intervals)]
+struct NewInterval {
+    stream: String,
+    start_at: i64,
+    end_at: i64,
+    idx: i64,
+}
+
+/// The logged intervals of the streams a group touches, near the group's own intervals, plus
+/// what the group adds. Loaded in one query; checked and extended in memory.
+struct Streams {
+    /// stream → (start, end, index), unordered; few per stream.
+    known: HashMap<String, Vec<(i64, i64, u64)>>,
+    new_rows: Vec<NewInterval>,
+}
+
+impl Streams {
+    fn load<'a>(conn: &mut DbConn, bodies: impl Iterator<Item = &'a Body>) -> Result<Streams, StoreError> {
+        let mut span: HashMap<String, (i64, i64)> = HashMap::new();
+        for (stream, start, end) in bodies.filter_map(Body::stream) {
+            let e = span.entry(stream).or_insert((start.unix(), end.unix()));
+            e.0 = e.0.min(start.unix());
+            e.1 = e.1.max(end.unix());
+        }
+        let mut known: HashMap<String, Vec<(i64, i64, u64)>> = HashMap::new();
+        if !span.is_empty() {
+            // Any logged interval that overlaps [lo, hi) starts before hi and ends after lo;
+            // intervals are at most MAX_INTERVAL_SECONDS long, which bounds the index range.
+            let mut q = intervals::table
+                .select((intervals::stream, intervals::start_at, intervals::end_at, intervals::idx))
+                .into_boxed();
+            for (stream, (lo, hi)) in &span {
+                q = q.or_filter(
+                    intervals::stream
+                        .eq(stream.clone())
+                        .and(intervals::start_at.gt(lo - crate::core::limits::MAX_INTERVAL_SECONDS))
+                        .and(intervals::start_at.lt(*hi))
+                        .and(intervals::end_at.gt(*lo)),
+                );
+            }
+            for (stream, s, e, i) in q.load::<(String, i64, i64, i64)>(conn)? {
+                known.entry(stream).or_default().push((s, e, i as u64));
+            }
+        }
+        Ok(Streams { known, new_rows: Vec::new() })
+    }
+
+    /// A rejection if the body's interval overlaps a logged or earlier-accepted one.
+    fn overlap(&self, body: &Body) -> Option<Rejection> {
+        let (stream, start, end) = body.stream()?;
+        let (s, e) = (start.unix(), end.unix());
+        let (_, _, idx) = self.known.get(&stream)?.iter().find(|(ks, ke, _)| *ks < e && *ke > s)?;
+        Some(Rejection::field(
+            Reason::OverlappingInterval,
+            "body.start",
+            format!(
+                "[{start}, {end}) overlaps the interval of entry {idx} for the same {} stream",
+                body.kind().as_str()
+            ),
+        ))
+    }
+
+    /// Records an accepted body's interval.
+    fn claim(&mut self, body: &Body, index: u64) {
+        if let Some((stream, start, end)) = body.stream() {
+            self.known.entry(stream.clone()).or_default().push((start.unix(), end.unix(), index));
+            self.new_rows.push(NewInterval { stream, start_at: start.unix(), end_at: end.unix(), idx: index as i64 });
+        }
+    }
 }
 
 /// Sets `signers.last_seq` for many signers in one statement (`UPDATE … FROM (VALUES …)`, which

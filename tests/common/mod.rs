@@ -110,6 +110,15 @@ macro_rules! both_backends {
     };
 }
 
+/// The end of a 10-second measurement slot for `seq`: slots of one signer never overlap, and
+/// the same seq always gives the same record (the base is fixed for the test process).
+pub fn slot(seq: u64) -> gpuledger::core::time::Timestamp {
+    use gpuledger::core::time::Timestamp;
+    static BASE: std::sync::OnceLock<Timestamp> = std::sync::OnceLock::new();
+    let base = *BASE.get_or_init(|| Timestamp::now().plus(-5 * 86_400));
+    base.plus(10 * seq as i64)
+}
+
 /// The fixed log key of the tests.
 pub fn log_key() -> SigningKey {
     gpuledger::sample::key("test-log")
