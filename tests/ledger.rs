@@ -106,10 +106,16 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
     let same_slot = sample::usage("node-1", &k, 8, "t1", Decimal::from(2), slot(7));
     let half_overlap = sample::usage("node-1", &k, 9, "t1", Decimal::from(2), slot(7).plus(5));
     let other_tenant = sample::usage("node-1", &k, 10, "t9", Decimal::from(2), slot(7));
-    let out = ledger.append(vec![same_slot, half_overlap, other_tenant]).unwrap();
+    let out = ledger
+        .append(vec![same_slot, half_overlap, other_tenant])
+        .unwrap();
     assert_eq!(reason(&out[0]), Reason::OverlappingInterval);
     assert_eq!(reason(&out[1]), Reason::OverlappingInterval);
-    assert!(matches!(out[2], Outcome::Accepted { index: 6, .. }), "{:?}", out[2]);
+    assert!(
+        matches!(out[2], Outcome::Accepted { index: 6, .. }),
+        "{:?}",
+        out[2]
+    );
     // Within one batch as well.
     let x = sample::usage("node-1", &k, 11, "t1", Decimal::ONE, slot(20));
     let y = sample::usage("node-1", &k, 12, "t1", Decimal::ONE, slot(20).plus(9));
@@ -502,3 +508,41 @@ both_backends!(init_is_idempotent_and_refuses_another_key, |db: &TestDb| {
         Err(StoreError::Refused(_))
     ));
 });
+
+both_backends!(
+    overlap_checks_survive_late_records_and_other_writers,
+    |db: &TestDb| {
+        let ledger = open(db);
+        let k = signer(&ledger, "node-1", Role::Node);
+        let rec =
+            |seq: u64, at: u64| sample::usage("node-1", &k, seq, "t1", Decimal::ONE, slot(at));
+        let accepted = |o: &Outcome| matches!(o, Outcome::Accepted { .. });
+        let out = ledger
+            .append(vec![rec(1, 1), rec(2, 2), rec(3, 10)])
+            .unwrap();
+        assert!(out.iter().all(accepted), "{out:?}");
+        // A late record filling the gap, then one after it: both fine.
+        assert!(accepted(&ledger.append(vec![rec(4, 7)]).unwrap()[0]));
+        assert!(accepted(&ledger.append(vec![rec(5, 8)]).unwrap()[0]));
+        // The stream's latest interval is still slot 10: a second claim on it is refused.
+        assert_eq!(
+            reason(&ledger.append(vec![rec(6, 10)]).unwrap()[0]),
+            Reason::OverlappingInterval
+        );
+        assert!(accepted(&ledger.append(vec![rec(7, 11)]).unwrap()[0]));
+        // Another process (another handle on the same database) appends to the stream; this
+        // handle must notice and not trust what it remembers.
+        let other = gpuledger::store::Ledger::open(&db.url, log_key()).unwrap();
+        assert!(accepted(&other.append(vec![rec(8, 12)]).unwrap()[0]));
+        assert_eq!(
+            reason(&ledger.append(vec![rec(9, 12)]).unwrap()[0]),
+            Reason::OverlappingInterval
+        );
+        assert!(accepted(&ledger.append(vec![rec(10, 13)]).unwrap()[0]));
+        assert_eq!(
+            reason(&other.append(vec![rec(11, 13)]).unwrap()[0]),
+            Reason::OverlappingInterval
+        );
+        assert_verifies(&ledger);
+    }
+);

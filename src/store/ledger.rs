@@ -552,6 +552,7 @@ impl Drop for Ledger {
 }
 
 fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued: &AtomicUsize) {
+    let mut streams = write::StreamCache::default();
     while let Ok(first) = rx.recv() {
         let mut n = first.records();
         let mut jobs = vec![first];
@@ -600,7 +601,7 @@ fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued
         if !appends.is_empty() {
             let (batches, replies): (Vec<_>, Vec<_>) = appends.into_iter().unzip();
             let started = std::time::Instant::now();
-            let result = write::append_group(conn, &batches, now);
+            let result = write::append_group(conn, &batches, now, &mut streams);
             metrics::histogram!("gpuledger_commit_seconds").record(started.elapsed().as_secs_f64());
             metrics::histogram!("gpuledger_commit_group_records").record(n as f64);
             match result {
@@ -612,8 +613,9 @@ fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued
                 // One failed group: retry each batch alone so one bad batch fails only itself.
                 Err(_) if batches.len() > 1 => {
                     for (b, r) in batches.into_iter().zip(replies) {
-                        let res = write::append_group(conn, std::slice::from_ref(&b), now)
-                            .map(|mut o| o.pop().unwrap_or_default());
+                        let res =
+                            write::append_group(conn, std::slice::from_ref(&b), now, &mut streams)
+                                .map(|mut o| o.pop().unwrap_or_default());
                         let _ = r.send(res);
                     }
                 }

@@ -169,9 +169,15 @@ pub(crate) fn append_group(
     conn: &mut DbConn,
     batches: &[Vec<Verified>],
     now: Timestamp,
+    cache: &mut StreamCache,
 ) -> Result<Vec<Vec<Outcome>>, StoreError> {
-    conn.transaction(|conn| {
+    let result = conn.transaction(|conn| {
         let mut app = Appender::lock(conn, now)?;
+        // The cache describes the log as this process last left it; if anyone else appended
+        // since, it is stale.
+        if cache.head_size != Some(app.size) {
+            cache.clear();
+        }
         let all = || batches.iter().flatten();
 
         // Revocation is the only mutable key state: re-read it under the lock.
@@ -210,7 +216,7 @@ pub(crate) fn append_group(
             .map(|(id, s)| (id, s as u64))
             .collect();
         let before = last_seq.clone();
-        let mut streams = Streams::load(conn, all().map(|v| &v.checked.body))?;
+        let mut streams = Streams::load(conn, all().map(|v| &v.checked.body), cache)?;
 
         let mut conflicts = Vec::new();
         let mut out = Vec::with_capacity(batches.len());
@@ -274,9 +280,50 @@ pub(crate) fn append_group(
         for chunk in streams.new_rows.chunks(INSERT_CHUNK) {
             per_backend!(conn, |c| diesel::insert_into(intervals::table).values(chunk).execute(c))?;
         }
+        let new_size = app.next_index();
         app.finish(conn)?;
-        Ok(out)
-    })
+        Ok((out, streams.latest, new_size))
+    });
+    match result {
+        Ok((out, latest, new_size)) => {
+            cache.committed(latest, new_size);
+            Ok(out)
+        }
+        Err(e) => {
+            cache.clear();
+            Err(e)
+        }
+    }
+}
+
+/// Most streams the sequencer remembers between transactions.
+pub const MAX_CACHED_STREAMS: usize = 100_000;
+
+/// The latest-starting interval of each recently seen stream, as of the log size this process
+/// last committed. While nobody else appends, a record starting at or after its stream's
+/// latest end cannot overlap anything (logged intervals of a stream never overlap), so the
+/// common in-order case needs no query.
+#[derive(Default)]
+pub(crate) struct StreamCache {
+    head_size: Option<u64>,
+    last: HashMap<String, (i64, i64, u64)>,
+}
+
+impl StreamCache {
+    fn clear(&mut self) {
+        self.head_size = None;
+        self.last.clear();
+    }
+
+    /// After a commit: `latest` holds the true latest interval of every stream the group
+    /// touched (looked up, or known from the cache, then extended by what was accepted).
+    fn committed(&mut self, latest: HashMap<String, (i64, i64, u64)>, new_size: u64) {
+        if self.last.len() + latest.len() > MAX_CACHED_STREAMS {
+            self.last.clear();
+        }
+        self.last.extend(latest);
+        self.head_size = Some(new_size);
+    }
 }
 
 #[derive(Insertable)]
@@ -293,45 +340,105 @@ struct NewInterval {
 struct Streams {
     /// stream → (start, end, index), unordered; few per stream.
     known: HashMap<String, Vec<(i64, i64, u64)>>,
+    /// stream → its latest-starting interval (logged or accepted now), for the cache.
+    latest: HashMap<String, (i64, i64, u64)>,
     new_rows: Vec<NewInterval>,
 }
 
 impl Streams {
-    fn load<'a>(conn: &mut DbConn, bodies: impl Iterator<Item = &'a Body>) -> Result<Streams, StoreError> {
+    fn load<'a>(
+        conn: &mut DbConn,
+        bodies: impl Iterator<Item = &'a Body>,
+        cache: &StreamCache,
+    ) -> Result<Streams, StoreError> {
         let mut span: HashMap<String, (i64, i64)> = HashMap::new();
-        for (stream, start, end) in bodies.filter_map(Body::stream) {
-            let e = span.entry(stream).or_insert((start.unix(), end.unix()));
-            e.0 = e.0.min(start.unix());
-            e.1 = e.1.max(end.unix());
-        }
         let mut known: HashMap<String, Vec<(i64, i64, u64)>> = HashMap::new();
+        let mut latest: HashMap<String, (i64, i64, u64)> = HashMap::new();
+        for (stream, start, end) in bodies.filter_map(|b| b.stream()) {
+            let (s, e) = (start.unix(), end.unix());
+            if !span.contains_key(&stream) {
+                if let Some(last) = cache.last.get(&stream) {
+                    if s >= last.1 {
+                        // In order after the stream's latest interval: nothing to look up.
+                        known.entry(stream.clone()).or_insert_with(|| vec![*last]);
+                        latest.entry(stream).or_insert(*last);
+                        continue;
+                    }
+                }
+            }
+            known.remove(&stream);
+            latest.remove(&stream);
+            let e2 = span.entry(stream).or_insert((s, e));
+            e2.0 = e2.0.min(s);
+            e2.1 = e2.1.max(e);
+        }
         if !span.is_empty() {
-            // Any logged interval that overlaps [lo, hi) starts before hi and ends after lo;
-            // intervals are at most MAX_INTERVAL_SECONDS long, which bounds the index range.
+            // Logged intervals of one stream never overlap each other, so the only ones that
+            // can overlap [lo, hi) are those starting inside it and the last one starting
+            // before lo. Both are index lookups on (stream, start_at).
+            let before = diesel::alias!(intervals as before);
             let mut q = intervals::table
-                .select((intervals::stream, intervals::start_at, intervals::end_at, intervals::idx))
+                .select((
+                    intervals::stream,
+                    intervals::start_at,
+                    intervals::end_at,
+                    intervals::idx,
+                ))
                 .into_boxed();
             for (stream, (lo, hi)) in &span {
+                let last_before = before
+                    .filter(before.field(intervals::stream).eq(stream.clone()))
+                    .filter(before.field(intervals::start_at).lt(*lo))
+                    .select(diesel::dsl::max(before.field(intervals::start_at)))
+                    .single_value();
+                q = q
+                    .or_filter(
+                        intervals::stream
+                            .eq(stream.clone())
+                            .and(intervals::start_at.ge(*lo))
+                            .and(intervals::start_at.lt(*hi)),
+                    )
+                    .or_filter(
+                        intervals::stream
+                            .eq(stream.clone())
+                            .and(intervals::start_at.nullable().eq(last_before))
+                            .and(intervals::end_at.gt(*lo)),
+                    );
+                // The stream's latest interval overall, so the cache knows where it ends.
+                let last_ever = before
+                    .filter(before.field(intervals::stream).eq(stream.clone()))
+                    .select(diesel::dsl::max(before.field(intervals::start_at)))
+                    .single_value();
                 q = q.or_filter(
                     intervals::stream
                         .eq(stream.clone())
-                        .and(intervals::start_at.gt(lo - crate::core::limits::MAX_INTERVAL_SECONDS))
-                        .and(intervals::start_at.lt(*hi))
-                        .and(intervals::end_at.gt(*lo)),
+                        .and(intervals::start_at.nullable().eq(last_ever)),
                 );
             }
             for (stream, s, e, i) in q.load::<(String, i64, i64, i64)>(conn)? {
+                let l = latest.entry(stream.clone()).or_insert((s, e, i as u64));
+                if s > l.0 {
+                    *l = (s, e, i as u64);
+                }
                 known.entry(stream).or_default().push((s, e, i as u64));
             }
         }
-        Ok(Streams { known, new_rows: Vec::new() })
+        Ok(Streams {
+            known,
+            latest,
+            new_rows: Vec::new(),
+        })
     }
 
     /// A rejection if the body's interval overlaps a logged or earlier-accepted one.
     fn overlap(&self, body: &Body) -> Option<Rejection> {
         let (stream, start, end) = body.stream()?;
         let (s, e) = (start.unix(), end.unix());
-        let (_, _, idx) = self.known.get(&stream)?.iter().find(|(ks, ke, _)| *ks < e && *ke > s)?;
+        let (_, _, idx) = self
+            .known
+            .get(&stream)?
+            .iter()
+            .find(|(ks, ke, _)| *ks < e && *ke > s)?;
         Some(Rejection::field(
             Reason::OverlappingInterval,
             "body.start",
@@ -345,8 +452,18 @@ impl Streams {
     /// Records an accepted body's interval.
     fn claim(&mut self, body: &Body, index: u64) {
         if let Some((stream, start, end)) = body.stream() {
-            self.known.entry(stream.clone()).or_default().push((start.unix(), end.unix(), index));
-            self.new_rows.push(NewInterval { stream, start_at: start.unix(), end_at: end.unix(), idx: index as i64 });
+            let iv = (start.unix(), end.unix(), index);
+            self.known.entry(stream.clone()).or_default().push(iv);
+            let l = self.latest.entry(stream.clone()).or_insert(iv);
+            if iv.0 >= l.0 {
+                *l = iv;
+            }
+            self.new_rows.push(NewInterval {
+                stream,
+                start_at: start.unix(),
+                end_at: end.unix(),
+                idx: index as i64,
+            });
         }
     }
 }
