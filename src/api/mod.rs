@@ -141,6 +141,11 @@ pub fn parse_u64(name: &str, s: &str) -> Result<u64, ApiError> {
 
 /// Registers every route on an actix app.
 pub fn routes(cfg: &mut web::ServiceConfig) {
+    // A query string that does not deserialise (missing or mistyped member) is a problem too.
+    cfg.app_data(
+        web::QueryConfig::default()
+            .error_handler(|e, _| ApiError::bad_request("invalid_parameter", e.to_string()).into()),
+    );
     cfg.route("/healthz", web::get().to(ops::healthz))
         .route("/readyz", web::get().to(ops::readyz))
         .route("/metrics", web::get().to(ops::metrics))

@@ -204,11 +204,21 @@ impl Body {
     pub fn stream(&self) -> Option<(String, Timestamp, Timestamp)> {
         match self {
             Body::GpuUsage(u) => Some((
-                format!("gpu_usage|{}|{}|{}|{}", u.node, u.tenant, u.lease.as_deref().unwrap_or(""), u.gpu_model),
+                format!(
+                    "gpu_usage|{}|{}|{}|{}",
+                    u.node,
+                    u.tenant,
+                    u.lease.as_deref().unwrap_or(""),
+                    u.gpu_model
+                ),
                 u.start,
                 u.end,
             )),
-            Body::Energy(e) => Some((format!("energy|{}|{}", e.node, e.tenant.as_deref().unwrap_or("")), e.start, e.end)),
+            Body::Energy(e) => Some((
+                format!("energy|{}|{}", e.node, e.tenant.as_deref().unwrap_or("")),
+                e.start,
+                e.end,
+            )),
             _ => None,
         }
     }
