@@ -93,6 +93,9 @@ both_backends!(any_changed_byte_is_named, |db: &TestDb| {
             "content_hash",
             "leaf",
             "leaf_hash",
+            "stream",
+            "start_at",
+            "end_at",
         ] {
             for at in [0usize, 7, 31, 200] {
                 let r = match column {
@@ -134,6 +137,23 @@ both_backends!(any_changed_byte_is_named, |db: &TestDb| {
                             .set(entries::leaf.eq(b))
                             .execute(&mut conn)
                     }
+                    "stream" => {
+                        let t = row
+                            .stream
+                            .as_deref()
+                            .map_or("x".to_owned(), |t| flip_text(t, at));
+                        diesel::update(key)
+                            .set(entries::stream.eq(Some(t)))
+                            .execute(&mut conn)
+                    }
+                    "start_at" => diesel::update(key)
+                        .set(
+                            entries::start_at.eq(Some(row.start_at.unwrap_or(0) ^ (1 << (at % 8)))),
+                        )
+                        .execute(&mut conn),
+                    "end_at" => diesel::update(key)
+                        .set(entries::end_at.eq(Some(row.end_at.unwrap_or(0) ^ (1 << (at % 8)))))
+                        .execute(&mut conn),
                     _ => {
                         let mut b = row.leaf_hash.clone();
                         flip(&mut b, at);
@@ -174,6 +194,9 @@ both_backends!(any_changed_byte_is_named, |db: &TestDb| {
                         entries::content_hash.eq(&row.content_hash),
                         entries::leaf.eq(&row.leaf),
                         entries::leaf_hash.eq(&row.leaf_hash),
+                        entries::stream.eq(&row.stream),
+                        entries::start_at.eq(row.start_at),
+                        entries::end_at.eq(row.end_at),
                     ))
                     .execute(&mut conn)
                     .unwrap();
@@ -183,7 +206,7 @@ both_backends!(any_changed_byte_is_named, |db: &TestDb| {
             }
         }
     }
-    assert!(checked > 150, "only {checked} tamper cases ran");
+    assert!(checked > 200, "only {checked} tamper cases ran");
     assert_eq!(blamed(&mut conn), None, "restored log verifies again");
 
     // A stored tree hash: blamed on the entry that wrote it.

@@ -54,6 +54,9 @@ diesel::table! {
         content_hash -> Binary,
         leaf -> Binary,
         leaf_hash -> Binary,
+        stream -> Nullable<Text>,
+        start_at -> Nullable<BigInt>,
+        end_at -> Nullable<BigInt>,
     }
 }
 
@@ -69,6 +72,9 @@ struct RawRow {
     content_hash: Vec<u8>,
     leaf: Vec<u8>,
     leaf_hash: Vec<u8>,
+    stream: Option<String>,
+    start_at: Option<i64>,
+    end_at: Option<i64>,
 }
 
 fn generate(
@@ -246,7 +252,9 @@ fn raw_baseline(url: &str, envs: &[Envelope], batch: usize) -> Result<f64, Store
         "DROP TABLE IF EXISTS bench_raw;
          CREATE TABLE bench_raw (idx BIGINT PRIMARY KEY NOT NULL, kind TEXT NOT NULL, signer TEXT NOT NULL,
            seq BIGINT NOT NULL, tenant TEXT, received_at BIGINT NOT NULL, content_hash {blob} NOT NULL,
-           leaf {blob} NOT NULL, leaf_hash {blob} NOT NULL, UNIQUE (signer, seq));"
+           leaf {blob} NOT NULL, leaf_hash {blob} NOT NULL, stream TEXT, start_at BIGINT, end_at BIGINT,
+           UNIQUE (signer, seq));
+         CREATE INDEX bench_raw_stream ON bench_raw (stream, start_at);"
     ))?;
     let now = Timestamp::now().unix();
     let rows: Vec<RawRow> = envs
@@ -266,6 +274,9 @@ fn raw_baseline(url: &str, envs: &[Envelope], batch: usize) -> Result<f64, Store
             content_hash: vec![0; 32],
             leaf: serde_json::to_vec(e).expect("serialises"),
             leaf_hash: vec![0; 32],
+            stream: Some(format!("{}|{}", e.signer, i % 5)),
+            start_at: Some(now - 10 * i as i64),
+            end_at: Some(now - 10 * i as i64 + 10),
         })
         .collect();
     let started = Instant::now();

@@ -93,6 +93,10 @@ pub struct EntryRow {
     pub content_hash: Vec<u8>,
     pub leaf: Vec<u8>,
     pub leaf_hash: Vec<u8>,
+    /// Measurement stream of usage and energy entries (see `Body::stream`).
+    pub stream: Option<String>,
+    pub start_at: Option<i64>,
+    pub end_at: Option<i64>,
 }
 
 /// Entries with `start <= idx < end`, in order.

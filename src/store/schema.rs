@@ -26,6 +26,9 @@ diesel::table! {
         content_hash -> Binary,
         leaf -> Binary,
         leaf_hash -> Binary,
+        stream -> Nullable<Text>,
+        start_at -> Nullable<BigInt>,
+        end_at -> Nullable<BigInt>,
     }
 }
 
@@ -93,14 +96,5 @@ diesel::table! {
         label -> Text,
         created_at -> BigInt,
         revoked_at -> Nullable<BigInt>,
-    }
-}
-
-diesel::table! {
-    intervals (stream, start_at) {
-        stream -> Text,
-        start_at -> BigInt,
-        end_at -> BigInt,
-        idx -> BigInt,
     }
 }

@@ -116,6 +116,16 @@ pub fn verify_log(
                     row.content_hash[..] == c.checked.content_hash[..],
                 ),
                 ("leaf_hash", row.leaf_hash[..] == c.leaf_hash.0[..]),
+                (
+                    "stream, start_at, end_at",
+                    (row.stream.clone(), row.start_at, row.end_at)
+                        == c.checked
+                            .body
+                            .stream()
+                            .map_or((None, None, None), |(s, a, b)| {
+                                (Some(s), Some(a.unix()), Some(b.unix()))
+                            }),
+                ),
             ];
             if let Some((col, _)) = column_ok.iter().find(|(_, ok)| !ok) {
                 return Err(bad(

@@ -34,6 +34,9 @@ struct NewEntry {
     content_hash: Vec<u8>,
     leaf: Vec<u8>,
     leaf_hash: Vec<u8>,
+    stream: Option<String>,
+    start_at: Option<i64>,
+    end_at: Option<i64>,
 }
 
 #[derive(Insertable)]
@@ -97,7 +100,14 @@ impl Appender {
             &c.canonical,
         );
         let h = merkle::leaf_hash(&leaf);
+        let (stream, start_at, end_at) = match c.body.stream() {
+            Some((s, a, b)) => (Some(s), Some(a.unix()), Some(b.unix())),
+            None => (None, None, None),
+        };
         self.rows.push(NewEntry {
+            stream,
+            start_at,
+            end_at,
             idx: index as i64,
             kind: c.envelope.kind.clone(),
             signer: c.envelope.signer.clone(),
@@ -277,9 +287,6 @@ pub(crate) fn append_group(
         for chunk in conflicts.chunks(INSERT_CHUNK) {
             per_backend!(conn, |c| diesel::insert_into(conflicts::table).values(chunk).execute(c))?;
         }
-        for chunk in streams.new_rows.chunks(INSERT_CHUNK) {
-            per_backend!(conn, |c| diesel::insert_into(intervals::table).values(chunk).execute(c))?;
-        }
         let new_size = app.next_index();
         app.finish(conn)?;
         Ok((out, streams.latest, new_size))
@@ -326,15 +333,6 @@ impl StreamCache {
     }
 }
 
-#[derive(Insertable)]
-#[diesel(table_name = intervals)]
-struct NewInterval {
-    stream: String,
-    start_at: i64,
-    end_at: i64,
-    idx: i64,
-}
-
 /// The logged intervals of the streams a group touches, near the group's own intervals, plus
 /// what the group adds. Loaded in one query; checked and extended in memory.
 struct Streams {
@@ -342,7 +340,6 @@ struct Streams {
     known: HashMap<String, Vec<(i64, i64, u64)>>,
     /// stream → its latest-starting interval (logged or accepted now), for the cache.
     latest: HashMap<String, (i64, i64, u64)>,
-    new_rows: Vec<NewInterval>,
 }
 
 impl Streams {
@@ -376,43 +373,43 @@ impl Streams {
             // Logged intervals of one stream never overlap each other, so the only ones that
             // can overlap [lo, hi) are those starting inside it and the last one starting
             // before lo. Both are index lookups on (stream, start_at).
-            let before = diesel::alias!(intervals as before);
-            let mut q = intervals::table
+            let before = diesel::alias!(entries as before);
+            let mut q = entries::table
                 .select((
-                    intervals::stream,
-                    intervals::start_at,
-                    intervals::end_at,
-                    intervals::idx,
+                    entries::stream.assume_not_null(),
+                    entries::start_at.assume_not_null(),
+                    entries::end_at.assume_not_null(),
+                    entries::idx,
                 ))
                 .into_boxed();
             for (stream, (lo, hi)) in &span {
                 let last_before = before
-                    .filter(before.field(intervals::stream).eq(stream.clone()))
-                    .filter(before.field(intervals::start_at).lt(*lo))
-                    .select(diesel::dsl::max(before.field(intervals::start_at)))
+                    .filter(before.field(entries::stream).eq(stream.clone()))
+                    .filter(before.field(entries::start_at).lt(*lo))
+                    .select(diesel::dsl::max(before.field(entries::start_at)))
                     .single_value();
                 q = q
                     .or_filter(
-                        intervals::stream
+                        entries::stream
                             .eq(stream.clone())
-                            .and(intervals::start_at.ge(*lo))
-                            .and(intervals::start_at.lt(*hi)),
+                            .and(entries::start_at.ge(*lo))
+                            .and(entries::start_at.lt(*hi)),
                     )
                     .or_filter(
-                        intervals::stream
+                        entries::stream
                             .eq(stream.clone())
-                            .and(intervals::start_at.nullable().eq(last_before))
-                            .and(intervals::end_at.gt(*lo)),
+                            .and(entries::start_at.eq(last_before))
+                            .and(entries::end_at.gt(*lo)),
                     );
                 // The stream's latest interval overall, so the cache knows where it ends.
                 let last_ever = before
-                    .filter(before.field(intervals::stream).eq(stream.clone()))
-                    .select(diesel::dsl::max(before.field(intervals::start_at)))
+                    .filter(before.field(entries::stream).eq(stream.clone()))
+                    .select(diesel::dsl::max(before.field(entries::start_at)))
                     .single_value();
                 q = q.or_filter(
-                    intervals::stream
+                    entries::stream
                         .eq(stream.clone())
-                        .and(intervals::start_at.nullable().eq(last_ever)),
+                        .and(entries::start_at.eq(last_ever)),
                 );
             }
             for (stream, s, e, i) in q.load::<(String, i64, i64, i64)>(conn)? {
@@ -423,11 +420,7 @@ impl Streams {
                 known.entry(stream).or_default().push((s, e, i as u64));
             }
         }
-        Ok(Streams {
-            known,
-            latest,
-            new_rows: Vec::new(),
-        })
+        Ok(Streams { known, latest })
     }
 
     /// A rejection if the body's interval overlaps a logged or earlier-accepted one.
@@ -454,16 +447,10 @@ impl Streams {
         if let Some((stream, start, end)) = body.stream() {
             let iv = (start.unix(), end.unix(), index);
             self.known.entry(stream.clone()).or_default().push(iv);
-            let l = self.latest.entry(stream.clone()).or_insert(iv);
+            let l = self.latest.entry(stream).or_insert(iv);
             if iv.0 >= l.0 {
                 *l = iv;
             }
-            self.new_rows.push(NewInterval {
-                stream,
-                start_at: start.unix(),
-                end_at: end.unix(),
-                idx: index as i64,
-            });
         }
     }
 }

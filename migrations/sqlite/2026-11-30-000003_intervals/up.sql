@@ -1,10 +1,7 @@
--- Measured intervals per stream, to refuse overlapping records. A stream is one source of
--- usage that must never claim the same second twice: "gpu_usage|node|tenant|lease|gpu_model"
--- or "energy|node|tenant". Derived from the leaves; an admission index, not evidence.
-CREATE TABLE intervals (
-    stream   TEXT NOT NULL,
-    start_at BIGINT NOT NULL,
-    end_at   BIGINT NOT NULL,
-    idx      BIGINT NOT NULL,
-    PRIMARY KEY (stream, start_at)
-);
+-- Each usage or energy entry's measurement stream and interval, derived from its leaf and
+-- checked by verify-log, indexed so that overlapping records can be refused.
+-- A stream: "gpu_usage|node|tenant|lease|gpu_model" or "energy|node|tenant".
+ALTER TABLE entries ADD COLUMN stream TEXT;
+ALTER TABLE entries ADD COLUMN start_at BIGINT;
+ALTER TABLE entries ADD COLUMN end_at BIGINT;
+CREATE INDEX entries_stream_start ON entries (stream, start_at);
