@@ -1,0 +1,139 @@
+//! Graceful shutdown: SIGTERM while agents are posting. The server stops accepting, answers
+//! what is in flight after committing it, exits 0, and every acknowledged record is in the
+//! log, which verifies.
+
+mod common;
+
+use common::*;
+use gpuledger::core::keys;
+use gpuledger::core::record::Role;
+use gpuledger::sample;
+use rust_decimal::Decimal;
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gpuledger")
+}
+
+both_backends!(
+    sigterm_commits_in_flight_and_exits_cleanly,
+    |db: &TestDb| {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("log.key");
+        let init = Command::new(bin())
+            .args(["init", "--database-url", &db.url, "--log-key"])
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert!(
+            init.status.success(),
+            "{}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        // Register the node directly in the database before the server starts.
+        let ledger =
+            gpuledger::store::Ledger::open(&db.url, gpuledger::keyfile::read(&key).unwrap())
+                .unwrap();
+        let node = sample::key("node-term");
+        ledger
+            .register_key(
+                "node-term",
+                Role::Node,
+                &keys::encode_public(&node.verifying_key()),
+            )
+            .unwrap();
+        drop(ledger);
+
+        let mut server = Command::new(bin())
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--database-url",
+                &db.url,
+                "--log-key",
+            ])
+            .arg(&key)
+            .env("GPULEDGER_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(server.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let base = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap()
+            .to_owned();
+
+        let acked: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let client = s.spawn(|| {
+                let http: ureq::Agent = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(Duration::from_secs(30)))
+                    .build()
+                    .into();
+                let mut seq = 1u64;
+                let started = Instant::now();
+                while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(30) {
+                    let batch: Vec<_> = (seq..seq + 200)
+                        .map(|q| sample::usage("node-term", &node, q, "t1", Decimal::ONE, slot(q)))
+                        .collect();
+                    let resp = http
+                        .post(format!("{base}/v1/records"))
+                        .header("Content-Type", "application/json")
+                        .send(&serde_json::to_vec(&batch).unwrap()[..]);
+                    match resp {
+                        Ok(mut r) if r.status() == 200 => {
+                            let v: serde_json::Value = r.body_mut().read_json().unwrap();
+                            let mut a = acked.lock().unwrap();
+                            for (i, o) in v["outcomes"].as_array().unwrap().iter().enumerate() {
+                                assert_eq!(o["status"], "accepted", "{o}");
+                                a.push((seq + i as u64, o["index"].as_u64().unwrap()));
+                            }
+                            seq += 200;
+                        }
+                        // Once the server stops accepting, connections are refused: that is the end.
+                        _ => break,
+                    }
+                }
+            });
+            // Let some batches through, then ask the server to stop.
+            let t = Instant::now();
+            while acked.lock().unwrap().len() < 2_000 && t.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let kill = Command::new("kill")
+                .args(["-TERM", &server.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(kill.success());
+            let status = server.wait().unwrap();
+            stop.store(true, Ordering::Relaxed);
+            client.join().unwrap();
+            assert!(status.success(), "graceful shutdown exits 0, got {status}");
+        });
+
+        let acked = acked.into_inner().unwrap();
+        assert!(acked.len() >= 2_000);
+        let mut conn = gpuledger::store::connect(&db.url).unwrap();
+        let report = gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
+        let rows = gpuledger::store::read::entries_range(&mut conn, 0, report.size).unwrap();
+        for (seq, index) in &acked {
+            let row = &rows[*index as usize];
+            assert_eq!(
+                (row.signer.as_str(), row.seq as u64),
+                ("node-term", *seq),
+                "acknowledged seq {seq} at {index}"
+            );
+        }
+    }
+);
