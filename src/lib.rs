@@ -4,6 +4,7 @@
 //! [`keyfile`] reads and writes key files; [`verify`] re-checks a whole stored log;
 //! [`bench`] measures append throughput. See ARCHITECTURE.md.
 
+pub mod agent;
 pub mod api;
 pub mod bench;
 pub mod core;

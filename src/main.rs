@@ -86,6 +86,35 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Run a node agent: measure GPUs, sign records, spool them durably, deliver them
+    /// (see docs/AGENT.md).
+    Agent {
+        /// The agent's TOML file.
+        #[arg(long, env = "GPULEDGER_AGENT_CONFIG", default_value = "agent.toml")]
+        config: PathBuf,
+    },
+    /// Run a market signer: signed spot prices from a CSV schedule or a simulated walk.
+    Market {
+        /// The market signer's TOML file.
+        #[arg(long, env = "GPULEDGER_MARKET_CONFIG", default_value = "market.toml")]
+        config: PathBuf,
+    },
+    /// The demo: the service, simulated hubs and a market signer in one process, on a SQLite
+    /// file under ./demo-data; serves until Ctrl-C.
+    Demo {
+        /// Delete the demo directory first and start a new log.
+        #[arg(long)]
+        fresh: bool,
+        /// The demo directory.
+        #[arg(long, default_value = "demo-data")]
+        dir: PathBuf,
+        /// Address to serve on (port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// Measurement interval of the simulated agents, in seconds.
+        #[arg(long, default_value_t = 5)]
+        interval_seconds: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -401,6 +430,35 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Agent { config } => {
+            server::init_logging();
+            gpuledger::agent::run::run_from_config(&config)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Market { config } => {
+            server::init_logging();
+            gpuledger::agent::market::run_from_config(&config)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo {
+            fresh,
+            dir,
+            listen,
+            interval_seconds,
+        } => {
+            if !(1..=3600).contains(&interval_seconds) {
+                bail!("--interval-seconds must be 1 to 3600");
+            }
+            quiet_logging_by_default();
+            server::init_logging();
+            gpuledger::agent::demo::run(gpuledger::agent::demo::DemoOptions {
+                dir,
+                fresh,
+                listen,
+                interval_seconds,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Bench(BenchCommand::Append {
             database_url,
             records,
@@ -461,6 +519,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+fn quiet_logging_by_default() {
+    if std::env::var_os("GPULEDGER_LOG").is_none() && std::env::var_os("RUST_LOG").is_none() {
+        // Request lines would drown the demo's own output.
+        std::env::set_var("GPULEDGER_LOG", "warn");
     }
 }
 

@@ -112,6 +112,24 @@ pub fn init_logging() {
 pub fn serve(settings: Resolved) -> Result<(), ServeError> {
     let key = keyfile::read(&settings.log_key)?;
     let ledger = Arc::new(Ledger::open(&settings.database_url, key)?);
+    serve_ledger(ledger, &settings, |addrs| {
+        for a in addrs {
+            println!("listening on http://{a}");
+        }
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    })
+}
+
+/// Serves an already open ledger until SIGTERM or Ctrl-C (`settings.database_url` and
+/// `settings.log_key` are not used to open anything here). `on_bound` runs once, with the
+/// bound addresses, before requests are served. Shuts down gracefully, then drops this
+/// handle of the ledger (the sequencer stops when the caller drops the last one).
+pub fn serve_ledger(
+    ledger: Arc<Ledger>,
+    settings: &Resolved,
+    on_bound: impl FnOnce(&[SocketAddr]),
+) -> Result<(), ServeError> {
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets(&[
             0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -144,11 +162,7 @@ pub fn serve(settings: Resolved) -> Result<(), ServeError> {
         .map_err(|e| ServeError::Bind(settings.listen, e))?;
         let addrs = server.addrs();
         let running = server.run();
-        for a in &addrs {
-            println!("listening on http://{a}");
-        }
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
+        on_bound(&addrs);
         tracing::info!(
             database = %store::conn::redact(&settings.database_url),
             origin = %ledger.info().origin,

@@ -6,7 +6,6 @@ mod common;
 use common::*;
 use diesel::prelude::*;
 use gpuledger::core::record::Role;
-use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
 use gpuledger::store::schema::entries;
 use rust_decimal::Decimal;
@@ -79,7 +78,6 @@ fn init_defaults_then_verify_log_passes_and_names_a_tampered_entry() {
     let log_key = gpuledger::keyfile::read(&key).unwrap();
     let ledger = gpuledger::store::Ledger::open(&url, log_key).unwrap();
     let k = signer(&ledger, "node-1", Role::Node);
-    let now = Timestamp::now();
     ledger
         .append(
             (1..=20)

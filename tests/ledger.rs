@@ -32,7 +32,6 @@ fn assert_verifies(ledger: &gpuledger::store::Ledger) -> verify::Report {
 both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
     let ledger = open(db);
     let k = signer(&ledger, "node-1", Role::Node);
-    let now = Timestamp::now();
     let a = sample::usage("node-1", &k, 1, "t1", Decimal::from(8), slot(1));
     let b = sample::usage("node-1", &k, 2, "t1", Decimal::from(8), slot(2));
     let out = ledger.append(vec![a.clone(), b.clone()]).unwrap();
@@ -321,7 +320,6 @@ both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
 both_backends!(revoked_keys_and_rotation, |db: &TestDb| {
     let ledger = open(db);
     let old = signer(&ledger, "node-1", Role::Node);
-    let now = Timestamp::now();
     let r1 = sample::usage("node-1", &old, 1, "t1", Decimal::ONE, slot(1));
     assert!(matches!(
         ledger.append(vec![r1]).unwrap()[0],
@@ -395,7 +393,6 @@ both_backends!(batch_limit_is_enforced, |db: &TestDb| {
     use gpuledger::core::limits::MAX_APPEND_BATCH;
     let ledger = open(db);
     let k = signer(&ledger, "node-1", Role::Node);
-    let now = Timestamp::now();
     let batch: Vec<_> = (1..=MAX_APPEND_BATCH as u64 + 1)
         .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, slot(s)))
         .collect();
@@ -423,7 +420,6 @@ fn mth(leaves: &[Hash]) -> Hash {
 both_backends!(stored_tree_matches_rfc6962_for_every_size, |db: &TestDb| {
     let ledger = open(db);
     let k = signer(&ledger, "node-1", Role::Node);
-    let now = Timestamp::now();
     // Appends of varying batch sizes, so group boundaries fall everywhere.
     let mut seq = 0u64;
     let mut sizes = vec![1u64];
@@ -469,7 +465,6 @@ both_backends!(checkpoints_are_signed_and_consistent, |db: &TestDb| {
     assert_eq!(s1, 1);
     // No new entries: the same checkpoint comes back.
     assert_eq!(ledger.checkpoint().unwrap(), (s1, note1.clone()));
-    let now = Timestamp::now();
     ledger
         .append(
             (1..=10)

@@ -155,7 +155,10 @@ pub async fn add_key(
     Ok(HttpResponse::Created().json(view))
 }
 
-/// Body of the revocation.
+/// Longest revocation reason, in bytes.
+pub const MAX_REVOCATION_REASON_BYTES: usize = 500;
+
+/// Body of the revocation (optional; an empty body revokes without a reason).
 #[derive(Deserialize, utoipa::ToSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Revocation {
@@ -175,7 +178,15 @@ pub async fn revoke_key(
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
-    let r: Revocation = json_body(&req, body).await?;
+    let r: Revocation = super::optional_json_body(&req, body).await?;
+    if let Some(reason) = &r.reason {
+        if reason.len() > MAX_REVOCATION_REASON_BYTES || reason.chars().any(char::is_control) {
+            return Err(ApiError::invalid_parameter(
+                "reason",
+                format!("at most {MAX_REVOCATION_REASON_BYTES} bytes without control characters"),
+            ));
+        }
+    }
     let (signer, key_id) = path.into_inner();
     let view = web::block(move || -> Result<KeyView, ApiError> {
         state.ledger.revoke_key(&signer, &key_id, r.reason)?;

@@ -19,8 +19,9 @@ impl FromRequest for Caller {
             .headers()
             .get("Authorization")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(|t| t.trim().to_owned());
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim().to_owned());
         let state = req.app_data::<web::Data<AppState>>().cloned();
         Box::pin(async move {
             let token = token.ok_or(ApiError::Unauthorized)?;

@@ -31,7 +31,7 @@ pub struct LogInfoView {
 #[utoipa::path(get, path = "/v1/log", tag = "log", responses((status = 200, body = LogInfoView)))]
 pub async fn get_log(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let ledger = state.ledger.clone();
-    let (size, _) = web::block(move || ledger.head()).await??;
+    let size = web::block(move || ledger.size()).await??;
     let info = state.ledger.info();
     Ok(HttpResponse::Ok().json(LogInfoView {
         origin: info.origin.clone(),

@@ -125,18 +125,34 @@ pub async fn json_body<T: DeserializeOwned>(
 ) -> Result<T, ApiError> {
     require_json(req)?;
     let body = read_body(payload, MAX_ADMIN_BODY_BYTES).await?;
-    serde_json::from_slice(&body)
+    json_from(&body)
+}
+
+/// Like [`json_body`], but an empty body (with or without a content type) means `T::default()`:
+/// for requests whose fields are all optional.
+pub async fn optional_json_body<T: DeserializeOwned + Default>(
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<T, ApiError> {
+    let body = read_body(payload, MAX_ADMIN_BODY_BYTES).await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    require_json(req)?;
+    json_from(&body)
+}
+
+fn json_from<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid: {e}")))
 }
 
 /// Parses a non-negative integer parameter.
 pub fn parse_u64(name: &str, s: &str) -> Result<u64, ApiError> {
-    s.parse::<u64>()
-        .ok()
-        .filter(|v| *v <= crate::core::limits::MAX_SEQ)
-        .ok_or_else(|| {
-            ApiError::invalid_parameter(name, format!("{s:?} is not a non-negative integer"))
-        })
+    let max = crate::core::limits::MAX_SEQ;
+    s.parse::<u64>().ok().filter(|v| *v <= max).ok_or_else(|| {
+        ApiError::invalid_parameter(name, format!("{s:?} is not an integer between 0 and {max}"))
+    })
 }
 
 /// Registers every route on an actix app.

@@ -16,7 +16,9 @@ pub async fn healthz() -> HttpResponse {
 #[utoipa::path(get, path = "/readyz", tag = "ops", responses((status = 200, description = "ready", body = String), (status = 503, body = super::error::Problem, content_type = "application/problem+json")))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let ledger = state.ledger.clone();
-    let current = web::block(move || ledger.with_reader(conn::migrations_current)).await?;
+    let current = web::block(move || ledger.with_reader(conn::migrations_current))
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("readiness check failed: {e}")))?;
     match current {
         Ok(true) => Ok(HttpResponse::Ok()
             .content_type("text/plain")

@@ -12,6 +12,7 @@ pub mod limits;
 pub mod logcheck;
 pub mod merkle;
 pub mod outcome;
+pub mod rating;
 pub mod record;
 pub mod rejection;
 pub mod time;

@@ -99,13 +99,26 @@ pub fn create_tenant(conn: &mut DbConn, id: &str, name: &str) -> Result<Tenant, 
             "tenant {id} already exists"
         )));
     }
-    diesel::insert_into(tenants::table)
+    let inserted = diesel::insert_into(tenants::table)
         .values((
             tenants::id.eq(id),
             tenants::name.eq(name),
             tenants::created_at.eq(now.unix()),
         ))
-        .execute(conn)?;
+        .execute(conn);
+    match inserted {
+        Ok(_) => {}
+        // Another request created the same id between the check and the insert.
+        Err(diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::UniqueViolation,
+            _,
+        )) => {
+            return Err(StoreError::AlreadyExists(format!(
+                "tenant {id} already exists"
+            )))
+        }
+        Err(e) => return Err(e.into()),
+    }
     Ok(Tenant {
         id: id.to_owned(),
         name: name.to_owned(),
@@ -202,7 +215,7 @@ pub fn create_token(
 pub fn list_tokens(conn: &mut DbConn) -> Result<Vec<TokenInfo>, StoreError> {
     type Row = (String, String, Option<String>, String, i64, Option<i64>);
     let rows: Vec<Row> = api_tokens::table
-        .order(api_tokens::created_at.asc())
+        .order((api_tokens::created_at.asc(), api_tokens::id.asc()))
         .select((
             api_tokens::id,
             api_tokens::role,

@@ -425,6 +425,11 @@ impl Ledger {
         r
     }
 
+    /// The log size.
+    pub fn size(&self) -> Result<u64, StoreError> {
+        self.with_reader(|c| Ok(read::head(c)?.0))
+    }
+
     /// The log size and its root hash.
     pub fn head(&self) -> Result<(u64, Hash), StoreError> {
         self.with_reader(|c| {

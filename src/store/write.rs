@@ -512,7 +512,7 @@ fn push_ledger_entry(
     let env = Envelope::sign(body.kind(), LEDGER_SIGNER, log.key(), seq, body);
     let checked = env
         .check(app.received_at)
-        .map_err(|r| StoreError::Corrupt(format!("ledger entry invalid: {r}")))?;
+        .map_err(|r| StoreError::Refused(format!("the ledger entry would be invalid: {r}")))?;
     diesel::update(signers::table.find(LEDGER_SIGNER))
         .set(signers::last_seq.eq(seq as i64))
         .execute(conn)?;

@@ -1,0 +1,723 @@
+//! The node agent, the market signer and the demo (issue #4): the nvidia-smi parser on
+//! hand-written fixtures, attribution and lease switching, and real processes — `gpuledger
+//! serve` and `gpuledger agent` children on 127.0.0.1 — for delivery through outages, SIGKILLs,
+//! permanent rejections and a full spool. Every test is bounded in time.
+
+mod common;
+
+use common::*;
+use gpuledger::agent::attribution::{attribute, EnergyMeter, Interval};
+use gpuledger::agent::collector::{parse_nvidia_smi, GpuSample};
+use gpuledger::agent::lease;
+use gpuledger::agent::sender::{self, SenderConfig, Shared};
+use gpuledger::agent::spool::{Spool, DEAD_LETTER_FILE};
+use gpuledger::core::record::{Body, Role};
+use gpuledger::core::time::Timestamp;
+use gpuledger::store::{self, read};
+use gpuledger::{keyfile, sample};
+use rust_decimal::Decimal;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn dec(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/nvidia-smi")
+            .join(name),
+    )
+    .unwrap()
+}
+
+#[test]
+fn nvidia_smi_fixtures() {
+    let none = BTreeMap::new();
+    let r = parse_nvidia_smi(&fixture("h100-8gpu.txt"), &none);
+    assert!(r.notes.is_empty(), "{:?}", r.notes);
+    assert_eq!(r.gpus.len(), 8);
+    assert_eq!(r.gpus[6].index, 6);
+    assert_eq!(r.gpus[6].model, "H100-80GB-HBM3");
+    assert_eq!(r.gpus[6].power_watts, Some(dec("699.52")));
+    assert_eq!(r.gpus[6].energy_mj, Some(dec("1832007718")));
+    assert_eq!(r.gpus[6].utilization_pct, Some(dec("99")));
+
+    let mut models = BTreeMap::new();
+    models.insert("NVIDIA H200".to_owned(), "H200-SXM-141G".to_owned());
+    let r = parse_nvidia_smi(&fixture("h200-na-fields.txt"), &models);
+    assert_eq!(r.gpus.len(), 8, "a field not available keeps the GPU");
+    assert!(r.gpus.iter().all(|g| g.model == "H200-SXM-141G"));
+    assert_eq!(r.gpus[1].power_watts, None);
+    assert_eq!(r.gpus[2].energy_mj, None);
+    assert_eq!(r.gpus[4].energy_mj, None);
+    assert_eq!(
+        (
+            r.gpus[6].utilization_pct,
+            r.gpus[6].power_watts,
+            r.gpus[6].energy_mj
+        ),
+        (None, None, None)
+    );
+    assert_eq!(r.notes.len(), 7, "{:?}", r.notes);
+
+    let r = parse_nvidia_smi(&fixture("malformed.txt"), &none);
+    let idx: Vec<u32> = r.gpus.iter().map(|g| g.index).collect();
+    // 1 (short), 2 (extra field), x (index), 4 (uuid), garbage: skipped; 5 and 6 keep the
+    // GPU with the bad field unknown.
+    assert_eq!(idx, vec![0, 5, 6]);
+    assert_eq!(r.gpus[1].power_watts, None);
+    assert_eq!(r.gpus[2].power_watts, None);
+    assert_eq!(r.notes.len(), 7, "{:?}", r.notes);
+
+    let r = parse_nvidia_smi(&fixture("h100-gpu-lost.txt"), &none);
+    assert_eq!(
+        r.gpus.iter().map(|g| g.index).collect::<Vec<_>>(),
+        vec![0, 1, 2, 4, 5, 6, 7]
+    );
+    assert_eq!(r.notes.len(), 1);
+    assert!(r.notes[0].contains("GPU is lost"), "{:?}", r.notes);
+}
+
+fn gpus(n: u32, model: &str) -> Vec<GpuSample> {
+    (0..n)
+        .map(|i| GpuSample {
+            index: i,
+            uuid: format!("GPU-test-{i:04}"),
+            model: model.into(),
+            utilization_pct: None,
+            power_watts: Some(dec("700")),
+            energy_mj: None,
+        })
+        .collect()
+}
+
+#[test]
+fn attribution_splits_exactly() {
+    let t0 = Timestamp::from_unix(1_800_000_000).unwrap();
+    let g = gpus(8, "H100-SXM-80G");
+    let leases = lease::parse(
+        "[[lease]]\nid = \"l-a\"\ntenant = \"a\"\ngpus = [0, 1, 2]\nslices = [{ gpu = 7, fraction = \"0.333333333\" }]\n\
+         [[lease]]\nid = \"l-b\"\ntenant = \"b\"\ngpus = [3]\nslices = [{ gpu = 7, fraction = \"0.333333333\" }]\n",
+    )
+    .unwrap();
+    // 0.000000010 kWh over 8 GPUs: a = 3.333333333/8, b = 1.333333333/8, rest = 3.333333334/8.
+    let (bodies, notes) = attribute(&Interval {
+        region: "r",
+        node: "n",
+        start: t0,
+        end: t0.plus(10),
+        gpus: &g,
+        leases: &leases,
+        kwh: dec("0.00000001"),
+    });
+    assert!(notes.is_empty());
+    let mut usage = Vec::new();
+    let mut energy = Vec::new();
+    for b in &bodies {
+        match b {
+            Body::GpuUsage(u) => usage.push((u.tenant.clone(), u.gpu_count, u.gpu_seconds)),
+            Body::Energy(e) => energy.push((e.tenant.clone(), e.kwh)),
+            _ => panic!(),
+        }
+    }
+    assert_eq!(
+        usage,
+        vec![
+            ("a".into(), dec("3.333333333"), dec("33.33333333")),
+            ("b".into(), dec("1.333333333"), dec("13.33333333")),
+        ]
+    );
+    let total: Decimal = energy.iter().map(|e| e.1).sum();
+    assert_eq!(total, dec("0.00000001"), "the parts sum exactly");
+    // Quotas in units: a 4.1666…, b 1.6666…, none 4.1666…: floors 4+1+4 = 9, the one unit
+    // left goes to the largest remainder (b: 0.666…).
+    assert_eq!(
+        energy,
+        vec![
+            (Some("a".into()), dec("0.000000004")),
+            (Some("b".into()), dec("0.000000002")),
+            (None, dec("0.000000004")),
+        ]
+    );
+
+    // Bare metal: all energy to the tenant; a lost GPU is not counted.
+    let bm =
+        lease::parse("[[lease]]\nid = \"l-bm\"\ntenant = \"acme\"\nwhole_node = true\n").unwrap();
+    let seven: Vec<GpuSample> = g.iter().filter(|x| x.index != 5).cloned().collect();
+    let (bodies, _) = attribute(&Interval {
+        region: "r",
+        node: "n",
+        start: t0,
+        end: t0.plus(10),
+        gpus: &seven,
+        leases: &bm,
+        kwh: dec("0.0194"),
+    });
+    match (&bodies[0], &bodies[1]) {
+        (Body::GpuUsage(u), Body::Energy(e)) => {
+            assert_eq!((u.gpu_count, u.gpu_seconds), (dec("7"), dec("70")));
+            assert_eq!((e.tenant.as_deref(), e.kwh), (Some("acme"), dec("0.0194")));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(bodies.len(), 2);
+
+    // Energy from counters, carried below 10⁻⁹ kWh (3.6 mJ) so nothing is lost across intervals.
+    let mut m = EnergyMeter::new();
+    let mut g1 = gpus(1, "m");
+    g1[0].energy_mj = Some(dec("1000"));
+    m.baseline(&g1);
+    let mut sum = Decimal::ZERO;
+    for step in 1..=10 {
+        g1[0].energy_mj = Some(Decimal::from(1000 + 5 * step));
+        sum += m.interval_kwh(&g1, 10).0;
+    }
+    // 50 mJ = 13.88… units of 10⁻⁹ kWh: 13 reported, the rest carried.
+    assert_eq!(sum, dec("0.000000013"));
+    // A counter that went backwards (driver reload) falls back to power × time.
+    g1[0].energy_mj = Some(dec("10"));
+    assert_eq!(m.interval_kwh(&g1, 36).0, dec("0.007"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Real processes.
+
+struct Proc {
+    child: Child,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gpuledger"))
+}
+
+/// A ledger ready for one node: initialised, the node registered, the log key in a file.
+struct Setup {
+    dir: tempfile::TempDir,
+    url: String,
+    log_key: PathBuf,
+}
+
+fn setup(db: &TestDb, signers: &[(&str, Role)]) -> Setup {
+    let ledger = open(db);
+    for (s, r) in signers {
+        signer(&ledger, s, *r);
+    }
+    drop(ledger);
+    let dir = tempfile::tempdir().unwrap();
+    let log_key = dir.path().join("log.key");
+    keyfile::write_new(&log_key, &log_key_pair()).unwrap();
+    Setup {
+        dir,
+        url: db.url.clone(),
+        log_key,
+    }
+}
+
+fn log_key_pair() -> ed25519_dalek::SigningKey {
+    log_key()
+}
+
+/// Starts `gpuledger serve` on `port` (0: any); returns it and its base URL.
+fn serve(s: &Setup, port: u16) -> (Proc, String) {
+    let mut child = bin()
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--database-url",
+            &s.url,
+            "--checkpoint-interval-seconds",
+            "1",
+            "--workers",
+            "1",
+            "--log-key",
+        ])
+        .arg(&s.log_key)
+        .env("GPULEDGER_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_owned();
+    (Proc { child }, base)
+}
+
+/// A port nothing listens on now (bound and released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Writes agent.toml (1-second intervals, 8 simulated GPUs) and the node's key; returns the
+/// config path.
+fn agent_files(s: &Setup, node: &str, server: &str, max_spool: u64, leases: &str) -> PathBuf {
+    let d = s.dir.path().join(node);
+    std::fs::create_dir_all(&d).unwrap();
+    let key = d.join("node.key");
+    if !key.exists() {
+        keyfile::write_new(&key, &sample::key(node)).unwrap();
+    }
+    std::fs::write(d.join("leases.toml"), leases).unwrap();
+    let cfg = d.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"signer = "{node}"
+key_file = "node.key"
+server_url = "{server}"
+interval_seconds = 1
+region = "cn-east-sh"
+node = "{node}"
+lease_file = "leases.toml"
+spool_dir = "spool"
+
+[collector]
+kind = "simulated"
+seed = 3
+load = "inference"
+gpus = [{{ model = "H20-96G", count = 8, idle_watts = 60, max_watts = "400" }}]
+
+[limits]
+max_spool_records = {max_spool}
+max_batch = 7
+max_backoff_seconds = 1
+request_timeout_seconds = 5
+compact_after_bytes = 4096
+"#
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+const SHARED_LEASES: &str = "[[lease]]\nid = \"l-a\"\ntenant = \"tenant-a\"\ngpus = [0, 1, 2, 3]\n\n[[lease]]\nid = \"l-b\"\ntenant = \"tenant-b\"\ngpus = [4, 5]\nslices = [{ gpu = 6, fraction = \"0.5\" }]\n";
+
+/// A running agent child and the `spooled seq A-B` lines it printed.
+struct AgentProc {
+    proc_: Proc,
+    lines: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+fn agent(cfg: &Path) -> AgentProc {
+    let mut child = bin()
+        .args(["agent", "--config"])
+        .arg(cfg)
+        .env("GPULEDGER_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let (l, out) = (lines.clone(), child.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            l.lock().unwrap().push(line);
+        }
+    });
+    let (e, err) = (stderr.clone(), child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let mut e = e.lock().unwrap();
+            e.push_str(&line);
+            e.push('\n');
+        }
+    });
+    AgentProc {
+        proc_: Proc { child },
+        lines,
+        stderr,
+    }
+}
+
+impl AgentProc {
+    fn spooled(&self) -> usize {
+        self.lines.lock().unwrap().len()
+    }
+    fn wait_spooled(&self, n: usize, limit: Duration) {
+        let t = Instant::now();
+        while self.spooled() < n {
+            assert!(
+                t.elapsed() < limit,
+                "agent spooled {} intervals, wanted {n}; stderr:\n{}",
+                self.spooled(),
+                self.stderr.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    fn kill(mut self) {
+        self.proc_.child.kill().unwrap(); // SIGKILL
+        self.proc_.child.wait().unwrap();
+    }
+}
+
+/// Entries of `signer` in the log: seq → (index, body JSON).
+fn logged(url: &str, signer: &str) -> Vec<(u64, serde_json::Value)> {
+    let mut conn = store::connect(url).unwrap();
+    let (size, _) = read::head(&mut conn).unwrap();
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < size {
+        let end = (start + 5_000).min(size);
+        for r in read::entries_range(&mut conn, start, end).unwrap() {
+            if r.signer == signer {
+                let leaf: serde_json::Value = serde_json::from_slice(&r.leaf).unwrap();
+                out.push((r.seq as u64, leaf["envelope"]["body"].clone()));
+            }
+        }
+        start = end;
+    }
+    out
+}
+
+/// Delivers what is left in the node's spool (the same sender code), after its agent stopped.
+fn drain_spool(s: &Setup, node: &str, server: &str) -> u64 {
+    let spool = Spool::open(&s.dir.path().join(node).join("spool"), 1_000_000, 4096).unwrap();
+    let last = spool.next_seq() - 1;
+    let shared = Shared::new(spool);
+    let left = sender::drain(
+        &shared,
+        SenderConfig {
+            server_url: server.into(),
+            max_batch: 100,
+            max_backoff: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(5),
+            signer: node.into(),
+        },
+        Duration::from_secs(30),
+    );
+    assert_eq!(left, 0, "the spool drained");
+    last
+}
+
+/// The log holds seqs 1..=last of `node` exactly once each, no interval of one stream
+/// overlaps another, and nothing was dead-lettered.
+fn assert_exactly_once(s: &Setup, node: &str, last: u64) {
+    let rows = logged(&s.url, node);
+    let seqs: Vec<u64> = rows.iter().map(|r| r.0).collect();
+    let set: BTreeSet<u64> = seqs.iter().copied().collect();
+    assert_eq!(set.len(), seqs.len(), "a seq is logged twice");
+    assert_eq!(
+        set,
+        (1..=last).collect::<BTreeSet<_>>(),
+        "log seqs = every seq measured"
+    );
+    let mut streams: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for (_, b) in &rows {
+        let key = format!("{}|{}|{}", b["tenant"], b["lease"], b["gpu_model"]);
+        streams.entry(key).or_default().push((
+            b["start"].as_str().unwrap().into(),
+            b["end"].as_str().unwrap().into(),
+        ));
+    }
+    for (k, mut iv) in streams {
+        iv.sort();
+        for w in iv.windows(2) {
+            assert!(
+                w[1].0 >= w[0].1,
+                "stream {k}: {:?} overlaps {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+    let dl = s.dir.path().join(node).join("spool").join(DEAD_LETTER_FILE);
+    assert!(
+        !dl.exists(),
+        "dead letters: {}",
+        std::fs::read_to_string(&dl).unwrap_or_default()
+    );
+}
+
+both_backends!(
+    server_down_then_back_delivers_exactly_once,
+    |db: &TestDb| {
+        let s = setup(db, &[("node-down", Role::Node)]);
+        let (server, base) = serve(&s, 0);
+        let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
+        let cfg = agent_files(&s, "node-down", &base, 100_000, SHARED_LEASES);
+        let a = agent(&cfg);
+        a.wait_spooled(2, Duration::from_secs(20));
+        drop(server); // SIGKILL: the ledger is down
+        let before = a.spooled();
+        a.wait_spooled(before + 3, Duration::from_secs(20)); // measuring goes on into the spool
+        let (server, base2) = serve(&s, port);
+        assert_eq!(base, base2);
+        a.wait_spooled(before + 5, Duration::from_secs(20));
+        a.kill();
+        let last = drain_spool(&s, "node-down", &base);
+        assert!(last >= 5 * 5, "at least 5 records per interval, got {last}");
+        assert_exactly_once(&s, "node-down", last);
+        drop(server);
+    }
+);
+
+both_backends!(sigkill_mid_send_loses_and_doubles_nothing, |db: &TestDb| {
+    let s = setup(db, &[("node-kill", Role::Node)]);
+    let (server, base) = serve(&s, 0);
+    let cfg = agent_files(&s, "node-kill", &base, 100_000, SHARED_LEASES);
+    let mut rng = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("agent kill seed {rng}");
+    for _ in 0..6 {
+        let a = agent(&cfg);
+        a.wait_spooled(1, Duration::from_secs(20));
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(rng % 1500));
+        a.kill();
+    }
+    let last = drain_spool(&s, "node-kill", &base);
+    assert_exactly_once(&s, "node-kill", last);
+    drop(server);
+});
+
+both_backends!(lease_change_applies_from_next_interval, |db: &TestDb| {
+    let s = setup(db, &[("node-lease", Role::Node)]);
+    let (server, base) = serve(&s, 0);
+    let cfg = agent_files(&s, "node-lease", &base, 100_000, SHARED_LEASES);
+    let a = agent(&cfg);
+    a.wait_spooled(2, Duration::from_secs(20));
+    // The provider rewrites the file (temp + rename): the whole node to tenant-c.
+    let lf = cfg.parent().unwrap().join("leases.toml");
+    let tmp = lf.with_extension("new");
+    std::fs::write(
+        &tmp,
+        "[[lease]]\nid = \"l-c\"\ntenant = \"tenant-c\"\nwhole_node = true\n",
+    )
+    .unwrap();
+    std::fs::rename(&tmp, &lf).unwrap();
+    let changed = Timestamp::now();
+    let n = a.spooled();
+    a.wait_spooled(n + 3, Duration::from_secs(20));
+    a.kill();
+    let last = drain_spool(&s, "node-lease", &base);
+    assert_exactly_once(&s, "node-lease", last);
+    // Per interval, one lease set only: either the old (a, b, unattributed) or the new (c).
+    let mut by_interval: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (_, b) in logged(&s.url, "node-lease") {
+        by_interval
+            .entry(b["end"].as_str().unwrap().to_owned())
+            .or_default()
+            .insert(b["tenant"].as_str().unwrap_or("-").to_owned());
+    }
+    let old: BTreeSet<String> = ["tenant-a", "tenant-b", "-"].map(String::from).into();
+    let new: BTreeSet<String> = ["tenant-c"].map(String::from).into();
+    let mut saw_new = false;
+    for (end, tenants) in &by_interval {
+        let end = Timestamp::parse(end).unwrap();
+        if tenants == &new {
+            saw_new = true;
+            assert!(
+                end > changed,
+                "tenant-c billed for an interval ending {end}, before the change at {changed}"
+            );
+        } else {
+            assert_eq!(tenants, &old, "interval ending {end}");
+            assert!(!saw_new, "old leases after the new ones");
+            assert!(
+                end <= changed.plus(1),
+                "old leases for an interval ending {end}, after the change at {changed}"
+            );
+        }
+    }
+    assert!(saw_new);
+    drop(server);
+});
+
+both_backends!(
+    permanent_rejection_goes_to_dead_letter_and_the_rest_flows,
+    |db: &TestDb| {
+        let s = setup(db, &[("node-dl", Role::Node)]);
+        let key = sample::key("node-dl");
+        let t = Timestamp::now().plus(-3_600);
+        // Seq 3 is already logged with other content: resending seq 3 is a conflict (permanent).
+        let ledger = gpuledger::store::Ledger::open(&s.url, log_key()).unwrap();
+        ledger
+            .append(vec![sample::energy(
+                "node-dl",
+                &key,
+                3,
+                None,
+                dec("9"),
+                t.plus(-100),
+            )])
+            .unwrap();
+        drop(ledger);
+        let spool_dir = s.dir.path().join("node-dl").join("spool");
+        let mut spool = Spool::open(&spool_dir, 100, 4096).unwrap();
+        let recs: Vec<_> = (1..=6)
+            .map(|q| {
+                sample::energy(
+                    "node-dl",
+                    &key,
+                    q,
+                    None,
+                    Decimal::from(q),
+                    t.plus(10 * q as i64),
+                )
+            })
+            .collect();
+        spool.append(&recs, "test").unwrap();
+        drop(spool);
+        let (server, base) = serve(&s, 0);
+        let last = drain_spool(&s, "node-dl", &base);
+        assert_eq!(last, 6);
+        let dl = std::fs::read_to_string(spool_dir.join(DEAD_LETTER_FILE)).unwrap();
+        let lines: Vec<serde_json::Value> = dl
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 1, "{dl}");
+        assert_eq!(lines[0]["seq"], 3);
+        assert_eq!(lines[0]["outcome"]["reason"], "conflict");
+        assert_eq!(lines[0]["envelope"]["body"]["kwh"], "3");
+        let rows = logged(&s.url, "node-dl");
+        let kwh: Vec<(u64, String)> = rows
+            .iter()
+            .map(|(q, b)| (*q, b["kwh"].as_str().unwrap().to_owned()))
+            .collect();
+        assert_eq!(
+            kwh,
+            vec![
+                (3, "9".into()),
+                (1, "1".into()),
+                (2, "2".into()),
+                (4, "4".into()),
+                (5, "5".into()),
+                (6, "6".into())
+            ]
+        );
+        drop(server);
+    }
+);
+
+both_backends!(
+    spool_full_stops_measuring_and_drops_nothing,
+    |db: &TestDb| {
+        let s = setup(db, &[("node-full", Role::Node)]);
+        let port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        // 5 records per interval, room for 12: two intervals fit, the third does not.
+        let cfg = agent_files(&s, "node-full", &base, 12, SHARED_LEASES);
+        let a = agent(&cfg);
+        a.wait_spooled(2, Duration::from_secs(20));
+        let t = Instant::now();
+        while !a.stderr.lock().unwrap().contains("SPOOL FULL") {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "no spool-full error; stderr:\n{}",
+                a.stderr.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(a.spooled(), 2, "nothing spooled while full");
+        let (server, base2) = serve(&s, port);
+        assert_eq!(base, base2);
+        a.wait_spooled(4, Duration::from_secs(20)); // measuring resumed
+        assert!(a.stderr.lock().unwrap().contains("measuring resumes"));
+        a.kill();
+        let last = drain_spool(&s, "node-full", &base);
+        assert_exactly_once(&s, "node-full", last);
+        drop(server);
+    }
+);
+
+#[test]
+fn agent_refuses_a_key_readable_by_others() {
+    use std::os::unix::fs::PermissionsExt;
+    let db = sqlite();
+    let s = setup(&db, &[]);
+    let cfg = agent_files(&s, "node-perm", "http://127.0.0.1:9", 10, "");
+    let key = cfg.parent().unwrap().join("node.key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = bin()
+        .args(["agent", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("chmod 600"), "{err}");
+}
+
+#[test]
+fn demo_starts_accepts_records_and_serves_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = bin()
+        .args(["demo", "--listen", "127.0.0.1:0", "--interval-seconds", "1"])
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut text = String::new();
+    let base = loop {
+        let mut line = String::new();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "demo ended early: {text}"
+        );
+        text.push_str(&line);
+        if let Some(b) = line.trim().strip_prefix("listening on ") {
+            break b.to_owned();
+        }
+    };
+    let _guard = Proc { child };
+    assert!(text.contains("started a fresh demo log"), "{text}");
+    let http: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let t = Instant::now();
+    loop {
+        let mut r = http.get(format!("{base}/v1/checkpoint")).call().unwrap();
+        let note = r.body_mut().read_to_string().unwrap();
+        let size: u64 = note
+            .lines()
+            .nth(1)
+            .and_then(|l| l.parse().ok())
+            .unwrap_or(0);
+        // 7 key registrations, then records from six nodes and the market signer.
+        if r.status() == 200 && size >= 40 {
+            assert!(note.starts_with("demo.gpuledger.local/log\n"), "{note}");
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(40), "checkpoint: {note}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(dir.path().join("demo-data/ledger.db").exists());
+}
