@@ -205,8 +205,10 @@ pub fn run(opts: DemoOptions) -> Result<(), AgentError> {
                 },
                 limits: sender_limits(),
             };
-            let collector = super::collector::from_config(&cfg.collector);
-            match run::start_agent(cfg, key.clone(), collector, AgentOptions::default()) {
+            let started = super::collector::from_config(&cfg.collector)
+                .map_err(AgentError::from)
+                .and_then(|c| run::start_agent(cfg, key.clone(), c, AgentOptions::default()));
+            match started {
                 Ok(r) => running.push(r),
                 Err(e) => start_error = Some(e),
             }
@@ -308,13 +310,15 @@ fn progress_line(ledger: &Ledger, stop: &AtomicBool) {
     let tty = std::io::stderr().is_terminal();
     let started = Instant::now();
     let first = ledger.head().map_or(0, |h| h.0);
-    let mut last = (Instant::now(), first);
+    let mut last_size = first;
     let mut printed = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_secs(1));
-        let size = ledger.head().map_or(last.1, |h| h.0);
-        let rate = (size - last.1) as f64 / last.0.elapsed().as_secs_f64();
-        last = (Instant::now(), size);
+        let size = ledger.head().map_or(last_size, |h| h.0);
+        // Averaged over the whole run: agents report once per interval, so a one-second
+        // window would mostly read zero.
+        let rate = (size - first) as f64 / started.elapsed().as_secs_f64();
+        last_size = size;
         let line = format!(
             "[demo {:>5}s] log size {size} entries · {rate:.1} records/s · {} new this run",
             started.elapsed().as_secs(),
