@@ -27,12 +27,15 @@ use std::sync::OnceLock;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const ID_BASE: &str = "https://gpuledger.example/schemas/";
-const BODY_KINDS: [&str; 5] = [
+const BODY_KINDS: [&str; 8] = [
     "gpu_usage",
     "energy",
     "spot_price",
     "signer_key_registered",
     "signer_key_revoked",
+    "rate_card",
+    "region_params",
+    "lease_registered",
 ];
 
 /// The ledger clock for the tables: later than every fixture, so the clock-skew rules pass.
@@ -140,6 +143,9 @@ fn schemas_are_valid_2020_12_and_named_by_their_id() {
         "envelope.v1.json",
         "gpu_usage.v1.json",
         "leaf.v1.json",
+        "lease_registered.v1.json",
+        "rate_card.v1.json",
+        "region_params.v1.json",
         "signer_key_registered.v1.json",
         "signer_key_revoked.v1.json",
         "spot_price.v1.json",

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod error;
 pub mod log;
 pub mod ops;
+pub mod pricing;
 pub mod records;
 pub mod usage;
 
@@ -40,6 +41,7 @@ pub struct AppState {
         records::post_records,
         log::get_log, log::get_checkpoint, log::get_entry, log::get_entries, log::get_inclusion, log::get_consistency,
         usage::get_usage,
+        pricing::post_rate_card, pricing::post_region_params, pricing::post_lease, pricing::get_prices, pricing::get_preview,
         admin::create_tenant, admin::list_tenants, admin::create_signer, admin::add_key, admin::revoke_key, admin::list_signers,
         admin::create_token, admin::list_tokens, admin::revoke_token,
         ops::healthz, ops::readyz, ops::metrics,
@@ -49,6 +51,7 @@ pub struct AppState {
         (name = "records", description = "Signed records in"),
         (name = "log", description = "The log, its checkpoints and proofs"),
         (name = "usage", description = "Usage queries for billing"),
+        (name = "pricing", description = "Rate cards, region parameters, leases and invoice previews"),
         (name = "admin", description = "Tenants, signers and tokens"),
         (name = "ops", description = "Health and metrics"),
     )
@@ -177,6 +180,14 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .route("/proofs/inclusion", web::get().to(log::get_inclusion))
                 .route("/proofs/consistency", web::get().to(log::get_consistency))
                 .route("/usage", web::get().to(usage::get_usage))
+                .route("/rate-cards", web::post().to(pricing::post_rate_card))
+                .route(
+                    "/region-params",
+                    web::post().to(pricing::post_region_params),
+                )
+                .route("/leases", web::post().to(pricing::post_lease))
+                .route("/prices", web::get().to(pricing::get_prices))
+                .route("/invoices/preview", web::get().to(pricing::get_preview))
                 .route("/tenants", web::post().to(admin::create_tenant))
                 .route("/tenants", web::get().to(admin::list_tenants))
                 .route("/signers", web::post().to(admin::create_signer))

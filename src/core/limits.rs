@@ -21,3 +21,9 @@ pub const MAX_SEQ: u64 = (1 << 53) - 1;
 pub const MAX_ENVELOPE_BYTES: usize = 8 * 1024;
 /// Most records in one call to `Ledger::append`.
 pub const MAX_APPEND_BATCH: usize = 10_000;
+/// Highest electricity price per kWh accepted in region parameters.
+pub const MAX_PRICE_PER_KWH: u32 = 1_000;
+/// Highest power usage effectiveness accepted (PUE is at least 1).
+pub const MAX_PUE: u32 = 5;
+/// Highest grid carbon intensity accepted, gCO2e per kWh.
+pub const MAX_CARBON_G_PER_KWH: u32 = 5_000;

@@ -8,6 +8,7 @@ use super::decimal::{self, DecimalError};
 use super::ids::check_id;
 use super::keys;
 use super::limits::*;
+use super::rating::LeaseClass;
 use super::rejection::{Reason, Rejection};
 use super::time::Timestamp;
 use rust_decimal::Decimal;
@@ -29,16 +30,25 @@ pub enum Kind {
     SignerKeyRegistered,
     /// A signer's public key was revoked (written and signed by the ledger).
     SignerKeyRevoked,
+    /// A rate-card price took effect (written by the ledger).
+    RateCard,
+    /// A region's electricity price, PUE and carbon intensity took effect (written by the ledger).
+    RegionParams,
+    /// A lease was declared with its billing class (written by the ledger).
+    LeaseRegistered,
 }
 
 impl Kind {
     /// All kinds, in a fixed order.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 8] = [
         Kind::GpuUsage,
         Kind::Energy,
         Kind::SpotPrice,
         Kind::SignerKeyRegistered,
         Kind::SignerKeyRevoked,
+        Kind::RateCard,
+        Kind::RegionParams,
+        Kind::LeaseRegistered,
     ];
 
     /// The wire name.
@@ -49,6 +59,9 @@ impl Kind {
             Kind::SpotPrice => "spot_price",
             Kind::SignerKeyRegistered => "signer_key_registered",
             Kind::SignerKeyRevoked => "signer_key_revoked",
+            Kind::RateCard => "rate_card",
+            Kind::RegionParams => "region_params",
+            Kind::LeaseRegistered => "lease_registered",
         }
     }
 
@@ -62,7 +75,11 @@ impl Kind {
         match self {
             Kind::GpuUsage | Kind::Energy => Role::Node,
             Kind::SpotPrice => Role::Market,
-            Kind::SignerKeyRegistered | Kind::SignerKeyRevoked => Role::Ledger,
+            Kind::SignerKeyRegistered
+            | Kind::SignerKeyRevoked
+            | Kind::RateCard
+            | Kind::RegionParams
+            | Kind::LeaseRegistered => Role::Ledger,
         }
     }
 
@@ -167,6 +184,40 @@ pub struct SignerKeyRevoked {
     pub reason: Option<String>,
 }
 
+/// A rate-card price per GPU-hour for a region, GPU model and lease class (on-demand or
+/// reserved; spot usage is priced by `spot_price` entries), in force from `effective_from`
+/// until the next rate card for the same region, model and class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateCard {
+    pub region: String,
+    pub gpu_model: String,
+    pub lease_class: LeaseClass,
+    pub currency: String,
+    pub price_per_gpu_hour: Decimal,
+    pub effective_from: Timestamp,
+}
+
+/// A region's energy parameters from `effective_from` on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionParameters {
+    pub region: String,
+    pub currency: String,
+    pub electricity_price_per_kwh: Decimal,
+    /// Power usage effectiveness, at least 1.
+    pub pue: Decimal,
+    /// Grid carbon intensity, gCO2e per kWh.
+    pub carbon_g_per_kwh: Decimal,
+    pub effective_from: Timestamp,
+}
+
+/// A lease of `tenant`, billed as `class`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRegistered {
+    pub lease: String,
+    pub tenant: String,
+    pub class: LeaseClass,
+}
+
 /// A validated body of any kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {
@@ -175,6 +226,9 @@ pub enum Body {
     SpotPrice(SpotPrice),
     SignerKeyRegistered(SignerKeyRegistered),
     SignerKeyRevoked(SignerKeyRevoked),
+    RateCard(RateCard),
+    RegionParams(RegionParameters),
+    LeaseRegistered(LeaseRegistered),
 }
 
 impl Body {
@@ -186,6 +240,9 @@ impl Body {
             Body::SpotPrice(_) => Kind::SpotPrice,
             Body::SignerKeyRegistered(_) => Kind::SignerKeyRegistered,
             Body::SignerKeyRevoked(_) => Kind::SignerKeyRevoked,
+            Body::RateCard(_) => Kind::RateCard,
+            Body::RegionParams(_) => Kind::RegionParams,
+            Body::LeaseRegistered(_) => Kind::LeaseRegistered,
         }
     }
 
@@ -194,6 +251,7 @@ impl Body {
         match self {
             Body::GpuUsage(u) => Some(&u.tenant),
             Body::Energy(e) => e.tenant.as_deref(),
+            Body::LeaseRegistered(l) => Some(&l.tenant),
             _ => None,
         }
     }
@@ -263,6 +321,36 @@ impl Body {
                 put("currency", p.currency.clone());
                 put("effective_from", p.effective_from.to_string());
             }
+            Body::RateCard(r) => {
+                put("region", r.region.clone());
+                put("gpu_model", r.gpu_model.clone());
+                put("lease_class", r.lease_class.as_str().to_owned());
+                put("currency", r.currency.clone());
+                put(
+                    "price_per_gpu_hour",
+                    decimal::to_canonical(r.price_per_gpu_hour),
+                );
+                put("effective_from", r.effective_from.to_string());
+            }
+            Body::RegionParams(r) => {
+                put("region", r.region.clone());
+                put("currency", r.currency.clone());
+                put(
+                    "electricity_price_per_kwh",
+                    decimal::to_canonical(r.electricity_price_per_kwh),
+                );
+                put("pue", decimal::to_canonical(r.pue));
+                put(
+                    "carbon_g_per_kwh",
+                    decimal::to_canonical(r.carbon_g_per_kwh),
+                );
+                put("effective_from", r.effective_from.to_string());
+            }
+            Body::LeaseRegistered(l) => {
+                put("lease", l.lease.clone());
+                put("tenant", l.tenant.clone());
+                put("class", l.class.as_str().to_owned());
+            }
             Body::SignerKeyRegistered(r) => return serde_json::to_value(r).expect("plain struct"),
             Body::SignerKeyRevoked(r) => return serde_json::to_value(r).expect("plain struct"),
         }
@@ -316,8 +404,121 @@ impl Body {
                 key_id("body.key_id", &r.key_id)?;
                 Ok(Body::SignerKeyRevoked(r))
             }
+            Kind::RateCard => {
+                let w: RateCardWire = wire(body)?;
+                let lease_class =
+                    match w.lease_class.as_str() {
+                        "on_demand" => LeaseClass::OnDemand,
+                        "reserved" => LeaseClass::Reserved,
+                        _ => return Err(Rejection::field(
+                            Reason::InvalidField,
+                            "body.lease_class",
+                            "must be on_demand or reserved (spot is priced by spot_price entries)",
+                        )),
+                    };
+                Ok(Body::RateCard(RateCard {
+                    region: id("body.region", &w.region)?,
+                    gpu_model: id("body.gpu_model", &w.gpu_model)?,
+                    lease_class,
+                    currency: currency("body.currency", &w.currency)?,
+                    price_per_gpu_hour: quantity(
+                        "body.price_per_gpu_hour",
+                        &w.price_per_gpu_hour,
+                        Decimal::from(MAX_PRICE_PER_GPU_HOUR),
+                    )?,
+                    effective_from: ts("body.effective_from", &w.effective_from)?,
+                }))
+            }
+            Kind::RegionParams => {
+                let w: RegionParamsWire = wire(body)?;
+                let pue = quantity("body.pue", &w.pue, Decimal::from(MAX_PUE))?;
+                if pue < Decimal::ONE {
+                    return Err(Rejection::field(
+                        Reason::QuantityOutOfRange,
+                        "body.pue",
+                        "must be at least 1",
+                    ));
+                }
+                Ok(Body::RegionParams(RegionParameters {
+                    region: id("body.region", &w.region)?,
+                    currency: currency("body.currency", &w.currency)?,
+                    electricity_price_per_kwh: quantity(
+                        "body.electricity_price_per_kwh",
+                        &w.electricity_price_per_kwh,
+                        Decimal::from(MAX_PRICE_PER_KWH),
+                    )?,
+                    pue,
+                    carbon_g_per_kwh: quantity(
+                        "body.carbon_g_per_kwh",
+                        &w.carbon_g_per_kwh,
+                        Decimal::from(MAX_CARBON_G_PER_KWH),
+                    )?,
+                    effective_from: ts("body.effective_from", &w.effective_from)?,
+                }))
+            }
+            Kind::LeaseRegistered => {
+                let w: LeaseWire = wire(body)?;
+                let class = match w.class.as_str() {
+                    "on_demand" => LeaseClass::OnDemand,
+                    "reserved" => LeaseClass::Reserved,
+                    "spot" => LeaseClass::Spot,
+                    _ => {
+                        return Err(Rejection::field(
+                            Reason::InvalidField,
+                            "body.class",
+                            "must be on_demand, reserved or spot",
+                        ))
+                    }
+                };
+                Ok(Body::LeaseRegistered(LeaseRegistered {
+                    lease: id("body.lease", &w.lease)?,
+                    tenant: id("body.tenant", &w.tenant)?,
+                    class,
+                }))
+            }
         }
     }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateCardWire {
+    region: String,
+    gpu_model: String,
+    lease_class: String,
+    currency: String,
+    price_per_gpu_hour: String,
+    effective_from: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegionParamsWire {
+    region: String,
+    currency: String,
+    electricity_price_per_kwh: String,
+    pue: String,
+    carbon_g_per_kwh: String,
+    effective_from: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeaseWire {
+    lease: String,
+    tenant: String,
+    class: String,
+}
+
+fn currency(field: &str, c: &str) -> Result<String, Rejection> {
+    if c.len() != 3 || !c.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(Rejection::field(
+            Reason::InvalidField,
+            field,
+            "must be an ISO 4217 code of three upper-case letters",
+        ));
+    }
+    Ok(c.to_owned())
 }
 
 fn wire<T: for<'de> Deserialize<'de>>(body: &Value) -> Result<T, Rejection> {

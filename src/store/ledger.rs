@@ -51,6 +51,7 @@ enum Job {
         reply: Reply<u64>,
     },
     Checkpoint(Reply<(u64, String)>),
+    LedgerEntry(Box<crate::core::record::Body>, Reply<u64>),
 }
 
 impl Job {
@@ -397,6 +398,12 @@ impl Ledger {
         })
     }
 
+    /// Appends a rate card, region parameters or a lease declaration as an entry signed by the
+    /// log key; returns its index.
+    pub fn append_ledger_entry(&self, body: crate::core::record::Body) -> Result<u64, StoreError> {
+        self.submit(|reply| Job::LedgerEntry(Box::new(body), reply))
+    }
+
     /// Signs a checkpoint of the current head if the latest one does not cover it; returns the
     /// size and signed note of the latest checkpoint.
     pub fn checkpoint(&self) -> Result<(u64, String), StoreError> {
@@ -597,6 +604,9 @@ fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued
                     reply,
                 } => {
                     let _ = reply.send(write::revoke_key(conn, log, &signer, &key_id, reason, now));
+                }
+                Job::LedgerEntry(body, reply) => {
+                    let _ = reply.send(write::ledger_entry(conn, log, &body, now));
                 }
                 Job::Checkpoint(reply) => {
                     let _ = reply.send(write::checkpoint(conn, log, now));

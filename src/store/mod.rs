@@ -9,6 +9,7 @@ pub mod access;
 pub mod conn;
 pub mod error;
 pub mod ledger;
+pub mod pricing;
 pub mod read;
 pub mod schema;
 pub mod usage;

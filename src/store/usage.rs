@@ -18,11 +18,23 @@ pub fn aggregate(
     tenant: Option<&str>,
     agg: &mut Aggregator,
 ) -> Result<(), StoreError> {
+    for_each_usage(conn, tenant, u64::MAX >> 12, &mut |b| agg.add(b))
+}
+
+/// Calls `f` with every usage and energy entry below log size `size` (of `tenant`, if given),
+/// in log order, reading pages of [`PAGE`] entries so memory stays bounded.
+pub fn for_each_usage(
+    conn: &mut DbConn,
+    tenant: Option<&str>,
+    size: u64,
+    f: &mut dyn FnMut(&Body),
+) -> Result<(), StoreError> {
     let kinds = [Kind::GpuUsage.as_str(), Kind::Energy.as_str()];
     let mut after = -1i64;
     loop {
         let mut q = entries::table
             .filter(entries::idx.gt(after))
+            .filter(entries::idx.lt(size.min(i64::MAX as u64) as i64))
             .filter(entries::kind.eq_any(kinds))
             .order(entries::idx.asc())
             .limit(PAGE)
@@ -39,7 +51,7 @@ pub fn aggregate(
                 .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: unknown kind")))?;
             let body = Body::from_value(kind, &leaf.envelope.body, leaf.received_at)
                 .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))?;
-            agg.add(&body);
+            f(&body);
         }
         match rows.last() {
             Some((idx, _)) if rows.len() as i64 == PAGE => after = *idx,

@@ -682,3 +682,58 @@ pub(crate) fn checkpoint(
         Ok((size, note))
     })
 }
+
+/// Appends a pricing entry written and signed by the ledger (rate card, region parameters or
+/// lease). Prices are never edited in place: a new price for a series must take effect after
+/// the latest one already logged for it, and a lease is declared once.
+pub(crate) fn ledger_entry(
+    conn: &mut DbConn,
+    log: &LogSigner,
+    body: &Body,
+    now: Timestamp,
+) -> Result<u64, StoreError> {
+    if !matches!(
+        body,
+        Body::RateCard(_) | Body::RegionParams(_) | Body::LeaseRegistered(_)
+    ) {
+        return Err(StoreError::Refused(format!(
+            "{} entries are not written this way",
+            body.kind().as_str()
+        )));
+    }
+    conn.transaction(|conn| {
+        let mut app = Appender::lock(conn, now)?;
+        let size = app.next_index();
+        for (index, old) in super::pricing::pricing_entries(conn, size)? {
+            match (body, &old) {
+                (Body::RateCard(n), Body::RateCard(o))
+                    if (&n.region, &n.gpu_model, n.lease_class) == (&o.region, &o.gpu_model, o.lease_class)
+                        && n.effective_from <= o.effective_from =>
+                {
+                    return Err(StoreError::Refused(format!(
+                        "a rate card for {} {} {} already takes effect at {} (entry {index}); a change must take effect later",
+                        n.region,
+                        n.gpu_model,
+                        n.lease_class.as_str(),
+                        o.effective_from
+                    )));
+                }
+                (Body::RegionParams(n), Body::RegionParams(o))
+                    if n.region == o.region && n.effective_from <= o.effective_from =>
+                {
+                    return Err(StoreError::Refused(format!(
+                        "parameters for region {} already take effect at {} (entry {index}); a change must take effect later",
+                        n.region, o.effective_from
+                    )));
+                }
+                (Body::LeaseRegistered(n), Body::LeaseRegistered(o)) if n.lease == o.lease => {
+                    return Err(StoreError::AlreadyExists(format!("lease {} is already declared (entry {index})", n.lease)));
+                }
+                _ => {}
+            }
+        }
+        let index = push_ledger_entry(conn, &mut app, log, body)?;
+        app.finish(conn)?;
+        Ok(index)
+    })
+}

@@ -1,0 +1,226 @@
+//! Prices and previews: rate cards, region parameters and leases are appended to the log as
+//! ledger-signed entries; an invoice preview rates a tenant's period from the log.
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::{json_body, AppState};
+use crate::core::rating::{self, Line, Unpriced};
+use crate::core::record::{Body, Kind};
+use crate::core::rejection::Rejection;
+use crate::core::time::Timestamp;
+use crate::store::pricing;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Longest period one preview may cover, in seconds (about 13 months).
+pub const MAX_PREVIEW_PERIOD_SECONDS: i64 = 400 * 86_400;
+
+fn rejection(r: Rejection) -> ApiError {
+    let field = r.field.clone().unwrap_or_else(|| "body".into());
+    ApiError::BadRequest {
+        slug: "invalid_field",
+        detail: r.message.clone(),
+        errors: Some(
+            serde_json::json!([{ "field": field, "reason": r.reason.code(), "message": r.message }]),
+        ),
+    }
+}
+
+/// The index of an appended pricing entry.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Appended {
+    pub index: u64,
+    pub kind: String,
+}
+
+async fn append(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+    kind: Kind,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_admin()?;
+    let v: Value = json_body(&req, payload).await?;
+    let body = Body::from_value(kind, &v, Timestamp::now()).map_err(rejection)?;
+    let index = web::block(move || state.ledger.append_ledger_entry(body)).await??;
+    Ok(HttpResponse::Created().json(Appended {
+        index,
+        kind: kind.as_str().into(),
+    }))
+}
+
+/// Appends a rate card (admin): `{region, gpu_model, lease_class: on_demand|reserved, currency,
+/// price_per_gpu_hour, effective_from}`; a change must take effect after the series' latest.
+#[utoipa::path(post, path = "/v1/rate-cards", tag = "pricing", request_body = Object,
+    responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn post_rate_card(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    append(state, caller, req, payload, Kind::RateCard).await
+}
+
+/// Appends region parameters (admin): `{region, currency, electricity_price_per_kwh, pue,
+/// carbon_g_per_kwh, effective_from}`.
+#[utoipa::path(post, path = "/v1/region-params", tag = "pricing", request_body = Object,
+    responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn post_region_params(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    append(state, caller, req, payload, Kind::RegionParams).await
+}
+
+/// Declares a lease and its billing class (admin): `{lease, tenant, class: on_demand|reserved|spot}`.
+#[utoipa::path(post, path = "/v1/leases", tag = "pricing", request_body = Object,
+    responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn post_lease(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    append(state, caller, req, payload, Kind::LeaseRegistered).await
+}
+
+/// One pricing entry.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct PricingEntry {
+    pub index: u64,
+    pub kind: String,
+    #[schema(value_type = Object)]
+    pub body: Value,
+}
+
+/// Every rate card, region parameter set, spot price and lease in the log, oldest first.
+/// Tenants see prices and their own leases only.
+#[utoipa::path(get, path = "/v1/prices", tag = "pricing", responses((status = 200, body = Vec<PricingEntry>)), security(("bearer" = [])))]
+pub async fn get_prices(
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    let entries = web::block(move || {
+        state.ledger.with_reader(|c| {
+            let size = crate::store::read::head(c)?.0;
+            pricing::pricing_entries(c, size)
+        })
+    })
+    .await??;
+    let list: Vec<PricingEntry> = entries
+        .into_iter()
+        .filter(|(_, b)| !matches!(b, Body::LeaseRegistered(_)) || caller.may_see(b.tenant()))
+        .map(|(index, b)| PricingEntry {
+            index,
+            kind: b.kind().as_str().into(),
+            body: b.to_value(),
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(list))
+}
+
+/// Query of the preview.
+#[derive(Deserialize, utoipa::IntoParams)]
+pub struct PreviewQuery {
+    /// Tenant id (tenant tokens: their own, and may omit it).
+    pub tenant: Option<String>,
+    /// Start of the period (inclusive).
+    pub from: String,
+    /// End of the period (exclusive).
+    pub to: String,
+}
+
+/// The lines of one currency.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct CurrencyLines {
+    pub currency: String,
+    #[schema(value_type = Vec<Object>)]
+    pub lines: Vec<Line>,
+    /// Sum of the rounded line amounts.
+    #[schema(value_type = String)]
+    pub total: String,
+}
+
+/// A draft invoice computed live from the log.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Preview {
+    pub tenant: String,
+    pub from: String,
+    pub to: String,
+    /// The log size the preview was computed at.
+    pub log_size: u64,
+    pub currencies: Vec<CurrencyLines>,
+    /// Usage no price was in force for; an invoice cannot be issued while this is not empty.
+    #[schema(value_type = Vec<Object>)]
+    pub unpriced: Vec<Unpriced>,
+}
+
+/// A draft invoice for a tenant and period, rated from the log (records belong to the period
+/// containing their interval's start). Tenants may preview only their own.
+#[utoipa::path(get, path = "/v1/invoices/preview", tag = "pricing", params(PreviewQuery),
+    responses((status = 200, body = Preview), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn get_preview(
+    state: web::Data<AppState>,
+    caller: Caller,
+    q: web::Query<PreviewQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let q = q.into_inner();
+    let tenant = match (caller.confined_to(), q.tenant) {
+        (Some(own), Some(t)) if t != own => return Err(ApiError::NotFound(format!("tenant {t}"))),
+        (Some(own), _) => own.to_owned(),
+        (None, Some(t)) => t,
+        (None, None) => return Err(ApiError::invalid_parameter("tenant", "is required")),
+    };
+    let from = Timestamp::parse(&q.from)
+        .map_err(|e| ApiError::invalid_parameter("from", e.to_string()))?;
+    let to =
+        Timestamp::parse(&q.to).map_err(|e| ApiError::invalid_parameter("to", e.to_string()))?;
+    if to <= from {
+        return Err(ApiError::invalid_parameter("to", "must be after from"));
+    }
+    if from.seconds_until(to) > MAX_PREVIEW_PERIOD_SECONDS {
+        return Err(ApiError::invalid_parameter(
+            "to",
+            format!("the period may be at most {MAX_PREVIEW_PERIOD_SECONDS} s"),
+        ));
+    }
+    let t = tenant.clone();
+    let (size, rater) = web::block(move || {
+        state.ledger.with_reader(|c| {
+            if !crate::store::access::tenant_exists(c, &t)?
+                && !crate::store::usage::tenant_has_entries(c, &t)?
+            {
+                return Err(crate::store::StoreError::NotFound(format!("tenant {t}")));
+            }
+            let size = crate::store::read::head(c)?.0;
+            Ok((size, pricing::rate_period(c, &t, from, to, size)?))
+        })
+    })
+    .await??;
+    let (by_currency, unpriced) = rater.finish();
+    let currencies = by_currency
+        .into_iter()
+        .map(|(currency, lines)| CurrencyLines {
+            total: rating::total(&lines).to_string(),
+            currency,
+            lines,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(Preview {
+        tenant,
+        from: from.to_string(),
+        to: to.to_string(),
+        log_size: size,
+        currencies,
+        unpriced,
+    }))
+}

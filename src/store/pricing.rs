@@ -1,0 +1,103 @@
+//! Prices read from the log: rate cards, region parameters, lease classes and spot prices, all
+//! as entries, so every amount can be recomputed from the log alone.
+
+use super::conn::DbConn;
+use super::error::StoreError;
+use super::schema::entries;
+use super::usage;
+use crate::core::leaf::Leaf;
+use crate::core::rating::{PriceBook, PricePoint, Rater, RegionParams};
+use crate::core::record::{Body, Kind};
+use crate::core::time::Timestamp;
+use diesel::prelude::*;
+
+/// The kinds that carry prices or billing classes.
+pub const PRICING_KINDS: [Kind; 4] = [
+    Kind::RateCard,
+    Kind::RegionParams,
+    Kind::LeaseRegistered,
+    Kind::SpotPrice,
+];
+
+fn body_of(idx: i64, bytes: &[u8]) -> Result<Body, StoreError> {
+    let leaf =
+        Leaf::from_bytes(bytes).map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
+    let kind = Kind::parse(&leaf.envelope.kind)
+        .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: kind")))?;
+    Body::from_value(kind, &leaf.envelope.body, leaf.received_at)
+        .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))
+}
+
+/// Every pricing entry below log size `size`, in log order, as (index, body).
+pub fn pricing_entries(conn: &mut DbConn, size: u64) -> Result<Vec<(u64, Body)>, StoreError> {
+    let kinds: Vec<&str> = PRICING_KINDS.iter().map(|k| k.as_str()).collect();
+    let rows: Vec<(i64, Vec<u8>)> = entries::table
+        .filter(entries::kind.eq_any(kinds))
+        .filter(entries::idx.lt(size as i64))
+        .order(entries::idx.asc())
+        .select((entries::idx, entries::leaf))
+        .load(conn)?;
+    rows.into_iter()
+        .map(|(i, b)| Ok((i as u64, body_of(i, &b)?)))
+        .collect()
+}
+
+/// The price book of the log as of size `size`.
+pub fn price_book(conn: &mut DbConn, size: u64) -> Result<PriceBook, StoreError> {
+    let mut book = PriceBook::default();
+    for (_, body) in pricing_entries(conn, size)? {
+        match body {
+            Body::RateCard(r) => book.add_rate_card(
+                &r.region,
+                &r.gpu_model,
+                r.lease_class,
+                PricePoint {
+                    effective_from: r.effective_from,
+                    currency: r.currency,
+                    price: r.price_per_gpu_hour,
+                },
+            ),
+            Body::SpotPrice(p) => book.add_spot(
+                &p.region,
+                &p.gpu_model,
+                PricePoint {
+                    effective_from: p.effective_from,
+                    currency: p.currency,
+                    price: p.price_per_gpu_hour,
+                },
+            ),
+            Body::RegionParams(r) => book.add_region(
+                &r.region,
+                RegionParams {
+                    effective_from: r.effective_from,
+                    currency: r.currency,
+                    electricity_price_per_kwh: r.electricity_price_per_kwh,
+                    pue: r.pue,
+                    carbon_g_per_kwh: r.carbon_g_per_kwh,
+                },
+            ),
+            Body::LeaseRegistered(l) => book.add_lease(&l.lease, l.class),
+            _ => {}
+        }
+    }
+    Ok(book)
+}
+
+/// Rates a tenant's usage and energy records whose intervals start in `[from, to)`, with the
+/// prices of the log as of size `size`.
+pub fn rate_period(
+    conn: &mut DbConn,
+    tenant: &str,
+    from: Timestamp,
+    to: Timestamp,
+    size: u64,
+) -> Result<Rater, StoreError> {
+    let book = price_book(conn, size)?;
+    let mut rater = Rater::new();
+    usage::for_each_usage(conn, Some(tenant), size, &mut |body| match body {
+        Body::GpuUsage(u) if (from..to).contains(&u.start) => rater.add_usage(&book, u),
+        Body::Energy(e) if (from..to).contains(&e.start) => rater.add_energy(&book, e),
+        _ => {}
+    })?;
+    Ok(rater)
+}
