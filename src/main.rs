@@ -197,6 +197,28 @@ enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The node agent: drain a spool backlog into a local server, then the CPU and peak RSS
+    /// of an agent child at steady state (simulated GPUs).
+    Agent {
+        /// Records in the backlog to drain (0 skips the drain).
+        #[arg(long, default_value_t = 1_000_000)]
+        records: u64,
+        /// Records per POST while draining (the agent's max_batch).
+        #[arg(long, default_value_t = 500)]
+        batch: usize,
+        /// Seconds the steady-state agent is measured (0 skips it).
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Simulated GPUs of the steady-state agent.
+        #[arg(long, default_value_t = 8)]
+        gpus: u32,
+        /// Measurement interval of the steady-state agent, in seconds.
+        #[arg(long, default_value_t = 10)]
+        interval_seconds: u64,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -426,6 +448,60 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 match r.server_peak_rss_mb {
                     Some(m) => println!("server peak RSS:        {m} MB"),
                     None => println!("server peak RSS:        not measured (server not started by the benchmark)"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Agent {
+            records,
+            batch,
+            seconds,
+            gpus,
+            interval_seconds,
+            json,
+        }) => {
+            let cfg = bench::agent::AgentBench {
+                records,
+                batch,
+                seconds,
+                gpus,
+                interval_seconds,
+            };
+            let r = bench::agent::run_agent_bench(&cfg, &|phase| {
+                if !json {
+                    eprintln!("… {phase}");
+                }
+            })?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                if let Some(d) = &r.drain {
+                    println!(
+                        "spool drain:            {} records ({} MB spool, batches of {}) in {} s",
+                        d.records, d.spool_mb, d.batch, d.drain_seconds
+                    );
+                    println!("drain rate:             {:.0} records/s", d.records_per_s);
+                    println!(
+                        "delivered / dead:       {} / {} (spool filled in {} s, not counted)",
+                        d.delivered, d.dead_lettered, d.fill_seconds
+                    );
+                }
+                if let Some(s) = &r.steady {
+                    println!(
+                        "steady agent:           {} GPUs, {} s interval, {} intervals in {} s",
+                        s.gpus, s.interval_seconds, s.intervals, s.seconds
+                    );
+                    println!(
+                        "agent CPU:              {} s = {:.3} % of one core ({} s since start)",
+                        s.cpu_seconds, s.cpu_percent_of_one_core, s.cpu_seconds_total
+                    );
+                    println!(
+                        "agent RSS:              peak {} MB, now {} MB",
+                        s.peak_rss_mb, s.rss_mb
+                    );
+                }
+                if let Some(m) = r.server_peak_rss_mb {
+                    println!("server peak RSS:        {m} MB");
                 }
             }
             Ok(ExitCode::SUCCESS)

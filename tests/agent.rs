@@ -94,6 +94,7 @@ fn gpus(n: u32, model: &str) -> Vec<GpuSample> {
             utilization_pct: None,
             power_watts: Some(dec("700")),
             energy_mj: None,
+            compute_processes: None,
         })
         .collect()
 }

@@ -198,6 +198,23 @@ fn units(d: Decimal) -> i128 {
     d.mantissa() * 10i128.pow(9 - d.scale())
 }
 
+/// GPUs that run compute processes (as far as the collector counted them) but that no lease
+/// covers: `(index, processes)` in index order. Nobody is billed for them; the agent warns.
+pub fn unleased_busy(gpus: &[GpuSample], leases: &[Lease]) -> Vec<(u32, u32)> {
+    if leases.iter().any(|l| l.scope == Scope::WholeNode) {
+        return Vec::new();
+    }
+    gpus.iter()
+        .filter_map(|g| {
+            let n = g.compute_processes.filter(|&n| n > 0)?;
+            let leased = leases
+                .iter()
+                .any(|l| matches!(&l.scope, Scope::Gpus(m) if m.contains_key(&g.index)));
+            (!leased).then_some((g.index, n))
+        })
+        .collect()
+}
+
 /// Splits `total` units in proportion to `weights` (all ≥ 0, sum > 0) by largest remainder:
 /// each part gets ⌊total × w / Σw⌋, and the units left over go one each to the parts with the
 /// largest remainders, the earlier part first on a tie. The parts sum exactly to `total`.

@@ -1,8 +1,10 @@
-//! Collectors: where GPU readings come from. One trait, two implementations chosen in
-//! `agent.toml`: [`NvidiaSmi`] (a real node) and [`Simulated`] (demo, tests, benchmarks).
+//! Collectors: where GPU readings come from. One trait, implementations chosen in
+//! `agent.toml`: [`NvidiaSmi`] (a real node, through the `nvidia-smi` program), `nvml::Nvml`
+//! (a real node, through the driver library; only with the `nvml` cargo feature) and
+//! [`Simulated`] (demo, tests, benchmarks).
 //!
-//! The nvidia-smi output parser, [`parse_nvidia_smi`], is pure and tested on hand-written
-//! outputs in `tests/fixtures/nvidia-smi/`.
+//! The nvidia-smi output parsers, [`parse_nvidia_smi`] and [`parse_compute_apps`], are pure
+//! and tested on hand-written outputs in `tests/fixtures/nvidia-smi/`.
 
 use super::config::{CollectorConfig, SimulatedGpus};
 use crate::core::ids::check_id;
@@ -15,6 +17,11 @@ use std::process::Command;
 /// The query the nvidia-smi collector runs.
 pub const NVIDIA_SMI_QUERY: &str =
     "index,uuid,name,utilization.gpu,power.draw,total_energy_consumption";
+/// The process query the nvidia-smi collector runs (when `processes` is on).
+pub const NVIDIA_SMI_APPS_QUERY: &str = "gpu_uuid,pid,used_memory";
+/// Most bytes of a collector program's output parsed (stdout and stderr each); the rest is
+/// ignored. 1,024 GPUs at about 120 bytes a line fit well within it.
+pub const MAX_COMMAND_OUTPUT_BYTES: usize = 1024 * 1024;
 
 /// One GPU at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +38,10 @@ pub struct GpuSample {
     pub power_watts: Option<Decimal>,
     /// Energy counter since the driver loaded, in millijoules, when known.
     pub energy_mj: Option<Decimal>,
+    /// Compute processes running on the GPU, when the collector asked (nvidia-smi's process
+    /// query, NVML's running compute processes). Informational: attribution follows the
+    /// leases, not processes; the agent warns about an unleased GPU that runs processes.
+    pub compute_processes: Option<u32>,
 }
 
 /// What a collector read: the GPUs present, and notes on GPUs or lines it could not read
@@ -55,7 +66,15 @@ pub enum CollectorError {
         status: String,
         detail: String,
     },
+    /// The collector cannot work in this binary or on this machine (e.g. `nvml` in a build
+    /// without the feature, or no NVIDIA driver library).
+    #[error("{0}")]
+    Unavailable(String),
 }
+
+/// The message for `kind = "nvml"` in a binary built without the `nvml` feature.
+pub const NVML_NOT_BUILT: &str = "collector kind \"nvml\" is not in this build of gpuledger: \
+     rebuild with `cargo build --release --features nvml`, or use kind = \"nvidia-smi\"";
 
 /// A source of GPU readings.
 pub trait Collector: Send {
@@ -63,17 +82,31 @@ pub trait Collector: Send {
     fn read(&mut self, at: Timestamp) -> Result<Reading, CollectorError>;
 }
 
-/// Builds the collector a configuration names.
-pub fn from_config(c: &CollectorConfig) -> Box<dyn Collector> {
-    match c {
+/// Builds the collector a configuration names. Fails for `nvml` when the binary was built
+/// without the `nvml` feature or the driver library cannot be loaded.
+pub fn from_config(c: &CollectorConfig) -> Result<Box<dyn Collector>, CollectorError> {
+    Ok(match c {
         CollectorConfig::Simulated { seed, load, gpus } => {
             Box::new(Simulated::new(*seed, load, gpus))
         }
-        CollectorConfig::NvidiaSmi { command, models } => Box::new(NvidiaSmi {
+        CollectorConfig::NvidiaSmi {
+            command,
+            models,
+            processes,
+        } => Box::new(NvidiaSmi {
             command: command.clone(),
             models: models.clone(),
+            processes: *processes,
         }),
-    }
+        #[cfg(feature = "nvml")]
+        CollectorConfig::Nvml { models, processes } => {
+            Box::new(nvml::Nvml::new(models.clone(), *processes)?)
+        }
+        #[cfg(not(feature = "nvml"))]
+        CollectorConfig::Nvml { .. } => {
+            return Err(CollectorError::Unavailable(NVML_NOT_BUILT.into()))
+        }
+    })
 }
 
 /// The GPU model id for a name nvidia-smi prints: the configured mapping, else the name
@@ -170,10 +203,73 @@ pub fn parse_nvidia_smi(output: &str, models: &BTreeMap<String, String>) -> Read
             utilization_pct,
             power_watts,
             energy_mj,
+            compute_processes: None,
         });
     }
     r.gpus.sort_by_key(|g| g.index);
     r
+}
+
+/// One compute process as nvidia-smi's process query lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComputeApp {
+    /// The GPU it runs on (nvidia-smi's `GPU-…` UUID).
+    pub gpu_uuid: String,
+    /// Its process id (in the host's PID namespace).
+    pub pid: u32,
+    /// GPU memory it uses in MiB, when nvidia-smi may say (`[N/A]` in some containers).
+    pub used_memory_mib: Option<u64>,
+}
+
+/// Parses the output of `nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory
+/// --format=csv,noheader,nounits` (stdout and stderr together): one line of three fields per
+/// process; no lines, or "No running processes found", when there are none. A line whose UUID
+/// or pid cannot be read is skipped with a note; an unreadable memory field (`[N/A]`) keeps
+/// the process with the memory unknown. Returns the processes and the notes.
+pub fn parse_compute_apps(output: &str) -> (Vec<ComputeApp>, Vec<String>) {
+    let mut apps = Vec::new();
+    let mut notes = Vec::new();
+    for line in output.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with("No running processes found") {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        if f.len() != 3 {
+            notes.push(format!("malformed nvidia-smi process line: {line:?}"));
+            continue;
+        }
+        if !f[0].starts_with("GPU-") || f[0].len() < 8 {
+            notes.push(format!("malformed GPU UUID in process line: {line:?}"));
+            continue;
+        }
+        let Ok(pid) = f[1].parse::<u32>() else {
+            notes.push(format!("malformed pid in process line: {line:?}"));
+            continue;
+        };
+        apps.push(ComputeApp {
+            gpu_uuid: f[0].to_owned(),
+            pid,
+            used_memory_mib: f[2].parse().ok(),
+        });
+    }
+    (apps, notes)
+}
+
+/// Sets every GPU's `compute_processes` from the process list (0 where none runs); notes a
+/// process on a GPU that is not in the reading.
+pub fn count_processes(reading: &mut Reading, apps: &[ComputeApp]) {
+    for g in &mut reading.gpus {
+        g.compute_processes = Some(apps.iter().filter(|a| a.gpu_uuid == g.uuid).count() as u32);
+    }
+    for a in apps {
+        if !reading.gpus.iter().any(|g| g.uuid == a.gpu_uuid) {
+            reading.notes.push(format!(
+                "process {} runs on GPU {}, which is not in the reading",
+                a.pid, a.gpu_uuid
+            ));
+        }
+    }
 }
 
 /// Runs nvidia-smi.
@@ -182,31 +278,188 @@ pub struct NvidiaSmi {
     pub command: PathBuf,
     /// Name → model id.
     pub models: BTreeMap<String, String>,
+    /// Also run the process query and fill [`GpuSample::compute_processes`].
+    pub processes: bool,
+}
+
+/// Runs `command --query-…=fields --format=csv,noheader,nounits`; returns stdout then
+/// stderr as text (each cut at [`MAX_COMMAND_OUTPUT_BYTES`]) and the exit status.
+fn run_query(
+    command: &std::path::Path,
+    query: &str,
+) -> Result<(String, std::process::ExitStatus), CollectorError> {
+    let out = Command::new(command)
+        .arg(query)
+        .arg("--format=csv,noheader,nounits")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|source| CollectorError::Spawn {
+            command: command.display().to_string(),
+            source,
+        })?;
+    let cut = |b: &[u8]| {
+        String::from_utf8_lossy(&b[..b.len().min(MAX_COMMAND_OUTPUT_BYTES)]).into_owned()
+    };
+    let mut text = cut(&out.stdout);
+    text.push('\n');
+    text.push_str(&cut(&out.stderr));
+    Ok((text, out.status))
 }
 
 impl Collector for NvidiaSmi {
     fn read(&mut self, _at: Timestamp) -> Result<Reading, CollectorError> {
-        let command = self.command.display().to_string();
-        let out = Command::new(&self.command)
-            .arg(format!("--query-gpu={NVIDIA_SMI_QUERY}"))
-            .arg("--format=csv,noheader,nounits")
-            .output()
-            .map_err(|source| CollectorError::Spawn {
-                command: command.clone(),
-                source,
-            })?;
-        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.push('\n');
-        text.push_str(&String::from_utf8_lossy(&out.stderr));
-        let r = parse_nvidia_smi(&text, &self.models);
+        let (text, status) = run_query(&self.command, &format!("--query-gpu={NVIDIA_SMI_QUERY}"))?;
+        let mut r = parse_nvidia_smi(&text, &self.models);
         if r.gpus.is_empty() {
             return Err(CollectorError::NoGpus {
-                command,
-                status: out.status.to_string(),
+                command: self.command.display().to_string(),
+                status: status.to_string(),
                 detail: text.trim().chars().take(500).collect(),
             });
         }
+        if self.processes {
+            // The GPU reading stands without it: a failed process query is a note, and the
+            // process counts stay unknown.
+            match run_query(
+                &self.command,
+                &format!("--query-compute-apps={NVIDIA_SMI_APPS_QUERY}"),
+            ) {
+                Ok((text, status)) if status.success() => {
+                    let (apps, notes) = parse_compute_apps(&text);
+                    r.notes.extend(notes);
+                    count_processes(&mut r, &apps);
+                }
+                Ok((text, status)) => r.notes.push(format!(
+                    "process query failed ({status}): {}",
+                    text.trim().chars().take(300).collect::<String>()
+                )),
+                Err(e) => r.notes.push(format!("process query failed: {e}")),
+            }
+        }
         Ok(r)
+    }
+}
+
+/// The NVML collector: the same readings as [`NvidiaSmi`], from the NVIDIA driver library
+/// (`libnvidia-ml.so.1`, loaded when the agent starts) instead of a program per reading.
+#[cfg(feature = "nvml")]
+pub mod nvml {
+    use super::{model_id, Collector, CollectorError, GpuSample, Reading};
+    use crate::core::time::Timestamp;
+    use rust_decimal::Decimal;
+    use std::collections::BTreeMap;
+
+    /// Reads every GPU through NVML.
+    pub struct Nvml {
+        nvml: nvml_wrapper::Nvml,
+        models: BTreeMap<String, String>,
+        processes: bool,
+    }
+
+    impl Nvml {
+        /// Loads and initialises the driver library; a clear error where there is none.
+        pub fn new(
+            models: BTreeMap<String, String>,
+            processes: bool,
+        ) -> Result<Nvml, CollectorError> {
+            let nvml = nvml_wrapper::Nvml::init().map_err(|e| {
+                CollectorError::Unavailable(format!(
+                    "collector nvml: cannot load and initialise the NVIDIA driver library \
+                     (libnvidia-ml.so): {e}; is the NVIDIA driver installed and loaded?"
+                ))
+            })?;
+            Ok(Nvml {
+                nvml,
+                models,
+                processes,
+            })
+        }
+    }
+
+    impl Collector for Nvml {
+        fn read(&mut self, _at: Timestamp) -> Result<Reading, CollectorError> {
+            let count = self
+                .nvml
+                .device_count()
+                .map_err(|e| CollectorError::NoGpus {
+                    command: "nvml".into(),
+                    status: "device count failed".into(),
+                    detail: e.to_string(),
+                })?;
+            let mut r = Reading::default();
+            for index in 0..count {
+                // As with nvidia-smi: a GPU whose handle or identity cannot be read (fell off
+                // the bus) is absent from the reading, never guessed.
+                let dev = match self.nvml.device_by_index(index) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        r.notes.push(format!("GPU unreachable: GPU {index}: {e}"));
+                        continue;
+                    }
+                };
+                let (uuid, name) = match (dev.uuid(), dev.name()) {
+                    (Ok(u), Ok(n)) => (u, n),
+                    (Err(e), _) | (_, Err(e)) => {
+                        r.notes
+                            .push(format!("GPU {index}: cannot read its UUID or name: {e}"));
+                        continue;
+                    }
+                };
+                let mut unknown = |what: &str, e: nvml_wrapper::error::NvmlError| {
+                    r.notes.push(format!("GPU {index}: {what} is unknown: {e}"));
+                };
+                let utilization_pct = match dev.utilization_rates() {
+                    Ok(u) => Some(Decimal::from(u.gpu)),
+                    Err(e) => {
+                        unknown("utilization.gpu", e);
+                        None
+                    }
+                };
+                // NVML reports milliwatts.
+                let power_watts = match dev.power_usage() {
+                    Ok(mw) => Some(Decimal::new(i64::from(mw), 3).normalize()),
+                    Err(e) => {
+                        unknown("power.draw", e);
+                        None
+                    }
+                };
+                let energy_mj = match dev.total_energy_consumption() {
+                    Ok(mj) => Some(Decimal::from(mj)),
+                    Err(e) => {
+                        unknown("total_energy_consumption", e);
+                        None
+                    }
+                };
+                let compute_processes = if self.processes {
+                    match dev.running_compute_processes() {
+                        Ok(p) => Some(p.len() as u32),
+                        Err(e) => {
+                            unknown("the process list", e);
+                            None
+                        }
+                    }
+                } else {
+                    None
+                };
+                r.gpus.push(GpuSample {
+                    index,
+                    uuid,
+                    model: model_id(&name, &self.models),
+                    utilization_pct,
+                    power_watts,
+                    energy_mj,
+                    compute_processes,
+                });
+            }
+            if r.gpus.is_empty() {
+                return Err(CollectorError::NoGpus {
+                    command: "nvml".into(),
+                    status: format!("{count} devices"),
+                    detail: r.notes.join("; "),
+                });
+            }
+            Ok(r)
+        }
     }
 }
 
@@ -288,6 +541,7 @@ impl Collector for Simulated {
                 utilization_pct: Some(Decimal::from(util)),
                 power_watts: Some(watts.normalize()),
                 energy_mj: Some(self.counters_mj[i].normalize()),
+                compute_processes: None,
             });
         }
         Ok(r)

@@ -139,7 +139,25 @@ pub enum CollectorConfig {
         /// a derived id (see docs/AGENT.md).
         #[serde(default)]
         models: BTreeMap<String, String>,
+        /// Also run the process query (`--query-compute-apps`) to count compute processes
+        /// per GPU; default on.
+        #[serde(default = "default_true")]
+        processes: bool,
     },
+    /// Reads the GPUs through NVML, the NVIDIA driver library. Needs a binary built with the
+    /// `nvml` cargo feature; otherwise the configuration is refused.
+    Nvml {
+        /// As for `nvidia-smi`: GPU name → GPU model id.
+        #[serde(default)]
+        models: BTreeMap<String, String>,
+        /// Count compute processes per GPU; default on.
+        #[serde(default = "default_true")]
+        processes: bool,
+    },
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_load() -> String {
@@ -255,6 +273,14 @@ impl AgentConfig {
                 }
             }
             CollectorConfig::NvidiaSmi { models, .. } => {
+                for id in models.values() {
+                    check_id_setting("collector.models", id)?;
+                }
+            }
+            CollectorConfig::Nvml { models, .. } => {
+                if !cfg!(feature = "nvml") {
+                    return Err(AgentError::Config(super::collector::NVML_NOT_BUILT.into()));
+                }
                 for id in models.values() {
                     check_id_setting("collector.models", id)?;
                 }

@@ -4,7 +4,8 @@
 //! ```text
 //!  Collector ──► attribution ──► sign (seq) ──► Spool (fsynced JSONL) ──► Sender ──► POST /v1/records
 //!  (simulated,    (pure: leases,                 the commit point:          batches, backoff,
-//!   nvidia-smi)    energy split)                 seq + cursor + record      acks, dead letters
+//!   nvidia-smi,    energy split)                 seq + cursor + record      acks, dead letters
+//!   nvml)
 //! ```
 //!
 //! Invariants:

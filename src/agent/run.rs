@@ -9,7 +9,7 @@
 //!   interval before it (if the clock is behind it, it waits), so nothing is counted twice;
 //! - the time the agent was down is not recorded at all: no usage or energy is invented for it.
 
-use super::attribution::{attribute, EnergyMeter, Interval};
+use super::attribution::{attribute, unleased_busy, EnergyMeter, Interval};
 use super::collector::{self, Collector, Reading};
 use super::config::AgentConfig;
 use super::lease::{self, Lease};
@@ -147,6 +147,8 @@ struct Measurer {
     leases: Vec<Lease>,
     meter: EnergyMeter,
     full: bool,
+    /// Unleased GPUs running processes at the last warning (warned again only on a change).
+    unleased_busy: Vec<(u32, u32)>,
 }
 
 impl Measurer {
@@ -164,6 +166,7 @@ impl Measurer {
             leases: Vec::new(),
             meter: EnergyMeter::new(),
             full: false,
+            unleased_busy: Vec::new(),
         }
     }
 
@@ -281,6 +284,13 @@ impl Measurer {
         for n in notes {
             tracing::warn!(node = %self.cfg.node, "{n}");
         }
+        let busy = unleased_busy(&reading.gpus, &self.leases);
+        if busy != self.unleased_busy {
+            for (gpu, processes) in &busy {
+                tracing::warn!(node = %self.cfg.node, gpu, processes, "a GPU that no lease covers runs compute processes; nobody is billed for it");
+            }
+            self.unleased_busy = busy;
+        }
         let mut spool = shared.spool.lock().expect("spool lock");
         if !spool.has_room_for(bodies.len() as u64) {
             if !self.full {
@@ -333,7 +343,7 @@ impl Measurer {
 pub fn run_from_config(path: &std::path::Path) -> Result<(), AgentError> {
     let cfg = AgentConfig::read(path)?;
     let key = crate::keyfile::read(&cfg.key_file)?;
-    let collector = collector::from_config(&cfg.collector);
+    let collector = collector::from_config(&cfg.collector)?;
     let running = start_agent(
         cfg,
         key,

@@ -13,8 +13,9 @@
 //! - `dead-letter.jsonl`: records the ledger refused for good, with the reason, fsynced before
 //!   the marker moves past them.
 //!
-//! Compaction copies the unacknowledged tail to the next `spool-*.jsonl`, fsyncs it, then
-//! switches the marker to it; a crash at any point leaves the marker naming a complete file.
+//! Compaction (once the acknowledged prefix is at least `compact_after` bytes and at least as
+//! long as the unacknowledged tail) copies the tail to the next `spool-*.jsonl`, fsyncs it,
+//! then switches the marker to it; a crash at any point leaves the marker naming a complete file.
 //! On open, a torn last line (a crash mid-append, before its fsync, so never sent) is cut off.
 
 use crate::core::envelope::Envelope;
@@ -396,7 +397,12 @@ impl Spool {
         assert!(count >= 1 && count <= self.pending);
         self.marker.offset = through.end;
         self.pending -= count;
-        if self.marker.offset >= self.compact_after {
+        // Compact only once the acknowledged prefix is also at least as long as the pending
+        // tail: each compaction then copies no more bytes than were acknowledged since the
+        // last one, so draining a large backlog copies it O(1) times, not once per
+        // `compact_after` bytes.
+        let tail = self.len - self.marker.offset;
+        if self.marker.offset >= self.compact_after && self.marker.offset >= tail {
             return self.compact();
         }
         self.write_marker()

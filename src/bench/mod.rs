@@ -3,6 +3,7 @@
 //! - [`append`]: library append throughput against a raw-insert baseline.
 //! - [`ingest`]: HTTP ingest throughput and latency with concurrent simulated agents.
 
+pub mod agent;
 pub mod append;
 pub mod ingest;
 

@@ -1,0 +1,445 @@
+//! `gpuledger bench agent`: the node agent's two speed figures (issue #4).
+//!
+//! 1. **Spool drain**: a spool holding N signed records (a backlog after an outage) is
+//!    delivered by the agent's sender into a local server, started by the benchmark as a child
+//!    process (`gpuledger serve` on a fresh SQLite file). Reports records/s and the drain time.
+//! 2. **Steady state**: a `gpuledger agent` child with the simulated collector (8 GPUs by
+//!    default, 10-second intervals) runs against that server for a while; the benchmark reads
+//!    the child's CPU time (utime + stime in `/proc/<pid>/stat`) and peak resident set
+//!    (`VmHWM` in `/proc/<pid>/status`). A child process is measured alone, without the
+//!    benchmark's or the server's memory and threads. Linux only (it reads `/proc`).
+
+use crate::agent::config::{DEFAULT_MAX_BATCH, MAX_BATCH};
+use crate::agent::sender::{self, SenderConfig, Shared};
+use crate::agent::spool::Spool;
+use crate::core::envelope::Envelope;
+use crate::core::keys;
+use crate::core::record::Role;
+use crate::core::time::Timestamp;
+use crate::sample;
+use crate::store::{self, Ledger};
+use rayon::prelude::*;
+use rust_decimal::Decimal;
+use serde::Serialize;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Records signed and appended to the spool per fsynced append while filling it.
+const FILL_CHUNK: usize = 1_000;
+/// Longest drain the benchmark waits for.
+const MAX_DRAIN: Duration = Duration::from_secs(3 * 3_600);
+
+/// Settings.
+#[derive(Debug, Clone)]
+pub struct AgentBench {
+    /// Records in the spool to drain (0 skips the drain phase).
+    pub records: u64,
+    /// Records per POST while draining (the agent's `max_batch`).
+    pub batch: usize,
+    /// Length of the steady-state phase (0 skips it).
+    pub seconds: u64,
+    /// Simulated GPUs of the steady-state agent.
+    pub gpus: u32,
+    /// Its measurement interval.
+    pub interval_seconds: u64,
+}
+
+impl Default for AgentBench {
+    fn default() -> Self {
+        AgentBench {
+            records: 1_000_000,
+            batch: DEFAULT_MAX_BATCH,
+            seconds: 60,
+            gpus: 8,
+            interval_seconds: 10,
+        }
+    }
+}
+
+/// Spool-drain figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct DrainResult {
+    pub records: u64,
+    pub batch: usize,
+    /// Size of the spool file before draining.
+    pub spool_mb: f64,
+    /// Signing and fsynced appends of the backlog (not part of the drain).
+    pub fill_seconds: f64,
+    pub drain_seconds: f64,
+    pub records_per_s: f64,
+    /// Records acknowledged as accepted or duplicate (must equal `records`).
+    pub delivered: u64,
+    /// Records refused for good (must be 0).
+    pub dead_lettered: u64,
+}
+
+/// Steady-state figures of the agent child.
+#[derive(Debug, Clone, Serialize)]
+pub struct SteadyResult {
+    pub gpus: u32,
+    pub interval_seconds: u64,
+    /// Wall time measured, from the first spooled interval to the end.
+    pub seconds: f64,
+    /// Intervals spooled within that time.
+    pub intervals: u64,
+    /// CPU time (user + system) of the agent within that time.
+    pub cpu_seconds: f64,
+    /// `cpu_seconds / seconds`, in % of one core.
+    pub cpu_percent_of_one_core: f64,
+    /// CPU time from process start to the end, start-up included.
+    pub cpu_seconds_total: f64,
+    /// Peak resident set (VmHWM) of the agent process.
+    pub peak_rss_mb: f64,
+    /// Resident set (VmRSS) at the end.
+    pub rss_mb: f64,
+}
+
+/// Results.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentBenchResult {
+    pub drain: Option<DrainResult>,
+    pub steady: Option<SteadyResult>,
+    /// Peak resident set of the server child.
+    pub server_peak_rss_mb: Option<f64>,
+}
+
+/// Errors of the benchmark.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentBenchError {
+    #[error("{0}")]
+    Setup(String),
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    #[error(transparent)]
+    Agent(#[from] crate::agent::AgentError),
+    #[error(transparent)]
+    Spool(#[from] crate::agent::spool::SpoolError),
+}
+
+fn setup_err(what: &str) -> impl FnOnce(std::io::Error) -> AgentBenchError + '_ {
+    move |e| AgentBenchError::Setup(format!("{what}: {e}"))
+}
+
+/// A child process killed on drop, and the benchmark's temporary directory.
+struct Children {
+    kids: Vec<Child>,
+    dir: PathBuf,
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.kids {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn status_kb(pid: u32, field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn mb(kb: f64) -> f64 {
+    (kb / 1024.0 * 10.0).round() / 10.0
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` (USER_HZ).
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// utime + stime of `pid`, in seconds.
+fn cpu_seconds(pid: u32, ticks: f64) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: split after it.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of stat are at 11 and 12 after the name and state.
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / ticks)
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let p = 10f64.powi(digits);
+    (x * p).round() / p
+}
+
+/// Initialises a fresh SQLite ledger in `dir`, registers `nodes`, and starts `gpuledger serve`
+/// on it; returns the child and the base URL.
+fn start_server(dir: &Path, nodes: &[&str]) -> Result<(Child, String), AgentBenchError> {
+    let url = format!("sqlite://{}", dir.join("ledger.db").display());
+    let key_path = dir.join("log.key");
+    let (key, _) = crate::keyfile::read_or_create(&key_path)
+        .map_err(|e| AgentBenchError::Setup(e.to_string()))?;
+    store::init(&url, &key, store::DEFAULT_ORIGIN)?;
+    let ledger = Ledger::open(&url, key)?;
+    for n in nodes {
+        ledger.register_key(
+            n,
+            Role::Node,
+            &keys::encode_public(&sample::key(n).verifying_key()),
+        )?;
+    }
+    drop(ledger);
+    let exe = std::env::current_exe().map_err(setup_err("current exe"))?;
+    let mut child = Command::new(exe)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &url,
+            "--log-key",
+        ])
+        .arg(&key_path)
+        .env("GPULEDGER_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(setup_err("cannot start the server"))?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .map_err(setup_err("server output"))?;
+    match line.trim().strip_prefix("listening on ") {
+        Some(base) => Ok((child, base.to_owned())),
+        None => {
+            let _ = child.kill();
+            Err(AgentBenchError::Setup(format!(
+                "unexpected server output: {line:?}"
+            )))
+        }
+    }
+}
+
+/// Signs `records` records as one bare-metal agent would (per 10-second interval a
+/// `gpu_usage` and an `energy` record, intervals ending before now) and appends them to a
+/// spool in fsynced chunks.
+fn fill_spool(dir: &Path, node: &str, records: u64) -> Result<Spool, AgentBenchError> {
+    let mut spool = Spool::open(
+        dir,
+        records.max(1),
+        crate::agent::config::DEFAULT_COMPACT_AFTER_BYTES,
+    )?;
+    let key = sample::key(node);
+    let intervals = records.div_ceil(2) as i64;
+    let first_end = Timestamp::now().plus(-10 * intervals - 60);
+    let mut seq = 1u64;
+    while seq <= records {
+        let n = (records - seq + 1).min(FILL_CHUNK as u64);
+        let envs: Vec<Envelope> = (seq..seq + n)
+            .into_par_iter()
+            .map(|q| {
+                let end = first_end.plus(10 * ((q - 1) / 2) as i64);
+                if q % 2 == 1 {
+                    sample::usage(node, &key, q, "bench-tenant", Decimal::from(8), end)
+                } else {
+                    sample::energy(
+                        node,
+                        &key,
+                        q,
+                        Some("bench-tenant"),
+                        Decimal::new(19_440, 6),
+                        end,
+                    )
+                }
+            })
+            .collect();
+        spool.append(&envs, &format!("end:{}", first_end.unix()))?;
+        seq += n;
+    }
+    Ok(spool)
+}
+
+fn drain_phase(
+    cfg: &AgentBench,
+    dir: &Path,
+    base: &str,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<DrainResult, AgentBenchError> {
+    let node = "bench-drain-node";
+    let spool_dir = dir.join("drain-spool");
+    progress(&format!("signing and spooling {} records", cfg.records));
+    let t = Instant::now();
+    let spool = fill_spool(&spool_dir, node, cfg.records)?;
+    let fill_seconds = t.elapsed().as_secs_f64();
+    let spool_bytes: u64 = std::fs::read_dir(&spool_dir)
+        .map_err(setup_err("spool dir"))?
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    progress(&format!(
+        "draining {} records ({:.0} MB) into the server",
+        cfg.records,
+        spool_bytes as f64 / 1e6
+    ));
+    let shared = Shared::new(spool);
+    let t = Instant::now();
+    let left = sender::drain(
+        &shared,
+        SenderConfig {
+            server_url: base.to_owned(),
+            max_batch: cfg.batch,
+            max_backoff: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(60),
+            signer: node.into(),
+        },
+        MAX_DRAIN,
+    );
+    let drain_seconds = t.elapsed().as_secs_f64();
+    if left > 0 {
+        return Err(AgentBenchError::Setup(format!(
+            "{left} records still pending after {drain_seconds:.0} s"
+        )));
+    }
+    Ok(DrainResult {
+        records: cfg.records,
+        batch: cfg.batch,
+        spool_mb: round(spool_bytes as f64 / 1_048_576.0, 1),
+        fill_seconds: round(fill_seconds, 2),
+        drain_seconds: round(drain_seconds, 2),
+        records_per_s: (cfg.records as f64 / drain_seconds).round(),
+        delivered: shared.delivered.load(Ordering::SeqCst),
+        dead_lettered: shared.dead_lettered.load(Ordering::SeqCst),
+    })
+}
+
+fn steady_phase(
+    cfg: &AgentBench,
+    dir: &Path,
+    base: &str,
+    kids: &mut Children,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<SteadyResult, AgentBenchError> {
+    let node = "bench-steady-node";
+    let d = dir.join("steady");
+    std::fs::create_dir_all(&d).map_err(setup_err("agent dir"))?;
+    crate::keyfile::write_new(&d.join("node.key"), &sample::key(node))
+        .map_err(|e| AgentBenchError::Setup(e.to_string()))?;
+    std::fs::write(
+        d.join("leases.toml"),
+        "[[lease]]\nid = \"lease-bench\"\ntenant = \"bench-tenant\"\nwhole_node = true\n",
+    )
+    .map_err(setup_err("lease file"))?;
+    std::fs::write(
+        d.join("agent.toml"),
+        format!(
+            "signer = \"{node}\"\nkey_file = \"node.key\"\nserver_url = \"{base}\"\n\
+             interval_seconds = {}\nregion = \"cn-north-imx\"\nnode = \"{node}\"\n\
+             lease_file = \"leases.toml\"\nspool_dir = \"spool\"\n\n[collector]\n\
+             kind = \"simulated\"\nseed = 1\nload = \"training\"\n\
+             gpus = [{{ model = \"H100-SXM-80G\", count = {}, idle_watts = 70, max_watts = 700 }}]\n",
+            cfg.interval_seconds, cfg.gpus
+        ),
+    )
+    .map_err(setup_err("agent.toml"))?;
+    let exe = std::env::current_exe().map_err(setup_err("current exe"))?;
+    let mut child = Command::new(exe)
+        .args(["agent", "--config"])
+        .arg(d.join("agent.toml"))
+        .env("GPULEDGER_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(setup_err("cannot start the agent"))?;
+    let pid = child.id();
+    let out = child.stdout.take().expect("piped");
+    kids.kids.push(child);
+    // Count "spooled seq …" lines; note when the first arrives.
+    let spooled = Arc::new(AtomicU64::new(0));
+    let (first_tx, first_rx) = std::sync::mpsc::channel::<()>();
+    let s = spooled.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if line.starts_with("spooled seq") && s.fetch_add(1, Ordering::SeqCst) == 0 {
+                let _ = first_tx.send(());
+            }
+        }
+    });
+    progress(&format!(
+        "agent running ({} simulated GPUs, {} s interval); waiting for its first interval",
+        cfg.gpus, cfg.interval_seconds
+    ));
+    first_rx
+        .recv_timeout(Duration::from_secs(2 * cfg.interval_seconds + 30))
+        .map_err(|_| AgentBenchError::Setup("the agent spooled no interval".into()))?;
+    let ticks = clock_ticks();
+    let cpu0 = cpu_seconds(pid, ticks)
+        .ok_or_else(|| AgentBenchError::Setup("cannot read /proc/<pid>/stat".into()))?;
+    let n0 = spooled.load(Ordering::SeqCst);
+    let t0 = Instant::now();
+    progress(&format!("measuring for {} s", cfg.seconds));
+    std::thread::sleep(Duration::from_secs(cfg.seconds));
+    let seconds = t0.elapsed().as_secs_f64();
+    let cpu1 = cpu_seconds(pid, ticks)
+        .ok_or_else(|| AgentBenchError::Setup("the agent ended early".into()))?;
+    let peak = status_kb(pid, "VmHWM:").unwrap_or(0.0);
+    let rss = status_kb(pid, "VmRSS:").unwrap_or(0.0);
+    let cpu = cpu1 - cpu0;
+    Ok(SteadyResult {
+        gpus: cfg.gpus,
+        interval_seconds: cfg.interval_seconds,
+        seconds: round(seconds, 1),
+        intervals: spooled.load(Ordering::SeqCst) - n0,
+        cpu_seconds: round(cpu, 2),
+        cpu_percent_of_one_core: round(100.0 * cpu / seconds, 3),
+        cpu_seconds_total: round(cpu1, 2),
+        peak_rss_mb: mb(peak),
+        rss_mb: mb(rss),
+    })
+}
+
+/// Runs the benchmark; `progress` receives phase names.
+pub fn run_agent_bench(
+    cfg: &AgentBench,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<AgentBenchResult, AgentBenchError> {
+    if !(1..=MAX_BATCH).contains(&cfg.batch) {
+        return Err(AgentBenchError::Setup(format!(
+            "--batch must be 1 to {MAX_BATCH}"
+        )));
+    }
+    if cfg.gpus == 0 || cfg.gpus > 1024 || !(1..=3_600).contains(&cfg.interval_seconds) {
+        return Err(AgentBenchError::Setup(
+            "--gpus must be 1 to 1024 and --interval-seconds 1 to 3600".into(),
+        ));
+    }
+    let dir = std::env::temp_dir().join(format!("gpuledger-agent-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(setup_err("temporary directory"))?;
+    let mut kids = Children {
+        kids: Vec::new(),
+        dir: dir.clone(),
+    };
+    progress("starting a server on a fresh SQLite file");
+    let (server, base) = start_server(&dir, &["bench-drain-node", "bench-steady-node"])?;
+    let server_pid = server.id();
+    kids.kids.push(server);
+    let drain = if cfg.records > 0 {
+        Some(drain_phase(cfg, &dir, &base, progress)?)
+    } else {
+        None
+    };
+    let steady = if cfg.seconds > 0 {
+        Some(steady_phase(cfg, &dir, &base, &mut kids, progress)?)
+    } else {
+        None
+    };
+    Ok(AgentBenchResult {
+        drain,
+        steady,
+        server_peak_rss_mb: status_kb(server_pid, "VmHWM:").map(mb),
+    })
+}
