@@ -61,6 +61,16 @@ impl Caller {
         }
     }
 
+    /// The tenant a tenant-scoped query is about: a tenant caller's own (another tenant's id is
+    /// 404, as if it did not exist); for admins and auditors the one asked for, if any.
+    pub fn tenant_scope(&self, asked: Option<String>) -> Result<Option<String>, ApiError> {
+        match (self.confined_to(), asked) {
+            (Some(own), Some(t)) if t != own => Err(ApiError::NotFound(format!("tenant {t}"))),
+            (Some(own), _) => Ok(Some(own.to_owned())),
+            (None, t) => Ok(t),
+        }
+    }
+
     /// Whether the caller may see data of `tenant` (`None`: data of no tenant, which tenant
     /// callers may not see).
     pub fn may_see(&self, tenant: Option<&str>) -> bool {

@@ -13,6 +13,7 @@ pub mod pricing;
 pub mod records;
 pub mod usage;
 
+use crate::core::time::Timestamp;
 use crate::store::Ledger;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -156,6 +157,27 @@ pub fn parse_u64(name: &str, s: &str) -> Result<u64, ApiError> {
     s.parse::<u64>().ok().filter(|v| *v <= max).ok_or_else(|| {
         ApiError::invalid_parameter(name, format!("{s:?} is not an integer between 0 and {max}"))
     })
+}
+
+/// Longest period one usage query or invoice preview may cover, in seconds (400 days).
+pub const MAX_PERIOD_SECONDS: i64 = 400 * 86_400;
+
+/// Parses a `[from, to)` period from query parameters: strict timestamps, `to` after `from`,
+/// at most [`MAX_PERIOD_SECONDS`].
+pub fn period(from: &str, to: &str) -> Result<(Timestamp, Timestamp), ApiError> {
+    let from =
+        Timestamp::parse(from).map_err(|e| ApiError::invalid_parameter("from", e.to_string()))?;
+    let to = Timestamp::parse(to).map_err(|e| ApiError::invalid_parameter("to", e.to_string()))?;
+    if to <= from {
+        return Err(ApiError::invalid_parameter("to", "must be after from"));
+    }
+    if from.seconds_until(to) > MAX_PERIOD_SECONDS {
+        return Err(ApiError::invalid_parameter(
+            "to",
+            format!("the period may be at most {MAX_PERIOD_SECONDS} s"),
+        ));
+    }
+    Ok((from, to))
 }
 
 /// Registers every route on an actix app.

@@ -13,9 +13,6 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Longest period one preview may cover, in seconds (about 13 months).
-pub const MAX_PREVIEW_PERIOD_SECONDS: i64 = 400 * 86_400;
-
 fn rejection(r: Rejection) -> ApiError {
     let field = r.field.clone().unwrap_or_else(|| "body".into());
     ApiError::BadRequest {
@@ -174,25 +171,10 @@ pub async fn get_preview(
     q: web::Query<PreviewQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let q = q.into_inner();
-    let tenant = match (caller.confined_to(), q.tenant) {
-        (Some(own), Some(t)) if t != own => return Err(ApiError::NotFound(format!("tenant {t}"))),
-        (Some(own), _) => own.to_owned(),
-        (None, Some(t)) => t,
-        (None, None) => return Err(ApiError::invalid_parameter("tenant", "is required")),
-    };
-    let from = Timestamp::parse(&q.from)
-        .map_err(|e| ApiError::invalid_parameter("from", e.to_string()))?;
-    let to =
-        Timestamp::parse(&q.to).map_err(|e| ApiError::invalid_parameter("to", e.to_string()))?;
-    if to <= from {
-        return Err(ApiError::invalid_parameter("to", "must be after from"));
-    }
-    if from.seconds_until(to) > MAX_PREVIEW_PERIOD_SECONDS {
-        return Err(ApiError::invalid_parameter(
-            "to",
-            format!("the period may be at most {MAX_PREVIEW_PERIOD_SECONDS} s"),
-        ));
-    }
+    let tenant = caller
+        .tenant_scope(q.tenant)?
+        .ok_or_else(|| ApiError::invalid_parameter("tenant", "is required"))?;
+    let (from, to) = super::period(&q.from, &q.to)?;
     let t = tenant.clone();
     let (size, rater) = web::block(move || {
         state.ledger.with_reader(|c| {

@@ -3,14 +3,10 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::AppState;
-use crate::core::time::Timestamp;
 use crate::core::usage::{Aggregator, GroupBy, UsageRow, Window};
 use crate::store::{access, usage};
 use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
-
-/// Longest period one usage query may cover, in seconds (about 13 months).
-pub const MAX_USAGE_PERIOD_SECONDS: i64 = 400 * 86_400;
 
 /// Query of `GET /v1/usage`.
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -51,24 +47,8 @@ pub async fn get_usage(
     q: web::Query<UsageQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let q = q.into_inner();
-    let tenant = match (caller.confined_to(), q.tenant) {
-        (Some(own), Some(t)) if t != own => return Err(ApiError::NotFound(format!("tenant {t}"))),
-        (Some(own), _) => Some(own.to_owned()),
-        (None, t) => t,
-    };
-    let from = Timestamp::parse(&q.from)
-        .map_err(|e| ApiError::invalid_parameter("from", e.to_string()))?;
-    let to =
-        Timestamp::parse(&q.to).map_err(|e| ApiError::invalid_parameter("to", e.to_string()))?;
-    if to <= from {
-        return Err(ApiError::invalid_parameter("to", "must be after from"));
-    }
-    if from.seconds_until(to) > MAX_USAGE_PERIOD_SECONDS {
-        return Err(ApiError::invalid_parameter(
-            "to",
-            format!("the period may be at most {MAX_USAGE_PERIOD_SECONDS} s"),
-        ));
-    }
+    let tenant = caller.tenant_scope(q.tenant)?;
+    let (from, to) = super::period(&q.from, &q.to)?;
     let mut group_by = Vec::new();
     for g in q
         .group_by

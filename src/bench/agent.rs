@@ -140,12 +140,6 @@ impl Drop for Children {
     }
 }
 
-fn status_kb(pid: u32, field: &str) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
 fn mb(kb: f64) -> f64 {
     (kb / 1024.0 * 10.0).round() / 10.0
 }
@@ -194,35 +188,7 @@ fn start_server(dir: &Path, nodes: &[&str]) -> Result<(Child, String), AgentBenc
         )?;
     }
     drop(ledger);
-    let exe = std::env::current_exe().map_err(setup_err("current exe"))?;
-    let mut child = Command::new(exe)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--database-url",
-            &url,
-            "--log-key",
-        ])
-        .arg(&key_path)
-        .env("GPULEDGER_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(setup_err("cannot start the server"))?;
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .map_err(setup_err("server output"))?;
-    match line.trim().strip_prefix("listening on ") {
-        Some(base) => Ok((child, base.to_owned())),
-        None => {
-            let _ = child.kill();
-            Err(AgentBenchError::Setup(format!(
-                "unexpected server output: {line:?}"
-            )))
-        }
-    }
+    super::server::spawn_serve(&url, &key_path).map_err(AgentBenchError::Setup)
 }
 
 /// Signs `records` records as one bare-metal agent would (per 10-second interval a
@@ -386,8 +352,8 @@ fn steady_phase(
     let seconds = t0.elapsed().as_secs_f64();
     let cpu1 = cpu_seconds(pid, ticks)
         .ok_or_else(|| AgentBenchError::Setup("the agent ended early".into()))?;
-    let peak = status_kb(pid, "VmHWM:").unwrap_or(0.0);
-    let rss = status_kb(pid, "VmRSS:").unwrap_or(0.0);
+    let peak = super::server::status_kb(pid, "VmHWM:").unwrap_or(0.0);
+    let rss = super::server::status_kb(pid, "VmRSS:").unwrap_or(0.0);
     let cpu = cpu1 - cpu0;
     Ok(SteadyResult {
         gpus: cfg.gpus,
@@ -440,6 +406,6 @@ pub fn run_agent_bench(
     Ok(AgentBenchResult {
         drain,
         steady,
-        server_peak_rss_mb: status_kb(server_pid, "VmHWM:").map(mb),
+        server_peak_rss_mb: super::server::status_kb(server_pid, "VmHWM:").map(mb),
     })
 }

@@ -9,9 +9,8 @@ use crate::store::{self, access};
 use rayon::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;
-use std::io::BufRead;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -73,9 +72,7 @@ impl Drop for OwnServer {
 }
 
 fn peak_rss_mb(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    let kb = super::server::status_kb(pid, "VmHWM:")?;
     Some((kb / 1024.0 * 10.0).round() / 10.0)
 }
 
@@ -89,32 +86,7 @@ fn start_server() -> Result<(OwnServer, String, String), IngestError> {
     store::init(&url, &key, store::DEFAULT_ORIGIN)?;
     let mut conn = store::connect(&url)?;
     let (_, token) = access::create_token(&mut conn, access::ApiRole::Admin, None, "bench ingest")?;
-    let exe = std::env::current_exe().map_err(|e| IngestError::Setup(e.to_string()))?;
-    let mut child = Command::new(exe)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--database-url",
-            &url,
-            "--log-key",
-        ])
-        .arg(&key_path)
-        .env("GPULEDGER_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| IngestError::Setup(format!("cannot start the server: {e}")))?;
-    let stdout = child.stdout.take().expect("piped");
-    let mut line = String::new();
-    std::io::BufReader::new(stdout)
-        .read_line(&mut line)
-        .map_err(|e| IngestError::Setup(e.to_string()))?;
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .ok_or_else(|| IngestError::Setup(format!("unexpected server output: {line:?}")))?
-        .to_owned();
+    let (child, base) = super::server::spawn_serve(&url, &key_path).map_err(IngestError::Setup)?;
     Ok((OwnServer { child, dir }, base, token))
 }
 

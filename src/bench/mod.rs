@@ -6,5 +6,6 @@
 pub mod agent;
 pub mod append;
 pub mod ingest;
+pub mod server;
 
 pub use append::{run_append, AppendBench, AppendRates};
