@@ -8,6 +8,7 @@ pub mod agent;
 pub mod api;
 pub mod bench;
 pub mod core;
+pub mod invoice_render;
 pub mod keyfile;
 pub mod sample;
 pub mod server;

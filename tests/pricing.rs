@@ -260,7 +260,7 @@ fn serve(db: &TestDb) -> Server {
             "--log-key",
         ])
         .arg(&key)
-        .env("GPULEDGER_LOG", "warn")
+        .env("GPULEDGER_LOG", "error")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -506,4 +506,308 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         at(10)
     );
     assert_eq!(call(&s, "GET", &unknown, Some(&admin), None).0, 404);
+
+    // Issuing is refused while usage is unpriced (the reserved lease), and changes nothing.
+    let period = json!({"tenant": "acme", "from": at(0).to_string(), "to": at(86_400).to_string()});
+    let size = |s: &Server| {
+        call(s, "GET", "/v1/log", None, None).1["size"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = size(&s);
+    let (st, p) = call(
+        &s,
+        "POST",
+        "/v1/invoices",
+        Some(&admin),
+        Some(period.clone()),
+    );
+    assert_eq!(
+        (st, p["type"].as_str()),
+        (400, Some("urn:gpuledger:problem:refused")),
+        "{p}"
+    );
+    assert!(p["detail"]
+        .as_str()
+        .unwrap()
+        .contains("no rate card in force"));
+    assert_eq!(size(&s), before);
+    let reserved = json!({"region": "west", "gpu_model": "H100", "lease_class": "reserved", "currency": "CNY",
+                          "price_per_gpu_hour": "12", "effective_from": at(-86_400).to_string()});
+    assert_eq!(
+        call(&s, "POST", "/v1/rate-cards", Some(&admin), Some(reserved)).0,
+        201
+    );
+    let (st, issued) = call(
+        &s,
+        "POST",
+        "/v1/invoices",
+        Some(&admin),
+        Some(period.clone()),
+    );
+    assert_eq!(st, 201, "{issued}");
+    let number = issued[0]["number"].as_str().unwrap().to_owned();
+    assert_eq!(issued[0]["total"], "160.00");
+    assert_eq!(
+        call(&s, "POST", "/v1/invoices", Some(&admin), Some(period)).0,
+        409,
+        "issuing twice"
+    );
+    let small = json!({"tenant": "acme", "from": at(0).to_string(), "to": at(10).to_string()});
+    assert_eq!(
+        call(&s, "POST", "/v1/invoices", Some(&acme), Some(small)).0,
+        403
+    );
+    // Downloads: JSON, CSV and PDF agree on the total; other tenants get 404.
+    let beta = token(json!({"role": "tenant", "tenant": "beta"}));
+    assert_eq!(
+        call(
+            &s,
+            "GET",
+            &format!("/v1/invoices/{number}"),
+            Some(&beta),
+            None
+        )
+        .0,
+        404
+    );
+    assert_eq!(
+        call(
+            &s,
+            "GET",
+            &format!("/v1/invoices/{number}/pdf"),
+            Some(&beta),
+            None
+        )
+        .0,
+        404
+    );
+    let (st, inv) = call(
+        &s,
+        "GET",
+        &format!("/v1/invoices/{number}"),
+        Some(&acme),
+        None,
+    );
+    assert_eq!((st, inv["total"].as_str()), (200, Some("160.00")));
+    let http: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let fetch = |fmt: &str| {
+        let mut r = http
+            .get(format!("{}/v1/invoices/{number}/{fmt}", s.base))
+            .header("Authorization", format!("Bearer {acme}"))
+            .call()
+            .unwrap();
+        assert_eq!(r.status(), 200, "{fmt}");
+        r.body_mut()
+            .with_config()
+            .limit(10 << 20)
+            .read_to_vec()
+            .unwrap()
+    };
+    let csv = String::from_utf8(fetch("csv")).unwrap();
+    assert!(csv.lines().count() >= 3 && csv.contains("160.00"), "{csv}");
+    let pdf = fetch("pdf");
+    assert!(pdf.starts_with(b"%PDF"));
+    assert_eq!(
+        call(
+            &s,
+            "GET",
+            &format!("/v1/invoices/{number}/docx"),
+            Some(&acme),
+            None
+        )
+        .0,
+        400
+    );
+    // Settlement: bad inputs are precise 4xx; the balance follows the log.
+    let pay = |amount: &str, invoice: &str| json!({"tenant": "acme", "invoice": invoice, "currency": "CNY", "amount": amount, "note": "wire"});
+    let (st, p) = call(
+        &s,
+        "POST",
+        "/v1/payments",
+        Some(&admin),
+        Some(pay("-5", &number)),
+    );
+    assert_eq!(
+        (st, p["errors"][0]["reason"].as_str()),
+        (400, Some("negative_quantity")),
+        "{p}"
+    );
+    assert_eq!(
+        call(
+            &s,
+            "POST",
+            "/v1/payments",
+            Some(&admin),
+            Some(pay("5", "INV-424242"))
+        )
+        .0,
+        404
+    );
+    assert_eq!(
+        call(
+            &s,
+            "POST",
+            "/v1/payments",
+            Some(&admin),
+            Some(pay("60.00", &number))
+        )
+        .0,
+        201
+    );
+    let (st, bal) = call(&s, "GET", "/v1/balance", Some(&acme), None);
+    assert_eq!(
+        (st, bal["currencies"]["CNY"]["due"].as_str()),
+        (200, Some("100.00")),
+        "{bal}"
+    );
+    assert_eq!(
+        call(&s, "GET", "/v1/balance?tenant=beta", Some(&acme), None).0,
+        404
+    );
 });
+
+both_backends!(
+    invoice_lifecycle_with_late_record_and_credit_note,
+    |db: &TestDb| {
+        use gpuledger::core::invoice::Period;
+        use gpuledger::core::record::Settlement;
+        let ledger = open(db);
+        let node = signer(&ledger, "node-1", Role::Node);
+        ledger
+            .append_ledger_entry(rate_card("west", LeaseClass::OnDemand, "18.5", at(-86_400)))
+            .unwrap();
+        let day1 = Period {
+            from: at(0),
+            to: at(86_400),
+        };
+        let day2 = Period {
+            from: at(86_400),
+            to: at(2 * 86_400),
+        };
+        let rec = |seq: u64, start: i64, count: &str| {
+            let (_, b) = usage("node-1", seq, "west", None, count, start, start + 3600);
+            Envelope::sign(Kind::GpuUsage, "node-1", &node, seq, &b)
+        };
+        // Not in the past? day2 must end before now: day() is 3 days back, so both days are past.
+        assert!(ledger
+            .append(vec![rec(1, 0, "8")])
+            .unwrap()
+            .iter()
+            .all(|o| matches!(o, Outcome::Accepted { .. })));
+        let first = ledger.issue_invoices("acme", day1).unwrap();
+        assert_eq!(first.len(), 1);
+        let inv1 = &first[0];
+        assert_eq!(
+            (inv1.number.as_str(), inv1.total.to_string().as_str()),
+            ("INV-000001", "148.00")
+        );
+        assert_eq!(inv1.total, inv1.sum_of_lines());
+        // The issued invoice is in the log, by hash, and the log still verifies.
+        let (json, hash) = gpuledger::store::invoices::invoice_json(inv1).unwrap();
+        let stored = ledger
+            .with_reader(|c| gpuledger::store::invoices::get(c, "INV-000001"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.1, json);
+        let size = ledger.head().unwrap().0;
+        let entries = ledger.entries(0, size).unwrap();
+        let issued = entries.iter().find(|e| e.kind == "invoice_issued").unwrap();
+        assert!(String::from_utf8_lossy(&issued.leaf).contains(&hash));
+        // Issuing an overlapping period again is refused.
+        assert!(matches!(
+            ledger.issue_invoices("acme", day1),
+            Err(StoreError::AlreadyExists(_))
+        ));
+        // A late record for day 1 and usage on day 2: the next invoice has both, the late one as an
+        // adjustment naming day 1.
+        assert!(ledger
+            .append(vec![rec(2, 7200, "2"), rec(3, 86_400, "1")])
+            .unwrap()
+            .iter()
+            .all(|o| matches!(o, Outcome::Accepted { .. })));
+        let second = ledger.issue_invoices("acme", day2).unwrap();
+        let inv2 = &second[0];
+        assert_eq!(inv2.number, "INV-000002");
+        assert_eq!(inv2.lines.len(), 2);
+        assert_eq!(
+            (
+                inv2.lines[0].amount.to_string(),
+                inv2.lines[0].adjustment_for
+            ),
+            ("18.50".to_owned(), None)
+        );
+        assert_eq!(
+            (
+                inv2.lines[1].amount.to_string(),
+                inv2.lines[1].adjustment_for
+            ),
+            ("37.00".to_owned(), Some(day1))
+        );
+        assert_eq!(inv2.total.to_string(), "55.50");
+        // Payments and credit notes, and the balance derived from them.
+        let settle = |invoice: &str, amount: &str| Settlement {
+            tenant: "acme".into(),
+            invoice: invoice.into(),
+            currency: "CNY".into(),
+            amount: d(amount),
+            note: "test".into(),
+        };
+        ledger
+            .settle(Body::Payment(settle("INV-000001", "100.00")))
+            .unwrap();
+        ledger
+            .settle(Body::CreditNote(settle("INV-000001", "48.00")))
+            .unwrap();
+        assert!(
+            matches!(
+                ledger.settle(Body::CreditNote(settle("INV-000001", "100.01"))),
+                Err(StoreError::Refused(_))
+            ),
+            "credits above the total"
+        );
+        assert!(matches!(
+            ledger.settle(Body::Payment(settle("INV-999999", "1"))),
+            Err(StoreError::NotFound(_))
+        ));
+        let mut wrong = settle("INV-000002", "1");
+        wrong.currency = "USD".into();
+        assert!(matches!(
+            ledger.settle(Body::Payment(wrong)),
+            Err(StoreError::Refused(_))
+        ));
+        let b = ledger
+            .with_reader(|c| gpuledger::store::invoices::balances(c, "acme"))
+            .unwrap();
+        let cny = &b.by_currency["CNY"];
+        assert_eq!(
+            (cny.invoiced, cny.paid, cny.credited, cny.due),
+            (d("203.50"), d("100.00"), d("48.00"), d("55.50"))
+        );
+        // Usage with no price cannot be invoiced; nothing changes.
+        let (_, east) = usage("node-e", 4, "east", None, "1", 2 * 86_400, 2 * 86_400 + 60);
+        ledger
+            .append(vec![Envelope::sign(
+                Kind::GpuUsage,
+                "node-1",
+                &node,
+                4,
+                &east,
+            )])
+            .unwrap();
+        let before = ledger.head().unwrap().0;
+        let day3 = Period {
+            from: at(2 * 86_400),
+            to: at(3 * 86_400),
+        };
+        assert!(
+            matches!(ledger.issue_invoices("acme", day3), Err(StoreError::Refused(m)) if m.contains("no rate card in force"))
+        );
+        assert_eq!(ledger.head().unwrap().0, before);
+        let mut conn = gpuledger::store::connect(&db.url).unwrap();
+        gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
+    }
+);

@@ -27,7 +27,7 @@ use std::sync::OnceLock;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const ID_BASE: &str = "https://gpuledger.example/schemas/";
-const BODY_KINDS: [&str; 8] = [
+const BODY_KINDS: [&str; 11] = [
     "gpu_usage",
     "energy",
     "spot_price",
@@ -36,6 +36,9 @@ const BODY_KINDS: [&str; 8] = [
     "rate_card",
     "region_params",
     "lease_registered",
+    "invoice_issued",
+    "payment",
+    "credit_note",
 ];
 
 /// The ledger clock for the tables: later than every fixture, so the clock-skew rules pass.
@@ -138,12 +141,15 @@ fn log_leaves() -> Vec<Value> {
 fn schemas_are_valid_2020_12_and_named_by_their_id() {
     let files = schema_files();
     let expected = [
+        "credit_note.v1.json",
         "defs.v1.json",
         "energy.v1.json",
         "envelope.v1.json",
         "gpu_usage.v1.json",
+        "invoice_issued.v1.json",
         "leaf.v1.json",
         "lease_registered.v1.json",
+        "payment.v1.json",
         "rate_card.v1.json",
         "region_params.v1.json",
         "signer_key_registered.v1.json",

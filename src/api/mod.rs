@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod auth;
 pub mod error;
+pub mod invoices;
 pub mod log;
 pub mod ops;
 pub mod pricing;
@@ -43,6 +44,7 @@ pub struct AppState {
         log::get_log, log::get_checkpoint, log::get_entry, log::get_entries, log::get_inclusion, log::get_consistency,
         usage::get_usage,
         pricing::post_rate_card, pricing::post_region_params, pricing::post_lease, pricing::get_prices, pricing::get_preview,
+        invoices::issue, invoices::list, invoices::get, invoices::download, invoices::payment, invoices::credit_note, invoices::balance,
         admin::create_tenant, admin::list_tenants, admin::create_signer, admin::add_key, admin::revoke_key, admin::list_signers,
         admin::create_token, admin::list_tokens, admin::revoke_token,
         ops::healthz, ops::readyz, ops::metrics,
@@ -53,6 +55,7 @@ pub struct AppState {
         (name = "log", description = "The log, its checkpoints and proofs"),
         (name = "usage", description = "Usage queries for billing"),
         (name = "pricing", description = "Rate cards, region parameters, leases and invoice previews"),
+        (name = "invoices", description = "Issued invoices, downloads, payments, credit notes and balances"),
         (name = "admin", description = "Tenants, signers and tokens"),
         (name = "ops", description = "Health and metrics"),
     )
@@ -210,6 +213,16 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .route("/leases", web::post().to(pricing::post_lease))
                 .route("/prices", web::get().to(pricing::get_prices))
                 .route("/invoices/preview", web::get().to(pricing::get_preview))
+                .route("/invoices", web::post().to(invoices::issue))
+                .route("/invoices", web::get().to(invoices::list))
+                .route("/invoices/{number}", web::get().to(invoices::get))
+                .route(
+                    "/invoices/{number}/{format}",
+                    web::get().to(invoices::download),
+                )
+                .route("/payments", web::post().to(invoices::payment))
+                .route("/credit-notes", web::post().to(invoices::credit_note))
+                .route("/balance", web::get().to(invoices::balance))
                 .route("/tenants", web::post().to(admin::create_tenant))
                 .route("/tenants", web::get().to(admin::list_tenants))
                 .route("/signers", web::post().to(admin::create_signer))

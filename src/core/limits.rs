@@ -27,3 +27,5 @@ pub const MAX_PRICE_PER_KWH: u32 = 1_000;
 pub const MAX_PUE: u32 = 5;
 /// Highest grid carbon intensity accepted, gCO2e per kWh.
 pub const MAX_CARBON_G_PER_KWH: u32 = 5_000;
+/// Largest money amount (invoice total, payment, credit note) accepted.
+pub const MAX_MONEY_AMOUNT: u64 = 1_000_000_000_000;

@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod decimal;
 pub mod envelope;
 pub mod ids;
+pub mod invoice;
 pub mod keys;
 pub mod leaf;
 pub mod limits;

@@ -36,11 +36,17 @@ pub enum Kind {
     RegionParams,
     /// A lease was declared with its billing class (written by the ledger).
     LeaseRegistered,
+    /// An invoice was issued; its SHA-256 is recorded (written by the ledger).
+    InvoiceIssued,
+    /// A payment was received against an invoice (written by the ledger).
+    Payment,
+    /// A credit note was granted against an invoice (written by the ledger).
+    CreditNote,
 }
 
 impl Kind {
     /// All kinds, in a fixed order.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 11] = [
         Kind::GpuUsage,
         Kind::Energy,
         Kind::SpotPrice,
@@ -49,6 +55,9 @@ impl Kind {
         Kind::RateCard,
         Kind::RegionParams,
         Kind::LeaseRegistered,
+        Kind::InvoiceIssued,
+        Kind::Payment,
+        Kind::CreditNote,
     ];
 
     /// The wire name.
@@ -62,6 +71,9 @@ impl Kind {
             Kind::RateCard => "rate_card",
             Kind::RegionParams => "region_params",
             Kind::LeaseRegistered => "lease_registered",
+            Kind::InvoiceIssued => "invoice_issued",
+            Kind::Payment => "payment",
+            Kind::CreditNote => "credit_note",
         }
     }
 
@@ -79,7 +91,10 @@ impl Kind {
             | Kind::SignerKeyRevoked
             | Kind::RateCard
             | Kind::RegionParams
-            | Kind::LeaseRegistered => Role::Ledger,
+            | Kind::LeaseRegistered
+            | Kind::InvoiceIssued
+            | Kind::Payment
+            | Kind::CreditNote => Role::Ledger,
         }
     }
 
@@ -218,6 +233,32 @@ pub struct LeaseRegistered {
     pub class: LeaseClass,
 }
 
+/// An issued invoice, by its hash: the full invoice is recomputable from the log entries below
+/// `checkpoint_size` (docs/RATING.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvoiceIssued {
+    pub number: String,
+    pub tenant: String,
+    pub period_from: Timestamp,
+    pub period_to: Timestamp,
+    pub currency: String,
+    pub total: Decimal,
+    pub checkpoint_size: u64,
+    /// Lower-case hex SHA-256 of the invoice's JSON rendering.
+    pub invoice_sha256: String,
+}
+
+/// Money received (`Payment`) or credited (`CreditNote`) against an invoice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    pub tenant: String,
+    pub invoice: String,
+    pub currency: String,
+    pub amount: Decimal,
+    /// Payment reference or credit-note reason, for people.
+    pub note: String,
+}
+
 /// A validated body of any kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {
@@ -229,6 +270,9 @@ pub enum Body {
     RateCard(RateCard),
     RegionParams(RegionParameters),
     LeaseRegistered(LeaseRegistered),
+    InvoiceIssued(InvoiceIssued),
+    Payment(Settlement),
+    CreditNote(Settlement),
 }
 
 impl Body {
@@ -243,6 +287,9 @@ impl Body {
             Body::RateCard(_) => Kind::RateCard,
             Body::RegionParams(_) => Kind::RegionParams,
             Body::LeaseRegistered(_) => Kind::LeaseRegistered,
+            Body::InvoiceIssued(_) => Kind::InvoiceIssued,
+            Body::Payment(_) => Kind::Payment,
+            Body::CreditNote(_) => Kind::CreditNote,
         }
     }
 
@@ -252,6 +299,8 @@ impl Body {
             Body::GpuUsage(u) => Some(&u.tenant),
             Body::Energy(e) => e.tenant.as_deref(),
             Body::LeaseRegistered(l) => Some(&l.tenant),
+            Body::InvoiceIssued(i) => Some(&i.tenant),
+            Body::Payment(p) | Body::CreditNote(p) => Some(&p.tenant),
             _ => None,
         }
     }
@@ -350,6 +399,23 @@ impl Body {
                 put("lease", l.lease.clone());
                 put("tenant", l.tenant.clone());
                 put("class", l.class.as_str().to_owned());
+            }
+            Body::InvoiceIssued(i) => {
+                put("number", i.number.clone());
+                put("tenant", i.tenant.clone());
+                put("period_from", i.period_from.to_string());
+                put("period_to", i.period_to.to_string());
+                put("currency", i.currency.clone());
+                put("total", i.total.to_string());
+                put("invoice_sha256", i.invoice_sha256.clone());
+                m.insert("checkpoint_size".to_owned(), Value::from(i.checkpoint_size));
+            }
+            Body::Payment(p) | Body::CreditNote(p) => {
+                put("tenant", p.tenant.clone());
+                put("invoice", p.invoice.clone());
+                put("currency", p.currency.clone());
+                put("amount", p.amount.to_string());
+                put("note", p.note.clone());
             }
             Body::SignerKeyRegistered(r) => return serde_json::to_value(r).expect("plain struct"),
             Body::SignerKeyRevoked(r) => return serde_json::to_value(r).expect("plain struct"),
@@ -456,6 +522,61 @@ impl Body {
                     effective_from: ts("body.effective_from", &w.effective_from)?,
                 }))
             }
+            Kind::InvoiceIssued => {
+                let w: InvoiceIssuedWire = wire(body)?;
+                if w.invoice_sha256.len() != 64
+                    || !w
+                        .invoice_sha256
+                        .bytes()
+                        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+                {
+                    return Err(Rejection::field(
+                        Reason::InvalidField,
+                        "body.invoice_sha256",
+                        "must be 64 lower-case hex digits",
+                    ));
+                }
+                Ok(Body::InvoiceIssued(InvoiceIssued {
+                    number: id("body.number", &w.number)?,
+                    tenant: id("body.tenant", &w.tenant)?,
+                    period_from: ts("body.period_from", &w.period_from)?,
+                    period_to: ts("body.period_to", &w.period_to)?,
+                    currency: currency("body.currency", &w.currency)?,
+                    total: money("body.total", &w.total)?,
+                    checkpoint_size: w.checkpoint_size,
+                    invoice_sha256: w.invoice_sha256,
+                }))
+            }
+            Kind::Payment | Kind::CreditNote => {
+                let w: SettlementWire = wire(body)?;
+                let amount = money("body.amount", &w.amount)?;
+                if amount <= Decimal::ZERO {
+                    return Err(Rejection::field(
+                        Reason::QuantityOutOfRange,
+                        "body.amount",
+                        "must be above 0",
+                    ));
+                }
+                if w.note.len() > 500 || w.note.chars().any(char::is_control) {
+                    return Err(Rejection::field(
+                        Reason::InvalidField,
+                        "body.note",
+                        "at most 500 bytes without control characters",
+                    ));
+                }
+                let s = Settlement {
+                    tenant: id("body.tenant", &w.tenant)?,
+                    invoice: id("body.invoice", &w.invoice)?,
+                    currency: currency("body.currency", &w.currency)?,
+                    amount,
+                    note: w.note,
+                };
+                Ok(if kind == Kind::Payment {
+                    Body::Payment(s)
+                } else {
+                    Body::CreditNote(s)
+                })
+            }
             Kind::LeaseRegistered => {
                 let w: LeaseWire = wire(body)?;
                 let class = match w.class.as_str() {
@@ -508,6 +629,71 @@ struct LeaseWire {
     lease: String,
     tenant: String,
     class: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InvoiceIssuedWire {
+    number: String,
+    tenant: String,
+    period_from: String,
+    period_to: String,
+    currency: String,
+    total: String,
+    checkpoint_size: u64,
+    invoice_sha256: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettlementWire {
+    tenant: String,
+    invoice: String,
+    currency: String,
+    amount: String,
+    #[serde(default)]
+    note: String,
+}
+
+/// A money amount: a plain non-negative decimal with at most 4 decimals (minor units), at most
+/// `MAX_MONEY_AMOUNT`. Unlike quantities, amounts keep their trailing zeros (`148.00`).
+fn money(field: &str, s: &str) -> Result<Decimal, Rejection> {
+    let ok = s.len() <= 24
+        && s.split_once('.').map_or(
+            !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()),
+            |(i, f)| {
+                !i.is_empty()
+                    && i.bytes().all(|b| b.is_ascii_digit())
+                    && (1..=4).contains(&f.len())
+                    && f.bytes().all(|b| b.is_ascii_digit())
+            },
+        )
+        && (s == "0" || s.starts_with("0.") || !s.starts_with('0'));
+    if s.starts_with('-') {
+        return Err(Rejection::field(
+            Reason::NegativeQuantity,
+            field,
+            "is negative",
+        ));
+    }
+    if !ok {
+        return Err(Rejection::field(
+            Reason::InvalidField,
+            field,
+            "is not an amount (digits, at most 4 after the point)",
+        ));
+    }
+    let d: Decimal = s
+        .parse()
+        .map_err(|_| Rejection::field(Reason::InvalidField, field, "is not an amount"))?;
+    if d > Decimal::from(MAX_MONEY_AMOUNT) {
+        return Err(Rejection::field(
+            Reason::QuantityOutOfRange,
+            field,
+            format!("is above {MAX_MONEY_AMOUNT}"),
+        ));
+    }
+    Ok(d)
 }
 
 fn currency(field: &str, c: &str) -> Result<String, Rejection> {

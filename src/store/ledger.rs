@@ -52,6 +52,12 @@ enum Job {
     },
     Checkpoint(Reply<(u64, String)>),
     LedgerEntry(Box<crate::core::record::Body>, Reply<u64>),
+    Issue {
+        tenant: String,
+        period: crate::core::invoice::Period,
+        reply: Reply<Vec<crate::core::invoice::Invoice>>,
+    },
+    Settle(Box<crate::core::record::Body>, Reply<u64>),
 }
 
 impl Job {
@@ -404,6 +410,24 @@ impl Ledger {
         self.submit(|reply| Job::LedgerEntry(Box::new(body), reply))
     }
 
+    /// Issues the invoices (one per currency) of `tenant` for `period`.
+    pub fn issue_invoices(
+        &self,
+        tenant: &str,
+        period: crate::core::invoice::Period,
+    ) -> Result<Vec<crate::core::invoice::Invoice>, StoreError> {
+        self.submit(|reply| Job::Issue {
+            tenant: tenant.to_owned(),
+            period,
+            reply,
+        })
+    }
+
+    /// Records a payment or credit note (a `Body::Payment` or `Body::CreditNote`).
+    pub fn settle(&self, body: crate::core::record::Body) -> Result<u64, StoreError> {
+        self.submit(|reply| Job::Settle(Box::new(body), reply))
+    }
+
     /// Signs a checkpoint of the current head if the latest one does not cover it; returns the
     /// size and signed note of the latest checkpoint.
     pub fn checkpoint(&self) -> Result<(u64, String), StoreError> {
@@ -607,6 +631,16 @@ fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued
                 }
                 Job::LedgerEntry(body, reply) => {
                     let _ = reply.send(write::ledger_entry(conn, log, &body, now));
+                }
+                Job::Issue {
+                    tenant,
+                    period,
+                    reply,
+                } => {
+                    let _ = reply.send(super::invoices::issue(conn, log, &tenant, period, now));
+                }
+                Job::Settle(body, reply) => {
+                    let _ = reply.send(super::invoices::settle(conn, log, &body, now));
                 }
                 Job::Checkpoint(reply) => {
                     let _ = reply.send(write::checkpoint(conn, log, now));

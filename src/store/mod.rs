@@ -8,6 +8,7 @@
 pub mod access;
 pub mod conn;
 pub mod error;
+pub mod invoices;
 pub mod ledger;
 pub mod pricing;
 pub mod read;

@@ -98,3 +98,16 @@ diesel::table! {
         revoked_at -> Nullable<BigInt>,
     }
 }
+
+diesel::table! {
+    invoices (number) {
+        number -> Text,
+        tenant -> Text,
+        currency -> Text,
+        period_from -> BigInt,
+        period_to -> BigInt,
+        checkpoint_size -> BigInt,
+        entry_idx -> BigInt,
+        json -> Text,
+    }
+}

@@ -29,8 +29,19 @@ pub fn for_each_usage(
     size: u64,
     f: &mut dyn FnMut(&Body),
 ) -> Result<(), StoreError> {
+    for_each_usage_in(conn, tenant, 0..size, &mut |_, b| f(b))
+}
+
+/// Like [`for_each_usage`], for entries with index in `range`, with each entry's index.
+pub fn for_each_usage_in(
+    conn: &mut DbConn,
+    tenant: Option<&str>,
+    range: std::ops::Range<u64>,
+    f: &mut dyn FnMut(u64, &Body),
+) -> Result<(), StoreError> {
+    let size = range.end;
     let kinds = [Kind::GpuUsage.as_str(), Kind::Energy.as_str()];
-    let mut after = -1i64;
+    let mut after = range.start as i64 - 1;
     loop {
         let mut q = entries::table
             .filter(entries::idx.gt(after))
@@ -51,7 +62,7 @@ pub fn for_each_usage(
                 .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: unknown kind")))?;
             let body = Body::from_value(kind, &leaf.envelope.body, leaf.received_at)
                 .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))?;
-            f(&body);
+            f(*idx as u64, &body);
         }
         match rows.last() {
             Some((idx, _)) if rows.len() as i64 == PAGE => after = *idx,

@@ -498,7 +498,7 @@ fn update_last_seqs(conn: &mut DbConn, changed: &[(&String, u64)]) -> Result<(),
 }
 
 /// Appends an entry written and signed by the ledger itself, with the next ledger seq.
-fn push_ledger_entry(
+pub(crate) fn push_ledger_entry(
     conn: &mut DbConn,
     app: &mut Appender,
     log: &LogSigner,
@@ -648,39 +648,51 @@ pub(crate) fn checkpoint(
 ) -> Result<(u64, String), StoreError> {
     conn.transaction(|conn| {
         let app = Appender::lock(conn, now)?;
-        let size = app.next_index();
-        let latest = read::latest_checkpoint(conn)?;
-        if let Some((s, _, note)) = &latest {
-            if *s == size {
-                return Ok((size, note.clone()));
-            }
-            if *s > size {
-                return Err(StoreError::Corrupt(format!("latest checkpoint has size {s}, above the log size {size}")));
-            }
-        }
-        let reader = read::DbHashReader::new(conn);
-        let root = merkle::tree_hash(size, &reader)?;
-        if let Some((old_size, old_root, _)) = &latest {
-            if *old_size > 0 {
-                let proof = merkle::prove_tree(size, *old_size, &reader)?;
-                merkle::check_tree(&proof, size, root, *old_size, *old_root).map_err(|_| {
-                    StoreError::Corrupt(format!(
-                        "the tree at size {size} is not consistent with the checkpoint at size {old_size}; refusing to sign"
-                    ))
-                })?;
-            }
-        }
-        let note = log.sign_checkpoint(size, &root);
-        diesel::insert_into(checkpoints::table)
-            .values((
-                checkpoints::size.eq(size as i64),
-                checkpoints::root.eq(root.0.to_vec()),
-                checkpoints::note.eq(&note),
-                checkpoints::created_at.eq(now.unix()),
-            ))
-            .execute(conn)?;
-        Ok((size, note))
+        checkpoint_locked(conn, log, app.next_index(), now)
     })
+}
+
+/// Signs and stores a checkpoint of `size` entries (the caller holds the head lock and `size`
+/// is the current size), unless the latest checkpoint has that size already.
+pub(crate) fn checkpoint_locked(
+    conn: &mut DbConn,
+    log: &LogSigner,
+    size: u64,
+    now: Timestamp,
+) -> Result<(u64, String), StoreError> {
+    let latest = read::latest_checkpoint(conn)?;
+    if let Some((s, _, note)) = &latest {
+        if *s == size {
+            return Ok((size, note.clone()));
+        }
+        if *s > size {
+            return Err(StoreError::Corrupt(format!(
+                "latest checkpoint has size {s}, above the log size {size}"
+            )));
+        }
+    }
+    let reader = read::DbHashReader::new(conn);
+    let root = merkle::tree_hash(size, &reader)?;
+    if let Some((old_size, old_root, _)) = &latest {
+        if *old_size > 0 {
+            let proof = merkle::prove_tree(size, *old_size, &reader)?;
+            merkle::check_tree(&proof, size, root, *old_size, *old_root).map_err(|_| {
+                StoreError::Corrupt(format!(
+                    "the tree at size {size} is not consistent with the checkpoint at size {old_size}; refusing to sign"
+                ))
+            })?;
+        }
+    }
+    let note = log.sign_checkpoint(size, &root);
+    diesel::insert_into(checkpoints::table)
+        .values((
+            checkpoints::size.eq(size as i64),
+            checkpoints::root.eq(root.0.to_vec()),
+            checkpoints::note.eq(&note),
+            checkpoints::created_at.eq(now.unix()),
+        ))
+        .execute(conn)?;
+    Ok((size, note))
 }
 
 /// Appends a pricing entry written and signed by the ledger (rate card, region parameters or

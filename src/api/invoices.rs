@@ -1,0 +1,236 @@
+//! Invoices: issue (admin), list, get, download as JSON, CSV or PDF; payments and credit notes
+//! (admin); balances. Tenants see only their own; others' invoice numbers answer 404.
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::{json_body, AppState};
+use crate::core::invoice::{self, Invoice, Period};
+use crate::core::record::{Body, Kind};
+use crate::core::time::Timestamp;
+use crate::store::invoices::{self as store_invoices, Balance, InvoiceSummary};
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Body of `POST /v1/invoices`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IssueRequest {
+    pub tenant: String,
+    /// Start of the period (inclusive), `YYYY-MM-DDTHH:MM:SSZ`.
+    pub from: String,
+    /// End of the period (exclusive).
+    pub to: String,
+}
+
+/// Issues a tenant's invoices for a period, one per currency (admin). Refused while any usage
+/// is unpriced, and for a period overlapping an invoiced one.
+#[utoipa::path(post, path = "/v1/invoices", tag = "invoices", request_body = IssueRequest,
+    responses((status = 201, description = "The issued invoices", body = Vec<Object>),
+              (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn issue(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_admin()?;
+    let r: IssueRequest = json_body(&req, payload).await?;
+    let (from, to) = super::period(&r.from, &r.to)?;
+    crate::core::ids::check_id(&r.tenant).map_err(|m| ApiError::invalid_parameter("tenant", m))?;
+    let tenant = r.tenant.clone();
+    let exists = {
+        let l = state.ledger.clone();
+        let t = tenant.clone();
+        web::block(move || {
+            l.with_reader(|c| {
+                Ok(crate::store::access::tenant_exists(c, &t)?
+                    || crate::store::usage::tenant_has_entries(c, &t)?)
+            })
+        })
+        .await??
+    };
+    if !exists {
+        return Err(ApiError::NotFound(format!("tenant {tenant}")));
+    }
+    let issued =
+        web::block(move || state.ledger.issue_invoices(&tenant, Period { from, to })).await??;
+    Ok(HttpResponse::Created().json(issued))
+}
+
+/// Query of the list.
+#[derive(Deserialize, utoipa::IntoParams)]
+pub struct ListQuery {
+    pub tenant: Option<String>,
+}
+
+/// Lists invoices (tenants: their own).
+#[utoipa::path(get, path = "/v1/invoices", tag = "invoices", params(ListQuery), responses((status = 200, body = Vec<InvoiceSummary>)), security(("bearer" = [])))]
+pub async fn list(
+    state: web::Data<AppState>,
+    caller: Caller,
+    q: web::Query<ListQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = caller.tenant_scope(q.into_inner().tenant)?;
+    let list = web::block(move || {
+        state
+            .ledger
+            .with_reader(|c| store_invoices::list(c, tenant.as_deref()))
+    })
+    .await??;
+    Ok(HttpResponse::Ok().json(list))
+}
+
+async fn load(
+    state: web::Data<AppState>,
+    caller: &Caller,
+    number: String,
+) -> Result<(Invoice, String), ApiError> {
+    let n = number.clone();
+    let row =
+        web::block(move || state.ledger.with_reader(|c| store_invoices::get(c, &n))).await??;
+    match row {
+        Some((tenant, json)) if caller.may_see(Some(&tenant)) => {
+            let inv = invoice::from_json(&json)
+                .map_err(|e| ApiError::Internal(format!("invoice {number}: {e}")))?;
+            Ok((inv, json))
+        }
+        _ => Err(ApiError::NotFound(format!("invoice {number}"))),
+    }
+}
+
+/// One invoice as JSON (its SHA-256 is in the log's `invoice_issued` entry).
+#[utoipa::path(get, path = "/v1/invoices/{number}", tag = "invoices", params(("number" = String, Path)),
+    responses((status = 200, body = Object), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn get(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let (_, json) = load(state, &caller, path.into_inner()).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/json")
+        .body(json))
+}
+
+/// Downloads an invoice as `json`, `csv` or `pdf`.
+#[utoipa::path(get, path = "/v1/invoices/{number}/{format}", tag = "invoices",
+    params(("number" = String, Path), ("format" = String, Path, description = "json, csv or pdf")),
+    responses((status = 200, description = "The document"), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn download(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (number, format) = path.into_inner();
+    if !matches!(format.as_str(), "json" | "csv" | "pdf") {
+        return Err(ApiError::invalid_parameter(
+            "format",
+            "must be json, csv or pdf",
+        ));
+    }
+    let (inv, _) = load(state, &caller, number.clone()).await?;
+    let (ctype, body) = match format.as_str() {
+        "json" => ("application/json", crate::invoice_render::to_json(&inv)),
+        "csv" => (
+            "text/csv; charset=utf-8",
+            crate::invoice_render::to_csv(&inv),
+        ),
+        _ => (
+            "application/pdf",
+            web::block(move || crate::invoice_render::to_pdf(&inv))
+                .await?
+                .map_err(|e| ApiError::Internal(format!("pdf: {e}")))?,
+        ),
+    };
+    Ok(HttpResponse::Ok()
+        .content_type(ctype)
+        .insert_header((
+            "Content-Disposition",
+            format!("attachment; filename=\"{number}.{format}\""),
+        ))
+        .body(body))
+}
+
+async fn settle(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+    kind: Kind,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_admin()?;
+    let v: serde_json::Value = json_body(&req, payload).await?;
+    let body = Body::from_value(kind, &v, Timestamp::now()).map_err(|r| {
+        let field = r.field.clone().unwrap_or_else(|| "body".into());
+        ApiError::BadRequest {
+            slug: "invalid_field",
+            detail: r.message.clone(),
+            errors: Some(serde_json::json!([{ "field": field, "reason": r.reason.code(), "message": r.message }])),
+        }
+    })?;
+    let index = web::block(move || state.ledger.settle(body)).await??;
+    Ok(HttpResponse::Created().json(serde_json::json!({ "index": index, "kind": kind.as_str() })))
+}
+
+/// Records a payment against an invoice (admin): `{tenant, invoice, currency, amount, note}`.
+#[utoipa::path(post, path = "/v1/payments", tag = "invoices", request_body = Object,
+    responses((status = 201, body = Object), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn payment(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    settle(state, caller, req, payload, Kind::Payment).await
+}
+
+/// Grants a credit note against an invoice (admin); credits may not exceed the invoice total.
+#[utoipa::path(post, path = "/v1/credit-notes", tag = "invoices", request_body = Object,
+    responses((status = 201, body = Object), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn credit_note(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    settle(state, caller, req, payload, Kind::CreditNote).await
+}
+
+/// A tenant's balances per currency.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct BalanceView {
+    pub tenant: String,
+    pub currencies: BTreeMap<String, Balance>,
+}
+
+/// The balance of a tenant, derived from its invoice, payment and credit-note entries.
+#[utoipa::path(get, path = "/v1/balance", tag = "invoices", params(ListQuery),
+    responses((status = 200, body = BalanceView), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn balance(
+    state: web::Data<AppState>,
+    caller: Caller,
+    q: web::Query<ListQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = caller
+        .tenant_scope(q.into_inner().tenant)?
+        .ok_or_else(|| ApiError::invalid_parameter("tenant", "is required"))?;
+    let t = tenant.clone();
+    let b = web::block(move || {
+        state
+            .ledger
+            .with_reader(|c| store_invoices::balances(c, &t))
+    })
+    .await??;
+    Ok(HttpResponse::Ok().json(BalanceView {
+        tenant,
+        currencies: b.by_currency,
+    }))
+}

@@ -1,0 +1,438 @@
+//! Issuing invoices, settling them, and balances. An invoice is computed at a log size S (a
+//! checkpoint of S is signed in the same transaction), rated with the prices of the log as of S,
+//! recorded as an `invoice_issued` entry holding its SHA-256, and kept as rendered JSON for
+//! download. Records that arrive after a period was invoiced become adjustment lines of the
+//! tenant's next invoice, naming the period they belong to.
+
+use super::conn::DbConn;
+use super::error::StoreError;
+use super::schema::{entries, invoices};
+use super::write::{checkpoint_locked, push_ledger_entry, Appender};
+use super::{pricing, usage};
+use crate::core::canonical;
+use crate::core::checkpoint::LogSigner;
+use crate::core::invoice::{Invoice, InvoiceLine, Period};
+use crate::core::leaf::Leaf;
+use crate::core::rating::{self, Line, LineKey, Rater};
+use crate::core::record::{Body, InvoiceIssued, Kind};
+use crate::core::time::Timestamp;
+use diesel::prelude::*;
+use rust_decimal::Decimal;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// An invoice already issued to a tenant, as its row holds it.
+struct Issued {
+    period: Period,
+    checkpoint_size: u64,
+}
+
+fn issued_for(conn: &mut DbConn, tenant: &str) -> Result<Vec<(String, Issued)>, StoreError> {
+    let rows: Vec<(String, i64, i64, i64)> = invoices::table
+        .filter(invoices::tenant.eq(tenant))
+        .select((
+            invoices::number,
+            invoices::period_from,
+            invoices::period_to,
+            invoices::checkpoint_size,
+        ))
+        .load(conn)?;
+    rows.into_iter()
+        .map(|(n, f, t, s)| {
+            let ts = |x: i64| {
+                Timestamp::from_unix(x)
+                    .ok_or_else(|| StoreError::Corrupt(format!("invoice {n} period")))
+            };
+            Ok((
+                n.clone(),
+                Issued {
+                    period: Period {
+                        from: ts(f)?,
+                        to: ts(t)?,
+                    },
+                    checkpoint_size: s as u64,
+                },
+            ))
+        })
+        .collect()
+}
+
+fn to_lines(lines: Vec<Line>, adjustment_for: Option<Period>) -> Vec<InvoiceLine> {
+    lines
+        .into_iter()
+        .map(|l| match l.key {
+            LineKey::Gpu {
+                region,
+                gpu_model,
+                class,
+                unit_price_per_gpu_hour,
+            } => InvoiceLine {
+                kind: "gpu",
+                region,
+                gpu_model: Some(gpu_model),
+                class: Some(class),
+                quantity: l.quantity,
+                unit: "GPU-s",
+                unit_price: unit_price_per_gpu_hour,
+                pue: None,
+                amount: l.amount,
+                records: l.records,
+                adjustment_for,
+            },
+            LineKey::Energy {
+                region,
+                unit_price_per_kwh,
+                pue,
+            } => InvoiceLine {
+                kind: "energy",
+                region,
+                gpu_model: None,
+                class: None,
+                quantity: l.quantity,
+                unit: "kWh",
+                unit_price: unit_price_per_kwh,
+                pue: Some(pue),
+                amount: l.amount,
+                records: l.records,
+                adjustment_for,
+            },
+        })
+        .collect()
+}
+
+fn unpriced_error(list: &[rating::Unpriced], what: &str) -> StoreError {
+    let items: Vec<String> = list
+        .iter()
+        .map(|u| {
+            format!(
+                "{} for {} {} {} ({} of quantity {})",
+                u.what,
+                u.region,
+                u.gpu_model.as_deref().unwrap_or("energy"),
+                u.class.map_or("", |c| c.as_str()),
+                u.records,
+                u.quantity
+            )
+        })
+        .collect();
+    StoreError::Refused(format!(
+        "{what} has unpriced usage; set the missing prices first: {}",
+        items.join("; ")
+    ))
+}
+
+/// The SHA-256 (hex) of an invoice's RFC 8785 JSON, which is also what is stored and served.
+pub fn invoice_json(invoice: &Invoice) -> Result<(String, String), StoreError> {
+    let value = serde_json::to_value(invoice)
+        .map_err(|e| StoreError::Corrupt(format!("invoice json: {e}")))?;
+    let bytes =
+        canonical::to_vec(&value).map_err(|e| StoreError::Corrupt(format!("invoice json: {e}")))?;
+    let hash = hex::encode(Sha256::digest(&bytes));
+    Ok((String::from_utf8(bytes).expect("JSON is UTF-8"), hash))
+}
+
+/// Issues the invoices (one per currency) of `tenant` for `[from, to)`; see the module docs.
+pub(crate) fn issue(
+    conn: &mut DbConn,
+    log: &LogSigner,
+    tenant: &str,
+    period: Period,
+    now: Timestamp,
+) -> Result<Vec<Invoice>, StoreError> {
+    conn.transaction(|conn| {
+        let mut app = Appender::lock(conn, now)?;
+        let size = app.next_index();
+        let previous = issued_for(conn, tenant)?;
+        if let Some((n, _)) = previous.iter().find(|(_, i)| i.period.from < period.to && period.from < i.period.to) {
+            return Err(StoreError::AlreadyExists(format!(
+                "invoice {n} of {tenant} already covers part of [{}, {})",
+                period.from, period.to
+            )));
+        }
+        let rater = pricing::rate_period(conn, tenant, period.from, period.to, size)?;
+        let (mut by_currency, unpriced) = rater.finish();
+        if !unpriced.is_empty() {
+            return Err(unpriced_error(&unpriced, "the period"));
+        }
+        // Late records: logged since the tenant's last invoice, starting in an invoiced period.
+        let since = previous.iter().map(|(_, i)| i.checkpoint_size).max().unwrap_or(0);
+        let book = pricing::price_book(conn, size)?;
+        let mut late: BTreeMap<Period, Rater> = BTreeMap::new();
+        usage::for_each_usage_in(conn, Some(tenant), since..size, &mut |_, body| {
+            let start = match body {
+                Body::GpuUsage(u) => u.start,
+                Body::Energy(e) => e.start,
+                _ => return,
+            };
+            if let Some((_, i)) = previous.iter().find(|(_, i)| (i.period.from..i.period.to).contains(&start)) {
+                let r = late.entry(i.period).or_default();
+                match body {
+                    Body::GpuUsage(u) => r.add_usage(&book, u),
+                    Body::Energy(e) => r.add_energy(&book, e),
+                    _ => {}
+                }
+            }
+        })?;
+        let mut adjustments: BTreeMap<String, Vec<InvoiceLine>> = BTreeMap::new();
+        for (p, r) in late {
+            let (lines, unpriced) = r.finish();
+            if !unpriced.is_empty() {
+                return Err(unpriced_error(&unpriced, "a late record of an earlier period"));
+            }
+            for (currency, l) in lines {
+                adjustments.entry(currency).or_default().extend(to_lines(l, Some(p)));
+            }
+        }
+        let mut currencies: Vec<String> = by_currency.keys().chain(adjustments.keys()).cloned().collect();
+        currencies.sort();
+        currencies.dedup();
+        if currencies.is_empty() {
+            return Err(StoreError::Refused(format!(
+                "{tenant} has no usage in [{}, {}) and no late records to adjust; nothing to invoice",
+                period.from, period.to
+            )));
+        }
+        let (_, _) = checkpoint_locked(conn, log, size, now)?;
+        let root = crate::core::merkle::tree_hash(size, &super::read::DbHashReader::new(conn))?;
+        let origin = log.origin().to_owned();
+        let count: i64 = invoices::table.count().get_result(conn)?;
+        let mut out = Vec::new();
+        for (i, currency) in currencies.into_iter().enumerate() {
+            let mut lines = to_lines(by_currency.remove(&currency).unwrap_or_default(), None);
+            lines.extend(adjustments.remove(&currency).unwrap_or_default());
+            let total: Decimal = lines.iter().map(|l| l.amount).sum();
+            let invoice = Invoice {
+                number: format!("INV-{:06}", count as usize + i + 1),
+                tenant: tenant.to_owned(),
+                period,
+                currency: currency.clone(),
+                issued_at: now,
+                log_origin: origin.clone(),
+                checkpoint_size: size,
+                checkpoint_root: crate::core::merkle::encode_hash(&root),
+                lines,
+                total,
+            };
+            assert_eq!(invoice.total, invoice.sum_of_lines(), "total equals the sum of its lines");
+            let (json, hash) = invoice_json(&invoice)?;
+            let body = Body::InvoiceIssued(InvoiceIssued {
+                number: invoice.number.clone(),
+                tenant: tenant.to_owned(),
+                period_from: period.from,
+                period_to: period.to,
+                currency,
+                total: invoice.total,
+                checkpoint_size: size,
+                invoice_sha256: hash,
+            });
+            let idx = push_ledger_entry(conn, &mut app, log, &body)?;
+            diesel::insert_into(invoices::table)
+                .values((
+                    invoices::number.eq(&invoice.number),
+                    invoices::tenant.eq(tenant),
+                    invoices::currency.eq(&invoice.currency),
+                    invoices::period_from.eq(period.from.unix()),
+                    invoices::period_to.eq(period.to.unix()),
+                    invoices::checkpoint_size.eq(size as i64),
+                    invoices::entry_idx.eq(idx as i64),
+                    invoices::json.eq(&json),
+                ))
+                .execute(conn)?;
+            out.push(invoice);
+        }
+        app.finish(conn)?;
+        Ok(out)
+    })
+}
+
+/// Records a payment or credit note against an invoice of the same tenant and currency.
+/// A credit note may not take an invoice's credited sum above its total.
+pub(crate) fn settle(
+    conn: &mut DbConn,
+    log: &LogSigner,
+    body: &Body,
+    now: Timestamp,
+) -> Result<u64, StoreError> {
+    let s = match body {
+        Body::Payment(s) | Body::CreditNote(s) => s,
+        _ => return Err(StoreError::Refused("not a payment or credit note".into())),
+    };
+    conn.transaction(|conn| {
+        let mut app = Appender::lock(conn, now)?;
+        let row: Option<(String, String)> = invoices::table
+            .find(&s.invoice)
+            .select((invoices::tenant, invoices::currency))
+            .first(conn)
+            .optional()?;
+        match row {
+            Some((t, _)) if t != s.tenant => {
+                return Err(StoreError::NotFound(format!(
+                    "invoice {} of {}",
+                    s.invoice, s.tenant
+                )))
+            }
+            None => return Err(StoreError::NotFound(format!("invoice {}", s.invoice))),
+            Some((_, c)) if c != s.currency => {
+                return Err(StoreError::Refused(format!(
+                    "invoice {} is in {c}, not {}",
+                    s.invoice, s.currency
+                )))
+            }
+            Some(_) => {}
+        }
+        if let Body::CreditNote(_) = body {
+            let b = balances(conn, &s.tenant)?;
+            let inv = invoice_entry(conn, &s.invoice)?;
+            let credited = b
+                .credited_by_invoice
+                .get(&s.invoice)
+                .copied()
+                .unwrap_or_default();
+            if credited + s.amount > inv.total {
+                return Err(StoreError::Refused(format!(
+                    "credit notes on {} would total {}, above its total {}",
+                    s.invoice,
+                    credited + s.amount,
+                    inv.total
+                )));
+            }
+        }
+        let idx = push_ledger_entry(conn, &mut app, log, body)?;
+        app.finish(conn)?;
+        Ok(idx)
+    })
+}
+
+fn invoice_entry(conn: &mut DbConn, number: &str) -> Result<InvoiceIssued, StoreError> {
+    let idx: i64 = invoices::table
+        .find(number)
+        .select(invoices::entry_idx)
+        .first(conn)?;
+    match body_at(conn, idx)? {
+        Body::InvoiceIssued(i) => Ok(i),
+        _ => Err(StoreError::Corrupt(format!(
+            "entry {idx} is not invoice {number}"
+        ))),
+    }
+}
+
+fn body_at(conn: &mut DbConn, idx: i64) -> Result<Body, StoreError> {
+    let bytes: Vec<u8> = entries::table.find(idx).select(entries::leaf).first(conn)?;
+    let leaf =
+        Leaf::from_bytes(&bytes).map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
+    let kind = Kind::parse(&leaf.envelope.kind)
+        .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: kind")))?;
+    Body::from_value(kind, &leaf.envelope.body, leaf.received_at)
+        .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))
+}
+
+/// A tenant's position in one currency, derived from the log's invoice, payment and credit-note
+/// entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Balance {
+    #[schema(value_type = String)]
+    pub invoiced: Decimal,
+    #[schema(value_type = String)]
+    pub paid: Decimal,
+    #[schema(value_type = String)]
+    pub credited: Decimal,
+    /// invoiced − paid − credited: what the tenant owes (negative: in credit).
+    #[schema(value_type = String)]
+    pub due: Decimal,
+}
+
+/// Balances per currency, and credited sums per invoice.
+#[derive(Debug, Default)]
+pub struct Balances {
+    pub by_currency: BTreeMap<String, Balance>,
+    pub credited_by_invoice: BTreeMap<String, Decimal>,
+}
+
+/// The tenant's balances, from its `invoice_issued`, `payment` and `credit_note` entries.
+pub fn balances(conn: &mut DbConn, tenant: &str) -> Result<Balances, StoreError> {
+    let kinds = [
+        Kind::InvoiceIssued.as_str(),
+        Kind::Payment.as_str(),
+        Kind::CreditNote.as_str(),
+    ];
+    let idxs: Vec<i64> = entries::table
+        .filter(entries::tenant.eq(tenant))
+        .filter(entries::kind.eq_any(kinds))
+        .order(entries::idx.asc())
+        .select(entries::idx)
+        .load(conn)?;
+    let mut out = Balances::default();
+    for idx in idxs {
+        match body_at(conn, idx)? {
+            Body::InvoiceIssued(i) => {
+                out.by_currency.entry(i.currency).or_default().invoiced += i.total
+            }
+            Body::Payment(p) => out.by_currency.entry(p.currency).or_default().paid += p.amount,
+            Body::CreditNote(c) => {
+                out.by_currency.entry(c.currency).or_default().credited += c.amount;
+                *out.credited_by_invoice.entry(c.invoice).or_default() += c.amount;
+            }
+            _ => {}
+        }
+    }
+    for b in out.by_currency.values_mut() {
+        b.due = b.invoiced - b.paid - b.credited;
+    }
+    Ok(out)
+}
+
+/// A listed invoice.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct InvoiceSummary {
+    pub number: String,
+    pub tenant: String,
+    pub currency: String,
+    pub period_from: String,
+    pub period_to: String,
+    pub entry_index: u64,
+}
+
+/// Invoices, of one tenant or all, oldest first.
+pub fn list(conn: &mut DbConn, tenant: Option<&str>) -> Result<Vec<InvoiceSummary>, StoreError> {
+    let mut q = invoices::table
+        .select((
+            invoices::number,
+            invoices::tenant,
+            invoices::currency,
+            invoices::period_from,
+            invoices::period_to,
+            invoices::entry_idx,
+        ))
+        .order(invoices::number.asc())
+        .into_boxed();
+    if let Some(t) = tenant {
+        q = q.filter(invoices::tenant.eq(t));
+    }
+    let rows: Vec<(String, String, String, i64, i64, i64)> = q.load(conn)?;
+    let ts = |x: i64| {
+        Timestamp::from_unix(x)
+            .map(|t| t.to_string())
+            .unwrap_or_default()
+    };
+    Ok(rows
+        .into_iter()
+        .map(|(number, tenant, currency, f, t, i)| InvoiceSummary {
+            number,
+            tenant,
+            currency,
+            period_from: ts(f),
+            period_to: ts(t),
+            entry_index: i as u64,
+        })
+        .collect())
+}
+
+/// An invoice's tenant and stored JSON.
+pub fn get(conn: &mut DbConn, number: &str) -> Result<Option<(String, String)>, StoreError> {
+    Ok(invoices::table
+        .find(number)
+        .select((invoices::tenant, invoices::json))
+        .first(conn)
+        .optional()?)
+}
