@@ -8,8 +8,8 @@
 //! Pure: no I/O and no clock. The PDF's dates are the invoice's `issued_at`; only its trailer
 //! `/ID` (which printpdf draws at random) differs between two renderings of one invoice.
 //!
-//! The PDF uses only the built-in Helvetica faces (no font files), writes every word as a real
-//! text object (so it can be searched, copied and extracted), keeps to printable ASCII (anything
+//! The PDF uses only the built-in Helvetica faces (no font files), writes all its text as real
+//! text objects (so it can be searched, copied and extracted), keeps to printable ASCII (anything
 //! else becomes `?`), and runs onto as many A4 pages as the lines need.
 
 use crate::core::decimal::to_canonical;
@@ -20,13 +20,13 @@ use printpdf::{
 };
 use rust_decimal::Decimal;
 
-/// Most invoice lines a PDF is rendered for (about 400 pages). Larger invoices are refused with
+/// Most invoice lines a PDF is rendered for (about 350 pages). Larger invoices are refused with
 /// [`RenderError::TooManyLines`]; their JSON and CSV downloads have no such limit.
 pub const MAX_PDF_LINES: usize = 20_000;
 
 /// The CSV columns, in order.
 pub const CSV_HEADER: [&str; 17] = [
-    "invoice",
+    "invoice_number",
     "tenant",
     "period_from",
     "period_to",

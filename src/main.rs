@@ -148,6 +148,15 @@ enum TokenCommand {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Invoice preview of one tenant-month of usage records on a fresh SQLite log.
+    Preview {
+        /// Usage records in the month.
+        #[arg(long, default_value_t = 1_000_000)]
+        records: u64,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// HTTP ingest: concurrent simulated agents post signed batches to a server.
     Ingest {
         /// A running server's base URL; without it a server is started on a fresh SQLite file.
@@ -403,6 +412,37 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Openapi => {
             print!("{}", gpuledger::api::openapi_json());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Preview { records, json }) => {
+            if records == 0 {
+                bail!("--records must be above 0");
+            }
+            let tmp = tempdir_for_bench()?;
+            let r = bench::preview::run_preview(&tmp, records, &|phase| {
+                if !json {
+                    eprintln!("… {phase}");
+                }
+            });
+            let _ = std::fs::remove_dir_all(&tmp);
+            let r = r?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!("records in the month:   {}", r.records);
+                println!(
+                    "filling the log:        {} s (not part of the preview)",
+                    r.fill_seconds
+                );
+                println!(
+                    "invoice preview:        {} s ({:.0} records/s), {} line(s), total {} CNY",
+                    r.preview_seconds, r.records_per_s, r.lines, r.total
+                );
+                match r.peak_rss_mb {
+                    Some(m) => println!("peak RSS (whole run):   {m} MB"),
+                    None => println!("peak RSS:               not available"),
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Ingest {

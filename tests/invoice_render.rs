@@ -146,7 +146,7 @@ fn csv_parses_back_and_agrees_with_json_line_for_line() {
 
     let col = |name: &str| CSV_HEADER.iter().position(|h| *h == name).unwrap();
     for (row, line) in rows.iter().zip(json_lines) {
-        assert_eq!(&row[col("invoice")], "INV-acme-2026-11");
+        assert_eq!(&row[col("invoice_number")], "INV-acme-2026-11");
         assert_eq!(&row[col("tenant")], "acme");
         assert_eq!(&row[col("period_from")], field(&json["period"], "from"));
         assert_eq!(&row[col("period_to")], field(&json["period"], "to"));

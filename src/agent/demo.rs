@@ -98,6 +98,52 @@ fn ensure_signer(
     Ok(key)
 }
 
+/// Demo prices (synthetic): on-demand rate cards for every demo region and GPU model, and
+/// region parameters (the western hub's green power at 0.28 CNY/kWh, PUE 1.08), in force from
+/// 30 days ago. Appended once, as ledger entries, on a fresh demo log.
+fn ensure_prices(ledger: &Ledger) -> Result<(), AgentError> {
+    use crate::core::rating::LeaseClass;
+    use crate::core::record::{Body, RateCard, RegionParameters};
+    let size = ledger.head()?.0;
+    if !ledger
+        .with_reader(|c| crate::store::pricing::pricing_entries(c, size))?
+        .is_empty()
+    {
+        return Ok(());
+    }
+    let now = Timestamp::now().unix();
+    let from = Timestamp::from_unix(now - now % 86_400 - 30 * 86_400).expect("in range");
+    let dec = |s: &str| s.parse::<rust_decimal::Decimal>().expect("demo decimal");
+    for (region, model, price) in [
+        ("cn-north-imx", "H100-SXM-80G", "18.5"),
+        ("cn-east-sh", "H20-96G", "12.8"),
+        ("cn-east-sh", "L40S-48G", "6.4"),
+    ] {
+        ledger.append_ledger_entry(Body::RateCard(RateCard {
+            region: region.into(),
+            gpu_model: model.into(),
+            lease_class: LeaseClass::OnDemand,
+            currency: "CNY".into(),
+            price_per_gpu_hour: dec(price),
+            effective_from: from,
+        }))?;
+    }
+    for (region, kwh, pue, carbon) in [
+        ("cn-north-imx", "0.28", "1.08", "530"),
+        ("cn-east-sh", "0.65", "1.3", "580"),
+    ] {
+        ledger.append_ledger_entry(Body::RegionParams(RegionParameters {
+            region: region.into(),
+            currency: "CNY".into(),
+            electricity_price_per_kwh: dec(kwh),
+            pue: dec(pue),
+            carbon_g_per_kwh: dec(carbon),
+            effective_from: from,
+        }))?;
+    }
+    Ok(())
+}
+
 fn sender_limits() -> Limits {
     Limits {
         max_backoff_seconds: 5,
@@ -155,6 +201,7 @@ pub fn run(opts: DemoOptions) -> Result<(), AgentError> {
         }
         access::create_token(c, access::ApiRole::Admin, None, "gpuledger demo")
     })?;
+    ensure_prices(&ledger)?;
     let mut agents = Vec::new();
     for n in &NODES {
         let key = ensure_signer(&ledger, dir, n.node, Role::Node)?;
@@ -262,6 +309,9 @@ pub fn run(opts: DemoOptions) -> Result<(), AgentError> {
             out,
             "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/entries?start=0&end=20'"
         );
+        let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/invoices/preview?tenant=acme-ai&from={from}&to={to}'");
+        let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{\"tenant\":\"acme-ai\",\"from\":\"{from}\",\"to\":\"{to}\"}}' {base}/v1/invoices");
+        let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -o invoice.pdf {base}/v1/invoices/INV-000001/pdf   # after issuing it");
         let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/proofs/inclusion?index=10&size=100'");
         let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/proofs/consistency?from=10&to=100'");
         let _ = writeln!(

@@ -144,7 +144,13 @@ pub async fn download(
             "application/pdf",
             web::block(move || crate::invoice_render::to_pdf(&inv))
                 .await?
-                .map_err(|e| ApiError::Internal(format!("pdf: {e}")))?,
+                .map_err(|e| match e {
+                    crate::invoice_render::RenderError::TooManyLines { .. } => ApiError::TooLarge {
+                        slug: "too_many_lines",
+                        detail: e.to_string(),
+                    },
+                    e => ApiError::Internal(format!("pdf: {e}")),
+                })?,
         ),
     };
     Ok(HttpResponse::Ok()

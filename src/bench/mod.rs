@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod append;
 pub mod ingest;
+pub mod preview;
 pub mod server;
 
 pub use append::{run_append, AppendBench, AppendRates};

@@ -1,0 +1,111 @@
+//! `gpuledger bench preview`: an invoice preview of one tenant-month of N usage records
+//! (default 1,000,000) on a fresh SQLite log, with its time and the process's peak memory.
+//! The log is filled through the normal append path first (not timed).
+
+use crate::core::keys;
+use crate::core::rating::{self, LeaseClass};
+use crate::core::record::{Body, RateCard, Role};
+use crate::core::time::Timestamp;
+use crate::sample;
+use crate::store::{self, pricing, Ledger, StoreError};
+use rayon::prelude::*;
+use rust_decimal::Decimal;
+use serde::Serialize;
+use std::time::Instant;
+
+/// Results.
+#[derive(Debug, Clone, Serialize)]
+pub struct PreviewResult {
+    pub records: u64,
+    pub fill_seconds: f64,
+    pub preview_seconds: f64,
+    pub records_per_s: f64,
+    pub lines: usize,
+    pub total: String,
+    /// Peak resident set of this process over the whole run (filling included).
+    pub peak_rss_mb: Option<f64>,
+}
+
+/// Fills a fresh SQLite log in `dir` with `records` usage records of one tenant within one
+/// month (16 nodes, 8 GPUs each, contiguous 10-second slots) and times the preview.
+pub fn run_preview(
+    dir: &std::path::Path,
+    records: u64,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<PreviewResult, StoreError> {
+    let url = format!("sqlite://{}", dir.join("preview.db").display());
+    let log_key = sample::key("bench-preview-log");
+    store::init(&url, &log_key, store::DEFAULT_ORIGIN)?;
+    let ledger = Ledger::open(&url, log_key)?;
+    let nodes: Vec<(String, ed25519_dalek::SigningKey)> = (0..16)
+        .map(|i| {
+            (
+                format!("preview-node-{i:02}"),
+                sample::key(&format!("preview-node-{i}")),
+            )
+        })
+        .collect();
+    for (n, k) in &nodes {
+        ledger.register_key(n, Role::Node, &keys::encode_public(&k.verifying_key()))?;
+    }
+    // The month: the 28 days ending at the start of today (16 nodes × 241,920 slots fit 3.8M).
+    let now = Timestamp::now().unix();
+    let month_end = Timestamp::from_unix(now - now % 86_400).expect("in range");
+    let month_start = month_end.plus(-28 * 86_400);
+    ledger.append_ledger_entry(Body::RateCard(RateCard {
+        region: "cn-north-imx".into(),
+        gpu_model: "H100-SXM-80G".into(),
+        lease_class: LeaseClass::OnDemand,
+        currency: "CNY".into(),
+        price_per_gpu_hour: Decimal::new(185, 1),
+        effective_from: month_start.plus(-86_400),
+    }))?;
+    progress(&format!("appending {records} usage records (not timed)"));
+    let started = Instant::now();
+    let per_node = records.div_ceil(nodes.len() as u64);
+    const CHUNK: u64 = 5_000;
+    let mut seq = 0u64;
+    while seq < per_node {
+        let hi = (seq + CHUNK).min(per_node);
+        let batch: Vec<_> = nodes
+            .par_iter()
+            .flat_map_iter(|(n, k)| {
+                (seq..hi).map(move |s| {
+                    let end = month_start.plus(10 * (s as i64 + 1));
+                    // The sample records carry the tenant's lease; the lease is undeclared, so
+                    // it is billed on-demand.
+                    sample::usage(n, k, s + 1, "bench-tenant", Decimal::from(8), end)
+                })
+            })
+            .collect();
+        for part in batch.chunks(crate::core::limits::MAX_APPEND_BATCH) {
+            ledger.append(part.to_vec())?;
+        }
+        seq = hi;
+    }
+    let fill_seconds = started.elapsed().as_secs_f64();
+    let size = ledger.head()?.0;
+    progress("previewing");
+    let started = Instant::now();
+    let rater = ledger
+        .with_reader(|c| pricing::rate_period(c, "bench-tenant", month_start, month_end, size))?;
+    let (lines, unpriced) = rater.finish();
+    let preview_seconds = started.elapsed().as_secs_f64();
+    if !unpriced.is_empty() {
+        return Err(StoreError::Refused(format!(
+            "benchmark usage was unpriced: {unpriced:?}"
+        )));
+    }
+    let cny = lines.get("CNY").cloned().unwrap_or_default();
+    let n = per_node * nodes.len() as u64;
+    Ok(PreviewResult {
+        records: n,
+        fill_seconds: (fill_seconds * 100.0).round() / 100.0,
+        preview_seconds: (preview_seconds * 1000.0).round() / 1000.0,
+        records_per_s: (n as f64 / preview_seconds).round(),
+        lines: cny.len(),
+        total: rating::total(&cny).to_string(),
+        peak_rss_mb: super::server::status_kb(std::process::id(), "VmHWM:")
+            .map(|kb| (kb / 1024.0 * 10.0).round() / 10.0),
+    })
+}
