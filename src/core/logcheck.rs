@@ -179,7 +179,7 @@ impl LogChecker {
             .map_err(|e| fail(format!("tree: {e}")))?;
         self.size += 1;
         self.prev = leaf_hash;
-        if self.size % 1024 == 0 {
+        if self.size.is_multiple_of(1024) {
             merkle::keep_frontier(self.size, &mut self.tree);
         }
         Ok(Checked1 {
