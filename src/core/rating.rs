@@ -608,4 +608,67 @@ mod tests {
             proptest::prop_assert_eq!(total(&l1["CNY"]), total(&l2["CNY"]));
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// The rater against a naive second-by-second recomputation: every GPU-second is
+        /// priced at the price in force at that second, summed per price, and each sum rounded
+        /// once. Totals and every line agree to the last digit.
+        #[test]
+        fn agrees_with_a_second_by_second_recomputation(
+            changes in proptest::collection::btree_map(0i64..3600, 1u32..5000, 1..6),
+            records in proptest::collection::vec((0i64..3500, 1i64..400, 1u32..9, 0u32..4), 1..12),
+        ) {
+            let mut book = PriceBook::default();
+            book.add_lease("spot", LeaseClass::Spot);
+            for (at, cents) in &changes {
+                book.add_spot("west", "H100", PricePoint {
+                    effective_from: ts("2026-11-10T00:00:00Z").plus(*at),
+                    currency: "CNY".into(),
+                    price: Decimal::new((*cents).into(), 2),
+                });
+            }
+            let mut rater = Rater::new();
+            let mut naive: BTreeMap<Option<Decimal>, Decimal> = BTreeMap::new();
+            for (i, (start, len, count, frac)) in records.iter().enumerate() {
+                // Counts with a fraction (shared GPUs): count + frac/4.
+                let c = Decimal::from(*count) + Decimal::new((*frac).into(), 0) / Decimal::from(4);
+                let s = ts("2026-11-10T00:00:00Z").plus(*start);
+                let e = s.plus(*len);
+                let mut u = usage("west", Some("spot"), "1", "2026-11-10T00:00:00Z", "2026-11-10T00:00:01Z");
+                u.node = format!("n{i}");
+                u.gpu_count = c;
+                u.start = s;
+                u.end = e;
+                u.gpu_seconds = c * Decimal::from(*len);
+                rater.add_usage(&book, &u);
+                for sec in *start..start + len {
+                    let price = changes.range(..=sec).next_back().map(|(_, p)| Decimal::new((*p).into(), 2));
+                    *naive.entry(price).or_default() += c;
+                }
+            }
+            let (lines, unpriced) = rater.finish();
+            let priced: Vec<(Decimal, Decimal)> = naive
+                .iter()
+                .filter_map(|(p, secs)| p.map(|p| (p, round_amount(*secs * p / Decimal::from(3600), "CNY"))))
+                .collect();
+            let got: Vec<(Decimal, Decimal)> = lines.get("CNY").map_or(vec![], |l| {
+                let mut v: Vec<_> = l
+                    .iter()
+                    .map(|l| match &l.key {
+                        LineKey::Gpu { unit_price_per_gpu_hour, .. } => (*unit_price_per_gpu_hour, l.amount),
+                        _ => unreachable!("only GPU lines here"),
+                    })
+                    .collect();
+                v.sort();
+                v
+            });
+            let mut want: Vec<_> = priced.iter().map(|(p, a)| (p.normalize(), *a)).collect();
+            want.sort();
+            proptest::prop_assert_eq!(&got, &want);
+            let unpriced_secs: Decimal = unpriced.iter().map(|u| u.quantity).sum();
+            proptest::prop_assert_eq!(unpriced_secs, naive.get(&None).copied().unwrap_or_default());
+        }
+    }
 }
