@@ -52,45 +52,65 @@ pub fn for_each_usage_in(
     range: std::ops::Range<u64>,
     f: &mut dyn FnMut(u64, &Body),
 ) -> Result<(), StoreError> {
+    // A reader thread fetches pages from the database while this thread parses (on both
+    // cores) and hands bodies to `f` in log order: reading and rating overlap. At most two
+    // pages wait in the channel, so memory stays bounded.
     let size = range.end;
-    let kinds = [Kind::GpuUsage.as_str(), Kind::Energy.as_str()];
-    let mut after = range.start as i64 - 1;
-    loop {
-        let mut q = entries::table
-            .filter(entries::idx.gt(after))
-            .filter(entries::idx.lt(size.min(i64::MAX as u64) as i64))
-            .filter(entries::kind.eq_any(kinds))
-            .order(entries::idx.asc())
-            .limit(PAGE)
-            .select((entries::idx, entries::leaf))
-            .into_boxed();
-        if let Some(t) = tenant {
-            q = q.filter(entries::tenant.eq(t));
+    let start = range.start;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<(i64, Vec<u8>)>, StoreError>>(2);
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let kinds = [Kind::GpuUsage.as_str(), Kind::Energy.as_str()];
+            let mut after = start as i64 - 1;
+            loop {
+                let mut q = entries::table
+                    .filter(entries::idx.gt(after))
+                    .filter(entries::idx.lt(size.min(i64::MAX as u64) as i64))
+                    .filter(entries::kind.eq_any(kinds))
+                    .order(entries::idx.asc())
+                    .limit(PAGE)
+                    .select((entries::idx, entries::leaf))
+                    .into_boxed();
+                if let Some(t) = tenant {
+                    q = q.filter(entries::tenant.eq(t));
+                }
+                let page: Result<Vec<(i64, Vec<u8>)>, StoreError> =
+                    q.load(conn).map_err(Into::into);
+                let next = match &page {
+                    Ok(rows) if rows.len() as i64 == PAGE => rows.last().map(|r| r.0),
+                    _ => None,
+                };
+                if tx.send(page).is_err() {
+                    return;
+                }
+                match next {
+                    Some(i) => after = i,
+                    None => return,
+                }
+            }
+        });
+        for page in rx {
+            let rows = page?;
+            // Leaves were checked canonical when written and are re-checked by verify-log, so
+            // this read path only parses them.
+            use rayon::prelude::*;
+            let bodies: Vec<Result<Body, StoreError>> = rows
+                .par_iter()
+                .map(|(idx, bytes)| {
+                    let leaf: BodyOnly = serde_json::from_slice(bytes)
+                        .map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
+                    let kind = Kind::parse(leaf.envelope.kind)
+                        .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: unknown kind")))?;
+                    Body::from_value(kind, &leaf.envelope.body, leaf.received_at)
+                        .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))
+                })
+                .collect();
+            for ((idx, _), body) in rows.iter().zip(bodies) {
+                f(*idx as u64, &body?);
+            }
         }
-        let rows: Vec<(i64, Vec<u8>)> = q.load(conn)?;
-        // Parsing dominates; it runs on both cores, then `f` sees the bodies in log order.
-        // Leaves were checked canonical when written and are re-checked by verify-log, so this
-        // read path only parses them.
-        use rayon::prelude::*;
-        let bodies: Vec<Result<Body, StoreError>> = rows
-            .par_iter()
-            .map(|(idx, bytes)| {
-                let leaf: BodyOnly = serde_json::from_slice(bytes)
-                    .map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
-                let kind = Kind::parse(leaf.envelope.kind)
-                    .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: unknown kind")))?;
-                Body::from_value(kind, &leaf.envelope.body, leaf.received_at)
-                    .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))
-            })
-            .collect();
-        for ((idx, _), body) in rows.iter().zip(bodies) {
-            f(*idx as u64, &body?);
-        }
-        match rows.last() {
-            Some((idx, _)) if rows.len() as i64 == PAGE => after = *idx,
-            _ => return Ok(()),
-        }
-    }
+        Ok(())
+    })
 }
 
 /// Whether any entry names `tenant` (tenants need not be created before agents report them).
