@@ -171,14 +171,7 @@ async fn settle(
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
     let v: serde_json::Value = json_body(&req, payload).await?;
-    let body = Body::from_value(kind, &v, Timestamp::now()).map_err(|r| {
-        let field = r.field.clone().unwrap_or_else(|| "body".into());
-        ApiError::BadRequest {
-            slug: "invalid_field",
-            detail: r.message.clone(),
-            errors: Some(serde_json::json!([{ "field": field, "reason": r.reason.code(), "message": r.message }])),
-        }
-    })?;
+    let body = Body::from_value(kind, &v, Timestamp::now()).map_err(super::pricing::rejection)?;
     let index = web::block(move || state.ledger.settle(body)).await??;
     Ok(HttpResponse::Created().json(serde_json::json!({ "index": index, "kind": kind.as_str() })))
 }

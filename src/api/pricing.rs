@@ -13,7 +13,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-fn rejection(r: Rejection) -> ApiError {
+/// A refused entry body as a 400 naming the field and the reason code.
+pub(super) fn rejection(r: Rejection) -> ApiError {
     let field = r.field.clone().unwrap_or_else(|| "body".into());
     ApiError::BadRequest {
         slug: "invalid_field",
