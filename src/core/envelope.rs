@@ -47,6 +47,9 @@ pub struct Checked {
     pub content_hash: [u8; 32],
     /// The RFC 8785 bytes of the whole envelope, signature included (as it goes in the leaf).
     pub canonical: Vec<u8>,
+    /// The measurement stream and interval (`Body::stream`), computed once here, in the
+    /// caller's threads, for the sequencer's overlap checks and entry columns.
+    pub stream: Option<(String, Timestamp, Timestamp)>,
 }
 
 impl Envelope {
@@ -172,6 +175,7 @@ impl Envelope {
             ));
         }
         let content_hash = Sha256::digest(&message).into();
+        let stream = body.stream();
         Ok(Checked {
             envelope: self,
             kind,
@@ -180,6 +184,7 @@ impl Envelope {
             signature,
             content_hash,
             canonical,
+            stream,
         })
     }
 }

@@ -100,8 +100,8 @@ impl Appender {
             &c.canonical,
         );
         let h = merkle::leaf_hash(&leaf);
-        let (stream, start_at, end_at) = match c.body.stream() {
-            Some((s, a, b)) => (Some(s), Some(a.unix()), Some(b.unix())),
+        let (stream, start_at, end_at) = match &c.stream {
+            Some((s, a, b)) => (Some(s.clone()), Some(a.unix()), Some(b.unix())),
             None => (None, None, None),
         };
         self.rows.push(NewEntry {
@@ -226,7 +226,7 @@ pub(crate) fn append_group(
             .map(|(id, s)| (id, s as u64))
             .collect();
         let before = last_seq.clone();
-        let mut streams = Streams::load(conn, all().map(|v| &v.checked.body), cache)?;
+        let mut streams = Streams::load(conn, all().filter_map(|v| v.checked.stream.as_ref()), cache)?;
 
         let mut conflicts = Vec::new();
         let mut out = Vec::with_capacity(batches.len());
@@ -265,7 +265,7 @@ pub(crate) fn append_group(
                     )));
                     continue;
                 }
-                if let Some(r) = streams.overlap(&v.checked.body) {
+                if let Some(r) = streams.overlap(&v.checked) {
                     outcomes.push(Outcome::Rejected(r));
                     continue;
                 }
@@ -275,7 +275,7 @@ pub(crate) fn append_group(
                     last_seq.insert(env.signer.clone(), env.seq);
                 }
                 let index = app.push(&v.checked);
-                streams.claim(&v.checked.body, index);
+                streams.claim(&v.checked, index);
                 existing.insert(key, (v.checked.content_hash.to_vec(), index));
                 outcomes.push(Outcome::Accepted { index, seq_gap });
             }
@@ -345,13 +345,14 @@ struct Streams {
 impl Streams {
     fn load<'a>(
         conn: &mut DbConn,
-        bodies: impl Iterator<Item = &'a Body>,
+        streams: impl Iterator<Item = &'a (String, Timestamp, Timestamp)>,
         cache: &StreamCache,
     ) -> Result<Streams, StoreError> {
         let mut span: HashMap<String, (i64, i64)> = HashMap::new();
         let mut known: HashMap<String, Vec<(i64, i64, u64)>> = HashMap::new();
         let mut latest: HashMap<String, (i64, i64, u64)> = HashMap::new();
-        for (stream, start, end) in bodies.filter_map(|b| b.stream()) {
+        for (stream, start, end) in streams {
+            let stream = stream.clone();
             let (s, e) = (start.unix(), end.unix());
             if !span.contains_key(&stream) {
                 if let Some(last) = cache.last.get(&stream) {
@@ -423,13 +424,13 @@ impl Streams {
         Ok(Streams { known, latest })
     }
 
-    /// A rejection if the body's interval overlaps a logged or earlier-accepted one.
-    fn overlap(&self, body: &Body) -> Option<Rejection> {
-        let (stream, start, end) = body.stream()?;
+    /// A rejection if the record's interval overlaps a logged or earlier-accepted one.
+    fn overlap(&self, c: &Checked) -> Option<Rejection> {
+        let (stream, start, end) = c.stream.as_ref()?;
         let (s, e) = (start.unix(), end.unix());
         let (_, _, idx) = self
             .known
-            .get(&stream)?
+            .get(stream)?
             .iter()
             .find(|(ks, ke, _)| *ks < e && *ke > s)?;
         Some(Rejection::field(
@@ -437,17 +438,17 @@ impl Streams {
             "body.start",
             format!(
                 "[{start}, {end}) overlaps the interval of entry {idx} for the same {} stream",
-                body.kind().as_str()
+                c.kind.as_str()
             ),
         ))
     }
 
-    /// Records an accepted body's interval.
-    fn claim(&mut self, body: &Body, index: u64) {
-        if let Some((stream, start, end)) = body.stream() {
+    /// Records an accepted record's interval.
+    fn claim(&mut self, c: &Checked, index: u64) {
+        if let Some((stream, start, end)) = &c.stream {
             let iv = (start.unix(), end.unix(), index);
             self.known.entry(stream.clone()).or_default().push(iv);
-            let l = self.latest.entry(stream).or_insert(iv);
+            let l = self.latest.entry(stream.clone()).or_insert(iv);
             if iv.0 >= l.0 {
                 *l = iv;
             }
