@@ -234,34 +234,12 @@ fn log_key_pair() -> ed25519_dalek::SigningKey {
 
 /// Starts `gpuledger serve` on `port` (0: any); returns it and its base URL.
 fn serve(s: &Setup, port: u16) -> (Proc, String) {
-    let mut child = bin()
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--database-url",
-            &s.url,
-            "--checkpoint-interval-seconds",
-            "1",
-            "--workers",
-            "1",
-            "--log-key",
-        ])
-        .arg(&s.log_key)
-        .env("GPULEDGER_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("{line:?}"))
-        .to_owned();
+    let (child, base) = spawn_serve(
+        &s.url,
+        &s.log_key,
+        port,
+        &["--checkpoint-interval-seconds", "1", "--workers", "1"],
+    );
     (Proc { child }, base)
 }
 

@@ -234,32 +234,7 @@ fn setup(db: &TestDb, signers: &[(&str, Role)]) -> Setup {
 
 /// Starts `gpuledger serve` on a free port; returns it and its base URL.
 fn serve(s: &Setup) -> (Proc, String) {
-    let mut child = bin()
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--database-url",
-            &s.url,
-            "--workers",
-            "1",
-            "--log-key",
-        ])
-        .arg(&s.log_key)
-        .env("GPULEDGER_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("{line:?}"))
-        .to_owned();
+    let (child, base) = spawn_serve(&s.url, &s.log_key, 0, &["--workers", "1"]);
     (Proc { child }, base)
 }
 

@@ -234,7 +234,6 @@ impl Drop for Server {
 }
 
 fn serve(db: &TestDb) -> Server {
-    use std::io::BufRead;
     let bin = env!("CARGO_BIN_EXE_gpuledger");
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("log.key");
@@ -250,29 +249,7 @@ fn serve(db: &TestDb) -> Server {
         .unwrap()
         .trim()
         .to_owned();
-    let mut child = std::process::Command::new(bin)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--database-url",
-            &db.url,
-            "--log-key",
-        ])
-        .arg(&key)
-        .env("GPULEDGER_LOG", "error")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_owned();
+    let (child, base) = spawn_serve(&db.url, &key, 0, &[]);
     Server {
         child,
         base,

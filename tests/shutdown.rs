@@ -9,8 +9,7 @@ use gpuledger::core::keys;
 use gpuledger::core::record::Role;
 use gpuledger::sample;
 use rust_decimal::Decimal;
-use std::io::BufRead;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -48,29 +47,7 @@ both_backends!(
             .unwrap();
         drop(ledger);
 
-        let mut server = Command::new(bin())
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--database-url",
-                &db.url,
-                "--log-key",
-            ])
-            .arg(&key)
-            .env("GPULEDGER_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(server.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap()
-            .to_owned();
+        let (mut server, base) = spawn_serve(&db.url, &key, 0, &[]);
 
         let acked: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
         let stop = AtomicBool::new(false);

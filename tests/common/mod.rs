@@ -138,3 +138,39 @@ pub fn signer(ledger: &Ledger, name: &str, role: Role) -> SigningKey {
         .expect("register");
     k
 }
+
+/// Starts `gpuledger serve --listen 127.0.0.1:PORT --database-url URL --log-key KEY [EXTRA…]`
+/// (port 0: any free port) and waits until it listens; returns the child and its base URL.
+pub fn spawn_serve(
+    url: &str,
+    log_key: &std::path::Path,
+    port: u16,
+    extra: &[&str],
+) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpuledger"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--database-url",
+            url,
+            "--log-key",
+        ])
+        .arg(log_key)
+        .args(extra)
+        .env("GPULEDGER_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("server said {line:?}"))
+        .to_owned();
+    (child, base)
+}
