@@ -13,3 +13,4 @@ pub mod keyfile;
 pub mod sample;
 pub mod server;
 pub mod store;
+pub mod verifier;

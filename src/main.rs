@@ -57,6 +57,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Verify a certificate, an invoice or a bundle offline, or that the log only grew between
+    /// two checkpoints (docs/PROTOCOL.md §15). Needs no database, network or server.
+    Verify(VerifyArgs),
     /// Run the HTTP API (see docs/CONFIGURATION.md for every setting).
     Serve {
         /// Address to listen on [default: 127.0.0.1:8080; port 0 picks a free port].
@@ -114,6 +117,59 @@ enum Command {
         /// Measurement interval of the simulated agents, in seconds.
         #[arg(long, default_value_t = 5)]
         interval_seconds: u64,
+    },
+}
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct VerifyArgs {
+    #[command(subcommand)]
+    command: Option<VerifyCommand>,
+    /// A certificate (JSON, as `GET /v1/certificates/{id}` serves it); needs --bundle.
+    #[arg(long, requires = "bundle")]
+    certificate: Option<PathBuf>,
+    /// An evidence bundle (JSON Lines, as `GET /v1/certificates/{id}/bundle` serves it).
+    #[arg(long)]
+    bundle: Option<PathBuf>,
+    /// A signed checkpoint note to check on its own.
+    #[arg(long, conflicts_with_all = ["certificate", "bundle"])]
+    checkpoint: Option<PathBuf>,
+    /// The log's verifier key (`<origin>+<id>+<key>`, as `gpuledger init` and `GET /v1/log`
+    /// print it), or a file holding it. Get it from the provider's publication, not from a
+    /// bundle.
+    #[arg(long)]
+    log_key: Option<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum VerifyCommand {
+    /// Check that the log only grew between two checkpoints you saved (RFC 9162 consistency).
+    Consistency {
+        /// The older checkpoint note.
+        #[arg(long)]
+        old: PathBuf,
+        /// The newer checkpoint note; with --url and without --new, the service's latest.
+        #[arg(long)]
+        new: Option<PathBuf>,
+        /// The consistency proof: a JSON list of base64 hashes, or the answer of
+        /// `GET /v1/proofs/consistency`.
+        #[arg(long, conflicts_with = "url")]
+        proof: Option<PathBuf>,
+        /// Fetch the proof (and the latest checkpoint) from a running service instead.
+        #[arg(long)]
+        url: Option<String>,
+        /// Bearer token for --url.
+        #[arg(long, env = "GPULEDGER_TOKEN")]
+        token: Option<String>,
+        /// The log's verifier key, or a file holding it.
+        #[arg(long)]
+        log_key: String,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -240,6 +296,106 @@ fn main() -> ExitCode {
     }
 }
 
+fn print_report(report: &gpuledger::verifier::Report, json: bool) -> ExitCode {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(report).expect("reports serialise")
+        );
+    } else {
+        println!("{report}");
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
+    use gpuledger::verifier;
+    let key = |k: Option<String>| -> Result<String> {
+        let k = k.context("--log-key is required: the log's verifier key, or a file holding it")?;
+        verifier::read_verifier_key(&k).map_err(anyhow::Error::msg)
+    };
+    let progress = !args.json && std::io::stderr().is_terminal();
+    let report = match args.command {
+        Some(VerifyCommand::Consistency {
+            old,
+            new,
+            proof,
+            url,
+            token,
+            log_key,
+            json,
+        }) => {
+            let log_key = key(Some(log_key))?;
+            let (new_note, hashes) = match (url, proof) {
+                (Some(url), _) => {
+                    let url = url.trim_end_matches('/').to_owned();
+                    let get = |path: &str| -> Result<String> {
+                        let mut req = ureq::get(&format!("{url}{path}"));
+                        if let Some(t) = &token {
+                            req = req.header("Authorization", &format!("Bearer {t}"));
+                        }
+                        let mut resp = req.call().with_context(|| format!("GET {url}{path}"))?;
+                        Ok(resp.body_mut().read_to_string()?)
+                    };
+                    let new_note = match &new {
+                        Some(p) => std::fs::read_to_string(p)
+                            .with_context(|| format!("reading {}", p.display()))?,
+                        None => get("/v1/checkpoint")?,
+                    };
+                    let size = |note: &str| -> Result<u64> {
+                        note.lines()
+                            .nth(1)
+                            .and_then(|l| l.parse().ok())
+                            .context("a checkpoint note's second line is its size")
+                    };
+                    let old_note = std::fs::read_to_string(&old)
+                        .with_context(|| format!("reading {}", old.display()))?;
+                    let (m, n) = (size(&old_note)?, size(&new_note)?);
+                    let hashes = if m == 0 || m > n {
+                        Vec::new()
+                    } else {
+                        let body = get(&format!("/v1/proofs/consistency?from={m}&to={n}"))?;
+                        verifier::parse_proof(body.as_bytes())
+                            .map_err(|f| anyhow::anyhow!("{f}"))?
+                    };
+                    (new_note, hashes)
+                }
+                (None, Some(proof)) => {
+                    let new = new.context("--new is required without --url")?;
+                    let new_note = std::fs::read_to_string(&new)
+                        .with_context(|| format!("reading {}", new.display()))?;
+                    let bytes = std::fs::read(&proof)
+                        .with_context(|| format!("reading {}", proof.display()))?;
+                    let hashes =
+                        verifier::parse_proof(&bytes).map_err(|f| anyhow::anyhow!("{f}"))?;
+                    (new_note, hashes)
+                }
+                (None, None) => bail!("give --proof FILE, or --url to fetch the proof"),
+            };
+            return Ok(print_report(
+                &verifier::consistency(&old, &new_note, &hashes, &log_key),
+                json,
+            ));
+        }
+        None => {
+            let log_key = key(args.log_key)?;
+            match (args.certificate, args.bundle, args.checkpoint) {
+                (Some(c), Some(b), _) => verifier::certificate(&c, &b, &log_key, progress),
+                (None, Some(b), _) => verifier::bundle_only(&b, &log_key, progress),
+                (None, None, Some(cp)) => verifier::checkpoint(&cp, &log_key),
+                _ => bail!(
+                    "give --certificate FILE --bundle FILE, --bundle FILE, --checkpoint FILE, or `verify consistency`"
+                ),
+            }
+        }
+    };
+    Ok(print_report(&report, args.json))
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Keygen { out } => {
@@ -283,6 +439,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Verify(args) => run_verify(args),
         Command::VerifyLog {
             db,
             log_public_key,

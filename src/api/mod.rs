@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod certificates;
 pub mod error;
 pub mod invoices;
 pub mod log;
@@ -45,6 +46,7 @@ pub struct AppState {
         usage::get_usage,
         pricing::post_rate_card, pricing::post_region_params, pricing::post_lease, pricing::get_prices, pricing::get_preview,
         invoices::issue, invoices::list, invoices::get, invoices::download, invoices::payment, invoices::credit_note, invoices::balance,
+        certificates::issue, certificates::list, certificates::get, certificates::bundle,
         admin::create_tenant, admin::list_tenants, admin::create_signer, admin::add_key, admin::revoke_key, admin::list_signers,
         admin::create_token, admin::list_tokens, admin::revoke_token,
         ops::healthz, ops::readyz, ops::metrics,
@@ -56,6 +58,7 @@ pub struct AppState {
         (name = "usage", description = "Usage queries for billing"),
         (name = "pricing", description = "Rate cards, region parameters, leases and invoice previews"),
         (name = "invoices", description = "Issued invoices, downloads, payments, credit notes and balances"),
+        (name = "certificates", description = "Compute-usage certificates and their evidence bundles"),
         (name = "admin", description = "Tenants, signers and tokens"),
         (name = "ops", description = "Health and metrics"),
     )
@@ -223,6 +226,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .route("/payments", web::post().to(invoices::payment))
                 .route("/credit-notes", web::post().to(invoices::credit_note))
                 .route("/balance", web::get().to(invoices::balance))
+                .route("/certificates", web::post().to(certificates::issue))
+                .route("/certificates", web::get().to(certificates::list))
+                .route("/certificates/{id}", web::get().to(certificates::get))
+                .route(
+                    "/certificates/{id}/bundle",
+                    web::get().to(certificates::bundle),
+                )
                 .route("/tenants", web::post().to(admin::create_tenant))
                 .route("/tenants", web::get().to(admin::list_tenants))
                 .route("/signers", web::post().to(admin::create_signer))

@@ -1,7 +1,9 @@
 //! The pure core: records, validation, canonical bytes, signatures, leaves, the Merkle tree and
 //! checkpoints. Nothing here does I/O, reads a clock it is not handed, or knows a database.
 
+pub mod bundle;
 pub mod canonical;
+pub mod certificate;
 pub mod checkpoint;
 pub mod decimal;
 pub mod envelope;

@@ -42,11 +42,13 @@ pub enum Kind {
     Payment,
     /// A credit note was granted against an invoice (written by the ledger).
     CreditNote,
+    /// A compute-usage certificate was issued; its SHA-256 is recorded (written by the ledger).
+    CertificateIssued,
 }
 
 impl Kind {
     /// All kinds, in a fixed order.
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::GpuUsage,
         Kind::Energy,
         Kind::SpotPrice,
@@ -58,6 +60,7 @@ impl Kind {
         Kind::InvoiceIssued,
         Kind::Payment,
         Kind::CreditNote,
+        Kind::CertificateIssued,
     ];
 
     /// The wire name.
@@ -74,6 +77,7 @@ impl Kind {
             Kind::InvoiceIssued => "invoice_issued",
             Kind::Payment => "payment",
             Kind::CreditNote => "credit_note",
+            Kind::CertificateIssued => "certificate_issued",
         }
     }
 
@@ -94,7 +98,8 @@ impl Kind {
             | Kind::LeaseRegistered
             | Kind::InvoiceIssued
             | Kind::Payment
-            | Kind::CreditNote => Role::Ledger,
+            | Kind::CreditNote
+            | Kind::CertificateIssued => Role::Ledger,
         }
     }
 
@@ -248,6 +253,18 @@ pub struct InvoiceIssued {
     pub invoice_sha256: String,
 }
 
+/// An issued compute-usage certificate, by its hash (docs/PROTOCOL.md §13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateIssued {
+    pub id: String,
+    pub tenant: String,
+    pub period_from: Timestamp,
+    pub period_to: Timestamp,
+    pub checkpoint_size: u64,
+    /// Lower-case hex SHA-256 of the certificate's RFC 8785 JSON, `sig` included.
+    pub certificate_sha256: String,
+}
+
 /// Money received (`Payment`) or credited (`CreditNote`) against an invoice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
@@ -273,6 +290,7 @@ pub enum Body {
     InvoiceIssued(InvoiceIssued),
     Payment(Settlement),
     CreditNote(Settlement),
+    CertificateIssued(CertificateIssued),
 }
 
 impl Body {
@@ -290,6 +308,7 @@ impl Body {
             Body::InvoiceIssued(_) => Kind::InvoiceIssued,
             Body::Payment(_) => Kind::Payment,
             Body::CreditNote(_) => Kind::CreditNote,
+            Body::CertificateIssued(_) => Kind::CertificateIssued,
         }
     }
 
@@ -301,6 +320,7 @@ impl Body {
             Body::LeaseRegistered(l) => Some(&l.tenant),
             Body::InvoiceIssued(i) => Some(&i.tenant),
             Body::Payment(p) | Body::CreditNote(p) => Some(&p.tenant),
+            Body::CertificateIssued(c) => Some(&c.tenant),
             _ => None,
         }
     }
@@ -417,6 +437,14 @@ impl Body {
                 put("amount", p.amount.to_string());
                 put("note", p.note.clone());
             }
+            Body::CertificateIssued(c) => {
+                put("id", c.id.clone());
+                put("tenant", c.tenant.clone());
+                put("period_from", c.period_from.to_string());
+                put("period_to", c.period_to.to_string());
+                put("certificate_sha256", c.certificate_sha256.clone());
+                m.insert("checkpoint_size".to_owned(), Value::from(c.checkpoint_size));
+            }
             Body::SignerKeyRegistered(r) => return serde_json::to_value(r).expect("plain struct"),
             Body::SignerKeyRevoked(r) => return serde_json::to_value(r).expect("plain struct"),
         }
@@ -524,18 +552,7 @@ impl Body {
             }
             Kind::InvoiceIssued => {
                 let w: InvoiceIssuedWire = wire(body)?;
-                if w.invoice_sha256.len() != 64
-                    || !w
-                        .invoice_sha256
-                        .bytes()
-                        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-                {
-                    return Err(Rejection::field(
-                        Reason::InvalidField,
-                        "body.invoice_sha256",
-                        "must be 64 lower-case hex digits",
-                    ));
-                }
+                sha256_hex("body.invoice_sha256", &w.invoice_sha256)?;
                 Ok(Body::InvoiceIssued(InvoiceIssued {
                     number: id("body.number", &w.number)?,
                     tenant: id("body.tenant", &w.tenant)?,
@@ -545,6 +562,34 @@ impl Body {
                     total: money("body.total", &w.total)?,
                     checkpoint_size: w.checkpoint_size,
                     invoice_sha256: w.invoice_sha256,
+                }))
+            }
+            Kind::CertificateIssued => {
+                let w: CertificateIssuedWire = wire(body)?;
+                sha256_hex("body.certificate_sha256", &w.certificate_sha256)?;
+                if !super::certificate::is_certificate_id(&w.id) {
+                    return Err(Rejection::field(
+                        Reason::InvalidField,
+                        "body.id",
+                        "must be CERT- and six or more digits",
+                    ));
+                }
+                let period_from = ts("body.period_from", &w.period_from)?;
+                let period_to = ts("body.period_to", &w.period_to)?;
+                if period_from >= period_to {
+                    return Err(Rejection::field(
+                        Reason::EmptyInterval,
+                        "body.period_to",
+                        "must be after period_from",
+                    ));
+                }
+                Ok(Body::CertificateIssued(CertificateIssued {
+                    id: w.id,
+                    tenant: id("body.tenant", &w.tenant)?,
+                    period_from,
+                    period_to,
+                    checkpoint_size: w.checkpoint_size,
+                    certificate_sha256: w.certificate_sha256,
                 }))
             }
             Kind::Payment | Kind::CreditNote => {
@@ -642,6 +687,29 @@ struct InvoiceIssuedWire {
     total: String,
     checkpoint_size: u64,
     invoice_sha256: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CertificateIssuedWire {
+    id: String,
+    tenant: String,
+    period_from: String,
+    period_to: String,
+    checkpoint_size: u64,
+    certificate_sha256: String,
+}
+
+/// 64 lower-case hex digits.
+fn sha256_hex(field: &str, s: &str) -> Result<(), Rejection> {
+    if s.len() != 64 || !s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(Rejection::field(
+            Reason::InvalidField,
+            field,
+            "must be 64 lower-case hex digits",
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Deserialize)]

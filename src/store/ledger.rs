@@ -58,6 +58,10 @@ enum Job {
         reply: Reply<Vec<crate::core::invoice::Invoice>>,
     },
     Settle(Box<crate::core::record::Body>, Reply<u64>),
+    Certify(
+        Box<super::certificates::CertificateRequest>,
+        Reply<crate::core::certificate::Certificate>,
+    ),
 }
 
 impl Job {
@@ -423,6 +427,14 @@ impl Ledger {
         })
     }
 
+    /// Issues a compute-usage certificate (docs/PROTOCOL.md §13).
+    pub fn issue_certificate(
+        &self,
+        req: super::certificates::CertificateRequest,
+    ) -> Result<crate::core::certificate::Certificate, StoreError> {
+        self.submit(|reply| Job::Certify(Box::new(req), reply))
+    }
+
     /// Records a payment or credit note (a `Body::Payment` or `Body::CreditNote`).
     pub fn settle(&self, body: crate::core::record::Body) -> Result<u64, StoreError> {
         self.submit(|reply| Job::Settle(Box::new(body), reply))
@@ -638,6 +650,9 @@ fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued
                     reply,
                 } => {
                     let _ = reply.send(super::invoices::issue(conn, log, &tenant, period, now));
+                }
+                Job::Certify(req, reply) => {
+                    let _ = reply.send(super::certificates::issue(conn, log, &req, now));
                 }
                 Job::Settle(body, reply) => {
                     let _ = reply.send(super::invoices::settle(conn, log, &body, now));

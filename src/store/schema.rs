@@ -111,3 +111,15 @@ diesel::table! {
         json -> Text,
     }
 }
+
+diesel::table! {
+    certificates (id) {
+        id -> Text,
+        tenant -> Text,
+        period_from -> BigInt,
+        period_to -> BigInt,
+        checkpoint_size -> BigInt,
+        entry_idx -> BigInt,
+        json -> Text,
+    }
+}

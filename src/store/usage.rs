@@ -4,6 +4,7 @@
 use super::conn::DbConn;
 use super::error::StoreError;
 use super::schema::entries;
+use crate::core::merkle::Hash;
 use crate::core::record::{Body, Kind};
 use crate::core::usage::Aggregator;
 use diesel::prelude::*;
@@ -21,6 +22,9 @@ struct EnvelopeBody<'a> {
     kind: &'a str,
     body: serde_json::Value,
 }
+
+/// An entry row as read: index, leaf bytes, stored leaf hash.
+type Row = (i64, Vec<u8>, Vec<u8>);
 
 /// Entries read per query.
 const PAGE: i64 = 5_000;
@@ -52,12 +56,22 @@ pub fn for_each_usage_in(
     range: std::ops::Range<u64>,
     f: &mut dyn FnMut(u64, &Body),
 ) -> Result<(), StoreError> {
+    for_each_usage_hashed(conn, tenant, range, &mut |i, _, _, b| f(i, b))
+}
+
+/// Like [`for_each_usage_in`], also with each entry's leaf bytes and stored leaf hash.
+pub fn for_each_usage_hashed(
+    conn: &mut DbConn,
+    tenant: Option<&str>,
+    range: std::ops::Range<u64>,
+    f: &mut dyn FnMut(u64, &[u8], Hash, &Body),
+) -> Result<(), StoreError> {
     // A reader thread fetches pages from the database while this thread parses (on both
     // cores) and hands bodies to `f` in log order: reading and rating overlap. At most two
     // pages wait in the channel, so memory stays bounded.
     let size = range.end;
     let start = range.start;
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<(i64, Vec<u8>)>, StoreError>>(2);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Row>, StoreError>>(2);
     std::thread::scope(|scope| {
         scope.spawn(move || {
             let kinds = [Kind::GpuUsage.as_str(), Kind::Energy.as_str()];
@@ -69,13 +83,12 @@ pub fn for_each_usage_in(
                     .filter(entries::kind.eq_any(kinds))
                     .order(entries::idx.asc())
                     .limit(PAGE)
-                    .select((entries::idx, entries::leaf))
+                    .select((entries::idx, entries::leaf, entries::leaf_hash))
                     .into_boxed();
                 if let Some(t) = tenant {
                     q = q.filter(entries::tenant.eq(t));
                 }
-                let page: Result<Vec<(i64, Vec<u8>)>, StoreError> =
-                    q.load(conn).map_err(Into::into);
+                let page: Result<Vec<Row>, StoreError> = q.load(conn).map_err(Into::into);
                 let next = match &page {
                     Ok(rows) if rows.len() as i64 == PAGE => rows.last().map(|r| r.0),
                     _ => None,
@@ -96,7 +109,7 @@ pub fn for_each_usage_in(
             use rayon::prelude::*;
             let bodies: Vec<Result<Body, StoreError>> = rows
                 .par_iter()
-                .map(|(idx, bytes)| {
+                .map(|(idx, bytes, _)| {
                     let leaf: BodyOnly = serde_json::from_slice(bytes)
                         .map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
                     let kind = Kind::parse(leaf.envelope.kind)
@@ -105,8 +118,11 @@ pub fn for_each_usage_in(
                         .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))
                 })
                 .collect();
-            for ((idx, _), body) in rows.iter().zip(bodies) {
-                f(*idx as u64, &body?);
+            for ((idx, leaf, hash), body) in rows.iter().zip(bodies) {
+                let hash = Hash(hash.as_slice().try_into().map_err(|_| {
+                    StoreError::Corrupt(format!("entry {idx}: stored leaf hash length"))
+                })?);
+                f(*idx as u64, leaf, hash, &body?);
             }
         }
         Ok(())

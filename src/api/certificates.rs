@@ -1,0 +1,185 @@
+//! Compute-usage certificates: issue (a tenant for itself, an admin for any tenant), list, get,
+//! and the evidence bundle, streamed. Tenants see only their own; others' ids answer 404.
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::{json_body, AppState};
+use crate::core::certificate::{Certificate, Scope};
+use crate::core::invoice::Period;
+use crate::store::access::ApiRole;
+use crate::store::certificates::{self as store_certs, CertificateRequest, CertificateSummary};
+use crate::store::StoreError;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+
+/// Body of `POST /v1/certificates`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateOrder {
+    /// The tenant; a tenant token may leave it out (it can only certify itself).
+    pub tenant: Option<String>,
+    /// Start of the period (inclusive), `YYYY-MM-DDTHH:MM:SSZ`.
+    pub from: String,
+    /// End of the period (exclusive).
+    pub to: String,
+    /// Optional narrowing to a lease, nodes or a region.
+    #[serde(default)]
+    pub scope: Option<Scope>,
+}
+
+/// Issues a compute-usage certificate over the tenant's records starting in `[from, to)`
+/// (docs/PROTOCOL.md §13), signed by the log key and recorded in a `certificate_issued` entry.
+#[utoipa::path(post, path = "/v1/certificates", tag = "certificates", request_body = CertificateOrder,
+    responses((status = 201, description = "The signed certificate", body = Certificate),
+              (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 422, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn issue(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    if caller.0.role == ApiRole::Auditor {
+        return Err(ApiError::Forbidden(
+            "certificates are issued by a tenant for itself or by an admin".into(),
+        ));
+    }
+    let order: CertificateOrder = json_body(&req, payload).await?;
+    let (from, to) = super::period(&order.from, &order.to)?;
+    let tenant = caller
+        .tenant_scope(order.tenant)?
+        .ok_or_else(|| ApiError::invalid_parameter("tenant", "an admin must name the tenant"))?;
+    crate::core::ids::check_id(&tenant).map_err(|m| ApiError::invalid_parameter("tenant", m))?;
+    let scope = order
+        .scope
+        .unwrap_or_default()
+        .normalise()
+        .map_err(|m| ApiError::invalid_parameter("scope", m))?;
+    let exists = {
+        let l = state.ledger.clone();
+        let t = tenant.clone();
+        web::block(move || {
+            l.with_reader(|c| {
+                Ok(crate::store::access::tenant_exists(c, &t)?
+                    || crate::store::usage::tenant_has_entries(c, &t)?)
+            })
+        })
+        .await??
+    };
+    if !exists {
+        return Err(ApiError::NotFound(format!("tenant {tenant}")));
+    }
+    let request = CertificateRequest {
+        tenant,
+        period: Period { from, to },
+        scope,
+    };
+    let cert = web::block(move || state.ledger.issue_certificate(request)).await??;
+    Ok(HttpResponse::Created()
+        .content_type("application/json")
+        .body(cert.to_canonical_json()))
+}
+
+/// Query of the list.
+#[derive(Deserialize, utoipa::IntoParams)]
+pub struct ListQuery {
+    pub tenant: Option<String>,
+}
+
+/// Lists certificates (tenants: their own).
+#[utoipa::path(get, path = "/v1/certificates", tag = "certificates", params(ListQuery),
+    responses((status = 200, body = Vec<CertificateSummary>)), security(("bearer" = [])))]
+pub async fn list(
+    state: web::Data<AppState>,
+    caller: Caller,
+    q: web::Query<ListQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = caller.tenant_scope(q.into_inner().tenant)?;
+    let list = web::block(move || {
+        state
+            .ledger
+            .with_reader(|c| store_certs::list(c, tenant.as_deref()))
+    })
+    .await??;
+    Ok(HttpResponse::Ok().json(list))
+}
+
+async fn load(
+    state: &web::Data<AppState>,
+    caller: &Caller,
+    id: String,
+) -> Result<(Certificate, String), ApiError> {
+    let i = id.clone();
+    let l = state.ledger.clone();
+    let row = web::block(move || l.with_reader(|c| store_certs::get(c, &i))).await??;
+    match row {
+        Some((tenant, json)) if caller.may_see(Some(&tenant)) => {
+            let cert = Certificate::from_json(json.as_bytes())
+                .map_err(|e| ApiError::Internal(format!("certificate {id}: {e}")))?;
+            Ok((cert, json))
+        }
+        _ => Err(ApiError::NotFound(format!("certificate {id}"))),
+    }
+}
+
+/// One certificate, its signed JSON exactly as issued (its SHA-256 is in the log).
+#[utoipa::path(get, path = "/v1/certificates/{id}", tag = "certificates", params(("id" = String, Path)),
+    responses((status = 200, body = Certificate), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn get(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let (_, json) = load(&state, &caller, path.into_inner()).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/json")
+        .body(json))
+}
+
+/// The certificate's evidence bundle (docs/PROTOCOL.md §14), streamed as JSON Lines.
+#[utoipa::path(get, path = "/v1/certificates/{id}/bundle", tag = "certificates", params(("id" = String, Path)),
+    responses((status = 200, description = "JSON Lines (application/x-ndjson)", body = String),
+              (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn bundle(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = path.into_inner();
+    let (cert, _) = load(&state, &caller, id.clone()).await?;
+    let ledger = state.ledger.clone();
+    Ok(stream_lines(&format!("{id}.bundle.jsonl"), move |sink| {
+        ledger.with_reader(|c| store_certs::write_certificate_bundle(c, &cert, sink))
+    }))
+}
+
+/// Streams the lines a blocking writer produces; the writer stops when the client goes away.
+pub(super) fn stream_lines(
+    filename: &str,
+    write: impl FnOnce(&mut store_certs::Sink) -> Result<(), StoreError> + Send + 'static,
+) -> HttpResponse {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<web::Bytes, ApiError>>(64);
+    std::thread::spawn(move || {
+        let mut sink = |line: Vec<u8>| {
+            tx.blocking_send(Ok(web::Bytes::from(line)))
+                .map_err(|_| StoreError::Refused("the client went away".into()))
+        };
+        if let Err(e) = write(&mut sink) {
+            tracing::error!(error = %e, "writing a bundle failed");
+            // Ends the body early: a bundle without its end line is refused as truncated.
+            let _ = tx.blocking_send(Err(ApiError::Internal(e.to_string())));
+        }
+    });
+    let body = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    HttpResponse::Ok()
+        .content_type("application/x-ndjson")
+        .insert_header((
+            "Content-Disposition",
+            format!("attachment; filename=\"{filename}\""),
+        ))
+        .streaming(body)
+}

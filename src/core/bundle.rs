@@ -1,0 +1,756 @@
+//! Evidence bundles (docs/PROTOCOL.md §14) and their verification (§15), pure.
+//!
+//! A bundle is JSON Lines: a header with the signed checkpoint, context entries, record entries,
+//! and an end line. Checking one entry ([`prepare_entry`]: base64, canonical leaf, inclusion
+//! proof, envelope rules) needs nothing but the checkpoint, so callers run it on many lines in
+//! parallel; [`BundleChecker`] then takes the prepared entries in order for what is sequential
+//! (order, key validity by position) and hands each record to a [`Subject`] (a certificate's
+//! tally, an invoice's rating). Signatures are checked by the caller in batches with
+//! [`envelope::verify_strict_many`] over [`BundleChecker::accept`]'s output.
+
+use super::checkpoint::{self, Checkpoint};
+use super::envelope::{self, Checked};
+use super::ids::LEDGER_SIGNER;
+use super::keys;
+use super::leaf::Leaf;
+use super::merkle::{self, Hash};
+use super::record::{Body, Kind, Role};
+use base64::prelude::{Engine, BASE64_STANDARD};
+use ed25519_dalek::{Signature, VerifyingKey};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fmt;
+
+/// The `format` of a version-1 bundle header.
+pub const BUNDLE_FORMAT: &str = "gpuledger-bundle/v1";
+
+/// Why a verification failed: the stable reason codes of §15.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    Malformed,
+    Truncated,
+    Order,
+    CheckpointSignature,
+    CertificateSignature,
+    CheckpointMismatch,
+    NotInCheckpoint,
+    LeafInvalid,
+    InclusionProof,
+    UnknownKey,
+    KeyRevoked,
+    KeyNotAllowed,
+    EntrySignature,
+    WrongTenant,
+    OutsidePeriod,
+    OutsideScope,
+    EntriesMismatch,
+    ClaimMismatch,
+    ConsistencyProof,
+}
+
+impl Reason {
+    /// The wire code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Reason::Malformed => "malformed",
+            Reason::Truncated => "truncated",
+            Reason::Order => "order",
+            Reason::CheckpointSignature => "checkpoint_signature",
+            Reason::CertificateSignature => "certificate_signature",
+            Reason::CheckpointMismatch => "checkpoint_mismatch",
+            Reason::NotInCheckpoint => "not_in_checkpoint",
+            Reason::LeafInvalid => "leaf_invalid",
+            Reason::InclusionProof => "inclusion_proof",
+            Reason::UnknownKey => "unknown_key",
+            Reason::KeyRevoked => "key_revoked",
+            Reason::KeyNotAllowed => "key_not_allowed",
+            Reason::EntrySignature => "entry_signature",
+            Reason::WrongTenant => "wrong_tenant",
+            Reason::OutsidePeriod => "outside_period",
+            Reason::OutsideScope => "outside_scope",
+            Reason::EntriesMismatch => "entries_mismatch",
+            Reason::ClaimMismatch => "claim_mismatch",
+            Reason::ConsistencyProof => "consistency_proof",
+        }
+    }
+}
+
+/// A failed check: the reason, the item it concerns (`entry 17`, `line 3`, `certificate`,
+/// `gpu[0].gpu_seconds`) and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub reason: Reason,
+    pub item: String,
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure.
+    pub fn new(reason: Reason, item: impl Into<String>, message: impl Into<String>) -> Self {
+        Failure {
+            reason,
+            item: item.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.reason.code(), self.item, self.message)
+    }
+}
+
+/// What a bundle is evidence for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum BundleSubject {
+    Certificate(String),
+    Invoice(String),
+}
+
+/// The first line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Header {
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub format: String,
+    pub log_origin: String,
+    pub checkpoint: String,
+    pub subject: BundleSubject,
+}
+
+impl Header {
+    /// A header for `subject` against the signed checkpoint `note`.
+    pub fn new(log_origin: &str, note: &str, subject: BundleSubject) -> Header {
+        Header {
+            ty: "header".into(),
+            format: BUNDLE_FORMAT.into(),
+            log_origin: log_origin.into(),
+            checkpoint: note.into(),
+            subject,
+        }
+    }
+}
+
+/// The JSON line of one entry (with its LF).
+pub fn entry_line(index: u64, leaf_bytes: &[u8], proof: &[Hash]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(leaf_bytes.len() * 4 / 3 + proof.len() * 47 + 64);
+    out.extend_from_slice(b"{\"index\":");
+    out.extend_from_slice(index.to_string().as_bytes());
+    out.extend_from_slice(b",\"leaf\":\"");
+    out.extend_from_slice(BASE64_STANDARD.encode(leaf_bytes).as_bytes());
+    out.extend_from_slice(b"\",\"proof\":[");
+    for (i, h) in proof.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'"');
+        out.extend_from_slice(merkle::encode_hash(h).as_bytes());
+        out.push(b'"');
+    }
+    out.extend_from_slice(b"],\"type\":\"entry\"}\n");
+    out
+}
+
+/// The JSON line of the header (with its LF).
+pub fn header_line(h: &Header) -> Vec<u8> {
+    let mut out = serde_json::to_vec(h).expect("headers serialise");
+    out.push(b'\n');
+    out
+}
+
+/// The JSON line of the end (with its LF).
+pub fn end_line(entries: u64) -> Vec<u8> {
+    format!("{{\"entries\":{entries},\"type\":\"end\"}}\n").into_bytes()
+}
+
+/// Any line, before its type is known; every member optional so one parse serves all.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLine {
+    #[serde(rename = "type")]
+    ty: String,
+    index: Option<u64>,
+    leaf: Option<String>,
+    proof: Option<Vec<String>>,
+    entries: Option<u64>,
+    format: Option<String>,
+    log_origin: Option<String>,
+    checkpoint: Option<String>,
+    subject: Option<BundleSubject>,
+}
+
+/// The checkpoint every proof of a bundle is against.
+#[derive(Debug)]
+pub struct Anchor {
+    pub note: String,
+    pub checkpoint: Checkpoint,
+    pub log_key: VerifyingKey,
+}
+
+impl Anchor {
+    /// The tree size.
+    pub fn size(&self) -> u64 {
+        self.checkpoint.size()
+    }
+    /// The root hash.
+    pub fn root(&self) -> Hash {
+        *self.checkpoint.hash()
+    }
+}
+
+/// Parses the header line and checks its checkpoint against the verifier key (§15 steps 1–2).
+pub fn read_header(line: &[u8], verifier_key: &str) -> Result<(Header, Anchor), Failure> {
+    let malformed = |m: String| Failure::new(Reason::Malformed, "line 1", m);
+    let h: Header = serde_json::from_slice(line)
+        .map_err(|e| malformed(format!("the first line is not a bundle header: {e}")))?;
+    if h.ty != "header" {
+        return Err(malformed("the first line is not a bundle header".into()));
+    }
+    if h.format != BUNDLE_FORMAT {
+        return Err(malformed(format!("unknown bundle format {:?}", h.format)));
+    }
+    let anchor = anchor(&h.checkpoint, verifier_key)?;
+    if anchor.checkpoint.origin() != h.log_origin {
+        return Err(Failure::new(
+            Reason::CheckpointMismatch,
+            "header",
+            "log_origin is not the checkpoint's origin",
+        ));
+    }
+    Ok((h, anchor))
+}
+
+/// Verifies a signed checkpoint note with a verifier key string.
+pub fn anchor(note: &str, verifier_key: &str) -> Result<Anchor, Failure> {
+    let log_key = verifier_public_key(verifier_key)
+        .map_err(|m| Failure::new(Reason::Malformed, "log key", m))?;
+    let checkpoint = checkpoint::verify_checkpoint(note.as_bytes(), verifier_key)
+        .map_err(|e| Failure::new(Reason::CheckpointSignature, "checkpoint", e.to_string()))?;
+    Ok(Anchor {
+        note: note.to_owned(),
+        checkpoint,
+        log_key,
+    })
+}
+
+/// The Ed25519 public key inside a signed-note verifier key `<name>+<id>+<base64(0x01 ‖ key)>`.
+pub fn verifier_public_key(verifier_key: &str) -> Result<VerifyingKey, String> {
+    // The name has no '+'; the base64 key may.
+    let b64 = verifier_key
+        .trim()
+        .splitn(3, '+')
+        .nth(2)
+        .ok_or("not a verifier key (<name>+<key id>+<key>)")?;
+    let bytes = BASE64_STANDARD
+        .decode(b64)
+        .map_err(|_| "the verifier key's key is not base64")?;
+    match bytes.split_first() {
+        Some((1, key)) => VerifyingKey::from_bytes(
+            key.try_into()
+                .map_err(|_| "the verifier key's key is not 32 bytes")?,
+        )
+        .map_err(|_| "the verifier key's key is not an Ed25519 point".into()),
+        _ => Err("the verifier key is not an Ed25519 (algorithm 1) key".into()),
+    }
+}
+
+/// One line, checked as far as it can be alone.
+pub enum Prepared {
+    Header,
+    Entry(Box<PreparedEntry>),
+    End(u64),
+}
+
+/// An entry whose leaf, proof and envelope rules have been checked.
+pub struct PreparedEntry {
+    pub index: u64,
+    pub leaf_hash: Hash,
+    pub checked: Checked,
+}
+
+/// Checks one line alone (§15 steps 1 and 4 up to key validity); `line_no` is 1-based.
+pub fn prepare_line(line_no: u64, line: &[u8], anchor: &Anchor) -> Result<Prepared, Failure> {
+    let at = || format!("line {line_no}");
+    let raw: RawLine = serde_json::from_slice(line)
+        .map_err(|e| Failure::new(Reason::Malformed, at(), format!("not a bundle line: {e}")))?;
+    let only = |ok: bool| {
+        if ok {
+            Ok(())
+        } else {
+            Err(Failure::new(
+                Reason::Malformed,
+                at(),
+                format!("members do not fit a {:?} line", raw.ty),
+            ))
+        }
+    };
+    match raw.ty.as_str() {
+        "header" => Ok(Prepared::Header),
+        "end" => {
+            only(raw.index.is_none() && raw.leaf.is_none() && raw.proof.is_none())?;
+            let n = raw.entries.ok_or_else(|| {
+                Failure::new(Reason::Malformed, at(), "the end line has no entry count")
+            })?;
+            Ok(Prepared::End(n))
+        }
+        "entry" => {
+            only(
+                raw.entries.is_none()
+                    && raw.format.is_none()
+                    && raw.log_origin.is_none()
+                    && raw.checkpoint.is_none()
+                    && raw.subject.is_none(),
+            )?;
+            let (Some(index), Some(leaf), Some(proof)) = (raw.index, raw.leaf, raw.proof) else {
+                return Err(Failure::new(
+                    Reason::Malformed,
+                    at(),
+                    "an entry needs index, leaf and proof",
+                ));
+            };
+            prepare_entry(index, &leaf, &proof, anchor).map(|e| Prepared::Entry(Box::new(e)))
+        }
+        other => Err(Failure::new(
+            Reason::Malformed,
+            at(),
+            format!("unknown line type {other:?}"),
+        )),
+    }
+}
+
+/// Checks one entry alone: in the checkpoint, canonical leaf of that index, inclusion proof,
+/// envelope valid at its receive time.
+pub fn prepare_entry(
+    index: u64,
+    leaf_b64: &str,
+    proof: &[String],
+    anchor: &Anchor,
+) -> Result<PreparedEntry, Failure> {
+    let item = || format!("entry {index}");
+    let fail = |r: Reason, m: String| Failure::new(r, item(), m);
+    if index >= anchor.size() {
+        return Err(fail(
+            Reason::NotInCheckpoint,
+            format!("index is not below the checkpoint's size {}", anchor.size()),
+        ));
+    }
+    let bytes = BASE64_STANDARD
+        .decode(leaf_b64)
+        .map_err(|_| fail(Reason::Malformed, "leaf is not base64".into()))?;
+    let leaf = Leaf::from_bytes(&bytes).map_err(|m| fail(Reason::LeafInvalid, m))?;
+    if leaf.index != index {
+        return Err(fail(
+            Reason::LeafInvalid,
+            format!("the leaf says index {}", leaf.index),
+        ));
+    }
+    let proof = merkle::decode_proof(proof).ok_or_else(|| {
+        fail(
+            Reason::Malformed,
+            "proof hashes are not base64 of 32 bytes".into(),
+        )
+    })?;
+    let leaf_hash = merkle::leaf_hash(&bytes);
+    merkle::check_record(&proof, anchor.size(), anchor.root(), index, leaf_hash).map_err(|_| {
+        fail(
+            Reason::InclusionProof,
+            "the inclusion proof does not lead to the checkpoint's root".into(),
+        )
+    })?;
+    let received_at = leaf.received_at;
+    let checked = leaf.envelope.check(received_at).map_err(|r| {
+        fail(
+            Reason::LeafInvalid,
+            format!("envelope invalid at its receive time: {r}"),
+        )
+    })?;
+    Ok(PreparedEntry {
+        index,
+        leaf_hash,
+        checked,
+    })
+}
+
+/// A signer key as the bundle's context records it.
+#[derive(Debug, Clone)]
+struct KeyInfo {
+    signer: String,
+    role: Role,
+    key: VerifyingKey,
+    registered: u64,
+    revoked: Option<u64>,
+}
+
+/// What a bundle is checked for: receives context entries, then records, in order.
+pub trait Subject {
+    /// A context entry (every kind but `gpu_usage` and `energy`), after its key and signature.
+    fn context(&mut self, index: u64, body: &Body) -> Result<(), Failure>;
+    /// A record entry (`gpu_usage` or `energy`).
+    fn record(&mut self, index: u64, leaf_hash: &Hash, body: &Body) -> Result<(), Failure>;
+}
+
+/// A bundle checked for itself only (§15 steps 1, 2 and 4).
+pub struct NoSubject;
+
+impl Subject for NoSubject {
+    fn context(&mut self, _: u64, _: &Body) -> Result<(), Failure> {
+        Ok(())
+    }
+    fn record(&mut self, _: u64, _: &Hash, _: &Body) -> Result<(), Failure> {
+        Ok(())
+    }
+}
+
+/// Whether a kind is a record (the second part of a bundle).
+pub fn is_record_kind(k: Kind) -> bool {
+    matches!(k, Kind::GpuUsage | Kind::Energy)
+}
+
+/// A signature to verify, and the entry it belongs to.
+pub struct PendingSignature {
+    pub index: u64,
+    pub message: Vec<u8>,
+    pub signature: Signature,
+    pub key: VerifyingKey,
+}
+
+/// The sequential part of bundle verification; see the module docs.
+pub struct BundleChecker {
+    log_key: VerifyingKey,
+    log_key_id: String,
+    keys: HashMap<String, KeyInfo>,
+    last_index: Option<u64>,
+    in_records: bool,
+    entries: u64,
+    records: u64,
+    ended: bool,
+}
+
+impl BundleChecker {
+    /// A checker for entries proven against `anchor`.
+    pub fn new(anchor: &Anchor) -> Self {
+        BundleChecker {
+            log_key: anchor.log_key,
+            log_key_id: keys::key_id(&anchor.log_key),
+            keys: HashMap::new(),
+            last_index: None,
+            in_records: false,
+            entries: 0,
+            records: 0,
+            ended: false,
+        }
+    }
+
+    /// Entry lines seen.
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// Record entries seen.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Takes the next prepared line: order, the end line, key validity at the entry's index.
+    /// Returns the signature the caller must verify before handing the entry to the subject
+    /// with [`BundleChecker::apply`].
+    pub fn accept(
+        &mut self,
+        line_no: u64,
+        p: &Prepared,
+    ) -> Result<Option<PendingSignature>, Failure> {
+        let at = || format!("line {line_no}");
+        if self.ended {
+            return Err(Failure::new(
+                Reason::Malformed,
+                at(),
+                "a line after the end line",
+            ));
+        }
+        let e = match p {
+            Prepared::Header => {
+                return Err(Failure::new(Reason::Order, at(), "a second header"));
+            }
+            Prepared::End(n) => {
+                if *n != self.entries {
+                    return Err(Failure::new(
+                        Reason::Truncated,
+                        at(),
+                        format!(
+                            "the end line counts {n} entries, the bundle has {}",
+                            self.entries
+                        ),
+                    ));
+                }
+                self.ended = true;
+                return Ok(None);
+            }
+            Prepared::Entry(e) => e,
+        };
+        let index = e.index;
+        let item = || format!("entry {index}");
+        let kind = e.checked.kind;
+        let record = is_record_kind(kind);
+        if record {
+            self.in_records = true;
+        } else if self.in_records {
+            return Err(Failure::new(
+                Reason::Order,
+                item(),
+                format!("a {kind:?} context entry after the records"),
+            ));
+        }
+        if record && self.records == 0 {
+            // The records start: indexes increase again from here.
+            self.last_index = None;
+        }
+        if self.last_index.is_some_and(|l| l >= index) {
+            return Err(Failure::new(
+                Reason::Order,
+                item(),
+                "indexes must increase within each part of the bundle",
+            ));
+        }
+        self.last_index = Some(index);
+        self.entries += 1;
+        if record {
+            self.records += 1;
+        }
+        let env = &e.checked.envelope;
+        let key = if kind.signed_by() == Role::Ledger {
+            if env.signer != LEDGER_SIGNER || env.key_id != self.log_key_id {
+                return Err(Failure::new(
+                    Reason::KeyNotAllowed,
+                    item(),
+                    format!("a {} entry not signed by the log key", kind.as_str()),
+                ));
+            }
+            self.log_key
+        } else {
+            let k = self.keys.get(&env.key_id).ok_or_else(|| {
+                Failure::new(
+                    Reason::UnknownKey,
+                    item(),
+                    format!(
+                        "key {} has no registration before this entry in the bundle",
+                        env.key_id
+                    ),
+                )
+            })?;
+            if k.registered >= index {
+                return Err(Failure::new(
+                    Reason::UnknownKey,
+                    item(),
+                    format!("key {} was registered after this entry", env.key_id),
+                ));
+            }
+            if let Some(r) = k.revoked.filter(|r| *r < index) {
+                return Err(Failure::new(
+                    Reason::KeyRevoked,
+                    item(),
+                    format!(
+                        "key {} was revoked at entry {r}, before this entry",
+                        env.key_id
+                    ),
+                ));
+            }
+            if k.signer != env.signer || k.role != kind.signed_by() {
+                return Err(Failure::new(
+                    Reason::KeyNotAllowed,
+                    item(),
+                    format!(
+                        "key {} is {}'s ({}), which may not sign {} as {}",
+                        env.key_id,
+                        k.signer,
+                        k.role.as_str(),
+                        kind.as_str(),
+                        env.signer
+                    ),
+                ));
+            }
+            k.key
+        };
+        self.registry(index, &e.checked.body)
+            .map_err(|m| Failure::new(Reason::LeafInvalid, item(), m))?;
+        Ok(Some(PendingSignature {
+            index,
+            message: e.checked.message.clone(),
+            signature: e.checked.signature,
+            key,
+        }))
+    }
+
+    fn registry(&mut self, index: u64, body: &Body) -> Result<(), String> {
+        match body {
+            Body::SignerKeyRegistered(r) => {
+                let key = keys::decode_public(&r.public_key)
+                    .map_err(|e| format!("registered key: {e}"))?;
+                if keys::key_id(&key) != r.key_id {
+                    return Err("registered key id does not match its public key".into());
+                }
+                if self.keys.contains_key(&r.key_id) {
+                    return Err(format!("key {} registered twice", r.key_id));
+                }
+                self.keys.insert(
+                    r.key_id.clone(),
+                    KeyInfo {
+                        signer: r.signer.clone(),
+                        role: r.role,
+                        key,
+                        registered: index,
+                        revoked: None,
+                    },
+                );
+            }
+            Body::SignerKeyRevoked(r) => {
+                let k = self
+                    .keys
+                    .get_mut(&r.key_id)
+                    .ok_or_else(|| format!("revokes key {}, not registered before", r.key_id))?;
+                if k.signer != r.signer || k.revoked.is_some() {
+                    return Err(format!("revocation of key {} is inconsistent", r.key_id));
+                }
+                k.revoked = Some(index);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Hands a checked entry (key and signature good) to the subject.
+    pub fn apply(&self, e: &PreparedEntry, subject: &mut dyn Subject) -> Result<(), Failure> {
+        if is_record_kind(e.checked.kind) {
+            subject.record(e.index, &e.leaf_hash, &e.checked.body)
+        } else {
+            subject.context(e.index, &e.checked.body)
+        }
+    }
+
+    /// Requires the end line.
+    pub fn finish(&self) -> Result<(), Failure> {
+        if self.ended {
+            Ok(())
+        } else {
+            Err(Failure::new(
+                Reason::Truncated,
+                "end",
+                "the bundle has no end line",
+            ))
+        }
+    }
+}
+
+/// Verifies pending signatures strictly (§3.3), in parallel; the index of the first bad one.
+pub fn first_bad_signature(pending: &[PendingSignature]) -> Option<u64> {
+    let items: Vec<_> = pending
+        .iter()
+        .map(|p| (p.message.as_slice(), &p.signature, &p.key))
+        .collect();
+    let ok = envelope::verify_strict_many(&items);
+    pending
+        .iter()
+        .zip(ok)
+        .find(|(_, good)| !good)
+        .map(|(p, _)| p.index)
+}
+
+/// What a verified bundle held.
+#[derive(Debug)]
+pub struct Verified {
+    pub header: Header,
+    pub anchor: Anchor,
+    pub entries: u64,
+    pub records: u64,
+}
+
+/// Lines checked in parallel at a time.
+const CHUNK: usize = 4096;
+
+/// Verifies a whole bundle from its lines (each without its LF), in order, reporting the first
+/// failure in line order (§15). `make_subject` sees the verified header first (to check the
+/// subject and checkpoint against a certificate or invoice); `progress` gets the lines done.
+pub fn verify_bundle<S: Subject>(
+    lines: impl Iterator<Item = std::io::Result<Vec<u8>>>,
+    verifier_key: &str,
+    make_subject: impl FnOnce(&Header, &Anchor) -> Result<S, Failure>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(Verified, S), Failure> {
+    use rayon::prelude::*;
+    let mut lines = lines.enumerate().map(|(i, l)| {
+        l.map(|l| (i as u64 + 1, l))
+            .map_err(|e| Failure::new(Reason::Malformed, format!("line {}", i + 1), e.to_string()))
+    });
+    let (_, first) = lines
+        .next()
+        .ok_or_else(|| Failure::new(Reason::Truncated, "line 1", "the bundle is empty"))??;
+    let (header, anchor) = read_header(&first, verifier_key)?;
+    let mut subject = make_subject(&header, &anchor)?;
+    let mut checker = BundleChecker::new(&anchor);
+    let mut done = 1u64;
+    loop {
+        let mut chunk = Vec::with_capacity(CHUNK);
+        for l in lines.by_ref() {
+            chunk.push(l?);
+            if chunk.len() == CHUNK {
+                break;
+            }
+        }
+        if chunk.is_empty() {
+            break;
+        }
+        let prepared: Vec<Result<Prepared, Failure>> = chunk
+            .par_iter()
+            .map(|(no, l)| prepare_line(*no, l, &anchor))
+            .collect();
+        // Sequential checks up to the first failure; signatures of what passed.
+        let mut pending = Vec::new();
+        let mut stop: Option<Failure> = None;
+        let mut ok_upto = 0;
+        for ((no, _), p) in chunk.iter().zip(&prepared) {
+            let r = p
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|p| checker.accept(*no, p));
+            match r {
+                Ok(sig) => pending.extend(sig),
+                Err(f) => {
+                    stop = Some(f);
+                    break;
+                }
+            }
+            ok_upto += 1;
+        }
+        let bad_sig = first_bad_signature(&pending);
+        for p in prepared[..ok_upto].iter() {
+            if let Ok(Prepared::Entry(e)) = p {
+                if bad_sig == Some(e.index) {
+                    return Err(Failure::new(
+                        Reason::EntrySignature,
+                        format!("entry {}", e.index),
+                        "the signature does not verify (strict Ed25519)",
+                    ));
+                }
+                checker.apply(e, &mut subject)?;
+            }
+        }
+        if let Some(f) = stop {
+            return Err(f);
+        }
+        done += chunk.len() as u64;
+        progress(done);
+    }
+    checker.finish()?;
+    Ok((
+        Verified {
+            header,
+            entries: checker.entries(),
+            records: checker.records(),
+            anchor,
+        },
+        subject,
+    ))
+}

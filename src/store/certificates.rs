@@ -1,0 +1,321 @@
+//! Compute-usage certificates (docs/PROTOCOL.md §13) and evidence bundles (§14).
+//!
+//! A certificate is computed under the head lock at the log's size S: a checkpoint of S is
+//! signed, the tenant's covered records below S are summed by `core::certificate::Tally`, the
+//! certificate is signed with the log key and its SHA-256 goes into a `certificate_issued`
+//! entry. Bundles are rebuilt from the log on request and written line by line, so a bundle
+//! of any size streams in bounded memory.
+
+use super::conn::DbConn;
+use super::error::StoreError;
+use super::read::DbHashReader;
+use super::schema::{certificates, entries};
+use super::write::{checkpoint_locked, push_ledger_entry, Appender};
+use super::{pricing, usage};
+use crate::core::bundle::{self, BundleSubject, Header};
+use crate::core::certificate::{self, Certificate, Scope, Tally, CERTIFICATE_VERSION};
+use crate::core::checkpoint::LogSigner;
+use crate::core::invoice::Period;
+use crate::core::merkle::{self, Hash, HashReader};
+use crate::core::record::{Body, CertificateIssued, Kind};
+use crate::core::time::Timestamp;
+use diesel::prelude::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// What to certify.
+#[derive(Debug, Clone)]
+pub struct CertificateRequest {
+    pub tenant: String,
+    pub period: Period,
+    pub scope: Scope,
+}
+
+/// A certificate as listed.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct CertificateSummary {
+    pub id: String,
+    pub tenant: String,
+    #[schema(value_type = String)]
+    pub period_from: Timestamp,
+    #[schema(value_type = String)]
+    pub period_to: Timestamp,
+    pub checkpoint_size: u64,
+    /// Index of its `certificate_issued` entry.
+    pub entry_index: u64,
+}
+
+/// Whether a usage or energy body is covered by a certificate of `req` (§13.1); the caller
+/// has already selected the tenant's entries.
+fn covers(req: &CertificateRequest, body: &Body) -> bool {
+    let p = req.period.from..req.period.to;
+    match body {
+        Body::GpuUsage(u) => p.contains(&u.start) && req.scope.covers_usage(u),
+        Body::Energy(e) => p.contains(&e.start) && req.scope.covers_energy(e),
+        _ => false,
+    }
+}
+
+/// Issues a certificate; see the module docs.
+pub(crate) fn issue(
+    conn: &mut DbConn,
+    log: &LogSigner,
+    req: &CertificateRequest,
+    now: Timestamp,
+) -> Result<Certificate, StoreError> {
+    conn.transaction(|conn| {
+        let mut app = Appender::lock(conn, now)?;
+        let size = app.next_index();
+        let book = pricing::price_book(conn, size)?;
+        let mut tally = Tally::new();
+        let mut failed = None;
+        usage::for_each_usage_hashed(conn, Some(&req.tenant), 0..size, &mut |idx, _, h, body| {
+            if failed.is_some() || !covers(req, body) {
+                return;
+            }
+            let r = match body {
+                Body::GpuUsage(u) => tally.add_usage(idx, &h, u),
+                Body::Energy(e) => tally.add_energy(idx, &h, e, &book),
+                _ => Ok(()),
+            };
+            failed = r.err();
+        })?;
+        if let Some(e) = failed {
+            return Err(StoreError::Refused(e.to_string()));
+        }
+        let claims = tally
+            .finish()
+            .map_err(|e| StoreError::Refused(e.to_string()))?;
+        if claims.entries.count == 0 {
+            return Err(StoreError::Refused(format!(
+                "{} has no usage or energy records starting in [{}, {}) within the scope; nothing to certify",
+                req.tenant, req.period.from, req.period.to
+            )));
+        }
+        let (_, note) = checkpoint_locked(conn, log, size, now)?;
+        let count: i64 = certificates::table.count().get_result(conn)?;
+        let mut cert = Certificate {
+            v: CERTIFICATE_VERSION,
+            id: certificate::certificate_id(count as u64 + 1),
+            tenant: req.tenant.clone(),
+            period_from: req.period.from,
+            period_to: req.period.to,
+            scope: req.scope.clone(),
+            issued_at: now,
+            log_origin: log.origin().to_owned(),
+            checkpoint: note,
+            entries: claims.entries,
+            gpu: claims.gpu,
+            energy: claims.energy,
+            totals: claims.totals,
+            sig: String::new(),
+        };
+        cert.sign(log.key());
+        let body = Body::CertificateIssued(CertificateIssued {
+            id: cert.id.clone(),
+            tenant: cert.tenant.clone(),
+            period_from: cert.period_from,
+            period_to: cert.period_to,
+            checkpoint_size: size,
+            certificate_sha256: cert.sha256_hex(),
+        });
+        let idx = push_ledger_entry(conn, &mut app, log, &body)?;
+        let json = String::from_utf8(cert.to_canonical_json()).expect("JSON is UTF-8");
+        diesel::insert_into(certificates::table)
+            .values((
+                certificates::id.eq(&cert.id),
+                certificates::tenant.eq(&cert.tenant),
+                certificates::period_from.eq(cert.period_from.unix()),
+                certificates::period_to.eq(cert.period_to.unix()),
+                certificates::checkpoint_size.eq(size as i64),
+                certificates::entry_idx.eq(idx as i64),
+                certificates::json.eq(&json),
+            ))
+            .execute(conn)?;
+        app.finish(conn)?;
+        Ok(cert)
+    })
+}
+
+/// A certificate by id: its tenant and signed JSON.
+pub fn get(conn: &mut DbConn, id: &str) -> Result<Option<(String, String)>, StoreError> {
+    Ok(certificates::table
+        .find(id)
+        .select((certificates::tenant, certificates::json))
+        .first(conn)
+        .optional()?)
+}
+
+/// Certificates, oldest first (of `tenant`, if given).
+pub fn list(
+    conn: &mut DbConn,
+    tenant: Option<&str>,
+) -> Result<Vec<CertificateSummary>, StoreError> {
+    let mut q = certificates::table
+        .order(certificates::id.asc())
+        .select((
+            certificates::id,
+            certificates::tenant,
+            certificates::period_from,
+            certificates::period_to,
+            certificates::checkpoint_size,
+            certificates::entry_idx,
+        ))
+        .into_boxed();
+    if let Some(t) = tenant {
+        q = q.filter(certificates::tenant.eq(t));
+    }
+    let rows: Vec<(String, String, i64, i64, i64, i64)> = q.load(conn)?;
+    rows.into_iter()
+        .map(|(id, tenant, f, t, s, e)| {
+            let ts = |x: i64| {
+                Timestamp::from_unix(x)
+                    .ok_or_else(|| StoreError::Corrupt(format!("certificate {id} period")))
+            };
+            Ok(CertificateSummary {
+                period_from: ts(f)?,
+                period_to: ts(t)?,
+                id: id.clone(),
+                tenant,
+                checkpoint_size: s as u64,
+                entry_index: e as u64,
+            })
+        })
+        .collect()
+}
+
+/// Stored tree hashes read through a cache: consecutive entries' proofs share most of their
+/// hashes, so a bundle reads each stored hash about once.
+struct CachedHashes<'a> {
+    db: DbHashReader<'a>,
+    cache: RefCell<HashMap<u64, Hash>>,
+}
+
+/// Cached hashes before the cache is emptied (about 50 MB).
+const HASH_CACHE_LIMIT: usize = 1 << 20;
+
+impl HashReader for CachedHashes<'_> {
+    fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, tlog_tiles::Error> {
+        let missing: Vec<u64> = {
+            let c = self.cache.borrow();
+            indexes
+                .iter()
+                .copied()
+                .filter(|i| !c.contains_key(i))
+                .collect()
+        };
+        if !missing.is_empty() {
+            let found = self.db.read_hashes(&missing)?;
+            let mut c = self.cache.borrow_mut();
+            if c.len() + found.len() > HASH_CACHE_LIMIT {
+                c.clear();
+            }
+            c.extend(missing.into_iter().zip(found));
+        }
+        let c = self.cache.borrow();
+        Ok(indexes.iter().map(|i| c[i]).collect())
+    }
+}
+
+/// Where bundle lines go; an error stops the bundle (the reader went away).
+pub type Sink<'a> = dyn FnMut(Vec<u8>) -> Result<(), StoreError> + 'a;
+
+/// Entries read per query while writing a bundle.
+const PAGE: i64 = 2_000;
+
+/// Writes the entries of `kinds` below `size` (of `tenant`, if given) that `keep` selects, with
+/// their inclusion proofs in the tree of `size`; returns how many were written.
+fn write_entries(
+    conn: &mut DbConn,
+    kinds: &[Kind],
+    tenant: Option<&str>,
+    size: u64,
+    keep: &mut dyn FnMut(u64, &Body) -> bool,
+    sink: &mut Sink,
+) -> Result<u64, StoreError> {
+    let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+    let mut after = -1i64;
+    let mut written = 0;
+    loop {
+        let mut q = entries::table
+            .filter(entries::idx.gt(after))
+            .filter(entries::idx.lt(size as i64))
+            .filter(entries::kind.eq_any(&kinds))
+            .order(entries::idx.asc())
+            .limit(PAGE)
+            .select((entries::idx, entries::leaf))
+            .into_boxed();
+        if let Some(t) = tenant {
+            q = q.filter(entries::tenant.eq(t));
+        }
+        let rows: Vec<(i64, Vec<u8>)> = q.load(conn)?;
+        let Some(last) = rows.last().map(|r| r.0) else {
+            return Ok(written);
+        };
+        let full = rows.len() as i64 == PAGE;
+        let kept: Vec<(u64, Vec<u8>)> = rows
+            .into_iter()
+            .map(|(idx, leaf)| {
+                let body = pricing::body_of(idx, &leaf)?;
+                Ok(keep(idx as u64, &body).then_some((idx as u64, leaf)))
+            })
+            .filter_map(Result::transpose)
+            .collect::<Result<_, StoreError>>()?;
+        let reader = CachedHashes {
+            db: DbHashReader::new(conn),
+            cache: RefCell::new(HashMap::new()),
+        };
+        for (idx, leaf) in kept {
+            let proof = merkle::prove_record(size, idx, &reader)?;
+            sink(bundle::entry_line(idx, &leaf, &proof))?;
+            written += 1;
+        }
+        if !full {
+            return Ok(written);
+        }
+        after = last;
+    }
+}
+
+/// Writes the evidence bundle of a certificate (§14).
+pub fn write_certificate_bundle(
+    conn: &mut DbConn,
+    cert: &Certificate,
+    sink: &mut Sink,
+) -> Result<(), StoreError> {
+    let size = crate::core::checkpoint::Checkpoint::from_bytes(
+        crate::core::checkpoint::note_body(&cert.checkpoint)
+            .ok_or_else(|| StoreError::Corrupt(format!("certificate {} checkpoint", cert.id)))?,
+    )
+    .map_err(|_| StoreError::Corrupt(format!("certificate {} checkpoint", cert.id)))?
+    .size();
+    let header = Header::new(
+        &cert.log_origin,
+        &cert.checkpoint,
+        BundleSubject::Certificate(cert.id.clone()),
+    );
+    sink(bundle::header_line(&header))?;
+    let context = [
+        Kind::SignerKeyRegistered,
+        Kind::SignerKeyRevoked,
+        Kind::RegionParams,
+    ];
+    let mut n = write_entries(conn, &context, None, size, &mut |_, _| true, sink)?;
+    let req = CertificateRequest {
+        tenant: cert.tenant.clone(),
+        period: Period {
+            from: cert.period_from,
+            to: cert.period_to,
+        },
+        scope: cert.scope.clone(),
+    };
+    n += write_entries(
+        conn,
+        &[Kind::GpuUsage, Kind::Energy],
+        Some(&cert.tenant),
+        size,
+        &mut |_, b| covers(&req, b),
+        sink,
+    )?;
+    sink(bundle::end_line(n))
+}

@@ -1,0 +1,751 @@
+//! Compute-usage certificates and evidence bundles: issued from the log on both databases,
+//! verified offline, and a tamper matrix in which every case fails with its own reason
+//! (docs/PROTOCOL.md §13–§15). Cases that need a log the ledger would never write (a record
+//! signed after its key's revocation, a bad signature inside the tree) are built by hand with
+//! the core's pieces and the log key, as a dishonest key holder could.
+
+mod common;
+
+use base64::prelude::{Engine, BASE64_STANDARD};
+use common::*;
+use ed25519_dalek::SigningKey;
+use gpuledger::core::bundle::{self, NoSubject, Reason};
+use gpuledger::core::certificate::{self, Certificate, CertificateCheck, Scope, Tally};
+use gpuledger::core::checkpoint::LogSigner;
+use gpuledger::core::envelope::Envelope;
+use gpuledger::core::ids::LEDGER_SIGNER;
+use gpuledger::core::invoice::Period;
+use gpuledger::core::keys;
+use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
+use gpuledger::core::merkle::{self, Hash, MemoryHashes};
+use gpuledger::core::outcome::Outcome;
+use gpuledger::core::record::{
+    Body, Energy, GpuUsage, Kind, RegionParameters, Role, SignerKeyRegistered, SignerKeyRevoked,
+};
+use gpuledger::core::time::Timestamp;
+use gpuledger::store::certificates::{self as store_certs, CertificateRequest};
+use gpuledger::store::{Ledger, StoreError};
+use rust_decimal::Decimal;
+use std::str::FromStr;
+
+const ORIGIN: &str = "test.gpuledger/log";
+
+fn d(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+/// A fixed hour a few days back, so nothing is in the future.
+fn at(secs: i64) -> Timestamp {
+    let now = Timestamp::now().unix();
+    Timestamp::from_unix(now - now % 86_400 - 3 * 86_400)
+        .unwrap()
+        .plus(secs)
+}
+
+fn gpu(
+    tenant: &str,
+    node: &str,
+    region: &str,
+    lease: Option<&str>,
+    count: &str,
+    start: i64,
+    end: i64,
+) -> Body {
+    Body::GpuUsage(GpuUsage {
+        tenant: tenant.into(),
+        lease: lease.map(str::to_owned),
+        region: region.into(),
+        node: node.into(),
+        gpu_model: "H100".into(),
+        gpu_count: d(count),
+        start: at(start),
+        end: at(end),
+        gpu_seconds: d(count) * Decimal::from(end - start),
+    })
+}
+
+fn energy(node: &str, kwh: &str, start: i64, end: i64) -> Body {
+    Body::Energy(Energy {
+        tenant: Some("acme".into()),
+        region: "west".into(),
+        node: node.into(),
+        start: at(start),
+        end: at(end),
+        kwh: d(kwh),
+    })
+}
+
+fn period() -> Period {
+    Period {
+        from: at(0),
+        to: at(7200),
+    }
+}
+
+/// A log with acme's usage in two regions, energy with region parameters, another tenant's
+/// record and an acme record after the period.
+fn scenario(ledger: &Ledger) {
+    let n1 = signer(ledger, "node-1", Role::Node);
+    let n2 = signer(ledger, "node-2", Role::Node);
+    ledger
+        .append_ledger_entry(Body::RegionParams(RegionParameters {
+            region: "west".into(),
+            currency: "CNY".into(),
+            electricity_price_per_kwh: d("0.28"),
+            pue: d("1.08"),
+            carbon_g_per_kwh: d("550"),
+            effective_from: at(-86_400),
+        }))
+        .unwrap();
+    let records = [
+        (
+            "node-1",
+            &n1,
+            1,
+            gpu("acme", "node-1", "west", None, "8", 0, 3600),
+        ),
+        (
+            "node-2",
+            &n2,
+            1,
+            gpu("acme", "node-2", "east", None, "0.5", 0, 600),
+        ),
+        (
+            "node-1",
+            &n1,
+            2,
+            gpu("acme", "node-1", "west", Some("l1"), "2", 3600, 7200),
+        ),
+        ("node-1", &n1, 3, energy("node-1", "12.5", 0, 3600)),
+        (
+            "node-2",
+            &n2,
+            2,
+            gpu("globex", "node-2", "west", None, "1", 0, 60),
+        ),
+        (
+            "node-1",
+            &n1,
+            4,
+            gpu("acme", "node-1", "west", None, "1", 7200, 7260),
+        ),
+    ];
+    let envs: Vec<Envelope> = records
+        .iter()
+        .map(|(s, k, seq, b)| Envelope::sign(b.kind(), s, k, *seq, b))
+        .collect();
+    let out = ledger.append(envs).unwrap();
+    assert!(
+        out.iter().all(|o| matches!(o, Outcome::Accepted { .. })),
+        "{out:?}"
+    );
+}
+
+fn request(scope: Scope) -> CertificateRequest {
+    CertificateRequest {
+        tenant: "acme".into(),
+        period: period(),
+        scope,
+    }
+}
+
+fn bundle_of(ledger: &Ledger, cert: &Certificate) -> Vec<Vec<u8>> {
+    let mut lines = Vec::new();
+    ledger
+        .with_reader(|c| {
+            store_certs::write_certificate_bundle(c, cert, &mut |l| {
+                lines.push(l);
+                Ok(())
+            })
+        })
+        .unwrap();
+    lines
+        .into_iter()
+        .map(|mut l| {
+            assert_eq!(l.pop(), Some(b'\n'), "every line ends with LF");
+            l
+        })
+        .collect()
+}
+
+fn verifier_key() -> String {
+    LogSigner::new(ORIGIN, log_key()).unwrap().verifier_key()
+}
+
+/// Verifies a certificate and its bundle lines as `gpuledger verify` does.
+fn verify(cert: &Certificate, lines: &[Vec<u8>]) -> Result<certificate::Claims, bundle::Failure> {
+    let (_, check) = bundle::verify_bundle(
+        lines.iter().cloned().map(Ok),
+        &verifier_key(),
+        |h, a| CertificateCheck::start(cert.clone(), h, a),
+        &mut |_| {},
+    )?;
+    check.finish()
+}
+
+both_backends!(
+    a_certificate_is_issued_logged_and_verifies_offline,
+    |db: &TestDb| {
+        let ledger = open(db);
+        scenario(&ledger);
+        let size_before = ledger.size().unwrap();
+        let cert = ledger.issue_certificate(request(Scope::default())).unwrap();
+        assert_eq!(cert.id, "CERT-000001");
+        // 8 × 3600 + 2 × 3600 west; 0.5 × 600 east; 12.5 kWh × 1.08 = 13.5; × 550 g = 7.425 kg.
+        assert_eq!(cert.entries.count, 4);
+        let gpu: Vec<(&str, String, u64)> = cert
+            .gpu
+            .iter()
+            .map(|l| {
+                (
+                    l.region.as_str(),
+                    gpuledger::core::decimal::to_canonical(l.gpu_seconds),
+                    l.records,
+                )
+            })
+            .collect();
+        assert_eq!(
+            gpu,
+            [
+                ("east", "300".to_owned(), 1),
+                ("west", "36000".to_owned(), 2)
+            ]
+        );
+        assert_eq!(cert.totals.gpu_seconds, d("36300"));
+        assert_eq!(cert.totals.kwh, d("12.5"));
+        assert_eq!(cert.totals.kwh_with_pue, d("13.5"));
+        assert_eq!(cert.totals.carbon_kg, d("7.425"));
+        assert_eq!(cert.totals.kwh_without_region_params, Decimal::ZERO);
+        assert_eq!(cert.energy[0].pue, Some(d("1.08")));
+        // The checkpoint is of the log before the certificate_issued entry, which holds its hash.
+        let anchor = bundle::anchor(&cert.checkpoint, &verifier_key()).unwrap();
+        assert_eq!(anchor.size(), size_before);
+        let entry = &ledger.entries(size_before, size_before + 1).unwrap()[0];
+        assert_eq!(entry.kind, "certificate_issued");
+        let leaf = Leaf::from_bytes(&entry.leaf).unwrap();
+        assert_eq!(leaf.envelope.body["certificate_sha256"], cert.sha256_hex());
+        assert_eq!(leaf.envelope.body["id"], "CERT-000001");
+        // Served JSON reads back to the same certificate.
+        let (tenant, json) = ledger
+            .with_reader(|c| store_certs::get(c, "CERT-000001"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(tenant, "acme");
+        assert_eq!(Certificate::from_json(json.as_bytes()).unwrap(), cert);
+
+        let lines = bundle_of(&ledger, &cert);
+        // Header, 2 key registrations, region parameters, 4 records, end.
+        assert_eq!(lines.len(), 1 + 3 + 4 + 1);
+        let claims = verify(&cert, &lines).unwrap();
+        assert_eq!(claims, cert.claims());
+        let (v, _) = bundle::verify_bundle(
+            lines.iter().cloned().map(Ok),
+            &verifier_key(),
+            |_, _| Ok(NoSubject),
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!((v.entries, v.records), (7, 4));
+        // The log with the new kind still verifies end to end.
+        let mut conn = gpuledger::store::connect(&db.url).unwrap();
+        gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
+    }
+);
+
+both_backends!(
+    scopes_narrow_a_certificate_and_empty_ones_are_refused,
+    |db: &TestDb| {
+        let ledger = open(db);
+        scenario(&ledger);
+        let lease = ledger
+            .issue_certificate(request(Scope {
+                lease: Some("l1".into()),
+                ..Scope::default()
+            }))
+            .unwrap();
+        assert_eq!(
+            (lease.entries.count, lease.totals.gpu_seconds),
+            (1, d("7200"))
+        );
+        assert!(
+            lease.energy.is_empty(),
+            "energy is not attributed to leases"
+        );
+        verify(&lease, &bundle_of(&ledger, &lease)).unwrap();
+        let nodes = ledger
+            .issue_certificate(request(Scope {
+                nodes: Some(vec!["node-2".into()]),
+                ..Scope::default()
+            }))
+            .unwrap();
+        assert_eq!(
+            (nodes.entries.count, nodes.totals.gpu_seconds),
+            (1, d("300"))
+        );
+        let region = ledger
+            .issue_certificate(request(Scope {
+                region: Some("west".into()),
+                ..Scope::default()
+            }))
+            .unwrap();
+        assert_eq!((region.entries.count, region.totals.kwh), (3, d("12.5")));
+        verify(&region, &bundle_of(&ledger, &region)).unwrap();
+        let size = ledger.size().unwrap();
+        let nothing = ledger.issue_certificate(request(Scope {
+            region: Some("north".into()),
+            ..Scope::default()
+        }));
+        assert!(
+            matches!(nothing, Err(StoreError::Refused(_))),
+            "{nothing:?}"
+        );
+        assert_eq!(
+            ledger.size().unwrap(),
+            size,
+            "a refused certificate changes nothing"
+        );
+        let list = ledger
+            .with_reader(|c| store_certs::list(c, Some("acme")))
+            .unwrap();
+        assert_eq!(list.len(), 3);
+        assert!(ledger
+            .with_reader(|c| store_certs::list(c, Some("globex")))
+            .unwrap()
+            .is_empty());
+    }
+);
+
+/// Lines of a bundle as JSON values, and back.
+fn parse(line: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(line).unwrap()
+}
+
+fn unparse(v: &serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap()
+}
+
+fn resign(mut c: Certificate, key: &SigningKey) -> Certificate {
+    c.sign(key);
+    c
+}
+
+fn reason(r: Result<certificate::Claims, bundle::Failure>) -> (Reason, String) {
+    let f = r.expect_err("the tampered certificate must fail");
+    (f.reason, f.item)
+}
+
+fn record_lines(lines: &[Vec<u8>]) -> Vec<usize> {
+    (0..lines.len())
+        .filter(|&i| {
+            let v = parse(&lines[i]);
+            v["type"] == "entry" && {
+                let leaf = BASE64_STANDARD.decode(v["leaf"].as_str().unwrap()).unwrap();
+                let l = Leaf::from_bytes(&leaf).unwrap();
+                matches!(l.envelope.kind.as_str(), "gpu_usage" | "energy")
+            }
+        })
+        .collect()
+}
+
+fn set_end(lines: &mut [Vec<u8>]) {
+    let n = lines.iter().filter(|l| parse(l)["type"] == "entry").count();
+    let last = lines.len() - 1;
+    lines[last] = bundle::end_line(n as u64)[..]
+        .strip_suffix(b"\n")
+        .unwrap()
+        .to_vec();
+}
+
+/// The line of entry `index` of the ledger, with its proof in the tree of `size`.
+fn line_of(ledger: &Ledger, index: u64, size: u64) -> Vec<u8> {
+    let row = &ledger.entries(index, index + 1).unwrap()[0];
+    let proof = ledger.inclusion_proof(index, size).unwrap();
+    let mut l = bundle::entry_line(index, &row.leaf, &proof);
+    l.pop();
+    l
+}
+
+#[test]
+fn tamper_matrix_each_case_fails_with_its_own_reason() {
+    let db = sqlite();
+    let ledger = open(&db);
+    scenario(&ledger);
+    let cert = ledger.issue_certificate(request(Scope::default())).unwrap();
+    let lines = bundle_of(&ledger, &cert);
+    let key = log_key();
+    let size = bundle::anchor(&cert.checkpoint, &verifier_key())
+        .unwrap()
+        .size();
+    assert!(verify(&cert, &lines).is_ok());
+    let records = record_lines(&lines);
+    assert_eq!(records.len(), 4);
+
+    // Any claimed total or line, changed: the signature breaks; re-signed by the key holder,
+    // the recomputation names the member.
+    let claims = serde_json::to_value(&cert).unwrap();
+    let mut members = Vec::new();
+    for part in ["totals"] {
+        for k in claims[part].as_object().unwrap().keys() {
+            members.push(format!("{part}.{k}"));
+        }
+    }
+    for (i, l) in claims["gpu"].as_array().unwrap().iter().enumerate() {
+        for k in l.as_object().unwrap().keys() {
+            members.push(format!("gpu[{i}].{k}"));
+        }
+    }
+    for k in claims["energy"][0].as_object().unwrap().keys() {
+        members.push(format!("energy[0].{k}"));
+    }
+    assert!(members.len() >= 18, "{members:?}");
+    for m in &members {
+        let mut v = claims.clone();
+        let (part, rest) = m.split_once('.').unwrap();
+        let target = match part.split_once('[') {
+            Some((p, i)) => &mut v[p][i.trim_end_matches(']').parse::<usize>().unwrap()],
+            None => &mut v[part],
+        };
+        let slot = &mut target[rest];
+        *slot = match slot {
+            serde_json::Value::Number(n) => (n.as_u64().unwrap() + 1).into(),
+            serde_json::Value::String(s) if m.ends_with("region") || m.ends_with("gpu_model") => {
+                format!("{s}x").into()
+            }
+            serde_json::Value::String(s) => (d(s) + Decimal::ONE).to_string().into(),
+            _ => unreachable!(),
+        };
+        let forged: Certificate = serde_json::from_value(v).unwrap();
+        assert_eq!(
+            reason(verify(&forged, &lines)).0,
+            Reason::CertificateSignature,
+            "{m} unsigned"
+        );
+        let (r, item) = reason(verify(&resign(forged, &key), &lines));
+        assert_eq!(
+            (r, item.as_str()),
+            (Reason::ClaimMismatch, m.as_str()),
+            "{m} re-signed"
+        );
+    }
+    // The entry count and commitment.
+    let mut c = cert.clone();
+    c.entries.count += 1;
+    assert_eq!(
+        reason(verify(&resign(c, &key), &lines)),
+        (Reason::EntriesMismatch, "entries.count".into())
+    );
+    let mut c = cert.clone();
+    c.entries.commitment = merkle::encode_hash(&Hash([7; 32]));
+    assert_eq!(
+        reason(verify(&resign(c, &key), &lines)).0,
+        Reason::EntriesMismatch
+    );
+
+    // Any field of any record, and any byte of a signature: the leaf no longer hashes to what
+    // the checkpoint commits to.
+    for &i in &records {
+        let v = parse(&lines[i]);
+        let leaf_bytes = BASE64_STANDARD.decode(v["leaf"].as_str().unwrap()).unwrap();
+        let leaf: serde_json::Value = serde_json::from_slice(&leaf_bytes).unwrap();
+        let fields: Vec<String> = leaf["envelope"]["body"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let mut variants: Vec<serde_json::Value> = fields
+            .iter()
+            .map(|f| {
+                let mut l = leaf.clone();
+                let s = l["envelope"]["body"][f].as_str().unwrap().to_owned();
+                let changed = s.replacen(|c: char| c.is_ascii_digit(), "9", 1);
+                let changed = if changed == s {
+                    format!("{s}1")
+                } else {
+                    changed
+                };
+                l["envelope"]["body"][f] = changed.into();
+                l
+            })
+            .collect();
+        let mut sig = leaf.clone();
+        let s = sig["envelope"]["sig"].as_str().unwrap().to_owned();
+        let mut raw = BASE64_STANDARD.decode(&s).unwrap();
+        raw[10] ^= 1;
+        sig["envelope"]["sig"] = BASE64_STANDARD.encode(raw).into();
+        variants.push(sig);
+        for changed in variants {
+            let bytes = gpuledger::core::canonical::to_vec(&changed).unwrap();
+            let mut t = lines.clone();
+            let mut line = v.clone();
+            line["leaf"] = BASE64_STANDARD.encode(bytes).into();
+            t[i] = unparse(&line);
+            assert_eq!(
+                reason(verify(&cert, &t)).0,
+                Reason::InclusionProof,
+                "{changed}"
+            );
+        }
+        // A flipped byte of a proof hash.
+        let mut t = lines.clone();
+        let mut line = v.clone();
+        let p = line["proof"][0].as_str().unwrap().to_owned();
+        let mut raw = BASE64_STANDARD.decode(p).unwrap();
+        raw[0] ^= 0x80;
+        line["proof"][0] = BASE64_STANDARD.encode(raw).into();
+        t[i] = unparse(&line);
+        assert_eq!(reason(verify(&cert, &t)).0, Reason::InclusionProof);
+    }
+
+    // A dropped record: the commitment no longer matches (or, with the end line left alone,
+    // the bundle is truncated).
+    let mut t = lines.clone();
+    t.remove(records[1]);
+    assert_eq!(reason(verify(&cert, &t)).0, Reason::Truncated);
+    set_end(&mut t);
+    assert_eq!(
+        reason(verify(&cert, &t)),
+        (Reason::EntriesMismatch, "entries.count".into())
+    );
+    // Another tenant's record (entry 7, globex's), genuinely in the log.
+    let mut t = lines.clone();
+    t.insert(records[3] + 1, line_of(&ledger, 7, size));
+    set_end(&mut t);
+    assert_eq!(
+        reason(verify(&cert, &t)),
+        (Reason::WrongTenant, "entry 7".into())
+    );
+    // The tenant's own record from after the period (entry 8).
+    let mut t = lines.clone();
+    t.insert(records[3] + 1, line_of(&ledger, 8, size));
+    set_end(&mut t);
+    assert_eq!(
+        reason(verify(&cert, &t)),
+        (Reason::OutsidePeriod, "entry 8".into())
+    );
+    // Reordered records; a missing end line; a context entry among the records.
+    let mut t = lines.clone();
+    t.swap(records[0], records[1]);
+    assert_eq!(reason(verify(&cert, &t)).0, Reason::Order);
+    let mut t = lines.clone();
+    t.pop();
+    assert_eq!(reason(verify(&cert, &t)).0, Reason::Truncated);
+    let mut t = lines.clone();
+    let ctx = t.remove(3); // the region parameters
+    t.insert(records[3] - 1, ctx);
+    assert_eq!(reason(verify(&cert, &t)).0, Reason::Order);
+
+    // Pointed at an older checkpoint (re-signed by the key holder): later records are not in it.
+    let signer = LogSigner::new(ORIGIN, key.clone()).unwrap();
+    let old_size = 6;
+    let old_note = signer.sign_checkpoint(old_size, &ledger.root_at(old_size).unwrap());
+    let mut c = cert.clone();
+    c.checkpoint = old_note.clone();
+    let c = resign(c, &key);
+    // The bundle rebuilt honestly for that checkpoint: proofs to its size where they exist.
+    let mut t: Vec<Vec<u8>> = lines
+        .iter()
+        .map(|l| {
+            let v = parse(l);
+            match v["index"].as_u64() {
+                Some(i) if i < old_size => line_of(&ledger, i, old_size),
+                _ => l.clone(),
+            }
+        })
+        .collect();
+    let mut h = parse(&t[0]);
+    h["checkpoint"] = old_note.clone().into();
+    t[0] = unparse(&h);
+    assert_eq!(
+        reason(verify(&c, &t)),
+        (Reason::NotInCheckpoint, "entry 6".into())
+    );
+    // ... and the certificate's checkpoint differs from the bundle's.
+    assert_eq!(reason(verify(&cert, &t)).0, Reason::CheckpointMismatch);
+
+    // Signed with another key: the certificate, the checkpoint.
+    let other = gpuledger::sample::key("not-the-log");
+    assert_eq!(
+        reason(verify(&resign(cert.clone(), &other), &lines)).0,
+        Reason::CertificateSignature
+    );
+    let forged_note = LogSigner::new(ORIGIN, other)
+        .unwrap()
+        .sign_checkpoint(size, &ledger.root_at(size).unwrap());
+    let mut t = lines.clone();
+    let mut h = parse(&t[0]);
+    h["checkpoint"] = forged_note.into();
+    t[0] = unparse(&h);
+    assert_eq!(reason(verify(&cert, &t)).0, Reason::CheckpointSignature);
+    // A malformed line.
+    let mut t = lines.clone();
+    t[2] = b"{\"type\":\"entry\"".to_vec();
+    assert_eq!(reason(verify(&cert, &t)).0, Reason::Malformed);
+}
+
+/// A log written by hand with the log key, as a dishonest key holder could: entry by entry,
+/// with the chain, the tree, a checkpoint and proofs.
+struct HandLog {
+    signer: LogSigner,
+    leaves: Vec<Vec<u8>>,
+    hashes: MemoryHashes,
+    ledger_seq: u64,
+}
+
+impl HandLog {
+    fn new() -> Self {
+        HandLog {
+            signer: LogSigner::new(ORIGIN, log_key()).unwrap(),
+            leaves: Vec::new(),
+            hashes: MemoryHashes::default(),
+            ledger_seq: 0,
+        }
+    }
+
+    fn push(&mut self, env: Envelope, received_at: Timestamp) -> u64 {
+        let index = self.leaves.len() as u64;
+        let prev = self
+            .leaves
+            .last()
+            .map(|l| merkle::leaf_hash(l))
+            .unwrap_or(GENESIS_PREV);
+        let bytes = Leaf::new(index, received_at, &prev, env).to_bytes();
+        merkle::append_leaves(index, &[merkle::leaf_hash(&bytes)], &mut self.hashes).unwrap();
+        self.leaves.push(bytes);
+        index
+    }
+
+    fn ledger(&mut self, body: Body) -> u64 {
+        self.ledger_seq += 1;
+        let env = Envelope::sign(
+            body.kind(),
+            LEDGER_SIGNER,
+            &log_key(),
+            self.ledger_seq,
+            &body,
+        );
+        self.push(env, at(7300))
+    }
+
+    fn note(&self) -> String {
+        let n = self.leaves.len() as u64;
+        self.signer
+            .sign_checkpoint(n, &merkle::tree_hash(n, &self.hashes).unwrap())
+    }
+
+    fn line(&self, index: u64) -> Vec<u8> {
+        let n = self.leaves.len() as u64;
+        let proof = merkle::prove_record(n, index, &self.hashes).unwrap();
+        let mut l = bundle::entry_line(index, &self.leaves[index as usize], &proof);
+        l.pop();
+        l
+    }
+
+    /// A certificate of acme over `records` (all in the period) and its bundle.
+    fn certificate(&self, context: &[u64], records: &[u64]) -> (Certificate, Vec<Vec<u8>>) {
+        let mut tally = Tally::new();
+        let book = gpuledger::core::rating::PriceBook::default();
+        for &i in records {
+            let leaf = Leaf::from_bytes(&self.leaves[i as usize]).unwrap();
+            let kind = Kind::parse(&leaf.envelope.kind).unwrap();
+            let h = merkle::leaf_hash(&self.leaves[i as usize]);
+            match Body::from_value(kind, &leaf.envelope.body, leaf.received_at).unwrap() {
+                Body::GpuUsage(u) => tally.add_usage(i, &h, &u).unwrap(),
+                Body::Energy(e) => tally.add_energy(i, &h, &e, &book).unwrap(),
+                _ => unreachable!(),
+            }
+        }
+        let claims = tally.finish().unwrap();
+        let note = self.note();
+        let mut cert = Certificate {
+            v: 1,
+            id: "CERT-000042".into(),
+            tenant: "acme".into(),
+            period_from: period().from,
+            period_to: period().to,
+            scope: Scope::default(),
+            issued_at: at(7300),
+            log_origin: ORIGIN.into(),
+            checkpoint: note.clone(),
+            entries: claims.entries,
+            gpu: claims.gpu,
+            energy: claims.energy,
+            totals: claims.totals,
+            sig: String::new(),
+        };
+        cert.sign(&log_key());
+        let header = bundle::Header::new(
+            ORIGIN,
+            &note,
+            bundle::BundleSubject::Certificate(cert.id.clone()),
+        );
+        let mut lines = vec![bundle::header_line(&header)];
+        lines[0].pop();
+        for &i in context.iter().chain(records) {
+            lines.push(self.line(i));
+        }
+        let mut end = bundle::end_line((context.len() + records.len()) as u64);
+        end.pop();
+        lines.push(end);
+        (cert, lines)
+    }
+}
+
+fn register(log: &mut HandLog, name: &str, key: &SigningKey) -> u64 {
+    log.ledger(Body::SignerKeyRegistered(SignerKeyRegistered {
+        signer: name.into(),
+        role: Role::Node,
+        key_id: keys::key_id(&key.verifying_key()),
+        public_key: keys::encode_public(&key.verifying_key()),
+    }))
+}
+
+#[test]
+fn records_signed_after_revocation_or_with_bad_signatures_are_named() {
+    let node = gpuledger::sample::key("hand-node");
+    let mut log = HandLog::new();
+    let reg = register(&mut log, "node-h", &node);
+    let u1 = gpu("acme", "node-h", "west", None, "1", 0, 600);
+    let r1 = log.push(
+        Envelope::sign(Kind::GpuUsage, "node-h", &node, 1, &u1),
+        at(600),
+    );
+    let rev = log.ledger(Body::SignerKeyRevoked(SignerKeyRevoked {
+        signer: "node-h".into(),
+        key_id: keys::key_id(&node.verifying_key()),
+        reason: Some("stolen".into()),
+    }));
+    let u2 = gpu("acme", "node-h", "west", None, "1", 600, 1200);
+    let r2 = log.push(
+        Envelope::sign(Kind::GpuUsage, "node-h", &node, 2, &u2),
+        at(1200),
+    );
+    // A record whose signature is bad, written into the tree anyway.
+    let u3 = gpu("acme", "node-h", "west", None, "1", 1200, 1800);
+    let mut bad = Envelope::sign(Kind::GpuUsage, "node-h", &node, 3, &u3);
+    let mut raw = BASE64_STANDARD.decode(&bad.sig).unwrap();
+    raw[5] ^= 1;
+    bad.sig = BASE64_STANDARD.encode(raw);
+    // Before the revocation in the log order is what counts, so put it first in a fresh log.
+    let mut log2 = HandLog::new();
+    let reg2 = register(&mut log2, "node-h", &node);
+    let b = log2.push(bad, at(1800));
+
+    let (cert, lines) = log.certificate(&[reg, rev], &[r1]);
+    verify(&cert, &lines).unwrap();
+    let (cert, lines) = log.certificate(&[reg, rev], &[r1, r2]);
+    assert_eq!(
+        reason(verify(&cert, &lines)),
+        (Reason::KeyRevoked, format!("entry {r2}"))
+    );
+    let (cert, lines) = log.certificate(&[], &[r1]);
+    assert_eq!(
+        reason(verify(&cert, &lines)),
+        (Reason::UnknownKey, format!("entry {r1}"))
+    );
+    let (cert, lines) = log2.certificate(&[reg2], &[b]);
+    assert_eq!(
+        reason(verify(&cert, &lines)),
+        (Reason::EntrySignature, format!("entry {b}"))
+    );
+}
