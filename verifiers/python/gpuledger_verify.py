@@ -1,0 +1,1907 @@
+#!/usr/bin/env python3
+"""gpuledger_verify: a second, independent verifier for gpuledger, version 1.
+
+Written from docs/PROTOCOL.md (and the JSON Schemas and vectors it makes part of the
+contract), not from the Rust code. It checks compute-usage certificates with their evidence
+bundles (PROTOCOL.md section 15), bundles alone (steps 1, 2 and 4), signed checkpoints
+(section 9) and consistency proofs between two checkpoints (section 8).
+
+Usage (exit 0 on PASS, 1 on FAIL, 2 on usage errors or unreadable files):
+
+    gpuledger_verify.py certificate --certificate CERT.json --bundle BUNDLE.ndjson --log-key KEY [--json]
+    gpuledger_verify.py bundle --bundle BUNDLE.ndjson --log-key KEY [--json]
+    gpuledger_verify.py checkpoint --checkpoint NOTE --log-key KEY [--json]
+    gpuledger_verify.py consistency --old NOTE1 --new NOTE2 --proof PROOF.json --log-key KEY [--json]
+
+KEY is the signed-note verifier key string `<name>+<8 hex>+<base64(0x01 || public key)>`, or
+the path of a file holding it.
+
+Dependencies: `cryptography` (Ed25519) and `rfc8785` (JCS), nothing else outside the standard
+library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import calendar
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from decimal import Context as _DecimalContext
+from decimal import Decimal, InvalidOperation
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import rfc8785
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+__all__ = [
+    "REASONS",
+    "Failure",
+    "Result",
+    "VerifierKey",
+    "Checkpoint",
+    "parse_verifier_key",
+    "load_verifier_key",
+    "verify_checkpoint_note",
+    "verify_certificate",
+    "verify_bundle",
+    "verify_consistency_files",
+    "verify_inclusion",
+    "verify_consistency",
+    "verify_strict",
+    "leaf_hash",
+    "merkle_root",
+    "signed_message",
+    "certificate_message",
+    "jcs",
+    "main",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Reason codes (PROTOCOL.md section 15), plus one for the `consistency` command, which section
+# 15 does not cover.
+# ---------------------------------------------------------------------------------------------
+
+REASONS = (
+    "malformed",
+    "truncated",
+    "order",
+    "checkpoint_signature",
+    "certificate_signature",
+    "checkpoint_mismatch",
+    "not_in_checkpoint",
+    "leaf_invalid",
+    "inclusion_proof",
+    "unknown_key",
+    "key_revoked",
+    "key_not_allowed",
+    "entry_signature",
+    "wrong_tenant",
+    "outside_period",
+    "outside_scope",
+    "entries_mismatch",
+    "claim_mismatch",
+)
+CONSISTENCY_REASON = "consistency_proof"  # not in section 15: see README "Where the document was unclear"
+
+
+class Failure(Exception):
+    """A verification failure: a stable reason code, the item at fault, a message for people."""
+
+    def __init__(self, reason: str, item: str, message: str):
+        assert reason in REASONS or reason == CONSISTENCY_REASON, reason
+        super().__init__(f"{reason}: {item}: {message}")
+        self.reason = reason
+        self.item = item
+        self.message = message
+
+
+class UsageError(Exception):
+    """Bad command line, unreadable file or unusable verifier key (exit status 2)."""
+
+
+class FieldError(Exception):
+    """An envelope or body check failed (the ledger's own reason code, section 6.6)."""
+
+    def __init__(self, code: str, field_name: str, message: str):
+        super().__init__(f"{code}: {field_name}: {message}")
+        self.code = code
+        self.field = field_name
+        self.message = message
+
+
+@dataclass
+class Result:
+    ok: bool
+    reason: Optional[str]
+    item: Optional[str]
+    message: str
+    summary: Dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> Dict[str, Any]:
+        return {
+            "result": "PASS" if self.ok else "FAIL",
+            "reason": self.reason,
+            "item": self.item,
+            "message": self.message,
+            "summary": self.summary,
+        }
+
+    def line(self) -> str:
+        if self.ok:
+            return f"PASS: {self.message}"
+        return f"FAIL: {self.reason}: {self.item}: {self.message}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Limits (Appendix A) and value forms (section 2)
+# ---------------------------------------------------------------------------------------------
+
+MAX_ID_LEN = 128
+MAX_DECIMAL_LEN = 40
+MAX_SCALE = 9
+MAX_SIGNIFICANT_DIGITS = 28
+MAX_GPU_COUNT = Decimal(1024)
+MAX_INTERVAL_SECONDS = 86400
+MAX_CLOCK_SKEW_SECONDS = 300
+MAX_GPU_SECONDS = Decimal(1024 * 86400)
+MAX_KWH_PER_RECORD = Decimal(100000)
+MAX_PRICE_PER_GPU_HOUR = Decimal(1000000)
+MAX_SPOT_SCHEDULE_AHEAD_SECONDS = 604800
+MAX_SEQ = 2**53 - 1
+MAX_INDEX = 2**53 - 1
+MAX_ENVELOPE_BYTES = 8192
+MIN_TIME = 946684800  # 2000-01-01T00:00:00Z
+MAX_TIME = 253402300799  # 9999-12-31T23:59:59Z
+MAX_ELECTRICITY_PRICE = Decimal(1000)
+MIN_PUE = Decimal(1)
+MAX_PUE = Decimal(5)
+MAX_CARBON_G_PER_KWH = Decimal(5000)
+MAX_AMOUNT = Decimal(10**12)  # from the schemas' descriptions (invoice_issued, payment, credit_note)
+MAX_NOTE_BYTES = 500
+MAX_SCOPE_NODES = 1000
+
+# Exact arithmetic: values are at most 40 characters; products of a few of them need far fewer
+# than 1000 digits, so nothing computed here is ever rounded.
+DEC = _DecimalContext(prec=1000, Emax=10**6, Emin=-(10**6))
+
+DECIMAL_RE = re.compile(r"(0|[1-9][0-9]*)(\.[0-9]{0,8}[1-9])?")
+EXACT_DECIMAL_RE = re.compile(r"(0|[1-9][0-9]*)(\.[0-9]*[1-9])?")  # section 13.2, no length limit
+TIMESTAMP_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})Z")
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+KEY_ID_RE = re.compile(r"[0-9a-f]{16}")
+CURRENCY_RE = re.compile(r"[A-Z]{3}")
+B64_RE = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+AMOUNT_RE = re.compile(r"(0|[1-9][0-9]*)(\.[0-9]{1,4})?")
+HEX64_RE = re.compile(r"[0-9a-f]{64}")
+INVOICE_NUMBER_RE = re.compile(r"INV-[0-9]{6}")
+CERT_ID_RE = re.compile(r"CERT-[0-9]{6,}")
+SIZE_RE = re.compile(r"0|[1-9][0-9]*")
+
+
+def is_id(value: Any) -> bool:
+    return isinstance(value, str) and ID_RE.fullmatch(value) is not None
+
+
+def is_int(value: Any) -> bool:
+    # bool is a subclass of int in Python; JSON true is not an integer.
+    return type(value) is int
+
+
+def b64decode_canonical(value: Any, length: Optional[int] = None) -> bytes:
+    """Standard base64 with padding, no whitespace, unused bits zero (section 2.4)."""
+    if not isinstance(value, str) or B64_RE.fullmatch(value) is None:
+        raise ValueError("not standard padded base64")
+    raw = base64.b64decode(value, validate=True)
+    if base64.b64encode(raw).decode("ascii") != value:
+        raise ValueError("non-canonical base64 (unused bits not zero)")
+    if length is not None and len(raw) != length:
+        raise ValueError(f"base64 of {len(raw)} bytes, expected {length}")
+    return raw
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+def parse_timestamp(value: Any) -> int:
+    """Section 2.2: returns Unix seconds, or raises ValueError."""
+    if not isinstance(value, str):
+        raise TypeError("not a string")
+    m = TIMESTAMP_RE.fullmatch(value)
+    if m is None:
+        raise ValueError("not YYYY-MM-DDTHH:MM:SSZ")
+    y, mo, d, h, mi, s = (int(g) for g in m.groups())
+    try:
+        dt = datetime.datetime(y, mo, d, h, mi, s)
+    except ValueError as e:
+        raise ValueError(f"not a real date and time ({e})") from None
+    unix = calendar.timegm(dt.timetuple())
+    if not MIN_TIME <= unix <= MAX_TIME:
+        raise ValueError("outside 2000-01-01T00:00:00Z .. 9999-12-31T23:59:59Z")
+    return unix
+
+
+def significant_digits(text: str) -> int:
+    digits = text.replace(".", "").lstrip("0")
+    return len(digits)
+
+
+def parse_exact_decimal(value: Any) -> Decimal:
+    """Certificate decimals (section 13.2): the spelling of 2.1 without its length limits."""
+    if not isinstance(value, str) or EXACT_DECIMAL_RE.fullmatch(value) is None:
+        raise ValueError(f"{value!r} is not a canonical decimal string")
+    return Decimal(value)
+
+
+def dec_str(value: Decimal) -> str:
+    """Canonical spelling of an exact Decimal (no exponent, no trailing zeros)."""
+    s = format(value, "f")
+    if "." in s:
+        s = s.rstrip("0").rstrip(".")
+    if s in ("", "-0"):
+        s = "0"
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON: strict parsing and RFC 8785 canonical bytes (section 2.6)
+# ---------------------------------------------------------------------------------------------
+
+
+def _no_duplicates(pairs):
+    obj = {}
+    for k, v in pairs:
+        if k in obj:
+            raise ValueError(f"member name {k!r} repeats")
+        obj[k] = v
+    return obj
+
+
+def _no_float(text):
+    raise ValueError(f"number {text!r} is not an integer in plain decimal")
+
+
+def _no_constant(text):
+    raise ValueError(f"{text} is not JSON")
+
+
+def parse_json(data: bytes) -> Any:
+    """Parse UTF-8 JSON strictly: no repeated member names, no fractions/exponents, no NaN."""
+    text = data.decode("utf-8")  # strict: invalid UTF-8 raises
+    return json.loads(
+        text,
+        object_pairs_hook=_no_duplicates,
+        parse_float=_no_float,
+        parse_constant=_no_constant,
+    )
+
+
+def jcs(value: Any) -> bytes:
+    return rfc8785.dumps(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ed25519, strict (section 3.3)
+# ---------------------------------------------------------------------------------------------
+
+_P = 2**255 - 19
+_L = 2**252 + 27742317777372353535851937790883648493
+_D = (-121665 * pow(121666, _P - 2, _P)) % _P
+_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
+
+# The y-coordinates (little-endian, sign bit cleared) of every encoding of a point of small
+# order, canonical or not: the list of libsodium / "Taming the many EdDSAs". Comparing with the
+# top bit cleared covers both signs of x.
+_SMALL_ORDER_Y = frozenset(
+    bytes.fromhex(h)
+    for h in (
+        "0000000000000000000000000000000000000000000000000000000000000000",  # y=0, order 4
+        "0100000000000000000000000000000000000000000000000000000000000000",  # y=1, identity
+        "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",  # order 8
+        "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",  # order 8
+        "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",  # y=p-1, order 2
+        "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",  # y=p (=0), non-canonical
+        "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",  # y=p+1 (=1), non-canonical
+    )
+)
+
+
+def ed25519_decode_point(enc: bytes, canonical: bool = True) -> Optional[Tuple[int, int]]:
+    """Decode a 32-byte point encoding (RFC 8032 5.1.3). None when it is not a curve point.
+
+    With canonical=False, y >= p is reduced mod p (as ed25519-dalek does); x = 0 with the sign
+    bit set is accepted only then."""
+    if len(enc) != 32:
+        return None
+    n = int.from_bytes(enc, "little")
+    sign = n >> 255
+    y = n & ((1 << 255) - 1)
+    if y >= _P:
+        if canonical:
+            return None
+        y -= _P
+    u = (y * y - 1) % _P
+    v = (_D * y * y + 1) % _P
+    x2 = u * pow(v, _P - 2, _P) % _P
+    if x2 == 0:
+        if sign and canonical:
+            return None
+        return (0, y)
+    x = pow(x2, (_P + 3) // 8, _P)
+    if (x * x - x2) % _P != 0:
+        x = x * _SQRT_M1 % _P
+    if (x * x - x2) % _P != 0:
+        return None
+    if (x & 1) != sign:
+        x = _P - x
+    return (x, y)
+
+
+def _edwards_double(pt: Tuple[int, int]) -> Tuple[int, int]:
+    x, y = pt
+    # a = -1 twisted Edwards affine doubling
+    xy = x * y % _P
+    dxy2 = _D * xy * xy % _P
+    x3 = 2 * xy * pow(1 + dxy2, _P - 2, _P) % _P
+    y3 = (y * y + x * x) * pow(1 - dxy2, _P - 2, _P) % _P
+    return (x3, y3)
+
+
+def ed25519_is_small_order_math(enc: bytes) -> bool:
+    """[8]P == identity, by arithmetic (used by the tests to cross-check the byte list)."""
+    pt = ed25519_decode_point(enc, canonical=False)
+    if pt is None:
+        return False
+    for _ in range(3):
+        pt = _edwards_double(pt)
+    return pt == (0, 1)
+
+
+def ed25519_is_small_order(enc: bytes) -> bool:
+    return len(enc) == 32 and (enc[:31] + bytes([enc[31] & 0x7F])) in _SMALL_ORDER_Y
+
+
+def valid_public_key(pub: bytes) -> bool:
+    """Section 3.1 / 5.4: 32 bytes, a (canonical) curve point, not of small order."""
+    return (
+        len(pub) == 32
+        and ed25519_decode_point(pub, canonical=True) is not None
+        and not ed25519_is_small_order(pub)
+    )
+
+
+_PUBKEY_CACHE: Dict[bytes, Optional[Ed25519PublicKey]] = {}
+
+
+def _public_key_object(pub: bytes) -> Optional[Ed25519PublicKey]:
+    key = _PUBKEY_CACHE.get(pub)
+    if key is None and pub not in _PUBKEY_CACHE:
+        if len(pub) != 32 or ed25519_decode_point(pub, canonical=False) is None or ed25519_is_small_order(pub):
+            key = None
+        else:
+            try:
+                key = Ed25519PublicKey.from_public_bytes(pub)
+            except ValueError:
+                key = None
+        if len(_PUBKEY_CACHE) > 4096:
+            _PUBKEY_CACHE.clear()
+        _PUBKEY_CACHE[pub] = key
+    return key
+
+
+def verify_strict(pub: bytes, message: bytes, sig: bytes) -> bool:
+    """Strict Ed25519 (section 3.3, ed25519-dalek verify_strict semantics).
+
+    OpenSSL (through `cryptography`) checks S < L and the cofactorless equation
+    encode([S]B - [k]A) == R; it does not refuse a small-order R or A, so those checks are
+    made here, together with S < L (made here too, not relied upon)."""
+    if len(sig) != 64:
+        return False
+    key = _public_key_object(pub)
+    if key is None:
+        return False
+    r, s = sig[:32], int.from_bytes(sig[32:], "little")
+    if s >= _L:
+        return False
+    # R must not be of small order. That R decodes to a point needs no separate check: the
+    # equation below compares R's bytes with the canonical encoding of a point, so an R that is
+    # no point (or a non-canonical encoding) never verifies.
+    if ed25519_is_small_order(r):
+        return False
+    try:
+        key.verify(sig, message)
+    except InvalidSignature:
+        return False
+    return True
+
+
+def key_id_of(pub: bytes) -> str:
+    """Section 3.2."""
+    return hashlib.sha256(pub).digest()[:8].hex()
+
+
+# ---------------------------------------------------------------------------------------------
+# Merkle trees (section 8): RFC 9162 verification algorithms
+# ---------------------------------------------------------------------------------------------
+
+EMPTY_ROOT = hashlib.sha256(b"").digest()
+
+
+def leaf_hash(data: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + data).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def verify_inclusion(index: int, size: int, lhash: bytes, proof: List[bytes], root: bytes) -> bool:
+    """RFC 9162 section 2.1.3.2."""
+    if index < 0 or index >= size:
+        return False
+    fn, sn, r = index, size - 1, lhash
+    for p in proof:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            r = node_hash(p, r)
+            if not fn & 1:
+                while not fn & 1 and fn != 0:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            r = node_hash(r, p)
+        fn >>= 1
+        sn >>= 1
+    return sn == 0 and r == root
+
+
+def verify_consistency(first: int, second: int, first_hash: bytes, second_hash: bytes, proof: List[bytes]) -> bool:
+    """RFC 9162 section 2.1.4.2 (with the m = n and m = 0 cases of RFC 6962 2.1.2)."""
+    if first < 0 or first > second:
+        return False
+    if first == second:
+        return not proof and first_hash == second_hash
+    if first == 0:
+        # The empty tree is a prefix of every tree; RFC 6962 defines no proof for it.
+        return not proof and first_hash == EMPTY_ROOT
+    if not proof:
+        return False
+    path = list(proof)
+    if first & (first - 1) == 0:
+        path.insert(0, first_hash)
+    fn, sn = first - 1, second - 1
+    while fn & 1:
+        fn >>= 1
+        sn >>= 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            fr = node_hash(c, fr)
+            sr = node_hash(c, sr)
+            if not fn & 1:
+                while not fn & 1 and fn != 0:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            sr = node_hash(sr, c)
+        fn >>= 1
+        sn >>= 1
+    return sn == 0 and fr == first_hash and sr == second_hash
+
+
+class StreamingMerkle:
+    """RFC 6962 MTH over leaf hashes appended one at a time; memory O(log n)."""
+
+    def __init__(self):
+        self._stack: List[Tuple[int, bytes]] = []  # (subtree size, hash), sizes strictly decreasing
+        self.count = 0
+
+    def append_leaf_hash(self, h: bytes) -> None:
+        size = 1
+        while self._stack and self._stack[-1][0] == size:
+            _, left = self._stack.pop()
+            h = node_hash(left, h)
+            size *= 2
+        self._stack.append((size, h))
+        self.count += 1
+
+    def root(self) -> bytes:
+        if not self._stack:
+            return EMPTY_ROOT
+        h = self._stack[-1][1]
+        for _, left in reversed(self._stack[:-1]):
+            h = node_hash(left, h)
+        return h
+
+
+def merkle_root(leaf_hashes: List[bytes]) -> bytes:
+    m = StreamingMerkle()
+    for h in leaf_hashes:
+        m.append_leaf_hash(h)
+    return m.root()
+
+
+# ---------------------------------------------------------------------------------------------
+# Signed notes and checkpoints (section 9)
+# ---------------------------------------------------------------------------------------------
+
+NOTE_SIG_PREFIX = "\u2014 "  # EM DASH, space
+
+
+@dataclass(frozen=True)
+class VerifierKey:
+    name: str
+    note_key_id: int  # 4-byte note key id
+    public_key: bytes
+    text: str
+
+    @property
+    def envelope_key_id(self) -> str:
+        """The log key's key id (section 3.2), used in the ledger's own envelopes (6.1)."""
+        return key_id_of(self.public_key)
+
+
+def note_key_id(name: str, pub: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(name.encode("utf-8") + b"\n\x01" + pub).digest()[:4], "big")
+
+
+def _valid_note_name(name: str) -> bool:
+    return name != "" and "+" not in name and not any(ch.isspace() for ch in name)
+
+
+def parse_verifier_key(text: str) -> VerifierKey:
+    text = text.strip()
+    # The base64 part may itself hold '+': split at the first two only (as Go's note package does).
+    parts = text.split("+", 2)
+    if len(parts) != 3:
+        raise UsageError("verifier key must be <name>+<8 hex digits>+<base64(0x01 || public key)>")
+    name, hexid, key64 = parts
+    if not _valid_note_name(name):
+        raise UsageError(f"verifier key name {name!r} is empty or holds whitespace")
+    if re.fullmatch(r"[0-9a-f]{8}", hexid) is None:
+        raise UsageError(f"verifier key id {hexid!r} is not 8 lower-case hex digits")
+    try:
+        raw = b64decode_canonical(key64, 33)
+    except ValueError as e:
+        raise UsageError(f"verifier key: {e}") from None
+    if raw[0] != 0x01:
+        raise UsageError("verifier key algorithm byte is not 0x01 (Ed25519)")
+    pub = raw[1:]
+    if note_key_id(name, pub) != int(hexid, 16):
+        raise UsageError(f"verifier key id {hexid} does not match its name and public key")
+    if not valid_public_key(pub):
+        raise UsageError("verifier key public key is not a valid Ed25519 point of large order")
+    return VerifierKey(name, int(hexid, 16), pub, text)
+
+
+def load_verifier_key(arg: str) -> VerifierKey:
+    """KEY is the verifier key string, or the path of a file holding it."""
+    if os.path.isfile(arg):
+        try:
+            with open(arg, "r", encoding="utf-8") as f:
+                return parse_verifier_key(f.read())
+        except OSError as e:
+            raise UsageError(f"cannot read {arg}: {e}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"{arg} is not UTF-8") from None
+    return parse_verifier_key(arg)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    origin: str
+    size: int
+    root: bytes
+    note: str
+
+
+def verify_checkpoint_note(note: Any, key: VerifierKey, item: str = "checkpoint") -> Checkpoint:
+    """Parse a C2SP signed note holding a C2SP tlog-checkpoint and check it (section 9).
+
+    Raises Failure(checkpoint_signature)."""
+
+    def bad(msg: str) -> Failure:
+        return Failure("checkpoint_signature", item, msg)
+
+    if isinstance(note, bytes):
+        try:
+            note = note.decode("utf-8")
+        except UnicodeDecodeError:
+            raise bad("note is not UTF-8") from None
+    if not isinstance(note, str):
+        raise bad("note is not a string")
+    if any((ord(ch) < 0x20 and ch != "\n") or ord(ch) == 0x7F for ch in note):
+        raise bad("note holds a control character other than LF")
+    if not note.endswith("\n"):
+        raise bad("note does not end with LF")
+    split = note.rfind("\n\n")
+    if split < 0:
+        raise bad("note has no blank line before its signatures")
+    body, sigs = note[: split + 1], note[split + 2 :]
+    if sigs == "":
+        raise bad("note has no signature lines")
+    parsed = []
+    for line in sigs[:-1].split("\n"):
+        if not line.startswith(NOTE_SIG_PREFIX):
+            raise bad(f"signature line {line[:40]!r} does not start with '\u2014 '")
+        rest = line[len(NOTE_SIG_PREFIX) :]
+        name, sep, sig64 = rest.partition(" ")
+        if not sep or not _valid_note_name(name) or sig64 == "":
+            raise bad("malformed signature line")
+        try:
+            raw = b64decode_canonical(sig64)
+        except ValueError:
+            raise bad("signature is not standard base64") from None
+        if len(raw) < 5:
+            raise bad("signature too short")
+        parsed.append((name, int.from_bytes(raw[:4], "big"), raw[4:]))
+
+    lines = body.split("\n")
+    if len(lines) != 4 or lines[3] != "":
+        raise bad("checkpoint body is not exactly three lines (origin, size, root; no extension lines)")
+    origin, size_text, root64 = lines[0], lines[1], lines[2]
+    if origin == "":
+        raise bad("empty origin")
+    if SIZE_RE.fullmatch(size_text) is None or int(size_text) > MAX_INDEX + 1:
+        raise bad(f"tree size {size_text!r} is not a decimal without leading zeros")
+    try:
+        root = b64decode_canonical(root64, 32)
+    except ValueError as e:
+        raise bad(f"root hash: {e}") from None
+
+    mine = [p for p in parsed if p[0] == key.name and p[1] == key.note_key_id]
+    if not mine:
+        raise bad(f"no signature by the verifier key {key.name}+{key.note_key_id:08x}")
+    body_bytes = body.encode("utf-8")
+    for _, _, sig in mine:
+        if not verify_strict(key.public_key, body_bytes, sig):
+            raise bad("the signature by the verifier key does not verify over the checkpoint body")
+    if origin != key.name:
+        raise bad(f"checkpoint origin {origin!r} is not the verifier key's name {key.name!r}")
+    return Checkpoint(origin, int(size_text), root, note)
+
+
+# ---------------------------------------------------------------------------------------------
+# Envelopes and bodies (sections 4 and 5)
+# ---------------------------------------------------------------------------------------------
+
+NODE_KINDS = ("gpu_usage", "energy")
+MARKET_KINDS = ("spot_price",)
+LEDGER_KINDS = (
+    "signer_key_registered",
+    "signer_key_revoked",
+    "rate_card",
+    "region_params",
+    "lease_registered",
+    "invoice_issued",
+    "payment",
+    "credit_note",
+    "certificate_issued",
+)
+KINDS = NODE_KINDS + MARKET_KINDS + LEDGER_KINDS
+RECORD_KINDS = NODE_KINDS
+ROLE_KINDS = {"node": NODE_KINDS, "market": MARKET_KINDS, "ledger": LEDGER_KINDS}
+ENVELOPE_MEMBERS = ("v", "kind", "signer", "key_id", "seq", "body", "sig")
+LEAF_MEMBERS = ("v", "index", "received_at", "prev", "envelope")
+
+
+def signed_message(envelope: Dict[str, Any]) -> bytes:
+    """Section 4.1."""
+    unsigned = {k: v for k, v in envelope.items() if k != "sig"}
+    return b"gpuledger/v1/" + envelope["kind"].encode("ascii") + b"\n" + jcs(unsigned)
+
+
+def certificate_message(cert: Dict[str, Any]) -> bytes:
+    """Section 13.4."""
+    unsigned = {k: v for k, v in cert.items() if k != "sig"}
+    return b"gpuledger-certificate/v1\n" + jcs(unsigned)
+
+
+class _Body:
+    """Field-by-field checks of one body, with the ledger's reason codes."""
+
+    def __init__(self, body: Dict[str, Any], members: Dict[str, bool], int_members: Tuple[str, ...] = ()):
+        self.body = body
+        for name in body:
+            if name not in members:
+                raise FieldError("malformed", f"body.{name}", "unknown member")
+        for name, required in members.items():
+            if name not in body:
+                if required:
+                    raise FieldError("malformed", f"body.{name}", "missing")
+                continue
+            value = body[name]
+            if name in int_members:
+                if not is_int(value):
+                    raise FieldError("malformed", f"body.{name}", "not an integer")
+            elif not isinstance(value, str):
+                raise FieldError("malformed", f"body.{name}", "not a string (null is not allowed)")
+
+    def has(self, name: str) -> bool:
+        return name in self.body
+
+    def id(self, name: str) -> str:
+        value = self.body[name]
+        if not is_id(value):
+            raise FieldError("invalid_field", f"body.{name}", f"{value!r} is not an identifier")
+        return value
+
+    def timestamp(self, name: str) -> int:
+        try:
+            return parse_timestamp(self.body[name])
+        except ValueError as e:
+            raise FieldError("invalid_field", f"body.{name}", f"{self.body[name]!r}: {e}") from None
+
+    def decimal(self, name: str, lo: Optional[Decimal] = None, hi: Optional[Decimal] = None,
+                lo_exclusive: bool = False) -> Decimal:
+        value = self.body[name]
+        f = f"body.{name}"
+        if value.startswith("-") and EXACT_DECIMAL_RE.fullmatch(value[1:]):
+            raise FieldError("negative_quantity", f, f"{value!r} is negative")
+        if len(value) > MAX_DECIMAL_LEN or DECIMAL_RE.fullmatch(value) is None:
+            raise FieldError("invalid_field", f, f"{value!r} is not a canonical decimal")
+        if significant_digits(value) > MAX_SIGNIFICANT_DIGITS:
+            raise FieldError("invalid_field", f, f"{value!r} has more than 28 significant digits")
+        d = Decimal(value)
+        if lo is not None and (d < lo or (lo_exclusive and d == lo)):
+            raise FieldError("quantity_out_of_range", f, f"{value} is below its limit {dec_str(lo)}")
+        if hi is not None and d > hi:
+            raise FieldError("quantity_out_of_range", f, f"{value} is above its limit {dec_str(hi)}")
+        return d
+
+    def amount(self, name: str, positive: bool) -> Decimal:
+        value = self.body[name]
+        f = f"body.{name}"
+        if value.startswith("-"):
+            raise FieldError("negative_quantity", f, f"{value!r} is negative")
+        if len(value) > 24 or AMOUNT_RE.fullmatch(value) is None:
+            raise FieldError("invalid_field", f, f"{value!r} is not an amount (digits, at most 4 decimals)")
+        d = Decimal(value)
+        if positive and d <= 0:
+            raise FieldError("quantity_out_of_range", f, f"{value} is not above 0")
+        if d > MAX_AMOUNT:
+            raise FieldError("quantity_out_of_range", f, f"{value} is above 1000000000000")
+        return d
+
+    def currency(self, name: str) -> str:
+        value = self.body[name]
+        if CURRENCY_RE.fullmatch(value) is None:
+            raise FieldError("invalid_field", f"body.{name}", f"{value!r} is not three upper-case letters")
+        return value
+
+    def enum(self, name: str, allowed: Tuple[str, ...]) -> str:
+        value = self.body[name]
+        if value not in allowed:
+            raise FieldError("invalid_field", f"body.{name}", f"{value!r} is not one of {', '.join(allowed)}")
+        return value
+
+    def pattern(self, name: str, regex: "re.Pattern[str]", what: str) -> str:
+        value = self.body[name]
+        if regex.fullmatch(value) is None:
+            raise FieldError("invalid_field", f"body.{name}", f"{value!r} is not {what}")
+        return value
+
+    def integer(self, name: str, lo: int, hi: int) -> int:
+        value = self.body[name]
+        if not lo <= value <= hi:
+            raise FieldError("quantity_out_of_range", f"body.{name}", f"{value} is outside {lo}..{hi}")
+        return value
+
+
+def _interval(b: _Body, now: int) -> Tuple[int, int]:
+    start = b.timestamp("start")
+    end = b.timestamp("end")
+    if end <= start:
+        raise FieldError("empty_interval", "body.end", "end is not after start")
+    if end - start > MAX_INTERVAL_SECONDS:
+        raise FieldError("interval_too_long", "body.end", f"end - start is {end - start} s, above 86400 s")
+    if end - now > MAX_CLOCK_SKEW_SECONDS:
+        raise FieldError("in_future", "body.end", f"end is {end - now} s after received_at (limit 300 s)")
+    return start, end
+
+
+def check_body(kind: str, body: Dict[str, Any], now: int) -> Dict[str, Any]:
+    """Section 5, in each table's order. Returns parsed values useful later."""
+    out: Dict[str, Any] = {}
+    if kind == "gpu_usage":
+        b = _Body(body, {"tenant": True, "lease": False, "region": True, "node": True, "gpu_model": True,
+                         "gpu_count": True, "start": True, "end": True, "gpu_seconds": True})
+        b.id("tenant")
+        if b.has("lease"):
+            b.id("lease")
+        b.id("region")
+        b.id("node")
+        b.id("gpu_model")
+        count = b.decimal("gpu_count", Decimal(0), MAX_GPU_COUNT, lo_exclusive=True)
+        start, end = _interval(b, now)
+        secs = b.decimal("gpu_seconds", Decimal(0), MAX_GPU_SECONDS)
+        if DEC.multiply(count, Decimal(end - start)) != secs:
+            raise FieldError("gpu_seconds_mismatch", "body.gpu_seconds",
+                             f"{body['gpu_seconds']} is not gpu_count x (end - start) = "
+                             f"{dec_str(DEC.multiply(count, Decimal(end - start)))}")
+        out.update(start=start, end=end, gpu_seconds=secs)
+    elif kind == "energy":
+        b = _Body(body, {"tenant": False, "region": True, "node": True, "start": True, "end": True, "kwh": True})
+        if b.has("tenant"):
+            b.id("tenant")
+        b.id("region")
+        b.id("node")
+        start, end = _interval(b, now)
+        kwh = b.decimal("kwh", Decimal(0), MAX_KWH_PER_RECORD)
+        out.update(start=start, end=end, kwh=kwh)
+    elif kind == "spot_price":
+        b = _Body(body, {"region": True, "gpu_model": True, "price_per_gpu_hour": True, "currency": True,
+                         "effective_from": True})
+        b.id("region")
+        b.id("gpu_model")
+        b.decimal("price_per_gpu_hour", Decimal(0), MAX_PRICE_PER_GPU_HOUR)
+        b.currency("currency")
+        eff = b.timestamp("effective_from")
+        if eff - now > MAX_SPOT_SCHEDULE_AHEAD_SECONDS:
+            raise FieldError("in_future", "body.effective_from",
+                             f"effective_from is {eff - now} s after received_at (limit 604800 s)")
+    elif kind == "signer_key_registered":
+        b = _Body(body, {"signer": True, "role": True, "key_id": True, "public_key": True})
+        signer = b.id("signer")
+        if signer == "ledger":
+            raise FieldError("invalid_field", "body.signer", "the id ledger is reserved (section 2.3)")
+        b.enum("role", ("node", "market", "ledger"))
+        if body["role"] == "ledger":
+            raise FieldError("invalid_field", "body.role", "the ledger registers only node and market signers")
+        kid = b.pattern("key_id", KEY_ID_RE, "a key id")
+        try:
+            pub = b64decode_canonical(body["public_key"], 32)
+        except ValueError as e:
+            raise FieldError("invalid_field", "body.public_key", str(e)) from None
+        if not valid_public_key(pub):
+            raise FieldError("invalid_field", "body.public_key", "not a valid Ed25519 point of large order")
+        if key_id_of(pub) != kid:
+            raise FieldError("invalid_field", "body.key_id", f"{kid} is not the key id of public_key ({key_id_of(pub)})")
+        out.update(public_key=pub)
+    elif kind == "signer_key_revoked":
+        b = _Body(body, {"signer": True, "key_id": True, "reason": False})
+        b.id("signer")
+        b.pattern("key_id", KEY_ID_RE, "a key id")
+    elif kind == "rate_card":
+        b = _Body(body, {"region": True, "gpu_model": True, "lease_class": True, "currency": True,
+                         "price_per_gpu_hour": True, "effective_from": True})
+        b.id("region")
+        b.id("gpu_model")
+        b.enum("lease_class", ("on_demand", "reserved"))
+        b.currency("currency")
+        b.decimal("price_per_gpu_hour", Decimal(0), MAX_PRICE_PER_GPU_HOUR)
+        out.update(effective_from=b.timestamp("effective_from"))
+    elif kind == "region_params":
+        b = _Body(body, {"region": True, "currency": True, "electricity_price_per_kwh": True, "pue": True,
+                         "carbon_g_per_kwh": True, "effective_from": True})
+        b.id("region")
+        b.currency("currency")
+        b.decimal("electricity_price_per_kwh", Decimal(0), MAX_ELECTRICITY_PRICE)
+        pue = b.decimal("pue", MIN_PUE, MAX_PUE)
+        carbon = b.decimal("carbon_g_per_kwh", Decimal(0), MAX_CARBON_G_PER_KWH)
+        out.update(pue=pue, carbon=carbon, effective_from=b.timestamp("effective_from"))
+    elif kind == "lease_registered":
+        b = _Body(body, {"lease": True, "tenant": True, "class": True})
+        b.id("lease")
+        b.id("tenant")
+        b.enum("class", ("on_demand", "reserved", "spot"))
+    elif kind == "invoice_issued":
+        b = _Body(body, {"number": True, "tenant": True, "period_from": True, "period_to": True, "currency": True,
+                         "total": True, "checkpoint_size": True, "invoice_sha256": True},
+                  int_members=("checkpoint_size",))
+        b.id("number")
+        b.pattern("number", INVOICE_NUMBER_RE, "INV- and six digits")
+        b.id("tenant")
+        pf = b.timestamp("period_from")
+        pt = b.timestamp("period_to")
+        b.currency("currency")
+        b.amount("total", positive=False)
+        b.integer("checkpoint_size", 0, MAX_INDEX)
+        b.pattern("invoice_sha256", HEX64_RE, "64 lower-case hex digits")
+        out.update(period_from=pf, period_to=pt)
+    elif kind in ("payment", "credit_note"):
+        b = _Body(body, {"tenant": True, "invoice": True, "currency": True, "amount": True, "note": True})
+        b.id("tenant")
+        b.id("invoice")
+        b.currency("currency")
+        b.amount("amount", positive=True)
+        if len(body["note"].encode("utf-8")) > MAX_NOTE_BYTES:
+            raise FieldError("invalid_field", "body.note", "longer than 500 bytes")
+    elif kind == "certificate_issued":
+        b = _Body(body, {"id": True, "tenant": True, "period_from": True, "period_to": True,
+                         "checkpoint_size": True, "certificate_sha256": True},
+                  int_members=("checkpoint_size",))
+        b.pattern("id", CERT_ID_RE, "CERT- and six or more digits")
+        b.id("tenant")
+        b.timestamp("period_from")
+        b.timestamp("period_to")
+        b.integer("checkpoint_size", 0, MAX_INDEX)
+        b.pattern("certificate_sha256", HEX64_RE, "64 lower-case hex digits")
+    else:  # pragma: no cover - kinds are checked before
+        raise FieldError("unknown_kind", "kind", kind)
+    return out
+
+
+def check_envelope(env: Any, now: int) -> Dict[str, Any]:
+    """Sections 4.3 and 5, with `now` = the leaf's received_at. Raises FieldError."""
+    if not isinstance(env, dict):
+        raise FieldError("malformed", "envelope", "not a JSON object")
+    for name in env:
+        if name not in ENVELOPE_MEMBERS:
+            raise FieldError("malformed", name, "unknown member")
+    for name in ENVELOPE_MEMBERS:
+        if name not in env:
+            raise FieldError("malformed", name, "missing")
+    types = {"v": is_int, "kind": lambda x: isinstance(x, str), "signer": lambda x: isinstance(x, str),
+             "key_id": lambda x: isinstance(x, str), "seq": is_int, "body": lambda x: isinstance(x, dict),
+             "sig": lambda x: isinstance(x, str)}
+    for name, ok in types.items():
+        if not ok(env[name]):
+            raise FieldError("malformed", name, "wrong type")
+    if env["v"] != 1:
+        raise FieldError("unsupported_version", "v", f"v is {env['v']}, not 1")
+    if env["kind"] not in KINDS:
+        raise FieldError("unknown_kind", "kind", f"{env['kind']!r} names no record kind")
+    if not is_id(env["signer"]):
+        raise FieldError("invalid_field", "signer", f"{env['signer']!r} is not an identifier")
+    if KEY_ID_RE.fullmatch(env["key_id"]) is None:
+        raise FieldError("invalid_field", "key_id", f"{env['key_id']!r} is not a key id")
+    if not 1 <= env["seq"] <= MAX_SEQ:
+        raise FieldError("quantity_out_of_range", "seq", f"{env['seq']} is outside 1..{MAX_SEQ}")
+    parsed = check_body(env["kind"], env["body"], now)
+    try:
+        sig = b64decode_canonical(env["sig"], 64)
+    except ValueError as e:
+        raise FieldError("invalid_field", "sig", str(e)) from None
+    unsigned = jcs({k: v for k, v in env.items() if k != "sig"})
+    # JCS of the whole envelope is the unsigned form with `,"sig":"<base64>"` inserted (a base64
+    # string needs no escaping), so its size follows without encoding it again.
+    size = len(unsigned) + len(',"sig":""') + len(env["sig"])
+    if size > MAX_ENVELOPE_BYTES:
+        raise FieldError("too_large", "envelope", f"canonical envelope is {size} bytes, above 8192")
+    parsed["sig"] = sig
+    parsed["message"] = b"gpuledger/v1/" + env["kind"].encode("ascii") + b"\n" + unsigned
+    return parsed
+
+
+# ---------------------------------------------------------------------------------------------
+# Certificates (section 13)
+# ---------------------------------------------------------------------------------------------
+
+CERT_MEMBERS = ("v", "id", "tenant", "period_from", "period_to", "scope", "issued_at", "log_origin",
+                "checkpoint", "entries", "gpu", "energy", "totals", "sig")
+GPU_LINE_MEMBERS = ("region", "gpu_model", "gpu_seconds", "records")
+ENERGY_LINE_BASE = ("region", "kwh", "records")
+ENERGY_LINE_PARAMS = ("pue", "carbon_g_per_kwh", "kwh_with_pue", "carbon_kg")
+TOTALS_MEMBERS = ("records", "gpu_seconds", "kwh", "kwh_with_pue", "carbon_kg", "kwh_without_region_params")
+
+
+@dataclass
+class CertInfo:
+    raw: Dict[str, Any]
+    id: str
+    tenant: str
+    period_from: int
+    period_to: int
+    scope_lease: Optional[str]
+    scope_nodes: Optional[frozenset]
+    scope_region: Optional[str]
+    sig: bytes
+
+
+def check_certificate_shape(cert: Any) -> CertInfo:
+    """The certificate object of section 13.2. Raises Failure(malformed, certificate...)."""
+
+    def bad(item: str, msg: str) -> Failure:
+        return Failure("malformed", item, msg)
+
+    if not isinstance(cert, dict):
+        raise bad("certificate", "not a JSON object")
+    for name in cert:
+        if name not in CERT_MEMBERS:
+            raise bad(f"certificate.{name}", "unknown member")
+    for name in CERT_MEMBERS:
+        if name not in cert:
+            raise bad(f"certificate.{name}", "missing")
+    if not is_int(cert["v"]) or cert["v"] != 1:
+        raise bad("certificate.v", "not the integer 1")
+    if not isinstance(cert["id"], str) or CERT_ID_RE.fullmatch(cert["id"]) is None:
+        raise bad("certificate.id", "not CERT- and six or more digits")
+    if not is_id(cert["tenant"]):
+        raise bad("certificate.tenant", "not an identifier")
+    times = {}
+    for name in ("period_from", "period_to", "issued_at"):
+        try:
+            times[name] = parse_timestamp(cert[name])
+        except (TypeError, ValueError) as e:
+            raise bad(f"certificate.{name}", f"not a timestamp ({e})") from None
+    if times["period_from"] >= times["period_to"]:
+        raise bad("certificate.period_to", "period_from is not before period_to")
+    scope = cert["scope"]
+    if not isinstance(scope, dict):
+        raise bad("certificate.scope", "not an object")
+    for name in scope:
+        if name not in ("lease", "nodes", "region"):
+            raise bad(f"certificate.scope.{name}", "unknown member")
+    lease = scope.get("lease")
+    if "lease" in scope and not is_id(lease):
+        raise bad("certificate.scope.lease", "not an identifier")
+    region = scope.get("region")
+    if "region" in scope and not is_id(region):
+        raise bad("certificate.scope.region", "not an identifier")
+    nodes = None
+    if "nodes" in scope:
+        n = scope["nodes"]
+        if not isinstance(n, list) or not 1 <= len(n) <= MAX_SCOPE_NODES or not all(is_id(x) for x in n):
+            raise bad("certificate.scope.nodes", "not an array of 1 to 1000 identifiers")
+        if any(n[i].encode() >= n[i + 1].encode() for i in range(len(n) - 1)):
+            raise bad("certificate.scope.nodes", "not sorted by byte order without repeats")
+        nodes = frozenset(n)
+    if not isinstance(cert["log_origin"], str) or cert["log_origin"] == "":
+        raise bad("certificate.log_origin", "not a non-empty string")
+    if not isinstance(cert["checkpoint"], str):
+        raise bad("certificate.checkpoint", "not a string")
+    entries = cert["entries"]
+    if not isinstance(entries, dict) or set(entries) != {"count", "commitment"}:
+        raise bad("certificate.entries", "not an object {count, commitment}")
+    if not is_int(entries["count"]) or not 0 <= entries["count"] <= MAX_INDEX:
+        raise bad("certificate.entries.count", "not a non-negative integer")
+    try:
+        b64decode_canonical(entries["commitment"], 32)
+    except ValueError as e:
+        raise bad("certificate.entries.commitment", str(e)) from None
+
+    def dec(item: str, value: Any) -> None:
+        try:
+            parse_exact_decimal(value)
+        except ValueError as e:
+            raise bad(item, str(e)) from None
+
+    def count(item: str, value: Any) -> None:
+        if not is_int(value) or not 0 <= value <= MAX_INDEX:
+            raise bad(item, "not a non-negative integer")
+
+    if not isinstance(cert["gpu"], list):
+        raise bad("certificate.gpu", "not an array")
+    for i, line in enumerate(cert["gpu"]):
+        item = f"gpu[{i}]"
+        if not isinstance(line, dict) or set(line) != set(GPU_LINE_MEMBERS):
+            raise bad(item, f"not an object with exactly {', '.join(GPU_LINE_MEMBERS)}")
+        for name in ("region", "gpu_model"):
+            if not is_id(line[name]):
+                raise bad(f"{item}.{name}", "not an identifier")
+        dec(f"{item}.gpu_seconds", line["gpu_seconds"])
+        count(f"{item}.records", line["records"])
+    if not isinstance(cert["energy"], list):
+        raise bad("certificate.energy", "not an array")
+    for i, line in enumerate(cert["energy"]):
+        item = f"energy[{i}]"
+        if not isinstance(line, dict) or (set(line) != set(ENERGY_LINE_BASE)
+                                          and set(line) != set(ENERGY_LINE_BASE + ENERGY_LINE_PARAMS)):
+            raise bad(item, "not an energy line (region, kwh, records[, pue, carbon_g_per_kwh, kwh_with_pue, carbon_kg])")
+        if not is_id(line["region"]):
+            raise bad(f"{item}.region", "not an identifier")
+        count(f"{item}.records", line["records"])
+        for name in ("kwh",) + ENERGY_LINE_PARAMS:
+            if name in line:
+                dec(f"{item}.{name}", line[name])
+    totals = cert["totals"]
+    if not isinstance(totals, dict) or set(totals) != set(TOTALS_MEMBERS):
+        raise bad("certificate.totals", f"not an object with exactly {', '.join(TOTALS_MEMBERS)}")
+    count("totals.records", totals["records"])
+    for name in TOTALS_MEMBERS[1:]:
+        dec(f"totals.{name}", totals[name])
+    try:
+        sig = b64decode_canonical(cert["sig"], 64)
+    except ValueError as e:
+        raise bad("certificate.sig", str(e)) from None
+    return CertInfo(cert, cert["id"], cert["tenant"], times["period_from"], times["period_to"],
+                    lease, nodes, region, sig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bundles (sections 14 and 15)
+# ---------------------------------------------------------------------------------------------
+
+BUNDLE_FORMAT = "gpuledger-bundle/v1"
+HEADER_MEMBERS = ("type", "format", "log_origin", "checkpoint", "subject")
+ENTRY_MEMBERS = ("type", "index", "leaf", "proof")
+END_MEMBERS = ("type", "entries")
+
+
+@dataclass
+class Header:
+    log_origin: str
+    checkpoint: str
+    subject_kind: str
+    subject_id: str
+
+
+@dataclass
+class EntryLine:
+    lineno: int
+    index: int
+    leaf: bytes
+    proof: List[bytes]
+
+    @property
+    def item(self) -> str:
+        return f"entry {self.index} (bundle line {self.lineno})"
+
+
+@contextlib.contextmanager
+def _rereadable(path: str) -> Iterator[str]:
+    """Bundles are read twice (step 1, then steps 4 to 7). A pipe or `-` (stdin) is first
+    copied to a temporary file; a regular file is read in place."""
+    if path != "-" and os.path.isfile(path):
+        yield path
+        return
+    try:
+        src = sys.stdin.buffer if path == "-" else open(path, "rb")
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e}") from None
+    fd, tmp = tempfile.mkstemp(prefix="gpuledger-bundle-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(src, out)
+        if src is not sys.stdin.buffer:
+            src.close()
+        yield tmp
+    finally:
+        os.unlink(tmp)
+
+
+def _iter_lines(path: str) -> Iterator[Tuple[int, bytes]]:
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e}") from None
+    with f:
+        lineno = 0
+        for raw in f:
+            lineno += 1
+            yield lineno, raw
+
+
+def _parse_bundle_line(lineno: int, raw: bytes) -> Dict[str, Any]:
+    item = f"bundle line {lineno}"
+    if raw == b"\n":
+        raise Failure("malformed", item, "blank line")
+    try:
+        obj = parse_json(raw[:-1])
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise Failure("malformed", item, f"not a JSON object ({e})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+        raise Failure("malformed", item, "not a JSON object with a string type")
+    return obj
+
+
+def _exact_members(obj: Dict[str, Any], members: Tuple[str, ...], item: str) -> None:
+    if set(obj) != set(members):
+        extra = sorted(set(obj) - set(members))
+        missing = sorted(set(members) - set(obj))
+        raise Failure("malformed", item, f"members must be exactly {', '.join(members)}"
+                      + (f"; unknown {extra}" if extra else "") + (f"; missing {missing}" if missing else ""))
+
+
+def _parse_header(obj: Dict[str, Any], lineno: int) -> Header:
+    item = f"bundle line {lineno} (header)"
+    if obj["type"] != "header":
+        raise Failure("malformed", f"bundle line {lineno}", "the first line is not the header")
+    _exact_members(obj, HEADER_MEMBERS, item)
+    if obj["format"] != BUNDLE_FORMAT:
+        raise Failure("malformed", item, f"format is {obj['format']!r}, not {BUNDLE_FORMAT}")
+    if not isinstance(obj["log_origin"], str) or not isinstance(obj["checkpoint"], str):
+        raise Failure("malformed", item, "log_origin and checkpoint must be strings")
+    subject = obj["subject"]
+    if (not isinstance(subject, dict) or len(subject) != 1
+            or next(iter(subject)) not in ("certificate", "invoice")
+            or not isinstance(next(iter(subject.values())), str)):
+        raise Failure("malformed", item, 'subject must be {"certificate": id} or {"invoice": number}')
+    (kind, ident), = subject.items()
+    return Header(obj["log_origin"], obj["checkpoint"], kind, ident)
+
+
+def _parse_entry(obj: Dict[str, Any], lineno: int) -> EntryLine:
+    item = f"bundle line {lineno}"
+    _exact_members(obj, ENTRY_MEMBERS, item)
+    index = obj["index"]
+    if not is_int(index) or not 0 <= index <= MAX_INDEX:
+        raise Failure("malformed", item, "index is not an integer 0..2^53-1")
+    try:
+        leaf = b64decode_canonical(obj["leaf"])
+    except ValueError as e:
+        raise Failure("malformed", item, f"leaf: {e}") from None
+    if not isinstance(obj["proof"], list):
+        raise Failure("malformed", item, "proof is not an array")
+    proof = []
+    for i, h in enumerate(obj["proof"]):
+        try:
+            proof.append(b64decode_canonical(h, 32))
+        except ValueError as e:
+            raise Failure("malformed", item, f"proof[{i}]: {e}") from None
+    return EntryLine(lineno, index, leaf, proof)
+
+
+def _leaf_kind(leaf: bytes) -> Optional[str]:
+    try:
+        obj = parse_json(leaf)
+        kind = obj["envelope"]["kind"]
+    except Exception:  # noqa: BLE001 - any failure here is reported by step 4
+        return None
+    return kind if isinstance(kind, str) else None
+
+
+@dataclass
+class Structure:
+    header: Header
+    entries: int
+    context: int
+    records: int
+
+
+def check_structure(path: str) -> Structure:
+    """Step 1 (section 15): one pass, memory bounded by the context's indexes."""
+    header: Optional[Header] = None
+    ended_with: Optional[int] = None
+    n_entries = n_context = n_records = 0
+    last_context = last_record = -1
+    context_indexes = set()
+    in_records = False
+    last_lineno = 0
+    for lineno, raw in _iter_lines(path):
+        last_lineno = lineno
+        if not raw.endswith(b"\n"):
+            raise Failure("truncated", f"bundle line {lineno}", "the file ends in the middle of a line")
+        if ended_with is not None:
+            raise Failure("malformed", f"bundle line {lineno}", "a line after the end line")
+        obj = _parse_bundle_line(lineno, raw)
+        if header is None:
+            header = _parse_header(obj, lineno)
+            continue
+        t = obj["type"]
+        if t == "entry":
+            e = _parse_entry(obj, lineno)
+            n_entries += 1
+            kind = _leaf_kind(e.leaf)
+            if kind not in KINDS:
+                # A leaf that does not parse or names no kind cannot be placed; step 4 refuses it
+                # (leaf_invalid or inclusion_proof), so it is left out of the order checks.
+                continue
+            if kind not in RECORD_KINDS:
+                if in_records:
+                    raise Failure("order", e.item, "a context entry after the records")
+                if e.index <= last_context:
+                    raise Failure("order", e.item, f"context index {e.index} does not increase "
+                                  f"(after {last_context})")
+                last_context = e.index
+                context_indexes.add(e.index)
+                n_context += 1
+            else:
+                in_records = True
+                if e.index <= last_record:
+                    raise Failure("order", e.item, f"record index {e.index} does not increase "
+                                  f"(after {last_record})")
+                if e.index in context_indexes:
+                    raise Failure("order", e.item, f"index {e.index} appears twice")
+                last_record = e.index
+                n_records += 1
+        elif t == "end":
+            _exact_members(obj, END_MEMBERS, f"bundle line {lineno} (end)")
+            if not is_int(obj["entries"]) or obj["entries"] < 0:
+                raise Failure("malformed", f"bundle line {lineno} (end)", "entries is not a non-negative integer")
+            if obj["entries"] != n_entries:
+                raise Failure("truncated", f"bundle line {lineno} (end)",
+                              f"end line counts {obj['entries']} entries, the bundle holds {n_entries}")
+            ended_with = obj["entries"]
+        elif t == "header":
+            raise Failure("malformed", f"bundle line {lineno}", "a second header")
+        else:
+            raise Failure("malformed", f"bundle line {lineno}", f"unknown line type {t!r}")
+    if header is None:
+        raise Failure("truncated", "bundle", "empty bundle (no header)")
+    if ended_with is None:
+        raise Failure("truncated", f"bundle line {last_lineno + 1}", "no end line")
+    return Structure(header, n_entries, n_context, n_records)
+
+
+def _iter_entries(path: str) -> Iterator[EntryLine]:
+    """Second pass: the entry lines (already checked by check_structure)."""
+    for lineno, raw in _iter_lines(path):
+        if not raw.endswith(b"\n"):
+            raise Failure("truncated", f"bundle line {lineno}", "the file changed while it was read")
+        obj = _parse_bundle_line(lineno, raw)
+        if obj["type"] == "entry":
+            yield _parse_entry(obj, lineno)
+
+
+@dataclass
+class KeyInfo:
+    signer: str
+    role: str
+    public_key: bytes
+    registered_at: int
+    revoked_at: Optional[int] = None
+
+
+@dataclass
+class RegionParams:
+    index: int
+    effective_from: int
+    pue: Decimal
+    carbon: Decimal
+    pue_text: str
+    carbon_text: str
+
+
+class LogView:
+    """What the bundle's context tells about the log: keys, region parameters, and the few
+    ordering rules of section 5 that can be checked on the entries at hand."""
+
+    def __init__(self, key: VerifierKey):
+        self.log_pub = key.public_key
+        self.log_key_id = key.envelope_key_id
+        self.keys: Dict[str, KeyInfo] = {}
+        self.roles: Dict[str, str] = {}
+        self.early_revocations: Dict[str, Tuple[str, int]] = {}  # revocations of keys the context does not register
+        self.region_params: Dict[str, List[RegionParams]] = {}
+        self.rate_cards: Dict[Tuple[str, str, str], int] = {}
+        self.leases: set = set()
+        self.invoice_numbers: List[str] = []
+        self.invoice_periods: Dict[str, List[Tuple[int, int]]] = {}
+        self.context_seqs: set = set()  # (signer, seq) of the context entries (section 6.3)
+        self.context_leaf_hashes: Dict[int, bytes] = {}
+
+    # step 4: key validity (sections 6.1, 6.2)
+    def key_for(self, env: Dict[str, Any], index: int, item: str) -> bytes:
+        kind, signer, kid = env["kind"], env["signer"], env["key_id"]
+        if kind in LEDGER_KINDS:
+            if signer != "ledger":
+                raise Failure("key_not_allowed", item, f"{kind} is a ledger kind, signed by {signer!r}")
+            if kid != self.log_key_id:
+                raise Failure("unknown_key", item, f"ledger entry signed with key id {kid}, not the log key's {self.log_key_id}")
+            return self.log_pub
+        if signer == "ledger":
+            raise Failure("key_not_allowed", item, f"the ledger may not sign {kind}")
+        info = self.keys.get(kid)
+        if info is None or info.registered_at >= index:
+            raise Failure("unknown_key", item, f"key id {kid} of {signer} is not registered before entry {index}")
+        if info.signer != signer:
+            raise Failure("key_not_allowed", item, f"key id {kid} belongs to {info.signer}, not {signer}")
+        if info.revoked_at is not None and info.revoked_at < index:
+            raise Failure("key_revoked", item, f"key id {kid} of {signer} was revoked at entry {info.revoked_at}, "
+                          f"before entry {index}")
+        if kind not in ROLE_KINDS[info.role]:
+            raise Failure("key_not_allowed", item, f"{signer} has role {info.role}, which may not sign {kind}")
+        return info.public_key
+
+    # step 4: rules of section 5 that depend on earlier entries (checked on the context at hand)
+    def check_context_rules(self, env: Dict[str, Any], index: int, parsed: Dict[str, Any]) -> None:
+        kind, body = env["kind"], env["body"]
+        if (env["signer"], env["seq"]) in self.context_seqs:
+            raise FieldError("conflict", "seq", f"({env['signer']}, {env['seq']}) occurs twice in the log")
+        if kind == "signer_key_registered":
+            kid = body["key_id"]
+            if kid in self.keys or kid == self.log_key_id:
+                raise FieldError("invalid_field", "body.key_id", f"key id {kid} is registered twice")
+            if kid in self.early_revocations:
+                raise FieldError("invalid_field", "body.key_id", f"key id {kid} was revoked before it was registered")
+            role = self.roles.get(body["signer"])
+            if role is not None and role != body["role"]:
+                raise FieldError("invalid_field", "body.role",
+                                 f"{body['signer']} has role {role}; a signer keeps one role")
+        elif kind == "signer_key_revoked":
+            kid = body["key_id"]
+            info = self.keys.get(kid)
+            if info is not None:
+                if info.signer != body["signer"]:
+                    raise FieldError("invalid_field", "body.signer", f"key id {kid} belongs to {info.signer}")
+                if info.revoked_at is not None:
+                    raise FieldError("invalid_field", "body.key_id", f"key id {kid} is already revoked")
+            elif kid in self.early_revocations:
+                raise FieldError("invalid_field", "body.key_id", f"key id {kid} is already revoked")
+        elif kind == "region_params":
+            latest = self.region_params.get(body["region"])
+            if latest and parsed["effective_from"] <= max(p.effective_from for p in latest):
+                raise FieldError("invalid_field", "body.effective_from",
+                                 "not later than the region's latest effective_from already logged")
+        elif kind == "rate_card":
+            series = (body["region"], body["gpu_model"], body["lease_class"])
+            if series in self.rate_cards and parsed["effective_from"] <= self.rate_cards[series]:
+                raise FieldError("invalid_field", "body.effective_from",
+                                 "not later than the series' latest effective_from already logged")
+        elif kind == "lease_registered":
+            if body["lease"] in self.leases:
+                raise FieldError("invalid_field", "body.lease", f"lease {body['lease']} is declared twice")
+        elif kind == "invoice_issued":
+            if self.invoice_numbers and body["number"] <= self.invoice_numbers[-1]:
+                raise FieldError("invalid_field", "body.number", "invoice numbers are not in issue order")
+            for pf, pt in self.invoice_periods.get(body["tenant"], []):
+                if parsed["period_from"] < pt and pf < parsed["period_to"]:
+                    raise FieldError("invalid_field", "body.period_from",
+                                     "overlaps an invoiced period of the same tenant")
+
+    def apply(self, env: Dict[str, Any], index: int, parsed: Dict[str, Any]) -> None:
+        kind, body = env["kind"], env["body"]
+        self.context_seqs.add((env["signer"], env["seq"]))
+        if kind == "signer_key_registered":
+            self.keys[body["key_id"]] = KeyInfo(body["signer"], body["role"], parsed["public_key"], index)
+            self.roles.setdefault(body["signer"], body["role"])
+        elif kind == "signer_key_revoked":
+            info = self.keys.get(body["key_id"])
+            if info is not None:
+                info.revoked_at = index
+            else:
+                self.early_revocations[body["key_id"]] = (body["signer"], index)
+        elif kind == "region_params":
+            self.region_params.setdefault(body["region"], []).append(RegionParams(
+                index, parsed["effective_from"], parsed["pue"], parsed["carbon"], body["pue"], body["carbon_g_per_kwh"]))
+        elif kind == "rate_card":
+            self.rate_cards[(body["region"], body["gpu_model"], body["lease_class"])] = parsed["effective_from"]
+        elif kind == "lease_registered":
+            self.leases.add(body["lease"])
+        elif kind == "invoice_issued":
+            self.invoice_numbers.append(body["number"])
+            self.invoice_periods.setdefault(body["tenant"], []).append((parsed["period_from"], parsed["period_to"]))
+
+    def params_in_force(self, region: str, start: int) -> Optional[RegionParams]:
+        """Section 13.2: latest effective_from not after start; ties: highest index."""
+        best = None
+        for p in self.region_params.get(region, ()):
+            if p.effective_from <= start and (best is None or (p.effective_from, p.index) > (best.effective_from, best.index)):
+                best = p
+        return best
+
+
+ZERO_HASH = bytes(32)
+
+
+@dataclass
+class CheckedEntry:
+    index: int
+    leaf_hash: bytes
+    envelope: Dict[str, Any]
+    parsed: Dict[str, Any]
+
+
+def check_entry(e: EntryLine, cp: Checkpoint, view: LogView, prev_known: Dict[int, bytes]) -> CheckedEntry:
+    """Step 4 of section 15 for one entry line."""
+    item = e.item
+    if e.index >= cp.size:
+        raise Failure("not_in_checkpoint", item, f"index {e.index} is not below the checkpoint size {cp.size}")
+    try:
+        leaf = parse_json(e.leaf)
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise Failure("leaf_invalid", item, f"leaf bytes are not JSON ({err})") from None
+    try:
+        canonical = jcs(leaf)
+    except Exception as err:  # noqa: BLE001 - rfc8785 refuses some values (huge integers, lone surrogates)
+        raise Failure("leaf_invalid", item, f"leaf cannot be canonicalised ({err})") from None
+    if canonical != e.leaf:
+        raise Failure("leaf_invalid", item, "leaf bytes are not RFC 8785 canonical")
+    if not isinstance(leaf, dict) or not is_int(leaf.get("index")) or leaf["index"] != e.index:
+        raise Failure("leaf_invalid", item, f"the leaf's index is not the line's index {e.index}")
+    lh = leaf_hash(e.leaf)
+    if not verify_inclusion(e.index, cp.size, lh, e.proof, cp.root):
+        raise Failure("inclusion_proof", item, f"the inclusion proof of entry {e.index} does not lead to the "
+                      f"checkpoint's root (size {cp.size})")
+    # The leaf and its envelope (sections 7, 4, 5).
+    for name in leaf:
+        if name not in LEAF_MEMBERS:
+            raise Failure("leaf_invalid", item, f"malformed: leaf member {name!r} is unknown")
+    for name in LEAF_MEMBERS:
+        if name not in leaf:
+            raise Failure("leaf_invalid", item, f"malformed: leaf member {name!r} is missing")
+    if not is_int(leaf["v"]) or leaf["v"] != 1:
+        raise Failure("leaf_invalid", item, f"unsupported_version: leaf v is {leaf['v']!r}, not 1")
+    try:
+        now = parse_timestamp(leaf["received_at"])
+    except (TypeError, ValueError) as err:
+        raise Failure("leaf_invalid", item, f"invalid_field: received_at: {err}") from None
+    try:
+        prev = b64decode_canonical(leaf["prev"], 32)
+    except ValueError as err:
+        raise Failure("leaf_invalid", item, f"invalid_field: prev: {err}") from None
+    env = leaf["envelope"]
+    try:
+        parsed = check_envelope(env, now)
+    except FieldError as err:
+        raise Failure("leaf_invalid", item, f"{err.code}: {err.field}: {err.message}") from None
+    # The hash chain (section 7), where the bundle holds the entry before.
+    expected_prev = ZERO_HASH if e.index == 0 else prev_known.get(e.index - 1)
+    if expected_prev is not None and prev != expected_prev:
+        raise Failure("leaf_invalid", item, f"prev is not the leaf hash of entry {e.index - 1}")
+    if env["kind"] not in RECORD_KINDS:
+        try:
+            view.check_context_rules(env, e.index, parsed)
+        except FieldError as err:
+            raise Failure("leaf_invalid", item, f"{err.code}: {err.field}: {err.message}") from None
+    pub = view.key_for(env, e.index, item)
+    if not verify_strict(pub, parsed["message"], parsed["sig"]):
+        raise Failure("entry_signature", item, f"the signature of {env['signer']} (key {env['key_id']}) does not "
+                      "verify strictly over the signed message")
+    return CheckedEntry(e.index, lh, env, parsed)
+
+
+class Claims:
+    """Accumulates the covered records (section 13): count, commitment, lines."""
+
+    def __init__(self):
+        self.commitment = StreamingMerkle()
+        self.gpu: Dict[Tuple[str, str], List[Any]] = {}
+        self.energy: Dict[Tuple[str, Optional[str], Optional[str]], List[Any]] = {}
+        self.count = 0
+
+    def add(self, ce: CheckedEntry, view: LogView) -> None:
+        self.count += 1
+        self.commitment.append_leaf_hash(leaf_hash(ce.index.to_bytes(8, "big") + ce.leaf_hash))
+        body = ce.envelope["body"]
+        if ce.envelope["kind"] == "gpu_usage":
+            line = self.gpu.setdefault((body["region"], body["gpu_model"]), [Decimal(0), 0])
+            line[0] = DEC.add(line[0], ce.parsed["gpu_seconds"])
+            line[1] += 1
+        else:
+            p = view.params_in_force(body["region"], ce.parsed["start"])
+            key = (body["region"], p.pue_text, p.carbon_text) if p else (body["region"], None, None)
+            line = self.energy.setdefault(key, [Decimal(0), 0, p])
+            line[0] = DEC.add(line[0], ce.parsed["kwh"])
+            line[1] += 1
+
+    def lines(self) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Dict[str, Any]]:
+        gpu = []
+        for (region, model) in sorted(self.gpu, key=lambda k: (k[0].encode(), k[1].encode())):
+            s, n = self.gpu[(region, model)]
+            gpu.append({"region": region, "gpu_model": model, "gpu_seconds": s, "records": n})
+
+        def energy_key(k):
+            region, pue, carbon = k
+            if pue is None:
+                return (region.encode(), 0, Decimal(0), Decimal(0))
+            return (region.encode(), 1, Decimal(pue), Decimal(carbon))
+
+        energy = []
+        for k in sorted(self.energy, key=energy_key):
+            kwh, n, p = self.energy[k]
+            line: Dict[str, Any] = {"region": k[0], "kwh": kwh, "records": n}
+            if p is not None:
+                with_pue = DEC.multiply(kwh, p.pue)
+                line.update(pue=p.pue, carbon_g_per_kwh=p.carbon, kwh_with_pue=with_pue,
+                            carbon_kg=DEC.divide(DEC.multiply(with_pue, p.carbon), Decimal(1000)))
+            energy.append(line)
+        z = Decimal(0)
+        totals = {
+            "records": sum(l["records"] for l in gpu) + sum(l["records"] for l in energy),
+            "gpu_seconds": sum((l["gpu_seconds"] for l in gpu), z),
+            "kwh": sum((l["kwh"] for l in energy), z),
+            "kwh_with_pue": sum((l["kwh_with_pue"] for l in energy if "pue" in l), z),
+            "carbon_kg": sum((l["carbon_kg"] for l in energy if "pue" in l), z),
+            "kwh_without_region_params": sum((l["kwh"] for l in energy if "pue" not in l), z),
+        }
+        return gpu, energy, totals
+
+
+def _same(claimed: Any, computed: Any) -> bool:
+    if isinstance(computed, Decimal):
+        return parse_exact_decimal(claimed) == computed
+    return type(claimed) is type(computed) and claimed == computed
+
+
+def _show(v: Any) -> str:
+    return dec_str(v) if isinstance(v, Decimal) else json.dumps(v)
+
+
+def compare_claims(cert: Dict[str, Any], claims: Claims) -> None:
+    """Step 7."""
+    gpu, energy, totals = claims.lines()
+    for name, computed in (("gpu", gpu), ("energy", energy)):
+        claimed = cert[name]
+        for i in range(max(len(claimed), len(computed))):
+            item = f"{name}[{i}]"
+            if i >= len(claimed):
+                raise Failure("claim_mismatch", item, f"missing: the records give a line {_line_text(computed[i])}")
+            if i >= len(computed):
+                raise Failure("claim_mismatch", item, "the records give no such line")
+            c, r = claimed[i], computed[i]
+            for member in list(r) + [m for m in c if m not in r]:
+                if member not in c:
+                    raise Failure("claim_mismatch", f"{item}.{member}",
+                                  f"missing, the records give {_show(r[member])}")
+                if member not in r:
+                    raise Failure("claim_mismatch", f"{item}.{member}",
+                                  "the records give no region parameters for this line")
+                if not _same(c[member], r[member]):
+                    raise Failure("claim_mismatch", f"{item}.{member}",
+                                  f"claimed {_show(c[member])}, the records give {_show(r[member])}")
+    for member in TOTALS_MEMBERS:
+        if not _same(cert["totals"][member], totals[member]):
+            raise Failure("claim_mismatch", f"totals.{member}",
+                          f"claimed {_show(cert['totals'][member])}, the records give {_show(totals[member])}")
+
+
+def _line_text(line: Dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}: {_show(v)}" for k, v in line.items()) + "}"
+
+
+def _check_record_subject(ce: CheckedEntry, cert: CertInfo, item: str) -> Optional[Failure]:
+    """Step 5."""
+    body = ce.envelope["body"]
+    kind = ce.envelope["kind"]
+    tenant = body.get("tenant")
+    if tenant != cert.tenant:
+        return Failure("wrong_tenant", item, f"{kind} of tenant {tenant!r}, the certificate is for {cert.tenant!r}")
+    start = ce.parsed["start"]
+    if not cert.period_from <= start < cert.period_to:
+        return Failure("outside_period", item, f"starts at {body['start']}, outside "
+                       f"[{cert.raw['period_from']}, {cert.raw['period_to']})")
+    if cert.scope_lease is not None and (kind != "gpu_usage" or body.get("lease") != cert.scope_lease):
+        return Failure("outside_scope", item, f"not a gpu_usage record of lease {cert.scope_lease}")
+    if cert.scope_nodes is not None and body["node"] not in cert.scope_nodes:
+        return Failure("outside_scope", item, f"node {body['node']} is not in the scope's nodes")
+    if cert.scope_region is not None and body["region"] != cert.scope_region:
+        return Failure("outside_scope", item, f"region {body['region']} is not the scope's {cert.scope_region}")
+    return None
+
+
+def _run_bundle(path: str, key: VerifierKey, cert: Optional[CertInfo]) -> Tuple[Structure, Checkpoint, LogView, Optional[Claims], Dict[str, int]]:
+    # Step 1
+    st = check_structure(path)
+    # Step 2
+    cp = verify_checkpoint_note(st.header.checkpoint, key, "bundle header checkpoint")
+    # Step 3
+    if cert is not None:
+        if not verify_strict(key.public_key, certificate_message(cert.raw), cert.sig):
+            raise Failure("certificate_signature", "certificate",
+                          "the certificate's sig does not verify with the log key over section 13.4's message")
+        if cert.raw["checkpoint"] != st.header.checkpoint:
+            raise Failure("checkpoint_mismatch", "certificate.checkpoint",
+                          "not byte for byte the bundle header's checkpoint")
+        if cert.raw["log_origin"] != cp.origin:
+            raise Failure("checkpoint_mismatch", "certificate.log_origin",
+                          f"{cert.raw['log_origin']!r} is not the checkpoint's origin {cp.origin!r}")
+        if st.header.subject_kind != "certificate" or st.header.subject_id != cert.id:
+            raise Failure("checkpoint_mismatch", "bundle header subject",
+                          f"the bundle is for {st.header.subject_kind} {st.header.subject_id}, not certificate {cert.id}")
+    if st.header.log_origin != cp.origin:
+        raise Failure("checkpoint_mismatch", "bundle header log_origin",
+                      f"{st.header.log_origin!r} is not the checkpoint's origin {cp.origin!r}")
+    # Steps 4 and 5 (step 5 failures are reported after every entry passed step 4)
+    view = LogView(key)
+    claims = Claims() if cert is not None else None
+    first_subject_failure: Optional[Failure] = None
+    last_record: Optional[Tuple[int, bytes]] = None
+    kinds: Dict[str, int] = {}
+    seen = 0
+    for e in _iter_entries(path):
+        seen += 1
+        prev_known = view.context_leaf_hashes
+        if last_record is not None and last_record[0] == e.index - 1:
+            prev_known = {e.index - 1: last_record[1]}
+        ce = check_entry(e, cp, view, prev_known)
+        kind = ce.envelope["kind"]
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if kind in RECORD_KINDS:
+            last_record = (e.index, ce.leaf_hash)
+            if cert is not None:
+                if first_subject_failure is None:
+                    first_subject_failure = _check_record_subject(ce, cert, e.item)
+                claims.add(ce, view)
+        else:
+            view.apply(ce.envelope, e.index, ce.parsed)
+            view.context_leaf_hashes[e.index] = ce.leaf_hash
+    if seen != st.entries:
+        raise Failure("malformed", "bundle", "the file changed while it was read")
+    if first_subject_failure is not None:
+        raise first_subject_failure
+    return st, cp, view, claims, kinds
+
+
+def _failure_result(f: Failure, summary: Optional[Dict[str, Any]] = None) -> Result:
+    return Result(False, f.reason, f.item, f.message, summary or {})
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e}") from None
+
+
+def verify_certificate(cert_path: str, bundle_path: str, key: VerifierKey) -> Result:
+    """Section 15, steps 1 to 7."""
+    try:
+        raw = _read_bytes(cert_path)
+        try:
+            cert_obj = parse_json(raw)
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise Failure("malformed", "certificate", f"not JSON ({e})") from None
+        cert = check_certificate_shape(cert_obj)
+        with _rereadable(bundle_path) as path:
+            st, cp, view, claims, kinds = _run_bundle(path, key, cert)
+        # Step 6
+        if claims.count != cert_obj["entries"]["count"]:
+            raise Failure("entries_mismatch", "entries.count",
+                          f"the certificate claims {cert_obj['entries']['count']} entries, the bundle holds "
+                          f"{claims.count} records")
+        commitment = claims.commitment.root()
+        if b64(commitment) != cert_obj["entries"]["commitment"]:
+            raise Failure("entries_mismatch", "entries.commitment",
+                          f"the records' commitment is {b64(commitment)}, not the certificate's")
+        # Step 7
+        compare_claims(cert_obj, claims)
+    except Failure as f:
+        return _failure_result(f)
+    t = cert_obj["totals"]
+    summary = {
+        "certificate": cert.id,
+        "tenant": cert.tenant,
+        "period_from": cert_obj["period_from"],
+        "period_to": cert_obj["period_to"],
+        "checkpoint_origin": cp.origin,
+        "checkpoint_size": cp.size,
+        "checkpoint_root": b64(cp.root),
+        "bundle_entries": st.entries,
+        "context_entries": st.context,
+        "records": claims.count,
+        "records_by_kind": {k: v for k, v in kinds.items() if k in RECORD_KINDS},
+        "gpu_seconds": dec_str(parse_exact_decimal(t["gpu_seconds"])),
+        "kwh": dec_str(parse_exact_decimal(t["kwh"])),
+        "kwh_with_pue": dec_str(parse_exact_decimal(t["kwh_with_pue"])),
+        "carbon_kg": dec_str(parse_exact_decimal(t["carbon_kg"])),
+    }
+    msg = (f"certificate {cert.id} for {cert.tenant} [{cert_obj['period_from']}, {cert_obj['period_to']}): "
+           f"{claims.count} records under checkpoint {cp.origin} size {cp.size}; "
+           f"gpu_seconds {summary['gpu_seconds']}, kwh {summary['kwh']}, kwh_with_pue {summary['kwh_with_pue']}, "
+           f"carbon_kg {summary['carbon_kg']}")
+    return Result(True, None, None, msg, summary)
+
+
+def verify_bundle(bundle_path: str, key: VerifierKey) -> Result:
+    """A bundle alone (section 15 steps 1, 2 and 4), e.g. an invoice's."""
+    try:
+        with _rereadable(bundle_path) as path:
+            st, cp, view, _, kinds = _run_bundle(path, key, None)
+    except Failure as f:
+        return _failure_result(f)
+    summary = {
+        "subject": {st.header.subject_kind: st.header.subject_id},
+        "checkpoint_origin": cp.origin,
+        "checkpoint_size": cp.size,
+        "checkpoint_root": b64(cp.root),
+        "bundle_entries": st.entries,
+        "context_entries": st.context,
+        "records": st.records,
+        "entries_by_kind": kinds,
+    }
+    msg = (f"bundle for {st.header.subject_kind} {st.header.subject_id}: {st.entries} entries "
+           f"({st.context} context, {st.records} records) verified under checkpoint {cp.origin} size {cp.size}")
+    return Result(True, None, None, msg, summary)
+
+
+def verify_checkpoint_file(path: str, key: VerifierKey) -> Result:
+    try:
+        cp = verify_checkpoint_note(_read_bytes(path), key)
+    except Failure as f:
+        return _failure_result(f)
+    return Result(True, None, None, f"checkpoint {cp.origin} size {cp.size} root {b64(cp.root)} signed by "
+                  f"{key.name}+{key.note_key_id:08x}",
+                  {"origin": cp.origin, "size": cp.size, "root": b64(cp.root)})
+
+
+def _load_proof(path: str) -> List[bytes]:
+    raw = _read_bytes(path)
+    try:
+        obj = parse_json(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise Failure("malformed", "proof", f"not JSON ({e})") from None
+    if isinstance(obj, dict):
+        if "hashes" not in obj:
+            raise Failure("malformed", "proof", "an object without a hashes member")
+        obj = obj["hashes"]
+    if not isinstance(obj, list):
+        raise Failure("malformed", "proof", "not an array of base64 hashes")
+    out = []
+    for i, h in enumerate(obj):
+        try:
+            out.append(b64decode_canonical(h, 32))
+        except ValueError as e:
+            raise Failure("malformed", f"proof[{i}]", str(e)) from None
+    return out
+
+
+def verify_consistency_files(old_path: str, new_path: str, proof_path: str, key: VerifierKey) -> Result:
+    try:
+        old = verify_checkpoint_note(_read_bytes(old_path), key, "old checkpoint")
+        new = verify_checkpoint_note(_read_bytes(new_path), key, "new checkpoint")
+        proof = _load_proof(proof_path)
+        if old.size > new.size:
+            raise Failure(CONSISTENCY_REASON, "proof", f"the old checkpoint's size {old.size} is above the new one's {new.size}")
+        if not verify_consistency(old.size, new.size, old.root, new.root, proof):
+            raise Failure(CONSISTENCY_REASON, "proof",
+                          f"the proof does not show size {old.size} is a prefix of size {new.size}")
+    except Failure as f:
+        return _failure_result(f)
+    return Result(True, None, None, f"{old.origin}: size {old.size} ({b64(old.root)}) is a prefix of size "
+                  f"{new.size} ({b64(new.root)})",
+                  {"origin": old.origin, "old_size": old.size, "old_root": b64(old.root),
+                   "new_size": new.size, "new_root": b64(new.root)})
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # exit status 2, as argparse does, with our wording
+        self.print_usage(sys.stderr)
+        print(f"usage error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gpuledger_verify.py",
+                description="Independent verifier for gpuledger certificates, bundles, checkpoints and "
+                            "consistency proofs (docs/PROTOCOL.md, version 1).")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def common(sp):
+        sp.add_argument("--log-key", required=True,
+                        help="the log's signed-note verifier key string, or a file holding it")
+        sp.add_argument("--json", action="store_true", help="print one JSON object instead of a line")
+
+    c = sub.add_parser("certificate", help="check a certificate with its evidence bundle (section 15)")
+    c.add_argument("--certificate", required=True)
+    c.add_argument("--bundle", required=True, help="the bundle file (- for stdin)")
+    common(c)
+    b = sub.add_parser("bundle", help="check a bundle alone (section 15 steps 1, 2, 4)")
+    b.add_argument("--bundle", required=True, help="the bundle file (- for stdin)")
+    common(b)
+    k = sub.add_parser("checkpoint", help="check a signed checkpoint note (section 9)")
+    k.add_argument("--checkpoint", required=True)
+    common(k)
+    s = sub.add_parser("consistency", help="check two checkpoints and the consistency proof between them")
+    s.add_argument("--old", required=True)
+    s.add_argument("--new", required=True)
+    s.add_argument("--proof", required=True)
+    common(s)
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        key = load_verifier_key(args.log_key)
+        if args.command == "certificate":
+            result = verify_certificate(args.certificate, args.bundle, key)
+        elif args.command == "bundle":
+            result = verify_bundle(args.bundle, key)
+        elif args.command == "checkpoint":
+            result = verify_checkpoint_file(args.checkpoint, key)
+        else:
+            result = verify_consistency_files(args.old, args.new, args.proof, key)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.as_json(), ensure_ascii=False, sort_keys=False))
+    else:
+        print(result.line())
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

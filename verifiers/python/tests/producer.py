@@ -1,0 +1,493 @@
+"""A small, self-contained producer of gpuledger artefacts, written from docs/PROTOCOL.md.
+
+It builds logs (ledger-signed key registrations and revocations, node and market records,
+region parameters, leases), the RFC 6962 tree over them with inclusion and consistency proofs
+(by the recursive definitions of RFC 6962 2.1, independently of the verifier's RFC 9162
+algorithms), signed checkpoint notes (section 9), certificates (section 13) and evidence
+bundles (section 14). Its certificate arithmetic is its own, so that the verifier is tested
+against a second computation, not against itself.
+
+It can also build logs a real ledger would refuse (a bad signature inside the tree, a record
+signed after its key was revoked, ...), to check that the verifier names them.
+"""
+
+from __future__ import annotations
+
+import base64
+import calendar
+import datetime
+import hashlib
+import json
+from decimal import Decimal, getcontext
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import rfc8785
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+getcontext().prec = 200
+
+L = 2**252 + 27742317777372353535851937790883648493
+
+
+def jcs(value: Any) -> bytes:
+    return rfc8785.dumps(value)
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+def sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def unix(ts: str) -> int:
+    return calendar.timegm(datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").timetuple())
+
+
+def dec(d: Decimal) -> str:
+    """Canonical decimal spelling of an exact value."""
+    s = format(d, "f")
+    if "." in s:
+        s = s.rstrip("0").rstrip(".")
+    return s or "0"
+
+
+class Key:
+    def __init__(self, seed: bytes):
+        assert len(seed) == 32
+        self.seed = seed
+        self.sk = Ed25519PrivateKey.from_private_bytes(seed)
+        self.pub = self.sk.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self.key_id = sha256(self.pub)[:8].hex()
+
+    @classmethod
+    def from_byte(cls, b: int) -> "Key":
+        return cls(bytes([b]) * 32)
+
+    def sign(self, message: bytes) -> bytes:
+        return self.sk.sign(message)
+
+    def sign_small_order_r(self, message: bytes) -> bytes:
+        """R = the identity point, S = H(R || A || M) * a mod L: passes the cofactorless equation
+        ([S]B - [k]A = identity = R) but strict verification must refuse it (section 3.3)."""
+        h = hashlib.sha512(self.seed).digest()
+        a = bytearray(h[:32])
+        a[0] &= 248
+        a[31] &= 127
+        a[31] |= 64
+        a_int = int.from_bytes(bytes(a), "little")
+        r = (1).to_bytes(32, "little")  # identity: y = 1, x = 0
+        k = int.from_bytes(hashlib.sha512(r + self.pub + message).digest(), "little") % L
+        s = (k * a_int) % L
+        return r + s.to_bytes(32, "little")
+
+    def note_key_id(self, name: str) -> bytes:
+        return sha256(name.encode() + b"\n\x01" + self.pub)[:4]
+
+    def verifier_key(self, name: str) -> str:
+        tail = b64(bytes([1]) + self.pub)
+        return f"{name}+{self.note_key_id(name).hex()}+{tail}"
+
+
+# --- RFC 6962 section 2.1, recursive definitions ---------------------------------------------
+
+
+def _k(n: int) -> int:
+    k = 1
+    while k * 2 < n:
+        k *= 2
+    return k
+
+
+def mth_hashes(leaf_hashes: Sequence[bytes]) -> bytes:
+    n = len(leaf_hashes)
+    if n == 0:
+        return sha256(b"")
+    if n == 1:
+        return leaf_hashes[0]
+    k = _k(n)
+    return sha256(b"\x01" + mth_hashes(leaf_hashes[:k]) + mth_hashes(leaf_hashes[k:]))
+
+
+def mth_data(items: Sequence[bytes]) -> bytes:
+    return mth_hashes([sha256(b"\x00" + d) for d in items])
+
+
+def path(m: int, leaf_hashes: Sequence[bytes]) -> List[bytes]:
+    n = len(leaf_hashes)
+    if n == 1:
+        return []
+    k = _k(n)
+    if m < k:
+        return path(m, leaf_hashes[:k]) + [mth_hashes(leaf_hashes[k:])]
+    return path(m - k, leaf_hashes[k:]) + [mth_hashes(leaf_hashes[:k])]
+
+
+def consistency(m: int, leaf_hashes: Sequence[bytes]) -> List[bytes]:
+    def sub(m: int, d: Sequence[bytes], b: bool) -> List[bytes]:
+        n = len(d)
+        if m == n:
+            return [] if b else [mth_hashes(d)]
+        k = _k(n)
+        if m <= k:
+            return sub(m, d[:k], b) + [mth_hashes(d[k:])]
+        return sub(m - k, d[k:], False) + [mth_hashes(d[:k])]
+
+    return sub(m, leaf_hashes, True)
+
+
+# --- logs --------------------------------------------------------------------------------------
+
+
+class Entry:
+    def __init__(self, index: int, leaf: bytes, envelope: Dict[str, Any], received_at: str):
+        self.index = index
+        self.leaf = leaf
+        self.leaf_hash = sha256(b"\x00" + leaf)
+        self.envelope = envelope
+        self.received_at = received_at
+
+    @property
+    def kind(self) -> str:
+        return self.envelope["kind"]
+
+    @property
+    def body(self) -> Dict[str, Any]:
+        return self.envelope["body"]
+
+
+class Log:
+    def __init__(self, log_key: Key, origin: str):
+        self.log_key = log_key
+        self.origin = origin
+        self.entries: List[Entry] = []
+        self.seqs: Dict[str, int] = {}
+        self.key_signer: Dict[str, str] = {}  # key id -> signer (for bundles)
+
+    @classmethod
+    def from_leaves(cls, log_key: Key, origin: str, leaves: Iterable[bytes]) -> "Log":
+        """A log read back from its leaf bytes (e.g. tests/vectors/log.jsonl)."""
+        log = cls(log_key, origin)
+        for i, leaf in enumerate(leaves):
+            obj = json.loads(leaf)
+            log.entries.append(Entry(i, leaf, obj["envelope"], obj["received_at"]))
+        return log
+
+    # envelopes and leaves
+    def append(self, kind: str, signer: str, key: Key, body: Dict[str, Any], received_at: str,
+               seq: Optional[int] = None, sig_mode: str = "good") -> int:
+        seq = seq if seq is not None else self.seqs.get(signer, 0) + 1
+        self.seqs[signer] = max(seq, self.seqs.get(signer, 0))
+        unsigned = {"v": 1, "kind": kind, "signer": signer, "key_id": key.key_id, "seq": seq, "body": body}
+        message = b"gpuledger/v1/" + kind.encode() + b"\n" + jcs(unsigned)
+        if sig_mode == "small_order_r":
+            sig = key.sign_small_order_r(message)
+        else:
+            sig = key.sign(message)
+        if sig_mode == "flipped":
+            sig = bytes([sig[0] ^ 0x01]) + sig[1:]
+        envelope = dict(unsigned, sig=b64(sig))
+        index = len(self.entries)
+        prev = self.entries[-1].leaf_hash if self.entries else bytes(32)
+        leaf = jcs({"v": 1, "index": index, "received_at": received_at, "prev": b64(prev), "envelope": envelope})
+        self.entries.append(Entry(index, leaf, envelope, received_at))
+        return index
+
+    def ledger(self, kind: str, body: Dict[str, Any], received_at: str, **kw) -> int:
+        return self.append(kind, "ledger", self.log_key, body, received_at, **kw)
+
+    def register(self, signer: str, key: Key, role: str, received_at: str) -> int:
+        self.key_signer[key.key_id] = signer
+        return self.ledger("signer_key_registered",
+                           {"signer": signer, "role": role, "key_id": key.key_id, "public_key": b64(key.pub)},
+                           received_at)
+
+    def revoke(self, signer: str, key: Key, received_at: str, reason: Optional[str] = "rotated") -> int:
+        body = {"signer": signer, "key_id": key.key_id}
+        if reason is not None:
+            body["reason"] = reason
+        return self.ledger("signer_key_revoked", body, received_at)
+
+    def region_params(self, region: str, pue: str, carbon: str, effective_from: str, received_at: str,
+                      price: str = "0.5", currency: str = "CNY") -> int:
+        return self.ledger("region_params", {"region": region, "currency": currency,
+                                             "electricity_price_per_kwh": price, "pue": pue,
+                                             "carbon_g_per_kwh": carbon, "effective_from": effective_from},
+                           received_at)
+
+    def gpu_usage(self, signer: str, key: Key, tenant: str, region: str, model: str, count: str, start: str,
+                  seconds: int, received_at: Optional[str] = None, lease: Optional[str] = None,
+                  node: Optional[str] = None, **kw) -> int:
+        end = _ts(unix(start) + seconds)
+        body = {"tenant": tenant, "region": region, "node": node or signer, "gpu_model": model,
+                "gpu_count": count, "start": start, "end": end,
+                "gpu_seconds": dec(Decimal(count) * seconds)}
+        if lease is not None:
+            body["lease"] = lease
+        return self.append("gpu_usage", signer, key, body, received_at or _ts(unix(end) + 2), **kw)
+
+    def energy(self, signer: str, key: Key, tenant: Optional[str], region: str, kwh: str, start: str,
+               seconds: int, received_at: Optional[str] = None, node: Optional[str] = None, **kw) -> int:
+        end = _ts(unix(start) + seconds)
+        body = {"region": region, "node": node or signer, "start": start, "end": end, "kwh": kwh}
+        if tenant is not None:
+            body["tenant"] = tenant
+        return self.append("energy", signer, key, body, received_at or _ts(unix(end) + 2), **kw)
+
+    # tree
+    def leaf_hashes(self, size: Optional[int] = None) -> List[bytes]:
+        size = len(self.entries) if size is None else size
+        return [e.leaf_hash for e in self.entries[:size]]
+
+    def root(self, size: Optional[int] = None) -> bytes:
+        return mth_hashes(self.leaf_hashes(size))
+
+    def inclusion(self, index: int, size: int) -> List[bytes]:
+        return path(index, self.leaf_hashes(size))
+
+    def consistency(self, m: int, n: int) -> List[bytes]:
+        return consistency(m, self.leaf_hashes(n))
+
+    def checkpoint(self, size: Optional[int] = None, key: Optional[Key] = None, origin: Optional[str] = None,
+                   name: Optional[str] = None) -> str:
+        size = len(self.entries) if size is None else size
+        key = key or self.log_key
+        origin = origin or self.origin
+        name = name or origin
+        body = f"{origin}\n{size}\n{b64(self.root(size))}\n"
+        sig = key.sign(body.encode())
+        return body + "\n" + f"\u2014 {name} {b64(key.note_key_id(name) + sig)}\n"
+
+    def verifier_key(self) -> str:
+        return self.log_key.verifier_key(self.origin)
+
+
+def _ts(t: int) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- certificates and bundles -----------------------------------------------------------------
+
+
+def covered(log: Log, size: int, tenant: str, period_from: str, period_to: str,
+            scope: Dict[str, Any]) -> List[int]:
+    out = []
+    for e in log.entries[:size]:
+        if e.kind not in ("gpu_usage", "energy"):
+            continue
+        b = e.body
+        if b.get("tenant") != tenant:
+            continue
+        if not unix(period_from) <= unix(b["start"]) < unix(period_to):
+            continue
+        if "lease" in scope and (e.kind != "gpu_usage" or b.get("lease") != scope["lease"]):
+            continue
+        if "nodes" in scope and b["node"] not in scope["nodes"]:
+            continue
+        if "region" in scope and b["region"] != scope["region"]:
+            continue
+        out.append(e.index)
+    return out
+
+
+def compute_claims(log: Log, size: int, records: Iterable[int]) -> Tuple[list, list, dict]:
+    gpu: Dict[Tuple[str, str], List[Any]] = {}
+    energy: Dict[Tuple[str, Optional[str], Optional[str]], List[Any]] = {}
+    params = [e for e in log.entries[:size] if e.kind == "region_params"]
+    for i in records:
+        e = log.entries[i]
+        b = e.body
+        if e.kind == "gpu_usage":
+            g = gpu.setdefault((b["region"], b["gpu_model"]), [Decimal(0), 0])
+            g[0] += Decimal(b["gpu_seconds"])
+            g[1] += 1
+        else:
+            cands = [p for p in params if p.body["region"] == b["region"]
+                     and unix(p.body["effective_from"]) <= unix(b["start"])]
+            best = max(cands, key=lambda p: (unix(p.body["effective_from"]), p.index)) if cands else None
+            k = (b["region"], best.body["pue"], best.body["carbon_g_per_kwh"]) if best else (b["region"], None, None)
+            g = energy.setdefault(k, [Decimal(0), 0])
+            g[0] += Decimal(b["kwh"])
+            g[1] += 1
+    gpu_lines = [{"region": r, "gpu_model": m, "gpu_seconds": dec(v[0]), "records": v[1]}
+                 for (r, m), v in sorted(gpu.items())]
+    energy_lines = []
+    for (r, pue, carbon), v in sorted(energy.items(), key=lambda kv: (
+            kv[0][0], kv[0][1] is not None, Decimal(kv[0][1] or 0), Decimal(kv[0][2] or 0))):
+        line = {"region": r, "kwh": dec(v[0]), "records": v[1]}
+        if pue is not None:
+            with_pue = v[0] * Decimal(pue)
+            line.update(pue=pue, carbon_g_per_kwh=carbon, kwh_with_pue=dec(with_pue),
+                        carbon_kg=dec(with_pue * Decimal(carbon) / 1000))
+        energy_lines.append(line)
+    totals = {
+        "records": sum(l["records"] for l in gpu_lines + energy_lines),
+        "gpu_seconds": dec(sum((Decimal(l["gpu_seconds"]) for l in gpu_lines), Decimal(0))),
+        "kwh": dec(sum((Decimal(l["kwh"]) for l in energy_lines), Decimal(0))),
+        "kwh_with_pue": dec(sum((Decimal(l["kwh_with_pue"]) for l in energy_lines if "pue" in l), Decimal(0))),
+        "carbon_kg": dec(sum((Decimal(l["carbon_kg"]) for l in energy_lines if "pue" in l), Decimal(0))),
+        "kwh_without_region_params": dec(sum((Decimal(l["kwh"]) for l in energy_lines if "pue" not in l),
+                                             Decimal(0))),
+    }
+    return gpu_lines, energy_lines, totals
+
+
+def commitment(log: Log, records: Iterable[int]) -> str:
+    return b64(mth_data([i.to_bytes(8, "big") + log.entries[i].leaf_hash for i in records]))
+
+
+def context_for(log: Log, size: int, records: Iterable[int], invoice: bool = False) -> List[int]:
+    """Section 14: registrations (and revocations) of every key that signed a record or a
+    context entry, every region_params below the size (and, for an invoice, prices)."""
+    ctx = set()
+    for e in log.entries[:size]:
+        if e.kind == "region_params" or (invoice and e.kind in ("rate_card", "spot_price", "lease_registered")):
+            ctx.add(e.index)
+    signing_keys = {log.entries[i].envelope["key_id"] for i in list(records) + sorted(ctx)}
+    for e in log.entries[:size]:
+        if e.kind in ("signer_key_registered", "signer_key_revoked") and e.body["key_id"] in signing_keys:
+            ctx.add(e.index)
+    return sorted(ctx)
+
+
+def sign_certificate(cert: Dict[str, Any], key: Key) -> Dict[str, Any]:
+    unsigned = {k: v for k, v in cert.items() if k != "sig"}
+    sig = key.sign(b"gpuledger-certificate/v1\n" + jcs(unsigned))
+    return dict(unsigned, sig=b64(sig))
+
+
+def make_certificate(log: Log, size: int, tenant: str, period_from: str, period_to: str,
+                     scope: Optional[Dict[str, Any]] = None, cert_id: str = "CERT-000001",
+                     issued_at: str = "2026-12-01T00:10:00Z", records: Optional[List[int]] = None,
+                     checkpoint: Optional[str] = None, key: Optional[Key] = None) -> Dict[str, Any]:
+    scope = scope or {}
+    records = covered(log, size, tenant, period_from, period_to, scope) if records is None else records
+    gpu, energy, totals = compute_claims(log, size, records)
+    cert = {
+        "v": 1, "id": cert_id, "tenant": tenant, "period_from": period_from, "period_to": period_to,
+        "scope": scope, "issued_at": issued_at, "log_origin": log.origin,
+        "checkpoint": checkpoint if checkpoint is not None else log.checkpoint(size),
+        "entries": {"count": len(records), "commitment": commitment(log, records)},
+        "gpu": gpu, "energy": energy, "totals": totals,
+    }
+    return sign_certificate(cert, key or log.log_key)
+
+
+def entry_line(log: Log, index: int, size: int) -> Dict[str, Any]:
+    return {"type": "entry", "index": index, "leaf": b64(log.entries[index].leaf),
+            "proof": [b64(h) for h in log.inclusion(index, size)]}
+
+
+def make_bundle(log: Log, size: int, context: List[int], records: List[int], subject: Dict[str, str],
+                checkpoint: Optional[str] = None) -> List[Dict[str, Any]]:
+    lines = [{"type": "header", "format": "gpuledger-bundle/v1", "log_origin": log.origin,
+              "checkpoint": checkpoint if checkpoint is not None else log.checkpoint(size), "subject": subject}]
+    lines += [entry_line(log, i, size) for i in context]
+    lines += [entry_line(log, i, size) for i in records]
+    lines.append({"type": "end", "entries": len(context) + len(records)})
+    return lines
+
+
+def bundle_bytes(lines: List[Dict[str, Any]], fix_count: bool = False) -> bytes:
+    if fix_count:
+        n = sum(1 for l in lines if l.get("type") == "entry")
+        lines = [dict(l, entries=n) if l.get("type") == "end" else l for l in lines]
+    return b"".join(json.dumps(l, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for l in lines)
+
+
+# --- the standard scenario ----------------------------------------------------------------------
+
+ORIGIN = "gpuledger.test/python-verifier"
+TENANT = "tenant-acme"
+PERIOD = ("2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z")
+
+
+class Scenario:
+    """A log of 17 entries (plus optional bad ones), a certificate for tenant-acme in November
+    2026 at the log's size, and its bundle."""
+
+    def __init__(self, variant: str = "good", scope: Optional[Dict[str, Any]] = None):
+        self.log_key = Key.from_byte(0x21)
+        self.node_a = Key.from_byte(0x22)
+        self.node_b = Key.from_byte(0x23)
+        self.market = Key.from_byte(0x24)
+        self.stranger = Key.from_byte(0x25)
+        log = self.log = Log(self.log_key, ORIGIN)
+        na, nb, mk = self.node_a, self.node_b, self.market
+        log.register("node-a", na, "node", "2026-10-01T00:00:00Z")                                     # 0
+        log.register("node-b", nb, "node", "2026-10-01T00:00:00Z")                                     # 1
+        log.register("market-cn", mk, "market", "2026-10-01T00:00:00Z")                                # 2
+        log.region_params("cn-nmg-1", "1.08", "550", "2026-10-01T00:00:00Z", "2026-10-01T00:00:01Z")   # 3
+        log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "8", "2026-11-02T10:00:00Z", 300,
+                      lease="lease-0042")                                                               # 4
+        log.energy("node-a", na, TENANT, "cn-nmg-1", "1.5", "2026-11-02T10:00:00Z", 300)                # 5
+        log.gpu_usage("node-a", na, "tenant-other", "cn-nmg-1", "H100-SXM5-80GB", "2", "2026-11-02T10:00:00Z",
+                      600)                                                                              # 6
+        log.append("spot_price", "market-cn", mk, {"region": "cn-nmg-1", "gpu_model": "H100-SXM5-80GB",
+                                                   "price_per_gpu_hour": "14.75", "currency": "CNY",
+                                                   "effective_from": "2026-11-03T00:00:00Z"},
+                   "2026-11-02T12:00:00Z")                                                              # 7
+        log.gpu_usage("node-b", nb, TENANT, "eu-west-1", "A100-80GB", "0.25", "2026-11-03T08:00:00Z", 30)  # 8
+        log.region_params("cn-nmg-1", "1.2", "500", "2026-11-15T00:00:00Z", "2026-11-10T00:00:00Z")    # 9
+        log.energy("node-a", na, TENANT, "cn-nmg-1", "2.25", "2026-11-20T00:00:00Z", 3600)              # 10
+        log.energy("node-b", nb, TENANT, "eu-west-1", "0.75", "2026-11-04T00:00:00Z", 3600)             # 11
+        log.revoke("node-b", nb, "2026-11-25T00:00:00Z")                                                # 12
+        log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1", "2026-10-20T00:00:00Z", 60)  # 13
+        log.ledger("lease_registered", {"lease": "lease-0042", "tenant": TENANT, "class": "reserved"},
+                   "2026-11-25T00:00:01Z")                                                              # 14
+        kw = {}
+        if variant == "bad_signature":
+            kw["sig_mode"] = "flipped"
+        elif variant == "small_order_r":
+            kw["sig_mode"] = "small_order_r"
+        log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1", "2026-11-26T00:00:00Z", 3600,
+                      lease="lease-0042", **kw)                                                         # 15
+        log.energy("node-a", na, None, "cn-nmg-1", "0.5", "2026-11-26T00:00:00Z", 3600)                # 16
+        self.bad_index: Optional[int] = 15 if kw else None
+        if variant == "revoked":
+            # A record signed by node-b after its key was revoked (a ledger would refuse it).
+            self.bad_index = log.gpu_usage("node-b", nb, TENANT, "eu-west-1", "A100-80GB", "1",
+                                           "2026-11-27T00:00:00Z", 60)                                  # 17
+        elif variant == "wrong_role":
+            # The market key signs gpu_usage (role market may not).
+            self.bad_index = log.gpu_usage("market-cn", mk, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1",
+                                           "2026-11-27T00:00:00Z", 60, node="node-a")                   # 17
+        elif variant == "unregistered":
+            # A key no registration names.
+            self.bad_index = log.gpu_usage("node-c", self.stranger, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1",
+                                           "2026-11-27T00:00:00Z", 60)                                  # 17
+        elif variant == "invalid_envelope":
+            # gpu_seconds is not gpu_count x duration (a ledger would refuse it).
+            body = {"tenant": TENANT, "region": "cn-nmg-1", "node": "node-a", "gpu_model": "H100-SXM5-80GB",
+                    "gpu_count": "2", "start": "2026-11-27T00:00:00Z", "end": "2026-11-27T00:01:00Z",
+                    "gpu_seconds": "121"}
+            self.bad_index = log.append("gpu_usage", "node-a", na, body, "2026-11-27T00:01:02Z")         # 17
+        elif variant == "late_key_use":
+            # node-d's record comes before node-d's registration.
+            nd = Key.from_byte(0x26)
+            self.bad_index = log.gpu_usage("node-d", nd, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1",
+                                           "2026-11-27T00:00:00Z", 60)                                  # 17
+            log.register("node-d", nd, "node", "2026-11-28T00:00:00Z")                                 # 18
+        elif variant != "good" and variant not in ("bad_signature", "small_order_r"):
+            raise ValueError(variant)
+        log.ledger("certificate_issued", {"id": "CERT-000000", "tenant": "tenant-zeta",
+                                          "period_from": "2026-10-01T00:00:00Z",
+                                          "period_to": "2026-11-01T00:00:00Z", "checkpoint_size": 3,
+                                          "certificate_sha256": "ab" * 32}, "2026-11-29T00:00:00Z")
+        self.size = len(log.entries)
+        self.scope = scope or {}
+        self.records = covered(log, self.size, TENANT, *PERIOD, self.scope)
+        if variant == "late_key_use":
+            # the registration at 18 is context; the record at 17 is covered
+            pass
+        self.context = context_for(log, self.size, self.records)
+        self.checkpoint = log.checkpoint(self.size)
+        self.certificate = make_certificate(log, self.size, TENANT, *PERIOD, scope=self.scope,
+                                            records=self.records, checkpoint=self.checkpoint)
+        self.bundle = make_bundle(log, self.size, self.context, self.records,
+                                  {"certificate": self.certificate["id"]}, checkpoint=self.checkpoint)
+
+    def verifier_key(self) -> str:
+        return self.log.verifier_key()

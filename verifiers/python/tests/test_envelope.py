@@ -1,0 +1,249 @@
+"""Envelope and body checks (sections 4 and 5) and the log rules checked on a bundle's context."""
+
+import copy
+import unittest
+
+from support import VerifierTestCase, gv, producer
+
+NOW = gv.parse_timestamp("2026-11-30T12:05:02Z")
+NODE = producer.Key.from_byte(0x01)
+
+BODIES = {
+    "gpu_usage": {"tenant": "tenant-acme", "lease": "lease-0042", "region": "cn-nmg-1", "node": "node-imx-0001",
+                  "gpu_model": "H100-SXM5-80GB", "gpu_count": "8", "start": "2026-11-30T12:00:00Z",
+                  "end": "2026-11-30T12:05:00Z", "gpu_seconds": "2400"},
+    "energy": {"tenant": "tenant-acme", "region": "cn-nmg-1", "node": "node-imx-0001",
+               "start": "2026-11-30T12:00:00Z", "end": "2026-11-30T12:05:00Z", "kwh": "3.125"},
+    "spot_price": {"region": "cn-nmg-1", "gpu_model": "H100-SXM5-80GB", "price_per_gpu_hour": "14.75",
+                   "currency": "CNY", "effective_from": "2026-11-30T13:00:00Z"},
+    "signer_key_registered": {"signer": "node-imx-0001", "role": "node", "key_id": NODE.key_id,
+                              "public_key": producer.b64(NODE.pub)},
+    "signer_key_revoked": {"signer": "market-cn", "key_id": "6a3803d5f059902a", "reason": "rotated"},
+    "rate_card": {"region": "cn-nmg-1", "gpu_model": "H100-SXM5-80GB", "lease_class": "on_demand",
+                  "currency": "CNY", "price_per_gpu_hour": "20", "effective_from": "2026-11-01T00:00:00Z"},
+    "region_params": {"region": "cn-nmg-1", "currency": "CNY", "electricity_price_per_kwh": "0.5", "pue": "1.08",
+                      "carbon_g_per_kwh": "550", "effective_from": "2026-11-01T00:00:00Z"},
+    "lease_registered": {"lease": "lease-0042", "tenant": "tenant-acme", "class": "reserved"},
+    "invoice_issued": {"number": "INV-000001", "tenant": "tenant-acme", "period_from": "2026-10-01T00:00:00Z",
+                       "period_to": "2026-11-01T00:00:00Z", "currency": "CNY", "total": "148.00",
+                       "checkpoint_size": 17, "invoice_sha256": "0" * 64},
+    "payment": {"tenant": "tenant-acme", "invoice": "INV-000001", "currency": "CNY", "amount": "100",
+                "note": "wire 42"},
+    "credit_note": {"tenant": "tenant-acme", "invoice": "INV-000001", "currency": "CNY", "amount": "0.01",
+                    "note": ""},
+    "certificate_issued": {"id": "CERT-000001", "tenant": "tenant-acme", "period_from": "2026-11-01T00:00:00Z",
+                           "period_to": "2026-12-01T00:00:00Z", "checkpoint_size": 7,
+                           "certificate_sha256": "f" * 64},
+}
+
+
+def envelope(kind, body=None, **over):
+    env = {"v": 1, "kind": kind, "signer": "node-imx-0001", "key_id": "34750f98bd59fcfc", "seq": 1,
+           "body": copy.deepcopy(BODIES[kind]) if body is None else body, "sig": "A" * 86 + "=="}
+    env.update(over)
+    return env
+
+
+class EnvelopeChecks(unittest.TestCase):
+    def code(self, env, now=NOW):
+        with self.assertRaises(gv.FieldError) as cm:
+            gv.check_envelope(env, now)
+        return cm.exception.code, cm.exception.field
+
+    def test_every_kind_valid(self):
+        for kind in BODIES:
+            with self.subTest(kind):
+                gv.check_envelope(envelope(kind), NOW)
+        self.assertEqual(set(BODIES), set(gv.KINDS))
+
+    def test_envelope_members(self):
+        env = envelope("gpu_usage")
+        self.assertEqual(self.code(dict(env, extra=1))[0], "malformed")
+        self.assertEqual(self.code({k: v for k, v in env.items() if k != "seq"})[0], "malformed")
+        self.assertEqual(self.code(dict(env, seq="1"))[0], "malformed")
+        self.assertEqual(self.code(dict(env, seq=True))[0], "malformed")
+        self.assertEqual(self.code(dict(env, v=2)), ("unsupported_version", "v"))
+        self.assertEqual(self.code(dict(env, kind="gpu_use")), ("unknown_kind", "kind"))
+        self.assertEqual(self.code(dict(env, signer="-x")), ("invalid_field", "signer"))
+        self.assertEqual(self.code(dict(env, key_id="34750F98BD59FCFC")), ("invalid_field", "key_id"))
+        self.assertEqual(self.code(dict(env, seq=0)), ("quantity_out_of_range", "seq"))
+        self.assertEqual(self.code(dict(env, seq=2**53)), ("quantity_out_of_range", "seq"))
+        gv.check_envelope(dict(env, seq=2**53 - 1), NOW)
+        self.assertEqual(self.code(dict(env, sig="A" * 88)), ("invalid_field", "sig"))
+        self.assertEqual(self.code(dict(env, sig="A" * 42 + "A=")), ("invalid_field", "sig"))
+
+    def test_too_large(self):
+        body = dict(BODIES["signer_key_revoked"], reason="x" * 8000)
+        env = envelope("signer_key_revoked", body=body, signer="ledger")
+        size = len(gv.jcs(env))
+        self.assertGreater(size, 8192)
+        self.assertEqual(self.code(env), ("too_large", "envelope"))
+        fits = dict(body, reason="x" * (8000 - (size - 8192)))
+        self.assertEqual(len(gv.jcs(envelope("signer_key_revoked", body=fits, signer="ledger"))), 8192)
+        gv.check_envelope(envelope("signer_key_revoked", body=fits, signer="ledger"), NOW)
+
+    def body_code(self, kind, now=NOW, drop=(), **changes):
+        body = copy.deepcopy(BODIES[kind])
+        for d in drop:
+            del body[d]
+        body.update(changes)
+        return self.code(envelope(kind, body=body), now)
+
+    def test_gpu_usage(self):
+        self.assertEqual(self.body_code("gpu_usage", gpu_count="0", gpu_seconds="0"),
+                         ("quantity_out_of_range", "body.gpu_count"))
+        self.assertEqual(self.body_code("gpu_usage", gpu_count="1025"), ("quantity_out_of_range", "body.gpu_count"))
+        self.assertEqual(self.body_code("gpu_usage", gpu_count="-8"), ("negative_quantity", "body.gpu_count"))
+        self.assertEqual(self.body_code("gpu_usage", gpu_count="8.0"), ("invalid_field", "body.gpu_count"))
+        self.assertEqual(self.body_code("gpu_usage", gpu_count=8), ("malformed", "body.gpu_count"))
+        self.assertEqual(self.body_code("gpu_usage", lease=None), ("malformed", "body.lease"))
+        self.assertEqual(self.body_code("gpu_usage", drop=("tenant",)), ("malformed", "body.tenant"))
+        self.assertEqual(self.body_code("gpu_usage", colour="blue"), ("malformed", "body.colour"))
+        self.assertEqual(self.body_code("gpu_usage", end="2026-11-30T12:00:00Z"), ("empty_interval", "body.end"))
+        self.assertEqual(self.body_code("gpu_usage", start="2026-11-29T12:04:59Z"),
+                         ("interval_too_long", "body.end"))
+        self.assertEqual(self.body_code("gpu_usage", now=gv.parse_timestamp("2026-11-30T11:59:59Z")),
+                         ("in_future", "body.end"))
+        gv.check_envelope(envelope("gpu_usage"), gv.parse_timestamp("2026-11-30T12:00:00Z"))  # exactly 300 s
+        self.assertEqual(self.body_code("gpu_usage", gpu_seconds="2401"), ("gpu_seconds_mismatch", "body.gpu_seconds"))
+        self.assertEqual(self.body_code("gpu_usage", gpu_count="0.25", gpu_seconds="74"), ("gpu_seconds_mismatch",
+                                                                                         "body.gpu_seconds"))
+        gv.check_envelope(envelope("gpu_usage", body=dict(BODIES["gpu_usage"], gpu_count="0.25",
+                                                          gpu_seconds="75", end="2026-11-30T12:05:00Z")), NOW)
+        body = dict(BODIES["gpu_usage"], gpu_count="1024", start="2026-11-29T12:05:00Z", gpu_seconds="88473600")
+        gv.check_envelope(envelope("gpu_usage", body=body), NOW)
+        self.assertEqual(self.body_code("gpu_usage", start="2026-02-30T00:00:00Z"), ("invalid_field", "body.start"))
+
+    def test_energy(self):
+        self.assertEqual(self.body_code("energy", kwh="100000.000000001"), ("quantity_out_of_range", "body.kwh"))
+        gv.check_envelope(envelope("energy", body=dict(BODIES["energy"], kwh="0")), NOW)
+        gv.check_envelope(envelope("energy", body={k: v for k, v in BODIES["energy"].items() if k != "tenant"}), NOW)
+        self.assertEqual(self.body_code("energy", tenant=None), ("malformed", "body.tenant"))
+        self.assertEqual(self.body_code("energy", lease="x"), ("malformed", "body.lease"))
+
+    def test_spot_price(self):
+        self.assertEqual(self.body_code("spot_price", effective_from="2026-12-07T12:05:03Z"),
+                         ("in_future", "body.effective_from"))
+        gv.check_envelope(envelope("spot_price", body=dict(BODIES["spot_price"],
+                                                           effective_from="2026-12-07T12:05:02Z")), NOW)
+        self.assertEqual(self.body_code("spot_price", currency="cny"), ("invalid_field", "body.currency"))
+        self.assertEqual(self.body_code("spot_price", price_per_gpu_hour="1000000.5"),
+                         ("quantity_out_of_range", "body.price_per_gpu_hour"))
+
+    def test_signer_key_registered(self):
+        other = producer.Key.from_byte(0x02)
+        self.assertEqual(self.body_code("signer_key_registered", key_id=other.key_id),
+                         ("invalid_field", "body.key_id"))
+        small = producer.b64((1).to_bytes(32, "little"))
+        self.assertEqual(self.body_code("signer_key_registered", public_key=small,
+                                        key_id=gv.key_id_of((1).to_bytes(32, "little"))),
+                         ("invalid_field", "body.public_key"))
+        self.assertEqual(self.body_code("signer_key_registered", public_key="AAAA"),
+                         ("invalid_field", "body.public_key"))
+        self.assertEqual(self.body_code("signer_key_registered", role="ledger"), ("invalid_field", "body.role"))
+        self.assertEqual(self.body_code("signer_key_registered", role="admin"), ("invalid_field", "body.role"))
+        self.assertEqual(self.body_code("signer_key_registered", signer="ledger"), ("invalid_field", "body.signer"))
+        # y = 2 is not on the curve
+        not_point = (2).to_bytes(32, "little")
+        self.assertEqual(self.body_code("signer_key_registered", public_key=producer.b64(not_point),
+                                        key_id=gv.key_id_of(not_point)), ("invalid_field", "body.public_key"))
+
+    def test_ledger_kinds(self):
+        self.assertEqual(self.body_code("region_params", pue="0.99"), ("quantity_out_of_range", "body.pue"))
+        self.assertEqual(self.body_code("region_params", pue="5.01"), ("quantity_out_of_range", "body.pue"))
+        gv.check_envelope(envelope("region_params", body=dict(BODIES["region_params"], pue="5")), NOW)
+        self.assertEqual(self.body_code("region_params", carbon_g_per_kwh="5001"),
+                         ("quantity_out_of_range", "body.carbon_g_per_kwh"))
+        self.assertEqual(self.body_code("rate_card", lease_class="spot"), ("invalid_field", "body.lease_class"))
+        self.assertEqual(self.body_code("lease_registered", **{"class": "free"}), ("invalid_field", "body.class"))
+        self.assertEqual(self.body_code("invoice_issued", number="INV-1"), ("invalid_field", "body.number"))
+        self.assertEqual(self.body_code("invoice_issued", total="148.00001"), ("invalid_field", "body.total"))
+        self.assertEqual(self.body_code("invoice_issued", checkpoint_size="17"), ("malformed", "body.checkpoint_size"))
+        self.assertEqual(self.body_code("invoice_issued", invoice_sha256="A" * 64), ("invalid_field",
+                                                                                   "body.invoice_sha256"))
+        self.assertEqual(self.body_code("payment", amount="0"), ("quantity_out_of_range", "body.amount"))
+        self.assertEqual(self.body_code("payment", drop=("note",)), ("malformed", "body.note"))
+        self.assertEqual(self.body_code("credit_note", note="x" * 501), ("invalid_field", "body.note"))
+        self.assertEqual(self.body_code("certificate_issued", id="CERT-12345"), ("invalid_field", "body.id"))
+        gv.check_envelope(envelope("certificate_issued", body=dict(BODIES["certificate_issued"], id="CERT-1234567")),
+                          NOW)
+
+
+class ContextRules(VerifierTestCase):
+    """Rules of sections 5 and 6 that the verifier checks among the bundle's entries."""
+
+    def build(self, extra):
+        lk, na = producer.Key.from_byte(0x41), producer.Key.from_byte(0x42)
+        log = producer.Log(lk, "gpuledger.test/context")
+        log.register("node-a", na, "node", "2026-10-01T00:00:00Z")
+        log.region_params("r1", "1.1", "400", "2026-10-01T00:00:00Z", "2026-10-01T00:00:00Z")
+        extra(log, na)
+        log.gpu_usage("node-a", na, "t", "r1", "m", "1", "2026-11-05T00:00:00Z", 60)
+        size = len(log.entries)
+        records = producer.covered(log, size, "t", *producer.PERIOD, {})
+        context = [e.index for e in log.entries if e.kind not in ("gpu_usage", "energy")]
+        cert = producer.make_certificate(log, size, "t", *producer.PERIOD, records=records)
+        bundle = producer.make_bundle(log, size, context, records, {"certificate": cert["id"]})
+        return self.run_certificate(cert, bundle, log.verifier_key())
+
+    def test_baseline(self):
+        self.assertPass(self.build(lambda log, na: None))
+
+    def test_region_params_with_the_same_effective_from(self):
+        r = self.build(lambda log, na: log.region_params("r1", "1.2", "400", "2026-10-01T00:00:00Z",
+                                                         "2026-10-02T00:00:00Z"))
+        self.assertFail(r, "leaf_invalid", "entry 2 (bundle line 4)")
+
+    def test_key_registered_twice(self):
+        r = self.build(lambda log, na: log.register("node-a", na, "node", "2026-10-02T00:00:00Z"))
+        self.assertFail(r, "leaf_invalid", "entry 2 (bundle line 4)")
+
+    def test_signer_changes_role(self):
+        r = self.build(lambda log, na: log.register("node-a", producer.Key.from_byte(0x43), "market",
+                                                    "2026-10-02T00:00:00Z"))
+        self.assertFail(r, "leaf_invalid")
+
+    def test_key_revoked_twice(self):
+        def extra(log, na):
+            k = producer.Key.from_byte(0x44)
+            log.register("node-x", k, "node", "2026-10-02T00:00:00Z")
+            log.revoke("node-x", k, "2026-10-03T00:00:00Z")
+            log.revoke("node-x", k, "2026-10-04T00:00:00Z")
+        self.assertFail(self.build(extra), "leaf_invalid", "entry 4 (bundle line 6)")
+
+    def test_revocation_names_another_signers_key(self):
+        self.assertFail(self.build(lambda log, na: log.revoke("node-z", na, "2026-10-03T00:00:00Z")), "leaf_invalid")
+
+    def test_ledger_entry_not_by_the_log_key(self):
+        def extra(log, na):
+            log.append("lease_registered", "ledger", na, {"lease": "l", "tenant": "t", "class": "spot"},
+                       "2026-10-02T00:00:00Z")
+        self.assertFail(self.build(extra), "unknown_key", "entry 2 (bundle line 4)")
+
+        def extra2(log, na):
+            log.append("lease_registered", "node-a", na, {"lease": "l", "tenant": "t", "class": "spot"},
+                       "2026-10-02T00:00:00Z")
+        self.assertFail(self.build(extra2), "key_not_allowed", "entry 2 (bundle line 4)")
+
+    def test_key_of_another_signer(self):
+        def extra(log, na):
+            log.register("node-b", producer.Key.from_byte(0x45), "node", "2026-10-02T00:00:00Z")
+            log.gpu_usage("node-b", na, "t", "r1", "m", "1", "2026-11-04T00:00:00Z", 60)
+        self.assertFail(self.build(extra), "key_not_allowed")
+
+    def test_broken_hash_chain(self):
+        sc = producer.Scenario()
+        log = sc.log
+        e = log.entries[5]  # a record whose predecessor (4) is in the bundle
+        import json as _json
+        leaf = _json.loads(e.leaf)
+        leaf["prev"] = producer.b64(bytes(32))
+        log.entries[5] = producer.Entry(5, producer.jcs(leaf), e.envelope, e.received_at)
+        cert = producer.make_certificate(log, sc.size, producer.TENANT, *producer.PERIOD, records=sc.records)
+        bundle = producer.make_bundle(log, sc.size, sc.context, sc.records, {"certificate": cert["id"]})
+        self.assertFail(self.run_certificate(cert, bundle, sc.verifier_key()), "leaf_invalid",
+                        "entry 5 (bundle line 8)")
+
+
+if __name__ == "__main__":
+    unittest.main()

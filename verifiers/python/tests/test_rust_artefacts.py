@@ -1,0 +1,313 @@
+"""The Python verifier on artefacts produced by the Rust service.
+
+Where: $GPULEDGER_ARTEFACTS_DIR if set, else tests/fixtures/certificate/ if it exists; otherwise
+the tests are skipped LOUDLY (`*** SKIPPED: no Rust artefacts ***`), unless
+GPULEDGER_REQUIRE_ARTEFACTS=1, which makes a missing directory a failure (for CI).
+
+Files in that directory:
+  certificate.json        the certificate (section 13)                       required
+  bundle.ndjson           its evidence bundle (section 14)                   required
+  verifier_key.txt        the log's signed-note verifier key (section 9)     required
+  log_key.seed.b64        the test log key's 32-byte seed, base64 (or the    optional: re-signing tampers
+                          private-key text `gpuledger-ed25519-secret-v1:...`)
+  older_checkpoint.txt    a checkpoint of the same log at a smaller size     optional
+  consistency/            old checkpoint (old.txt or old_checkpoint.txt),    optional
+                          new checkpoint (new.txt or new_checkpoint.txt),
+                          proof.json (array of base64, or {"hashes": [...]})
+
+The same checks also run on artefacts the test producer writes in that layout, so that this
+harness itself is tested when no Rust artefacts are present.
+"""
+
+import base64
+import copy
+import json
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+from decimal import Decimal
+
+from support import (REPO, VerifierTestCase, entry_lines, get_path, gv, leaf_of, leaf_paths, mutate_string,
+                     producer, read, set_path, with_leaf)
+
+SKIP_LINE = "*** SKIPPED: no Rust artefacts ***"
+MAX_LINES_FOR_FIELD_TAMPERS = 40
+
+
+def artefacts_dir():
+    env = os.environ.get("GPULEDGER_ARTEFACTS_DIR")
+    if env:
+        return env
+    default = os.path.join(REPO, "tests", "fixtures", "certificate")
+    return default if os.path.isdir(default) else None
+
+
+def load_seed(path):
+    text = read(path).decode().strip()
+    if text.startswith("gpuledger-ed25519-secret-v1:"):
+        text = text[len("gpuledger-ed25519-secret-v1:"):].strip()
+    seed = base64.b64decode(text, validate=True)
+    if len(seed) != 32:
+        raise ValueError(f"{path}: seed of {len(seed)} bytes, expected 32")
+    return seed
+
+
+def bump(value):
+    if isinstance(value, int):
+        return value + 1
+    return producer.dec(Decimal(value) + Decimal("0.5"))
+
+
+class ArtefactChecks:
+    """The checks; `self.dir` is the artefacts directory."""
+
+    dir = None
+
+    def setUp(self):
+        super().setUp()
+        d = self.dir
+        self.cert_bytes = read(os.path.join(d, "certificate.json"))
+        self.cert = json.loads(self.cert_bytes)
+        self.bundle_bytes = read(os.path.join(d, "bundle.ndjson"))
+        self.bundle = [json.loads(l) for l in self.bundle_bytes.split(b"\n") if l]
+        self.key_text = read(os.path.join(d, "verifier_key.txt")).decode().strip()
+        self.key = gv.parse_verifier_key(self.key_text)
+        seed_path = os.path.join(d, "log_key.seed.b64")
+        self.log_key = producer.Key(load_seed(seed_path)) if os.path.exists(seed_path) else None
+        self.records = [p for p in entry_lines(self.bundle)
+                        if leaf_of(self.bundle[p])["envelope"]["kind"] in ("gpu_usage", "energy")]
+        self.context = [p for p in entry_lines(self.bundle) if p not in self.records]
+
+    def verify(self, cert=None, bundle=None, fix_count=False):
+        return self.run_certificate(cert if cert is not None else self.cert,
+                                    bundle if bundle is not None else self.bundle_bytes, self.key,
+                                    fix_count=fix_count)
+
+    def need_seed(self):
+        if self.log_key is None:
+            self.skipTest("no log_key.seed.b64: re-signing tampers skipped")
+
+    def resign(self, cert):
+        return producer.sign_certificate(cert, self.log_key)
+
+    # --- genuine ---------------------------------------------------------------------------------
+
+    def test_genuine_certificate_passes(self):
+        r = gv.verify_certificate(os.path.join(self.dir, "certificate.json"), os.path.join(self.dir, "bundle.ndjson"),
+                                  gv.load_verifier_key(os.path.join(self.dir, "verifier_key.txt")))
+        self.assertPass(r)
+        print(f"\n    [{self.dir}] {r.line()}", file=sys.stderr)
+
+    def test_genuine_bundle_and_checkpoint_pass(self):
+        self.assertPass(gv.verify_bundle(os.path.join(self.dir, "bundle.ndjson"), self.key))
+        cp = gv.verify_checkpoint_note(self.cert["checkpoint"], self.key)
+        self.assertEqual(cp.origin, self.cert["log_origin"])
+
+    def test_seed_matches_the_verifier_key(self):
+        self.need_seed()
+        self.assertEqual(self.log_key.verifier_key(self.key.name), self.key_text)
+
+    # --- claims ------------------------------------------------------------------------------------
+
+    def claim_paths(self):
+        paths = [("totals", m) for m in self.cert["totals"]]
+        for name, members in (("gpu", ("gpu_seconds", "records")),
+                              ("energy", ("kwh", "records", "pue", "carbon_g_per_kwh", "kwh_with_pue", "carbon_kg"))):
+            for i, line in enumerate(self.cert[name]):
+                paths += [(name, i, m) for m in members if m in line]
+        return paths
+
+    def test_change_any_claim_unsigned(self):
+        for path in self.claim_paths():
+            with self.subTest(path=path):
+                cert = set_path(self.cert, path, bump(get_path(self.cert, path)))
+                self.assertFail(self.verify(cert=cert), "certificate_signature")
+
+    def test_change_any_claim_resigned(self):
+        self.need_seed()
+        self.assertPass(self.verify(cert=self.resign(self.cert)))
+        for path in self.claim_paths():
+            with self.subTest(path=path):
+                cert = self.resign(set_path(self.cert, path, bump(get_path(self.cert, path))))
+                item = ".".join(path) if path[0] == "totals" else f"{path[0]}[{path[1]}].{path[2]}"
+                self.assertFail(self.verify(cert=cert), "claim_mismatch", item)
+        cert = self.resign(set_path(self.cert, ("entries", "count"), self.cert["entries"]["count"] + 1))
+        self.assertFail(self.verify(cert=cert), "entries_mismatch")
+
+    def test_certificate_signed_by_another_key(self):
+        cert = producer.sign_certificate(self.cert, producer.Key.from_byte(0x5A))
+        self.assertFail(self.verify(cert=cert), "certificate_signature")
+
+    # --- records -----------------------------------------------------------------------------------
+
+    def test_change_any_field_of_any_entry(self):
+        for pos in entry_lines(self.bundle)[:MAX_LINES_FOR_FIELD_TAMPERS]:
+            line = self.bundle[pos]
+            leaf = leaf_of(line)
+            for path in leaf_paths(leaf):
+                value = get_path(leaf, path)
+                new = value + 1 if isinstance(value, int) else mutate_string(value)
+                bundle = copy.deepcopy(self.bundle)
+                bundle[pos] = with_leaf(line, set_path(leaf, path, new))
+                with self.subTest(index=line["index"], path=path):
+                    self.assertFail(self.verify(bundle=bundle),
+                                    "leaf_invalid" if path == ("index",) else "inclusion_proof")
+
+    def test_flip_a_byte_of_an_entry_signature(self):
+        for pos in entry_lines(self.bundle)[:MAX_LINES_FOR_FIELD_TAMPERS]:
+            line = self.bundle[pos]
+            leaf = leaf_of(line)
+            sig = bytearray(base64.b64decode(leaf["envelope"]["sig"]))
+            sig[7] ^= 0x10
+            bundle = copy.deepcopy(self.bundle)
+            bundle[pos] = with_leaf(line, set_path(leaf, ("envelope", "sig"), gv.b64(bytes(sig))))
+            with self.subTest(index=line["index"]):
+                self.assertFail(self.verify(bundle=bundle), "inclusion_proof")
+
+    def test_flip_a_byte_of_a_proof_hash(self):
+        n = 0
+        for pos in entry_lines(self.bundle)[:MAX_LINES_FOR_FIELD_TAMPERS]:
+            line = self.bundle[pos]
+            for j, h in enumerate(line["proof"]):
+                raw = bytearray(base64.b64decode(h))
+                raw[3] ^= 0x01
+                bundle = copy.deepcopy(self.bundle)
+                bundle[pos] = dict(line, proof=line["proof"][:j] + [gv.b64(bytes(raw))] + line["proof"][j + 1:])
+                with self.subTest(index=line["index"], hash=j):
+                    self.assertFail(self.verify(bundle=bundle), "inclusion_proof")
+                n += 1
+        if n == 0:
+            self.skipTest("no proof hashes (a tree of size 1)")
+
+    def test_drop_a_record(self):
+        if not self.records:
+            self.skipTest("the certificate covers no records")
+        for pos in (self.records[0], self.records[-1]):
+            bundle = [l for i, l in enumerate(self.bundle) if i != pos]
+            self.assertFail(self.verify(bundle=bundle, fix_count=True), "entries_mismatch")
+
+    def test_truncate(self):
+        lines = self.bundle_bytes.split(b"\n")[:-1]
+        for k in sorted({0, 1, len(lines) // 2, len(lines) - 1}):
+            with self.subTest(lines=k):
+                self.assertFail(self.verify(bundle=b"".join(l + b"\n" for l in lines[:k])), "truncated")
+        self.assertFail(self.verify(bundle=self.bundle_bytes[: len(self.bundle_bytes) // 2]), "truncated")
+        self.assertFail(self.verify(bundle=self.bundle_bytes[:-1]), "truncated")
+
+    def test_reorder(self):
+        pairs = []
+        if len(self.records) >= 2:
+            pairs.append((self.records[0], self.records[1]))
+        if len(self.context) >= 2:
+            pairs.append((self.context[0], self.context[1]))
+        if self.records and self.context:
+            pairs.append((self.context[-1], self.records[0]))
+        if not pairs:
+            self.skipTest("fewer than two entries")
+        for a, b in pairs:
+            with self.subTest(swap=(a, b)):
+                bundle = copy.deepcopy(self.bundle)
+                bundle[a], bundle[b] = bundle[b], bundle[a]
+                self.assertFail(self.verify(bundle=bundle), "order")
+
+    # --- checkpoints -----------------------------------------------------------------------------
+
+    def test_checkpoint_signed_by_another_key(self):
+        body = self.cert["checkpoint"].split("\n\n")[0] + "\n"
+        other = producer.Key.from_byte(0x5B)
+        note = body + "\n" + "\u2014 " + self.key.name + " " + gv.b64(other.note_key_id(self.key.name)
+                                                                      + other.sign(body.encode())) + "\n"
+        bundle = copy.deepcopy(self.bundle)
+        bundle[0] = dict(bundle[0], checkpoint=note)
+        self.assertFail(self.verify(cert=dict(self.cert, checkpoint=note), bundle=bundle), "checkpoint_signature")
+
+    def test_older_checkpoint(self):
+        path = os.path.join(self.dir, "older_checkpoint.txt")
+        if not os.path.exists(path):
+            self.skipTest("no older_checkpoint.txt")
+        older = read(path).decode()
+        self.assertLess(gv.verify_checkpoint_note(older, self.key).size,
+                        gv.verify_checkpoint_note(self.cert["checkpoint"], self.key).size)
+        bundle = copy.deepcopy(self.bundle)
+        bundle[0] = dict(bundle[0], checkpoint=older)
+        if self.log_key is not None:
+            cert = self.resign(dict(self.cert, checkpoint=older))
+            self.assertFail(self.verify(cert=cert, bundle=bundle), ("not_in_checkpoint", "inclusion_proof"))
+        else:
+            self.assertFail(self.verify(cert=dict(self.cert, checkpoint=older), bundle=bundle),
+                            "certificate_signature")
+
+    def test_consistency_files(self):
+        d = os.path.join(self.dir, "consistency")
+        if not os.path.isdir(d):
+            self.skipTest("no consistency/")
+
+        def pick(*names):
+            for n in names:
+                if os.path.exists(os.path.join(d, n)):
+                    return os.path.join(d, n)
+            self.fail(f"consistency/ holds none of {names}")
+
+        old = pick("old.txt", "old_checkpoint.txt")
+        new = pick("new.txt", "new_checkpoint.txt")
+        proof = pick("proof.json")
+        r = gv.verify_consistency_files(old, new, proof, self.key)
+        self.assertPass(r)
+        hashes = json.loads(read(proof))
+        hashes = hashes["hashes"] if isinstance(hashes, dict) else hashes
+        if hashes:
+            raw = bytearray(base64.b64decode(hashes[0]))
+            raw[0] ^= 1
+            bad = self.write("bad_proof.json", [gv.b64(bytes(raw))] + hashes[1:])
+            self.assertFail(gv.verify_consistency_files(old, new, bad, self.key), "consistency_proof")
+
+
+class RustArtefacts(ArtefactChecks, VerifierTestCase):
+    @classmethod
+    def setUpClass(cls):
+        d = artefacts_dir()
+        required = os.environ.get("GPULEDGER_REQUIRE_ARTEFACTS") == "1"
+        missing = d is None or not all(os.path.exists(os.path.join(d, f))
+                                       for f in ("certificate.json", "bundle.ndjson", "verifier_key.txt"))
+        if missing:
+            where = d or "tests/fixtures/certificate/ (and GPULEDGER_ARTEFACTS_DIR unset)"
+            if required:
+                raise AssertionError(f"GPULEDGER_REQUIRE_ARTEFACTS=1 but no Rust artefacts in {where}")
+            print(f"\n{SKIP_LINE} (looked in {where})", file=sys.stderr)
+            raise unittest.SkipTest(f"{SKIP_LINE} (looked in {where})")
+        cls.dir = d
+
+
+class ArtefactHarnessOnProducerOutput(ArtefactChecks, VerifierTestCase):
+    """The same checks on the producer's artefacts, written in the Rust artefacts' layout."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls._tmp = tempfile.mkdtemp(prefix="gpuledger-artefacts-")
+        sc = producer.Scenario()
+        files = {
+            "certificate.json": json.dumps(sc.certificate, indent=2).encode(),
+            "bundle.ndjson": producer.bundle_bytes(sc.bundle),
+            "verifier_key.txt": (sc.verifier_key() + "\n").encode(),
+            "log_key.seed.b64": (gv.b64(sc.log_key.seed) + "\n").encode(),
+            "older_checkpoint.txt": sc.log.checkpoint(9).encode(),
+            "consistency/old.txt": sc.log.checkpoint(9).encode(),
+            "consistency/new.txt": sc.log.checkpoint(sc.size).encode(),
+            "consistency/proof.json": json.dumps([gv.b64(h) for h in sc.log.consistency(9, sc.size)]).encode(),
+        }
+        for name, data in files.items():
+            path = os.path.join(cls._tmp, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+        cls.dir = cls._tmp
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls._tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,462 @@
+"""The tamper matrix on artefacts built by the test producer (section 15's reason codes)."""
+
+import base64
+import copy
+import json
+import unittest
+from decimal import Decimal
+
+from support import (VerifierTestCase, entry_lines, get_path, gv, leaf_of, leaf_paths, mutate_string,
+                     producer, set_path, with_leaf, with_leaf_bytes)
+
+NUMERIC_CLAIMS = {
+    "gpu": ("gpu_seconds", "records"),
+    "energy": ("kwh", "records", "pue", "carbon_g_per_kwh", "kwh_with_pue", "carbon_kg"),
+}
+
+
+def bump(value):
+    if isinstance(value, int):
+        return value + 1
+    return producer.dec(Decimal(value) + Decimal("0.5"))
+
+
+class Base(VerifierTestCase):
+    scenario_variant = "good"
+
+    def setUp(self):
+        super().setUp()
+        self.sc = producer.Scenario(self.scenario_variant)
+        self.key = self.sc.verifier_key()
+        self.cert = copy.deepcopy(self.sc.certificate)
+        self.bundle = copy.deepcopy(self.sc.bundle)
+
+    def resign(self, cert, key=None):
+        return producer.sign_certificate(cert, key or self.sc.log_key)
+
+    def verify(self, cert=None, bundle=None, fix_count=False):
+        return self.run_certificate(cert if cert is not None else self.cert,
+                                    bundle if bundle is not None else self.bundle, self.key, fix_count=fix_count)
+
+    def line_of(self, index):
+        for pos, l in enumerate(self.bundle):
+            if l.get("type") == "entry" and l["index"] == index:
+                return pos
+        raise KeyError(index)
+
+
+class Genuine(Base):
+    def test_genuine_passes(self):
+        r = self.verify()
+        self.assertPass(r)
+        self.assertEqual(r.summary["records"], 6)
+        self.assertEqual(r.summary["gpu_seconds"], "6007.5")
+        self.assertEqual(r.summary["carbon_kg"], "2.241")
+
+    def test_certificate_as_any_json_spelling(self):
+        # The certificate file is parsed; its spelling (member order, whitespace) does not matter.
+        self.assertPass(self.verify(cert=json.dumps(self.cert, indent=2, sort_keys=True).encode()))
+
+    def test_scopes(self):
+        for scope, records in (({"lease": "lease-0042"}, [4, 15]), ({"nodes": ["node-b"]}, [8, 11]),
+                               ({"region": "eu-west-1"}, [8, 11]), ({"nodes": ["node-a", "node-b"],
+                                                                      "region": "cn-nmg-1"}, [4, 5, 10, 15])):
+            with self.subTest(scope=scope):
+                sc = producer.Scenario("good", scope=scope)
+                self.assertEqual(sc.records, records)
+                self.assertPass(self.run_certificate(sc.certificate, sc.bundle, sc.verifier_key()))
+
+    def test_empty_certificate(self):
+        sc = self.sc
+        cert = producer.make_certificate(sc.log, sc.size, "tenant-nobody", *producer.PERIOD)
+        self.assertEqual(cert["totals"], {"records": 0, "gpu_seconds": "0", "kwh": "0", "kwh_with_pue": "0",
+                                          "carbon_kg": "0", "kwh_without_region_params": "0"})
+        self.assertEqual(cert["entries"]["commitment"], gv.b64(gv.EMPTY_ROOT))
+        bundle = producer.make_bundle(sc.log, sc.size, producer.context_for(sc.log, sc.size, []), [],
+                                      {"certificate": cert["id"]})
+        self.assertPass(self.run_certificate(cert, bundle, self.key))
+
+    def test_bundle_command_on_the_certificate_bundle(self):
+        r = self.run_bundle(self.bundle, self.key)
+        self.assertPass(r)
+        self.assertEqual(r.summary["records"], 6)
+
+
+class Claims(Base):
+    def claim_paths(self):
+        paths = [("totals", m) for m in self.cert["totals"]]
+        for name, members in NUMERIC_CLAIMS.items():
+            for i, line in enumerate(self.cert[name]):
+                paths += [(name, i, m) for m in members if m in line]
+        return paths
+
+    def test_every_claim_changed_unsigned_is_certificate_signature(self):
+        for path in self.claim_paths():
+            with self.subTest(path=path):
+                cert = set_path(self.cert, path, bump(get_path(self.cert, path)))
+                self.assertFail(self.verify(cert=cert), "certificate_signature", "certificate")
+
+    def test_every_claim_changed_and_resigned_is_claim_mismatch(self):
+        for path in self.claim_paths():
+            with self.subTest(path=path):
+                cert = self.resign(set_path(self.cert, path, bump(get_path(self.cert, path))))
+                item = ".".join(str(p) for p in path) if path[0] == "totals" else f"{path[0]}[{path[1]}].{path[2]}"
+                self.assertFail(self.verify(cert=cert), "claim_mismatch", item)
+
+    def test_line_keys_changed_and_resigned(self):
+        for path in (("gpu", 0, "region"), ("gpu", 1, "gpu_model"), ("energy", 2, "region")):
+            with self.subTest(path=path):
+                cert = self.resign(set_path(self.cert, path, get_path(self.cert, path) + "x"))
+                self.assertFail(self.verify(cert=cert), "claim_mismatch", f"{path[0]}[{path[1]}].{path[2]}")
+
+    def test_lines_dropped_added_reordered_resigned(self):
+        cert = copy.deepcopy(self.cert)
+        del cert["gpu"][1]
+        self.assertFail(self.verify(cert=self.resign(cert)), "claim_mismatch", "gpu[1]")
+        cert = copy.deepcopy(self.cert)
+        cert["energy"].append(dict(cert["energy"][2]))
+        self.assertFail(self.verify(cert=self.resign(cert)), "claim_mismatch", "energy[3]")
+        cert = copy.deepcopy(self.cert)
+        cert["gpu"].reverse()
+        self.assertFail(self.verify(cert=self.resign(cert)), "claim_mismatch")
+        cert = copy.deepcopy(self.cert)
+        for m in ("pue", "carbon_g_per_kwh", "kwh_with_pue", "carbon_kg"):
+            del cert["energy"][0][m]
+        self.assertFail(self.verify(cert=self.resign(cert)), "claim_mismatch", "energy[0].pue")
+
+    def test_values_are_compared_as_numbers_but_spelled_canonically(self):
+        cert = self.resign(set_path(self.cert, ("totals", "gpu_seconds"), "6007.50"))
+        self.assertFail(self.verify(cert=cert), "malformed", "totals.gpu_seconds")
+
+    def test_entries_member_resigned(self):
+        cert = self.resign(set_path(self.cert, ("entries", "count"), 7))
+        self.assertFail(self.verify(cert=cert), "entries_mismatch", "entries.count")
+        cert = self.resign(set_path(self.cert, ("entries", "commitment"), gv.b64(bytes(32))))
+        self.assertFail(self.verify(cert=cert), "entries_mismatch", "entries.commitment")
+
+    def test_other_members_changed_unsigned(self):
+        for path, value in ((("tenant",), "tenant-other"), (("period_to",), "2026-11-20T00:00:00Z"),
+                            (("issued_at",), "2026-12-02T00:00:00Z"), (("scope",), {"region": "cn-nmg-1"}),
+                            (("id",), "CERT-000002")):
+            with self.subTest(path=path):
+                self.assertFail(self.verify(cert=set_path(self.cert, path, value)), "certificate_signature")
+
+    def test_subject_members_changed_and_resigned(self):
+        self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("tenant",), "tenant-other"))),
+                        "wrong_tenant")
+        self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("period_to",), "2026-11-20T00:00:00Z"))),
+                        "outside_period", "entry 10 (bundle line 10)")
+        self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("scope",), {"region": "cn-nmg-1"}))),
+                        "outside_scope", "entry 8 (bundle line 9)")
+        self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("id",), "CERT-000002"))),
+                        "checkpoint_mismatch", "bundle header subject")
+        self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("log_origin",), "elsewhere"))),
+                        "checkpoint_mismatch", "certificate.log_origin")
+        # issued_at is not recomputed from anything: re-signed, it passes.
+        self.assertPass(self.verify(cert=self.resign(set_path(self.cert, ("issued_at",), "2026-12-02T00:00:00Z"))))
+
+    def test_certificate_signed_by_another_key(self):
+        cert = self.resign(self.cert, producer.Key.from_byte(0x77))
+        self.assertFail(self.verify(cert=cert), "certificate_signature", "certificate")
+        # the same key signing the envelope tag instead of the certificate tag
+        unsigned = {k: v for k, v in self.cert.items() if k != "sig"}
+        sig = self.sc.log_key.sign(b"gpuledger/v1/certificate_issued\n" + producer.jcs(unsigned))
+        self.assertFail(self.verify(cert=dict(unsigned, sig=gv.b64(sig))), "certificate_signature")
+
+    def test_malformed_certificates(self):
+        for name, cert in (("not json", b"{"), ("array", b"[]"), ("extra member", dict(self.cert, extra=1)),
+                           ("missing sig", {k: v for k, v in self.cert.items() if k != "sig"}),
+                           ("v 2", dict(self.cert, v=2)), ("bad id", dict(self.cert, id="CERT-1")),
+                           ("period reversed", dict(self.cert, period_from=self.cert["period_to"])),
+                           ("nodes unsorted", dict(self.cert, scope={"nodes": ["b", "a"]})),
+                           ("duplicate member", json.dumps(self.cert)[:-1].encode() + b',"v":1}')):
+            with self.subTest(name):
+                self.assertFail(self.verify(cert=cert), "malformed")
+
+
+class Records(Base):
+    def test_change_any_field_of_any_entry(self):
+        """Every member of every leaf (and its envelope and body) of every entry line."""
+        count = 0
+        for pos in entry_lines(self.bundle):
+            line = self.bundle[pos]
+            leaf = leaf_of(line)
+            for path in leaf_paths(leaf):
+                value = get_path(leaf, path)
+                new = value + 1 if isinstance(value, int) else mutate_string(value)
+                bundle = copy.deepcopy(self.bundle)
+                bundle[pos] = with_leaf(line, set_path(leaf, path, new))
+                expected = "leaf_invalid" if path == ("index",) else "inclusion_proof"
+                with self.subTest(index=line["index"], path=path):
+                    self.assertFail(self.verify(bundle=bundle), expected,
+                                    f"entry {line['index']} (bundle line {pos + 1})")
+                count += 1
+        self.assertGreater(count, 100)
+
+    def test_flip_a_byte_of_any_entry_signature(self):
+        for pos in entry_lines(self.bundle):
+            line = self.bundle[pos]
+            leaf = leaf_of(line)
+            sig = bytearray(base64.b64decode(leaf["envelope"]["sig"]))
+            for byte in (0, 31, 32, 63):
+                sig2 = bytes(sig[:byte]) + bytes([sig[byte] ^ 0x01]) + bytes(sig[byte + 1:])
+                bundle = copy.deepcopy(self.bundle)
+                bundle[pos] = with_leaf(line, set_path(leaf, ("envelope", "sig"), gv.b64(sig2)))
+                with self.subTest(index=line["index"], byte=byte):
+                    self.assertFail(self.verify(bundle=bundle), "inclusion_proof")
+
+    def test_flip_a_byte_of_any_proof_hash(self):
+        n = 0
+        for pos in entry_lines(self.bundle):
+            line = self.bundle[pos]
+            for j, h in enumerate(line["proof"]):
+                raw = bytearray(base64.b64decode(h))
+                raw[j % 32] ^= 0x80
+                bundle = copy.deepcopy(self.bundle)
+                bundle[pos] = dict(line, proof=line["proof"][:j] + [gv.b64(bytes(raw))] + line["proof"][j + 1:])
+                with self.subTest(index=line["index"], hash=j):
+                    self.assertFail(self.verify(bundle=bundle), "inclusion_proof",
+                                    f"entry {line['index']} (bundle line {pos + 1})")
+                n += 1
+            # a hash dropped or added
+            bundle = copy.deepcopy(self.bundle)
+            bundle[pos] = dict(line, proof=line["proof"][:-1])
+            self.assertFail(self.verify(bundle=bundle), "inclusion_proof")
+            bundle[pos] = dict(line, proof=line["proof"] + [line["proof"][0]])
+            self.assertFail(self.verify(bundle=bundle), "inclusion_proof")
+        self.assertGreater(n, 20)
+
+    def test_leaf_not_canonical(self):
+        pos = self.line_of(4)
+        leaf = leaf_of(self.bundle[pos])
+        bundle = copy.deepcopy(self.bundle)
+        bundle[pos] = with_leaf_bytes(self.bundle[pos], json.dumps(leaf, indent=1).encode())
+        self.assertFail(self.verify(bundle=bundle), "leaf_invalid")
+        bundle[pos] = with_leaf_bytes(self.bundle[pos], b"not json")
+        self.assertFail(self.verify(bundle=bundle), "leaf_invalid")
+
+    def test_line_index_differs_from_leaf_index(self):
+        pos = self.line_of(15)
+        bundle = copy.deepcopy(self.bundle)
+        bundle[pos] = dict(bundle[pos], index=16)
+        self.assertFail(self.verify(bundle=bundle), "leaf_invalid", f"entry 16 (bundle line {pos + 1})")
+
+
+class Membership(Base):
+    def test_drop_each_record(self):
+        for pos in entry_lines(self.bundle):
+            if pos <= len(self.sc.context):
+                continue
+            bundle = [l for i, l in enumerate(self.bundle) if i != pos]
+            with self.subTest(index=self.bundle[pos]["index"]):
+                self.assertFail(self.verify(bundle=bundle, fix_count=True), "entries_mismatch", "entries.count")
+
+    def test_swap_a_record_for_another_of_the_same_count(self):
+        # Same count, other entries: only the commitment tells.
+        sc = self.sc
+        cert = producer.make_certificate(sc.log, sc.size, producer.TENANT, *producer.PERIOD, records=[4, 5, 8, 10, 11, 15])
+        records = [4, 5, 8, 10, 11, 13]  # 13 is outside the period
+        bundle = producer.make_bundle(sc.log, sc.size, sc.context, records, {"certificate": cert["id"]})
+        self.assertFail(self.run_certificate(cert, bundle, self.key), "outside_period", "entry 13 (bundle line 12)")
+
+    def test_drop_context_entries(self):
+        # The registration of node-a: records signed by an unknown key.
+        bundle = [l for l in self.bundle if not (l.get("type") == "entry" and l["index"] == 0)]
+        self.assertFail(self.verify(bundle=bundle, fix_count=True), "unknown_key", "entry 4 (bundle line 6)")
+        # The second region parameters: the energy of the 20th is priced under the first: claims differ.
+        bundle = [l for l in self.bundle if not (l.get("type") == "entry" and l["index"] == 9)]
+        self.assertFail(self.verify(bundle=bundle, fix_count=True), "claim_mismatch")
+
+    def test_add_a_record_of_another_tenant(self):
+        for index in (6, 16):  # tenant-other's gpu_usage; an energy record without a tenant
+            with self.subTest(index=index):
+                records = sorted(self.sc.records + [index])
+                bundle = producer.make_bundle(self.sc.log, self.sc.size, self.sc.context, records,
+                                              {"certificate": self.cert["id"]})
+                self.assertFail(self.verify(bundle=bundle), "wrong_tenant", f"entry {index} (bundle line "
+                                f"{2 + len(self.sc.context) + records.index(index)})")
+
+    def test_add_a_record_outside_the_period(self):
+        records = sorted(self.sc.records + [13])
+        bundle = producer.make_bundle(self.sc.log, self.sc.size, self.sc.context, records,
+                                      {"certificate": self.cert["id"]})
+        self.assertFail(self.verify(bundle=bundle), "outside_period")
+
+    def test_add_a_record_outside_the_scope(self):
+        sc = producer.Scenario("good", scope={"lease": "lease-0042"})
+        bundle = producer.make_bundle(sc.log, sc.size, sc.context, sorted(sc.records + [5]),
+                                      {"certificate": sc.certificate["id"]})
+        self.assertEqual(sc.context, [0, 3, 9])
+        self.assertFail(self.run_certificate(sc.certificate, bundle, sc.verifier_key()), "outside_scope",
+                        "entry 5 (bundle line 6)")
+
+    def test_step_4_failures_come_before_step_5(self):
+        # A wrong-tenant record early, a bad proof later: step 4 is reported.
+        records = sorted(self.sc.records + [6])
+        bundle = producer.make_bundle(self.sc.log, self.sc.size, self.sc.context, records,
+                                      {"certificate": self.cert["id"]})
+        last = entry_lines(bundle)[-1]
+        bundle[last] = dict(bundle[last], proof=list(reversed(bundle[last]["proof"])))
+        self.assertFail(self.verify(bundle=bundle), "inclusion_proof")
+
+    def test_record_beyond_the_checkpoint(self):
+        sc = self.sc
+        extra = sc.log.gpu_usage("node-a", sc.node_a, producer.TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1",
+                                 "2026-11-28T00:00:00Z", 60)
+        bundle = copy.deepcopy(self.bundle)
+        bundle.insert(-1, producer.entry_line(sc.log, extra, extra + 1))
+        self.assertFail(self.verify(bundle=bundle, fix_count=True), "not_in_checkpoint",
+                        f"entry {extra} (bundle line {len(bundle) - 1})")
+
+
+class BadLogs(Base):
+    """Logs the producer builds with a bad entry inside the tree."""
+
+    def check(self, variant, reason):
+        sc = producer.Scenario(variant)
+        self.assertIn(sc.bad_index, sc.records)
+        r = self.run_certificate(sc.certificate, sc.bundle, sc.verifier_key())
+        pos = [i for i, l in enumerate(sc.bundle) if l.get("type") == "entry" and l["index"] == sc.bad_index][0]
+        self.assertFail(r, reason, f"entry {sc.bad_index} (bundle line {pos + 1})")
+
+    def test_bad_signature_inside_the_tree(self):
+        self.check("bad_signature", "entry_signature")
+
+    def test_small_order_r_signature_inside_the_tree(self):
+        self.check("small_order_r", "entry_signature")
+
+    def test_record_signed_after_its_key_was_revoked(self):
+        self.check("revoked", "key_revoked")
+
+    def test_record_of_a_kind_the_role_may_not_sign(self):
+        self.check("wrong_role", "key_not_allowed")
+
+    def test_record_by_an_unregistered_key(self):
+        self.check("unregistered", "unknown_key")
+
+    def test_record_before_its_key_registration(self):
+        self.check("late_key_use", "unknown_key")
+
+    def test_invalid_envelope_inside_the_tree(self):
+        self.check("invalid_envelope", "leaf_invalid")
+
+
+class Checkpoints(Base):
+    def test_older_checkpoint(self):
+        sc = self.sc
+        older = sc.log.checkpoint(9)
+        cert = self.resign(dict(self.cert, checkpoint=older))
+        bundle = copy.deepcopy(self.bundle)
+        bundle[0] = dict(bundle[0], checkpoint=older)
+        self.assertFail(self.verify(cert=cert, bundle=bundle), ("not_in_checkpoint", "inclusion_proof"))
+        # With every proof redone for size 9, the first entry at or above 9 is named.
+        bundle = producer.make_bundle(sc.log, 9, [0, 1, 3], [], {"certificate": self.cert["id"]}, checkpoint=older)
+        for i in sc.context + sc.records:
+            if i >= 9:
+                line = producer.entry_line(sc.log, i, sc.size)
+                bundle.insert(-1, line)
+        bundle = [l for l in bundle if l.get("type") != "entry" or l["index"] in sc.context + sc.records]
+        self.assertFail(self.verify(cert=cert, bundle=bundle, fix_count=True), "not_in_checkpoint")
+
+    def test_checkpoint_signed_by_another_key(self):
+        note = self.sc.log.checkpoint(self.sc.size, key=producer.Key.from_byte(0x66))
+        cert = self.resign(dict(self.cert, checkpoint=note))
+        bundle = copy.deepcopy(self.bundle)
+        bundle[0] = dict(bundle[0], checkpoint=note)
+        self.assertFail(self.verify(cert=cert, bundle=bundle), "checkpoint_signature", "bundle header checkpoint")
+
+    def test_checkpoint_of_another_origin(self):
+        note = self.sc.log.checkpoint(self.sc.size, origin="gpuledger.test/other", name=producer.ORIGIN)
+        bundle = copy.deepcopy(self.bundle)
+        bundle[0] = dict(bundle[0], checkpoint=note)
+        self.assertFail(self.verify(bundle=bundle), "checkpoint_signature")
+
+    def test_certificate_checkpoint_differs_from_the_header(self):
+        older = self.sc.log.checkpoint(9)
+        self.assertFail(self.verify(cert=self.resign(dict(self.cert, checkpoint=older))), "checkpoint_mismatch",
+                        "certificate.checkpoint")
+        bundle = copy.deepcopy(self.bundle)
+        bundle[0] = dict(bundle[0], log_origin="elsewhere")
+        self.assertFail(self.verify(bundle=bundle), "checkpoint_mismatch", "bundle header log_origin")
+        bundle[0] = dict(self.bundle[0], subject={"invoice": "INV-000001"})
+        self.assertFail(self.verify(bundle=bundle), "checkpoint_mismatch", "bundle header subject")
+
+
+class Structure(Base):
+    def test_truncated_at_every_line(self):
+        data = producer.bundle_bytes(self.bundle)
+        lines = data.split(b"\n")[:-1]
+        for k in range(0, len(lines)):
+            with self.subTest(lines=k):
+                self.assertFail(self.verify(bundle=b"".join(l + b"\n" for l in lines[:k])), "truncated")
+
+    def test_truncated_mid_line(self):
+        data = producer.bundle_bytes(self.bundle)
+        for cut in range(1, len(data), max(1, len(data) // 97)):
+            if data[cut - 1:cut] == b"\n":
+                continue
+            with self.subTest(cut=cut):
+                self.assertFail(self.verify(bundle=data[:cut]), "truncated")
+        self.assertFail(self.verify(bundle=data[:-1]), "truncated")
+
+    def test_end_count_differs(self):
+        bundle = copy.deepcopy(self.bundle)
+        bundle[-1] = {"type": "end", "entries": bundle[-1]["entries"] + 1}
+        self.assertFail(self.verify(bundle=bundle), "truncated")
+
+    def test_reorder_entries(self):
+        ctx = list(range(1, 1 + len(self.sc.context)))
+        rec = list(range(1 + len(self.sc.context), len(self.bundle) - 1))
+        cases = {
+            "two records swapped": (rec[0], rec[1]),
+            "two context entries swapped": (ctx[0], ctx[1]),
+            "last record and first record": (rec[0], rec[-1]),
+            "a context entry among the records": (ctx[-1], rec[0]),
+        }
+        for name, (a, b) in cases.items():
+            with self.subTest(name):
+                bundle = copy.deepcopy(self.bundle)
+                bundle[a], bundle[b] = bundle[b], bundle[a]
+                self.assertFail(self.verify(bundle=bundle), "order")
+        bundle = copy.deepcopy(self.bundle)
+        bundle.insert(rec[2], copy.deepcopy(bundle[rec[1]]))
+        self.assertFail(self.verify(bundle=bundle, fix_count=True), "order")
+        bundle = copy.deepcopy(self.bundle)
+        bundle.insert(rec[-1], copy.deepcopy(bundle[ctx[0]]))
+        self.assertFail(self.verify(bundle=bundle, fix_count=True), "order")
+
+    def test_malformed_bundles(self):
+        data = producer.bundle_bytes(self.bundle)
+        lines = data.split(b"\n")[:-1]
+        header = json.loads(lines[0])
+        cases = {
+            "no header": b"\n".join(lines[1:]) + b"\n",
+            "wrong format": producer.bundle_bytes([dict(header, format="gpuledger-bundle/v2")] + self.bundle[1:]),
+            "extra header member": producer.bundle_bytes([dict(header, x=1)] + self.bundle[1:]),
+            "blank line": b"\n".join(lines[:2] + [b""] + lines[2:]) + b"\n",
+            "not json": b"\n".join(lines[:2] + [b"{nope"] + lines[2:]) + b"\n",
+            "line after end": data + lines[1] + b"\n",
+            "unknown type": b"\n".join(lines[:2] + [b'{"type":"comment"}'] + lines[2:]) + b"\n",
+            "repeated member": b"\n".join([lines[0], lines[1][:-1] + b',"index":0}'] + lines[2:]) + b"\n",
+            "index as float": b"\n".join([lines[0], lines[1].replace(b'"index":0', b'"index":0.0')] + lines[2:])
+            + b"\n",
+            "leaf not base64": producer.bundle_bytes(self.bundle[:1] + [dict(self.bundle[1], leaf="%%%")]
+                                                     + self.bundle[2:]),
+            "proof hash of 31 bytes": producer.bundle_bytes(
+                self.bundle[:1] + [dict(self.bundle[1], proof=[gv.b64(bytes(31))])] + self.bundle[2:]),
+            "second header": b"\n".join(lines[:2] + [lines[0]] + lines[2:]) + b"\n",
+        }
+        for name, bundle in cases.items():
+            with self.subTest(name):
+                self.assertFail(self.verify(bundle=bundle, fix_count=False), "malformed")
+
+    def test_structure_is_checked_before_entries(self):
+        # A bad proof on line 2 and a truncated end: step 1 (truncated) is reported.
+        bundle = copy.deepcopy(self.bundle)
+        bundle[1] = dict(bundle[1], proof=[])
+        data = producer.bundle_bytes(bundle)
+        self.assertFail(self.verify(bundle=data[: data.rfind(b'{"type":"end"')]), "truncated")
+
+
+if __name__ == "__main__":
+    unittest.main()
