@@ -27,7 +27,7 @@ use std::sync::OnceLock;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const ID_BASE: &str = "https://gpuledger.example/schemas/";
-const BODY_KINDS: [&str; 11] = [
+const BODY_KINDS: [&str; 12] = [
     "gpu_usage",
     "energy",
     "spot_price",
@@ -39,6 +39,7 @@ const BODY_KINDS: [&str; 11] = [
     "invoice_issued",
     "payment",
     "credit_note",
+    "certificate_issued",
 ];
 
 /// The ledger clock for the tables: later than every fixture, so the clock-skew rules pass.
@@ -141,6 +142,7 @@ fn log_leaves() -> Vec<Value> {
 fn schemas_are_valid_2020_12_and_named_by_their_id() {
     let files = schema_files();
     let expected = [
+        "certificate_issued.v1.json",
         "credit_note.v1.json",
         "defs.v1.json",
         "energy.v1.json",
@@ -1195,5 +1197,42 @@ proptest! {
     #[test]
     fn key_id_pattern_matches(s in "[0-9a-fA-G]{14,18}") {
         prop_assert_eq!(def_validator("key_id").is_valid(&json!(s)), keys::is_key_id(&s));
+    }
+}
+
+#[test]
+fn certificate_issued_bodies_agree_with_their_schema() {
+    use gpuledger::core::record::{Body, Kind};
+    let good = json!({
+        "id": "CERT-000001", "tenant": "acme",
+        "period_from": "2026-11-01T00:00:00Z", "period_to": "2026-12-01T00:00:00Z",
+        "checkpoint_size": 12, "certificate_sha256": "ab".repeat(32),
+    });
+    let with = |k: &str, v: Value| {
+        let mut b = good.clone();
+        b[k] = v;
+        b
+    };
+    let mut extra = good.clone();
+    extra["note"] = json!("x");
+    let mut missing = good.clone();
+    missing.as_object_mut().unwrap().remove("tenant");
+    let cases = [
+        (good.clone(), true),
+        (with("id", json!("CERT-1")), false),
+        (with("id", json!("INV-000001")), false),
+        (with("certificate_sha256", json!("AB".repeat(32))), false),
+        (with("certificate_sha256", json!("ab".repeat(31))), false),
+        (with("checkpoint_size", json!("12")), false),
+        (with("checkpoint_size", json!(-1)), false),
+        (with("tenant", json!("a b")), false),
+        (with("period_to", json!("2026-12-01")), false),
+        (extra, false),
+        (missing, false),
+    ];
+    for (body, ok) in cases {
+        let rust = Body::from_value(Kind::CertificateIssued, &body, now()).is_ok();
+        let schema = schema_valid("certificate_issued", &body);
+        assert_eq!((rust, schema), (ok, ok), "{body}");
     }
 }
