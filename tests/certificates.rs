@@ -749,3 +749,207 @@ fn records_signed_after_revocation_or_with_bad_signatures_are_named() {
         (Reason::EntrySignature, format!("entry {b}"))
     );
 }
+
+/// Writes a certificate, its bundle and the files around them as auditors receive them: what
+/// both verifiers are run on (verifiers/python/tests/test_rust_artefacts.py names the layout).
+fn write_artefacts(dir: &std::path::Path) {
+    let db = sqlite();
+    let ledger = open(&db);
+    scenario(&ledger);
+    let old = ledger.checkpoint().unwrap().1;
+    let cert = ledger.issue_certificate(request(Scope::default())).unwrap();
+    let lines = bundle_of(&ledger, &cert);
+    std::fs::create_dir_all(dir.join("consistency")).unwrap();
+    std::fs::write(dir.join("certificate.json"), cert.to_canonical_json()).unwrap();
+    let mut bundle = Vec::new();
+    for l in &lines {
+        bundle.extend_from_slice(l);
+        bundle.push(b'\n');
+    }
+    std::fs::write(dir.join("bundle.ndjson"), bundle).unwrap();
+    std::fs::write(dir.join("verifier_key.txt"), verifier_key() + "\n").unwrap();
+    // The tests' fixed log key: a test artefact, so that tamper tests can re-sign as a key
+    // holder would. Never a real key.
+    std::fs::write(
+        dir.join("log_key.seed.b64"),
+        BASE64_STANDARD.encode(log_key().to_bytes()) + "\n",
+    )
+    .unwrap();
+    let signer = LogSigner::new(ORIGIN, log_key()).unwrap();
+    let older = signer.sign_checkpoint(6, &ledger.root_at(6).unwrap());
+    std::fs::write(dir.join("older_checkpoint.txt"), older).unwrap();
+    let (new_size, new) = ledger.checkpoint().unwrap();
+    let old_size = bundle::anchor(&old, &verifier_key()).unwrap().size();
+    let proof = merkle::encode_proof(&ledger.consistency_proof(old_size, new_size).unwrap());
+    std::fs::write(dir.join("consistency/old.txt"), old).unwrap();
+    std::fs::write(dir.join("consistency/new.txt"), new).unwrap();
+    std::fs::write(
+        dir.join("consistency/proof.json"),
+        serde_json::to_vec(&proof).unwrap(),
+    )
+    .unwrap();
+}
+
+fn gpuledger(args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuledger"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn both_verifiers_pass_the_services_artefacts_and_fail_a_tampered_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_artefacts(d);
+    if let Ok(out) = std::env::var("GPULEDGER_WRITE_ARTEFACTS") {
+        // Refreshes the checked-in copy: GPULEDGER_WRITE_ARTEFACTS=tests/fixtures/certificate
+        write_artefacts(std::path::Path::new(&out));
+    }
+    let p = |f: &str| d.join(f).to_str().unwrap().to_owned();
+    let key = p("verifier_key.txt");
+    let (code, out) = gpuledger(&[
+        "verify",
+        "--certificate",
+        &p("certificate.json"),
+        "--bundle",
+        &p("bundle.ndjson"),
+        "--log-key",
+        &key,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.starts_with("PASS: certificate CERT-000001 of acme"),
+        "{out}"
+    );
+    let (code, out) = gpuledger(&[
+        "verify",
+        "consistency",
+        "--old",
+        &p("consistency/old.txt"),
+        "--new",
+        &p("consistency/new.txt"),
+        "--proof",
+        &p("consistency/proof.json"),
+        "--log-key",
+        &key,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["result"],
+        "PASS"
+    );
+    // The old and new checkpoints swapped: not a consistent growth.
+    let (code, out) = gpuledger(&[
+        "verify",
+        "consistency",
+        "--old",
+        &p("consistency/new.txt"),
+        "--new",
+        &p("consistency/old.txt"),
+        "--proof",
+        &p("consistency/proof.json"),
+        "--log-key",
+        &key,
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.starts_with("FAIL: order"), "{out}");
+    // A claim changed in the file: FAIL naming the reason, exit 1, and JSON for machines.
+    let mut cert: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p("certificate.json")).unwrap()).unwrap();
+    cert["totals"]["gpu_seconds"] = "99999".into();
+    std::fs::write(p("forged.json"), serde_json::to_vec(&cert).unwrap()).unwrap();
+    let (code, out) = gpuledger(&[
+        "verify",
+        "--certificate",
+        &p("forged.json"),
+        "--bundle",
+        &p("bundle.ndjson"),
+        "--log-key",
+        &key,
+        "--json",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["result"].as_str(), v["reason"].as_str()),
+        (Some("FAIL"), Some("certificate_signature"))
+    );
+    let (code, out) = gpuledger(&["verify", "--bundle", &p("bundle.ndjson"), "--log-key", &key]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = gpuledger(&[
+        "verify",
+        "--checkpoint",
+        &p("older_checkpoint.txt"),
+        "--log-key",
+        &key,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let other = LogSigner::new(ORIGIN, gpuledger::sample::key("x"))
+        .unwrap()
+        .verifier_key();
+    let (code, out) = gpuledger(&[
+        "verify",
+        "--checkpoint",
+        &p("older_checkpoint.txt"),
+        "--log-key",
+        &other,
+    ]);
+    assert_eq!(
+        (code, out.starts_with("FAIL: checkpoint_signature")),
+        (1, true),
+        "{out}"
+    );
+
+    // The independent Python verifier, on the same files, with its own tamper matrix.
+    let python_ready = std::process::Command::new("python3")
+        .args(["-c", "import cryptography, rfc8785"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !python_ready {
+        if std::env::var("GPULEDGER_REQUIRE_PYTHON_VERIFIER").as_deref() == Ok("1") {
+            panic!("GPULEDGER_REQUIRE_PYTHON_VERIFIER=1 but python3 with cryptography and rfc8785 is missing");
+        }
+        eprintln!(
+            "\n*** SKIPPED the Python verifier half: run `pip install -r verifiers/python/requirements.txt` ***"
+        );
+        return;
+    }
+    let out = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "unittest",
+            "discover",
+            "-s",
+            "verifiers/python/tests",
+            "-p",
+            "test_rust_artefacts.py",
+        ])
+        .env("GPULEDGER_ARTEFACTS_DIR", d)
+        .env("GPULEDGER_REQUIRE_ARTEFACTS", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the Python verifier failed:\n{err}");
+    assert!(!err.contains("SKIPPED"), "{err}");
+    let out = std::process::Command::new("python3")
+        .args([
+            "verifiers/python/gpuledger_verify.py",
+            "certificate",
+            "--certificate",
+            &p("certificate.json"),
+            "--bundle",
+            &p("bundle.ndjson"),
+            "--log-key",
+            &key,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.starts_with("PASS"), "{text}");
+}
