@@ -953,3 +953,219 @@ fn both_verifiers_pass_the_services_artefacts_and_fail_a_tampered_one() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.starts_with("PASS"), "{text}");
 }
+
+struct Http {
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl Http {
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, Vec<u8>, String) {
+        let url = format!("{}{path}", self.base);
+        let auth = format!("Bearer {token}");
+        let mut resp = if method == "GET" {
+            self.agent.get(&url).header("Authorization", &auth).call()
+        } else {
+            self.agent
+                .post(&url)
+                .header("Authorization", &auth)
+                .send_json(body.unwrap_or_default())
+        }
+        .unwrap();
+        let ctype = resp
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let status = resp.status().as_u16();
+        let bytes = resp.body_mut().read_to_vec().unwrap();
+        (status, bytes, ctype)
+    }
+}
+
+fn json(b: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(b).unwrap()
+}
+
+both_backends!(
+    certificate_endpoints_with_their_access_rules,
+    |db: &TestDb| {
+        use gpuledger::store::access::{self, ApiRole};
+        let dir = tempfile::tempdir().unwrap();
+        let key_path = dir.path().join("log.key");
+        gpuledger::keyfile::write_new(&key_path, &log_key()).unwrap();
+        let (admin, acme, globex, auditor) = {
+            let ledger = open(db);
+            scenario(&ledger);
+            ledger
+                .with_reader(|c| {
+                    access::create_tenant(c, "acme", "Acme")?;
+                    access::create_tenant(c, "globex", "Globex")?;
+                    let t = |c: &mut _, r, t| access::create_token(c, r, t, "test").map(|x| x.1);
+                    Ok((
+                        t(c, ApiRole::Admin, None)?,
+                        t(c, ApiRole::Tenant, Some("acme"))?,
+                        t(c, ApiRole::Tenant, Some("globex"))?,
+                        t(c, ApiRole::Auditor, None)?,
+                    ))
+                })
+                .unwrap()
+        };
+        let (child, base) = spawn_serve(&db.url, &key_path, 0, &[]);
+        let _server = KillOnDrop(child);
+        let http = Http {
+            base,
+            agent: ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .build()
+                .into(),
+        };
+        let order = |tenant: Option<&str>| {
+            let mut o = serde_json::json!({"from": period().from.to_string(), "to": period().to.to_string()});
+            if let Some(t) = tenant {
+                o["tenant"] = t.into();
+            }
+            o
+        };
+        let size = |h: &Http| json(&h.call("GET", "/v1/log", &admin, None).1)["size"].as_u64();
+        // A tenant certifies itself; the answer is the signed certificate.
+        let (s, b, ctype) = http.call("POST", "/v1/certificates", &acme, Some(order(None)));
+        assert_eq!(
+            (s, ctype.as_str()),
+            (201, "application/json"),
+            "{}",
+            String::from_utf8_lossy(&b)
+        );
+        let cert = Certificate::from_json(&b).unwrap();
+        assert_eq!((cert.tenant.as_str(), cert.entries.count), ("acme", 4));
+        // ... and not another tenant (404, as if it did not exist); auditors do not issue.
+        let before = size(&http);
+        let (s, b, _) = http.call(
+            "POST",
+            "/v1/certificates",
+            &globex,
+            Some(order(Some("acme"))),
+        );
+        assert_eq!(s, 404, "{}", String::from_utf8_lossy(&b));
+        assert_eq!(json(&b)["type"], "urn:gpuledger:problem:not_found");
+        assert_eq!(
+            http.call(
+                "POST",
+                "/v1/certificates",
+                &auditor,
+                Some(order(Some("acme")))
+            )
+            .0,
+            403
+        );
+        // Bad input: a precise 4xx, nothing appended.
+        let mut inverted = order(Some("acme"));
+        inverted["to"] = period().from.to_string().into();
+        for (body, status) in [
+            (order(None), 400),
+            (inverted, 400),
+            (
+                serde_json::json!({"tenant": "acme", "from": "yesterday", "to": "today"}),
+                400,
+            ),
+            (
+                serde_json::json!({"tenant": "acme", "from": period().from.to_string(), "to": period().to.to_string(), "extra": 1}),
+                400,
+            ),
+            (
+                serde_json::json!({"tenant": "acme", "from": period().from.to_string(), "to": period().to.to_string(), "scope": {"nodes": []}}),
+                400,
+            ),
+            (order(Some("nobody")), 404),
+            (
+                serde_json::json!({"tenant": "acme", "from": period().from.to_string(), "to": period().to.to_string(), "scope": {"region": "north"}}),
+                400,
+            ),
+        ] {
+            let (s, b, ctype) = http.call("POST", "/v1/certificates", &admin, Some(body.clone()));
+            assert_eq!(s, status, "{body}: {}", String::from_utf8_lossy(&b));
+            assert_eq!(ctype, "application/problem+json");
+        }
+        assert_eq!(size(&http), before, "refused certificates change nothing");
+        // An admin certifies any tenant, narrowed to nodes.
+        let mut o = order(Some("acme"));
+        o["scope"] = serde_json::json!({"nodes": ["node-2"]});
+        let (s, b, _) = http.call("POST", "/v1/certificates", &admin, Some(o));
+        assert_eq!(s, 201);
+        assert_eq!(json(&b)["id"], "CERT-000002");
+        // Reading: own and all; others' ids are 404.
+        assert_eq!(
+            http.call("GET", "/v1/certificates/CERT-000001", &acme, None)
+                .0,
+            200
+        );
+        assert_eq!(
+            http.call("GET", "/v1/certificates/CERT-000001", &auditor, None)
+                .0,
+            200
+        );
+        assert_eq!(
+            http.call("GET", "/v1/certificates/CERT-000001", &globex, None)
+                .0,
+            404
+        );
+        assert_eq!(
+            http.call("GET", "/v1/certificates/CERT-000001/bundle", &globex, None)
+                .0,
+            404
+        );
+        assert_eq!(
+            http.call("GET", "/v1/certificates/CERT-999999", &admin, None)
+                .0,
+            404
+        );
+        assert_eq!(
+            json(&http.call("GET", "/v1/certificates", &globex, None).1),
+            serde_json::json!([])
+        );
+        assert_eq!(
+            json(&http.call("GET", "/v1/certificates", &acme, None).1)
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            http.call("GET", "/v1/certificates?tenant=acme", &globex, None)
+                .0,
+            404
+        );
+        // The downloaded bundle verifies offline with the downloaded certificate.
+        let (s, got, _) = http.call("GET", "/v1/certificates/CERT-000001", &acme, None);
+        assert_eq!(
+            (s, Certificate::from_json(&got).unwrap()),
+            (200, cert.clone())
+        );
+        let (s, bundle, ctype) =
+            http.call("GET", "/v1/certificates/CERT-000001/bundle", &acme, None);
+        assert_eq!((s, ctype.as_str()), (200, "application/x-ndjson"));
+        let lines: Vec<Vec<u8>> = bundle
+            .strip_suffix(b"\n")
+            .unwrap()
+            .split(|b| *b == b'\n')
+            .map(<[u8]>::to_vec)
+            .collect();
+        assert_eq!(verify(&cert, &lines).unwrap(), cert.claims());
+    }
+);
+
+/// Stops a spawned server however the test ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -32,8 +32,7 @@ pub struct CertificateOrder {
 #[utoipa::path(post, path = "/v1/certificates", tag = "certificates", request_body = CertificateOrder,
     responses((status = 201, description = "The signed certificate", body = Certificate),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
-              (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
-              (status = 422, body = super::error::Problem, content_type = "application/problem+json")),
+              (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn issue(
     state: web::Data<AppState>,
