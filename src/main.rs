@@ -204,6 +204,16 @@ enum TokenCommand {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// `gpuledger verify` on a certificate whose bundle holds N records (built first, not
+    /// timed): records per second and the verifier's peak memory.
+    Verify {
+        /// Records in the bundle.
+        #[arg(long, default_value_t = 1_000_000)]
+        records: u64,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Invoice preview of one tenant-month of usage records on a fresh SQLite log.
     Preview {
         /// Usage records in the month.
@@ -569,6 +579,39 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Openapi => {
             print!("{}", gpuledger::api::openapi_json());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Verify { records, json }) => {
+            if records == 0 {
+                bail!("--records must be above 0");
+            }
+            let tmp = tempdir_for_bench()?;
+            let exe = std::env::current_exe().context("finding this executable")?;
+            let r = bench::verify::run_verify_bench(&tmp, records, &exe, &|phase| {
+                if !json {
+                    eprintln!("… {phase}");
+                }
+            });
+            let _ = std::fs::remove_dir_all(&tmp);
+            let r = r?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!("records in the bundle:  {} ({} MB)", r.records, r.bundle_mb);
+                println!(
+                    "building it:            {} s (not part of the verification)",
+                    r.prepare_seconds
+                );
+                println!(
+                    "gpuledger verify:       {} s ({:.0} records/s)",
+                    r.verify_seconds, r.records_per_s
+                );
+                match r.verify_peak_rss_mb {
+                    Some(m) => println!("verifier peak RSS:      {m} MB"),
+                    None => println!("verifier peak RSS:      not available"),
+                }
+                println!("{}", r.verdict);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Preview { records, json }) => {

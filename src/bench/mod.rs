@@ -2,11 +2,13 @@
 //!
 //! - [`append`]: library append throughput against a raw-insert baseline.
 //! - [`ingest`]: HTTP ingest throughput and latency with concurrent simulated agents.
+//! - [`verify`]: offline verification of a certificate with a bundle of N records.
 
 pub mod agent;
 pub mod append;
 pub mod ingest;
 pub mod preview;
 pub mod server;
+pub mod verify;
 
 pub use append::{run_append, AppendBench, AppendRates};
