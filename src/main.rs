@@ -74,6 +74,9 @@ enum Command {
         /// HTTP worker threads [default: number of CPUs].
         #[arg(long, env = "GPULEDGER_WORKERS")]
         workers: Option<usize>,
+        /// Write each new checkpoint to DIR/checkpoint and DIR/checkpoints/<size> [default: none].
+        #[arg(long, env = "GPULEDGER_PUBLISH_DIR", value_name = "DIR")]
+        publish_dir: Option<PathBuf>,
         /// A TOML file with any of the settings above (flags and environment win).
         #[arg(long, env = "GPULEDGER_CONFIG")]
         config: Option<PathBuf>,
@@ -349,6 +352,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             log_key,
             checkpoint_interval_seconds,
             workers,
+            publish_dir,
             config,
         } => {
             let file = match &config {
@@ -361,6 +365,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 log_key,
                 checkpoint_interval_seconds,
                 workers,
+                publish_dir,
             };
             server::init_logging();
             server::serve(flags.resolve(file))?;
