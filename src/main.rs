@@ -95,6 +95,10 @@ enum Command {
         /// The agent's TOML file.
         #[arg(long, env = "GPULEDGER_AGENT_CONFIG", default_value = "agent.toml")]
         config: PathBuf,
+        /// Serve the agent's Prometheus metrics at http://ADDR/metrics (wins over the file's
+        /// `metrics_listen`) [default: none].
+        #[arg(long, env = "GPULEDGER_AGENT_METRICS_LISTEN", value_name = "ADDR")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Run a market signer: signed spot prices from a CSV schedule or a simulated walk.
     Market {
@@ -551,9 +555,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Agent { config } => {
+        Command::Agent {
+            config,
+            metrics_listen,
+        } => {
             server::init_logging();
-            gpuledger::agent::run::run_from_config(&config)?;
+            gpuledger::agent::run::run_from_config(&config, metrics_listen)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Market { config } => {

@@ -252,6 +252,7 @@ pub fn run(opts: DemoOptions) -> Result<(), AgentError> {
                     }],
                 },
                 limits: sender_limits(),
+                metrics_listen: None,
             };
             let started = super::collector::from_config(&cfg.collector)
                 .map_err(AgentError::from)
