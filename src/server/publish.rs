@@ -7,7 +7,7 @@
 //!
 //! Every file is written to a temporary name in the same directory, fsynced, renamed over the
 //! final name and the directory fsynced: a reader sees the old file or the new one, never part
-//! of one. Files are mode 0644 (they are public); the directory's own mode is the operator's.
+//! of one. Files are mode 0644 (they are public), and directories this module creates 0755.
 
 use crate::store::read::{self, CheckpointPage};
 use crate::store::{Ledger, StoreError};
@@ -88,7 +88,13 @@ impl Publisher {
     /// published there (the largest `checkpoints/<size>`), so it is not written again.
     pub fn open(dir: &Path) -> Result<Publisher, PublishError> {
         let kept = dir.join(CHECKPOINTS_DIR);
-        fs::create_dir_all(&kept).map_err(io(&kept))?;
+        for d in [dir, kept.as_path()] {
+            if !d.is_dir() {
+                fs::create_dir_all(d).map_err(io(d))?;
+                // Readable by the web server or sync job, whatever the process umask is.
+                fs::set_permissions(d, fs::Permissions::from_mode(0o755)).map_err(io(d))?;
+            }
+        }
         let mut last_kept = None;
         for e in fs::read_dir(&kept).map_err(io(&kept))? {
             let e = e.map_err(io(&kept))?;
