@@ -58,18 +58,26 @@ pub struct AgentMetrics {
     spool_available: Gauge,
 }
 
+/// The kinds of metric, for their `# HELP` text.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
 fn describe(
     r: &PrometheusRecorder,
-    kind: char,
+    kind: Kind,
     name: &'static str,
     unit: Option<Unit>,
     help: &'static str,
 ) {
     let (k, h) = (KeyName::from_const_str(name), SharedString::const_str(help));
     match kind {
-        'c' => r.describe_counter(k, unit, h),
-        'g' => r.describe_gauge(k, unit, h),
-        _ => r.describe_histogram(k, unit, h),
+        Kind::Counter => r.describe_counter(k, unit, h),
+        Kind::Gauge => r.describe_gauge(k, unit, h),
+        Kind::Histogram => r.describe_histogram(k, unit, h),
     }
 }
 
@@ -81,7 +89,7 @@ impl AgentMetrics {
             .expect("the bucket list is not empty")
             .build_recorder();
         let counter = |name: &'static str, help: &'static str| {
-            describe(&recorder, 'c', name, None, help);
+            describe(&recorder, Kind::Counter, name, None, help);
             let c = recorder.register_counter(&Key::from_static_name(name), &METADATA);
             c.absolute(0);
             c
@@ -97,20 +105,20 @@ impl AgentMetrics {
         };
         describe(
             &recorder,
-            'c',
+            Kind::Counter,
             "gpuledger_agent_records_total",
             None,
             "Records the ledger answered, by outcome (accepted, duplicate, rejected)",
         );
         let gauge = |name: &'static str, unit: Option<Unit>, help: &'static str| {
-            describe(&recorder, 'g', name, unit, help);
+            describe(&recorder, Kind::Gauge, name, unit, help);
             let g = recorder.register_gauge(&Key::from_static_name(name), &METADATA);
             g.set(0.0);
             g
         };
         describe(
             &recorder,
-            'h',
+            Kind::Histogram,
             "gpuledger_agent_send_seconds",
             Some(Unit::Seconds),
             "Time of one POST /v1/records, in seconds",
