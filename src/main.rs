@@ -77,6 +77,9 @@ enum Command {
         /// HTTP worker threads [default: number of CPUs].
         #[arg(long, env = "GPULEDGER_WORKERS")]
         workers: Option<usize>,
+        /// Write each new checkpoint to DIR/checkpoint and DIR/checkpoints/<size> [default: none].
+        #[arg(long, env = "GPULEDGER_PUBLISH_DIR", value_name = "DIR")]
+        publish_dir: Option<PathBuf>,
         /// A TOML file with any of the settings above (flags and environment win).
         #[arg(long, env = "GPULEDGER_CONFIG")]
         config: Option<PathBuf>,
@@ -95,6 +98,10 @@ enum Command {
         /// The agent's TOML file.
         #[arg(long, env = "GPULEDGER_AGENT_CONFIG", default_value = "agent.toml")]
         config: PathBuf,
+        /// Serve the agent's Prometheus metrics at http://ADDR/metrics (wins over the file's
+        /// `metrics_listen`) [default: none].
+        #[arg(long, env = "GPULEDGER_AGENT_METRICS_LISTEN", value_name = "ADDR")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Run a market signer: signed spot prices from a CSV schedule or a simulated walk.
     Market {
@@ -516,6 +523,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             log_key,
             checkpoint_interval_seconds,
             workers,
+            publish_dir,
             config,
         } => {
             let file = match &config {
@@ -528,6 +536,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 log_key,
                 checkpoint_interval_seconds,
                 workers,
+                publish_dir,
             };
             server::init_logging();
             server::serve(flags.resolve(file))?;
@@ -746,9 +755,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Agent { config } => {
+        Command::Agent {
+            config,
+            metrics_listen,
+        } => {
             server::init_logging();
-            gpuledger::agent::run::run_from_config(&config)?;
+            gpuledger::agent::run::run_from_config(&config, metrics_listen)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Market { config } => {

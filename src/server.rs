@@ -1,5 +1,10 @@
 //! `gpuledger serve`: settings, logging, the actix server, periodic checkpoints and graceful
 //! shutdown (stop accepting, finish and commit what is in flight, then stop the sequencer).
+//! [`publish`] writes each new checkpoint to `--publish-dir`; [`disk`] reads free space for
+//! the filesystem gauges.
+
+pub mod disk;
+pub mod publish;
 
 use crate::api::{self, AppState};
 use crate::keyfile;
@@ -28,6 +33,9 @@ pub struct ServeSettings {
     pub checkpoint_interval_seconds: Option<u64>,
     /// `workers`: HTTP worker threads; default the number of CPUs.
     pub workers: Option<usize>,
+    /// `publish_dir`: a directory each new checkpoint is written to (`checkpoint`, and
+    /// `checkpoints/<size>`); default none.
+    pub publish_dir: Option<PathBuf>,
 }
 
 /// Resolved settings.
@@ -38,6 +46,8 @@ pub struct Resolved {
     pub log_key: PathBuf,
     pub checkpoint_interval: Duration,
     pub workers: usize,
+    /// Where checkpoints are published, if anywhere.
+    pub publish_dir: Option<PathBuf>,
 }
 
 /// Reads a TOML settings file.
@@ -72,6 +82,7 @@ impl ServeSettings {
                 .workers
                 .or(file.workers)
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
+            publish_dir: self.publish_dir.or(file.publish_dir),
         }
     }
 }
@@ -89,6 +100,8 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
     #[error("metrics: {0}")]
     Metrics(String),
+    #[error(transparent)]
+    Publish(#[from] publish::PublishError),
 }
 
 /// Starts logging to stderr: `GPULEDGER_LOG` (or `RUST_LOG`) filters, default `info`;
@@ -137,6 +150,27 @@ pub fn serve_ledger(
         .map_err(|e| ServeError::Metrics(e.to_string()))?
         .install_recorder()
         .map_err(|e| ServeError::Metrics(e.to_string()))?;
+    describe_metrics();
+    // A publish directory that cannot be created stops the start, rather than a silent gap.
+    let publisher = settings
+        .publish_dir
+        .as_deref()
+        .map(publish::Publisher::open)
+        .transpose()?;
+    if let Some(p) = &publisher {
+        metrics::counter!("gpuledger_checkpoint_publish_errors_total").absolute(0);
+        tracing::info!(dir = %p.dir().display(), "publishing checkpoints");
+    }
+    let mut watched = Vec::new();
+    if let Some(path) = sqlite_path(&settings.database_url) {
+        watched.push((
+            "database",
+            path.parent().unwrap_or(Path::new(".")).to_owned(),
+        ));
+    }
+    if let Some(p) = &publisher {
+        watched.push(("publish_dir", p.dir().to_owned()));
+    }
     let state = web::Data::new(AppState {
         ledger: ledger.clone(),
         metrics,
@@ -172,6 +206,8 @@ pub fn serve_ledger(
         let checkpointer = tokio::spawn(checkpoint_loop(
             ledger.clone(),
             settings.checkpoint_interval,
+            publisher,
+            watched,
         ));
         running.await?;
         checkpointer.abort();
@@ -184,7 +220,41 @@ pub fn serve_ledger(
     Ok(())
 }
 
-async fn checkpoint_loop(ledger: Arc<Ledger>, every: Duration) {
+/// The file of a `sqlite://PATH` URL (`None` for PostgreSQL), as `store::conn` reads it.
+fn sqlite_path(url: &str) -> Option<PathBuf> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let path = Path::new(rest.strip_prefix("//").unwrap_or(rest));
+    Some(if path.parent().is_some_and(|p| p.as_os_str().is_empty()) {
+        Path::new(".").join(path)
+    } else {
+        path.to_owned()
+    })
+}
+
+/// Help text of the metrics this module sets.
+fn describe_metrics() {
+    metrics::describe_gauge!(
+        "gpuledger_checkpoint_published_size",
+        "Tree size of the latest checkpoint written to the publish directory"
+    );
+    metrics::describe_counter!(
+        "gpuledger_checkpoint_publish_errors_total",
+        "Rounds in which writing checkpoints to the publish directory failed"
+    );
+    metrics::describe_gauge!(
+        "gpuledger_filesystem_available_bytes",
+        "Bytes free on the filesystem of the SQLite database (volume=database) or of the publish directory (volume=publish_dir)"
+    );
+}
+
+/// Every `every`: signs a checkpoint if the log grew, publishes new checkpoints when a
+/// publish directory is set, and refreshes the free-space gauges of `watched` directories.
+async fn checkpoint_loop(
+    ledger: Arc<Ledger>,
+    every: Duration,
+    mut publisher: Option<publish::Publisher>,
+    watched: Vec<(&'static str, PathBuf)>,
+) {
     let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
@@ -193,6 +263,37 @@ async fn checkpoint_loop(ledger: Arc<Ledger>, every: Duration) {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::error!(error = %e, "signing a checkpoint failed"),
             Err(e) => tracing::error!(error = %e, "checkpoint task failed"),
+        }
+        if let Some(mut p) = publisher.take() {
+            let l = ledger.clone();
+            let done = tokio::task::spawn_blocking(move || {
+                let r = p.publish(&l);
+                (p, r)
+            })
+            .await;
+            match done {
+                Ok((p, r)) => {
+                    match r {
+                        Ok(Some(size)) => {
+                            metrics::gauge!("gpuledger_checkpoint_published_size").set(size as f64)
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            metrics::counter!("gpuledger_checkpoint_publish_errors_total")
+                                .increment(1);
+                            tracing::error!(error = %e, "publishing checkpoints failed; will retry");
+                        }
+                    }
+                    publisher = Some(p);
+                }
+                Err(e) => tracing::error!(error = %e, "publish task failed; publishing stopped"),
+            }
+        }
+        for (volume, dir) in &watched {
+            if let Some(free) = disk::available_bytes(dir) {
+                metrics::gauge!("gpuledger_filesystem_available_bytes", "volume" => *volume)
+                    .set(free as f64);
+            }
         }
     }
 }

@@ -60,9 +60,11 @@ fn documented_example_file_sets_every_key() {
         log_key,
         checkpoint_interval_seconds,
         workers,
+        publish_dir,
     } = s.clone();
     assert!(listen.is_some() && database_url.is_some() && log_key.is_some());
     assert!(checkpoint_interval_seconds.is_some() && workers.is_some());
+    assert!(publish_dir.is_some());
     // Flags win over the file; the file wins over defaults.
     let r = ServeSettings {
         workers: Some(1),

@@ -109,6 +109,10 @@ pub struct AgentConfig {
     /// Bounds.
     #[serde(default)]
     pub limits: Limits,
+    /// Address of the agent's Prometheus `/metrics` listener, e.g. `127.0.0.1:9101`; none by
+    /// default (`gpuledger agent --metrics-listen` wins over it).
+    #[serde(default)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 fn default_interval() -> u64 {

@@ -220,6 +220,7 @@ pub fn run(opts: DemoOptions) -> Result<(), AgentError> {
         log_key: log_key_path,
         checkpoint_interval: Duration::from_secs(5),
         workers: 2,
+        publish_dir: None,
     };
     let mut running: Vec<Running> = Vec::new();
     let stop_progress = Arc::new(AtomicBool::new(false));
@@ -251,6 +252,7 @@ pub fn run(opts: DemoOptions) -> Result<(), AgentError> {
                     }],
                 },
                 limits: sender_limits(),
+                metrics_listen: None,
             };
             let started = super::collector::from_config(&cfg.collector)
                 .map_err(AgentError::from)

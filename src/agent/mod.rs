@@ -27,6 +27,7 @@ pub mod config;
 pub mod demo;
 pub mod lease;
 pub mod market;
+pub mod metrics;
 pub mod run;
 pub mod sender;
 pub mod spool;

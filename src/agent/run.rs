@@ -113,7 +113,8 @@ pub fn start_agent(
     };
     let name = format!("agent-{}", cfg.node);
     Running::start(spool, sender_cfg, &name, move |shared| {
-        Measurer::new(cfg, key, collector, opts).run(&shared)
+        let errors = shared.metrics.measurement_errors.clone();
+        Measurer::new(cfg, key, collector, opts, errors).run(&shared)
     })
 }
 
@@ -149,6 +150,8 @@ struct Measurer {
     full: bool,
     /// Unleased GPUs running processes at the last warning (warned again only on a change).
     unleased_busy: Vec<(u32, u32)>,
+    /// `gpuledger_agent_measurement_errors_total`.
+    errors: metrics::Counter,
 }
 
 impl Measurer {
@@ -157,6 +160,7 @@ impl Measurer {
         key: SigningKey,
         collector: Box<dyn Collector>,
         opts: AgentOptions,
+        errors: metrics::Counter,
     ) -> Self {
         Measurer {
             cfg,
@@ -167,6 +171,7 @@ impl Measurer {
             meter: EnergyMeter::new(),
             full: false,
             unleased_busy: Vec::new(),
+            errors,
         }
     }
 
@@ -179,6 +184,7 @@ impl Measurer {
                 Some(r)
             }
             Err(e) => {
+                self.errors.increment(1);
                 tracing::error!(node = %self.cfg.node, error = %e, "cannot read the GPUs; this interval is not recorded");
                 None
             }
@@ -301,12 +307,14 @@ impl Measurer {
                     "SPOOL FULL: measuring stopped until the ledger acknowledges records; nothing is dropped, and the time until then is not recorded"
                 );
                 self.full = true;
+                shared.metrics.spool_full.set(1.0);
             }
             return;
         }
         if self.full {
             tracing::warn!(node = %self.cfg.node, from = %start, "spool has room again; measuring resumes");
             self.full = false;
+            shared.metrics.spool_full.set(0.0);
         }
         let first = spool.next_seq();
         let envelopes: Vec<Envelope> = bodies
@@ -320,6 +328,10 @@ impl Measurer {
             Ok(()) => {
                 drop(spool);
                 shared.wake.notify_all();
+                shared
+                    .metrics
+                    .records_spooled
+                    .increment(envelopes.len() as u64);
                 if self.opts.print_spooled && !envelopes.is_empty() {
                     use std::io::Write;
                     let mut out = std::io::stdout().lock();
@@ -332,18 +344,25 @@ impl Measurer {
                 }
             }
             Err(e) => {
+                self.errors.increment(1);
                 tracing::error!(node = %self.cfg.node, error = %e, "cannot write the spool; this interval is not recorded")
             }
         }
     }
 }
 
-/// `gpuledger agent --config FILE`: reads the configuration and the key (refused unless
-/// 0600), starts, and runs until the process is stopped.
-pub fn run_from_config(path: &std::path::Path) -> Result<(), AgentError> {
+/// `gpuledger agent --config FILE [--metrics-listen ADDR]`: reads the configuration and the
+/// key (refused unless 0600), starts (with the metrics listener when `metrics_listen`, the flag
+/// over the file's key, names an address), and runs until the process is stopped.
+pub fn run_from_config(
+    path: &std::path::Path,
+    metrics_listen: Option<std::net::SocketAddr>,
+) -> Result<(), AgentError> {
     let cfg = AgentConfig::read(path)?;
     let key = crate::keyfile::read(&cfg.key_file)?;
     let collector = collector::from_config(&cfg.collector)?;
+    let metrics_listen = metrics_listen.or(cfg.metrics_listen);
+    let spool_dir = cfg.spool_dir.clone();
     let running = start_agent(
         cfg,
         key,
@@ -352,6 +371,18 @@ pub fn run_from_config(path: &std::path::Path) -> Result<(), AgentError> {
             print_spooled: true,
         },
     )?;
+    let _listener = match metrics_listen {
+        Some(addr) => {
+            let server = super::metrics::serve(addr, running.shared.clone(), spool_dir)?;
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "metrics listening on http://{}", server.addr());
+            let _ = out.flush();
+            tracing::info!(addr = %server.addr(), "serving the agent's metrics at /metrics");
+            Some(server)
+        }
+        None => None,
+    };
     running.wait();
     Ok(())
 }

@@ -35,6 +35,8 @@ pub struct Shared {
     pub delivered: AtomicU64,
     /// Records dead-lettered since start.
     pub dead_lettered: AtomicU64,
+    /// Prometheus metrics (served when the agent has a metrics listener).
+    pub metrics: super::metrics::AgentMetrics,
 }
 
 impl Shared {
@@ -46,6 +48,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             delivered: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
+            metrics: super::metrics::AgentMetrics::new(),
         })
     }
 
@@ -165,24 +168,31 @@ fn attempt(
         body.push_str(&p.envelope);
     }
     body.push(']');
+    let m = &shared.metrics;
+    m.records_sent.increment(batch.len() as u64);
+    let started = Instant::now();
     let resp = http
         .post(url)
         .header("Content-Type", "application/json")
         .send(body.as_bytes());
+    m.send_seconds.record(started.elapsed().as_secs_f64());
     let mut resp = match resp {
         Ok(r) => r,
         Err(e) => {
+            m.send_failures.increment(1);
             tracing::warn!(signer = %cfg.signer, error = %e, pending = batch.len(), "ledger unreachable; will retry");
             return Attempt::Retry(None);
         }
     };
     let status = resp.status().as_u16();
     if status == 429 || status == 503 {
+        m.send_failures.increment(1);
         let after = retry_after(&resp);
         tracing::warn!(signer = %cfg.signer, status, retry_after_s = after.map(|d| d.as_secs()), "ledger busy; will retry");
         return Attempt::Retry(after);
     }
     if status != 200 {
+        m.send_failures.increment(1);
         let text = resp.body_mut().read_to_string().unwrap_or_default();
         tracing::error!(signer = %cfg.signer, status, body = %text.chars().take(300).collect::<String>(), "unexpected answer to POST /v1/records; will retry");
         return Attempt::Retry(None);
@@ -190,6 +200,7 @@ fn attempt(
     let answer: serde_json::Value = match resp.body_mut().read_json() {
         Ok(v) => v,
         Err(e) => {
+            m.send_failures.increment(1);
             tracing::error!(signer = %cfg.signer, error = %e, "unreadable answer; will retry");
             return Attempt::Retry(None);
         }
@@ -197,10 +208,13 @@ fn attempt(
     let outcomes = match answer["outcomes"].as_array() {
         Some(o) if o.len() == batch.len() => o,
         _ => {
+            m.send_failures.increment(1);
             tracing::error!(signer = %cfg.signer, "answer does not hold one outcome per record; will retry");
             return Attempt::Retry(None);
         }
     };
+    m.last_success
+        .set(crate::core::time::Timestamp::now().unix() as f64);
     let mut spool = shared.spool.lock().expect("spool lock");
     let mut done = 0usize;
     let mut delivered = 0u64;
@@ -208,8 +222,16 @@ fn attempt(
     let mut blocked = false;
     for (p, o) in batch.iter().zip(outcomes) {
         match o["status"].as_str() {
-            Some("accepted") | Some("duplicate") => delivered += 1,
+            Some("accepted") => {
+                m.records_accepted.increment(1);
+                delivered += 1
+            }
+            Some("duplicate") => {
+                m.records_duplicate.increment(1);
+                delivered += 1
+            }
             Some("rejected") => {
+                m.records_rejected.increment(1);
                 let reason = o["reason"].as_str().unwrap_or("");
                 if TRANSIENT_REASONS.contains(&reason) {
                     tracing::warn!(signer = %cfg.signer, seq = p.seq, reason, message = %o["message"], "record refused for now; will retry");
@@ -239,6 +261,7 @@ fn attempt(
         }
         shared.delivered.fetch_add(delivered, Ordering::Relaxed);
         shared.dead_lettered.fetch_add(dead, Ordering::Relaxed);
+        m.dead_letters.increment(dead);
     }
     drop(spool);
     if blocked {

@@ -5,7 +5,8 @@ use super::error::ApiError;
 use super::{parse_u64, AppState};
 use crate::core::leaf::Leaf;
 use crate::core::merkle;
-use crate::store::read::EntryRow;
+use crate::core::time::Timestamp;
+use crate::store::read::{self, CheckpointPage, EntryRow};
 use actix_web::{web, HttpResponse};
 use base64::prelude::{Engine, BASE64_STANDARD};
 use serde::{Deserialize, Serialize};
@@ -53,6 +54,101 @@ pub async fn get_checkpoint(state: web::Data<AppState>) -> Result<HttpResponse, 
     Ok(HttpResponse::Ok()
         .content_type("text/plain; charset=utf-8")
         .body(latest.1))
+}
+
+/// Most checkpoints one `GET /v1/checkpoints` page returns.
+pub const MAX_CHECKPOINTS_PAGE: u64 = 1_000;
+/// Checkpoints per page when `limit` is not given.
+pub const DEFAULT_CHECKPOINTS_PAGE: u64 = 100;
+
+/// One stored checkpoint.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct CheckpointView {
+    /// Tree size the checkpoint commits to.
+    pub size: u64,
+    /// Standard base64 of the root hash of the tree of `size` entries.
+    pub root: String,
+    /// The complete C2SP signed note (checkpoint body, blank line, signature lines), exactly as
+    /// signed; verify it with the log's verifier key.
+    pub note: String,
+    /// When the ledger signed it (`YYYY-MM-DDTHH:MM:SSZ`).
+    pub signed_at: String,
+}
+
+/// A page of stored checkpoints.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct CheckpointsPage {
+    /// Newest first, or oldest first with `after`.
+    pub checkpoints: Vec<CheckpointView>,
+    /// The request for the next page in the same order, when this page is full (it may then
+    /// be empty).
+    pub next: Option<String>,
+}
+
+/// Query of `GET /v1/checkpoints`.
+#[derive(Deserialize, utoipa::IntoParams)]
+pub struct CheckpointsQuery {
+    /// Only checkpoints with a size above this one, oldest first (for following the log).
+    pub after: Option<String>,
+    /// Only checkpoints with a size below this one, newest first (for paging back in time).
+    pub before: Option<String>,
+    /// Checkpoints per page, 1 to 1000; default 100.
+    pub limit: Option<String>,
+}
+
+/// Stored signed checkpoints (public). Without `after` or `before`: the newest first.
+/// `before=S`: sizes below S, newest first. `after=S`: sizes above S, oldest first.
+#[utoipa::path(get, path = "/v1/checkpoints", tag = "log", params(CheckpointsQuery),
+    responses((status = 200, body = CheckpointsPage), (status = 400, body = super::error::Problem, content_type = "application/problem+json")))]
+pub async fn get_checkpoints(
+    state: web::Data<AppState>,
+    q: web::Query<CheckpointsQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let limit = match q.limit.as_deref() {
+        Some(l) => parse_u64("limit", l)?,
+        None => DEFAULT_CHECKPOINTS_PAGE,
+    };
+    if !(1..=MAX_CHECKPOINTS_PAGE).contains(&limit) {
+        return Err(ApiError::invalid_parameter(
+            "limit",
+            format!("must be 1 to {MAX_CHECKPOINTS_PAGE}"),
+        ));
+    }
+    let page = match (q.after.as_deref(), q.before.as_deref()) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid_parameter(
+                "before",
+                "give after or before, not both",
+            ))
+        }
+        (Some(a), None) => CheckpointPage::From(parse_u64("after", a)? + 1),
+        (None, Some(b)) => CheckpointPage::Before(parse_u64("before", b)?),
+        (None, None) => CheckpointPage::Newest,
+    };
+    let ledger = state.ledger.clone();
+    let rows = web::block(move || ledger.with_reader(|c| read::checkpoints_page(c, page, limit)))
+        .await??;
+    let next = match (rows.last(), rows.len() as u64 == limit) {
+        (Some(last), true) => Some(match page {
+            CheckpointPage::From(_) => {
+                format!("/v1/checkpoints?after={}&limit={limit}", last.size)
+            }
+            _ => format!("/v1/checkpoints?before={}&limit={limit}", last.size),
+        }),
+        _ => None,
+    };
+    let checkpoints = rows
+        .into_iter()
+        .map(|r| CheckpointView {
+            size: r.size,
+            root: merkle::encode_hash(&r.root),
+            note: r.note,
+            signed_at: Timestamp::from_unix(r.created_at)
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(CheckpointsPage { checkpoints, next }))
 }
 
 /// One stored entry, with its leaf bytes so a client can rehash it.

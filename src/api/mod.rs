@@ -42,7 +42,7 @@ pub struct AppState {
     info(title = "gpuledger", description = "Metering and settlement ledger for rented GPU compute: signed usage records in a verifiable RFC 6962 log."),
     paths(
         records::post_records,
-        log::get_log, log::get_checkpoint, log::get_entry, log::get_entries, log::get_inclusion, log::get_consistency,
+        log::get_log, log::get_checkpoint, log::get_checkpoints, log::get_entry, log::get_entries, log::get_inclusion, log::get_consistency,
         usage::get_usage,
         pricing::post_rate_card, pricing::post_region_params, pricing::post_lease, pricing::get_prices, pricing::get_preview,
         invoices::issue, invoices::list, invoices::get, invoices::download, invoices::payment, invoices::credit_note, invoices::balance,
@@ -203,6 +203,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .route("/records", web::post().to(records::post_records))
                 .route("/log", web::get().to(log::get_log))
                 .route("/checkpoint", web::get().to(log::get_checkpoint))
+                .route("/checkpoints", web::get().to(log::get_checkpoints))
                 .route("/entries", web::get().to(log::get_entries))
                 .route("/entries/{index}", web::get().to(log::get_entry))
                 .route("/proofs/inclusion", web::get().to(log::get_inclusion))

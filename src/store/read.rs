@@ -130,6 +130,68 @@ pub fn checkpoints_all(conn: &mut DbConn) -> Result<Vec<(i64, Vec<u8>, String)>,
         .load(conn)?)
 }
 
+/// One stored checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointRow {
+    /// Tree size it commits to.
+    pub size: u64,
+    /// Root hash of the tree of `size` entries.
+    pub root: Hash,
+    /// The complete C2SP signed note.
+    pub note: String,
+    /// When it was signed, Unix seconds.
+    pub created_at: i64,
+}
+
+/// Which page of checkpoints [`checkpoints_page`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointPage {
+    /// The newest first.
+    Newest,
+    /// Sizes below this one, newest first.
+    Before(u64),
+    /// Sizes from this one up, oldest first.
+    From(u64),
+}
+
+/// Up to `limit` stored checkpoints, in the order `page` names.
+pub fn checkpoints_page(
+    conn: &mut DbConn,
+    page: CheckpointPage,
+    limit: u64,
+) -> Result<Vec<CheckpointRow>, StoreError> {
+    let q = checkpoints::table
+        .select((
+            checkpoints::size,
+            checkpoints::root,
+            checkpoints::note,
+            checkpoints::created_at,
+        ))
+        .limit(limit.min(i64::MAX as u64) as i64);
+    let as_i64 = |s: u64| s.min(i64::MAX as u64) as i64;
+    let rows: Vec<(i64, Vec<u8>, String, i64)> = match page {
+        CheckpointPage::Newest => q.order(checkpoints::size.desc()).load(conn)?,
+        CheckpointPage::Before(s) => q
+            .filter(checkpoints::size.lt(as_i64(s)))
+            .order(checkpoints::size.desc())
+            .load(conn)?,
+        CheckpointPage::From(s) => q
+            .filter(checkpoints::size.ge(as_i64(s)))
+            .order(checkpoints::size.asc())
+            .load(conn)?,
+    };
+    rows.into_iter()
+        .map(|(size, root, note, created_at)| {
+            Ok(CheckpointRow {
+                size: size as u64,
+                root: to_hash(root, "checkpoint root")?,
+                note,
+                created_at,
+            })
+        })
+        .collect()
+}
+
 /// A registered key with its signer's role.
 #[derive(Debug, Clone)]
 pub struct KeyRow {
