@@ -699,4 +699,95 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
         std::thread::sleep(Duration::from_millis(300));
     }
     assert!(dir.path().join("demo-data/ledger.db").exists());
+
+    // The certificate the demo's printed commands ask for, verified by both verifiers.
+    while !(text.contains("admin token:") && text.contains("verify --certificate")) {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "{text}");
+        text.push_str(&line);
+    }
+    let token = text
+        .lines()
+        .find_map(|l| l.strip_prefix("admin token: "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let vkey = text
+        .lines()
+        .find_map(|l| l.split("--log-key '").nth(1))
+        .unwrap()
+        .trim_end_matches('\'')
+        .to_owned();
+    let from_to = text
+        .lines()
+        .find(|l| l.contains("/v1/certificates") && l.contains("\"from\""))
+        .unwrap();
+    let field = |k: &str| from_to.split(&format!("\"{k}\":\"")).nth(1).unwrap()[..20].to_owned();
+    let auth = format!("Bearer {token}");
+    let mut r = http
+        .post(format!("{base}/v1/certificates"))
+        .header("Authorization", &auth)
+        .send_json(
+            serde_json::json!({"tenant": "acme-ai", "from": field("from"), "to": field("to")}),
+        )
+        .unwrap();
+    let cert = r.body_mut().read_to_vec().unwrap();
+    assert_eq!(r.status(), 201, "{}", String::from_utf8_lossy(&cert));
+    let id = serde_json::from_slice::<serde_json::Value>(&cert).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let bundle = http
+        .get(format!("{base}/v1/certificates/{id}/bundle"))
+        .header("Authorization", &auth)
+        .call()
+        .unwrap()
+        .body_mut()
+        .with_config()
+        .limit(1 << 30)
+        .read_to_vec()
+        .unwrap();
+    std::fs::write(dir.path().join("cert.json"), &cert).unwrap();
+    std::fs::write(dir.path().join("bundle.jsonl"), &bundle).unwrap();
+    let verify = bin()
+        .args([
+            "verify",
+            "--certificate",
+            "cert.json",
+            "--bundle",
+            "bundle.jsonl",
+            "--log-key",
+            &vkey,
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&verify.stdout);
+    assert!(
+        verify.status.success() && said.starts_with("PASS: certificate"),
+        "{said}"
+    );
+    let python = std::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/verifiers/python/gpuledger_verify.py"
+        ))
+        .args([
+            "certificate",
+            "--certificate",
+            "cert.json",
+            "--bundle",
+            "bundle.jsonl",
+            "--log-key",
+            &vkey,
+        ])
+        .current_dir(dir.path())
+        .output();
+    match python {
+        Ok(o) if o.status.code() != Some(2) || std::env::var("GPULEDGER_REQUIRE_PYTHON_VERIFIER").as_deref() == Ok("1") => {
+            let said = String::from_utf8_lossy(&o.stdout);
+            assert!(o.status.success() && said.starts_with("PASS"), "{said}{}", String::from_utf8_lossy(&o.stderr));
+        }
+        _ => eprintln!("\n*** SKIPPED the Python verifier on the demo's certificate: pip install -r verifiers/python/requirements.txt ***"),
+    }
 }

@@ -316,6 +316,11 @@ pub fn run(opts: DemoOptions) -> Result<(), AgentError> {
         let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -o invoice.pdf {base}/v1/invoices/INV-000001/pdf   # after issuing it");
         let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/proofs/inclusion?index=10&size=100'");
         let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/proofs/consistency?from=10&to=100'");
+        let vkey = ledger.info().verifier_key.clone();
+        let _ = writeln!(out, "A compute-usage certificate for acme-ai today, its evidence bundle, and the offline check:");
+        let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{\"tenant\":\"acme-ai\",\"from\":\"{from}\",\"to\":\"{to}\"}}' -o cert.json {base}/v1/certificates");
+        let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -o bundle.jsonl {base}/v1/certificates/$(sed 's/.*\"id\":\"\\([^\"]*\\)\".*/\\1/' cert.json)/bundle");
+        let _ = writeln!(out, "  cargo run -q --release -- verify --certificate cert.json --bundle bundle.jsonl --log-key '{vkey}'");
         let _ = writeln!(
             out,
             "  gpuledger verify-log --database-url {url}   # after Ctrl-C, or while it runs"
