@@ -44,6 +44,7 @@ pub struct AppState {
         log::get_log, log::get_checkpoint, log::get_entry, log::get_entries, log::get_inclusion, log::get_consistency,
         usage::get_usage,
         pricing::post_rate_card, pricing::post_region_params, pricing::post_lease, pricing::get_prices, pricing::get_preview,
+        pricing::post_volume_tiers, pricing::post_tenant_plan,
         invoices::issue, invoices::list, invoices::get, invoices::download, invoices::payment, invoices::credit_note, invoices::balance,
         admin::create_tenant, admin::list_tenants, admin::create_signer, admin::add_key, admin::revoke_key, admin::list_signers,
         admin::create_token, admin::list_tokens, admin::revoke_token,
@@ -54,7 +55,7 @@ pub struct AppState {
         (name = "records", description = "Signed records in"),
         (name = "log", description = "The log, its checkpoints and proofs"),
         (name = "usage", description = "Usage queries for billing"),
-        (name = "pricing", description = "Rate cards, region parameters, leases and invoice previews"),
+        (name = "pricing", description = "Rate cards, region parameters, leases, volume tiers, tenant plans and invoice previews"),
         (name = "invoices", description = "Issued invoices, downloads, payments, credit notes and balances"),
         (name = "admin", description = "Tenants, signers and tokens"),
         (name = "ops", description = "Health and metrics"),
@@ -211,6 +212,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     web::post().to(pricing::post_region_params),
                 )
                 .route("/leases", web::post().to(pricing::post_lease))
+                .route("/volume-tiers", web::post().to(pricing::post_volume_tiers))
+                .route("/tenant-plans", web::post().to(pricing::post_tenant_plan))
                 .route("/prices", web::get().to(pricing::get_prices))
                 .route("/invoices/preview", web::get().to(pricing::get_preview))
                 .route("/invoices", web::post().to(invoices::issue))
