@@ -1186,7 +1186,8 @@ fn volume_tiers_and_tenant_plan_schemas_agree_with_rust() {
         .collect();
     let sixteen: Vec<Value> = seventeen[1..].to_vec();
     // (name, kind, body, expected, schema expresses the rule)
-    let cases: Vec<(&str, Kind, Value, Result<(), Reason>, bool)> = vec![
+    type BodyCase = (&'static str, Kind, Value, Result<(), Reason>, bool);
+    let cases: Vec<BodyCase> = vec![
         (
             "tiers as is",
             Kind::VolumeTiers,
