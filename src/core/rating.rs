@@ -205,6 +205,11 @@ impl PriceBook {
         insert_sorted(v, schedule, |x| x.effective_from);
     }
 
+    /// Whether any volume tiers are known (when none are, rating skips the plan lookups).
+    pub fn has_tiers(&self) -> bool {
+        !self.tiers.is_empty()
+    }
+
     /// The plan `tenant` is on at `t`, if any.
     pub fn plan_at(&self, tenant: &str, t: Timestamp) -> Option<&str> {
         let v = self.plans.get(tenant)?;
@@ -225,7 +230,7 @@ impl PriceBook {
         class: LeaseClass,
         period_from: Timestamp,
     ) -> Option<(&str, &TierSchedule)> {
-        if class == LeaseClass::Spot || self.tiers.is_empty() {
+        if class == LeaseClass::Spot || !self.has_tiers() {
             return None;
         }
         let plan = self.plan_at(tenant, period_from)?;
@@ -434,6 +439,9 @@ impl Rater {
 
     /// The graduated count of `u`'s series, if its tenant's plan tiers it in this period.
     fn tiered_volume(&mut self, book: &PriceBook, u: &GpuUsage) -> Option<&mut TieredVolume> {
+        if !book.has_tiers() {
+            return None;
+        }
         let class = book.class_of(u.lease.as_deref());
         let (plan, s) =
             book.tiers_for(&u.tenant, &u.region, &u.gpu_model, class, self.period_from)?;
