@@ -9,6 +9,7 @@ use gpuledger::core::outcome::Outcome;
 use gpuledger::core::rating::{self, LeaseClass};
 use gpuledger::core::record::{
     Body, Energy, GpuUsage, Kind, LeaseRegistered, RateCard, RegionParameters, Role, SpotPrice,
+    TenantPlan, Tier, VolumeTiers,
 };
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::{pricing, StoreError};
@@ -65,10 +66,12 @@ fn usage(
     )
 }
 
-both_backends!(golden_scenario_rated_from_the_log, |db: &TestDb| {
-    let ledger = open(db);
-    let node = signer(&ledger, "node-1", Role::Node);
-    let market = signer(&ledger, "market-1", Role::Market);
+/// The golden scenario's prices and records (docs/RATING.md): rate cards in two regions, a spot
+/// lease with four spot prices (three changes inside its interval), west region parameters,
+/// and the four records of day 1. Returns the node key.
+fn golden_log(ledger: &gpuledger::store::Ledger) -> ed25519_dalek::SigningKey {
+    let node = signer(ledger, "node-1", Role::Node);
+    let market = signer(ledger, "market-1", Role::Market);
     for body in [
         rate_card("west", LeaseClass::OnDemand, "18.5", at(-86_400)),
         rate_card("east", LeaseClass::OnDemand, "24", at(-86_400)),
@@ -133,7 +136,12 @@ both_backends!(golden_scenario_rated_from_the_log, |db: &TestDb| {
         out.iter().all(|o| matches!(o, Outcome::Accepted { .. })),
         "{out:?}"
     );
+    node
+}
 
+both_backends!(golden_scenario_rated_from_the_log, |db: &TestDb| {
+    let ledger = open(db);
+    golden_log(&ledger);
     let size = ledger.head().unwrap().0;
     let rater = ledger
         .with_reader(|c| pricing::rate_period(c, "acme", at(0), at(86_400), size))
@@ -789,3 +797,558 @@ both_backends!(
         gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
     }
 );
+
+// The issue's whole story on one log, to the last digit: the golden day (two regions,
+// on-demand and spot with three spot-price changes inside one interval, energy with PUE) is
+// invoiced; late records of that day (on-demand, spot across a price change, energy) arrive
+// with day 2's usage, so the next invoice carries adjustment lines naming day 1; then a
+// credit note and payments, and the balance.
+both_backends!(
+    golden_story_invoice_late_record_credit_note_balance,
+    |db: &TestDb| {
+        use gpuledger::core::invoice::Period;
+        use gpuledger::core::record::Settlement;
+        let ledger = open(db);
+        golden_log(&ledger);
+        let day1 = Period {
+            from: at(0),
+            to: at(86_400),
+        };
+        let day2 = Period {
+            from: at(86_400),
+            to: at(2 * 86_400),
+        };
+        let first = ledger.issue_invoices("acme", day1).unwrap();
+        assert_eq!(first.len(), 1);
+        let amounts = |inv: &gpuledger::core::invoice::Invoice| {
+            inv.lines
+                .iter()
+                .map(|l| (l.amount.to_string(), l.adjustment_for))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            amounts(&first[0]),
+            ["2.00", "148.00", "6.00", "1.33", "3.00", "3.78", "3.78"]
+                .map(|a| (a.to_owned(), None))
+        );
+        assert_eq!(
+            (
+                first[0].number.as_str(),
+                first[0].total.to_string().as_str()
+            ),
+            ("INV-000001", "167.89")
+        );
+        // Late for day 1, from another node: 1 GPU west on-demand 02:00–02:30 (1800 GPU-s × 18.5 =
+        // 9.25); 3 GPUs on the spot lease 00:48:20–00:51:40, across the change to 8 at 00:50
+        // (300 GPU-s × 11.35 = 0.9458… → 0.95, and 300 GPU-s × 8 = 0.666… → 0.67); 2 kWh in west
+        // (2 × 1.08 × 0.28 = 0.6048 → 0.60). Day 2: 1 GPU east for an hour, 24.00.
+        let node2 = signer(&ledger, "node-2", Role::Node);
+        let late: Vec<Envelope> = [
+            usage("node-2", 1, "west", None, "1", 7200, 9000),
+            usage("node-2", 2, "west", Some("spot-1"), "3", 2900, 3100),
+            (
+                3,
+                Body::Energy(Energy {
+                    tenant: Some("acme".into()),
+                    region: "west".into(),
+                    node: "node-2".into(),
+                    start: at(0),
+                    end: at(3600),
+                    kwh: d("2"),
+                }),
+            ),
+            usage("node-2", 4, "east", None, "1", 86_400, 90_000),
+        ]
+        .iter()
+        .map(|(q, b)| Envelope::sign(b.kind(), "node-2", &node2, *q, b))
+        .collect();
+        let out = ledger.append(late).unwrap();
+        assert!(
+            out.iter().all(|o| matches!(o, Outcome::Accepted { .. })),
+            "{out:?}"
+        );
+        let second = ledger.issue_invoices("acme", day2).unwrap();
+        let inv2 = &second[0];
+        assert_eq!(inv2.number, "INV-000002");
+        assert_eq!(
+            amounts(inv2),
+            [
+                ("24.00", None),
+                ("9.25", Some(day1)),
+                ("0.67", Some(day1)),
+                ("0.95", Some(day1)),
+                ("0.60", Some(day1)),
+            ]
+            .map(|(a, p)| (a.to_owned(), p))
+        );
+        assert_eq!(
+            (inv2.lines[3].quantity, inv2.lines[3].unit_price),
+            (d("300"), d("11.35"))
+        );
+        assert_eq!(inv2.total.to_string(), "35.47");
+        assert_eq!(inv2.total, inv2.sum_of_lines());
+        // The late records are adjusted once: day 3's invoice has nothing of day 1.
+        let (_, east) = usage(
+            "node-2",
+            5,
+            "east",
+            None,
+            "1",
+            2 * 86_400,
+            2 * 86_400 + 3600,
+        );
+        ledger
+            .append(vec![Envelope::sign(
+                Kind::GpuUsage,
+                "node-2",
+                &node2,
+                5,
+                &east,
+            )])
+            .unwrap();
+        let day3 = Period {
+            from: at(2 * 86_400),
+            to: at(3 * 86_400),
+        };
+        let third = ledger.issue_invoices("acme", day3).unwrap();
+        assert_eq!(amounts(&third[0]), [("24.00".to_owned(), None)]);
+        // A credit note on the first invoice and payments on both, then the balance.
+        let settle = |invoice: &str, amount: &str| Settlement {
+            tenant: "acme".into(),
+            invoice: invoice.into(),
+            currency: "CNY".into(),
+            amount: d(amount),
+            note: "golden".into(),
+        };
+        ledger
+            .settle(Body::CreditNote(settle("INV-000001", "17.89")))
+            .unwrap();
+        ledger
+            .settle(Body::Payment(settle("INV-000001", "150.00")))
+            .unwrap();
+        ledger
+            .settle(Body::Payment(settle("INV-000002", "30.00")))
+            .unwrap();
+        let b = ledger
+            .with_reader(|c| gpuledger::store::invoices::balances(c, "acme"))
+            .unwrap();
+        let cny = &b.by_currency["CNY"];
+        // Invoiced 167.89 + 35.47 + 24.00 = 227.36; paid 180.00; credited 17.89; due 29.47.
+        assert_eq!(
+            [cny.invoiced, cny.paid, cny.credited, cny.due].map(|x| x.to_string()),
+            ["227.36", "180.00", "17.89", "29.47"]
+        );
+        let mut conn = gpuledger::store::connect(&db.url).unwrap();
+        gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
+    }
+);
+
+fn volume_tiers(plan: &str, spec: &[(Option<&str>, &str)], from: Timestamp) -> Body {
+    Body::VolumeTiers(VolumeTiers {
+        plan: plan.into(),
+        region: "west".into(),
+        gpu_model: "H100".into(),
+        lease_class: LeaseClass::OnDemand,
+        currency: "CNY".into(),
+        tiers: spec
+            .iter()
+            .map(|(b, p)| Tier {
+                up_to_gpu_hours: b.map(d),
+                price_per_gpu_hour: d(p),
+            })
+            .collect(),
+        effective_from: from,
+    })
+}
+
+fn tenant_plan(tenant: &str, plan: &str, from: Timestamp) -> Body {
+    Body::TenantPlan(TenantPlan {
+        tenant: tenant.into(),
+        plan: plan.into(),
+        effective_from: from,
+    })
+}
+
+// The graduated example of docs/RATING.md from log entries: one record crosses two tier
+// bounds, records arrive out of time order, east and spot are not tiered, a tenant without
+// the plan pays the rate card; then the invoice, and a late record that continues the
+// period's count at tier 3.
+both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
+    use gpuledger::core::invoice::Period;
+    use gpuledger::core::rating::LineKey;
+    let ledger = open(db);
+    let node = signer(&ledger, "node-1", Role::Node);
+    let market = signer(&ledger, "market-1", Role::Market);
+    for body in [
+        rate_card("west", LeaseClass::OnDemand, "18.5", at(-86_400)),
+        rate_card("east", LeaseClass::OnDemand, "24", at(-86_400)),
+        volume_tiers(
+            "volume",
+            &[
+                (Some("10"), "20.5"),
+                (Some("25"), "17.25"),
+                (None, "13.333"),
+            ],
+            at(-86_400),
+        ),
+        tenant_plan("acme", "volume", at(-86_400)),
+        Body::LeaseRegistered(LeaseRegistered {
+            lease: "spot-1".into(),
+            tenant: "acme".into(),
+            class: LeaseClass::Spot,
+        }),
+    ] {
+        ledger.append_ledger_entry(body).unwrap();
+    }
+    let spot = Body::SpotPrice(SpotPrice {
+        region: "west".into(),
+        gpu_model: "H100".into(),
+        price_per_gpu_hour: d("9"),
+        currency: "CNY".into(),
+        effective_from: at(-86_400),
+    });
+    ledger
+        .append(vec![Envelope::sign(
+            Kind::SpotPrice,
+            "market-1",
+            &market,
+            1,
+            &spot,
+        )])
+        .unwrap();
+    let mut records = vec![
+        // 2.5 GPUs × 28000 s = 70000 GPU-s, logged before the earlier 3-GPU record.
+        usage("node-1", 1, "west", None, "2.5", 7200, 35_200),
+        usage("node-1", 2, "west", None, "3", 0, 7200),
+        usage("node-e", 3, "east", None, "1", 0, 3600),
+        usage("node-1", 4, "west", Some("spot-1"), "2", 0, 1800),
+    ];
+    // beta has no plan: west at the rate card.
+    let (_, mut beta) = usage("node-b", 5, "west", None, "1", 0, 3600);
+    if let Body::GpuUsage(u) = &mut beta {
+        u.tenant = "beta".into();
+    }
+    records.push((5, beta));
+    let envs: Vec<Envelope> = records
+        .iter()
+        .map(|(q, b)| Envelope::sign(Kind::GpuUsage, "node-1", &node, *q, b))
+        .collect();
+    let out = ledger.append(envs).unwrap();
+    assert!(
+        out.iter().all(|o| matches!(o, Outcome::Accepted { .. })),
+        "{out:?}"
+    );
+    let size = ledger.head().unwrap().0;
+    let rate = |tenant: &str| {
+        let r = ledger
+            .with_reader(|c| pricing::rate_period(c, tenant, at(0), at(86_400), size))
+            .unwrap();
+        let (lines, unpriced) = r.finish();
+        assert!(unpriced.is_empty(), "{unpriced:?}");
+        lines["CNY"]
+            .iter()
+            .map(|l| {
+                let tier = match &l.key {
+                    LineKey::Gpu { tier, .. } => tier.as_ref().map(|t| (t.plan.clone(), t.tier)),
+                    LineKey::Energy { .. } => None,
+                };
+                (l.quantity.to_string(), l.amount.to_string(), tier)
+            })
+            .collect::<Vec<_>>()
+    };
+    let tier = |n| Some(("volume".to_owned(), n));
+    assert_eq!(
+        rate("acme"),
+        [
+            ("3600", "24.00", None),
+            ("36000", "205.00", tier(1)),
+            ("54000", "258.75", tier(2)),
+            ("1600", "5.93", tier(3)),
+            ("3600", "9.00", None),
+        ]
+        .map(|(q, a, t)| (q.to_owned(), a.to_owned(), t))
+    );
+    assert_eq!(
+        rate("beta"),
+        [("3600".to_owned(), "18.50".to_owned(), None)]
+    );
+    // Issue day 1 (502.68), then a late record of day 1: 1 GPU for an hour continues the count
+    // from 91600 GPU-s, all at tier 3: 3600 × 13.333 ÷ 3600 = 13.333 → 13.33.
+    let day1 = Period {
+        from: at(0),
+        to: at(86_400),
+    };
+    let first = ledger.issue_invoices("acme", day1).unwrap();
+    assert_eq!(first[0].total.to_string(), "502.68");
+    assert_eq!(first[0].lines.len(), 5);
+    let late = usage("node-2", 6, "west", None, "1", 36_000, 39_600);
+    let next = usage("node-e", 7, "east", None, "1", 86_400, 90_000);
+    ledger
+        .append(
+            [late, next]
+                .iter()
+                .map(|(q, b)| Envelope::sign(Kind::GpuUsage, "node-1", &node, *q, b))
+                .collect(),
+        )
+        .unwrap();
+    let day2 = Period {
+        from: at(86_400),
+        to: at(2 * 86_400),
+    };
+    let second = ledger.issue_invoices("acme", day2).unwrap();
+    let lines: Vec<(String, Decimal, Option<Period>)> = second[0]
+        .lines
+        .iter()
+        .map(|l| (l.amount.to_string(), l.unit_price, l.adjustment_for))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("24.00".to_owned(), d("24"), None),
+            ("13.33".to_owned(), d("13.333"), Some(day1)),
+        ]
+    );
+    assert_eq!(second[0].total.to_string(), "37.33");
+    let mut conn = gpuledger::store::connect(&db.url).unwrap();
+    gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
+});
+
+// Volume tiers and plans change only forward, per plan and series and per tenant.
+both_backends!(tiers_and_plans_change_only_forward, |db: &TestDb| {
+    let ledger = open(db);
+    let t = |from| volume_tiers("volume", &[(Some("10"), "20"), (None, "15")], from);
+    ledger.append_ledger_entry(t(at(0))).unwrap();
+    for from in [at(0), at(-1)] {
+        assert!(
+            matches!(ledger.append_ledger_entry(t(from)), Err(StoreError::Refused(m)) if m.contains("must take effect later"))
+        );
+    }
+    // Another plan is another series; a later change is fine.
+    ledger
+        .append_ledger_entry(volume_tiers("other", &[(None, "15")], at(0)))
+        .unwrap();
+    ledger.append_ledger_entry(t(at(60))).unwrap();
+    ledger
+        .append_ledger_entry(tenant_plan("acme", "volume", at(0)))
+        .unwrap();
+    assert!(matches!(
+        ledger.append_ledger_entry(tenant_plan("acme", "other", at(0))),
+        Err(StoreError::Refused(_))
+    ));
+    // A plan nobody has defined tiers for is a plan whose series all use the rate card.
+    ledger
+        .append_ledger_entry(tenant_plan("beta", "no-tiers-yet", at(0)))
+        .unwrap();
+    ledger
+        .append_ledger_entry(tenant_plan("acme", "other", at(1)))
+        .unwrap();
+    assert_eq!(ledger.head().unwrap().0, 6);
+    let mut conn = gpuledger::store::connect(&db.url).unwrap();
+    gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
+});
+
+// The tier and plan endpoints: admin only; bad tiers are precise 400 problems that leave the
+// log unchanged; tenants see tiers and their own plan only; the preview names plan and tier.
+both_backends!(volume_tier_endpoints, |db: &TestDb| {
+    use serde_json::json;
+    let s = serve(db);
+    let admin = s.admin.clone();
+    for id in ["acme", "beta"] {
+        call(
+            &s,
+            "POST",
+            "/v1/tenants",
+            Some(&admin),
+            Some(json!({"id": id, "name": id})),
+        );
+    }
+    let acme = call(
+        &s,
+        "POST",
+        "/v1/tokens",
+        Some(&admin),
+        Some(json!({"role": "tenant", "tenant": "acme"})),
+    )
+    .1["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let size = |s: &Server| {
+        call(s, "GET", "/v1/log", None, None).1["size"]
+            .as_u64()
+            .unwrap()
+    };
+    let tiers = json!({"plan": "volume", "region": "west", "gpu_model": "H100", "lease_class": "on_demand",
+        "currency": "CNY", "effective_from": at(-86_400).to_string(),
+        "tiers": [{"up_to_gpu_hours": "1", "price_per_gpu_hour": "20"}, {"price_per_gpu_hour": "10"}]});
+    let (st, p) = call(
+        &s,
+        "POST",
+        "/v1/volume-tiers",
+        Some(&admin),
+        Some(tiers.clone()),
+    );
+    assert_eq!(st, 201, "{p}");
+    assert_eq!(p["kind"], "volume_tiers");
+    let before = size(&s);
+    let bad = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut b = tiers.clone();
+        b["effective_from"] = json!(at(0).to_string());
+        edit(&mut b);
+        let (st, p) = call(&s, "POST", "/v1/volume-tiers", Some(&admin), Some(b));
+        assert_eq!(st, 400, "{p}");
+        assert_eq!(
+            p["type"]
+                .as_str()
+                .map(|t| t.starts_with("urn:gpuledger:problem:")),
+            Some(true),
+            "{p}"
+        );
+        (
+            p["errors"][0]["field"].as_str().unwrap_or("").to_owned(),
+            p["errors"][0]["reason"].as_str().unwrap_or("").to_owned(),
+        )
+    };
+    let field = |f: &str, r: &str| (f.to_owned(), r.to_owned());
+    assert_eq!(
+        bad(
+            &|b| b["tiers"] = json!([{"up_to_gpu_hours": "2", "price_per_gpu_hour": "20"},
+            {"up_to_gpu_hours": "2", "price_per_gpu_hour": "15"}, {"price_per_gpu_hour": "10"}])
+        ),
+        field("body.tiers[1].up_to_gpu_hours", "invalid_field"),
+        "bounds must increase strictly"
+    );
+    assert_eq!(
+        bad(&|b| b["tiers"] = json!([])),
+        field("body.tiers", "invalid_field")
+    );
+    assert_eq!(
+        bad(&|b| b["tiers"][1]["price_per_gpu_hour"] = json!("-1")),
+        field("body.tiers[1].price_per_gpu_hour", "negative_quantity")
+    );
+    assert_eq!(
+        bad(&|b| b["tiers"][1]["up_to_gpu_hours"] = json!("5")),
+        field("body.tiers[1].up_to_gpu_hours", "invalid_field"),
+        "the last tier is open"
+    );
+    assert_eq!(
+        bad(&|b| b["tiers"][0]["up_to_gpu_hours"] = json!(null)),
+        field("body", "malformed")
+    );
+    assert_eq!(
+        bad(&|b| b["lease_class"] = json!("spot")),
+        field("body.lease_class", "invalid_field")
+    );
+    // Not later than the series' latest: refused, as for rate cards.
+    let (st, p) = call(
+        &s,
+        "POST",
+        "/v1/volume-tiers",
+        Some(&admin),
+        Some(tiers.clone()),
+    );
+    assert_eq!(
+        (st, p["type"].as_str()),
+        (400, Some("urn:gpuledger:problem:refused")),
+        "{p}"
+    );
+    assert_eq!(size(&s), before, "nothing refused was logged");
+    assert_eq!(
+        call(
+            &s,
+            "POST",
+            "/v1/volume-tiers",
+            Some(&acme),
+            Some(tiers.clone())
+        )
+        .0,
+        403
+    );
+    assert_eq!(
+        call(&s, "POST", "/v1/volume-tiers", None, Some(tiers)).0,
+        401
+    );
+    // Plans: acme on `volume`, beta on a plan without tiers.
+    for (tenant, plan) in [("acme", "volume"), ("beta", "plain")] {
+        let body =
+            json!({"tenant": tenant, "plan": plan, "effective_from": at(-86_400).to_string()});
+        assert_eq!(
+            call(&s, "POST", "/v1/tenant-plans", Some(&admin), Some(body)).0,
+            201
+        );
+    }
+    let again =
+        json!({"tenant": "acme", "plan": "plain", "effective_from": at(-86_400).to_string()});
+    assert_eq!(
+        call(
+            &s,
+            "POST",
+            "/v1/tenant-plans",
+            Some(&admin),
+            Some(again.clone())
+        )
+        .0,
+        400
+    );
+    assert_eq!(
+        call(&s, "POST", "/v1/tenant-plans", Some(&acme), Some(again)).0,
+        403
+    );
+    let (_, prices) = call(&s, "GET", "/v1/prices", Some(&acme), None);
+    let seen: Vec<(&str, Option<&str>)> = prices
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["kind"].as_str().unwrap(), p["body"]["tenant"].as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [("volume_tiers", None), ("tenant_plan", Some("acme"))],
+        "acme sees tiers and its own plan only"
+    );
+    // A preview over 2 GPU-hours: 1 at 20 and 1 at 10, named by plan and tier.
+    let node = gpuledger::sample::key("node-p");
+    let pk = gpuledger::core::keys::encode_public(&node.verifying_key());
+    call(
+        &s,
+        "POST",
+        "/v1/signers",
+        Some(&admin),
+        Some(json!({"id": "node-p", "role": "node", "public_key": pk})),
+    );
+    let rec = Envelope::sign(
+        Kind::GpuUsage,
+        "node-p",
+        &node,
+        1,
+        &usage("node-p", 1, "west", None, "2", 0, 3600).1,
+    );
+    call(
+        &s,
+        "POST",
+        "/v1/records",
+        None,
+        Some(serde_json::to_value(vec![rec]).unwrap()),
+    );
+    let q = format!(
+        "/v1/invoices/preview?tenant=acme&from={}&to={}",
+        at(0),
+        at(86_400)
+    );
+    let (st, preview) = call(&s, "GET", &q, Some(&acme), None);
+    assert_eq!(st, 200, "{preview}");
+    let lines = &preview["currencies"][0]["lines"];
+    assert_eq!(
+        (&lines[0]["plan"], &lines[0]["tier"], &lines[0]["amount"]),
+        (&json!("volume"), &json!(1), &json!("20.00"))
+    );
+    assert_eq!(
+        (
+            &lines[1]["tier"],
+            &lines[1]["quantity"],
+            &lines[1]["amount"]
+        ),
+        (&json!(2), &json!("3600"), &json!("10.00"))
+    );
+    assert_eq!(preview["currencies"][0]["total"], "30.00");
+});

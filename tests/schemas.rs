@@ -27,7 +27,7 @@ use std::sync::OnceLock;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const ID_BASE: &str = "https://gpuledger.example/schemas/";
-const BODY_KINDS: [&str; 12] = [
+const BODY_KINDS: [&str; 14] = [
     "gpu_usage",
     "energy",
     "spot_price",
@@ -40,6 +40,8 @@ const BODY_KINDS: [&str; 12] = [
     "payment",
     "credit_note",
     "certificate_issued",
+    "volume_tiers",
+    "tenant_plan",
 ];
 
 /// The ledger clock for the tables: later than every fixture, so the clock-skew rules pass.
@@ -157,6 +159,8 @@ fn schemas_are_valid_2020_12_and_named_by_their_id() {
         "signer_key_registered.v1.json",
         "signer_key_revoked.v1.json",
         "spot_price.v1.json",
+        "tenant_plan.v1.json",
+        "volume_tiers.v1.json",
     ];
     assert_eq!(
         files.keys().map(String::as_str).collect::<Vec<_>>(),
@@ -1149,6 +1153,324 @@ fn leaf_schema_agrees_with_the_leaf_reader() {
     let early = apply(leaf, &[Set("received_at", json!("2026-11-30T11:00:00Z"))]);
     assert!(schema_valid("leaf", &early));
     assert_eq!(rust_leaf(&early), Err(Reason::InFuture));
+}
+
+/// The ledger-written pricing bodies of graduated tiers: for shape cases the body schema (and
+/// the envelope schema selecting it by kind) accepts exactly what `Body::from_value` accepts;
+/// for rules beyond the schema the schema accepts and Rust refuses with the expected reason.
+#[test]
+fn volume_tiers_and_tenant_plan_schemas_agree_with_rust() {
+    use gpuledger::core::record::{Body, Kind};
+    let tiers = json!({"plan": "volume", "region": "west", "gpu_model": "H100", "lease_class": "on_demand",
+        "currency": "CNY", "effective_from": "2026-11-01T00:00:00Z",
+        "tiers": [{"up_to_gpu_hours": "10", "price_per_gpu_hour": "20.5"},
+                  {"up_to_gpu_hours": "25", "price_per_gpu_hour": "17.25"},
+                  {"price_per_gpu_hour": "13.333"}]});
+    let plan =
+        json!({"tenant": "acme", "plan": "volume", "effective_from": "2026-11-01T00:00:00Z"});
+    let tier = |b: Option<&str>, p: &str| match b {
+        Some(b) => json!({"up_to_gpu_hours": b, "price_per_gpu_hour": p}),
+        None => json!({"price_per_gpu_hour": p}),
+    };
+    let with = |base: &Value, k: &str, v: Value| {
+        let mut b = base.clone();
+        b[k] = v;
+        b
+    };
+    let without = |base: &Value, k: &str| {
+        let mut b = base.clone();
+        b.as_object_mut().unwrap().remove(k);
+        b
+    };
+    let seventeen: Vec<Value> = (1..=16)
+        .map(|i| tier(Some(&i.to_string()), "1"))
+        .chain([tier(None, "1")])
+        .collect();
+    let sixteen: Vec<Value> = seventeen[1..].to_vec();
+    // (name, kind, body, expected, schema expresses the rule)
+    type BodyCase = (&'static str, Kind, Value, Result<(), Reason>, bool);
+    let cases: Vec<BodyCase> = vec![
+        (
+            "tiers as is",
+            Kind::VolumeTiers,
+            tiers.clone(),
+            Ok(()),
+            true,
+        ),
+        ("plan as is", Kind::TenantPlan, plan.clone(), Ok(()), true),
+        (
+            "one open tier",
+            Kind::VolumeTiers,
+            with(&tiers, "tiers", json!([tier(None, "12")])),
+            Ok(()),
+            true,
+        ),
+        (
+            "16 tiers",
+            Kind::VolumeTiers,
+            with(&tiers, "tiers", json!(sixteen)),
+            Ok(()),
+            true,
+        ),
+        (
+            "17 tiers",
+            Kind::VolumeTiers,
+            with(&tiers, "tiers", json!(seventeen)),
+            Err(Reason::QuantityOutOfRange),
+            true,
+        ),
+        (
+            "no tiers",
+            Kind::VolumeTiers,
+            with(&tiers, "tiers", json!([])),
+            INVALID,
+            true,
+        ),
+        (
+            "tiers not an array",
+            Kind::VolumeTiers,
+            with(&tiers, "tiers", json!("12")),
+            MALFORMED,
+            true,
+        ),
+        (
+            "tiers missing",
+            Kind::VolumeTiers,
+            without(&tiers, "tiers"),
+            MALFORMED,
+            true,
+        ),
+        (
+            "plan missing",
+            Kind::VolumeTiers,
+            without(&tiers, "plan"),
+            MALFORMED,
+            true,
+        ),
+        (
+            "extra member",
+            Kind::VolumeTiers,
+            with(&tiers, "note", json!("x")),
+            MALFORMED,
+            true,
+        ),
+        (
+            "extra tier member",
+            Kind::VolumeTiers,
+            with(
+                &tiers,
+                "tiers",
+                json!([{"price_per_gpu_hour": "1", "x": "1"}]),
+            ),
+            MALFORMED,
+            true,
+        ),
+        (
+            "null bound",
+            Kind::VolumeTiers,
+            with(
+                &tiers,
+                "tiers",
+                json!([{"up_to_gpu_hours": null, "price_per_gpu_hour": "1"}, tier(None, "1")]),
+            ),
+            MALFORMED,
+            true,
+        ),
+        (
+            "tier price missing",
+            Kind::VolumeTiers,
+            with(
+                &tiers,
+                "tiers",
+                json!([{"up_to_gpu_hours": "1"}, tier(None, "1")]),
+            ),
+            MALFORMED,
+            true,
+        ),
+        (
+            "no open tier",
+            Kind::VolumeTiers,
+            with(
+                &tiers,
+                "tiers",
+                json!([tier(Some("1"), "2"), tier(Some("2"), "1")]),
+            ),
+            INVALID,
+            true,
+        ),
+        (
+            "two open tiers",
+            Kind::VolumeTiers,
+            with(&tiers, "tiers", json!([tier(None, "2"), tier(None, "1")])),
+            INVALID,
+            true,
+        ),
+        (
+            "spot tiers",
+            Kind::VolumeTiers,
+            with(&tiers, "lease_class", json!("spot")),
+            INVALID,
+            true,
+        ),
+        (
+            "bound spelled 10.0",
+            Kind::VolumeTiers,
+            with(
+                &tiers,
+                "tiers",
+                json!([tier(Some("10.0"), "2"), tier(None, "1")]),
+            ),
+            INVALID,
+            true,
+        ),
+        (
+            "negative price",
+            Kind::VolumeTiers,
+            with(&tiers, "tiers", json!([tier(None, "-1")])),
+            Err(Reason::NegativeQuantity),
+            true,
+        ),
+        (
+            "lower-case currency",
+            Kind::VolumeTiers,
+            with(&tiers, "currency", json!("cny")),
+            INVALID,
+            true,
+        ),
+        (
+            "plan id with a space",
+            Kind::TenantPlan,
+            with(&plan, "plan", json!("a b")),
+            INVALID,
+            true,
+        ),
+        (
+            "plan without tenant",
+            Kind::TenantPlan,
+            without(&plan, "tenant"),
+            MALFORMED,
+            true,
+        ),
+        (
+            "plan with tiers",
+            Kind::TenantPlan,
+            with(&plan, "tiers", json!([])),
+            MALFORMED,
+            true,
+        ),
+        // Beyond the schema.
+        (
+            "open tier first",
+            Kind::VolumeTiers,
+            with(
+                &tiers,
+                "tiers",
+                json!([tier(None, "2"), tier(Some("1"), "1")]),
+            ),
+            INVALID,
+            false,
+        ),
+        (
+            "equal bounds",
+            Kind::VolumeTiers,
+            with(
+                &tiers,
+                "tiers",
+                json!([tier(Some("1"), "3"), tier(Some("1"), "2"), tier(None, "1")]),
+            ),
+            INVALID,
+            false,
+        ),
+        (
+            "decreasing bounds",
+            Kind::VolumeTiers,
+            with(
+                &tiers,
+                "tiers",
+                json!([tier(Some("2"), "3"), tier(Some("1"), "2"), tier(None, "1")]),
+            ),
+            INVALID,
+            false,
+        ),
+        (
+            "zero bound",
+            Kind::VolumeTiers,
+            with(
+                &tiers,
+                "tiers",
+                json!([tier(Some("0"), "2"), tier(None, "1")]),
+            ),
+            INVALID,
+            false,
+        ),
+        (
+            "bound at the limit",
+            Kind::VolumeTiers,
+            with(
+                &tiers,
+                "tiers",
+                json!([tier(Some("1000000000"), "2"), tier(None, "1")]),
+            ),
+            Ok(()),
+            true,
+        ),
+        (
+            "bound above the limit",
+            Kind::VolumeTiers,
+            with(
+                &tiers,
+                "tiers",
+                json!([tier(Some("1000000000.5"), "2"), tier(None, "1")]),
+            ),
+            Err(Reason::QuantityOutOfRange),
+            false,
+        ),
+        (
+            "price above the limit",
+            Kind::VolumeTiers,
+            with(&tiers, "tiers", json!([tier(None, "1000000.1")])),
+            Err(Reason::QuantityOutOfRange),
+            false,
+        ),
+        (
+            "not a real date",
+            Kind::TenantPlan,
+            with(&plan, "effective_from", json!("2026-02-30T00:00:00Z")),
+            INVALID,
+            false,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, kind, body, expect, expressed) in cases {
+        let schema = schema_valid(kind.as_str(), &body);
+        let rust = Body::from_value(kind, &body, now())
+            .map(|_| ())
+            .map_err(|r| r.reason);
+        let schema_ok = if expressed {
+            schema == rust.is_ok()
+        } else {
+            schema
+        };
+        // The envelope schema selects the body schema by kind.
+        let env = json!({"v": 1, "kind": kind.as_str(), "signer": "ledger", "key_id": "0123456789abcdef",
+                         "seq": 1, "body": body, "sig": base64_of(&[0u8; 64])});
+        if !schema_ok || rust != expect || schema_valid("envelope", &env) != schema {
+            failures.push(format!(
+                "{name}: schema valid = {schema}, rust = {rust:?}, expected {expect:?}"
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} cases disagree:\n  {}",
+        failures.len(),
+        failures.join("\n  ")
+    );
+    // A valid body round-trips through the Rust type to the same JSON.
+    let b = Body::from_value(Kind::VolumeTiers, &tiers, now()).unwrap();
+    assert_eq!(b.to_value(), tiers);
+    let p = Body::from_value(Kind::TenantPlan, &plan, now()).unwrap();
+    assert_eq!(p.to_value(), plan);
 }
 
 fn def_validator(def: &str) -> &'static Validator {

@@ -45,6 +45,7 @@ pub struct AppState {
         log::get_log, log::get_checkpoint, log::get_checkpoints, log::get_entry, log::get_entries, log::get_inclusion, log::get_consistency,
         usage::get_usage,
         pricing::post_rate_card, pricing::post_region_params, pricing::post_lease, pricing::get_prices, pricing::get_preview,
+        pricing::post_volume_tiers, pricing::post_tenant_plan,
         invoices::issue, invoices::list, invoices::get, invoices::download, invoices::payment, invoices::credit_note, invoices::balance,
         certificates::issue, certificates::list, certificates::get, certificates::bundle,
         admin::create_tenant, admin::list_tenants, admin::create_signer, admin::add_key, admin::revoke_key, admin::list_signers,
@@ -56,7 +57,7 @@ pub struct AppState {
         (name = "records", description = "Signed records in"),
         (name = "log", description = "The log, its checkpoints and proofs"),
         (name = "usage", description = "Usage queries for billing"),
-        (name = "pricing", description = "Rate cards, region parameters, leases and invoice previews"),
+        (name = "pricing", description = "Rate cards, region parameters, leases, volume tiers, tenant plans and invoice previews"),
         (name = "invoices", description = "Issued invoices, downloads, payments, credit notes and balances"),
         (name = "certificates", description = "Compute-usage certificates and their evidence bundles"),
         (name = "admin", description = "Tenants, signers and tokens"),
@@ -215,6 +216,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     web::post().to(pricing::post_region_params),
                 )
                 .route("/leases", web::post().to(pricing::post_lease))
+                .route("/volume-tiers", web::post().to(pricing::post_volume_tiers))
+                .route("/tenant-plans", web::post().to(pricing::post_tenant_plan))
                 .route("/prices", web::get().to(pricing::get_prices))
                 .route("/invoices/preview", web::get().to(pricing::get_preview))
                 .route("/invoices", web::post().to(invoices::issue))

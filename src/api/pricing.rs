@@ -1,5 +1,6 @@
-//! Prices and previews: rate cards, region parameters and leases are appended to the log as
-//! ledger-signed entries; an invoice preview rates a tenant's period from the log.
+//! Prices and previews: rate cards, region parameters, leases, volume tiers and tenant plans
+//! are appended to the log as ledger-signed entries; an invoice preview rates a tenant's period
+//! from the log.
 
 use super::auth::Caller;
 use super::error::ApiError;
@@ -90,6 +91,39 @@ pub async fn post_lease(
     append(state, caller, req, payload, Kind::LeaseRegistered).await
 }
 
+/// Appends a plan's graduated volume tiers for one series (admin): `{plan, region, gpu_model,
+/// lease_class: on_demand|reserved, currency, tiers: [{up_to_gpu_hours, price_per_gpu_hour},
+/// ..., {price_per_gpu_hour}], effective_from}`. Bounds are cumulative GPU-hours within an
+/// invoice period and increase strictly; the last tier has no bound. For tenants on the plan
+/// the tiers replace the series' rate card; a change must take effect after the latest tiers
+/// of the same plan and series.
+#[utoipa::path(post, path = "/v1/volume-tiers", tag = "pricing", request_body = Object,
+    responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn post_volume_tiers(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    append(state, caller, req, payload, Kind::VolumeTiers).await
+}
+
+/// Puts a tenant on a plan (admin): `{tenant, plan, effective_from}`. A plan without tiers for
+/// a series leaves that series on the rate card, so a plan may be assigned before (or without)
+/// its tiers; a change must take effect after the tenant's latest plan.
+#[utoipa::path(post, path = "/v1/tenant-plans", tag = "pricing", request_body = Object,
+    responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn post_tenant_plan(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    append(state, caller, req, payload, Kind::TenantPlan).await
+}
+
 /// One pricing entry.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct PricingEntry {
@@ -99,8 +133,8 @@ pub struct PricingEntry {
     pub body: Value,
 }
 
-/// Every rate card, region parameter set, spot price and lease in the log, oldest first.
-/// Tenants see prices and their own leases only.
+/// Every rate card, region parameter set, spot price, lease, volume tiers and tenant plan in
+/// the log, oldest first. Tenants see prices and tiers, and their own leases and plans only.
 #[utoipa::path(get, path = "/v1/prices", tag = "pricing", responses((status = 200, body = Vec<PricingEntry>)), security(("bearer" = [])))]
 pub async fn get_prices(
     state: web::Data<AppState>,
@@ -115,7 +149,10 @@ pub async fn get_prices(
     .await??;
     let list: Vec<PricingEntry> = entries
         .into_iter()
-        .filter(|(_, b)| !matches!(b, Body::LeaseRegistered(_)) || caller.may_see(b.tenant()))
+        .filter(|(_, b)| {
+            !matches!(b, Body::LeaseRegistered(_) | Body::TenantPlan(_))
+                || caller.may_see(b.tenant())
+        })
         .map(|(index, b)| PricingEntry {
             index,
             kind: b.kind().as_str().into(),

@@ -29,3 +29,7 @@ pub const MAX_PUE: u32 = 5;
 pub const MAX_CARBON_G_PER_KWH: u32 = 5_000;
 /// Largest money amount (invoice total, payment, credit note) accepted.
 pub const MAX_MONEY_AMOUNT: u64 = 1_000_000_000_000;
+/// Most tiers in one `volume_tiers` entry.
+pub const MAX_VOLUME_TIERS: usize = 16;
+/// Highest tier bound (`up_to_gpu_hours`) accepted, in GPU-hours.
+pub const MAX_TIER_BOUND_GPU_HOURS: u32 = 1_000_000_000;

@@ -13,8 +13,15 @@
 //!   invoice total is the sum of its rounded lines.
 //! - No price in force is never a price of zero: the uncovered seconds or kWh become an
 //!   unpriced line that names what is missing.
+//! - Graduated volume tiers: a tenant on a plan (`tenant_plan`) whose plan has tiers
+//!   (`volume_tiers`) for a series (region, GPU model, on-demand or reserved) pays for that
+//!   series by volume instead of the rate card. The plan and tiers are those in force at the
+//!   period's start; the period's GPU-seconds of the series are counted together, the first
+//!   `up_to_gpu_hours` at tier 1, the next at tier 2, and so on, split exactly at each bound.
+//!   Since the tiers do not change within a period, which second falls in which tier does not
+//!   change any amount, so records may arrive in any order ([`graduate`]). Spot is never tiered.
 
-use super::record::{Energy, GpuUsage};
+use super::record::{Energy, GpuUsage, Tier};
 use super::time::Timestamp;
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde::{Deserialize, Serialize};
@@ -76,6 +83,25 @@ pub struct RegionParams {
     pub carbon_g_per_kwh: Decimal,
 }
 
+/// A plan's graduated tiers for one series from a time on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TierSchedule {
+    pub effective_from: Timestamp,
+    pub currency: String,
+    /// Strictly increasing bounds; only the last tier is open (checked by `core::record`).
+    pub tiers: Vec<Tier>,
+}
+
+/// A plan assignment of a tenant from a time on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PlanPoint {
+    effective_from: Timestamp,
+    plan: String,
+}
+
+/// (plan, region, GPU model, class): the series a tier schedule applies to.
+type TierSeriesKey = (String, String, String, LeaseClass);
+
 /// Every price the rating needs, as read from the log.
 #[derive(Debug, Default, Clone)]
 pub struct PriceBook {
@@ -87,6 +113,10 @@ pub struct PriceBook {
     regions: HashMap<String, Vec<RegionParams>>,
     /// lease id → class.
     leases: HashMap<String, LeaseClass>,
+    /// tenant → plan assignments, sorted by time.
+    plans: HashMap<String, Vec<PlanPoint>>,
+    /// (plan, region, gpu model, class) → tier schedules, sorted by time.
+    tiers: HashMap<TierSeriesKey, Vec<TierSchedule>>,
 }
 
 fn insert_sorted<T>(v: &mut Vec<T>, item: T, at: impl Fn(&T) -> Timestamp) {
@@ -139,6 +169,79 @@ impl PriceBook {
     /// Declares a lease's class.
     pub fn add_lease(&mut self, lease: &str, class: LeaseClass) {
         self.leases.insert(lease.to_owned(), class);
+    }
+
+    /// Puts a tenant on a plan from `effective_from` on.
+    pub fn add_tenant_plan(&mut self, tenant: &str, plan: &str, effective_from: Timestamp) {
+        let v = self.plans.entry(tenant.to_owned()).or_default();
+        insert_sorted(
+            v,
+            PlanPoint {
+                effective_from,
+                plan: plan.to_owned(),
+            },
+            |x| x.effective_from,
+        );
+    }
+
+    /// Adds a plan's tier schedule for a series (on-demand or reserved).
+    pub fn add_volume_tiers(
+        &mut self,
+        plan: &str,
+        region: &str,
+        gpu_model: &str,
+        class: LeaseClass,
+        schedule: TierSchedule,
+    ) {
+        let v = self
+            .tiers
+            .entry((
+                plan.to_owned(),
+                region.to_owned(),
+                gpu_model.to_owned(),
+                class,
+            ))
+            .or_default();
+        insert_sorted(v, schedule, |x| x.effective_from);
+    }
+
+    /// Whether any volume tiers are known (when none are, rating skips the plan lookups).
+    pub fn has_tiers(&self) -> bool {
+        !self.tiers.is_empty()
+    }
+
+    /// The plan `tenant` is on at `t`, if any.
+    pub fn plan_at(&self, tenant: &str, t: Timestamp) -> Option<&str> {
+        let v = self.plans.get(tenant)?;
+        in_force(v, t, |x| x.effective_from)
+            .0
+            .map(|p| p.plan.as_str())
+    }
+
+    /// The plan and tiers that price `tenant`'s usage of a series in a period starting at
+    /// `period_from`: those in force at the period's start. `None` (rate card or spot price)
+    /// when the tenant has no plan then, the plan has no tiers for the series, or the class is
+    /// spot.
+    pub fn tiers_for(
+        &self,
+        tenant: &str,
+        region: &str,
+        gpu_model: &str,
+        class: LeaseClass,
+        period_from: Timestamp,
+    ) -> Option<(&str, &TierSchedule)> {
+        if class == LeaseClass::Spot || !self.has_tiers() {
+            return None;
+        }
+        let plan = self.plan_at(tenant, period_from)?;
+        let v = self.tiers.get(&(
+            plan.to_owned(),
+            region.to_owned(),
+            gpu_model.to_owned(),
+            class,
+        ))?;
+        let s = in_force(v, period_from, |x| x.effective_from).0?;
+        Some((plan, s))
     }
 
     /// The class a usage record is billed as (no lease: on-demand; unknown lease: on-demand).
@@ -200,15 +303,52 @@ pub struct UsagePiece {
     pub price: Option<(String, Decimal)>,
 }
 
+/// Splits the volume between `from` and `to` GPU-seconds of a series' count in a period over
+/// graduated tiers: `(tier index from 0, GPU-seconds in that tier)` for each tier the range
+/// touches, in order. Exact: the parts sum to `to − from`. Tier `i` holds the GPU-seconds above
+/// the previous bound and up to `up_to_gpu_hours × 3600`; the last tier is open.
+pub fn graduate(tiers: &[Tier], from: Decimal, to: Decimal) -> Vec<(usize, Decimal)> {
+    let mut out = Vec::new();
+    let mut low = Decimal::ZERO;
+    for (i, t) in tiers.iter().enumerate() {
+        // The last tier is open whatever it says (validation makes it say so).
+        let high = match t.up_to_gpu_hours {
+            Some(h) if i + 1 < tiers.len() => Some(h * Decimal::from(3600)),
+            _ => None,
+        };
+        let a = from.max(low);
+        let b = high.map_or(to, |h| to.min(h));
+        if b > a {
+            out.push((i, b - a));
+        }
+        match high {
+            Some(h) if h < to => low = h,
+            _ => break,
+        }
+    }
+    out
+}
+
+/// The plan and tier (numbered from 1) a graduated line is priced at.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct TierRef {
+    pub plan: String,
+    pub tier: u32,
+}
+
 /// What a line is for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum LineKey {
-    /// GPU time of one region, model and class at one unit price.
+    /// GPU time of one region, model and class at one unit price; for graduated volume, also
+    /// of one plan's tier.
     Gpu {
         region: String,
         gpu_model: String,
         class: LeaseClass,
+        /// Set on tier lines (`plan` and `tier` on the wire); absent on rate-card and spot lines.
+        #[serde(flatten)]
+        tier: Option<TierRef>,
         #[serde(serialize_with = "super::decimal::serialize")]
         unit_price_per_gpu_hour: Decimal,
     },
@@ -258,23 +398,88 @@ pub struct Unpriced {
 /// (what is missing, region, GPU model, class).
 type UnpricedKey = (String, String, Option<String>, Option<LeaseClass>);
 
-/// Accumulates a tenant's records into invoice lines, one set per currency.
-#[derive(Debug, Default)]
+/// (currency, plan, region, GPU model, class): one graduated count.
+type TieredKey = (String, String, String, String, LeaseClass);
+
+/// The volume of one graduated series in the period.
+#[derive(Debug)]
+struct TieredVolume {
+    tiers: Vec<Tier>,
+    /// GPU-seconds already invoiced (adjustments continue the count after them).
+    invoiced: Decimal,
+    /// GPU-seconds to bill now.
+    gpu_seconds: Decimal,
+    records: u64,
+}
+
+/// Accumulates a tenant's records of one period into invoice lines, one set per currency.
+#[derive(Debug)]
 pub struct Rater {
+    /// Start of the period: selects the plan and tiers in force.
+    period_from: Timestamp,
     /// (currency, key) → (quantity, exact numerator, records). GPU numerators are
     /// gpu_seconds × price (divided by 3600 once, at the end).
     lines: BTreeMap<(String, LineKey), (Decimal, Decimal, u64)>,
     unpriced: BTreeMap<UnpricedKey, (Decimal, u64)>,
+    /// Graduated series, counted whole and split over their tiers at the end.
+    tiered: BTreeMap<TieredKey, TieredVolume>,
 }
 
 impl Rater {
-    /// A new, empty rater.
-    pub fn new() -> Self {
-        Self::default()
+    /// A new, empty rater for the period starting at `period_from` (records are attributed
+    /// by the caller; the start selects the plan and tiers in force).
+    pub fn new(period_from: Timestamp) -> Self {
+        Self {
+            period_from,
+            lines: BTreeMap::new(),
+            unpriced: BTreeMap::new(),
+            tiered: BTreeMap::new(),
+        }
+    }
+
+    /// The graduated count of `u`'s series, if its tenant's plan tiers it in this period.
+    fn tiered_volume(&mut self, book: &PriceBook, u: &GpuUsage) -> Option<&mut TieredVolume> {
+        if !book.has_tiers() {
+            return None;
+        }
+        let class = book.class_of(u.lease.as_deref());
+        let (plan, s) =
+            book.tiers_for(&u.tenant, &u.region, &u.gpu_model, class, self.period_from)?;
+        let key = (
+            s.currency.clone(),
+            plan.to_owned(),
+            u.region.clone(),
+            u.gpu_model.clone(),
+            class,
+        );
+        Some(self.tiered.entry(key).or_insert_with(|| TieredVolume {
+            tiers: s.tiers.clone(),
+            invoiced: Decimal::ZERO,
+            gpu_seconds: Decimal::ZERO,
+            records: 0,
+        }))
+    }
+
+    /// Adds a usage record that was already invoiced: it is not billed again, but a graduated
+    /// series' count continues after it (used for late records' adjustment lines).
+    pub fn add_invoiced_usage(&mut self, book: &PriceBook, u: &GpuUsage) {
+        if let Some(v) = self.tiered_volume(book, u) {
+            v.invoiced += u.gpu_seconds;
+        }
+    }
+
+    /// Whether any record added so far is in a graduated series.
+    pub fn has_tiers(&self) -> bool {
+        !self.tiered.is_empty()
     }
 
     /// Adds a usage record.
     pub fn add_usage(&mut self, book: &PriceBook, u: &GpuUsage) {
+        if let Some(v) = self.tiered_volume(book, u) {
+            v.gpu_seconds += u.gpu_seconds;
+            v.records += 1;
+            return;
+        }
         for p in book.rate_usage(u) {
             match p.price {
                 Some((currency, price)) => {
@@ -282,6 +487,7 @@ impl Rater {
                         region: u.region.clone(),
                         gpu_model: u.gpu_model.clone(),
                         class: p.class,
+                        tier: None,
                         unit_price_per_gpu_hour: price.normalize(),
                     };
                     let e = self.lines.entry((currency, key)).or_default();
@@ -341,7 +547,28 @@ impl Rater {
     }
 
     /// The lines per currency (each rounded once), and the unpriced usage.
-    pub fn finish(self) -> (BTreeMap<String, Vec<Line>>, Vec<Unpriced>) {
+    pub fn finish(mut self) -> (BTreeMap<String, Vec<Line>>, Vec<Unpriced>) {
+        for ((currency, plan, region, gpu_model, class), v) in std::mem::take(&mut self.tiered) {
+            let to = v.invoiced + v.gpu_seconds;
+            for (i, quantity) in graduate(&v.tiers, v.invoiced, to) {
+                let price = v.tiers[i].price_per_gpu_hour;
+                let key = LineKey::Gpu {
+                    region: region.clone(),
+                    gpu_model: gpu_model.clone(),
+                    class,
+                    tier: Some(TierRef {
+                        plan: plan.clone(),
+                        tier: i as u32 + 1,
+                    }),
+                    unit_price_per_gpu_hour: price.normalize(),
+                };
+                let e = self.lines.entry((currency.clone(), key)).or_default();
+                e.0 += quantity;
+                e.1 += quantity * price;
+                // Every record of the series makes up the volume that reaches each tier.
+                e.2 += v.records;
+            }
+        }
         let mut by_currency: BTreeMap<String, Vec<Line>> = BTreeMap::new();
         for ((currency, key), (quantity, numerator, records)) in self.lines {
             let exact = match key {
@@ -454,7 +681,7 @@ mod tests {
                 carbon_g_per_kwh: d("530"),
             },
         );
-        let mut r = Rater::new();
+        let mut r = Rater::new(ts("2026-11-01T00:00:00Z"));
         // 8 GPUs for 1 h on-demand in west: 8 × 18.5 = 148.00
         r.add_usage(
             &book,
@@ -535,7 +762,7 @@ mod tests {
     #[test]
     fn no_price_is_unpriced_not_zero() {
         let book = PriceBook::default();
-        let mut r = Rater::new();
+        let mut r = Rater::new(ts("2026-11-01T00:00:00Z"));
         r.add_usage(
             &book,
             &usage(
@@ -598,7 +825,7 @@ mod tests {
             let mut b = whole.clone();
             b.start = a.end;
             b.gpu_seconds = b.gpu_count * Decimal::from(3600 - split);
-            let (mut r1, mut r2) = (Rater::new(), Rater::new());
+            let (mut r1, mut r2) = (Rater::new(ts("2026-11-01T00:00:00Z")), Rater::new(ts("2026-11-01T00:00:00Z")));
             r1.add_usage(&book, &whole);
             r2.add_usage(&book, &a);
             r2.add_usage(&book, &b);
@@ -629,7 +856,7 @@ mod tests {
                     price: Decimal::new((*cents).into(), 2),
                 });
             }
-            let mut rater = Rater::new();
+            let mut rater = Rater::new(ts("2026-11-01T00:00:00Z"));
             let mut naive: BTreeMap<Option<Decimal>, Decimal> = BTreeMap::new();
             for (i, (start, len, count, frac)) in records.iter().enumerate() {
                 // Counts with a fraction (shared GPUs): count + frac/4.
@@ -669,6 +896,371 @@ mod tests {
             proptest::prop_assert_eq!(&got, &want);
             let unpriced_secs: Decimal = unpriced.iter().map(|u| u.quantity).sum();
             proptest::prop_assert_eq!(unpriced_secs, naive.get(&None).copied().unwrap_or_default());
+        }
+    }
+
+    fn tiers(spec: &[(Option<&str>, &str)]) -> Vec<Tier> {
+        spec.iter()
+            .map(|(b, p)| Tier {
+                up_to_gpu_hours: b.map(d),
+                price_per_gpu_hour: d(p),
+            })
+            .collect()
+    }
+
+    /// Rate card for west and east; plan `volume` tiers west H100 on-demand as 20.5 up to
+    /// 10 GPU-h, 17.25 up to 25 GPU-h, then 13.333; acme is on the plan; spot at 9.
+    fn tiered_book() -> PriceBook {
+        let mut book = PriceBook::default();
+        for (region, price) in [("west", "18.5"), ("east", "24")] {
+            book.add_rate_card(
+                region,
+                "H100",
+                LeaseClass::OnDemand,
+                point("2026-11-01T00:00:00Z", "CNY", price),
+            );
+        }
+        book.add_volume_tiers(
+            "volume",
+            "west",
+            "H100",
+            LeaseClass::OnDemand,
+            TierSchedule {
+                effective_from: ts("2026-11-01T00:00:00Z"),
+                currency: "CNY".into(),
+                tiers: tiers(&[
+                    (Some("10"), "20.5"),
+                    (Some("25"), "17.25"),
+                    (None, "13.333"),
+                ]),
+            },
+        );
+        book.add_tenant_plan("acme", "volume", ts("2026-11-01T00:00:00Z"));
+        book.add_lease("spot-1", LeaseClass::Spot);
+        book.add_spot("west", "H100", point("2026-11-01T00:00:00Z", "CNY", "9"));
+        book
+    }
+
+    #[test]
+    fn graduate_splits_exactly_at_each_bound() {
+        let t = tiers(&[(Some("10"), "3"), (Some("25"), "2"), (None, "1")]);
+        assert_eq!(
+            graduate(&t, d("0"), d("91600")),
+            [(0, d("36000")), (1, d("54000")), (2, d("1600"))]
+        );
+        assert_eq!(graduate(&t, d("40000"), d("50000")), [(1, d("10000"))]);
+        assert_eq!(
+            graduate(&t, d("89999.75"), d("90000.5")),
+            [(1, d("0.25")), (2, d("0.5"))]
+        );
+        assert_eq!(graduate(&t, d("36000"), d("36000")), []);
+        assert_eq!(graduate(&t, d("90000"), d("1E9")), [(2, d("999910000"))]);
+        // One open tier is a flat price.
+        assert_eq!(graduate(&t[2..], d("5"), d("7")), [(0, d("2"))]);
+    }
+
+    /// Worked by hand (docs/RATING.md, "Graduated volume tiers"): one record crosses two tier
+    /// bounds; records arrive out of time order; east (no tiers in the plan) stays on the rate
+    /// card and spot is never tiered.
+    #[test]
+    fn graduated_tiers_to_the_last_digit() {
+        let book = tiered_book();
+        let mut r = Rater::new(ts("2026-11-01T00:00:00Z"));
+        // B: 2.5 GPUs × 28000 s = 70000 GPU-s, logged first but starting later than A.
+        r.add_usage(
+            &book,
+            &usage(
+                "west",
+                None,
+                "2.5",
+                "2026-11-10T02:00:00Z",
+                "2026-11-10T09:46:40Z",
+            ),
+        );
+        // A: 3 GPUs × 7200 s = 21600 GPU-s.
+        r.add_usage(
+            &book,
+            &usage(
+                "west",
+                None,
+                "3",
+                "2026-11-10T00:00:00Z",
+                "2026-11-10T02:00:00Z",
+            ),
+        );
+        r.add_usage(
+            &book,
+            &usage(
+                "east",
+                None,
+                "1",
+                "2026-11-10T00:00:00Z",
+                "2026-11-10T01:00:00Z",
+            ),
+        );
+        r.add_usage(
+            &book,
+            &usage(
+                "west",
+                Some("spot-1"),
+                "2",
+                "2026-11-10T00:00:00Z",
+                "2026-11-10T00:30:00Z",
+            ),
+        );
+        let (lines, unpriced) = r.finish();
+        assert!(unpriced.is_empty());
+        let cny = &lines["CNY"];
+        // 91600 GPU-s of west on-demand: 36000 at 20.5 = 205; 54000 at 17.25 = 258.75;
+        // 1600 at 13.333 = 21332.8 / 3600 = 5.925777… → 5.93. East 1 GPU-h at 24; spot 1 GPU-h
+        // at 9.
+        let got: Vec<(String, String, Option<u32>)> = cny
+            .iter()
+            .map(|l| {
+                let tier = match &l.key {
+                    LineKey::Gpu { tier, .. } => tier.as_ref().map(|t| t.tier),
+                    LineKey::Energy { .. } => None,
+                };
+                (l.quantity.to_string(), l.amount.to_string(), tier)
+            })
+            .collect();
+        let want = [
+            ("3600", "24.00", None),
+            ("36000", "205.00", Some(1)),
+            ("54000", "258.75", Some(2)),
+            ("1600", "5.93", Some(3)),
+            ("3600", "9.00", None),
+        ];
+        assert_eq!(got, want.map(|(q, a, t)| (q.to_owned(), a.to_owned(), t)));
+        assert_eq!(cny[3].exact_amount, d("21332.8") / d("3600"));
+        assert_eq!(
+            cny[1].key,
+            LineKey::Gpu {
+                region: "west".into(),
+                gpu_model: "H100".into(),
+                class: LeaseClass::OnDemand,
+                tier: Some(TierRef {
+                    plan: "volume".into(),
+                    tier: 1
+                }),
+                unit_price_per_gpu_hour: d("20.5"),
+            }
+        );
+        assert_eq!(cny[1].records, 2);
+        assert_eq!(total(cny).to_string(), "502.68");
+        // The wire form names the plan and tier; rate-card lines carry neither.
+        let v = serde_json::to_value(&cny[1]).unwrap();
+        assert_eq!(
+            (v["type"].as_str(), v["plan"].as_str(), v["tier"].as_u64()),
+            (Some("gpu"), Some("volume"), Some(1))
+        );
+        let v = serde_json::to_value(&cny[0]).unwrap();
+        assert!(v.get("plan").is_none() && v.get("tier").is_none(), "{v}");
+    }
+
+    /// A late record continues the period's count after the GPU-seconds already invoiced.
+    #[test]
+    fn late_usage_continues_the_count() {
+        let book = tiered_book();
+        let mut r = Rater::new(ts("2026-11-01T00:00:00Z"));
+        // Invoiced: 21600 GPU-s (6 GPU-h, tier 1). Late: 1 GPU × 5 h = 18000 GPU-s, from 21600
+        // to 39600: 14400 at 20.5 = 82.00 and 3600 at 17.25 = 17.25.
+        r.add_invoiced_usage(
+            &book,
+            &usage(
+                "west",
+                None,
+                "3",
+                "2026-11-10T00:00:00Z",
+                "2026-11-10T02:00:00Z",
+            ),
+        );
+        // Invoiced usage of a series without tiers changes nothing.
+        r.add_invoiced_usage(
+            &book,
+            &usage(
+                "east",
+                None,
+                "3",
+                "2026-11-10T00:00:00Z",
+                "2026-11-10T02:00:00Z",
+            ),
+        );
+        assert!(r.has_tiers());
+        r.add_usage(
+            &book,
+            &usage(
+                "west",
+                None,
+                "1",
+                "2026-11-11T00:00:00Z",
+                "2026-11-11T05:00:00Z",
+            ),
+        );
+        let (lines, _) = r.finish();
+        let amounts: Vec<String> = lines["CNY"].iter().map(|l| l.amount.to_string()).collect();
+        assert_eq!(amounts, ["82.00", "17.25"]);
+    }
+
+    /// The plan and tiers in force at the period's start apply to the whole period; a tenant
+    /// without a plan, or a period starting before the plan, uses the rate card.
+    #[test]
+    fn tiers_in_force_at_the_period_start() {
+        let mut book = tiered_book();
+        book.add_tenant_plan("late-joiner", "volume", ts("2026-11-10T00:00:00Z"));
+        let one_hour = |tenant: &str, from: &str| {
+            let mut u = usage(
+                "west",
+                None,
+                "1",
+                "2026-11-20T00:00:00Z",
+                "2026-11-20T01:00:00Z",
+            );
+            u.tenant = tenant.into();
+            let mut r = Rater::new(ts(from));
+            r.add_usage(&book, &u);
+            r.finish().0["CNY"][0].amount.to_string()
+        };
+        assert_eq!(one_hour("acme", "2026-11-01T00:00:00Z"), "20.50");
+        assert_eq!(one_hour("beta", "2026-11-01T00:00:00Z"), "18.50");
+        assert_eq!(one_hour("late-joiner", "2026-11-01T00:00:00Z"), "18.50");
+        assert_eq!(one_hour("late-joiner", "2026-11-15T00:00:00Z"), "20.50");
+        // Reserved usage: the plan has no reserved tiers (and there is no reserved rate card).
+        book.add_lease("r-1", LeaseClass::Reserved);
+        let mut r = Rater::new(ts("2026-11-01T00:00:00Z"));
+        r.add_usage(
+            &book,
+            &usage(
+                "west",
+                Some("r-1"),
+                "1",
+                "2026-11-20T00:00:00Z",
+                "2026-11-20T01:00:00Z",
+            ),
+        );
+        assert_eq!(r.finish().1[0].what, "no rate card in force");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Graduated rating against a naive recomputation: walk the seconds in time order (ties
+        /// by record), add each record's GPU-seconds of that second to a running count, and
+        /// split the count at the tier bounds; sum per tier and round once. Lines and total
+        /// agree to the last digit.
+        #[test]
+        fn tiers_agree_with_a_second_by_second_recomputation(
+            bounds in proptest::collection::btree_set(1u32..3000, 0..4),
+            prices in proptest::collection::vec(1u32..5000, 4),
+            records in proptest::collection::vec((0i64..3000, 1i64..600, 1u32..9, 0u32..4), 1..10),
+        ) {
+            // Bounds in thousandths of a GPU-hour (3.6 GPU-s each), prices in cents.
+            let mut spec: Vec<Tier> = bounds
+                .iter()
+                .map(|b| Tier { up_to_gpu_hours: Some(Decimal::new((*b).into(), 3)), price_per_gpu_hour: Decimal::ZERO })
+                .collect();
+            spec.push(Tier { up_to_gpu_hours: None, price_per_gpu_hour: Decimal::ZERO });
+            for (t, p) in spec.iter_mut().zip(&prices) {
+                t.price_per_gpu_hour = Decimal::new((*p).into(), 2);
+            }
+            let mut book = PriceBook::default();
+            book.add_tenant_plan("acme", "p", ts("2026-11-01T00:00:00Z"));
+            book.add_volume_tiers("p", "west", "H100", LeaseClass::OnDemand, TierSchedule {
+                effective_from: ts("2026-11-01T00:00:00Z"), currency: "CNY".into(), tiers: spec.clone(),
+            });
+            let mut rater = Rater::new(ts("2026-11-10T00:00:00Z"));
+            // second → [(record, count)], for the naive walk.
+            let mut by_second: BTreeMap<i64, Vec<Decimal>> = BTreeMap::new();
+            for (i, (start, len, count, frac)) in records.iter().enumerate() {
+                let c = Decimal::from(*count) + Decimal::new((*frac).into(), 0) / Decimal::from(4);
+                let mut u = usage("west", None, "1", "2026-11-10T00:00:00Z", "2026-11-10T00:00:01Z");
+                u.node = format!("n{i}");
+                u.gpu_count = c;
+                u.start = ts("2026-11-10T00:00:00Z").plus(*start);
+                u.end = u.start.plus(*len);
+                u.gpu_seconds = c * Decimal::from(*len);
+                rater.add_usage(&book, &u);
+                for sec in *start..start + len {
+                    by_second.entry(sec).or_default().push(c);
+                }
+            }
+            let highs: Vec<Option<Decimal>> = spec.iter().map(|t| t.up_to_gpu_hours.map(|h| h * Decimal::from(3600))).collect();
+            let mut per_tier = vec![Decimal::ZERO; spec.len()];
+            let mut count = Decimal::ZERO;
+            for cs in by_second.values() {
+                for c in cs {
+                    let mut left = *c;
+                    let mut tier = highs.iter().position(|h| h.is_none_or(|h| count < h)).unwrap();
+                    while left > Decimal::ZERO {
+                        let room = highs[tier].map_or(left, |h| (h - count).min(left));
+                        per_tier[tier] += room;
+                        count += room;
+                        left -= room;
+                        tier += 1;
+                    }
+                }
+            }
+            let want: Vec<(u32, Decimal, Decimal)> = per_tier
+                .iter()
+                .enumerate()
+                .filter(|(_, q)| !q.is_zero())
+                .map(|(i, q)| (i as u32 + 1, q.normalize(), round_amount(*q * spec[i].price_per_gpu_hour / Decimal::from(3600), "CNY")))
+                .collect();
+            let (lines, unpriced) = rater.finish();
+            proptest::prop_assert!(unpriced.is_empty());
+            let got: Vec<(u32, Decimal, Decimal)> = lines["CNY"]
+                .iter()
+                .map(|l| match &l.key {
+                    LineKey::Gpu { tier: Some(t), .. } => (t.tier, l.quantity, l.amount),
+                    k => panic!("not a tier line: {k:?}"),
+                })
+                .collect();
+            proptest::prop_assert_eq!(&got, &want);
+            let want_total: Decimal = want.iter().map(|w| w.2).sum();
+            proptest::prop_assert_eq!(total(&lines["CNY"]), want_total);
+        }
+
+        /// Splitting a record at any second never changes a tiered exact amount or total; moving
+        /// the second part to a late adjustment (after the first was invoiced) changes the sum of
+        /// the two invoices by at most half a minor unit per line of the adjustment.
+        #[test]
+        fn splitting_under_tiers_changes_only_rounding(split in 1i64..7200, count in 1u32..40, quarter in 0u32..4) {
+            let book = tiered_book();
+            let c = Decimal::from(count) + Decimal::from(quarter) / Decimal::from(4);
+            let mut whole = usage("west", None, "1", "2026-11-10T00:00:00Z", "2026-11-10T02:00:00Z");
+            whole.gpu_count = c;
+            whole.gpu_seconds = c * Decimal::from(7200);
+            let mut a = whole.clone();
+            a.end = whole.start.plus(split);
+            a.gpu_seconds = c * Decimal::from(split);
+            let mut b = whole.clone();
+            b.start = a.end;
+            b.gpu_seconds = c * Decimal::from(7200 - split);
+            let period = ts("2026-11-01T00:00:00Z");
+            let (mut one, mut two) = (Rater::new(period), Rater::new(period));
+            one.add_usage(&book, &whole);
+            two.add_usage(&book, &b);
+            two.add_usage(&book, &a);
+            let (l1, _) = one.finish();
+            let (l2, _) = two.finish();
+            let exact = |l: &[Line]| l.iter().map(|l| l.exact_amount).collect::<Vec<_>>();
+            proptest::prop_assert_eq!(exact(&l1["CNY"]), exact(&l2["CNY"]));
+            proptest::prop_assert_eq!(total(&l1["CNY"]), total(&l2["CNY"]));
+            // a invoiced first, b late.
+            let mut first = Rater::new(period);
+            first.add_usage(&book, &a);
+            let mut late = Rater::new(period);
+            late.add_invoiced_usage(&book, &a);
+            late.add_usage(&book, &b);
+            let (f, _) = first.finish();
+            let (g, _) = late.finish();
+            let exact_sum = |l: &[Line]| l.iter().map(|l| l.exact_amount).sum::<Decimal>();
+            // Equal up to the 28-digit division by 3600 of each part.
+            let gap = (exact_sum(&f["CNY"]) + exact_sum(&g["CNY"]) - exact_sum(&l1["CNY"])).abs();
+            proptest::prop_assert!(gap < Decimal::new(1, 20), "gap {}", gap);
+            let lines = f["CNY"].len() + g["CNY"].len() + l1["CNY"].len();
+            let drift = (total(&f["CNY"]) + total(&g["CNY"]) - total(&l1["CNY"])).abs();
+            proptest::prop_assert!(drift <= Decimal::new(5, 3) * Decimal::from(lines), "drift {}", drift);
         }
     }
 }

@@ -44,11 +44,15 @@ pub enum Kind {
     CreditNote,
     /// A compute-usage certificate was issued; its SHA-256 is recorded (written by the ledger).
     CertificateIssued,
+    /// A plan's graduated volume tiers for one series took effect (written by the ledger).
+    VolumeTiers,
+    /// A tenant was put on a plan (written by the ledger).
+    TenantPlan,
 }
 
 impl Kind {
     /// All kinds, in a fixed order.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 14] = [
         Kind::GpuUsage,
         Kind::Energy,
         Kind::SpotPrice,
@@ -61,6 +65,8 @@ impl Kind {
         Kind::Payment,
         Kind::CreditNote,
         Kind::CertificateIssued,
+        Kind::VolumeTiers,
+        Kind::TenantPlan,
     ];
 
     /// The wire name.
@@ -78,6 +84,8 @@ impl Kind {
             Kind::Payment => "payment",
             Kind::CreditNote => "credit_note",
             Kind::CertificateIssued => "certificate_issued",
+            Kind::VolumeTiers => "volume_tiers",
+            Kind::TenantPlan => "tenant_plan",
         }
     }
 
@@ -99,7 +107,9 @@ impl Kind {
             | Kind::InvoiceIssued
             | Kind::Payment
             | Kind::CreditNote
-            | Kind::CertificateIssued => Role::Ledger,
+            | Kind::CertificateIssued
+            | Kind::VolumeTiers
+            | Kind::TenantPlan => Role::Ledger,
         }
     }
 
@@ -276,6 +286,41 @@ pub struct Settlement {
     pub note: String,
 }
 
+/// One tier of a graduated schedule: the GPU-hours of a series counted within an invoice
+/// period above the previous tier's bound and up to `up_to_gpu_hours` (the last tier has no
+/// bound) are priced at `price_per_gpu_hour`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tier {
+    /// Cumulative bound in GPU-hours; `None` only for the last, open tier.
+    pub up_to_gpu_hours: Option<Decimal>,
+    pub price_per_gpu_hour: Decimal,
+}
+
+/// A plan's graduated volume tiers for one series (region, GPU model, lease class), in force
+/// from `effective_from` until the next `volume_tiers` entry of the same plan and series. For
+/// tenants on the plan they replace the series' rate card (docs/RATING.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeTiers {
+    pub plan: String,
+    pub region: String,
+    pub gpu_model: String,
+    /// On-demand or reserved; spot usage is never tiered.
+    pub lease_class: LeaseClass,
+    pub currency: String,
+    /// 1 to `MAX_VOLUME_TIERS` tiers with strictly increasing bounds; only the last is open.
+    pub tiers: Vec<Tier>,
+    pub effective_from: Timestamp,
+}
+
+/// `tenant` is on `plan` from `effective_from` until its next `tenant_plan` entry. A plan
+/// with no tiers for a series leaves that series on the rate card.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantPlan {
+    pub tenant: String,
+    pub plan: String,
+    pub effective_from: Timestamp,
+}
+
 /// A validated body of any kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {
@@ -291,6 +336,8 @@ pub enum Body {
     Payment(Settlement),
     CreditNote(Settlement),
     CertificateIssued(CertificateIssued),
+    VolumeTiers(VolumeTiers),
+    TenantPlan(TenantPlan),
 }
 
 impl Body {
@@ -309,6 +356,8 @@ impl Body {
             Body::Payment(_) => Kind::Payment,
             Body::CreditNote(_) => Kind::CreditNote,
             Body::CertificateIssued(_) => Kind::CertificateIssued,
+            Body::VolumeTiers(_) => Kind::VolumeTiers,
+            Body::TenantPlan(_) => Kind::TenantPlan,
         }
     }
 
@@ -321,6 +370,7 @@ impl Body {
             Body::InvoiceIssued(i) => Some(&i.tenant),
             Body::Payment(p) | Body::CreditNote(p) => Some(&p.tenant),
             Body::CertificateIssued(c) => Some(&c.tenant),
+            Body::TenantPlan(p) => Some(&p.tenant),
             _ => None,
         }
     }
@@ -445,6 +495,35 @@ impl Body {
                 put("certificate_sha256", c.certificate_sha256.clone());
                 m.insert("checkpoint_size".to_owned(), Value::from(c.checkpoint_size));
             }
+            Body::VolumeTiers(v) => {
+                put("plan", v.plan.clone());
+                put("region", v.region.clone());
+                put("gpu_model", v.gpu_model.clone());
+                put("lease_class", v.lease_class.as_str().to_owned());
+                put("currency", v.currency.clone());
+                put("effective_from", v.effective_from.to_string());
+                let tiers = v
+                    .tiers
+                    .iter()
+                    .map(|t| {
+                        let mut o = serde_json::Map::new();
+                        if let Some(b) = t.up_to_gpu_hours {
+                            o.insert("up_to_gpu_hours".into(), decimal::to_canonical(b).into());
+                        }
+                        o.insert(
+                            "price_per_gpu_hour".into(),
+                            decimal::to_canonical(t.price_per_gpu_hour).into(),
+                        );
+                        Value::Object(o)
+                    })
+                    .collect();
+                m.insert("tiers".to_owned(), Value::Array(tiers));
+            }
+            Body::TenantPlan(p) => {
+                put("tenant", p.tenant.clone());
+                put("plan", p.plan.clone());
+                put("effective_from", p.effective_from.to_string());
+            }
             Body::SignerKeyRegistered(r) => return serde_json::to_value(r).expect("plain struct"),
             Body::SignerKeyRevoked(r) => return serde_json::to_value(r).expect("plain struct"),
         }
@@ -500,16 +579,7 @@ impl Body {
             }
             Kind::RateCard => {
                 let w: RateCardWire = wire(body)?;
-                let lease_class =
-                    match w.lease_class.as_str() {
-                        "on_demand" => LeaseClass::OnDemand,
-                        "reserved" => LeaseClass::Reserved,
-                        _ => return Err(Rejection::field(
-                            Reason::InvalidField,
-                            "body.lease_class",
-                            "must be on_demand or reserved (spot is priced by spot_price entries)",
-                        )),
-                    };
+                let lease_class = priced_class(&w.lease_class)?;
                 Ok(Body::RateCard(RateCard {
                     region: id("body.region", &w.region)?,
                     gpu_model: id("body.gpu_model", &w.gpu_model)?,
@@ -622,6 +692,18 @@ impl Body {
                     Body::CreditNote(s)
                 })
             }
+            Kind::VolumeTiers => {
+                let w: VolumeTiersWire = wire(body)?;
+                Ok(Body::VolumeTiers(w.validate()?))
+            }
+            Kind::TenantPlan => {
+                let w: TenantPlanWire = wire(body)?;
+                Ok(Body::TenantPlan(TenantPlan {
+                    tenant: id("body.tenant", &w.tenant)?,
+                    plan: id("body.plan", &w.plan)?,
+                    effective_from: ts("body.effective_from", &w.effective_from)?,
+                }))
+            }
             Kind::LeaseRegistered => {
                 let w: LeaseWire = wire(body)?;
                 let class = match w.class.as_str() {
@@ -654,6 +736,129 @@ struct RateCardWire {
     lease_class: String,
     currency: String,
     price_per_gpu_hour: String,
+    effective_from: String,
+}
+
+/// The class of a rate card or volume tiers: on-demand or reserved (spot has market prices).
+fn priced_class(s: &str) -> Result<LeaseClass, Rejection> {
+    match s {
+        "on_demand" => Ok(LeaseClass::OnDemand),
+        "reserved" => Ok(LeaseClass::Reserved),
+        _ => Err(Rejection::field(
+            Reason::InvalidField,
+            "body.lease_class",
+            "must be on_demand or reserved (spot is priced by spot_price entries)",
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TierWire {
+    #[serde(default, deserialize_with = "present_string")]
+    up_to_gpu_hours: Option<String>,
+    price_per_gpu_hour: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VolumeTiersWire {
+    plan: String,
+    region: String,
+    gpu_model: String,
+    lease_class: String,
+    currency: String,
+    tiers: Vec<TierWire>,
+    effective_from: String,
+}
+
+impl VolumeTiersWire {
+    fn validate(self) -> Result<VolumeTiers, Rejection> {
+        let plan = id("body.plan", &self.plan)?;
+        let region = id("body.region", &self.region)?;
+        let gpu_model = id("body.gpu_model", &self.gpu_model)?;
+        let lease_class = priced_class(&self.lease_class)?;
+        let currency = currency("body.currency", &self.currency)?;
+        if self.tiers.is_empty() || self.tiers.len() > MAX_VOLUME_TIERS {
+            return Err(Rejection::field(
+                if self.tiers.is_empty() {
+                    Reason::InvalidField
+                } else {
+                    Reason::QuantityOutOfRange
+                },
+                "body.tiers",
+                format!(
+                    "holds {} tiers; 1 to {MAX_VOLUME_TIERS} are allowed",
+                    self.tiers.len()
+                ),
+            ));
+        }
+        let last = self.tiers.len() - 1;
+        let mut tiers = Vec::with_capacity(self.tiers.len());
+        let mut below = Decimal::ZERO;
+        for (i, t) in self.tiers.into_iter().enumerate() {
+            let field = |m: &str| format!("body.tiers[{i}].{m}");
+            let up_to_gpu_hours = match (t.up_to_gpu_hours, i == last) {
+                (None, true) => None,
+                (Some(_), true) => {
+                    return Err(Rejection::field(
+                        Reason::InvalidField,
+                        &field("up_to_gpu_hours"),
+                        "must be absent: the last tier is open",
+                    ))
+                }
+                (None, false) => {
+                    return Err(Rejection::field(
+                        Reason::InvalidField,
+                        &field("up_to_gpu_hours"),
+                        "is required on every tier but the last",
+                    ))
+                }
+                (Some(b), false) => {
+                    let f = field("up_to_gpu_hours");
+                    let b = quantity(&f, &b, Decimal::from(MAX_TIER_BOUND_GPU_HOURS))?;
+                    if b <= below {
+                        return Err(Rejection::field(
+                            Reason::InvalidField,
+                            &f,
+                            format!(
+                                "is {}; bounds must increase strictly, above {}",
+                                decimal::to_canonical(b),
+                                decimal::to_canonical(below)
+                            ),
+                        ));
+                    }
+                    below = b;
+                    Some(b)
+                }
+            };
+            let price_per_gpu_hour = quantity(
+                &field("price_per_gpu_hour"),
+                &t.price_per_gpu_hour,
+                Decimal::from(MAX_PRICE_PER_GPU_HOUR),
+            )?;
+            tiers.push(Tier {
+                up_to_gpu_hours,
+                price_per_gpu_hour,
+            });
+        }
+        Ok(VolumeTiers {
+            plan,
+            region,
+            gpu_model,
+            lease_class,
+            currency,
+            tiers,
+            effective_from: ts("body.effective_from", &self.effective_from)?,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantPlanWire {
+    tenant: String,
+    plan: String,
     effective_from: String,
 }
 

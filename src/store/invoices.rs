@@ -2,7 +2,8 @@
 //! checkpoint of S is signed in the same transaction), rated with the prices of the log as of S,
 //! recorded as an `invoice_issued` entry holding its SHA-256, and kept as rendered JSON for
 //! download. Records that arrive after a period was invoiced become adjustment lines of the
-//! tenant's next invoice, naming the period they belong to.
+//! tenant's next invoice, naming the period they belong to; in a graduated (volume-tiered)
+//! series they continue the period's count after the GPU-seconds already invoiced.
 
 use super::conn::DbConn;
 use super::error::StoreError;
@@ -67,6 +68,7 @@ fn to_lines(lines: Vec<Line>, adjustment_for: Option<Period>) -> Vec<InvoiceLine
                 gpu_model,
                 class,
                 unit_price_per_gpu_hour,
+                tier: _,
             } => InvoiceLine {
                 kind: "gpu",
                 region,
@@ -166,7 +168,7 @@ pub(crate) fn issue(
                 _ => return,
             };
             if let Some((_, i)) = previous.iter().find(|(_, i)| (i.period.from..i.period.to).contains(&start)) {
-                let r = late.entry(i.period).or_default();
+                let r = late.entry(i.period).or_insert_with(|| Rater::new(i.period.from));
                 match body {
                     Body::GpuUsage(u) => r.add_usage(&book, u),
                     Body::Energy(e) => r.add_energy(&book, e),
@@ -174,6 +176,18 @@ pub(crate) fn issue(
                 }
             }
         })?;
+        // A late record of a graduated series continues its period's count after the
+        // GPU-seconds already invoiced: every record of the period logged before `since` was
+        // in the period's invoice or in an adjustment since (docs/RATING.md).
+        if late.values().any(Rater::has_tiers) {
+            usage::for_each_usage_in(conn, Some(tenant), 0..since, &mut |_, body| {
+                if let Body::GpuUsage(u) = body {
+                    if let Some((_, r)) = late.iter_mut().find(|(p, _)| (p.from..p.to).contains(&u.start)) {
+                        r.add_invoiced_usage(&book, u);
+                    }
+                }
+            })?;
+        }
         let mut adjustments: BTreeMap<String, Vec<InvoiceLine>> = BTreeMap::new();
         for (p, r) in late {
             let (lines, unpriced) = r.finish();

@@ -1,22 +1,24 @@
-//! Prices read from the log: rate cards, region parameters, lease classes and spot prices, all
-//! as entries, so every amount can be recomputed from the log alone.
+//! Prices read from the log: rate cards, region parameters, lease classes, spot prices, volume
+//! tiers and tenant plans, all as entries, so every amount can be recomputed from the log alone.
 
 use super::conn::DbConn;
 use super::error::StoreError;
 use super::schema::entries;
 use super::usage;
 use crate::core::leaf::Leaf;
-use crate::core::rating::{PriceBook, PricePoint, Rater, RegionParams};
+use crate::core::rating::{PriceBook, PricePoint, Rater, RegionParams, TierSchedule};
 use crate::core::record::{Body, Kind};
 use crate::core::time::Timestamp;
 use diesel::prelude::*;
 
 /// The kinds that carry prices or billing classes.
-pub const PRICING_KINDS: [Kind; 4] = [
+pub const PRICING_KINDS: [Kind; 6] = [
     Kind::RateCard,
     Kind::RegionParams,
     Kind::LeaseRegistered,
     Kind::SpotPrice,
+    Kind::VolumeTiers,
+    Kind::TenantPlan,
 ];
 
 pub(crate) fn body_of(idx: i64, bytes: &[u8]) -> Result<Body, StoreError> {
@@ -77,6 +79,18 @@ pub fn price_book(conn: &mut DbConn, size: u64) -> Result<PriceBook, StoreError>
                 },
             ),
             Body::LeaseRegistered(l) => book.add_lease(&l.lease, l.class),
+            Body::VolumeTiers(v) => book.add_volume_tiers(
+                &v.plan,
+                &v.region,
+                &v.gpu_model,
+                v.lease_class,
+                TierSchedule {
+                    effective_from: v.effective_from,
+                    currency: v.currency,
+                    tiers: v.tiers,
+                },
+            ),
+            Body::TenantPlan(p) => book.add_tenant_plan(&p.tenant, &p.plan, p.effective_from),
             _ => {}
         }
     }
@@ -84,7 +98,7 @@ pub fn price_book(conn: &mut DbConn, size: u64) -> Result<PriceBook, StoreError>
 }
 
 /// Rates a tenant's usage and energy records whose intervals start in `[from, to)`, with the
-/// prices of the log as of size `size`.
+/// prices of the log as of size `size` (and the plan and volume tiers in force at `from`).
 pub fn rate_period(
     conn: &mut DbConn,
     tenant: &str,
@@ -93,7 +107,7 @@ pub fn rate_period(
     size: u64,
 ) -> Result<Rater, StoreError> {
     let book = price_book(conn, size)?;
-    let mut rater = Rater::new();
+    let mut rater = Rater::new(from);
     usage::for_each_usage(conn, Some(tenant), size, &mut |body| match body {
         Body::GpuUsage(u) if (from..to).contains(&u.start) => rater.add_usage(&book, u),
         Body::Energy(e) if (from..to).contains(&e.start) => rater.add_energy(&book, e),

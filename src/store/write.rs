@@ -696,9 +696,10 @@ pub(crate) fn checkpoint_locked(
     Ok((size, note))
 }
 
-/// Appends a pricing entry written and signed by the ledger (rate card, region parameters or
-/// lease). Prices are never edited in place: a new price for a series must take effect after
-/// the latest one already logged for it, and a lease is declared once.
+/// Appends a pricing entry written and signed by the ledger (rate card, region parameters,
+/// lease, volume tiers or tenant plan). Prices are never edited in place: a new price for a
+/// series (or tiers for a plan's series, or a tenant's plan) must take effect after the latest
+/// one already logged for it, and a lease is declared once.
 pub(crate) fn ledger_entry(
     conn: &mut DbConn,
     log: &LogSigner,
@@ -707,7 +708,11 @@ pub(crate) fn ledger_entry(
 ) -> Result<u64, StoreError> {
     if !matches!(
         body,
-        Body::RateCard(_) | Body::RegionParams(_) | Body::LeaseRegistered(_)
+        Body::RateCard(_)
+            | Body::RegionParams(_)
+            | Body::LeaseRegistered(_)
+            | Body::VolumeTiers(_)
+            | Body::TenantPlan(_)
     ) {
         return Err(StoreError::Refused(format!(
             "{} entries are not written this way",
@@ -737,6 +742,27 @@ pub(crate) fn ledger_entry(
                     return Err(StoreError::Refused(format!(
                         "parameters for region {} already take effect at {} (entry {index}); a change must take effect later",
                         n.region, o.effective_from
+                    )));
+                }
+                (Body::VolumeTiers(n), Body::VolumeTiers(o))
+                    if (&n.plan, &n.region, &n.gpu_model, n.lease_class) == (&o.plan, &o.region, &o.gpu_model, o.lease_class)
+                        && n.effective_from <= o.effective_from =>
+                {
+                    return Err(StoreError::Refused(format!(
+                        "volume tiers of plan {} for {} {} {} already take effect at {} (entry {index}); a change must take effect later",
+                        n.plan,
+                        n.region,
+                        n.gpu_model,
+                        n.lease_class.as_str(),
+                        o.effective_from
+                    )));
+                }
+                (Body::TenantPlan(n), Body::TenantPlan(o))
+                    if n.tenant == o.tenant && n.effective_from <= o.effective_from =>
+                {
+                    return Err(StoreError::Refused(format!(
+                        "a plan for tenant {} already takes effect at {} (entry {index}); a change must take effect later",
+                        n.tenant, o.effective_from
                     )));
                 }
                 (Body::LeaseRegistered(n), Body::LeaseRegistered(o)) if n.lease == o.lease => {
