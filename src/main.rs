@@ -149,6 +149,10 @@ struct VerifyArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Verify every signature on its own with strict Ed25519 instead of in batches (slower;
+    /// see docs/PROTOCOL.md §3.3 for the one difference).
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(Subcommand)]
@@ -336,6 +340,11 @@ fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
         verifier::read_verifier_key(&k).map_err(anyhow::Error::msg)
     };
     let progress = !args.json && std::io::stderr().is_terminal();
+    let sigs = if args.strict {
+        gpuledger::core::bundle::SignatureCheck::Strict
+    } else {
+        gpuledger::core::bundle::SignatureCheck::Batch
+    };
     let report = match args.command {
         Some(VerifyCommand::Consistency {
             old,
@@ -401,8 +410,8 @@ fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
         None => {
             let log_key = key(args.log_key)?;
             match (args.certificate, args.bundle, args.checkpoint) {
-                (Some(c), Some(b), _) => verifier::certificate(&c, &b, &log_key, progress),
-                (None, Some(b), _) => verifier::bundle_only(&b, &log_key, progress),
+                (Some(c), Some(b), _) => verifier::certificate(&c, &b, &log_key, sigs, progress),
+                (None, Some(b), _) => verifier::bundle_only(&b, &log_key, sigs, progress),
                 (None, None, Some(cp)) => verifier::checkpoint(&cp, &log_key),
                 _ => bail!(
                     "give --certificate FILE --bundle FILE, --bundle FILE, --checkpoint FILE, or `verify consistency`"

@@ -2,7 +2,7 @@
 //! proofs (docs/PROTOCOL.md §15). It reads files and the verifier key only: no database,
 //! network or server (the online consistency variant fetches one proof, nothing else).
 
-use crate::core::bundle::{self, Anchor, Failure, NoSubject, Reason};
+use crate::core::bundle::{self, Anchor, Failure, NoSubject, Reason, SignatureCheck};
 use crate::core::certificate::{Certificate, CertificateCheck};
 use crate::core::merkle;
 use serde::Serialize;
@@ -110,7 +110,7 @@ fn bundle_lines(
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let reader: Box<dyn Read> = Box::new(bar.wrap_read(file));
+    let reader: Box<dyn Read + Send> = Box::new(bar.wrap_read(file));
     Ok((BufReader::with_capacity(1 << 20, reader).split(b'\n'), bar))
 }
 
@@ -125,7 +125,13 @@ fn summary_of(v: &bundle::Verified) -> serde_json::Value {
 }
 
 /// Checks a certificate with its bundle (§15).
-pub fn certificate(cert: &Path, bundle_path: &Path, log_key: &str, progress: bool) -> Report {
+pub fn certificate(
+    cert: &Path,
+    bundle_path: &Path,
+    log_key: &str,
+    signatures: SignatureCheck,
+    progress: bool,
+) -> Report {
     let run = || -> Result<Report, Failure> {
         let cert = Certificate::from_json(&read_file(cert, "certificate")?)
             .map_err(|e| Failure::new(Reason::Malformed, "certificate", e.to_string()))?;
@@ -134,6 +140,7 @@ pub fn certificate(cert: &Path, bundle_path: &Path, log_key: &str, progress: boo
             lines,
             log_key,
             |h, a| CertificateCheck::start(cert.clone(), h, a),
+            signatures,
             &mut |_| {},
         );
         bar.finish_and_clear();
@@ -166,10 +173,21 @@ pub fn certificate(cert: &Path, bundle_path: &Path, log_key: &str, progress: boo
 }
 
 /// Checks a bundle alone (§15 steps 1, 2 and 4).
-pub fn bundle_only(bundle_path: &Path, log_key: &str, progress: bool) -> Report {
+pub fn bundle_only(
+    bundle_path: &Path,
+    log_key: &str,
+    signatures: SignatureCheck,
+    progress: bool,
+) -> Report {
     let run = || -> Result<Report, Failure> {
         let (lines, bar) = bundle_lines(bundle_path, progress)?;
-        let result = bundle::verify_bundle(lines, log_key, |_, _| Ok(NoSubject), &mut |_| {});
+        let result = bundle::verify_bundle(
+            lines,
+            log_key,
+            |_, _| Ok(NoSubject),
+            signatures,
+            &mut |_| {},
+        );
         bar.finish_and_clear();
         let (v, _) = result?;
         Ok(Report::pass(

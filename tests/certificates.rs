@@ -172,15 +172,22 @@ fn verifier_key() -> String {
     LogSigner::new(ORIGIN, log_key()).unwrap().verifier_key()
 }
 
-/// Verifies a certificate and its bundle lines as `gpuledger verify` does.
+/// Verifies a certificate and its bundle lines as `gpuledger verify` does, with batch and with
+/// strict signature checks, which must agree.
 fn verify(cert: &Certificate, lines: &[Vec<u8>]) -> Result<certificate::Claims, bundle::Failure> {
-    let (_, check) = bundle::verify_bundle(
-        lines.iter().cloned().map(Ok),
-        &verifier_key(),
-        |h, a| CertificateCheck::start(cert.clone(), h, a),
-        &mut |_| {},
-    )?;
-    check.finish()
+    let run = |how| {
+        let (_, check) = bundle::verify_bundle(
+            lines.iter().cloned().map(Ok),
+            &verifier_key(),
+            |h, a| CertificateCheck::start(cert.clone(), h, a),
+            how,
+            &mut |_| {},
+        )?;
+        check.finish()
+    };
+    let strict = run(bundle::SignatureCheck::Strict);
+    assert_eq!(run(bundle::SignatureCheck::Batch), strict);
+    strict
 }
 
 both_backends!(
@@ -242,6 +249,7 @@ both_backends!(
             lines.iter().cloned().map(Ok),
             &verifier_key(),
             |_, _| Ok(NoSubject),
+            bundle::SignatureCheck::Batch,
             &mut |_| {},
         )
         .unwrap();

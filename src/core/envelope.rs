@@ -238,8 +238,78 @@ pub fn verify_strict_many(items: &[(&[u8], &Signature, &VerifyingKey)]) -> Vec<b
         .collect()
 }
 
-/// Whether the signature's R is a valid point that is not of small order (verify_strict
-/// refuses every other R).
+/// Whether the signature's R is not one of the encodings of a small-order point (the eight
+/// points of order 1, 2, 4 and 8, with either sign bit, and the non-canonical encodings of
+/// y = p − 1, p, p + 1). A byte comparison, so batches need no extra point decompression; an
+/// R that is not a point at all fails the batch itself.
 fn r_has_large_order(sig: &Signature) -> bool {
-    VerifyingKey::from_bytes(sig.r_bytes()).is_ok_and(|r| !r.is_weak())
+    let r = sig.r_bytes();
+    let mut y = *r;
+    y[31] &= 0x7f;
+    !SMALL_ORDER_Y.iter().any(|s| *s == y)
+}
+
+/// The y encodings (sign bit cleared) of the small-order points of edwards25519.
+const SMALL_ORDER_Y: [[u8; 32]; 7] = {
+    let zero = [0u8; 32];
+    let mut one = [0u8; 32];
+    one[0] = 1;
+    let mut p_minus_1 = [0xff; 32];
+    p_minus_1[0] = 0xec;
+    p_minus_1[31] = 0x7f;
+    let mut p = p_minus_1;
+    p[0] = 0xed;
+    let mut p_plus_1 = p_minus_1;
+    p_plus_1[0] = 0xee;
+    [
+        zero,
+        one,
+        [
+            0x26, 0xe8, 0x95, 0x8f, 0xc2, 0xb2, 0x27, 0xb0, 0x45, 0xc3, 0xf4, 0x89, 0xf2, 0xef,
+            0x98, 0xf0, 0xd5, 0xdf, 0xac, 0x05, 0xd3, 0xc6, 0x33, 0x39, 0xb1, 0x38, 0x02, 0x88,
+            0x6d, 0x53, 0xfc, 0x05,
+        ],
+        [
+            0xc7, 0x17, 0x6a, 0x70, 0x3d, 0x4d, 0xd8, 0x4f, 0xba, 0x3c, 0x0b, 0x76, 0x0d, 0x10,
+            0x67, 0x0f, 0x2a, 0x20, 0x53, 0xfa, 0x2c, 0x39, 0xcc, 0xc6, 0x4e, 0xc7, 0xfd, 0x77,
+            0x92, 0xac, 0x03, 0x7a,
+        ],
+        p_minus_1,
+        p,
+        p_plus_1,
+    ]
+};
+
+#[cfg(test)]
+mod small_order_tests {
+    use super::*;
+    use curve25519_dalek::edwards::CompressedEdwardsY;
+
+    /// The byte list agrees with decompression on every small-order point and on a sample of
+    /// ordinary points.
+    #[test]
+    fn the_small_order_list_is_exactly_the_small_order_points() {
+        for y in SMALL_ORDER_Y {
+            for sign in [0u8, 0x80] {
+                let mut enc = y;
+                enc[31] |= sign;
+                let sig = Signature::from_components(enc, [0; 32]);
+                assert!(!r_has_large_order(&sig));
+                if let Some(pt) = CompressedEdwardsY(enc).decompress() {
+                    assert!(pt.is_small_order(), "{enc:?}");
+                }
+            }
+        }
+        // Every small-order point compresses to one of them.
+        let t = curve25519_dalek::constants::EIGHT_TORSION;
+        for pt in t {
+            let sig = Signature::from_components(pt.compress().to_bytes(), [0; 32]);
+            assert!(!r_has_large_order(&sig), "{:?}", pt.compress());
+        }
+        for i in 0..64u8 {
+            let k = crate::sample::key(&format!("r{i}"));
+            let sig = k.sign(b"m");
+            assert!(r_has_large_order(&sig));
+        }
+    }
 }
