@@ -121,5 +121,5 @@ pub fn verify_checkpoint(
 /// The body (the checkpoint text, final LF included) of a signed note: everything before the
 /// empty line that separates it from the signatures.
 pub fn note_body(note: &str) -> Option<&[u8]> {
-    note.find("\n\n").map(|i| note[..=i].as_bytes())
+    note.find("\n\n").map(|i| &note.as_bytes()[..=i])
 }

@@ -246,7 +246,7 @@ fn r_has_large_order(sig: &Signature) -> bool {
     let r = sig.r_bytes();
     let mut y = *r;
     y[31] &= 0x7f;
-    !SMALL_ORDER_Y.iter().any(|s| *s == y)
+    !SMALL_ORDER_Y.contains(&y)
 }
 
 /// The y encodings (sign bit cleared) of the small-order points of edwards25519.

@@ -23,6 +23,9 @@ struct EnvelopeBody<'a> {
     body: serde_json::Value,
 }
 
+/// Receives each entry's index, leaf bytes, stored leaf hash and body.
+pub type UsageVisitor<'a> = dyn FnMut(u64, &[u8], Hash, &Body) + 'a;
+
 /// An entry row as read: index, leaf bytes, stored leaf hash.
 type Row = (i64, Vec<u8>, Vec<u8>);
 
@@ -64,7 +67,7 @@ pub fn for_each_usage_hashed(
     conn: &mut DbConn,
     tenant: Option<&str>,
     range: std::ops::Range<u64>,
-    f: &mut dyn FnMut(u64, &[u8], Hash, &Body),
+    f: &mut UsageVisitor,
 ) -> Result<(), StoreError> {
     // A reader thread fetches pages from the database while this thread parses (on both
     // cores) and hands bodies to `f` in log order: reading and rating overlap. At most two
