@@ -135,6 +135,10 @@ struct VerifyArgs {
     /// A certificate (JSON, as `GET /v1/certificates/{id}` serves it); needs --bundle.
     #[arg(long, requires = "bundle")]
     certificate: Option<PathBuf>,
+    /// An invoice (JSON, as `GET /v1/invoices/{number}` serves it) to recompute; needs --bundle
+    /// (`GET /v1/invoices/{number}/bundle`).
+    #[arg(long, requires = "bundle", conflicts_with = "certificate")]
+    invoice: Option<PathBuf>,
     /// An evidence bundle (JSON Lines, as `GET /v1/certificates/{id}/bundle` serves it).
     #[arg(long)]
     bundle: Option<PathBuf>,
@@ -410,6 +414,10 @@ fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
         None => {
             let log_key = key(args.log_key)?;
             match (args.certificate, args.bundle, args.checkpoint) {
+                (None, Some(b), _) if args.invoice.is_some() => {
+                    let i = args.invoice.expect("checked");
+                    verifier::invoice(&i, &b, &log_key, sigs, progress)
+                }
                 (Some(c), Some(b), _) => verifier::certificate(&c, &b, &log_key, sigs, progress),
                 (None, Some(b), _) => verifier::bundle_only(&b, &log_key, sigs, progress),
                 (None, None, Some(cp)) => verifier::checkpoint(&cp, &log_key),

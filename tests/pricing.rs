@@ -4,7 +4,9 @@
 mod common;
 
 use common::*;
+use gpuledger::core::bundle;
 use gpuledger::core::envelope::Envelope;
+use gpuledger::core::invoice::{Invoice, InvoiceCheck};
 use gpuledger::core::outcome::Outcome;
 use gpuledger::core::rating::{self, LeaseClass};
 use gpuledger::core::record::{
@@ -597,6 +599,43 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     assert!(csv.lines().count() >= 3 && csv.contains("160.00"), "{csv}");
     let pdf = fetch("pdf");
     assert!(pdf.starts_with(b"%PDF"));
+    // The evidence bundle: the invoice recomputes offline with `gpuledger verify --invoice`.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("inv.json"), fetch("json")).unwrap();
+    std::fs::write(dir.path().join("inv.bundle"), fetch("bundle")).unwrap();
+    let vkey = call(&s, "GET", "/v1/log", None, None).1["verifier_key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuledger"))
+        .args([
+            "verify",
+            "--invoice",
+            "inv.json",
+            "--bundle",
+            "inv.bundle",
+            "--log-key",
+            &vkey,
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.starts_with("PASS: invoice"),
+        "{said}"
+    );
+    assert_eq!(
+        call(
+            &s,
+            "GET",
+            &format!("/v1/invoices/{number}/bundle"),
+            Some(&beta),
+            None
+        )
+        .0,
+        404
+    );
     assert_eq!(
         call(
             &s,
@@ -912,6 +951,18 @@ both_backends!(
         };
         let third = ledger.issue_invoices("acme", day3).unwrap();
         assert_eq!(amounts(&third[0]), [("24.00".to_owned(), None)]);
+        // Each invoice recomputes offline from its evidence bundle; a changed amount does not.
+        for inv in [&first[0], &second[0], &third[0]] {
+            assert_eq!(recomputed(&ledger, inv), Ok(inv.clone()), "{}", inv.number);
+        }
+        let mut forged = second[0].clone();
+        forged.lines[1].amount += Decimal::new(1, 2);
+        forged.total += Decimal::new(1, 2);
+        let f = recomputed(&ledger, &forged).unwrap_err();
+        assert_eq!(
+            (f.reason, f.item.as_str()),
+            (bundle::Reason::ClaimMismatch, "lines[1]")
+        );
         // A credit note on the first invoice and payments on both, then the balance.
         let settle = |invoice: &str, amount: &str| Settlement {
             tenant: "acme".into(),
@@ -1109,6 +1160,9 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
         ]
     );
     assert_eq!(second[0].total.to_string(), "37.33");
+    // Both invoices, the tiered adjustment included, recompute offline from their bundles.
+    assert_eq!(recomputed(&ledger, &first[0]), Ok(first[0].clone()));
+    assert_eq!(recomputed(&ledger, &second[0]), Ok(second[0].clone()));
     let mut conn = gpuledger::store::connect(&db.url).unwrap();
     gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
 });
@@ -1352,3 +1406,31 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
     );
     assert_eq!(preview["currencies"][0]["total"], "30.00");
 });
+
+/// An issued invoice recomputed from its evidence bundle, as `gpuledger verify --invoice` does.
+fn recomputed(
+    ledger: &gpuledger::store::Ledger,
+    inv: &Invoice,
+) -> Result<Invoice, bundle::Failure> {
+    let mut lines = Vec::new();
+    ledger
+        .with_reader(|c| {
+            gpuledger::store::invoices::write_invoice_bundle(c, inv, &mut |mut l| {
+                l.pop();
+                lines.push(l);
+                Ok(())
+            })
+        })
+        .unwrap();
+    let vkey = gpuledger::core::checkpoint::LogSigner::new("test.gpuledger/log", log_key())
+        .unwrap()
+        .verifier_key();
+    let (_, check) = bundle::verify_bundle(
+        lines.into_iter().map(Ok),
+        &vkey,
+        |h, a| InvoiceCheck::start(inv.clone(), h, a),
+        bundle::SignatureCheck::Batch,
+        &mut |_| {},
+    )?;
+    check.finish()
+}

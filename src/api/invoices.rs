@@ -116,9 +116,9 @@ pub async fn get(
         .body(json))
 }
 
-/// Downloads an invoice as `json`, `csv` or `pdf`.
+/// Downloads an invoice as `json`, `csv` or `pdf`, or its evidence `bundle`.
 #[utoipa::path(get, path = "/v1/invoices/{number}/{format}", tag = "invoices",
-    params(("number" = String, Path), ("format" = String, Path, description = "json, csv or pdf")),
+    params(("number" = String, Path), ("format" = String, Path, description = "json, csv, pdf, or bundle: the evidence bundle (JSON Lines, docs/PROTOCOL.md §14) to recompute it offline")),
     responses((status = 200, description = "The document"), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn download(
@@ -127,13 +127,20 @@ pub async fn download(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (number, format) = path.into_inner();
-    if !matches!(format.as_str(), "json" | "csv" | "pdf") {
+    if !matches!(format.as_str(), "json" | "csv" | "pdf" | "bundle") {
         return Err(ApiError::invalid_parameter(
             "format",
-            "must be json, csv or pdf",
+            "must be json, csv, pdf or bundle",
         ));
     }
+    let ledger = state.ledger.clone();
     let (inv, _) = load(state, &caller, number.clone()).await?;
+    if format == "bundle" {
+        return Ok(super::certificates::stream_lines(
+            &format!("{number}.bundle.jsonl"),
+            move |sink| ledger.with_reader(|c| store_invoices::write_invoice_bundle(c, &inv, sink)),
+        ));
+    }
     let (ctype, body) = match format.as_str() {
         "json" => ("application/json", crate::invoice_render::to_json(&inv)),
         "csv" => (

@@ -8,7 +8,7 @@ use super::bundle::{Anchor, BundleSubject, Failure, Header, Reason, Subject};
 use super::canonical;
 use super::ids;
 use super::merkle::{self, Hash, MemoryHashes};
-use super::rating::{PriceBook, RegionParams};
+use super::rating::PriceBook;
 use super::record::{Body, Energy, GpuUsage};
 use super::time::Timestamp;
 use base64::prelude::{Engine, BASE64_STANDARD};
@@ -593,17 +593,8 @@ impl CertificateCheck {
 
 impl Subject for CertificateCheck {
     fn context(&mut self, _index: u64, body: &Body) -> Result<(), Failure> {
-        if let Body::RegionParams(r) = body {
-            self.book.add_region(
-                &r.region,
-                RegionParams {
-                    effective_from: r.effective_from,
-                    currency: r.currency.clone(),
-                    electricity_price_per_kwh: r.electricity_price_per_kwh,
-                    pue: r.pue,
-                    carbon_g_per_kwh: r.carbon_g_per_kwh,
-                },
-            );
+        if let Body::RegionParams(_) = body {
+            self.book.add_entry(body);
         }
         Ok(())
     }
@@ -701,6 +692,7 @@ mod exact_opt {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::rating::RegionParams;
 
     fn usage(region: &str, node: &str, lease: Option<&str>, secs: &str) -> GpuUsage {
         let start = Timestamp::parse("2026-11-30T00:00:00Z").unwrap();

@@ -1,7 +1,7 @@
 //! Invoices: what an issued invoice says, in one currency, for one tenant and period. Built from
 //! rated lines (`core::rating`); rendered as JSON, CSV and PDF by `crate::invoice_render`.
 
-use super::rating::LeaseClass;
+use super::rating::{LeaseClass, Line, LineKey};
 use super::time::Timestamp;
 use rust_decimal::Decimal;
 use serde::Serialize;
@@ -149,4 +149,207 @@ pub fn from_json(json: &str) -> Result<Invoice, String> {
         lines,
         total: w.total,
     })
+}
+
+/// Invoice lines from rated lines; `adjustment_for` names the earlier period of late records.
+pub fn invoice_lines(lines: Vec<Line>, adjustment_for: Option<Period>) -> Vec<InvoiceLine> {
+    lines
+        .into_iter()
+        .map(|l| match l.key {
+            LineKey::Gpu {
+                region,
+                gpu_model,
+                class,
+                unit_price_per_gpu_hour,
+                tier: _,
+            } => InvoiceLine {
+                kind: "gpu",
+                region,
+                gpu_model: Some(gpu_model),
+                class: Some(class),
+                quantity: l.quantity,
+                unit: "GPU-s",
+                unit_price: unit_price_per_gpu_hour,
+                pue: None,
+                amount: l.amount,
+                records: l.records,
+                adjustment_for,
+            },
+            LineKey::Energy {
+                region,
+                unit_price_per_kwh,
+                pue,
+            } => InvoiceLine {
+                kind: "energy",
+                region,
+                gpu_model: None,
+                class: None,
+                quantity: l.quantity,
+                unit: "kWh",
+                unit_price: unit_price_per_kwh,
+                pue: Some(pue),
+                amount: l.amount,
+                records: l.records,
+                adjustment_for,
+            },
+        })
+        .collect()
+}
+
+/// Recomputes an issued invoice from an evidence bundle (docs/PROTOCOL.md §15, last
+/// paragraph): prices from the context's pricing entries, the tenant's earlier invoices from its
+/// `invoice_issued` entries, lines from the records, exactly as the ledger rated them.
+pub struct InvoiceCheck {
+    invoice: Invoice,
+    book: super::rating::PriceBook,
+    earlier: Vec<(Period, u64)>,
+    main: super::rating::Rater,
+    late: std::collections::BTreeMap<Period, super::rating::Rater>,
+}
+
+impl InvoiceCheck {
+    /// Checks that the bundle is the invoice's (subject, checkpoint size and root) and starts.
+    pub fn start(
+        invoice: Invoice,
+        header: &super::bundle::Header,
+        anchor: &super::bundle::Anchor,
+    ) -> Result<Self, super::bundle::Failure> {
+        use super::bundle::{BundleSubject, Failure, Reason};
+        let mismatch = |m: &str| Err(Failure::new(Reason::CheckpointMismatch, "invoice", m));
+        if header.subject != BundleSubject::Invoice(invoice.number.clone()) {
+            return mismatch("the bundle is not for this invoice");
+        }
+        if invoice.checkpoint_size != anchor.size()
+            || invoice.checkpoint_root != super::merkle::encode_hash(&anchor.root())
+            || invoice.log_origin != anchor.checkpoint.origin()
+        {
+            return mismatch("its checkpoint is not the bundle's");
+        }
+        Ok(InvoiceCheck {
+            main: super::rating::Rater::new(invoice.period.from),
+            invoice,
+            book: Default::default(),
+            earlier: Vec::new(),
+            late: Default::default(),
+        })
+    }
+
+    /// The invoice's lines and total, recomputed, must equal the invoice's.
+    pub fn finish(self) -> Result<Invoice, super::bundle::Failure> {
+        use super::bundle::{Failure, Reason};
+        let (mut by_currency, unpriced) = self.main.finish();
+        let fail = |item: String, m: &str| Failure::new(Reason::ClaimMismatch, item, m);
+        if !unpriced.is_empty() {
+            return Err(fail(
+                "invoice".into(),
+                "the bundle's prices leave some of the period's usage unpriced",
+            ));
+        }
+        let c = &self.invoice.currency;
+        let mut lines = invoice_lines(by_currency.remove(c).unwrap_or_default(), None);
+        for (p, r) in self.late {
+            let (mut l, _) = r.finish();
+            lines.extend(invoice_lines(l.remove(c).unwrap_or_default(), Some(p)));
+        }
+        let total: Decimal = lines.iter().map(|l| l.amount).sum();
+        let recomputed = Invoice {
+            lines,
+            total,
+            ..self.invoice.clone()
+        };
+        let json = |i: &Invoice| serde_json::to_value(i).expect("invoices serialise");
+        let (claimed, computed) = (json(&self.invoice), json(&recomputed));
+        if claimed != computed {
+            let lines = |v: &serde_json::Value| v["lines"].as_array().cloned().unwrap_or_default();
+            let (a, b) = (lines(&claimed), lines(&computed));
+            let item = (0..a.len().max(b.len()))
+                .find(|&i| a.get(i) != b.get(i))
+                .map_or("total".to_owned(), |i| format!("lines[{i}]"));
+            return Err(fail(
+                item,
+                "the invoice differs from the lines recomputed from the bundle",
+            ));
+        }
+        Ok(recomputed)
+    }
+}
+
+impl super::bundle::Subject for InvoiceCheck {
+    fn context(
+        &mut self,
+        _index: u64,
+        body: &super::record::Body,
+    ) -> Result<(), super::bundle::Failure> {
+        use super::record::Body;
+        match body {
+            Body::InvoiceIssued(i)
+                if i.tenant == self.invoice.tenant && i.number != self.invoice.number =>
+            {
+                self.earlier.push((
+                    Period {
+                        from: i.period_from,
+                        to: i.period_to,
+                    },
+                    i.checkpoint_size,
+                ));
+            }
+            b => self.book.add_entry(b),
+        }
+        Ok(())
+    }
+
+    fn record(
+        &mut self,
+        index: u64,
+        _leaf_hash: &super::merkle::Hash,
+        body: &super::record::Body,
+    ) -> Result<(), super::bundle::Failure> {
+        use super::bundle::{Failure, Reason};
+        use super::record::Body;
+        let (tenant, start) = match body {
+            Body::GpuUsage(u) => (Some(u.tenant.as_str()), u.start),
+            Body::Energy(e) => (e.tenant.as_deref(), e.start),
+            _ => return Ok(()),
+        };
+        if tenant != Some(self.invoice.tenant.as_str()) {
+            return Err(Failure::new(
+                Reason::WrongTenant,
+                format!("entry {index}"),
+                format!("the record is not {}'s", self.invoice.tenant),
+            ));
+        }
+        let p = self.invoice.period;
+        if (p.from..p.to).contains(&start) {
+            match body {
+                Body::GpuUsage(u) => self.main.add_usage(&self.book, u),
+                Body::Energy(e) => self.main.add_energy(&self.book, e),
+                _ => {}
+            }
+            return Ok(());
+        }
+        let since = self.earlier.iter().map(|(_, s)| *s).max().unwrap_or(0);
+        let Some((period, _)) = self
+            .earlier
+            .iter()
+            .find(|(q, _)| (q.from..q.to).contains(&start))
+        else {
+            return Err(Failure::new(
+                Reason::OutsidePeriod,
+                format!("entry {index}"),
+                "the record is in neither the invoice's period nor an invoiced one",
+            ));
+        };
+        let r = self
+            .late
+            .entry(*period)
+            .or_insert_with(|| super::rating::Rater::new(period.from));
+        match body {
+            // Logged before the last invoice: already invoiced; it only counts for tiers.
+            Body::GpuUsage(u) if index < since => r.add_invoiced_usage(&self.book, u),
+            Body::GpuUsage(u) => r.add_usage(&self.book, u),
+            Body::Energy(e) if index >= since => r.add_energy(&self.book, e),
+            _ => {}
+        }
+        Ok(())
+    }
 }

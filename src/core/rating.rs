@@ -21,7 +21,7 @@
 //!   Since the tiers do not change within a period, which second falls in which tier does not
 //!   change any amount, so records may arrive in any order ([`graduate`]). Spot is never tiered.
 
-use super::record::{Energy, GpuUsage, Tier};
+use super::record::{Body, Energy, GpuUsage, Tier};
 use super::time::Timestamp;
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde::{Deserialize, Serialize};
@@ -136,6 +136,56 @@ fn in_force<T>(
 }
 
 impl PriceBook {
+    /// Adds what a pricing entry says (rate card, spot price, region parameters, lease, volume
+    /// tiers, tenant plan); other kinds are ignored. Entries must come in log order.
+    pub fn add_entry(&mut self, body: &Body) {
+        match body {
+            Body::RateCard(r) => self.add_rate_card(
+                &r.region,
+                &r.gpu_model,
+                r.lease_class,
+                PricePoint {
+                    effective_from: r.effective_from,
+                    currency: r.currency.clone(),
+                    price: r.price_per_gpu_hour,
+                },
+            ),
+            Body::SpotPrice(p) => self.add_spot(
+                &p.region,
+                &p.gpu_model,
+                PricePoint {
+                    effective_from: p.effective_from,
+                    currency: p.currency.clone(),
+                    price: p.price_per_gpu_hour,
+                },
+            ),
+            Body::RegionParams(r) => self.add_region(
+                &r.region,
+                RegionParams {
+                    effective_from: r.effective_from,
+                    currency: r.currency.clone(),
+                    electricity_price_per_kwh: r.electricity_price_per_kwh,
+                    pue: r.pue,
+                    carbon_g_per_kwh: r.carbon_g_per_kwh,
+                },
+            ),
+            Body::LeaseRegistered(l) => self.add_lease(&l.lease, l.class),
+            Body::VolumeTiers(v) => self.add_volume_tiers(
+                &v.plan,
+                &v.region,
+                &v.gpu_model,
+                v.lease_class,
+                TierSchedule {
+                    effective_from: v.effective_from,
+                    currency: v.currency.clone(),
+                    tiers: v.tiers.clone(),
+                },
+            ),
+            Body::TenantPlan(p) => self.add_tenant_plan(&p.tenant, &p.plan, p.effective_from),
+            _ => {}
+        }
+    }
+
     /// Adds a rate-card price (on-demand or reserved).
     pub fn add_rate_card(
         &mut self,

@@ -225,7 +225,7 @@ const PAGE: i64 = 2_000;
 
 /// Writes the entries of `kinds` below `size` (of `tenant`, if given) that `keep` selects, with
 /// their inclusion proofs in the tree of `size`; returns how many were written.
-fn write_entries(
+pub(crate) fn write_entries(
     conn: &mut DbConn,
     kinds: &[Kind],
     tenant: Option<&str>,

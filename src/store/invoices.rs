@@ -14,7 +14,7 @@ use crate::core::canonical;
 use crate::core::checkpoint::LogSigner;
 use crate::core::invoice::{Invoice, InvoiceLine, Period};
 use crate::core::leaf::Leaf;
-use crate::core::rating::{self, Line, LineKey, Rater};
+use crate::core::rating::{self, Rater};
 use crate::core::record::{Body, InvoiceIssued, Kind};
 use crate::core::time::Timestamp;
 use diesel::prelude::*;
@@ -55,50 +55,6 @@ fn issued_for(conn: &mut DbConn, tenant: &str) -> Result<Vec<(String, Issued)>, 
                     checkpoint_size: s as u64,
                 },
             ))
-        })
-        .collect()
-}
-
-fn to_lines(lines: Vec<Line>, adjustment_for: Option<Period>) -> Vec<InvoiceLine> {
-    lines
-        .into_iter()
-        .map(|l| match l.key {
-            LineKey::Gpu {
-                region,
-                gpu_model,
-                class,
-                unit_price_per_gpu_hour,
-                tier: _,
-            } => InvoiceLine {
-                kind: "gpu",
-                region,
-                gpu_model: Some(gpu_model),
-                class: Some(class),
-                quantity: l.quantity,
-                unit: "GPU-s",
-                unit_price: unit_price_per_gpu_hour,
-                pue: None,
-                amount: l.amount,
-                records: l.records,
-                adjustment_for,
-            },
-            LineKey::Energy {
-                region,
-                unit_price_per_kwh,
-                pue,
-            } => InvoiceLine {
-                kind: "energy",
-                region,
-                gpu_model: None,
-                class: None,
-                quantity: l.quantity,
-                unit: "kWh",
-                unit_price: unit_price_per_kwh,
-                pue: Some(pue),
-                amount: l.amount,
-                records: l.records,
-                adjustment_for,
-            },
         })
         .collect()
 }
@@ -195,7 +151,7 @@ pub(crate) fn issue(
                 return Err(unpriced_error(&unpriced, "a late record of an earlier period"));
             }
             for (currency, l) in lines {
-                adjustments.entry(currency).or_default().extend(to_lines(l, Some(p)));
+                adjustments.entry(currency).or_default().extend(crate::core::invoice::invoice_lines(l, Some(p)));
             }
         }
         let mut currencies: Vec<String> = by_currency.keys().chain(adjustments.keys()).cloned().collect();
@@ -213,7 +169,7 @@ pub(crate) fn issue(
         let count: i64 = invoices::table.count().get_result(conn)?;
         let mut out = Vec::new();
         for (i, currency) in currencies.into_iter().enumerate() {
-            let mut lines = to_lines(by_currency.remove(&currency).unwrap_or_default(), None);
+            let mut lines = crate::core::invoice::invoice_lines(by_currency.remove(&currency).unwrap_or_default(), None);
             lines.extend(adjustments.remove(&currency).unwrap_or_default());
             let total: Decimal = lines.iter().map(|l| l.amount).sum();
             let invoice = Invoice {
@@ -449,4 +405,77 @@ pub fn get(conn: &mut DbConn, number: &str) -> Result<Option<(String, String)>, 
         .select((invoices::tenant, invoices::json))
         .first(conn)
         .optional()?)
+}
+
+/// Writes the evidence bundle of an issued invoice (docs/PROTOCOL.md §14): the key entries,
+/// every pricing entry and the tenant's earlier `invoice_issued` entries below the invoice's
+/// checkpoint, then the records it rated: those starting in its period, and those of earlier
+/// invoiced periods logged since the last of them (its adjustment lines), with, when volume
+/// tiers are logged, the earlier records those adjustments continue counting from.
+pub fn write_invoice_bundle(
+    conn: &mut DbConn,
+    invoice: &Invoice,
+    sink: &mut super::certificates::Sink,
+) -> Result<(), StoreError> {
+    use super::certificates::write_entries;
+    use super::schema::checkpoints;
+    use crate::core::bundle::{self, BundleSubject, Header};
+    let size = invoice.checkpoint_size;
+    let note: String = checkpoints::table
+        .find(size as i64)
+        .select(checkpoints::note)
+        .first(conn)
+        .optional()?
+        .ok_or_else(|| StoreError::Corrupt(format!("no checkpoint of size {size} is stored")))?;
+    let earlier: Vec<(Period, u64)> = issued_for(conn, &invoice.tenant)?
+        .into_iter()
+        .filter(|(_, i)| i.checkpoint_size < size)
+        .map(|(_, i)| (i.period, i.checkpoint_size))
+        .collect();
+    let since = earlier.iter().map(|(_, s)| *s).max().unwrap_or(0);
+    let tiered: i64 = entries::table
+        .filter(entries::kind.eq(Kind::VolumeTiers.as_str()))
+        .filter(entries::idx.lt(size as i64))
+        .count()
+        .get_result(conn)?;
+    let header = Header::new(
+        &invoice.log_origin,
+        &note,
+        BundleSubject::Invoice(invoice.number.clone()),
+    );
+    sink(bundle::header_line(&header))?;
+    let mut context = vec![Kind::SignerKeyRegistered, Kind::SignerKeyRevoked];
+    context.extend(pricing::PRICING_KINDS);
+    context.push(Kind::InvoiceIssued);
+    let tenant = invoice.tenant.as_str();
+    let mut n = write_entries(
+        conn,
+        &context,
+        None,
+        size,
+        &mut |_, b| match b {
+            Body::InvoiceIssued(i) => i.tenant == tenant,
+            _ => true,
+        },
+        sink,
+    )?;
+    let period = invoice.period;
+    n += write_entries(
+        conn,
+        &[Kind::GpuUsage, Kind::Energy],
+        Some(tenant),
+        size,
+        &mut |idx, b| {
+            let start = match b {
+                Body::GpuUsage(u) => u.start,
+                Body::Energy(e) => e.start,
+                _ => return false,
+            };
+            (period.from..period.to).contains(&start)
+                || ((idx >= since || tiered > 0)
+                    && earlier.iter().any(|(p, _)| (p.from..p.to).contains(&start)))
+        },
+        sink,
+    )?;
+    sink(bundle::end_line(n))
 }

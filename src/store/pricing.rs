@@ -6,7 +6,7 @@ use super::error::StoreError;
 use super::schema::entries;
 use super::usage;
 use crate::core::leaf::Leaf;
-use crate::core::rating::{PriceBook, PricePoint, Rater, RegionParams, TierSchedule};
+use crate::core::rating::{PriceBook, Rater};
 use crate::core::record::{Body, Kind};
 use crate::core::time::Timestamp;
 use diesel::prelude::*;
@@ -48,51 +48,7 @@ pub fn pricing_entries(conn: &mut DbConn, size: u64) -> Result<Vec<(u64, Body)>,
 pub fn price_book(conn: &mut DbConn, size: u64) -> Result<PriceBook, StoreError> {
     let mut book = PriceBook::default();
     for (_, body) in pricing_entries(conn, size)? {
-        match body {
-            Body::RateCard(r) => book.add_rate_card(
-                &r.region,
-                &r.gpu_model,
-                r.lease_class,
-                PricePoint {
-                    effective_from: r.effective_from,
-                    currency: r.currency,
-                    price: r.price_per_gpu_hour,
-                },
-            ),
-            Body::SpotPrice(p) => book.add_spot(
-                &p.region,
-                &p.gpu_model,
-                PricePoint {
-                    effective_from: p.effective_from,
-                    currency: p.currency,
-                    price: p.price_per_gpu_hour,
-                },
-            ),
-            Body::RegionParams(r) => book.add_region(
-                &r.region,
-                RegionParams {
-                    effective_from: r.effective_from,
-                    currency: r.currency,
-                    electricity_price_per_kwh: r.electricity_price_per_kwh,
-                    pue: r.pue,
-                    carbon_g_per_kwh: r.carbon_g_per_kwh,
-                },
-            ),
-            Body::LeaseRegistered(l) => book.add_lease(&l.lease, l.class),
-            Body::VolumeTiers(v) => book.add_volume_tiers(
-                &v.plan,
-                &v.region,
-                &v.gpu_model,
-                v.lease_class,
-                TierSchedule {
-                    effective_from: v.effective_from,
-                    currency: v.currency,
-                    tiers: v.tiers,
-                },
-            ),
-            Body::TenantPlan(p) => book.add_tenant_plan(&p.tenant, &p.plan, p.effective_from),
-            _ => {}
-        }
+        book.add_entry(&body);
     }
     Ok(book)
 }
