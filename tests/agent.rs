@@ -19,7 +19,7 @@ use rust_decimal::Decimal;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -190,48 +190,6 @@ fn attribution_splits_exactly() {
 // ---------------------------------------------------------------------------------------------
 // Real processes.
 
-struct Proc {
-    child: Child,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gpuledger"))
-}
-
-/// A ledger ready for one node: initialised, the node registered, the log key in a file.
-struct Setup {
-    dir: tempfile::TempDir,
-    url: String,
-    log_key: PathBuf,
-}
-
-fn setup(db: &TestDb, signers: &[(&str, Role)]) -> Setup {
-    let ledger = open(db);
-    for (s, r) in signers {
-        signer(&ledger, s, *r);
-    }
-    drop(ledger);
-    let dir = tempfile::tempdir().unwrap();
-    let log_key = dir.path().join("log.key");
-    keyfile::write_new(&log_key, &log_key_pair()).unwrap();
-    Setup {
-        dir,
-        url: db.url.clone(),
-        log_key,
-    }
-}
-
-fn log_key_pair() -> ed25519_dalek::SigningKey {
-    log_key()
-}
-
 /// Starts `gpuledger serve` on `port` (0: any); returns it and its base URL.
 fn serve(s: &Setup, port: u16) -> (Proc, String) {
     let (child, base) = spawn_serve(
@@ -240,7 +198,7 @@ fn serve(s: &Setup, port: u16) -> (Proc, String) {
         port,
         &["--checkpoint-interval-seconds", "1", "--workers", "1"],
     );
-    (Proc { child }, base)
+    (Proc(child), base)
 }
 
 /// A port nothing listens on now (bound and released).
@@ -329,7 +287,7 @@ fn agent(cfg: &Path) -> AgentProc {
         }
     });
     AgentProc {
-        proc_: Proc { child },
+        proc_: Proc(child),
         lines,
         stderr,
     }
@@ -352,8 +310,8 @@ impl AgentProc {
         }
     }
     fn kill(mut self) {
-        self.proc_.child.kill().unwrap(); // SIGKILL
-        self.proc_.child.wait().unwrap();
+        self.proc_.0.kill().unwrap(); // SIGKILL
+        self.proc_.0.wait().unwrap();
     }
 }
 
@@ -675,7 +633,7 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
             break b.to_owned();
         }
     };
-    let _guard = Proc { child };
+    let _guard = Proc(child);
     assert!(text.contains("started a fresh demo log"), "{text}");
     let http: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -194,48 +194,10 @@ fn nvidia_smi_collector_runs_the_program() {
 // ---------------------------------------------------------------------------------------------
 // Real processes.
 
-struct Proc {
-    child: Child,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gpuledger"))
-}
-
-/// An initialised ledger with `signers` registered, and the log key in a file.
-struct Setup {
-    dir: tempfile::TempDir,
-    url: String,
-    log_key: PathBuf,
-}
-
-fn setup(db: &TestDb, signers: &[(&str, Role)]) -> Setup {
-    let ledger = open(db);
-    for (s, r) in signers {
-        signer(&ledger, s, *r);
-    }
-    drop(ledger);
-    let dir = tempfile::tempdir().unwrap();
-    let log_key = dir.path().join("log.key");
-    keyfile::write_new(&log_key, &common::log_key()).unwrap();
-    Setup {
-        dir,
-        url: db.url.clone(),
-        log_key,
-    }
-}
-
 /// Starts `gpuledger serve` on a free port; returns it and its base URL.
 fn serve(s: &Setup) -> (Proc, String) {
     let (child, base) = spawn_serve(&s.url, &s.log_key, 0, &["--workers", "1"]);
-    (Proc { child }, base)
+    (Proc(child), base)
 }
 
 /// A child whose stdout lines and stderr are collected by threads.
@@ -269,7 +231,7 @@ fn watched(mut cmd: Command) -> Watched {
         }
     });
     Watched {
-        _proc: Proc { child },
+        _proc: Proc(child),
         stdout,
         stderr,
     }

@@ -799,10 +799,7 @@ fn write_artefacts(dir: &std::path::Path) {
 }
 
 fn gpuledger(args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuledger"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = bin().args(args).output().unwrap();
     (
         out.status.code().unwrap(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -1026,7 +1023,7 @@ both_backends!(
                 .unwrap()
         };
         let (child, base) = spawn_serve(&db.url, &key_path, 0, &[]);
-        let _server = KillOnDrop(child);
+        let _server = Proc(child);
         let http = Http {
             base,
             agent: ureq::Agent::config_builder()
@@ -1167,13 +1164,3 @@ both_backends!(
         assert_eq!(verify(&cert, &lines).unwrap(), cert.claims());
     }
 );
-
-/// Stops a spawned server however the test ends.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}

@@ -29,7 +29,7 @@ use serde_json::Value as Json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn root() -> PathBuf {
@@ -78,10 +78,6 @@ fn yaml_json(p: &Path) -> Vec<Json> {
         .into_iter()
         .map(|v| serde_json::to_value(v).unwrap())
         .collect()
-}
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gpuledger"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -692,15 +688,6 @@ fn alert_rules_are_complete_and_point_at_runbooks() {
         if p["type"] != "row" {
             assert_eq!(p["datasource"]["uid"], uid, "panel {}", p["title"]);
         }
-    }
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

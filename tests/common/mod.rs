@@ -174,3 +174,42 @@ pub fn spawn_serve(
         .to_owned();
     (child, base)
 }
+
+/// A child process that is killed and reaped however the test ends.
+pub struct Proc(pub std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The `gpuledger` binary under test.
+pub fn bin() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_gpuledger"))
+}
+
+/// A ledger ready for real processes: initialised, `signers` registered, the log key in a file.
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+    pub url: String,
+    pub log_key: std::path::PathBuf,
+}
+
+/// Initialises `db`, registers `signers` and writes the log key (0600) into a fresh directory.
+pub fn setup(db: &TestDb, signers: &[(&str, Role)]) -> Setup {
+    let ledger = open(db);
+    for (s, r) in signers {
+        signer(&ledger, s, *r);
+    }
+    drop(ledger);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_key_path = dir.path().join("log.key");
+    gpuledger::keyfile::write_new(&log_key_path, &log_key()).expect("log key file");
+    Setup {
+        dir,
+        url: db.url.clone(),
+        log_key: log_key_path,
+    }
+}
