@@ -159,7 +159,7 @@ pub async fn bundle(
 /// Streams the lines a blocking writer produces; the writer stops when the client goes away.
 pub(super) fn stream_lines(
     filename: &str,
-    write: impl FnOnce(&mut store_certs::Sink) -> Result<(), StoreError> + Send + 'static,
+    write: impl FnOnce(&mut crate::store::bundle::Sink) -> Result<(), StoreError> + Send + 'static,
 ) -> HttpResponse {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<web::Bytes, ApiError>>(64);
     std::thread::spawn(move || {

@@ -6,22 +6,19 @@
 //! entry. Bundles are rebuilt from the log on request and written line by line, so a bundle
 //! of any size streams in bounded memory.
 
+use super::bundle::Sink;
 use super::conn::DbConn;
 use super::error::StoreError;
-use super::read::DbHashReader;
-use super::schema::{certificates, entries};
+use super::schema::certificates;
 use super::write::{checkpoint_locked, push_ledger_entry, Appender};
 use super::{pricing, usage};
 use crate::core::bundle::{self, BundleSubject, Header};
 use crate::core::certificate::{self, Certificate, Scope, Tally, CERTIFICATE_VERSION};
 use crate::core::checkpoint::LogSigner;
 use crate::core::invoice::Period;
-use crate::core::merkle::{self, Hash, HashReader};
 use crate::core::record::{Body, CertificateIssued, Kind};
 use crate::core::time::Timestamp;
 use diesel::prelude::*;
-use std::cell::RefCell;
-use std::collections::HashMap;
 
 /// What to certify.
 #[derive(Debug, Clone)]
@@ -184,99 +181,6 @@ pub fn list(
         .collect()
 }
 
-/// Stored tree hashes read through a cache: consecutive entries' proofs share most of their
-/// hashes, so a bundle reads each stored hash about once.
-struct CachedHashes<'a> {
-    db: DbHashReader<'a>,
-    cache: RefCell<HashMap<u64, Hash>>,
-}
-
-/// Cached hashes before the cache is emptied (about 50 MB).
-const HASH_CACHE_LIMIT: usize = 1 << 20;
-
-impl HashReader for CachedHashes<'_> {
-    fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, tlog_tiles::Error> {
-        let missing: Vec<u64> = {
-            let c = self.cache.borrow();
-            indexes
-                .iter()
-                .copied()
-                .filter(|i| !c.contains_key(i))
-                .collect()
-        };
-        if !missing.is_empty() {
-            let found = self.db.read_hashes(&missing)?;
-            let mut c = self.cache.borrow_mut();
-            if c.len() + found.len() > HASH_CACHE_LIMIT {
-                c.clear();
-            }
-            c.extend(missing.into_iter().zip(found));
-        }
-        let c = self.cache.borrow();
-        Ok(indexes.iter().map(|i| c[i]).collect())
-    }
-}
-
-/// Where bundle lines go; an error stops the bundle (the reader went away).
-pub type Sink<'a> = dyn FnMut(Vec<u8>) -> Result<(), StoreError> + 'a;
-
-/// Entries read per query while writing a bundle.
-const PAGE: i64 = 2_000;
-
-/// Writes the entries of `kinds` below `size` (of `tenant`, if given) that `keep` selects, with
-/// their inclusion proofs in the tree of `size`; returns how many were written.
-pub(crate) fn write_entries(
-    conn: &mut DbConn,
-    kinds: &[Kind],
-    tenant: Option<&str>,
-    size: u64,
-    keep: &mut dyn FnMut(u64, &Body) -> bool,
-    sink: &mut Sink,
-) -> Result<u64, StoreError> {
-    let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
-    let mut after = -1i64;
-    let mut written = 0;
-    loop {
-        let mut q = entries::table
-            .filter(entries::idx.gt(after))
-            .filter(entries::idx.lt(size as i64))
-            .filter(entries::kind.eq_any(&kinds))
-            .order(entries::idx.asc())
-            .limit(PAGE)
-            .select((entries::idx, entries::leaf))
-            .into_boxed();
-        if let Some(t) = tenant {
-            q = q.filter(entries::tenant.eq(t));
-        }
-        let rows: Vec<(i64, Vec<u8>)> = q.load(conn)?;
-        let Some(last) = rows.last().map(|r| r.0) else {
-            return Ok(written);
-        };
-        let full = rows.len() as i64 == PAGE;
-        let kept: Vec<(u64, Vec<u8>)> = rows
-            .into_iter()
-            .map(|(idx, leaf)| {
-                let body = pricing::body_of(idx, &leaf)?;
-                Ok(keep(idx as u64, &body).then_some((idx as u64, leaf)))
-            })
-            .filter_map(Result::transpose)
-            .collect::<Result<_, StoreError>>()?;
-        let reader = CachedHashes {
-            db: DbHashReader::new(conn),
-            cache: RefCell::new(HashMap::new()),
-        };
-        for (idx, leaf) in kept {
-            let proof = merkle::prove_record(size, idx, &reader)?;
-            sink(bundle::entry_line(idx, &leaf, &proof))?;
-            written += 1;
-        }
-        if !full {
-            return Ok(written);
-        }
-        after = last;
-    }
-}
-
 /// Writes the evidence bundle of a certificate (§14).
 pub fn write_certificate_bundle(
     conn: &mut DbConn,
@@ -300,7 +204,7 @@ pub fn write_certificate_bundle(
         Kind::SignerKeyRevoked,
         Kind::RegionParams,
     ];
-    let mut n = write_entries(conn, &context, None, size, &mut |_, _| true, sink)?;
+    let mut n = super::bundle::write_entries(conn, &context, None, size, &mut |_, _| true, sink)?;
     let req = CertificateRequest {
         tenant: cert.tenant.clone(),
         period: Period {
@@ -309,7 +213,7 @@ pub fn write_certificate_bundle(
         },
         scope: cert.scope.clone(),
     };
-    n += write_entries(
+    n += super::bundle::write_entries(
         conn,
         &[Kind::GpuUsage, Kind::Energy],
         Some(&cert.tenant),

@@ -415,9 +415,9 @@ pub fn get(conn: &mut DbConn, number: &str) -> Result<Option<(String, String)>, 
 pub fn write_invoice_bundle(
     conn: &mut DbConn,
     invoice: &Invoice,
-    sink: &mut super::certificates::Sink,
+    sink: &mut super::bundle::Sink,
 ) -> Result<(), StoreError> {
-    use super::certificates::write_entries;
+    use super::bundle::write_entries;
     use super::schema::checkpoints;
     use crate::core::bundle::{self, BundleSubject, Header};
     let size = invoice.checkpoint_size;

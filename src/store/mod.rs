@@ -6,6 +6,7 @@
 //! - [`read`]: queries and a database-backed `HashReader`.
 
 pub mod access;
+pub mod bundle;
 pub mod certificates;
 pub mod conn;
 pub mod error;

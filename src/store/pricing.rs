@@ -21,7 +21,7 @@ pub const PRICING_KINDS: [Kind; 6] = [
     Kind::TenantPlan,
 ];
 
-pub(crate) fn body_of(idx: i64, bytes: &[u8]) -> Result<Body, StoreError> {
+fn body_of(idx: i64, bytes: &[u8]) -> Result<Body, StoreError> {
     let leaf =
         Leaf::from_bytes(bytes).map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
     let kind = Kind::parse(&leaf.envelope.kind)

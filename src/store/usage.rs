@@ -112,14 +112,7 @@ pub fn for_each_usage_hashed(
             use rayon::prelude::*;
             let bodies: Vec<Result<Body, StoreError>> = rows
                 .par_iter()
-                .map(|(idx, bytes, _)| {
-                    let leaf: BodyOnly = serde_json::from_slice(bytes)
-                        .map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
-                    let kind = Kind::parse(leaf.envelope.kind)
-                        .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: unknown kind")))?;
-                    Body::from_value(kind, &leaf.envelope.body, leaf.received_at)
-                        .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))
-                })
+                .map(|(idx, bytes, _)| parse_body(*idx, bytes))
                 .collect();
             for ((idx, leaf, hash), body) in rows.iter().zip(bodies) {
                 let hash = Hash(hash.as_slice().try_into().map_err(|_| {
@@ -130,6 +123,17 @@ pub fn for_each_usage_hashed(
         }
         Ok(())
     })
+}
+
+/// The body of a stored entry, parsed without re-checking the leaf: leaves were checked
+/// canonical when written and are re-checked by verify-log, so read paths only parse them.
+pub(crate) fn parse_body(idx: i64, bytes: &[u8]) -> Result<Body, StoreError> {
+    let leaf: BodyOnly = serde_json::from_slice(bytes)
+        .map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
+    let kind = Kind::parse(leaf.envelope.kind)
+        .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: unknown kind")))?;
+    Body::from_value(kind, &leaf.envelope.body, leaf.received_at)
+        .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))
 }
 
 /// Whether any entry names `tenant` (tenants need not be created before agents report them).
