@@ -1164,3 +1164,35 @@ both_backends!(
         assert_eq!(verify(&cert, &lines).unwrap(), cert.claims());
     }
 );
+
+/// Past the first chunk of lines (4,096) the records' signatures are checked in the parallel
+/// stage against the completed key registry; a bad one there is still named by its entry.
+#[test]
+fn signatures_checked_in_the_parallel_stage_are_named_too() {
+    let node = gpuledger::sample::key("many-node");
+    let mut log = HandLog::new();
+    let reg = register(&mut log, "node-m", &node);
+    let mut records = Vec::new();
+    let mut bad_index = 0;
+    for i in 0..5_000u64 {
+        let u = gpu("acme", "node-m", "west", None, "1", i as i64, i as i64 + 1);
+        let mut env = Envelope::sign(Kind::GpuUsage, "node-m", &node, i + 1, &u);
+        if i == 4_500 {
+            let mut raw = BASE64_STANDARD.decode(&env.sig).unwrap();
+            raw[7] ^= 1;
+            env.sig = BASE64_STANDARD.encode(raw);
+        }
+        let idx = log.push(env, at(7_000));
+        if i == 4_500 {
+            bad_index = idx;
+        }
+        records.push(idx);
+    }
+    let (cert, lines) = log.certificate(&[reg], &records[..4_400]);
+    assert_eq!(verify(&cert, &lines).unwrap().entries.count, 4_400);
+    let (cert, lines) = log.certificate(&[reg], &records);
+    assert_eq!(
+        reason(verify(&cert, &lines)),
+        (Reason::EntrySignature, format!("entry {bad_index}"))
+    );
+}

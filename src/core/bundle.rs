@@ -5,8 +5,9 @@
 //! proof, envelope rules) needs nothing but the checkpoint, so callers run it on many lines in
 //! parallel; [`BundleChecker`] then takes the prepared entries in order for what is sequential
 //! (order, key validity by position) and hands each record to a [`Subject`] (a certificate's
-//! tally, an invoice's rating). Signatures are checked by the caller in batches with
-//! [`envelope::verify_strict_many`] over [`BundleChecker::accept`]'s output.
+//! tally, an invoice's rating). [`verify_bundle`] runs the whole: signatures are checked in
+//! batches, in the parallel stage once the key registry is complete, otherwise over
+//! [`BundleChecker::accept`]'s output ([`first_bad_signature`]).
 
 use super::checkpoint::{self, Checkpoint};
 use super::envelope::{self, Checked};
@@ -417,11 +418,11 @@ pub fn is_record_kind(k: Kind) -> bool {
     matches!(k, Kind::GpuUsage | Kind::Energy)
 }
 
-/// A signature to verify, and the entry it belongs to.
-pub struct PendingSignature {
+/// A signature to verify, and the entry it belongs to (borrowed from the prepared entry).
+pub struct PendingSignature<'a> {
     pub index: u64,
-    pub message: Vec<u8>,
-    pub signature: Signature,
+    pub message: &'a [u8],
+    pub signature: &'a Signature,
     pub key: VerifyingKey,
 }
 
@@ -465,11 +466,11 @@ impl BundleChecker {
     /// Takes the next prepared line: order, the end line, key validity at the entry's index.
     /// Returns the signature the caller must verify before handing the entry to the subject
     /// with [`BundleChecker::apply`].
-    pub fn accept(
+    pub fn accept<'a>(
         &mut self,
         line_no: u64,
-        p: &Prepared,
-    ) -> Result<Option<PendingSignature>, Failure> {
+        p: &'a Prepared,
+    ) -> Result<Option<PendingSignature<'a>>, Failure> {
         let at = || format!("line {line_no}");
         if self.ended {
             return Err(Failure::new(
@@ -585,8 +586,8 @@ impl BundleChecker {
             .map_err(|m| Failure::new(Reason::LeafInvalid, item(), m))?;
         Ok(Some(PendingSignature {
             index,
-            message: e.checked.message.clone(),
-            signature: e.checked.signature,
+            message: &e.checked.message,
+            signature: &e.checked.signature,
             key,
         }))
     }
@@ -662,19 +663,23 @@ pub enum SignatureCheck {
     Strict,
 }
 
-/// Verifies pending signatures in parallel; the index of the first bad one.
-pub fn first_bad_signature(pending: &[PendingSignature], how: SignatureCheck) -> Option<u64> {
+/// Verifies pending signatures in parallel, one bool each.
+fn verify_pending(pending: &[PendingSignature], how: SignatureCheck) -> Vec<bool> {
     let items: Vec<_> = pending
         .iter()
-        .map(|p| (p.message.as_slice(), &p.signature, &p.key))
+        .map(|p| (p.message, p.signature, &p.key))
         .collect();
-    let ok = match how {
+    match how {
         SignatureCheck::Batch => envelope::verify_many(&items),
         SignatureCheck::Strict => envelope::verify_strict_many(&items),
-    };
+    }
+}
+
+/// Verifies pending signatures in parallel; the index of the first bad one.
+pub fn first_bad_signature(pending: &[PendingSignature], how: SignatureCheck) -> Option<u64> {
     pending
         .iter()
-        .zip(ok)
+        .zip(verify_pending(pending, how))
         .find(|(_, good)| !good)
         .map(|(p, _)| p.index)
 }
@@ -764,10 +769,14 @@ pub fn verify_bundle<S: Subject>(
                     .par_iter()
                     .map(|(no, l)| prepare_line(*no, l, anchor_ref))
                     .collect();
+                // Entries whose key is unknown fail key validity in the sequential stage, before
+                // their signature counts; only the others are verified, and the results are put
+                // back at their lines.
                 let sigs = frozen.get().map(|keys| {
-                    let items: Vec<(&[u8], &Signature, VerifyingKey)> = prepared
+                    let (lines, pending): (Vec<usize>, Vec<PendingSignature>) = prepared
                         .iter()
-                        .map(|p| match p {
+                        .enumerate()
+                        .filter_map(|(line, p)| match p {
                             Ok(Prepared::Entry(e)) => {
                                 let env = &e.checked.envelope;
                                 let key = if env.key_id == *log_key_id {
@@ -775,18 +784,25 @@ pub fn verify_bundle<S: Subject>(
                                 } else {
                                     keys.get(&env.key_id).map(|k| k.key)
                                 };
-                                key.map(|k| (e.checked.message.as_slice(), &e.checked.signature, k))
+                                key.map(|key| {
+                                    let p = PendingSignature {
+                                        index: e.index,
+                                        message: &e.checked.message,
+                                        signature: &e.checked.signature,
+                                        key,
+                                    };
+                                    (line, p)
+                                })
                             }
                             _ => None,
                         })
-                        .map(|x| x.unwrap_or((&[][..], &PLACEHOLDER_SIG, log_key)))
-                        .collect();
-                    let refs: Vec<(&[u8], &Signature, &VerifyingKey)> =
-                        items.iter().map(|(m, s, k)| (*m, *s, k)).collect();
-                    match signatures {
-                        SignatureCheck::Batch => envelope::verify_many(&refs),
-                        SignatureCheck::Strict => envelope::verify_strict_many(&refs),
+                        .unzip();
+                    let mut ok = vec![true; prepared.len()];
+                    for (line, good) in lines.into_iter().zip(verify_pending(&pending, signatures))
+                    {
+                        ok[line] = good;
                     }
+                    ok
                 });
                 if checked_tx.send((chunk, prepared, sigs)).is_err() {
                     return;
@@ -863,8 +879,3 @@ pub fn verify_bundle<S: Subject>(
         subject,
     ))
 }
-
-/// Stands in for an entry whose key is unknown (it fails key validity before its signature
-/// counts).
-static PLACEHOLDER_SIG: std::sync::LazyLock<Signature> =
-    std::sync::LazyLock::new(|| Signature::from_bytes(&[0u8; 64]));
