@@ -413,13 +413,19 @@ fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
         }
         None => {
             let log_key = key(args.log_key)?;
+            let file = |path| verifier::BundleFile {
+                path,
+                log_key: &log_key,
+                signatures: sigs,
+                progress,
+            };
             match (args.certificate, args.bundle, args.checkpoint) {
                 (None, Some(b), _) if args.invoice.is_some() => {
                     let i = args.invoice.expect("checked");
-                    verifier::invoice(&i, &b, &log_key, sigs, progress)
+                    verifier::invoice(&i, &file(&b))
                 }
-                (Some(c), Some(b), _) => verifier::certificate(&c, &b, &log_key, sigs, progress),
-                (None, Some(b), _) => verifier::bundle_only(&b, &log_key, sigs, progress),
+                (Some(c), Some(b), _) => verifier::certificate(&c, &file(&b)),
+                (None, Some(b), _) => verifier::bundle_only(&file(&b)),
                 (None, None, Some(cp)) => verifier::checkpoint(&cp, &log_key),
                 _ => bail!(
                     "give --certificate FILE --bundle FILE, --bundle FILE, --checkpoint FILE, or `verify consistency`"

@@ -2,7 +2,9 @@
 //! proofs (docs/PROTOCOL.md §15). It reads files and the verifier key only: no database,
 //! network or server (the online consistency variant fetches one proof, nothing else).
 
-use crate::core::bundle::{self, Anchor, Failure, NoSubject, Reason, SignatureCheck};
+use crate::core::bundle::{
+    self, Anchor, Failure, Header, NoSubject, Reason, SignatureCheck, Subject,
+};
 use crate::core::certificate::{Certificate, CertificateCheck};
 use crate::core::merkle;
 use serde::Serialize;
@@ -124,27 +126,36 @@ fn summary_of(v: &bundle::Verified) -> serde_json::Value {
     })
 }
 
+/// A bundle file to check, against which verifier key, and how.
+pub struct BundleFile<'a> {
+    pub path: &'a Path,
+    /// The log's verifier key string.
+    pub log_key: &'a str,
+    pub signatures: SignatureCheck,
+    /// Show a progress bar (on a terminal).
+    pub progress: bool,
+}
+
+impl BundleFile<'_> {
+    /// Verifies the bundle for the subject `make` builds from its header (§15).
+    fn verify<S: Subject>(
+        &self,
+        make: impl FnOnce(&Header, &Anchor) -> Result<S, Failure>,
+    ) -> Result<(bundle::Verified, S), Failure> {
+        let (lines, bar) = bundle_lines(self.path, self.progress)?;
+        let result = bundle::verify_bundle(lines, self.log_key, make, self.signatures, &mut |_| {});
+        bar.finish_and_clear();
+        result
+    }
+}
+
 /// Checks a certificate with its bundle (§15).
-pub fn certificate(
-    cert: &Path,
-    bundle_path: &Path,
-    log_key: &str,
-    signatures: SignatureCheck,
-    progress: bool,
-) -> Report {
+pub fn certificate(cert: &Path, bundle_file: &BundleFile) -> Report {
     let run = || -> Result<Report, Failure> {
         let cert = Certificate::from_json(&read_file(cert, "certificate")?)
             .map_err(|e| Failure::new(Reason::Malformed, "certificate", e.to_string()))?;
-        let (lines, bar) = bundle_lines(bundle_path, progress)?;
-        let result = bundle::verify_bundle(
-            lines,
-            log_key,
-            |h, a| CertificateCheck::start(cert.clone(), h, a),
-            signatures,
-            &mut |_| {},
-        );
-        bar.finish_and_clear();
-        let (verified, check) = result?;
+        let (verified, check) =
+            bundle_file.verify(|h, a| CertificateCheck::start(cert.clone(), h, a))?;
         let claims = check.finish()?;
         let mut summary = summary_of(&verified);
         summary["certificate"] = cert.id.clone().into();
@@ -173,28 +184,14 @@ pub fn certificate(
 }
 
 /// Recomputes an invoice (as `GET /v1/invoices/{number}` serves it) from its bundle.
-pub fn invoice(
-    invoice_path: &Path,
-    bundle_path: &Path,
-    log_key: &str,
-    signatures: SignatureCheck,
-    progress: bool,
-) -> Report {
+pub fn invoice(invoice_path: &Path, bundle_file: &BundleFile) -> Report {
     let run = || -> Result<Report, Failure> {
         let text = String::from_utf8(read_file(invoice_path, "invoice")?)
             .map_err(|_| Failure::new(Reason::Malformed, "invoice", "not UTF-8"))?;
         let inv = crate::core::invoice::from_json(&text)
             .map_err(|e| Failure::new(Reason::Malformed, "invoice", e))?;
-        let (lines, bar) = bundle_lines(bundle_path, progress)?;
-        let result = bundle::verify_bundle(
-            lines,
-            log_key,
-            |h, a| crate::core::invoice::InvoiceCheck::start(inv.clone(), h, a),
-            signatures,
-            &mut |_| {},
-        );
-        bar.finish_and_clear();
-        let (verified, check) = result?;
+        let (verified, check) = bundle_file
+            .verify(|h, a| crate::core::invoice::InvoiceCheck::start(inv.clone(), h, a))?;
         let inv = check.finish()?;
         let mut summary = summary_of(&verified);
         summary["invoice"] = inv.number.clone().into();
@@ -221,23 +218,9 @@ pub fn invoice(
 }
 
 /// Checks a bundle alone (§15 steps 1, 2 and 4).
-pub fn bundle_only(
-    bundle_path: &Path,
-    log_key: &str,
-    signatures: SignatureCheck,
-    progress: bool,
-) -> Report {
+pub fn bundle_only(bundle_file: &BundleFile) -> Report {
     let run = || -> Result<Report, Failure> {
-        let (lines, bar) = bundle_lines(bundle_path, progress)?;
-        let result = bundle::verify_bundle(
-            lines,
-            log_key,
-            |_, _| Ok(NoSubject),
-            signatures,
-            &mut |_| {},
-        );
-        bar.finish_and_clear();
-        let (v, _) = result?;
+        let (v, _) = bundle_file.verify(|_, _| Ok(NoSubject))?;
         Ok(Report::pass(
             format!(
                 "bundle of {} entries ({} records), every one signed by a valid key and included in checkpoint {} of {}",
