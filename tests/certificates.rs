@@ -665,23 +665,19 @@ impl HandLog {
         }
         let claims = tally.finish().unwrap();
         let note = self.note();
-        let mut cert = Certificate {
-            v: 1,
-            id: "CERT-000042".into(),
+        let req = CertificateRequest {
             tenant: "acme".into(),
-            period_from: period().from,
-            period_to: period().to,
+            period: period(),
             scope: Scope::default(),
-            issued_at: at(7300),
-            log_origin: ORIGIN.into(),
-            checkpoint: note.clone(),
-            entries: claims.entries,
-            gpu: claims.gpu,
-            energy: claims.energy,
-            totals: claims.totals,
-            sig: String::new(),
         };
-        cert.sign(&log_key());
+        let cert = Certificate::issue(
+            "CERT-000042".into(),
+            &req,
+            at(7300),
+            &self.signer,
+            note.clone(),
+            claims,
+        );
         let header = bundle::Header::new(
             ORIGIN,
             &note,

@@ -7,10 +7,11 @@
 //! region parameters, and N records (7 in 8 `gpu_usage`, 1 in 8 `energy`) of one tenant.
 
 use crate::core::bundle::{self, BundleSubject, Header};
-use crate::core::certificate::{Certificate, Scope, Tally, CERTIFICATE_VERSION};
+use crate::core::certificate::{Certificate, CertificateRequest, Scope, Tally};
 use crate::core::checkpoint::LogSigner;
 use crate::core::envelope::Envelope;
 use crate::core::ids::LEDGER_SIGNER;
+use crate::core::invoice::Period;
 use crate::core::keys;
 use crate::core::leaf::{Leaf, GENESIS_PREV};
 use crate::core::merkle::{self, MemoryHashes};
@@ -161,23 +162,19 @@ pub fn run_verify_bench(
     let size = leaves.len() as u64;
     let note = log.sign_checkpoint(size, &merkle::tree_hash(size, &tree).map_err(io)?);
     let claims = tally.finish().map_err(io)?;
-    let mut cert = Certificate {
-        v: CERTIFICATE_VERSION,
-        id: "CERT-000001".into(),
+    let req = CertificateRequest {
         tenant: "bench-tenant".into(),
-        period_from: from,
-        period_to: to,
+        period: Period { from, to },
         scope: Scope::default(),
-        issued_at: received,
-        log_origin: ORIGIN.into(),
-        checkpoint: note.clone(),
-        entries: claims.entries,
-        gpu: claims.gpu,
-        energy: claims.energy,
-        totals: claims.totals,
-        sig: String::new(),
     };
-    cert.sign(log.key());
+    let cert = Certificate::issue(
+        "CERT-000001".into(),
+        &req,
+        received,
+        &log,
+        note.clone(),
+        claims,
+    );
     let cert_path = dir.join("certificate.json");
     let bundle_path = dir.join("bundle.jsonl");
     let key_path = dir.join("verifier_key.txt");

@@ -281,6 +281,46 @@ impl Certificate {
     }
 }
 
+/// What to certify: a tenant, a period, and an optional narrowing.
+#[derive(Debug, Clone)]
+pub struct CertificateRequest {
+    pub tenant: String,
+    pub period: super::invoice::Period,
+    pub scope: Scope,
+}
+
+impl Certificate {
+    /// The certificate `id` of `req`'s claims at the signed checkpoint `checkpoint`, signed by
+    /// the log.
+    pub fn issue(
+        id: String,
+        req: &CertificateRequest,
+        issued_at: Timestamp,
+        log: &super::checkpoint::LogSigner,
+        checkpoint: String,
+        claims: Claims,
+    ) -> Certificate {
+        let mut cert = Certificate {
+            v: CERTIFICATE_VERSION,
+            id,
+            tenant: req.tenant.clone(),
+            period_from: req.period.from,
+            period_to: req.period.to,
+            scope: req.scope.clone(),
+            issued_at,
+            log_origin: log.origin().to_owned(),
+            checkpoint,
+            entries: claims.entries,
+            gpu: claims.gpu,
+            energy: claims.energy,
+            totals: claims.totals,
+            sig: String::new(),
+        };
+        cert.sign(log.key());
+        cert
+    }
+}
+
 /// `CERT-` and six or more digits.
 pub fn is_certificate_id(s: &str) -> bool {
     s.strip_prefix("CERT-")

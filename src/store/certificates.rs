@@ -13,20 +13,14 @@ use super::schema::certificates;
 use super::write::{checkpoint_locked, push_ledger_entry, Appender};
 use super::{pricing, usage};
 use crate::core::bundle::{self, BundleSubject, Header};
-use crate::core::certificate::{self, Certificate, Scope, Tally, CERTIFICATE_VERSION};
+use crate::core::certificate::{self, Certificate, Tally};
 use crate::core::checkpoint::LogSigner;
 use crate::core::invoice::Period;
 use crate::core::record::{Body, CertificateIssued, Kind};
 use crate::core::time::Timestamp;
 use diesel::prelude::*;
 
-/// What to certify.
-#[derive(Debug, Clone)]
-pub struct CertificateRequest {
-    pub tenant: String,
-    pub period: Period,
-    pub scope: Scope,
-}
+pub use crate::core::certificate::CertificateRequest;
 
 /// A certificate as listed.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
@@ -91,23 +85,8 @@ pub(crate) fn issue(
         }
         let (_, note) = checkpoint_locked(conn, log, size, now)?;
         let count: i64 = certificates::table.count().get_result(conn)?;
-        let mut cert = Certificate {
-            v: CERTIFICATE_VERSION,
-            id: certificate::certificate_id(count as u64 + 1),
-            tenant: req.tenant.clone(),
-            period_from: req.period.from,
-            period_to: req.period.to,
-            scope: req.scope.clone(),
-            issued_at: now,
-            log_origin: log.origin().to_owned(),
-            checkpoint: note,
-            entries: claims.entries,
-            gpu: claims.gpu,
-            energy: claims.energy,
-            totals: claims.totals,
-            sig: String::new(),
-        };
-        cert.sign(log.key());
+        let id = certificate::certificate_id(count as u64 + 1);
+        let cert = Certificate::issue(id, req, now, log, note, claims);
         let body = Body::CertificateIssued(CertificateIssued {
             id: cert.id.clone(),
             tenant: cert.tenant.clone(),
