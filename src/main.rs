@@ -225,6 +225,9 @@ enum BenchCommand {
         /// Records in the bundle.
         #[arg(long, default_value_t = 1_000_000)]
         records: u64,
+        /// Run `gpuledger verify --strict` (every signature on its own).
+        #[arg(long)]
+        strict: bool,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -613,13 +616,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
             print!("{}", gpuledger::api::openapi_json());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(BenchCommand::Verify { records, json }) => {
+        Command::Bench(BenchCommand::Verify {
+            records,
+            strict,
+            json,
+        }) => {
             if records == 0 {
                 bail!("--records must be above 0");
             }
             let tmp = tempdir_for_bench()?;
             let exe = std::env::current_exe().context("finding this executable")?;
-            let r = bench::verify::run_verify_bench(&tmp, records, &exe, &|phase| {
+            let r = bench::verify::run_verify_bench(&tmp, records, &exe, strict, &|phase| {
                 if !json {
                     eprintln!("… {phase}");
                 }
@@ -634,8 +641,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     "building it:            {} s (not part of the verification)",
                     r.prepare_seconds
                 );
+                let label = if r.strict {
+                    "gpuledger verify --strict:"
+                } else {
+                    "gpuledger verify:"
+                };
                 println!(
-                    "gpuledger verify:       {} s ({:.0} records/s)",
+                    "{label:<24}{} s ({:.0} records/s)",
                     r.verify_seconds, r.records_per_s
                 );
                 match r.verify_peak_rss_mb {

@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Serialize)]
 pub struct VerifyResult {
     pub records: u64,
+    /// Whether signatures were checked one by one (`--strict`) rather than in batches.
+    pub strict: bool,
     pub bundle_mb: f64,
     /// Building the log and writing the bundle (not part of the verification).
     pub prepare_seconds: f64,
@@ -53,6 +55,7 @@ pub fn run_verify_bench(
     dir: &Path,
     records: u64,
     exe: &Path,
+    strict: bool,
     progress: &(dyn Fn(&str) + Sync),
 ) -> std::io::Result<VerifyResult> {
     let started = Instant::now();
@@ -217,6 +220,7 @@ pub fn run_verify_bench(
         .arg(&bundle_path)
         .arg("--log-key")
         .arg(&key_path)
+        .args(strict.then_some("--strict"))
         .stdout(std::process::Stdio::piped())
         .spawn()?;
     let mut peak = None;
@@ -234,6 +238,7 @@ pub fn run_verify_bench(
     }
     Ok(VerifyResult {
         records,
+        strict,
         bundle_mb: (bundle_mb * 10.0).round() / 10.0,
         prepare_seconds: (prepare_seconds * 10.0).round() / 10.0,
         verify_seconds: (verify_seconds * 1000.0).round() / 1000.0,
