@@ -908,17 +908,7 @@ fn both_verifiers_pass_the_services_artefacts_and_fail_a_tampered_one() {
     );
 
     // The independent Python verifier, on the same files, with its own tamper matrix.
-    let python_ready = std::process::Command::new("python3")
-        .args(["-c", "import cryptography, rfc8785"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !python_ready {
-        if std::env::var("GPULEDGER_REQUIRE_PYTHON_VERIFIER").as_deref() == Ok("1") {
-            panic!("GPULEDGER_REQUIRE_PYTHON_VERIFIER=1 but python3 with cryptography and rfc8785 is missing");
-        }
-        eprintln!(
-            "\n*** SKIPPED the Python verifier half: run `pip install -r verifiers/python/requirements.txt` ***"
-        );
+    if !python_verifier_ready() {
         return;
     }
     let out = std::process::Command::new("python3")

@@ -213,3 +213,22 @@ pub fn setup(db: &TestDb, signers: &[(&str, Role)]) -> Setup {
         log_key: log_key_path,
     }
 }
+
+/// Whether python3 with the Python verifier's packages is here. Without them the caller's
+/// Python half is skipped, loudly; under `GPULEDGER_REQUIRE_PYTHON_VERIFIER=1` it fails.
+pub fn python_verifier_ready() -> bool {
+    let ready = std::process::Command::new("python3")
+        .args(["-c", "import cryptography, rfc8785"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ready {
+        if std::env::var("GPULEDGER_REQUIRE_PYTHON_VERIFIER").as_deref() == Ok("1") {
+            panic!("GPULEDGER_REQUIRE_PYTHON_VERIFIER=1 but python3 with cryptography and rfc8785 is missing");
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n*** SKIPPED the Python verifier half: run `pip install -r verifiers/python/requirements.txt` ***"
+        );
+    }
+    ready
+}
