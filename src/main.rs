@@ -228,6 +228,10 @@ enum BenchCommand {
         /// Run `gpuledger verify --strict` (every signature on its own).
         #[arg(long)]
         strict: bool,
+        /// Build the certificate, bundle and log key in DIR and keep them (to rerun or profile
+        /// `gpuledger verify` on them); by default they go to a temporary folder, removed after.
+        #[arg(long, value_name = "DIR")]
+        keep: Option<PathBuf>,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -619,19 +623,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(BenchCommand::Verify {
             records,
             strict,
+            keep,
             json,
         }) => {
             if records == 0 {
                 bail!("--records must be above 0");
             }
-            let tmp = tempdir_for_bench()?;
+            let tmp = match &keep {
+                Some(dir) => {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
+                    dir.clone()
+                }
+                None => tempdir_for_bench()?,
+            };
             let exe = std::env::current_exe().context("finding this executable")?;
             let r = bench::verify::run_verify_bench(&tmp, records, &exe, strict, &|phase| {
                 if !json {
                     eprintln!("… {phase}");
                 }
             });
-            let _ = std::fs::remove_dir_all(&tmp);
+            if keep.is_none() {
+                let _ = std::fs::remove_dir_all(&tmp);
+            }
             let r = r?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
@@ -655,6 +669,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     None => println!("verifier peak RSS:      not available"),
                 }
                 println!("{}", r.verdict);
+                if let Some(dir) = &keep {
+                    println!(
+                        "kept:                   {0}/certificate.json {0}/bundle.jsonl {0}/verifier_key.txt",
+                        dir.display()
+                    );
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
