@@ -18,5 +18,6 @@ pub mod outcome;
 pub mod rating;
 pub mod record;
 pub mod rejection;
+pub mod signature_batch;
 pub mod time;
 pub mod usage;
