@@ -9,6 +9,12 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// mimalloc instead of the system allocator: verification and ingest allocate many small,
+/// short-lived values across threads, where glibc's allocator spent about a fifth of the
+/// verifier's time (docs/BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "gpuledger",
