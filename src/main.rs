@@ -667,7 +667,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     "gpuledger verify:"
                 };
                 println!(
-                    "{label:<24}{} s ({:.0} records/s)",
+                    "{label:<23} {} s ({:.0} records/s)",
                     r.verify_seconds, r.records_per_s
                 );
                 match r.verify_peak_rss_mb {

@@ -945,7 +945,11 @@ fn small_order_r_signature_is_refused() {
 
     // The trap: lax verification accepts it.
     assert!(ed25519_dalek::Verifier::verify(&pk, &message, &forged).is_ok());
-    assert!(gpuledger::core::signature_batch::verify_batch(&[(message.as_slice(), &forged, &pk)]));
+    assert!(gpuledger::core::signature_batch::verify_batch(&[(
+        message.as_slice(),
+        &forged,
+        &pk
+    )]));
     // The contract refuses it, alone and inside a batch with good signatures.
     assert!(pk.verify_strict(&message, &forged).is_err());
     assert!(pk.verify_strict(&message, &genuine).is_ok());

@@ -656,8 +656,8 @@ impl BundleChecker {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SignatureCheck {
     /// Batch verification over both cores (small-order R refused; a failing batch is checked
-    /// one by one, strictly, to name the entry). About 1.8 times as fast (docs/BENCHMARKS.md); see §3.3 for the one
-    /// kind of signature it may accept that strict verification refuses.
+    /// one by one, strictly, to name the entry). About twice as fast (docs/BENCHMARKS.md); see
+    /// §3.3 for the one kind of signature it may accept that strict verification refuses.
     Batch,
     /// Strict Ed25519 (§3.3) for every signature, one by one.
     Strict,

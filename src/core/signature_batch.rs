@@ -163,7 +163,10 @@ mod tests {
                     let mut raw = v[victim].1.to_bytes();
                     raw[byte] ^= 1 << bit;
                     v[victim].1 = Signature::from_bytes(&raw);
-                    assert!(!verify_batch(&items(&v)), "byte {byte} bit {bit} of {victim}");
+                    assert!(
+                        !verify_batch(&items(&v)),
+                        "byte {byte} bit {bit} of {victim}"
+                    );
                 }
             }
         }
