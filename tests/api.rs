@@ -5,7 +5,8 @@
 //!   against independent expectations (leaf hashes and Merkle roots recomputed here, proofs
 //!   checked with the RFC 9162 algorithms, checkpoints verified with the published key, usage
 //!   sums worked out by hand).
-//! - `access_matrix`: role × endpoint → status, including cross-tenant attempts (404, never 403).
+//! - `access_matrix`: role × endpoint → status, including cross-tenant attempts (404, never 403),
+//!   with a row for every operation of the OpenAPI document (checked against it).
 //! - `bad_inputs_change_nothing`: a table of bad requests, each with its status and problem type
 //!   or per-record reason, and the log size unchanged after each.
 //! - `sigkill_during_ingest`: SIGKILL of the server while a client streams batches; after a
@@ -1184,9 +1185,55 @@ both_backends!(access_matrix, |db: &TestDb| {
         .collect();
     let (ia, ib, ie) = (idx[0], idx[1], idx[3]);
     let of_a: Vec<u64> = vec![idx[0], idx[2]];
-    let size = h.size();
     let day = base();
     let period = format!("from={day}&to={}", day.plus(86_400));
+    let (from, to) = (day.to_string(), day.plus(86_400).to_string());
+    // Prices, then an invoice and a certificate for each tenant, for the rows that read them.
+    let since = day.plus(-86_400).to_string();
+    h.post(
+        "/v1/rate-cards",
+        a,
+        &json!({"region": "cn-north-imx", "gpu_model": "H100-SXM-80G", "lease_class": "on_demand",
+                "currency": "CNY", "price_per_gpu_hour": "2.5", "effective_from": since}),
+    )
+    .ok_json(201);
+    h.post(
+        "/v1/region-params",
+        a,
+        &json!({"region": "cn-north-imx", "currency": "CNY", "electricity_price_per_kwh": "0.5",
+                "pue": "1.2", "carbon_g_per_kwh": "500", "effective_from": since}),
+    )
+    .ok_json(201);
+    // A's invoice now; B's is issued by the matrix's own row, so it is the second.
+    let mut of_a = of_a;
+    of_a.push(h.size()); // A's invoice_issued entry
+    let issued = h
+        .post(
+            "/v1/invoices",
+            a,
+            &json!({"tenant": "tenant-a", "from": from, "to": to}),
+        )
+        .ok_json(201);
+    let inv_a = issued[0]["number"].as_str().unwrap().to_owned();
+    let inv_b = "INV-000002";
+    // The settlement rows' bodies are plain functions: they name A's invoice by its number.
+    assert_eq!(inv_a, "INV-000001");
+    let mut certificate_of = Vec::new();
+    for t in ["tenant-a", "tenant-b"] {
+        if t == "tenant-a" {
+            of_a.push(h.size()); // A's certificate_issued entry
+        }
+        let cert = h
+            .post(
+                "/v1/certificates",
+                a,
+                &json!({"tenant": t, "from": from, "to": to}),
+            )
+            .ok_json(201);
+        certificate_of.push(cert["id"].as_str().unwrap().to_owned());
+    }
+    let (cert_a, cert_b) = (&certificate_of[0], &certificate_of[1]);
+    let size = h.size();
 
     let token_of = |w: Who| -> Option<&str> {
         match w {
@@ -1241,6 +1288,44 @@ both_backends!(access_matrix, |db: &TestDb| {
         // Token metadata is administration, not ledger data: admins only.
         ("list tokens",                 get("/v1/tokens"),                                           [200, 403, 403, 403, 401, 401]),
         ("revoke token",                Box::new(|_| Req::Delete(delete_path.clone())),              [204, 403, 403, 403, 401, 401]),
+        ("checkpoints",                 get("/v1/checkpoints"),                                      [200, 200, 200, 200, 200, 200]),
+        // Prices: admins write them; every caller with a token reads them.
+        ("rate card",                   post("/v1/rate-cards", |w| json!({"region": "cn-north-imx", "gpu_model": format!("gpu-{w}"), "lease_class": "on_demand", "currency": "CNY", "price_per_gpu_hour": "1", "effective_from": base().to_string()})), [201, 403, 403, 403, 401, 401]),
+        ("region parameters",           post("/v1/region-params", |w| json!({"region": format!("region-{w}"), "currency": "CNY", "electricity_price_per_kwh": "0.5", "pue": "1.1", "carbon_g_per_kwh": "400", "effective_from": base().to_string()})), [201, 403, 403, 403, 401, 401]),
+        ("lease",                       post("/v1/leases", |w| json!({"lease": format!("lease-{w}"), "tenant": "tenant-a", "class": "reserved"})), [201, 403, 403, 403, 401, 401]),
+        ("volume tiers",                post("/v1/volume-tiers", |w| json!({"plan": format!("plan-{w}"), "region": "cn-north-imx", "gpu_model": "H100-SXM-80G", "lease_class": "reserved", "currency": "CNY", "effective_from": base().to_string(), "tiers": [{"up_to_gpu_hours": "1", "price_per_gpu_hour": "2"}, {"price_per_gpu_hour": "1"}]})), [201, 403, 403, 403, 401, 401]),
+        ("tenant plan",                 post("/v1/tenant-plans", |_| json!({"tenant": "new-admin", "plan": "plan-admin", "effective_from": base().to_string()})), [201, 403, 403, 403, 401, 401]),
+        ("prices",                      get("/v1/prices"),                                           [200, 200, 200, 200, 401, 401]),
+        ("A's preview",                 get(&format!("/v1/invoices/preview?tenant=tenant-a&{period}")), [200, 200, 200, 404, 401, 401]),
+        ("own preview (admins name one)", get(&format!("/v1/invoices/preview?{period}")),            [400, 400, 200, 200, 401, 401]),
+        // Invoices: admins issue and settle; tenants read their own, 404 for others'.
+        ("issue invoice",               post("/v1/invoices", |_| json!({"tenant": "tenant-b", "from": base().to_string(), "to": base().plus(86_400).to_string()})), [201, 403, 403, 403, 401, 401]),
+        ("invoices (own, or all)",      get("/v1/invoices"),                                         [200, 200, 200, 200, 401, 401]),
+        ("A's invoices",                get("/v1/invoices?tenant=tenant-a"),                         [200, 200, 200, 404, 401, 401]),
+        ("A's invoice",                 get(&format!("/v1/invoices/{inv_a}")),                       [200, 200, 200, 404, 401, 401]),
+        ("B's invoice",                 get(&format!("/v1/invoices/{inv_b}")),                       [200, 200, 404, 200, 401, 401]),
+        ("unknown invoice",             get("/v1/invoices/INV-999999"),                              [404, 404, 404, 404, 401, 401]),
+        ("A's invoice as JSON",         get(&format!("/v1/invoices/{inv_a}/json")),                  [200, 200, 200, 404, 401, 401]),
+        ("A's invoice as CSV",          get(&format!("/v1/invoices/{inv_a}/csv")),                   [200, 200, 200, 404, 401, 401]),
+        ("A's invoice as PDF",          get(&format!("/v1/invoices/{inv_a}/pdf")),                   [200, 200, 200, 404, 401, 401]),
+        ("A's invoice bundle",          get(&format!("/v1/invoices/{inv_a}/bundle")),                [200, 200, 200, 404, 401, 401]),
+        ("B's invoice bundle",          get(&format!("/v1/invoices/{inv_b}/bundle")),                [200, 200, 404, 200, 401, 401]),
+        // The format is checked before the invoice is looked up: the same 400 for any number.
+        ("an invoice in no format",     get(&format!("/v1/invoices/{inv_a}/xml")),                   [400, 400, 400, 400, 401, 401]),
+        ("payment",                     post("/v1/payments", |w| json!({"tenant": "tenant-a", "invoice": "INV-000001", "currency": "CNY", "amount": "0.01", "note": w})), [201, 403, 403, 403, 401, 401]),
+        ("credit note",                 post("/v1/credit-notes", |w| json!({"tenant": "tenant-a", "invoice": "INV-000001", "currency": "CNY", "amount": "0.01", "note": w})), [201, 403, 403, 403, 401, 401]),
+        ("A's balance",                 get("/v1/balance?tenant=tenant-a"),                          [200, 200, 200, 404, 401, 401]),
+        ("own balance (admins name one)", get("/v1/balance"),                                        [400, 400, 200, 200, 401, 401]),
+        // Certificates: a tenant for itself, an admin for anyone; auditors read, not issue.
+        ("certificate for A",           post("/v1/certificates", |_| json!({"tenant": "tenant-a", "from": base().to_string(), "to": base().plus(86_400).to_string()})), [201, 403, 201, 404, 401, 401]),
+        ("own certificate (admins name one)", post("/v1/certificates", |_| json!({"from": base().to_string(), "to": base().plus(86_400).to_string()})), [400, 403, 201, 201, 401, 401]),
+        ("certificates (own, or all)",  get("/v1/certificates"),                                     [200, 200, 200, 200, 401, 401]),
+        ("A's certificates",            get("/v1/certificates?tenant=tenant-a"),                     [200, 200, 200, 404, 401, 401]),
+        ("A's certificate",             get(&format!("/v1/certificates/{cert_a}")),                  [200, 200, 200, 404, 401, 401]),
+        ("B's certificate",             get(&format!("/v1/certificates/{cert_b}")),                  [200, 200, 404, 200, 401, 401]),
+        ("unknown certificate",         get("/v1/certificates/CERT-999999"),                         [404, 404, 404, 404, 401, 401]),
+        ("A's certificate bundle",      get(&format!("/v1/certificates/{cert_a}/bundle")),           [200, 200, 200, 404, 401, 401]),
+        ("B's certificate bundle",      get(&format!("/v1/certificates/{cert_b}/bundle")),           [200, 200, 404, 200, 401, 401]),
         ("healthz",                     get("/healthz"),                                             [200, 200, 200, 200, 200, 200]),
         ("readyz",                      get("/readyz"),                                              [200, 200, 200, 200, 200, 200]),
         ("metrics",                     get("/metrics"),                                             [200, 200, 200, 200, 200, 200]),
@@ -1280,8 +1365,64 @@ both_backends!(access_matrix, |db: &TestDb| {
         }
     }
 
-    // Only the admin's writes happened: one registration, one key, one revocation.
-    assert_eq!(h.size(), size + 3);
+    // Only the admin's writes and the tenants' own certificates went into the log, in row
+    // order (within a row the admin comes last).
+    let added = h
+        .get(&format!("/v1/entries?start={size}&end={}", h.size()), a)
+        .ok_json(200);
+    let kinds: Vec<&str> = added["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["entry"]["envelope"]["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "signer_key_registered", // register signer
+            "signer_key_registered", // add key
+            "signer_key_revoked",
+            "rate_card",
+            "region_params",
+            "lease_registered",
+            "volume_tiers",
+            "tenant_plan",
+            "invoice_issued",
+            "payment",
+            "credit_note",
+            "certificate_issued", // A for itself
+            "certificate_issued", // the admin for A
+            "certificate_issued", // A's own
+            "certificate_issued", // B's own
+        ]
+    );
+
+    // Every operation of the OpenAPI document has a row (as the admin calls it).
+    let doc = h.get("/openapi.json", None).ok_json(200);
+    let called: Vec<(&str, String)> = rows
+        .iter()
+        .map(|(_, req, _)| match req(Who::Admin) {
+            Req::Get(p) => ("get", p),
+            Req::Post(p, _) => ("post", p),
+            Req::Delete(p) => ("delete", p),
+        })
+        .map(|(m, p)| (m, p.split('?').next().unwrap().to_owned()))
+        .collect();
+    let fits = |template: &str, path: &str| {
+        let (t, p): (Vec<_>, Vec<_>) = (template.split('/').collect(), path.split('/').collect());
+        t.len() == p.len()
+            && t.iter()
+                .zip(&p)
+                .all(|(t, p)| t == p || (t.starts_with('{') && !p.is_empty()))
+    };
+    for (template, ops) in doc["paths"].as_object().unwrap() {
+        for method in ops.as_object().unwrap().keys() {
+            assert!(
+                called.iter().any(|(m, p)| m == method && fits(template, p)),
+                "the access matrix has no row for {method} {template}"
+            );
+        }
+    }
     let tenants = h.get("/v1/tenants", a).ok_json(200);
     let ids: Vec<_> = tenants
         .as_array()
