@@ -541,3 +541,33 @@ both_backends!(
         assert_verifies(&ledger);
     }
 );
+
+// verify-log checks one moment of the log: entries committed while it runs (by a live server,
+// or by a killed server's database session finishing its last commit) are not "beyond the
+// log size" it read at the start.
+both_backends!(
+    verify_log_reads_one_snapshot_of_a_live_log,
+    |db: &TestDb| {
+        let ledger = open(db);
+        let k = signer(&ledger, "node-1", Role::Node);
+        let usage = |seq| sample::usage("node-1", &k, seq, "t1", Decimal::from(8), slot(seq));
+        ledger.append(vec![usage(1), usage(2)]).unwrap();
+        let size = ledger.size().unwrap();
+        let mut appended = 0;
+        let report = ledger
+            .with_reader(|c| {
+                Ok(verify::verify_log(c, None, &mut |_, _| {
+                    // Between verify-log's pages: the ledger appends and commits.
+                    let out = ledger.append(vec![usage(3 + appended)]).unwrap();
+                    assert!(matches!(out[0], Outcome::Accepted { .. }), "{out:?}");
+                    appended += 1;
+                }))
+            })
+            .unwrap()
+            .unwrap_or_else(|e| panic!("verify-log on a live log: {e}"));
+        assert!(appended > 0);
+        assert_eq!(report.size, size);
+        assert_eq!(ledger.size().unwrap(), size + appended);
+        assert_eq!(assert_verifies(&ledger).size, size + appended);
+    }
+);

@@ -11,6 +11,7 @@ use crate::core::checkpoint::verify_checkpoint;
 use crate::core::keys;
 use crate::core::logcheck::{Failure, LogChecker};
 use crate::core::merkle::{self, Hash};
+use diesel::prelude::*;
 use serde::Serialize;
 
 /// Entries read per query.
@@ -45,9 +46,36 @@ fn bad(index: u64, what: impl Into<String>) -> VerifyError {
     })
 }
 
+impl From<diesel::result::Error> for VerifyError {
+    fn from(e: diesel::result::Error) -> Self {
+        VerifyError::Store(e.into())
+    }
+}
+
 /// Verifies the whole log. `log_key` overrides the public key recorded in the database (an
 /// auditor should pass the key they trust). `progress(done, total)` is called after each page.
+///
+/// Everything is read in one read-only transaction, so the check is of one moment of the log:
+/// a server may keep appending meanwhile (and a killed server's database session may still be
+/// finishing its last commit) without entries past the head looking stored "beyond the log
+/// size". PostgreSQL gets a REPEATABLE READ snapshot; SQLite's WAL mode gives a read
+/// transaction one snapshot from its first read.
 pub fn verify_log(
+    conn: &mut DbConn,
+    log_key: Option<&str>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Report, VerifyError> {
+    conn.transaction(|conn| {
+        if matches!(conn, DbConn::Pg(_)) {
+            diesel::sql_query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .execute(conn)?;
+        }
+        verify_snapshot(conn, log_key, progress)
+    })
+}
+
+/// [`verify_log`] inside its transaction.
+fn verify_snapshot(
     conn: &mut DbConn,
     log_key: Option<&str>,
     progress: &mut dyn FnMut(u64, u64),
