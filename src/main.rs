@@ -390,10 +390,9 @@ fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
                         None => get("/v1/checkpoint")?,
                     };
                     let size = |note: &str| -> Result<u64> {
-                        note.lines()
-                            .nth(1)
-                            .and_then(|l| l.parse().ok())
-                            .context("a checkpoint note's second line is its size")
+                        gpuledger::core::checkpoint::unverified(note)
+                            .map(|c| c.size())
+                            .context("not a checkpoint note")
                     };
                     let old_note = std::fs::read_to_string(&old)
                         .with_context(|| format!("reading {}", old.display()))?;
@@ -432,16 +431,13 @@ fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
                 signatures: sigs,
                 progress,
             };
-            match (args.certificate, args.bundle, args.checkpoint) {
-                (None, Some(b), _) if args.invoice.is_some() => {
-                    let i = args.invoice.expect("checked");
-                    verifier::invoice(&i, &file(&b))
-                }
-                (Some(c), Some(b), _) => verifier::certificate(&c, &file(&b)),
-                (None, Some(b), _) => verifier::bundle_only(&file(&b)),
-                (None, None, Some(cp)) => verifier::checkpoint(&cp, &log_key),
+            match (args.certificate, args.invoice, args.bundle, args.checkpoint) {
+                (Some(c), None, Some(b), _) => verifier::certificate(&c, &file(&b)),
+                (None, Some(i), Some(b), _) => verifier::invoice(&i, &file(&b)),
+                (None, None, Some(b), _) => verifier::bundle_only(&file(&b)),
+                (None, None, None, Some(cp)) => verifier::checkpoint(&cp, &log_key),
                 _ => bail!(
-                    "give --certificate FILE --bundle FILE, --bundle FILE, --checkpoint FILE, or `verify consistency`"
+                    "give --certificate FILE --bundle FILE, --invoice FILE --bundle FILE, --bundle FILE, --checkpoint FILE, or `verify consistency`"
                 ),
             }
         }

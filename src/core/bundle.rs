@@ -675,6 +675,15 @@ fn verify_pending(pending: &[PendingSignature], how: SignatureCheck) -> Vec<bool
     }
 }
 
+/// The failure of entry `index` whose signature does not verify.
+fn bad_signature(index: u64) -> Failure {
+    Failure::new(
+        Reason::EntrySignature,
+        format!("entry {index}"),
+        "the signature does not verify (Ed25519)",
+    )
+}
+
 /// Verifies pending signatures in parallel; the index of the first bad one.
 pub fn first_bad_signature(pending: &[PendingSignature], how: SignatureCheck) -> Option<u64> {
     pending
@@ -824,11 +833,7 @@ pub fn verify_bundle<S: Subject>(
                     match r {
                         Ok(Some(sig)) => match &sigs {
                             Some(ok) if !ok[i] => {
-                                stop = Some(Failure::new(
-                                    Reason::EntrySignature,
-                                    format!("entry {}", sig.index),
-                                    "the signature does not verify (Ed25519)",
-                                ));
+                                stop = Some(bad_signature(sig.index));
                                 break;
                             }
                             Some(_) => {}
@@ -846,11 +851,7 @@ pub fn verify_bundle<S: Subject>(
                 for p in prepared[..ok_upto].iter() {
                     if let Ok(Prepared::Entry(e)) = p {
                         if bad_sig == Some(e.index) {
-                            return Err(Failure::new(
-                                Reason::EntrySignature,
-                                format!("entry {}", e.index),
-                                "the signature does not verify (Ed25519)",
-                            ));
+                            return Err(bad_signature(e.index));
                         }
                         checker.apply(e, &mut subject)?;
                     }

@@ -118,8 +118,9 @@ pub fn verify_checkpoint(
     Ok(cp)
 }
 
-/// The body (the checkpoint text, final LF included) of a signed note: everything before the
-/// empty line that separates it from the signatures.
-pub fn note_body(note: &str) -> Option<&[u8]> {
-    note.find("\n\n").map(|i| &note.as_bytes()[..=i])
+/// The checkpoint a signed note carries, parsed without checking any signature: for reading
+/// the size of a note that is verified elsewhere (or was signed here).
+pub fn unverified(note: &str) -> Option<Checkpoint> {
+    let body = note.find("\n\n").map(|i| &note.as_bytes()[..=i])?;
+    Checkpoint::from_bytes(body).ok()
 }

@@ -202,7 +202,9 @@ pub fn invoice_lines(lines: Vec<Line>, adjustment_for: Option<Period>) -> Vec<In
 pub struct InvoiceCheck {
     invoice: Invoice,
     book: super::rating::PriceBook,
-    earlier: Vec<(Period, u64)>,
+    earlier: Vec<Period>,
+    /// The log size of the last earlier invoice: records below it were invoiced already.
+    since: u64,
     main: super::rating::Rater,
     late: std::collections::BTreeMap<Period, super::rating::Rater>,
 }
@@ -230,6 +232,7 @@ impl InvoiceCheck {
             invoice,
             book: Default::default(),
             earlier: Vec::new(),
+            since: 0,
             late: Default::default(),
         })
     }
@@ -285,13 +288,11 @@ impl super::bundle::Subject for InvoiceCheck {
             Body::InvoiceIssued(i)
                 if i.tenant == self.invoice.tenant && i.number != self.invoice.number =>
             {
-                self.earlier.push((
-                    Period {
-                        from: i.period_from,
-                        to: i.period_to,
-                    },
-                    i.checkpoint_size,
-                ));
+                self.earlier.push(Period {
+                    from: i.period_from,
+                    to: i.period_to,
+                });
+                self.since = self.since.max(i.checkpoint_size);
             }
             b => self.book.add_entry(b),
         }
@@ -327,11 +328,11 @@ impl super::bundle::Subject for InvoiceCheck {
             }
             return Ok(());
         }
-        let since = self.earlier.iter().map(|(_, s)| *s).max().unwrap_or(0);
-        let Some((period, _)) = self
+        let since = self.since;
+        let Some(period) = self
             .earlier
             .iter()
-            .find(|(q, _)| (q.from..q.to).contains(&start))
+            .find(|q| (q.from..q.to).contains(&start))
         else {
             return Err(Failure::new(
                 Reason::OutsidePeriod,

@@ -5,7 +5,6 @@ use super::conn::DbConn;
 use super::error::StoreError;
 use super::schema::entries;
 use super::usage;
-use crate::core::leaf::Leaf;
 use crate::core::rating::{PriceBook, Rater};
 use crate::core::record::{Body, Kind};
 use crate::core::time::Timestamp;
@@ -21,15 +20,6 @@ pub const PRICING_KINDS: [Kind; 6] = [
     Kind::TenantPlan,
 ];
 
-fn body_of(idx: i64, bytes: &[u8]) -> Result<Body, StoreError> {
-    let leaf =
-        Leaf::from_bytes(bytes).map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
-    let kind = Kind::parse(&leaf.envelope.kind)
-        .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: kind")))?;
-    Body::from_value(kind, &leaf.envelope.body, leaf.received_at)
-        .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))
-}
-
 /// Every pricing entry below log size `size`, in log order, as (index, body).
 pub fn pricing_entries(conn: &mut DbConn, size: u64) -> Result<Vec<(u64, Body)>, StoreError> {
     let kinds: Vec<&str> = PRICING_KINDS.iter().map(|k| k.as_str()).collect();
@@ -40,7 +30,7 @@ pub fn pricing_entries(conn: &mut DbConn, size: u64) -> Result<Vec<(u64, Body)>,
         .select((entries::idx, entries::leaf))
         .load(conn)?;
     rows.into_iter()
-        .map(|(i, b)| Ok((i as u64, body_of(i, &b)?)))
+        .map(|(i, b)| Ok((i as u64, usage::parse_body(i, &b)?)))
         .collect()
 }
 
