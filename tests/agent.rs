@@ -728,11 +728,7 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
     if !python_verifier_ready() {
         return;
     }
-    let python = std::process::Command::new("python3")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/verifiers/python/gpuledger_verify.py"
-        ))
+    let python = python_verifier()
         .args([
             "certificate",
             "--certificate",

@@ -928,9 +928,8 @@ fn both_verifiers_pass_the_services_artefacts_and_fail_a_tampered_one() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the Python verifier failed:\n{err}");
     assert!(!err.contains("SKIPPED"), "{err}");
-    let out = std::process::Command::new("python3")
+    let out = python_verifier()
         .args([
-            "verifiers/python/gpuledger_verify.py",
             "certificate",
             "--certificate",
             &p("certificate.json"),

@@ -691,13 +691,17 @@ fn alert_rules_are_complete_and_point_at_runbooks() {
     }
 }
 
-fn get(url: &str) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+/// An HTTP client that returns error statuses as responses, with a 10 s limit.
+fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(10)))
         .build()
-        .into();
-    let mut r = agent
+        .into()
+}
+
+fn get(url: &str) -> (u16, String) {
+    let mut r = http()
         .get(url)
         .call()
         .unwrap_or_else(|e| panic!("{url}: {e}"));
@@ -705,12 +709,7 @@ fn get(url: &str) -> (u16, String) {
 }
 
 fn post_json(url: &str, body: &str) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into();
-    let mut r = agent
+    let mut r = http()
         .post(url)
         .header("Content-Type", "application/json")
         .send(body.as_bytes())
@@ -1075,6 +1074,8 @@ both_backends!(checkpoints_are_listed_and_paged, |db: &TestDb| {
         ("?limit=0", "limit"),
         ("?limit=1001", "limit"),
         ("?after=x", "after"),
+        // Sizes are bounded (so `after + 1` cannot overflow).
+        ("?after=18446744073709551615", "after"),
         ("?before=-1", "before"),
         ("?after=1&before=9", "before"),
     ] {

@@ -22,6 +22,17 @@ fn d(s: &str) -> Decimal {
     Decimal::from_str(s).unwrap()
 }
 
+/// A payment or credit note body of acme's for `amount` CNY against `invoice`.
+fn settle(invoice: &str, amount: &str) -> gpuledger::core::record::Settlement {
+    gpuledger::core::record::Settlement {
+        tenant: "acme".into(),
+        invoice: invoice.into(),
+        currency: "CNY".into(),
+        amount: d(amount),
+        note: "test".into(),
+    }
+}
+
 /// A fixed day a few days back, so nothing is in the future.
 fn day() -> Timestamp {
     let now = Timestamp::now().unix();
@@ -699,7 +710,6 @@ both_backends!(
     invoice_lifecycle_with_late_record_and_credit_note,
     |db: &TestDb| {
         use gpuledger::core::invoice::Period;
-        use gpuledger::core::record::Settlement;
         let ledger = open(db);
         let node = signer(&ledger, "node-1", Role::Node);
         ledger
@@ -774,13 +784,6 @@ both_backends!(
         );
         assert_eq!(inv2.total.to_string(), "55.50");
         // Payments and credit notes, and the balance derived from them.
-        let settle = |invoice: &str, amount: &str| Settlement {
-            tenant: "acme".into(),
-            invoice: invoice.into(),
-            currency: "CNY".into(),
-            amount: d(amount),
-            note: "test".into(),
-        };
         ledger
             .settle(Body::Payment(settle("INV-000001", "100.00")))
             .unwrap();
@@ -846,7 +849,6 @@ both_backends!(
     golden_story_invoice_late_record_credit_note_balance,
     |db: &TestDb| {
         use gpuledger::core::invoice::Period;
-        use gpuledger::core::record::Settlement;
         let ledger = open(db);
         golden_log(&ledger);
         let day1 = Period {
@@ -964,13 +966,6 @@ both_backends!(
             (bundle::Reason::ClaimMismatch, "lines[1]")
         );
         // A credit note on the first invoice and payments on both, then the balance.
-        let settle = |invoice: &str, amount: &str| Settlement {
-            tenant: "acme".into(),
-            invoice: invoice.into(),
-            currency: "CNY".into(),
-            amount: d(amount),
-            note: "golden".into(),
-        };
         ledger
             .settle(Body::CreditNote(settle("INV-000001", "17.89")))
             .unwrap();

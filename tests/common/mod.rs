@@ -232,3 +232,14 @@ pub fn python_verifier_ready() -> bool {
     }
     ready
 }
+
+/// `python3 verifiers/python/gpuledger_verify.py`, ready for its arguments (check
+/// [`python_verifier_ready`] first).
+pub fn python_verifier() -> std::process::Command {
+    let mut c = std::process::Command::new("python3");
+    c.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/verifiers/python/gpuledger_verify.py"
+    ));
+    c
+}
