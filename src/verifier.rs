@@ -2,9 +2,7 @@
 //! proofs (docs/PROTOCOL.md §15). It reads files and the verifier key only: no database,
 //! network or server (the online consistency variant fetches one proof, nothing else).
 
-use crate::core::bundle::{
-    self, Anchor, Failure, Header, NoSubject, Reason, SignatureCheck, Subject,
-};
+use crate::core::bundle::{self, Anchor, Failure, Header, NoSubject, Reason, Subject};
 use crate::core::certificate::{Certificate, CertificateCheck};
 use crate::core::merkle;
 use serde::Serialize;
@@ -131,7 +129,6 @@ pub struct BundleFile<'a> {
     pub path: &'a Path,
     /// The log's verifier key string.
     pub log_key: &'a str,
-    pub signatures: SignatureCheck,
     /// Show a progress bar (on a terminal).
     pub progress: bool,
 }
@@ -143,7 +140,7 @@ impl BundleFile<'_> {
         make: impl FnOnce(&Header, &Anchor) -> Result<S, Failure>,
     ) -> Result<(bundle::Verified, S), Failure> {
         let (lines, bar) = bundle_lines(self.path, self.progress)?;
-        let result = bundle::verify_bundle(lines, self.log_key, make, self.signatures, &mut |_| {});
+        let result = bundle::verify_bundle(lines, self.log_key, make, &mut |_| {});
         bar.finish_and_clear();
         result
     }

@@ -232,6 +232,7 @@ region = "cn-east-sh"
 node = "{node}"
 lease_file = "leases.toml"
 spool_dir = "spool"
+origin = "test.gpuledger/log"
 
 [collector]
 kind = "simulated"
@@ -347,6 +348,7 @@ fn drain_spool(s: &Setup, node: &str, server: &str) -> u64 {
             max_backoff: Duration::from_secs(1),
             request_timeout: Duration::from_secs(5),
             signer: node.into(),
+            origin: gpuledger::sample::ORIGIN.into(),
         },
         Duration::from_secs(30),
     );
@@ -592,6 +594,43 @@ both_backends!(
     }
 );
 
+/// Records are signed for one log (its origin is in the signed message): an agent whose spool
+/// is signed for another log sends nothing to this one, and says why; a restart with a
+/// configured origin that contradicts its spool's is refused.
+#[test]
+fn agent_sends_nothing_to_another_log() {
+    let db = sqlite();
+    let s = setup(&db, &[("node-elsewhere", Role::Node)]);
+    let (_server, base) = serve(&s, 0);
+    let cfg = agent_files(&s, "node-elsewhere", &base, 100_000, SHARED_LEASES);
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "origin = \"test.gpuledger/log\"",
+        "origin = \"staging.gpuledger/log\"",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let a = agent(&cfg);
+    a.wait_spooled(3, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(logged(&s.url, "node-elsewhere").is_empty());
+    let err = a.stderr.lock().unwrap().clone();
+    assert!(err.contains("another log"), "{err}");
+    a.kill();
+    // The spool remembers the log it was signed for.
+    let spool = cfg.parent().unwrap().join("spool");
+    assert_eq!(
+        std::fs::read_to_string(spool.join("origin")).unwrap(),
+        "staging.gpuledger/log\n"
+    );
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "origin = \"staging.gpuledger/log\"",
+        "origin = \"test.gpuledger/log\"",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let err = agent_refused(&cfg);
+    assert!(err.contains("never sent to another"), "{err}");
+    assert!(logged(&s.url, "node-elsewhere").is_empty());
+}
+
 #[test]
 fn agent_refuses_a_key_readable_by_others() {
     use std::os::unix::fs::PermissionsExt;
@@ -600,13 +639,7 @@ fn agent_refuses_a_key_readable_by_others() {
     let cfg = agent_files(&s, "node-perm", "http://127.0.0.1:9", 10, "");
     let key = cfg.parent().unwrap().join("node.key");
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = bin()
-        .args(["agent", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = agent_refused(&cfg);
     assert!(err.contains("chmod 600"), "{err}");
 }
 

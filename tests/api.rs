@@ -44,7 +44,7 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest wait for the periodic checkpoint to catch up with the log.
 const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The origin the tests initialise their logs with.
-const ORIGIN: &str = "test.gpuledger/api";
+const ORIGIN: &str = gpuledger::sample::ORIGIN;
 /// Body and batch limits of `POST /v1/records` (docs/PROTOCOL.md, the OpenAPI document).
 const MAX_BODY: usize = 8 * 1024 * 1024;
 const MAX_RECORDS: usize = 10_000;
@@ -417,13 +417,29 @@ impl Http {
         out
     }
 
+    /// Registers a signer: a node key for node `signer`, either key for the sample region.
     fn register(&self, admin: &str, signer: &str, role: &str, key: &SigningKey) -> Value {
-        self.post(
-            "/v1/signers",
-            Some(admin),
-            &json!({"id": signer, "role": role, "public_key": public(key)}),
-        )
-        .ok_json(201)
+        let mut body = json!({"id": signer, "role": role, "public_key": public(key),
+                              "regions": [sample::REGION]});
+        if role == "node" {
+            body["nodes"] = json!([signer]);
+        }
+        self.post("/v1/signers", Some(admin), &body).ok_json(201)
+    }
+
+    /// Registers each tenant (if new) and its sample lease (`lease-<tenant>`, which sample
+    /// usage records name), so their records are admitted.
+    fn parties(&self, admin: &str, tenants: &[&str]) {
+        for t in tenants {
+            let r = self.post("/v1/tenants", Some(admin), &json!({"id": t, "name": t}));
+            assert!(matches!(r.status, 201 | 409), "tenant {t}: {}", r.text());
+            self.post(
+                "/v1/leases",
+                Some(admin),
+                &json!({"lease": sample::lease(t), "tenant": t, "class": "on_demand"}),
+            )
+            .ok_json(201);
+        }
     }
 
     /// Waits until `GET /v1/checkpoint` covers `size` entries; returns the note.
@@ -491,7 +507,7 @@ fn sign_value(mut v: Value, key: &SigningKey) -> Value {
     v["key_id"] = json!(key_id(key));
     v["sig"] = json!("");
     let env: Envelope = serde_json::from_value(v.clone()).unwrap();
-    let sig = key.sign(&env.signed_message().unwrap());
+    let sig = key.sign(&env.signed_message(gpuledger::sample::ORIGIN).unwrap());
     v["sig"] = json!(BASE64_STANDARD.encode(sig.to_bytes()));
     v
 }
@@ -619,7 +635,7 @@ both_backends!(every_endpoint, |db: &TestDb| {
             "origin": ORIGIN,
             "public_key": public(&log_key),
             "verifier_key": gpuledger::core::checkpoint::verifier_key(ORIGIN, &log_key.verifying_key()),
-            "size": 0,
+            "size": 1,
         })
     );
     let verifier_key = info["verifier_key"].as_str().unwrap().to_owned();
@@ -651,19 +667,24 @@ both_backends!(every_endpoint, |db: &TestDb| {
         .map(|t| t["id"].clone())
         .collect();
     assert_eq!(ids, vec![json!("tenant-a"), json!("tenant-b")], "by id");
+    h.parties(&log.admin, &["tenant-a", "tenant-b"]);
 
-    // Signers: a node and a market signer; each registration is a log entry.
+    // Signers: a node and a market signer; each registration is a log entry. Before them: the
+    // policy entry, two tenants and their leases.
+    let first = h.size();
+    assert_eq!(first, 5);
     let k1 = sample::key("api-node-1");
     let reg = h.register(&log.admin, "node-1", "node", &k1);
     assert_eq!(
         reg,
         json!({"signer": "node-1", "role": "node", "key_id": key_id(&k1),
-               "public_key": public(&k1), "registered_index": 0})
+               "public_key": public(&k1), "nodes": ["node-1"], "regions": [sample::REGION],
+               "registered_index": first})
     );
     let km = sample::key("api-market-1");
     let reg_m = h.register(&log.admin, "market-1", "market", &km);
-    assert_eq!(reg_m["registered_index"], json!(1));
-    assert_eq!(h.size(), 2);
+    assert_eq!(reg_m["registered_index"], json!(first + 1));
+    assert_eq!(h.size(), first + 2);
 
     // Records: usage, energy (one without tenant), a spot price; all accepted in order.
     let mut posted: HashMap<u64, Value> = HashMap::new();
@@ -676,7 +697,13 @@ both_backends!(every_endpoint, |db: &TestDb| {
             .iter()
             .map(|&(seq, t, kwh)| sample::energy("node-1", &k1, seq, t, dec(kwh), end_of(seq))),
     );
-    batch.push(sample::spot("market-1", &km, 1, dec("21.5"), end_of(1)));
+    batch.push(sample::spot(
+        "market-1",
+        &km,
+        1,
+        dec("21.5"),
+        Timestamp::now(),
+    ));
     // `application/json` with parameters is JSON too.
     let r = h.request(
         "POST",
@@ -697,14 +724,14 @@ both_backends!(every_endpoint, |db: &TestDb| {
         .zip(&batch)
         .enumerate()
     {
-        let index = 2 + i as u64;
+        let index = first + 2 + i as u64;
         assert_eq!(o, &json!({"status": "accepted", "index": index}));
         posted.insert(index, value(e));
     }
     // A gap in seq is accepted and reported.
     let late = usage("node-1", &k1, LATE.0, LATE.1, LATE.2);
     let ans = h.post_records(std::slice::from_ref(&late));
-    let late_index = 2 + batch.len() as u64;
+    let late_index = first + 2 + batch.len() as u64;
     assert_eq!(
         ans["outcomes"],
         json!([{"status": "accepted", "index": late_index,
@@ -725,7 +752,8 @@ both_backends!(every_endpoint, |db: &TestDb| {
     assert_eq!(
         added,
         json!({"signer": "node-1", "role": "node", "key_id": key_id(&k2),
-               "public_key": public(&k2), "registered_index": size})
+               "public_key": public(&k2), "nodes": ["node-1"], "regions": [sample::REGION],
+               "registered_index": size})
     );
     h.post(
         "/v1/signers/node-404/keys",
@@ -750,7 +778,8 @@ both_backends!(every_endpoint, |db: &TestDb| {
     assert_eq!(
         revoked,
         json!({"signer": "node-1", "role": "node", "key_id": key_id(&k1),
-               "public_key": public(&k1), "registered_index": 0, "revoked_index": size + 2})
+               "public_key": public(&k1), "nodes": ["node-1"], "regions": [sample::REGION],
+               "registered_index": first, "revoked_index": size + 2})
     );
     h.post(
         &format!("/v1/signers/node-1/keys/{}/revoke", key_id(&k1)),
@@ -803,8 +832,8 @@ both_backends!(every_endpoint, |db: &TestDb| {
     }
     // The ledger's own entries: registrations and the revocation, signed by "ledger".
     for (i, kind, kid) in [
-        (0, "signer_key_registered", key_id(&k1)),
-        (1, "signer_key_registered", key_id(&km)),
+        (first, "signer_key_registered", key_id(&k1)),
+        (first + 1, "signer_key_registered", key_id(&km)),
         (size - 1, "signer_key_revoked", key_id(&k1)),
     ] {
         let env = &entries[i as usize]["entry"]["envelope"];
@@ -1126,10 +1155,7 @@ both_backends!(access_matrix, |db: &TestDb| {
     let admin = log.admin.clone();
     let a = Some(admin.as_str());
 
-    for id in ["tenant-a", "tenant-b"] {
-        h.post("/v1/tenants", a, &json!({"id": id, "name": id}))
-            .ok_json(201);
-    }
+    h.parties(&admin, &["tenant-a", "tenant-b"]);
     let k = sample::key("matrix-node");
     h.register(&admin, "node-1", "node", &k);
     // Disposable things for the admin's write rows to act on.
@@ -1184,7 +1210,8 @@ both_backends!(access_matrix, |db: &TestDb| {
         .map(|o| o["index"].as_u64().unwrap())
         .collect();
     let (ia, ib, ie) = (idx[0], idx[1], idx[3]);
-    let of_a: Vec<u64> = vec![idx[0], idx[2]];
+    // A's registration and lease (entries 1 and 2, after the policy entry), then its records.
+    let of_a: Vec<u64> = vec![1, 2, idx[0], idx[2]];
     let day = base();
     let period = format!("from={day}&to={}", day.plus(86_400));
     let (from, to) = (day.to_string(), day.plus(86_400).to_string());
@@ -1280,7 +1307,7 @@ both_backends!(access_matrix, |db: &TestDb| {
         ("unknown tenant's usage",      get(&format!("/v1/usage?tenant=tenant-z&{period}")),         [404, 404, 404, 404, 401, 401]),
         ("create tenant",               post("/v1/tenants", |w| json!({"id": format!("new-{w}"), "name": "n"})), [201, 403, 403, 403, 401, 401]),
         ("list tenants",                get("/v1/tenants"),                                          [200, 200, 403, 403, 401, 401]),
-        ("register signer",             post("/v1/signers", |w| json!({"id": format!("node-{w}"), "role": "node", "public_key": public(&sample::key(w))})), [201, 403, 403, 403, 401, 401]),
+        ("register signer",             post("/v1/signers", |w| json!({"id": format!("node-{w}"), "role": "node", "public_key": public(&sample::key(w)), "nodes": [format!("node-{w}")], "regions": ["west"]})), [201, 403, 403, 403, 401, 401]),
         ("list signers",                get("/v1/signers"),                                          [200, 200, 403, 403, 401, 401]),
         ("add key",                     post("/v1/signers/node-1/keys", |w| json!({"public_key": public(&sample::key(&format!("extra-{w}")))})), [201, 403, 403, 403, 401, 401]),
         ("revoke key",                  post(&revoke_path, |_| json!({})),                          [200, 403, 403, 403, 401, 401]),
@@ -1379,6 +1406,7 @@ both_backends!(access_matrix, |db: &TestDb| {
     assert_eq!(
         kinds,
         [
+            "tenant_registered",     // create tenant
             "signer_key_registered", // register signer
             "signer_key_registered", // add key
             "signer_key_revoked",
@@ -1528,6 +1556,21 @@ struct Bad {
     want: Want,
 }
 
+/// The public key of a case of tests/vectors/ed25519/cases.json.
+fn ed25519_case(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/ed25519/cases.json");
+    let table: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    table["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no case {name}"))["public_key"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 fn records(what: &'static str, body: Vec<u8>, want: Want) -> Bad {
     Bad {
         what,
@@ -1571,8 +1614,7 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     let h = srv.http();
     let admin = log.admin.clone();
     let a = Some(admin.as_str());
-    h.post("/v1/tenants", a, &json!({"id": "tenant-a", "name": "A"}))
-        .ok_json(201);
+    h.parties(&admin, &["tenant-a", "tenant-b"]);
     let k = sample::key("bad-node");
     h.register(&admin, "node-1", "node", &k);
     let km = sample::key("bad-market");
@@ -1606,7 +1648,7 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     sig[5] ^= 0x01;
     bad_sig["sig"] = json!(BASE64_STANDARD.encode(sig));
     let mut changed_after = good(11);
-    changed_after["body"]["tenant"] = json!("tenant-b");
+    changed_after["body"]["gpu_model"] = json!("H200-SXM-141G");
     let mut not_b64 = good(12);
     not_b64["sig"] = json!("not base64!");
     let mut short_sig = good(13);
@@ -1628,8 +1670,22 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         v["body"]["kwh"] = json!(kwh);
         sign_value(v, &k)
     };
-    let mut v2 = good(16);
-    v2["v"] = json!(2);
+    let mut v1 = good(16);
+    v1["v"] = json!(1);
+    // A repeated member name inside the body: the last value would win in a lax reader.
+    let repeated = {
+        let text = good(35).to_string();
+        let twice = text.replacen("\"body\":{", "\"body\":{\"tenant\":\"tenant-z\",", 1);
+        assert_ne!(twice, text);
+        format!("[{twice}]").into_bytes()
+    };
+    let mut staging = value(&usage("node-1", &k, 36, "tenant-a", "1"));
+    {
+        use ed25519_dalek::Signer;
+        let env: Envelope = serde_json::from_value(staging.clone()).unwrap();
+        let msg = env.signed_message("staging.gpuledger/log").unwrap();
+        staging["sig"] = json!(BASE64_STANDARD.encode(k.sign(&msg).to_bytes()));
+    }
     let mut unknown_kind = good(17);
     unknown_kind["kind"] = json!("gpu_rental");
     let mut seq0 = good(18);
@@ -1714,7 +1770,16 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         one("interval over a day",                   over_a_day,                            Reason("interval_too_long", Some("body.end"))),
         one("bad timestamp",                         edited(33, &[("start", "yesterday")]), Reason("invalid_field", Some("body.start"))),
         one("bad tenant id",                         edited(34, &[("tenant", "tenant a")]), Reason("invalid_field", Some("body.tenant"))),
-        one("envelope version 2",                    sign_value(v2, &k),                    Reason("unsupported_version", Some("v"))),
+        one("envelope version 1 (retired)",          sign_value(v1, &k),                    Reason("unsupported_version", Some("v"))),
+        records("a repeated member name in a body",  repeated,                              Reason("malformed", None)),
+        one("signed for another log (replay)",       staging,                               Reason("bad_signature", None)),
+        one("node outside the key's scope",          edited(37, &[("node", "node-elsewhere")]), Reason("node_not_allowed", Some("body.node"))),
+        one("region outside the key's scope",        edited(38, &[("region", "eu-west")]), Reason("region_not_allowed", Some("body.region"))),
+        one("unregistered tenant",                   edited(39, &[("tenant", "tenant-z")]), Reason("unknown_tenant", Some("body.tenant"))),
+        one("unregistered lease",                    edited(40, &[("lease", "lease-z")]),   Reason("unknown_lease", Some("body.lease"))),
+        one("another tenant's lease",                edited(41, &[("lease", "lease-tenant-b")]), Reason("lease_tenant_mismatch", Some("body.lease"))),
+        one("older than the log's policy allows",    edited(42, &[("start", &now.plus(-40 * 86_400).to_string()), ("end", &now.plus(-40 * 86_400 + 10).to_string())]), Reason("too_old", Some("body.start"))),
+        one("spot price in the past",                value(&sample::spot("market-1", &km, 2, dec("1"), now.plus(-3600))), Reason("price_in_past", Some("body.effective_from"))),
         one("unknown kind",                          sign_value(unknown_kind, &k),          Reason("unknown_kind", Some("kind"))),
         one("seq 0",                                 sign_value(seq0, &k),                  Reason("quantity_out_of_range", Some("seq"))),
         // Query parameters.
@@ -1749,6 +1814,14 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         // Administration bodies.
         Bad { body: b"{\"id\":".to_vec(), ..admin_post("tenant: malformed JSON", "/v1/tenants", json!(null), Problem(400, "malformed_json")) },
         admin_post("tenant: unknown member",         "/v1/tenants", json!({"id": "t2", "name": "n", "x": 1}), Problem(400, "malformed_json")),
+        Bad { body: br#"{"id":"t9","id":"t10","name":"n"}"#.to_vec(), ..admin_post("tenant: repeated member name", "/v1/tenants", json!(null), Problem(400, "malformed_json")) },
+        Bad { body: br#"{"lease":"l9","tenant":"tenant-a","class":"reserved","class":"spot"}"#.to_vec(), ..admin_post("lease: repeated member name", "/v1/leases", json!(null), Problem(400, "malformed_json")) },
+        admin_post("lease: unregistered tenant",     "/v1/leases", json!({"lease": "l10", "tenant": "tenant-z", "class": "reserved"}), Problem(400, "refused")),
+        admin_post("signer: no regions",             "/v1/signers", json!({"id": "n9", "role": "node", "public_key": public(&sample::key("n9")), "nodes": ["n9"]}), Problem(400, "refused")),
+        admin_post("signer: node key without nodes", "/v1/signers", json!({"id": "n10", "role": "node", "public_key": public(&sample::key("n10")), "regions": ["west"]}), Problem(400, "refused")),
+        admin_post("signer: mixed-order key",        "/v1/signers", json!({"id": "n11", "role": "node", "public_key": ed25519_case("a_mixed_order"), "nodes": ["n11"], "regions": ["west"]}), Problem(400, "refused")),
+        admin_post("signer: non-canonical key",      "/v1/signers", json!({"id": "n12", "role": "node", "public_key": ed25519_case("a_non_canonical"), "nodes": ["n12"], "regions": ["west"]}), Problem(400, "refused")),
+        admin_post("signer: small-order key",        "/v1/signers", json!({"id": "n13", "role": "node", "public_key": ed25519_case("a_small_order"), "nodes": ["n13"], "regions": ["west"]}), Problem(400, "refused")),
         ct(Some("text/plain"), admin_post("tenant: wrong content type", "/v1/tenants", json!({"id": "t3", "name": "n"}), Problem(415, "unsupported_media_type"))),
         admin_post("tenant: body over 64 KiB",       "/v1/tenants", json!({"id": "t4", "name": "x".repeat(64 * 1024)}), Problem(413, "body_too_large")),
         admin_post("tenant: bad id",                 "/v1/tenants", json!({"id": "bad id!", "name": "n"}), Problem(400, "refused")),
@@ -1954,6 +2027,7 @@ both_backends!(sigkill_during_ingest, |db: &TestDb| {
     {
         let srv = log.serve();
         srv.http().register(&log.admin, "node-kill", "node", &key);
+        srv.http().parties(&log.admin, &["tenant-k"]);
     }
     let mut rng = Rng::from_clock("sigkill_during_ingest");
     let mut acked: HashMap<u64, u64> = HashMap::new();
@@ -2018,6 +2092,7 @@ both_backends!(two_servers_one_database, |db: &TestDb| {
     for (i, k) in keys.iter().enumerate() {
         https[i % 2].register(&log.admin, &format!("agent-{i}"), "node", k);
     }
+    https[0].parties(&log.admin, &["tenant-m"]);
     let agents: Vec<_> = keys
         .iter()
         .enumerate()
@@ -2053,7 +2128,8 @@ both_backends!(two_servers_one_database, |db: &TestDb| {
 
     let size = https[0].size();
     assert_eq!(https[1].size(), size);
-    assert_eq!(size, AGENTS as u64 * (1 + BATCHES * BATCH));
+    // The policy entry, tenant-m and its lease, then each agent's key and records.
+    assert_eq!(size, 3 + AGENTS as u64 * (1 + BATCHES * BATCH));
     let entries = https[1].all_entries(&log.admin);
     assert_eq!(entries.len() as u64, size);
     let mut used: BTreeSet<u64> = BTreeSet::new();
@@ -2062,9 +2138,9 @@ both_backends!(two_servers_one_database, |db: &TestDb| {
         assert_acknowledged_once(&entries, &format!("agent-{i}"), a);
         used.extend(a.values().copied());
     }
-    // One linear log: records and registrations fill 0..size with nothing left over.
+    // One linear log: records and the ledger's entries fill 0..size with nothing left over.
     for e in &entries {
-        if e["entry"]["envelope"]["kind"] == json!("signer_key_registered") {
+        if e["entry"]["envelope"]["signer"] == json!("ledger") {
             assert!(used.insert(e["index"].as_u64().unwrap()));
         }
     }

@@ -20,7 +20,8 @@ use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
 use gpuledger::core::merkle::{self, Hash, MemoryHashes};
 use gpuledger::core::outcome::Outcome;
 use gpuledger::core::record::{
-    Body, Energy, GpuUsage, Kind, RegionParameters, Role, SignerKeyRegistered, SignerKeyRevoked,
+    Body, Energy, GpuUsage, Kind, LeaseRegistered, RegionParameters, Role, SignerKeyRegistered,
+    SignerKeyRevoked, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::certificates::{self as store_certs, CertificateRequest};
@@ -87,6 +88,14 @@ fn period() -> Period {
 fn scenario(ledger: &Ledger) {
     let n1 = signer(ledger, "node-1", Role::Node);
     let n2 = signer(ledger, "node-2", Role::Node);
+    parties(ledger, &["acme", "globex"]);
+    ledger
+        .append_ledger_entry(Body::LeaseRegistered(LeaseRegistered {
+            lease: "l1".into(),
+            tenant: "acme".into(),
+            class: gpuledger::core::rating::LeaseClass::OnDemand,
+        }))
+        .unwrap();
     ledger
         .append_ledger_entry(Body::RegionParams(RegionParameters {
             region: "west".into(),
@@ -132,7 +141,7 @@ fn scenario(ledger: &Ledger) {
     ];
     let envs: Vec<Envelope> = records
         .iter()
-        .map(|(s, k, seq, b)| Envelope::sign(b.kind(), s, k, *seq, b))
+        .map(|(s, k, seq, b)| Envelope::sign(gpuledger::sample::ORIGIN, b.kind(), s, k, *seq, b))
         .collect();
     let out = ledger.append(envs).unwrap();
     assert!(
@@ -172,22 +181,15 @@ fn verifier_key() -> String {
     LogSigner::new(ORIGIN, log_key()).unwrap().verifier_key()
 }
 
-/// Verifies a certificate and its bundle lines as `gpuledger verify` does, with batch and with
-/// strict signature checks, which must agree.
+/// Verifies a certificate and its bundle lines as `gpuledger verify` does.
 fn verify(cert: &Certificate, lines: &[Vec<u8>]) -> Result<certificate::Claims, bundle::Failure> {
-    let run = |how| {
-        let (_, check) = bundle::verify_bundle(
-            lines.iter().cloned().map(Ok),
-            &verifier_key(),
-            |h, a| CertificateCheck::start(cert.clone(), h, a),
-            how,
-            &mut |_| {},
-        )?;
-        check.finish()
-    };
-    let strict = run(bundle::SignatureCheck::Strict);
-    assert_eq!(run(bundle::SignatureCheck::Batch), strict);
-    strict
+    let (_, check) = bundle::verify_bundle(
+        lines.iter().cloned().map(Ok),
+        &verifier_key(),
+        |h, a| CertificateCheck::start(cert.clone(), h, a),
+        &mut |_| {},
+    )?;
+    check.finish()
 }
 
 both_backends!(
@@ -241,19 +243,19 @@ both_backends!(
         assert_eq!(Certificate::from_json(json.as_bytes()).unwrap(), cert);
 
         let lines = bundle_of(&ledger, &cert);
-        // Header, 2 key registrations, region parameters, 4 records, end.
-        assert_eq!(lines.len(), 1 + 3 + 4 + 1);
+        // Header; the policy, 2 key registrations, acme's registration and its two leases,
+        // region parameters (nothing of globex); 4 records; end.
+        assert_eq!(lines.len(), 1 + 7 + 4 + 1);
         let claims = verify(&cert, &lines).unwrap();
         assert_eq!(claims, cert.claims());
         let (v, _) = bundle::verify_bundle(
             lines.iter().cloned().map(Ok),
             &verifier_key(),
             |_, _| Ok(NoSubject),
-            bundle::SignatureCheck::Batch,
             &mut |_| {},
         )
         .unwrap();
-        assert_eq!((v.entries, v.records), (7, 4));
+        assert_eq!((v.entries, v.records), (11, 4));
         // The log with the new kind still verifies end to end.
         let mut conn = gpuledger::store::connect(&db.url).unwrap();
         gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
@@ -515,21 +517,21 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
         reason(verify(&cert, &t)),
         (Reason::EntriesMismatch, "entries.count".into())
     );
-    // Another tenant's record (entry 7, globex's), genuinely in the log.
+    // Another tenant's record (entry 13, globex's), genuinely in the log.
     let mut t = lines.clone();
-    t.insert(records[3] + 1, line_of(&ledger, 7, size));
+    t.insert(records[3] + 1, line_of(&ledger, 13, size));
     set_end(&mut t);
     assert_eq!(
         reason(verify(&cert, &t)),
-        (Reason::WrongTenant, "entry 7".into())
+        (Reason::WrongTenant, "entry 13".into())
     );
-    // The tenant's own record from after the period (entry 8).
+    // The tenant's own record from after the period (entry 14).
     let mut t = lines.clone();
-    t.insert(records[3] + 1, line_of(&ledger, 8, size));
+    t.insert(records[3] + 1, line_of(&ledger, 14, size));
     set_end(&mut t);
     assert_eq!(
         reason(verify(&cert, &t)),
-        (Reason::OutsidePeriod, "entry 8".into())
+        (Reason::OutsidePeriod, "entry 14".into())
     );
     // Reordered records; a missing end line; a context entry among the records.
     let mut t = lines.clone();
@@ -539,13 +541,13 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
     t.pop();
     assert_eq!(reason(verify(&cert, &t)).0, Reason::Truncated);
     let mut t = lines.clone();
-    let ctx = t.remove(3); // the region parameters
+    let ctx = t.remove(7); // the region parameters
     t.insert(records[3] - 1, ctx);
     assert_eq!(reason(verify(&cert, &t)).0, Reason::Order);
 
     // Pointed at an older checkpoint (re-signed by the key holder): later records are not in it.
     let signer = LogSigner::new(ORIGIN, key.clone()).unwrap();
-    let old_size = 6;
+    let old_size = 12;
     let old_note = signer.sign_checkpoint(old_size, &ledger.root_at(old_size).unwrap());
     let mut c = cert.clone();
     c.checkpoint = old_note.clone();
@@ -566,7 +568,7 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
     t[0] = unparse(&h);
     assert_eq!(
         reason(verify(&c, &t)),
-        (Reason::NotInCheckpoint, "entry 6".into())
+        (Reason::NotInCheckpoint, "entry 12".into())
     );
     // ... and the certificate's checkpoint differs from the bundle's.
     assert_eq!(reason(verify(&cert, &t)).0, Reason::CheckpointMismatch);
@@ -601,13 +603,18 @@ struct HandLog {
 }
 
 impl HandLog {
+    /// A log whose entry 0 registers tenant acme (every certificate's context holds it).
     fn new() -> Self {
-        HandLog {
+        let mut log = HandLog {
             signer: LogSigner::new(ORIGIN, log_key()).unwrap(),
             leaves: Vec::new(),
             hashes: MemoryHashes::default(),
             ledger_seq: 0,
-        }
+        };
+        log.ledger(Body::TenantRegistered(TenantRegistered {
+            tenant: "acme".into(),
+        }));
+        log
     }
 
     fn push(&mut self, env: Envelope, received_at: Timestamp) -> u64 {
@@ -626,6 +633,7 @@ impl HandLog {
     fn ledger(&mut self, body: Body) -> u64 {
         self.ledger_seq += 1;
         let env = Envelope::sign(
+            gpuledger::sample::ORIGIN,
             body.kind(),
             LEDGER_SIGNER,
             &log_key(),
@@ -657,7 +665,7 @@ impl HandLog {
             let leaf = Leaf::from_bytes(&self.leaves[i as usize]).unwrap();
             let kind = Kind::parse(&leaf.envelope.kind).unwrap();
             let h = merkle::leaf_hash(&self.leaves[i as usize]);
-            match Body::from_value(kind, &leaf.envelope.body, leaf.received_at).unwrap() {
+            match Body::from_value(kind, &leaf.envelope.body).unwrap() {
                 Body::GpuUsage(u) => tally.add_usage(i, &h, &u).unwrap(),
                 Body::Energy(e) => tally.add_energy(i, &h, &e, &book).unwrap(),
                 _ => unreachable!(),
@@ -685,6 +693,10 @@ impl HandLog {
         );
         let mut lines = vec![bundle::header_line(&header)];
         lines[0].pop();
+        let mut context = context.to_vec();
+        if !context.contains(&0) {
+            context.insert(0, 0);
+        }
         for &i in context.iter().chain(records) {
             lines.push(self.line(i));
         }
@@ -695,12 +707,15 @@ impl HandLog {
     }
 }
 
+/// Registers a node key for node `name` in the test regions.
 fn register(log: &mut HandLog, name: &str, key: &SigningKey) -> u64 {
     log.ledger(Body::SignerKeyRegistered(SignerKeyRegistered {
         signer: name.into(),
         role: Role::Node,
         key_id: keys::key_id(&key.verifying_key()),
         public_key: keys::encode_public(&key.verifying_key()),
+        nodes: Some(vec![name.into()]),
+        regions: TEST_REGIONS.iter().map(|r| r.to_string()).collect(),
     }))
 }
 
@@ -711,7 +726,14 @@ fn records_signed_after_revocation_or_with_bad_signatures_are_named() {
     let reg = register(&mut log, "node-h", &node);
     let u1 = gpu("acme", "node-h", "west", None, "1", 0, 600);
     let r1 = log.push(
-        Envelope::sign(Kind::GpuUsage, "node-h", &node, 1, &u1),
+        Envelope::sign(
+            gpuledger::sample::ORIGIN,
+            Kind::GpuUsage,
+            "node-h",
+            &node,
+            1,
+            &u1,
+        ),
         at(600),
     );
     let rev = log.ledger(Body::SignerKeyRevoked(SignerKeyRevoked {
@@ -721,12 +743,26 @@ fn records_signed_after_revocation_or_with_bad_signatures_are_named() {
     }));
     let u2 = gpu("acme", "node-h", "west", None, "1", 600, 1200);
     let r2 = log.push(
-        Envelope::sign(Kind::GpuUsage, "node-h", &node, 2, &u2),
+        Envelope::sign(
+            gpuledger::sample::ORIGIN,
+            Kind::GpuUsage,
+            "node-h",
+            &node,
+            2,
+            &u2,
+        ),
         at(1200),
     );
     // A record whose signature is bad, written into the tree anyway.
     let u3 = gpu("acme", "node-h", "west", None, "1", 1200, 1800);
-    let mut bad = Envelope::sign(Kind::GpuUsage, "node-h", &node, 3, &u3);
+    let mut bad = Envelope::sign(
+        gpuledger::sample::ORIGIN,
+        Kind::GpuUsage,
+        "node-h",
+        &node,
+        3,
+        &u3,
+    );
     let mut raw = BASE64_STANDARD.decode(&bad.sig).unwrap();
     raw[5] ^= 1;
     bad.sig = BASE64_STANDARD.encode(raw);
@@ -1161,7 +1197,14 @@ fn signatures_checked_in_the_parallel_stage_are_named_too() {
     let mut bad_index = 0;
     for i in 0..5_000u64 {
         let u = gpu("acme", "node-m", "west", None, "1", i as i64, i as i64 + 1);
-        let mut env = Envelope::sign(Kind::GpuUsage, "node-m", &node, i + 1, &u);
+        let mut env = Envelope::sign(
+            gpuledger::sample::ORIGIN,
+            Kind::GpuUsage,
+            "node-m",
+            &node,
+            i + 1,
+            &u,
+        );
         if i == 4_500 {
             let mut raw = BASE64_STANDARD.decode(&env.sig).unwrap();
             raw[7] ^= 1;

@@ -59,7 +59,8 @@ fn keygen_writes_0600_and_refuses_to_overwrite() {
 #[test]
 fn init_defaults_then_verify_log_passes_and_names_a_tampered_entry() {
     let dir = tempfile::tempdir().unwrap();
-    let o = gpuledger(dir.path(), &["init"]);
+    // The sample records below are signed for the sample log's origin.
+    let o = gpuledger(dir.path(), &["init", "--origin", sample::ORIGIN]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         dir.path().join("gpuledger.db").exists(),
@@ -71,13 +72,16 @@ fn init_defaults_then_verify_log_passes_and_names_a_tampered_entry() {
         0o600
     );
     // Running init again is harmless.
-    assert!(gpuledger(dir.path(), &["init"]).status.success());
+    assert!(gpuledger(dir.path(), &["init", "--origin", sample::ORIGIN])
+        .status
+        .success());
 
     // Fill the log through the library, with the CLI's key.
     let url = format!("sqlite://{}", dir.path().join("gpuledger.db").display());
     let log_key = gpuledger::keyfile::read(&key).unwrap();
     let ledger = gpuledger::store::Ledger::open(&url, log_key).unwrap();
     let k = signer(&ledger, "node-1", Role::Node);
+    parties(&ledger, &["t"]);
     ledger
         .append(
             (1..=20)
@@ -90,11 +94,12 @@ fn init_defaults_then_verify_log_passes_and_names_a_tampered_entry() {
 
     let o = gpuledger(dir.path(), &["verify-log"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).starts_with("PASS: 21 entries"), "{}", text(&o));
+    // The policy entry, the key, tenant t and its lease, 20 records.
+    assert!(text(&o).starts_with("PASS: 24 entries"), "{}", text(&o));
     let o = gpuledger(dir.path(), &["verify-log", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["ok"], true);
-    assert_eq!(v["report"]["size"], 21);
+    assert_eq!(v["report"]["size"], 24);
 
     let mut conn = gpuledger::store::connect(&url).unwrap();
     diesel::update(entries::table.find(7i64))
@@ -105,13 +110,18 @@ fn init_defaults_then_verify_log_passes_and_names_a_tampered_entry() {
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
-        (v["ok"].clone(), v["index"].clone()),
-        (serde_json::json!(false), serde_json::json!(7))
+        (v["ok"].clone(), v["index"].clone(), v["reason"].clone()),
+        (
+            serde_json::json!(false),
+            serde_json::json!(7),
+            serde_json::json!("stored_column")
+        )
     );
+    assert_eq!(v["failures"].as_array().unwrap().len(), 1);
     let o = gpuledger(dir.path(), &["verify-log"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o).contains("FAIL: entry 7: stored column tenant"),
+        text(&o).contains("entry 7 [stored_column]: stored column tenant"),
         "{}",
         text(&o)
     );
@@ -159,7 +169,8 @@ fn bench_append_prints_four_rates() {
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     for k in [
-        "signature_verify_per_s",
+        "strict_verify_per_s",
+        "full_vs_bound",
         "append_without_signature_checks_per_s",
         "full_append_per_s",
         "raw_insert_baseline_per_s",

@@ -32,19 +32,21 @@ fn assert_verifies(ledger: &gpuledger::store::Ledger) -> verify::Report {
 both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
     let ledger = open(db);
     let k = signer(&ledger, "node-1", Role::Node);
+    parties(&ledger, &["t1", "t2", "t9"]);
+    // Indexes below are relative to the entry before the first record.
+    let b0 = ledger.size().unwrap() - 1;
     let a = sample::usage("node-1", &k, 1, "t1", Decimal::from(8), slot(1));
     let b = sample::usage("node-1", &k, 2, "t1", Decimal::from(8), slot(2));
     let out = ledger.append(vec![a.clone(), b.clone()]).unwrap();
-    // Index 0 is the key registration entry.
     assert_eq!(
         out,
         vec![
             Outcome::Accepted {
-                index: 1,
+                index: b0 + 1,
                 seq_gap: None
             },
             Outcome::Accepted {
-                index: 2,
+                index: b0 + 2,
                 seq_gap: None
             }
         ]
@@ -55,8 +57,8 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
     assert_eq!(
         again,
         vec![
-            Outcome::Duplicate { index: 2 },
-            Outcome::Duplicate { index: 1 }
+            Outcome::Duplicate { index: b0 + 2 },
+            Outcome::Duplicate { index: b0 + 1 }
         ]
     );
     // Within one batch too.
@@ -66,10 +68,10 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
         out,
         vec![
             Outcome::Accepted {
-                index: 3,
+                index: b0 + 3,
                 seq_gap: None
             },
-            Outcome::Duplicate { index: 3 }
+            Outcome::Duplicate { index: b0 + 3 }
         ]
     );
 
@@ -87,7 +89,7 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
     assert_eq!(
         out,
         vec![Outcome::Accepted {
-            index: 4,
+            index: b0 + 4,
             seq_gap: Some(SeqGap { from: 4, to: 6 })
         }]
     );
@@ -96,7 +98,7 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
     assert_eq!(
         ledger.append(vec![e]).unwrap(),
         vec![Outcome::Accepted {
-            index: 5,
+            index: b0 + 5,
             seq_gap: None
         }]
     );
@@ -111,7 +113,7 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
     assert_eq!(reason(&out[0]), Reason::OverlappingInterval);
     assert_eq!(reason(&out[1]), Reason::OverlappingInterval);
     assert!(
-        matches!(out[2], Outcome::Accepted { index: 6, .. }),
+        matches!(out[2], Outcome::Accepted { index, .. } if index == b0 + 6),
         "{:?}",
         out[2]
     );
@@ -123,7 +125,7 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
     assert_eq!(reason(&out[1]), Reason::OverlappingInterval);
 
     let report = assert_verifies(&ledger);
-    assert_eq!(report.size, 8);
+    assert_eq!(report.size, b0 + 8);
 });
 
 /// Mutates a signed envelope's JSON and re-signs it with `key` so that only the mutation is wrong.
@@ -138,7 +140,7 @@ fn resigned(
     e.key_id = gpuledger::core::keys::key_id(&key.verifying_key());
     use base64::Engine;
     use ed25519_dalek::Signer;
-    let msg = e.signed_message().unwrap();
+    let msg = e.signed_message(gpuledger::sample::ORIGIN).unwrap();
     e.sig = base64::engine::general_purpose::STANDARD.encode(key.sign(&msg).to_bytes());
     e
 }
@@ -148,8 +150,18 @@ both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
     let k = signer(&ledger, "node-1", Role::Node);
     let m = signer(&ledger, "market-1", Role::Market);
     let stranger = sample::key("stranger");
+    parties(&ledger, &["t1", "t2"]);
     let now = Timestamp::now();
     let good = sample::usage("node-1", &k, 10, "t1", Decimal::from(2), slot(10));
+    // A spot price already logged, for the conflict case.
+    let spot_at = now.plus(600);
+    assert!(matches!(
+        ledger
+            .append(vec![sample::spot("market-1", &m, 1, Decimal::ONE, spot_at)])
+            .unwrap()[0],
+        Outcome::Accepted { .. }
+    ));
+    let old_start = now.plus(-40 * 86_400);
     let body = |f: &'static str, v: serde_json::Value| {
         let good = good.clone();
         let k = k.clone();
@@ -159,7 +171,7 @@ both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
     let cases: Vec<(&str, Envelope, Reason)> = vec![
         (
             "version",
-            resigned(&good, &k, |j| j["v"] = json!(2)),
+            resigned(&good, &k, |j| j["v"] = json!(1)),
             Reason::UnsupportedVersion,
         ),
         (
@@ -290,6 +302,62 @@ both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
             Reason::BadSignature,
         ),
         (
+            "node outside the key's scope",
+            body("node", json!("node-elsewhere"))(),
+            Reason::NodeNotAllowed,
+        ),
+        (
+            "region outside the key's scope",
+            body("region", json!("eu-west"))(),
+            Reason::RegionNotAllowed,
+        ),
+        (
+            "unregistered tenant",
+            body("tenant", json!("t-nobody"))(),
+            Reason::UnknownTenant,
+        ),
+        (
+            "unregistered lease",
+            body("lease", json!("lease-nobody"))(),
+            Reason::UnknownLease,
+        ),
+        (
+            "another tenant's lease",
+            body("lease", json!("lease-t2"))(),
+            Reason::LeaseTenantMismatch,
+        ),
+        (
+            "older than the policy allows",
+            resigned(&good, &k, |j| {
+                j["body"]["start"] = json!(old_start.to_string());
+                j["body"]["end"] = json!(old_start.plus(10).to_string());
+                j["body"]["gpu_seconds"] = json!("20");
+            }),
+            Reason::TooOld,
+        ),
+        (
+            "spot price re-pricing the past",
+            sample::spot("market-1", &m, 2, Decimal::ONE, now.plus(-3600)),
+            Reason::PriceInPast,
+        ),
+        (
+            "two spot prices at one instant",
+            sample::spot("market-1", &m, 3, Decimal::TWO, spot_at),
+            Reason::PriceConflict,
+        ),
+        (
+            "signed for another log",
+            {
+                let mut e = good.clone();
+                use base64::Engine;
+                use ed25519_dalek::Signer;
+                let msg = e.signed_message("staging.gpuledger/log").unwrap();
+                e.sig = base64::engine::general_purpose::STANDARD.encode(k.sign(&msg).to_bytes());
+                e
+            },
+            Reason::BadSignature,
+        ),
+        (
             "bad sig encoding",
             {
                 let mut e = good.clone();
@@ -320,6 +388,7 @@ both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
 both_backends!(revoked_keys_and_rotation, |db: &TestDb| {
     let ledger = open(db);
     let old = signer(&ledger, "node-1", Role::Node);
+    parties(&ledger, &["t1"]);
     let r1 = sample::usage("node-1", &old, 1, "t1", Decimal::ONE, slot(1));
     assert!(matches!(
         ledger.append(vec![r1]).unwrap()[0],
@@ -332,6 +401,7 @@ both_backends!(revoked_keys_and_rotation, |db: &TestDb| {
             "node-1",
             Role::Node,
             &gpuledger::core::keys::encode_public(&new.verifying_key()),
+            None,
         )
         .unwrap();
     let old_id = gpuledger::core::keys::key_id(&old.verifying_key());
@@ -360,15 +430,25 @@ both_backends!(revoked_keys_and_rotation, |db: &TestDb| {
     ));
     let pk = gpuledger::core::keys::encode_public(&new.verifying_key());
     assert!(matches!(
-        ledger.register_key("node-3", Role::Node, &pk),
+        ledger.register_key(
+            "node-3",
+            Role::Node,
+            &pk,
+            Some(sample::node_scope("node-3"))
+        ),
         Err(StoreError::AlreadyExists(_))
     ));
     assert!(matches!(
-        ledger.register_key("node-1", Role::Market, &pk),
+        ledger.register_key("node-1", Role::Market, &pk, Some(sample::market_scope())),
         Err(StoreError::Refused(_))
     ));
     assert!(matches!(
-        ledger.register_key("ledger", Role::Node, &pk),
+        ledger.register_key(
+            "ledger",
+            Role::Node,
+            &pk,
+            Some(sample::node_scope("ledger"))
+        ),
         Err(StoreError::Refused(_))
     ));
     let mut identity = [0u8; 32];
@@ -376,7 +456,7 @@ both_backends!(revoked_keys_and_rotation, |db: &TestDb| {
     use base64::Engine;
     let weak = base64::engine::general_purpose::STANDARD.encode(identity);
     assert!(
-        matches!(ledger.register_key("node-4", Role::Node, &weak), Err(StoreError::Refused(m)) if m.contains("weak"))
+        matches!(ledger.register_key("node-4", Role::Node, &weak, Some(sample::node_scope("node-4"))), Err(StoreError::Refused(m)) if m.contains("weak"))
     );
     // A second ledger handle (as another process would) sees the revocation too.
     drop(ledger);
@@ -393,16 +473,18 @@ both_backends!(batch_limit_is_enforced, |db: &TestDb| {
     use gpuledger::core::limits::MAX_APPEND_BATCH;
     let ledger = open(db);
     let k = signer(&ledger, "node-1", Role::Node);
+    parties(&ledger, &["t"]);
+    let base = ledger.head().unwrap().0;
     let batch: Vec<_> = (1..=MAX_APPEND_BATCH as u64 + 1)
         .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, slot(s)))
         .collect();
     assert!(
         matches!(ledger.append(batch.clone()), Err(StoreError::BatchTooLarge(n, MAX_APPEND_BATCH)) if n == MAX_APPEND_BATCH + 1)
     );
-    assert_eq!(ledger.head().unwrap().0, 1);
+    assert_eq!(ledger.head().unwrap().0, base);
     let outs = ledger.append(batch[..MAX_APPEND_BATCH].to_vec()).unwrap();
     assert!(outs.iter().all(|o| matches!(o, Outcome::Accepted { .. })));
-    assert_eq!(ledger.head().unwrap().0, 1 + MAX_APPEND_BATCH as u64);
+    assert_eq!(ledger.head().unwrap().0, base + MAX_APPEND_BATCH as u64);
 });
 
 /// RFC 6962 §2.1 by recursion over leaf hashes.
@@ -420,9 +502,10 @@ fn mth(leaves: &[Hash]) -> Hash {
 both_backends!(stored_tree_matches_rfc6962_for_every_size, |db: &TestDb| {
     let ledger = open(db);
     let k = signer(&ledger, "node-1", Role::Node);
+    parties(&ledger, &["t"]);
     // Appends of varying batch sizes, so group boundaries fall everywhere.
     let mut seq = 0u64;
-    let mut sizes = vec![1u64];
+    let mut sizes = vec![ledger.size().unwrap()];
     for n in [1usize, 2, 3, 1, 7, 16, 1, 33, 64, 5, 100, 30] {
         let batch = (0..n)
             .map(|_| {
@@ -461,8 +544,10 @@ both_backends!(stored_tree_matches_rfc6962_for_every_size, |db: &TestDb| {
 both_backends!(checkpoints_are_signed_and_consistent, |db: &TestDb| {
     let ledger = open(db);
     let k = signer(&ledger, "node-1", Role::Node);
+    parties(&ledger, &["t"]);
     let (s1, note1) = ledger.checkpoint().unwrap();
-    assert_eq!(s1, 1);
+    // The policy entry, the key, the tenant and its lease.
+    assert_eq!(s1, 4);
     // No new entries: the same checkpoint comes back.
     assert_eq!(ledger.checkpoint().unwrap(), (s1, note1.clone()));
     ledger
@@ -473,7 +558,7 @@ both_backends!(checkpoints_are_signed_and_consistent, |db: &TestDb| {
         )
         .unwrap();
     let (s2, note2) = ledger.checkpoint().unwrap();
-    assert_eq!(s2, 11);
+    assert_eq!(s2, s1 + 10);
     let vkey = ledger.info().verifier_key.clone();
     let c1 = gpuledger::core::checkpoint::verify_checkpoint(note1.as_bytes(), &vkey).unwrap();
     let c2 = gpuledger::core::checkpoint::verify_checkpoint(note2.as_bytes(), &vkey).unwrap();
@@ -509,6 +594,7 @@ both_backends!(
     |db: &TestDb| {
         let ledger = open(db);
         let k = signer(&ledger, "node-1", Role::Node);
+        parties(&ledger, &["t1"]);
         let rec =
             |seq: u64, at: u64| sample::usage("node-1", &k, seq, "t1", Decimal::ONE, slot(at));
         let accepted = |o: &Outcome| matches!(o, Outcome::Accepted { .. });
@@ -550,6 +636,7 @@ both_backends!(
     |db: &TestDb| {
         let ledger = open(db);
         let k = signer(&ledger, "node-1", Role::Node);
+        parties(&ledger, &["t1"]);
         let usage = |seq| sample::usage("node-1", &k, seq, "t1", Decimal::from(8), slot(seq));
         ledger.append(vec![usage(1), usage(2)]).unwrap();
         let size = ledger.size().unwrap();
@@ -571,3 +658,29 @@ both_backends!(
         assert_eq!(assert_verifies(&ledger).size, size + appended);
     }
 );
+
+// The sequencer keeps the spot prices it has seen and catches up on what any process appended
+// since: a second price for the same instant is refused whichever handle logged the first.
+both_backends!(spot_conflicts_across_processes, |db: &TestDb| {
+    let ledger = open(db);
+    let m = signer(&ledger, "market-1", Role::Market);
+    let other = gpuledger::store::Ledger::open(&db.url, log_key()).unwrap();
+    let now = Timestamp::now();
+    let spot = |seq: u64, at: i64| sample::spot("market-1", &m, seq, Decimal::ONE, now.plus(at));
+    let accepted = |o: &Outcome| matches!(o, Outcome::Accepted { .. });
+    assert!(accepted(&ledger.append(vec![spot(1, 60)]).unwrap()[0]));
+    assert_eq!(
+        reason(&other.append(vec![spot(2, 60)]).unwrap()[0]),
+        Reason::PriceConflict
+    );
+    assert!(accepted(&other.append(vec![spot(3, 120)]).unwrap()[0]));
+    assert_eq!(
+        reason(&ledger.append(vec![spot(4, 120)]).unwrap()[0]),
+        Reason::PriceConflict
+    );
+    // Within one batch too, and the batch's other price goes in.
+    let out = ledger.append(vec![spot(5, 180), spot(6, 180)]).unwrap();
+    assert!(accepted(&out[0]));
+    assert_eq!(reason(&out[1]), Reason::PriceConflict);
+    assert_verifies(&ledger);
+});

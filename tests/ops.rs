@@ -730,6 +730,8 @@ fn ledger_with_node(node: &str) -> (TestDb, tempfile::TempDir, PathBuf) {
     let db = common::sqlite();
     let ledger = open(&db);
     signer(&ledger, node, Role::Node);
+    parties(&ledger, &["tenant-a"]);
+    lease(&ledger, "l-a", "tenant-a");
     drop(ledger);
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("log.key");
@@ -992,6 +994,7 @@ fn json_get(url: &str) -> (u16, Json) {
 both_backends!(checkpoints_are_listed_and_paged, |db: &TestDb| {
     let ledger = open(db);
     let key = signer(&ledger, "node-a", Role::Node);
+    parties(&ledger, &["tenant-a"]);
     let mut sizes = vec![ledger.checkpoint().unwrap().0];
     for round in 0..5 {
         sizes.push(grow(&ledger, &key, 1 + round * 3, 3));
@@ -1103,6 +1106,7 @@ both_backends!(publish_dir_gets_every_checkpoint, |db: &TestDb| {
     use std::os::unix::fs::PermissionsExt;
     let ledger = open(db);
     let key = signer(&ledger, "node-a", Role::Node);
+    parties(&ledger, &["tenant-a"]);
     let mut sizes = vec![ledger.checkpoint().unwrap().0];
     sizes.push(grow(&ledger, &key, 1, 4));
     sizes.push(grow(&ledger, &key, 5, 4));

@@ -3,6 +3,8 @@
 
 mod common;
 
+use base64::prelude::{Engine, BASE64_STANDARD};
+
 use common::*;
 use gpuledger::core::bundle;
 use gpuledger::core::envelope::Envelope;
@@ -42,6 +44,9 @@ fn day() -> Timestamp {
 fn at(secs: i64) -> Timestamp {
     day().plus(secs)
 }
+
+/// The nodes the tests' node-1 key may sign for.
+const NODES: [&str; 5] = ["node-1", "node-b", "node-e", "node-e1", "node-2"];
 
 fn rate_card(region: &str, class: LeaseClass, price: &str, from: Timestamp) -> Body {
     Body::RateCard(RateCard {
@@ -83,8 +88,10 @@ fn usage(
 /// lease with four spot prices (three changes inside its interval), west region parameters,
 /// and the four records of day 1. Returns the node key.
 fn golden_log(ledger: &gpuledger::store::Ledger) -> ed25519_dalek::SigningKey {
-    let node = signer(ledger, "node-1", Role::Node);
+    let node = signer_for(ledger, "node-1", Role::Node, &NODES);
     let market = signer(ledger, "market-1", Role::Market);
+    // beta is registered too, so that invoice bundles have another tenant's entries to leave out.
+    parties(ledger, &["acme", "beta"]);
     for body in [
         rate_card("west", LeaseClass::OnDemand, "18.5", at(-86_400)),
         rate_card("east", LeaseClass::OnDemand, "24", at(-86_400)),
@@ -116,14 +123,24 @@ fn golden_log(ledger: &gpuledger::store::Ledger) -> ed25519_dalek::SigningKey {
                 currency: "CNY".into(),
                 effective_from: at(*t),
             });
-            Envelope::sign(Kind::SpotPrice, "market-1", &market, i as u64 + 1, &body)
+            Envelope::sign(
+                gpuledger::sample::ORIGIN,
+                Kind::SpotPrice,
+                "market-1",
+                &market,
+                i as u64 + 1,
+                &body,
+            )
         })
         .collect();
-    assert!(ledger
-        .append(spots)
-        .unwrap()
-        .iter()
-        .all(|o| matches!(o, Outcome::Accepted { .. })));
+    // The prices were published as they took effect: the ledger's clock at the first of them.
+    ledger.set_clock(Some(at(0)));
+    let out = ledger.append(spots).unwrap();
+    ledger.set_clock(None);
+    assert!(
+        out.iter().all(|o| matches!(o, Outcome::Accepted { .. })),
+        "{out:?}"
+    );
     let mut records: Vec<(u64, Body)> = vec![
         usage("node-1", 1, "west", None, "8", 0, 3600),
         usage("node-e1", 2, "east", None, "0.5", 0, 600),
@@ -142,7 +159,7 @@ fn golden_log(ledger: &gpuledger::store::Ledger) -> ed25519_dalek::SigningKey {
     ));
     let envs: Vec<Envelope> = records
         .iter()
-        .map(|(s, b)| Envelope::sign(b.kind(), "node-1", &node, *s, b))
+        .map(|(s, b)| Envelope::sign(gpuledger::sample::ORIGIN, b.kind(), "node-1", &node, *s, b))
         .collect();
     let out = ledger.append(envs).unwrap();
     assert!(
@@ -190,13 +207,14 @@ both_backends!(golden_scenario_rated_from_the_log, |db: &TestDb| {
 
 both_backends!(prices_change_only_forward, |db: &TestDb| {
     let ledger = open(db);
+    parties(&ledger, &["acme"]);
     ledger
         .append_ledger_entry(rate_card("west", LeaseClass::OnDemand, "18.5", at(0)))
         .unwrap();
     let same_time =
         ledger.append_ledger_entry(rate_card("west", LeaseClass::OnDemand, "19", at(0)));
     assert!(
-        matches!(same_time, Err(StoreError::Refused(m)) if m.contains("must take effect later"))
+        matches!(same_time, Err(StoreError::Refused(m)) if m.contains("prices change only forward"))
     );
     let earlier =
         ledger.append_ledger_entry(rate_card("west", LeaseClass::OnDemand, "19", at(-10)));
@@ -225,6 +243,7 @@ both_backends!(prices_change_only_forward, |db: &TestDb| {
         Err(StoreError::Refused(_))
     ));
     let forged = Envelope::sign(
+        gpuledger::sample::ORIGIN,
         Kind::RateCard,
         "node-1",
         &k,
@@ -238,7 +257,10 @@ both_backends!(prices_change_only_forward, |db: &TestDb| {
     let size = ledger.head().unwrap().0;
     let mut conn = gpuledger::store::connect(&db.url).unwrap();
     gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
-    assert_eq!(size, 5, "three rate cards, a lease and a key registration");
+    assert_eq!(
+        size, 8,
+        "the policy, acme and its lease, three rate cards, a lease and a key registration"
+    );
 });
 
 struct Server {
@@ -260,7 +282,14 @@ fn serve(db: &TestDb) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("log.key");
     let init = std::process::Command::new(bin)
-        .args(["init", "--database-url", &db.url, "--log-key"])
+        .args([
+            "init",
+            "--origin",
+            gpuledger::sample::ORIGIN,
+            "--database-url",
+            &db.url,
+            "--log-key",
+        ])
         .arg(&key)
         .output()
         .unwrap();
@@ -452,14 +481,25 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         "POST",
         "/v1/signers",
         Some(&admin),
-        Some(json!({"id": "node-p", "role": "node", "public_key": pk})),
+        Some(
+            json!({"id": "node-p", "role": "node", "public_key": pk, "nodes": ["node-p"], "regions": ["east", "west"]}),
+        ),
     );
     let recs: Vec<Envelope> = [
         usage("node-p", 1, "west", None, "8", 0, 3600),
         usage("node-p", 2, "west", Some("l-1"), "1", 0, 3600),
     ]
     .iter()
-    .map(|(q, b)| Envelope::sign(Kind::GpuUsage, "node-p", &node, *q, b))
+    .map(|(q, b)| {
+        Envelope::sign(
+            gpuledger::sample::ORIGIN,
+            Kind::GpuUsage,
+            "node-p",
+            &node,
+            *q,
+            b,
+        )
+    })
     .collect();
     assert_eq!(
         call(
@@ -711,7 +751,8 @@ both_backends!(
     |db: &TestDb| {
         use gpuledger::core::invoice::Period;
         let ledger = open(db);
-        let node = signer(&ledger, "node-1", Role::Node);
+        let node = signer_for(&ledger, "node-1", Role::Node, &NODES);
+        parties(&ledger, &["acme"]);
         ledger
             .append_ledger_entry(rate_card("west", LeaseClass::OnDemand, "18.5", at(-86_400)))
             .unwrap();
@@ -725,7 +766,14 @@ both_backends!(
         };
         let rec = |seq: u64, start: i64, count: &str| {
             let (_, b) = usage("node-1", seq, "west", None, count, start, start + 3600);
-            Envelope::sign(Kind::GpuUsage, "node-1", &node, seq, &b)
+            Envelope::sign(
+                gpuledger::sample::ORIGIN,
+                Kind::GpuUsage,
+                "node-1",
+                &node,
+                seq,
+                &b,
+            )
         };
         // Not in the past? day2 must end before now: day() is 3 days back, so both days are past.
         assert!(ledger
@@ -819,6 +867,7 @@ both_backends!(
         let (_, east) = usage("node-e", 4, "east", None, "1", 2 * 86_400, 2 * 86_400 + 60);
         ledger
             .append(vec![Envelope::sign(
+                gpuledger::sample::ORIGIN,
                 Kind::GpuUsage,
                 "node-1",
                 &node,
@@ -901,7 +950,7 @@ both_backends!(
             usage("node-2", 4, "east", None, "1", 86_400, 90_000),
         ]
         .iter()
-        .map(|(q, b)| Envelope::sign(b.kind(), "node-2", &node2, *q, b))
+        .map(|(q, b)| Envelope::sign(gpuledger::sample::ORIGIN, b.kind(), "node-2", &node2, *q, b))
         .collect();
         let out = ledger.append(late).unwrap();
         assert!(
@@ -940,6 +989,7 @@ both_backends!(
         );
         ledger
             .append(vec![Envelope::sign(
+                gpuledger::sample::ORIGIN,
                 Kind::GpuUsage,
                 "node-2",
                 &node2,
@@ -1023,8 +1073,9 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
     use gpuledger::core::invoice::Period;
     use gpuledger::core::rating::LineKey;
     let ledger = open(db);
-    let node = signer(&ledger, "node-1", Role::Node);
+    let node = signer_for(&ledger, "node-1", Role::Node, &NODES);
     let market = signer(&ledger, "market-1", Role::Market);
+    parties(&ledger, &["acme", "beta"]);
     for body in [
         rate_card("west", LeaseClass::OnDemand, "18.5", at(-86_400)),
         rate_card("east", LeaseClass::OnDemand, "24", at(-86_400)),
@@ -1053,8 +1104,11 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
         currency: "CNY".into(),
         effective_from: at(-86_400),
     });
-    ledger
+    // Published when it took effect.
+    ledger.set_clock(Some(at(-86_400)));
+    let out = ledger
         .append(vec![Envelope::sign(
+            gpuledger::sample::ORIGIN,
             Kind::SpotPrice,
             "market-1",
             &market,
@@ -1062,6 +1116,8 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
             &spot,
         )])
         .unwrap();
+    ledger.set_clock(None);
+    assert!(matches!(out[0], Outcome::Accepted { .. }), "{out:?}");
     let mut records = vec![
         // 2.5 GPUs × 28000 s = 70000 GPU-s, logged before the earlier 3-GPU record.
         usage("node-1", 1, "west", None, "2.5", 7200, 35_200),
@@ -1077,7 +1133,16 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
     records.push((5, beta));
     let envs: Vec<Envelope> = records
         .iter()
-        .map(|(q, b)| Envelope::sign(Kind::GpuUsage, "node-1", &node, *q, b))
+        .map(|(q, b)| {
+            Envelope::sign(
+                gpuledger::sample::ORIGIN,
+                Kind::GpuUsage,
+                "node-1",
+                &node,
+                *q,
+                b,
+            )
+        })
         .collect();
     let out = ledger.append(envs).unwrap();
     assert!(
@@ -1133,7 +1198,16 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
         .append(
             [late, next]
                 .iter()
-                .map(|(q, b)| Envelope::sign(Kind::GpuUsage, "node-1", &node, *q, b))
+                .map(|(q, b)| {
+                    Envelope::sign(
+                        gpuledger::sample::ORIGIN,
+                        Kind::GpuUsage,
+                        "node-1",
+                        &node,
+                        *q,
+                        b,
+                    )
+                })
                 .collect(),
         )
         .unwrap();
@@ -1165,11 +1239,12 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
 // Volume tiers and plans change only forward, per plan and series and per tenant.
 both_backends!(tiers_and_plans_change_only_forward, |db: &TestDb| {
     let ledger = open(db);
+    parties(&ledger, &["acme", "beta"]);
     let t = |from| volume_tiers("volume", &[(Some("10"), "20"), (None, "15")], from);
     ledger.append_ledger_entry(t(at(0))).unwrap();
     for from in [at(0), at(-1)] {
         assert!(
-            matches!(ledger.append_ledger_entry(t(from)), Err(StoreError::Refused(m)) if m.contains("must take effect later"))
+            matches!(ledger.append_ledger_entry(t(from)), Err(StoreError::Refused(m)) if m.contains("prices change only forward"))
         );
     }
     // Another plan is another series; a later change is fine.
@@ -1191,7 +1266,8 @@ both_backends!(tiers_and_plans_change_only_forward, |db: &TestDb| {
     ledger
         .append_ledger_entry(tenant_plan("acme", "other", at(1)))
         .unwrap();
-    assert_eq!(ledger.head().unwrap().0, 6);
+    // The policy, two tenants with a lease each, then the six entries of this test.
+    assert_eq!(ledger.head().unwrap().0, 5 + 6);
     let mut conn = gpuledger::store::connect(&db.url).unwrap();
     gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
 });
@@ -1363,9 +1439,12 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
         "POST",
         "/v1/signers",
         Some(&admin),
-        Some(json!({"id": "node-p", "role": "node", "public_key": pk})),
+        Some(
+            json!({"id": "node-p", "role": "node", "public_key": pk, "nodes": ["node-p"], "regions": ["east", "west"]}),
+        ),
     );
     let rec = Envelope::sign(
+        gpuledger::sample::ORIGIN,
         Kind::GpuUsage,
         "node-p",
         &node,
@@ -1417,6 +1496,26 @@ fn recomputed(
             })
         })
         .unwrap();
+    // The bundle shows the invoice's tenant and the provider's public side, nothing of any
+    // other tenant (its registration, leases, plans, invoices or records).
+    for l in &lines[1..lines.len() - 1] {
+        let line: serde_json::Value = serde_json::from_slice(l).unwrap();
+        let leaf = gpuledger::core::leaf::Leaf::from_bytes(
+            &BASE64_STANDARD
+                .decode(line["leaf"].as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        if let Some(t) = leaf.envelope.body.get("tenant") {
+            assert_eq!(
+                t,
+                inv.tenant.as_str(),
+                "{} in {}'s bundle",
+                leaf.envelope.kind,
+                inv.tenant
+            );
+        }
+    }
     let vkey = gpuledger::core::checkpoint::LogSigner::new("test.gpuledger/log", log_key())
         .unwrap()
         .verifier_key();
@@ -1424,7 +1523,6 @@ fn recomputed(
         lines.into_iter().map(Ok),
         &vkey,
         |h, a| InvoiceCheck::start(inv.clone(), h, a),
-        bundle::SignatureCheck::Batch,
         &mut |_| {},
     )?;
     check.finish()

@@ -152,6 +152,7 @@ fn assert_acks_present(db: &TestDb, signer: &str, acks: &HashMap<u64, u64>) {
 both_backends!(sigkill_at_random_moments_loses_nothing, |db: &TestDb| {
     let ledger = open(db);
     signer(&ledger, "node-crash", Role::Node);
+    parties(&ledger, &["t1"]);
     drop(ledger);
     let mut rng = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -201,6 +202,7 @@ both_backends!(two_processes_append_one_linear_log, |db: &TestDb| {
     let ledger = open(db);
     signer(&ledger, "node-a", Role::Node);
     signer(&ledger, "node-b", Role::Node);
+    parties(&ledger, &["t1"]);
     drop(ledger);
     let per = 3_000;
     let mut a = spawn_child(&db.url, "node-a", 1, per);
@@ -222,7 +224,8 @@ both_backends!(two_processes_append_one_linear_log, |db: &TestDb| {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), 2 * per as usize);
-    assert_eq!(all, (2..2 + 2 * per).collect::<Vec<_>>());
+    // After the policy entry, two keys, tenant t1 and its lease.
+    assert_eq!(all, (5..5 + 2 * per).collect::<Vec<_>>());
     // The two processes really interleaved.
     let first_b = *acks_b.values().min().unwrap();
     let last_a = *acks_a.values().max().unwrap();

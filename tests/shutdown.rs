@@ -24,7 +24,14 @@ both_backends!(
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("log.key");
         let init = Command::new(bin())
-            .args(["init", "--database-url", &db.url, "--log-key"])
+            .args([
+                "init",
+                "--origin",
+                sample::ORIGIN,
+                "--database-url",
+                &db.url,
+                "--log-key",
+            ])
             .arg(&key)
             .output()
             .unwrap();
@@ -43,8 +50,10 @@ both_backends!(
                 "node-term",
                 Role::Node,
                 &keys::encode_public(&node.verifying_key()),
+                Some(sample::node_scope("node-term")),
             )
             .unwrap();
+        parties(&ledger, &["t1"]);
         drop(ledger);
 
         let (mut server, base) = spawn_serve(&db.url, &key, 0, &[]);

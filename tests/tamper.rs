@@ -18,6 +18,7 @@ fn build(db: &TestDb) -> Ledger {
     let ledger = open(db);
     let k = signer(&ledger, "node-1", Role::Node);
     let m = signer(&ledger, "market-1", Role::Market);
+    parties(&ledger, &["t0", "t1", "t2"]);
     let now = Timestamp::now();
     let mut batch: Vec<_> = (1..=12)
         .map(|s| {
@@ -49,7 +50,7 @@ fn build(db: &TestDb) -> Ledger {
 fn blamed(conn: &mut DbConn) -> Option<u64> {
     match verify_log(conn, None, &mut |_, _| {}) {
         Ok(_) => None,
-        Err(VerifyError::Bad(f)) => Some(f.index),
+        Err(VerifyError::Bad(f)) => Some(f.first().index),
         Err(e) => panic!("verify-log failed without naming an entry: {e}"),
     }
 }

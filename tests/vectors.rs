@@ -15,8 +15,10 @@ use gpuledger::core::ids::LEDGER_SIGNER;
 use gpuledger::core::keys;
 use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
 use gpuledger::core::merkle::{self, Hash, MemoryHashes};
+use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{
-    Body, Energy, GpuUsage, Role, SignerKeyRegistered, SignerKeyRevoked, SpotPrice,
+    Body, Energy, GpuUsage, LeaseRegistered, LogPolicy, Role, SignerKeyRegistered,
+    SignerKeyRevoked, SpotPrice, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use rust_decimal::Decimal;
@@ -26,6 +28,8 @@ use signed_note::{Note, StandardVerifier, VerifierList};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+
+mod common;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors");
 const REGENERATE: &str = "GPULEDGER_REGENERATE_VECTORS";
@@ -40,7 +44,9 @@ const NODE_SIGNER: &str = "node-imx-0001";
 const MARKET_SIGNER: &str = "market-cn";
 
 /// The record kinds that get a full set of per-step files, and their log index.
-const DETAILED: [(&str, u64); 3] = [("gpu_usage", 2), ("energy", 3), ("spot_price", 4)];
+const DETAILED: [(&str, u64); 3] = [("gpu_usage", 6), ("energy", 7), ("spot_price", 8)];
+/// Entries in the vector log.
+const LOG_SIZE: u64 = 11;
 /// Inclusion proofs (leaf index, tree size) and consistency proofs (old size, new size).
 const INCLUSIONS: [(u64, u64); 3] = [(2, 7), (6, 7), (0, 1)];
 const CONSISTENCIES: [(u64, u64); 3] = [(3, 7), (4, 7), (7, 7)];
@@ -83,23 +89,32 @@ fn log_specs() -> Vec<EntrySpec> {
             role,
             key_id: keys::key_id(key),
             public_key: keys::encode_public(key),
+            nodes: (role == Role::Node).then(|| vec![NODE_SIGNER.to_owned()]),
+            regions: vec!["cn-nmg-1".into()],
         })
     };
+    let ledger = |seq: u64, body: Body| EntrySpec {
+        signer: LEDGER_SIGNER,
+        seed: LOG_SEED,
+        seq,
+        body,
+        received_at: "2026-11-30T11:00:00Z",
+    };
+    let tenant = |t: &str| Body::TenantRegistered(TenantRegistered { tenant: t.into() });
     vec![
-        EntrySpec {
-            signer: LEDGER_SIGNER,
-            seed: LOG_SEED,
-            seq: 1,
-            body: registered(NODE_SIGNER, Role::Node, &node),
-            received_at: "2026-11-30T11:00:00Z",
-        },
-        EntrySpec {
-            signer: LEDGER_SIGNER,
-            seed: LOG_SEED,
-            seq: 2,
-            body: registered(MARKET_SIGNER, Role::Market, &market),
-            received_at: "2026-11-30T11:00:00Z",
-        },
+        ledger(1, Body::LogPolicy(LogPolicy::default())),
+        ledger(2, registered(NODE_SIGNER, Role::Node, &node)),
+        ledger(3, registered(MARKET_SIGNER, Role::Market, &market)),
+        ledger(4, tenant("tenant-acme")),
+        ledger(5, tenant("tenant-beta")),
+        ledger(
+            6,
+            Body::LeaseRegistered(LeaseRegistered {
+                lease: "lease-0042".into(),
+                tenant: "tenant-acme".into(),
+                class: LeaseClass::Reserved,
+            }),
+        ),
         EntrySpec {
             signer: NODE_SIGNER,
             seed: NODE_SEED,
@@ -164,7 +179,7 @@ fn log_specs() -> Vec<EntrySpec> {
         EntrySpec {
             signer: LEDGER_SIGNER,
             seed: LOG_SEED,
-            seq: 3,
+            seq: 7,
             body: Body::SignerKeyRevoked(SignerKeyRevoked {
                 signer: MARKET_SIGNER.into(),
                 key_id: keys::key_id(&market),
@@ -359,11 +374,18 @@ fn build() -> BTreeMap<String, Vec<u8>> {
     let mut envelopes = Vec::new();
     for (index, spec) in log_specs().into_iter().enumerate() {
         let key = SigningKey::from_bytes(&spec.seed);
-        let env = Envelope::sign(spec.body.kind(), spec.signer, &key, spec.seq, &spec.body);
+        let env = Envelope::sign(
+            ORIGIN,
+            spec.body.kind(),
+            spec.signer,
+            &key,
+            spec.seq,
+            &spec.body,
+        );
         let received_at = ts(spec.received_at);
         let checked = env
             .clone()
-            .check(received_at)
+            .check(ORIGIN)
             .expect("vector records pass every check");
         assert!(checked.verify(&key.verifying_key()));
         let leaf = Leaf::new(index as u64, received_at, &prev, env.clone());
@@ -381,7 +403,7 @@ fn build() -> BTreeMap<String, Vec<u8>> {
     for (name, index) in DETAILED {
         let env = &envelopes[index as usize];
         assert_eq!(env.kind, name);
-        let message = env.signed_message().unwrap();
+        let message = env.signed_message(ORIGIN).unwrap();
         files.insert(
             format!("{name}.body.json"),
             serde_jcs::to_vec(&env.body).unwrap(),
@@ -403,7 +425,7 @@ fn build() -> BTreeMap<String, Vec<u8>> {
     // A negative vector: a signature over the gpu_usage message that only lax verifiers accept.
     let forged = small_order_r_signature(
         &SigningKey::from_bytes(&NODE_SEED),
-        &envelopes[2].signed_message().unwrap(),
+        &envelopes[6].signed_message(ORIGIN).unwrap(),
     );
     files.insert(
         "gpu_usage.small_order_r.sig.b64".into(),
@@ -456,6 +478,10 @@ fn build() -> BTreeMap<String, Vec<u8>> {
     files.insert(
         "checkpoint.txt".into(),
         log.sign_checkpoint(size, &root).into_bytes(),
+    );
+    files.insert(
+        "ed25519/cases.json".into(),
+        pretty(ed25519_cases(&envelopes[6].signed_message(ORIGIN).unwrap())),
     );
     files
 }
@@ -511,9 +537,10 @@ fn committed_vectors_match_the_code() {
     let files = build();
     let dir = PathBuf::from(DIR);
     if std::env::var(REGENERATE).as_deref() == Ok("1") {
-        std::fs::create_dir_all(&dir).unwrap();
         for (name, bytes) in &files {
-            std::fs::write(dir.join(name), bytes).unwrap();
+            let path = dir.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, bytes).unwrap();
         }
         return;
     }
@@ -525,8 +552,22 @@ fn committed_vectors_match_the_code() {
             Err(e) => problems.push(format!("{name}: {e}")),
         }
     }
+    let mut present = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
-        let name = entry.unwrap().file_name().into_string().unwrap();
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            for sub in std::fs::read_dir(entry.path()).unwrap() {
+                present.push(format!(
+                    "{name}/{}",
+                    sub.unwrap().file_name().into_string().unwrap()
+                ));
+            }
+        } else {
+            present.push(name);
+        }
+    }
+    for name in present {
         if name != "README.md" && name != ".gitattributes" && !files.contains_key(&name) {
             problems.push(format!("{name}: not produced by the generator (stale?)"));
         }
@@ -616,13 +657,13 @@ fn signed_records_verify_from_the_files_alone() {
         // The stored envelope is canonical (RFC 8785).
         assert_eq!(serde_jcs::to_vec(&env_value).unwrap(), env_bytes, "{name}");
         assert_eq!(env_value["kind"], name);
-        assert_eq!(env_value["v"], 1);
+        assert_eq!(env_value["v"], 2);
 
-        // message = "gpuledger/v1/<kind>\n" ‖ JCS(envelope without sig)
+        // message = "gpuledger/v2/<kind>\n<origin>\n" ‖ JCS(envelope without sig)
         let message = read(&format!("{name}.message.bin"));
         let mut unsigned = env_value.clone();
         let sig_b64 = unsigned.as_object_mut().unwrap().remove("sig").unwrap();
-        let mut expected = format!("gpuledger/v1/{name}\n").into_bytes();
+        let mut expected = format!("gpuledger/v2/{name}\n{ORIGIN}\n").into_bytes();
         expected.extend(serde_jcs::to_vec(&unsigned).unwrap());
         assert_eq!(message, expected, "{name}: message bytes");
         assert_eq!(
@@ -632,8 +673,8 @@ fn signed_records_verify_from_the_files_alone() {
         );
         assert_eq!(
             message.iter().filter(|b| **b == b'\n').count(),
-            1,
-            "{name}: the tag's newline is the only one"
+            2,
+            "{name}: the tag's two newlines are the only ones"
         );
 
         // The signature: standard base64 of 64 bytes, strict Ed25519 over the message.
@@ -658,7 +699,7 @@ fn signed_records_verify_from_the_files_alone() {
         pk.verify_strict(&message, &sig)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         // Domain separation: the same bytes under another kind's tag do not verify.
-        let mut other = b"gpuledger/v1/energy\n".to_vec();
+        let mut other = format!("gpuledger/v2/energy\n{ORIGIN}\n").into_bytes();
         other.extend(serde_jcs::to_vec(&unsigned).unwrap());
         if name != "energy" {
             assert!(
@@ -666,6 +707,13 @@ fn signed_records_verify_from_the_files_alone() {
                 "{name}: signature must be bound to its kind"
             );
         }
+        // Nor under another log's origin (a staging record replayed into production).
+        let mut staging = format!("gpuledger/v2/{name}\nstaging.example/log\n").into_bytes();
+        staging.extend(serde_jcs::to_vec(&unsigned).unwrap());
+        assert!(
+            pk.verify_strict(&staging, &sig).is_err(),
+            "{name}: signature must be bound to its log"
+        );
 
         // The body file is the canonical body.
         assert_eq!(
@@ -681,9 +729,7 @@ fn signed_records_verify_from_the_files_alone() {
             leaf.envelope, env,
             "{name}: the leaf holds the envelope exactly"
         );
-        let checked = env
-            .check(leaf.received_at)
-            .unwrap_or_else(|r| panic!("{name}: {r}"));
+        let checked = env.check(ORIGIN).unwrap_or_else(|r| panic!("{name}: {r}"));
         assert_eq!(checked.message, message);
         assert_eq!(
             checked.content_hash,
@@ -703,11 +749,11 @@ fn signed_records_verify_from_the_files_alone() {
 fn leaves_hash_and_chain() {
     let k = read_json("keys.json");
     let lines = log_lines();
-    assert_eq!(lines.len(), 7);
+    assert_eq!(lines.len() as u64, LOG_SIZE);
     let mut prev = [0u8; 32];
     for (i, bytes) in lines.iter().enumerate() {
         let leaf = Leaf::from_bytes(bytes).unwrap_or_else(|e| panic!("entry {i}: {e}"));
-        assert_eq!(leaf.v, 1);
+        assert_eq!(leaf.v, 2);
         assert_eq!(leaf.index, i as u64);
         assert_eq!(
             b64_32(&leaf.prev),
@@ -729,19 +775,34 @@ fn leaves_hash_and_chain() {
         let checked = leaf
             .envelope
             .clone()
-            .check(leaf.received_at)
+            .check(ORIGIN)
             .unwrap_or_else(|r| panic!("entry {i}: {r}"));
         assert!(checked.verify(&pk), "entry {i}");
         prev = leaf_hash(bytes);
         assert_eq!(leaf.hash().0, prev, "entry {i}");
     }
     assert_eq!(
-        lines[0..2]
+        lines[0..6]
             .iter()
             .map(|l| Leaf::from_bytes(l).unwrap().envelope.kind)
             .collect::<Vec<_>>(),
-        ["signer_key_registered", "signer_key_registered"]
+        [
+            "log_policy",
+            "signer_key_registered",
+            "signer_key_registered",
+            "tenant_registered",
+            "tenant_registered",
+            "lease_registered"
+        ]
     );
+    // The whole vector log passes every rule of the protocol, rechecked from its entries.
+    let mut checker =
+        gpuledger::core::logcheck::LogChecker::new(ORIGIN, public_key_of(&k, LEDGER_SIGNER));
+    for bytes in &lines {
+        let (c, sigs) = checker.push(bytes);
+        assert!(c.failure.is_none() && sigs.is_empty(), "{:?}", c.failure);
+    }
+    assert!(checker.finish_signatures().is_empty());
     for (name, index) in DETAILED {
         assert_eq!(
             read(&format!("{name}.leaf.json")),
@@ -772,7 +833,7 @@ fn tree_root_and_proofs_check_by_rfc9162() {
         .map(|h| b64_32(h.as_str().unwrap()))
         .collect();
     assert_eq!(listed, leaves);
-    assert_eq!(tree["size"], 7);
+    assert_eq!(tree["size"], LOG_SIZE);
     let root = mth(&leaves);
     assert_eq!(b64_32(tree["root"].as_str().unwrap()), root);
     assert_eq!(tree["root_hex"], hex::encode(root));
@@ -867,7 +928,7 @@ fn checkpoint_verifies_and_other_keys_fail() {
 
     // The exact layout: origin, size, root, blank line, one signature line.
     let (body, sigs) = text.split_once("\n\n").unwrap();
-    assert_eq!(body, format!("{ORIGIN}\n7\n{root_b64}"));
+    assert_eq!(body, format!("{ORIGIN}\n{LOG_SIZE}\n{root_b64}"));
     let sig_line = sigs.strip_suffix('\n').unwrap();
     let sig_b64 = sig_line
         .strip_prefix(&format!("\u{2014} {ORIGIN} "))
@@ -885,7 +946,7 @@ fn checkpoint_verifies_and_other_keys_fail() {
 
     let cp = verify_checkpoint(text.as_bytes(), vkey).unwrap();
     assert_eq!(cp.origin(), ORIGIN);
-    assert_eq!(cp.size(), 7);
+    assert_eq!(cp.size(), LOG_SIZE);
     assert_eq!(cp.hash().0, b64_32(root_b64));
     assert_eq!(cp.extension(), "");
 
@@ -898,7 +959,11 @@ fn checkpoint_verifies_and_other_keys_fail() {
     ));
     assert!(verify_checkpoint(forged.as_bytes(), &other.verifier_key()).is_ok());
     // A changed size under the original signature: refused.
-    let altered = text.replacen(&format!("{ORIGIN}\n7\n"), &format!("{ORIGIN}\n8\n"), 1);
+    let altered = text.replacen(
+        &format!("{ORIGIN}\n{LOG_SIZE}\n"),
+        &format!("{ORIGIN}\n12\n"),
+        1,
+    );
     assert_ne!(altered, text);
     assert!(matches!(
         verify_checkpoint(altered.as_bytes(), vkey),
@@ -921,7 +986,7 @@ fn checkpoint_verifies_and_other_keys_fail() {
 }
 
 /// The contract is strict Ed25519: a signature with a small-order R must be refused, even though
-/// cofactorless and batch verification accept it; the ledger's batch path must refuse it too.
+/// lax cofactorless verification accepts it; every path of the ledger must refuse it.
 #[test]
 fn small_order_r_signature_is_refused() {
     let message = read("gpu_usage.message.bin");
@@ -945,12 +1010,7 @@ fn small_order_r_signature_is_refused() {
 
     // The trap: lax verification accepts it.
     assert!(ed25519_dalek::Verifier::verify(&pk, &message, &forged).is_ok());
-    assert!(gpuledger::core::signature_batch::verify_batch(&[(
-        message.as_slice(),
-        &forged,
-        &pk
-    )]));
-    // The contract refuses it, alone and inside a batch with good signatures.
+    // The contract refuses it, alone and among good signatures.
     assert!(pk.verify_strict(&message, &forged).is_err());
     assert!(pk.verify_strict(&message, &genuine).is_ok());
     let items = [
@@ -958,9 +1018,9 @@ fn small_order_r_signature_is_refused() {
         (message.as_slice(), &forged, &pk),
         (message.as_slice(), &genuine, &pk),
     ];
-    assert_eq!(envelope::verify_many(&items), [true, false, true]);
+    assert_eq!(envelope::verify_strict_many(&items), [true, false, true]);
     let env: Envelope = serde_json::from_slice(&read("gpu_usage.envelope.json")).unwrap();
-    let mut checked = env.check(ts("2026-11-30T12:05:02Z")).unwrap();
+    let mut checked = env.check(ORIGIN).unwrap();
     checked.signature = forged;
     assert!(!checked.verify(&pk));
 }
@@ -1032,4 +1092,136 @@ fn go_sumdb_note_vector() {
         verify_checkpoint(signed.as_bytes(), VKEY),
         Err(CheckpointError::Body)
     ));
+}
+
+/// The adversarial Ed25519 table (tests/vectors/ed25519/cases.json): signatures and keys that
+/// some verifiers accept and the protocol refuses, and one honest case, over `message` (the
+/// vector gpu_usage message). Built with curve25519-dalek's group operations; each case says
+/// why it is what it is.
+fn ed25519_cases(message: &[u8]) -> Value {
+    use common::forge::{self, challenge, nonce};
+    use curve25519_dalek::constants::{ED25519_BASEPOINT_POINT as B, EIGHT_TORSION};
+    use curve25519_dalek::edwards::CompressedEdwardsY;
+    use ed25519_dalek::Signer;
+    let sk = SigningKey::from_bytes(&NODE_SEED);
+    let a = sk.to_scalar();
+    let pk = sk.verifying_key().to_bytes();
+    let honest = sk.sign(message).to_bytes();
+    let sig = forge::join;
+    let forged = |class: &str| forge::signature(class, &sk, message);
+    // A mixed-order key aB + T8, and a signature by its holder that strict verification of the
+    // key alone (no torsion check) accepts: a nonce whose challenge is a multiple of 8.
+    let mixed = (B * a + EIGHT_TORSION[1]).compress().to_bytes();
+    let mixed_sig = (0..)
+        .find_map(|i| {
+            let r = nonce("mixed", i);
+            let big_r = (B * r).compress().to_bytes();
+            let k = challenge(&big_r, &mixed, message);
+            k.to_bytes()[0]
+                .is_multiple_of(8)
+                .then(|| sig(&big_r, &(r + k * a).to_bytes()))
+        })
+        .unwrap();
+    // A small-order key, and a signature that lax verifiers accept for it.
+    let weak = EIGHT_TORSION[1].compress().to_bytes();
+    let weak_sig = (0..)
+        .find_map(|i| {
+            let r = nonce("weak", i);
+            let big_r = (B * r).compress().to_bytes();
+            let k = challenge(&big_r, &weak, message);
+            k.to_bytes()[0]
+                .is_multiple_of(8)
+                .then(|| sig(&big_r, &r.to_bytes()))
+        })
+        .unwrap();
+    // A non-canonical key encoding: y + p for the first small y that is on the curve.
+    let non_canonical_a = (2u8..=18)
+        .map(|y| {
+            let mut e = [0xffu8; 32];
+            e[0] = 0xed + y;
+            e[31] = 0x7f;
+            e
+        })
+        .find(|e| CompressedEdwardsY(*e).decompress().is_some())
+        .expect("a small y on the curve");
+    /// name, public key, signature, key valid, verdict, why.
+    type Case<'a> = (&'a str, [u8; 32], [u8; 64], bool, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
+        ("honest", pk, honest, true, "accept", "RFC 8032 signature by a valid key"),
+        ("r_torsion_order_2", pk, forged("r_torsion_order_2"), true, "refuse",
+         "R = rB + T with T of order 2: cofactored (ZIP-215) verifiers accept, strict ones refuse"),
+        ("r_torsion_order_4", pk, forged("r_torsion_order_4"), true, "refuse",
+         "R = rB + T with T of order 4"),
+        ("r_torsion_order_8", pk, forged("r_torsion_order_8"), true, "refuse",
+         "R = rB + T with T of order 8"),
+        ("r_identity", pk, forged("r_identity"), true, "refuse",
+         "R = identity (small order), S = k·a: cofactorless verifiers without the small-order check (OpenSSL) accept"),
+        ("r_small_order_8", pk, forged("r_small_order_8"), true, "refuse",
+         "R of order 8, S = k·a: cofactored verifiers accept"),
+        ("r_non_canonical", pk, forged("r_non_canonical"), true, "refuse",
+         "R = the identity encoded as y = p + 1 (non-canonical)"),
+        ("r_negative_zero", pk, forged("r_negative_zero"), true, "refuse",
+         "R = the identity with the sign bit set (x = 0, non-canonical)"),
+        ("s_equals_l", pk, forged("s_equals_l"), true, "refuse", "S = L is not canonical (S < L)"),
+        ("s_plus_l", pk, forged("s_plus_l"), true, "refuse",
+         "the honest S plus L: the same scalar, not canonical"),
+        ("a_mixed_order", mixed, mixed_sig, false, "refuse",
+         "A = aB + T8 (not torsion-free); this signature passes verify_strict for that key, which is why such keys are refused at registration"),
+        ("a_small_order", weak, weak_sig, false, "refuse",
+         "A of order 8: lax verifiers accept signatures on anything for it"),
+        ("a_non_canonical", non_canonical_a, honest, false, "refuse",
+         "A encoded with y ≥ p (non-canonical)"),
+    ];
+    json!({
+        "description": "Adversarial Ed25519 cases (docs/PROTOCOL.md §3). key_valid: the key passes §3.1; verdict: what every conforming verifier (and the ledger) decides for the signature by that key over the message.",
+        "cases": cases.iter().map(|(name, key, s, valid, verdict, why)| json!({
+            "name": name,
+            "public_key": BASE64_STANDARD.encode(key),
+            "message": hex::encode(message),
+            "signature": BASE64_STANDARD.encode(s),
+            "key_valid": valid,
+            "verdict": verdict,
+            "why": why,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Every case of the adversarial table gets the verdict it states from the key rule and strict
+/// verification, alone and through the parallel verifier the ledger uses.
+#[test]
+fn ed25519_cases_have_one_verdict() {
+    let table = read_json("ed25519/cases.json");
+    let cases = table["cases"].as_array().unwrap();
+    assert!(cases.len() >= 13);
+    for c in cases {
+        let name = c["name"].as_str().unwrap();
+        let key_bytes = b64_32(c["public_key"].as_str().unwrap());
+        let message = hex::decode(c["message"].as_str().unwrap()).unwrap();
+        let sig = Signature::from_bytes(
+            &BASE64_STANDARD
+                .decode(c["signature"].as_str().unwrap())
+                .unwrap()
+                .try_into()
+                .unwrap(),
+        );
+        let valid = keys::check_public(&key_bytes);
+        assert_eq!(
+            valid.is_ok(),
+            c["key_valid"],
+            "{name}: key rule ({valid:?})"
+        );
+        let accepted = valid.is_ok_and(|k| {
+            let strict = k.verify_strict(&message, &sig).is_ok();
+            assert_eq!(
+                envelope::verify_strict_many(&[(&message, &sig, &k)]),
+                [strict]
+            );
+            strict
+        });
+        assert_eq!(
+            if accepted { "accept" } else { "refuse" },
+            c["verdict"],
+            "{name}"
+        );
+    }
 }

@@ -113,6 +113,10 @@ pub struct AgentConfig {
     /// default (`gpuledger agent --metrics-listen` wins over it).
     #[serde(default)]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The origin of the log to sign for (a pin); by default the ledger's, from `GET /v1/log`
+    /// at start-up (docs/AGENT.md). After start-up it holds the origin in use.
+    #[serde(default)]
+    pub origin: Option<String>,
 }
 
 fn default_interval() -> u64 {

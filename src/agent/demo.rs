@@ -9,7 +9,7 @@ use super::market::{self, MarketConfig, Series, Source};
 use super::run::{self, AgentOptions, Running};
 use super::AgentError;
 use crate::core::keys;
-use crate::core::record::Role;
+use crate::core::record::{KeyScope, Role};
 use crate::core::time::Timestamp;
 use crate::keyfile;
 use crate::server::{self, Resolved};
@@ -88,14 +88,55 @@ fn ensure_signer(
     dir: &Path,
     signer: &str,
     role: Role,
+    scope: KeyScope,
 ) -> Result<ed25519_dalek::SigningKey, AgentError> {
     let (key, _) = keyfile::read_or_create(&dir.join("keys").join(format!("{signer}.key")))?;
     let id = keys::key_id(&key.verifying_key());
     let known = ledger.with_reader(|c| read::keys(c, Some(&[id.as_str()])))?;
     if !known.iter().any(|k| k.signer == signer) {
-        ledger.register_key(signer, role, &keys::encode_public(&key.verifying_key()))?;
+        ledger.register_key(
+            signer,
+            role,
+            &keys::encode_public(&key.verifying_key()),
+            Some(scope),
+        )?;
     }
     Ok(key)
+}
+
+/// The demo's leases (as in the nodes' lease files), declared on the log: records may name
+/// only leases the log registered to their tenant.
+const LEASES: [(&str, &str); 7] = [
+    ("acme-bm-01", "acme-ai"),
+    ("acme-bm-02", "acme-ai"),
+    ("corvid-bm-03", "corvid-research"),
+    ("bluefin-c-101", "bluefin-labs"),
+    ("corvid-c-102", "corvid-research"),
+    ("acme-c-201", "acme-ai"),
+    ("bluefin-c-202", "bluefin-labs"),
+];
+
+/// Registers the demo tenants and leases on the log (once).
+fn ensure_parties(ledger: &Ledger) -> Result<(), AgentError> {
+    use crate::core::rating::LeaseClass;
+    use crate::core::record::{Body, LeaseRegistered};
+    let tolerate = |r: Result<u64, crate::store::StoreError>| match r {
+        Ok(_) | Err(crate::store::StoreError::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(AgentError::from(e)),
+    };
+    for (id, _) in TENANTS {
+        tolerate(ledger.register_tenant(id))?;
+    }
+    for (lease, tenant) in LEASES {
+        tolerate(
+            ledger.append_ledger_entry(Body::LeaseRegistered(LeaseRegistered {
+                lease: lease.into(),
+                tenant: tenant.into(),
+                class: LeaseClass::OnDemand,
+            })),
+        )?;
+    }
+    Ok(())
 }
 
 /// Demo prices (synthetic): on-demand rate cards for every demo region and GPU model, and
@@ -202,9 +243,11 @@ pub fn run(opts: DemoOptions) -> Result<(), AgentError> {
         access::create_token(c, access::ApiRole::Admin, None, "gpuledger demo")
     })?;
     ensure_prices(&ledger)?;
+    ensure_parties(&ledger)?;
     let mut agents = Vec::new();
     for n in &NODES {
-        let key = ensure_signer(&ledger, dir, n.node, Role::Node)?;
+        let scope = KeyScope::new(Some(vec![n.node.into()]), vec![n.region.into()]);
+        let key = ensure_signer(&ledger, dir, n.node, Role::Node, scope)?;
         let lease_file = dir.join("leases").join(format!("{}.toml", n.node));
         if !lease_file.exists() {
             std::fs::create_dir_all(lease_file.parent().expect("has a parent")).map_err(io(dir))?;
@@ -212,7 +255,8 @@ pub fn run(opts: DemoOptions) -> Result<(), AgentError> {
         }
         agents.push((n, key, lease_file));
     }
-    let market_key = ensure_signer(&ledger, dir, MARKET, Role::Market)?;
+    let market_scope = KeyScope::new(None, NODES.iter().map(|n| n.region.to_owned()).collect());
+    let market_key = ensure_signer(&ledger, dir, MARKET, Role::Market, market_scope)?;
 
     let settings = Resolved {
         listen: opts.listen,
@@ -253,6 +297,7 @@ pub fn run(opts: DemoOptions) -> Result<(), AgentError> {
                 },
                 limits: sender_limits(),
                 metrics_listen: None,
+                origin: Some(DEMO_ORIGIN.into()),
             };
             let started = super::collector::from_config(&cfg.collector)
                 .map_err(AgentError::from)
@@ -290,6 +335,7 @@ pub fn run(opts: DemoOptions) -> Result<(), AgentError> {
                 series: series.to_vec(),
             },
             limits: sender_limits(),
+            origin: Some(DEMO_ORIGIN.into()),
         };
         match market::start_market(mcfg, market_key.clone()) {
             Ok(r) => running.push(r),
@@ -329,7 +375,7 @@ pub fn run(opts: DemoOptions) -> Result<(), AgentError> {
             out,
             "  {base}/docs                                         # the API, browsable offline"
         );
-        let _ = writeln!(out, "Nodes: {} in cn-north-imx (8×H100 bare metal), {} in cn-east-sh (shared H20 and L40S); leases in {}/leases/ (edit them while it runs).",
+        let _ = writeln!(out, "Nodes: {} in cn-north-imx (8×H100 bare metal), {} in cn-east-sh (shared H20 and L40S); leases in {}/leases/ (edit them while it runs; a new lease id must first be registered with POST /v1/leases).",
             NODES.iter().filter(|n| n.region == "cn-north-imx").count(),
             NODES.iter().filter(|n| n.region == "cn-east-sh").count(),
             dir.display());

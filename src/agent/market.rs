@@ -48,6 +48,10 @@ pub struct MarketConfig {
     /// Bounds.
     #[serde(default)]
     pub limits: Limits,
+    /// The origin of the log to sign for (a pin); by default the ledger's, from `GET /v1/log`
+    /// at start-up (docs/AGENT.md). After start-up it holds the origin in use.
+    #[serde(default)]
+    pub origin: Option<String>,
 }
 
 /// The `[source]` table.
@@ -204,12 +208,19 @@ pub fn walk_step(seed: u64, i: usize, t: Timestamp, s: &Series, price: Decimal) 
 }
 
 /// Opens the spool and starts the market signer's threads.
-pub fn start_market(cfg: MarketConfig, key: SigningKey) -> Result<Running, AgentError> {
+pub fn start_market(mut cfg: MarketConfig, key: SigningKey) -> Result<Running, AgentError> {
     let spool = Spool::open(
         &cfg.spool_dir,
         cfg.limits.max_spool_records,
         cfg.limits.compact_after_bytes,
     )?;
+    let origin = super::origin::resolve(
+        &cfg.server_url,
+        cfg.origin.as_deref(),
+        &cfg.spool_dir,
+        &cfg.limits,
+    )?;
+    cfg.origin = Some(origin);
     tracing::info!(
         signer = %cfg.signer,
         key_id = %keys::key_id(&key.verifying_key()),
@@ -222,6 +233,7 @@ pub fn start_market(cfg: MarketConfig, key: SigningKey) -> Result<Running, Agent
         max_backoff: Duration::from_secs(cfg.limits.max_backoff_seconds),
         request_timeout: Duration::from_secs(cfg.limits.request_timeout_seconds),
         signer: cfg.signer.clone(),
+        origin: cfg.origin.clone().expect("resolved at start-up"),
     };
     let name = format!("market-{}", cfg.signer);
     Running::start(spool, sender_cfg, &name, move |shared| match &cfg.source {
@@ -263,6 +275,7 @@ fn publish(
         .enumerate()
         .map(|(i, p)| {
             Envelope::sign(
+                cfg.origin.as_deref().expect("resolved at start-up"),
                 Kind::SpotPrice,
                 &cfg.signer,
                 key,

@@ -28,6 +28,7 @@ pub mod demo;
 pub mod lease;
 pub mod market;
 pub mod metrics;
+pub mod origin;
 pub mod run;
 pub mod sender;
 pub mod spool;

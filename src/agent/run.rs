@@ -86,7 +86,7 @@ pub struct AgentOptions {
 
 /// Opens the spool and starts the agent's measuring and sending threads.
 pub fn start_agent(
-    cfg: AgentConfig,
+    mut cfg: AgentConfig,
     key: SigningKey,
     collector: Box<dyn Collector>,
     opts: AgentOptions,
@@ -104,12 +104,20 @@ pub fn start_agent(
         next_seq = spool.next_seq(),
         "agent starting (register the public key with POST /v1/signers, role node)"
     );
+    let origin = super::origin::resolve(
+        &cfg.server_url,
+        cfg.origin.as_deref(),
+        &cfg.spool_dir,
+        &cfg.limits,
+    )?;
+    cfg.origin = Some(origin);
     let sender_cfg = SenderConfig {
         server_url: cfg.server_url.clone(),
         max_batch: cfg.limits.max_batch,
         max_backoff: Duration::from_secs(cfg.limits.max_backoff_seconds),
         request_timeout: Duration::from_secs(cfg.limits.request_timeout_seconds),
         signer: cfg.signer.clone(),
+        origin: cfg.origin.clone().expect("resolved at start-up"),
     };
     let name = format!("agent-{}", cfg.node);
     Running::start(spool, sender_cfg, &name, move |shared| {
@@ -321,7 +329,14 @@ impl Measurer {
             .iter()
             .enumerate()
             .map(|(i, b)| {
-                Envelope::sign(b.kind(), &self.cfg.signer, &self.key, first + i as u64, b)
+                Envelope::sign(
+                    self.cfg.origin.as_deref().expect("resolved at start-up"),
+                    b.kind(),
+                    &self.cfg.signer,
+                    &self.key,
+                    first + i as u64,
+                    b,
+                )
             })
             .collect();
         match spool.append(&envelopes, &format!("{CURSOR_PREFIX}{}", end.unix())) {

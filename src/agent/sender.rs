@@ -3,8 +3,9 @@
 //!
 //! - `accepted` and `duplicate` acknowledge a record (a duplicate is a resend after a crash or
 //!   a lost answer: the ledger already holds exactly this record).
-//! - `rejected` with a reason that can clear by itself ([`TRANSIENT_REASONS`]: the signer or
-//!   key is not registered yet, the interval is ahead of the ledger's clock) stops the batch
+//! - `rejected` with a reason that can clear by itself ([`TRANSIENT_REASONS`]: the signer,
+//!   key, tenant or lease is not registered yet, the interval is ahead of the ledger's clock)
+//!   stops the batch
 //!   there; it is retried with backoff. Any other rejection is permanent: the record and the
 //!   reason go to the dead-letter file, an error is logged, and the rest flows on.
 //! - Network errors, 5xx and other unexpected answers are retried with exponential backoff
@@ -17,7 +18,15 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Rejection reasons that may clear without a change to the record: retried, not dead-lettered.
-pub const TRANSIENT_REASONS: [&str; 3] = ["unknown_signer", "unknown_key", "in_future"];
+/// A registration the ledger lacks (the signer's key, the tenant, the lease) is the operator's
+/// to add; the record waits for it rather than being lost.
+pub const TRANSIENT_REASONS: [&str; 5] = [
+    "unknown_signer",
+    "unknown_key",
+    "unknown_tenant",
+    "unknown_lease",
+    "in_future",
+];
 /// First retry delay.
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
 /// Longest `Retry-After` honoured, in seconds; a longer one waits this long.
@@ -89,6 +98,9 @@ pub struct SenderConfig {
     pub request_timeout: Duration,
     /// Signer id, for log lines.
     pub signer: String,
+    /// The origin of the log the records are signed for: the sender sends only to a ledger
+    /// that says it is that log (`GET /v1/log`).
+    pub origin: String,
 }
 
 enum Attempt {
@@ -107,6 +119,8 @@ pub fn run(shared: Arc<Shared>, cfg: SenderConfig) {
         .into();
     let url = format!("{}/v1/records", cfg.server_url.trim_end_matches('/'));
     let mut backoff = INITIAL_BACKOFF;
+    // Whether the ledger said it is our log since the last failed request.
+    let mut same_log = false;
     while !shared.stopping() {
         let batch = {
             let spool = shared.spool.lock().expect("spool lock");
@@ -127,9 +141,29 @@ pub fn run(shared: Arc<Shared>, cfg: SenderConfig) {
                 }
             }
         };
-        match attempt(&http, &url, &shared, &batch, &cfg) {
+        if !same_log {
+            use super::origin::{check_ledger, LedgerOrigin};
+            match check_ledger(&cfg.server_url, &cfg.origin, cfg.request_timeout) {
+                LedgerOrigin::Same => same_log = true,
+                LedgerOrigin::Other(o) => {
+                    tracing::error!(signer = %cfg.signer, ours = %cfg.origin, ledger = %o, "the ledger is another log than the one these records are signed for; nothing is sent (fix server_url, or start a new spool for the new log)");
+                    shared.sleep(jitter(backoff));
+                    backoff = (backoff * 2).min(cfg.max_backoff);
+                    continue;
+                }
+                // Not answering: the send below fails the same way and backs off.
+                LedgerOrigin::Unknown(_) => {}
+            }
+        }
+        let result = if same_log {
+            attempt(&http, &url, &shared, &batch, &cfg)
+        } else {
+            Attempt::Retry(None)
+        };
+        match result {
             Attempt::Progress => backoff = INITIAL_BACKOFF,
             Attempt::Retry(after) => {
+                same_log = false;
                 let wait = after.unwrap_or_else(|| jitter(backoff));
                 tracing::debug!(wait_ms = wait.as_millis() as u64, "retrying");
                 shared.sleep(wait);

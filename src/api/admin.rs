@@ -4,7 +4,7 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::{json_body, AppState};
-use crate::core::record::Role;
+use crate::core::record::{KeyScope, Role};
 use crate::store::access::{self, ApiRole, Tenant, TokenInfo};
 use crate::store::read;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -30,10 +30,18 @@ pub async fn create_tenant(
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
     let t: NewTenant = json_body(&req, body).await?;
+    access::check_new_tenant(&t.id, &t.name)?;
     let ledger = state.ledger.clone();
-    let tenant =
-        web::block(move || ledger.with_reader(|c| access::create_tenant(c, &t.id, &t.name)))
-            .await??;
+    let tenant = web::block(move || -> Result<Tenant, ApiError> {
+        // The log registers the tenant first (a `tenant_registered` entry, which records
+        // need); a retry after a failure below finds it registered and goes on.
+        match ledger.register_tenant(&t.id) {
+            Ok(_) | Err(crate::store::StoreError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(ledger.with_reader(|c| access::create_tenant(c, &t.id, &t.name))?)
+    })
+    .await??;
     Ok(HttpResponse::Created().json(tenant))
 }
 
@@ -58,6 +66,12 @@ pub struct NewSigner {
     pub role: String,
     /// Standard base64 of the 32-byte Ed25519 public key (as `gpuledger keygen` prints it).
     pub public_key: String,
+    /// Node ids a node key may sign records for (required for `node`, absent for `market`).
+    #[serde(default)]
+    pub nodes: Option<Vec<String>>,
+    /// Regions the key may sign records or prices for (at least one).
+    #[serde(default)]
+    pub regions: Vec<String>,
 }
 
 /// Body of `POST /v1/signers/{id}/keys`.
@@ -65,6 +79,13 @@ pub struct NewSigner {
 #[serde(deny_unknown_fields)]
 pub struct NewKey {
     pub public_key: String,
+    /// Node ids the new key may sign for; with `regions` absent too, the signer's latest
+    /// key's scope is kept.
+    #[serde(default)]
+    pub nodes: Option<Vec<String>>,
+    /// Regions the new key may sign for (see `nodes`).
+    #[serde(default)]
+    pub regions: Option<Vec<String>>,
 }
 
 /// A registered key.
@@ -74,6 +95,11 @@ pub struct KeyView {
     pub role: String,
     pub key_id: String,
     pub public_key: String,
+    /// Node ids the key may sign for (node keys).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<String>>,
+    /// Regions the key may sign for.
+    pub regions: Vec<String>,
     /// Index of the `signer_key_registered` entry.
     pub registered_index: u64,
     /// Index of the `signer_key_revoked` entry, if revoked.
@@ -86,13 +112,22 @@ fn register(
     signer: String,
     role: Role,
     public_key: String,
+    scope: Option<KeyScope>,
 ) -> Result<KeyView, ApiError> {
-    let (key_id, index) = state.ledger.register_key(&signer, role, &public_key)?;
+    let (key_id, index) = state
+        .ledger
+        .register_key(&signer, role, &public_key, scope)?;
+    let scope = state
+        .ledger
+        .with_reader(|c| read::registration(c, index))
+        .map(|r| KeyScope::of(&r))?;
     Ok(KeyView {
         signer,
         role: role.as_str().into(),
         key_id,
         public_key,
+        nodes: scope.nodes,
+        regions: scope.regions,
         registered_index: index,
         revoked_index: None,
     })
@@ -121,7 +156,9 @@ pub async fn create_signer(
             ))
         }
     };
-    let view = web::block(move || register(&state, s.id, role, s.public_key)).await??;
+    let scope = KeyScope::new(s.nodes, s.regions);
+    let view =
+        web::block(move || register(&state, s.id, role, s.public_key, Some(scope))).await??;
     Ok(HttpResponse::Created().json(view))
 }
 
@@ -149,7 +186,11 @@ pub async fn add_key(
             .map(|r| r.role)
             .ok_or_else(|| ApiError::NotFound(format!("signer {signer}")))?;
         let role = Role::parse(&role).ok_or_else(|| ApiError::Internal(format!("role {role}")))?;
-        register(&state, signer, role, k.public_key)
+        let scope = match (k.nodes, k.regions) {
+            (None, None) => None,
+            (nodes, regions) => Some(KeyScope::new(nodes, regions.unwrap_or_default())),
+        };
+        register(&state, signer, role, k.public_key, scope)
     })
     .await??;
     Ok(HttpResponse::Created().json(view))
@@ -201,19 +242,27 @@ pub async fn revoke_key(
 
 fn list_keys(state: &AppState) -> Result<Vec<KeyView>, ApiError> {
     use base64::prelude::{Engine, BASE64_STANDARD};
-    Ok(state
+    state
         .ledger
-        .with_reader(|c| read::keys(c, None))?
-        .into_iter()
-        .map(|r| KeyView {
-            signer: r.signer,
-            role: r.role,
-            key_id: r.key_id,
-            public_key: BASE64_STANDARD.encode(&r.public_key),
-            registered_index: r.registered_idx as u64,
-            revoked_index: r.revoked_idx.map(|i| i as u64),
+        .with_reader(|c| {
+            read::keys(c, None)?
+                .into_iter()
+                .map(|r| {
+                    let scope = KeyScope::of(&read::registration(c, r.registered_idx as u64)?);
+                    Ok(KeyView {
+                        signer: r.signer,
+                        role: r.role,
+                        key_id: r.key_id,
+                        public_key: BASE64_STANDARD.encode(&r.public_key),
+                        nodes: scope.nodes,
+                        regions: scope.regions,
+                        registered_index: r.registered_idx as u64,
+                        revoked_index: r.revoked_idx.map(|i| i as u64),
+                    })
+                })
+                .collect::<Result<Vec<_>, crate::store::StoreError>>()
         })
-        .collect())
+        .map_err(Into::into)
 }
 
 /// Lists every signer key with its registration and revocation entries (admin, auditor).

@@ -6,7 +6,7 @@ use super::error::ApiError;
 use super::{json_body, AppState};
 use crate::core::invoice::{self, Invoice, Period};
 use crate::core::record::{Body, Kind};
-use crate::core::time::Timestamp;
+
 use crate::store::invoices::{self as store_invoices, Balance, InvoiceSummary};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
@@ -178,7 +178,7 @@ async fn settle(
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
     let v: serde_json::Value = json_body(&req, payload).await?;
-    let body = Body::from_value(kind, &v, Timestamp::now()).map_err(super::pricing::rejection)?;
+    let body = Body::from_value(kind, &v).map_err(super::pricing::rejection)?;
     let index = web::block(move || state.ledger.settle(body)).await??;
     Ok(HttpResponse::Created().json(serde_json::json!({ "index": index, "kind": kind.as_str() })))
 }

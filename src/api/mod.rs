@@ -153,8 +153,10 @@ pub async fn optional_json_body<T: DeserializeOwned + Default>(
     json_from(&body)
 }
 
+/// Every admin body is read here: strictly (a repeated member name at any depth is refused,
+/// docs/PROTOCOL.md §2.6), then into `T`; any failure is one `malformed_json` problem.
 fn json_from<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body)
+    crate::core::json::from_slice_strict(body)
         .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid: {e}")))
 }
 

@@ -8,7 +8,7 @@ use super::{json_body, AppState};
 use crate::core::rating::{self, Line, Unpriced};
 use crate::core::record::{Body, Kind};
 use crate::core::rejection::Rejection;
-use crate::core::time::Timestamp;
+
 use crate::store::pricing;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
@@ -42,7 +42,7 @@ async fn append(
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
     let v: Value = json_body(&req, payload).await?;
-    let body = Body::from_value(kind, &v, Timestamp::now()).map_err(rejection)?;
+    let body = Body::from_value(kind, &v).map_err(rejection)?;
     let index = web::block(move || state.ledger.append_ledger_entry(body)).await??;
     Ok(HttpResponse::Created().json(Appended {
         index,

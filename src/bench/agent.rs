@@ -178,15 +178,25 @@ fn start_server(dir: &Path, nodes: &[&str]) -> Result<(Child, String), AgentBenc
     let key_path = dir.join("log.key");
     let (key, _) = crate::keyfile::read_or_create(&key_path)
         .map_err(|e| AgentBenchError::Setup(e.to_string()))?;
-    store::init(&url, &key, store::DEFAULT_ORIGIN)?;
+    store::init(&url, &key, sample::ORIGIN)?;
     let ledger = Ledger::open(&url, key)?;
     for n in nodes {
         ledger.register_key(
             n,
             Role::Node,
             &keys::encode_public(&sample::key(n).verifying_key()),
+            Some(sample::node_scope(n)),
         )?;
     }
+    super::register_sample_parties(&ledger, &["bench-tenant"])?;
+    // The agents' lease file names `lease-bench`.
+    ledger.append_ledger_entry(crate::core::record::Body::LeaseRegistered(
+        crate::core::record::LeaseRegistered {
+            lease: "lease-bench".into(),
+            tenant: "bench-tenant".into(),
+            class: crate::core::rating::LeaseClass::OnDemand,
+        },
+    ))?;
     drop(ledger);
     super::server::spawn_serve(&url, &key_path).map_err(AgentBenchError::Setup)
 }
@@ -262,6 +272,7 @@ fn drain_phase(
             max_backoff: Duration::from_secs(5),
             request_timeout: Duration::from_secs(60),
             signer: node.into(),
+            origin: crate::sample::ORIGIN.into(),
         },
         MAX_DRAIN,
     );

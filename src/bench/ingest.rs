@@ -83,7 +83,7 @@ fn start_server() -> Result<(OwnServer, String, String), IngestError> {
     let key_path = dir.join("log.key");
     let (key, _) =
         crate::keyfile::read_or_create(&key_path).map_err(|e| IngestError::Setup(e.to_string()))?;
-    store::init(&url, &key, store::DEFAULT_ORIGIN)?;
+    store::init(&url, &key, sample::ORIGIN)?;
     let mut conn = store::connect(&url)?;
     let (_, token) = access::create_token(&mut conn, access::ApiRole::Admin, None, "bench ingest")?;
     let (child, base) = super::server::spawn_serve(&url, &key_path).map_err(IngestError::Setup)?;
@@ -129,11 +129,42 @@ pub fn run_ingest(
         cfg.agents,
         per_agent * cfg.agents
     ));
+    // Sample records are signed for the sample log's origin.
+    let log: serde_json::Value = http
+        .get(format!("{base}/v1/log"))
+        .call()
+        .map_err(|e| IngestError::Http(e.to_string()))?
+        .body_mut()
+        .read_json()
+        .map_err(|e| IngestError::Http(e.to_string()))?;
+    if log["origin"] != sample::ORIGIN {
+        return Err(IngestError::Setup(format!(
+            "the server's log is {}, but the benchmark signs for {:?}; run it against a log initialised with that origin",
+            log["origin"],
+            sample::ORIGIN
+        )));
+    }
+    let admin = |path: &str, body: serde_json::Value| -> Result<u16, IngestError> {
+        http.post(format!("{base}{path}"))
+            .header("Authorization", format!("Bearer {token}"))
+            .send_json(&body)
+            .map(|r| r.status().as_u16())
+            .map_err(|e| IngestError::Http(e.to_string()))
+    };
+    admin(
+        "/v1/tenants",
+        serde_json::json!({"id": "bench-tenant", "name": "Benchmark tenant"}),
+    )?;
+    admin(
+        "/v1/leases",
+        serde_json::json!({"lease": sample::lease("bench-tenant"), "tenant": "bench-tenant", "class": "on_demand"}),
+    )?;
     let mut agents = Vec::new();
     for i in 0..cfg.agents {
         let name = format!("bench-{run_id}-{i:03}");
         let key = sample::key(&name);
-        let body = serde_json::json!({"id": name, "role": "node", "public_key": keys::encode_public(&key.verifying_key())});
+        let body = serde_json::json!({"id": name, "role": "node", "public_key": keys::encode_public(&key.verifying_key()),
+            "nodes": [name], "regions": [sample::REGION]});
         let resp = http
             .post(format!("{base}/v1/signers"))
             .header("Authorization", format!("Bearer {token}"))

@@ -12,3 +12,17 @@ pub mod server;
 pub mod verify;
 
 pub use append::{run_append, AppendBench, AppendRates};
+
+/// Registers sample tenants and their leases on a benchmark's log, so its sample records are
+/// admitted (docs/PROTOCOL.md §6.7).
+pub fn register_sample_parties(
+    ledger: &crate::store::Ledger,
+    tenants: &[&str],
+) -> Result<(), crate::store::StoreError> {
+    for t in tenants {
+        for body in crate::sample::parties(t) {
+            ledger.append_ledger_entry(body)?;
+        }
+    }
+    Ok(())
+}

@@ -46,8 +46,14 @@ pub fn run_preview(
         })
         .collect();
     for (n, k) in &nodes {
-        ledger.register_key(n, Role::Node, &keys::encode_public(&k.verifying_key()))?;
+        ledger.register_key(
+            n,
+            Role::Node,
+            &keys::encode_public(&k.verifying_key()),
+            Some(sample::node_scope(n)),
+        )?;
     }
+    super::register_sample_parties(&ledger, &["bench-tenant"])?;
     // The month: the 28 days ending at the start of today (16 nodes × 241,920 slots fit 3.8M).
     let now = Timestamp::now().unix();
     let month_end = Timestamp::from_unix(now - now % 86_400).expect("in range");

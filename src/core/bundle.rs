@@ -5,17 +5,20 @@
 //! proof, envelope rules) needs nothing but the checkpoint, so callers run it on many lines in
 //! parallel; [`BundleChecker`] then takes the prepared entries in order for what is sequential
 //! (order, key validity by position) and hands each record to a [`Subject`] (a certificate's
-//! tally, an invoice's rating). [`verify_bundle`] runs the whole: signatures are checked in
-//! batches, in the parallel stage once the key registry is complete, otherwise over
-//! [`BundleChecker::accept`]'s output ([`first_bad_signature`]).
+//! tally, an invoice's rating). [`verify_bundle`] runs the whole: every signature is verified
+//! strictly, in parallel, in the parallel stage once the key registry is complete, otherwise
+//! over [`BundleChecker::accept`]'s output ([`first_bad_signature`]). The admission rules are
+//! [`Registry`]'s, the same functions the ledger and `verify-log` apply.
 
+use super::admission::Registry;
 use super::checkpoint::{self, Checkpoint};
 use super::envelope::{self, Checked};
-use super::ids::LEDGER_SIGNER;
 use super::keys;
 use super::leaf::Leaf;
 use super::merkle::{self, Hash};
-use super::record::{Body, Kind, Role};
+use super::record::{Body, Kind};
+use super::rejection;
+use super::time::Timestamp;
 use base64::prelude::{Engine, BASE64_STANDARD};
 use ed25519_dalek::{Signature, VerifyingKey};
 use serde::{Deserialize, Serialize};
@@ -23,12 +26,11 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 
-/// The `format` of a version-1 bundle header.
-pub const BUNDLE_FORMAT: &str = "gpuledger-bundle/v1";
+/// The `format` of a bundle header (protocol version 2).
+pub const BUNDLE_FORMAT: &str = "gpuledger-bundle/v2";
 
 /// Why a verification failed: the stable reason codes of §15.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     Malformed,
     Truncated,
@@ -49,6 +51,30 @@ pub enum Reason {
     EntriesMismatch,
     ClaimMismatch,
     ConsistencyProof,
+    /// An entry breaks an admission rule (§6.7); the code is the ledger's rejection code
+    /// (`node_not_allowed`, `unknown_tenant`, `too_old`, `price_conflict`, ...).
+    Admission(rejection::Reason),
+}
+
+impl Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.code())
+    }
+}
+
+impl Reason {
+    /// The bundle reason for a rejection by the admission rules: key validity keeps the
+    /// bundle's own codes (§15 step 4), every other rule its ingest code.
+    pub fn of_rejection(r: rejection::Reason) -> Reason {
+        use rejection::Reason as R;
+        match r {
+            R::UnknownKey | R::UnknownSigner => Reason::UnknownKey,
+            R::RevokedKey => Reason::KeyRevoked,
+            R::KeySignerMismatch | R::RoleNotAllowed => Reason::KeyNotAllowed,
+            R::BadSignature => Reason::EntrySignature,
+            other => Reason::Admission(other),
+        }
+    }
 }
 
 impl Reason {
@@ -74,6 +100,7 @@ impl Reason {
             Reason::EntriesMismatch => "entries_mismatch",
             Reason::ClaimMismatch => "claim_mismatch",
             Reason::ConsistencyProof => "consistency_proof",
+            Reason::Admission(r) => r.code(),
         }
     }
 }
@@ -273,6 +300,8 @@ pub enum Prepared {
 pub struct PreparedEntry {
     pub index: u64,
     pub leaf_hash: Hash,
+    /// The leaf's `received_at`: the clock of the entry's time rules.
+    pub received_at: Timestamp,
     pub checked: Checked,
 }
 
@@ -370,27 +399,16 @@ pub fn prepare_entry<S: AsRef<str>>(
         )
     })?;
     let received_at = leaf.received_at;
-    let checked = leaf.envelope.check(received_at).map_err(|r| {
-        fail(
-            Reason::LeafInvalid,
-            format!("envelope invalid at its receive time: {r}"),
-        )
-    })?;
+    let checked = leaf
+        .envelope
+        .check(anchor.checkpoint.origin())
+        .map_err(|r| fail(Reason::LeafInvalid, format!("envelope invalid: {r}")))?;
     Ok(PreparedEntry {
         index,
         leaf_hash,
+        received_at,
         checked,
     })
-}
-
-/// A signer key as the bundle's context records it.
-#[derive(Debug, Clone)]
-struct KeyInfo {
-    signer: String,
-    role: Role,
-    key: VerifyingKey,
-    registered: u64,
-    revoked: Option<u64>,
 }
 
 /// What a bundle is checked for: receives context entries, then records, in order.
@@ -399,6 +417,12 @@ pub trait Subject {
     fn context(&mut self, index: u64, body: &Body) -> Result<(), Failure>;
     /// A record entry (`gpu_usage` or `energy`).
     fn record(&mut self, index: u64, leaf_hash: &Hash, body: &Body) -> Result<(), Failure>;
+    /// The tenant the bundle is about, if any: a record of another tenant is `wrong_tenant`
+    /// (§15 step 5) before any rule that needs its tenant's registrations, which a bundle about
+    /// one tenant does not carry.
+    fn tenant(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A bundle checked for itself only (§15 steps 1, 2 and 4).
@@ -428,9 +452,8 @@ pub struct PendingSignature<'a> {
 
 /// The sequential part of bundle verification; see the module docs.
 pub struct BundleChecker {
-    log_key: VerifyingKey,
-    log_key_id: String,
-    keys: HashMap<String, KeyInfo>,
+    registry: Registry,
+    subject_tenant: Option<String>,
     last_index: Option<u64>,
     in_records: bool,
     entries: u64,
@@ -442,9 +465,8 @@ impl BundleChecker {
     /// A checker for entries proven against `anchor`.
     pub fn new(anchor: &Anchor) -> Self {
         BundleChecker {
-            log_key: anchor.log_key,
-            log_key_id: keys::key_id(&anchor.log_key),
-            keys: HashMap::new(),
+            registry: Registry::new(anchor.log_key),
+            subject_tenant: None,
             last_index: None,
             in_records: false,
             entries: 0,
@@ -458,14 +480,20 @@ impl BundleChecker {
         self.entries
     }
 
+    /// The tenant the bundle is about (see [`Subject::tenant`]).
+    pub fn set_subject_tenant(&mut self, tenant: Option<&str>) {
+        self.subject_tenant = tenant.map(str::to_owned);
+    }
+
     /// Record entries seen.
     pub fn records(&self) -> u64 {
         self.records
     }
 
-    /// Takes the next prepared line: order, the end line, key validity at the entry's index.
-    /// Returns the signature the caller must verify before handing the entry to the subject
-    /// with [`BundleChecker::apply`].
+    /// Takes the next prepared line: order, the end line, and every admission rule at the
+    /// entry's index against the context seen so far (key validity, scope, parties, time,
+    /// prices). Returns the signature the caller must verify before handing the entry to the
+    /// subject with [`BundleChecker::apply`].
     pub fn accept<'a>(
         &mut self,
         line_no: u64,
@@ -528,62 +556,51 @@ impl BundleChecker {
         if record {
             self.records += 1;
         }
+        if let Some(t) = self.subject_tenant.as_deref() {
+            if record && e.checked.body.tenant() != Some(t) {
+                return Err(Failure::new(
+                    Reason::WrongTenant,
+                    item(),
+                    format!("the record is not {t}'s"),
+                ));
+            }
+        }
         let env = &e.checked.envelope;
-        let key = if kind.signed_by() == Role::Ledger {
-            if env.signer != LEDGER_SIGNER || env.key_id != self.log_key_id {
-                return Err(Failure::new(
-                    Reason::KeyNotAllowed,
-                    item(),
-                    format!("a {} entry not signed by the log key", kind.as_str()),
-                ));
-            }
-            self.log_key
-        } else {
-            let k = self.keys.get(&env.key_id).ok_or_else(|| {
-                Failure::new(
-                    Reason::UnknownKey,
-                    item(),
-                    format!(
-                        "key {} has no registration before this entry in the bundle",
-                        env.key_id
-                    ),
-                )
+        let body = &e.checked.body;
+        let key = self
+            .registry
+            .admit(
+                index,
+                kind,
+                &env.signer,
+                &env.key_id,
+                &e.checked.body,
+                e.received_at,
+            )
+            .map_err(|r| {
+                // A registration or revocation inconsistent with the keys before it: the leaf
+                // itself is wrong (§15 step 4).
+                let registry_entry =
+                    matches!(
+                        body,
+                        Body::SignerKeyRegistered(_) | Body::SignerKeyRevoked(_)
+                    ) && r.field.as_deref().is_some_and(|f| f.starts_with("body."));
+                let reason = if registry_entry {
+                    Reason::LeafInvalid
+                } else {
+                    Reason::of_rejection(r.reason)
+                };
+                Failure::new(reason, item(), r.to_string())
             })?;
-            if k.registered >= index {
-                return Err(Failure::new(
-                    Reason::UnknownKey,
-                    item(),
-                    format!("key {} was registered after this entry", env.key_id),
-                ));
+        if kind.signed_by() == super::record::Role::Ledger {
+            // Context that changes the registry counts only once its signature holds.
+            if !e.checked.verify(&key) {
+                return Err(bad_signature(index));
             }
-            if let Some(r) = k.revoked.filter(|r| *r < index) {
-                return Err(Failure::new(
-                    Reason::KeyRevoked,
-                    item(),
-                    format!(
-                        "key {} was revoked at entry {r}, before this entry",
-                        env.key_id
-                    ),
-                ));
-            }
-            if k.signer != env.signer || k.role != kind.signed_by() {
-                return Err(Failure::new(
-                    Reason::KeyNotAllowed,
-                    item(),
-                    format!(
-                        "key {} is {}'s ({}), which may not sign {} as {}",
-                        env.key_id,
-                        k.signer,
-                        k.role.as_str(),
-                        kind.as_str(),
-                        env.signer
-                    ),
-                ));
-            }
-            k.key
-        };
-        self.registry(index, &e.checked.body)
-            .map_err(|m| Failure::new(Reason::LeafInvalid, item(), m))?;
+            self.registry.apply(index, &e.checked.body);
+            return Ok(None);
+        }
+        self.registry.apply(index, &e.checked.body);
         Ok(Some(PendingSignature {
             index,
             message: &e.checked.message,
@@ -592,41 +609,16 @@ impl BundleChecker {
         }))
     }
 
-    fn registry(&mut self, index: u64, body: &Body) -> Result<(), String> {
-        match body {
-            Body::SignerKeyRegistered(r) => {
-                let key = keys::decode_public(&r.public_key)
-                    .map_err(|e| format!("registered key: {e}"))?;
-                if keys::key_id(&key) != r.key_id {
-                    return Err("registered key id does not match its public key".into());
-                }
-                if self.keys.contains_key(&r.key_id) {
-                    return Err(format!("key {} registered twice", r.key_id));
-                }
-                self.keys.insert(
-                    r.key_id.clone(),
-                    KeyInfo {
-                        signer: r.signer.clone(),
-                        role: r.role,
-                        key,
-                        registered: index,
-                        revoked: None,
-                    },
-                );
-            }
-            Body::SignerKeyRevoked(r) => {
-                let k = self
-                    .keys
-                    .get_mut(&r.key_id)
-                    .ok_or_else(|| format!("revokes key {}, not registered before", r.key_id))?;
-                if k.signer != r.signer || k.revoked.is_some() {
-                    return Err(format!("revocation of key {} is inconsistent", r.key_id));
-                }
-                k.revoked = Some(index);
-            }
-            _ => {}
-        }
-        Ok(())
+    /// The public keys registered in the context, by key id (the log key included).
+    fn signing_keys(&self, log_key: VerifyingKey) -> HashMap<String, VerifyingKey> {
+        let mut m: HashMap<String, VerifyingKey> = self
+            .registry
+            .keys()
+            .iter()
+            .map(|(id, k)| (id.clone(), k.key))
+            .collect();
+        m.insert(keys::key_id(&log_key), log_key);
+        m
     }
 
     /// Hands a checked entry (key and signature good) to the subject.
@@ -652,27 +644,13 @@ impl BundleChecker {
     }
 }
 
-/// How signatures are verified.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SignatureCheck {
-    /// Batch verification over both cores (small-order R refused; a failing batch is checked
-    /// one by one, strictly, to name the entry). About twice as fast (docs/BENCHMARKS.md); see
-    /// §3.3 for the one kind of signature it may accept that strict verification refuses.
-    Batch,
-    /// Strict Ed25519 (§3.3) for every signature, one by one.
-    Strict,
-}
-
-/// Verifies pending signatures in parallel, one bool each.
-fn verify_pending(pending: &[PendingSignature], how: SignatureCheck) -> Vec<bool> {
+/// Verifies pending signatures strictly, in parallel, one bool each.
+fn verify_pending(pending: &[PendingSignature]) -> Vec<bool> {
     let items: Vec<_> = pending
         .iter()
         .map(|p| (p.message, p.signature, &p.key))
         .collect();
-    match how {
-        SignatureCheck::Batch => envelope::verify_many(&items),
-        SignatureCheck::Strict => envelope::verify_strict_many(&items),
-    }
+    envelope::verify_strict_many(&items)
 }
 
 /// The failure of entry `index` whose signature does not verify.
@@ -685,10 +663,10 @@ fn bad_signature(index: u64) -> Failure {
 }
 
 /// Verifies pending signatures in parallel; the index of the first bad one.
-pub fn first_bad_signature(pending: &[PendingSignature], how: SignatureCheck) -> Option<u64> {
+pub fn first_bad_signature(pending: &[PendingSignature]) -> Option<u64> {
     pending
         .iter()
-        .zip(verify_pending(pending, how))
+        .zip(verify_pending(pending))
         .find(|(_, good)| !good)
         .map(|(p, _)| p.index)
 }
@@ -706,7 +684,7 @@ pub struct Verified {
 const CHUNK: usize = 4096;
 
 /// Verifies a whole bundle from its lines (each without its LF), in order, reporting the first
-/// failure in line order (§15), checking signatures as `signatures` says. `make_subject` sees
+/// failure in line order (§15), verifying every signature strictly. `make_subject` sees
 /// the verified header first (to check the subject and checkpoint against a certificate or
 /// invoice); `progress` gets the lines done.
 ///
@@ -718,7 +696,6 @@ pub fn verify_bundle<S: Subject>(
     lines: impl Iterator<Item = std::io::Result<Vec<u8>>> + Send,
     verifier_key: &str,
     make_subject: impl FnOnce(&Header, &Anchor) -> Result<S, Failure>,
-    signatures: SignatureCheck,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Verified, S), Failure> {
     use rayon::prelude::*;
@@ -733,6 +710,7 @@ pub fn verify_bundle<S: Subject>(
     let (header, anchor) = read_header(&first, verifier_key)?;
     let mut subject = make_subject(&header, &anchor)?;
     let mut checker = BundleChecker::new(&anchor);
+    checker.set_subject_tenant(subject.tenant());
     type Chunk = Vec<(u64, Vec<u8>)>;
     // A chunk checked in parallel: its lines, what each is alone, and, when the registry was
     // frozen, whether each entry's signature verified.
@@ -740,10 +718,9 @@ pub fn verify_bundle<S: Subject>(
     let (chunk_tx, chunk_rx) = sync_channel::<Result<Chunk, Failure>>(2);
     let (checked_tx, checked_rx) = sync_channel::<Checked>(2);
     // The registry once every context entry has been applied (shared with the parallel stage).
-    let frozen: std::sync::OnceLock<HashMap<String, KeyInfo>> = std::sync::OnceLock::new();
+    let frozen: std::sync::OnceLock<HashMap<String, VerifyingKey>> = std::sync::OnceLock::new();
     let anchor_ref = &anchor;
     let log_key = anchor.log_key;
-    let log_key_id = keys::key_id(&log_key);
     std::thread::scope(|scope| {
         scope.spawn(move || {
             let mut chunk = Vec::with_capacity(CHUNK);
@@ -764,7 +741,6 @@ pub fn verify_bundle<S: Subject>(
             }
         });
         let frozen = &frozen;
-        let log_key_id = &log_key_id;
         scope.spawn(move || {
             for chunk in chunk_rx {
                 let chunk = match chunk {
@@ -788,12 +764,8 @@ pub fn verify_bundle<S: Subject>(
                         .filter_map(|(line, p)| match p {
                             Ok(Prepared::Entry(e)) => {
                                 let env = &e.checked.envelope;
-                                let key = if env.key_id == *log_key_id {
-                                    Some(log_key)
-                                } else {
-                                    keys.get(&env.key_id).map(|k| k.key)
-                                };
-                                key.map(|key| {
+                                keys.get(&env.key_id).map(|key| {
+                                    let key = *key;
                                     let p = PendingSignature {
                                         index: e.index,
                                         message: &e.checked.message,
@@ -807,8 +779,7 @@ pub fn verify_bundle<S: Subject>(
                         })
                         .unzip();
                     let mut ok = vec![true; prepared.len()];
-                    for (line, good) in lines.into_iter().zip(verify_pending(&pending, signatures))
-                    {
+                    for (line, good) in lines.into_iter().zip(verify_pending(&pending)) {
                         ok[line] = good;
                     }
                     ok
@@ -847,7 +818,7 @@ pub fn verify_bundle<S: Subject>(
                     }
                     ok_upto += 1;
                 }
-                let bad_sig = first_bad_signature(&pending, signatures);
+                let bad_sig = first_bad_signature(&pending);
                 for p in prepared[..ok_upto].iter() {
                     if let Ok(Prepared::Entry(e)) = p {
                         if bad_sig == Some(e.index) {
@@ -860,7 +831,7 @@ pub fn verify_bundle<S: Subject>(
                     return Err(f);
                 }
                 if checker.in_records && frozen.get().is_none() {
-                    let _ = frozen.set(checker.keys.clone());
+                    let _ = frozen.set(checker.signing_keys(log_key));
                 }
                 done += chunk.len() as u64;
                 progress(done);

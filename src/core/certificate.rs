@@ -632,6 +632,10 @@ impl CertificateCheck {
 }
 
 impl Subject for CertificateCheck {
+    fn tenant(&self) -> Option<&str> {
+        Some(&self.cert.tenant)
+    }
+
     fn context(&mut self, _index: u64, body: &Body) -> Result<(), Failure> {
         if let Body::RegionParams(_) = body {
             self.book.add_entry(body);

@@ -278,6 +278,10 @@ impl InvoiceCheck {
 }
 
 impl super::bundle::Subject for InvoiceCheck {
+    fn tenant(&self) -> Option<&str> {
+        Some(&self.invoice.tenant)
+    }
+
     fn context(
         &mut self,
         _index: u64,

@@ -32,21 +32,43 @@ pub enum KeyError {
     NotAPoint,
     #[error("public key is weak (a point of small order) and could sign anything")]
     Weak,
+    #[error("public key is not canonically encoded (its point re-encodes to other bytes)")]
+    NonCanonical,
+    #[error("public key is not torsion-free (a mixed-order point: strict and cofactored verifiers would disagree on its signatures)")]
+    Torsion,
     #[error("private key is not `{SECRET_PREFIX}<base64 of 32 bytes>`")]
     SecretEncoding,
 }
 
-/// Decodes a base64 public key and refuses invalid and weak keys.
+/// Decodes a base64 public key and refuses every key that is not a valid signing key for this
+/// protocol (docs/PROTOCOL.md §3.1): see [`check_public`].
 pub fn decode_public(s: &str) -> Result<VerifyingKey, KeyError> {
     let bytes = BASE64_STANDARD
         .decode(s.trim())
         .map_err(|_| KeyError::Encoding)?;
     let arr: [u8; 32] = bytes.try_into().map_err(|_| KeyError::Encoding)?;
-    let key = VerifyingKey::from_bytes(&arr).map_err(|_| KeyError::NotAPoint)?;
-    if key.is_weak() {
+    check_public(&arr)
+}
+
+/// The one key rule (docs/PROTOCOL.md §3.1): 32 bytes that decode to a point of edwards25519,
+/// canonically encoded (the point re-encodes to the same bytes), not of small order, and
+/// torsion-free. With such keys strict verification (`verify_strict`), OpenSSL, libsodium,
+/// Go and cofactored (ZIP-215) verifiers all agree on every signature the ledger accepts.
+/// The point operations are curve25519-dalek's, used as its authors intend.
+pub fn check_public(bytes: &[u8; 32]) -> Result<VerifyingKey, KeyError> {
+    let point = curve25519_dalek::edwards::CompressedEdwardsY(*bytes)
+        .decompress()
+        .ok_or(KeyError::NotAPoint)?;
+    if point.compress().as_bytes() != bytes {
+        return Err(KeyError::NonCanonical);
+    }
+    if point.is_small_order() {
         return Err(KeyError::Weak);
     }
-    Ok(key)
+    if !point.is_torsion_free() {
+        return Err(KeyError::Torsion);
+    }
+    VerifyingKey::from_bytes(bytes).map_err(|_| KeyError::NotAPoint)
 }
 
 /// The private-key text: `gpuledger-ed25519-secret-v1:<base64 seed>` and a newline.

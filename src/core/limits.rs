@@ -7,8 +7,20 @@ pub const MAX_ID_LEN: usize = 128;
 pub const MAX_GPU_COUNT: u32 = 1024;
 /// Longest measurement interval of one record, in seconds (one day).
 pub const MAX_INTERVAL_SECONDS: i64 = 86_400;
-/// How far past the ledger's clock an interval may end, in seconds.
-pub const MAX_CLOCK_SKEW_SECONDS: i64 = 300;
+/// The default `log_policy.max_future_skew_seconds`: how far a record's `end` may be past the
+/// ledger clock, and how far before it a spot price may take effect.
+pub const DEFAULT_MAX_FUTURE_SKEW_SECONDS: u64 = 300;
+/// The default `log_policy.max_record_age_seconds` (35 days): how long before its arrival a
+/// record may start.
+pub const DEFAULT_MAX_RECORD_AGE_SECONDS: u64 = 35 * 86_400;
+/// Bounds of `log_policy.max_record_age_seconds` (1 hour to 365 days).
+pub const POLICY_RECORD_AGE_SECONDS: (u64, u64) = (3_600, 365 * 86_400);
+/// Bounds of `log_policy.max_future_skew_seconds` (0 to 1 hour).
+pub const POLICY_FUTURE_SKEW_SECONDS: (u64, u64) = (0, 3_600);
+/// Most node ids one node key may be registered for.
+pub const MAX_SIGNER_NODES: usize = 256;
+/// Most regions one key may be registered for.
+pub const MAX_SIGNER_REGIONS: usize = 64;
 /// Most kWh one `energy` record may claim.
 pub const MAX_KWH_PER_RECORD: u32 = 100_000;
 /// Highest spot price per GPU-hour accepted.

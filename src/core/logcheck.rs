@@ -1,76 +1,89 @@
 //! Re-checks a log from its leaves alone, in order: canonical leaf bytes, indexes, the hash
-//! chain, each envelope's validity at its receive time, the key registry as the log itself
-//! records it (ledger-signed registrations and revocations), roles, every signature, and the
-//! Merkle tree. Pure: callers feed it leaf bytes from wherever they keep them.
+//! chain, each envelope's validity, every admission rule against the registry the log itself
+//! records ([`Registry`]: keys and their scopes, tenants, leases, policy, prices), every
+//! signature (strict), and the Merkle tree. It does not stop at the first bad entry: each
+//! entry's problem is reported and the check goes on. Pure: callers feed it leaf bytes from
+//! wherever they keep them.
 
+use super::admission::{KeyState, Registry};
 use super::envelope::{self, Checked};
-use super::ids::LEDGER_SIGNER;
-use super::keys;
 use super::leaf::{Leaf, GENESIS_PREV};
 use super::merkle::{self, Hash, MemoryHashes};
-use super::record::{Body, Role};
+use super::record::Role;
 use ed25519_dalek::VerifyingKey;
+use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt;
 
-/// The first problem found, at the index of the entry it concerns.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Most failures a report lists; later ones are counted, not listed.
+pub const MAX_REPORTED_FAILURES: usize = 100;
+
+/// A problem found, at the index of the entry it concerns, with a stable reason code: the
+/// ingest rejection code where the entry breaks an admission rule (docs/PROTOCOL.md §6.6),
+/// otherwise one of `leaf_invalid`, `index_mismatch`, `chain_broken`, `duplicate_seq`,
+/// `bad_signature`, `tree`, `checkpoint`, `stored_column`, `missing_entry`, `key_table`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Failure {
     pub index: u64,
+    pub reason: &'static str,
+    #[serde(rename = "message")]
     pub what: String,
+}
+
+impl Failure {
+    /// A failure of the entry at `index`.
+    pub fn new(index: u64, reason: &'static str, what: impl Into<String>) -> Self {
+        Failure {
+            index,
+            reason,
+            what: what.into(),
+        }
+    }
 }
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "entry {}: {}", self.index, self.what)
+        write!(f, "entry {} [{}]: {}", self.index, self.reason, self.what)
     }
 }
 
-/// A key as the log records it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyState {
-    pub signer: String,
-    pub role: Role,
-    pub key: VerifyingKey,
-    pub registered_idx: u64,
-    pub revoked_idx: Option<u64>,
-}
-
-/// What the checker learnt about one leaf.
+/// What the checker learnt about one leaf. The tree and chain always advance (by the leaf
+/// bytes' hash), so the entries after a bad one are still checked.
 pub struct Checked1 {
-    pub leaf: Leaf,
     pub leaf_hash: Hash,
-    pub checked: Checked,
     /// The stored tree hashes this leaf adds, starting at `stored_hash_index(0, index)`.
     pub new_hashes: Vec<Hash>,
+    /// The leaf and its envelope, when they parse and pass their own checks.
+    pub entry: Option<(Leaf, Checked)>,
+    /// The first problem of this entry, if any (signatures are reported later, by
+    /// [`LogChecker::finish_signatures`]).
+    pub failure: Option<Failure>,
 }
 
 /// Streaming checker; see the module docs.
 pub struct LogChecker {
-    log_key: VerifyingKey,
-    log_key_id: String,
+    origin: String,
     size: u64,
     prev: Hash,
     tree: MemoryHashes,
-    keys: HashMap<String, KeyState>,
+    registry: Registry,
     max_seq: HashMap<String, u64>,
     seen: HashMap<(String, u64), u64>,
     pending: Vec<(u64, Vec<u8>, ed25519_dalek::Signature, VerifyingKey)>,
 }
 
-/// Signatures queued before a batch verification.
-const SIGNATURE_BATCH: usize = 4096;
+/// Signatures queued before a parallel verification.
+const SIGNATURE_CHUNK: usize = 4096;
 
 impl LogChecker {
-    /// A checker for a log whose ledger entries are signed by `log_key`.
-    pub fn new(log_key: VerifyingKey) -> Self {
+    /// A checker for the log named `origin` whose ledger entries are signed by `log_key`.
+    pub fn new(origin: &str, log_key: VerifyingKey) -> Self {
         Self {
-            log_key_id: keys::key_id(&log_key),
-            log_key,
+            origin: origin.to_owned(),
             size: 0,
             prev: GENESIS_PREV,
             tree: MemoryHashes::default(),
-            keys: HashMap::new(),
+            registry: Registry::new(log_key),
             max_seq: HashMap::new(),
             seen: HashMap::new(),
             pending: Vec::new(),
@@ -94,7 +107,7 @@ impl LogChecker {
 
     /// The key registry as recorded by the entries checked so far.
     pub fn keys(&self) -> &HashMap<String, KeyState> {
-        &self.keys
+        self.registry.keys()
     }
 
     /// Highest seq seen per signer.
@@ -102,160 +115,126 @@ impl LogChecker {
         &self.max_seq
     }
 
-    /// Checks the next leaf. Signatures are verified in batches: call [`LogChecker::finish_signatures`]
-    /// before trusting the result.
-    pub fn push(&mut self, leaf_bytes: &[u8]) -> Result<Checked1, Failure> {
+    /// Checks the next leaf. Signatures are verified in parallel chunks: call
+    /// [`LogChecker::finish_signatures`] before trusting the result.
+    pub fn push(&mut self, leaf_bytes: &[u8]) -> (Checked1, Vec<Failure>) {
         let index = self.size;
-        let fail = |what: String| Failure { index, what };
-        let leaf = Leaf::from_bytes(leaf_bytes).map_err(fail)?;
-        if leaf.index != index {
-            return Err(fail(format!(
-                "leaf says index {}, expected {index}",
-                leaf.index
-            )));
-        }
-        if leaf.prev_hash() != Some(self.prev) {
-            return Err(fail(
-                "hash chain broken: prev is not the previous entry's leaf hash".into(),
-            ));
-        }
-        let checked = leaf
-            .envelope
-            .clone()
-            .check(leaf.received_at)
-            .map_err(|r| fail(format!("envelope invalid at its receive time: {r}")))?;
-        let env = &checked.envelope;
-        let role = checked.kind.signed_by();
-        let key = if role == Role::Ledger {
-            if env.signer != LEDGER_SIGNER || env.key_id != self.log_key_id {
-                return Err(fail(format!(
-                    "{} entry not signed by the log key",
-                    env.kind
-                )));
-            }
-            self.log_key
-        } else {
-            let k = self.keys.get(&env.key_id).ok_or_else(|| {
-                fail(format!(
-                    "key {} was not registered before this entry",
-                    env.key_id
-                ))
-            })?;
-            if k.signer != env.signer {
-                return Err(fail(format!(
-                    "key {} belongs to {}, not {}",
-                    env.key_id, k.signer, env.signer
-                )));
-            }
-            if k.role != role {
-                return Err(fail(format!(
-                    "signer {} (role {}) may not sign {}",
-                    env.signer,
-                    k.role.as_str(),
-                    env.kind
-                )));
-            }
-            if let Some(r) = k.revoked_idx {
-                return Err(fail(format!("key {} was revoked at entry {r}", env.key_id)));
-            }
-            k.key
-        };
-        if let Some(first) = self.seen.insert((env.signer.clone(), env.seq), index) {
-            return Err(fail(format!(
-                "seq {} of {} already used at entry {first}",
-                env.seq, env.signer
-            )));
-        }
-        let m = self.max_seq.entry(env.signer.clone()).or_insert(0);
-        *m = (*m).max(env.seq);
-        self.apply_registry(index, &checked.body).map_err(fail)?;
-        self.pending
-            .push((index, checked.message.clone(), checked.signature, key));
-        if self.pending.len() >= SIGNATURE_BATCH {
-            self.finish_signatures()?;
-        }
         let leaf_hash = merkle::leaf_hash(leaf_bytes);
+        let (entry, failure) = self.check_entry(index, leaf_bytes);
         let new_hashes = merkle::append_leaves(index, &[leaf_hash], &mut self.tree)
-            .map_err(|e| fail(format!("tree: {e}")))?;
+            .expect("appending the next leaf to an in-memory tree");
         self.size += 1;
         self.prev = leaf_hash;
         if self.size.is_multiple_of(1024) {
             merkle::keep_frontier(self.size, &mut self.tree);
         }
-        Ok(Checked1 {
-            leaf,
-            leaf_hash,
-            checked,
-            new_hashes,
-        })
+        let sigs = if self.pending.len() >= SIGNATURE_CHUNK {
+            self.finish_signatures()
+        } else {
+            Vec::new()
+        };
+        (
+            Checked1 {
+                leaf_hash,
+                new_hashes,
+                entry,
+                failure,
+            },
+            sigs,
+        )
     }
 
-    fn apply_registry(&mut self, index: u64, body: &Body) -> Result<(), String> {
-        match body {
-            Body::SignerKeyRegistered(r) => {
-                let key = keys::decode_public(&r.public_key)
-                    .map_err(|e| format!("registered key: {e}"))?;
-                if keys::key_id(&key) != r.key_id {
-                    return Err(format!(
-                        "registered key id {} does not match its public key",
-                        r.key_id
-                    ));
-                }
-                if self.keys.contains_key(&r.key_id) {
-                    return Err(format!("key {} registered twice", r.key_id));
-                }
-                if let Some(other) = self
-                    .keys
-                    .values()
-                    .find(|k| k.signer == r.signer && k.role != r.role)
-                {
-                    return Err(format!(
-                        "signer {} registered with role {} and {}",
-                        r.signer,
-                        other.role.as_str(),
-                        r.role.as_str()
-                    ));
-                }
-                self.keys.insert(
-                    r.key_id.clone(),
-                    KeyState {
-                        signer: r.signer.clone(),
-                        role: r.role,
-                        key,
-                        registered_idx: index,
-                        revoked_idx: None,
-                    },
-                );
-            }
-            Body::SignerKeyRevoked(r) => {
-                let k = self
-                    .keys
-                    .get_mut(&r.key_id)
-                    .ok_or_else(|| format!("revokes unknown key {}", r.key_id))?;
-                if k.signer != r.signer || k.revoked_idx.is_some() {
-                    return Err(format!("revocation of key {} is inconsistent", r.key_id));
-                }
-                k.revoked_idx = Some(index);
-            }
-            _ => {}
+    /// The entry's leaf and envelope when they parse, and its first problem, if any.
+    fn check_entry(
+        &mut self,
+        index: u64,
+        leaf_bytes: &[u8],
+    ) -> (Option<(Leaf, Checked)>, Option<Failure>) {
+        let fail = |reason: &'static str, what: String| Some(Failure::new(index, reason, what));
+        let leaf = match Leaf::from_bytes(leaf_bytes) {
+            Ok(l) => l,
+            Err(m) => return (None, fail("leaf_invalid", m)),
+        };
+        if leaf.index != index {
+            let what = format!("leaf says index {}, expected {index}", leaf.index);
+            return (None, fail("index_mismatch", what));
         }
-        Ok(())
+        let chained = leaf.prev_hash() == Some(self.prev);
+        let checked = match leaf.envelope.clone().check(&self.origin) {
+            Ok(c) => c,
+            Err(r) => {
+                return (
+                    None,
+                    fail(r.reason.code(), format!("envelope invalid: {r}")),
+                )
+            }
+        };
+        if !chained {
+            let what = "hash chain broken: prev is not the previous entry's leaf hash".to_owned();
+            return (Some((leaf, checked)), fail("chain_broken", what));
+        }
+        let env = &checked.envelope;
+        let admitted = self.registry.admit(
+            index,
+            checked.kind,
+            &env.signer,
+            &env.key_id,
+            &checked.body,
+            leaf.received_at,
+        );
+        let key = match admitted {
+            Ok(k) => k,
+            Err(r) => {
+                let f = fail(r.reason.code(), r.to_string());
+                return (Some((leaf, checked)), f);
+            }
+        };
+        if let Some(first) = self.seen.get(&(env.signer.clone(), env.seq)) {
+            let what = format!(
+                "seq {} of {} already used at entry {first}",
+                env.seq, env.signer
+            );
+            return (Some((leaf, checked)), fail("duplicate_seq", what));
+        }
+        self.seen.insert((env.signer.clone(), env.seq), index);
+        let m = self.max_seq.entry(env.signer.clone()).or_insert(0);
+        *m = (*m).max(env.seq);
+        if checked.kind.signed_by() == Role::Ledger {
+            // The ledger's entries change the registry: verified before they count, so a
+            // forged registration admits nothing after it (they are few; records wait for
+            // the parallel check).
+            if !checked.verify(&key) {
+                let what =
+                    "signature does not verify (strict Ed25519) over the message for this log";
+                return (Some((leaf, checked)), fail("bad_signature", what.into()));
+            }
+        } else {
+            self.pending
+                .push((index, checked.message.clone(), checked.signature, key));
+        }
+        self.registry.apply(index, &checked.body);
+        (Some((leaf, checked)), None)
     }
 
-    /// Verifies every queued signature; names the first entry whose signature is bad.
-    pub fn finish_signatures(&mut self) -> Result<(), Failure> {
+    /// Verifies every queued signature (strictly, in parallel); one failure per bad one.
+    pub fn finish_signatures(&mut self) -> Vec<Failure> {
         let pending = std::mem::take(&mut self.pending);
         let items: Vec<_> = pending
             .iter()
             .map(|(_, m, s, k)| (m.as_slice(), s, k))
             .collect();
         let ok = envelope::verify_strict_many(&items);
-        match pending.iter().zip(ok).find(|(_, good)| !good) {
-            Some(((index, ..), _)) => Err(Failure {
-                index: *index,
-                what: "signature does not verify".into(),
-            }),
-            None => Ok(()),
-        }
+        pending
+            .iter()
+            .zip(ok)
+            .filter(|(_, good)| !good)
+            .map(|((index, ..), _)| {
+                Failure::new(
+                    *index,
+                    "bad_signature",
+                    "signature does not verify (strict Ed25519) over the message for this log",
+                )
+            })
+            .collect()
     }
 }

@@ -48,11 +48,17 @@ pub enum Kind {
     VolumeTiers,
     /// A tenant was put on a plan (written by the ledger).
     TenantPlan,
+    /// A tenant was registered; records may name only registered tenants (written by the
+    /// ledger).
+    TenantRegistered,
+    /// The log's admission policy (record age, clock skew) from this entry on (written by the
+    /// ledger).
+    LogPolicy,
 }
 
 impl Kind {
     /// All kinds, in a fixed order.
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 16] = [
         Kind::GpuUsage,
         Kind::Energy,
         Kind::SpotPrice,
@@ -67,6 +73,8 @@ impl Kind {
         Kind::CertificateIssued,
         Kind::VolumeTiers,
         Kind::TenantPlan,
+        Kind::TenantRegistered,
+        Kind::LogPolicy,
     ];
 
     /// The wire name.
@@ -86,6 +94,8 @@ impl Kind {
             Kind::CertificateIssued => "certificate_issued",
             Kind::VolumeTiers => "volume_tiers",
             Kind::TenantPlan => "tenant_plan",
+            Kind::TenantRegistered => "tenant_registered",
+            Kind::LogPolicy => "log_policy",
         }
     }
 
@@ -109,14 +119,10 @@ impl Kind {
             | Kind::CreditNote
             | Kind::CertificateIssued
             | Kind::VolumeTiers
-            | Kind::TenantPlan => Role::Ledger,
+            | Kind::TenantPlan
+            | Kind::TenantRegistered
+            | Kind::LogPolicy => Role::Ledger,
         }
-    }
-
-    /// The domain-separation tag prefixed to the canonical bytes before signing:
-    /// `gpuledger/v1/<kind>\n`.
-    pub fn domain_tag(self) -> String {
-        format!("gpuledger/v1/{}\n", self.as_str())
     }
 }
 
@@ -189,7 +195,8 @@ pub struct SpotPrice {
     pub effective_from: Timestamp,
 }
 
-/// The ledger registered `public_key` (base64, 32 bytes) as `key_id` of `signer`.
+/// The ledger registered `public_key` (base64, 32 bytes) as `key_id` of `signer`, for the
+/// nodes and regions it may sign records of (docs/PROTOCOL.md §5.4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SignerKeyRegistered {
@@ -197,6 +204,72 @@ pub struct SignerKeyRegistered {
     pub role: Role,
     pub key_id: String,
     pub public_key: String,
+    /// Node ids a `node` key may name (sorted, distinct); absent for `market` keys.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present_list"
+    )]
+    pub nodes: Option<Vec<String>>,
+    /// Region ids the key may name (sorted, distinct).
+    pub regions: Vec<String>,
+}
+
+/// What a key may sign records for: node ids (node keys only) and regions, each sorted and
+/// without repeats as the protocol spells them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyScope {
+    pub nodes: Option<Vec<String>>,
+    pub regions: Vec<String>,
+}
+
+impl KeyScope {
+    /// A scope from lists in any order, sorted and without repeats.
+    pub fn new(nodes: Option<Vec<String>>, mut regions: Vec<String>) -> KeyScope {
+        let nodes = nodes.map(|mut n| {
+            n.sort_unstable();
+            n.dedup();
+            n
+        });
+        regions.sort_unstable();
+        regions.dedup();
+        KeyScope { nodes, regions }
+    }
+
+    /// The scope a registration grants.
+    pub fn of(r: &SignerKeyRegistered) -> KeyScope {
+        KeyScope {
+            nodes: r.nodes.clone(),
+            regions: r.regions.clone(),
+        }
+    }
+}
+
+/// A registered tenant: records may name it (docs/PROTOCOL.md §5.14).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantRegistered {
+    pub tenant: String,
+}
+
+/// The admission policy in force from this entry on (docs/PROTOCOL.md §5.15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogPolicy {
+    /// A record may start at most this long before it arrives.
+    pub max_record_age_seconds: u64,
+    /// A record may end (and a spot price take effect in the past) at most this far from the
+    /// ledger clock.
+    pub max_future_skew_seconds: u64,
+}
+
+impl Default for LogPolicy {
+    fn default() -> Self {
+        LogPolicy {
+            max_record_age_seconds: DEFAULT_MAX_RECORD_AGE_SECONDS,
+            max_future_skew_seconds: DEFAULT_MAX_FUTURE_SKEW_SECONDS,
+        }
+    }
 }
 
 /// The ledger revoked `key_id` of `signer`: no record signed with it is accepted after this
@@ -338,6 +411,8 @@ pub enum Body {
     CertificateIssued(CertificateIssued),
     VolumeTiers(VolumeTiers),
     TenantPlan(TenantPlan),
+    TenantRegistered(TenantRegistered),
+    LogPolicy(LogPolicy),
 }
 
 impl Body {
@@ -358,6 +433,8 @@ impl Body {
             Body::CertificateIssued(_) => Kind::CertificateIssued,
             Body::VolumeTiers(_) => Kind::VolumeTiers,
             Body::TenantPlan(_) => Kind::TenantPlan,
+            Body::TenantRegistered(_) => Kind::TenantRegistered,
+            Body::LogPolicy(_) => Kind::LogPolicy,
         }
     }
 
@@ -371,6 +448,7 @@ impl Body {
             Body::Payment(p) | Body::CreditNote(p) => Some(&p.tenant),
             Body::CertificateIssued(c) => Some(&c.tenant),
             Body::TenantPlan(p) => Some(&p.tenant),
+            Body::TenantRegistered(t) => Some(&t.tenant),
             _ => None,
         }
     }
@@ -526,39 +604,92 @@ impl Body {
             }
             Body::SignerKeyRegistered(r) => return serde_json::to_value(r).expect("plain struct"),
             Body::SignerKeyRevoked(r) => return serde_json::to_value(r).expect("plain struct"),
+            Body::TenantRegistered(t) => return serde_json::to_value(t).expect("plain struct"),
+            Body::LogPolicy(p) => return serde_json::to_value(p).expect("plain struct"),
         }
         Value::Object(m)
     }
 
-    /// Reads and validates a body of `kind` against the ledger clock `now`.
-    pub fn from_value(kind: Kind, body: &Value, now: Timestamp) -> Result<Body, Rejection> {
+    /// Reads and validates a body of `kind`: its shape and every rule that needs neither the
+    /// log nor the clock (those are in [`crate::core::admission`]).
+    pub fn from_value(kind: Kind, body: &Value) -> Result<Body, Rejection> {
         match kind {
             Kind::GpuUsage => {
                 let w: GpuUsageWire = wire(body)?;
-                Ok(Body::GpuUsage(w.validate(now)?))
+                Ok(Body::GpuUsage(w.validate()?))
             }
             Kind::Energy => {
                 let w: EnergyWire = wire(body)?;
-                Ok(Body::Energy(w.validate(now)?))
+                Ok(Body::Energy(w.validate()?))
             }
             Kind::SpotPrice => {
                 let w: SpotPriceWire = wire(body)?;
-                Ok(Body::SpotPrice(w.validate(now)?))
+                Ok(Body::SpotPrice(w.validate()?))
+            }
+            Kind::TenantRegistered => {
+                let t: TenantRegistered = wire(body)?;
+                id("body.tenant", &t.tenant)?;
+                Ok(Body::TenantRegistered(t))
+            }
+            Kind::LogPolicy => {
+                let p: LogPolicy = wire(body)?;
+                let (lo, hi) = POLICY_RECORD_AGE_SECONDS;
+                if !(lo..=hi).contains(&p.max_record_age_seconds) {
+                    return Err(Rejection::field(
+                        Reason::QuantityOutOfRange,
+                        "body.max_record_age_seconds",
+                        format!("must be between {lo} and {hi}"),
+                    ));
+                }
+                let (lo, hi) = POLICY_FUTURE_SKEW_SECONDS;
+                if !(lo..=hi).contains(&p.max_future_skew_seconds) {
+                    return Err(Rejection::field(
+                        Reason::QuantityOutOfRange,
+                        "body.max_future_skew_seconds",
+                        format!("must be between {lo} and {hi}"),
+                    ));
+                }
+                Ok(Body::LogPolicy(p))
             }
             Kind::SignerKeyRegistered => {
                 let r: SignerKeyRegistered = wire(body)?;
                 id("body.signer", &r.signer)?;
                 key_id("body.key_id", &r.key_id)?;
                 let key = keys::decode_public(&r.public_key)
-                    .ok()
-                    .filter(|k| keys::encode_public(k) == r.public_key)
-                    .ok_or_else(|| {
-                        Rejection::field(
+                    .map_err(|e| Rejection::field(Reason::InvalidField, "body.public_key", e))?;
+                if keys::encode_public(&key) != r.public_key {
+                    return Err(Rejection::field(
+                        Reason::InvalidField,
+                        "body.public_key",
+                        "is not standard base64 of 32 bytes",
+                    ));
+                }
+                match (r.role, &r.nodes) {
+                    (Role::Node, Some(nodes)) => id_list("body.nodes", nodes, MAX_SIGNER_NODES)?,
+                    (Role::Node, None) => {
+                        return Err(Rejection::field(
+                            Reason::Malformed,
+                            "body.nodes",
+                            "is required for a node key",
+                        ))
+                    }
+                    (Role::Market, None) => {}
+                    (Role::Market, Some(_)) => {
+                        return Err(Rejection::field(
+                            Reason::Malformed,
+                            "body.nodes",
+                            "must be absent for a market key",
+                        ))
+                    }
+                    (Role::Ledger, _) => {
+                        return Err(Rejection::field(
                             Reason::InvalidField,
-                            "body.public_key",
-                            "is not standard base64 of a valid, not weak, Ed25519 public key",
-                        )
-                    })?;
+                            "body.role",
+                            "must be node or market: the ledger registers no ledger keys",
+                        ))
+                    }
+                }
+                id_list("body.regions", &r.regions, MAX_SIGNER_REGIONS)?;
                 if keys::key_id(&key) != r.key_id {
                     return Err(Rejection::field(
                         Reason::InvalidField,
@@ -1027,6 +1158,43 @@ struct SpotPriceWire {
     effective_from: String,
 }
 
+/// A list of identifiers: 1 to `max`, sorted in byte order without repeats (one spelling).
+fn id_list(field: &str, list: &[String], max: usize) -> Result<(), Rejection> {
+    if list.is_empty() {
+        return Err(Rejection::field(
+            Reason::InvalidField,
+            field,
+            "must not be empty",
+        ));
+    }
+    if list.len() > max {
+        return Err(Rejection::field(
+            Reason::QuantityOutOfRange,
+            field,
+            format!(
+                "holds {} identifiers; at most {max} are allowed",
+                list.len()
+            ),
+        ));
+    }
+    for (i, s) in list.iter().enumerate() {
+        id(&format!("{field}[{i}]"), s)?;
+        if i > 0 && list[i - 1].as_str() >= s.as_str() {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                field,
+                "must be sorted in byte order without repeats",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An optional list member: absent is `None`; `null` is refused (one spelling).
+fn present_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    Vec::<String>::deserialize(d).map(Some)
+}
+
 fn id(field: &str, s: &str) -> Result<String, Rejection> {
     check_id(s).map_err(|m| Rejection::field(Reason::InvalidField, field, m))?;
     Ok(s.to_owned())
@@ -1066,7 +1234,7 @@ fn quantity(field: &str, s: &str, max: Decimal) -> Result<Decimal, Rejection> {
     Ok(d)
 }
 
-fn interval(start: &str, end: &str, now: Timestamp) -> Result<(Timestamp, Timestamp), Rejection> {
+fn interval(start: &str, end: &str) -> Result<(Timestamp, Timestamp), Rejection> {
     let s = ts("body.start", start)?;
     let e = ts("body.end", end)?;
     if e <= s {
@@ -1084,21 +1252,11 @@ fn interval(start: &str, end: &str, now: Timestamp) -> Result<(Timestamp, Timest
             format!("makes an interval of {len} s, above the limit of {MAX_INTERVAL_SECONDS} s"),
         ));
     }
-    let ahead = now.seconds_until(e);
-    if ahead > MAX_CLOCK_SKEW_SECONDS {
-        return Err(Rejection::field(
-            Reason::InFuture,
-            "body.end",
-            format!(
-                "({e}) is {ahead} s after the ledger's clock ({now}); the allowance is {MAX_CLOCK_SKEW_SECONDS} s"
-            ),
-        ));
-    }
     Ok((s, e))
 }
 
 impl GpuUsageWire {
-    fn validate(self, now: Timestamp) -> Result<GpuUsage, Rejection> {
+    fn validate(self) -> Result<GpuUsage, Rejection> {
         let tenant = id("body.tenant", &self.tenant)?;
         let lease = self
             .lease
@@ -1120,7 +1278,7 @@ impl GpuUsageWire {
                 "must be above 0",
             ));
         }
-        let (start, end) = interval(&self.start, &self.end, now)?;
+        let (start, end) = interval(&self.start, &self.end)?;
         let max_seconds = Decimal::from(MAX_GPU_COUNT) * Decimal::from(MAX_INTERVAL_SECONDS);
         let gpu_seconds = quantity("body.gpu_seconds", &self.gpu_seconds, max_seconds)?;
         let expected = gpu_count * Decimal::from(start.seconds_until(end));
@@ -1151,7 +1309,7 @@ impl GpuUsageWire {
 }
 
 impl EnergyWire {
-    fn validate(self, now: Timestamp) -> Result<Energy, Rejection> {
+    fn validate(self) -> Result<Energy, Rejection> {
         let tenant = self
             .tenant
             .as_deref()
@@ -1159,7 +1317,7 @@ impl EnergyWire {
             .transpose()?;
         let region = id("body.region", &self.region)?;
         let node = id("body.node", &self.node)?;
-        let (start, end) = interval(&self.start, &self.end, now)?;
+        let (start, end) = interval(&self.start, &self.end)?;
         let kwh = quantity("body.kwh", &self.kwh, Decimal::from(MAX_KWH_PER_RECORD))?;
         Ok(Energy {
             tenant,
@@ -1173,7 +1331,7 @@ impl EnergyWire {
 }
 
 impl SpotPriceWire {
-    fn validate(self, now: Timestamp) -> Result<SpotPrice, Rejection> {
+    fn validate(self) -> Result<SpotPrice, Rejection> {
         let region = id("body.region", &self.region)?;
         let gpu_model = id("body.gpu_model", &self.gpu_model)?;
         let price_per_gpu_hour = quantity(
@@ -1189,16 +1347,6 @@ impl SpotPriceWire {
             ));
         }
         let effective_from = ts("body.effective_from", &self.effective_from)?;
-        let ahead = now.seconds_until(effective_from);
-        if ahead > MAX_SPOT_SCHEDULE_AHEAD_SECONDS {
-            return Err(Rejection::field(
-                Reason::InFuture,
-                "body.effective_from",
-                format!(
-                    "is {ahead} s after the ledger's clock; prices may be scheduled at most {MAX_SPOT_SCHEDULE_AHEAD_SECONDS} s ahead"
-                ),
-            ));
-        }
         Ok(SpotPrice {
             region,
             gpu_model,

@@ -47,6 +47,28 @@ pub enum Reason {
     /// The interval overlaps one already logged for the same stream (same node, tenant,
     /// lease and GPU model for usage; same node and tenant for energy).
     OverlappingInterval,
+    /// The record names a node its key is not registered for.
+    NodeNotAllowed,
+    /// The record names a region its key is not registered for.
+    RegionNotAllowed,
+    /// The record names a tenant the log has not registered.
+    UnknownTenant,
+    /// The record names a lease the log has not registered.
+    UnknownLease,
+    /// The record's lease belongs to another tenant.
+    LeaseTenantMismatch,
+    /// The record starts longer before its arrival than the log's policy allows.
+    TooOld,
+    /// The spot price takes effect before its arrival minus the policy's skew.
+    PriceInPast,
+    /// A spot price of the same series already takes effect at that instant.
+    PriceConflict,
+    /// The spot price takes effect inside a period already invoiced.
+    PriceInInvoicedPeriod,
+    /// A price, parameter or plan does not take effect after the latest of its series.
+    PriceNotForward,
+    /// A tenant or lease registered a second time.
+    AlreadyRegistered,
 }
 
 impl Reason {
@@ -72,6 +94,17 @@ impl Reason {
             Reason::BadSignature => "bad_signature",
             Reason::Conflict => "conflict",
             Reason::OverlappingInterval => "overlapping_interval",
+            Reason::NodeNotAllowed => "node_not_allowed",
+            Reason::RegionNotAllowed => "region_not_allowed",
+            Reason::UnknownTenant => "unknown_tenant",
+            Reason::UnknownLease => "unknown_lease",
+            Reason::LeaseTenantMismatch => "lease_tenant_mismatch",
+            Reason::TooOld => "too_old",
+            Reason::PriceInPast => "price_in_past",
+            Reason::PriceConflict => "price_conflict",
+            Reason::PriceInInvoicedPeriod => "price_in_invoiced_period",
+            Reason::PriceNotForward => "price_not_forward",
+            Reason::AlreadyRegistered => "already_registered",
         }
     }
 }

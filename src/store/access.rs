@@ -80,14 +80,21 @@ fn ts(secs: i64) -> Timestamp {
     Timestamp::from_unix(secs).unwrap_or_else(Timestamp::now)
 }
 
-/// Creates a tenant; refuses a duplicate id.
-pub fn create_tenant(conn: &mut DbConn, id: &str, name: &str) -> Result<Tenant, StoreError> {
+/// The rules of a new tenant's id and name (checked before anything is written).
+pub fn check_new_tenant(id: &str, name: &str) -> Result<(), StoreError> {
     check_id(id).map_err(|m| StoreError::Refused(format!("tenant id {m}")))?;
     if name.is_empty() || name.len() > 200 {
         return Err(StoreError::Refused(
             "tenant name must be 1 to 200 bytes".into(),
         ));
     }
+    Ok(())
+}
+
+/// Creates a tenant row; refuses a duplicate id (the API registers the tenant on the log
+/// first).
+pub fn create_tenant(conn: &mut DbConn, id: &str, name: &str) -> Result<Tenant, StoreError> {
+    check_new_tenant(id, name)?;
     let now = Timestamp::now();
     let exists: Option<String> = tenants::table
         .find(id)

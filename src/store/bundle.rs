@@ -12,6 +12,7 @@ use crate::core::merkle::{self, Hash, HashReader, MemoryHashes};
 use crate::core::record::{Body, Kind};
 use diesel::prelude::*;
 use std::cell::RefCell;
+use std::collections::HashSet;
 
 /// Where bundle lines go; an error stops the bundle (the reader went away).
 pub type Sink<'a> = dyn FnMut(Vec<u8>) -> Result<(), StoreError> + 'a;
@@ -99,5 +100,96 @@ pub(crate) fn write_entries(
             return Ok(written);
         }
         after = last;
+    }
+}
+
+/// The context entries of a bundle about one tenant (docs/PROTOCOL.md §14): what a verifier
+/// needs to recheck the records and the rating, and nothing of any other tenant.
+pub(crate) struct Context {
+    tenant: String,
+    /// Plans the tenant was on below the bundle's size (their volume tiers are context).
+    plans: HashSet<String>,
+    /// An invoice bundle also carries prices, plans and the tenant's earlier invoices.
+    invoice: bool,
+}
+
+impl Context {
+    /// The context of a bundle about `tenant` at `size`; `invoice` for an invoice bundle.
+    pub(crate) fn new(
+        conn: &mut DbConn,
+        tenant: &str,
+        size: u64,
+        invoice: bool,
+    ) -> Result<Context, StoreError> {
+        let rows: Vec<(i64, Vec<u8>)> = entries::table
+            .filter(entries::kind.eq(Kind::TenantPlan.as_str()))
+            .filter(entries::tenant.eq(tenant))
+            .filter(entries::idx.lt(size as i64))
+            .select((entries::idx, entries::leaf))
+            .load(conn)?;
+        let mut plans = HashSet::new();
+        for (i, leaf) in rows {
+            if let Body::TenantPlan(p) = parse_body(i, &leaf)? {
+                plans.insert(p.plan);
+            }
+        }
+        Ok(Context {
+            tenant: tenant.to_owned(),
+            plans,
+            invoice,
+        })
+    }
+
+    /// The kinds of context entries.
+    pub(crate) fn kinds(&self) -> Vec<Kind> {
+        let mut k = vec![
+            Kind::LogPolicy,
+            Kind::SignerKeyRegistered,
+            Kind::SignerKeyRevoked,
+            Kind::TenantRegistered,
+            Kind::LeaseRegistered,
+            Kind::RegionParams,
+        ];
+        if self.invoice {
+            k.extend([
+                Kind::RateCard,
+                Kind::SpotPrice,
+                Kind::VolumeTiers,
+                Kind::TenantPlan,
+                Kind::InvoiceIssued,
+            ]);
+        }
+        k
+    }
+
+    /// Whether a context entry of one of [`Context::kinds`] goes in: the tenant's own
+    /// registration, leases, plans and invoices; the volume tiers of its plans; the rest
+    /// (keys, policies, public prices and region parameters) whole.
+    pub(crate) fn keep(&self, body: &Body) -> bool {
+        match body {
+            Body::TenantRegistered(t) => t.tenant == self.tenant,
+            Body::LeaseRegistered(l) => l.tenant == self.tenant,
+            Body::TenantPlan(p) => p.tenant == self.tenant,
+            Body::InvoiceIssued(i) => i.tenant == self.tenant,
+            Body::VolumeTiers(v) => self.plans.contains(&v.plan),
+            _ => true,
+        }
+    }
+
+    /// Writes the context entries below `size`; returns how many.
+    pub(crate) fn write(
+        &self,
+        conn: &mut DbConn,
+        size: u64,
+        sink: &mut Sink,
+    ) -> Result<u64, StoreError> {
+        write_entries(
+            conn,
+            &self.kinds(),
+            None,
+            size,
+            &mut |_, b| self.keep(b),
+            sink,
+        )
     }
 }

@@ -175,12 +175,8 @@ pub fn write_certificate_bundle(
         BundleSubject::Certificate(cert.id.clone()),
     );
     sink(bundle::header_line(&header))?;
-    let context = [
-        Kind::SignerKeyRegistered,
-        Kind::SignerKeyRevoked,
-        Kind::RegionParams,
-    ];
-    let mut n = super::bundle::write_entries(conn, &context, None, size, &mut |_, _| true, sink)?;
+    let mut n =
+        super::bundle::Context::new(conn, &cert.tenant, size, false)?.write(conn, size, sink)?;
     let req = CertificateRequest {
         tenant: cert.tenant.clone(),
         period: Period {

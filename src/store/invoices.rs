@@ -293,7 +293,7 @@ fn body_at(conn: &mut DbConn, idx: i64) -> Result<Body, StoreError> {
         Leaf::from_bytes(&bytes).map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
     let kind = Kind::parse(&leaf.envelope.kind)
         .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: kind")))?;
-    Body::from_value(kind, &leaf.envelope.body, leaf.received_at)
+    Body::from_value(kind, &leaf.envelope.body)
         .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))
 }
 
@@ -444,21 +444,8 @@ pub fn write_invoice_bundle(
         BundleSubject::Invoice(invoice.number.clone()),
     );
     sink(bundle::header_line(&header))?;
-    let mut context = vec![Kind::SignerKeyRegistered, Kind::SignerKeyRevoked];
-    context.extend(pricing::PRICING_KINDS);
-    context.push(Kind::InvoiceIssued);
     let tenant = invoice.tenant.as_str();
-    let mut n = write_entries(
-        conn,
-        &context,
-        None,
-        size,
-        &mut |_, b| match b {
-            Body::InvoiceIssued(i) => i.tenant == tenant,
-            _ => true,
-        },
-        sink,
-    )?;
+    let mut n = super::bundle::Context::new(conn, tenant, size, true)?.write(conn, size, sink)?;
     let period = invoice.period;
     n += write_entries(
         conn,

@@ -7,6 +7,7 @@ use super::error::StoreError;
 use super::read::{self, DbHashReader, EntryRow};
 use super::schema::*;
 use super::write::{self, Verified};
+use crate::core::admission;
 use crate::core::checkpoint::LogSigner;
 use crate::core::envelope::{self, Checked, Envelope};
 use crate::core::ids::LEDGER_SIGNER;
@@ -14,7 +15,7 @@ use crate::core::keys;
 use crate::core::limits::MAX_APPEND_BATCH;
 use crate::core::merkle::{self, Hash};
 use crate::core::outcome::Outcome;
-use crate::core::record::Role;
+use crate::core::record::{KeyScope, Role, SignerKeyRegistered};
 use crate::core::rejection::{Reason, Rejection};
 use crate::core::time::Timestamp;
 use diesel::prelude::*;
@@ -42,8 +43,10 @@ enum Job {
         signer: String,
         role: Role,
         public_key: String,
+        scope: Option<KeyScope>,
         reply: Reply<(String, u64)>,
     },
+    EnsurePolicy(Reply<()>),
     Revoke {
         signer: String,
         key_id: String,
@@ -73,10 +76,11 @@ impl Job {
     }
 }
 
+/// A registered key as the ingest path needs it: its registration (signer, role, scope) and
+/// the key. Registrations never change; revocation is read under the head lock.
 #[derive(Clone)]
 struct CachedKey {
-    signer: String,
-    role: Role,
+    registration: SignerKeyRegistered,
     key: VerifyingKey,
 }
 
@@ -91,13 +95,32 @@ pub struct LogInfo {
     pub verifier_key: String,
 }
 
+/// The ledger clock: the system clock, or (in tests built with the `test-clock` feature) a
+/// time a test set.
+#[derive(Clone, Default)]
+struct Clock(Arc<Mutex<Option<Timestamp>>>);
+
+impl Clock {
+    fn now(&self) -> Timestamp {
+        self.0
+            .lock()
+            .expect("clock lock")
+            .unwrap_or_else(Timestamp::now)
+    }
+}
+
 /// An open ledger. Cheap to share between threads (`Arc<Ledger>`).
 pub struct Ledger {
+    // Read by `set_clock` (test builds); the sequencer holds its own handle.
+    #[cfg_attr(not(feature = "test-clock"), allow(dead_code))]
+    clock: Clock,
     info: LogInfo,
     jobs: Option<mpsc::Sender<Job>>,
     writer: Option<JoinHandle<()>>,
     readers: Mutex<Vec<DbConn>>,
     keys: RwLock<HashMap<String, CachedKey>>,
+    /// Tenant and lease registrations seen so far (they are only ever added).
+    parties: RwLock<read::DbParties>,
     queued: Arc<AtomicUsize>,
     url: String,
 }
@@ -189,19 +212,36 @@ impl Ledger {
         let (tx, rx) = mpsc::channel::<Job>();
         let queued = Arc::new(AtomicUsize::new(0));
         let q = queued.clone();
+        let clock = Clock::default();
+        let c = clock.clone();
         let writer = std::thread::Builder::new()
             .name("gpuledger-sequencer".into())
-            .spawn(move || sequencer(&mut writer_conn, &log, rx, &q))
+            .spawn(move || sequencer(&mut writer_conn, &log, rx, &q, &c))
             .map_err(|e| StoreError::Refused(format!("cannot start the sequencer thread: {e}")))?;
         Ok(Ledger {
+            clock,
             info,
             jobs: Some(tx),
             writer: Some(writer),
             readers: Mutex::new(vec![reader]),
             keys: RwLock::new(HashMap::new()),
+            parties: RwLock::new(read::DbParties::default()),
             queued,
             url: url.to_owned(),
         })
+        .and_then(|l| {
+            // A log without a policy entry gets the defaults written down, so verifiers read
+            // them from the log rather than from this code.
+            l.submit(Job::EnsurePolicy)?;
+            Ok(l)
+        })
+    }
+
+    /// Sets the ledger clock (`None`: the system clock again). Tests only: the receive times
+    /// it gives entries are what the log's time rules are checked against.
+    #[cfg(feature = "test-clock")]
+    pub fn set_clock(&self, now: Option<Timestamp>) {
+        *self.clock.0.lock().expect("clock lock") = now;
     }
 
     /// Origin, public key and verifier key of this log.
@@ -254,9 +294,9 @@ impl Ledger {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let now = Timestamp::now();
+        let origin = self.info.origin.as_str();
         let checked: Vec<Result<Checked, Rejection>> =
-            batch.into_par_iter().map(|e| e.check(now)).collect();
+            batch.into_par_iter().map(|e| e.check(origin)).collect();
         let mut outcomes: Vec<Option<Outcome>> = vec![None; checked.len()];
         let mut pending: Vec<(usize, Checked, VerifyingKey)> = Vec::with_capacity(checked.len());
         let cache = self.keys_for(&checked)?;
@@ -283,12 +323,27 @@ impl Ledger {
                 Err(r) => outcomes[i] = Some(Outcome::Rejected(r)),
             }
         }
+        // Tenants and leases are looked up only for records whose key may sign them, so a
+        // stranger's records cost no database work here.
+        self.load_parties(pending.iter().map(|(_, c, _)| c))?;
+        {
+            let parties = self.parties.read().expect("parties cache lock");
+            pending.retain(|(i, c, _)| {
+                match admission::check_parties(&c.body, u64::MAX, &*parties) {
+                    Ok(()) => true,
+                    Err(r) => {
+                        outcomes[*i] = Some(Outcome::Rejected(r));
+                        false
+                    }
+                }
+            });
+        }
         let ok = if verify {
             let items: Vec<(&[u8], &ed25519_dalek::Signature, &VerifyingKey)> = pending
                 .iter()
                 .map(|(_, c, k)| (c.message.as_slice(), &c.signature, k))
                 .collect();
-            envelope::verify_many(&items)
+            envelope::verify_strict_many(&items)
         } else {
             vec![true; pending.len()]
         };
@@ -359,17 +414,56 @@ impl Ledger {
                     .map_err(|_| StoreError::Corrupt(format!("key {} length", r.key_id)))?,
             )
             .map_err(|_| StoreError::Corrupt(format!("key {} is not a point", r.key_id)))?;
-            let role = Role::parse(&r.role)
-                .ok_or_else(|| StoreError::Corrupt(format!("role {:?}", r.role)))?;
-            let k = CachedKey {
-                signer: r.signer,
-                role,
-                key,
-            };
+            let registration =
+                self.with_reader(|c| read::registration(c, r.registered_idx as u64))?;
+            if registration.key_id != r.key_id || registration.signer != r.signer {
+                return Err(StoreError::Corrupt(format!(
+                    "key {} does not match its registration entry",
+                    r.key_id
+                )));
+            }
+            let k = CachedKey { registration, key };
             cache.insert(r.key_id.clone(), k.clone());
             out.insert(r.key_id, Some(k));
         }
         Ok(out)
+    }
+
+    /// Adds to the cache the registrations of the tenants and leases `records` name that it
+    /// lacks: one query for the tenants, one for the leases, only when some are missing.
+    fn load_parties<'a>(
+        &self,
+        records: impl Iterator<Item = &'a Checked>,
+    ) -> Result<(), StoreError> {
+        let (mut tenants, mut leases): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
+        {
+            let known = self.parties.read().expect("parties cache lock");
+            for c in records {
+                if let Some(t) = c.body.tenant().filter(|t| !known.tenants.contains_key(*t)) {
+                    tenants.push(t);
+                }
+                if let crate::core::record::Body::GpuUsage(u) = &c.body {
+                    if let Some(l) = u
+                        .lease
+                        .as_deref()
+                        .filter(|l| !known.leases.contains_key(*l))
+                    {
+                        leases.push(l);
+                    }
+                }
+            }
+        }
+        if tenants.is_empty() && leases.is_empty() {
+            return Ok(());
+        }
+        tenants.sort_unstable();
+        tenants.dedup();
+        let mut found = read::DbParties::default();
+        self.with_reader(|c| found.fill(c, u64::MAX >> 1, &tenants, &leases))?;
+        let mut known = self.parties.write().expect("parties cache lock");
+        known.tenants.extend(found.tenants);
+        known.leases.extend(found.leases);
+        Ok(())
     }
 
     /// Whether a signer id is registered (for a precise unknown-signer reason).
@@ -377,20 +471,32 @@ impl Ledger {
         self.with_reader(|c| Ok(!read::known_signers(c, &[signer])?.is_empty()))
     }
 
-    /// Registers a node or market signer's public key (base64); returns its key id and the
-    /// index of the `signer_key_registered` entry.
+    /// Registers a node or market signer's public key (base64) for the nodes and regions of
+    /// `scope` (`None`: the scope of the signer's latest key, for a rotation); returns its key
+    /// id and the index of the `signer_key_registered` entry.
     pub fn register_key(
         &self,
         signer: &str,
         role: Role,
         public_key: &str,
+        scope: Option<KeyScope>,
     ) -> Result<(String, u64), StoreError> {
         self.submit(|reply| Job::Register {
             signer: signer.to_owned(),
             role,
             public_key: public_key.to_owned(),
+            scope,
             reply,
         })
+    }
+
+    /// Registers a tenant (a `tenant_registered` entry); returns its index.
+    pub fn register_tenant(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.append_ledger_entry(crate::core::record::Body::TenantRegistered(
+            crate::core::record::TenantRegistered {
+                tenant: tenant.to_owned(),
+            },
+        ))
     }
 
     /// Revokes a key; returns the index of the `signer_key_revoked` entry.
@@ -536,47 +642,24 @@ impl Ledger {
     }
 }
 
-/// Checks the signer, key and role of a record against the registry. Revocation is checked
-/// only under the write lock, after the duplicate check, so that resending a record logged
-/// before its key was revoked still answers `duplicate`. Returns the key to verify with.
+/// Checks the signer, key, role and scope of a record against the registry (the rules of
+/// [`admission::check_key`] and [`admission::check_scope`]). Revocation is checked only under
+/// the write lock, after the duplicate check, so that resending a record logged before its key
+/// was revoked still answers `duplicate`. Returns the key to verify with.
 fn authorise(
     c: &Checked,
     cache: &HashMap<String, Option<CachedKey>>,
 ) -> Result<VerifyingKey, Rejection> {
     let env = &c.envelope;
     if c.kind.signed_by() == Role::Ledger {
-        return Err(Rejection::field(
-            Reason::RoleNotAllowed,
-            "kind",
-            format!("{} entries are written by the ledger itself", env.kind),
-        ));
+        return Err(admission::ledger_kind_submitted(c.kind));
     }
     let k = match cache.get(&env.key_id).cloned().flatten() {
         Some(k) => k,
         None => return Err(unknown(env)),
     };
-    if k.signer != env.signer {
-        return Err(Rejection::field(
-            Reason::KeySignerMismatch,
-            "key_id",
-            format!(
-                "{} belongs to signer {}, not {}",
-                env.key_id, k.signer, env.signer
-            ),
-        ));
-    }
-    if k.role != c.kind.signed_by() {
-        return Err(Rejection::field(
-            Reason::RoleNotAllowed,
-            "kind",
-            format!(
-                "{} may not be signed by {} (role {})",
-                env.kind,
-                env.signer,
-                k.role.as_str()
-            ),
-        ));
-    }
+    admission::check_key(&k.registration, c.kind, &env.signer, None)?;
+    admission::check_scope(&k.registration, &c.body)?;
     Ok(k.key)
 }
 
@@ -599,8 +682,15 @@ impl Drop for Ledger {
     }
 }
 
-fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued: &AtomicUsize) {
+fn sequencer(
+    conn: &mut DbConn,
+    log: &LogSigner,
+    rx: mpsc::Receiver<Job>,
+    queued: &AtomicUsize,
+    clock: &Clock,
+) {
     let mut streams = write::StreamCache::default();
+    let mut spots = write::SpotCache::default();
     while let Ok(first) = rx.recv() {
         let mut n = first.records();
         let mut jobs = vec![first];
@@ -613,7 +703,7 @@ fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued
                 Err(_) => break,
             }
         }
-        let now = Timestamp::now();
+        let now = clock.now();
         let mut appends = Vec::new();
         for job in jobs {
             match job {
@@ -622,6 +712,7 @@ fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued
                     signer,
                     role,
                     public_key,
+                    scope,
                     reply,
                 } => {
                     let _ = reply.send(write::register_key(
@@ -630,8 +721,12 @@ fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued
                         &signer,
                         role,
                         &public_key,
+                        scope,
                         now,
                     ));
+                }
+                Job::EnsurePolicy(reply) => {
+                    let _ = reply.send(write::ensure_policy(conn, log, now));
                 }
                 Job::Revoke {
                     signer,
@@ -665,7 +760,7 @@ fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued
         if !appends.is_empty() {
             let (batches, replies): (Vec<_>, Vec<_>) = appends.into_iter().unzip();
             let started = std::time::Instant::now();
-            let result = write::append_group(conn, &batches, now, &mut streams);
+            let result = write::append_group(conn, &batches, now, &mut streams, &mut spots);
             metrics::histogram!("gpuledger_commit_seconds").record(started.elapsed().as_secs_f64());
             metrics::histogram!("gpuledger_commit_group_records").record(n as f64);
             match result {
@@ -677,9 +772,14 @@ fn sequencer(conn: &mut DbConn, log: &LogSigner, rx: mpsc::Receiver<Job>, queued
                 // One failed group: retry each batch alone so one bad batch fails only itself.
                 Err(_) if batches.len() > 1 => {
                     for (b, r) in batches.into_iter().zip(replies) {
-                        let res =
-                            write::append_group(conn, std::slice::from_ref(&b), now, &mut streams)
-                                .map(|mut o| o.pop().unwrap_or_default());
+                        let res = write::append_group(
+                            conn,
+                            std::slice::from_ref(&b),
+                            now,
+                            &mut streams,
+                            &mut spots,
+                        )
+                        .map(|mut o| o.pop().unwrap_or_default());
                         let _ = r.send(res);
                     }
                 }

@@ -3,12 +3,10 @@
 
 use super::conn::DbConn;
 use super::error::StoreError;
-use super::schema::entries;
 use super::usage;
 use crate::core::rating::{PriceBook, Rater};
 use crate::core::record::{Body, Kind};
 use crate::core::time::Timestamp;
-use diesel::prelude::*;
 
 /// The kinds that carry prices or billing classes.
 pub const PRICING_KINDS: [Kind; 6] = [
@@ -22,16 +20,7 @@ pub const PRICING_KINDS: [Kind; 6] = [
 
 /// Every pricing entry below log size `size`, in log order, as (index, body).
 pub fn pricing_entries(conn: &mut DbConn, size: u64) -> Result<Vec<(u64, Body)>, StoreError> {
-    let kinds: Vec<&str> = PRICING_KINDS.iter().map(|k| k.as_str()).collect();
-    let rows: Vec<(i64, Vec<u8>)> = entries::table
-        .filter(entries::kind.eq_any(kinds))
-        .filter(entries::idx.lt(size as i64))
-        .order(entries::idx.asc())
-        .select((entries::idx, entries::leaf))
-        .load(conn)?;
-    rows.into_iter()
-        .map(|(i, b)| Ok((i as u64, usage::parse_body(i, &b)?)))
-        .collect()
+    super::read::bodies_of(conn, &PRICING_KINDS, size)
 }
 
 /// The price book of the log as of size `size`.

@@ -3,7 +3,9 @@
 use super::conn::DbConn;
 use super::error::StoreError;
 use super::schema::*;
+use crate::core::admission;
 use crate::core::merkle::{Hash, HashReader};
+use crate::core::record::{Body, KeyScope, Kind, LogPolicy, SignerKeyRegistered};
 use diesel::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -256,4 +258,147 @@ pub fn meta(conn: &mut DbConn, key: &str) -> Result<Option<String>, StoreError> 
 pub fn conflict_count(conn: &mut DbConn) -> Result<u64, StoreError> {
     let n: i64 = conflicts::table.count().get_result(conn)?;
     Ok(n as u64)
+}
+
+/// The bodies of the entries of `kinds` below `size`, in index order.
+pub(crate) fn bodies_of(
+    conn: &mut DbConn,
+    kinds: &[Kind],
+    size: u64,
+) -> Result<Vec<(u64, Body)>, StoreError> {
+    bodies_between(conn, kinds, 0, size)
+}
+
+/// The bodies of the entries of `kinds` at `from <= index < to`, in index order (through the
+/// `(kind, idx)` index).
+pub(crate) fn bodies_between(
+    conn: &mut DbConn,
+    kinds: &[Kind],
+    from: u64,
+    to: u64,
+) -> Result<Vec<(u64, Body)>, StoreError> {
+    let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+    let rows: Vec<(i64, Vec<u8>)> = entries::table
+        .filter(entries::kind.eq_any(kinds))
+        .filter(entries::idx.ge(from as i64))
+        .filter(entries::idx.lt(to as i64))
+        .order(entries::idx.asc())
+        .select((entries::idx, entries::leaf))
+        .load(conn)?;
+    rows.into_iter()
+        .map(|(i, b)| Ok((i as u64, super::usage::parse_body(i, &b)?)))
+        .collect()
+}
+
+/// The admission policy in force for an entry appended at `size`: the latest `log_policy`
+/// entry below it, or the defaults.
+pub fn policy(conn: &mut DbConn, size: u64) -> Result<LogPolicy, StoreError> {
+    let row: Option<(i64, Vec<u8>)> = entries::table
+        .filter(entries::kind.eq(Kind::LogPolicy.as_str()))
+        .filter(entries::idx.lt(size as i64))
+        .order(entries::idx.desc())
+        .select((entries::idx, entries::leaf))
+        .first(conn)
+        .optional()?;
+    match row {
+        None => Ok(LogPolicy::default()),
+        Some((i, leaf)) => match super::usage::parse_body(i, &leaf)? {
+            Body::LogPolicy(p) => Ok(p),
+            _ => Err(StoreError::Corrupt(format!(
+                "entry {i} is not a log policy"
+            ))),
+        },
+    }
+}
+
+/// The scope of the latest key registered to `signer`, if any.
+pub fn latest_scope(conn: &mut DbConn, signer: &str) -> Result<Option<KeyScope>, StoreError> {
+    let idx: Option<i64> = signer_keys::table
+        .filter(signer_keys::signer_id.eq(signer))
+        .order(signer_keys::registered_idx.desc())
+        .select(signer_keys::registered_idx)
+        .first(conn)
+        .optional()?;
+    match idx {
+        None => Ok(None),
+        Some(i) => Ok(Some(KeyScope::of(&registration(conn, i as u64)?))),
+    }
+}
+
+/// The `signer_key_registered` body at `index`.
+pub fn registration(conn: &mut DbConn, index: u64) -> Result<SignerKeyRegistered, StoreError> {
+    let leaf: Vec<u8> = entries::table
+        .find(index as i64)
+        .select(entries::leaf)
+        .first(conn)?;
+    match super::usage::parse_body(index as i64, &leaf)? {
+        Body::SignerKeyRegistered(r) => Ok(r),
+        _ => Err(StoreError::Corrupt(format!(
+            "entry {index} is not a key registration"
+        ))),
+    }
+}
+
+/// The tenant and lease registrations a set of bodies names, read from the log (for
+/// [`admission::check_parties`]). Tenants and leases are only ever added, so an answer read
+/// before the head lock stays true under it.
+#[derive(Debug, Default, Clone)]
+pub struct DbParties {
+    pub tenants: HashMap<String, u64>,
+    pub leases: HashMap<String, (String, u64)>,
+}
+
+impl admission::Parties for DbParties {
+    fn tenant(&self, tenant: &str) -> Option<u64> {
+        self.tenants.get(tenant).copied()
+    }
+    fn lease(&self, lease: &str) -> Option<(String, u64)> {
+        self.leases.get(lease).cloned()
+    }
+}
+
+impl DbParties {
+    /// The registrations of the tenants and leases `body` names, below `size`.
+    pub fn load(conn: &mut DbConn, size: u64, body: &Body) -> Result<DbParties, StoreError> {
+        let mut p = DbParties::default();
+        let tenants: Vec<&str> = body.tenant().into_iter().collect();
+        let leases: Vec<&str> = match body {
+            Body::GpuUsage(u) => u.lease.as_deref().into_iter().collect(),
+            Body::LeaseRegistered(l) => vec![l.lease.as_str()],
+            _ => Vec::new(),
+        };
+        p.fill(conn, size, &tenants, &leases)?;
+        Ok(p)
+    }
+
+    /// Adds the registrations of `tenants` and `leases` below `size`: one query for the
+    /// tenants, and one for the leases (whose ids are inside the bodies) when any is named.
+    pub fn fill(
+        &mut self,
+        conn: &mut DbConn,
+        size: u64,
+        tenants: &[&str],
+        leases: &[&str],
+    ) -> Result<(), StoreError> {
+        if !tenants.is_empty() {
+            let rows: Vec<(String, i64)> = entries::table
+                .filter(entries::kind.eq(Kind::TenantRegistered.as_str()))
+                .filter(entries::tenant.eq_any(tenants))
+                .filter(entries::idx.lt(size as i64))
+                .select((entries::tenant.assume_not_null(), entries::idx))
+                .load(conn)?;
+            for (t, i) in rows {
+                let e = self.tenants.entry(t).or_insert(i as u64);
+                *e = (*e).min(i as u64);
+            }
+        }
+        if !leases.is_empty() {
+            for (i, b) in bodies_of(conn, &[Kind::LeaseRegistered], size)? {
+                if let Body::LeaseRegistered(l) = b {
+                    self.leases.entry(l.lease).or_insert((l.tenant, i));
+                }
+            }
+        }
+        Ok(())
+    }
 }

@@ -12,7 +12,6 @@ use diesel::prelude::*;
 /// The parts of a leaf a usage reader needs; the rest (signature, chain link) is skipped.
 #[derive(serde::Deserialize)]
 struct BodyOnly<'a> {
-    received_at: crate::core::time::Timestamp,
     #[serde(borrow)]
     envelope: EnvelopeBody<'a>,
 }
@@ -132,7 +131,7 @@ pub(crate) fn parse_body(idx: i64, bytes: &[u8]) -> Result<Body, StoreError> {
         .map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
     let kind = Kind::parse(leaf.envelope.kind)
         .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: unknown kind")))?;
-    Body::from_value(kind, &leaf.envelope.body, leaf.received_at)
+    Body::from_value(kind, &leaf.envelope.body)
         .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))
 }
 

@@ -1,7 +1,8 @@
 //! `verify-log`: re-checks everything stored against everything derivable. Every leaf is
 //! re-hashed and re-checked by the pure [`LogChecker`]; every derived column of every entry,
 //! every stored tree hash, the head, every checkpoint and the key registry tables are compared
-//! with what the leaves imply. The first problem is reported with the entry index it concerns.
+//! with what the leaves imply. Every problem is reported (up to
+//! [`MAX_REPORTED_FAILURES`]) with the entry index it concerns and a stable reason code.
 
 use super::conn::DbConn;
 use super::error::StoreError;
@@ -9,7 +10,7 @@ use super::ledger::log_info;
 use super::read;
 use crate::core::checkpoint::verify_checkpoint;
 use crate::core::keys;
-use crate::core::logcheck::{Failure, LogChecker};
+use crate::core::logcheck::{Failure, LogChecker, MAX_REPORTED_FAILURES};
 use crate::core::merkle::{self, Hash};
 use diesel::prelude::*;
 use serde::Serialize;
@@ -28,22 +29,56 @@ pub struct Report {
     pub latest_checkpoint_size: Option<u64>,
 }
 
-/// Why verification stopped.
+/// The failures of a log that did not verify: the first [`MAX_REPORTED_FAILURES`], in index
+/// order, and how many there were in all.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failures {
+    pub failures: Vec<Failure>,
+    pub total: u64,
+}
+
+impl Failures {
+    fn push(&mut self, f: Failure) {
+        self.total += 1;
+        if self.failures.len() < MAX_REPORTED_FAILURES {
+            self.failures.push(f);
+        }
+    }
+
+    /// The first failure (in the order found: by entry, signatures at the end of each page).
+    pub fn first(&self) -> &Failure {
+        &self.failures[0]
+    }
+}
+
+impl std::fmt::Display for Failures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failure(s)", self.total)?;
+        if self.total > self.failures.len() as u64 {
+            write!(f, " (the first {} listed)", self.failures.len())?;
+        }
+        for x in &self.failures {
+            write!(f, "\n  {x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why verification did not pass.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
+    /// The log does not verify: every problem found.
     #[error("{0}")]
-    Bad(Failure),
+    Bad(Failures),
+    /// The log could not be checked at all (wrong key, unreadable metadata).
     #[error("{0}")]
     Log(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
-fn bad(index: u64, what: impl Into<String>) -> VerifyError {
-    VerifyError::Bad(Failure {
-        index,
-        what: what.into(),
-    })
+fn bad(index: u64, reason: &'static str, what: impl Into<String>) -> Failure {
+    Failure::new(index, reason, what)
 }
 
 impl From<diesel::result::Error> for VerifyError {
@@ -95,23 +130,36 @@ fn verify_snapshot(
     let (size, head_hash) = read::head(conn)?;
     let cps = read::checkpoints_all(conn)?;
     let mut cp_iter = cps.iter().peekable();
-    let mut checker = LogChecker::new(key);
-    let check_cp = |checker: &LogChecker, cp: &(i64, Vec<u8>, String)| -> Result<(), VerifyError> {
+    let mut checker = LogChecker::new(&info.origin, key);
+    let mut found = Failures {
+        failures: Vec::new(),
+        total: 0,
+    };
+    let check_cp = |checker: &LogChecker, cp: &(i64, Vec<u8>, String)| -> Option<Failure> {
         let (cp_size, cp_root, note) = cp;
         let at = (*cp_size as u64).saturating_sub(1);
         let root = checker.root();
-        let parsed = verify_checkpoint(note.as_bytes(), &vkey)
-            .map_err(|e| bad(at, format!("checkpoint at size {cp_size}: {e}")))?;
+        let parsed = match verify_checkpoint(note.as_bytes(), &vkey) {
+            Ok(p) => p,
+            Err(e) => {
+                return Some(bad(
+                    at,
+                    "checkpoint",
+                    format!("checkpoint at size {cp_size}: {e}"),
+                ))
+            }
+        };
         if parsed.size() != *cp_size as u64 || parsed.hash() != &root || cp_root[..] != root.0[..] {
-            return Err(bad(
+            return Some(bad(
                 at,
+                "checkpoint",
                 format!("checkpoint at size {cp_size} does not match the tree's root at that size"),
             ));
         }
-        Ok(())
+        None
     };
     while let Some(cp) = cp_iter.next_if(|c| c.0 == 0) {
-        check_cp(&checker, cp)?;
+        found.failures.extend(check_cp(&checker, cp));
     }
     let mut start = 0u64;
     while start < size {
@@ -122,69 +170,80 @@ fn verify_snapshot(
             merkle::stored_hash_index(0, start),
             merkle::stored_hash_index(0, end),
         )?;
-        let mut stored = hashes.into_iter();
-        for (i, row) in rows.iter().enumerate() {
-            let index = start + i as u64;
-            if row.idx as u64 != index {
-                return Err(bad(
-                    index,
-                    format!("entry is missing: the next stored index is {}", row.idx),
-                ));
+        let mut stored = hashes.into_iter().peekable();
+        let mut rows_iter = rows.iter().peekable();
+        for index in start..end {
+            let Some(row) = rows_iter.next_if(|r| r.idx as u64 == index) else {
+                // A missing entry: the tree and chain cannot go on past it meaningfully.
+                found.push(bad(index, "missing_entry", "entry is missing"));
+                return Err(VerifyError::Bad(found));
+            };
+            let (c, sig_failures) = checker.push(&row.leaf);
+            for f in sig_failures {
+                found.push(f);
             }
-            let c = checker.push(&row.leaf).map_err(VerifyError::Bad)?;
-            let env = &c.checked.envelope;
-            let column_ok = [
-                ("kind", row.kind == env.kind),
-                ("signer", row.signer == env.signer),
-                ("seq", row.seq as u64 == env.seq),
-                ("tenant", row.tenant.as_deref() == c.checked.body.tenant()),
-                ("received_at", row.received_at == c.leaf.received_at.unix()),
-                (
-                    "content_hash",
-                    row.content_hash[..] == c.checked.content_hash[..],
-                ),
-                ("leaf_hash", row.leaf_hash[..] == c.leaf_hash.0[..]),
-                (
-                    "stream, start_at, end_at",
-                    (row.stream.clone(), row.start_at, row.end_at)
-                        == c.checked
-                            .body
-                            .stream()
-                            .map_or((None, None, None), |(s, a, b)| {
-                                (Some(s), Some(a.unix()), Some(b.unix()))
-                            }),
-                ),
-            ];
-            if let Some((col, _)) = column_ok.iter().find(|(_, ok)| !ok) {
-                return Err(bad(
-                    index,
-                    format!("stored column {col} does not match the leaf"),
-                ));
+            if let Some(f) = c.failure {
+                found.push(f);
+            }
+            if let Some((leaf, checked)) = &c.entry {
+                let env = &checked.envelope;
+                let column_ok = [
+                    ("kind", row.kind == env.kind),
+                    ("signer", row.signer == env.signer),
+                    ("seq", row.seq as u64 == env.seq),
+                    ("tenant", row.tenant.as_deref() == checked.body.tenant()),
+                    ("received_at", row.received_at == leaf.received_at.unix()),
+                    (
+                        "content_hash",
+                        row.content_hash[..] == checked.content_hash[..],
+                    ),
+                    ("leaf_hash", row.leaf_hash[..] == c.leaf_hash.0[..]),
+                    (
+                        "stream, start_at, end_at",
+                        (row.stream.clone(), row.start_at, row.end_at)
+                            == checked
+                                .body
+                                .stream()
+                                .map_or((None, None, None), |(s, a, b)| {
+                                    (Some(s), Some(a.unix()), Some(b.unix()))
+                                }),
+                    ),
+                ];
+                if let Some((col, _)) = column_ok.iter().find(|(_, ok)| !ok) {
+                    found.push(bad(
+                        index,
+                        "stored_column",
+                        format!("stored column {col} does not match the leaf"),
+                    ));
+                }
             }
             let base = merkle::stored_hash_index(0, index);
             for (j, h) in c.new_hashes.iter().enumerate() {
-                match stored.next() {
-                    Some((id, bytes)) if id as u64 == base + j as u64 && bytes[..] == h.0[..] => {}
-                    _ => {
-                        return Err(bad(
-                            index,
-                            format!(
-                                "stored tree hash {} (written with this entry) is wrong or missing",
-                                base + j as u64
-                            ),
-                        ))
-                    }
+                let want = base + j as u64;
+                while stored.next_if(|(id, _)| (*id as u64) < want).is_some() {}
+                match stored.next_if(|(id, _)| *id as u64 == want) {
+                    Some((_, bytes)) if bytes[..] == h.0[..] => {}
+                    _ => found.push(bad(
+                        index,
+                        "tree",
+                        format!(
+                            "stored tree hash {want} (written with this entry) is wrong or missing"
+                        ),
+                    )),
                 }
             }
             while let Some(cp) = cp_iter.next_if(|c| c.0 as u64 == index + 1) {
-                checker.finish_signatures().map_err(VerifyError::Bad)?;
-                check_cp(&checker, cp)?;
+                for f in checker.finish_signatures() {
+                    found.push(f);
+                }
+                if let Some(f) = check_cp(&checker, cp) {
+                    found.push(f);
+                }
             }
         }
-        if rows.len() as u64 != end - start {
-            return Err(bad(start + rows.len() as u64, "entry is missing"));
+        for f in checker.finish_signatures() {
+            found.push(f);
         }
-        checker.finish_signatures().map_err(VerifyError::Bad)?;
         progress(end, size);
         start = end;
     }
@@ -196,15 +255,17 @@ fn verify_snapshot(
     }
     let last = size.saturating_sub(1);
     if head_hash != checker.head() {
-        return Err(bad(
+        found.push(bad(
             last,
+            "chain_broken",
             "the log head hash is not the last entry's leaf hash",
         ));
     }
     let beyond = read::entries_range(conn, size, u64::MAX >> 1)?;
     if let Some(r) = beyond.first() {
-        return Err(bad(
+        found.push(bad(
             r.idx as u64,
+            "missing_entry",
             format!("entry stored beyond the log size {size}"),
         ));
     }
@@ -212,25 +273,35 @@ fn verify_snapshot(
     let recorded = checker.keys();
     for r in &key_rows {
         let ok = recorded.get(&r.key_id).is_some_and(|k| {
-            k.signer == r.signer
-                && k.role.as_str() == r.role
+            k.signer() == r.signer
+                && k.role().as_str() == r.role
                 && k.key.as_bytes()[..] == r.public_key[..]
                 && k.registered_idx as i64 == r.registered_idx
                 && k.revoked_idx.map(|i| i as i64) == r.revoked_idx
         });
         if !ok {
-            return Err(bad(
+            found.push(bad(
                 r.registered_idx.max(0) as u64,
+                "key_table",
                 format!("key table row for {} does not match the log", r.key_id),
             ));
         }
     }
     if key_rows.len() != recorded.len() {
-        return Err(VerifyError::Log(format!(
-            "the key table holds {} keys, the log registers {}",
-            key_rows.len(),
-            recorded.len()
-        )));
+        found.push(bad(
+            last,
+            "key_table",
+            format!(
+                "the key table holds {} keys, the log registers {}",
+                key_rows.len(),
+                recorded.len()
+            ),
+        ));
+    }
+    if found.total > 0 || !found.failures.is_empty() {
+        found.total = found.total.max(found.failures.len() as u64);
+        found.failures.sort_by_key(|f| f.index);
+        return Err(VerifyError::Bad(found));
     }
     let root: Hash = checker.root();
     Ok(Report {

@@ -6,6 +6,7 @@ use super::conn::{per_backend, DbConn};
 use super::error::StoreError;
 use super::read;
 use super::schema::*;
+use crate::core::admission;
 use crate::core::checkpoint::LogSigner;
 use crate::core::envelope::{Checked, Envelope};
 use crate::core::ids::LEDGER_SIGNER;
@@ -13,7 +14,7 @@ use crate::core::keys;
 use crate::core::leaf::leaf_bytes;
 use crate::core::merkle::{self, Hash, MemoryHashes};
 use crate::core::outcome::{Outcome, SeqGap};
-use crate::core::record::{Body, Role, SignerKeyRegistered, SignerKeyRevoked};
+use crate::core::record::{Body, KeyScope, Kind, Role, SignerKeyRegistered, SignerKeyRevoked};
 use crate::core::rejection::{Reason, Rejection};
 use crate::core::time::Timestamp;
 use diesel::prelude::*;
@@ -180,6 +181,7 @@ pub(crate) fn append_group(
     batches: &[Vec<Verified>],
     now: Timestamp,
     cache: &mut StreamCache,
+    spots: &mut SpotCache,
 ) -> Result<Vec<Vec<Outcome>>, StoreError> {
     let result = conn.transaction(|conn| {
         let mut app = Appender::lock(conn, now)?;
@@ -227,6 +229,13 @@ pub(crate) fn append_group(
             .collect();
         let before = last_seq.clone();
         let mut streams = Streams::load(conn, all().filter_map(|v| v.checked.stream.as_ref()), cache)?;
+        // The time rules use this transaction's clock (the entries' received_at) and the
+        // policy in force; spot prices also the spot prices and invoices logged so far.
+        let policy = read::policy(conn, app.size)?;
+        let has_spot = all().any(|v| v.checked.kind == Kind::SpotPrice);
+        if has_spot {
+            spots.catch_up(conn, app.size)?;
+        }
 
         let mut conflicts = Vec::new();
         let mut out = Vec::with_capacity(batches.len());
@@ -265,6 +274,16 @@ pub(crate) fn append_group(
                     )));
                     continue;
                 }
+                if let Err(r) = admission::check_time(&v.checked.body, now, &policy) {
+                    outcomes.push(Outcome::Rejected(r));
+                    continue;
+                }
+                if let Body::SpotPrice(p) = &v.checked.body {
+                    if let Err(r) = spots.history.check(app.next_index(), p) {
+                        outcomes.push(Outcome::Rejected(r));
+                        continue;
+                    }
+                }
                 if let Some(r) = streams.overlap(&v.checked) {
                     outcomes.push(Outcome::Rejected(r));
                     continue;
@@ -275,6 +294,9 @@ pub(crate) fn append_group(
                     last_seq.insert(env.signer.clone(), env.seq);
                 }
                 let index = app.push(&v.checked);
+                if has_spot {
+                    spots.history.apply(index, &v.checked.body);
+                }
                 streams.claim(&v.checked, index);
                 existing.insert(key, (v.checked.content_hash.to_vec(), index));
                 outcomes.push(Outcome::Accepted { index, seq_gap });
@@ -294,12 +316,49 @@ pub(crate) fn append_group(
     match result {
         Ok((out, latest, new_size)) => {
             cache.committed(latest, new_size);
+            if has_spot_group(batches) {
+                spots.size = new_size;
+            }
             Ok(out)
         }
         Err(e) => {
             cache.clear();
+            // Spot prices of the failed group may have been taken in: start over.
+            *spots = SpotCache::default();
             Err(e)
         }
+    }
+}
+
+fn has_spot_group(batches: &[Vec<Verified>]) -> bool {
+    batches
+        .iter()
+        .flatten()
+        .any(|v| v.checked.kind == Kind::SpotPrice)
+}
+
+/// The spot prices and invoiced periods of the log below `size`, kept by the sequencer and
+/// brought up to date incrementally (one indexed query for what was appended since, by any
+/// process), so a spot price costs no scan of the whole price history.
+#[derive(Default)]
+pub(crate) struct SpotCache {
+    history: admission::SpotHistory,
+    size: u64,
+}
+
+impl SpotCache {
+    /// Takes in the spot prices and invoices appended in [self.size, size).
+    fn catch_up(&mut self, conn: &mut DbConn, size: u64) -> Result<(), StoreError> {
+        for (i, b) in read::bodies_between(
+            conn,
+            &[Kind::SpotPrice, Kind::InvoiceIssued],
+            self.size,
+            size,
+        )? {
+            self.history.apply(i, &b);
+        }
+        self.size = size;
+        Ok(())
     }
 }
 
@@ -510,14 +569,79 @@ pub(crate) fn push_ledger_entry(
         .select(signers::last_seq)
         .first(conn)?;
     let seq = seq as u64 + 1;
-    let env = Envelope::sign(body.kind(), LEDGER_SIGNER, log.key(), seq, body);
+    admit_ledger_entry(conn, app, body)?;
+    let env = Envelope::sign(
+        log.origin(),
+        body.kind(),
+        LEDGER_SIGNER,
+        log.key(),
+        seq,
+        body,
+    );
     let checked = env
-        .check(app.received_at)
+        .check(log.origin())
         .map_err(|r| StoreError::Refused(format!("the ledger entry would be invalid: {r}")))?;
     diesel::update(signers::table.find(LEDGER_SIGNER))
         .set(signers::last_seq.eq(seq as i64))
         .execute(conn)?;
     Ok(app.push(&checked))
+}
+
+/// The admission rules a ledger-written entry must pass (the same functions `verify-log`
+/// rechecks): the tenant it names is registered, a tenant or lease is registered once, and
+/// prices, parameters and plans only move forward. Read under the head lock.
+fn admit_ledger_entry(conn: &mut DbConn, app: &Appender, body: &Body) -> Result<(), StoreError> {
+    let size = app.next_index();
+    let parties = read::DbParties::load(conn, size, body)?;
+    admission::check_parties(body, u64::MAX, &parties).map_err(refusal)?;
+    if matches!(
+        body,
+        Body::RateCard(_) | Body::RegionParams(_) | Body::VolumeTiers(_) | Body::TenantPlan(_)
+    ) {
+        let mut prices = admission::PriceSeries::default();
+        let kinds = [
+            Kind::RateCard,
+            Kind::RegionParams,
+            Kind::VolumeTiers,
+            Kind::TenantPlan,
+        ];
+        for (index, old) in read::bodies_of(conn, &kinds, size)? {
+            prices.apply(index, &old);
+        }
+        prices.check(body).map_err(refusal)?;
+    }
+    Ok(())
+}
+
+/// A ledger entry refused by an admission rule, as the store error the API maps to HTTP.
+fn refusal(r: Rejection) -> StoreError {
+    match r.reason {
+        Reason::AlreadyRegistered => StoreError::AlreadyExists(r.message),
+        _ => StoreError::Refused(r.message),
+    }
+}
+
+/// Writes the default `log_policy` entry if the log has none (under the head lock, so two
+/// processes opening one log write it once).
+pub(crate) fn ensure_policy(
+    conn: &mut DbConn,
+    log: &LogSigner,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    conn.transaction(|conn| {
+        let mut app = Appender::lock(conn, now)?;
+        let any: Option<i64> = entries::table
+            .filter(entries::kind.eq(Kind::LogPolicy.as_str()))
+            .select(entries::idx)
+            .first(conn)
+            .optional()?;
+        if any.is_none() {
+            let body = Body::LogPolicy(crate::core::record::LogPolicy::default());
+            push_ledger_entry(conn, &mut app, log, &body)?;
+            app.finish(conn)?;
+        }
+        Ok(())
+    })
 }
 
 /// Registers `public_key` for `signer` with `role`, as a ledger-signed log entry.
@@ -527,6 +651,7 @@ pub(crate) fn register_key(
     signer: &str,
     role: Role,
     public_key: &str,
+    scope: Option<KeyScope>,
     now: Timestamp,
 ) -> Result<(String, u64), StoreError> {
     crate::core::ids::check_id(signer)
@@ -576,11 +701,22 @@ pub(crate) fn register_key(
                 "key {key_id} is already registered (to signer {owner})"
             )));
         }
+        // A rotation without a scope keeps the scope of the signer's latest key.
+        let scope = match scope {
+            Some(s) => s,
+            None => read::latest_scope(conn, signer)?.ok_or_else(|| {
+                StoreError::Refused(format!(
+                    "signer {signer} is new: give the nodes and regions its key may sign for"
+                ))
+            })?,
+        };
         let body = Body::SignerKeyRegistered(SignerKeyRegistered {
             signer: signer.to_owned(),
             role,
             key_id: key_id.clone(),
             public_key: keys::encode_public(&key),
+            nodes: scope.nodes,
+            regions: scope.regions,
         });
         let index = push_ledger_entry(conn, &mut app, log, &body)?;
         diesel::insert_into(signer_keys::table)
@@ -696,10 +832,11 @@ pub(crate) fn checkpoint_locked(
     Ok((size, note))
 }
 
-/// Appends a pricing entry written and signed by the ledger (rate card, region parameters,
-/// lease, volume tiers or tenant plan). Prices are never edited in place: a new price for a
-/// series (or tiers for a plan's series, or a tenant's plan) must take effect after the latest
-/// one already logged for it, and a lease is declared once.
+/// Appends an entry written and signed by the ledger (rate card, region parameters, lease,
+/// volume tiers, tenant plan, tenant registration or log policy). Prices are never edited in
+/// place: a new price for a series (or tiers for a plan's series, or a tenant's plan) must
+/// take effect after the latest one already logged for it, and a lease or tenant is registered
+/// once ([`admit_ledger_entry`]).
 pub(crate) fn ledger_entry(
     conn: &mut DbConn,
     log: &LogSigner,
@@ -713,6 +850,8 @@ pub(crate) fn ledger_entry(
             | Body::LeaseRegistered(_)
             | Body::VolumeTiers(_)
             | Body::TenantPlan(_)
+            | Body::TenantRegistered(_)
+            | Body::LogPolicy(_)
     ) {
         return Err(StoreError::Refused(format!(
             "{} entries are not written this way",
@@ -721,56 +860,6 @@ pub(crate) fn ledger_entry(
     }
     conn.transaction(|conn| {
         let mut app = Appender::lock(conn, now)?;
-        let size = app.next_index();
-        for (index, old) in super::pricing::pricing_entries(conn, size)? {
-            match (body, &old) {
-                (Body::RateCard(n), Body::RateCard(o))
-                    if (&n.region, &n.gpu_model, n.lease_class) == (&o.region, &o.gpu_model, o.lease_class)
-                        && n.effective_from <= o.effective_from =>
-                {
-                    return Err(StoreError::Refused(format!(
-                        "a rate card for {} {} {} already takes effect at {} (entry {index}); a change must take effect later",
-                        n.region,
-                        n.gpu_model,
-                        n.lease_class.as_str(),
-                        o.effective_from
-                    )));
-                }
-                (Body::RegionParams(n), Body::RegionParams(o))
-                    if n.region == o.region && n.effective_from <= o.effective_from =>
-                {
-                    return Err(StoreError::Refused(format!(
-                        "parameters for region {} already take effect at {} (entry {index}); a change must take effect later",
-                        n.region, o.effective_from
-                    )));
-                }
-                (Body::VolumeTiers(n), Body::VolumeTiers(o))
-                    if (&n.plan, &n.region, &n.gpu_model, n.lease_class) == (&o.plan, &o.region, &o.gpu_model, o.lease_class)
-                        && n.effective_from <= o.effective_from =>
-                {
-                    return Err(StoreError::Refused(format!(
-                        "volume tiers of plan {} for {} {} {} already take effect at {} (entry {index}); a change must take effect later",
-                        n.plan,
-                        n.region,
-                        n.gpu_model,
-                        n.lease_class.as_str(),
-                        o.effective_from
-                    )));
-                }
-                (Body::TenantPlan(n), Body::TenantPlan(o))
-                    if n.tenant == o.tenant && n.effective_from <= o.effective_from =>
-                {
-                    return Err(StoreError::Refused(format!(
-                        "a plan for tenant {} already takes effect at {} (entry {index}); a change must take effect later",
-                        n.tenant, o.effective_from
-                    )));
-                }
-                (Body::LeaseRegistered(n), Body::LeaseRegistered(o)) if n.lease == o.lease => {
-                    return Err(StoreError::AlreadyExists(format!("lease {} is already declared (entry {index})", n.lease)));
-                }
-                _ => {}
-            }
-        }
         let index = push_ledger_entry(conn, &mut app, log, body)?;
         app.finish(conn)?;
         Ok(index)

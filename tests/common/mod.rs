@@ -6,6 +6,8 @@
 //! loud message, and with `GPULEDGER_REQUIRE_POSTGRES=1` a skip is a failure.
 #![allow(dead_code)]
 
+pub mod forge;
+
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 use ed25519_dalek::SigningKey;
@@ -124,19 +126,63 @@ pub fn log_key() -> SigningKey {
     gpuledger::sample::key("test-log")
 }
 
-/// Initialises `db` and opens it.
+/// Initialises `db` (origin [`gpuledger::sample::ORIGIN`]) and opens it. Opening writes the
+/// log's policy entry, so the log starts with 1 entry.
 pub fn open(db: &TestDb) -> Ledger {
-    store::init(&db.url, &log_key(), "test.gpuledger/log").expect("init");
+    store::init(&db.url, &log_key(), gpuledger::sample::ORIGIN).expect("init");
     Ledger::open(&db.url, log_key()).expect("open")
 }
 
-/// Registers `name` with a deterministic key and role; returns the key.
+/// The regions test keys are registered for.
+pub const TEST_REGIONS: [&str; 4] = ["cn-east-sh", "cn-north-imx", "east", "west"];
+
+/// Registers `name` with a deterministic key and role, for node `name` (node keys) and the
+/// [`TEST_REGIONS`]; returns the key.
 pub fn signer(ledger: &Ledger, name: &str, role: Role) -> SigningKey {
+    signer_for(ledger, name, role, &[name])
+}
+
+/// Like [`signer`], for the node ids `nodes` (node keys only).
+pub fn signer_for(ledger: &Ledger, name: &str, role: Role, nodes: &[&str]) -> SigningKey {
     let k = gpuledger::sample::key(name);
+    let nodes = (role == Role::Node).then(|| nodes.iter().map(|n| n.to_string()).collect());
+    let scope = gpuledger::core::record::KeyScope::new(
+        nodes,
+        TEST_REGIONS.iter().map(|r| r.to_string()).collect(),
+    );
     ledger
-        .register_key(name, role, &keys::encode_public(&k.verifying_key()))
+        .register_key(
+            name,
+            role,
+            &keys::encode_public(&k.verifying_key()),
+            Some(scope),
+        )
         .expect("register");
     k
+}
+
+/// Registers lease `id` of `tenant` (on-demand).
+pub fn lease(ledger: &Ledger, id: &str, tenant: &str) {
+    use gpuledger::core::record::{Body, LeaseRegistered};
+    ledger
+        .append_ledger_entry(Body::LeaseRegistered(LeaseRegistered {
+            lease: id.into(),
+            tenant: tenant.into(),
+            class: gpuledger::core::rating::LeaseClass::OnDemand,
+        }))
+        .expect("register lease");
+}
+
+/// Registers `tenants` and their sample leases (`lease-<tenant>`, which sample usage records
+/// name), so that their records are admitted.
+pub fn parties(ledger: &Ledger, tenants: &[&str]) {
+    for t in tenants {
+        for body in gpuledger::sample::parties(t) {
+            ledger
+                .append_ledger_entry(body)
+                .expect("register tenant and lease");
+        }
+    }
 }
 
 /// Starts `gpuledger serve --listen 127.0.0.1:PORT --database-url URL --log-key KEY [EXTRA…]`
@@ -190,6 +236,14 @@ pub fn bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_gpuledger"))
 }
 
+/// Runs `gpuledger agent --config CFG`, which must refuse to start (exit 2); its stderr.
+pub fn agent_refused(cfg: &std::path::Path) -> String {
+    let out = bin().args(["agent", "--config"]).arg(cfg).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    err
+}
+
 /// A ledger ready for real processes: initialised, `signers` registered, the log key in a file.
 pub struct Setup {
     pub dir: tempfile::TempDir,
@@ -197,11 +251,23 @@ pub struct Setup {
     pub log_key: std::path::PathBuf,
 }
 
-/// Initialises `db`, registers `signers` and writes the log key (0600) into a fresh directory.
+/// The tenants and leases the agent tests' lease files name: (lease, tenant).
+pub const AGENT_LEASES: [(&str, &str); 3] = [
+    ("l-a", "tenant-a"),
+    ("l-b", "tenant-b"),
+    ("l-c", "tenant-c"),
+];
+
+/// Initialises `db`, registers `signers` and the [`AGENT_LEASES`] (and their tenants), and
+/// writes the log key (0600) into a fresh directory.
 pub fn setup(db: &TestDb, signers: &[(&str, Role)]) -> Setup {
     let ledger = open(db);
     for (s, r) in signers {
         signer(&ledger, s, *r);
+    }
+    for (l, t) in AGENT_LEASES {
+        parties(&ledger, &[t]);
+        lease(&ledger, l, t);
     }
     drop(ledger);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -218,7 +284,7 @@ pub fn setup(db: &TestDb, signers: &[(&str, Role)]) -> Setup {
 /// Python half is skipped, loudly; under `GPULEDGER_REQUIRE_PYTHON_VERIFIER=1` it fails.
 pub fn python_verifier_ready() -> bool {
     let ready = std::process::Command::new("python3")
-        .args(["-c", "import cryptography, rfc8785"])
+        .args(["-c", "import cryptography, nacl, rfc8785"])
         .output()
         .is_ok_and(|o| o.status.success());
     if !ready {

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""gpuledger_verify: a second, independent verifier for gpuledger, version 1.
+"""gpuledger_verify: a second, independent verifier for gpuledger, protocol version 2.
 
-Written from docs/PROTOCOL.md (and the JSON Schemas and vectors it makes part of the
-contract), not from the Rust code. It checks compute-usage certificates with their evidence
-bundles (PROTOCOL.md section 15), bundles alone (steps 1, 2 and 4), signed checkpoints
-(section 9) and consistency proofs between two checkpoints (section 8).
+Written from docs/PROTOCOL.md and the version-2 changes of issue #12 (envelope and leaf `v` 2,
+signed messages that name the log's origin, key validity, strict signatures, signer scopes,
+tenant registrations, log policies and the admission rules rechecked from a bundle), with the
+JSON Schemas and vectors the document makes part of the contract; not from the Rust code. It
+checks compute-usage certificates with their evidence bundles (PROTOCOL.md section 15), bundles
+alone (steps 1, 2 and 4), signed checkpoints (section 9) and consistency proofs between two
+checkpoints (section 8).
 
 Usage (exit 0 on PASS, 1 on FAIL, 2 on usage errors or unreadable files):
 
@@ -14,10 +17,11 @@ Usage (exit 0 on PASS, 1 on FAIL, 2 on usage errors or unreadable files):
     gpuledger_verify.py consistency --old NOTE1 --new NOTE2 --proof PROOF.json --log-key KEY [--json]
 
 KEY is the signed-note verifier key string `<name>+<8 hex>+<base64(0x01 || public key)>`, or
-the path of a file holding it.
+the path of a file holding it. Its name is the log's origin: the origin every signed message is
+checked under (never taken from the bundle).
 
-Dependencies: `cryptography` (Ed25519) and `rfc8785` (JCS), nothing else outside the standard
-library.
+Dependencies: `pynacl` (libsodium: Ed25519 key validity and strict signature verification) and
+`rfc8785` (JCS), nothing else outside the standard library. No Ed25519 arithmetic of its own.
 """
 
 from __future__ import annotations
@@ -39,9 +43,10 @@ from decimal import Context as _DecimalContext
 from decimal import Decimal, InvalidOperation
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+import nacl.bindings
 import rfc8785
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
 
 __all__ = [
     "REASONS",
@@ -58,6 +63,9 @@ __all__ = [
     "verify_inclusion",
     "verify_consistency",
     "verify_strict",
+    "valid_public_key",
+    "check_envelope",
+    "ADMISSION_REASONS",
     "leaf_hash",
     "merkle_root",
     "signed_message",
@@ -90,7 +98,22 @@ REASONS = (
     "outside_scope",
     "entries_mismatch",
     "claim_mismatch",
+    # Version 2: the admission rules (issue #12, section 6) rechecked from the bundle's entries,
+    # with the same names as the ledger's rejection codes (section 8 of the change list).
+    "node_not_allowed",
+    "region_not_allowed",
+    "unknown_tenant",
+    "unknown_lease",
+    "lease_tenant_mismatch",
+    "too_old",
+    "in_future",
+    "price_in_past",
+    "price_conflict",
+    "price_in_invoiced_period",
+    "price_not_forward",
+    "already_registered",
 )
+ADMISSION_REASONS = REASONS[REASONS.index("node_not_allowed"):]
 CONSISTENCY_REASON = "consistency_proof"  # not in section 15: see README "Where the document was unclear"
 
 
@@ -152,7 +175,6 @@ MAX_SCALE = 9
 MAX_SIGNIFICANT_DIGITS = 28
 MAX_GPU_COUNT = Decimal(1024)
 MAX_INTERVAL_SECONDS = 86400
-MAX_CLOCK_SKEW_SECONDS = 300
 MAX_GPU_SECONDS = Decimal(1024 * 86400)
 MAX_KWH_PER_RECORD = Decimal(100000)
 MAX_PRICE_PER_GPU_HOUR = Decimal(1000000)
@@ -169,6 +191,18 @@ MAX_CARBON_G_PER_KWH = Decimal(5000)
 MAX_AMOUNT = Decimal(10**12)  # from the schemas' descriptions (invoice_issued, payment, credit_note)
 MAX_NOTE_BYTES = 500
 MAX_SCOPE_NODES = 1000
+MAX_SIGNER_NODES = 256  # version 2: signer_key_registered.nodes
+MAX_SIGNER_REGIONS = 64  # version 2: signer_key_registered.regions
+MAX_VOLUME_TIERS = 16
+MAX_TIER_BOUND_GPU_HOURS = Decimal(1000000000)
+
+# Version 2 (issue #12): one protocol version for envelopes and leaves, and the log policy.
+PROTOCOL_VERSION = 2
+MESSAGE_TAG_PREFIX = b"gpuledger/v2/"
+MIN_RECORD_AGE_SECONDS, MAX_RECORD_AGE_SECONDS = 3600, 31536000  # log_policy.max_record_age_seconds
+MIN_FUTURE_SKEW_SECONDS, MAX_FUTURE_SKEW_SECONDS = 0, 3600  # log_policy.max_future_skew_seconds
+DEFAULT_MAX_RECORD_AGE_SECONDS = 3024000  # 35 days, in force before any log_policy entry
+DEFAULT_MAX_FUTURE_SKEW_SECONDS = 300
 
 # Exact arithmetic: values are at most 40 characters; products of a few of them need far fewer
 # than 1000 digits, so nothing computed here is ever rounded.
@@ -291,136 +325,43 @@ def jcs(value: Any) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------------
-# Ed25519, strict (section 3.3)
+# Ed25519 through libsodium (PyNaCl): key validity (section 3.1, version 2) and strict
+# verification (section 3.3). No curve arithmetic of our own decides anything here.
 # ---------------------------------------------------------------------------------------------
 
-_P = 2**255 - 19
-_L = 2**252 + 27742317777372353535851937790883648493
-_D = (-121665 * pow(121666, _P - 2, _P)) % _P
-_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
-
-# The y-coordinates (little-endian, sign bit cleared) of every encoding of a point of small
-# order, canonical or not: the list of libsodium / "Taming the many EdDSAs". Comparing with the
-# top bit cleared covers both signs of x.
-_SMALL_ORDER_Y = frozenset(
-    bytes.fromhex(h)
-    for h in (
-        "0000000000000000000000000000000000000000000000000000000000000000",  # y=0, order 4
-        "0100000000000000000000000000000000000000000000000000000000000000",  # y=1, identity
-        "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",  # order 8
-        "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",  # order 8
-        "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",  # y=p-1, order 2
-        "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",  # y=p (=0), non-canonical
-        "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",  # y=p+1 (=1), non-canonical
-    )
-)
-
-
-def ed25519_decode_point(enc: bytes, canonical: bool = True) -> Optional[Tuple[int, int]]:
-    """Decode a 32-byte point encoding (RFC 8032 5.1.3). None when it is not a curve point.
-
-    With canonical=False, y >= p is reduced mod p (as ed25519-dalek does); x = 0 with the sign
-    bit set is accepted only then."""
-    if len(enc) != 32:
-        return None
-    n = int.from_bytes(enc, "little")
-    sign = n >> 255
-    y = n & ((1 << 255) - 1)
-    if y >= _P:
-        if canonical:
-            return None
-        y -= _P
-    u = (y * y - 1) % _P
-    v = (_D * y * y + 1) % _P
-    x2 = u * pow(v, _P - 2, _P) % _P
-    if x2 == 0:
-        if sign and canonical:
-            return None
-        return (0, y)
-    x = pow(x2, (_P + 3) // 8, _P)
-    if (x * x - x2) % _P != 0:
-        x = x * _SQRT_M1 % _P
-    if (x * x - x2) % _P != 0:
-        return None
-    if (x & 1) != sign:
-        x = _P - x
-    return (x, y)
-
-
-def _edwards_double(pt: Tuple[int, int]) -> Tuple[int, int]:
-    x, y = pt
-    # a = -1 twisted Edwards affine doubling
-    xy = x * y % _P
-    dxy2 = _D * xy * xy % _P
-    x3 = 2 * xy * pow(1 + dxy2, _P - 2, _P) % _P
-    y3 = (y * y + x * x) * pow(1 - dxy2, _P - 2, _P) % _P
-    return (x3, y3)
-
-
-def ed25519_is_small_order_math(enc: bytes) -> bool:
-    """[8]P == identity, by arithmetic (used by the tests to cross-check the byte list)."""
-    pt = ed25519_decode_point(enc, canonical=False)
-    if pt is None:
-        return False
-    for _ in range(3):
-        pt = _edwards_double(pt)
-    return pt == (0, 1)
-
-
-def ed25519_is_small_order(enc: bytes) -> bool:
-    return len(enc) == 32 and (enc[:31] + bytes([enc[31] & 0x7F])) in _SMALL_ORDER_Y
+_KEY_VALID_CACHE: Dict[bytes, bool] = {}
 
 
 def valid_public_key(pub: bytes) -> bool:
-    """Section 3.1 / 5.4: 32 bytes, a (canonical) curve point, not of small order."""
-    return (
-        len(pub) == 32
-        and ed25519_decode_point(pub, canonical=True) is not None
-        and not ed25519_is_small_order(pub)
-    )
-
-
-_PUBKEY_CACHE: Dict[bytes, Optional[Ed25519PublicKey]] = {}
-
-
-def _public_key_object(pub: bytes) -> Optional[Ed25519PublicKey]:
-    key = _PUBKEY_CACHE.get(pub)
-    if key is None and pub not in _PUBKEY_CACHE:
-        if len(pub) != 32 or ed25519_decode_point(pub, canonical=False) is None or ed25519_is_small_order(pub):
-            key = None
-        else:
-            try:
-                key = Ed25519PublicKey.from_public_bytes(pub)
-            except ValueError:
-                key = None
-        if len(_PUBKEY_CACHE) > 4096:
-            _PUBKEY_CACHE.clear()
-        _PUBKEY_CACHE[pub] = key
-    return key
+    """Version 2, section 3.1: exactly 32 bytes that decode to a point of edwards25519, encoded
+    canonically (re-encoding gives the same bytes: no y >= p, no x = 0 with the sign bit set), not
+    of small order and torsion-free ([L]A is the identity). libsodium's
+    crypto_core_ed25519_is_valid_point checks exactly the last four."""
+    if not isinstance(pub, (bytes, bytearray)) or len(pub) != 32:
+        return False
+    pub = bytes(pub)
+    ok = _KEY_VALID_CACHE.get(pub)
+    if ok is None:
+        ok = bool(nacl.bindings.crypto_core_ed25519_is_valid_point(pub))
+        if len(_KEY_VALID_CACHE) > 4096:
+            _KEY_VALID_CACHE.clear()
+        _KEY_VALID_CACHE[pub] = ok
+    return ok
 
 
 def verify_strict(pub: bytes, message: bytes, sig: bytes) -> bool:
-    """Strict Ed25519 (section 3.3, ed25519-dalek verify_strict semantics).
+    """Strict Ed25519 (section 3.3; ed25519-dalek verify_strict semantics), one verdict everywhere.
 
-    OpenSSL (through `cryptography`) checks S < L and the cofactorless equation
-    encode([S]B - [k]A) == R; it does not refuse a small-order R or A, so those checks are
-    made here, together with S < L (made here too, not relied upon)."""
-    if len(sig) != 64:
-        return False
-    key = _public_key_object(pub)
-    if key is None:
-        return False
-    r, s = sig[:32], int.from_bytes(sig[32:], "little")
-    if s >= _L:
-        return False
-    # R must not be of small order. That R decodes to a point needs no separate check: the
-    # equation below compares R's bytes with the canonical encoding of a point, so an R that is
-    # no point (or a non-canonical encoding) never verifies.
-    if ed25519_is_small_order(r):
+    A key that is not valid by section 3.1 (valid_public_key) verifies nothing. For a valid key,
+    libsodium's crypto_sign_verify_detached (PyNaCl VerifyKey.verify) gives the verdict: S < L,
+    R not of small order, and the cofactorless equation with the 32 bytes of R compared to the
+    encoding of [S]B - [k]A (so an R that is no point, or not canonically encoded, never
+    verifies). libsodium does not check that A is torsion-free; valid_public_key does."""
+    if len(sig) != 64 or not valid_public_key(pub):
         return False
     try:
-        key.verify(sig, message)
-    except InvalidSignature:
+        VerifyKey(bytes(pub)).verify(bytes(message), bytes(sig))
+    except BadSignatureError:
         return False
     return True
 
@@ -583,7 +524,8 @@ def parse_verifier_key(text: str) -> VerifierKey:
     if note_key_id(name, pub) != int(hexid, 16):
         raise UsageError(f"verifier key id {hexid} does not match its name and public key")
     if not valid_public_key(pub):
-        raise UsageError("verifier key public key is not a valid Ed25519 point of large order")
+        raise UsageError("verifier key public key is not a valid Ed25519 key (a canonically encoded point, "
+                         "not of small order, torsion-free)")
     return VerifierKey(name, int(hexid, 16), pub, text)
 
 
@@ -689,7 +631,11 @@ LEDGER_KINDS = (
     "invoice_issued",
     "payment",
     "credit_note",
+    "volume_tiers",
+    "tenant_plan",
     "certificate_issued",
+    "tenant_registered",  # version 2
+    "log_policy",  # version 2
 )
 KINDS = NODE_KINDS + MARKET_KINDS + LEDGER_KINDS
 RECORD_KINDS = NODE_KINDS
@@ -698,10 +644,15 @@ ENVELOPE_MEMBERS = ("v", "kind", "signer", "key_id", "seq", "body", "sig")
 LEAF_MEMBERS = ("v", "index", "received_at", "prev", "envelope")
 
 
-def signed_message(envelope: Dict[str, Any]) -> bytes:
-    """Section 4.1."""
+def _message(kind: str, origin: str, unsigned_jcs: bytes) -> bytes:
+    return MESSAGE_TAG_PREFIX + kind.encode("ascii") + b"\n" + origin.encode("utf-8") + b"\n" + unsigned_jcs
+
+
+def signed_message(envelope: Dict[str, Any], origin: str) -> bytes:
+    """Section 4.1, version 2: "gpuledger/v2/" || kind || LF || origin || LF || JCS(envelope
+    without sig). `origin` is the log's checkpoint origin, the verifier key's name."""
     unsigned = {k: v for k, v in envelope.items() if k != "sig"}
-    return b"gpuledger/v1/" + envelope["kind"].encode("ascii") + b"\n" + jcs(unsigned)
+    return _message(envelope["kind"], origin, jcs(unsigned))
 
 
 def certificate_message(cert: Dict[str, Any]) -> bytes:
@@ -713,7 +664,8 @@ def certificate_message(cert: Dict[str, Any]) -> bytes:
 class _Body:
     """Field-by-field checks of one body, with the ledger's reason codes."""
 
-    def __init__(self, body: Dict[str, Any], members: Dict[str, bool], int_members: Tuple[str, ...] = ()):
+    def __init__(self, body: Dict[str, Any], members: Dict[str, bool], int_members: Tuple[str, ...] = (),
+                 array_members: Tuple[str, ...] = ()):
         self.body = body
         for name in body:
             if name not in members:
@@ -727,8 +679,32 @@ class _Body:
             if name in int_members:
                 if not is_int(value):
                     raise FieldError("malformed", f"body.{name}", "not an integer")
+            elif name in array_members:
+                if not isinstance(value, list):
+                    raise FieldError("malformed", f"body.{name}", "not an array (null is not allowed)")
             elif not isinstance(value, str):
                 raise FieldError("malformed", f"body.{name}", "not a string (null is not allowed)")
+
+    def id_list(self, name: str, limit: int, limit_name: str) -> frozenset:
+        """Version 2, section 5.4: an array of 1..=limit identifiers, strictly increasing in byte
+        order. Empty: invalid_field; too many: quantity_out_of_range; an element that is not a
+        string: malformed; not an identifier, or out of order / repeated: invalid_field."""
+        value = self.body[name]
+        f = f"body.{name}"
+        if not value:
+            raise FieldError("invalid_field", f, "an empty array (at least one identifier is required)")
+        if len(value) > limit:
+            raise FieldError("quantity_out_of_range", f, f"{len(value)} elements, above {limit_name} = {limit}")
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise FieldError("malformed", f"{f}[{i}]", "not a string")
+            if not is_id(item):
+                raise FieldError("invalid_field", f"{f}[{i}]", f"{item!r} is not an identifier")
+        for i in range(len(value) - 1):
+            if value[i].encode("utf-8") >= value[i + 1].encode("utf-8"):
+                raise FieldError("invalid_field", f, f"not strictly increasing in byte order: {value[i]!r} "
+                                 f"then {value[i + 1]!r} (sorted, no repeats)")
+        return frozenset(value)
 
     def has(self, name: str) -> bool:
         return name in self.body
@@ -801,20 +777,57 @@ class _Body:
         return value
 
 
-def _interval(b: _Body, now: int) -> Tuple[int, int]:
+def _interval(b: _Body) -> Tuple[int, int]:
+    """The interval rules of section 5.1. The clock rules (too_old, in_future) are admission rules
+    in version 2 (they need the log policy in force): LogView.check_admission."""
     start = b.timestamp("start")
     end = b.timestamp("end")
     if end <= start:
         raise FieldError("empty_interval", "body.end", "end is not after start")
     if end - start > MAX_INTERVAL_SECONDS:
         raise FieldError("interval_too_long", "body.end", f"end - start is {end - start} s, above 86400 s")
-    if end - now > MAX_CLOCK_SKEW_SECONDS:
-        raise FieldError("in_future", "body.end", f"end is {end - now} s after received_at (limit 300 s)")
     return start, end
 
 
-def check_body(kind: str, body: Dict[str, Any], now: int) -> Dict[str, Any]:
-    """Section 5, in each table's order. Returns parsed values useful later."""
+def _tiers(b: _Body) -> None:
+    """Section 5.11: volume_tiers.tiers."""
+    tiers = b.body["tiers"]
+    if not tiers:
+        raise FieldError("invalid_field", "body.tiers", "no tiers (at least one is required)")
+    if len(tiers) > MAX_VOLUME_TIERS:
+        raise FieldError("quantity_out_of_range", "body.tiers", f"{len(tiers)} tiers, above {MAX_VOLUME_TIERS}")
+    previous = Decimal(0)
+    for i, tier in enumerate(tiers):
+        f = f"body.tiers[{i}]"
+        if not isinstance(tier, dict):
+            raise FieldError("malformed", f, "not an object")
+        try:
+            t = _Body(tier, {"up_to_gpu_hours": False, "price_per_gpu_hour": True})
+        except FieldError as e:
+            raise FieldError(e.code, f + e.field[len("body"):], e.message) from None
+        last = i == len(tiers) - 1
+        if "up_to_gpu_hours" in tier:
+            if last:
+                raise FieldError("invalid_field", f"{f}.up_to_gpu_hours", "the last tier is the open tier: no bound")
+            try:
+                bound = t.decimal("up_to_gpu_hours", Decimal(0), MAX_TIER_BOUND_GPU_HOURS)
+            except FieldError as e:
+                raise FieldError(e.code, f"{f}.up_to_gpu_hours", e.message) from None
+            if bound <= previous:
+                # Bounds increase strictly (the first above 0): a wrong value, not a limit.
+                raise FieldError("invalid_field", f"{f}.up_to_gpu_hours",
+                                 f"{dec_str(bound)} is not above the previous bound {dec_str(previous)}")
+            previous = bound
+        elif not last:
+            raise FieldError("invalid_field", f"{f}.up_to_gpu_hours", "missing on a tier that is not the last")
+        try:
+            t.decimal("price_per_gpu_hour", Decimal(0), MAX_PRICE_PER_GPU_HOUR)
+        except FieldError as e:
+            raise FieldError(e.code, f"{f}.price_per_gpu_hour", e.message) from None
+
+
+def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
+    """Section 5 (version 2), in each table's order. Returns parsed values useful later."""
     out: Dict[str, Any] = {}
     if kind == "gpu_usage":
         b = _Body(body, {"tenant": True, "lease": False, "region": True, "node": True, "gpu_model": True,
@@ -826,7 +839,7 @@ def check_body(kind: str, body: Dict[str, Any], now: int) -> Dict[str, Any]:
         b.id("node")
         b.id("gpu_model")
         count = b.decimal("gpu_count", Decimal(0), MAX_GPU_COUNT, lo_exclusive=True)
-        start, end = _interval(b, now)
+        start, end = _interval(b)
         secs = b.decimal("gpu_seconds", Decimal(0), MAX_GPU_SECONDS)
         if DEC.multiply(count, Decimal(end - start)) != secs:
             raise FieldError("gpu_seconds_mismatch", "body.gpu_seconds",
@@ -839,7 +852,7 @@ def check_body(kind: str, body: Dict[str, Any], now: int) -> Dict[str, Any]:
             b.id("tenant")
         b.id("region")
         b.id("node")
-        start, end = _interval(b, now)
+        start, end = _interval(b)
         kwh = b.decimal("kwh", Decimal(0), MAX_KWH_PER_RECORD)
         out.update(start=start, end=end, kwh=kwh)
     elif kind == "spot_price":
@@ -849,28 +862,34 @@ def check_body(kind: str, body: Dict[str, Any], now: int) -> Dict[str, Any]:
         b.id("gpu_model")
         b.decimal("price_per_gpu_hour", Decimal(0), MAX_PRICE_PER_GPU_HOUR)
         b.currency("currency")
-        eff = b.timestamp("effective_from")
-        if eff - now > MAX_SPOT_SCHEDULE_AHEAD_SECONDS:
-            raise FieldError("in_future", "body.effective_from",
-                             f"effective_from is {eff - now} s after received_at (limit 604800 s)")
+        out.update(effective_from=b.timestamp("effective_from"))
     elif kind == "signer_key_registered":
-        b = _Body(body, {"signer": True, "role": True, "key_id": True, "public_key": True})
+        b = _Body(body, {"signer": True, "role": True, "key_id": True, "public_key": True, "nodes": False,
+                         "regions": True}, array_members=("nodes", "regions"))
         signer = b.id("signer")
         if signer == "ledger":
             raise FieldError("invalid_field", "body.signer", "the id ledger is reserved (section 2.3)")
-        b.enum("role", ("node", "market", "ledger"))
-        if body["role"] == "ledger":
+        role = b.enum("role", ("node", "market", "ledger"))
+        if role == "ledger":
             raise FieldError("invalid_field", "body.role", "the ledger registers only node and market signers")
+        if role == "node" and not b.has("nodes"):
+            raise FieldError("malformed", "body.nodes", "missing (required for role node)")
+        if role == "market" and b.has("nodes"):
+            raise FieldError("malformed", "body.nodes", "must be absent for role market")
         kid = b.pattern("key_id", KEY_ID_RE, "a key id")
         try:
             pub = b64decode_canonical(body["public_key"], 32)
         except ValueError as e:
             raise FieldError("invalid_field", "body.public_key", str(e)) from None
         if not valid_public_key(pub):
-            raise FieldError("invalid_field", "body.public_key", "not a valid Ed25519 point of large order")
+            raise FieldError("invalid_field", "body.public_key",
+                             "not a valid Ed25519 public key (canonically encoded point, not of small order, "
+                             "torsion-free)")
         if key_id_of(pub) != kid:
             raise FieldError("invalid_field", "body.key_id", f"{kid} is not the key id of public_key ({key_id_of(pub)})")
-        out.update(public_key=pub)
+        nodes = b.id_list("nodes", MAX_SIGNER_NODES, "MAX_SIGNER_NODES") if b.has("nodes") else None
+        regions = b.id_list("regions", MAX_SIGNER_REGIONS, "MAX_SIGNER_REGIONS")
+        out.update(public_key=pub, nodes=nodes, regions=regions)
     elif kind == "signer_key_revoked":
         b = _Body(body, {"signer": True, "key_id": True, "reason": False})
         b.id("signer")
@@ -920,6 +939,21 @@ def check_body(kind: str, body: Dict[str, Any], now: int) -> Dict[str, Any]:
         b.amount("amount", positive=True)
         if len(body["note"].encode("utf-8")) > MAX_NOTE_BYTES:
             raise FieldError("invalid_field", "body.note", "longer than 500 bytes")
+    elif kind == "volume_tiers":
+        b = _Body(body, {"plan": True, "region": True, "gpu_model": True, "lease_class": True, "currency": True,
+                         "tiers": True, "effective_from": True}, array_members=("tiers",))
+        b.id("plan")
+        b.id("region")
+        b.id("gpu_model")
+        b.enum("lease_class", ("on_demand", "reserved"))
+        b.currency("currency")
+        _tiers(b)
+        out.update(effective_from=b.timestamp("effective_from"))
+    elif kind == "tenant_plan":
+        b = _Body(body, {"tenant": True, "plan": True, "effective_from": True})
+        b.id("tenant")
+        b.id("plan")
+        out.update(effective_from=b.timestamp("effective_from"))
     elif kind == "certificate_issued":
         b = _Body(body, {"id": True, "tenant": True, "period_from": True, "period_to": True,
                          "checkpoint_size": True, "certificate_sha256": True},
@@ -930,13 +964,24 @@ def check_body(kind: str, body: Dict[str, Any], now: int) -> Dict[str, Any]:
         b.timestamp("period_to")
         b.integer("checkpoint_size", 0, MAX_INDEX)
         b.pattern("certificate_sha256", HEX64_RE, "64 lower-case hex digits")
+    elif kind == "tenant_registered":
+        b = _Body(body, {"tenant": True})
+        b.id("tenant")
+    elif kind == "log_policy":
+        b = _Body(body, {"max_record_age_seconds": True, "max_future_skew_seconds": True},
+                  int_members=("max_record_age_seconds", "max_future_skew_seconds"))
+        age = b.integer("max_record_age_seconds", MIN_RECORD_AGE_SECONDS, MAX_RECORD_AGE_SECONDS)
+        skew = b.integer("max_future_skew_seconds", MIN_FUTURE_SKEW_SECONDS, MAX_FUTURE_SKEW_SECONDS)
+        out.update(max_record_age_seconds=age, max_future_skew_seconds=skew)
     else:  # pragma: no cover - kinds are checked before
         raise FieldError("unknown_kind", "kind", kind)
     return out
 
 
-def check_envelope(env: Any, now: int) -> Dict[str, Any]:
-    """Sections 4.3 and 5, with `now` = the leaf's received_at. Raises FieldError."""
+def check_envelope(env: Any, origin: str) -> Dict[str, Any]:
+    """Sections 4.3 and 5 (version 2). `origin` is the log's origin (the verifier key's name),
+    which the signed message names. The rules that need the log (keys, scope, parties, the
+    clock rules under the log policy, price series) are LogView's. Raises FieldError."""
     if not isinstance(env, dict):
         raise FieldError("malformed", "envelope", "not a JSON object")
     for name in env:
@@ -951,8 +996,8 @@ def check_envelope(env: Any, now: int) -> Dict[str, Any]:
     for name, ok in types.items():
         if not ok(env[name]):
             raise FieldError("malformed", name, "wrong type")
-    if env["v"] != 1:
-        raise FieldError("unsupported_version", "v", f"v is {env['v']}, not 1")
+    if env["v"] != PROTOCOL_VERSION:
+        raise FieldError("unsupported_version", "v", f"v is {env['v']}, not {PROTOCOL_VERSION}")
     if env["kind"] not in KINDS:
         raise FieldError("unknown_kind", "kind", f"{env['kind']!r} names no record kind")
     if not is_id(env["signer"]):
@@ -961,7 +1006,7 @@ def check_envelope(env: Any, now: int) -> Dict[str, Any]:
         raise FieldError("invalid_field", "key_id", f"{env['key_id']!r} is not a key id")
     if not 1 <= env["seq"] <= MAX_SEQ:
         raise FieldError("quantity_out_of_range", "seq", f"{env['seq']} is outside 1..{MAX_SEQ}")
-    parsed = check_body(env["kind"], env["body"], now)
+    parsed = check_body(env["kind"], env["body"])
     try:
         sig = b64decode_canonical(env["sig"], 64)
     except ValueError as e:
@@ -973,7 +1018,7 @@ def check_envelope(env: Any, now: int) -> Dict[str, Any]:
     if size > MAX_ENVELOPE_BYTES:
         raise FieldError("too_large", "envelope", f"canonical envelope is {size} bytes, above 8192")
     parsed["sig"] = sig
-    parsed["message"] = b"gpuledger/v1/" + env["kind"].encode("ascii") + b"\n" + unsigned
+    parsed["message"] = _message(env["kind"], origin, unsigned)
     return parsed
 
 
@@ -1016,6 +1061,8 @@ def check_certificate_shape(cert: Any) -> CertInfo:
     for name in CERT_MEMBERS:
         if name not in cert:
             raise bad(f"certificate.{name}", "missing")
+    # The certificate object is unchanged in protocol version 2 (its own v stays 1, its tag
+    # gpuledger-certificate/v1).
     if not is_int(cert["v"]) or cert["v"] != 1:
         raise bad("certificate.v", "not the integer 1")
     if not isinstance(cert["id"], str) or CERT_ID_RE.fullmatch(cert["id"]) is None:
@@ -1116,7 +1163,7 @@ def check_certificate_shape(cert: Any) -> CertInfo:
 # Bundles (sections 14 and 15)
 # ---------------------------------------------------------------------------------------------
 
-BUNDLE_FORMAT = "gpuledger-bundle/v1"
+BUNDLE_FORMAT = "gpuledger-bundle/v2"
 HEADER_MEMBERS = ("type", "format", "log_origin", "checkpoint", "subject")
 ENTRY_MEMBERS = ("type", "index", "leaf", "proof")
 END_MEMBERS = ("type", "entries")
@@ -1334,7 +1381,20 @@ class KeyInfo:
     role: str
     public_key: bytes
     registered_at: int
+    nodes: Optional[frozenset]  # version 2 scope: the nodes a node key may sign for (None for market keys)
+    regions: frozenset  # version 2 scope: the regions the key may sign for
     revoked_at: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A log_policy entry (version 2), in force from the entry after `index` on."""
+    index: int
+    max_record_age_seconds: int
+    max_future_skew_seconds: int
+
+
+DEFAULT_POLICY = Policy(-1, DEFAULT_MAX_RECORD_AGE_SECONDS, DEFAULT_MAX_FUTURE_SKEW_SECONDS)
 
 
 @dataclass
@@ -1347,19 +1407,49 @@ class RegionParams:
     carbon_text: str
 
 
-class LogView:
-    """What the bundle's context tells about the log: keys, region parameters, and the few
-    ordering rules of section 5 that can be checked on the entries at hand."""
+# Ledger kinds that name a tenant (version 2, section 6 "Parties").
+TENANT_LEDGER_KINDS = ("lease_registered", "tenant_plan", "invoice_issued", "payment", "credit_note",
+                       "certificate_issued")
 
-    def __init__(self, key: VerifierKey):
+
+def _price_series(kind: str, body: Dict[str, Any]) -> Optional[Tuple[str, ...]]:
+    """Version 2, section 6 "Prices only move forward": the series of a pricing entry."""
+    if kind == "rate_card":
+        return (kind, body["region"], body["gpu_model"], body["lease_class"])
+    if kind == "region_params":
+        return (kind, body["region"])
+    if kind == "volume_tiers":
+        return (kind, body["plan"], body["region"], body["gpu_model"], body["lease_class"])
+    if kind == "tenant_plan":
+        return (kind, body["tenant"])
+    return None
+
+
+class LogView:
+    """What the bundle's context tells about the log: keys and their scopes, tenants, leases, log
+    policies, region parameters, prices and invoices; and the rules of sections 5 and 6 that can
+    be checked with the entries at hand.
+
+    `subject_tenant` is the certificate's tenant when a certificate is checked: a record of
+    another tenant is not the certificate's (step 5, wrong_tenant), and the bundle holds no
+    registrations of other tenants (version 2, section 8), so the party rules are not applied to
+    such a record. With `subject_tenant` None (a bundle alone) they apply to every record."""
+
+    def __init__(self, key: VerifierKey, subject_tenant: Optional[str] = None):
+        self.origin = key.name
         self.log_pub = key.public_key
         self.log_key_id = key.envelope_key_id
+        self.subject_tenant = subject_tenant
         self.keys: Dict[str, KeyInfo] = {}
         self.roles: Dict[str, str] = {}
         self.early_revocations: Dict[str, Tuple[str, int]] = {}  # revocations of keys the context does not register
+        self.policies: List[Policy] = []  # in index order
+        self.tenants: Dict[str, int] = {}  # tenant -> index of its tenant_registered entry
+        self.leases: Dict[str, Tuple[str, int]] = {}  # lease -> (tenant, index of its lease_registered entry)
         self.region_params: Dict[str, List[RegionParams]] = {}
-        self.rate_cards: Dict[Tuple[str, str, str], int] = {}
-        self.leases: set = set()
+        self.series_latest: Dict[Tuple[str, ...], int] = {}  # price series -> latest effective_from
+        self.spot_prices: Dict[Tuple[str, str, int], int] = {}  # (region, gpu_model, effective_from) -> index
+        self.invoices: List[Tuple[int, str, int, int]] = []  # (index, tenant, period_from, period_to)
         self.invoice_numbers: List[str] = []
         self.invoice_periods: Dict[str, List[Tuple[int, int]]] = {}
         self.context_seqs: set = set()  # (signer, seq) of the context entries (section 6.3)
@@ -1388,7 +1478,7 @@ class LogView:
             raise Failure("key_not_allowed", item, f"{signer} has role {info.role}, which may not sign {kind}")
         return info.public_key
 
-    # step 4: rules of section 5 that depend on earlier entries (checked on the context at hand)
+    # step 4: registry rules of sections 5 and 6 among the context entries (leaf_invalid)
     def check_context_rules(self, env: Dict[str, Any], index: int, parsed: Dict[str, Any]) -> None:
         kind, body = env["kind"], env["body"]
         if (env["signer"], env["seq"]) in self.context_seqs:
@@ -1413,19 +1503,6 @@ class LogView:
                     raise FieldError("invalid_field", "body.key_id", f"key id {kid} is already revoked")
             elif kid in self.early_revocations:
                 raise FieldError("invalid_field", "body.key_id", f"key id {kid} is already revoked")
-        elif kind == "region_params":
-            latest = self.region_params.get(body["region"])
-            if latest and parsed["effective_from"] <= max(p.effective_from for p in latest):
-                raise FieldError("invalid_field", "body.effective_from",
-                                 "not later than the region's latest effective_from already logged")
-        elif kind == "rate_card":
-            series = (body["region"], body["gpu_model"], body["lease_class"])
-            if series in self.rate_cards and parsed["effective_from"] <= self.rate_cards[series]:
-                raise FieldError("invalid_field", "body.effective_from",
-                                 "not later than the series' latest effective_from already logged")
-        elif kind == "lease_registered":
-            if body["lease"] in self.leases:
-                raise FieldError("invalid_field", "body.lease", f"lease {body['lease']} is declared twice")
         elif kind == "invoice_issued":
             if self.invoice_numbers and body["number"] <= self.invoice_numbers[-1]:
                 raise FieldError("invalid_field", "body.number", "invoice numbers are not in issue order")
@@ -1434,11 +1511,120 @@ class LogView:
                     raise FieldError("invalid_field", "body.period_from",
                                      "overlaps an invoiced period of the same tenant")
 
+    def policy_at(self, index: int) -> Policy:
+        """The log policy in force at entry `index`: the latest log_policy entry before it, else the
+        defaults (version 2, section 5)."""
+        best = DEFAULT_POLICY
+        for p in self.policies:
+            if p.index < index:
+                best = p
+        return best
+
+    # step 4: the admission rules of version 2 (section 6), each failure with its own reason
+    def check_admission(self, env: Dict[str, Any], index: int, parsed: Dict[str, Any], now: int, item: str) -> None:
+        """Scope, parties, time, spot series and prices forward, in that order (section 6's order;
+        key and role were checked before, the signature comes after)."""
+        kind, body = env["kind"], env["body"]
+
+        def fail(reason: str, field_name: str, message: str) -> Failure:
+            return Failure(reason, item, f"{field_name}: {message}")
+
+        # Scope: the key's registration gives the nodes and regions it may sign for.
+        if kind in NODE_KINDS or kind in MARKET_KINDS:
+            info = self.keys[env["key_id"]]
+            if kind in NODE_KINDS and body["node"] not in (info.nodes or ()):
+                raise fail("node_not_allowed", "body.node",
+                           f"node {body['node']!r} is not among the nodes of key {env['key_id']} of "
+                           f"{env['signer']} ({', '.join(sorted(info.nodes or ()))})")
+            if body["region"] not in info.regions:
+                raise fail("region_not_allowed", "body.region",
+                           f"region {body['region']!r} is not among the regions of key {env['key_id']} of "
+                           f"{env['signer']} ({', '.join(sorted(info.regions))})")
+
+        # Parties.
+        def registered(tenant: str) -> None:
+            at = self.tenants.get(tenant)
+            if at is None or at >= index:
+                raise fail("unknown_tenant", "body.tenant",
+                           f"tenant {tenant!r} has no tenant_registered entry before entry {index} in the bundle")
+
+        def subject(tenant: str) -> bool:
+            return self.subject_tenant is None or tenant == self.subject_tenant
+
+        if kind == "gpu_usage" and subject(body["tenant"]):
+            registered(body["tenant"])
+            if "lease" in body:
+                lease = self.leases.get(body["lease"])
+                if lease is None or lease[1] >= index:
+                    raise fail("unknown_lease", "body.lease",
+                               f"lease {body['lease']!r} has no lease_registered entry before entry {index} "
+                               "in the bundle")
+                if lease[0] != body["tenant"]:
+                    raise fail("lease_tenant_mismatch", "body.lease",
+                               f"lease {body['lease']!r} is tenant {lease[0]!r}'s, not {body['tenant']!r}'s")
+        elif kind == "energy" and "tenant" in body and subject(body["tenant"]):
+            registered(body["tenant"])
+        elif kind in TENANT_LEDGER_KINDS:
+            registered(body["tenant"])
+            if kind == "lease_registered":
+                lease = self.leases.get(body["lease"])
+                if lease is not None and lease[1] < index:
+                    raise fail("already_registered", "body.lease",
+                               f"lease {body['lease']!r} is already declared at entry {lease[1]}")
+        elif kind == "tenant_registered":
+            at = self.tenants.get(body["tenant"])
+            if at is not None and at < index:
+                raise fail("already_registered", "body.tenant",
+                           f"tenant {body['tenant']!r} is already registered at entry {at}")
+
+        # Time, with the log policy in force at this index (now = received_at).
+        policy = self.policy_at(index)
+        if kind in NODE_KINDS:
+            start, end = parsed["start"], parsed["end"]
+            if start < now - policy.max_record_age_seconds:
+                raise fail("too_old", "body.start",
+                           f"start is {now - start} s before received_at (max_record_age_seconds "
+                           f"{policy.max_record_age_seconds})")
+            if end > now + policy.max_future_skew_seconds:
+                raise fail("in_future", "body.end",
+                           f"end is {end - now} s after received_at (max_future_skew_seconds "
+                           f"{policy.max_future_skew_seconds})")
+        elif kind == "spot_price":
+            eff = parsed["effective_from"]
+            if eff < now - policy.max_future_skew_seconds:
+                raise fail("price_in_past", "body.effective_from",
+                           f"effective_from is {now - eff} s before received_at (max_future_skew_seconds "
+                           f"{policy.max_future_skew_seconds})")
+            if eff - now > MAX_SPOT_SCHEDULE_AHEAD_SECONDS:
+                raise fail("in_future", "body.effective_from",
+                           f"effective_from is {eff - now} s after received_at (limit 604800 s)")
+            # Spot series (region, gpu_model); the currency is not part of the series.
+            other = self.spot_prices.get((body["region"], body["gpu_model"], eff))
+            if other is not None and other < index:
+                raise fail("price_conflict", "body.effective_from",
+                           f"entry {other} already prices ({body['region']}, {body['gpu_model']}) from "
+                           f"{body['effective_from']}")
+            for inv_index, tenant, pf, pt in self.invoices:
+                if inv_index < index and pf <= eff < pt:
+                    raise fail("price_in_invoiced_period", "body.effective_from",
+                               f"{body['effective_from']} is inside the period invoiced at entry {inv_index} "
+                               f"(tenant {tenant})")
+
+        # Prices only move forward.
+        series = _price_series(kind, body)
+        if series is not None:
+            latest = self.series_latest.get(series)
+            if latest is not None and parsed["effective_from"] <= latest:
+                raise fail("price_not_forward", "body.effective_from",
+                           f"{body['effective_from']} is not later than the latest effective_from of the series "
+                           f"{'/'.join(series[1:])} earlier in the log")
+
     def apply(self, env: Dict[str, Any], index: int, parsed: Dict[str, Any]) -> None:
         kind, body = env["kind"], env["body"]
         self.context_seqs.add((env["signer"], env["seq"]))
         if kind == "signer_key_registered":
-            self.keys[body["key_id"]] = KeyInfo(body["signer"], body["role"], parsed["public_key"], index)
+            self.keys[body["key_id"]] = KeyInfo(body["signer"], body["role"], parsed["public_key"], index,
+                                                parsed["nodes"], parsed["regions"])
             self.roles.setdefault(body["signer"], body["role"])
         elif kind == "signer_key_revoked":
             info = self.keys.get(body["key_id"])
@@ -1449,13 +1635,21 @@ class LogView:
         elif kind == "region_params":
             self.region_params.setdefault(body["region"], []).append(RegionParams(
                 index, parsed["effective_from"], parsed["pue"], parsed["carbon"], body["pue"], body["carbon_g_per_kwh"]))
-        elif kind == "rate_card":
-            self.rate_cards[(body["region"], body["gpu_model"], body["lease_class"])] = parsed["effective_from"]
         elif kind == "lease_registered":
-            self.leases.add(body["lease"])
+            self.leases.setdefault(body["lease"], (body["tenant"], index))
+        elif kind == "tenant_registered":
+            self.tenants.setdefault(body["tenant"], index)
+        elif kind == "log_policy":
+            self.policies.append(Policy(index, parsed["max_record_age_seconds"], parsed["max_future_skew_seconds"]))
+        elif kind == "spot_price":
+            self.spot_prices.setdefault((body["region"], body["gpu_model"], parsed["effective_from"]), index)
         elif kind == "invoice_issued":
             self.invoice_numbers.append(body["number"])
             self.invoice_periods.setdefault(body["tenant"], []).append((parsed["period_from"], parsed["period_to"]))
+            self.invoices.append((index, body["tenant"], parsed["period_from"], parsed["period_to"]))
+        series = _price_series(kind, body)
+        if series is not None:
+            self.series_latest[series] = max(parsed["effective_from"], self.series_latest.get(series, parsed["effective_from"]))
 
     def params_in_force(self, region: str, start: int) -> Optional[RegionParams]:
         """Section 13.2: latest effective_from not after start; ties: highest index."""
@@ -1485,7 +1679,8 @@ def check_entry(e: EntryLine, cp: Checkpoint, view: LogView, prev_known: Dict[in
     try:
         leaf = parse_json(e.leaf)
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise Failure("leaf_invalid", item, f"leaf bytes are not JSON ({err})") from None
+        # Strict JSON (version 2, section 7): a repeated member name at any depth is malformed.
+        raise Failure("leaf_invalid", item, f"malformed: leaf bytes are not strict JSON ({err})") from None
     try:
         canonical = jcs(leaf)
     except Exception as err:  # noqa: BLE001 - rfc8785 refuses some values (huge integers, lone surrogates)
@@ -1505,8 +1700,8 @@ def check_entry(e: EntryLine, cp: Checkpoint, view: LogView, prev_known: Dict[in
     for name in LEAF_MEMBERS:
         if name not in leaf:
             raise Failure("leaf_invalid", item, f"malformed: leaf member {name!r} is missing")
-    if not is_int(leaf["v"]) or leaf["v"] != 1:
-        raise Failure("leaf_invalid", item, f"unsupported_version: leaf v is {leaf['v']!r}, not 1")
+    if not is_int(leaf["v"]) or leaf["v"] != PROTOCOL_VERSION:
+        raise Failure("leaf_invalid", item, f"unsupported_version: leaf v is {leaf['v']!r}, not {PROTOCOL_VERSION}")
     try:
         now = parse_timestamp(leaf["received_at"])
     except (TypeError, ValueError) as err:
@@ -1517,7 +1712,7 @@ def check_entry(e: EntryLine, cp: Checkpoint, view: LogView, prev_known: Dict[in
         raise Failure("leaf_invalid", item, f"invalid_field: prev: {err}") from None
     env = leaf["envelope"]
     try:
-        parsed = check_envelope(env, now)
+        parsed = check_envelope(env, view.origin)
     except FieldError as err:
         raise Failure("leaf_invalid", item, f"{err.code}: {err.field}: {err.message}") from None
     # The hash chain (section 7), where the bundle holds the entry before.
@@ -1530,9 +1725,10 @@ def check_entry(e: EntryLine, cp: Checkpoint, view: LogView, prev_known: Dict[in
         except FieldError as err:
             raise Failure("leaf_invalid", item, f"{err.code}: {err.field}: {err.message}") from None
     pub = view.key_for(env, e.index, item)
+    view.check_admission(env, e.index, parsed, now, item)
     if not verify_strict(pub, parsed["message"], parsed["sig"]):
         raise Failure("entry_signature", item, f"the signature of {env['signer']} (key {env['key_id']}) does not "
-                      "verify strictly over the signed message")
+                      f"verify strictly over the signed message (origin {view.origin})")
     return CheckedEntry(e.index, lh, env, parsed)
 
 
@@ -1678,7 +1874,7 @@ def _run_bundle(path: str, key: VerifierKey, cert: Optional[CertInfo]) -> Tuple[
         raise Failure("checkpoint_mismatch", "bundle header log_origin",
                       f"{st.header.log_origin!r} is not the checkpoint's origin {cp.origin!r}")
     # Steps 4 and 5 (step 5 failures are reported after every entry passed step 4)
-    view = LogView(key)
+    view = LogView(key, cert.tenant if cert is not None else None)
     claims = Claims() if cert is not None else None
     first_subject_failure: Optional[Failure] = None
     last_record: Optional[Tuple[int, bytes]] = None
@@ -1855,7 +2051,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpuledger_verify.py",
                 description="Independent verifier for gpuledger certificates, bundles, checkpoints and "
-                            "consistency proofs (docs/PROTOCOL.md, version 1).")
+                            "consistency proofs (docs/PROTOCOL.md, protocol version 2).")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def common(sp):

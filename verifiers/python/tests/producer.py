@@ -1,14 +1,17 @@
-"""A small, self-contained producer of gpuledger artefacts, written from docs/PROTOCOL.md.
+"""A small, self-contained producer of gpuledger artefacts, protocol version 2, written from
+docs/PROTOCOL.md and the version-2 change list (issue #12).
 
-It builds logs (ledger-signed key registrations and revocations, node and market records,
-region parameters, leases), the RFC 6962 tree over them with inclusion and consistency proofs
+It builds logs (a log policy, tenant registrations, ledger-signed key registrations with their
+node/region scopes and revocations, node and market records, region parameters, leases, prices,
+invoices), the RFC 6962 tree over them with inclusion and consistency proofs
 (by the recursive definitions of RFC 6962 2.1, independently of the verifier's RFC 9162
 algorithms), signed checkpoint notes (section 9), certificates (section 13) and evidence
 bundles (section 14). Its certificate arithmetic is its own, so that the verifier is tested
 against a second computation, not against itself.
 
 It can also build logs a real ledger would refuse (a bad signature inside the tree, a record
-signed after its key was revoked, ...), to check that the verifier names them.
+signed after its key was revoked, a record outside its key's scope, an unknown tenant, ...), to
+check that the verifier names them.
 """
 
 from __future__ import annotations
@@ -82,6 +85,23 @@ class Key:
         k = int.from_bytes(hashlib.sha512(r + self.pub + message).digest(), "little") % L
         s = (k * a_int) % L
         return r + s.to_bytes(32, "little")
+
+    def sign_torsion_r(self, message: bytes, torsion: bytes) -> bytes:
+        """R = rB + T with T a torsion point, S = r + k*a mod L (k = H(R || A || M)): the
+        cofactored equation [8]([S]B - [k]A - R) = O holds, the cofactorless one does not (it
+        gives R - T), so strict verification refuses it. Built with libsodium's bindings."""
+        import nacl.bindings as nb
+        h = hashlib.sha512(self.seed).digest()
+        a = bytearray(h[:32])
+        a[0] &= 248
+        a[31] &= 127
+        a[31] |= 64
+        a_s = nb.crypto_core_ed25519_scalar_reduce(bytes(a) + bytes(32))
+        r_s = nb.crypto_core_ed25519_scalar_reduce(hashlib.sha512(h[32:] + message + b"torsion").digest())
+        r = nb.crypto_core_ed25519_add(nb.crypto_scalarmult_ed25519_base_noclamp(r_s), torsion)
+        k = nb.crypto_core_ed25519_scalar_reduce(hashlib.sha512(r + self.pub + message).digest())
+        s = nb.crypto_core_ed25519_scalar_add(r_s, nb.crypto_core_ed25519_scalar_mul(k, a_s))
+        return r + s
 
     def note_key_id(self, name: str) -> bytes:
         return sha256(name.encode() + b"\n\x01" + self.pub)[:4]
@@ -159,6 +179,8 @@ class Entry:
 
 
 class Log:
+    VERSION = 2
+
     def __init__(self, log_key: Key, origin: str):
         self.log_key = log_key
         self.origin = origin
@@ -175,34 +197,81 @@ class Log:
             log.entries.append(Entry(i, leaf, obj["envelope"], obj["received_at"]))
         return log
 
+    def message(self, kind: str, unsigned: Dict[str, Any], origin: Optional[str] = None) -> bytes:
+        """Version 2: "gpuledger/v2/" || kind || LF || origin || LF || JCS(envelope without sig)."""
+        origin = self.origin if origin is None else origin
+        return b"gpuledger/v2/" + kind.encode() + b"\n" + origin.encode() + b"\n" + jcs(unsigned)
+
     # envelopes and leaves
     def append(self, kind: str, signer: str, key: Key, body: Dict[str, Any], received_at: str,
-               seq: Optional[int] = None, sig_mode: str = "good") -> int:
+               seq: Optional[int] = None, sig_mode: str = "good", sign_origin: Optional[str] = None,
+               version: int = 2) -> int:
+        """sig_mode: good, flipped (one bit of R), small_order_r (R = identity, S = k*a), torsion_r
+        (R = rB + T8, S = r + k*a: passes a cofactored verifier, not a strict one).
+        sign_origin: sign the message under another log's origin (a replay from another log)."""
         seq = seq if seq is not None else self.seqs.get(signer, 0) + 1
         self.seqs[signer] = max(seq, self.seqs.get(signer, 0))
-        unsigned = {"v": 1, "kind": kind, "signer": signer, "key_id": key.key_id, "seq": seq, "body": body}
-        message = b"gpuledger/v1/" + kind.encode() + b"\n" + jcs(unsigned)
+        unsigned = {"v": version, "kind": kind, "signer": signer, "key_id": key.key_id, "seq": seq, "body": body}
+        message = self.message(kind, unsigned, sign_origin)
         if sig_mode == "small_order_r":
             sig = key.sign_small_order_r(message)
+        elif sig_mode == "torsion_r":
+            order8 = bytes.fromhex("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05")
+            sig = key.sign_torsion_r(message, order8)
         else:
             sig = key.sign(message)
         if sig_mode == "flipped":
             sig = bytes([sig[0] ^ 0x01]) + sig[1:]
         envelope = dict(unsigned, sig=b64(sig))
+        return self.append_envelope(envelope, received_at, version=version)
+
+    def append_envelope(self, envelope: Dict[str, Any], received_at: str, version: int = 2) -> int:
         index = len(self.entries)
         prev = self.entries[-1].leaf_hash if self.entries else bytes(32)
-        leaf = jcs({"v": 1, "index": index, "received_at": received_at, "prev": b64(prev), "envelope": envelope})
+        leaf = jcs({"v": version, "index": index, "received_at": received_at, "prev": b64(prev),
+                    "envelope": envelope})
+        self.entries.append(Entry(index, leaf, envelope, received_at))
+        return index
+
+    def append_leaf_bytes(self, leaf: bytes, envelope: Dict[str, Any], received_at: str) -> int:
+        """An entry whose leaf bytes are given as they are (e.g. not strict JSON)."""
+        index = len(self.entries)
         self.entries.append(Entry(index, leaf, envelope, received_at))
         return index
 
     def ledger(self, kind: str, body: Dict[str, Any], received_at: str, **kw) -> int:
         return self.append(kind, "ledger", self.log_key, body, received_at, **kw)
 
-    def register(self, signer: str, key: Key, role: str, received_at: str) -> int:
+    # ledger kinds
+    def policy(self, received_at: str, max_record_age_seconds: int = 3024000,
+               max_future_skew_seconds: int = 300) -> int:
+        return self.ledger("log_policy", {"max_record_age_seconds": max_record_age_seconds,
+                                          "max_future_skew_seconds": max_future_skew_seconds}, received_at)
+
+    def tenant(self, tenant: str, received_at: str) -> int:
+        return self.ledger("tenant_registered", {"tenant": tenant}, received_at)
+
+    def lease(self, lease: str, tenant: str, cls: str, received_at: str) -> int:
+        return self.ledger("lease_registered", {"lease": lease, "tenant": tenant, "class": cls}, received_at)
+
+    def register(self, signer: str, key: Key, role: str, received_at: str, regions: Sequence[str] = ("cn-nmg-1",),
+                 nodes: Optional[Sequence[str]] = None) -> int:
+        """A version-2 registration; a node key's scope defaults to the node named like its signer."""
         self.key_signer[key.key_id] = signer
-        return self.ledger("signer_key_registered",
-                           {"signer": signer, "role": role, "key_id": key.key_id, "public_key": b64(key.pub)},
-                           received_at)
+        return self.register_public_key(signer, key.pub, role, received_at, regions=regions,
+                                        nodes=nodes if nodes is not None or role != "node" else [signer])
+
+    def register_public_key(self, signer: str, pub: bytes, role: str, received_at: str,
+                            regions: Optional[Sequence[str]] = ("cn-nmg-1",), nodes: Optional[Sequence[str]] = None,
+                            key_id: Optional[str] = None, sort: bool = True) -> int:
+        """Any 32 bytes as a public key (also invalid ones, which a ledger refuses)."""
+        body: Dict[str, Any] = {"signer": signer, "role": role, "key_id": key_id or sha256(pub)[:8].hex(),
+                                "public_key": b64(pub)}
+        if regions is not None:
+            body["regions"] = sorted(set(regions), key=str.encode) if sort else list(regions)
+        if nodes is not None:
+            body["nodes"] = sorted(set(nodes), key=str.encode) if sort else list(nodes)
+        return self.ledger("signer_key_registered", body, received_at)
 
     def revoke(self, signer: str, key: Key, received_at: str, reason: Optional[str] = "rotated") -> int:
         body = {"signer": signer, "key_id": key.key_id}
@@ -216,6 +285,36 @@ class Log:
                                              "electricity_price_per_kwh": price, "pue": pue,
                                              "carbon_g_per_kwh": carbon, "effective_from": effective_from},
                            received_at)
+
+    def rate_card(self, region: str, model: str, lease_class: str, price: str, effective_from: str,
+                  received_at: str, currency: str = "CNY") -> int:
+        return self.ledger("rate_card", {"region": region, "gpu_model": model, "lease_class": lease_class,
+                                         "currency": currency, "price_per_gpu_hour": price,
+                                         "effective_from": effective_from}, received_at)
+
+    def volume_tiers(self, plan: str, region: str, model: str, lease_class: str, tiers: List[Dict[str, str]],
+                     effective_from: str, received_at: str, currency: str = "CNY") -> int:
+        return self.ledger("volume_tiers", {"plan": plan, "region": region, "gpu_model": model,
+                                            "lease_class": lease_class, "currency": currency, "tiers": tiers,
+                                            "effective_from": effective_from}, received_at)
+
+    def tenant_plan(self, tenant: str, plan: str, effective_from: str, received_at: str) -> int:
+        return self.ledger("tenant_plan", {"tenant": tenant, "plan": plan, "effective_from": effective_from},
+                           received_at)
+
+    def invoice(self, number: str, tenant: str, period_from: str, period_to: str, checkpoint_size: int,
+                received_at: str, total: str = "148.00", currency: str = "CNY") -> int:
+        return self.ledger("invoice_issued", {"number": number, "tenant": tenant, "period_from": period_from,
+                                              "period_to": period_to, "currency": currency, "total": total,
+                                              "checkpoint_size": checkpoint_size, "invoice_sha256": "cd" * 32},
+                           received_at)
+
+    # signed records
+    def spot_price(self, signer: str, key: Key, region: str, model: str, price: str, effective_from: str,
+                   received_at: str, currency: str = "CNY", **kw) -> int:
+        return self.append("spot_price", signer, key, {"region": region, "gpu_model": model,
+                                                       "price_per_gpu_hour": price, "currency": currency,
+                                                       "effective_from": effective_from}, received_at, **kw)
 
     def gpu_usage(self, signer: str, key: Key, tenant: str, region: str, model: str, count: str, start: str,
                   seconds: int, received_at: Optional[str] = None, lease: Optional[str] = None,
@@ -338,14 +437,30 @@ def commitment(log: Log, records: Iterable[int]) -> str:
     return b64(mth_data([i.to_bytes(8, "big") + log.entries[i].leaf_hash for i in records]))
 
 
-def context_for(log: Log, size: int, records: Iterable[int], invoice: bool = False) -> List[int]:
-    """Section 14: registrations (and revocations) of every key that signed a record or a
-    context entry, every region_params below the size (and, for an invoice, prices)."""
+def context_for(log: Log, size: int, records: Iterable[int], tenant: Optional[str] = None,
+                invoice: bool = False) -> List[int]:
+    """Version 2, section 8: every log_policy below the size; the registrations (and revocations
+    below the size) of every key that signed a record or a context entry; the subject tenant's
+    tenant_registered entry and every lease_registered entry of the subject tenant; every
+    region_params below the size; and, for an invoice, every rate_card and spot_price below the
+    size, the tenant's tenant_plan entries, the volume_tiers of the plans the tenant was ever on,
+    and the tenant's invoice_issued entries below it. Nothing of another tenant."""
+    records = list(records)
+    if tenant is None and records:
+        tenant = log.entries[records[0]].body.get("tenant")
     ctx = set()
+    plans = {e.body["plan"] for e in log.entries[:size] if e.kind == "tenant_plan" and e.body["tenant"] == tenant}
     for e in log.entries[:size]:
-        if e.kind == "region_params" or (invoice and e.kind in ("rate_card", "spot_price", "lease_registered")):
+        b = e.body
+        if e.kind in ("log_policy", "region_params"):
             ctx.add(e.index)
-    signing_keys = {log.entries[i].envelope["key_id"] for i in list(records) + sorted(ctx)}
+        elif e.kind in ("tenant_registered", "lease_registered") and b["tenant"] == tenant:
+            ctx.add(e.index)
+        elif invoice and (e.kind in ("rate_card", "spot_price")
+                          or (e.kind in ("tenant_plan", "invoice_issued") and b["tenant"] == tenant)
+                          or (e.kind == "volume_tiers" and b["plan"] in plans)):
+            ctx.add(e.index)
+    signing_keys = {log.entries[i].envelope["key_id"] for i in records + sorted(ctx)}
     for e in log.entries[:size]:
         if e.kind in ("signer_key_registered", "signer_key_revoked") and e.body["key_id"] in signing_keys:
             ctx.add(e.index)
@@ -382,7 +497,7 @@ def entry_line(log: Log, index: int, size: int) -> Dict[str, Any]:
 
 def make_bundle(log: Log, size: int, context: List[int], records: List[int], subject: Dict[str, str],
                 checkpoint: Optional[str] = None) -> List[Dict[str, Any]]:
-    lines = [{"type": "header", "format": "gpuledger-bundle/v1", "log_origin": log.origin,
+    lines = [{"type": "header", "format": "gpuledger-bundle/v2", "log_origin": log.origin,
               "checkpoint": checkpoint if checkpoint is not None else log.checkpoint(size), "subject": subject}]
     lines += [entry_line(log, i, size) for i in context]
     lines += [entry_line(log, i, size) for i in records]
@@ -405,8 +520,16 @@ PERIOD = ("2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z")
 
 
 class Scenario:
-    """A log of 17 entries (plus optional bad ones), a certificate for tenant-acme in November
-    2026 at the log's size, and its bundle."""
+    """A version-2 log of 22 entries (plus optional bad ones), a certificate for tenant-acme in
+    November 2026 at the log's size, and its bundle.
+
+    Entries: 0 log_policy; 1, 2 tenant_registered (tenant-acme, tenant-other); 3, 4, 5 key
+    registrations (node-a: nodes [node-a], regions [cn-nmg-1]; node-b: [node-b], [eu-west-1];
+    market-cn: regions [cn-nmg-1]); 6 region_params; 7 lease_registered (lease-0042 of
+    tenant-acme); 8 gpu_usage; 9 energy; 10 gpu_usage of tenant-other; 11 spot_price; 12 gpu_usage
+    (node-b); 13 region_params; 14, 15 energy; 16 node-b's revocation; 17 gpu_usage before the
+    period; 18 gpu_usage under the lease (the bad variants change it); 19 energy without a tenant;
+    then the variant's extra entries, then certificate_issued."""
 
     def __init__(self, variant: str = "good", scope: Optional[Dict[str, Any]] = None):
         self.log_key = Key.from_byte(0x21)
@@ -416,73 +539,107 @@ class Scenario:
         self.stranger = Key.from_byte(0x25)
         log = self.log = Log(self.log_key, ORIGIN)
         na, nb, mk = self.node_a, self.node_b, self.market
-        log.register("node-a", na, "node", "2026-10-01T00:00:00Z")                                     # 0
-        log.register("node-b", nb, "node", "2026-10-01T00:00:00Z")                                     # 1
-        log.register("market-cn", mk, "market", "2026-10-01T00:00:00Z")                                # 2
-        log.region_params("cn-nmg-1", "1.08", "550", "2026-10-01T00:00:00Z", "2026-10-01T00:00:01Z")   # 3
+        log.policy("2026-10-01T00:00:00Z")                                                             # 0
+        log.tenant(TENANT, "2026-10-01T00:00:00Z")                                                     # 1
+        log.tenant("tenant-other", "2026-10-01T00:00:00Z")                                             # 2
+        log.register("node-a", na, "node", "2026-10-01T00:00:00Z", regions=["cn-nmg-1"])               # 3
+        log.register("node-b", nb, "node", "2026-10-01T00:00:00Z", regions=["eu-west-1"])              # 4
+        log.register("market-cn", mk, "market", "2026-10-01T00:00:00Z", regions=["cn-nmg-1"])          # 5
+        log.region_params("cn-nmg-1", "1.08", "550", "2026-10-01T00:00:00Z", "2026-10-01T00:00:01Z")   # 6
+        log.lease("lease-0042", TENANT, "reserved", "2026-10-01T00:00:02Z")                            # 7
         log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "8", "2026-11-02T10:00:00Z", 300,
-                      lease="lease-0042")                                                               # 4
-        log.energy("node-a", na, TENANT, "cn-nmg-1", "1.5", "2026-11-02T10:00:00Z", 300)                # 5
+                      lease="lease-0042")                                                               # 8
+        log.energy("node-a", na, TENANT, "cn-nmg-1", "1.5", "2026-11-02T10:00:00Z", 300)                # 9
         log.gpu_usage("node-a", na, "tenant-other", "cn-nmg-1", "H100-SXM5-80GB", "2", "2026-11-02T10:00:00Z",
-                      600)                                                                              # 6
-        log.append("spot_price", "market-cn", mk, {"region": "cn-nmg-1", "gpu_model": "H100-SXM5-80GB",
-                                                   "price_per_gpu_hour": "14.75", "currency": "CNY",
-                                                   "effective_from": "2026-11-03T00:00:00Z"},
-                   "2026-11-02T12:00:00Z")                                                              # 7
-        log.gpu_usage("node-b", nb, TENANT, "eu-west-1", "A100-80GB", "0.25", "2026-11-03T08:00:00Z", 30)  # 8
-        log.region_params("cn-nmg-1", "1.2", "500", "2026-11-15T00:00:00Z", "2026-11-10T00:00:00Z")    # 9
-        log.energy("node-a", na, TENANT, "cn-nmg-1", "2.25", "2026-11-20T00:00:00Z", 3600)              # 10
-        log.energy("node-b", nb, TENANT, "eu-west-1", "0.75", "2026-11-04T00:00:00Z", 3600)             # 11
-        log.revoke("node-b", nb, "2026-11-25T00:00:00Z")                                                # 12
-        log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1", "2026-10-20T00:00:00Z", 60)  # 13
-        log.ledger("lease_registered", {"lease": "lease-0042", "tenant": TENANT, "class": "reserved"},
-                   "2026-11-25T00:00:01Z")                                                              # 14
-        kw = {}
+                      600)                                                                              # 10
+        log.spot_price("market-cn", mk, "cn-nmg-1", "H100-SXM5-80GB", "14.75", "2026-11-03T00:00:00Z",
+                       "2026-11-02T12:00:00Z")                                                          # 11
+        log.gpu_usage("node-b", nb, TENANT, "eu-west-1", "A100-80GB", "0.25", "2026-11-03T08:00:00Z", 30)  # 12
+        log.region_params("cn-nmg-1", "1.2", "500", "2026-11-15T00:00:00Z", "2026-11-10T00:00:00Z")    # 13
+        log.energy("node-a", na, TENANT, "cn-nmg-1", "2.25", "2026-11-20T00:00:00Z", 3600)              # 14
+        log.energy("node-b", nb, TENANT, "eu-west-1", "0.75", "2026-11-04T00:00:00Z", 3600)             # 15
+        log.revoke("node-b", nb, "2026-11-25T00:00:00Z")                                                # 16
+        log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1", "2026-10-20T00:00:00Z", 60)  # 17
+        kw: Dict[str, Any] = {}
         if variant == "bad_signature":
             kw["sig_mode"] = "flipped"
         elif variant == "small_order_r":
             kw["sig_mode"] = "small_order_r"
-        log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1", "2026-11-26T00:00:00Z", 3600,
-                      lease="lease-0042", **kw)                                                         # 15
-        log.energy("node-a", na, None, "cn-nmg-1", "0.5", "2026-11-26T00:00:00Z", 3600)                # 16
-        self.bad_index: Optional[int] = 15 if kw else None
+        elif variant == "torsion_r":
+            kw["sig_mode"] = "torsion_r"
+        elif variant == "other_origin":
+            kw["sign_origin"] = "gpuledger.test/staging"
+        self.bad_index: Optional[int] = 18 if kw else None
+        u18 = dict(lease="lease-0042", **kw)
+        if variant == "node_not_allowed":
+            u18["node"] = "node-z"
+        elif variant == "region_not_allowed":
+            u18["region"] = "eu-west-1"
+        elif variant == "unknown_lease":
+            u18["lease"] = "lease-9999"
+        elif variant == "too_old":
+            u18["received_at"] = "2026-12-31T01:00:03Z"  # starts 35 days and 1 h 3 s before it arrived
+        elif variant == "in_future":
+            u18["received_at"] = "2026-11-26T00:54:59Z"  # ends 301 s after it arrived
+        if variant in ("node_not_allowed", "region_not_allowed", "unknown_lease", "too_old", "in_future"):
+            self.bad_index = 18
+        region18 = u18.pop("region", "cn-nmg-1")
+        log.gpu_usage("node-a", na, TENANT, region18, "H100-SXM5-80GB", "1", "2026-11-26T00:00:00Z", 3600,
+                      **u18)                                                                            # 18
+        log.energy("node-a", na, None, "cn-nmg-1", "0.5", "2026-11-26T00:00:00Z", 3600)                # 19
         if variant == "revoked":
             # A record signed by node-b after its key was revoked (a ledger would refuse it).
             self.bad_index = log.gpu_usage("node-b", nb, TENANT, "eu-west-1", "A100-80GB", "1",
-                                           "2026-11-27T00:00:00Z", 60)                                  # 17
+                                           "2026-11-27T00:00:00Z", 60)                                  # 20
         elif variant == "wrong_role":
             # The market key signs gpu_usage (role market may not).
             self.bad_index = log.gpu_usage("market-cn", mk, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1",
-                                           "2026-11-27T00:00:00Z", 60, node="node-a")                   # 17
+                                           "2026-11-27T00:00:00Z", 60, node="node-a")                   # 20
         elif variant == "unregistered":
             # A key no registration names.
             self.bad_index = log.gpu_usage("node-c", self.stranger, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1",
-                                           "2026-11-27T00:00:00Z", 60)                                  # 17
+                                           "2026-11-27T00:00:00Z", 60)                                  # 20
         elif variant == "invalid_envelope":
             # gpu_seconds is not gpu_count x duration (a ledger would refuse it).
             body = {"tenant": TENANT, "region": "cn-nmg-1", "node": "node-a", "gpu_model": "H100-SXM5-80GB",
                     "gpu_count": "2", "start": "2026-11-27T00:00:00Z", "end": "2026-11-27T00:01:00Z",
                     "gpu_seconds": "121"}
-            self.bad_index = log.append("gpu_usage", "node-a", na, body, "2026-11-27T00:01:02Z")         # 17
+            self.bad_index = log.append("gpu_usage", "node-a", na, body, "2026-11-27T00:01:02Z")         # 20
+        elif variant == "v1_envelope":
+            # A version-1 envelope (v 1, the v1 message) inside a version-2 leaf: unsupported_version.
+            body = {"tenant": TENANT, "region": "cn-nmg-1", "node": "node-a", "gpu_model": "H100-SXM5-80GB",
+                    "gpu_count": "1", "start": "2026-11-27T00:00:00Z", "end": "2026-11-27T00:01:00Z",
+                    "gpu_seconds": "60"}
+            unsigned = {"v": 1, "kind": "gpu_usage", "signer": "node-a", "key_id": na.key_id, "seq": 99,
+                        "body": body}
+            sig = na.sign(b"gpuledger/v1/gpu_usage\n" + jcs(unsigned))
+            self.bad_index = log.append_envelope(dict(unsigned, sig=b64(sig)), "2026-11-27T00:01:02Z")   # 20
+        elif variant == "duplicate_member":
+            # The body of a record holds a member name twice (strict JSON refuses it at any depth).
+            good = log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1", "2026-11-27T00:00:00Z",
+                                 60)
+            e = log.entries.pop()
+            leaf = e.leaf.replace(b'"gpu_count":"1"', b'"gpu_count":"1","gpu_count":"1"', 1)
+            assert leaf != e.leaf
+            self.bad_index = log.append_leaf_bytes(leaf, e.envelope, e.received_at)                     # 20
+            assert self.bad_index == good
         elif variant == "late_key_use":
             # node-d's record comes before node-d's registration.
             nd = Key.from_byte(0x26)
             self.bad_index = log.gpu_usage("node-d", nd, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1",
-                                           "2026-11-27T00:00:00Z", 60)                                  # 17
-            log.register("node-d", nd, "node", "2026-11-28T00:00:00Z")                                 # 18
-        elif variant != "good" and variant not in ("bad_signature", "small_order_r"):
+                                           "2026-11-27T00:00:00Z", 60)                                  # 20
+            log.register("node-d", nd, "node", "2026-11-28T00:00:00Z", regions=["cn-nmg-1"])           # 21
+        elif variant not in ("good", "bad_signature", "small_order_r", "torsion_r", "other_origin", "node_not_allowed",
+                             "region_not_allowed", "unknown_lease", "too_old", "in_future"):
             raise ValueError(variant)
-        log.ledger("certificate_issued", {"id": "CERT-000000", "tenant": "tenant-zeta",
+        log.ledger("certificate_issued", {"id": "CERT-000000", "tenant": "tenant-other",
                                           "period_from": "2026-10-01T00:00:00Z",
                                           "period_to": "2026-11-01T00:00:00Z", "checkpoint_size": 3,
                                           "certificate_sha256": "ab" * 32}, "2026-11-29T00:00:00Z")
         self.size = len(log.entries)
         self.scope = scope or {}
         self.records = covered(log, self.size, TENANT, *PERIOD, self.scope)
-        if variant == "late_key_use":
-            # the registration at 18 is context; the record at 17 is covered
-            pass
-        self.context = context_for(log, self.size, self.records)
+        self.context = context_for(log, self.size, self.records, TENANT)
         self.checkpoint = log.checkpoint(self.size)
         self.certificate = make_certificate(log, self.size, TENANT, *PERIOD, scope=self.scope,
                                             records=self.records, checkpoint=self.checkpoint)

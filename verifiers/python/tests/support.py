@@ -15,7 +15,8 @@ from typing import Any, Callable, Dict, List, Optional, Union
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.dirname(HERE)
 REPO = os.path.abspath(os.path.join(PKG, "..", ".."))
-VECTORS = os.path.join(REPO, "tests", "vectors")
+# GPULEDGER_VECTORS_DIR: check another copy of tests/vectors/ (e.g. freshly regenerated ones).
+VECTORS = os.environ.get("GPULEDGER_VECTORS_DIR") or os.path.join(REPO, "tests", "vectors")
 ENTRY_POINT = os.path.join(PKG, "gpuledger_verify.py")
 for p in (PKG, HERE):
     if p not in sys.path:
@@ -23,6 +24,8 @@ for p in (PKG, HERE):
 
 import gpuledger_verify as gv  # noqa: E402
 import producer  # noqa: E402
+
+ED25519_CASES = os.path.join(VECTORS, "ed25519", "cases.json")
 
 
 def read(path: str) -> bytes:
@@ -125,11 +128,15 @@ def mutate_string(value: str) -> str:
 
 
 def leaf_paths(obj: Any, prefix: tuple = ()) -> List[tuple]:
-    """Every scalar member path of a JSON object (for 'change any field of any record')."""
+    """Every scalar member path of a JSON value, through objects and arrays (for 'change any
+    field of any record'; version 2 bodies hold arrays: nodes, regions, tiers)."""
     out = []
     if isinstance(obj, dict):
         for k, v in obj.items():
             out += leaf_paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += leaf_paths(v, prefix + (i,))
     else:
         out.append(prefix)
     return out
@@ -148,3 +155,114 @@ def set_path(obj: Any, path: tuple, value: Any) -> Any:
         target = target[p]
     target[path[-1]] = value
     return obj
+
+
+# --- Ed25519 adversarial material, built with PyNaCl's low-level libsodium bindings -----------
+#
+# Where the constants come from: ORDER8_Y is the y-coordinate of a point of order 8 on
+# edwards25519, in the small-order blocklist of libsodium (src/libsodium/crypto_core/ed25519/
+# ref10/ed25519_ref10.c, ge25519_has_small_order: "2707385501144840649318225287225658788936804267575313519463743609750303402022
+# (order 8)") and in "Taming the many EdDSAs" (Chalkias et al., 2020), Table 6. Its multiples,
+# computed with crypto_core_ed25519_add, are the eight torsion points; their canonical encodings
+# are checked against TORSION_ENCODINGS, the same public constants (libsodium's blocklist lists
+# the y values; the sign bit gives the other x).
+
+import hashlib as _hashlib  # noqa: E402
+import math as _math  # noqa: E402
+
+import nacl.bindings as nb  # noqa: E402
+
+ED_L = 2**252 + 27742317777372353535851937790883648493  # the prime order of the base point
+ED_P = 2**255 - 19
+ORDER8 = bytes.fromhex("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05")
+IDENTITY = (1).to_bytes(32, "little")
+TORSION_ENCODINGS = {  # canonical encodings of k * ORDER8, k = 0..7
+    0: "0100000000000000000000000000000000000000000000000000000000000000",  # identity, order 1
+    1: "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",  # order 8
+    2: "0000000000000000000000000000000000000000000000000000000000000000",  # y = 0, order 4
+    3: "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",  # order 8
+    4: "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",  # y = p - 1, order 2
+    5: "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac03fa",  # order 8 (sign bit set)
+    6: "0000000000000000000000000000000000000000000000000000000000000080",  # y = 0, order 4 (sign bit set)
+    7: "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc85",  # order 8 (sign bit set)
+}
+
+
+def torsion_point(k: int) -> bytes:
+    """k * ORDER8, by repeated crypto_core_ed25519_add (libsodium accepts small-order inputs there)."""
+    k %= 8
+    if k == 0:
+        return nb.crypto_core_ed25519_add(ORDER8, torsion_point(7))
+    pt = ORDER8
+    for _ in range(k - 1):
+        pt = nb.crypto_core_ed25519_add(pt, ORDER8)
+    return pt
+
+
+def torsion_order(k: int) -> int:
+    return 8 // _math.gcd(k % 8, 8) if k % 8 else 1
+
+
+def torsion_of_order(n: int) -> bytes:
+    return torsion_point({1: 0, 2: 4, 4: 2, 8: 1}[n])
+
+
+def scalar(n: int) -> bytes:
+    """A scalar as 32 little-endian bytes, reduced mod L with crypto_core_ed25519_scalar_reduce."""
+    return nb.crypto_core_ed25519_scalar_reduce((n % 2**512).to_bytes(64, "little"))
+
+
+def scalar_int(s: bytes) -> int:
+    return int.from_bytes(s, "little")
+
+
+def base_mul(s: bytes) -> bytes:
+    """[s]B (s not 0 mod L)."""
+    return nb.crypto_scalarmult_ed25519_base_noclamp(s)
+
+
+def challenge(r_enc: bytes, a_enc: bytes, message: bytes) -> bytes:
+    """k = SHA-512(R || A || M) mod L (RFC 8032)."""
+    return nb.crypto_core_ed25519_scalar_reduce(_hashlib.sha512(r_enc + a_enc + message).digest())
+
+
+def s_of(r: bytes, k: bytes, a: bytes) -> bytes:
+    """S = r + k * a mod L."""
+    return nb.crypto_core_ed25519_scalar_add(r, nb.crypto_core_ed25519_scalar_mul(k, a))
+
+
+def encode_y(y: int, sign: int = 0) -> bytes:
+    """The 32-byte encoding with the given y (any value below 2^255, so also y >= p) and sign bit."""
+    return (y | (sign << 255)).to_bytes(32, "little")
+
+
+def is_torsion_encoding(enc: bytes) -> bool:
+    return enc.hex() in TORSION_ENCODINGS.values()
+
+
+def nacl_accepts(pub: bytes, message: bytes, sig: bytes) -> bool:
+    import nacl.exceptions
+    import nacl.signing
+    try:
+        nacl.signing.VerifyKey(pub).verify(message, sig)
+    except (nacl.exceptions.BadSignatureError, ValueError, TypeError):
+        return False
+    return True
+
+
+def openssl_accepts(pub: bytes, message: bytes, sig: bytes) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    try:
+        Ed25519PublicKey.from_public_bytes(pub).verify(sig, message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def mixed_order_key(a: bytes, torsion_k: int = 1) -> bytes:
+    """A = [a]B + T (T = torsion_k * ORDER8): a point of mixed order (not torsion-free)."""
+    return nb.crypto_core_ed25519_add(base_mul(a), torsion_point(torsion_k))
+
+
+NONCANONICAL_ON_CURVE_Y = (3, 4, 5, 6, 9, 10, 14, 15, 16, 18)  # y0 <= 18 on the curve: y0 + p < 2^255

@@ -83,48 +83,81 @@ class Cli(VerifierTestCase):
         sc, cert, bundle, key = self.scenario_files()
         rc, out, _ = self.cli("bundle", "--bundle", bundle, "--log-key", key)
         self.assertEqual(rc, 0, out)
-        self.assertTrue(out.startswith("PASS: bundle for certificate CERT-000001: 11 entries"), out)
+        self.assertTrue(out.startswith("PASS: bundle for certificate CERT-000001: 14 entries"), out)
         lines = producer.bundle_bytes(sc.bundle).split(b"\n")
         cut = self.write("cli/cut.ndjson", b"\n".join(lines[:-2]) + b"\n")
         rc, out, _ = self.cli("bundle", "--bundle", cut, "--log-key", key, "--json")
         self.assertEqual(rc, 1)
         self.assertEqual(json.loads(out)["reason"], "truncated")
 
+    def test_admission_reason_on_the_command_line(self):
+        # Version 2: an admission rule's own reason, in the line and in --json.
+        for variant, reason in (("too_old", "too_old"), ("node_not_allowed", "node_not_allowed")):
+            with self.subTest(variant):
+                sc = producer.Scenario(variant)
+                bundle = self.write(f"cli/{variant}.ndjson", producer.bundle_bytes(sc.bundle))
+                rc, out, _ = self.cli("bundle", "--bundle", bundle, "--log-key", sc.verifier_key())
+                self.assertEqual(rc, 1, out)
+                self.assertTrue(out.startswith(f"FAIL: {reason}: entry 18 (bundle line 15): "), out)
+                rc, out, _ = self.cli("bundle", "--bundle", bundle, "--log-key", sc.verifier_key(), "--json")
+                self.assertEqual(rc, 1, out)
+                self.assertEqual(json.loads(out)["reason"], reason)
+
+    def test_origin_comes_from_the_key(self):
+        # The same log under a verifier key of another name: the checkpoint's origin is not the
+        # key's name, so nothing verifies (the origin is never taken from the bundle).
+        sc, cert, bundle, key = self.scenario_files()
+        other = sc.log_key.verifier_key("gpuledger.test/staging")
+        rc, out, _ = self.cli("bundle", "--bundle", bundle, "--log-key", other)
+        self.assertEqual(rc, 1, out)
+        self.assertTrue(out.startswith("FAIL: checkpoint_signature: "), out)
+
     def test_checkpoint_command(self):
         path = os.path.join(VECTORS, "checkpoint.txt")
         rc, out, _ = self.cli("checkpoint", "--checkpoint", path, "--log-key", VERIFIER_KEY)
         self.assertEqual(rc, 0, out)
-        self.assertIn("size 7", out)
+        self.assertIn(f"size {TREE['size']}", out)
         other = producer.Key.from_byte(0x44).verifier_key("gpuledger.example/vectors")
         rc, out, _ = self.cli("checkpoint", "--checkpoint", path, "--log-key", other)
         self.assertEqual(rc, 1)
         self.assertTrue(out.startswith("FAIL: checkpoint_signature: checkpoint: "), out)
 
     def test_consistency_command(self):
-        # Old checkpoints for sizes 3 and 4 signed with the vectors' log key; the new one is the
-        # committed (Rust-signed) checkpoint.txt; proofs from tree.json.
+        # Old checkpoints signed with the vectors' log key by the producer; the new one is the
+        # committed (Rust-signed) checkpoint.txt when the proof ends at the log's size, else the
+        # producer's note of that size; proofs from tree.json.
         log = log_from_vectors()
-        new = os.path.join(VECTORS, "checkpoint.txt")
         for case in TREE["consistency"]:
-            with self.subTest(old=case["old_size"]):
-                old = self.write(f"cons/old{case['old_size']}.txt", log.checkpoint(case["old_size"]))
-                proof = self.write(f"cons/proof{case['old_size']}.json", case["proof"])
+            with self.subTest(old=case["old_size"], new=case["new_size"]):
+                m, n = case["old_size"], case["new_size"]
+                if n == TREE["size"]:
+                    new = os.path.join(VECTORS, "checkpoint.txt")
+                else:
+                    new = self.write(f"cons/new{m}-{n}.txt", log.checkpoint(n))
+                old = self.write(f"cons/old{m}-{n}.txt", log.checkpoint(m))
+                proof = self.write(f"cons/proof{m}-{n}.json", case["proof"])
                 rc, out, _ = self.cli("consistency", "--old", old, "--new", new, "--proof", proof,
                                       "--log-key", VERIFIER_KEY)
                 self.assertEqual(rc, 0, out)
-                proof_obj = self.write(f"cons/proofobj{case['old_size']}.json", {"hashes": case["proof"]})
+                proof_obj = self.write(f"cons/proofobj{m}-{n}.json", {"hashes": case["proof"]})
                 rc, out, _ = self.cli("consistency", "--old", old, "--new", new, "--proof", proof_obj,
                                       "--log-key", VERIFIER_KEY, "--json")
                 self.assertEqual(rc, 0, out)
-                self.assertEqual(json.loads(out)["summary"]["new_size"], 7)
+                self.assertEqual(json.loads(out)["summary"]["new_size"], n)
                 if case["proof"]:
                     bad = list(case["proof"])
                     bad[0] = gv.b64(bytes(32))
-                    bad_path = self.write(f"cons/bad{case['old_size']}.json", bad)
+                    bad_path = self.write(f"cons/bad{m}-{n}.json", bad)
                     rc, out, _ = self.cli("consistency", "--old", old, "--new", new, "--proof", bad_path,
                                           "--log-key", VERIFIER_KEY)
                     self.assertEqual(rc, 1, out)
                     self.assertTrue(out.startswith("FAIL: consistency_proof: proof: "), out)
+        # And the committed checkpoint against an old size, with the producer's proof.
+        old = self.write("cons/old3.txt", log.checkpoint(3))
+        proof = self.write("cons/proof3.json", [gv.b64(h) for h in log.consistency(3, TREE["size"])])
+        rc, out, _ = self.cli("consistency", "--old", old, "--new", os.path.join(VECTORS, "checkpoint.txt"),
+                              "--proof", proof, "--log-key", VERIFIER_KEY)
+        self.assertEqual(rc, 0, out)
 
     def test_consistency_command_refusals(self):
         sc = producer.Scenario()

@@ -3,9 +3,9 @@
 import copy
 import unittest
 
-from support import VerifierTestCase, gv, producer
+from support import ED_P, ORDER8, VerifierTestCase, base_mul, encode_y, gv, mixed_order_key, producer, scalar
 
-NOW = gv.parse_timestamp("2026-11-30T12:05:02Z")
+ORIGIN = "gpuledger.test/envelope"
 NODE = producer.Key.from_byte(0x01)
 
 BODIES = {
@@ -17,7 +17,8 @@ BODIES = {
     "spot_price": {"region": "cn-nmg-1", "gpu_model": "H100-SXM5-80GB", "price_per_gpu_hour": "14.75",
                    "currency": "CNY", "effective_from": "2026-11-30T13:00:00Z"},
     "signer_key_registered": {"signer": "node-imx-0001", "role": "node", "key_id": NODE.key_id,
-                              "public_key": producer.b64(NODE.pub)},
+                              "public_key": producer.b64(NODE.pub), "nodes": ["node-imx-0001", "node-imx-0002"],
+                              "regions": ["cn-nmg-1"]},
     "signer_key_revoked": {"signer": "market-cn", "key_id": "6a3803d5f059902a", "reason": "rotated"},
     "rate_card": {"region": "cn-nmg-1", "gpu_model": "H100-SXM5-80GB", "lease_class": "on_demand",
                   "currency": "CNY", "price_per_gpu_hour": "20", "effective_from": "2026-11-01T00:00:00Z"},
@@ -31,30 +32,48 @@ BODIES = {
                 "note": "wire 42"},
     "credit_note": {"tenant": "tenant-acme", "invoice": "INV-000001", "currency": "CNY", "amount": "0.01",
                     "note": ""},
+    "volume_tiers": {"plan": "volume", "region": "west", "gpu_model": "H100", "lease_class": "on_demand",
+                     "currency": "CNY", "effective_from": "2026-11-01T00:00:00Z",
+                     "tiers": [{"price_per_gpu_hour": "20.5", "up_to_gpu_hours": "10"},
+                               {"price_per_gpu_hour": "17.25", "up_to_gpu_hours": "25"},
+                               {"price_per_gpu_hour": "13.333"}]},
+    "tenant_plan": {"tenant": "tenant-acme", "plan": "volume", "effective_from": "2026-11-01T00:00:00Z"},
     "certificate_issued": {"id": "CERT-000001", "tenant": "tenant-acme", "period_from": "2026-11-01T00:00:00Z",
                            "period_to": "2026-12-01T00:00:00Z", "checkpoint_size": 7,
                            "certificate_sha256": "f" * 64},
+    "tenant_registered": {"tenant": "tenant-acme"},
+    "log_policy": {"max_record_age_seconds": 3024000, "max_future_skew_seconds": 300},
 }
 
 
 def envelope(kind, body=None, **over):
-    env = {"v": 1, "kind": kind, "signer": "node-imx-0001", "key_id": "34750f98bd59fcfc", "seq": 1,
+    env = {"v": 2, "kind": kind, "signer": "node-imx-0001", "key_id": "34750f98bd59fcfc", "seq": 1,
            "body": copy.deepcopy(BODIES[kind]) if body is None else body, "sig": "A" * 86 + "=="}
     env.update(over)
     return env
 
 
 class EnvelopeChecks(unittest.TestCase):
-    def code(self, env, now=NOW):
+    def code(self, env):
         with self.assertRaises(gv.FieldError) as cm:
-            gv.check_envelope(env, now)
+            gv.check_envelope(env, ORIGIN)
         return cm.exception.code, cm.exception.field
 
     def test_every_kind_valid(self):
         for kind in BODIES:
             with self.subTest(kind):
-                gv.check_envelope(envelope(kind), NOW)
+                gv.check_envelope(envelope(kind), ORIGIN)
         self.assertEqual(set(BODIES), set(gv.KINDS))
+
+    def test_signed_message_names_the_origin(self):
+        env = envelope("gpu_usage")
+        msg = gv.check_envelope(env, ORIGIN)["message"]
+        self.assertTrue(msg.startswith(b"gpuledger/v2/gpu_usage\n" + ORIGIN.encode() + b"\n{"))
+        self.assertEqual(msg.count(b"\n"), 2)
+        self.assertEqual(msg, gv.signed_message(env, ORIGIN))
+        unsigned = {k: v for k, v in env.items() if k != "sig"}
+        self.assertEqual(msg, producer.Log(NODE, ORIGIN).message("gpu_usage", unsigned))
+        self.assertNotEqual(msg, gv.signed_message(env, "gpuledger.test/staging"))
 
     def test_envelope_members(self):
         env = envelope("gpu_usage")
@@ -62,13 +81,14 @@ class EnvelopeChecks(unittest.TestCase):
         self.assertEqual(self.code({k: v for k, v in env.items() if k != "seq"})[0], "malformed")
         self.assertEqual(self.code(dict(env, seq="1"))[0], "malformed")
         self.assertEqual(self.code(dict(env, seq=True))[0], "malformed")
-        self.assertEqual(self.code(dict(env, v=2)), ("unsupported_version", "v"))
+        self.assertEqual(self.code(dict(env, v=1)), ("unsupported_version", "v"))  # version 1 is retired
+        self.assertEqual(self.code(dict(env, v=3)), ("unsupported_version", "v"))
         self.assertEqual(self.code(dict(env, kind="gpu_use")), ("unknown_kind", "kind"))
         self.assertEqual(self.code(dict(env, signer="-x")), ("invalid_field", "signer"))
         self.assertEqual(self.code(dict(env, key_id="34750F98BD59FCFC")), ("invalid_field", "key_id"))
         self.assertEqual(self.code(dict(env, seq=0)), ("quantity_out_of_range", "seq"))
         self.assertEqual(self.code(dict(env, seq=2**53)), ("quantity_out_of_range", "seq"))
-        gv.check_envelope(dict(env, seq=2**53 - 1), NOW)
+        gv.check_envelope(dict(env, seq=2**53 - 1), ORIGIN)
         self.assertEqual(self.code(dict(env, sig="A" * 88)), ("invalid_field", "sig"))
         self.assertEqual(self.code(dict(env, sig="A" * 42 + "A=")), ("invalid_field", "sig"))
 
@@ -80,14 +100,14 @@ class EnvelopeChecks(unittest.TestCase):
         self.assertEqual(self.code(env), ("too_large", "envelope"))
         fits = dict(body, reason="x" * (8000 - (size - 8192)))
         self.assertEqual(len(gv.jcs(envelope("signer_key_revoked", body=fits, signer="ledger"))), 8192)
-        gv.check_envelope(envelope("signer_key_revoked", body=fits, signer="ledger"), NOW)
+        gv.check_envelope(envelope("signer_key_revoked", body=fits, signer="ledger"), ORIGIN)
 
-    def body_code(self, kind, now=NOW, drop=(), **changes):
+    def body_code(self, kind, drop=(), **changes):
         body = copy.deepcopy(BODIES[kind])
         for d in drop:
             del body[d]
         body.update(changes)
-        return self.code(envelope(kind, body=body), now)
+        return self.code(envelope(kind, body=body))
 
     def test_gpu_usage(self):
         self.assertEqual(self.body_code("gpu_usage", gpu_count="0", gpu_seconds="0"),
@@ -102,33 +122,29 @@ class EnvelopeChecks(unittest.TestCase):
         self.assertEqual(self.body_code("gpu_usage", end="2026-11-30T12:00:00Z"), ("empty_interval", "body.end"))
         self.assertEqual(self.body_code("gpu_usage", start="2026-11-29T12:04:59Z"),
                          ("interval_too_long", "body.end"))
-        self.assertEqual(self.body_code("gpu_usage", now=gv.parse_timestamp("2026-11-30T11:59:59Z")),
-                         ("in_future", "body.end"))
-        gv.check_envelope(envelope("gpu_usage"), gv.parse_timestamp("2026-11-30T12:00:00Z"))  # exactly 300 s
         self.assertEqual(self.body_code("gpu_usage", gpu_seconds="2401"), ("gpu_seconds_mismatch", "body.gpu_seconds"))
         self.assertEqual(self.body_code("gpu_usage", gpu_count="0.25", gpu_seconds="74"), ("gpu_seconds_mismatch",
                                                                                          "body.gpu_seconds"))
         gv.check_envelope(envelope("gpu_usage", body=dict(BODIES["gpu_usage"], gpu_count="0.25",
-                                                          gpu_seconds="75", end="2026-11-30T12:05:00Z")), NOW)
+                                                          gpu_seconds="75", end="2026-11-30T12:05:00Z")), ORIGIN)
         body = dict(BODIES["gpu_usage"], gpu_count="1024", start="2026-11-29T12:05:00Z", gpu_seconds="88473600")
-        gv.check_envelope(envelope("gpu_usage", body=body), NOW)
+        gv.check_envelope(envelope("gpu_usage", body=body), ORIGIN)
         self.assertEqual(self.body_code("gpu_usage", start="2026-02-30T00:00:00Z"), ("invalid_field", "body.start"))
 
     def test_energy(self):
         self.assertEqual(self.body_code("energy", kwh="100000.000000001"), ("quantity_out_of_range", "body.kwh"))
-        gv.check_envelope(envelope("energy", body=dict(BODIES["energy"], kwh="0")), NOW)
-        gv.check_envelope(envelope("energy", body={k: v for k, v in BODIES["energy"].items() if k != "tenant"}), NOW)
+        gv.check_envelope(envelope("energy", body=dict(BODIES["energy"], kwh="0")), ORIGIN)
+        gv.check_envelope(envelope("energy", body={k: v for k, v in BODIES["energy"].items() if k != "tenant"}),
+                          ORIGIN)
         self.assertEqual(self.body_code("energy", tenant=None), ("malformed", "body.tenant"))
         self.assertEqual(self.body_code("energy", lease="x"), ("malformed", "body.lease"))
 
     def test_spot_price(self):
-        self.assertEqual(self.body_code("spot_price", effective_from="2026-12-07T12:05:03Z"),
-                         ("in_future", "body.effective_from"))
-        gv.check_envelope(envelope("spot_price", body=dict(BODIES["spot_price"],
-                                                           effective_from="2026-12-07T12:05:02Z")), NOW)
         self.assertEqual(self.body_code("spot_price", currency="cny"), ("invalid_field", "body.currency"))
         self.assertEqual(self.body_code("spot_price", price_per_gpu_hour="1000000.5"),
                          ("quantity_out_of_range", "body.price_per_gpu_hour"))
+        self.assertEqual(self.body_code("spot_price", effective_from="2026-11-30"),
+                         ("invalid_field", "body.effective_from"))
 
     def test_signer_key_registered(self):
         other = producer.Key.from_byte(0x02)
@@ -148,10 +164,99 @@ class EnvelopeChecks(unittest.TestCase):
         self.assertEqual(self.body_code("signer_key_registered", public_key=producer.b64(not_point),
                                         key_id=gv.key_id_of(not_point)), ("invalid_field", "body.public_key"))
 
+    def test_signer_key_registered_public_key_validity(self):
+        # Version 2, section 3.1: canonical, not of small order, torsion-free.
+        mixed = mixed_order_key(scalar(12345), 1)
+        noncanonical = encode_y(3 + ED_P)
+        cases = {"non-canonical (y >= p)": noncanonical, "small order (order 8)": ORDER8,
+                 "mixed order (aB + T8)": mixed, "mixed order (aB + T2)": mixed_order_key(scalar(777), 4),
+                 "x = 0 with the sign bit": encode_y(1, 1)}
+        for name, pub in cases.items():
+            with self.subTest(name):
+                self.assertEqual(self.body_code("signer_key_registered", public_key=producer.b64(pub),
+                                                key_id=gv.key_id_of(pub)), ("invalid_field", "body.public_key"))
+        good = base_mul(scalar(12345))
+        gv.check_envelope(envelope("signer_key_registered", body=dict(
+            BODIES["signer_key_registered"], public_key=producer.b64(good), key_id=gv.key_id_of(good))), ORIGIN)
+
+    def test_signer_key_registered_scope(self):
+        code = self.body_code
+        self.assertEqual(code("signer_key_registered", drop=("nodes",)), ("malformed", "body.nodes"))
+        self.assertEqual(code("signer_key_registered", drop=("regions",)), ("malformed", "body.regions"))
+        self.assertEqual(code("signer_key_registered", role="market"), ("malformed", "body.nodes"))
+        gv.check_envelope(envelope("signer_key_registered", body={
+            k: v for k, v in BODIES["signer_key_registered"].items() if k != "nodes"} | {"role": "market"}), ORIGIN)
+        self.assertEqual(code("signer_key_registered", role="market", drop=("nodes", "regions")),
+                         ("malformed", "body.regions"))
+        self.assertEqual(code("signer_key_registered", nodes=None), ("malformed", "body.nodes"))
+        self.assertEqual(code("signer_key_registered", nodes="node-imx-0001"), ("malformed", "body.nodes"))
+        self.assertEqual(code("signer_key_registered", regions={"a": 1}), ("malformed", "body.regions"))
+        self.assertEqual(code("signer_key_registered", nodes=[]), ("invalid_field", "body.nodes"))
+        self.assertEqual(code("signer_key_registered", regions=[]), ("invalid_field", "body.regions"))
+        self.assertEqual(code("signer_key_registered", nodes=["b", "a"]), ("invalid_field", "body.nodes"))
+        self.assertEqual(code("signer_key_registered", nodes=["a", "a"]), ("invalid_field", "body.nodes"))
+        self.assertEqual(code("signer_key_registered", regions=["r2", "r1"]), ("invalid_field", "body.regions"))
+        self.assertEqual(code("signer_key_registered", nodes=["a", "-b"]), ("invalid_field", "body.nodes[1]"))
+        self.assertEqual(code("signer_key_registered", nodes=["a", 7]), ("malformed", "body.nodes[1]"))
+        # byte order: upper case sorts before lower case, digits before letters
+        gv.check_envelope(envelope("signer_key_registered", body=dict(
+            BODIES["signer_key_registered"], nodes=["9", "Z", "a"], regions=["R", "r"])), ORIGIN)
+        many = sorted(f"n{i:03d}" for i in range(257))
+        self.assertEqual(code("signer_key_registered", nodes=many), ("quantity_out_of_range", "body.nodes"))
+        gv.check_envelope(envelope("signer_key_registered", body=dict(BODIES["signer_key_registered"],
+                                                                      nodes=many[:256])), ORIGIN)
+        regions = sorted(f"r{i:02d}" for i in range(65))
+        self.assertEqual(code("signer_key_registered", regions=regions), ("quantity_out_of_range", "body.regions"))
+        gv.check_envelope(envelope("signer_key_registered", body=dict(BODIES["signer_key_registered"],
+                                                                      regions=regions[:64])), ORIGIN)
+
+    def test_log_policy(self):
+        code = self.body_code
+        self.assertEqual(code("log_policy", max_record_age_seconds=3599),
+                         ("quantity_out_of_range", "body.max_record_age_seconds"))
+        self.assertEqual(code("log_policy", max_record_age_seconds=31536001),
+                         ("quantity_out_of_range", "body.max_record_age_seconds"))
+        self.assertEqual(code("log_policy", max_future_skew_seconds=3601),
+                         ("quantity_out_of_range", "body.max_future_skew_seconds"))
+        self.assertEqual(code("log_policy", max_future_skew_seconds="300"),
+                         ("malformed", "body.max_future_skew_seconds"))
+        self.assertEqual(code("log_policy", drop=("max_future_skew_seconds",)),
+                         ("malformed", "body.max_future_skew_seconds"))
+        for age, skew in ((3600, 0), (31536000, 3600)):
+            gv.check_envelope(envelope("log_policy", body={"max_record_age_seconds": age,
+                                                           "max_future_skew_seconds": skew}), ORIGIN)
+        # integers are spelled plainly: a JSON 300.0 never parses (section 2.5)
+        with self.assertRaises(ValueError):
+            gv.parse_json(b'{"max_record_age_seconds":3024000,"max_future_skew_seconds":300.0}')
+
+    def test_tenant_registered(self):
+        self.assertEqual(self.body_code("tenant_registered", tenant="a b"), ("invalid_field", "body.tenant"))
+        self.assertEqual(self.body_code("tenant_registered", plan="x"), ("malformed", "body.plan"))
+
+    def test_volume_tiers_and_tenant_plan(self):
+        code = self.body_code
+        tiers = BODIES["volume_tiers"]["tiers"]
+        self.assertEqual(code("volume_tiers", tiers=[]), ("invalid_field", "body.tiers"))
+        self.assertEqual(code("volume_tiers", tiers=[{"price_per_gpu_hour": "1", "up_to_gpu_hours": str(i + 1)}
+                                                     for i in range(16)] + [{"price_per_gpu_hour": "1"}]),
+                         ("quantity_out_of_range", "body.tiers"))
+        self.assertEqual(code("volume_tiers", tiers=tiers[:2]), ("invalid_field", "body.tiers[1].up_to_gpu_hours"))
+        self.assertEqual(code("volume_tiers", tiers=[tiers[2]] + tiers[:2]),
+                         ("invalid_field", "body.tiers[0].up_to_gpu_hours"))
+        # Bounds that do not increase: a wrong value (invalid_field), as the ledger says.
+        self.assertEqual(code("volume_tiers", tiers=[tiers[1], tiers[0], tiers[2]]),
+                         ("invalid_field", "body.tiers[1].up_to_gpu_hours"))
+        self.assertEqual(code("volume_tiers", tiers=[dict(tiers[0], extra="1"), tiers[2]]),
+                         ("malformed", "body.tiers[0].extra"))
+        self.assertEqual(code("volume_tiers", tiers=["x"]), ("malformed", "body.tiers[0]"))
+        self.assertEqual(code("volume_tiers", lease_class="spot"), ("invalid_field", "body.lease_class"))
+        gv.check_envelope(envelope("volume_tiers", body=dict(BODIES["volume_tiers"], tiers=[tiers[2]])), ORIGIN)
+        self.assertEqual(code("tenant_plan", effective_from="x"), ("invalid_field", "body.effective_from"))
+
     def test_ledger_kinds(self):
         self.assertEqual(self.body_code("region_params", pue="0.99"), ("quantity_out_of_range", "body.pue"))
         self.assertEqual(self.body_code("region_params", pue="5.01"), ("quantity_out_of_range", "body.pue"))
-        gv.check_envelope(envelope("region_params", body=dict(BODIES["region_params"], pue="5")), NOW)
+        gv.check_envelope(envelope("region_params", body=dict(BODIES["region_params"], pue="5")), ORIGIN)
         self.assertEqual(self.body_code("region_params", carbon_g_per_kwh="5001"),
                          ("quantity_out_of_range", "body.carbon_g_per_kwh"))
         self.assertEqual(self.body_code("rate_card", lease_class="spot"), ("invalid_field", "body.lease_class"))
@@ -166,16 +271,20 @@ class EnvelopeChecks(unittest.TestCase):
         self.assertEqual(self.body_code("credit_note", note="x" * 501), ("invalid_field", "body.note"))
         self.assertEqual(self.body_code("certificate_issued", id="CERT-12345"), ("invalid_field", "body.id"))
         gv.check_envelope(envelope("certificate_issued", body=dict(BODIES["certificate_issued"], id="CERT-1234567")),
-                          NOW)
+                          ORIGIN)
 
 
 class ContextRules(VerifierTestCase):
-    """Rules of sections 5 and 6 that the verifier checks among the bundle's entries."""
+    """Rules of sections 5 and 6 that the verifier checks among the bundle's entries. The log:
+    0 log_policy, 1 tenant_registered t, 2 node-a's key (nodes [node-a], regions [r1]),
+    3 region_params, then the test's entries (from entry 4, bundle line 6), then a record."""
 
     def build(self, extra):
         lk, na = producer.Key.from_byte(0x41), producer.Key.from_byte(0x42)
         log = producer.Log(lk, "gpuledger.test/context")
-        log.register("node-a", na, "node", "2026-10-01T00:00:00Z")
+        log.policy("2026-10-01T00:00:00Z")
+        log.tenant("t", "2026-10-01T00:00:00Z")
+        log.register("node-a", na, "node", "2026-10-01T00:00:00Z", regions=["r1"])
         log.region_params("r1", "1.1", "400", "2026-10-01T00:00:00Z", "2026-10-01T00:00:00Z")
         extra(log, na)
         log.gpu_usage("node-a", na, "t", "r1", "m", "1", "2026-11-05T00:00:00Z", 60)
@@ -190,13 +299,14 @@ class ContextRules(VerifierTestCase):
         self.assertPass(self.build(lambda log, na: None))
 
     def test_region_params_with_the_same_effective_from(self):
+        # Version 2: prices only move forward, with its own reason.
         r = self.build(lambda log, na: log.region_params("r1", "1.2", "400", "2026-10-01T00:00:00Z",
                                                          "2026-10-02T00:00:00Z"))
-        self.assertFail(r, "leaf_invalid", "entry 2 (bundle line 4)")
+        self.assertFail(r, "price_not_forward", "entry 4 (bundle line 6)")
 
     def test_key_registered_twice(self):
-        r = self.build(lambda log, na: log.register("node-a", na, "node", "2026-10-02T00:00:00Z"))
-        self.assertFail(r, "leaf_invalid", "entry 2 (bundle line 4)")
+        r = self.build(lambda log, na: log.register("node-a", na, "node", "2026-10-02T00:00:00Z", regions=["r1"]))
+        self.assertFail(r, "leaf_invalid", "entry 4 (bundle line 6)")
 
     def test_signer_changes_role(self):
         r = self.build(lambda log, na: log.register("node-a", producer.Key.from_byte(0x43), "market",
@@ -209,7 +319,7 @@ class ContextRules(VerifierTestCase):
             log.register("node-x", k, "node", "2026-10-02T00:00:00Z")
             log.revoke("node-x", k, "2026-10-03T00:00:00Z")
             log.revoke("node-x", k, "2026-10-04T00:00:00Z")
-        self.assertFail(self.build(extra), "leaf_invalid", "entry 4 (bundle line 6)")
+        self.assertFail(self.build(extra), "leaf_invalid", "entry 6 (bundle line 8)")
 
     def test_revocation_names_another_signers_key(self):
         self.assertFail(self.build(lambda log, na: log.revoke("node-z", na, "2026-10-03T00:00:00Z")), "leaf_invalid")
@@ -218,12 +328,12 @@ class ContextRules(VerifierTestCase):
         def extra(log, na):
             log.append("lease_registered", "ledger", na, {"lease": "l", "tenant": "t", "class": "spot"},
                        "2026-10-02T00:00:00Z")
-        self.assertFail(self.build(extra), "unknown_key", "entry 2 (bundle line 4)")
+        self.assertFail(self.build(extra), "unknown_key", "entry 4 (bundle line 6)")
 
         def extra2(log, na):
             log.append("lease_registered", "node-a", na, {"lease": "l", "tenant": "t", "class": "spot"},
                        "2026-10-02T00:00:00Z")
-        self.assertFail(self.build(extra2), "key_not_allowed", "entry 2 (bundle line 4)")
+        self.assertFail(self.build(extra2), "key_not_allowed", "entry 4 (bundle line 6)")
 
     def test_key_of_another_signer(self):
         def extra(log, na):
@@ -234,15 +344,15 @@ class ContextRules(VerifierTestCase):
     def test_broken_hash_chain(self):
         sc = producer.Scenario()
         log = sc.log
-        e = log.entries[5]  # a record whose predecessor (4) is in the bundle
+        e = log.entries[9]  # a record whose predecessor (8) is in the bundle
         import json as _json
         leaf = _json.loads(e.leaf)
         leaf["prev"] = producer.b64(bytes(32))
-        log.entries[5] = producer.Entry(5, producer.jcs(leaf), e.envelope, e.received_at)
+        log.entries[9] = producer.Entry(9, producer.jcs(leaf), e.envelope, e.received_at)
         cert = producer.make_certificate(log, sc.size, producer.TENANT, *producer.PERIOD, records=sc.records)
         bundle = producer.make_bundle(log, sc.size, sc.context, sc.records, {"certificate": cert["id"]})
         self.assertFail(self.run_certificate(cert, bundle, sc.verifier_key()), "leaf_invalid",
-                        "entry 5 (bundle line 8)")
+                        "entry 9 (bundle line 11)")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The tamper matrix on artefacts built by the test producer (section 15's reason codes)."""
+"""The tamper matrix on artefacts built by the test producer (section 15's reason codes, and the
+version-2 admission reasons)."""
 
 import base64
 import copy
@@ -6,8 +7,8 @@ import json
 import unittest
 from decimal import Decimal
 
-from support import (VerifierTestCase, entry_lines, get_path, gv, leaf_of, leaf_paths, mutate_string,
-                     producer, set_path, with_leaf, with_leaf_bytes)
+from support import (ED_P, ORDER8, VerifierTestCase, encode_y, entry_lines, get_path, gv, leaf_of, leaf_paths,
+                     mixed_order_key, mutate_string, producer, scalar, set_path, with_leaf, with_leaf_bytes)
 
 NUMERIC_CLAIMS = {
     "gpu": ("gpu_seconds", "records"),
@@ -58,9 +59,9 @@ class Genuine(Base):
         self.assertPass(self.verify(cert=json.dumps(self.cert, indent=2, sort_keys=True).encode()))
 
     def test_scopes(self):
-        for scope, records in (({"lease": "lease-0042"}, [4, 15]), ({"nodes": ["node-b"]}, [8, 11]),
-                               ({"region": "eu-west-1"}, [8, 11]), ({"nodes": ["node-a", "node-b"],
-                                                                      "region": "cn-nmg-1"}, [4, 5, 10, 15])):
+        for scope, records in (({"lease": "lease-0042"}, [8, 18]), ({"nodes": ["node-b"]}, [12, 15]),
+                               ({"region": "eu-west-1"}, [12, 15]), ({"nodes": ["node-a", "node-b"],
+                                                                       "region": "cn-nmg-1"}, [8, 9, 14, 18])):
             with self.subTest(scope=scope):
                 sc = producer.Scenario("good", scope=scope)
                 self.assertEqual(sc.records, records)
@@ -72,8 +73,8 @@ class Genuine(Base):
         self.assertEqual(cert["totals"], {"records": 0, "gpu_seconds": "0", "kwh": "0", "kwh_with_pue": "0",
                                           "carbon_kg": "0", "kwh_without_region_params": "0"})
         self.assertEqual(cert["entries"]["commitment"], gv.b64(gv.EMPTY_ROOT))
-        bundle = producer.make_bundle(sc.log, sc.size, producer.context_for(sc.log, sc.size, []), [],
-                                      {"certificate": cert["id"]})
+        bundle = producer.make_bundle(sc.log, sc.size, producer.context_for(sc.log, sc.size, [], "tenant-nobody"),
+                                      [], {"certificate": cert["id"]})
         self.assertPass(self.run_certificate(cert, bundle, self.key))
 
     def test_bundle_command_on_the_certificate_bundle(self):
@@ -145,9 +146,9 @@ class Claims(Base):
         self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("tenant",), "tenant-other"))),
                         "wrong_tenant")
         self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("period_to",), "2026-11-20T00:00:00Z"))),
-                        "outside_period", "entry 10 (bundle line 10)")
+                        "outside_period", "entry 14 (bundle line 13)")
         self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("scope",), {"region": "cn-nmg-1"}))),
-                        "outside_scope", "entry 8 (bundle line 9)")
+                        "outside_scope", "entry 12 (bundle line 12)")
         self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("id",), "CERT-000002"))),
                         "checkpoint_mismatch", "bundle header subject")
         self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("log_origin",), "elsewhere"))),
@@ -160,7 +161,7 @@ class Claims(Base):
         self.assertFail(self.verify(cert=cert), "certificate_signature", "certificate")
         # the same key signing the envelope tag instead of the certificate tag
         unsigned = {k: v for k, v in self.cert.items() if k != "sig"}
-        sig = self.sc.log_key.sign(b"gpuledger/v1/certificate_issued\n" + producer.jcs(unsigned))
+        sig = self.sc.log_key.sign(self.sc.log.message("certificate_issued", unsigned))
         self.assertFail(self.verify(cert=dict(unsigned, sig=gv.b64(sig))), "certificate_signature")
 
     def test_malformed_certificates(self):
@@ -227,7 +228,7 @@ class Records(Base):
         self.assertGreater(n, 20)
 
     def test_leaf_not_canonical(self):
-        pos = self.line_of(4)
+        pos = self.line_of(8)
         leaf = leaf_of(self.bundle[pos])
         bundle = copy.deepcopy(self.bundle)
         bundle[pos] = with_leaf_bytes(self.bundle[pos], json.dumps(leaf, indent=1).encode())
@@ -236,10 +237,10 @@ class Records(Base):
         self.assertFail(self.verify(bundle=bundle), "leaf_invalid")
 
     def test_line_index_differs_from_leaf_index(self):
-        pos = self.line_of(15)
+        pos = self.line_of(18)
         bundle = copy.deepcopy(self.bundle)
-        bundle[pos] = dict(bundle[pos], index=16)
-        self.assertFail(self.verify(bundle=bundle), "leaf_invalid", f"entry 16 (bundle line {pos + 1})")
+        bundle[pos] = dict(bundle[pos], index=19)
+        self.assertFail(self.verify(bundle=bundle), "leaf_invalid", f"entry 19 (bundle line {pos + 1})")
 
 
 class Membership(Base):
@@ -254,21 +255,22 @@ class Membership(Base):
     def test_swap_a_record_for_another_of_the_same_count(self):
         # Same count, other entries: only the commitment tells.
         sc = self.sc
-        cert = producer.make_certificate(sc.log, sc.size, producer.TENANT, *producer.PERIOD, records=[4, 5, 8, 10, 11, 15])
-        records = [4, 5, 8, 10, 11, 13]  # 13 is outside the period
+        cert = producer.make_certificate(sc.log, sc.size, producer.TENANT, *producer.PERIOD,
+                                         records=[8, 9, 12, 14, 15, 18])
+        records = [8, 9, 12, 14, 15, 17]  # 17 is outside the period
         bundle = producer.make_bundle(sc.log, sc.size, sc.context, records, {"certificate": cert["id"]})
-        self.assertFail(self.run_certificate(cert, bundle, self.key), "outside_period", "entry 13 (bundle line 12)")
+        self.assertFail(self.run_certificate(cert, bundle, self.key), "outside_period", "entry 17 (bundle line 15)")
 
     def test_drop_context_entries(self):
         # The registration of node-a: records signed by an unknown key.
-        bundle = [l for l in self.bundle if not (l.get("type") == "entry" and l["index"] == 0)]
-        self.assertFail(self.verify(bundle=bundle, fix_count=True), "unknown_key", "entry 4 (bundle line 6)")
+        bundle = [l for l in self.bundle if not (l.get("type") == "entry" and l["index"] == 3)]
+        self.assertFail(self.verify(bundle=bundle, fix_count=True), "unknown_key", "entry 8 (bundle line 9)")
         # The second region parameters: the energy of the 20th is priced under the first: claims differ.
-        bundle = [l for l in self.bundle if not (l.get("type") == "entry" and l["index"] == 9)]
+        bundle = [l for l in self.bundle if not (l.get("type") == "entry" and l["index"] == 13)]
         self.assertFail(self.verify(bundle=bundle, fix_count=True), "claim_mismatch")
 
     def test_add_a_record_of_another_tenant(self):
-        for index in (6, 16):  # tenant-other's gpu_usage; an energy record without a tenant
+        for index in (10, 19):  # tenant-other's gpu_usage; an energy record without a tenant
             with self.subTest(index=index):
                 records = sorted(self.sc.records + [index])
                 bundle = producer.make_bundle(self.sc.log, self.sc.size, self.sc.context, records,
@@ -277,22 +279,22 @@ class Membership(Base):
                                 f"{2 + len(self.sc.context) + records.index(index)})")
 
     def test_add_a_record_outside_the_period(self):
-        records = sorted(self.sc.records + [13])
+        records = sorted(self.sc.records + [17])
         bundle = producer.make_bundle(self.sc.log, self.sc.size, self.sc.context, records,
                                       {"certificate": self.cert["id"]})
         self.assertFail(self.verify(bundle=bundle), "outside_period")
 
     def test_add_a_record_outside_the_scope(self):
         sc = producer.Scenario("good", scope={"lease": "lease-0042"})
-        bundle = producer.make_bundle(sc.log, sc.size, sc.context, sorted(sc.records + [5]),
+        bundle = producer.make_bundle(sc.log, sc.size, sc.context, sorted(sc.records + [9]),
                                       {"certificate": sc.certificate["id"]})
-        self.assertEqual(sc.context, [0, 3, 9])
+        self.assertEqual(sc.context, [0, 1, 3, 6, 7, 13])
         self.assertFail(self.run_certificate(sc.certificate, bundle, sc.verifier_key()), "outside_scope",
-                        "entry 5 (bundle line 6)")
+                        "entry 9 (bundle line 9)")
 
     def test_step_4_failures_come_before_step_5(self):
         # A wrong-tenant record early, a bad proof later: step 4 is reported.
-        records = sorted(self.sc.records + [6])
+        records = sorted(self.sc.records + [10])
         bundle = producer.make_bundle(self.sc.log, self.sc.size, self.sc.context, records,
                                       {"certificate": self.cert["id"]})
         last = entry_lines(bundle)[-1]
@@ -325,6 +327,10 @@ class BadLogs(Base):
     def test_small_order_r_signature_inside_the_tree(self):
         self.check("small_order_r", "entry_signature")
 
+    def test_torsion_r_signature_inside_the_tree(self):
+        # R = rB + T (T of order 8): a cofactored verifier accepts it, a strict one does not.
+        self.check("torsion_r", "entry_signature")
+
     def test_record_signed_after_its_key_was_revoked(self):
         self.check("revoked", "key_revoked")
 
@@ -339,6 +345,359 @@ class BadLogs(Base):
 
     def test_invalid_envelope_inside_the_tree(self):
         self.check("invalid_envelope", "leaf_invalid")
+
+    # version 2
+
+    def test_record_signed_for_another_log(self):
+        # Signed under the origin gpuledger.test/staging: the message names the log, so it does
+        # not verify under this log's origin (the verifier key's name).
+        self.check("other_origin", "entry_signature")
+
+    def test_version_1_envelope(self):
+        self.check("v1_envelope", "leaf_invalid")
+        sc = producer.Scenario("v1_envelope")
+        r = self.run_certificate(sc.certificate, sc.bundle, sc.verifier_key())
+        self.assertIn("unsupported_version", r.message)
+
+    def test_repeated_member_name_inside_a_body(self):
+        self.check("duplicate_member", "leaf_invalid")
+        sc = producer.Scenario("duplicate_member")
+        r = self.run_certificate(sc.certificate, sc.bundle, sc.verifier_key())
+        self.assertIn("malformed", r.message)
+        self.assertIn("'gpu_count' repeats", r.message)
+
+    def test_record_naming_a_node_outside_its_keys_scope(self):
+        self.check("node_not_allowed", "node_not_allowed")
+
+    def test_record_naming_a_region_outside_its_keys_scope(self):
+        self.check("region_not_allowed", "region_not_allowed")
+
+    def test_record_under_an_unknown_lease(self):
+        self.check("unknown_lease", "unknown_lease")
+
+    def test_record_too_old(self):
+        self.check("too_old", "too_old")
+
+    def test_record_in_the_future(self):
+        self.check("in_future", "in_future")
+
+
+class AdmissionRules(VerifierTestCase):
+    """Version 2, section 6: every admission rule rechecked from the bundle's entries, each
+    refusal with its own reason (section 8's bundle reasons), on logs a ledger would refuse.
+
+    The base log: 0 log_policy (defaults), 1 tenant_registered t, 2 node-a's key (nodes [node-a],
+    regions [r1]), 3 market-a's key (regions [r1, r2]), 4 lease-1 of t; the test appends more.
+    `bundle()` holds every entry (context: every entry but the records, as a superset of
+    section 8's); `cert()` checks a certificate for t with section 8's context."""
+
+    ORIGIN = "gpuledger.test/admission"
+
+    def setUp(self):
+        super().setUp()
+        self.lk, self.na, self.mk = producer.Key.from_byte(0x51), producer.Key.from_byte(0x52), \
+            producer.Key.from_byte(0x53)
+        log = self.log = producer.Log(self.lk, self.ORIGIN)
+        log.policy("2026-10-01T00:00:00Z")                                                          # 0
+        log.tenant("t", "2026-10-01T00:00:00Z")                                                     # 1
+        log.register("node-a", self.na, "node", "2026-10-01T00:00:00Z", regions=["r1"])              # 2
+        log.register("market-a", self.mk, "market", "2026-10-01T00:00:00Z", regions=["r1", "r2"])    # 3
+        log.lease("lease-1", "t", "reserved", "2026-10-01T00:00:00Z")                               # 4
+
+    def usage(self, tenant="t", start="2026-11-05T00:00:00Z", seconds=60, **kw):
+        return self.log.gpu_usage("node-a", self.na, tenant, "r1", "m", "1", start, seconds, **kw)
+
+    def spot(self, effective_from, received_at, region="r1", model="m", currency="CNY", **kw):
+        return self.log.spot_price("market-a", self.mk, region, model, "14.75", effective_from, received_at,
+                                   currency=currency, **kw)
+
+    def bundle(self, context=None, records=None, subject=None):
+        log = self.log
+        size = len(log.entries)
+        if context is None:
+            context = [e.index for e in log.entries if e.kind not in ("gpu_usage", "energy")]
+        if records is None:
+            records = [e.index for e in log.entries if e.kind in ("gpu_usage", "energy")]
+        lines = producer.make_bundle(log, size, context, records, subject or {"invoice": "INV-000009"})
+        return self.run_bundle(lines, log.verifier_key()), lines
+
+    def cert(self, tenant="t"):
+        log = self.log
+        size = len(log.entries)
+        records = producer.covered(log, size, tenant, *producer.PERIOD, {})
+        context = producer.context_for(log, size, records, tenant)
+        cert = producer.make_certificate(log, size, tenant, *producer.PERIOD, records=records)
+        lines = producer.make_bundle(log, size, context, records, {"certificate": cert["id"]})
+        return self.run_certificate(cert, lines, log.verifier_key()), lines
+
+    def refused(self, result_and_lines, reason, index, field=None):
+        r, lines = result_and_lines
+        pos = [i for i, l in enumerate(lines) if l.get("type") == "entry" and l["index"] == index]
+        self.assertEqual(len(pos), 1, f"entry {index} is not in the bundle")
+        self.assertFail(r, reason, f"entry {index} (bundle line {pos[0] + 1})")
+        if field is not None:
+            self.assertTrue(r.message.startswith(field + ":"), r.message)
+        return r
+
+    def passes(self, result_and_lines):
+        self.assertPass(result_and_lines[0])
+
+    def test_baseline(self):
+        self.usage(lease="lease-1")
+        self.spot("2026-11-03T00:00:00Z", "2026-11-02T00:00:00Z")
+        self.passes(self.bundle())
+        self.passes(self.cert())
+
+    # key registrations (section 3.1): leaf_invalid, invalid_field in body.public_key
+
+    def registration_refused(self, pub, what):
+        i = self.log.register_public_key("node-x", pub, "node", "2026-10-02T00:00:00Z", regions=["r1"],
+                                         nodes=["node-x"])
+        r = self.refused(self.bundle(), "leaf_invalid", i)
+        self.assertIn("invalid_field: body.public_key", r.message, what)
+
+    def test_registration_with_a_non_canonical_key(self):
+        self.registration_refused(encode_y(3 + ED_P), "y >= p")
+
+    def test_registration_with_a_non_canonical_key_x0_sign_bit(self):
+        self.registration_refused(encode_y(1, 1), "x = 0 with the sign bit set")
+
+    def test_registration_with_a_small_order_key(self):
+        self.registration_refused(ORDER8, "order 8")
+
+    def test_registration_with_a_mixed_order_key(self):
+        self.registration_refused(mixed_order_key(scalar(4242), 1), "aB + T, T of order 8")
+
+    def test_registration_scope_out_of_order(self):
+        i = self.log.register_public_key("node-x", producer.Key.from_byte(0x54).pub, "node", "2026-10-02T00:00:00Z",
+                                         regions=["r2", "r1"], nodes=["node-x"], sort=False)
+        r = self.refused(self.bundle(), "leaf_invalid", i)
+        self.assertIn("invalid_field: body.regions", r.message)
+
+    # scope
+
+    def test_record_naming_a_node_outside_its_keys_scope(self):
+        i = self.log.gpu_usage("node-a", self.na, "t", "r1", "m", "1", "2026-11-05T00:00:00Z", 60, node="node-b")
+        self.refused(self.bundle(), "node_not_allowed", i, "body.node")
+        i2 = self.log.energy("node-a", self.na, "t", "r1", "1", "2026-11-06T00:00:00Z", 60, node="node-b")
+        self.refused(self.bundle(records=[i2]), "node_not_allowed", i2, "body.node")
+
+    def test_record_naming_a_region_outside_its_keys_scope(self):
+        i = self.log.energy("node-a", self.na, "t", "r2", "1", "2026-11-06T00:00:00Z", 60)
+        self.refused(self.bundle(), "region_not_allowed", i, "body.region")
+
+    def test_spot_price_in_a_region_outside_its_keys_scope(self):
+        self.spot("2026-11-03T00:00:00Z", "2026-11-02T00:00:00Z", region="r2")  # in scope
+        i = self.spot("2026-11-03T00:00:00Z", "2026-11-02T00:00:00Z", region="r3")
+        self.refused(self.bundle(), "region_not_allowed", i, "body.region")
+
+    def test_scope_is_the_signing_keys(self):
+        # A rotation with a wider scope: the old key keeps its own scope.
+        nb2 = producer.Key.from_byte(0x55)
+        self.log.register("node-a", nb2, "node", "2026-10-02T00:00:00Z", regions=["r1", "r2"])
+        self.log.gpu_usage("node-a", nb2, "t", "r2", "m", "1", "2026-11-05T00:00:00Z", 60)
+        self.passes(self.bundle())
+        i = self.log.gpu_usage("node-a", self.na, "t", "r2", "m", "1", "2026-11-06T00:00:00Z", 60)
+        self.refused(self.bundle(), "region_not_allowed", i)
+
+    # parties
+
+    def test_unknown_tenant(self):
+        i = self.usage(tenant="t2")
+        self.refused(self.bundle(), "unknown_tenant", i, "body.tenant")
+        self.refused(self.cert("t2"), "unknown_tenant", i, "body.tenant")
+
+    def test_unknown_tenant_of_energy(self):
+        i = self.log.energy("node-a", self.na, "t2", "r1", "1", "2026-11-06T00:00:00Z", 60)
+        self.refused(self.bundle(), "unknown_tenant", i, "body.tenant")
+        # energy without a tenant names no party
+        self.log.entries.pop()
+        self.log.energy("node-a", self.na, None, "r1", "1", "2026-11-06T00:00:00Z", 60)
+        self.passes(self.bundle())
+
+    def test_tenant_registered_after_the_record(self):
+        i = self.usage(tenant="t2")
+        self.log.tenant("t2", "2026-11-10T00:00:00Z")
+        self.refused(self.bundle(), "unknown_tenant", i)
+        self.refused(self.cert("t2"), "unknown_tenant", i)
+
+    def test_ledger_entries_naming_an_unknown_tenant(self):
+        for kind, body in (("lease_registered", {"lease": "lease-2", "tenant": "t2", "class": "spot"}),
+                           ("tenant_plan", {"tenant": "t2", "plan": "p", "effective_from": "2026-11-01T00:00:00Z"}),
+                           ("payment", {"tenant": "t2", "invoice": "INV-000001", "currency": "CNY", "amount": "1",
+                                        "note": "x"})):
+            with self.subTest(kind):
+                self.setUp()
+                i = self.log.ledger(kind, body, "2026-10-02T00:00:00Z")
+                self.refused(self.bundle(), "unknown_tenant", i, "body.tenant")
+
+    def test_tenant_registered_twice(self):
+        i = self.log.tenant("t", "2026-10-02T00:00:00Z")
+        self.refused(self.bundle(), "already_registered", i, "body.tenant")
+
+    def test_lease_declared_twice(self):
+        i = self.log.lease("lease-1", "t", "spot", "2026-10-02T00:00:00Z")
+        self.refused(self.bundle(), "already_registered", i, "body.lease")
+
+    def test_unknown_lease(self):
+        i = self.usage(lease="lease-9")
+        self.refused(self.bundle(), "unknown_lease", i, "body.lease")
+        self.refused(self.cert(), "unknown_lease", i, "body.lease")
+
+    def test_lease_declared_after_the_record(self):
+        i = self.usage(lease="lease-2")
+        self.log.lease("lease-2", "t", "spot", "2026-11-10T00:00:00Z")
+        self.refused(self.bundle(), "unknown_lease", i)
+
+    def test_lease_of_another_tenant(self):
+        self.log.tenant("t2", "2026-10-02T00:00:00Z")
+        self.log.lease("lease-2", "t2", "spot", "2026-10-02T00:00:00Z")
+        i = self.usage(lease="lease-2")
+        # A bundle that also holds the other tenant's lease (and its registration) shows the mismatch.
+        self.refused(self.bundle(), "lease_tenant_mismatch", i, "body.lease")
+        # Section 8's bundle for t holds nothing of t2: the lease is then unknown to the verifier.
+        self.refused(self.cert(), "unknown_lease", i)
+
+    def test_records_of_another_tenant_in_a_certificate_bundle(self):
+        # t2 is not registered and the record is not t's: step 5 names it (wrong_tenant), the
+        # party rules are not applied to another tenant's record whose registration the bundle
+        # does not hold.
+        self.usage()
+        j = self.usage(tenant="t2", start="2026-11-06T00:00:00Z")
+        r, lines = self.cert()
+        self.assertPass(r)
+        records = sorted(producer.covered(self.log, len(self.log.entries), "t", *producer.PERIOD, {}) + [j])
+        cert = producer.make_certificate(self.log, len(self.log.entries), "t", *producer.PERIOD,
+                                         records=records[:-1])
+        lines = producer.make_bundle(self.log, len(self.log.entries),
+                                     producer.context_for(self.log, len(self.log.entries), records, "t"), records,
+                                     {"certificate": cert["id"]})
+        self.assertFail(self.run_certificate(cert, lines, self.log.verifier_key()), "wrong_tenant")
+
+    # time
+
+    def test_too_old(self):
+        # 35 days (the default) and one second before received_at
+        i = self.usage(start="2026-11-05T00:00:00Z", received_at="2026-12-10T00:00:01Z")
+        self.refused(self.bundle(), "too_old", i, "body.start")
+        self.log.entries.pop()
+        self.usage(start="2026-11-05T00:00:00Z", received_at="2026-12-10T00:00:00Z")
+        self.passes(self.bundle())
+
+    def test_too_old_under_a_later_policy(self):
+        ok = self.usage(start="2026-11-05T00:00:00Z", received_at="2026-11-05T02:00:00Z")  # 2 h: fine by default
+        self.log.policy("2026-11-05T03:00:00Z", max_record_age_seconds=3600)
+        i = self.usage(start="2026-11-05T04:00:00Z", received_at="2026-11-05T06:00:00Z")
+        r = self.refused(self.bundle(), "too_old", i)
+        self.assertIn("max_record_age_seconds 3600", r.message)
+        self.assertLess(ok, i)
+        # the policy applies from its index on, also when the bundle lists it after older records
+        self.log.entries.pop()
+        self.passes(self.bundle())
+
+    def test_in_future(self):
+        # ends 301 s after received_at (default max_future_skew_seconds 300)
+        i = self.usage(start="2026-11-05T00:00:00Z", seconds=60, received_at="2026-11-04T23:55:59Z")
+        self.refused(self.bundle(), "in_future", i, "body.end")
+
+    def test_in_future_under_a_policy_without_skew(self):
+        self.log.policy("2026-11-01T00:00:00Z", max_future_skew_seconds=0)
+        i = self.log.energy("node-a", self.na, "t", "r1", "1", "2026-11-05T00:00:00Z", 60,
+                            received_at="2026-11-05T00:00:59Z")
+        self.refused(self.bundle(), "in_future", i, "body.end")
+        self.log.entries.pop()
+        self.log.energy("node-a", self.na, "t", "r1", "1", "2026-11-05T00:00:00Z", 60,
+                        received_at="2026-11-05T00:01:00Z")
+        self.passes(self.bundle())
+
+    def test_spot_price_more_than_7_days_ahead(self):
+        self.spot("2026-11-09T00:00:00Z", "2026-11-02T00:00:00Z")  # exactly 7 days: fine
+        i = self.spot("2026-11-09T00:00:01Z", "2026-11-02T00:00:00Z")
+        self.refused(self.bundle(), "in_future", i, "body.effective_from")
+
+    def test_spot_price_in_the_past(self):
+        self.spot("2026-11-02T00:00:00Z", "2026-11-02T00:05:00Z")  # 300 s before: allowed
+        i = self.spot("2026-11-03T00:00:00Z", "2026-11-03T00:05:01Z")
+        self.refused(self.bundle(), "price_in_past", i, "body.effective_from")
+
+    # spot series
+
+    def test_spot_price_same_instant_in_one_series(self):
+        self.spot("2026-11-03T00:00:00Z", "2026-11-02T00:00:00Z")
+        self.spot("2026-11-03T00:00:00Z", "2026-11-02T00:00:01Z", model="m2")  # another series
+        self.spot("2026-11-03T00:00:00Z", "2026-11-02T00:00:02Z", region="r2")  # another series
+        self.passes(self.bundle())
+        # the currency is not part of the series
+        i = self.spot("2026-11-03T00:00:00Z", "2026-11-02T00:00:03Z", currency="USD")
+        self.refused(self.bundle(), "price_conflict", i, "body.effective_from")
+
+    def test_spot_price_inside_an_invoiced_period(self):
+        self.log.invoice("INV-000001", "t", "2026-10-01T00:00:00Z", "2026-11-01T00:00:00Z", 5,
+                         "2026-10-31T23:50:00Z")
+        self.spot("2026-11-01T00:00:00Z", "2026-10-31T23:55:00Z")  # period_to is outside [from, to)
+        self.passes(self.bundle())
+        i = self.spot("2026-10-31T23:59:59Z", "2026-10-31T23:56:00Z", model="m2")
+        self.refused(self.bundle(), "price_in_invoiced_period", i, "body.effective_from")
+
+    # prices only move forward
+
+    def test_rate_card_not_moving_forward(self):
+        log = self.log
+        log.rate_card("r1", "m", "on_demand", "20", "2026-11-01T00:00:00Z", "2026-10-02T00:00:00Z")
+        log.rate_card("r1", "m", "reserved", "15", "2026-11-01T00:00:00Z", "2026-10-02T00:00:00Z")  # other series
+        log.rate_card("r1", "m", "on_demand", "21", "2026-12-01T00:00:00Z", "2026-10-03T00:00:00Z")
+        self.passes(self.bundle())
+        for eff in ("2026-12-01T00:00:00Z", "2026-11-15T00:00:00Z"):
+            with self.subTest(effective_from=eff):
+                i = log.rate_card("r1", "m", "on_demand", "22", eff, "2026-10-04T00:00:00Z")
+                self.refused(self.bundle(), "price_not_forward", i, "body.effective_from")
+                log.entries.pop()
+
+    def test_other_price_series_not_moving_forward(self):
+        tiers = [{"price_per_gpu_hour": "10"}]
+        cases = {
+            "region_params": lambda eff: self.log.region_params("r1", "1.1", "400", eff, "2026-10-02T00:00:00Z"),
+            "volume_tiers": lambda eff: self.log.volume_tiers("p", "r1", "m", "on_demand", tiers, eff,
+                                                              "2026-10-02T00:00:00Z"),
+            "tenant_plan": lambda eff: self.log.tenant_plan("t", "p", eff, "2026-10-02T00:00:00Z"),
+        }
+        for kind, add in cases.items():
+            with self.subTest(kind):
+                self.setUp()
+                add("2026-11-01T00:00:00Z")
+                add("2026-11-02T00:00:00Z")
+                self.passes(self.bundle())
+                i = add("2026-11-02T00:00:00Z")
+                self.refused(self.bundle(), "price_not_forward", i, "body.effective_from")
+
+    # strict JSON and the log policy itself
+
+    def test_repeated_member_name_inside_a_context_body(self):
+        i = self.log.lease("lease-2", "t", "spot", "2026-10-02T00:00:00Z")
+        e = self.log.entries.pop()
+        leaf = e.leaf.replace(b'"class":"spot"', b'"class":"spot","class":"spot"', 1)
+        self.log.append_leaf_bytes(leaf, e.envelope, e.received_at)
+        r = self.refused(self.bundle(), "leaf_invalid", i)
+        self.assertIn("'class' repeats", r.message)
+
+    def test_version_1_leaf(self):
+        self.log.tenant("t2", "2026-10-02T00:00:00Z")
+        e = self.log.entries.pop()
+        i = self.log.append_envelope(e.envelope, e.received_at, version=1)
+        r = self.refused(self.bundle(), "leaf_invalid", i)
+        self.assertIn("unsupported_version", r.message)
+
+    def test_log_policy_out_of_range(self):
+        i = self.log.policy("2026-10-02T00:00:00Z", max_record_age_seconds=60)
+        r = self.refused(self.bundle(), "leaf_invalid", i)
+        self.assertIn("quantity_out_of_range", r.message)
+
+    def test_every_new_reason_is_a_bundle_reason(self):
+        for reason in ("node_not_allowed", "region_not_allowed", "unknown_tenant", "unknown_lease",
+                       "lease_tenant_mismatch", "too_old", "in_future", "price_in_past", "price_conflict",
+                       "price_in_invoiced_period", "price_not_forward", "already_registered"):
+            self.assertIn(reason, gv.REASONS)
+            self.assertIn(reason, gv.ADMISSION_REASONS)
 
 
 class Checkpoints(Base):
@@ -431,7 +790,11 @@ class Structure(Base):
         header = json.loads(lines[0])
         cases = {
             "no header": b"\n".join(lines[1:]) + b"\n",
-            "wrong format": producer.bundle_bytes([dict(header, format="gpuledger-bundle/v2")] + self.bundle[1:]),
+            "wrong format": producer.bundle_bytes([dict(header, format="gpuledger-bundle/v1")] + self.bundle[1:]),
+            "repeated member in the subject": b"\n".join(
+                [lines[0].replace(b'"subject":{"certificate":"CERT-000001"}',
+                                  b'"subject":{"certificate":"CERT-000001","certificate":"CERT-000001"}')]
+                + lines[1:]) + b"\n",
             "extra header member": producer.bundle_bytes([dict(header, x=1)] + self.bundle[1:]),
             "blank line": b"\n".join(lines[:2] + [b""] + lines[2:]) + b"\n",
             "not json": b"\n".join(lines[:2] + [b"{nope"] + lines[2:]) + b"\n",

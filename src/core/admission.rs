@@ -1,0 +1,590 @@
+//! Admission to the log (docs/PROTOCOL.md §6): who may sign what, for which node, region,
+//! tenant and lease, when, and how prices may move. Each rule is one function here; the
+//! ledger applies them at ingest (fed from its database), and `verify-log` and the bundle
+//! verifier apply the same functions to a [`Registry`] rebuilt from the log's own entries, so a
+//! log the ledger wrote passes them, and one it could not have written does not.
+
+use super::ids::LEDGER_SIGNER;
+use super::keys;
+use super::limits::MAX_SPOT_SCHEDULE_AHEAD_SECONDS;
+use super::record::{Body, Kind, LogPolicy, Role, SignerKeyRegistered, SpotPrice};
+use super::rejection::{Reason, Rejection};
+use super::time::Timestamp;
+use ed25519_dalek::VerifyingKey;
+use std::collections::HashMap;
+
+/// A key as the log records it: its registration (signer, role, scope) and when it was
+/// registered and revoked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyState {
+    pub registration: SignerKeyRegistered,
+    pub key: VerifyingKey,
+    pub registered_idx: u64,
+    pub revoked_idx: Option<u64>,
+}
+
+impl KeyState {
+    /// The signer the key belongs to.
+    pub fn signer(&self) -> &str {
+        &self.registration.signer
+    }
+    /// The signer's role.
+    pub fn role(&self) -> Role {
+        self.registration.role
+    }
+}
+
+/// Whether a key (as registered) may sign a record of this kind as this signer, at this
+/// position: the signer, the role, and revocation. `revoked_at` is the index of a revocation
+/// of the key that precedes the record, if there is one.
+pub fn check_key(
+    registration: &SignerKeyRegistered,
+    kind: Kind,
+    signer: &str,
+    revoked_at: Option<u64>,
+) -> Result<(), Rejection> {
+    if registration.signer != signer {
+        return Err(Rejection::field(
+            Reason::KeySignerMismatch,
+            "key_id",
+            format!(
+                "{} belongs to signer {}, not {signer}",
+                registration.key_id, registration.signer
+            ),
+        ));
+    }
+    if registration.role != kind.signed_by() {
+        return Err(Rejection::field(
+            Reason::RoleNotAllowed,
+            "kind",
+            format!(
+                "{} may not be signed by {signer} (role {})",
+                kind.as_str(),
+                registration.role.as_str()
+            ),
+        ));
+    }
+    if let Some(r) = revoked_at {
+        return Err(Rejection::field(
+            Reason::RevokedKey,
+            "key_id",
+            format!("{} was revoked at entry {r}", registration.key_id),
+        ));
+    }
+    Ok(())
+}
+
+/// A submitted record of a kind only the ledger writes.
+pub fn ledger_kind_submitted(kind: Kind) -> Rejection {
+    Rejection::field(
+        Reason::RoleNotAllowed,
+        "kind",
+        format!("{} entries are written by the ledger itself", kind.as_str()),
+    )
+}
+
+/// The node and region a record names are within its key's registration (§6.7, scope).
+pub fn check_scope(registration: &SignerKeyRegistered, body: &Body) -> Result<(), Rejection> {
+    let (node, region) = match body {
+        Body::GpuUsage(u) => (Some(&u.node), &u.region),
+        Body::Energy(e) => (Some(&e.node), &e.region),
+        Body::SpotPrice(p) => (None, &p.region),
+        _ => return Ok(()),
+    };
+    if let Some(node) = node {
+        let nodes = registration.nodes.as_deref().unwrap_or_default();
+        if nodes.binary_search(node).is_err() {
+            return Err(Rejection::field(
+                Reason::NodeNotAllowed,
+                "body.node",
+                format!(
+                    "{node} is not a node key {} is registered for",
+                    registration.key_id
+                ),
+            ));
+        }
+    }
+    if registration.regions.binary_search(region).is_err() {
+        return Err(Rejection::field(
+            Reason::RegionNotAllowed,
+            "body.region",
+            format!(
+                "{region} is not a region key {} is registered for",
+                registration.key_id
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Where the log registered tenants and leases (the index of each registration).
+pub trait Parties {
+    /// The index of the tenant's `tenant_registered` entry.
+    fn tenant(&self, tenant: &str) -> Option<u64>;
+    /// The tenant and index of the lease's `lease_registered` entry.
+    fn lease(&self, lease: &str) -> Option<(String, u64)>;
+}
+
+/// The tenant a record names is registered before it, and its lease, if any, is registered
+/// before it to that tenant (§6.7, parties). `index` is the record's position (`u64::MAX` for
+/// a record not yet appended).
+pub fn check_parties(body: &Body, index: u64, parties: &dyn Parties) -> Result<(), Rejection> {
+    let tenant = match body {
+        Body::GpuUsage(u) => Some(&u.tenant),
+        Body::Energy(e) => e.tenant.as_ref(),
+        Body::LeaseRegistered(l) => Some(&l.tenant),
+        Body::TenantPlan(p) => Some(&p.tenant),
+        Body::InvoiceIssued(i) => Some(&i.tenant),
+        Body::Payment(p) | Body::CreditNote(p) => Some(&p.tenant),
+        Body::CertificateIssued(c) => Some(&c.tenant),
+        _ => None,
+    };
+    if let Some(t) = tenant {
+        if parties.tenant(t).is_none_or(|at| at >= index) {
+            return Err(Rejection::field(
+                Reason::UnknownTenant,
+                "body.tenant",
+                format!("{t} is not a registered tenant"),
+            ));
+        }
+    }
+    match body {
+        Body::GpuUsage(u) => {
+            if let Some(lease) = &u.lease {
+                match parties.lease(lease).filter(|(_, at)| *at < index) {
+                    None => {
+                        return Err(Rejection::field(
+                            Reason::UnknownLease,
+                            "body.lease",
+                            format!("{lease} is not a registered lease"),
+                        ))
+                    }
+                    Some((owner, _)) if owner != u.tenant => {
+                        return Err(Rejection::field(
+                            Reason::LeaseTenantMismatch,
+                            "body.lease",
+                            format!("{lease} is not a lease of tenant {}", u.tenant),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        Body::LeaseRegistered(l) => {
+            if let Some((_, at)) = parties.lease(&l.lease).filter(|(_, at)| *at < index) {
+                return Err(Rejection::field(
+                    Reason::AlreadyRegistered,
+                    "body.lease",
+                    format!("{} is already registered (entry {at})", l.lease),
+                ));
+            }
+        }
+        Body::TenantRegistered(t) => {
+            if let Some(at) = parties.tenant(&t.tenant).filter(|at| *at < index) {
+                return Err(Rejection::field(
+                    Reason::AlreadyRegistered,
+                    "body.tenant",
+                    format!("{} is already registered (entry {at})", t.tenant),
+                ));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The time rules against the ledger clock `now` (the entry's `received_at`) and the policy in
+/// force (§6.7, time): a record may start at most `max_record_age_seconds` before `now` and end
+/// at most `max_future_skew_seconds` after it; a spot price may take effect at most the skew
+/// before `now` and at most 7 days after it.
+pub fn check_time(body: &Body, now: Timestamp, policy: &LogPolicy) -> Result<(), Rejection> {
+    let skew = i64::try_from(policy.max_future_skew_seconds).unwrap_or(i64::MAX);
+    let max_age = i64::try_from(policy.max_record_age_seconds).unwrap_or(i64::MAX);
+    let (start, end) = match body {
+        Body::GpuUsage(u) => (u.start, u.end),
+        Body::Energy(e) => (e.start, e.end),
+        Body::SpotPrice(p) => {
+            let ahead = now.seconds_until(p.effective_from);
+            if ahead > MAX_SPOT_SCHEDULE_AHEAD_SECONDS {
+                return Err(Rejection::field(
+                    Reason::InFuture,
+                    "body.effective_from",
+                    format!(
+                        "is {ahead} s after the ledger's clock; prices may be scheduled at most {MAX_SPOT_SCHEDULE_AHEAD_SECONDS} s ahead"
+                    ),
+                ));
+            }
+            if -ahead > skew {
+                return Err(Rejection::field(
+                    Reason::PriceInPast,
+                    "body.effective_from",
+                    format!(
+                        "({}) is {} s before the ledger's clock ({now}); a spot price may take effect at most {skew} s in the past",
+                        p.effective_from, -ahead
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        _ => return Ok(()),
+    };
+    let age = start.seconds_until(now);
+    if age > max_age {
+        return Err(Rejection::field(
+            Reason::TooOld,
+            "body.start",
+            format!(
+                "({start}) is {age} s before the ledger's clock ({now}); the log's policy allows {max_age} s"
+            ),
+        ));
+    }
+    let ahead = now.seconds_until(end);
+    if ahead > skew {
+        return Err(Rejection::field(
+            Reason::InFuture,
+            "body.end",
+            format!(
+                "({end}) is {ahead} s after the ledger's clock ({now}); the log's policy allows {skew} s"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The spot prices and invoiced periods logged before a spot price (§6.7, spot series).
+#[derive(Debug, Default, Clone)]
+pub struct SpotHistory {
+    /// (region, GPU model, effective_from) → index of the spot price.
+    instants: HashMap<(String, String, Timestamp), u64>,
+    /// Invoiced periods [from, to) with the index of their `invoice_issued` entry.
+    invoiced: Vec<(u64, Timestamp, Timestamp)>,
+}
+
+impl SpotHistory {
+    /// Takes in a logged entry (spot prices and issued invoices matter).
+    pub fn apply(&mut self, index: u64, body: &Body) {
+        match body {
+            Body::SpotPrice(p) => {
+                self.instants
+                    .entry((p.region.clone(), p.gpu_model.clone(), p.effective_from))
+                    .or_insert(index);
+            }
+            Body::InvoiceIssued(i) => self.invoiced.push((index, i.period_from, i.period_to)),
+            _ => {}
+        }
+    }
+
+    /// A spot price at `index` takes effect neither at the instant of an earlier price of its
+    /// series (region, GPU model) nor inside a period already invoiced.
+    pub fn check(&self, index: u64, p: &SpotPrice) -> Result<(), Rejection> {
+        let key = (p.region.clone(), p.gpu_model.clone(), p.effective_from);
+        if let Some(at) = self.instants.get(&key).filter(|at| **at < index) {
+            return Err(Rejection::field(
+                Reason::PriceConflict,
+                "body.effective_from",
+                format!(
+                    "a spot price for {} {} already takes effect at {} (entry {at})",
+                    p.region, p.gpu_model, p.effective_from
+                ),
+            ));
+        }
+        if let Some((at, from, to)) = self.invoiced.iter().find(|(at, from, to)| {
+            *at < index && *from <= p.effective_from && p.effective_from < *to
+        }) {
+            return Err(Rejection::field(
+                Reason::PriceInInvoicedPeriod,
+                "body.effective_from",
+                format!(
+                    "({}) is inside the period [{from}, {to}) invoiced at entry {at}",
+                    p.effective_from
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The latest `effective_from` of each ledger-written price series (§6.7, prices only move
+/// forward): rate cards per (region, GPU model, class), region parameters per region, volume
+/// tiers per (plan, region, GPU model, class), tenant plans per tenant.
+#[derive(Debug, Default, Clone)]
+pub struct PriceSeries {
+    latest: HashMap<String, (Timestamp, u64)>,
+}
+
+/// The series a ledger-written pricing entry belongs to, and when it takes effect.
+fn series(body: &Body) -> Option<(String, Timestamp)> {
+    match body {
+        Body::RateCard(r) => Some((
+            format!(
+                "rate_card|{}|{}|{}",
+                r.region,
+                r.gpu_model,
+                r.lease_class.as_str()
+            ),
+            r.effective_from,
+        )),
+        Body::RegionParams(r) => Some((format!("region_params|{}", r.region), r.effective_from)),
+        Body::VolumeTiers(v) => Some((
+            format!(
+                "volume_tiers|{}|{}|{}|{}",
+                v.plan,
+                v.region,
+                v.gpu_model,
+                v.lease_class.as_str()
+            ),
+            v.effective_from,
+        )),
+        Body::TenantPlan(p) => Some((format!("tenant_plan|{}", p.tenant), p.effective_from)),
+        _ => None,
+    }
+}
+
+impl PriceSeries {
+    /// Takes in a logged entry.
+    pub fn apply(&mut self, index: u64, body: &Body) {
+        if let Some((key, at)) = series(body) {
+            let e = self.latest.entry(key).or_insert((at, index));
+            if at > e.0 {
+                *e = (at, index);
+            }
+        }
+    }
+
+    /// A new price of a series takes effect strictly after the series' latest.
+    pub fn check(&self, body: &Body) -> Result<(), Rejection> {
+        let Some((key, at)) = series(body) else {
+            return Ok(());
+        };
+        match self.latest.get(&key) {
+            Some((latest, index)) if at <= *latest => Err(Rejection::field(
+                Reason::PriceNotForward,
+                "body.effective_from",
+                format!(
+                    "({at}) is not after {latest}, when the {} series already takes effect (entry {index}); prices change only forward",
+                    body.kind().as_str()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The log's state that admission depends on, rebuilt from its entries in order: keys with
+/// their scopes, tenants, leases, policies, spot prices, invoiced periods and price series.
+/// `verify-log` feeds it every entry; a bundle verifier feeds it the bundle's context first.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    log_key: VerifyingKey,
+    log_key_id: String,
+    keys: HashMap<String, KeyState>,
+    tenants: HashMap<String, u64>,
+    leases: HashMap<String, (String, u64)>,
+    policies: Vec<(u64, LogPolicy)>,
+    spot: SpotHistory,
+    prices: PriceSeries,
+}
+
+impl Parties for Registry {
+    fn tenant(&self, tenant: &str) -> Option<u64> {
+        self.tenants.get(tenant).copied()
+    }
+    fn lease(&self, lease: &str) -> Option<(String, u64)> {
+        self.leases.get(lease).cloned()
+    }
+}
+
+impl Registry {
+    /// An empty registry for a log whose ledger entries are signed by `log_key`.
+    pub fn new(log_key: VerifyingKey) -> Self {
+        Registry {
+            log_key_id: keys::key_id(&log_key),
+            log_key,
+            keys: HashMap::new(),
+            tenants: HashMap::new(),
+            leases: HashMap::new(),
+            policies: Vec::new(),
+            spot: SpotHistory::default(),
+            prices: PriceSeries::default(),
+        }
+    }
+
+    /// The keys registered so far, by key id.
+    pub fn keys(&self) -> &HashMap<String, KeyState> {
+        &self.keys
+    }
+
+    /// The policy in force at `index`: the latest `log_policy` entry before it, or the
+    /// defaults.
+    pub fn policy_at(&self, index: u64) -> LogPolicy {
+        self.policies
+            .iter()
+            .rev()
+            .find(|(at, _)| *at < index)
+            .map(|(_, p)| *p)
+            .unwrap_or_default()
+    }
+
+    /// Which key must have signed the entry at `index`, and whether it may: the log key for
+    /// ledger kinds; otherwise a key registered before `index` to this signer, with a role that
+    /// may sign the kind, not revoked before `index`.
+    pub fn signing_key(
+        &self,
+        index: u64,
+        kind: Kind,
+        signer: &str,
+        key_id: &str,
+    ) -> Result<(VerifyingKey, Option<&KeyState>), Rejection> {
+        if kind.signed_by() == Role::Ledger {
+            if signer != LEDGER_SIGNER || key_id != self.log_key_id {
+                return Err(Rejection::field(
+                    Reason::RoleNotAllowed,
+                    "key_id",
+                    format!("{} entries are signed by the log key only", kind.as_str()),
+                ));
+            }
+            return Ok((self.log_key, None));
+        }
+        let k = self
+            .keys
+            .get(key_id)
+            .filter(|k| k.registered_idx < index)
+            .ok_or_else(|| {
+                let reason = if self.keys.values().any(|k| k.signer() == signer) {
+                    Reason::UnknownKey
+                } else {
+                    Reason::UnknownSigner
+                };
+                Rejection::field(
+                    reason,
+                    "key_id",
+                    format!("{key_id} has no registration before entry {index}"),
+                )
+            })?;
+        check_key(
+            &k.registration,
+            kind,
+            signer,
+            k.revoked_idx.filter(|r| *r < index),
+        )?;
+        Ok((k.key, Some(k)))
+    }
+
+    /// Every admission rule for the entry at `index`, received at `received_at`, except the
+    /// signature: returns the key to verify it with.
+    pub fn admit(
+        &self,
+        index: u64,
+        kind: Kind,
+        signer: &str,
+        key_id: &str,
+        body: &Body,
+        received_at: Timestamp,
+    ) -> Result<VerifyingKey, Rejection> {
+        let (key, state) = self.signing_key(index, kind, signer, key_id)?;
+        if let Some(k) = state {
+            check_scope(&k.registration, body)?;
+        }
+        check_parties(body, index, self)?;
+        check_time(body, received_at, &self.policy_at(index))?;
+        if let Body::SpotPrice(p) = body {
+            self.spot.check(index, p)?;
+        }
+        self.prices.check(body)?;
+        self.check_registry_entry(index, body)?;
+        Ok(key)
+    }
+
+    /// Registrations and revocations are consistent with the keys before them.
+    fn check_registry_entry(&self, index: u64, body: &Body) -> Result<(), Rejection> {
+        match body {
+            Body::SignerKeyRegistered(r) => {
+                if let Some(k) = self
+                    .keys
+                    .get(&r.key_id)
+                    .filter(|k| k.registered_idx < index)
+                {
+                    return Err(Rejection::field(
+                        Reason::AlreadyRegistered,
+                        "body.key_id",
+                        format!(
+                            "{} is already registered (entry {})",
+                            r.key_id, k.registered_idx
+                        ),
+                    ));
+                }
+                if let Some(other) = self.keys.values().find(|k| {
+                    k.signer() == r.signer && k.role() != r.role && k.registered_idx < index
+                }) {
+                    return Err(Rejection::field(
+                        Reason::InvalidField,
+                        "body.role",
+                        format!(
+                            "signer {} is registered with role {} already",
+                            r.signer,
+                            other.role().as_str()
+                        ),
+                    ));
+                }
+            }
+            Body::SignerKeyRevoked(r) => {
+                let k = self
+                    .keys
+                    .get(&r.key_id)
+                    .filter(|k| k.registered_idx < index)
+                    .ok_or_else(|| {
+                        Rejection::field(
+                            Reason::UnknownKey,
+                            "body.key_id",
+                            format!("revokes {}, which is not registered before", r.key_id),
+                        )
+                    })?;
+                if k.signer() != r.signer || k.revoked_idx.is_some_and(|at| at < index) {
+                    return Err(Rejection::field(
+                        Reason::InvalidField,
+                        "body.key_id",
+                        format!(
+                            "revocation of {} is inconsistent with its registration",
+                            r.key_id
+                        ),
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Takes in the entry at `index` (after it was admitted), in increasing index order.
+    pub fn apply(&mut self, index: u64, body: &Body) {
+        match body {
+            Body::SignerKeyRegistered(r) => {
+                if let Ok(key) = keys::decode_public(&r.public_key) {
+                    self.keys.entry(r.key_id.clone()).or_insert(KeyState {
+                        registration: r.clone(),
+                        key,
+                        registered_idx: index,
+                        revoked_idx: None,
+                    });
+                }
+            }
+            Body::SignerKeyRevoked(r) => {
+                if let Some(k) = self.keys.get_mut(&r.key_id) {
+                    k.revoked_idx.get_or_insert(index);
+                }
+            }
+            Body::TenantRegistered(t) => {
+                self.tenants.entry(t.tenant.clone()).or_insert(index);
+            }
+            Body::LeaseRegistered(l) => {
+                self.leases
+                    .entry(l.lease.clone())
+                    .or_insert((l.tenant.clone(), index));
+            }
+            Body::LogPolicy(p) => self.policies.push((index, *p)),
+            _ => {}
+        }
+        self.spot.apply(index, body);
+        self.prices.apply(index, body);
+    }
+}

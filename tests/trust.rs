@@ -1,0 +1,447 @@
+//! One verdict on every signature (issue #12): forged signatures of each class in
+//! tests/vectors/ed25519/cases.json, made by a key's holder, are refused at ingest over HTTP;
+//! and a log or bundle that holds one anyway (written around the ledger) is named by
+//! verify-log's checker, by `gpuledger verify` and by verifiers/python, each with its reason.
+
+mod common;
+
+use base64::prelude::{Engine, BASE64_STANDARD};
+use common::*;
+use gpuledger::core::bundle::{self, BundleSubject, Header};
+use gpuledger::core::checkpoint::LogSigner;
+use gpuledger::core::envelope::Envelope;
+use gpuledger::core::ids::LEDGER_SIGNER;
+use gpuledger::core::keys;
+use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
+use gpuledger::core::logcheck::LogChecker;
+use gpuledger::core::merkle::{self, MemoryHashes};
+use gpuledger::core::record::{Body, LogPolicy, Role, SignerKeyRegistered};
+use gpuledger::core::time::Timestamp;
+use gpuledger::sample;
+use rust_decimal::Decimal;
+
+/// `env` with its signature replaced by a forgery of `class` by `key`.
+fn forged(env: &Envelope, class: &str, key: &ed25519_dalek::SigningKey) -> Envelope {
+    let mut e = env.clone();
+    let message = e.signed_message(sample::ORIGIN).unwrap();
+    e.sig = BASE64_STANDARD.encode(forge::signature(class, key, &message));
+    e
+}
+
+both_backends!(forged_signatures_are_refused_over_http, |db: &TestDb| {
+    let s = setup(db, &[("node-f", Role::Node)]);
+    let ledger = gpuledger::store::Ledger::open(&db.url, log_key()).unwrap();
+    parties(&ledger, &["t1"]);
+    drop(ledger);
+    let (child, base) = spawn_serve(&s.url, &s.log_key, 0, &[]);
+    let _server = Proc(child);
+    let key = sample::key("node-f");
+    let http: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let size = |http: &ureq::Agent| -> u64 {
+        let v: serde_json::Value = http
+            .get(format!("{base}/v1/log"))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_json()
+            .unwrap();
+        v["size"].as_u64().unwrap()
+    };
+    let before = size(&http);
+    let batch: Vec<Envelope> = forge::CLASSES
+        .iter()
+        .enumerate()
+        .map(|(i, class)| {
+            let seq = i as u64 + 1;
+            let honest = sample::usage("node-f", &key, seq, "t1", Decimal::ONE, slot(seq));
+            forged(&honest, class, &key)
+        })
+        .collect();
+    let mut r = http
+        .post(format!("{base}/v1/records"))
+        .header("Content-Type", "application/json")
+        .send(&serde_json::to_vec(&batch).unwrap()[..])
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let ans: serde_json::Value = r.body_mut().read_json().unwrap();
+    for (class, o) in forge::CLASSES
+        .iter()
+        .zip(ans["outcomes"].as_array().unwrap())
+    {
+        assert_eq!(o["reason"], "bad_signature", "{class}: {o}");
+    }
+    assert_eq!(size(&http), before, "nothing forged was logged");
+    // The honest records of the same seqs go in afterwards.
+    let honest: Vec<Envelope> = (1..=forge::CLASSES.len() as u64)
+        .map(|seq| sample::usage("node-f", &key, seq, "t1", Decimal::ONE, slot(seq)))
+        .collect();
+    let mut r = http
+        .post(format!("{base}/v1/records"))
+        .header("Content-Type", "application/json")
+        .send(&serde_json::to_vec(&honest).unwrap()[..])
+        .unwrap();
+    let ans: serde_json::Value = r.body_mut().read_json().unwrap();
+    assert_eq!(ans["accepted"], forge::CLASSES.len(), "{ans}");
+});
+
+/// Signs ledger entries with the log key, with consecutive seqs.
+fn ledger_signer() -> impl FnMut(Body) -> Envelope {
+    let mut seq = 0;
+    move |body: Body| {
+        seq += 1;
+        Envelope::sign(
+            sample::ORIGIN,
+            body.kind(),
+            LEDGER_SIGNER,
+            &log_key(),
+            seq,
+            &body,
+        )
+    }
+}
+
+/// The registration of `key` as `name`'s, with the sample scope of its role.
+fn registration(name: &str, role: Role, key: &ed25519_dalek::SigningKey) -> Body {
+    let scope = match role {
+        Role::Node => sample::node_scope(name),
+        _ => sample::market_scope(),
+    };
+    Body::SignerKeyRegistered(SignerKeyRegistered {
+        signer: name.into(),
+        role,
+        key_id: keys::key_id(&key.verifying_key()),
+        public_key: keys::encode_public(&key.verifying_key()),
+        nodes: scope.nodes,
+        regions: scope.regions,
+    })
+}
+
+/// A log built around the ledger: the policy, a node key, a tenant and its lease, then an
+/// honest record and one forged record. Returns the leaves and the forged record's index.
+fn forged_log(class: &str) -> (Vec<Vec<u8>>, u64) {
+    let node = sample::key("node-f");
+    let now = Timestamp::now();
+    let mut ledger = ledger_signer();
+    let mut envs = vec![
+        ledger(Body::LogPolicy(LogPolicy::default())),
+        ledger(registration("node-f", Role::Node, &node)),
+    ];
+    for b in sample::parties("t1") {
+        envs.push(ledger(b));
+    }
+    let end = now.plus(-60);
+    envs.push(sample::usage(
+        "node-f",
+        &node,
+        1,
+        "t1",
+        Decimal::ONE,
+        end.plus(-10),
+    ));
+    let bad = sample::usage("node-f", &node, 2, "t1", Decimal::ONE, end);
+    envs.push(forged(&bad, class, &node));
+    let mut prev = GENESIS_PREV;
+    let leaves = envs
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let bytes = Leaf::new(i as u64, now, &prev, e).to_bytes();
+            prev = merkle::leaf_hash(&bytes);
+            bytes
+        })
+        .collect::<Vec<_>>();
+    let n = leaves.len() as u64;
+    (leaves, n - 1)
+}
+
+/// A bare bundle of the whole forged log (every entry, its proof, the checkpoint).
+fn bundle_of(leaves: &[Vec<u8>]) -> Vec<u8> {
+    let signer = LogSigner::new(sample::ORIGIN, log_key()).unwrap();
+    let mut tree = MemoryHashes::default();
+    let hashes: Vec<_> = leaves.iter().map(|l| merkle::leaf_hash(l)).collect();
+    merkle::append_leaves(0, &hashes, &mut tree).unwrap();
+    let n = leaves.len() as u64;
+    let note = signer.sign_checkpoint(n, &merkle::tree_hash(n, &tree).unwrap());
+    let header = Header::new(
+        sample::ORIGIN,
+        &note,
+        BundleSubject::Certificate("CERT-000001".into()),
+    );
+    let mut out = bundle::header_line(&header);
+    for (i, l) in leaves.iter().enumerate() {
+        let proof = merkle::prove_record(n, i as u64, &tree).unwrap();
+        out.extend(bundle::entry_line(i as u64, l, &proof));
+    }
+    out.extend(bundle::end_line(n));
+    out
+}
+
+#[test]
+fn a_forged_signature_in_a_log_or_bundle_is_named_by_every_verifier() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = verifier_key_file(dir.path());
+    let python = python_verifier_ready();
+    for class in forge::CLASSES {
+        let (leaves, bad) = forged_log(class);
+        // verify-log's checker: the forged entry is named, with its reason, and nothing else.
+        let failures = checker_failures(&leaves);
+        assert_eq!(failures.len(), 1, "{class}: {failures:?}");
+        assert_eq!(
+            (failures[0].index, failures[0].reason),
+            (bad, "bad_signature"),
+            "{class}"
+        );
+        // The same entries as a bundle: gpuledger verify and verifiers/python name it.
+        let path = dir.path().join(format!("{class}.ndjson"));
+        std::fs::write(&path, bundle_of(&leaves)).unwrap();
+        let (code, v) = verify_cli(&path, &key_file);
+        assert_eq!(code, Some(1), "{class}");
+        assert_eq!(v["reason"], "entry_signature", "{class}: {v}");
+        assert_eq!(v["item"], format!("entry {bad}"), "{class}: {v}");
+        if python {
+            let (code, v) = verify_python(&path, &key_file);
+            assert_eq!(code, Some(1), "{class}: {v}");
+            assert_eq!(v["reason"], "entry_signature", "{class}: {v}");
+        }
+    }
+}
+
+/// Every failure verify-log's checker finds in `leaves`.
+fn checker_failures(leaves: &[Vec<u8>]) -> Vec<gpuledger::core::logcheck::Failure> {
+    let mut checker = LogChecker::new(sample::ORIGIN, log_key().verifying_key());
+    let mut failures = Vec::new();
+    for l in leaves {
+        let (c, sigs) = checker.push(l);
+        failures.extend(c.failure);
+        failures.extend(sigs);
+    }
+    failures.extend(checker.finish_signatures());
+    failures
+}
+
+/// `gpuledger verify --json --bundle PATH` (exit code, JSON answer).
+fn verify_cli(
+    path: &std::path::Path,
+    key_file: &std::path::Path,
+) -> (Option<i32>, serde_json::Value) {
+    let out = bin()
+        .args(["verify", "--json", "--bundle"])
+        .arg(path)
+        .arg("--log-key")
+        .arg(key_file)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        serde_json::from_slice(&out.stdout).unwrap(),
+    )
+}
+
+/// verifiers/python on the bundle (exit code, JSON answer).
+fn verify_python(
+    path: &std::path::Path,
+    key_file: &std::path::Path,
+) -> (Option<i32>, serde_json::Value) {
+    let out = python_verifier()
+        .args(["bundle", "--json", "--bundle"])
+        .arg(path)
+        .arg("--log-key")
+        .arg(key_file)
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), v)
+}
+
+/// A file holding the tests' verifier key, in `dir`.
+fn verifier_key_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let vkey = LogSigner::new(sample::ORIGIN, log_key())
+        .unwrap()
+        .verifier_key();
+    let key_file = dir.join("verifier_key.txt");
+    std::fs::write(&key_file, vkey).unwrap();
+    key_file
+}
+
+/// `env` with its body edited and signed again, honestly, by `key` (for this log).
+fn edited(
+    env: &Envelope,
+    key: &ed25519_dalek::SigningKey,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> Envelope {
+    use ed25519_dalek::Signer;
+    let mut e = env.clone();
+    edit(&mut e.body);
+    let message = e.signed_message(sample::ORIGIN).unwrap();
+    e.sig = BASE64_STANDARD.encode(key.sign(&message).to_bytes());
+    e
+}
+
+/// The leaves of a log of `envs` in order, all received at `now`.
+fn leaves_of(envs: Vec<Envelope>, now: Timestamp) -> Vec<Vec<u8>> {
+    let mut prev = GENESIS_PREV;
+    envs.into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let bytes = Leaf::new(i as u64, now, &prev, e).to_bytes();
+            prev = merkle::leaf_hash(&bytes);
+            bytes
+        })
+        .collect()
+}
+
+/// Every admission rule, broken by an honestly signed last entry of a log the ledger would not
+/// have written: verify-log's checker, `gpuledger verify` and verifiers/python each name that
+/// entry with the rule's own reason, and nothing else.
+#[test]
+fn a_broken_admission_rule_is_named_by_every_verifier() {
+    use gpuledger::core::rating::LeaseClass;
+    use gpuledger::core::record::RateCard;
+    let node = sample::key("node-f");
+    let market = sample::key("market-f");
+    let now = Timestamp::now();
+    let mut ledger = ledger_signer();
+    let card = |from: Timestamp| {
+        Body::RateCard(RateCard {
+            region: sample::REGION.into(),
+            gpu_model: "H100-SXM-80G".into(),
+            lease_class: LeaseClass::OnDemand,
+            currency: "CNY".into(),
+            price_per_gpu_hour: Decimal::from(18),
+            effective_from: from,
+        })
+    };
+    let mut context = vec![
+        ledger(Body::LogPolicy(LogPolicy::default())),
+        ledger(registration("node-f", Role::Node, &node)),
+        ledger(registration("market-f", Role::Market, &market)),
+    ];
+    for t in ["t1", "t2"] {
+        for b in sample::parties(t) {
+            context.push(ledger(b));
+        }
+    }
+    context.push(ledger(card(now.plus(-86_400))));
+    let spot_at = now.plus(600);
+    let good_spot = sample::spot("market-f", &market, 1, Decimal::ONE, spot_at);
+    let usage = sample::usage("node-f", &node, 1, "t1", Decimal::ONE, now.plus(-60));
+    let set = |k: &'static str, v: String| move |b: &mut serde_json::Value| b[k] = v.into();
+    let old = now.plus(-40 * 86_400);
+    let cases: Vec<(&str, Vec<Envelope>)> = vec![
+        (
+            "node_not_allowed",
+            vec![edited(&usage, &node, set("node", "node-x".into()))],
+        ),
+        (
+            "region_not_allowed",
+            vec![edited(&usage, &node, set("region", "eu-west".into()))],
+        ),
+        (
+            "unknown_tenant",
+            vec![edited(&usage, &node, set("tenant", "t9".into()))],
+        ),
+        (
+            "unknown_lease",
+            vec![edited(&usage, &node, set("lease", "lease-zz".into()))],
+        ),
+        (
+            "lease_tenant_mismatch",
+            vec![edited(&usage, &node, set("lease", "lease-t2".into()))],
+        ),
+        (
+            "too_old",
+            vec![edited(&usage, &node, |b| {
+                b["start"] = old.to_string().into();
+                b["end"] = old.plus(10).to_string().into();
+            })],
+        ),
+        (
+            "in_future",
+            vec![edited(&usage, &node, |b| {
+                b["start"] = now.plus(3_590).to_string().into();
+                b["end"] = now.plus(3_600).to_string().into();
+            })],
+        ),
+        (
+            "price_in_past",
+            vec![sample::spot(
+                "market-f",
+                &market,
+                1,
+                Decimal::ONE,
+                now.plus(-3_600),
+            )],
+        ),
+        (
+            "price_conflict",
+            vec![
+                good_spot.clone(),
+                sample::spot("market-f", &market, 2, Decimal::TWO, spot_at),
+            ],
+        ),
+        (
+            "price_not_forward",
+            vec![ledger(card(now.plus(-2 * 86_400)))],
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = verifier_key_file(dir.path());
+    let python = python_verifier_ready();
+    for (code, tail) in cases {
+        let mut envs = context.clone();
+        envs.extend(tail);
+        let bad = envs.len() as u64 - 1;
+        let leaves = leaves_of(envs, now);
+        let failures = checker_failures(&leaves);
+        assert_eq!(failures.len(), 1, "{code}: {failures:?}");
+        assert_eq!(
+            (failures[0].index, failures[0].reason),
+            (bad, code),
+            "{code}"
+        );
+        let path = dir.path().join(format!("{code}.ndjson"));
+        std::fs::write(&path, bundle_of(&leaves)).unwrap();
+        let (_, v) = verify_cli(&path, &key_file);
+        assert_eq!(
+            (&v["reason"], &v["item"]),
+            (&code.into(), &format!("entry {bad}").into()),
+            "{v}"
+        );
+        if python {
+            let (_, v) = verify_python(&path, &key_file);
+            assert_eq!(v["reason"], code, "python: {v}");
+        }
+    }
+}
+
+/// A registration the log key did not sign registers nothing: verify-log's checker names it
+/// (bad signature) and the records signed with the key it claims to register (an unknown signer).
+#[test]
+fn a_forged_registration_admits_nothing_after_it() {
+    let node = sample::key("node-f");
+    let (mut leaves, record) = forged_log("s_plus_l");
+    // Re-sign the registration (entry 1) with a key that is not the log's, and the record
+    // honestly, then rebuild the chain.
+    let mut envs: Vec<Envelope> = leaves
+        .drain(..)
+        .map(|l| Leaf::from_bytes(&l).unwrap().envelope)
+        .collect();
+    let impostor = sample::key("not-the-log");
+    envs[1] = edited(&envs[1], &impostor, |_| {});
+    envs[record as usize] = edited(&envs[record as usize], &node, |_| {});
+    let leaves = leaves_of(envs, Timestamp::now());
+    let failures = checker_failures(&leaves);
+    let named: Vec<(u64, &str)> = failures.iter().map(|f| (f.index, f.reason)).collect();
+    assert_eq!(
+        named,
+        [
+            (1, "bad_signature"),
+            (record - 1, "unknown_signer"),
+            (record, "unknown_signer")
+        ]
+    );
+}
