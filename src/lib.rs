@@ -1,16 +1,22 @@
-//! gpuledger: a metering and settlement ledger for rented GPU compute.
+//! gpuledger, the server: the ledger service, its store, its HTTP API, the CLI's server-side
+//! commands, the demo and the benchmarks.
 //!
-//! [`core`] is pure (no I/O); [`store`] persists the log with diesel on SQLite or PostgreSQL;
-//! [`keyfile`] reads and writes key files; [`verify`] re-checks a whole stored log;
-//! [`bench`] measures append throughput. See ARCHITECTURE.md.
+//! The workspace's other crates are re-exported under the names they had when this was one
+//! crate, so `gpuledger::core::…` still reads as before:
+//! [`core`] (`gpuledger-core`: pure, no I/O), [`agent`] (`gpuledger-agent`), [`verifier`]
+//! (`gpuledger-verify`), [`keyfile`] and [`disk`] (`gpuledger-shell`). This crate adds
+//! [`store`] (the log on SQLite or PostgreSQL, diesel), [`api`] (actix-web), [`server`],
+//! [`demo`], [`invoice_render`] and [`bench`]. See ARCHITECTURE.md.
 
-pub mod agent;
+pub use gpuledger_agent as agent;
+pub use gpuledger_core as core;
+pub use gpuledger_core::sample;
+pub use gpuledger_shell::{disk, keyfile};
+pub use gpuledger_verify as verifier;
+
 pub mod api;
 pub mod bench;
-pub mod core;
+pub mod demo;
 pub mod invoice_render;
-pub mod keyfile;
-pub mod sample;
 pub mod server;
 pub mod store;
-pub mod verifier;

@@ -1,9 +1,8 @@
 //! `gpuledger serve`: settings, logging, the actix server, periodic checkpoints and graceful
 //! shutdown (stop accepting, finish and commit what is in flight, then stop the sequencer).
-//! [`publish`] writes each new checkpoint to `--publish-dir`; [`disk`] reads free space for
+//! [`publish`] writes each new checkpoint to `--publish-dir`; [`crate::disk`] reads free space for
 //! the filesystem gauges.
 
-pub mod disk;
 pub mod publish;
 
 use crate::api::{self, AppState};
@@ -102,23 +101,6 @@ pub enum ServeError {
     Metrics(String),
     #[error(transparent)]
     Publish(#[from] publish::PublishError),
-}
-
-/// Starts logging to stderr: `GPULEDGER_LOG` (or `RUST_LOG`) filters, default `info`;
-/// `GPULEDGER_LOG_FORMAT=json` for JSON lines.
-pub fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("GPULEDGER_LOG")
-        .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if std::env::var("GPULEDGER_LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
 }
 
 /// Runs the server until SIGTERM or Ctrl-C. Prints `listening on http://ADDR` once bound.
@@ -290,7 +272,7 @@ async fn checkpoint_loop(
             }
         }
         for (volume, dir) in &watched {
-            if let Some(free) = disk::available_bytes(dir) {
+            if let Some(free) = crate::disk::available_bytes(dir) {
                 metrics::gauge!("gpuledger_filesystem_available_bytes", "volume" => *volume)
                     .set(free as f64);
             }

@@ -420,3 +420,46 @@ pub fn run_agent_bench(
         server_peak_rss_mb: super::server::status_kb(server_pid, "VmHWM:").map(mb),
     })
 }
+
+impl std::fmt::Display for AgentBenchResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(d) = &self.drain {
+            writeln!(
+                f,
+                "spool drain:            {} records ({} MB spool, batches of {}) in {} s",
+                d.records, d.spool_mb, d.batch, d.drain_seconds
+            )?;
+            writeln!(
+                f,
+                "drain rate:             {:.0} records/s",
+                d.records_per_s
+            )?;
+            writeln!(
+                f,
+                "delivered / dead:       {} / {} (spool filled in {} s, not counted)",
+                d.delivered, d.dead_lettered, d.fill_seconds
+            )?;
+        }
+        if let Some(s) = &self.steady {
+            writeln!(
+                f,
+                "steady agent:           {} GPUs, {} s interval, {} intervals in {} s",
+                s.gpus, s.interval_seconds, s.intervals, s.seconds
+            )?;
+            writeln!(
+                f,
+                "agent CPU:              {} s = {:.3} % of one core ({} s since start)",
+                s.cpu_seconds, s.cpu_percent_of_one_core, s.cpu_seconds_total
+            )?;
+            writeln!(
+                f,
+                "agent RSS:              peak {} MB, now {} MB",
+                s.peak_rss_mb, s.rss_mb
+            )?;
+        }
+        if let Some(m) = self.server_peak_rss_mb {
+            writeln!(f, "server peak RSS:        {m} MB")?;
+        }
+        Ok(())
+    }
+}

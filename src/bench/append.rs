@@ -39,14 +39,17 @@ pub struct AppendRates {
     pub threads: usize,
     /// Strict Ed25519 verification alone (`verify_strict` on every signature), on all cores.
     pub strict_verify_per_s: f64,
-    pub append_without_signature_checks_per_s: f64,
+    /// `Ledger::append` with signatures trusted; `None` unless built with the
+    /// `bench-unchecked-append` feature (the production API has no such append).
+    pub append_without_signature_checks_per_s: Option<f64>,
     pub full_append_per_s: f64,
     pub raw_insert_baseline_per_s: f64,
     /// full_append / raw_insert_baseline.
     pub full_vs_raw: f64,
     /// full_append / min(strict_verify, append_without_signature_checks): the share of the
-    /// slower of its two halves that the whole keeps (target ≥ 0.65, docs/BENCHMARKS.md).
-    pub full_vs_bound: f64,
+    /// slower of its two halves that the whole keeps (target ≥ 0.65, docs/BENCHMARKS.md);
+    /// `None` when the append without signature checks was not measured.
+    pub full_vs_bound: Option<f64>,
 }
 
 diesel::table! {
@@ -120,12 +123,15 @@ fn generate(
     (keys, envs)
 }
 
+/// What one client calls per batch: [`Ledger::append`], or the bench-only unchecked append.
+type AppendFn<'a> = dyn Fn(&Ledger, Vec<Envelope>) -> Result<Vec<Outcome>, StoreError> + Sync + 'a;
+
 fn run_clients(
     ledger: &Ledger,
     envs: Vec<Envelope>,
     batch: usize,
     clients: usize,
-    verify: bool,
+    append: &AppendFn,
 ) -> Result<f64, StoreError> {
     let total = envs.len();
     let batches: Mutex<std::vec::IntoIter<Vec<Envelope>>> = Mutex::new(
@@ -141,12 +147,7 @@ fn run_clients(
             s.spawn(|| loop {
                 let next = batches.lock().expect("lock").next();
                 let Some(b) = next else { break };
-                let r = if verify {
-                    ledger.append(b)
-                } else {
-                    ledger.append_trusting_signatures_for_bench(b)
-                };
-                match r {
+                match append(ledger, b) {
                     Ok(outs) => {
                         if let Some(bad) =
                             outs.iter().find(|o| !matches!(o, Outcome::Accepted { .. }))
@@ -228,10 +229,32 @@ pub fn run_append(
     drop(items);
     drop(checked);
 
-    progress("append without signature checks");
-    let no_sig = run_clients(&ledger, envs_a, cfg.batch, cfg.clients, false)?;
+    #[cfg(feature = "bench-unchecked-append")]
+    let no_sig = {
+        progress("append without signature checks");
+        let unchecked: &AppendFn = &|l: &Ledger, b| l.append_unchecked_signatures(b);
+        Some(run_clients(
+            &ledger,
+            envs_a,
+            cfg.batch,
+            cfg.clients,
+            unchecked,
+        )?)
+    };
+    #[cfg(not(feature = "bench-unchecked-append"))]
+    let no_sig: Option<f64> = {
+        drop(envs_a);
+        progress("append without signature checks: not measured (a build without the bench-unchecked-append feature)");
+        None
+    };
     progress("full append");
-    let full = run_clients(&ledger, envs_b.clone(), cfg.batch, cfg.clients, true)?;
+    let full = run_clients(
+        &ledger,
+        envs_b.clone(),
+        cfg.batch,
+        cfg.clients,
+        &Ledger::append,
+    )?;
 
     progress("raw insert baseline");
     let raw = raw_baseline(&cfg.database_url, &envs_b, cfg.batch)?;
@@ -245,11 +268,11 @@ pub fn run_append(
         batch: cfg.batch,
         threads: rayon::current_num_threads(),
         strict_verify_per_s: sig_rate.round(),
-        append_without_signature_checks_per_s: no_sig.round(),
+        append_without_signature_checks_per_s: no_sig.map(f64::round),
         full_append_per_s: full.round(),
         raw_insert_baseline_per_s: raw.round(),
         full_vs_raw: (full / raw * 100.0).round() / 100.0,
-        full_vs_bound: (full / sig_rate.min(no_sig) * 100.0).round() / 100.0,
+        full_vs_bound: no_sig.map(|n| (full / sig_rate.min(n) * 100.0).round() / 100.0),
     })
 }
 
@@ -306,4 +329,47 @@ fn raw_baseline(url: &str, envs: &[Envelope], batch: usize) -> Result<f64, Store
     let rate = envs.len() as f64 / started.elapsed().as_secs_f64();
     conn.batch_execute("DROP TABLE bench_raw")?;
     Ok(rate)
+}
+
+impl std::fmt::Display for AppendRates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let not_measured = "not measured (build with --features bench-unchecked-append)";
+        writeln!(f, "backend:                          {}", self.backend)?;
+        writeln!(
+            f,
+            "records per phase:                {} (batches of {})",
+            self.records, self.batch
+        )?;
+        writeln!(
+            f,
+            "strict verification alone:        {:>10.0} records/s ({} threads)",
+            self.strict_verify_per_s, self.threads
+        )?;
+        match self.append_without_signature_checks_per_s {
+            Some(r) => writeln!(f, "append without signature checks:  {r:>10.0} records/s")?,
+            None => writeln!(f, "append without signature checks:  {not_measured}")?,
+        }
+        writeln!(
+            f,
+            "full append:                      {:>10.0} records/s",
+            self.full_append_per_s
+        )?;
+        writeln!(
+            f,
+            "raw insert baseline:              {:>10.0} records/s",
+            self.raw_insert_baseline_per_s
+        )?;
+        writeln!(
+            f,
+            "full append / raw baseline:       {:>10.2}",
+            self.full_vs_raw
+        )?;
+        match self.full_vs_bound {
+            Some(r) => write!(
+                f,
+                "full append / slower half:        {r:>10.2} (target ≥ 0.65)"
+            ),
+            None => write!(f, "full append / slower half:        {not_measured}"),
+        }
+    }
 }

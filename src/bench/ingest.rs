@@ -296,3 +296,34 @@ pub fn run_ingest(
         server_peak_rss_mb: rss,
     })
 }
+
+impl std::fmt::Display for IngestResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "agents × batch:         {} × {}",
+            self.agents, self.batch
+        )?;
+        writeln!(
+            f,
+            "accepted:               {} of {} records in {} s",
+            self.accepted_records, self.sent_records, self.seconds
+        )?;
+        writeln!(f, "accepted records/s:     {:.0}", self.accepted_per_s)?;
+        if let Some(t) = self.target_rate {
+            writeln!(f, "target rate:            {t:.0} records/s")?;
+        }
+        writeln!(
+            f,
+            "batch latency p50/p99:  {} / {} ms (max {} ms)",
+            self.batch_latency_p50_ms, self.batch_latency_p99_ms, self.batch_latency_max_ms
+        )?;
+        match self.server_peak_rss_mb {
+            Some(m) => write!(f, "server peak RSS:        {m} MB"),
+            None => write!(
+                f,
+                "server peak RSS:        not measured (server not started by the benchmark)"
+            ),
+        }
+    }
+}

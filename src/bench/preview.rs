@@ -115,3 +115,23 @@ pub fn run_preview(
             .map(|kb| (kb / 1024.0 * 10.0).round() / 10.0),
     })
 }
+
+impl std::fmt::Display for PreviewResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "records in the month:   {}", self.records)?;
+        writeln!(
+            f,
+            "filling the log:        {} s (not part of the preview)",
+            self.fill_seconds
+        )?;
+        writeln!(
+            f,
+            "invoice preview:        {} s ({:.0} records/s), {} line(s), total {} CNY",
+            self.preview_seconds, self.records_per_s, self.lines, self.total
+        )?;
+        match self.peak_rss_mb {
+            Some(m) => write!(f, "peak RSS (whole run):   {m} MB"),
+            None => write!(f, "peak RSS:               not available"),
+        }
+    }
+}

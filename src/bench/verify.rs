@@ -298,3 +298,34 @@ fn strict_alone(
     }
     Ok(rate)
 }
+
+impl std::fmt::Display for VerifyResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "records in the bundle:  {} ({} MB)",
+            self.records, self.bundle_mb
+        )?;
+        writeln!(
+            f,
+            "building it:            {} s (not part of the verification)",
+            self.prepare_seconds
+        )?;
+        let label = "gpuledger verify:";
+        writeln!(
+            f,
+            "{label:<23} {} s ({:.0} records/s)",
+            self.verify_seconds, self.records_per_s
+        )?;
+        writeln!(
+            f,
+            "strict verification alone: {:.0} signatures/s; verify / that: {:.2} (target ≥ 0.7)",
+            self.strict_verify_per_s, self.verify_vs_strict
+        )?;
+        match self.verify_peak_rss_mb {
+            Some(m) => writeln!(f, "verifier peak RSS:      {m} MB")?,
+            None => writeln!(f, "verifier peak RSS:      not available")?,
+        }
+        write!(f, "{}", self.verdict)
+    }
+}

@@ -13,7 +13,7 @@ use super::schema::certificates;
 use super::write::{checkpoint_locked, push_ledger_entry, Appender};
 use super::{pricing, usage};
 use crate::core::bundle::{self, BundleSubject, Header};
-use crate::core::certificate::{self, Certificate, Tally};
+use crate::core::certificate::{self, coverage, Certificate, Coverage, Tally};
 use crate::core::checkpoint::LogSigner;
 use crate::core::invoice::Period;
 use crate::core::record::{Body, CertificateIssued, Kind};
@@ -36,15 +36,9 @@ pub struct CertificateSummary {
     pub entry_index: u64,
 }
 
-/// Whether a usage or energy body is covered by a certificate of `req` (§13.1); the caller
-/// has already selected the tenant's entries.
+/// Whether a certificate of `req` counts `body` ([`coverage`], the verifier's rule too).
 fn covers(req: &CertificateRequest, body: &Body) -> bool {
-    let p = req.period.from..req.period.to;
-    match body {
-        Body::GpuUsage(u) => p.contains(&u.start) && req.scope.covers_usage(u),
-        Body::Energy(e) => p.contains(&e.start) && req.scope.covers_energy(e),
-        _ => false,
-    }
+    coverage(&req.tenant, &req.period, &req.scope, body) == Coverage::Covered
 }
 
 /// Issues a certificate; see the module docs.

@@ -12,9 +12,9 @@ use super::write::{checkpoint_locked, push_ledger_entry, Appender};
 use super::{pricing, usage};
 use crate::core::canonical;
 use crate::core::checkpoint::LogSigner;
-use crate::core::invoice::{Invoice, InvoiceLine, Period};
+use crate::core::invoice::{record_start, Invoice, InvoiceRating, InvoiceScope, Period, Rated};
 use crate::core::leaf::Leaf;
-use crate::core::rating::{self, Rater};
+use crate::core::rating;
 use crate::core::record::{Body, InvoiceIssued, Kind};
 use crate::core::time::Timestamp;
 use diesel::prelude::*;
@@ -90,6 +90,48 @@ pub fn invoice_json(invoice: &Invoice) -> Result<(String, String), StoreError> {
     Ok((String::from_utf8(bytes).expect("JSON is UTF-8"), hash))
 }
 
+/// The scope of a new invoice of `tenant` for `period`: refused when an earlier invoice covers
+/// part of the period.
+fn new_scope(conn: &mut DbConn, tenant: &str, period: Period) -> Result<InvoiceScope, StoreError> {
+    let previous = issued_for(conn, tenant)?;
+    if let Some((n, _)) = previous.iter().find(|(_, i)| i.period.overlaps(&period)) {
+        return Err(StoreError::AlreadyExists(format!(
+            "invoice {n} of {tenant} already covers part of [{}, {})",
+            period.from, period.to
+        )));
+    }
+    Ok(InvoiceScope::new(
+        period,
+        previous.iter().map(|(_, i)| (i.period, i.checkpoint_size)),
+    ))
+}
+
+/// Rates the tenant's records below log size `size` where `scope` places them
+/// ([`InvoiceRating`], the rule the verifier recomputes by), with the prices of the log as of
+/// `size`; refused when any of them is unpriced.
+fn rate(
+    conn: &mut DbConn,
+    tenant: &str,
+    scope: InvoiceScope,
+    size: u64,
+) -> Result<Rated, StoreError> {
+    let book = pricing::price_book(conn, size)?;
+    let mut rating = InvoiceRating::new(scope);
+    usage::for_each_usage_in(conn, Some(tenant), 0..size, &mut |idx, body| {
+        rating.add(&book, idx, body);
+    })?;
+    let rated = rating.finish();
+    if let Some((p, unpriced)) = rated.unpriced.first() {
+        let what = if p.is_some() {
+            "a late record of an earlier period"
+        } else {
+            "the period"
+        };
+        return Err(unpriced_error(unpriced, what));
+    }
+    Ok(rated)
+}
+
 /// Issues the invoices (one per currency) of `tenant` for `[from, to)`; see the module docs.
 pub(crate) fn issue(
     conn: &mut DbConn,
@@ -101,60 +143,13 @@ pub(crate) fn issue(
     conn.transaction(|conn| {
         let mut app = Appender::lock(conn, now)?;
         let size = app.next_index();
-        let previous = issued_for(conn, tenant)?;
-        if let Some((n, _)) = previous.iter().find(|(_, i)| i.period.from < period.to && period.from < i.period.to) {
-            return Err(StoreError::AlreadyExists(format!(
-                "invoice {n} of {tenant} already covers part of [{}, {})",
-                period.from, period.to
-            )));
-        }
-        let rater = pricing::rate_period(conn, tenant, period.from, period.to, size)?;
-        let (mut by_currency, unpriced) = rater.finish();
-        if !unpriced.is_empty() {
-            return Err(unpriced_error(&unpriced, "the period"));
-        }
-        // Late records: logged since the tenant's last invoice, starting in an invoiced period.
-        let since = previous.iter().map(|(_, i)| i.checkpoint_size).max().unwrap_or(0);
-        let book = pricing::price_book(conn, size)?;
-        let mut late: BTreeMap<Period, Rater> = BTreeMap::new();
-        usage::for_each_usage_in(conn, Some(tenant), since..size, &mut |_, body| {
-            let start = match body {
-                Body::GpuUsage(u) => u.start,
-                Body::Energy(e) => e.start,
-                _ => return,
-            };
-            if let Some((_, i)) = previous.iter().find(|(_, i)| (i.period.from..i.period.to).contains(&start)) {
-                let r = late.entry(i.period).or_insert_with(|| Rater::new(i.period.from));
-                match body {
-                    Body::GpuUsage(u) => r.add_usage(&book, u),
-                    Body::Energy(e) => r.add_energy(&book, e),
-                    _ => {}
-                }
-            }
-        })?;
-        // A late record of a graduated series continues its period's count after the
-        // GPU-seconds already invoiced: every record of the period logged before `since` was
-        // in the period's invoice or in an adjustment since (docs/RATING.md).
-        if late.values().any(Rater::has_tiers) {
-            usage::for_each_usage_in(conn, Some(tenant), 0..since, &mut |_, body| {
-                if let Body::GpuUsage(u) = body {
-                    if let Some((_, r)) = late.iter_mut().find(|(p, _)| (p.from..p.to).contains(&u.start)) {
-                        r.add_invoiced_usage(&book, u);
-                    }
-                }
-            })?;
-        }
-        let mut adjustments: BTreeMap<String, Vec<InvoiceLine>> = BTreeMap::new();
-        for (p, r) in late {
-            let (lines, unpriced) = r.finish();
-            if !unpriced.is_empty() {
-                return Err(unpriced_error(&unpriced, "a late record of an earlier period"));
-            }
-            for (currency, l) in lines {
-                adjustments.entry(currency).or_default().extend(crate::core::invoice::invoice_lines(l, Some(p)));
-            }
-        }
-        let mut currencies: Vec<String> = by_currency.keys().chain(adjustments.keys()).cloned().collect();
+        let scope = new_scope(conn, tenant, period)?;
+        let Rated {
+            mut lines,
+            mut adjustments,
+            ..
+        } = rate(conn, tenant, scope, size)?;
+        let mut currencies: Vec<String> = lines.keys().chain(adjustments.keys()).cloned().collect();
         currencies.sort();
         currencies.dedup();
         if currencies.is_empty() {
@@ -163,57 +158,67 @@ pub(crate) fn issue(
                 period.from, period.to
             )));
         }
-        let (_, _) = checkpoint_locked(conn, log, size, now)?;
+        checkpoint_locked(conn, log, size, now)?;
         let root = crate::core::merkle::tree_hash(size, &super::read::DbHashReader::new(conn))?;
-        let origin = log.origin().to_owned();
         let count: i64 = invoices::table.count().get_result(conn)?;
         let mut out = Vec::new();
         for (i, currency) in currencies.into_iter().enumerate() {
-            let mut lines = crate::core::invoice::invoice_lines(by_currency.remove(&currency).unwrap_or_default(), None);
-            lines.extend(adjustments.remove(&currency).unwrap_or_default());
-            let total: Decimal = lines.iter().map(|l| l.amount).sum();
+            let mut l = lines.remove(&currency).unwrap_or_default();
+            l.extend(adjustments.remove(&currency).unwrap_or_default());
+            let total: Decimal = l.iter().map(|l| l.amount).sum();
             let invoice = Invoice {
                 number: format!("INV-{:06}", count as usize + i + 1),
                 tenant: tenant.to_owned(),
                 period,
-                currency: currency.clone(),
+                currency,
                 issued_at: now,
-                log_origin: origin.clone(),
+                log_origin: log.origin().to_owned(),
                 checkpoint_size: size,
                 checkpoint_root: crate::core::merkle::encode_hash(&root),
-                lines,
+                lines: l,
                 total,
             };
             assert_eq!(invoice.total, invoice.sum_of_lines(), "total equals the sum of its lines");
-            let (json, hash) = invoice_json(&invoice)?;
-            let body = Body::InvoiceIssued(InvoiceIssued {
-                number: invoice.number.clone(),
-                tenant: tenant.to_owned(),
-                period_from: period.from,
-                period_to: period.to,
-                currency,
-                total: invoice.total,
-                checkpoint_size: size,
-                invoice_sha256: hash,
-            });
-            let idx = push_ledger_entry(conn, &mut app, log, &body)?;
-            diesel::insert_into(invoices::table)
-                .values((
-                    invoices::number.eq(&invoice.number),
-                    invoices::tenant.eq(tenant),
-                    invoices::currency.eq(&invoice.currency),
-                    invoices::period_from.eq(period.from.unix()),
-                    invoices::period_to.eq(period.to.unix()),
-                    invoices::checkpoint_size.eq(size as i64),
-                    invoices::entry_idx.eq(idx as i64),
-                    invoices::json.eq(&json),
-                ))
-                .execute(conn)?;
+            record_invoice(conn, &mut app, log, &invoice)?;
             out.push(invoice);
         }
         app.finish(conn)?;
         Ok(out)
     })
+}
+
+/// Appends an issued invoice's `invoice_issued` entry (with its SHA-256) and keeps its JSON.
+fn record_invoice(
+    conn: &mut DbConn,
+    app: &mut Appender,
+    log: &LogSigner,
+    invoice: &Invoice,
+) -> Result<(), StoreError> {
+    let (json, hash) = invoice_json(invoice)?;
+    let body = Body::InvoiceIssued(InvoiceIssued {
+        number: invoice.number.clone(),
+        tenant: invoice.tenant.clone(),
+        period_from: invoice.period.from,
+        period_to: invoice.period.to,
+        currency: invoice.currency.clone(),
+        total: invoice.total,
+        checkpoint_size: invoice.checkpoint_size,
+        invoice_sha256: hash,
+    });
+    let idx = push_ledger_entry(conn, app, log, &body)?;
+    diesel::insert_into(invoices::table)
+        .values((
+            invoices::number.eq(&invoice.number),
+            invoices::tenant.eq(&invoice.tenant),
+            invoices::currency.eq(&invoice.currency),
+            invoices::period_from.eq(invoice.period.from.unix()),
+            invoices::period_to.eq(invoice.period.to.unix()),
+            invoices::checkpoint_size.eq(invoice.checkpoint_size as i64),
+            invoices::entry_idx.eq(idx as i64),
+            invoices::json.eq(&json),
+        ))
+        .execute(conn)?;
+    Ok(())
 }
 
 /// Records a payment or credit note against an invoice of the same tenant and currency.
@@ -427,12 +432,13 @@ pub fn write_invoice_bundle(
         .first(conn)
         .optional()?
         .ok_or_else(|| StoreError::Corrupt(format!("no checkpoint of size {size} is stored")))?;
-    let earlier: Vec<(Period, u64)> = issued_for(conn, &invoice.tenant)?
-        .into_iter()
-        .filter(|(_, i)| i.checkpoint_size < size)
-        .map(|(_, i)| (i.period, i.checkpoint_size))
-        .collect();
-    let since = earlier.iter().map(|(_, s)| *s).max().unwrap_or(0);
+    let scope = InvoiceScope::new(
+        invoice.period,
+        issued_for(conn, &invoice.tenant)?
+            .into_iter()
+            .filter(|(_, i)| i.checkpoint_size < size)
+            .map(|(_, i)| (i.period, i.checkpoint_size)),
+    );
     let tiered: i64 = entries::table
         .filter(entries::kind.eq(Kind::VolumeTiers.as_str()))
         .filter(entries::idx.lt(size as i64))
@@ -446,22 +452,12 @@ pub fn write_invoice_bundle(
     sink(bundle::header_line(&header))?;
     let tenant = invoice.tenant.as_str();
     let mut n = super::bundle::Context::new(conn, tenant, size, true)?.write(conn, size, sink)?;
-    let period = invoice.period;
     n += write_entries(
         conn,
         &[Kind::GpuUsage, Kind::Energy],
         Some(tenant),
         size,
-        &mut |idx, b| {
-            let start = match b {
-                Body::GpuUsage(u) => u.start,
-                Body::Energy(e) => e.start,
-                _ => return false,
-            };
-            (period.from..period.to).contains(&start)
-                || ((idx >= since || tiered > 0)
-                    && earlier.iter().any(|(p, _)| (p.from..p.to).contains(&start)))
-        },
+        &mut |idx, b| record_start(b).is_some_and(|start| scope.in_bundle(idx, start, tiered > 0)),
         sink,
     )?;
     sink(bundle::end_line(n))

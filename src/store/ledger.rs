@@ -277,10 +277,11 @@ impl Ledger {
         self.append_inner(batch, true)
     }
 
-    /// Like [`Ledger::append`] but trusts every signature. Exists only so that the benchmark can
-    /// measure the cost of the checks; never use it for real input.
-    #[doc(hidden)]
-    pub fn append_trusting_signatures_for_bench(
+    /// Like [`Ledger::append`] but trusts every signature. Compiled only with the
+    /// `bench-unchecked-append` cargo feature (off in every release build), so that
+    /// `gpuledger bench append` can measure what the signature checks cost.
+    #[cfg(feature = "bench-unchecked-append")]
+    pub fn append_unchecked_signatures(
         &self,
         batch: Vec<Envelope>,
     ) -> Result<Vec<Outcome>, StoreError> {

@@ -1,0 +1,285 @@
+//! The agent's own Prometheus metrics, and the small HTTP listener that serves them at
+//! `GET /metrics` when `metrics_listen` (or `--metrics-listen`) is set.
+//!
+//! The metrics live in a recorder owned by the agent rather than in the process-wide one:
+//! `gpuledger demo` runs agents and the ledger in one process, and the ledger's service
+//! metrics use the global recorder. Every metric is registered at start, so a counter that has
+//! not moved yet shows as 0 instead of being absent.
+//!
+//! The listener is `tiny_http` on one thread of its own: a node agent needs no async runtime
+//! or web framework to answer a scrape, and it leaves signal handling to the agent.
+
+use super::sender::Shared;
+use super::AgentError;
+use metrics::{
+    Counter, Gauge, Histogram, Key, KeyName, Label, Level, Metadata, Recorder, SharedString, Unit,
+};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// Buckets of `gpuledger_agent_send_seconds`, in seconds.
+const SEND_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The agent's metrics; cheap handles to update from any thread.
+pub struct AgentMetrics {
+    recorder: PrometheusRecorder,
+    /// Records signed and fsynced to the spool.
+    pub records_spooled: Counter,
+    /// Records put in a `POST /v1/records` (resends count again).
+    pub records_sent: Counter,
+    /// Records the ledger answered `accepted`.
+    pub records_accepted: Counter,
+    /// Records the ledger answered `duplicate` (a resend of a record it holds).
+    pub records_duplicate: Counter,
+    /// Records the ledger answered `rejected` (for now or for good).
+    pub records_rejected: Counter,
+    /// Records written to the dead-letter file.
+    pub dead_letters: Counter,
+    /// POSTs that got no usable answer (unreachable, 429/503, other statuses, bad bodies).
+    pub send_failures: Counter,
+    /// Intervals not recorded because the GPUs could not be read or the spool not written.
+    pub measurement_errors: Counter,
+    /// Unix time of the last POST answered with one outcome per record.
+    pub last_success: Gauge,
+    /// Time of one POST, in seconds.
+    pub send_seconds: Histogram,
+    spool_pending: Gauge,
+    spool_max: Gauge,
+    /// 1 while measuring is stopped because the spool is full.
+    pub spool_full: Gauge,
+    spool_available: Gauge,
+}
+
+/// The kinds of metric, for their `# HELP` text.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+fn describe(
+    r: &PrometheusRecorder,
+    kind: Kind,
+    name: &'static str,
+    unit: Option<Unit>,
+    help: &'static str,
+) {
+    let (k, h) = (KeyName::from_const_str(name), SharedString::const_str(help));
+    match kind {
+        Kind::Counter => r.describe_counter(k, unit, h),
+        Kind::Gauge => r.describe_gauge(k, unit, h),
+        Kind::Histogram => r.describe_histogram(k, unit, h),
+    }
+}
+
+impl AgentMetrics {
+    /// Registers every metric of the agent at zero.
+    pub fn new() -> AgentMetrics {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets(&SEND_BUCKETS)
+            .expect("the bucket list is not empty")
+            .build_recorder();
+        let counter = |name: &'static str, help: &'static str| {
+            describe(&recorder, Kind::Counter, name, None, help);
+            let c = recorder.register_counter(&Key::from_static_name(name), &METADATA);
+            c.absolute(0);
+            c
+        };
+        let outcome = |value: &'static str| {
+            let key = Key::from_parts(
+                "gpuledger_agent_records_total",
+                vec![Label::from_static_parts("outcome", value)],
+            );
+            let c = recorder.register_counter(&key, &METADATA);
+            c.absolute(0);
+            c
+        };
+        describe(
+            &recorder,
+            Kind::Counter,
+            "gpuledger_agent_records_total",
+            None,
+            "Records the ledger answered, by outcome (accepted, duplicate, rejected)",
+        );
+        let gauge = |name: &'static str, unit: Option<Unit>, help: &'static str| {
+            describe(&recorder, Kind::Gauge, name, unit, help);
+            let g = recorder.register_gauge(&Key::from_static_name(name), &METADATA);
+            g.set(0.0);
+            g
+        };
+        describe(
+            &recorder,
+            Kind::Histogram,
+            "gpuledger_agent_send_seconds",
+            Some(Unit::Seconds),
+            "Time of one POST /v1/records, in seconds",
+        );
+        let send_seconds = recorder.register_histogram(
+            &Key::from_static_name("gpuledger_agent_send_seconds"),
+            &METADATA,
+        );
+        AgentMetrics {
+            records_spooled: counter(
+                "gpuledger_agent_records_spooled_total",
+                "Records signed and fsynced to the spool",
+            ),
+            records_sent: counter(
+                "gpuledger_agent_records_sent_total",
+                "Records put in a POST /v1/records (resends count again)",
+            ),
+            records_accepted: outcome("accepted"),
+            records_duplicate: outcome("duplicate"),
+            records_rejected: outcome("rejected"),
+            dead_letters: counter(
+                "gpuledger_agent_dead_letters_total",
+                "Records refused for good and written to the dead-letter file",
+            ),
+            send_failures: counter(
+                "gpuledger_agent_send_failures_total",
+                "POSTs with no usable answer (unreachable, 429/503, other statuses, bad bodies)",
+            ),
+            measurement_errors: counter(
+                "gpuledger_agent_measurement_errors_total",
+                "Intervals not recorded: the GPUs could not be read or the spool not written",
+            ),
+            last_success: gauge(
+                "gpuledger_agent_last_success_timestamp_seconds",
+                Some(Unit::Seconds),
+                "Unix time of the last POST the ledger answered with one outcome per record (0: none yet)",
+            ),
+            send_seconds,
+            spool_pending: gauge(
+                "gpuledger_agent_spool_pending_records",
+                None,
+                "Records in the spool not yet acknowledged by the ledger",
+            ),
+            spool_max: gauge(
+                "gpuledger_agent_spool_max_records",
+                None,
+                "The spool's bound (limits.max_spool_records); measuring stops when it is reached",
+            ),
+            spool_full: gauge(
+                "gpuledger_agent_spool_full",
+                None,
+                "1 while measuring is stopped because the spool is full",
+            ),
+            spool_available: gauge(
+                "gpuledger_agent_spool_filesystem_available_bytes",
+                Some(Unit::Bytes),
+                "Bytes free on the spool's filesystem",
+            ),
+            recorder,
+        }
+    }
+
+    /// The name of every metric family the agent serves.
+    pub fn names(&self) -> Vec<String> {
+        self.recorder
+            .handle()
+            .render()
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Sets the spool gauges from `shared` and renders every metric as Prometheus text.
+    pub fn render(&self, shared: &Shared, spool_dir: &std::path::Path) -> String {
+        if let Ok(spool) = shared.spool.lock() {
+            self.spool_pending.set(spool.pending() as f64);
+            self.spool_max.set(spool.max_pending() as f64);
+        }
+        if let Some(free) = gpuledger_shell::disk::available_bytes(spool_dir) {
+            self.spool_available.set(free as f64);
+        }
+        self.recorder.handle().render()
+    }
+}
+
+impl Default for AgentMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The running metrics listener.
+pub struct MetricsServer {
+    addr: SocketAddr,
+    server: Arc<tiny_http::Server>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// The bound address (the real port when 0 was asked for).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops the listener and waits for its thread.
+    pub fn stop(mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Answers one request: `GET /metrics` renders the metrics, `GET /healthz` says ok.
+fn answer(request: tiny_http::Request, shared: &Shared, spool_dir: &std::path::Path) {
+    use tiny_http::{Header, Method, Response};
+    let text_type = |v: &str| Header::from_bytes("Content-Type", v).expect("a valid header");
+    let path = request.url().split('?').next().unwrap_or("");
+    let response = match (request.method(), path) {
+        (Method::Get, "/metrics") => {
+            Response::from_string(shared.metrics.render(shared, spool_dir))
+                .with_header(text_type("text/plain; version=0.0.4"))
+        }
+        (Method::Get, "/healthz") => {
+            Response::from_string("ok\n").with_header(text_type("text/plain"))
+        }
+        (Method::Get, _) => Response::from_string("not found\n").with_status_code(404),
+        _ => Response::from_string("method not allowed\n").with_status_code(405),
+    };
+    if let Err(e) = request.respond(response) {
+        tracing::debug!(error = %e, "a metrics scrape went away before its answer");
+    }
+}
+
+/// Binds `addr` and serves `GET /metrics` (and `GET /healthz`) from `shared` on a thread of
+/// its own. A bind failure is returned here, so a wrong address stops the agent at start.
+pub fn serve(
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    spool_dir: PathBuf,
+) -> Result<MetricsServer, AgentError> {
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| AgentError::Config(format!("metrics_listen {addr}: {e}")))?;
+    let bound = server.server_addr().to_ip().unwrap_or(addr);
+    let server = Arc::new(server);
+    let listener = Arc::clone(&server);
+    let thread = std::thread::Builder::new()
+        .name("agent-metrics".into())
+        .spawn(move || {
+            // `incoming_requests` ends when `MetricsServer::stop` unblocks the server.
+            for request in listener.incoming_requests() {
+                answer(request, &shared, &spool_dir);
+            }
+        })
+        .map_err(|e| AgentError::Io {
+            path: "thread".into(),
+            source: e,
+        })?;
+    Ok(MetricsServer {
+        addr: bound,
+        server,
+        thread: Some(thread),
+    })
+}

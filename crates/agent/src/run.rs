@@ -1,0 +1,403 @@
+//! The agent: the measuring loop (collector → attribution → sign → spool) and the sender
+//! thread, over one spool.
+//!
+//! Intervals are aligned to multiples of `interval_seconds` in Unix time, and contiguous while
+//! the agent runs: each starts where the previous one ended. The first interval after a
+//! start, a gap or a failed reading begins at that moment and ends at the next boundary.
+//! What happens across a restart (docs/AGENT.md, "Restarts"):
+//! - the end of the last spooled interval is the spool's cursor; the agent does not start an
+//!   interval before it (if the clock is behind it, it waits), so nothing is counted twice;
+//! - the time the agent was down is not recorded at all: no usage or energy is invented for it.
+
+use super::attribution::{attribute, unleased_busy, EnergyMeter, Interval};
+use super::collector::{self, Collector, Reading};
+use super::config::AgentConfig;
+use super::lease::{self, Lease};
+use super::sender::{self, SenderConfig, Shared};
+use super::spool::Spool;
+use super::AgentError;
+use ed25519_dalek::SigningKey;
+use gpuledger_core::envelope::Envelope;
+use gpuledger_core::keys;
+use gpuledger_core::time::Timestamp;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Prefix of the agent's spool cursor: `end:<unix seconds>`.
+const CURSOR_PREFIX: &str = "end:";
+
+/// A running producer (agent or market signer) and its sender.
+pub struct Running {
+    /// Shared with the threads: the spool, counters, stop flag.
+    pub shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Starts `producer` and a sender over `spool`.
+    pub fn start(
+        spool: Spool,
+        sender_cfg: SenderConfig,
+        name: &str,
+        producer: impl FnOnce(Arc<Shared>) + Send + 'static,
+    ) -> Result<Running, AgentError> {
+        let shared = Shared::new(spool);
+        let spawn_err = |e: std::io::Error| AgentError::Io {
+            path: "thread".into(),
+            source: e,
+        };
+        let s = shared.clone();
+        let sender = std::thread::Builder::new()
+            .name(format!("{name}-sender"))
+            .spawn(move || sender::run(s, sender_cfg))
+            .map_err(spawn_err)?;
+        let s = shared.clone();
+        let producer = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || producer(s))
+            .map_err(spawn_err)?;
+        Ok(Running {
+            shared,
+            threads: vec![producer, sender],
+        })
+    }
+
+    /// Asks both threads to stop and waits for them.
+    pub fn stop(self) {
+        self.shared.request_stop();
+        self.wait();
+    }
+
+    /// Waits for both threads (they run until stopped).
+    pub fn wait(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Options of an agent beyond its configuration.
+#[derive(Clone, Copy, Default)]
+pub struct AgentOptions {
+    /// Print `spooled seq A-B interval START/END` on stdout after each fsynced append.
+    pub print_spooled: bool,
+}
+
+/// Opens the spool and starts the agent's measuring and sending threads.
+pub fn start_agent(
+    mut cfg: AgentConfig,
+    key: SigningKey,
+    collector: Box<dyn Collector>,
+    opts: AgentOptions,
+) -> Result<Running, AgentError> {
+    let spool = Spool::open(
+        &cfg.spool_dir,
+        cfg.limits.max_spool_records,
+        cfg.limits.compact_after_bytes,
+    )?;
+    tracing::info!(
+        signer = %cfg.signer,
+        key_id = %keys::key_id(&key.verifying_key()),
+        public_key = %keys::encode_public(&key.verifying_key()),
+        pending = spool.pending(),
+        next_seq = spool.next_seq(),
+        "agent starting (register the public key with POST /v1/signers, role node)"
+    );
+    let origin = super::origin::resolve(
+        &cfg.server_url,
+        cfg.origin.as_deref(),
+        &cfg.spool_dir,
+        &cfg.limits,
+    )?;
+    cfg.origin = Some(origin);
+    let sender_cfg = SenderConfig {
+        server_url: cfg.server_url.clone(),
+        max_batch: cfg.limits.max_batch,
+        max_backoff: Duration::from_secs(cfg.limits.max_backoff_seconds),
+        request_timeout: Duration::from_secs(cfg.limits.request_timeout_seconds),
+        signer: cfg.signer.clone(),
+        origin: cfg.origin.clone().expect("resolved at start-up"),
+    };
+    let name = format!("agent-{}", cfg.node);
+    Running::start(spool, sender_cfg, &name, move |shared| {
+        let errors = shared.metrics.measurement_errors.clone();
+        Measurer::new(cfg, key, collector, opts, errors).run(&shared)
+    })
+}
+
+/// The first aligned boundary strictly after `t`.
+pub fn next_boundary(t: Timestamp, interval: i64) -> Timestamp {
+    Timestamp::from_unix((t.unix().div_euclid(interval) + 1) * interval).unwrap_or(t)
+}
+
+/// Sleeps until the wall clock reaches `t` (or stop).
+fn sleep_until(shared: &Shared, t: Timestamp) {
+    loop {
+        let now = Timestamp::now();
+        if now >= t || shared.stopping() {
+            return;
+        }
+        // Wake just after the second turns, so the boundary's second is reached.
+        let ms = 1000
+            - (std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_millis()) as u64)
+                .min(999);
+        shared.sleep(Duration::from_millis(ms.min(1000) + 5));
+    }
+}
+
+struct Measurer {
+    cfg: AgentConfig,
+    key: SigningKey,
+    collector: Box<dyn Collector>,
+    opts: AgentOptions,
+    leases: Vec<Lease>,
+    meter: EnergyMeter,
+    full: bool,
+    /// Unleased GPUs running processes at the last warning (warned again only on a change).
+    unleased_busy: Vec<(u32, u32)>,
+    /// `gpuledger_agent_measurement_errors_total`.
+    errors: metrics::Counter,
+}
+
+impl Measurer {
+    fn new(
+        cfg: AgentConfig,
+        key: SigningKey,
+        collector: Box<dyn Collector>,
+        opts: AgentOptions,
+        errors: metrics::Counter,
+    ) -> Self {
+        Measurer {
+            cfg,
+            key,
+            collector,
+            opts,
+            leases: Vec::new(),
+            meter: EnergyMeter::new(),
+            full: false,
+            unleased_busy: Vec::new(),
+            errors,
+        }
+    }
+
+    fn read(&mut self, at: Timestamp) -> Option<Reading> {
+        match self.collector.read(at) {
+            Ok(r) => {
+                for n in &r.notes {
+                    tracing::warn!(node = %self.cfg.node, "{n}");
+                }
+                Some(r)
+            }
+            Err(e) => {
+                self.errors.increment(1);
+                tracing::error!(node = %self.cfg.node, error = %e, "cannot read the GPUs; this interval is not recorded");
+                None
+            }
+        }
+    }
+
+    fn reload_leases(&mut self) {
+        match lease::read(&self.cfg.lease_file) {
+            Ok(l) => {
+                if l != self.leases {
+                    tracing::info!(node = %self.cfg.node, leases = l.len(), "lease file read; it applies from this interval");
+                    self.leases = l;
+                }
+            }
+            Err(e) => tracing::error!(
+                node = %self.cfg.node,
+                error = %e,
+                "lease file refused; the previous leases stay in force"
+            ),
+        }
+    }
+
+    fn run(mut self, shared: &Shared) {
+        let interval = self.cfg.interval_seconds as i64;
+        let last_end = shared
+            .spool
+            .lock()
+            .expect("spool lock")
+            .last_cursor()
+            .and_then(|c| c.strip_prefix(CURSOR_PREFIX)?.parse::<i64>().ok())
+            .and_then(Timestamp::from_unix);
+        if let Some(e) = last_end {
+            if Timestamp::now() < e {
+                tracing::warn!(last_end = %e, "the clock is behind the last recorded interval; waiting for it");
+                sleep_until(shared, e);
+            }
+        }
+        self.reload_leases();
+        let mut start = Timestamp::now();
+        if let Some(e) = last_end {
+            if e < start {
+                tracing::info!(from = %e, to = %start, "not recording the time the agent was down");
+            }
+        }
+        let mut baseline_needed = match self.read(start) {
+            Some(r) => {
+                self.meter.baseline(&r.gpus);
+                false
+            }
+            None => true,
+        };
+        while !shared.stopping() {
+            let end = next_boundary(start, interval);
+            sleep_until(shared, end);
+            if shared.stopping() {
+                break;
+            }
+            let now = Timestamp::now();
+            if now.unix() >= end.unix() + interval {
+                // Suspended or stalled past a whole interval: a gap, not an invented interval.
+                tracing::warn!(from = %start, to = %now, "missed interval boundaries; this time is not recorded");
+                start = now;
+                baseline_needed = true;
+                if let Some(r) = self.read(now) {
+                    self.meter.baseline(&r.gpus);
+                    baseline_needed = false;
+                }
+                continue;
+            }
+            let Some(reading) = self.read(end) else {
+                baseline_needed = true;
+                start = end;
+                continue;
+            };
+            if baseline_needed {
+                self.meter.baseline(&reading.gpus);
+                baseline_needed = false;
+                start = end;
+                continue;
+            }
+            self.reload_leases();
+            self.record(shared, start, end, &reading);
+            start = end;
+        }
+    }
+
+    fn record(&mut self, shared: &Shared, start: Timestamp, end: Timestamp, reading: &Reading) {
+        let (kwh, notes) = self
+            .meter
+            .interval_kwh(&reading.gpus, start.seconds_until(end));
+        for n in notes {
+            tracing::warn!(node = %self.cfg.node, "{n}");
+        }
+        let (bodies, notes) = attribute(&Interval {
+            region: &self.cfg.region,
+            node: &self.cfg.node,
+            start,
+            end,
+            gpus: &reading.gpus,
+            leases: &self.leases,
+            kwh,
+        });
+        for n in notes {
+            tracing::warn!(node = %self.cfg.node, "{n}");
+        }
+        let busy = unleased_busy(&reading.gpus, &self.leases);
+        if busy != self.unleased_busy {
+            for (gpu, processes) in &busy {
+                tracing::warn!(node = %self.cfg.node, gpu, processes, "a GPU that no lease covers runs compute processes; nobody is billed for it");
+            }
+            self.unleased_busy = busy;
+        }
+        let mut spool = shared.spool.lock().expect("spool lock");
+        if !spool.has_room_for(bodies.len() as u64) {
+            if !self.full {
+                tracing::error!(
+                    node = %self.cfg.node,
+                    pending = spool.pending(),
+                    limit = spool.max_pending(),
+                    "SPOOL FULL: measuring stopped until the ledger acknowledges records; nothing is dropped, and the time until then is not recorded"
+                );
+                self.full = true;
+                shared.metrics.spool_full.set(1.0);
+            }
+            return;
+        }
+        if self.full {
+            tracing::warn!(node = %self.cfg.node, from = %start, "spool has room again; measuring resumes");
+            self.full = false;
+            shared.metrics.spool_full.set(0.0);
+        }
+        let first = spool.next_seq();
+        let envelopes: Vec<Envelope> = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                Envelope::sign(
+                    self.cfg.origin.as_deref().expect("resolved at start-up"),
+                    b.kind(),
+                    &self.cfg.signer,
+                    &self.key,
+                    first + i as u64,
+                    b,
+                )
+            })
+            .collect();
+        match spool.append(&envelopes, &format!("{CURSOR_PREFIX}{}", end.unix())) {
+            Ok(()) => {
+                drop(spool);
+                shared.wake.notify_all();
+                shared
+                    .metrics
+                    .records_spooled
+                    .increment(envelopes.len() as u64);
+                if self.opts.print_spooled && !envelopes.is_empty() {
+                    use std::io::Write;
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(
+                        out,
+                        "spooled seq {first}-{} interval {start}/{end}",
+                        first + envelopes.len() as u64 - 1
+                    );
+                    let _ = out.flush();
+                }
+            }
+            Err(e) => {
+                self.errors.increment(1);
+                tracing::error!(node = %self.cfg.node, error = %e, "cannot write the spool; this interval is not recorded")
+            }
+        }
+    }
+}
+
+/// `gpuledger agent --config FILE [--metrics-listen ADDR]`: reads the configuration and the
+/// key (refused unless 0600), starts (with the metrics listener when `metrics_listen`, the flag
+/// over the file's key, names an address), and runs until the process is stopped.
+pub fn run_from_config(
+    path: &std::path::Path,
+    metrics_listen: Option<std::net::SocketAddr>,
+) -> Result<(), AgentError> {
+    let cfg = AgentConfig::read(path)?;
+    let key = gpuledger_shell::keyfile::read(&cfg.key_file)?;
+    let collector = collector::from_config(&cfg.collector)?;
+    let metrics_listen = metrics_listen.or(cfg.metrics_listen);
+    let spool_dir = cfg.spool_dir.clone();
+    let running = start_agent(
+        cfg,
+        key,
+        collector,
+        AgentOptions {
+            print_spooled: true,
+        },
+    )?;
+    let _listener = match metrics_listen {
+        Some(addr) => {
+            let server = super::metrics::serve(addr, running.shared.clone(), spool_dir)?;
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "metrics listening on http://{}", server.addr());
+            let _ = out.flush();
+            tracing::info!(addr = %server.addr(), "serving the agent's metrics at /metrics");
+            Some(server)
+        }
+        None => None,
+    };
+    running.wait();
+    Ok(())
+}

@@ -1,0 +1,112 @@
+//! Deterministic sample records, for the benchmark, the tests and (later) the simulated
+//! agents. Real measurements come from the agent's collectors; these are clearly synthetic.
+
+use crate::envelope::Envelope;
+use crate::rating::LeaseClass;
+use crate::record::{
+    Body, Energy, GpuUsage, KeyScope, Kind, LeaseRegistered, SpotPrice, TenantRegistered,
+};
+use crate::time::Timestamp;
+use ed25519_dalek::SigningKey;
+use rust_decimal::Decimal;
+
+/// The origin of the log sample records are signed for (tests and benchmarks initialise their
+/// logs with it).
+pub const ORIGIN: &str = "test.gpuledger/log";
+
+/// The region of every sample record.
+pub const REGION: &str = "cn-north-imx";
+
+/// The lease sample usage records of `tenant` name.
+pub fn lease(tenant: &str) -> String {
+    format!("lease-{tenant}")
+}
+
+/// The scope a sample node key is registered with: its own node id, the sample region.
+pub fn node_scope(node: &str) -> KeyScope {
+    KeyScope::new(Some(vec![node.to_owned()]), vec![REGION.to_owned()])
+}
+
+/// The scope a sample market key is registered with: the sample region.
+pub fn market_scope() -> KeyScope {
+    KeyScope::new(None, vec![REGION.to_owned()])
+}
+
+/// The ledger entries that let sample records of `tenant` in: the tenant's registration and
+/// its sample lease (on-demand).
+pub fn parties(tenant: &str) -> [Body; 2] {
+    [
+        Body::TenantRegistered(TenantRegistered {
+            tenant: tenant.to_owned(),
+        }),
+        Body::LeaseRegistered(LeaseRegistered {
+            lease: lease(tenant),
+            tenant: tenant.to_owned(),
+            class: LeaseClass::OnDemand,
+        }),
+    ]
+}
+
+/// A deterministic signing key from a label (never use for real signers).
+pub fn key(label: &str) -> SigningKey {
+    use sha2::{Digest, Sha256};
+    SigningKey::from_bytes(
+        &Sha256::digest(format!("gpuledger sample key {label}").as_bytes()).into(),
+    )
+}
+
+/// A signed `gpu_usage` record: `count` GPUs for 10 s ending `end`, seq `seq`.
+pub fn usage(
+    node: &str,
+    key: &SigningKey,
+    seq: u64,
+    tenant: &str,
+    count: Decimal,
+    end: Timestamp,
+) -> Envelope {
+    let start = end.plus(-10);
+    let body = Body::GpuUsage(GpuUsage {
+        tenant: tenant.to_owned(),
+        lease: Some(lease(tenant)),
+        region: REGION.into(),
+        node: node.to_owned(),
+        gpu_model: "H100-SXM-80G".into(),
+        gpu_count: count,
+        start,
+        end,
+        gpu_seconds: count * Decimal::from(10),
+    });
+    Envelope::sign(ORIGIN, Kind::GpuUsage, node, key, seq, &body)
+}
+
+/// A signed `energy` record of `kwh` for 10 s ending `end`.
+pub fn energy(
+    node: &str,
+    key: &SigningKey,
+    seq: u64,
+    tenant: Option<&str>,
+    kwh: Decimal,
+    end: Timestamp,
+) -> Envelope {
+    let body = Body::Energy(Energy {
+        tenant: tenant.map(str::to_owned),
+        region: REGION.into(),
+        node: node.to_owned(),
+        start: end.plus(-10),
+        end,
+        kwh,
+    });
+    Envelope::sign(ORIGIN, Kind::Energy, node, key, seq, &body)
+}
+
+/// A signed `spot_price` record.
+pub fn spot(market: &str, key: &SigningKey, seq: u64, price: Decimal, from: Timestamp) -> Envelope {
+    let body = Body::SpotPrice(SpotPrice {
+        region: REGION.into(),
+        gpu_model: "H100-SXM-80G".into(),
+        price_per_gpu_hour: price,
+        currency: "CNY".into(),
+        effective_from: from,
+    });
+    Envelope::sign(ORIGIN, Kind::SpotPrice, market, key, seq, &body)
+}

@@ -1,0 +1,178 @@
+//! The command line of the verifier, shared by `gpuledger-verify` and `gpuledger verify`.
+//! `anyhow` is used here only: this is the binaries' edge.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// `verify`'s arguments: what to check, and the log's verifier key.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct VerifyArgs {
+    #[command(subcommand)]
+    command: Option<VerifyCommand>,
+    /// A certificate (JSON, as `GET /v1/certificates/{id}` serves it); needs --bundle.
+    #[arg(long, requires = "bundle")]
+    certificate: Option<PathBuf>,
+    /// An invoice (JSON, as `GET /v1/invoices/{number}` serves it) to recompute; needs --bundle
+    /// (`GET /v1/invoices/{number}/bundle`).
+    #[arg(long, requires = "bundle", conflicts_with = "certificate")]
+    invoice: Option<PathBuf>,
+    /// An evidence bundle (JSON Lines, as `GET /v1/certificates/{id}/bundle` serves it).
+    #[arg(long)]
+    bundle: Option<PathBuf>,
+    /// A signed checkpoint note to check on its own.
+    #[arg(long, conflicts_with_all = ["certificate", "bundle"])]
+    checkpoint: Option<PathBuf>,
+    /// The log's verifier key (`<origin>+<id>+<key>`, as `gpuledger init` and `GET /v1/log`
+    /// print it), or a file holding it. Get it from the provider's publication, not from a
+    /// bundle.
+    #[arg(long)]
+    log_key: Option<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Accepted for scripts written for earlier versions: every signature is always verified
+    /// on its own with strict Ed25519 (docs/PROTOCOL.md §3.3); there is no other mode.
+    #[arg(long, hide = true)]
+    strict: bool,
+}
+
+/// `verify`'s subcommands.
+#[derive(Subcommand)]
+pub enum VerifyCommand {
+    /// Check that the log only grew between two checkpoints you saved (RFC 9162 consistency).
+    Consistency {
+        /// The older checkpoint note.
+        #[arg(long)]
+        old: PathBuf,
+        /// The newer checkpoint note; with --url and without --new, the service's latest.
+        #[arg(long)]
+        new: Option<PathBuf>,
+        /// The consistency proof: a JSON list of base64 hashes, or the answer of
+        /// `GET /v1/proofs/consistency`.
+        #[arg(long, conflicts_with = "url")]
+        proof: Option<PathBuf>,
+        /// Fetch the proof (and the latest checkpoint) from a running service instead.
+        #[arg(long)]
+        url: Option<String>,
+        /// Bearer token for --url.
+        #[arg(long, env = "GPULEDGER_TOKEN")]
+        token: Option<String>,
+        /// The log's verifier key, or a file holding it.
+        #[arg(long)]
+        log_key: String,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Prints `report` as text or one JSON line; exit status 0 when it passed, 1 when not.
+pub fn print_report(report: &crate::Report, json: bool) -> ExitCode {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(report).expect("reports serialise")
+        );
+    } else {
+        println!("{report}");
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+pub fn run(args: VerifyArgs) -> Result<ExitCode> {
+    use crate as verifier;
+    let key = |k: Option<String>| -> Result<String> {
+        let k = k.context("--log-key is required: the log's verifier key, or a file holding it")?;
+        verifier::read_verifier_key(&k).map_err(anyhow::Error::msg)
+    };
+    let progress = !args.json && std::io::stderr().is_terminal();
+    let _always_strict = args.strict;
+    let report = match args.command {
+        Some(VerifyCommand::Consistency {
+            old,
+            new,
+            proof,
+            url,
+            token,
+            log_key,
+            json,
+        }) => {
+            let log_key = key(Some(log_key))?;
+            let (new_note, hashes) = match (url, proof) {
+                (Some(url), _) => {
+                    let url = url.trim_end_matches('/').to_owned();
+                    let get = |path: &str| -> Result<String> {
+                        let mut req = ureq::get(&format!("{url}{path}"));
+                        if let Some(t) = &token {
+                            req = req.header("Authorization", &format!("Bearer {t}"));
+                        }
+                        let mut resp = req.call().with_context(|| format!("GET {url}{path}"))?;
+                        Ok(resp.body_mut().read_to_string()?)
+                    };
+                    let new_note = match &new {
+                        Some(p) => std::fs::read_to_string(p)
+                            .with_context(|| format!("reading {}", p.display()))?,
+                        None => get("/v1/checkpoint")?,
+                    };
+                    let size = |note: &str| -> Result<u64> {
+                        gpuledger_core::checkpoint::unverified(note)
+                            .map(|c| c.size())
+                            .context("not a checkpoint note")
+                    };
+                    let old_note = std::fs::read_to_string(&old)
+                        .with_context(|| format!("reading {}", old.display()))?;
+                    let (m, n) = (size(&old_note)?, size(&new_note)?);
+                    let hashes = if m == 0 || m > n {
+                        Vec::new()
+                    } else {
+                        let body = get(&format!("/v1/proofs/consistency?from={m}&to={n}"))?;
+                        verifier::parse_proof(body.as_bytes())
+                            .map_err(|f| anyhow::anyhow!("{f}"))?
+                    };
+                    (new_note, hashes)
+                }
+                (None, Some(proof)) => {
+                    let new = new.context("--new is required without --url")?;
+                    let new_note = std::fs::read_to_string(&new)
+                        .with_context(|| format!("reading {}", new.display()))?;
+                    let bytes = std::fs::read(&proof)
+                        .with_context(|| format!("reading {}", proof.display()))?;
+                    let hashes =
+                        verifier::parse_proof(&bytes).map_err(|f| anyhow::anyhow!("{f}"))?;
+                    (new_note, hashes)
+                }
+                (None, None) => bail!("give --proof FILE, or --url to fetch the proof"),
+            };
+            return Ok(print_report(
+                &verifier::consistency(&old, &new_note, &hashes, &log_key),
+                json,
+            ));
+        }
+        None => {
+            let log_key = key(args.log_key)?;
+            let file = |path| verifier::BundleFile {
+                path,
+                log_key: &log_key,
+                progress,
+            };
+            match (args.certificate, args.invoice, args.bundle, args.checkpoint) {
+                (Some(c), None, Some(b), _) => verifier::certificate(&c, &file(&b)),
+                (None, Some(i), Some(b), _) => verifier::invoice(&i, &file(&b)),
+                (None, None, Some(b), _) => verifier::bundle_only(&file(&b)),
+                (None, None, None, Some(cp)) => verifier::checkpoint(&cp, &log_key),
+                _ => bail!(
+                    "give --certificate FILE --bundle FILE, --invoice FILE --bundle FILE, --bundle FILE, --checkpoint FILE, or `verify consistency`"
+                ),
+            }
+        }
+    };
+    Ok(print_report(&report, args.json))
+}

@@ -1,0 +1,248 @@
+//! `gpuledger bench`: the benchmarks of docs/BENCHMARKS.md. Each prints its figures as text, or
+//! as one JSON object with `--json`; progress goes to stderr.
+
+use super::print_json;
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+use gpuledger::bench;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// `bench`'s subcommands.
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// `gpuledger verify` on a certificate whose bundle holds N records (built first, not
+    /// timed): records per second and the verifier's peak memory.
+    Verify {
+        /// Records in the bundle.
+        #[arg(long, default_value_t = 1_000_000)]
+        records: u64,
+        /// Build the certificate, bundle and log key in DIR and keep them (to rerun or profile
+        /// `gpuledger verify` on them); by default they go to a temporary folder, removed after.
+        #[arg(long, value_name = "DIR")]
+        keep: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Invoice preview of one tenant-month of usage records on a fresh SQLite log.
+    Preview {
+        /// Usage records in the month.
+        #[arg(long, default_value_t = 1_000_000)]
+        records: u64,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// HTTP ingest: concurrent simulated agents post signed batches to a server.
+    Ingest {
+        /// A running server's base URL; without it a server is started on a fresh SQLite file.
+        #[arg(long)]
+        url: Option<String>,
+        /// Admin token of that server (to register the agents' keys).
+        #[arg(long, env = "GPULEDGER_TOKEN")]
+        token: Option<String>,
+        /// Concurrent agents.
+        #[arg(long, default_value_t = 8)]
+        agents: usize,
+        /// Records per POST.
+        #[arg(long, default_value_t = 500)]
+        batch: usize,
+        /// Longest run.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        /// Records signed in advance (the run ends when all are sent).
+        #[arg(long, default_value_t = 400_000)]
+        records: usize,
+        /// Pace the agents to this many records/s in total (default: as fast as possible).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Append throughput against a raw-insert baseline in the same database.
+    Append {
+        /// Database to use; it must hold an empty log. Default: a fresh SQLite file in a
+        /// temporary directory.
+        #[arg(long)]
+        database_url: Option<String>,
+        /// Records per phase.
+        #[arg(long, default_value_t = 200_000)]
+        records: usize,
+        /// Distinct signers.
+        #[arg(long, default_value_t = 16)]
+        signers: usize,
+        /// Records per append call.
+        #[arg(long, default_value_t = 1_000)]
+        batch: usize,
+        /// Threads submitting batches concurrently.
+        #[arg(long, default_value_t = 2)]
+        clients: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The node agent: drain a spool backlog into a local server, then the CPU and peak RSS
+    /// of an agent child at steady state (simulated GPUs).
+    Agent {
+        /// Records in the backlog to drain (0 skips the drain).
+        #[arg(long, default_value_t = 1_000_000)]
+        records: u64,
+        /// Records per POST while draining (the agent's max_batch).
+        #[arg(long, default_value_t = 500)]
+        batch: usize,
+        /// Seconds the steady-state agent is measured (0 skips it).
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Simulated GPUs of the steady-state agent.
+        #[arg(long, default_value_t = 8)]
+        gpus: u32,
+        /// Measurement interval of the steady-state agent, in seconds.
+        #[arg(long, default_value_t = 10)]
+        interval_seconds: u64,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs one benchmark.
+pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
+    match cmd {
+        BenchCommand::Verify {
+            records,
+            keep,
+            json,
+        } => verify(records, keep, json),
+        BenchCommand::Preview { records, json } => preview(records, json),
+        BenchCommand::Ingest {
+            url,
+            token,
+            agents,
+            batch,
+            seconds,
+            records,
+            rate,
+            json,
+        } => {
+            let cfg = bench::ingest::IngestBench {
+                url,
+                token,
+                agents,
+                batch,
+                seconds,
+                records,
+                rate,
+            };
+            report(bench::ingest::run_ingest(&cfg, &progress(json))?, json)
+        }
+        BenchCommand::Append {
+            database_url,
+            records,
+            signers,
+            batch,
+            clients,
+            json,
+        } => {
+            if records == 0 || signers == 0 || batch == 0 || clients == 0 {
+                bail!("--records, --signers, --batch and --clients must be above 0");
+            }
+            in_temp_dir(|tmp| {
+                let cfg = bench::AppendBench {
+                    database_url: database_url
+                        .unwrap_or_else(|| format!("sqlite://{}", tmp.join("bench.db").display())),
+                    records,
+                    signers,
+                    batch,
+                    clients,
+                };
+                Ok(bench::run_append(&cfg, &progress(json))?)
+            })
+            .and_then(|r| report(r, json))
+        }
+        BenchCommand::Agent {
+            records,
+            batch,
+            seconds,
+            gpus,
+            interval_seconds,
+            json,
+        } => {
+            let cfg = bench::agent::AgentBench {
+                records,
+                batch,
+                seconds,
+                gpus,
+                interval_seconds,
+            };
+            report(bench::agent::run_agent_bench(&cfg, &progress(json))?, json)
+        }
+    }
+}
+
+/// Progress lines on stderr, unless the output is JSON.
+fn progress(json: bool) -> impl Fn(&str) + Sync {
+    move |phase: &str| {
+        if !json {
+            eprintln!("… {phase}");
+        }
+    }
+}
+
+/// Prints a result as one JSON object or as its text.
+fn report(r: impl serde::Serialize + std::fmt::Display, json: bool) -> Result<ExitCode> {
+    if json {
+        print_json(&r)?;
+    } else {
+        println!("{}", r.to_string().trim_end());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `f` in a fresh temporary directory, removed after.
+fn in_temp_dir<T>(f: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+    let dir = std::env::temp_dir().join(format!("gpuledger-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let r = f(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+fn verify(records: u64, keep: Option<PathBuf>, json: bool) -> Result<ExitCode> {
+    if records == 0 {
+        bail!("--records must be above 0");
+    }
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let run = |dir: &Path| {
+        Ok(bench::verify::run_verify_bench(
+            dir,
+            records,
+            &exe,
+            &progress(json),
+        )?)
+    };
+    let r = match &keep {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            run(dir)?
+        }
+        None => in_temp_dir(run)?,
+    };
+    report(&r, json)?;
+    if let (Some(dir), false) = (&keep, json) {
+        println!(
+            "kept:                   {0}/certificate.json {0}/bundle.jsonl {0}/verifier_key.txt",
+            dir.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn preview(records: u64, json: bool) -> Result<ExitCode> {
+    if records == 0 {
+        bail!("--records must be above 0");
+    }
+    let r = in_temp_dir(|dir| Ok(bench::preview::run_preview(dir, records, &progress(json))?))?;
+    report(r, json)
+}
