@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use utoipa_actix_web::AppExt;
 
 /// Settings of `serve`. Precedence: command-line flag, then `GPULEDGER_*` environment
 /// variable, then the TOML file given by `--config`, then the default. docs/CONFIGURATION.md
@@ -170,7 +171,9 @@ pub fn serve_ledger(
                 .app_data(state.clone())
                 .wrap(middleware::from_fn(api::record_metrics))
                 .wrap(tracing_actix_web::TracingLogger::default())
+                .into_utoipa_app()
                 .configure(api::routes)
+                .into_app()
         })
         .workers(settings.workers)
         .shutdown_timeout(30)

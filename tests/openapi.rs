@@ -28,3 +28,27 @@ fn checked_in_openapi_is_current() {
         assert!(doc["paths"].get(p).is_some(), "{p} is documented");
     }
 }
+
+/// A parameter is `in: path` exactly when the path template names it: the query parameters of
+/// the list and range endpoints were once documented as required path parameters.
+#[test]
+fn parameters_are_where_the_route_takes_them() {
+    let doc: serde_json::Value = serde_json::from_str(&gpuledger::api::openapi_json()).unwrap();
+    let mut wrong = Vec::new();
+    let mut seen = 0;
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                seen += 1;
+                let name = p["name"].as_str().unwrap();
+                let in_template = path.contains(&format!("{{{name}}}"));
+                let expected = if in_template { "path" } else { "query" };
+                if p["in"] != expected || (in_template && p["required"] != true) {
+                    wrong.push(format!("{method} {path}: {name} is {}", p["in"]));
+                }
+            }
+        }
+    }
+    assert!(seen > 20, "only {seen} parameters documented");
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

@@ -7,6 +7,7 @@ use super::{json_body, AppState};
 use crate::core::record::{KeyScope, Role};
 use crate::store::access::{self, ApiRole, Tenant, TokenInfo};
 use crate::store::read;
+use actix_web::{delete, get, post};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 
@@ -19,9 +20,10 @@ pub struct NewTenant {
 }
 
 /// Creates a tenant (admin).
-#[utoipa::path(post, path = "/v1/tenants", tag = "admin", request_body = NewTenant,
+#[utoipa::path(tag = "admin", request_body = NewTenant,
     responses((status = 201, body = Tenant), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/tenants")]
 pub async fn create_tenant(
     state: web::Data<AppState>,
     caller: Caller,
@@ -46,7 +48,8 @@ pub async fn create_tenant(
 }
 
 /// Lists tenants (admin, auditor).
-#[utoipa::path(get, path = "/v1/tenants", tag = "admin", responses((status = 200, body = Vec<Tenant>)), security(("bearer" = [])))]
+#[utoipa::path(tag = "admin", responses((status = 200, body = Vec<Tenant>)), security(("bearer" = [])))]
+#[get("/tenants")]
 pub async fn list_tenants(
     state: web::Data<AppState>,
     caller: Caller,
@@ -135,9 +138,10 @@ fn register(
 
 /// Registers a node or market signer with its first key (admin). The registration is a
 /// ledger-signed log entry.
-#[utoipa::path(post, path = "/v1/signers", tag = "admin", request_body = NewSigner,
+#[utoipa::path(tag = "admin", request_body = NewSigner,
     responses((status = 201, body = KeyView), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/signers")]
 pub async fn create_signer(
     state: web::Data<AppState>,
     caller: Caller,
@@ -163,10 +167,11 @@ pub async fn create_signer(
 }
 
 /// Adds a key to an existing signer, for rotation (admin); revoke the old key afterwards.
-#[utoipa::path(post, path = "/v1/signers/{id}/keys", tag = "admin", request_body = NewKey,
+#[utoipa::path(tag = "admin", request_body = NewKey,
     params(("id" = String, Path)),
     responses((status = 201, body = KeyView), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/signers/{id}/keys")]
 pub async fn add_key(
     state: web::Data<AppState>,
     caller: Caller,
@@ -207,10 +212,11 @@ pub struct Revocation {
 }
 
 /// Revokes a key (admin): records signed with it are refused from the next entry on.
-#[utoipa::path(post, path = "/v1/signers/{id}/keys/{key_id}/revoke", tag = "admin", request_body = Revocation,
+#[utoipa::path(tag = "admin", request_body = Revocation,
     params(("id" = String, Path), ("key_id" = String, Path)),
     responses((status = 200, body = KeyView), (status = 404, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/signers/{id}/keys/{key_id}/revoke")]
 pub async fn revoke_key(
     state: web::Data<AppState>,
     caller: Caller,
@@ -266,7 +272,8 @@ fn list_keys(state: &AppState) -> Result<Vec<KeyView>, ApiError> {
 }
 
 /// Lists every signer key with its registration and revocation entries (admin, auditor).
-#[utoipa::path(get, path = "/v1/signers", tag = "admin", responses((status = 200, body = Vec<KeyView>)), security(("bearer" = [])))]
+#[utoipa::path(tag = "admin", responses((status = 200, body = Vec<KeyView>)), security(("bearer" = [])))]
+#[get("/signers")]
 pub async fn list_signers(
     state: web::Data<AppState>,
     caller: Caller,
@@ -296,9 +303,10 @@ pub struct CreatedToken {
 }
 
 /// Creates an API token (admin).
-#[utoipa::path(post, path = "/v1/tokens", tag = "admin", request_body = NewToken,
+#[utoipa::path(tag = "admin", request_body = NewToken,
     responses((status = 201, body = CreatedToken), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/tokens")]
 pub async fn create_token(
     state: web::Data<AppState>,
     caller: Caller,
@@ -319,7 +327,8 @@ pub async fn create_token(
 }
 
 /// Lists API tokens, without secrets (admin).
-#[utoipa::path(get, path = "/v1/tokens", tag = "admin", responses((status = 200, body = Vec<TokenInfo>)), security(("bearer" = [])))]
+#[utoipa::path(tag = "admin", responses((status = 200, body = Vec<TokenInfo>)), security(("bearer" = [])))]
+#[get("/tokens")]
 pub async fn list_tokens(
     state: web::Data<AppState>,
     caller: Caller,
@@ -330,9 +339,10 @@ pub async fn list_tokens(
 }
 
 /// Revokes an API token (admin).
-#[utoipa::path(delete, path = "/v1/tokens/{id}", tag = "admin", params(("id" = String, Path)),
+#[utoipa::path(tag = "admin", params(("id" = String, Path)),
     responses((status = 204), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[delete("/tokens/{id}")]
 pub async fn revoke_token(
     state: web::Data<AppState>,
     caller: Caller,

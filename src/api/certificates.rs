@@ -9,6 +9,7 @@ use crate::core::invoice::Period;
 use crate::store::access::ApiRole;
 use crate::store::certificates::{self as store_certs, CertificateRequest, CertificateSummary};
 use crate::store::StoreError;
+use actix_web::{get, post};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
@@ -29,11 +30,12 @@ pub struct CertificateOrder {
 
 /// Issues a compute-usage certificate over the tenant's records starting in `[from, to)`
 /// (docs/PROTOCOL.md §13), signed by the log key and recorded in a `certificate_issued` entry.
-#[utoipa::path(post, path = "/v1/certificates", tag = "certificates", request_body = CertificateOrder,
+#[utoipa::path(tag = "certificates", request_body = CertificateOrder,
     responses((status = 201, description = "The signed certificate", body = Certificate),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/certificates")]
 pub async fn issue(
     state: web::Data<AppState>,
     caller: Caller,
@@ -88,8 +90,9 @@ pub struct ListQuery {
 }
 
 /// Lists certificates (tenants: their own).
-#[utoipa::path(get, path = "/v1/certificates", tag = "certificates", params(ListQuery),
+#[utoipa::path(tag = "certificates", params(ListQuery),
     responses((status = 200, body = Vec<CertificateSummary>)), security(("bearer" = [])))]
+#[get("/certificates")]
 pub async fn list(
     state: web::Data<AppState>,
     caller: Caller,
@@ -124,9 +127,10 @@ async fn load(
 }
 
 /// One certificate, its signed JSON exactly as issued (its SHA-256 is in the log).
-#[utoipa::path(get, path = "/v1/certificates/{id}", tag = "certificates", params(("id" = String, Path)),
+#[utoipa::path(tag = "certificates", params(("id" = String, Path)),
     responses((status = 200, body = Certificate), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[get("/certificates/{id}")]
 pub async fn get(
     state: web::Data<AppState>,
     caller: Caller,
@@ -139,10 +143,11 @@ pub async fn get(
 }
 
 /// The certificate's evidence bundle (docs/PROTOCOL.md §14), streamed as JSON Lines.
-#[utoipa::path(get, path = "/v1/certificates/{id}/bundle", tag = "certificates", params(("id" = String, Path)),
+#[utoipa::path(tag = "certificates", params(("id" = String, Path)),
     responses((status = 200, description = "JSON Lines (application/x-ndjson)", body = String),
               (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[get("/certificates/{id}/bundle")]
 pub async fn bundle(
     state: web::Data<AppState>,
     caller: Caller,

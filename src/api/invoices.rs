@@ -6,6 +6,7 @@ use super::error::ApiError;
 use super::{json_body, AppState};
 use crate::core::invoice::{self, Invoice, Period};
 use crate::core::record::{Body, Kind};
+use actix_web::{get, post};
 
 use crate::store::invoices::{self as store_invoices, Balance, InvoiceSummary};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -25,11 +26,12 @@ pub struct IssueRequest {
 
 /// Issues a tenant's invoices for a period, one per currency (admin). Refused while any usage
 /// is unpriced, and for a period overlapping an invoiced one.
-#[utoipa::path(post, path = "/v1/invoices", tag = "invoices", request_body = IssueRequest,
+#[utoipa::path(tag = "invoices", request_body = IssueRequest,
     responses((status = 201, description = "The issued invoices", body = Vec<Object>),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/invoices")]
 pub async fn issue(
     state: web::Data<AppState>,
     caller: Caller,
@@ -67,7 +69,8 @@ pub struct ListQuery {
 }
 
 /// Lists invoices (tenants: their own).
-#[utoipa::path(get, path = "/v1/invoices", tag = "invoices", params(ListQuery), responses((status = 200, body = Vec<InvoiceSummary>)), security(("bearer" = [])))]
+#[utoipa::path(tag = "invoices", params(ListQuery), responses((status = 200, body = Vec<InvoiceSummary>)), security(("bearer" = [])))]
+#[get("/invoices")]
 pub async fn list(
     state: web::Data<AppState>,
     caller: Caller,
@@ -102,9 +105,10 @@ async fn load(
 }
 
 /// One invoice as JSON (its SHA-256 is in the log's `invoice_issued` entry).
-#[utoipa::path(get, path = "/v1/invoices/{number}", tag = "invoices", params(("number" = String, Path)),
+#[utoipa::path(tag = "invoices", params(("number" = String, Path)),
     responses((status = 200, body = Object), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[get("/invoices/{number}")]
 pub async fn get(
     state: web::Data<AppState>,
     caller: Caller,
@@ -117,10 +121,11 @@ pub async fn get(
 }
 
 /// Downloads an invoice as `json`, `csv` or `pdf`, or its evidence `bundle`.
-#[utoipa::path(get, path = "/v1/invoices/{number}/{format}", tag = "invoices",
+#[utoipa::path(tag = "invoices",
     params(("number" = String, Path), ("format" = String, Path, description = "json, csv, pdf, or bundle: the evidence bundle (JSON Lines, docs/PROTOCOL.md §14) to recompute it offline")),
     responses((status = 200, description = "The document"), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[get("/invoices/{number}/{format}")]
 pub async fn download(
     state: web::Data<AppState>,
     caller: Caller,
@@ -184,9 +189,10 @@ async fn settle(
 }
 
 /// Records a payment against an invoice (admin): `{tenant, invoice, currency, amount, note}`.
-#[utoipa::path(post, path = "/v1/payments", tag = "invoices", request_body = Object,
+#[utoipa::path(tag = "invoices", request_body = Object,
     responses((status = 201, body = Object), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/payments")]
 pub async fn payment(
     state: web::Data<AppState>,
     caller: Caller,
@@ -197,9 +203,10 @@ pub async fn payment(
 }
 
 /// Grants a credit note against an invoice (admin); credits may not exceed the invoice total.
-#[utoipa::path(post, path = "/v1/credit-notes", tag = "invoices", request_body = Object,
+#[utoipa::path(tag = "invoices", request_body = Object,
     responses((status = 201, body = Object), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/credit-notes")]
 pub async fn credit_note(
     state: web::Data<AppState>,
     caller: Caller,
@@ -217,9 +224,10 @@ pub struct BalanceView {
 }
 
 /// The balance of a tenant, derived from its invoice, payment and credit-note entries.
-#[utoipa::path(get, path = "/v1/balance", tag = "invoices", params(ListQuery),
+#[utoipa::path(tag = "invoices", params(ListQuery),
     responses((status = 200, body = BalanceView), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[get("/balance")]
 pub async fn balance(
     state: web::Data<AppState>,
     caller: Caller,

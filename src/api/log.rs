@@ -7,6 +7,7 @@ use crate::core::leaf::Leaf;
 use crate::core::merkle;
 use crate::core::time::Timestamp;
 use crate::store::read::{self, CheckpointPage, EntryRow};
+use actix_web::get;
 use actix_web::{web, HttpResponse};
 use base64::prelude::{Engine, BASE64_STANDARD};
 use serde::{Deserialize, Serialize};
@@ -29,7 +30,8 @@ pub struct LogInfoView {
 }
 
 /// Origin, public key and verifier key of the log (public).
-#[utoipa::path(get, path = "/v1/log", tag = "log", responses((status = 200, body = LogInfoView)))]
+#[utoipa::path(tag = "log", responses((status = 200, body = LogInfoView)))]
+#[get("/log")]
 pub async fn get_log(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let ledger = state.ledger.clone();
     let size = web::block(move || ledger.size()).await??;
@@ -43,7 +45,8 @@ pub async fn get_log(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
 }
 
 /// The latest signed checkpoint as a C2SP signed note (public, `text/plain`).
-#[utoipa::path(get, path = "/v1/checkpoint", tag = "log", responses((status = 200, description = "C2SP signed note", content_type = "text/plain", body = String)))]
+#[utoipa::path(tag = "log", responses((status = 200, description = "C2SP signed note", content_type = "text/plain", body = String)))]
+#[get("/checkpoint")]
 pub async fn get_checkpoint(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let ledger = state.ledger.clone();
     let latest = web::block(move || match ledger.latest_checkpoint()? {
@@ -98,8 +101,9 @@ pub struct CheckpointsQuery {
 
 /// Stored signed checkpoints (public). Without `after` or `before`: the newest first.
 /// `before=S`: sizes below S, newest first. `after=S`: sizes above S, oldest first.
-#[utoipa::path(get, path = "/v1/checkpoints", tag = "log", params(CheckpointsQuery),
+#[utoipa::path(tag = "log", params(CheckpointsQuery),
     responses((status = 200, body = CheckpointsPage), (status = 400, body = super::error::Problem, content_type = "application/problem+json")))]
+#[get("/checkpoints")]
 pub async fn get_checkpoints(
     state: web::Data<AppState>,
     q: web::Query<CheckpointsQuery>,
@@ -176,10 +180,11 @@ fn view(row: &EntryRow) -> Result<EntryView, ApiError> {
 }
 
 /// One entry. Tenants see only their own entries; others' are 404.
-#[utoipa::path(get, path = "/v1/entries/{index}", tag = "log",
+#[utoipa::path(tag = "log",
     params(("index" = u64, Path, description = "Entry index")),
     responses((status = 200, body = EntryView), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[get("/entries/{index}")]
 pub async fn get_entry(
     state: web::Data<AppState>,
     caller: Caller,
@@ -214,9 +219,10 @@ pub struct RangeQuery {
 }
 
 /// Entries with start <= index < end (at most 1000 at a time).
-#[utoipa::path(get, path = "/v1/entries", tag = "log", params(RangeQuery),
+#[utoipa::path(tag = "log", params(RangeQuery),
     responses((status = 200, body = EntriesPage), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[get("/entries")]
 pub async fn get_entries(
     state: web::Data<AppState>,
     caller: Caller,
@@ -271,9 +277,10 @@ pub struct InclusionQuery {
 
 /// Inclusion proof of entry `index` in the tree of `size` entries (RFC 6962 §2.1.1).
 /// Tenants only for their own entries.
-#[utoipa::path(get, path = "/v1/proofs/inclusion", tag = "log", params(InclusionQuery),
+#[utoipa::path(tag = "log", params(InclusionQuery),
     responses((status = 200, body = ProofView), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[get("/proofs/inclusion")]
 pub async fn get_inclusion(
     state: web::Data<AppState>,
     caller: Caller,
@@ -322,9 +329,10 @@ pub struct ConsistencyQuery {
 }
 
 /// Consistency proof between tree sizes `from` and `to` (RFC 6962 §2.1.2).
-#[utoipa::path(get, path = "/v1/proofs/consistency", tag = "log", params(ConsistencyQuery),
+#[utoipa::path(tag = "log", params(ConsistencyQuery),
     responses((status = 200, body = ProofView), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[get("/proofs/consistency")]
 pub async fn get_consistency(
     state: web::Data<AppState>,
     _caller: Caller,

@@ -26,6 +26,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
 use utoipa::OpenApi;
+use utoipa_actix_web::service_config::ServiceConfig;
+use utoipa_actix_web::{scope, AppExt};
 
 /// Largest JSON body accepted by the admin endpoints, in bytes.
 pub const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
@@ -36,22 +38,12 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
 }
 
-/// The OpenAPI document of the whole API.
+/// The OpenAPI document's frame: title, security scheme and tags. The paths are collected from
+/// the routes as [`routes`] registers them (utoipa-actix-web), so each route is written once,
+/// next to its handler.
 #[derive(OpenApi)]
 #[openapi(
     info(title = "gpuledger", description = "Metering and settlement ledger for rented GPU compute: signed usage records in a verifiable RFC 6962 log."),
-    paths(
-        records::post_records,
-        log::get_log, log::get_checkpoint, log::get_checkpoints, log::get_entry, log::get_entries, log::get_inclusion, log::get_consistency,
-        usage::get_usage,
-        pricing::post_rate_card, pricing::post_region_params, pricing::post_lease, pricing::get_prices, pricing::get_preview,
-        pricing::post_volume_tiers, pricing::post_tenant_plan,
-        invoices::issue, invoices::list, invoices::get, invoices::download, invoices::payment, invoices::credit_note, invoices::balance,
-        certificates::issue, certificates::list, certificates::get, certificates::bundle,
-        admin::create_tenant, admin::list_tenants, admin::create_signer, admin::add_key, admin::revoke_key, admin::list_signers,
-        admin::create_token, admin::list_tokens, admin::revoke_token,
-        ops::healthz, ops::readyz, ops::metrics,
-    ),
     modifiers(&BearerAuth),
     tags(
         (name = "records", description = "Signed records in"),
@@ -86,9 +78,8 @@ impl utoipa::Modify for BearerAuth {
 
 /// The OpenAPI document as pretty JSON (what schemas/openapi.json holds).
 pub fn openapi_json() -> String {
-    let mut doc = ApiDoc::openapi();
-    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
-    doc.to_pretty_json()
+    openapi()
+        .to_pretty_json()
         .expect("the OpenAPI document serialises")
         + "\n"
 }
@@ -189,72 +180,74 @@ pub fn period(from: &str, to: &str) -> Result<(Timestamp, Timestamp), ApiError> 
     Ok((from, to))
 }
 
-/// Registers every route on an actix app.
-pub fn routes(cfg: &mut web::ServiceConfig) {
+/// Registers every route, each with its OpenAPI operation (the handler's `#[utoipa::path]`
+/// and its actix method and path attribute): the one list of routes the server serves and the
+/// OpenAPI document describes. Order matters where paths overlap (`/invoices/preview` before
+/// `/invoices/{number}`).
+pub fn routes(cfg: &mut ServiceConfig) {
     // A query string that does not deserialise (missing or mistyped member) is a problem too.
     cfg.app_data(
         web::QueryConfig::default()
             .error_handler(|e, _| ApiError::bad_request("invalid_parameter", e.to_string()).into()),
     );
-    cfg.route("/healthz", web::get().to(ops::healthz))
-        .route("/readyz", web::get().to(ops::readyz))
-        .route("/metrics", web::get().to(ops::metrics))
+    cfg.service(ops::healthz)
+        .service(ops::readyz)
+        .service(ops::metrics)
         .route("/openapi.json", web::get().to(ops::openapi))
         .route("/docs", web::get().to(ops::docs))
         .service(
-            web::scope("/v1")
-                .route("/records", web::post().to(records::post_records))
-                .route("/log", web::get().to(log::get_log))
-                .route("/checkpoint", web::get().to(log::get_checkpoint))
-                .route("/checkpoints", web::get().to(log::get_checkpoints))
-                .route("/entries", web::get().to(log::get_entries))
-                .route("/entries/{index}", web::get().to(log::get_entry))
-                .route("/proofs/inclusion", web::get().to(log::get_inclusion))
-                .route("/proofs/consistency", web::get().to(log::get_consistency))
-                .route("/usage", web::get().to(usage::get_usage))
-                .route("/rate-cards", web::post().to(pricing::post_rate_card))
-                .route(
-                    "/region-params",
-                    web::post().to(pricing::post_region_params),
-                )
-                .route("/leases", web::post().to(pricing::post_lease))
-                .route("/volume-tiers", web::post().to(pricing::post_volume_tiers))
-                .route("/tenant-plans", web::post().to(pricing::post_tenant_plan))
-                .route("/prices", web::get().to(pricing::get_prices))
-                .route("/invoices/preview", web::get().to(pricing::get_preview))
-                .route("/invoices", web::post().to(invoices::issue))
-                .route("/invoices", web::get().to(invoices::list))
-                .route("/invoices/{number}", web::get().to(invoices::get))
-                .route(
-                    "/invoices/{number}/{format}",
-                    web::get().to(invoices::download),
-                )
-                .route("/payments", web::post().to(invoices::payment))
-                .route("/credit-notes", web::post().to(invoices::credit_note))
-                .route("/balance", web::get().to(invoices::balance))
-                .route("/certificates", web::post().to(certificates::issue))
-                .route("/certificates", web::get().to(certificates::list))
-                .route("/certificates/{id}", web::get().to(certificates::get))
-                .route(
-                    "/certificates/{id}/bundle",
-                    web::get().to(certificates::bundle),
-                )
-                .route("/tenants", web::post().to(admin::create_tenant))
-                .route("/tenants", web::get().to(admin::list_tenants))
-                .route("/signers", web::post().to(admin::create_signer))
-                .route("/signers", web::get().to(admin::list_signers))
-                .route("/signers/{id}/keys", web::post().to(admin::add_key))
-                .route(
-                    "/signers/{id}/keys/{key_id}/revoke",
-                    web::post().to(admin::revoke_key),
-                )
-                .route("/tokens", web::post().to(admin::create_token))
-                .route("/tokens", web::get().to(admin::list_tokens))
-                .route("/tokens/{id}", web::delete().to(admin::revoke_token)),
+            scope("/v1")
+                .service(records::post_records)
+                .service(log::get_log)
+                .service(log::get_checkpoint)
+                .service(log::get_checkpoints)
+                .service(log::get_entries)
+                .service(log::get_entry)
+                .service(log::get_inclusion)
+                .service(log::get_consistency)
+                .service(usage::get_usage)
+                .service(pricing::post_rate_card)
+                .service(pricing::post_region_params)
+                .service(pricing::post_lease)
+                .service(pricing::post_volume_tiers)
+                .service(pricing::post_tenant_plan)
+                .service(pricing::get_prices)
+                .service(pricing::get_preview)
+                .service(invoices::issue)
+                .service(invoices::list)
+                .service(invoices::get)
+                .service(invoices::download)
+                .service(invoices::payment)
+                .service(invoices::credit_note)
+                .service(invoices::balance)
+                .service(certificates::issue)
+                .service(certificates::list)
+                .service(certificates::get)
+                .service(certificates::bundle)
+                .service(admin::create_tenant)
+                .service(admin::list_tenants)
+                .service(admin::create_signer)
+                .service(admin::list_signers)
+                .service(admin::add_key)
+                .service(admin::revoke_key)
+                .service(admin::create_token)
+                .service(admin::list_tokens)
+                .service(admin::revoke_token),
         )
         .default_service(web::to(|| async {
             Err::<actix_web::HttpResponse, _>(ApiError::NotFound("route".into()))
         }));
+}
+
+/// The OpenAPI document of the routes [`routes`] registers, in the frame of [`ApiDoc`].
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, mut doc) = actix_web::App::new()
+        .into_utoipa_app()
+        .openapi(ApiDoc::openapi())
+        .configure(routes)
+        .split_for_parts();
+    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    doc
 }
 
 /// Request metrics by route pattern and status, with latency histograms.

@@ -8,6 +8,7 @@ use super::{json_body, AppState};
 use crate::core::rating::{self, Line, Unpriced};
 use crate::core::record::{Body, Kind};
 use crate::core::rejection::Rejection;
+use actix_web::{get, post};
 
 use crate::store::pricing;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -52,9 +53,10 @@ async fn append(
 
 /// Appends a rate card (admin): `{region, gpu_model, lease_class: on_demand|reserved, currency,
 /// price_per_gpu_hour, effective_from}`; a change must take effect after the series' latest.
-#[utoipa::path(post, path = "/v1/rate-cards", tag = "pricing", request_body = Object,
+#[utoipa::path(tag = "pricing", request_body = Object,
     responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/rate-cards")]
 pub async fn post_rate_card(
     state: web::Data<AppState>,
     caller: Caller,
@@ -66,9 +68,10 @@ pub async fn post_rate_card(
 
 /// Appends region parameters (admin): `{region, currency, electricity_price_per_kwh, pue,
 /// carbon_g_per_kwh, effective_from}`.
-#[utoipa::path(post, path = "/v1/region-params", tag = "pricing", request_body = Object,
+#[utoipa::path(tag = "pricing", request_body = Object,
     responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/region-params")]
 pub async fn post_region_params(
     state: web::Data<AppState>,
     caller: Caller,
@@ -79,9 +82,10 @@ pub async fn post_region_params(
 }
 
 /// Declares a lease and its billing class (admin): `{lease, tenant, class: on_demand|reserved|spot}`.
-#[utoipa::path(post, path = "/v1/leases", tag = "pricing", request_body = Object,
+#[utoipa::path(tag = "pricing", request_body = Object,
     responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/leases")]
 pub async fn post_lease(
     state: web::Data<AppState>,
     caller: Caller,
@@ -97,9 +101,10 @@ pub async fn post_lease(
 /// invoice period and increase strictly; the last tier has no bound. For tenants on the plan
 /// the tiers replace the series' rate card; a change must take effect after the latest tiers
 /// of the same plan and series.
-#[utoipa::path(post, path = "/v1/volume-tiers", tag = "pricing", request_body = Object,
+#[utoipa::path(tag = "pricing", request_body = Object,
     responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/volume-tiers")]
 pub async fn post_volume_tiers(
     state: web::Data<AppState>,
     caller: Caller,
@@ -112,9 +117,10 @@ pub async fn post_volume_tiers(
 /// Puts a tenant on a plan (admin): `{tenant, plan, effective_from}`. A plan without tiers for
 /// a series leaves that series on the rate card, so a plan may be assigned before (or without)
 /// its tiers; a change must take effect after the tenant's latest plan.
-#[utoipa::path(post, path = "/v1/tenant-plans", tag = "pricing", request_body = Object,
+#[utoipa::path(tag = "pricing", request_body = Object,
     responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[post("/tenant-plans")]
 pub async fn post_tenant_plan(
     state: web::Data<AppState>,
     caller: Caller,
@@ -135,7 +141,8 @@ pub struct PricingEntry {
 
 /// Every rate card, region parameter set, spot price, lease, volume tiers and tenant plan in
 /// the log, oldest first. Tenants see prices and tiers, and their own leases and plans only.
-#[utoipa::path(get, path = "/v1/prices", tag = "pricing", responses((status = 200, body = Vec<PricingEntry>)), security(("bearer" = [])))]
+#[utoipa::path(tag = "pricing", responses((status = 200, body = Vec<PricingEntry>)), security(("bearer" = [])))]
+#[get("/prices")]
 pub async fn get_prices(
     state: web::Data<AppState>,
     caller: Caller,
@@ -200,9 +207,10 @@ pub struct Preview {
 
 /// A draft invoice for a tenant and period, rated from the log (records belong to the period
 /// containing their interval's start). Tenants may preview only their own.
-#[utoipa::path(get, path = "/v1/invoices/preview", tag = "pricing", params(PreviewQuery),
+#[utoipa::path(tag = "pricing", params(PreviewQuery),
     responses((status = 200, body = Preview), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[get("/invoices/preview")]
 pub async fn get_preview(
     state: web::Data<AppState>,
     caller: Caller,

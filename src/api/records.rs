@@ -6,6 +6,7 @@ use crate::core::envelope::Envelope;
 use crate::core::limits::MAX_APPEND_BATCH;
 use crate::core::outcome::Outcome;
 use crate::core::rejection::{Reason, Rejection};
+use actix_web::post;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -28,10 +29,7 @@ pub struct IngestResponse {
 
 /// Appends signed records. Authenticated by the records' own signatures; the answer comes
 /// only after the accepted records are committed.
-#[utoipa::path(
-    post,
-    path = "/v1/records",
-    tag = "records",
+#[utoipa::path(tag = "records",
     request_body(content = Vec<Object>, content_type = "application/json", description = "A JSON array of signed envelopes (docs/PROTOCOL.md §4), at most 10000, body at most 8 MiB."),
     responses(
         (status = 200, description = "One outcome per record, in order", body = IngestResponse),
@@ -40,6 +38,7 @@ pub struct IngestResponse {
         (status = 415, description = "Content type is not application/json", body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
+#[post("/records")]
 pub async fn post_records(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -5,6 +5,7 @@ use super::error::ApiError;
 use super::AppState;
 use crate::core::usage::{Aggregator, GroupBy, UsageRow, Window};
 use crate::store::{access, usage};
+use actix_web::get;
 use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 
@@ -38,9 +39,10 @@ pub struct UsageResponse {
 }
 
 /// Usage summed exactly from the log. Tenants see only their own; another tenant's id is 404.
-#[utoipa::path(get, path = "/v1/usage", tag = "usage", params(UsageQuery),
+#[utoipa::path(tag = "usage", params(UsageQuery),
     responses((status = 200, body = UsageResponse), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
+#[get("/usage")]
 pub async fn get_usage(
     state: web::Data<AppState>,
     caller: Caller,

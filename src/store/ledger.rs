@@ -683,6 +683,11 @@ impl Drop for Ledger {
     }
 }
 
+/// A queued append: its verified records and where its outcomes go.
+type QueuedAppend = (Vec<write::Verified>, Reply<Vec<Outcome>>);
+
+/// The write thread: takes queued jobs in groups (up to [`MAX_GROUP_RECORDS`] records), runs
+/// each non-append job in its own transaction, and every append of the group in one.
 fn sequencer(
     conn: &mut DbConn,
     log: &LogSigner,
@@ -690,8 +695,7 @@ fn sequencer(
     queued: &AtomicUsize,
     clock: &Clock,
 ) {
-    let mut streams = write::StreamCache::default();
-    let mut spots = write::SpotCache::default();
+    let mut caches = (write::StreamCache::default(), write::SpotCache::default());
     while let Ok(first) = rx.recv() {
         let mut n = first.records();
         let mut jobs = vec![first];
@@ -705,90 +709,94 @@ fn sequencer(
             }
         }
         let now = clock.now();
-        let mut appends = Vec::new();
-        for job in jobs {
-            match job {
-                Job::Append(v, reply) => appends.push((v, reply)),
-                Job::Register {
-                    signer,
-                    role,
-                    public_key,
-                    scope,
-                    reply,
-                } => {
-                    let _ = reply.send(write::register_key(
-                        conn,
-                        log,
-                        &signer,
-                        role,
-                        &public_key,
-                        scope,
-                        now,
-                    ));
-                }
-                Job::EnsurePolicy(reply) => {
-                    let _ = reply.send(write::ensure_policy(conn, log, now));
-                }
-                Job::Revoke {
-                    signer,
-                    key_id,
-                    reason,
-                    reply,
-                } => {
-                    let _ = reply.send(write::revoke_key(conn, log, &signer, &key_id, reason, now));
-                }
-                Job::LedgerEntry(body, reply) => {
-                    let _ = reply.send(write::ledger_entry(conn, log, &body, now));
-                }
-                Job::Issue {
-                    tenant,
-                    period,
-                    reply,
-                } => {
-                    let _ = reply.send(super::invoices::issue(conn, log, &tenant, period, now));
-                }
-                Job::Certify(req, reply) => {
-                    let _ = reply.send(super::certificates::issue(conn, log, &req, now));
-                }
-                Job::Settle(body, reply) => {
-                    let _ = reply.send(super::invoices::settle(conn, log, &body, now));
-                }
-                Job::Checkpoint(reply) => {
-                    let _ = reply.send(write::checkpoint(conn, log, now));
-                }
-            }
-        }
+        let appends: Vec<QueuedAppend> = jobs
+            .into_iter()
+            .filter_map(|job| run_job(conn, log, job, now))
+            .collect();
         if !appends.is_empty() {
-            let (batches, replies): (Vec<_>, Vec<_>) = appends.into_iter().unzip();
-            let started = std::time::Instant::now();
-            let result = write::append_group(conn, &batches, now, &mut streams, &mut spots);
-            metrics::histogram!("gpuledger_commit_seconds").record(started.elapsed().as_secs_f64());
-            metrics::histogram!("gpuledger_commit_group_records").record(n as f64);
-            match result {
-                Ok(outs) => {
-                    for (o, r) in outs.into_iter().zip(replies) {
-                        let _ = r.send(Ok(o));
-                    }
-                }
-                // One failed group: retry each batch alone so one bad batch fails only itself.
-                Err(_) if batches.len() > 1 => {
-                    for (b, r) in batches.into_iter().zip(replies) {
-                        let res = write::append_group(
-                            conn,
-                            std::slice::from_ref(&b),
-                            now,
-                            &mut streams,
-                            &mut spots,
-                        )
-                        .map(|mut o| o.pop().unwrap_or_default());
-                        let _ = r.send(res);
-                    }
-                }
-                Err(e) => {
-                    let _ = replies.into_iter().next().map(|r| r.send(Err(e)));
-                }
-            }
+            append_queued(conn, appends, n, now, &mut caches);
         }
         queued.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// Runs one job that is not an append and answers it; an append is handed back to be grouped.
+fn run_job(conn: &mut DbConn, log: &LogSigner, job: Job, now: Timestamp) -> Option<QueuedAppend> {
+    match job {
+        Job::Append(v, reply) => return Some((v, reply)),
+        Job::Register {
+            signer,
+            role,
+            public_key,
+            scope,
+            reply,
+        } => {
+            let r = write::register_key(conn, log, &signer, role, &public_key, scope, now);
+            let _ = reply.send(r);
+        }
+        Job::EnsurePolicy(reply) => {
+            let _ = reply.send(write::ensure_policy(conn, log, now));
+        }
+        Job::Revoke {
+            signer,
+            key_id,
+            reason,
+            reply,
+        } => {
+            let _ = reply.send(write::revoke_key(conn, log, &signer, &key_id, reason, now));
+        }
+        Job::LedgerEntry(body, reply) => {
+            let _ = reply.send(write::ledger_entry(conn, log, &body, now));
+        }
+        Job::Issue {
+            tenant,
+            period,
+            reply,
+        } => {
+            let _ = reply.send(super::invoices::issue(conn, log, &tenant, period, now));
+        }
+        Job::Certify(req, reply) => {
+            let _ = reply.send(super::certificates::issue(conn, log, &req, now));
+        }
+        Job::Settle(body, reply) => {
+            let _ = reply.send(super::invoices::settle(conn, log, &body, now));
+        }
+        Job::Checkpoint(reply) => {
+            let _ = reply.send(write::checkpoint(conn, log, now));
+        }
+    }
+    None
+}
+
+/// Appends the group's queued batches in one transaction and answers each after the commit;
+/// when the group fails, retries each batch alone so one bad batch fails only itself.
+fn append_queued(
+    conn: &mut DbConn,
+    appends: Vec<QueuedAppend>,
+    records: usize,
+    now: Timestamp,
+    (streams, spots): &mut (write::StreamCache, write::SpotCache),
+) {
+    let (batches, replies): (Vec<_>, Vec<_>) = appends.into_iter().unzip();
+    let started = std::time::Instant::now();
+    let result = write::append_group(conn, &batches, now, streams, spots);
+    metrics::histogram!("gpuledger_commit_seconds").record(started.elapsed().as_secs_f64());
+    metrics::histogram!("gpuledger_commit_group_records").record(records as f64);
+    match result {
+        Ok(outs) => {
+            for (o, r) in outs.into_iter().zip(replies) {
+                let _ = r.send(Ok(o));
+            }
+        }
+        Err(_) if batches.len() > 1 => {
+            for (b, r) in batches.into_iter().zip(replies) {
+                let res = write::append_group(conn, std::slice::from_ref(&b), now, streams, spots)
+                    .map(|mut o| o.pop().unwrap_or_default());
+                let _ = r.send(res);
+            }
+        }
+        Err(e) => {
+            let _ = replies.into_iter().next().map(|r| r.send(Err(e)));
+        }
     }
 }

@@ -9,10 +9,13 @@ use super::error::StoreError;
 use super::ledger::log_info;
 use super::read;
 use crate::core::checkpoint::verify_checkpoint;
+use crate::core::envelope::Checked;
 use crate::core::keys;
+use crate::core::leaf::Leaf;
 use crate::core::logcheck::{Failure, LogChecker, MAX_REPORTED_FAILURES};
 use crate::core::merkle::{self, Hash};
 use diesel::prelude::*;
+use ed25519_dalek::VerifyingKey;
 use serde::Serialize;
 
 /// Entries read per query.
@@ -109,6 +112,18 @@ pub fn verify_log(
     })
 }
 
+/// A stored checkpoint row: size, root, note.
+type CheckpointRow = (i64, Vec<u8>, String);
+
+/// The state of one `verify-log` run: the pure checker fed leaf by leaf, the stored
+/// checkpoints still to compare, and what was found so far.
+struct Run<'a> {
+    checker: LogChecker,
+    vkey: String,
+    checkpoints: std::iter::Peekable<std::slice::Iter<'a, CheckpointRow>>,
+    found: Failures,
+}
+
 /// [`verify_log`] inside its transaction.
 fn verify_snapshot(
     conn: &mut DbConn,
@@ -116,54 +131,127 @@ fn verify_snapshot(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Report, VerifyError> {
     let info = log_info(conn)?;
-    let key_text = log_key.unwrap_or(&info.public_key);
-    let key =
-        keys::decode_public(key_text).map_err(|e| VerifyError::Log(format!("log key: {e}")))?;
-    if keys::encode_public(&key) != info.public_key {
-        return Err(VerifyError::Log(format!(
-            "the database records log key {}, not the trusted key {}",
-            info.public_key,
-            keys::encode_public(&key)
-        )));
-    }
-    let vkey = crate::core::checkpoint::verifier_key(&info.origin, &key);
+    let key = trusted_key(&info.public_key, log_key)?;
     let (size, head_hash) = read::head(conn)?;
     let cps = read::checkpoints_all(conn)?;
-    let mut cp_iter = cps.iter().peekable();
-    let mut checker = LogChecker::new(&info.origin, key);
-    let mut found = Failures {
-        failures: Vec::new(),
-        total: 0,
+    let mut run = Run {
+        vkey: crate::core::checkpoint::verifier_key(&info.origin, &key),
+        checker: LogChecker::new(&info.origin, key),
+        checkpoints: cps.iter().peekable(),
+        found: Failures {
+            failures: Vec::new(),
+            total: 0,
+        },
     };
-    let check_cp = |checker: &LogChecker, cp: &(i64, Vec<u8>, String)| -> Option<Failure> {
-        let (cp_size, cp_root, note) = cp;
-        let at = (*cp_size as u64).saturating_sub(1);
-        let root = checker.root();
-        let parsed = match verify_checkpoint(note.as_bytes(), &vkey) {
-            Ok(p) => p,
-            Err(e) => {
-                return Some(bad(
-                    at,
-                    "checkpoint",
-                    format!("checkpoint at size {cp_size}: {e}"),
-                ))
-            }
-        };
-        if parsed.size() != *cp_size as u64 || parsed.hash() != &root || cp_root[..] != root.0[..] {
-            return Some(bad(
-                at,
-                "checkpoint",
-                format!("checkpoint at size {cp_size} does not match the tree's root at that size"),
-            ));
-        }
-        None
-    };
-    while let Some(cp) = cp_iter.next_if(|c| c.0 == 0) {
-        found.failures.extend(check_cp(&checker, cp));
-    }
+    run.checkpoints_at(0);
     let mut start = 0u64;
     while start < size {
         let end = (start + PAGE).min(size);
+        run.page(conn, start, end)?;
+        progress(end, size);
+        start = end;
+    }
+    if let Some(cp) = run.checkpoints.next() {
+        return Err(VerifyError::Log(format!(
+            "a checkpoint claims size {}, beyond the log size {size}",
+            cp.0
+        )));
+    }
+    run.tail(conn, size, &head_hash)?;
+    let keys = run.key_table(conn, size.saturating_sub(1))?;
+    let mut found = run.found;
+    if found.total > 0 || !found.failures.is_empty() {
+        found.total = found.total.max(found.failures.len() as u64);
+        found.failures.sort_by_key(|f| f.index);
+        return Err(VerifyError::Bad(found));
+    }
+    let root: Hash = run.checker.root();
+    Ok(Report {
+        size,
+        root: merkle::encode_hash(&root),
+        checkpoints: cps.len(),
+        keys,
+        latest_checkpoint_size: cps.last().map(|c| c.0 as u64),
+    })
+}
+
+/// The log key to verify with: `log_key` when given (an auditor's), which must be the one the
+/// database records.
+fn trusted_key(recorded: &str, log_key: Option<&str>) -> Result<VerifyingKey, VerifyError> {
+    let key = keys::decode_public(log_key.unwrap_or(recorded))
+        .map_err(|e| VerifyError::Log(format!("log key: {e}")))?;
+    if keys::encode_public(&key) != recorded {
+        return Err(VerifyError::Log(format!(
+            "the database records log key {recorded}, not the trusted key {}",
+            keys::encode_public(&key)
+        )));
+    }
+    Ok(key)
+}
+
+/// Which derived column of a stored entry disagrees with its leaf, if any.
+fn wrong_column(
+    row: &read::EntryRow,
+    leaf: &Leaf,
+    checked: &Checked,
+    leaf_hash: &Hash,
+) -> Option<&'static str> {
+    let env = &checked.envelope;
+    let stream = checked
+        .body
+        .stream()
+        .map_or((None, None, None), |(s, a, b)| {
+            (Some(s), Some(a.unix()), Some(b.unix()))
+        });
+    let column_ok = [
+        ("kind", row.kind == env.kind),
+        ("signer", row.signer == env.signer),
+        ("seq", row.seq as u64 == env.seq),
+        ("tenant", row.tenant.as_deref() == checked.body.tenant()),
+        ("received_at", row.received_at == leaf.received_at.unix()),
+        (
+            "content_hash",
+            row.content_hash[..] == checked.content_hash[..],
+        ),
+        ("leaf_hash", row.leaf_hash[..] == leaf_hash.0[..]),
+        (
+            "stream, start_at, end_at",
+            (row.stream.clone(), row.start_at, row.end_at) == stream,
+        ),
+    ];
+    column_ok.iter().find(|(_, ok)| !ok).map(|(col, _)| *col)
+}
+
+impl Run<'_> {
+    /// Compares the checkpoints stored for log size `size` with the tree so far.
+    fn checkpoints_at(&mut self, size: u64) {
+        while let Some(cp) = self.checkpoints.next_if(|c| c.0 as u64 == size) {
+            let (cp_size, cp_root, note) = cp;
+            let at = size.saturating_sub(1);
+            let root = self.checker.root();
+            match verify_checkpoint(note.as_bytes(), &self.vkey) {
+                Err(e) => self.found.push(bad(
+                    at,
+                    "checkpoint",
+                    format!("checkpoint at size {cp_size}: {e}"),
+                )),
+                Ok(p) if p.size() != size || p.hash() != &root || cp_root[..] != root.0[..] => {
+                    self.found.push(bad(
+                        at,
+                        "checkpoint",
+                        format!(
+                            "checkpoint at size {cp_size} does not match the tree's root at that size"
+                        ),
+                    ))
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Checks the entries `start..end`: each leaf (through the checker), its derived columns,
+    /// the tree hashes stored with it, and the checkpoints along the way.
+    fn page(&mut self, conn: &mut DbConn, start: u64, end: u64) -> Result<(), VerifyError> {
         let rows = read::entries_range(conn, start, end)?;
         let hashes = read::tree_hash_range(
             conn,
@@ -175,140 +263,120 @@ fn verify_snapshot(
         for index in start..end {
             let Some(row) = rows_iter.next_if(|r| r.idx as u64 == index) else {
                 // A missing entry: the tree and chain cannot go on past it meaningfully.
-                found.push(bad(index, "missing_entry", "entry is missing"));
-                return Err(VerifyError::Bad(found));
+                self.found
+                    .push(bad(index, "missing_entry", "entry is missing"));
+                return Err(VerifyError::Bad(std::mem::replace(
+                    &mut self.found,
+                    Failures {
+                        failures: Vec::new(),
+                        total: 0,
+                    },
+                )));
             };
-            let (c, sig_failures) = checker.push(&row.leaf);
-            for f in sig_failures {
-                found.push(f);
-            }
-            if let Some(f) = c.failure {
-                found.push(f);
-            }
-            if let Some((leaf, checked)) = &c.entry {
-                let env = &checked.envelope;
-                let column_ok = [
-                    ("kind", row.kind == env.kind),
-                    ("signer", row.signer == env.signer),
-                    ("seq", row.seq as u64 == env.seq),
-                    ("tenant", row.tenant.as_deref() == checked.body.tenant()),
-                    ("received_at", row.received_at == leaf.received_at.unix()),
-                    (
-                        "content_hash",
-                        row.content_hash[..] == checked.content_hash[..],
-                    ),
-                    ("leaf_hash", row.leaf_hash[..] == c.leaf_hash.0[..]),
-                    (
-                        "stream, start_at, end_at",
-                        (row.stream.clone(), row.start_at, row.end_at)
-                            == checked
-                                .body
-                                .stream()
-                                .map_or((None, None, None), |(s, a, b)| {
-                                    (Some(s), Some(a.unix()), Some(b.unix()))
-                                }),
-                    ),
-                ];
-                if let Some((col, _)) = column_ok.iter().find(|(_, ok)| !ok) {
-                    found.push(bad(
-                        index,
-                        "stored_column",
-                        format!("stored column {col} does not match the leaf"),
-                    ));
+            self.entry(index, row, &mut stored);
+            if self
+                .checkpoints
+                .peek()
+                .is_some_and(|c| c.0 as u64 == index + 1)
+            {
+                for f in self.checker.finish_signatures() {
+                    self.found.push(f);
                 }
-            }
-            let base = merkle::stored_hash_index(0, index);
-            for (j, h) in c.new_hashes.iter().enumerate() {
-                let want = base + j as u64;
-                while stored.next_if(|(id, _)| (*id as u64) < want).is_some() {}
-                match stored.next_if(|(id, _)| *id as u64 == want) {
-                    Some((_, bytes)) if bytes[..] == h.0[..] => {}
-                    _ => found.push(bad(
-                        index,
-                        "tree",
-                        format!(
-                            "stored tree hash {want} (written with this entry) is wrong or missing"
-                        ),
-                    )),
-                }
-            }
-            while let Some(cp) = cp_iter.next_if(|c| c.0 as u64 == index + 1) {
-                for f in checker.finish_signatures() {
-                    found.push(f);
-                }
-                if let Some(f) = check_cp(&checker, cp) {
-                    found.push(f);
-                }
+                self.checkpoints_at(index + 1);
             }
         }
-        for f in checker.finish_signatures() {
-            found.push(f);
+        for f in self.checker.finish_signatures() {
+            self.found.push(f);
         }
-        progress(end, size);
-        start = end;
+        Ok(())
     }
-    if let Some(cp) = cp_iter.next() {
-        return Err(VerifyError::Log(format!(
-            "a checkpoint claims size {}, beyond the log size {size}",
-            cp.0
-        )));
+
+    /// Checks one stored entry: its leaf, its derived columns and the tree hashes it completed.
+    fn entry(
+        &mut self,
+        index: u64,
+        row: &read::EntryRow,
+        stored: &mut std::iter::Peekable<std::vec::IntoIter<(i64, Vec<u8>)>>,
+    ) {
+        let (mut c, sig_failures) = self.checker.push(&row.leaf);
+        for f in sig_failures.into_iter().chain(c.failure.take()) {
+            self.found.push(f);
+        }
+        if let Some((leaf, checked)) = &c.entry {
+            if let Some(col) = wrong_column(row, leaf, checked, &c.leaf_hash) {
+                self.found.push(bad(
+                    index,
+                    "stored_column",
+                    format!("stored column {col} does not match the leaf"),
+                ));
+            }
+        }
+        let base = merkle::stored_hash_index(0, index);
+        for (j, h) in c.new_hashes.iter().enumerate() {
+            let want = base + j as u64;
+            while stored.next_if(|(id, _)| (*id as u64) < want).is_some() {}
+            match stored.next_if(|(id, _)| *id as u64 == want) {
+                Some((_, bytes)) if bytes[..] == h.0[..] => {}
+                _ => self.found.push(bad(
+                    index,
+                    "tree",
+                    format!(
+                        "stored tree hash {want} (written with this entry) is wrong or missing"
+                    ),
+                )),
+            }
+        }
     }
-    let last = size.saturating_sub(1);
-    if head_hash != checker.head() {
-        found.push(bad(
-            last,
-            "chain_broken",
-            "the log head hash is not the last entry's leaf hash",
-        ));
-    }
-    let beyond = read::entries_range(conn, size, u64::MAX >> 1)?;
-    if let Some(r) = beyond.first() {
-        found.push(bad(
-            r.idx as u64,
-            "missing_entry",
-            format!("entry stored beyond the log size {size}"),
-        ));
-    }
-    let key_rows = read::keys(conn, None)?;
-    let recorded = checker.keys();
-    for r in &key_rows {
-        let ok = recorded.get(&r.key_id).is_some_and(|k| {
-            k.signer() == r.signer
-                && k.role().as_str() == r.role
-                && k.key.as_bytes()[..] == r.public_key[..]
-                && k.registered_idx as i64 == r.registered_idx
-                && k.revoked_idx.map(|i| i as i64) == r.revoked_idx
-        });
-        if !ok {
-            found.push(bad(
-                r.registered_idx.max(0) as u64,
-                "key_table",
-                format!("key table row for {} does not match the log", r.key_id),
+
+    /// The head row is the last leaf's hash, and nothing is stored beyond the log size.
+    fn tail(&mut self, conn: &mut DbConn, size: u64, head_hash: &Hash) -> Result<(), VerifyError> {
+        if *head_hash != self.checker.head() {
+            self.found.push(bad(
+                size.saturating_sub(1),
+                "chain_broken",
+                "the log head hash is not the last entry's leaf hash",
             ));
         }
+        let beyond = read::entries_range(conn, size, u64::MAX >> 1)?;
+        if let Some(r) = beyond.first() {
+            self.found.push(bad(
+                r.idx as u64,
+                "missing_entry",
+                format!("entry stored beyond the log size {size}"),
+            ));
+        }
+        Ok(())
     }
-    if key_rows.len() != recorded.len() {
-        found.push(bad(
-            last,
-            "key_table",
-            format!(
+
+    /// Every row of the key table is a key the log registers, as the log registers it (the
+    /// table is a cache of the log). Returns how many rows there are.
+    fn key_table(&mut self, conn: &mut DbConn, last: u64) -> Result<usize, VerifyError> {
+        let key_rows = read::keys(conn, None)?;
+        let recorded = self.checker.keys();
+        for r in &key_rows {
+            let ok = recorded.get(&r.key_id).is_some_and(|k| {
+                k.signer() == r.signer
+                    && k.role().as_str() == r.role
+                    && k.key.as_bytes()[..] == r.public_key[..]
+                    && k.registered_idx as i64 == r.registered_idx
+                    && k.revoked_idx.map(|i| i as i64) == r.revoked_idx
+            });
+            if !ok {
+                self.found.push(bad(
+                    r.registered_idx.max(0) as u64,
+                    "key_table",
+                    format!("key table row for {} does not match the log", r.key_id),
+                ));
+            }
+        }
+        if key_rows.len() != recorded.len() {
+            let what = format!(
                 "the key table holds {} keys, the log registers {}",
                 key_rows.len(),
                 recorded.len()
-            ),
-        ));
+            );
+            self.found.push(bad(last, "key_table", what));
+        }
+        Ok(key_rows.len())
     }
-    if found.total > 0 || !found.failures.is_empty() {
-        found.total = found.total.max(found.failures.len() as u64);
-        found.failures.sort_by_key(|f| f.index);
-        return Err(VerifyError::Bad(found));
-    }
-    let root: Hash = checker.root();
-    Ok(Report {
-        size,
-        root: merkle::encode_hash(&root),
-        checkpoints: cps.len(),
-        keys: key_rows.len(),
-        latest_checkpoint_size: cps.last().map(|c| c.0 as u64),
-    })
 }

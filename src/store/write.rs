@@ -175,6 +175,216 @@ pub(crate) struct Verified {
     pub checked: Checked,
 }
 
+/// What one append transaction knows about the records it is given, read once under the head
+/// lock: revoked keys, the (signer, seq) pairs already logged, each signer's highest seq, the
+/// streams' logged intervals, the policy in force; and what it has decided so far.
+struct Group<'a> {
+    now: Timestamp,
+    revoked: std::collections::HashSet<String>,
+    existing: HashMap<(String, u64), (Vec<u8>, u64)>,
+    last_seq: HashMap<String, u64>,
+    before: HashMap<String, u64>,
+    streams: Streams,
+    policy: crate::core::record::LogPolicy,
+    has_spot: bool,
+    conflicts: Vec<NewConflict>,
+    spots: &'a mut SpotCache,
+}
+
+/// The keys among the group's that are revoked: revocation is the only mutable key state, so
+/// it is re-read under the lock.
+fn revoked_keys(
+    conn: &mut DbConn,
+    batches: &[Vec<Verified>],
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    let mut key_ids: Vec<&str> = batches
+        .iter()
+        .flatten()
+        .map(|v| v.checked.envelope.key_id.as_str())
+        .collect();
+    key_ids.sort_unstable();
+    key_ids.dedup();
+    Ok(signer_keys::table
+        .filter(signer_keys::key_id.eq_any(&key_ids))
+        .filter(signer_keys::revoked_idx.is_not_null())
+        .select(signer_keys::key_id)
+        .load::<String>(conn)?
+        .into_iter()
+        .collect())
+}
+
+/// The group's (signer, seq) pairs already logged, with their content hash and index, in one
+/// round trip: (signer = s1 AND seq IN ..) OR (signer = s2 ..); and each signer's highest seq.
+#[allow(clippy::type_complexity)]
+fn logged_seqs(
+    conn: &mut DbConn,
+    batches: &[Vec<Verified>],
+) -> Result<(HashMap<(String, u64), (Vec<u8>, u64)>, HashMap<String, u64>), StoreError> {
+    let mut by_signer: HashMap<&str, Vec<i64>> = HashMap::new();
+    for v in batches.iter().flatten() {
+        let env = &v.checked.envelope;
+        by_signer
+            .entry(env.signer.as_str())
+            .or_default()
+            .push(env.seq as i64);
+    }
+    let mut q = entries::table
+        .select((
+            entries::signer,
+            entries::seq,
+            entries::content_hash,
+            entries::idx,
+        ))
+        .into_boxed();
+    for (signer, seqs) in &by_signer {
+        q = q.or_filter(
+            entries::signer
+                .eq(*signer)
+                .and(entries::seq.eq_any(seqs.clone())),
+        );
+    }
+    let existing = q
+        .load::<(String, i64, Vec<u8>, i64)>(conn)?
+        .into_iter()
+        .map(|(signer, seq, hash, idx)| ((signer, seq as u64), (hash, idx as u64)))
+        .collect();
+    let names: Vec<&str> = by_signer.keys().copied().collect();
+    let last_seq = signers::table
+        .filter(signers::id.eq_any(&names))
+        .select((signers::id, signers::last_seq))
+        .load::<(String, i64)>(conn)?
+        .into_iter()
+        .map(|(id, s)| (id, s as u64))
+        .collect();
+    Ok((existing, last_seq))
+}
+
+impl<'a> Group<'a> {
+    /// Reads what the group's records need under the lock `app` holds.
+    fn load(
+        conn: &mut DbConn,
+        app: &Appender,
+        batches: &[Vec<Verified>],
+        now: Timestamp,
+        cache: &StreamCache,
+        spots: &'a mut SpotCache,
+    ) -> Result<Self, StoreError> {
+        let revoked = revoked_keys(conn, batches)?;
+        let (existing, last_seq) = logged_seqs(conn, batches)?;
+        let all = batches.iter().flatten();
+        let streams = Streams::load(conn, all.filter_map(|v| v.checked.stream.as_ref()), cache)?;
+        // The time rules use this transaction's clock (the entries' received_at) and the
+        // policy in force; spot prices also the spot prices and invoices logged so far.
+        let policy = read::policy(conn, app.size)?;
+        let has_spot = has_spot_group(batches);
+        if has_spot {
+            spots.catch_up(conn, app.size)?;
+        }
+        Ok(Group {
+            now,
+            revoked,
+            existing,
+            before: last_seq.clone(),
+            last_seq,
+            streams,
+            policy,
+            has_spot,
+            conflicts: Vec::new(),
+            spots,
+        })
+    }
+
+    /// A record whose (signer, seq) is logged: a duplicate when it is the same record, else a
+    /// conflict, refused and kept as evidence.
+    fn repeated(&mut self, v: &Verified, hash: &[u8], idx: u64) -> Outcome {
+        let env = &v.checked.envelope;
+        if hash == &v.checked.content_hash[..] {
+            return Outcome::Duplicate { index: idx };
+        }
+        self.conflicts.push(NewConflict {
+            signer: env.signer.clone(),
+            seq: env.seq as i64,
+            existing_idx: idx as i64,
+            received_at: self.now.unix(),
+            envelope: String::from_utf8(v.checked.canonical.clone()).expect("JSON is UTF-8"),
+        });
+        Outcome::Rejected(Rejection::field(
+            Reason::Conflict,
+            "seq",
+            format!(
+                "{} of signer {} is already used by a different record at index {idx}; this record is kept as evidence",
+                env.seq, env.signer
+            ),
+        ))
+    }
+
+    /// The rules that need the transaction: revocation, time, spot prices, overlaps.
+    fn refusal(&self, app: &Appender, v: &Verified) -> Option<Rejection> {
+        let env = &v.checked.envelope;
+        if self.revoked.contains(&env.key_id) {
+            return Some(Rejection::field(
+                Reason::RevokedKey,
+                "key_id",
+                format!("{} of signer {} has been revoked", env.key_id, env.signer),
+            ));
+        }
+        if let Err(r) = admission::check_time(&v.checked.body, self.now, &self.policy) {
+            return Some(r);
+        }
+        if let Body::SpotPrice(p) = &v.checked.body {
+            if let Err(r) = self.spots.history.check(app.next_index(), p) {
+                return Some(r);
+            }
+        }
+        self.streams.overlap(&v.checked)
+    }
+
+    /// Decides one record and, when accepted, appends it.
+    fn admit(&mut self, app: &mut Appender, v: &Verified) -> Outcome {
+        let env = &v.checked.envelope;
+        let key = (env.signer.clone(), env.seq);
+        if let Some((hash, idx)) = self.existing.get(&key).cloned() {
+            return self.repeated(v, &hash, idx);
+        }
+        if let Some(r) = self.refusal(app, v) {
+            return Outcome::Rejected(r);
+        }
+        let last = self.last_seq.get(&env.signer).copied().unwrap_or(0);
+        let seq_gap = (env.seq > last + 1).then_some(SeqGap {
+            from: last + 1,
+            to: env.seq - 1,
+        });
+        if env.seq > last {
+            self.last_seq.insert(env.signer.clone(), env.seq);
+        }
+        let index = app.push(&v.checked);
+        if self.has_spot {
+            self.spots.history.apply(index, &v.checked.body);
+        }
+        self.streams.claim(&v.checked, index);
+        self.existing
+            .insert(key, (v.checked.content_hash.to_vec(), index));
+        Outcome::Accepted { index, seq_gap }
+    }
+
+    /// Writes the signers' new highest seqs and the conflicts kept as evidence.
+    fn write(&self, conn: &mut DbConn) -> Result<(), StoreError> {
+        let changed: Vec<(&String, u64)> = self
+            .last_seq
+            .iter()
+            .filter(|(s, q)| self.before.get(*s) != Some(q))
+            .map(|(s, q)| (s, *q))
+            .collect();
+        update_last_seqs(conn, &changed)?;
+        for chunk in self.conflicts.chunks(INSERT_CHUNK) {
+            per_backend!(conn, |c| diesel::insert_into(conflicts::table)
+                .values(chunk)
+                .execute(c))?;
+        }
+        Ok(())
+    }
+}
+
 /// Appends a group of batches in one transaction; returns one outcome list per batch.
 pub(crate) fn append_group(
     conn: &mut DbConn,
@@ -190,128 +400,15 @@ pub(crate) fn append_group(
         if cache.head_size != Some(app.size) {
             cache.clear();
         }
-        let all = || batches.iter().flatten();
-
-        // Revocation is the only mutable key state: re-read it under the lock.
-        let mut key_ids: Vec<&str> = all().map(|v| v.checked.envelope.key_id.as_str()).collect();
-        key_ids.sort_unstable();
-        key_ids.dedup();
-        let revoked: std::collections::HashSet<String> = signer_keys::table
-            .filter(signer_keys::key_id.eq_any(&key_ids))
-            .filter(signer_keys::revoked_idx.is_not_null())
-            .select(signer_keys::key_id)
-            .load::<String>(conn)?
-            .into_iter()
+        let mut group = Group::load(conn, &app, batches, now, cache, spots)?;
+        let out: Vec<Vec<Outcome>> = batches
+            .iter()
+            .map(|batch| batch.iter().map(|v| group.admit(&mut app, v)).collect())
             .collect();
-
-        // Existing (signer, seq) pairs and each signer's highest seq.
-        let mut by_signer: HashMap<&str, Vec<i64>> = HashMap::new();
-        for v in all() {
-            by_signer.entry(v.checked.envelope.signer.as_str()).or_default().push(v.checked.envelope.seq as i64);
-        }
-        // One round trip for every signer's seqs: (signer = s1 AND seq IN ..) OR (signer = s2 ..).
-        let mut q = entries::table.select((entries::signer, entries::seq, entries::content_hash, entries::idx)).into_boxed();
-        for (signer, seqs) in &by_signer {
-            q = q.or_filter(entries::signer.eq(*signer).and(entries::seq.eq_any(seqs.clone())));
-        }
-        let mut existing: HashMap<(String, u64), (Vec<u8>, u64)> = q
-            .load::<(String, i64, Vec<u8>, i64)>(conn)?
-            .into_iter()
-            .map(|(signer, seq, hash, idx)| ((signer, seq as u64), (hash, idx as u64)))
-            .collect();
-        let names: Vec<&str> = by_signer.keys().copied().collect();
-        let mut last_seq: HashMap<String, u64> = signers::table
-            .filter(signers::id.eq_any(&names))
-            .select((signers::id, signers::last_seq))
-            .load::<(String, i64)>(conn)?
-            .into_iter()
-            .map(|(id, s)| (id, s as u64))
-            .collect();
-        let before = last_seq.clone();
-        let mut streams = Streams::load(conn, all().filter_map(|v| v.checked.stream.as_ref()), cache)?;
-        // The time rules use this transaction's clock (the entries' received_at) and the
-        // policy in force; spot prices also the spot prices and invoices logged so far.
-        let policy = read::policy(conn, app.size)?;
-        let has_spot = all().any(|v| v.checked.kind == Kind::SpotPrice);
-        if has_spot {
-            spots.catch_up(conn, app.size)?;
-        }
-
-        let mut conflicts = Vec::new();
-        let mut out = Vec::with_capacity(batches.len());
-        for batch in batches {
-            let mut outcomes = Vec::with_capacity(batch.len());
-            for v in batch {
-                let env = &v.checked.envelope;
-                let key = (env.signer.clone(), env.seq);
-                if let Some((hash, idx)) = existing.get(&key) {
-                    if hash[..] == v.checked.content_hash[..] {
-                        outcomes.push(Outcome::Duplicate { index: *idx });
-                    } else {
-                        conflicts.push(NewConflict {
-                            signer: env.signer.clone(),
-                            seq: env.seq as i64,
-                            existing_idx: *idx as i64,
-                            received_at: now.unix(),
-                            envelope: String::from_utf8(v.checked.canonical.clone()).expect("JSON is UTF-8"),
-                        });
-                        outcomes.push(Outcome::Rejected(Rejection::field(
-                            Reason::Conflict,
-                            "seq",
-                            format!(
-                                "{} of signer {} is already used by a different record at index {idx}; this record is kept as evidence",
-                                env.seq, env.signer
-                            ),
-                        )));
-                    }
-                    continue;
-                }
-                if revoked.contains(&env.key_id) {
-                    outcomes.push(Outcome::Rejected(Rejection::field(
-                        Reason::RevokedKey,
-                        "key_id",
-                        format!("{} of signer {} has been revoked", env.key_id, env.signer),
-                    )));
-                    continue;
-                }
-                if let Err(r) = admission::check_time(&v.checked.body, now, &policy) {
-                    outcomes.push(Outcome::Rejected(r));
-                    continue;
-                }
-                if let Body::SpotPrice(p) = &v.checked.body {
-                    if let Err(r) = spots.history.check(app.next_index(), p) {
-                        outcomes.push(Outcome::Rejected(r));
-                        continue;
-                    }
-                }
-                if let Some(r) = streams.overlap(&v.checked) {
-                    outcomes.push(Outcome::Rejected(r));
-                    continue;
-                }
-                let last = last_seq.get(&env.signer).copied().unwrap_or(0);
-                let seq_gap = (env.seq > last + 1).then_some(SeqGap { from: last + 1, to: env.seq - 1 });
-                if env.seq > last {
-                    last_seq.insert(env.signer.clone(), env.seq);
-                }
-                let index = app.push(&v.checked);
-                if has_spot {
-                    spots.history.apply(index, &v.checked.body);
-                }
-                streams.claim(&v.checked, index);
-                existing.insert(key, (v.checked.content_hash.to_vec(), index));
-                outcomes.push(Outcome::Accepted { index, seq_gap });
-            }
-            out.push(outcomes);
-        }
-        let changed: Vec<(&String, u64)> =
-            last_seq.iter().filter(|(s, q)| before.get(*s) != Some(q)).map(|(s, q)| (s, *q)).collect();
-        update_last_seqs(conn, &changed)?;
-        for chunk in conflicts.chunks(INSERT_CHUNK) {
-            per_backend!(conn, |c| diesel::insert_into(conflicts::table).values(chunk).execute(c))?;
-        }
+        group.write(conn)?;
         let new_size = app.next_index();
         app.finish(conn)?;
-        Ok((out, streams.latest, new_size))
+        Ok((out, group.streams.latest, new_size))
     });
     match result {
         Ok((out, latest, new_size)) => {

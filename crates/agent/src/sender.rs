@@ -185,13 +185,8 @@ fn retry_after(r: &ureq::http::Response<ureq::Body>) -> Option<Duration> {
     Some(Duration::from_secs(secs.min(MAX_RETRY_AFTER_SECONDS)))
 }
 
-fn attempt(
-    http: &ureq::Agent,
-    url: &str,
-    shared: &Shared,
-    batch: &[Pending],
-    cfg: &SenderConfig,
-) -> Attempt {
+/// The batch as one JSON array of the spooled envelopes, byte for byte.
+fn batch_body(batch: &[Pending]) -> String {
     let mut body =
         String::with_capacity(batch.iter().map(|p| p.envelope.len() + 1).sum::<usize>() + 2);
     body.push('[');
@@ -202,57 +197,83 @@ fn attempt(
         body.push_str(&p.envelope);
     }
     body.push(']');
+    body
+}
+
+/// Posts one batch and applies the answer to the spool.
+fn attempt(
+    http: &ureq::Agent,
+    url: &str,
+    shared: &Shared,
+    batch: &[Pending],
+    cfg: &SenderConfig,
+) -> Attempt {
+    match post(http, url, shared, batch, cfg) {
+        Ok(outcomes) => apply_outcomes(shared, batch, &outcomes, cfg),
+        Err(retry) => {
+            shared.metrics.send_failures.increment(1);
+            retry
+        }
+    }
+}
+
+/// Posts one batch; `Ok` with one outcome per record, or how to retry.
+fn post(
+    http: &ureq::Agent,
+    url: &str,
+    shared: &Shared,
+    batch: &[Pending],
+    cfg: &SenderConfig,
+) -> Result<Vec<serde_json::Value>, Attempt> {
     let m = &shared.metrics;
     m.records_sent.increment(batch.len() as u64);
     let started = Instant::now();
     let resp = http
         .post(url)
         .header("Content-Type", "application/json")
-        .send(body.as_bytes());
+        .send(batch_body(batch).as_bytes());
     m.send_seconds.record(started.elapsed().as_secs_f64());
-    let mut resp = match resp {
-        Ok(r) => r,
-        Err(e) => {
-            m.send_failures.increment(1);
-            tracing::warn!(signer = %cfg.signer, error = %e, pending = batch.len(), "ledger unreachable; will retry");
-            return Attempt::Retry(None);
-        }
-    };
+    let mut resp = resp.map_err(|e| {
+        tracing::warn!(signer = %cfg.signer, error = %e, pending = batch.len(), "ledger unreachable; will retry");
+        Attempt::Retry(None)
+    })?;
     let status = resp.status().as_u16();
     if status == 429 || status == 503 {
-        m.send_failures.increment(1);
         let after = retry_after(&resp);
         tracing::warn!(signer = %cfg.signer, status, retry_after_s = after.map(|d| d.as_secs()), "ledger busy; will retry");
-        return Attempt::Retry(after);
+        return Err(Attempt::Retry(after));
     }
     if status != 200 {
-        m.send_failures.increment(1);
         let text = resp.body_mut().read_to_string().unwrap_or_default();
         tracing::error!(signer = %cfg.signer, status, body = %text.chars().take(300).collect::<String>(), "unexpected answer to POST /v1/records; will retry");
-        return Attempt::Retry(None);
+        return Err(Attempt::Retry(None));
     }
-    let answer: serde_json::Value = match resp.body_mut().read_json() {
-        Ok(v) => v,
-        Err(e) => {
-            m.send_failures.increment(1);
-            tracing::error!(signer = %cfg.signer, error = %e, "unreadable answer; will retry");
-            return Attempt::Retry(None);
-        }
-    };
-    let outcomes = match answer["outcomes"].as_array() {
-        Some(o) if o.len() == batch.len() => o,
+    let mut answer: serde_json::Value = resp.body_mut().read_json().map_err(|e| {
+        tracing::error!(signer = %cfg.signer, error = %e, "unreadable answer; will retry");
+        Attempt::Retry(None)
+    })?;
+    match answer["outcomes"].take() {
+        serde_json::Value::Array(o) if o.len() == batch.len() => Ok(o),
         _ => {
-            m.send_failures.increment(1);
             tracing::error!(signer = %cfg.signer, "answer does not hold one outcome per record; will retry");
-            return Attempt::Retry(None);
+            Err(Attempt::Retry(None))
         }
-    };
+    }
+}
+
+/// Takes the ledger's answer into the spool: the records up to the first that must be retried
+/// are acknowledged (delivered, or written to the dead-letter file when refused for good).
+fn apply_outcomes(
+    shared: &Shared,
+    batch: &[Pending],
+    outcomes: &[serde_json::Value],
+    cfg: &SenderConfig,
+) -> Attempt {
+    let m = &shared.metrics;
     m.last_success
         .set(gpuledger_core::time::Timestamp::now().unix() as f64);
     let mut spool = shared.spool.lock().expect("spool lock");
-    let mut done = 0usize;
-    let mut delivered = 0u64;
-    let mut dead = 0u64;
+    let (mut done, mut delivered, mut dead) = (0usize, 0u64, 0u64);
     let mut blocked = false;
     for (p, o) in batch.iter().zip(outcomes) {
         match o["status"].as_str() {
@@ -266,18 +287,10 @@ fn attempt(
             }
             Some("rejected") => {
                 m.records_rejected.increment(1);
-                let reason = o["reason"].as_str().unwrap_or("");
-                if TRANSIENT_REASONS.contains(&reason) {
-                    tracing::warn!(signer = %cfg.signer, seq = p.seq, reason, message = %o["message"], "record refused for now; will retry");
+                if !refused(&mut spool, p, o, cfg) {
                     blocked = true;
                     break;
                 }
-                if let Err(e) = spool.dead_letter(p, o) {
-                    tracing::error!(error = %e, "cannot write the dead-letter file; will retry");
-                    blocked = true;
-                    break;
-                }
-                tracing::error!(signer = %cfg.signer, seq = p.seq, reason, message = %o["message"], "record refused for good; written to the dead-letter file");
                 dead += 1;
             }
             _ => {
@@ -303,6 +316,22 @@ fn attempt(
     } else {
         Attempt::Progress
     }
+}
+
+/// A record the ledger refused: `false` when it must be retried (a reason that may pass later,
+/// or a dead-letter file that cannot be written), `true` once it is in the dead-letter file.
+fn refused(spool: &mut Spool, p: &Pending, o: &serde_json::Value, cfg: &SenderConfig) -> bool {
+    let reason = o["reason"].as_str().unwrap_or("");
+    if TRANSIENT_REASONS.contains(&reason) {
+        tracing::warn!(signer = %cfg.signer, seq = p.seq, reason, message = %o["message"], "record refused for now; will retry");
+        return false;
+    }
+    if let Err(e) = spool.dead_letter(p, o) {
+        tracing::error!(error = %e, "cannot write the dead-letter file; will retry");
+        return false;
+    }
+    tracing::error!(signer = %cfg.signer, seq = p.seq, reason, message = %o["message"], "record refused for good; written to the dead-letter file");
+    true
 }
 
 /// Drains the spool once, synchronously, until it is empty or `deadline` passes; for tests and
