@@ -19,8 +19,19 @@ pub struct Problem {
     pub detail: String,
     /// Per-field or per-item reasons, when they apply.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Vec<ProblemItem>>)]
     pub errors: Option<Value>,
+}
+
+/// One item of a problem's `errors`: the field or parameter it concerns and why.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ProblemItem {
+    /// The field path (`body.gpu_count`) or query parameter.
+    pub field: String,
+    /// The rejection reason code, where the problem is a refused field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub message: String,
 }
 
 /// An error answered to an API caller.

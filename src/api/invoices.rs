@@ -5,10 +5,11 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::{json_body, AppState};
 use crate::core::invoice::{self, Invoice, Period};
-use crate::core::record::{Body, Kind};
+use crate::core::record::Kind;
 use actix_web::{get, post};
 
 use crate::store::invoices::{self as store_invoices, Balance, InvoiceSummary};
+use crate::store::Ledger;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -27,7 +28,7 @@ pub struct IssueRequest {
 /// Issues a tenant's invoices for a period, one per currency (admin). Refused while any usage
 /// is unpriced, and for a period overlapping an invoiced one.
 #[utoipa::path(tag = "invoices", request_body = IssueRequest,
-    responses((status = 201, description = "The issued invoices", body = Vec<Object>),
+    responses((status = 201, description = "The issued invoices", body = Vec<Invoice>),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -106,7 +107,7 @@ async fn load(
 
 /// One invoice as JSON (its SHA-256 is in the log's `invoice_issued` entry).
 #[utoipa::path(tag = "invoices", params(("number" = String, Path)),
-    responses((status = 200, body = Object), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = Invoice), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[get("/invoices/{number}")]
 pub async fn get(
@@ -174,23 +175,9 @@ pub async fn download(
         .body(body))
 }
 
-async fn settle(
-    state: web::Data<AppState>,
-    caller: Caller,
-    req: HttpRequest,
-    payload: web::Payload,
-    kind: Kind,
-) -> Result<HttpResponse, ApiError> {
-    caller.require_admin()?;
-    let v: serde_json::Value = json_body(&req, payload).await?;
-    let body = Body::from_value(kind, &v).map_err(super::pricing::rejection)?;
-    let index = web::block(move || state.ledger.settle(body)).await??;
-    Ok(HttpResponse::Created().json(serde_json::json!({ "index": index, "kind": kind.as_str() })))
-}
-
 /// Records a payment against an invoice (admin): `{tenant, invoice, currency, amount, note}`.
 #[utoipa::path(tag = "invoices", request_body = Object,
-    responses((status = 201, body = Object), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    responses((status = 201, body = super::pricing::Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/payments")]
 pub async fn payment(
@@ -199,12 +186,12 @@ pub async fn payment(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    settle(state, caller, req, payload, Kind::Payment).await
+    super::pricing::append_entry(state, caller, req, payload, Kind::Payment, Ledger::settle).await
 }
 
 /// Grants a credit note against an invoice (admin); credits may not exceed the invoice total.
 #[utoipa::path(tag = "invoices", request_body = Object,
-    responses((status = 201, body = Object), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    responses((status = 201, body = super::pricing::Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/credit-notes")]
 pub async fn credit_note(
@@ -213,7 +200,15 @@ pub async fn credit_note(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    settle(state, caller, req, payload, Kind::CreditNote).await
+    super::pricing::append_entry(
+        state,
+        caller,
+        req,
+        payload,
+        Kind::CreditNote,
+        Ledger::settle,
+    )
+    .await
 }
 
 /// A tenant's balances per currency.

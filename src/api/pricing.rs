@@ -10,7 +10,7 @@ use crate::core::record::{Body, Kind};
 use crate::core::rejection::Rejection;
 use actix_web::{get, post};
 
-use crate::store::pricing;
+use crate::store::{pricing, Ledger, StoreError};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -27,11 +27,32 @@ pub(super) fn rejection(r: Rejection) -> ApiError {
     }
 }
 
-/// The index of an appended pricing entry.
+/// The index and kind of an entry appended by an admin request.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Appended {
     pub index: u64,
     pub kind: String,
+}
+
+/// Appends one admin-written entry of `kind` from the request body through `op` (the ledger's
+/// append for prices and leases, its settlement for payments and credit notes): admin only,
+/// the body strict and valid for its kind, 201 with the entry's index.
+pub(super) async fn append_entry(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+    kind: Kind,
+    op: fn(&Ledger, Body) -> Result<u64, StoreError>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_admin()?;
+    let v: Value = json_body(&req, payload).await?;
+    let body = Body::from_value(kind, &v).map_err(rejection)?;
+    let index = web::block(move || op(&state.ledger, body)).await??;
+    Ok(HttpResponse::Created().json(Appended {
+        index,
+        kind: kind.as_str().into(),
+    }))
 }
 
 async fn append(
@@ -41,14 +62,15 @@ async fn append(
     payload: web::Payload,
     kind: Kind,
 ) -> Result<HttpResponse, ApiError> {
-    caller.require_admin()?;
-    let v: Value = json_body(&req, payload).await?;
-    let body = Body::from_value(kind, &v).map_err(rejection)?;
-    let index = web::block(move || state.ledger.append_ledger_entry(body)).await??;
-    Ok(HttpResponse::Created().json(Appended {
-        index,
-        kind: kind.as_str().into(),
-    }))
+    append_entry(
+        state,
+        caller,
+        req,
+        payload,
+        kind,
+        Ledger::append_ledger_entry,
+    )
+    .await
 }
 
 /// Appends a rate card (admin): `{region, gpu_model, lease_class: on_demand|reserved, currency,

@@ -23,14 +23,13 @@ pub struct IngestResponse {
     /// `{"status":"accepted","index":N[,"seq_gap":{from,to}]}`,
     /// `{"status":"duplicate","index":N}` or
     /// `{"status":"rejected","reason":"…","field":"…","message":"…"}`.
-    #[schema(value_type = Vec<Object>)]
     pub outcomes: Vec<Outcome>,
 }
 
 /// Appends signed records. Authenticated by the records' own signatures; the answer comes
 /// only after the accepted records are committed.
 #[utoipa::path(tag = "records",
-    request_body(content = Vec<Object>, content_type = "application/json", description = "A JSON array of signed envelopes (docs/PROTOCOL.md §4), at most 10000, body at most 8 MiB."),
+    request_body(content = Vec<crate::core::envelope::Envelope>, content_type = "application/json", description = "A JSON array of signed envelopes (docs/PROTOCOL.md §4), at most 10000, body at most 8 MiB."),
     responses(
         (status = 200, description = "One outcome per record, in order", body = IngestResponse),
         (status = 400, description = "Malformed JSON or not an array", body = super::error::Problem, content_type = "application/problem+json"),

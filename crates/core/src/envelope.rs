@@ -24,15 +24,20 @@ pub const ENVELOPE_VERSION: u32 = 2;
 
 /// A signed record as it travels on the wire and sits inside a leaf.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Envelope {
+    /// The envelope version: 2.
     pub v: u32,
+    /// The record kind (docs/PROTOCOL.md §5): `gpu_usage`, `energy`, `spot_price`, ….
     pub kind: String,
     pub signer: String,
     pub key_id: String,
     pub seq: u64,
-    /// Read strictly: a repeated member name at any depth is refused.
+    /// The kind's body (docs/PROTOCOL.md §5). Read strictly: a repeated member name at any
+    /// depth is refused.
     #[serde(deserialize_with = "super::json::strict_value")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub body: Value,
     /// Standard base64 of the 64-byte Ed25519 signature.
     pub sig: String,

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 /// One line of an invoice.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InvoiceLine {
     /// `gpu` or `energy`.
     pub kind: &'static str,
@@ -16,23 +17,28 @@ pub struct InvoiceLine {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_model: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub class: Option<LeaseClass>,
     /// Exact quantity: GPU-seconds for `gpu` lines, measured kWh for `energy` lines.
     #[serde(serialize_with = "super::decimal::serialize")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub quantity: Decimal,
     /// `GPU-s` or `kWh`.
     pub unit: &'static str,
     /// Price per GPU-hour (gpu) or per kWh (energy).
     #[serde(serialize_with = "super::decimal::serialize")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub unit_price: Decimal,
     /// Energy lines: the PUE applied.
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "opt_decimal"
     )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub pue: Option<Decimal>,
     /// Rounded half-even to the currency's minor unit.
     #[serde(serialize_with = "amount")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub amount: Decimal,
     pub records: u64,
     /// Set on adjustment lines: the earlier period the late records belong to.
@@ -42,6 +48,7 @@ pub struct InvoiceLine {
 
 /// A half-open period `[from, to)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Period {
     pub from: Timestamp,
     pub to: Timestamp,
@@ -219,6 +226,7 @@ impl InvoiceRating {
 
 /// An issued invoice. Immutable once issued; its SHA-256 is recorded in the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Invoice {
     pub number: String,
     pub tenant: String,
@@ -233,6 +241,7 @@ pub struct Invoice {
     pub lines: Vec<InvoiceLine>,
     /// Sum of the line amounts.
     #[serde(serialize_with = "amount")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub total: Decimal,
 }
 

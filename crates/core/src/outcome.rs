@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// Sequence numbers skipped by a signer: `[from, to]` were never seen before this record.
 /// Gaps are allowed (a lost record may still arrive later) and reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SeqGap {
     pub from: u64,
     pub to: u64,
@@ -13,6 +14,7 @@ pub struct SeqGap {
 
 /// The outcome of one record, in the order the records were given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Outcome {
     /// Appended at `index`; committed before this outcome was returned.

@@ -6,6 +6,7 @@ use std::fmt;
 
 /// Machine-readable rejection reasons. Their snake_case names are stable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     /// Not a JSON object of the right shape: missing, unknown or mistyped fields.
@@ -117,6 +118,7 @@ impl fmt::Display for Reason {
 
 /// A refused record: reason, optional field path (such as `body.gpu_count`), message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Rejection {
     pub reason: Reason,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -20,6 +20,22 @@ pub const MAX_UNIX: i64 = 253_402_300_799;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(i64);
 
+/// On the wire a timestamp is a string `YYYY-MM-DDTHH:MM:SSZ` (RFC 3339, whole seconds, UTC).
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for Timestamp {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+            .examples(["2026-11-01T00:00:00Z"])
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for Timestamp {}
+
 /// A timestamp string that is not in the wire format or out of range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("is not a UTC timestamp of the form YYYY-MM-DDTHH:MM:SSZ between 2000 and 9999")]
