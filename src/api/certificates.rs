@@ -98,14 +98,7 @@ pub async fn list(
     caller: Caller,
     q: web::Query<ListQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let tenant = caller.tenant_scope(q.into_inner().tenant)?;
-    let list = web::block(move || {
-        state
-            .ledger
-            .with_reader(|c| store_certs::list(c, tenant.as_deref()))
-    })
-    .await??;
-    Ok(HttpResponse::Ok().json(list))
+    super::scoped_list(state, caller, q.into_inner().tenant, store_certs::list).await
 }
 
 async fn load(

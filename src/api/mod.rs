@@ -151,6 +151,21 @@ fn json_from<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid: {e}")))
 }
 
+/// Answers a list read with `list` for the tenant the caller may see: a tenant token its own
+/// (naming another is refused by [`auth::Caller::tenant_scope`]), others the named tenant's or
+/// everyone's.
+pub async fn scoped_list<T: serde::Serialize + Send + 'static>(
+    state: web::Data<AppState>,
+    caller: auth::Caller,
+    tenant: Option<String>,
+    list: fn(&mut crate::store::DbConn, Option<&str>) -> Result<Vec<T>, crate::store::StoreError>,
+) -> Result<actix_web::HttpResponse, ApiError> {
+    let tenant = caller.tenant_scope(tenant)?;
+    let rows =
+        web::block(move || state.ledger.with_reader(|c| list(c, tenant.as_deref()))).await??;
+    Ok(actix_web::HttpResponse::Ok().json(rows))
+}
+
 /// Parses a non-negative integer parameter.
 pub fn parse_u64(name: &str, s: &str) -> Result<u64, ApiError> {
     let max = crate::core::limits::MAX_SEQ;

@@ -207,6 +207,21 @@ pub fn decimal_field<'de, D: Deserializer<'de>>(d: D) -> Result<Decimal, D::Erro
     }
 }
 
+/// Makes the relative `paths` of a configuration file relative to the file's folder.
+pub fn resolve_paths<'a>(file: &Path, paths: impl IntoIterator<Item = &'a mut PathBuf>) {
+    let base = file.parent().unwrap_or(Path::new(""));
+    for p in paths {
+        if p.is_relative() {
+            *p = base.join(&*p);
+        }
+    }
+}
+
+/// A configuration error naming its file.
+pub fn in_file(file: &Path) -> impl FnOnce(AgentError) -> AgentError + '_ {
+    move |e| AgentError::Config(format!("{}: {e}", file.display()))
+}
+
 /// Reads a TOML file into `T`, naming the file in every error.
 pub fn read_toml<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, AgentError> {
     let text = std::fs::read_to_string(path)
@@ -235,14 +250,8 @@ impl AgentConfig {
     /// file's directory.
     pub fn read(path: &Path) -> Result<AgentConfig, AgentError> {
         let mut c: AgentConfig = read_toml(path)?;
-        let base = path.parent().unwrap_or(Path::new(""));
-        for p in [&mut c.key_file, &mut c.lease_file, &mut c.spool_dir] {
-            if p.is_relative() {
-                *p = base.join(&*p);
-            }
-        }
-        c.validate()
-            .map_err(|e| AgentError::Config(format!("{}: {e}", path.display())))?;
+        resolve_paths(path, [&mut c.key_file, &mut c.lease_file, &mut c.spool_dir]);
+        c.validate().map_err(in_file(path))?;
         Ok(c)
     }
 

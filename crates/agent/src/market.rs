@@ -108,18 +108,12 @@ impl MarketConfig {
     /// Reads and validates `market.toml` (relative paths are relative to its directory).
     pub fn read(path: &Path) -> Result<MarketConfig, AgentError> {
         let mut c: MarketConfig = read_toml(path)?;
-        let base = path.parent().unwrap_or(Path::new(""));
         let mut paths = vec![&mut c.key_file, &mut c.spool_dir];
         if let Source::Csv { path: p } = &mut c.source {
             paths.push(p);
         }
-        for p in paths {
-            if p.is_relative() {
-                *p = base.join(&*p);
-            }
-        }
-        c.validate()
-            .map_err(|e| AgentError::Config(format!("{}: {e}", path.display())))?;
+        super::config::resolve_paths(path, paths);
+        c.validate().map_err(super::config::in_file(path))?;
         Ok(c)
     }
 
@@ -227,14 +221,8 @@ pub fn start_market(mut cfg: MarketConfig, key: SigningKey) -> Result<Running, A
         public_key = %keys::encode_public(&key.verifying_key()),
         "market signer starting (register the public key with POST /v1/signers, role market)"
     );
-    let sender_cfg = SenderConfig {
-        server_url: cfg.server_url.clone(),
-        max_batch: cfg.limits.max_batch,
-        max_backoff: Duration::from_secs(cfg.limits.max_backoff_seconds),
-        request_timeout: Duration::from_secs(cfg.limits.request_timeout_seconds),
-        signer: cfg.signer.clone(),
-        origin: cfg.origin.clone().expect("resolved at start-up"),
-    };
+    let origin = cfg.origin.as_deref().expect("resolved at start-up");
+    let sender_cfg = SenderConfig::new(&cfg.server_url, &cfg.signer, origin, &cfg.limits);
     let name = format!("market-{}", cfg.signer);
     Running::start(spool, sender_cfg, &name, move |shared| match &cfg.source {
         Source::Csv { path } => csv_loop(&cfg, path, &key, &shared),

@@ -111,14 +111,8 @@ pub fn start_agent(
         &cfg.limits,
     )?;
     cfg.origin = Some(origin);
-    let sender_cfg = SenderConfig {
-        server_url: cfg.server_url.clone(),
-        max_batch: cfg.limits.max_batch,
-        max_backoff: Duration::from_secs(cfg.limits.max_backoff_seconds),
-        request_timeout: Duration::from_secs(cfg.limits.request_timeout_seconds),
-        signer: cfg.signer.clone(),
-        origin: cfg.origin.clone().expect("resolved at start-up"),
-    };
+    let origin = cfg.origin.as_deref().expect("resolved at start-up");
+    let sender_cfg = SenderConfig::new(&cfg.server_url, &cfg.signer, origin, &cfg.limits);
     let name = format!("agent-{}", cfg.node);
     Running::start(spool, sender_cfg, &name, move |shared| {
         let errors = shared.metrics.measurement_errors.clone();

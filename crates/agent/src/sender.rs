@@ -103,6 +103,25 @@ pub struct SenderConfig {
     pub origin: String,
 }
 
+impl SenderConfig {
+    /// The sender settings of a signer of `origin` at `server_url`, with the agent's limits.
+    pub fn new(
+        server_url: &str,
+        signer: &str,
+        origin: &str,
+        limits: &super::config::Limits,
+    ) -> Self {
+        SenderConfig {
+            server_url: server_url.to_owned(),
+            max_batch: limits.max_batch,
+            max_backoff: Duration::from_secs(limits.max_backoff_seconds),
+            request_timeout: Duration::from_secs(limits.request_timeout_seconds),
+            signer: signer.to_owned(),
+            origin: origin.to_owned(),
+        }
+    }
+}
+
 enum Attempt {
     /// Some or all records were resolved and nothing asks to wait.
     Progress,
