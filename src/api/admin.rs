@@ -41,7 +41,7 @@ pub async fn create_tenant(
             Ok(_) | Err(crate::store::StoreError::AlreadyExists(_)) => {}
             Err(e) => return Err(e.into()),
         }
-        Ok(ledger.with_reader(|c| access::create_tenant(c, &t.id, &t.name))?)
+        Ok(ledger.with_account_writer(|c| access::create_tenant(c, &t.id, &t.name))?)
     })
     .await??;
     Ok(HttpResponse::Created().json(tenant))
@@ -320,7 +320,7 @@ pub async fn create_token(
     let (info, token) = web::block(move || {
         state
             .ledger
-            .with_reader(|c| access::create_token(c, role, t.tenant.as_deref(), &t.label))
+            .with_account_writer(|c| access::create_token(c, role, t.tenant.as_deref(), &t.label))
     })
     .await??;
     Ok(HttpResponse::Created().json(CreatedToken { token, info }))
@@ -350,6 +350,11 @@ pub async fn revoke_token(
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
     let id = path.into_inner();
-    web::block(move || state.ledger.with_reader(|c| access::revoke_token(c, &id))).await??;
+    web::block(move || {
+        state
+            .ledger
+            .with_account_writer(|c| access::revoke_token(c, &id))
+    })
+    .await??;
     Ok(HttpResponse::NoContent().finish())
 }

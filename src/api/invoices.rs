@@ -169,7 +169,7 @@ pub async fn download(
 }
 
 /// Records a payment against an invoice (admin): `{tenant, invoice, currency, amount, note}`.
-#[utoipa::path(tag = "invoices", request_body = Object,
+#[utoipa::path(tag = "invoices", request_body = crate::core::record::Settlement,
     responses((status = 201, body = super::pricing::Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/payments")]
@@ -183,7 +183,7 @@ pub async fn payment(
 }
 
 /// Grants a credit note against an invoice (admin); credits may not exceed the invoice total.
-#[utoipa::path(tag = "invoices", request_body = Object,
+#[utoipa::path(tag = "invoices", request_body = crate::core::record::Settlement,
     responses((status = 201, body = super::pricing::Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/credit-notes")]

@@ -75,7 +75,7 @@ async fn append(
 
 /// Appends a rate card (admin): `{region, gpu_model, lease_class: on_demand|reserved, currency,
 /// price_per_gpu_hour, effective_from}`; a change must take effect after the series' latest.
-#[utoipa::path(tag = "pricing", request_body = Object,
+#[utoipa::path(tag = "pricing", request_body = crate::core::record::RateCard,
     responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/rate-cards")]
@@ -90,7 +90,7 @@ pub async fn post_rate_card(
 
 /// Appends region parameters (admin): `{region, currency, electricity_price_per_kwh, pue,
 /// carbon_g_per_kwh, effective_from}`.
-#[utoipa::path(tag = "pricing", request_body = Object,
+#[utoipa::path(tag = "pricing", request_body = crate::core::record::RegionParameters,
     responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/region-params")]
@@ -104,7 +104,7 @@ pub async fn post_region_params(
 }
 
 /// Declares a lease and its billing class (admin): `{lease, tenant, class: on_demand|reserved|spot}`.
-#[utoipa::path(tag = "pricing", request_body = Object,
+#[utoipa::path(tag = "pricing", request_body = crate::core::record::LeaseRegistered,
     responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/leases")]
@@ -123,7 +123,7 @@ pub async fn post_lease(
 /// invoice period and increase strictly; the last tier has no bound. For tenants on the plan
 /// the tiers replace the series' rate card; a change must take effect after the latest tiers
 /// of the same plan and series.
-#[utoipa::path(tag = "pricing", request_body = Object,
+#[utoipa::path(tag = "pricing", request_body = crate::core::record::VolumeTiers,
     responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/volume-tiers")]
@@ -139,7 +139,7 @@ pub async fn post_volume_tiers(
 /// Puts a tenant on a plan (admin): `{tenant, plan, effective_from}`. A plan without tiers for
 /// a series leaves that series on the rate card, so a plan may be assigned before (or without)
 /// its tiers; a change must take effect after the tenant's latest plan.
-#[utoipa::path(tag = "pricing", request_body = Object,
+#[utoipa::path(tag = "pricing", request_body = crate::core::record::TenantPlan,
     responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/tenant-plans")]
@@ -206,7 +206,6 @@ pub struct PreviewQuery {
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct CurrencyLines {
     pub currency: String,
-    #[schema(value_type = Vec<Object>)]
     pub lines: Vec<Line>,
     /// Sum of the rounded line amounts.
     #[schema(value_type = String)]
@@ -223,7 +222,6 @@ pub struct Preview {
     pub log_size: u64,
     pub currencies: Vec<CurrencyLines>,
     /// Usage no price was in force for; an invoice cannot be issued while this is not empty.
-    #[schema(value_type = Vec<Object>)]
     pub unpriced: Vec<Unpriced>,
 }
 

@@ -118,6 +118,9 @@ pub struct Ledger {
     jobs: Option<mpsc::Sender<Job>>,
     writer: Option<JoinHandle<()>>,
     readers: Mutex<Vec<DbConn>>,
+    /// The connection for writes outside the log (tenant accounts, API tokens), opened on
+    /// first use; the reader pool only ever reads.
+    account_writer: Mutex<Option<DbConn>>,
     keys: RwLock<HashMap<String, CachedKey>>,
     /// Tenant and lease registrations seen so far (they are only ever added).
     parties: RwLock<read::DbParties>,
@@ -224,6 +227,7 @@ impl Ledger {
             jobs: Some(tx),
             writer: Some(writer),
             readers: Mutex::new(vec![reader]),
+            account_writer: Mutex::new(None),
             keys: RwLock::new(HashMap::new()),
             parties: RwLock::new(read::DbParties::default()),
             queued,
@@ -571,6 +575,25 @@ impl Ledger {
             if pool.len() < MAX_IDLE_READERS {
                 pool.push(conn);
             }
+        }
+        r
+    }
+
+    /// Runs `f` on the connection for writes outside the log: tenant accounts and API tokens
+    /// (`store::access`), which are not log entries. One at a time; a connection whose database
+    /// call failed is reopened next time.
+    pub fn with_account_writer<T>(
+        &self,
+        f: impl FnOnce(&mut DbConn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut slot = self.account_writer.lock().expect("account writer lock");
+        let conn = match slot.as_mut() {
+            Some(c) => c,
+            None => slot.insert(conn::connect(&self.url)?),
+        };
+        let r = f(conn);
+        if matches!(r, Err(StoreError::Database(_))) {
+            *slot = None;
         }
         r
     }

@@ -499,6 +499,35 @@ impl BundleChecker {
         line_no: u64,
         p: &'a Prepared,
     ) -> Result<Option<PendingSignature<'a>>, Failure> {
+        let Some(e) = self.entry_of(line_no, p)? else {
+            return Ok(None);
+        };
+        self.place(e)?;
+        let key = self.admit(e)?;
+        if e.checked.kind.signed_by() == super::record::Role::Ledger {
+            // Context that changes the registry counts only once its signature holds.
+            if !e.checked.verify(&key) {
+                return Err(bad_signature(e.index));
+            }
+            self.registry.apply(e.index, &e.checked.body);
+            return Ok(None);
+        }
+        self.registry.apply(e.index, &e.checked.body);
+        Ok(Some(PendingSignature {
+            index: e.index,
+            message: &e.checked.message,
+            signature: &e.checked.signature,
+            key,
+        }))
+    }
+
+    /// The entry a line holds, or `None` for the end line (whose count is checked here). A
+    /// line after the end line, or a second header, fails.
+    fn entry_of<'a>(
+        &mut self,
+        line_no: u64,
+        p: &'a Prepared,
+    ) -> Result<Option<&'a PreparedEntry>, Failure> {
         let at = || format!("line {line_no}");
         if self.ended {
             return Err(Failure::new(
@@ -507,10 +536,8 @@ impl BundleChecker {
                 "a line after the end line",
             ));
         }
-        let e = match p {
-            Prepared::Header => {
-                return Err(Failure::new(Reason::Order, at(), "a second header"));
-            }
+        match p {
+            Prepared::Header => Err(Failure::new(Reason::Order, at(), "a second header")),
             Prepared::End(n) => {
                 if *n != self.entries {
                     return Err(Failure::new(
@@ -523,10 +550,15 @@ impl BundleChecker {
                     ));
                 }
                 self.ended = true;
-                return Ok(None);
+                Ok(None)
             }
-            Prepared::Entry(e) => e,
-        };
+            Prepared::Entry(e) => Ok(Some(e)),
+        }
+    }
+
+    /// The entry's place in the bundle: context before records, indexes increasing within
+    /// each part, records of the subject's tenant only. Counts it.
+    fn place(&mut self, e: &PreparedEntry) -> Result<(), Failure> {
         let index = e.index;
         let item = || format!("entry {index}");
         let kind = e.checked.kind;
@@ -565,16 +597,20 @@ impl BundleChecker {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Every admission rule at the entry's index (§15 step 4): the key to verify it with.
+    fn admit(&self, e: &PreparedEntry) -> Result<VerifyingKey, Failure> {
         let env = &e.checked.envelope;
         let body = &e.checked.body;
-        let key = self
-            .registry
+        self.registry
             .admit(
-                index,
-                kind,
+                e.index,
+                e.checked.kind,
                 &env.signer,
                 &env.key_id,
-                &e.checked.body,
+                body,
                 e.received_at,
             )
             .map_err(|r| {
@@ -590,23 +626,8 @@ impl BundleChecker {
                 } else {
                     Reason::of_rejection(r.reason)
                 };
-                Failure::new(reason, item(), r.to_string())
-            })?;
-        if kind.signed_by() == super::record::Role::Ledger {
-            // Context that changes the registry counts only once its signature holds.
-            if !e.checked.verify(&key) {
-                return Err(bad_signature(index));
-            }
-            self.registry.apply(index, &e.checked.body);
-            return Ok(None);
-        }
-        self.registry.apply(index, &e.checked.body);
-        Ok(Some(PendingSignature {
-            index,
-            message: &e.checked.message,
-            signature: &e.checked.signature,
-            key,
-        }))
+                Failure::new(reason, format!("entry {}", e.index), r.to_string())
+            })
     }
 
     /// The public keys registered in the context, by key id (the log key included).
@@ -683,22 +704,33 @@ pub struct Verified {
 /// Lines checked in parallel at a time.
 const CHUNK: usize = 4096;
 
+/// Lines with their 1-based numbers, as the reader passes them on.
+type Chunk = Vec<(u64, Vec<u8>)>;
+
+/// A chunk checked in parallel: its lines, what each is alone, and, when the registry was
+/// frozen, whether each entry's signature verified.
+type CheckedChunk = (Chunk, Vec<Result<Prepared, Failure>>, Option<Vec<bool>>);
+
+/// The signing keys once every context entry has been applied (set by the sequential stage,
+/// read by the parallel one).
+type Frozen = std::sync::OnceLock<HashMap<String, VerifyingKey>>;
+
 /// Verifies a whole bundle from its lines (each without its LF), in order, reporting the first
 /// failure in line order (§15), verifying every signature strictly. `make_subject` sees
 /// the verified header first (to check the subject and checkpoint against a certificate or
 /// invoice); `progress` gets the lines done.
 ///
-/// Three stages overlap: a reader thread splits lines into chunks; each chunk is checked in
-/// parallel (lines alone, then, once the context is complete and the key registry can no
-/// longer change, the records' signatures in batches); and a sequential stage applies order,
-/// key validity and the subject, in line order.
+/// Three stages overlap: a reader thread splits lines into chunks (`read_chunks`); each
+/// chunk is checked in parallel (`check_chunks`: lines alone, then, once the context is
+/// complete and the key registry can no longer change, the records' signatures in batches);
+/// and a sequential stage (`apply_chunks`) applies order, key validity and the subject, in
+/// line order.
 pub fn verify_bundle<S: Subject>(
     lines: impl Iterator<Item = std::io::Result<Vec<u8>>> + Send,
     verifier_key: &str,
     make_subject: impl FnOnce(&Header, &Anchor) -> Result<S, Failure>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Verified, S), Failure> {
-    use rayon::prelude::*;
     use std::sync::mpsc::sync_channel;
     let mut lines = lines.enumerate().map(|(i, l)| {
         l.map(|l| (i as u64 + 1, l))
@@ -711,135 +743,24 @@ pub fn verify_bundle<S: Subject>(
     let mut subject = make_subject(&header, &anchor)?;
     let mut checker = BundleChecker::new(&anchor);
     checker.set_subject_tenant(subject.tenant());
-    type Chunk = Vec<(u64, Vec<u8>)>;
-    // A chunk checked in parallel: its lines, what each is alone, and, when the registry was
-    // frozen, whether each entry's signature verified.
-    type Checked = (Chunk, Vec<Result<Prepared, Failure>>, Option<Vec<bool>>);
     let (chunk_tx, chunk_rx) = sync_channel::<Result<Chunk, Failure>>(2);
-    let (checked_tx, checked_rx) = sync_channel::<Checked>(2);
-    // The registry once every context entry has been applied (shared with the parallel stage).
-    let frozen: std::sync::OnceLock<HashMap<String, VerifyingKey>> = std::sync::OnceLock::new();
+    let (checked_tx, checked_rx) = sync_channel::<CheckedChunk>(2);
+    let frozen = Frozen::new();
     let anchor_ref = &anchor;
-    let log_key = anchor.log_key;
     std::thread::scope(|scope| {
-        scope.spawn(move || {
-            let mut chunk = Vec::with_capacity(CHUNK);
-            for l in lines.by_ref() {
-                match l {
-                    Ok(l) => chunk.push(l),
-                    Err(f) => {
-                        let _ = chunk_tx.send(Err(f));
-                        return;
-                    }
-                }
-                if chunk.len() == CHUNK && chunk_tx.send(Ok(std::mem::take(&mut chunk))).is_err() {
-                    return;
-                }
-            }
-            if !chunk.is_empty() {
-                let _ = chunk_tx.send(Ok(chunk));
-            }
-        });
+        scope.spawn(move || read_chunks(lines, chunk_tx));
         let frozen = &frozen;
-        scope.spawn(move || {
-            for chunk in chunk_rx {
-                let chunk = match chunk {
-                    Ok(c) => c,
-                    Err(f) => {
-                        let _ = checked_tx.send((vec![(0, Vec::new())], vec![Err(f)], None));
-                        return;
-                    }
-                };
-                let prepared: Vec<Result<Prepared, Failure>> = chunk
-                    .par_iter()
-                    .map(|(no, l)| prepare_line(*no, l, anchor_ref))
-                    .collect();
-                // Entries whose key is unknown fail key validity in the sequential stage, before
-                // their signature counts; only the others are verified, and the results are put
-                // back at their lines.
-                let sigs = frozen.get().map(|keys| {
-                    let (lines, pending): (Vec<usize>, Vec<PendingSignature>) = prepared
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(line, p)| match p {
-                            Ok(Prepared::Entry(e)) => {
-                                let env = &e.checked.envelope;
-                                keys.get(&env.key_id).map(|key| {
-                                    let key = *key;
-                                    let p = PendingSignature {
-                                        index: e.index,
-                                        message: &e.checked.message,
-                                        signature: &e.checked.signature,
-                                        key,
-                                    };
-                                    (line, p)
-                                })
-                            }
-                            _ => None,
-                        })
-                        .unzip();
-                    let mut ok = vec![true; prepared.len()];
-                    for (line, good) in lines.into_iter().zip(verify_pending(&pending)) {
-                        ok[line] = good;
-                    }
-                    ok
-                });
-                if checked_tx.send((chunk, prepared, sigs)).is_err() {
-                    return;
-                }
-            }
-        });
-        // The sequential stage, in line order.
-        let mut done = 1u64;
-        let result = (|| -> Result<(), Failure> {
-            for (chunk, prepared, sigs) in checked_rx {
-                let mut pending = Vec::new();
-                let mut stop: Option<Failure> = None;
-                let mut ok_upto = 0;
-                for (i, ((no, _), p)) in chunk.iter().zip(&prepared).enumerate() {
-                    let r = p
-                        .as_ref()
-                        .map_err(Clone::clone)
-                        .and_then(|p| checker.accept(*no, p));
-                    match r {
-                        Ok(Some(sig)) => match &sigs {
-                            Some(ok) if !ok[i] => {
-                                stop = Some(bad_signature(sig.index));
-                                break;
-                            }
-                            Some(_) => {}
-                            None => pending.push(sig),
-                        },
-                        Ok(None) => {}
-                        Err(f) => {
-                            stop = Some(f);
-                            break;
-                        }
-                    }
-                    ok_upto += 1;
-                }
-                let bad_sig = first_bad_signature(&pending);
-                for p in prepared[..ok_upto].iter() {
-                    if let Ok(Prepared::Entry(e)) = p {
-                        if bad_sig == Some(e.index) {
-                            return Err(bad_signature(e.index));
-                        }
-                        checker.apply(e, &mut subject)?;
-                    }
-                }
-                if let Some(f) = stop {
-                    return Err(f);
-                }
-                if checker.in_records && frozen.get().is_none() {
-                    let _ = frozen.set(checker.signing_keys(log_key));
-                }
-                done += chunk.len() as u64;
-                progress(done);
-            }
-            checker.finish()
-        })();
-        // Dropping the receiver stops the other stages early on a failure.
-        result
+        scope.spawn(move || check_chunks(chunk_rx, checked_tx, anchor_ref, frozen));
+        // The receiver is dropped when this returns, which stops the other stages early on a
+        // failure.
+        apply_chunks(
+            checked_rx,
+            &mut checker,
+            &mut subject,
+            frozen,
+            anchor_ref.log_key,
+            progress,
+        )
     })?;
     Ok((
         Verified {
@@ -850,4 +771,152 @@ pub fn verify_bundle<S: Subject>(
         },
         subject,
     ))
+}
+
+/// The reader stage: numbered lines, `CHUNK` at a time; a read failure is passed on and ends
+/// the reading.
+fn read_chunks(
+    lines: impl Iterator<Item = Result<(u64, Vec<u8>), Failure>>,
+    chunk_tx: std::sync::mpsc::SyncSender<Result<Chunk, Failure>>,
+) {
+    let mut chunk = Vec::with_capacity(CHUNK);
+    for l in lines {
+        match l {
+            Ok(l) => chunk.push(l),
+            Err(f) => {
+                let _ = chunk_tx.send(Err(f));
+                return;
+            }
+        }
+        if chunk.len() == CHUNK && chunk_tx.send(Ok(std::mem::take(&mut chunk))).is_err() {
+            return;
+        }
+    }
+    if !chunk.is_empty() {
+        let _ = chunk_tx.send(Ok(chunk));
+    }
+}
+
+/// The parallel stage: each line of a chunk checked alone, and the signatures verified when
+/// the registry is frozen. A read failure is passed on as a chunk of one failed line.
+fn check_chunks(
+    chunk_rx: std::sync::mpsc::Receiver<Result<Chunk, Failure>>,
+    checked_tx: std::sync::mpsc::SyncSender<CheckedChunk>,
+    anchor: &Anchor,
+    frozen: &Frozen,
+) {
+    use rayon::prelude::*;
+    for chunk in chunk_rx {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(f) => {
+                let _ = checked_tx.send((vec![(0, Vec::new())], vec![Err(f)], None));
+                return;
+            }
+        };
+        let prepared: Vec<Result<Prepared, Failure>> = chunk
+            .par_iter()
+            .map(|(no, l)| prepare_line(*no, l, anchor))
+            .collect();
+        let sigs = frozen.get().map(|keys| frozen_signatures(&prepared, keys));
+        if checked_tx.send((chunk, prepared, sigs)).is_err() {
+            return;
+        }
+    }
+}
+
+/// Whether the signature of each prepared line verifies with the frozen registry's `keys`
+/// (`true` for lines that are not entries). Entries whose key is unknown fail key validity in
+/// the sequential stage, before their signature counts; only the others are verified, and the
+/// results are put back at their lines.
+fn frozen_signatures(
+    prepared: &[Result<Prepared, Failure>],
+    keys: &HashMap<String, VerifyingKey>,
+) -> Vec<bool> {
+    let (lines, pending): (Vec<usize>, Vec<PendingSignature>) = prepared
+        .iter()
+        .enumerate()
+        .filter_map(|(line, p)| match p {
+            Ok(Prepared::Entry(e)) => keys.get(&e.checked.envelope.key_id).map(|key| {
+                let p = PendingSignature {
+                    index: e.index,
+                    message: &e.checked.message,
+                    signature: &e.checked.signature,
+                    key: *key,
+                };
+                (line, p)
+            }),
+            _ => None,
+        })
+        .unzip();
+    let mut ok = vec![true; prepared.len()];
+    for (line, good) in lines.into_iter().zip(verify_pending(&pending)) {
+        ok[line] = good;
+    }
+    ok
+}
+
+/// The sequential stage, in line order: each chunk's lines accepted, their pending signatures
+/// verified, the good entries handed to the subject; the registry frozen once the records
+/// start. `progress` gets the lines done after each chunk.
+fn apply_chunks<S: Subject>(
+    checked_rx: std::sync::mpsc::Receiver<CheckedChunk>,
+    checker: &mut BundleChecker,
+    subject: &mut S,
+    frozen: &Frozen,
+    log_key: VerifyingKey,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(), Failure> {
+    let mut done = 1u64;
+    for (chunk, prepared, sigs) in checked_rx {
+        let (pending, ok_upto, stop) = accept_chunk(checker, &chunk, &prepared, sigs.as_deref());
+        let bad_sig = first_bad_signature(&pending);
+        for p in prepared[..ok_upto].iter() {
+            if let Ok(Prepared::Entry(e)) = p {
+                if bad_sig == Some(e.index) {
+                    return Err(bad_signature(e.index));
+                }
+                checker.apply(e, subject)?;
+            }
+        }
+        if let Some(f) = stop {
+            return Err(f);
+        }
+        if checker.in_records && frozen.get().is_none() {
+            let _ = frozen.set(checker.signing_keys(log_key));
+        }
+        done += chunk.len() as u64;
+        progress(done);
+    }
+    checker.finish()
+}
+
+/// Accepts a chunk's lines in order ([`BundleChecker::accept`]) up to the first failure: the
+/// signatures left to verify (none when `sigs`, the frozen stage's verdicts, are given), how
+/// many lines were accepted, and the failure that stopped it, if any.
+fn accept_chunk<'a>(
+    checker: &mut BundleChecker,
+    chunk: &Chunk,
+    prepared: &'a [Result<Prepared, Failure>],
+    sigs: Option<&[bool]>,
+) -> (Vec<PendingSignature<'a>>, usize, Option<Failure>) {
+    let mut pending = Vec::new();
+    let mut ok_upto = 0;
+    for (i, ((no, _), p)) in chunk.iter().zip(prepared).enumerate() {
+        let r = p
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|p| checker.accept(*no, p));
+        match r {
+            Ok(Some(sig)) => match sigs {
+                Some(ok) if !ok[i] => return (pending, ok_upto, Some(bad_signature(sig.index))),
+                Some(_) => {}
+                None => pending.push(sig),
+            },
+            Ok(None) => {}
+            Err(f) => return (pending, ok_upto, Some(f)),
+        }
+        ok_upto += 1;
+    }
+    (pending, ok_upto, None)
 }

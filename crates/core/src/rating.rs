@@ -363,6 +363,7 @@ pub fn graduate(tiers: &[Tier], from: Decimal, to: Decimal) -> Vec<(usize, Decim
 
 /// The plan and tier (numbered from 1) a graduated line is priced at.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TierRef {
     pub plan: String,
     pub tier: u32,
@@ -370,6 +371,7 @@ pub struct TierRef {
 
 /// What a line is for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum LineKey {
     /// GPU time of one region, model and class at one unit price; for graduated volume, also
@@ -396,6 +398,7 @@ pub enum LineKey {
 
 /// A priced invoice line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Line {
     #[serde(flatten)]
     pub key: LineKey,
@@ -414,6 +417,7 @@ pub struct Line {
 
 /// Usage that could not be priced, and why.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Unpriced {
     pub what: String,
     pub region: String,

@@ -1,8 +1,14 @@
 //! Record kinds and their bodies, with validation.
 //!
-//! A body arrives as JSON inside an [`Envelope`](super::envelope::Envelope). It is first read
-//! into a *wire* struct of strings (unknown fields refused), then each field is parsed on its
-//! own so that a refusal names the exact field and reason.
+//! A body arrives as JSON inside an [`Envelope`](super::envelope::Envelope). Each kind is
+//! defined once: its body struct, whose serde derives spell it on the wire, and its
+//! `Record::check`, the rules it must pass on its own (docs/PROTOCOL.md §5). A body is first
+//! read by serde in its *wire* form, unknown fields refused: the body itself, or, for kinds
+//! with decimals, timestamps or lease classes, the twin that `body!` declares with it, whose
+//! such fields are still the strings they arrived as. `check` then parses each field on its
+//! own, in the order of §5, so that a refusal names the exact field and reason.
+//! [`Body::to_value`] and [`Body::from_value`] dispatch on the kind through one table
+//! (`bodies!`).
 
 use super::decimal::{self, DecimalError};
 use super::ids::check_id;
@@ -11,11 +17,13 @@ use super::limits::*;
 use super::rejection::{Reason, Rejection};
 use super::time::Timestamp;
 use rust_decimal::Decimal;
-use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
 /// How a lease is billed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum LeaseClass {
     OnDemand,
@@ -175,43 +183,115 @@ impl Role {
     }
 }
 
-/// GPU time used: `gpu_count` GPUs of one model on one node for [start, end).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuUsage {
-    pub tenant: String,
-    pub lease: Option<String>,
-    pub region: String,
-    pub node: String,
-    pub gpu_model: String,
-    /// May be fractional for shared slices (MIG, time-slicing).
-    pub gpu_count: Decimal,
-    pub start: Timestamp,
-    pub end: Timestamp,
-    /// Exactly `gpu_count × (end − start)`.
-    pub gpu_seconds: Decimal,
+/// Declares a body struct and its wire twin: the same members, with the same serde
+/// attributes, read as they arrive ([`OnWire`]: decimals, timestamps and lease classes as
+/// strings), unknown members refused. The twin keeps the name serde's messages give
+/// (`expected struct GpuUsageWire`). The struct's own derives serialise it.
+macro_rules! body {
+    (
+        $(#[$attr:meta])*
+        pub struct $name:ident, read as $wire:ident {
+            $($(#[$fattr:meta])* pub $field:ident: $ty:ty,)*
+        }
+    ) => {
+        $(#[$attr])*
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+        pub struct $name {
+            $($(#[$fattr])* pub $field: $ty,)*
+        }
+
+        #[doc = concat!("[`", stringify!($name), "`] as serde reads it, before validation.")]
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct $wire {
+            $($(#[$fattr])* $field: <$ty as OnWire>::Form,)*
+        }
+    };
 }
 
-/// Energy measured on one node over [start, end), optionally attributed to a tenant.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Energy {
-    pub tenant: Option<String>,
-    pub region: String,
-    pub node: String,
-    pub start: Timestamp,
-    pub end: Timestamp,
-    pub kwh: Decimal,
+/// How a body member is read before validation: the types that need more than serde's own
+/// checks (canonical decimals, strict timestamps, a class with its own refusal) as strings.
+trait OnWire {
+    type Form;
 }
 
-/// A spot price per GPU-hour for one region and GPU model, in force from `effective_from`
-/// until the next spot price for the same region, model and currency.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpotPrice {
-    pub region: String,
-    pub gpu_model: String,
-    pub price_per_gpu_hour: Decimal,
-    /// ISO 4217 code, three upper-case letters.
-    pub currency: String,
-    pub effective_from: Timestamp,
+impl OnWire for String {
+    type Form = String;
+}
+
+impl OnWire for u64 {
+    type Form = u64;
+}
+
+impl OnWire for Decimal {
+    type Form = String;
+}
+
+impl OnWire for Timestamp {
+    type Form = String;
+}
+
+impl OnWire for LeaseClass {
+    type Form = String;
+}
+
+impl<T: OnWire> OnWire for Option<T> {
+    type Form = Option<T::Form>;
+}
+
+impl OnWire for Vec<Tier> {
+    type Form = Vec<TierWire>;
+}
+
+body! {
+    /// GPU time used: `gpu_count` GPUs of one model on one node for [start, end).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct GpuUsage, read as GpuUsageWire {
+        pub tenant: String,
+        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+        pub lease: Option<String>,
+        pub region: String,
+        pub node: String,
+        pub gpu_model: String,
+        /// May be fractional for shared slices (MIG, time-slicing).
+        #[serde(serialize_with = "decimal::serialize")]
+        pub gpu_count: Decimal,
+        pub start: Timestamp,
+        pub end: Timestamp,
+        /// Exactly `gpu_count × (end − start)`.
+        #[serde(serialize_with = "decimal::serialize")]
+        pub gpu_seconds: Decimal,
+    }
+}
+
+body! {
+    /// Energy measured on one node over [start, end), optionally attributed to a tenant.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct Energy, read as EnergyWire {
+        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+        pub tenant: Option<String>,
+        pub region: String,
+        pub node: String,
+        pub start: Timestamp,
+        pub end: Timestamp,
+        #[serde(serialize_with = "decimal::serialize")]
+        pub kwh: Decimal,
+    }
+}
+
+body! {
+    /// A spot price per GPU-hour for one region and GPU model, in force from `effective_from`
+    /// until the next spot price for the same region, model and currency.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct SpotPrice, read as SpotPriceWire {
+        pub region: String,
+        pub gpu_model: String,
+        #[serde(serialize_with = "decimal::serialize")]
+        pub price_per_gpu_hour: Decimal,
+        /// ISO 4217 code, three upper-case letters.
+        pub currency: String,
+        pub effective_from: Timestamp,
+    }
 }
 
 /// The ledger registered `public_key` (base64, 32 bytes) as `key_id` of `signer`, for the
@@ -227,7 +307,7 @@ pub struct SignerKeyRegistered {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "present_list"
+        deserialize_with = "present"
     )]
     pub nodes: Option<Vec<String>>,
     /// Region ids the key may name (sorted, distinct).
@@ -301,121 +381,189 @@ pub struct SignerKeyRevoked {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "present_string"
+        deserialize_with = "present"
     )]
     pub reason: Option<String>,
 }
 
-/// A rate-card price per GPU-hour for a region, GPU model and lease class (on-demand or
-/// reserved; spot usage is priced by `spot_price` entries), in force from `effective_from`
-/// until the next rate card for the same region, model and class.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RateCard {
-    pub region: String,
-    pub gpu_model: String,
-    pub lease_class: LeaseClass,
-    pub currency: String,
-    pub price_per_gpu_hour: Decimal,
-    pub effective_from: Timestamp,
+body! {
+    /// A rate-card price per GPU-hour for a region, GPU model and lease class (on-demand or
+    /// reserved; spot usage is priced by `spot_price` entries), in force from `effective_from`
+    /// until the next rate card for the same region, model and class.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct RateCard, read as RateCardWire {
+        pub region: String,
+        pub gpu_model: String,
+        pub lease_class: LeaseClass,
+        pub currency: String,
+        #[serde(serialize_with = "decimal::serialize")]
+        pub price_per_gpu_hour: Decimal,
+        pub effective_from: Timestamp,
+    }
 }
 
-/// A region's energy parameters from `effective_from` on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegionParameters {
-    pub region: String,
-    pub currency: String,
-    pub electricity_price_per_kwh: Decimal,
-    /// Power usage effectiveness, at least 1.
-    pub pue: Decimal,
-    /// Grid carbon intensity, gCO2e per kWh.
-    pub carbon_g_per_kwh: Decimal,
-    pub effective_from: Timestamp,
+body! {
+    /// A region's energy parameters from `effective_from` on.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct RegionParameters, read as RegionParamsWire {
+        pub region: String,
+        pub currency: String,
+        #[serde(serialize_with = "decimal::serialize")]
+        pub electricity_price_per_kwh: Decimal,
+        /// Power usage effectiveness, at least 1.
+        #[serde(serialize_with = "decimal::serialize")]
+        pub pue: Decimal,
+        /// Grid carbon intensity, gCO2e per kWh.
+        #[serde(serialize_with = "decimal::serialize")]
+        pub carbon_g_per_kwh: Decimal,
+        pub effective_from: Timestamp,
+    }
 }
 
-/// A lease of `tenant`, billed as `class`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseRegistered {
-    pub lease: String,
-    pub tenant: String,
-    pub class: LeaseClass,
+body! {
+    /// A lease of `tenant`, billed as `class`.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct LeaseRegistered, read as LeaseWire {
+        pub lease: String,
+        pub tenant: String,
+        pub class: LeaseClass,
+    }
 }
 
-/// An issued invoice, by its hash: the full invoice is recomputable from the log entries below
-/// `checkpoint_size` (docs/RATING.md).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvoiceIssued {
-    pub number: String,
-    pub tenant: String,
-    pub period_from: Timestamp,
-    pub period_to: Timestamp,
-    pub currency: String,
-    pub total: Decimal,
-    pub checkpoint_size: u64,
-    /// Lower-case hex SHA-256 of the invoice's JSON rendering.
-    pub invoice_sha256: String,
+body! {
+    /// An issued invoice, by its hash: the full invoice is recomputable from the log entries
+    /// below `checkpoint_size` (docs/RATING.md).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct InvoiceIssued, read as InvoiceIssuedWire {
+        pub number: String,
+        pub tenant: String,
+        pub period_from: Timestamp,
+        pub period_to: Timestamp,
+        pub currency: String,
+        #[serde(serialize_with = "money_string")]
+        pub total: Decimal,
+        pub checkpoint_size: u64,
+        /// Lower-case hex SHA-256 of the invoice's JSON rendering.
+        pub invoice_sha256: String,
+    }
 }
 
-/// An issued compute-usage certificate, by its hash (docs/PROTOCOL.md §13).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CertificateIssued {
-    pub id: String,
-    pub tenant: String,
-    pub period_from: Timestamp,
-    pub period_to: Timestamp,
-    pub checkpoint_size: u64,
-    /// Lower-case hex SHA-256 of the certificate's RFC 8785 JSON, `sig` included.
-    pub certificate_sha256: String,
+body! {
+    /// An issued compute-usage certificate, by its hash (docs/PROTOCOL.md §13).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct CertificateIssued, read as CertificateIssuedWire {
+        pub id: String,
+        pub tenant: String,
+        pub period_from: Timestamp,
+        pub period_to: Timestamp,
+        pub checkpoint_size: u64,
+        /// Lower-case hex SHA-256 of the certificate's RFC 8785 JSON, `sig` included.
+        pub certificate_sha256: String,
+    }
 }
 
-/// Money received (`Payment`) or credited (`CreditNote`) against an invoice.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settlement {
-    pub tenant: String,
-    pub invoice: String,
-    pub currency: String,
-    pub amount: Decimal,
-    /// Payment reference or credit-note reason, for people.
-    pub note: String,
+body! {
+    /// Money received (`Payment`) or credited (`CreditNote`) against an invoice.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct Settlement, read as SettlementWire {
+        pub tenant: String,
+        pub invoice: String,
+        pub currency: String,
+        #[serde(serialize_with = "money_string")]
+        pub amount: Decimal,
+        /// Payment reference or credit-note reason, for people.
+        #[serde(default)]
+        pub note: String,
+    }
 }
 
-/// One tier of a graduated schedule: the GPU-hours of a series counted within an invoice
-/// period above the previous tier's bound and up to `up_to_gpu_hours` (the last tier has no
-/// bound) are priced at `price_per_gpu_hour`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tier {
-    /// Cumulative bound in GPU-hours; `None` only for the last, open tier.
-    pub up_to_gpu_hours: Option<Decimal>,
-    pub price_per_gpu_hour: Decimal,
+body! {
+    /// One tier of a graduated schedule: the GPU-hours of a series counted within an invoice
+    /// period above the previous tier's bound and up to `up_to_gpu_hours` (the last tier has
+    /// no bound) are priced at `price_per_gpu_hour`.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct Tier, read as TierWire {
+        /// Cumulative bound in GPU-hours; `None` only for the last, open tier.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            serialize_with = "canonical_option",
+            deserialize_with = "present"
+        )]
+        pub up_to_gpu_hours: Option<Decimal>,
+        #[serde(serialize_with = "decimal::serialize")]
+        pub price_per_gpu_hour: Decimal,
+    }
 }
 
-/// A plan's graduated volume tiers for one series (region, GPU model, lease class), in force
-/// from `effective_from` until the next `volume_tiers` entry of the same plan and series. For
-/// tenants on the plan they replace the series' rate card (docs/RATING.md).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VolumeTiers {
-    pub plan: String,
-    pub region: String,
-    pub gpu_model: String,
-    /// On-demand or reserved; spot usage is never tiered.
-    pub lease_class: LeaseClass,
-    pub currency: String,
-    /// 1 to `MAX_VOLUME_TIERS` tiers with strictly increasing bounds; only the last is open.
-    pub tiers: Vec<Tier>,
-    pub effective_from: Timestamp,
+body! {
+    /// A plan's graduated volume tiers for one series (region, GPU model, lease class), in
+    /// force from `effective_from` until the next `volume_tiers` entry of the same plan and
+    /// series. For tenants on the plan they replace the series' rate card (docs/RATING.md).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct VolumeTiers, read as VolumeTiersWire {
+        pub plan: String,
+        pub region: String,
+        pub gpu_model: String,
+        /// On-demand or reserved; spot usage is never tiered.
+        pub lease_class: LeaseClass,
+        pub currency: String,
+        /// 1 to `MAX_VOLUME_TIERS` tiers with strictly increasing bounds; only the last is
+        /// open.
+        pub tiers: Vec<Tier>,
+        pub effective_from: Timestamp,
+    }
 }
 
-/// `tenant` is on `plan` from `effective_from` until its next `tenant_plan` entry. A plan
-/// with no tiers for a series leaves that series on the rate card.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TenantPlan {
-    pub tenant: String,
-    pub plan: String,
-    pub effective_from: Timestamp,
+body! {
+    /// `tenant` is on `plan` from `effective_from` until its next `tenant_plan` entry. A plan
+    /// with no tiers for a series leaves that series on the rate card.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct TenantPlan, read as TenantPlanWire {
+        pub tenant: String,
+        pub plan: String,
+        pub effective_from: Timestamp,
+    }
 }
 
-/// A validated body of any kind.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Body {
+/// Declares [`Body`], one variant per kind (named as the kind) holding its body type, and the
+/// dispatchers that map a kind to its body type: [`Body::kind`], [`Body::to_value`] (serde)
+/// and [`Body::from_value`] (serde, then the type's [`Record::check`]).
+macro_rules! bodies {
+    ($($kind:ident($ty:ty),)*) => {
+        /// A validated body of any kind.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Body {
+            $($kind($ty),)*
+        }
+
+        impl Body {
+            /// The body's kind.
+            pub fn kind(&self) -> Kind {
+                match self {
+                    $(Body::$kind(_) => Kind::$kind,)*
+                }
+            }
+
+            /// The wire JSON of this body (canonical decimals and timestamps).
+            pub fn to_value(&self) -> Value {
+                match self {
+                    $(Body::$kind(b) => serde_json::to_value(b).expect("plain struct"),)*
+                }
+            }
+
+            /// Reads and validates a body of `kind`: its shape and every rule that needs
+            /// neither the log nor the clock (those are in [`crate::admission`]).
+            pub fn from_value(kind: Kind, body: &Value) -> Result<Body, Rejection> {
+                match kind {
+                    $(Kind::$kind => read(body).map(Body::$kind),)*
+                }
+            }
+        }
+    };
+}
+
+bodies! {
     GpuUsage(GpuUsage),
     Energy(Energy),
     SpotPrice(SpotPrice),
@@ -435,28 +583,6 @@ pub enum Body {
 }
 
 impl Body {
-    /// The body's kind.
-    pub fn kind(&self) -> Kind {
-        match self {
-            Body::GpuUsage(_) => Kind::GpuUsage,
-            Body::Energy(_) => Kind::Energy,
-            Body::SpotPrice(_) => Kind::SpotPrice,
-            Body::SignerKeyRegistered(_) => Kind::SignerKeyRegistered,
-            Body::SignerKeyRevoked(_) => Kind::SignerKeyRevoked,
-            Body::RateCard(_) => Kind::RateCard,
-            Body::RegionParams(_) => Kind::RegionParams,
-            Body::LeaseRegistered(_) => Kind::LeaseRegistered,
-            Body::InvoiceIssued(_) => Kind::InvoiceIssued,
-            Body::Payment(_) => Kind::Payment,
-            Body::CreditNote(_) => Kind::CreditNote,
-            Body::CertificateIssued(_) => Kind::CertificateIssued,
-            Body::VolumeTiers(_) => Kind::VolumeTiers,
-            Body::TenantPlan(_) => Kind::TenantPlan,
-            Body::TenantRegistered(_) => Kind::TenantRegistered,
-            Body::LogPolicy(_) => Kind::LogPolicy,
-        }
-    }
-
     /// The tenant the entry belongs to, if any (used for tenant-scoped queries).
     pub fn tenant(&self) -> Option<&str> {
         match self {
@@ -496,397 +622,456 @@ impl Body {
             _ => None,
         }
     }
+}
 
-    /// The wire JSON of this body (canonical decimals and timestamps).
-    pub fn to_value(&self) -> Value {
-        let mut m = serde_json::Map::new();
-        let mut put = |k: &str, v: String| {
-            m.insert(k.to_owned(), Value::String(v));
-        };
-        match self {
-            Body::GpuUsage(u) => {
-                put("tenant", u.tenant.clone());
-                if let Some(l) = &u.lease {
-                    put("lease", l.clone());
-                }
-                put("region", u.region.clone());
-                put("node", u.node.clone());
-                put("gpu_model", u.gpu_model.clone());
-                put("gpu_count", decimal::to_canonical(u.gpu_count));
-                put("start", u.start.to_string());
-                put("end", u.end.to_string());
-                put("gpu_seconds", decimal::to_canonical(u.gpu_seconds));
-            }
-            Body::Energy(e) => {
-                if let Some(t) = &e.tenant {
-                    put("tenant", t.clone());
-                }
-                put("region", e.region.clone());
-                put("node", e.node.clone());
-                put("start", e.start.to_string());
-                put("end", e.end.to_string());
-                put("kwh", decimal::to_canonical(e.kwh));
-            }
-            Body::SpotPrice(p) => {
-                put("region", p.region.clone());
-                put("gpu_model", p.gpu_model.clone());
-                put(
-                    "price_per_gpu_hour",
-                    decimal::to_canonical(p.price_per_gpu_hour),
-                );
-                put("currency", p.currency.clone());
-                put("effective_from", p.effective_from.to_string());
-            }
-            Body::RateCard(r) => {
-                put("region", r.region.clone());
-                put("gpu_model", r.gpu_model.clone());
-                put("lease_class", r.lease_class.as_str().to_owned());
-                put("currency", r.currency.clone());
-                put(
-                    "price_per_gpu_hour",
-                    decimal::to_canonical(r.price_per_gpu_hour),
-                );
-                put("effective_from", r.effective_from.to_string());
-            }
-            Body::RegionParams(r) => {
-                put("region", r.region.clone());
-                put("currency", r.currency.clone());
-                put(
-                    "electricity_price_per_kwh",
-                    decimal::to_canonical(r.electricity_price_per_kwh),
-                );
-                put("pue", decimal::to_canonical(r.pue));
-                put(
-                    "carbon_g_per_kwh",
-                    decimal::to_canonical(r.carbon_g_per_kwh),
-                );
-                put("effective_from", r.effective_from.to_string());
-            }
-            Body::LeaseRegistered(l) => {
-                put("lease", l.lease.clone());
-                put("tenant", l.tenant.clone());
-                put("class", l.class.as_str().to_owned());
-            }
-            Body::InvoiceIssued(i) => {
-                put("number", i.number.clone());
-                put("tenant", i.tenant.clone());
-                put("period_from", i.period_from.to_string());
-                put("period_to", i.period_to.to_string());
-                put("currency", i.currency.clone());
-                put("total", i.total.to_string());
-                put("invoice_sha256", i.invoice_sha256.clone());
-                m.insert("checkpoint_size".to_owned(), Value::from(i.checkpoint_size));
-            }
-            Body::Payment(p) | Body::CreditNote(p) => {
-                put("tenant", p.tenant.clone());
-                put("invoice", p.invoice.clone());
-                put("currency", p.currency.clone());
-                put("amount", p.amount.to_string());
-                put("note", p.note.clone());
-            }
-            Body::CertificateIssued(c) => {
-                put("id", c.id.clone());
-                put("tenant", c.tenant.clone());
-                put("period_from", c.period_from.to_string());
-                put("period_to", c.period_to.to_string());
-                put("certificate_sha256", c.certificate_sha256.clone());
-                m.insert("checkpoint_size".to_owned(), Value::from(c.checkpoint_size));
-            }
-            Body::VolumeTiers(v) => {
-                put("plan", v.plan.clone());
-                put("region", v.region.clone());
-                put("gpu_model", v.gpu_model.clone());
-                put("lease_class", v.lease_class.as_str().to_owned());
-                put("currency", v.currency.clone());
-                put("effective_from", v.effective_from.to_string());
-                let tiers = v
-                    .tiers
-                    .iter()
-                    .map(|t| {
-                        let mut o = serde_json::Map::new();
-                        if let Some(b) = t.up_to_gpu_hours {
-                            o.insert("up_to_gpu_hours".into(), decimal::to_canonical(b).into());
-                        }
-                        o.insert(
-                            "price_per_gpu_hour".into(),
-                            decimal::to_canonical(t.price_per_gpu_hour).into(),
-                        );
-                        Value::Object(o)
-                    })
-                    .collect();
-                m.insert("tiers".to_owned(), Value::Array(tiers));
-            }
-            Body::TenantPlan(p) => {
-                put("tenant", p.tenant.clone());
-                put("plan", p.plan.clone());
-                put("effective_from", p.effective_from.to_string());
-            }
-            Body::SignerKeyRegistered(r) => return serde_json::to_value(r).expect("plain struct"),
-            Body::SignerKeyRevoked(r) => return serde_json::to_value(r).expect("plain struct"),
-            Body::TenantRegistered(t) => return serde_json::to_value(t).expect("plain struct"),
-            Body::LogPolicy(p) => return serde_json::to_value(p).expect("plain struct"),
+/// A body of one kind: its serde derives spell it on the wire; [`Record::check`] is its
+/// validation.
+trait Record: Serialize + Sized {
+    /// What serde reads: the body itself, or its wire twin (see [`body!`]).
+    type Wire: DeserializeOwned;
+    /// Every rule the body must pass on its own (docs/PROTOCOL.md §5), field by field in the
+    /// order of its section: the body, or the first rejection.
+    fn check(w: Self::Wire) -> Result<Self, Rejection>;
+}
+
+/// Reads a body of type `T`: serde (shape, `malformed`), then its validation.
+fn read<T: Record>(body: &Value) -> Result<T, Rejection> {
+    let w =
+        T::Wire::deserialize(body).map_err(|e| Rejection::field(Reason::Malformed, "body", e))?;
+    T::check(w)
+}
+
+impl Record for GpuUsage {
+    type Wire = GpuUsageWire;
+    fn check(w: GpuUsageWire) -> Result<Self, Rejection> {
+        let tenant = id("body.tenant", &w.tenant)?;
+        let lease = w
+            .lease
+            .as_deref()
+            .map(|l| id("body.lease", l))
+            .transpose()?;
+        let region = id("body.region", &w.region)?;
+        let node = id("body.node", &w.node)?;
+        let gpu_model = id("body.gpu_model", &w.gpu_model)?;
+        let gpu_count = quantity("body.gpu_count", &w.gpu_count, Decimal::from(MAX_GPU_COUNT))?;
+        if gpu_count.is_zero() {
+            return Err(Rejection::field(
+                Reason::QuantityOutOfRange,
+                "body.gpu_count",
+                "must be above 0",
+            ));
         }
-        Value::Object(m)
+        let (start, end) = interval(&w.start, &w.end)?;
+        let max_seconds = Decimal::from(MAX_GPU_COUNT) * Decimal::from(MAX_INTERVAL_SECONDS);
+        let gpu_seconds = quantity("body.gpu_seconds", &w.gpu_seconds, max_seconds)?;
+        let expected = gpu_count * Decimal::from(start.seconds_until(end));
+        if gpu_seconds != expected {
+            return Err(Rejection::field(
+                Reason::GpuSecondsMismatch,
+                "body.gpu_seconds",
+                format!(
+                    "is {gpu_seconds}, but gpu_count × (end − start) = {} × {} = {}",
+                    decimal::to_canonical(gpu_count),
+                    start.seconds_until(end),
+                    decimal::to_canonical(expected)
+                ),
+            ));
+        }
+        Ok(GpuUsage {
+            tenant,
+            lease,
+            region,
+            node,
+            gpu_model,
+            gpu_count,
+            start,
+            end,
+            gpu_seconds,
+        })
     }
+}
 
-    /// Reads and validates a body of `kind`: its shape and every rule that needs neither the
-    /// log nor the clock (those are in [`crate::admission`]).
-    pub fn from_value(kind: Kind, body: &Value) -> Result<Body, Rejection> {
-        match kind {
-            Kind::GpuUsage => {
-                let w: GpuUsageWire = wire(body)?;
-                Ok(Body::GpuUsage(w.validate()?))
+impl Record for Energy {
+    type Wire = EnergyWire;
+    fn check(w: EnergyWire) -> Result<Self, Rejection> {
+        let tenant = w
+            .tenant
+            .as_deref()
+            .map(|t| id("body.tenant", t))
+            .transpose()?;
+        let region = id("body.region", &w.region)?;
+        let node = id("body.node", &w.node)?;
+        let (start, end) = interval(&w.start, &w.end)?;
+        let kwh = quantity("body.kwh", &w.kwh, Decimal::from(MAX_KWH_PER_RECORD))?;
+        Ok(Energy {
+            tenant,
+            region,
+            node,
+            start,
+            end,
+            kwh,
+        })
+    }
+}
+
+impl Record for SpotPrice {
+    type Wire = SpotPriceWire;
+    fn check(w: SpotPriceWire) -> Result<Self, Rejection> {
+        Ok(SpotPrice {
+            region: id("body.region", &w.region)?,
+            gpu_model: id("body.gpu_model", &w.gpu_model)?,
+            price_per_gpu_hour: quantity(
+                "body.price_per_gpu_hour",
+                &w.price_per_gpu_hour,
+                Decimal::from(MAX_PRICE_PER_GPU_HOUR),
+            )?,
+            currency: currency("body.currency", &w.currency)?,
+            effective_from: ts("body.effective_from", &w.effective_from)?,
+        })
+    }
+}
+
+impl Record for SignerKeyRegistered {
+    type Wire = Self;
+    fn check(r: Self) -> Result<Self, Rejection> {
+        id("body.signer", &r.signer)?;
+        key_id("body.key_id", &r.key_id)?;
+        let key = keys::decode_public(&r.public_key)
+            .map_err(|e| Rejection::field(Reason::InvalidField, "body.public_key", e))?;
+        if keys::encode_public(&key) != r.public_key {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                "body.public_key",
+                "is not standard base64 of 32 bytes",
+            ));
+        }
+        role_nodes(r.role, r.nodes.as_deref())?;
+        id_list("body.regions", &r.regions, MAX_SIGNER_REGIONS)?;
+        if keys::key_id(&key) != r.key_id {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                "body.key_id",
+                format!(
+                    "is not the key id of body.public_key ({})",
+                    keys::key_id(&key)
+                ),
+            ));
+        }
+        Ok(r)
+    }
+}
+
+/// A registration's role and nodes: a node key names its nodes, a market key none, and the
+/// ledger registers no ledger keys.
+fn role_nodes(role: Role, nodes: Option<&[String]>) -> Result<(), Rejection> {
+    match (role, nodes) {
+        (Role::Node, Some(nodes)) => id_list("body.nodes", nodes, MAX_SIGNER_NODES),
+        (Role::Node, None) => Err(Rejection::field(
+            Reason::Malformed,
+            "body.nodes",
+            "is required for a node key",
+        )),
+        (Role::Market, None) => Ok(()),
+        (Role::Market, Some(_)) => Err(Rejection::field(
+            Reason::Malformed,
+            "body.nodes",
+            "must be absent for a market key",
+        )),
+        (Role::Ledger, _) => Err(Rejection::field(
+            Reason::InvalidField,
+            "body.role",
+            "must be node or market: the ledger registers no ledger keys",
+        )),
+    }
+}
+
+impl Record for SignerKeyRevoked {
+    type Wire = Self;
+    fn check(r: Self) -> Result<Self, Rejection> {
+        id("body.signer", &r.signer)?;
+        key_id("body.key_id", &r.key_id)?;
+        Ok(r)
+    }
+}
+
+impl Record for TenantRegistered {
+    type Wire = Self;
+    fn check(t: Self) -> Result<Self, Rejection> {
+        id("body.tenant", &t.tenant)?;
+        Ok(t)
+    }
+}
+
+impl Record for LogPolicy {
+    type Wire = Self;
+    fn check(p: Self) -> Result<Self, Rejection> {
+        let (lo, hi) = POLICY_RECORD_AGE_SECONDS;
+        if !(lo..=hi).contains(&p.max_record_age_seconds) {
+            return Err(Rejection::field(
+                Reason::QuantityOutOfRange,
+                "body.max_record_age_seconds",
+                format!("must be between {lo} and {hi}"),
+            ));
+        }
+        let (lo, hi) = POLICY_FUTURE_SKEW_SECONDS;
+        if !(lo..=hi).contains(&p.max_future_skew_seconds) {
+            return Err(Rejection::field(
+                Reason::QuantityOutOfRange,
+                "body.max_future_skew_seconds",
+                format!("must be between {lo} and {hi}"),
+            ));
+        }
+        Ok(p)
+    }
+}
+
+impl Record for RateCard {
+    type Wire = RateCardWire;
+    fn check(w: RateCardWire) -> Result<Self, Rejection> {
+        let lease_class = priced_class(&w.lease_class)?;
+        Ok(RateCard {
+            region: id("body.region", &w.region)?,
+            gpu_model: id("body.gpu_model", &w.gpu_model)?,
+            lease_class,
+            currency: currency("body.currency", &w.currency)?,
+            price_per_gpu_hour: quantity(
+                "body.price_per_gpu_hour",
+                &w.price_per_gpu_hour,
+                Decimal::from(MAX_PRICE_PER_GPU_HOUR),
+            )?,
+            effective_from: ts("body.effective_from", &w.effective_from)?,
+        })
+    }
+}
+
+impl Record for RegionParameters {
+    type Wire = RegionParamsWire;
+    fn check(w: RegionParamsWire) -> Result<Self, Rejection> {
+        let pue = quantity("body.pue", &w.pue, Decimal::from(MAX_PUE))?;
+        if pue < Decimal::ONE {
+            return Err(Rejection::field(
+                Reason::QuantityOutOfRange,
+                "body.pue",
+                "must be at least 1",
+            ));
+        }
+        Ok(RegionParameters {
+            region: id("body.region", &w.region)?,
+            currency: currency("body.currency", &w.currency)?,
+            electricity_price_per_kwh: quantity(
+                "body.electricity_price_per_kwh",
+                &w.electricity_price_per_kwh,
+                Decimal::from(MAX_PRICE_PER_KWH),
+            )?,
+            pue,
+            carbon_g_per_kwh: quantity(
+                "body.carbon_g_per_kwh",
+                &w.carbon_g_per_kwh,
+                Decimal::from(MAX_CARBON_G_PER_KWH),
+            )?,
+            effective_from: ts("body.effective_from", &w.effective_from)?,
+        })
+    }
+}
+
+impl Record for LeaseRegistered {
+    type Wire = LeaseWire;
+    fn check(w: LeaseWire) -> Result<Self, Rejection> {
+        let class = match w.class.as_str() {
+            "on_demand" => LeaseClass::OnDemand,
+            "reserved" => LeaseClass::Reserved,
+            "spot" => LeaseClass::Spot,
+            _ => {
+                return Err(Rejection::field(
+                    Reason::InvalidField,
+                    "body.class",
+                    "must be on_demand, reserved or spot",
+                ))
             }
-            Kind::Energy => {
-                let w: EnergyWire = wire(body)?;
-                Ok(Body::Energy(w.validate()?))
+        };
+        Ok(LeaseRegistered {
+            lease: id("body.lease", &w.lease)?,
+            tenant: id("body.tenant", &w.tenant)?,
+            class,
+        })
+    }
+}
+
+impl Record for InvoiceIssued {
+    type Wire = InvoiceIssuedWire;
+    fn check(w: InvoiceIssuedWire) -> Result<Self, Rejection> {
+        sha256_hex("body.invoice_sha256", &w.invoice_sha256)?;
+        Ok(InvoiceIssued {
+            number: id("body.number", &w.number)?,
+            tenant: id("body.tenant", &w.tenant)?,
+            period_from: ts("body.period_from", &w.period_from)?,
+            period_to: ts("body.period_to", &w.period_to)?,
+            currency: currency("body.currency", &w.currency)?,
+            total: money("body.total", &w.total)?,
+            checkpoint_size: w.checkpoint_size,
+            invoice_sha256: w.invoice_sha256,
+        })
+    }
+}
+
+impl Record for CertificateIssued {
+    type Wire = CertificateIssuedWire;
+    fn check(w: CertificateIssuedWire) -> Result<Self, Rejection> {
+        sha256_hex("body.certificate_sha256", &w.certificate_sha256)?;
+        if !super::ids::is_certificate_id(&w.id) {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                "body.id",
+                "must be CERT- and six or more digits",
+            ));
+        }
+        let period_from = ts("body.period_from", &w.period_from)?;
+        let period_to = ts("body.period_to", &w.period_to)?;
+        if period_from >= period_to {
+            return Err(Rejection::field(
+                Reason::EmptyInterval,
+                "body.period_to",
+                "must be after period_from",
+            ));
+        }
+        Ok(CertificateIssued {
+            id: w.id,
+            tenant: id("body.tenant", &w.tenant)?,
+            period_from,
+            period_to,
+            checkpoint_size: w.checkpoint_size,
+            certificate_sha256: w.certificate_sha256,
+        })
+    }
+}
+
+impl Record for Settlement {
+    type Wire = SettlementWire;
+    fn check(w: SettlementWire) -> Result<Self, Rejection> {
+        let amount = money("body.amount", &w.amount)?;
+        if amount <= Decimal::ZERO {
+            return Err(Rejection::field(
+                Reason::QuantityOutOfRange,
+                "body.amount",
+                "must be above 0",
+            ));
+        }
+        if w.note.len() > 500 || w.note.chars().any(char::is_control) {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                "body.note",
+                "at most 500 bytes without control characters",
+            ));
+        }
+        Ok(Settlement {
+            tenant: id("body.tenant", &w.tenant)?,
+            invoice: id("body.invoice", &w.invoice)?,
+            currency: currency("body.currency", &w.currency)?,
+            amount,
+            note: w.note,
+        })
+    }
+}
+
+impl Record for VolumeTiers {
+    type Wire = VolumeTiersWire;
+    fn check(w: VolumeTiersWire) -> Result<Self, Rejection> {
+        Ok(VolumeTiers {
+            plan: id("body.plan", &w.plan)?,
+            region: id("body.region", &w.region)?,
+            gpu_model: id("body.gpu_model", &w.gpu_model)?,
+            lease_class: priced_class(&w.lease_class)?,
+            currency: currency("body.currency", &w.currency)?,
+            tiers: tiers(w.tiers)?,
+            effective_from: ts("body.effective_from", &w.effective_from)?,
+        })
+    }
+}
+
+/// A schedule's tiers: 1 to `MAX_VOLUME_TIERS`, bounds strictly increasing, only the last
+/// open.
+fn tiers(wire: Vec<TierWire>) -> Result<Vec<Tier>, Rejection> {
+    if wire.is_empty() || wire.len() > MAX_VOLUME_TIERS {
+        return Err(Rejection::field(
+            if wire.is_empty() {
+                Reason::InvalidField
+            } else {
+                Reason::QuantityOutOfRange
+            },
+            "body.tiers",
+            format!(
+                "holds {} tiers; 1 to {MAX_VOLUME_TIERS} are allowed",
+                wire.len()
+            ),
+        ));
+    }
+    let last = wire.len() - 1;
+    let mut tiers = Vec::with_capacity(wire.len());
+    let mut below = Decimal::ZERO;
+    for (i, t) in wire.into_iter().enumerate() {
+        let up_to_gpu_hours = tier_bound(i, t.up_to_gpu_hours, i == last, below)?;
+        below = up_to_gpu_hours.unwrap_or(below);
+        let price_per_gpu_hour = quantity(
+            &format!("body.tiers[{i}].price_per_gpu_hour"),
+            &t.price_per_gpu_hour,
+            Decimal::from(MAX_PRICE_PER_GPU_HOUR),
+        )?;
+        tiers.push(Tier {
+            up_to_gpu_hours,
+            price_per_gpu_hour,
+        });
+    }
+    Ok(tiers)
+}
+
+/// The bound of tier `i`: absent on the last tier, else present and above `below`, the
+/// previous tier's bound (or 0).
+fn tier_bound(
+    i: usize,
+    bound: Option<String>,
+    last: bool,
+    below: Decimal,
+) -> Result<Option<Decimal>, Rejection> {
+    let field = format!("body.tiers[{i}].up_to_gpu_hours");
+    match (bound, last) {
+        (None, true) => Ok(None),
+        (Some(_), true) => Err(Rejection::field(
+            Reason::InvalidField,
+            &field,
+            "must be absent: the last tier is open",
+        )),
+        (None, false) => Err(Rejection::field(
+            Reason::InvalidField,
+            &field,
+            "is required on every tier but the last",
+        )),
+        (Some(b), false) => {
+            let b = quantity(&field, &b, Decimal::from(MAX_TIER_BOUND_GPU_HOURS))?;
+            if b <= below {
+                return Err(Rejection::field(
+                    Reason::InvalidField,
+                    &field,
+                    format!(
+                        "is {}; bounds must increase strictly, above {}",
+                        decimal::to_canonical(b),
+                        decimal::to_canonical(below)
+                    ),
+                ));
             }
-            Kind::SpotPrice => {
-                let w: SpotPriceWire = wire(body)?;
-                Ok(Body::SpotPrice(w.validate()?))
-            }
-            Kind::TenantRegistered => {
-                let t: TenantRegistered = wire(body)?;
-                id("body.tenant", &t.tenant)?;
-                Ok(Body::TenantRegistered(t))
-            }
-            Kind::LogPolicy => {
-                let p: LogPolicy = wire(body)?;
-                let (lo, hi) = POLICY_RECORD_AGE_SECONDS;
-                if !(lo..=hi).contains(&p.max_record_age_seconds) {
-                    return Err(Rejection::field(
-                        Reason::QuantityOutOfRange,
-                        "body.max_record_age_seconds",
-                        format!("must be between {lo} and {hi}"),
-                    ));
-                }
-                let (lo, hi) = POLICY_FUTURE_SKEW_SECONDS;
-                if !(lo..=hi).contains(&p.max_future_skew_seconds) {
-                    return Err(Rejection::field(
-                        Reason::QuantityOutOfRange,
-                        "body.max_future_skew_seconds",
-                        format!("must be between {lo} and {hi}"),
-                    ));
-                }
-                Ok(Body::LogPolicy(p))
-            }
-            Kind::SignerKeyRegistered => {
-                let r: SignerKeyRegistered = wire(body)?;
-                id("body.signer", &r.signer)?;
-                key_id("body.key_id", &r.key_id)?;
-                let key = keys::decode_public(&r.public_key)
-                    .map_err(|e| Rejection::field(Reason::InvalidField, "body.public_key", e))?;
-                if keys::encode_public(&key) != r.public_key {
-                    return Err(Rejection::field(
-                        Reason::InvalidField,
-                        "body.public_key",
-                        "is not standard base64 of 32 bytes",
-                    ));
-                }
-                match (r.role, &r.nodes) {
-                    (Role::Node, Some(nodes)) => id_list("body.nodes", nodes, MAX_SIGNER_NODES)?,
-                    (Role::Node, None) => {
-                        return Err(Rejection::field(
-                            Reason::Malformed,
-                            "body.nodes",
-                            "is required for a node key",
-                        ))
-                    }
-                    (Role::Market, None) => {}
-                    (Role::Market, Some(_)) => {
-                        return Err(Rejection::field(
-                            Reason::Malformed,
-                            "body.nodes",
-                            "must be absent for a market key",
-                        ))
-                    }
-                    (Role::Ledger, _) => {
-                        return Err(Rejection::field(
-                            Reason::InvalidField,
-                            "body.role",
-                            "must be node or market: the ledger registers no ledger keys",
-                        ))
-                    }
-                }
-                id_list("body.regions", &r.regions, MAX_SIGNER_REGIONS)?;
-                if keys::key_id(&key) != r.key_id {
-                    return Err(Rejection::field(
-                        Reason::InvalidField,
-                        "body.key_id",
-                        format!(
-                            "is not the key id of body.public_key ({})",
-                            keys::key_id(&key)
-                        ),
-                    ));
-                }
-                Ok(Body::SignerKeyRegistered(r))
-            }
-            Kind::SignerKeyRevoked => {
-                let r: SignerKeyRevoked = wire(body)?;
-                id("body.signer", &r.signer)?;
-                key_id("body.key_id", &r.key_id)?;
-                Ok(Body::SignerKeyRevoked(r))
-            }
-            Kind::RateCard => {
-                let w: RateCardWire = wire(body)?;
-                let lease_class = priced_class(&w.lease_class)?;
-                Ok(Body::RateCard(RateCard {
-                    region: id("body.region", &w.region)?,
-                    gpu_model: id("body.gpu_model", &w.gpu_model)?,
-                    lease_class,
-                    currency: currency("body.currency", &w.currency)?,
-                    price_per_gpu_hour: quantity(
-                        "body.price_per_gpu_hour",
-                        &w.price_per_gpu_hour,
-                        Decimal::from(MAX_PRICE_PER_GPU_HOUR),
-                    )?,
-                    effective_from: ts("body.effective_from", &w.effective_from)?,
-                }))
-            }
-            Kind::RegionParams => {
-                let w: RegionParamsWire = wire(body)?;
-                let pue = quantity("body.pue", &w.pue, Decimal::from(MAX_PUE))?;
-                if pue < Decimal::ONE {
-                    return Err(Rejection::field(
-                        Reason::QuantityOutOfRange,
-                        "body.pue",
-                        "must be at least 1",
-                    ));
-                }
-                Ok(Body::RegionParams(RegionParameters {
-                    region: id("body.region", &w.region)?,
-                    currency: currency("body.currency", &w.currency)?,
-                    electricity_price_per_kwh: quantity(
-                        "body.electricity_price_per_kwh",
-                        &w.electricity_price_per_kwh,
-                        Decimal::from(MAX_PRICE_PER_KWH),
-                    )?,
-                    pue,
-                    carbon_g_per_kwh: quantity(
-                        "body.carbon_g_per_kwh",
-                        &w.carbon_g_per_kwh,
-                        Decimal::from(MAX_CARBON_G_PER_KWH),
-                    )?,
-                    effective_from: ts("body.effective_from", &w.effective_from)?,
-                }))
-            }
-            Kind::InvoiceIssued => {
-                let w: InvoiceIssuedWire = wire(body)?;
-                sha256_hex("body.invoice_sha256", &w.invoice_sha256)?;
-                Ok(Body::InvoiceIssued(InvoiceIssued {
-                    number: id("body.number", &w.number)?,
-                    tenant: id("body.tenant", &w.tenant)?,
-                    period_from: ts("body.period_from", &w.period_from)?,
-                    period_to: ts("body.period_to", &w.period_to)?,
-                    currency: currency("body.currency", &w.currency)?,
-                    total: money("body.total", &w.total)?,
-                    checkpoint_size: w.checkpoint_size,
-                    invoice_sha256: w.invoice_sha256,
-                }))
-            }
-            Kind::CertificateIssued => {
-                let w: CertificateIssuedWire = wire(body)?;
-                sha256_hex("body.certificate_sha256", &w.certificate_sha256)?;
-                if !super::ids::is_certificate_id(&w.id) {
-                    return Err(Rejection::field(
-                        Reason::InvalidField,
-                        "body.id",
-                        "must be CERT- and six or more digits",
-                    ));
-                }
-                let period_from = ts("body.period_from", &w.period_from)?;
-                let period_to = ts("body.period_to", &w.period_to)?;
-                if period_from >= period_to {
-                    return Err(Rejection::field(
-                        Reason::EmptyInterval,
-                        "body.period_to",
-                        "must be after period_from",
-                    ));
-                }
-                Ok(Body::CertificateIssued(CertificateIssued {
-                    id: w.id,
-                    tenant: id("body.tenant", &w.tenant)?,
-                    period_from,
-                    period_to,
-                    checkpoint_size: w.checkpoint_size,
-                    certificate_sha256: w.certificate_sha256,
-                }))
-            }
-            Kind::Payment | Kind::CreditNote => {
-                let w: SettlementWire = wire(body)?;
-                let amount = money("body.amount", &w.amount)?;
-                if amount <= Decimal::ZERO {
-                    return Err(Rejection::field(
-                        Reason::QuantityOutOfRange,
-                        "body.amount",
-                        "must be above 0",
-                    ));
-                }
-                if w.note.len() > 500 || w.note.chars().any(char::is_control) {
-                    return Err(Rejection::field(
-                        Reason::InvalidField,
-                        "body.note",
-                        "at most 500 bytes without control characters",
-                    ));
-                }
-                let s = Settlement {
-                    tenant: id("body.tenant", &w.tenant)?,
-                    invoice: id("body.invoice", &w.invoice)?,
-                    currency: currency("body.currency", &w.currency)?,
-                    amount,
-                    note: w.note,
-                };
-                Ok(if kind == Kind::Payment {
-                    Body::Payment(s)
-                } else {
-                    Body::CreditNote(s)
-                })
-            }
-            Kind::VolumeTiers => {
-                let w: VolumeTiersWire = wire(body)?;
-                Ok(Body::VolumeTiers(w.validate()?))
-            }
-            Kind::TenantPlan => {
-                let w: TenantPlanWire = wire(body)?;
-                Ok(Body::TenantPlan(TenantPlan {
-                    tenant: id("body.tenant", &w.tenant)?,
-                    plan: id("body.plan", &w.plan)?,
-                    effective_from: ts("body.effective_from", &w.effective_from)?,
-                }))
-            }
-            Kind::LeaseRegistered => {
-                let w: LeaseWire = wire(body)?;
-                let class = match w.class.as_str() {
-                    "on_demand" => LeaseClass::OnDemand,
-                    "reserved" => LeaseClass::Reserved,
-                    "spot" => LeaseClass::Spot,
-                    _ => {
-                        return Err(Rejection::field(
-                            Reason::InvalidField,
-                            "body.class",
-                            "must be on_demand, reserved or spot",
-                        ))
-                    }
-                };
-                Ok(Body::LeaseRegistered(LeaseRegistered {
-                    lease: id("body.lease", &w.lease)?,
-                    tenant: id("body.tenant", &w.tenant)?,
-                    class,
-                }))
-            }
+            Ok(Some(b))
         }
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RateCardWire {
-    region: String,
-    gpu_model: String,
-    lease_class: String,
-    currency: String,
-    price_per_gpu_hour: String,
-    effective_from: String,
+impl Record for TenantPlan {
+    type Wire = TenantPlanWire;
+    fn check(w: TenantPlanWire) -> Result<Self, Rejection> {
+        Ok(TenantPlan {
+            tenant: id("body.tenant", &w.tenant)?,
+            plan: id("body.plan", &w.plan)?,
+            effective_from: ts("body.effective_from", &w.effective_from)?,
+        })
+    }
 }
 
 /// The class of a rate card or volume tiers: on-demand or reserved (spot has market prices).
@@ -902,159 +1087,6 @@ fn priced_class(s: &str) -> Result<LeaseClass, Rejection> {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TierWire {
-    #[serde(default, deserialize_with = "present_string")]
-    up_to_gpu_hours: Option<String>,
-    price_per_gpu_hour: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct VolumeTiersWire {
-    plan: String,
-    region: String,
-    gpu_model: String,
-    lease_class: String,
-    currency: String,
-    tiers: Vec<TierWire>,
-    effective_from: String,
-}
-
-impl VolumeTiersWire {
-    fn validate(self) -> Result<VolumeTiers, Rejection> {
-        let plan = id("body.plan", &self.plan)?;
-        let region = id("body.region", &self.region)?;
-        let gpu_model = id("body.gpu_model", &self.gpu_model)?;
-        let lease_class = priced_class(&self.lease_class)?;
-        let currency = currency("body.currency", &self.currency)?;
-        if self.tiers.is_empty() || self.tiers.len() > MAX_VOLUME_TIERS {
-            return Err(Rejection::field(
-                if self.tiers.is_empty() {
-                    Reason::InvalidField
-                } else {
-                    Reason::QuantityOutOfRange
-                },
-                "body.tiers",
-                format!(
-                    "holds {} tiers; 1 to {MAX_VOLUME_TIERS} are allowed",
-                    self.tiers.len()
-                ),
-            ));
-        }
-        let last = self.tiers.len() - 1;
-        let mut tiers = Vec::with_capacity(self.tiers.len());
-        let mut below = Decimal::ZERO;
-        for (i, t) in self.tiers.into_iter().enumerate() {
-            let field = |m: &str| format!("body.tiers[{i}].{m}");
-            let up_to_gpu_hours = match (t.up_to_gpu_hours, i == last) {
-                (None, true) => None,
-                (Some(_), true) => {
-                    return Err(Rejection::field(
-                        Reason::InvalidField,
-                        &field("up_to_gpu_hours"),
-                        "must be absent: the last tier is open",
-                    ))
-                }
-                (None, false) => {
-                    return Err(Rejection::field(
-                        Reason::InvalidField,
-                        &field("up_to_gpu_hours"),
-                        "is required on every tier but the last",
-                    ))
-                }
-                (Some(b), false) => {
-                    let f = field("up_to_gpu_hours");
-                    let b = quantity(&f, &b, Decimal::from(MAX_TIER_BOUND_GPU_HOURS))?;
-                    if b <= below {
-                        return Err(Rejection::field(
-                            Reason::InvalidField,
-                            &f,
-                            format!(
-                                "is {}; bounds must increase strictly, above {}",
-                                decimal::to_canonical(b),
-                                decimal::to_canonical(below)
-                            ),
-                        ));
-                    }
-                    below = b;
-                    Some(b)
-                }
-            };
-            let price_per_gpu_hour = quantity(
-                &field("price_per_gpu_hour"),
-                &t.price_per_gpu_hour,
-                Decimal::from(MAX_PRICE_PER_GPU_HOUR),
-            )?;
-            tiers.push(Tier {
-                up_to_gpu_hours,
-                price_per_gpu_hour,
-            });
-        }
-        Ok(VolumeTiers {
-            plan,
-            region,
-            gpu_model,
-            lease_class,
-            currency,
-            tiers,
-            effective_from: ts("body.effective_from", &self.effective_from)?,
-        })
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TenantPlanWire {
-    tenant: String,
-    plan: String,
-    effective_from: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RegionParamsWire {
-    region: String,
-    currency: String,
-    electricity_price_per_kwh: String,
-    pue: String,
-    carbon_g_per_kwh: String,
-    effective_from: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LeaseWire {
-    lease: String,
-    tenant: String,
-    class: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InvoiceIssuedWire {
-    number: String,
-    tenant: String,
-    period_from: String,
-    period_to: String,
-    currency: String,
-    total: String,
-    checkpoint_size: u64,
-    invoice_sha256: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CertificateIssuedWire {
-    id: String,
-    tenant: String,
-    period_from: String,
-    period_to: String,
-    checkpoint_size: u64,
-    certificate_sha256: String,
-}
-
 /// 64 lower-case hex digits.
 fn sha256_hex(field: &str, s: &str) -> Result<(), Rejection> {
     if s.len() != 64 || !s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
@@ -1065,17 +1097,6 @@ fn sha256_hex(field: &str, s: &str) -> Result<(), Rejection> {
         ));
     }
     Ok(())
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SettlementWire {
-    tenant: String,
-    invoice: String,
-    currency: String,
-    amount: String,
-    #[serde(default)]
-    note: String,
 }
 
 /// A money amount: a plain non-negative decimal with at most 4 decimals (minor units), at most
@@ -1130,53 +1151,6 @@ fn currency(field: &str, c: &str) -> Result<String, Rejection> {
     Ok(c.to_owned())
 }
 
-fn wire<T: for<'de> Deserialize<'de>>(body: &Value) -> Result<T, Rejection> {
-    T::deserialize(body).map_err(|e| Rejection::field(Reason::Malformed, "body", e))
-}
-
-/// An optional string field: absent is `None`, and JSON `null` is refused rather than read as
-/// absent, so that one body has one spelling (and one signature).
-fn present_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    String::deserialize(d).map(Some)
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GpuUsageWire {
-    tenant: String,
-    #[serde(default, deserialize_with = "present_string")]
-    lease: Option<String>,
-    region: String,
-    node: String,
-    gpu_model: String,
-    gpu_count: String,
-    start: String,
-    end: String,
-    gpu_seconds: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EnergyWire {
-    #[serde(default, deserialize_with = "present_string")]
-    tenant: Option<String>,
-    region: String,
-    node: String,
-    start: String,
-    end: String,
-    kwh: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SpotPriceWire {
-    region: String,
-    gpu_model: String,
-    price_per_gpu_hour: String,
-    currency: String,
-    effective_from: String,
-}
-
 /// A list of identifiers: 1 to `max`, sorted in byte order without repeats (one spelling).
 fn id_list(field: &str, list: &[String], max: usize) -> Result<(), Rejection> {
     if list.is_empty() {
@@ -1207,11 +1181,6 @@ fn id_list(field: &str, list: &[String], max: usize) -> Result<(), Rejection> {
         }
     }
     Ok(())
-}
-
-/// An optional list member: absent is `None`; `null` is refused (one spelling).
-fn present_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
-    Vec::<String>::deserialize(d).map(Some)
 }
 
 fn id(field: &str, s: &str) -> Result<String, Rejection> {
@@ -1274,104 +1243,23 @@ fn interval(start: &str, end: &str) -> Result<(Timestamp, Timestamp), Rejection>
     Ok((s, e))
 }
 
-impl GpuUsageWire {
-    fn validate(self) -> Result<GpuUsage, Rejection> {
-        let tenant = id("body.tenant", &self.tenant)?;
-        let lease = self
-            .lease
-            .as_deref()
-            .map(|l| id("body.lease", l))
-            .transpose()?;
-        let region = id("body.region", &self.region)?;
-        let node = id("body.node", &self.node)?;
-        let gpu_model = id("body.gpu_model", &self.gpu_model)?;
-        let gpu_count = quantity(
-            "body.gpu_count",
-            &self.gpu_count,
-            Decimal::from(MAX_GPU_COUNT),
-        )?;
-        if gpu_count.is_zero() {
-            return Err(Rejection::field(
-                Reason::QuantityOutOfRange,
-                "body.gpu_count",
-                "must be above 0",
-            ));
-        }
-        let (start, end) = interval(&self.start, &self.end)?;
-        let max_seconds = Decimal::from(MAX_GPU_COUNT) * Decimal::from(MAX_INTERVAL_SECONDS);
-        let gpu_seconds = quantity("body.gpu_seconds", &self.gpu_seconds, max_seconds)?;
-        let expected = gpu_count * Decimal::from(start.seconds_until(end));
-        if gpu_seconds != expected {
-            return Err(Rejection::field(
-                Reason::GpuSecondsMismatch,
-                "body.gpu_seconds",
-                format!(
-                    "is {gpu_seconds}, but gpu_count × (end − start) = {} × {} = {}",
-                    decimal::to_canonical(gpu_count),
-                    start.seconds_until(end),
-                    decimal::to_canonical(expected)
-                ),
-            ));
-        }
-        Ok(GpuUsage {
-            tenant,
-            lease,
-            region,
-            node,
-            gpu_model,
-            gpu_count,
-            start,
-            end,
-            gpu_seconds,
-        })
-    }
+/// An optional member: absent is `None`, and JSON `null` is refused rather than read as
+/// absent, so that one body has one spelling (and one signature).
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
-impl EnergyWire {
-    fn validate(self) -> Result<Energy, Rejection> {
-        let tenant = self
-            .tenant
-            .as_deref()
-            .map(|t| id("body.tenant", t))
-            .transpose()?;
-        let region = id("body.region", &self.region)?;
-        let node = id("body.node", &self.node)?;
-        let (start, end) = interval(&self.start, &self.end)?;
-        let kwh = quantity("body.kwh", &self.kwh, Decimal::from(MAX_KWH_PER_RECORD))?;
-        Ok(Energy {
-            tenant,
-            region,
-            node,
-            start,
-            end,
-            kwh,
-        })
-    }
+/// Serialises a money amount as it was written, trailing zeros kept (`148.00`).
+fn money_string<S: Serializer>(d: &Decimal, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(d)
 }
 
-impl SpotPriceWire {
-    fn validate(self) -> Result<SpotPrice, Rejection> {
-        let region = id("body.region", &self.region)?;
-        let gpu_model = id("body.gpu_model", &self.gpu_model)?;
-        let price_per_gpu_hour = quantity(
-            "body.price_per_gpu_hour",
-            &self.price_per_gpu_hour,
-            Decimal::from(MAX_PRICE_PER_GPU_HOUR),
-        )?;
-        if self.currency.len() != 3 || !self.currency.bytes().all(|b| b.is_ascii_uppercase()) {
-            return Err(Rejection::field(
-                Reason::InvalidField,
-                "body.currency",
-                "must be an ISO 4217 code of three upper-case letters",
-            ));
-        }
-        let effective_from = ts("body.effective_from", &self.effective_from)?;
-        Ok(SpotPrice {
-            region,
-            gpu_model,
-            price_per_gpu_hour,
-            currency: self.currency,
-            effective_from,
-        })
+/// Serialises an optional decimal (present: canonical; absent members are skipped).
+fn canonical_option<S: Serializer>(d: &Option<Decimal>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => decimal::serialize(d, s),
+        None => s.serialize_none(),
     }
 }
