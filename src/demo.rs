@@ -84,17 +84,27 @@ const TENANTS: [(&str, &str); 3] = [
     ("corvid-research", "Corvid Research (demo tenant)"),
 ];
 
+/// A bare-metal 8×H100 server of the western training hub (`cn-north-imx`), under `load`,
+/// with the lease file `leases`.
+const fn imx_h100(node: &'static str, load: &'static str, leases: &'static str) -> NodeSpec {
+    NodeSpec {
+        node,
+        region: "cn-north-imx",
+        model: "H100-SXM-80G",
+        idle: 70,
+        max: 700,
+        load,
+        leases,
+    }
+}
+
 /// The demo's nodes: a western training hub of bare-metal 8×H100 servers and an eastern
 /// inference hub of cloud GPUs shared between tenants.
 const NODES: [NodeSpec; 6] = [
-    NodeSpec { node: "imx-h100-01", region: "cn-north-imx", model: "H100-SXM-80G", idle: 70, max: 700, load: "training",
-        leases: "[[lease]]\nid = \"acme-bm-01\"\ntenant = \"acme-ai\"\nwhole_node = true\n" },
-    NodeSpec { node: "imx-h100-02", region: "cn-north-imx", model: "H100-SXM-80G", idle: 70, max: 700, load: "training",
-        leases: "[[lease]]\nid = \"acme-bm-02\"\ntenant = \"acme-ai\"\nwhole_node = true\n" },
-    NodeSpec { node: "imx-h100-03", region: "cn-north-imx", model: "H100-SXM-80G", idle: 70, max: 700, load: "training",
-        leases: "[[lease]]\nid = \"corvid-bm-03\"\ntenant = \"corvid-research\"\nwhole_node = true\n" },
-    NodeSpec { node: "imx-h100-04", region: "cn-north-imx", model: "H100-SXM-80G", idle: 70, max: 700, load: "idle",
-        leases: "# not leased: its energy is recorded unattributed\n" },
+    imx_h100("imx-h100-01", "training", "[[lease]]\nid = \"acme-bm-01\"\ntenant = \"acme-ai\"\nwhole_node = true\n"),
+    imx_h100("imx-h100-02", "training", "[[lease]]\nid = \"acme-bm-02\"\ntenant = \"acme-ai\"\nwhole_node = true\n"),
+    imx_h100("imx-h100-03", "training", "[[lease]]\nid = \"corvid-bm-03\"\ntenant = \"corvid-research\"\nwhole_node = true\n"),
+    imx_h100("imx-h100-04", "idle", "# not leased: its energy is recorded unattributed\n"),
     NodeSpec { node: "sh-h20-01", region: "cn-east-sh", model: "H20-96G", idle: 60, max: 400, load: "inference",
         leases: "[[lease]]\nid = \"bluefin-c-101\"\ntenant = \"bluefin-labs\"\ngpus = [0, 1, 2, 3]\nslices = [{ gpu = 6, fraction = \"0.5\" }]\n\n[[lease]]\nid = \"corvid-c-102\"\ntenant = \"corvid-research\"\ngpus = [4, 5]\nslices = [{ gpu = 6, fraction = \"0.5\" }]\n" },
     NodeSpec { node: "sh-l40s-01", region: "cn-east-sh", model: "L40S-48G", idle: 35, max: 350, load: "inference",
@@ -223,7 +233,57 @@ fn sender_limits() -> Limits {
 /// Runs the demo until Ctrl-C or SIGTERM.
 pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
     let dir = &opts.dir;
-    if opts.fresh && dir.exists() {
+    let resumed = prepare_dir(dir, opts.fresh)?;
+    let url = format!("sqlite://{}", dir.join("ledger.db").display());
+    let log_key_path = dir.join("log.key");
+    let (log_key, _) = keyfile::read_or_create(&log_key_path)?;
+    store::init(&url, &log_key, DEMO_ORIGIN)?;
+    let ledger = Arc::new(Ledger::open(&url, log_key)?);
+    print_banner(dir, resumed, ledger.head()?.0);
+    let token = prepare_log(&ledger)?;
+    let signers = ensure_signers(&ledger, dir)?;
+
+    let settings = Resolved {
+        listen: opts.listen,
+        database_url: url.clone(),
+        log_key: log_key_path,
+        checkpoint_interval: Duration::from_secs(5),
+        workers: 2,
+        publish_dir: None,
+    };
+    let mut started = Started::default();
+    let stop_progress = Arc::new(AtomicBool::new(false));
+    let result = server::serve_ledger(ledger.clone(), &settings, |addrs| {
+        let Some(addr) = addrs.first() else { return };
+        let base = format!("http://{addr}");
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on {base}");
+        started.start_signers(&signers, &base, dir, opts.interval_seconds);
+        let vkey = ledger.info().verifier_key.clone();
+        print_try(&mut out, &base, &token, &url, &vkey, dir);
+        let ledger = ledger.clone();
+        let stop = stop_progress.clone();
+        started.progress = std::thread::Builder::new()
+            .name("demo-progress".into())
+            .spawn(move || progress_line(&ledger, &stop))
+            .ok();
+    });
+    stop_progress.store(true, Ordering::SeqCst);
+    started.stop()?;
+    result?;
+    let size = ledger.head()?.0;
+    drop(ledger);
+    eprintln!(
+        "\ndemo stopped; the log holds {size} entries in {} (run `gpuledger demo` again to resume)",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Makes `dir` the demo directory (deleting it first with `fresh`, if it is the demo's) and
+/// marks it; returns whether it already held a demo log to resume.
+fn prepare_dir(dir: &Path, fresh: bool) -> Result<bool, DemoError> {
+    if fresh && dir.exists() {
         if !dir.join(DEMO_MARKER).exists() {
             return Err(DemoError::Config(format!(
                 "{} exists but is not a demo directory (no {DEMO_MARKER}); not deleting it",
@@ -232,20 +292,18 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
         }
         std::fs::remove_dir_all(dir).map_err(io(dir))?;
     }
-    let db = dir.join("ledger.db");
-    let resumed = db.exists();
+    let resumed = dir.join("ledger.db").exists();
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     std::fs::write(
         dir.join(DEMO_MARKER),
         "gpuledger demo directory; `gpuledger demo --fresh` deletes it\n",
     )
     .map_err(io(dir))?;
-    let url = format!("sqlite://{}", db.display());
-    let log_key_path = dir.join("log.key");
-    let (log_key, _) = keyfile::read_or_create(&log_key_path)?;
-    store::init(&url, &log_key, DEMO_ORIGIN)?;
-    let ledger = Arc::new(Ledger::open(&url, log_key)?);
-    let size = ledger.head()?.0;
+    Ok(resumed)
+}
+
+/// Says that the data is synthetic, and whether the log in `dir` (of `size` entries) is new.
+fn print_banner(dir: &Path, resumed: bool, size: u64) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
@@ -260,9 +318,12 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
     } else {
         let _ = writeln!(out, "started a fresh demo log in {}", dir.display());
     }
-    drop(out);
+}
 
-    let (_, token) = ledger.with_reader(|c| {
+/// Creates the demo tenants' accounts (once) and a new admin token for this run, then puts the
+/// demo prices, tenants and leases on the log (once); returns the token.
+fn prepare_log(ledger: &Ledger) -> Result<String, DemoError> {
+    let (_, token) = ledger.with_account_writer(|c| {
         for (id, name) in TENANTS {
             if !access::tenant_exists(c, id)? {
                 access::create_tenant(c, id, name)?;
@@ -270,170 +331,200 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
         }
         access::create_token(c, access::ApiRole::Admin, None, "gpuledger demo")
     })?;
-    ensure_prices(&ledger)?;
-    ensure_parties(&ledger)?;
-    let mut agents = Vec::new();
+    ensure_prices(ledger)?;
+    ensure_parties(ledger)?;
+    Ok(token)
+}
+
+/// The demo's signers, registered on its log.
+struct Signers {
+    /// Each node, with its key and its lease file.
+    nodes: Vec<(&'static NodeSpec, ed25519_dalek::SigningKey, PathBuf)>,
+    /// The market signer's key.
+    market: ed25519_dalek::SigningKey,
+}
+
+/// Registers the nodes' keys (each scoped to its node and region) and the market signer's
+/// (all the demo's regions), unless registered; writes a node's lease file unless it exists.
+fn ensure_signers(ledger: &Ledger, dir: &Path) -> Result<Signers, DemoError> {
+    let mut nodes = Vec::new();
     for n in &NODES {
         let scope = KeyScope::new(Some(vec![n.node.into()]), vec![n.region.into()]);
-        let key = ensure_signer(&ledger, dir, n.node, Role::Node, scope)?;
+        let key = ensure_signer(ledger, dir, n.node, Role::Node, scope)?;
         let lease_file = dir.join("leases").join(format!("{}.toml", n.node));
         if !lease_file.exists() {
             std::fs::create_dir_all(lease_file.parent().expect("has a parent")).map_err(io(dir))?;
             std::fs::write(&lease_file, n.leases).map_err(io(&lease_file))?;
         }
-        agents.push((n, key, lease_file));
+        nodes.push((n, key, lease_file));
     }
     let market_scope = KeyScope::new(None, NODES.iter().map(|n| n.region.to_owned()).collect());
-    let market_key = ensure_signer(&ledger, dir, MARKET, Role::Market, market_scope)?;
+    let market = ensure_signer(ledger, dir, MARKET, Role::Market, market_scope)?;
+    Ok(Signers { nodes, market })
+}
 
-    let settings = Resolved {
-        listen: opts.listen,
-        database_url: url.clone(),
-        log_key: log_key_path,
-        checkpoint_interval: Duration::from_secs(5),
-        workers: 2,
-        publish_dir: None,
-    };
-    let mut running: Vec<Running> = Vec::new();
-    let stop_progress = Arc::new(AtomicBool::new(false));
-    let mut progress = None;
-    let mut start_error = None;
-    let result = server::serve_ledger(ledger.clone(), &settings, |addrs| {
-        let Some(addr) = addrs.first() else { return };
-        let base = format!("http://{addr}");
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "listening on {base}");
-        for (i, (n, key, lease_file)) in agents.iter().enumerate() {
-            let cfg = AgentConfig {
-                signer: n.node.into(),
-                key_file: PathBuf::new(),
-                server_url: base.clone(),
-                interval_seconds: opts.interval_seconds,
-                region: n.region.into(),
-                node: n.node.into(),
-                lease_file: lease_file.clone(),
-                spool_dir: dir.join("spool").join(n.node),
-                collector: CollectorConfig::Simulated {
-                    seed: i as u64 + 1,
-                    load: n.load.into(),
-                    gpus: vec![SimulatedGpus {
-                        model: n.model.into(),
-                        count: 8,
-                        idle_watts: Decimal::from(n.idle),
-                        max_watts: Decimal::from(n.max),
-                    }],
-                },
-                limits: sender_limits(),
-                metrics_listen: None,
-                origin: Some(DEMO_ORIGIN.into()),
-            };
+/// What the demo starts once its server listens, stopped when the server returns.
+#[derive(Default)]
+struct Started {
+    /// The node agents and the market signer that started.
+    running: Vec<Running>,
+    /// Why the last of them that failed to start failed.
+    start_error: Option<AgentError>,
+    /// The progress line's thread.
+    progress: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Started {
+    /// Starts a simulated agent per node, then the market signer, posting to `base`.
+    fn start_signers(&mut self, signers: &Signers, base: &str, dir: &Path, interval_seconds: u64) {
+        for (i, (n, key, lease_file)) in signers.nodes.iter().enumerate() {
+            let cfg = agent_config(n, i, base, lease_file, dir, interval_seconds);
             let started = crate::agent::collector::from_config(&cfg.collector)
                 .map_err(AgentError::from)
                 .and_then(|c| run::start_agent(cfg, key.clone(), c, AgentOptions::default()));
-            match started {
-                Ok(r) => running.push(r),
-                Err(e) => start_error = Some(e),
-            }
+            self.add(started);
         }
-        let series = [
-            ("cn-north-imx", "H100-SXM-80G", "9.8"),
-            ("cn-east-sh", "H20-96G", "7.2"),
-            ("cn-east-sh", "L40S-48G", "4.6"),
-        ]
-        .map(|(region, model, start)| {
-            let start: Decimal = start.parse().expect("a decimal");
-            Series {
-                region: region.into(),
-                gpu_model: model.into(),
-                start,
-                min: start * Decimal::new(6, 1),
-                max: start * Decimal::new(14, 1),
-                step: Decimal::new(5, 2),
-            }
-        });
-        let mcfg = MarketConfig {
-            signer: MARKET.into(),
-            key_file: PathBuf::new(),
-            server_url: base.clone(),
-            spool_dir: dir.join("spool").join(MARKET),
-            source: Source::Walk {
-                seed: 42,
-                interval_seconds: (opts.interval_seconds * 3).max(15),
-                currency: "CNY".into(),
-                series: series.to_vec(),
-            },
-            limits: sender_limits(),
-            origin: Some(DEMO_ORIGIN.into()),
-        };
-        match market::start_market(mcfg, market_key.clone()) {
-            Ok(r) => running.push(r),
-            Err(e) => start_error = Some(e),
+        let mcfg = market_config(base, dir, interval_seconds);
+        self.add(market::start_market(mcfg, signers.market.clone()));
+    }
+
+    fn add(&mut self, started: Result<Running, AgentError>) {
+        match started {
+            Ok(r) => self.running.push(r),
+            Err(e) => self.start_error = Some(e),
         }
-        let today = Timestamp::now().unix() / 86_400 * 86_400;
-        let from = Timestamp::from_unix(today).expect("in range");
-        let to = from.plus(86_400);
-        let _ = writeln!(out, "admin token: {token}   (new for this run; shown once)");
-        let _ = writeln!(out, "\nTry, in another terminal:");
-        let _ = writeln!(out, "  TOKEN={token}");
-        let _ = writeln!(
-            out,
-            "  curl -s {base}/v1/checkpoint                       # the signed checkpoint (public)"
-        );
-        let _ = writeln!(out, "  curl -s {base}/v1/log                              # origin and verifier key (public)");
-        let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/usage?tenant=acme-ai&from={from}&to={to}&group_by=region,gpu_model&window=hour'");
-        let _ = writeln!(
-            out,
-            "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/entries?start=0&end=20'"
-        );
-        let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/invoices/preview?tenant=acme-ai&from={from}&to={to}'");
-        let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{\"tenant\":\"acme-ai\",\"from\":\"{from}\",\"to\":\"{to}\"}}' {base}/v1/invoices");
-        let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -o invoice.pdf {base}/v1/invoices/INV-000001/pdf   # after issuing it");
-        let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/proofs/inclusion?index=10&size=100'");
-        let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/proofs/consistency?from=10&to=100'");
-        let vkey = ledger.info().verifier_key.clone();
-        let _ = writeln!(out, "A compute-usage certificate for acme-ai today, its evidence bundle, and the offline check:");
-        let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{\"tenant\":\"acme-ai\",\"from\":\"{from}\",\"to\":\"{to}\"}}' -o cert.json {base}/v1/certificates");
-        let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -o bundle.jsonl {base}/v1/certificates/$(sed 's/.*\"id\":\"\\([^\"]*\\)\".*/\\1/' cert.json)/bundle");
-        let _ = writeln!(out, "  cargo run -q --release -- verify --certificate cert.json --bundle bundle.jsonl --log-key '{vkey}'");
-        let _ = writeln!(
-            out,
-            "  gpuledger verify-log --database-url {url}   # after Ctrl-C, or while it runs"
-        );
-        let _ = writeln!(
-            out,
-            "  {base}/docs                                         # the API, browsable offline"
-        );
-        let _ = writeln!(out, "Nodes: {} in cn-north-imx (8×H100 bare metal), {} in cn-east-sh (shared H20 and L40S); leases in {}/leases/ (edit them while it runs; a new lease id must first be registered with POST /v1/leases).",
-            NODES.iter().filter(|n| n.region == "cn-north-imx").count(),
-            NODES.iter().filter(|n| n.region == "cn-east-sh").count(),
-            dir.display());
-        let _ = writeln!(out, "Ctrl-C stops.\n");
-        let _ = out.flush();
-        let ledger = ledger.clone();
-        let stop = stop_progress.clone();
-        progress = std::thread::Builder::new()
-            .name("demo-progress".into())
-            .spawn(move || progress_line(&ledger, &stop))
-            .ok();
+    }
+
+    /// Stops the signers, then waits for the progress line (already told to stop); an error
+    /// if one of the signers had failed to start.
+    fn stop(self) -> Result<(), DemoError> {
+        for r in self.running {
+            r.stop();
+        }
+        if let Some(p) = self.progress {
+            let _ = p.join();
+        }
+        match self.start_error {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The simulated agent of node `n` (the `i`th), posting to `base` every `interval_seconds`.
+fn agent_config(
+    n: &NodeSpec,
+    i: usize,
+    base: &str,
+    lease_file: &Path,
+    dir: &Path,
+    interval_seconds: u64,
+) -> AgentConfig {
+    AgentConfig {
+        signer: n.node.into(),
+        key_file: PathBuf::new(),
+        server_url: base.to_owned(),
+        interval_seconds,
+        region: n.region.into(),
+        node: n.node.into(),
+        lease_file: lease_file.to_owned(),
+        spool_dir: dir.join("spool").join(n.node),
+        collector: CollectorConfig::Simulated {
+            seed: i as u64 + 1,
+            load: n.load.into(),
+            gpus: vec![SimulatedGpus {
+                model: n.model.into(),
+                count: 8,
+                idle_watts: Decimal::from(n.idle),
+                max_watts: Decimal::from(n.max),
+            }],
+        },
+        limits: sender_limits(),
+        metrics_listen: None,
+        origin: Some(DEMO_ORIGIN.into()),
+    }
+}
+
+/// The market signer: a random walk of spot prices per region and GPU model, posting to
+/// `base` every three agent intervals (at least every 15 s).
+fn market_config(base: &str, dir: &Path, interval_seconds: u64) -> MarketConfig {
+    let series = [
+        ("cn-north-imx", "H100-SXM-80G", "9.8"),
+        ("cn-east-sh", "H20-96G", "7.2"),
+        ("cn-east-sh", "L40S-48G", "4.6"),
+    ]
+    .map(|(region, model, start)| {
+        let start: Decimal = start.parse().expect("a decimal");
+        Series {
+            region: region.into(),
+            gpu_model: model.into(),
+            start,
+            min: start * Decimal::new(6, 1),
+            max: start * Decimal::new(14, 1),
+            step: Decimal::new(5, 2),
+        }
     });
-    stop_progress.store(true, Ordering::SeqCst);
-    for r in running {
-        r.stop();
+    MarketConfig {
+        signer: MARKET.into(),
+        key_file: PathBuf::new(),
+        server_url: base.to_owned(),
+        spool_dir: dir.join("spool").join(MARKET),
+        source: Source::Walk {
+            seed: 42,
+            interval_seconds: (interval_seconds * 3).max(15),
+            currency: "CNY".into(),
+            series: series.to_vec(),
+        },
+        limits: sender_limits(),
+        origin: Some(DEMO_ORIGIN.into()),
     }
-    if let Some(p) = progress {
-        let _ = p.join();
-    }
-    if let Some(e) = start_error {
-        return Err(e.into());
-    }
-    result?;
-    let size = ledger.head()?.0;
-    drop(ledger);
-    eprintln!(
-        "\ndemo stopped; the log holds {size} entries in {} (run `gpuledger demo` again to resume)",
-        dir.display()
+}
+
+/// Prints the admin token and commands to try against the server at `base` (today's usage,
+/// invoices, proofs, a certificate checked offline with the log's verifier key `vkey`).
+fn print_try(out: &mut impl Write, base: &str, token: &str, url: &str, vkey: &str, dir: &Path) {
+    let today = Timestamp::now().unix() / 86_400 * 86_400;
+    let from = Timestamp::from_unix(today).expect("in range");
+    let to = from.plus(86_400);
+    let _ = writeln!(out, "admin token: {token}   (new for this run; shown once)");
+    let _ = writeln!(out, "\nTry, in another terminal:");
+    let _ = writeln!(out, "  TOKEN={token}");
+    let _ = writeln!(
+        out,
+        "  curl -s {base}/v1/checkpoint                       # the signed checkpoint (public)"
     );
-    Ok(())
+    let _ = writeln!(
+        out,
+        "  curl -s {base}/v1/log                              # origin and verifier key (public)"
+    );
+    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/usage?tenant=acme-ai&from={from}&to={to}&group_by=region,gpu_model&window=hour'");
+    let _ = writeln!(
+        out,
+        "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/entries?start=0&end=20'"
+    );
+    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/invoices/preview?tenant=acme-ai&from={from}&to={to}'");
+    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{\"tenant\":\"acme-ai\",\"from\":\"{from}\",\"to\":\"{to}\"}}' {base}/v1/invoices");
+    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -o invoice.pdf {base}/v1/invoices/INV-000001/pdf   # after issuing it");
+    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/proofs/inclusion?index=10&size=100'");
+    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/proofs/consistency?from=10&to=100'");
+    let _ = writeln!(out, "A compute-usage certificate for acme-ai today, its evidence bundle, and the offline check:");
+    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{\"tenant\":\"acme-ai\",\"from\":\"{from}\",\"to\":\"{to}\"}}' -o cert.json {base}/v1/certificates");
+    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -o bundle.jsonl {base}/v1/certificates/$(sed 's/.*\"id\":\"\\([^\"]*\\)\".*/\\1/' cert.json)/bundle");
+    let _ = writeln!(out, "  cargo run -q --release -- verify --certificate cert.json --bundle bundle.jsonl --log-key '{vkey}'");
+    let _ = writeln!(
+        out,
+        "  gpuledger verify-log --database-url {url}   # after Ctrl-C, or while it runs"
+    );
+    let _ = writeln!(
+        out,
+        "  {base}/docs                                         # the API, browsable offline"
+    );
+    let _ = writeln!(out, "Nodes: {} in cn-north-imx (8×H100 bare metal), {} in cn-east-sh (shared H20 and L40S); leases in {}/leases/ (edit them while it runs; a new lease id must first be registered with POST /v1/leases).",
+        NODES.iter().filter(|n| n.region == "cn-north-imx").count(),
+        NODES.iter().filter(|n| n.region == "cn-east-sh").count(),
+        dir.display());
+    let _ = writeln!(out, "Ctrl-C stops.\n");
+    let _ = out.flush();
 }
 
 /// Prints log size and records/s: one updating line on a terminal, else a line every 10 s.

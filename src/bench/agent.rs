@@ -9,12 +9,12 @@
 //!    (`VmHWM` in `/proc/<pid>/status`). A child process is measured alone, without the
 //!    benchmark's or the server's memory and threads. Linux only (it reads `/proc`).
 
+use super::round;
+use super::server::{mb, Children};
 use crate::agent::config::{DEFAULT_MAX_BATCH, MAX_BATCH};
 use crate::agent::sender::{self, SenderConfig, Shared};
 use crate::agent::spool::Spool;
 use crate::core::envelope::Envelope;
-use crate::core::keys;
-use crate::core::record::Role;
 use crate::core::time::Timestamp;
 use crate::sample;
 use crate::store::{self, Ledger};
@@ -22,9 +22,10 @@ use rayon::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -124,26 +125,6 @@ fn setup_err(what: &str) -> impl FnOnce(std::io::Error) -> AgentBenchError + '_ 
     move |e| AgentBenchError::Setup(format!("{what}: {e}"))
 }
 
-/// A child process killed on drop, and the benchmark's temporary directory.
-struct Children {
-    kids: Vec<Child>,
-    dir: PathBuf,
-}
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.kids {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn mb(kb: f64) -> f64 {
-    (kb / 1024.0 * 10.0).round() / 10.0
-}
-
 /// Clock ticks per second of `/proc/<pid>/stat` (USER_HZ).
 fn clock_ticks() -> f64 {
     Command::new("getconf")
@@ -166,11 +147,6 @@ fn cpu_seconds(pid: u32, ticks: f64) -> Option<f64> {
     Some((utime + stime) / ticks)
 }
 
-fn round(x: f64, digits: i32) -> f64 {
-    let p = 10f64.powi(digits);
-    (x * p).round() / p
-}
-
 /// Initialises a fresh SQLite ledger in `dir`, registers `nodes`, and starts `gpuledger serve`
 /// on it; returns the child and the base URL.
 fn start_server(dir: &Path, nodes: &[&str]) -> Result<(Child, String), AgentBenchError> {
@@ -180,14 +156,11 @@ fn start_server(dir: &Path, nodes: &[&str]) -> Result<(Child, String), AgentBenc
         .map_err(|e| AgentBenchError::Setup(e.to_string()))?;
     store::init(&url, &key, sample::ORIGIN)?;
     let ledger = Ledger::open(&url, key)?;
-    for n in nodes {
-        ledger.register_key(
-            n,
-            Role::Node,
-            &keys::encode_public(&sample::key(n).verifying_key()),
-            Some(sample::node_scope(n)),
-        )?;
-    }
+    let nodes: Vec<_> = nodes
+        .iter()
+        .map(|n| (n.to_string(), sample::key(n)))
+        .collect();
+    super::register_nodes(&ledger, &nodes)?;
     super::register_sample_parties(&ledger, &["bench-tenant"])?;
     // The agents' lease file names `lease-bench`.
     ledger.append_ledger_entry(crate::core::record::Body::LeaseRegistered(
@@ -294,6 +267,8 @@ fn drain_phase(
     })
 }
 
+/// The steady-state phase: a `gpuledger agent` child against the server at `base`, measured
+/// from its first spooled interval for `cfg.seconds`.
 fn steady_phase(
     cfg: &AgentBench,
     dir: &Path,
@@ -303,26 +278,7 @@ fn steady_phase(
 ) -> Result<SteadyResult, AgentBenchError> {
     let node = "bench-steady-node";
     let d = dir.join("steady");
-    std::fs::create_dir_all(&d).map_err(setup_err("agent dir"))?;
-    crate::keyfile::write_new(&d.join("node.key"), &sample::key(node))
-        .map_err(|e| AgentBenchError::Setup(e.to_string()))?;
-    std::fs::write(
-        d.join("leases.toml"),
-        "[[lease]]\nid = \"lease-bench\"\ntenant = \"bench-tenant\"\nwhole_node = true\n",
-    )
-    .map_err(setup_err("lease file"))?;
-    std::fs::write(
-        d.join("agent.toml"),
-        format!(
-            "signer = \"{node}\"\nkey_file = \"node.key\"\nserver_url = \"{base}\"\n\
-             interval_seconds = {}\nregion = \"cn-north-imx\"\nnode = \"{node}\"\n\
-             lease_file = \"leases.toml\"\nspool_dir = \"spool\"\n\n[collector]\n\
-             kind = \"simulated\"\nseed = 1\nload = \"training\"\n\
-             gpus = [{{ model = \"H100-SXM-80G\", count = {}, idle_watts = 70, max_watts = 700 }}]\n",
-            cfg.interval_seconds, cfg.gpus
-        ),
-    )
-    .map_err(setup_err("agent.toml"))?;
+    write_agent_files(cfg, &d, node, base)?;
     let exe = std::env::current_exe().map_err(setup_err("current exe"))?;
     let mut child = Command::new(exe)
         .args(["agent", "--config"])
@@ -335,24 +291,83 @@ fn steady_phase(
     let pid = child.id();
     let out = child.stdout.take().expect("piped");
     kids.kids.push(child);
-    // Count "spooled seq …" lines; note when the first arrives.
-    let spooled = Arc::new(AtomicU64::new(0));
-    let (first_tx, first_rx) = std::sync::mpsc::channel::<()>();
-    let s = spooled.clone();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-            if line.starts_with("spooled seq") && s.fetch_add(1, Ordering::SeqCst) == 0 {
-                let _ = first_tx.send(());
-            }
-        }
-    });
+    let spooled = SpooledLines::count(out);
     progress(&format!(
         "agent running ({} simulated GPUs, {} s interval); waiting for its first interval",
         cfg.gpus, cfg.interval_seconds
     ));
-    first_rx
+    spooled
+        .first
         .recv_timeout(Duration::from_secs(2 * cfg.interval_seconds + 30))
         .map_err(|_| AgentBenchError::Setup("the agent spooled no interval".into()))?;
+    measure_agent(cfg, pid, &spooled.count, progress)
+}
+
+/// Writes the steady-state agent's directory `d`: its key, a lease file leasing the whole node
+/// to the bench tenant, and its `agent.toml` (simulated H100s, spool in `d/spool`).
+fn write_agent_files(
+    cfg: &AgentBench,
+    d: &Path,
+    node: &str,
+    base: &str,
+) -> Result<(), AgentBenchError> {
+    std::fs::create_dir_all(d).map_err(setup_err("agent dir"))?;
+    crate::keyfile::write_new(&d.join("node.key"), &sample::key(node))
+        .map_err(|e| AgentBenchError::Setup(e.to_string()))?;
+    std::fs::write(
+        d.join("leases.toml"),
+        "[[lease]]\nid = \"lease-bench\"\ntenant = \"bench-tenant\"\nwhole_node = true\n",
+    )
+    .map_err(setup_err("lease file"))?;
+    let gpus = format!(
+        "[{{ model = \"H100-SXM-80G\", count = {}, idle_watts = 70, max_watts = 700 }}]",
+        cfg.gpus
+    );
+    std::fs::write(
+        d.join("agent.toml"),
+        format!(
+            "signer = \"{node}\"\nkey_file = \"node.key\"\nserver_url = \"{base}\"\n\
+             interval_seconds = {}\nregion = \"cn-north-imx\"\nnode = \"{node}\"\n\
+             lease_file = \"leases.toml\"\nspool_dir = \"spool\"\n\n[collector]\n\
+             kind = \"simulated\"\nseed = 1\nload = \"training\"\n\
+             gpus = {gpus}\n",
+            cfg.interval_seconds
+        ),
+    )
+    .map_err(setup_err("agent.toml"))
+}
+
+/// The agent's "spooled seq …" lines, counted by a thread reading its standard output.
+struct SpooledLines {
+    count: Arc<AtomicU64>,
+    /// Receives once, when the first line arrives.
+    first: Receiver<()>,
+}
+
+impl SpooledLines {
+    fn count(out: ChildStdout) -> SpooledLines {
+        let count = Arc::new(AtomicU64::new(0));
+        let (first_tx, first) = std::sync::mpsc::channel::<()>();
+        let s = count.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if line.starts_with("spooled seq") && s.fetch_add(1, Ordering::SeqCst) == 0 {
+                    let _ = first_tx.send(());
+                }
+            }
+        });
+        SpooledLines { count, first }
+    }
+}
+
+/// The timed part of the steady state: the agent `pid`'s CPU time and the intervals it spooled
+/// (`spooled`) over `cfg.seconds`, then its memory.
+fn measure_agent(
+    cfg: &AgentBench,
+    pid: u32,
+    spooled: &AtomicU64,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<SteadyResult, AgentBenchError> {
     let ticks = clock_ticks();
     let cpu0 = cpu_seconds(pid, ticks)
         .ok_or_else(|| AgentBenchError::Setup("cannot read /proc/<pid>/stat".into()))?;
@@ -417,7 +432,7 @@ pub fn run_agent_bench(
     Ok(AgentBenchResult {
         drain,
         steady,
-        server_peak_rss_mb: super::server::status_kb(server_pid, "VmHWM:").map(mb),
+        server_peak_rss_mb: super::server::peak_rss_mb(server_pid),
     })
 }
 

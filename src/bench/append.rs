@@ -4,7 +4,6 @@
 
 use crate::core::envelope::{self, Envelope};
 use crate::core::outcome::Outcome;
-use crate::core::record::Role;
 use crate::core::time::Timestamp;
 use crate::sample;
 use crate::store::conn::per_backend;
@@ -92,14 +91,7 @@ fn generate(
     records: usize,
     progress: &(dyn Fn(&str) + Sync),
 ) -> (Vec<(String, SigningKey)>, Vec<Envelope>) {
-    let keys: Vec<(String, SigningKey)> = (0..signers)
-        .map(|i| {
-            (
-                format!("{prefix}-{i:02}"),
-                sample::key(&format!("{prefix}-{i}")),
-            )
-        })
-        .collect();
+    let keys = super::sample_signers(prefix, signers);
     progress(&format!("signing {records} records for {prefix}"));
     // Each signer measures contiguous 10-second slots ending now: records never overlap.
     let now = Timestamp::now();
@@ -175,89 +167,21 @@ pub fn run_append(
     cfg: &AppendBench,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<AppendRates, StoreError> {
-    let log_key = sample::key("bench-log");
-    store::init(&cfg.database_url, &log_key, sample::ORIGIN)?;
-    let ledger = Ledger::open(&cfg.database_url, log_key)?;
-    let (size, _) = ledger.head()?;
-    // Opening writes the policy entry; anything more is someone else's log.
-    if size > 1 {
-        return Err(StoreError::Refused(format!(
-            "the benchmark needs an empty log; {} holds {size} entries",
-            store::conn::redact(&cfg.database_url)
-        )));
-    }
-    let (keys_a, envs_a) = generate("bench-a", cfg.signers, cfg.records, progress);
-    let (keys_b, envs_b) = generate("bench-b", cfg.signers, cfg.records, progress);
-    for (name, key) in keys_a.iter().chain(&keys_b) {
-        ledger.register_key(
-            name,
-            Role::Node,
-            &crate::core::keys::encode_public(&key.verifying_key()),
-            Some(sample::node_scope(name)),
-        )?;
-    }
-    let tenants: Vec<String> = (0..5).map(|i| format!("tenant-{i}")).collect();
-    let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
-    super::register_sample_parties(&ledger, &tenants)?;
-
-    progress("strict signature verification alone, on all cores");
-    let checked: Vec<_> = envs_b
-        .par_iter()
-        .map(|e| {
-            e.clone()
-                .check(sample::ORIGIN)
-                .expect("sample records are valid")
-        })
-        .collect();
-    let key_of = |signer: &str| {
-        keys_b
-            .iter()
-            .find(|(n, _)| n == signer)
-            .map(|(_, k)| k.verifying_key())
-            .expect("known")
-    };
-    let vks: Vec<_> = checked.iter().map(|c| key_of(&c.envelope.signer)).collect();
-    let started = Instant::now();
-    let items: Vec<_> = checked
-        .iter()
-        .zip(&vks)
-        .map(|(c, k)| (c.message.as_slice(), &c.signature, k))
-        .collect();
-    let ok = envelope::verify_strict_many(&items);
-    let sig_rate = cfg.records as f64 / started.elapsed().as_secs_f64();
-    assert!(ok.iter().all(|b| *b), "sample signatures verify");
-    drop(items);
-    drop(checked);
-
-    #[cfg(feature = "bench-unchecked-append")]
-    let no_sig = {
-        progress("append without signature checks");
-        let unchecked: &AppendFn = &|l: &Ledger, b| l.append_unchecked_signatures(b);
-        Some(run_clients(
-            &ledger,
-            envs_a,
-            cfg.batch,
-            cfg.clients,
-            unchecked,
-        )?)
-    };
-    #[cfg(not(feature = "bench-unchecked-append"))]
-    let no_sig: Option<f64> = {
-        drop(envs_a);
-        progress("append without signature checks: not measured (a build without the bench-unchecked-append feature)");
-        None
-    };
+    let ledger = open_empty_log(&cfg.database_url)?;
+    let records = prepare(&ledger, cfg, progress)?;
+    let sig_rate = strict_verify_rate(&records.envs_b, &records.keys_b, progress);
+    let no_sig = unchecked_append_rate(&ledger, cfg, records.envs_a, progress)?;
     progress("full append");
     let full = run_clients(
         &ledger,
-        envs_b.clone(),
+        records.envs_b.clone(),
         cfg.batch,
         cfg.clients,
         &Ledger::append,
     )?;
 
     progress("raw insert baseline");
-    let raw = raw_baseline(&cfg.database_url, &envs_b, cfg.batch)?;
+    let raw = raw_baseline(&cfg.database_url, &records.envs_b, cfg.batch)?;
     let backend = match store::conn::backend_of(&cfg.database_url)? {
         store::conn::Backend::Sqlite => "sqlite",
         store::conn::Backend::Postgres => "postgres",
@@ -271,9 +195,117 @@ pub fn run_append(
         append_without_signature_checks_per_s: no_sig.map(f64::round),
         full_append_per_s: full.round(),
         raw_insert_baseline_per_s: raw.round(),
-        full_vs_raw: (full / raw * 100.0).round() / 100.0,
-        full_vs_bound: no_sig.map(|n| (full / sig_rate.min(n) * 100.0).round() / 100.0),
+        full_vs_raw: super::round(full / raw, 2),
+        full_vs_bound: no_sig.map(|n| super::round(full / sig_rate.min(n), 2)),
     })
+}
+
+/// Initialises and opens the log at `url`, refusing one that holds more than the policy entry
+/// opening writes: anything more is someone else's log.
+fn open_empty_log(url: &str) -> Result<Ledger, StoreError> {
+    let log_key = sample::key("bench-log");
+    store::init(url, &log_key, sample::ORIGIN)?;
+    let ledger = Ledger::open(url, log_key)?;
+    let (size, _) = ledger.head()?;
+    if size > 1 {
+        return Err(StoreError::Refused(format!(
+            "the benchmark needs an empty log; {} holds {size} entries",
+            store::conn::redact(url)
+        )));
+    }
+    Ok(ledger)
+}
+
+/// The two record sets of a run, each signed by its own signers: set A for the append without
+/// signature checks, set B for strict verification, the full append and the raw baseline.
+struct Records {
+    envs_a: Vec<Envelope>,
+    keys_b: Vec<(String, SigningKey)>,
+    envs_b: Vec<Envelope>,
+}
+
+/// Signs both record sets and registers their signers, tenants and leases on `ledger`.
+fn prepare(
+    ledger: &Ledger,
+    cfg: &AppendBench,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<Records, StoreError> {
+    let (keys_a, envs_a) = generate("bench-a", cfg.signers, cfg.records, progress);
+    let (keys_b, envs_b) = generate("bench-b", cfg.signers, cfg.records, progress);
+    super::register_nodes(ledger, keys_a.iter().chain(&keys_b))?;
+    let tenants: Vec<String> = (0..5).map(|i| format!("tenant-{i}")).collect();
+    let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
+    super::register_sample_parties(ledger, &tenants)?;
+    Ok(Records {
+        envs_a,
+        keys_b,
+        envs_b,
+    })
+}
+
+/// Strict Ed25519 verification alone of every signature of `envs`, on all cores (records/s);
+/// the envelope checks and key look-ups before it are not timed.
+fn strict_verify_rate(
+    envs: &[Envelope],
+    keys: &[(String, SigningKey)],
+    progress: &(dyn Fn(&str) + Sync),
+) -> f64 {
+    progress("strict signature verification alone, on all cores");
+    let checked: Vec<_> = envs
+        .par_iter()
+        .map(|e| {
+            e.clone()
+                .check(sample::ORIGIN)
+                .expect("sample records are valid")
+        })
+        .collect();
+    let key_of = |signer: &str| {
+        keys.iter()
+            .find(|(n, _)| n == signer)
+            .map(|(_, k)| k.verifying_key())
+            .expect("known")
+    };
+    let vks: Vec<_> = checked.iter().map(|c| key_of(&c.envelope.signer)).collect();
+    let started = Instant::now();
+    let items: Vec<_> = checked
+        .iter()
+        .zip(&vks)
+        .map(|(c, k)| (c.message.as_slice(), &c.signature, k))
+        .collect();
+    let ok = envelope::verify_strict_many(&items);
+    let rate = envs.len() as f64 / started.elapsed().as_secs_f64();
+    assert!(ok.iter().all(|b| *b), "sample signatures verify");
+    rate
+}
+
+/// The append without signature checks of `envs` (records/s): `None`, not measured, unless
+/// built with the `bench-unchecked-append` feature (the production API has no such append).
+fn unchecked_append_rate(
+    ledger: &Ledger,
+    cfg: &AppendBench,
+    envs: Vec<Envelope>,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<Option<f64>, StoreError> {
+    #[cfg(feature = "bench-unchecked-append")]
+    let rate = {
+        progress("append without signature checks");
+        let unchecked: &AppendFn = &|l: &Ledger, b| l.append_unchecked_signatures(b);
+        Some(run_clients(
+            ledger,
+            envs,
+            cfg.batch,
+            cfg.clients,
+            unchecked,
+        )?)
+    };
+    #[cfg(not(feature = "bench-unchecked-append"))]
+    let rate = {
+        let _ = (ledger, cfg);
+        drop(envs);
+        progress("append without signature checks: not measured (a build without the bench-unchecked-append feature)");
+        None
+    };
+    Ok(rate)
 }
 
 /// The same rows, one transaction per batch, no hashing and no checks.

@@ -2,15 +2,16 @@
 //! Reports accepted records/s, p50/p99 batch latency and, when it started the server itself,
 //! the server's peak resident memory.
 
+use super::round;
+use super::server::{peak_rss_mb, Children};
 use crate::core::keys;
 use crate::core::time::Timestamp;
 use crate::sample;
 use crate::store::{self, access};
+use ed25519_dalek::SigningKey;
 use rayon::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;
-use std::path::PathBuf;
-use std::process::Child;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -58,25 +59,8 @@ pub enum IngestError {
     Http(String),
 }
 
-struct OwnServer {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Drop for OwnServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn peak_rss_mb(pid: u32) -> Option<f64> {
-    let kb = super::server::status_kb(pid, "VmHWM:")?;
-    Some((kb / 1024.0 * 10.0).round() / 10.0)
-}
-
-fn start_server() -> Result<(OwnServer, String, String), IngestError> {
+/// Starts a server on a fresh SQLite file of the sample log, with an admin token.
+fn start_server() -> Result<Target, IngestError> {
     let dir = std::env::temp_dir().join(format!("gpuledger-ingest-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| IngestError::Setup(e.to_string()))?;
     let url = format!("sqlite://{}", dir.join("bench.db").display());
@@ -87,7 +71,12 @@ fn start_server() -> Result<(OwnServer, String, String), IngestError> {
     let mut conn = store::connect(&url)?;
     let (_, token) = access::create_token(&mut conn, access::ApiRole::Admin, None, "bench ingest")?;
     let (child, base) = super::server::spawn_serve(&url, &key_path).map_err(IngestError::Setup)?;
-    Ok((OwnServer { child, dir }, base, token))
+    let kids = vec![child];
+    Ok(Target {
+        own: Some(Children { kids, dir }),
+        base,
+        token,
+    })
 }
 
 fn agent() -> ureq::Agent {
@@ -96,6 +85,10 @@ fn agent() -> ureq::Agent {
         .timeout_global(Some(Duration::from_secs(60)))
         .build()
         .into()
+}
+
+fn http_err(e: impl std::fmt::Display) -> IngestError {
+    IngestError::Http(e.to_string())
 }
 
 /// Runs the benchmark; `progress` receives phase names.
@@ -108,19 +101,56 @@ pub fn run_ingest(
             "--agents, --batch and --records must be above 0".into(),
         ));
     }
-    let (own, base, token) = match &cfg.url {
+    let target = target_server(cfg, progress)?;
+    let bodies = prepare(cfg, &target, progress)?;
+    progress("posting");
+    let posted = post_all(cfg, &target.base, &bodies)?;
+    let rss = target
+        .own
+        .as_ref()
+        .and_then(|s| peak_rss_mb(s.kids[0].id()));
+    Ok(posted.result(cfg, rss))
+}
+
+/// The server the benchmark posts to, with an admin token.
+struct Target {
+    /// The server the benchmark started itself (`None` with `--url`).
+    own: Option<Children>,
+    base: String,
+    token: String,
+}
+
+/// The server of `--url` and `--token`, or else one started on a fresh SQLite file.
+fn target_server(
+    cfg: &IngestBench,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<Target, IngestError> {
+    match &cfg.url {
         Some(u) => {
-            let t = cfg.token.clone().ok_or_else(|| {
+            let token = cfg.token.clone().ok_or_else(|| {
                 IngestError::Setup("--token (an admin token) is needed with --url".into())
             })?;
-            (None, u.trim_end_matches('/').to_owned(), t)
+            let base = u.trim_end_matches('/').to_owned();
+            Ok(Target {
+                own: None,
+                base,
+                token,
+            })
         }
         None => {
             progress("starting a server on a fresh SQLite file");
-            let (s, b, t) = start_server()?;
-            (Some(s), b, t)
+            start_server()
         }
-    };
+    }
+}
+
+/// Registers the tenant, its lease and the agents on the server, and signs every agent's
+/// records: per agent, its batches as JSON bodies (not timed).
+fn prepare(
+    cfg: &IngestBench,
+    target: &Target,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<Vec<Vec<Vec<u8>>>, IngestError> {
     let http = agent();
     let run_id = format!("{:x}", Timestamp::now().unix() % 0xffff_ffff);
     let per_agent = cfg.records.div_ceil(cfg.agents);
@@ -129,27 +159,12 @@ pub fn run_ingest(
         cfg.agents,
         per_agent * cfg.agents
     ));
-    // Sample records are signed for the sample log's origin.
-    let log: serde_json::Value = http
-        .get(format!("{base}/v1/log"))
-        .call()
-        .map_err(|e| IngestError::Http(e.to_string()))?
-        .body_mut()
-        .read_json()
-        .map_err(|e| IngestError::Http(e.to_string()))?;
-    if log["origin"] != sample::ORIGIN {
-        return Err(IngestError::Setup(format!(
-            "the server's log is {}, but the benchmark signs for {:?}; run it against a log initialised with that origin",
-            log["origin"],
-            sample::ORIGIN
-        )));
-    }
-    let admin = |path: &str, body: serde_json::Value| -> Result<u16, IngestError> {
-        http.post(format!("{base}{path}"))
-            .header("Authorization", format!("Bearer {token}"))
+    check_origin(&http, &target.base)?;
+    let admin = |path: &str, body: serde_json::Value| {
+        http.post(format!("{}{path}", target.base))
+            .header("Authorization", format!("Bearer {}", target.token))
             .send_json(&body)
-            .map(|r| r.status().as_u16())
-            .map_err(|e| IngestError::Http(e.to_string()))
+            .map_err(http_err)
     };
     admin(
         "/v1/tenants",
@@ -165,11 +180,7 @@ pub fn run_ingest(
         let key = sample::key(&name);
         let body = serde_json::json!({"id": name, "role": "node", "public_key": keys::encode_public(&key.verifying_key()),
             "nodes": [name], "regions": [sample::REGION]});
-        let resp = http
-            .post(format!("{base}/v1/signers"))
-            .header("Authorization", format!("Bearer {token}"))
-            .send_json(&body)
-            .map_err(|e| IngestError::Http(e.to_string()))?;
+        let resp = admin("/v1/signers", body)?;
         if resp.status() != 201 {
             return Err(IngestError::Http(format!(
                 "registering {name}: HTTP {}",
@@ -178,13 +189,42 @@ pub fn run_ingest(
         }
         agents.push((name, key));
     }
+    Ok(sign_batches(&agents, per_agent, cfg.batch))
+}
+
+/// Refuses a server whose log is not the sample log: sample records are signed for its origin.
+fn check_origin(http: &ureq::Agent, base: &str) -> Result<(), IngestError> {
+    let log: serde_json::Value = http
+        .get(format!("{base}/v1/log"))
+        .call()
+        .map_err(http_err)?
+        .body_mut()
+        .read_json()
+        .map_err(http_err)?;
+    if log["origin"] != sample::ORIGIN {
+        return Err(IngestError::Setup(format!(
+            "the server's log is {}, but the benchmark signs for {:?}; run it against a log initialised with that origin",
+            log["origin"],
+            sample::ORIGIN
+        )));
+    }
+    Ok(())
+}
+
+/// `per_agent` usage records of each agent (10-second slots ending now), in JSON batches of
+/// `batch`.
+fn sign_batches(
+    agents: &[(String, SigningKey)],
+    per_agent: usize,
+    batch: usize,
+) -> Vec<Vec<Vec<u8>>> {
     let now = Timestamp::now();
-    let bodies: Vec<Vec<Vec<u8>>> = agents
+    agents
         .par_iter()
         .map(|(name, key)| {
             (0..per_agent)
                 .collect::<Vec<_>>()
-                .chunks(cfg.batch)
+                .chunks(batch)
                 .map(|seqs| {
                     let recs: Vec<_> = seqs
                         .iter()
@@ -204,11 +244,23 @@ pub fn run_ingest(
                 })
                 .collect()
         })
-        .collect();
+        .collect()
+}
 
-    progress("posting");
-    let latencies = Mutex::new(Vec::<f64>::new());
-    let totals = Mutex::new((0u64, 0u64));
+/// What the posting threads gather: each answered batch's latency (ms), and the records sent
+/// and accepted.
+#[derive(Default)]
+struct Posted {
+    latencies: Mutex<Vec<f64>>,
+    totals: Mutex<(u64, u64)>,
+    /// Wall time of the posting, seconds.
+    elapsed: f64,
+}
+
+/// The timed phase: one thread per agent posts its batches, paced when `cfg.rate` is set,
+/// until they are all sent or `cfg.seconds` have passed.
+fn post_all(cfg: &IngestBench, base: &str, bodies: &[Vec<Vec<u8>>]) -> Result<Posted, IngestError> {
+    let mut posted = Posted::default();
     let deadline = Instant::now() + Duration::from_secs(cfg.seconds);
     let pace = cfg
         .rate
@@ -216,85 +268,95 @@ pub fn run_ingest(
     let started = Instant::now();
     let failure: Mutex<Option<String>> = Mutex::new(None);
     std::thread::scope(|s| {
-        for batches in &bodies {
-            let (latencies, totals, failure) = (&latencies, &totals, &failure);
+        for batches in bodies {
+            let (posted, failure) = (&posted, &failure);
             let url = format!("{base}/v1/records");
             s.spawn(move || {
-                let http = agent();
-                let mut next = Instant::now();
-                for body in batches {
-                    if Instant::now() >= deadline {
-                        break;
-                    }
-                    if let Some(p) = pace {
-                        if let Some(wait) = next.checked_duration_since(Instant::now()) {
-                            std::thread::sleep(wait);
-                        }
-                        next += p;
-                    }
-                    let t = Instant::now();
-                    let resp = http
-                        .post(&url)
-                        .header("Content-Type", "application/json")
-                        .send(&body[..]);
-                    let ms = t.elapsed().as_secs_f64() * 1000.0;
-                    match resp {
-                        Ok(mut r) if r.status() == 200 => {
-                            let v: serde_json::Value = match r.body_mut().read_json() {
-                                Ok(v) => v,
-                                Err(e) => {
-                                    *failure.lock().expect("lock") = Some(e.to_string());
-                                    return;
-                                }
-                            };
-                            let acc = v["accepted"].as_u64().unwrap_or(0);
-                            let sent = v["outcomes"].as_array().map_or(0, |a| a.len() as u64);
-                            latencies.lock().expect("lock").push(ms);
-                            let mut t = totals.lock().expect("lock");
-                            t.0 += sent;
-                            t.1 += acc;
-                        }
-                        Ok(r) => {
-                            *failure.lock().expect("lock") = Some(format!("HTTP {}", r.status()));
-                            return;
-                        }
-                        Err(e) => {
-                            *failure.lock().expect("lock") = Some(e.to_string());
-                            return;
-                        }
-                    }
+                if let Err(e) = post_batches(&url, batches, deadline, pace, posted) {
+                    *failure.lock().expect("lock") = Some(e);
                 }
             });
         }
     });
-    let elapsed = started.elapsed().as_secs_f64();
+    posted.elapsed = started.elapsed().as_secs_f64();
     if let Some(f) = failure.into_inner().expect("lock") {
         return Err(IngestError::Http(f));
     }
-    let mut lat = latencies.into_inner().expect("lock");
-    lat.sort_by(|a, b| a.total_cmp(b));
-    let pct = |p: f64| -> f64 {
-        if lat.is_empty() {
-            return 0.0;
+    Ok(posted)
+}
+
+/// One agent's thread: posts `batches` to `url` in order, until the deadline; stops at the
+/// first failure.
+fn post_batches(
+    url: &str,
+    batches: &[Vec<u8>],
+    deadline: Instant,
+    pace: Option<Duration>,
+    posted: &Posted,
+) -> Result<(), String> {
+    let http = agent();
+    let mut next = Instant::now();
+    for body in batches {
+        if Instant::now() >= deadline {
+            break;
         }
-        let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1;
-        (lat[i] * 10.0).round() / 10.0
-    };
-    let (sent, accepted) = totals.into_inner().expect("lock");
-    let rss = own.as_ref().and_then(|s| peak_rss_mb(s.child.id()));
-    Ok(IngestResult {
-        agents: cfg.agents,
-        batch: cfg.batch,
-        sent_records: sent,
-        accepted_records: accepted,
-        seconds: (elapsed * 100.0).round() / 100.0,
-        accepted_per_s: (accepted as f64 / elapsed).round(),
-        target_rate: cfg.rate,
-        batch_latency_p50_ms: pct(0.50),
-        batch_latency_p99_ms: pct(0.99),
-        batch_latency_max_ms: lat.last().map_or(0.0, |m| (m * 10.0).round() / 10.0),
-        server_peak_rss_mb: rss,
-    })
+        if let Some(p) = pace {
+            if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            next += p;
+        }
+        let t = Instant::now();
+        let resp = http
+            .post(url)
+            .header("Content-Type", "application/json")
+            .send(&body[..]);
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        match resp {
+            Ok(mut r) if r.status() == 200 => {
+                let v: serde_json::Value = r.body_mut().read_json().map_err(|e| e.to_string())?;
+                let acc = v["accepted"].as_u64().unwrap_or(0);
+                let sent = v["outcomes"].as_array().map_or(0, |a| a.len() as u64);
+                posted.latencies.lock().expect("lock").push(ms);
+                let mut t = posted.totals.lock().expect("lock");
+                t.0 += sent;
+                t.1 += acc;
+            }
+            Ok(r) => return Err(format!("HTTP {}", r.status())),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(())
+}
+
+impl Posted {
+    /// The figures, with `rss` the server's peak memory when measured.
+    fn result(self, cfg: &IngestBench, rss: Option<f64>) -> IngestResult {
+        let elapsed = self.elapsed;
+        let mut lat = self.latencies.into_inner().expect("lock");
+        lat.sort_by(|a, b| a.total_cmp(b));
+        let pct = |p: f64| -> f64 {
+            if lat.is_empty() {
+                return 0.0;
+            }
+            let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1;
+            round(lat[i], 1)
+        };
+        let (sent, accepted) = self.totals.into_inner().expect("lock");
+        IngestResult {
+            agents: cfg.agents,
+            batch: cfg.batch,
+            sent_records: sent,
+            accepted_records: accepted,
+            seconds: round(elapsed, 2),
+            accepted_per_s: (accepted as f64 / elapsed).round(),
+            target_rate: cfg.rate,
+            batch_latency_p50_ms: pct(0.50),
+            batch_latency_p99_ms: pct(0.99),
+            batch_latency_max_ms: lat.last().map_or(0.0, |m| round(*m, 1)),
+            server_peak_rss_mb: rss,
+        }
+    }
 }
 
 impl std::fmt::Display for IngestResult {

@@ -13,16 +13,55 @@ pub mod verify;
 
 pub use append::{run_append, AppendBench, AppendRates};
 
+use crate::core::keys;
+use crate::core::record::Role;
+use crate::sample;
+use crate::store::{Ledger, StoreError};
+use ed25519_dalek::SigningKey;
+
 /// Registers sample tenants and their leases on a benchmark's log, so its sample records are
 /// admitted (docs/PROTOCOL.md §6.7).
-pub fn register_sample_parties(
-    ledger: &crate::store::Ledger,
-    tenants: &[&str],
-) -> Result<(), crate::store::StoreError> {
+pub fn register_sample_parties(ledger: &Ledger, tenants: &[&str]) -> Result<(), StoreError> {
     for t in tenants {
-        for body in crate::sample::parties(t) {
+        for body in sample::parties(t) {
             ledger.append_ledger_entry(body)?;
         }
     }
     Ok(())
+}
+
+/// `n` deterministic sample signers: `<prefix>-00`, `<prefix>-01`, …, each with the key
+/// `sample::key("<prefix>-<i>")`.
+pub fn sample_signers(prefix: &str, n: usize) -> Vec<(String, SigningKey)> {
+    (0..n)
+        .map(|i| {
+            (
+                format!("{prefix}-{i:02}"),
+                sample::key(&format!("{prefix}-{i}")),
+            )
+        })
+        .collect()
+}
+
+/// Registers each of `nodes` on a benchmark's log as a node signer with its sample scope
+/// ([`sample::node_scope`]), in order.
+pub fn register_nodes<'a>(
+    ledger: &Ledger,
+    nodes: impl IntoIterator<Item = &'a (String, SigningKey)>,
+) -> Result<(), StoreError> {
+    for (name, key) in nodes {
+        ledger.register_key(
+            name,
+            Role::Node,
+            &keys::encode_public(&key.verifying_key()),
+            Some(sample::node_scope(name)),
+        )?;
+    }
+    Ok(())
+}
+
+/// `x` rounded to `digits` decimal places, as the reports print their figures.
+pub(crate) fn round(x: f64, digits: i32) -> f64 {
+    let p = 10f64.powi(digits);
+    (x * p).round() / p
 }

@@ -2,12 +2,13 @@
 //! (default 1,000,000) on a fresh SQLite log, with its time and the process's peak memory.
 //! The log is filled through the normal append path first (not timed).
 
-use crate::core::keys;
+use super::round;
 use crate::core::rating::{self, LeaseClass};
-use crate::core::record::{Body, RateCard, Role};
+use crate::core::record::{Body, RateCard};
 use crate::core::time::Timestamp;
 use crate::sample;
 use crate::store::{self, pricing, Ledger, StoreError};
+use ed25519_dalek::SigningKey;
 use rayon::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;
@@ -37,22 +38,8 @@ pub fn run_preview(
     let log_key = sample::key("bench-preview-log");
     store::init(&url, &log_key, store::DEFAULT_ORIGIN)?;
     let ledger = Ledger::open(&url, log_key)?;
-    let nodes: Vec<(String, ed25519_dalek::SigningKey)> = (0..16)
-        .map(|i| {
-            (
-                format!("preview-node-{i:02}"),
-                sample::key(&format!("preview-node-{i}")),
-            )
-        })
-        .collect();
-    for (n, k) in &nodes {
-        ledger.register_key(
-            n,
-            Role::Node,
-            &keys::encode_public(&k.verifying_key()),
-            Some(sample::node_scope(n)),
-        )?;
-    }
+    let nodes = super::sample_signers("preview-node", 16);
+    super::register_nodes(&ledger, &nodes)?;
     super::register_sample_parties(&ledger, &["bench-tenant"])?;
     // The month: the 28 days ending at the start of today (16 nodes × 241,920 slots fit 3.8M).
     let now = Timestamp::now().unix();
@@ -68,6 +55,42 @@ pub fn run_preview(
     }))?;
     progress(&format!("appending {records} usage records (not timed)"));
     let started = Instant::now();
+    let per_node = fill(&ledger, &nodes, records, month_start)?;
+    let fill_seconds = started.elapsed().as_secs_f64();
+    let size = ledger.head()?.0;
+    progress("previewing");
+    let started = Instant::now();
+    let rater = ledger
+        .with_reader(|c| pricing::rate_period(c, "bench-tenant", month_start, month_end, size))?;
+    let (lines, unpriced) = rater.finish();
+    let preview_seconds = started.elapsed().as_secs_f64();
+    if !unpriced.is_empty() {
+        return Err(StoreError::Refused(format!(
+            "benchmark usage was unpriced: {unpriced:?}"
+        )));
+    }
+    let cny = lines.get("CNY").cloned().unwrap_or_default();
+    let n = per_node * nodes.len() as u64;
+    Ok(PreviewResult {
+        records: n,
+        fill_seconds: round(fill_seconds, 2),
+        preview_seconds: round(preview_seconds, 3),
+        records_per_s: (n as f64 / preview_seconds).round(),
+        lines: cny.len(),
+        total: rating::total(&cny).to_string(),
+        peak_rss_mb: super::server::peak_rss_mb(std::process::id()),
+    })
+}
+
+/// Appends `records` usage records (rounded up to a whole number per node) through the normal
+/// append path: each node's contiguous 10-second slots from `month_start`; returns the records
+/// per node.
+fn fill(
+    ledger: &Ledger,
+    nodes: &[(String, SigningKey)],
+    records: u64,
+    month_start: Timestamp,
+) -> Result<u64, StoreError> {
     let per_node = records.div_ceil(nodes.len() as u64);
     const CHUNK: u64 = 5_000;
     let mut seq = 0u64;
@@ -89,31 +112,7 @@ pub fn run_preview(
         }
         seq = hi;
     }
-    let fill_seconds = started.elapsed().as_secs_f64();
-    let size = ledger.head()?.0;
-    progress("previewing");
-    let started = Instant::now();
-    let rater = ledger
-        .with_reader(|c| pricing::rate_period(c, "bench-tenant", month_start, month_end, size))?;
-    let (lines, unpriced) = rater.finish();
-    let preview_seconds = started.elapsed().as_secs_f64();
-    if !unpriced.is_empty() {
-        return Err(StoreError::Refused(format!(
-            "benchmark usage was unpriced: {unpriced:?}"
-        )));
-    }
-    let cny = lines.get("CNY").cloned().unwrap_or_default();
-    let n = per_node * nodes.len() as u64;
-    Ok(PreviewResult {
-        records: n,
-        fill_seconds: (fill_seconds * 100.0).round() / 100.0,
-        preview_seconds: (preview_seconds * 1000.0).round() / 1000.0,
-        records_per_s: (n as f64 / preview_seconds).round(),
-        lines: cny.len(),
-        total: rating::total(&cny).to_string(),
-        peak_rss_mb: super::server::status_kb(std::process::id(), "VmHWM:")
-            .map(|kb| (kb / 1024.0 * 10.0).round() / 10.0),
-    })
+    Ok(per_node)
 }
 
 impl std::fmt::Display for PreviewResult {

@@ -2,8 +2,25 @@
 //! its own) on a database the benchmark prepared, and a reading of a process's memory.
 
 use std::io::BufRead;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+/// A benchmark's child processes, killed (and waited for) on drop, and then its temporary
+/// directory, removed.
+pub struct Children {
+    pub kids: Vec<Child>,
+    pub dir: PathBuf,
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.kids {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
 
 /// Starts the current executable's `serve` on `database_url` with the log key at `key_path`,
 /// on a free loopback port; returns the child and its base URL once it is listening.
@@ -34,6 +51,16 @@ pub fn spawn_serve(database_url: &str, key_path: &Path) -> Result<(Child, String
             Err(format!("unexpected server output: {line:?}"))
         }
     }
+}
+
+/// kB (as `/proc` counts them) in MB of 1024 kB, to one decimal.
+pub fn mb(kb: f64) -> f64 {
+    super::round(kb / 1024.0, 1)
+}
+
+/// The peak resident set (`VmHWM`) of process `pid`, in MB to one decimal.
+pub fn peak_rss_mb(pid: u32) -> Option<f64> {
+    status_kb(pid, "VmHWM:").map(mb)
 }
 
 /// A `kB` field of `/proc/<pid>/status` (such as `VmHWM:`), in kB.

@@ -6,6 +6,7 @@
 //! pieces (as the ledger would build them; not timed): 64 nodes' keys registered by the log key,
 //! region parameters, and N records (7 in 8 `gpu_usage`, 1 in 8 `energy`) of one tenant.
 
+use super::round;
 use crate::core::bundle::{self, BundleSubject, Header};
 use crate::core::certificate::{Certificate, CertificateRequest, Scope, Tally};
 use crate::core::checkpoint::LogSigner;
@@ -19,11 +20,12 @@ use crate::core::rating::{PriceBook, RegionParams};
 use crate::core::record::{Body, Kind, RegionParameters, Role, SignerKeyRegistered};
 use crate::core::time::Timestamp;
 use crate::sample;
+use ed25519_dalek::SigningKey;
 use rayon::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Results.
@@ -49,6 +51,8 @@ pub struct VerifyResult {
 /// The sample records are signed for the sample log.
 const ORIGIN: &str = sample::ORIGIN;
 const NODES: u64 = 64;
+/// The certificate's id.
+const CERT_ID: &str = "CERT-000001";
 
 fn io(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(e.to_string())
@@ -63,21 +67,63 @@ pub fn run_verify_bench(
 ) -> std::io::Result<VerifyResult> {
     let started = Instant::now();
     let log = LogSigner::new(ORIGIN, sample::key("bench-verify-log")).map_err(io)?;
+    let window = window(records)?;
+    let nodes = super::sample_signers("bench-node", NODES as usize);
+    let (context, book) = context_entries(&log, &nodes, window.from);
+    progress(&format!("signing {records} records (not timed)"));
+    let signed = sign_records(&nodes, window.from, records);
+    progress("building the log, its tree and the certificate (not timed)");
+    let (built, tally) = build_log(context, signed, window.to, &book)?;
+    let files = Files::in_dir(dir);
+    let note = write_certificate(&log, &built, tally, &window, &files)?;
+    progress("writing the bundle with an inclusion proof per entry (not timed)");
+    write_bundle(&files.bundle, &note, &built)?;
+    progress("strict verification alone of the records' signatures, on all cores");
+    let strict_verify_per_s = strict_alone(&built.leaves, &nodes)?;
+    drop(built);
+    let prepare_seconds = started.elapsed().as_secs_f64();
+    let bundle_mb = std::fs::metadata(&files.bundle)?.len() as f64 / 1e6;
+
+    progress("verifying: gpuledger verify --certificate … --bundle … --log-key …");
+    let run = run_verifier(exe, &files)?;
+    let records_per_s = records as f64 / run.seconds;
+    Ok(VerifyResult {
+        records,
+        bundle_mb: round(bundle_mb, 1),
+        prepare_seconds: round(prepare_seconds, 1),
+        verify_seconds: round(run.seconds, 3),
+        records_per_s: records_per_s.round(),
+        strict_verify_per_s: strict_verify_per_s.round(),
+        verify_vs_strict: round(records_per_s / strict_verify_per_s, 2),
+        verify_peak_rss_mb: run.peak_kb.map(super::server::mb),
+        verdict: run.verdict,
+    })
+}
+
+/// The certificate's period: the records' 10-second slots (N / 64 per node) end before today,
+/// starting a day after `from`; `to` is the start of today, and every entry's `received_at`.
+struct Window {
+    from: Timestamp,
+    to: Timestamp,
+}
+
+fn window(records: u64) -> std::io::Result<Window> {
     let now = Timestamp::now().unix();
     let day_start = now - now % 86_400;
-    // Records are 10-second slots per node ending before today: N / 64 slots per node.
     let slots = records.div_ceil(NODES) as i64;
     let from = Timestamp::from_unix(day_start - 10 * slots - 86_400).ok_or_else(|| io("time"))?;
     let to = Timestamp::from_unix(day_start).ok_or_else(|| io("time"))?;
-    let received = to;
-    let nodes: Vec<(String, ed25519_dalek::SigningKey)> = (0..NODES)
-        .map(|i| {
-            (
-                format!("bench-node-{i:02}"),
-                sample::key(&format!("bench-node-{i}")),
-            )
-        })
-        .collect();
+    Ok(Window { from, to })
+}
+
+/// The log's context entries, signed by the log key: the nodes' key registrations, the
+/// tenant's parties and the region's parameters (in force from a day before `from`); and the
+/// price book those parameters make.
+fn context_entries(
+    log: &LogSigner,
+    nodes: &[(String, SigningKey)],
+    from: Timestamp,
+) -> (Vec<Envelope>, PriceBook) {
     let mut ledger_seq = 0;
     let mut ledger_env = |body: Body| {
         ledger_seq += 1;
@@ -127,8 +173,13 @@ pub fn run_verify_bench(
             carbon_g_per_kwh: params.carbon_g_per_kwh,
         },
     );
-    progress(&format!("signing {records} records (not timed)"));
-    let signed: Vec<Envelope> = (0..records)
+    (context, book)
+}
+
+/// `records` records of the tenant, round-robin over `nodes` in 10-second slots from `from`:
+/// 7 in 8 `gpu_usage`, 1 in 8 `energy`.
+fn sign_records(nodes: &[(String, SigningKey)], from: Timestamp, records: u64) -> Vec<Envelope> {
+    (0..records)
         .into_par_iter()
         .map(|i| {
             let (node, key) = &nodes[(i % NODES) as usize];
@@ -154,8 +205,23 @@ pub fn run_verify_bench(
                 )
             }
         })
-        .collect();
-    progress("building the log, its tree and the certificate (not timed)");
+        .collect()
+}
+
+/// The log built in memory: its leaves' bytes and its tree's stored hashes.
+struct BuiltLog {
+    leaves: Vec<Vec<u8>>,
+    tree: MemoryHashes,
+}
+
+/// Appends `context`, then `signed`, as leaves all received at `received`; with the tally of
+/// the usage and energy records.
+fn build_log(
+    context: Vec<Envelope>,
+    signed: Vec<Envelope>,
+    received: Timestamp,
+    book: &PriceBook,
+) -> std::io::Result<(BuiltLog, Tally)> {
     let mut tree = MemoryHashes::default();
     let mut leaves: Vec<Vec<u8>> = Vec::with_capacity(context.len() + signed.len());
     let mut prev = GENESIS_PREV;
@@ -173,45 +239,74 @@ pub fn run_verify_bench(
         merkle::append_leaves(index, &[prev], &mut tree).map_err(io)?;
         match &body {
             Some(Body::GpuUsage(u)) => tally.add_usage(index, &prev, u).map_err(io)?,
-            Some(Body::Energy(e)) => tally.add_energy(index, &prev, e, &book).map_err(io)?,
+            Some(Body::Energy(e)) => tally.add_energy(index, &prev, e, book).map_err(io)?,
             _ => {}
         }
         leaves.push(bytes);
     }
-    let size = leaves.len() as u64;
-    let note = log.sign_checkpoint(size, &merkle::tree_hash(size, &tree).map_err(io)?);
+    Ok((BuiltLog { leaves, tree }, tally))
+}
+
+/// The files `gpuledger verify` is given.
+struct Files {
+    cert: PathBuf,
+    bundle: PathBuf,
+    key: PathBuf,
+}
+
+impl Files {
+    fn in_dir(dir: &Path) -> Files {
+        Files {
+            cert: dir.join("certificate.json"),
+            bundle: dir.join("bundle.jsonl"),
+            key: dir.join("verifier_key.txt"),
+        }
+    }
+}
+
+/// Signs the checkpoint of the whole log, issues the tenant's certificate for `window` with the
+/// claims of `tally` on it,
+/// and writes the certificate and the log's verifier key; returns the checkpoint note.
+fn write_certificate(
+    log: &LogSigner,
+    built: &BuiltLog,
+    tally: Tally,
+    window: &Window,
+    files: &Files,
+) -> std::io::Result<String> {
+    let size = built.leaves.len() as u64;
+    let note = log.sign_checkpoint(size, &merkle::tree_hash(size, &built.tree).map_err(io)?);
     let claims = tally.finish().map_err(io)?;
     let req = CertificateRequest {
         tenant: "bench-tenant".into(),
-        period: Period { from, to },
+        period: Period {
+            from: window.from,
+            to: window.to,
+        },
         scope: Scope::default(),
     };
-    let cert = Certificate::issue(
-        "CERT-000001".into(),
-        &req,
-        received,
-        &log,
-        note.clone(),
-        claims,
-    );
-    let cert_path = dir.join("certificate.json");
-    let bundle_path = dir.join("bundle.jsonl");
-    let key_path = dir.join("verifier_key.txt");
-    std::fs::write(&cert_path, cert.to_canonical_json())?;
-    std::fs::write(&key_path, log.verifier_key())?;
-    progress("writing the bundle with an inclusion proof per entry (not timed)");
-    let mut out = BufWriter::with_capacity(1 << 22, std::fs::File::create(&bundle_path)?);
+    let cert = Certificate::issue(CERT_ID.into(), &req, window.to, log, note.clone(), claims);
+    std::fs::write(&files.cert, cert.to_canonical_json())?;
+    std::fs::write(&files.key, log.verifier_key())?;
+    Ok(note)
+}
+
+/// Writes the certificate's bundle: the header on `note`, every entry of the log with its
+/// inclusion proof, the end line.
+fn write_bundle(path: &Path, note: &str, built: &BuiltLog) -> std::io::Result<()> {
+    let size = built.leaves.len() as u64;
+    let mut out = BufWriter::with_capacity(1 << 22, std::fs::File::create(path)?);
     out.write_all(&bundle::header_line(&Header::new(
         ORIGIN,
-        &note,
-        BundleSubject::Certificate(cert.id.clone()),
+        note,
+        BundleSubject::Certificate(CERT_ID.into()),
     )))?;
     for chunk in (0..size).collect::<Vec<_>>().chunks(65_536) {
         let lines: Vec<Vec<u8>> = chunk
             .par_iter()
             .map(|&i| {
-                let proof = merkle::prove_record(size, i, &tree).map_err(io)?;
-                Ok(bundle::entry_line(i, &leaves[i as usize], &proof))
+                let proof = merkle::prove_record(size, i, &built.tree).map_err(io)?;
+                Ok(bundle::entry_line(i, &built.leaves[i as usize], &proof))
             })
             .collect::<std::io::Result<_>>()?;
         for l in lines {
@@ -219,50 +314,49 @@ pub fn run_verify_bench(
         }
     }
     out.write_all(&bundle::end_line(size))?;
-    out.flush()?;
-    drop(out);
-    progress("strict verification alone of the records' signatures, on all cores");
-    let strict_verify_per_s = strict_alone(&leaves, &nodes)?;
-    drop(leaves);
-    drop(tree);
-    let prepare_seconds = started.elapsed().as_secs_f64();
-    let bundle_mb = std::fs::metadata(&bundle_path)?.len() as f64 / 1e6;
+    out.flush()
+}
 
-    progress("verifying: gpuledger verify --certificate … --bundle … --log-key …");
+/// A timed run of `gpuledger verify`.
+struct VerifierRun {
+    /// From its start until it exits.
+    seconds: f64,
+    /// Its peak resident set, kB, as last read while it ran.
+    peak_kb: Option<f64>,
+    /// What it printed.
+    verdict: String,
+}
+
+/// Runs `exe verify` on `files`, timed, reading its peak memory every 20 ms while it runs;
+/// an error unless it passes.
+fn run_verifier(exe: &Path, files: &Files) -> std::io::Result<VerifierRun> {
     let started = Instant::now();
     let mut child = std::process::Command::new(exe)
         .arg("verify")
         .arg("--certificate")
-        .arg(&cert_path)
+        .arg(&files.cert)
         .arg("--bundle")
-        .arg(&bundle_path)
+        .arg(&files.bundle)
         .arg("--log-key")
-        .arg(&key_path)
+        .arg(&files.key)
         .stdout(std::process::Stdio::piped())
         .spawn()?;
-    let mut peak = None;
+    let mut peak_kb = None;
     while child.try_wait()?.is_none() {
         if let Some(kb) = super::server::status_kb(child.id(), "VmHWM:") {
-            peak = Some(kb);
+            peak_kb = Some(kb);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let verify_seconds = started.elapsed().as_secs_f64();
+    let seconds = started.elapsed().as_secs_f64();
     let output = child.wait_with_output()?;
     let verdict = String::from_utf8_lossy(&output.stdout).trim().to_owned();
     if !output.status.success() {
         return Err(io(format!("the verification failed: {verdict}")));
     }
-    Ok(VerifyResult {
-        records,
-        bundle_mb: (bundle_mb * 10.0).round() / 10.0,
-        prepare_seconds: (prepare_seconds * 10.0).round() / 10.0,
-        verify_seconds: (verify_seconds * 1000.0).round() / 1000.0,
-        records_per_s: (records as f64 / verify_seconds).round(),
-        strict_verify_per_s: strict_verify_per_s.round(),
-        verify_vs_strict: ((records as f64 / verify_seconds) / strict_verify_per_s * 100.0).round()
-            / 100.0,
-        verify_peak_rss_mb: peak.map(|kb| (kb / 1024.0 * 10.0).round() / 10.0),
+    Ok(VerifierRun {
+        seconds,
+        peak_kb,
         verdict,
     })
 }
