@@ -4,6 +4,7 @@
 
 use super::round;
 use crate::core::rating::{self, LeaseClass};
+use crate::core::outcome::Outcome;
 use crate::core::record::{Body, RateCard};
 use crate::core::time::Timestamp;
 use crate::sample;
@@ -36,7 +37,7 @@ pub fn run_preview(
 ) -> Result<PreviewResult, StoreError> {
     let url = format!("sqlite://{}", dir.join("preview.db").display());
     let log_key = sample::key("bench-preview-log");
-    store::init(&url, &log_key, store::DEFAULT_ORIGIN)?;
+    store::init(&url, &log_key, sample::ORIGIN)?;
     let ledger = Ledger::open(&url, log_key)?;
     let nodes = super::sample_signers("preview-node", 16);
     super::register_nodes(&ledger, &nodes)?;
@@ -108,7 +109,12 @@ fn fill(
             })
             .collect();
         for part in batch.chunks(crate::core::limits::MAX_APPEND_BATCH) {
-            ledger.append(part.to_vec())?;
+            let outcomes = ledger.append(part.to_vec())?;
+            if let Some(bad) = outcomes.iter().find(|o| !matches!(o, Outcome::Accepted { .. })) {
+                return Err(StoreError::Refused(format!(
+                    "a benchmark record was not accepted: {bad:?}"
+                )));
+            }
         }
         seq = hi;
     }
