@@ -79,4 +79,17 @@ impl Caller {
             Some(own) => tenant == Some(own),
         }
     }
+
+    /// A stored document of a tenant, `(tenant, json)`, if the caller may see it: another
+    /// tenant's answers 404 (`what` not found), exactly like one that does not exist.
+    pub fn visible(
+        &self,
+        row: Option<(String, String)>,
+        what: impl FnOnce() -> String,
+    ) -> Result<String, ApiError> {
+        match row {
+            Some((tenant, json)) if self.may_see(Some(&tenant)) => Ok(json),
+            _ => Err(ApiError::NotFound(what())),
+        }
+    }
 }

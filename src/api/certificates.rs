@@ -109,14 +109,10 @@ async fn load(
     let i = id.clone();
     let l = state.ledger.clone();
     let row = web::block(move || l.with_reader(|c| store_certs::get(c, &i))).await??;
-    match row {
-        Some((tenant, json)) if caller.may_see(Some(&tenant)) => {
-            let cert = Certificate::from_json(json.as_bytes())
-                .map_err(|e| ApiError::Internal(format!("certificate {id}: {e}")))?;
-            Ok((cert, json))
-        }
-        _ => Err(ApiError::NotFound(format!("certificate {id}"))),
-    }
+    let json = caller.visible(row, || format!("certificate {id}"))?;
+    let cert = Certificate::from_json(json.as_bytes())
+        .map_err(|e| ApiError::Internal(format!("certificate {id}: {e}")))?;
+    Ok((cert, json))
 }
 
 /// One certificate, its signed JSON exactly as issued (its SHA-256 is in the log).

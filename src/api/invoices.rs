@@ -88,14 +88,10 @@ async fn load(
     let n = number.clone();
     let row =
         web::block(move || state.ledger.with_reader(|c| store_invoices::get(c, &n))).await??;
-    match row {
-        Some((tenant, json)) if caller.may_see(Some(&tenant)) => {
-            let inv = invoice::from_json(&json)
-                .map_err(|e| ApiError::Internal(format!("invoice {number}: {e}")))?;
-            Ok((inv, json))
-        }
-        _ => Err(ApiError::NotFound(format!("invoice {number}"))),
-    }
+    let json = caller.visible(row, || format!("invoice {number}"))?;
+    let inv = invoice::from_json(&json)
+        .map_err(|e| ApiError::Internal(format!("invoice {number}: {e}")))?;
+    Ok((inv, json))
 }
 
 /// One invoice as JSON (its SHA-256 is in the log's `invoice_issued` entry).
