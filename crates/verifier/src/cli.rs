@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// `verify`'s arguments: what to check, and the log's verifier key.
@@ -44,30 +44,34 @@ pub struct VerifyArgs {
 #[derive(Subcommand)]
 pub enum VerifyCommand {
     /// Check that the log only grew between two checkpoints you saved (RFC 9162 consistency).
-    Consistency {
-        /// The older checkpoint note.
-        #[arg(long)]
-        old: PathBuf,
-        /// The newer checkpoint note; with --url and without --new, the service's latest.
-        #[arg(long)]
-        new: Option<PathBuf>,
-        /// The consistency proof: a JSON list of base64 hashes, or the answer of
-        /// `GET /v1/proofs/consistency`.
-        #[arg(long, conflicts_with = "url")]
-        proof: Option<PathBuf>,
-        /// Fetch the proof (and the latest checkpoint) from a running service instead.
-        #[arg(long)]
-        url: Option<String>,
-        /// Bearer token for --url.
-        #[arg(long, env = "GPULEDGER_TOKEN")]
-        token: Option<String>,
-        /// The log's verifier key, or a file holding it.
-        #[arg(long)]
-        log_key: String,
-        /// Print one JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Consistency(ConsistencyArgs),
+}
+
+/// `verify consistency`'s arguments.
+#[derive(Args)]
+pub struct ConsistencyArgs {
+    /// The older checkpoint note.
+    #[arg(long)]
+    old: PathBuf,
+    /// The newer checkpoint note; with --url and without --new, the service's latest.
+    #[arg(long)]
+    new: Option<PathBuf>,
+    /// The consistency proof: a JSON list of base64 hashes, or the answer of
+    /// `GET /v1/proofs/consistency`.
+    #[arg(long, conflicts_with = "url")]
+    proof: Option<PathBuf>,
+    /// Fetch the proof (and the latest checkpoint) from a running service instead.
+    #[arg(long)]
+    url: Option<String>,
+    /// Bearer token for --url.
+    #[arg(long, env = "GPULEDGER_TOKEN")]
+    token: Option<String>,
+    /// The log's verifier key, or a file holding it.
+    #[arg(long)]
+    log_key: String,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Prints `report` as text or one JSON line; exit status 0 when it passed, 1 when not.
@@ -87,92 +91,94 @@ pub fn print_report(report: &crate::Report, json: bool) -> ExitCode {
     }
 }
 
+/// Runs `verify` (or `verify consistency`) and prints its report.
 pub fn run(args: VerifyArgs) -> Result<ExitCode> {
-    use crate as verifier;
-    let key = |k: Option<String>| -> Result<String> {
-        let k = k.context("--log-key is required: the log's verifier key, or a file holding it")?;
-        verifier::read_verifier_key(&k).map_err(anyhow::Error::msg)
-    };
-    let progress = !args.json && std::io::stderr().is_terminal();
     let _always_strict = args.strict;
-    let report = match args.command {
-        Some(VerifyCommand::Consistency {
-            old,
-            new,
-            proof,
-            url,
-            token,
-            log_key,
-            json,
-        }) => {
-            let log_key = key(Some(log_key))?;
-            let (new_note, hashes) = match (url, proof) {
-                (Some(url), _) => {
-                    let url = url.trim_end_matches('/').to_owned();
-                    let get = |path: &str| -> Result<String> {
-                        let mut req = ureq::get(&format!("{url}{path}"));
-                        if let Some(t) = &token {
-                            req = req.header("Authorization", &format!("Bearer {t}"));
-                        }
-                        let mut resp = req.call().with_context(|| format!("GET {url}{path}"))?;
-                        Ok(resp.body_mut().read_to_string()?)
-                    };
-                    let new_note = match &new {
-                        Some(p) => std::fs::read_to_string(p)
-                            .with_context(|| format!("reading {}", p.display()))?,
-                        None => get("/v1/checkpoint")?,
-                    };
-                    let size = |note: &str| -> Result<u64> {
-                        gpuledger_core::checkpoint::unverified(note)
-                            .map(|c| c.size())
-                            .context("not a checkpoint note")
-                    };
-                    let old_note = std::fs::read_to_string(&old)
-                        .with_context(|| format!("reading {}", old.display()))?;
-                    let (m, n) = (size(&old_note)?, size(&new_note)?);
-                    let hashes = if m == 0 || m > n {
-                        Vec::new()
-                    } else {
-                        let body = get(&format!("/v1/proofs/consistency?from={m}&to={n}"))?;
-                        verifier::parse_proof(body.as_bytes())
-                            .map_err(|f| anyhow::anyhow!("{f}"))?
-                    };
-                    (new_note, hashes)
-                }
-                (None, Some(proof)) => {
-                    let new = new.context("--new is required without --url")?;
-                    let new_note = std::fs::read_to_string(&new)
-                        .with_context(|| format!("reading {}", new.display()))?;
-                    let bytes = std::fs::read(&proof)
-                        .with_context(|| format!("reading {}", proof.display()))?;
-                    let hashes =
-                        verifier::parse_proof(&bytes).map_err(|f| anyhow::anyhow!("{f}"))?;
-                    (new_note, hashes)
-                }
-                (None, None) => bail!("give --proof FILE, or --url to fetch the proof"),
-            };
-            return Ok(print_report(
-                &verifier::consistency(&old, &new_note, &hashes, &log_key),
-                json,
-            ));
-        }
-        None => {
-            let log_key = key(args.log_key)?;
-            let file = |path| verifier::BundleFile {
-                path,
-                log_key: &log_key,
-                progress,
-            };
-            match (args.certificate, args.invoice, args.bundle, args.checkpoint) {
-                (Some(c), None, Some(b), _) => verifier::certificate(&c, &file(&b)),
-                (None, Some(i), Some(b), _) => verifier::invoice(&i, &file(&b)),
-                (None, None, Some(b), _) => verifier::bundle_only(&file(&b)),
-                (None, None, None, Some(cp)) => verifier::checkpoint(&cp, &log_key),
-                _ => bail!(
-                    "give --certificate FILE --bundle FILE, --invoice FILE --bundle FILE, --bundle FILE, --checkpoint FILE, or `verify consistency`"
-                ),
-            }
-        }
+    match args.command {
+        Some(VerifyCommand::Consistency(c)) => consistency(c),
+        None => files(args),
+    }
+}
+
+/// The verifier key from `--log-key`: the key itself, or a file holding it.
+fn key(k: Option<String>) -> Result<String> {
+    let k = k.context("--log-key is required: the log's verifier key, or a file holding it")?;
+    crate::read_verifier_key(&k).map_err(anyhow::Error::msg)
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// A certificate, an invoice, a bundle or a checkpoint, from files.
+fn files(args: VerifyArgs) -> Result<ExitCode> {
+    let log_key = key(args.log_key)?;
+    let progress = !args.json && std::io::stderr().is_terminal();
+    let file = |path| crate::BundleFile {
+        path,
+        log_key: &log_key,
+        progress,
+    };
+    let report = match (args.certificate, args.invoice, args.bundle, args.checkpoint) {
+        (Some(c), None, Some(b), _) => crate::certificate(&c, &file(&b)),
+        (None, Some(i), Some(b), _) => crate::invoice(&i, &file(&b)),
+        (None, None, Some(b), _) => crate::bundle_only(&file(&b)),
+        (None, None, None, Some(cp)) => crate::checkpoint(&cp, &log_key),
+        _ => bail!(
+            "give --certificate FILE --bundle FILE, --invoice FILE --bundle FILE, --bundle FILE, --checkpoint FILE, or `verify consistency`"
+        ),
     };
     Ok(print_report(&report, args.json))
+}
+
+/// That the log only grew from `--old` to `--new` (or the service's latest).
+fn consistency(args: ConsistencyArgs) -> Result<ExitCode> {
+    let log_key = key(Some(args.log_key.clone()))?;
+    let (new_note, hashes) = match (&args.url, &args.proof) {
+        (Some(url), _) => fetch_proof(url, &args)?,
+        (None, Some(proof)) => {
+            let new = args
+                .new
+                .as_ref()
+                .context("--new is required without --url")?;
+            let bytes =
+                std::fs::read(proof).with_context(|| format!("reading {}", proof.display()))?;
+            let hashes = crate::parse_proof(&bytes).map_err(|f| anyhow::anyhow!("{f}"))?;
+            (read_text(new)?, hashes)
+        }
+        (None, None) => bail!("give --proof FILE, or --url to fetch the proof"),
+    };
+    let report = crate::consistency(&args.old, &new_note, &hashes, &log_key);
+    Ok(print_report(&report, args.json))
+}
+
+/// The newer checkpoint (`--new`, or the service's latest) and the consistency proof from the
+/// older one to it, fetched from the service at `url`.
+fn fetch_proof(url: &str, args: &ConsistencyArgs) -> Result<(String, Vec<String>)> {
+    let url = url.trim_end_matches('/');
+    let get = |path: &str| -> Result<String> {
+        let mut req = ureq::get(&format!("{url}{path}"));
+        if let Some(t) = &args.token {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        let mut resp = req.call().with_context(|| format!("GET {url}{path}"))?;
+        Ok(resp.body_mut().read_to_string()?)
+    };
+    let new_note = match &args.new {
+        Some(p) => read_text(p)?,
+        None => get("/v1/checkpoint")?,
+    };
+    let size = |note: &str| -> Result<u64> {
+        gpuledger_core::checkpoint::unverified(note)
+            .map(|c| c.size())
+            .context("not a checkpoint note")
+    };
+    let (m, n) = (size(&read_text(&args.old)?)?, size(&new_note)?);
+    let hashes = if m == 0 || m > n {
+        Vec::new()
+    } else {
+        let body = get(&format!("/v1/proofs/consistency?from={m}&to={n}"))?;
+        crate::parse_proof(body.as_bytes()).map_err(|f| anyhow::anyhow!("{f}"))?
+    };
+    Ok((new_note, hashes))
 }

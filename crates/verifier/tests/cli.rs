@@ -86,7 +86,10 @@ fn consistency_between_two_saved_checkpoints() {
         &key,
     ]);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
-    assert!(String::from_utf8_lossy(&o.stdout).starts_with("PASS"), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with("PASS"),
+        "{o:?}"
+    );
     // The same checkpoints the wrong way round are not a growth of the log.
     let o = verify(&[
         "consistency",
