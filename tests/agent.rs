@@ -9,33 +9,17 @@ use common::*;
 use gpuledger::agent::attribution::{attribute, EnergyMeter, Interval};
 use gpuledger::agent::collector::{parse_nvidia_smi, GpuSample};
 use gpuledger::agent::lease;
-use gpuledger::agent::sender::{self, SenderConfig, Shared};
+use gpuledger::agent::sender::{self, Shared};
 use gpuledger::agent::spool::{Spool, DEAD_LETTER_FILE};
 use gpuledger::core::record::{Body, Role};
 use gpuledger::core::time::Timestamp;
-use gpuledger::store::{self, read};
-use gpuledger::{keyfile, sample};
+use gpuledger::sample;
 use rust_decimal::Decimal;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
-use std::str::FromStr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn dec(s: &str) -> Decimal {
-    Decimal::from_str(s).unwrap()
-}
-
-fn fixture(name: &str) -> String {
-    std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/nvidia-smi")
-            .join(name),
-    )
-    .unwrap()
-}
 
 #[test]
 fn nvidia_smi_fixtures() {
@@ -190,17 +174,6 @@ fn attribution_splits_exactly() {
 // ---------------------------------------------------------------------------------------------
 // Real processes.
 
-/// Starts `gpuledger serve` on `port` (0: any); returns it and its base URL.
-fn serve(s: &Setup, port: u16) -> (Proc, String) {
-    let (child, base) = spawn_serve(
-        &s.url,
-        &s.log_key,
-        port,
-        &["--checkpoint-interval-seconds", "1", "--workers", "1"],
-    );
-    (Proc(child), base)
-}
-
 /// A port nothing listens on now (bound and released).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -210,29 +183,11 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Writes agent.toml (1-second intervals, 8 simulated GPUs) and the node's key; returns the
-/// config path.
+/// Writes agent.toml (1-second intervals, 8 simulated GPUs) and the node's key in the
+/// setup's folder for `node`; returns the config path.
 fn agent_files(s: &Setup, node: &str, server: &str, max_spool: u64, leases: &str) -> PathBuf {
-    let d = s.dir.path().join(node);
-    std::fs::create_dir_all(&d).unwrap();
-    let key = d.join("node.key");
-    if !key.exists() {
-        keyfile::write_new(&key, &sample::key(node)).unwrap();
-    }
-    std::fs::write(d.join("leases.toml"), leases).unwrap();
-    let cfg = d.join("agent.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"signer = "{node}"
-key_file = "node.key"
-server_url = "{server}"
-interval_seconds = 1
-region = "cn-east-sh"
-node = "{node}"
-lease_file = "leases.toml"
-spool_dir = "spool"
-origin = "test.gpuledger/log"
+    let rest = format!(
+        r#"origin = "test.gpuledger/log"
 
 [collector]
 kind = "simulated"
@@ -247,93 +202,21 @@ max_backoff_seconds = 1
 request_timeout_seconds = 5
 compact_after_bytes = 4096
 "#
-        ),
-    )
-    .unwrap();
-    cfg
+    );
+    let dir = s.dir.path().join(node);
+    write_agent_config(&dir, node, server, "cn-east-sh", leases, &rest)
+}
+
+/// A ledger with `node` registered and served, and the files of that node's agent (sending to
+/// it, leasing [`SHARED_LEASES`]): the setup, the server, its base URL and agent.toml.
+fn served_node(db: &TestDb, node: &str) -> (Setup, Proc, String, PathBuf) {
+    let s = setup(db, &[(node, Role::Node)]);
+    let (server, base) = s.serve(0);
+    let cfg = agent_files(&s, node, &base, 100_000, SHARED_LEASES);
+    (s, server, base, cfg)
 }
 
 const SHARED_LEASES: &str = "[[lease]]\nid = \"l-a\"\ntenant = \"tenant-a\"\ngpus = [0, 1, 2, 3]\n\n[[lease]]\nid = \"l-b\"\ntenant = \"tenant-b\"\ngpus = [4, 5]\nslices = [{ gpu = 6, fraction = \"0.5\" }]\n";
-
-/// A running agent child and the `spooled seq A-B` lines it printed.
-struct AgentProc {
-    proc_: Proc,
-    lines: Arc<Mutex<Vec<String>>>,
-    stderr: Arc<Mutex<String>>,
-}
-
-fn agent(cfg: &Path) -> AgentProc {
-    let mut child = bin()
-        .args(["agent", "--config"])
-        .arg(cfg)
-        .env("GPULEDGER_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let stderr = Arc::new(Mutex::new(String::new()));
-    let (l, out) = (lines.clone(), child.stdout.take().unwrap());
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            l.lock().unwrap().push(line);
-        }
-    });
-    let (e, err) = (stderr.clone(), child.stderr.take().unwrap());
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            let mut e = e.lock().unwrap();
-            e.push_str(&line);
-            e.push('\n');
-        }
-    });
-    AgentProc {
-        proc_: Proc(child),
-        lines,
-        stderr,
-    }
-}
-
-impl AgentProc {
-    fn spooled(&self) -> usize {
-        self.lines.lock().unwrap().len()
-    }
-    fn wait_spooled(&self, n: usize, limit: Duration) {
-        let t = Instant::now();
-        while self.spooled() < n {
-            assert!(
-                t.elapsed() < limit,
-                "agent spooled {} intervals, wanted {n}; stderr:\n{}",
-                self.spooled(),
-                self.stderr.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    fn kill(mut self) {
-        self.proc_.0.kill().unwrap(); // SIGKILL
-        self.proc_.0.wait().unwrap();
-    }
-}
-
-/// Entries of `signer` in the log: seq → (index, body JSON).
-fn logged(url: &str, signer: &str) -> Vec<(u64, serde_json::Value)> {
-    let mut conn = store::connect(url).unwrap();
-    let (size, _) = read::head(&mut conn).unwrap();
-    let mut out = Vec::new();
-    let mut start = 0;
-    while start < size {
-        let end = (start + 5_000).min(size);
-        for r in read::entries_range(&mut conn, start, end).unwrap() {
-            if r.signer == signer {
-                let leaf: serde_json::Value = serde_json::from_slice(&r.leaf).unwrap();
-                out.push((r.seq as u64, leaf["envelope"]["body"].clone()));
-            }
-        }
-        start = end;
-    }
-    out
-}
 
 /// Delivers what is left in the node's spool (the same sender code), after its agent stopped.
 fn drain_spool(s: &Setup, node: &str, server: &str) -> u64 {
@@ -342,14 +225,7 @@ fn drain_spool(s: &Setup, node: &str, server: &str) -> u64 {
     let shared = Shared::new(spool);
     let left = sender::drain(
         &shared,
-        SenderConfig {
-            server_url: server.into(),
-            max_batch: 100,
-            max_backoff: Duration::from_secs(1),
-            request_timeout: Duration::from_secs(5),
-            signer: node.into(),
-            origin: gpuledger::sample::ORIGIN.into(),
-        },
+        sender_config(server, node, 100),
         Duration::from_secs(30),
     );
     assert_eq!(left, 0, "the spool drained");
@@ -359,15 +235,7 @@ fn drain_spool(s: &Setup, node: &str, server: &str) -> u64 {
 /// The log holds seqs 1..=last of `node` exactly once each, no interval of one stream
 /// overlaps another, and nothing was dead-lettered.
 fn assert_exactly_once(s: &Setup, node: &str, last: u64) {
-    let rows = logged(&s.url, node);
-    let seqs: Vec<u64> = rows.iter().map(|r| r.0).collect();
-    let set: BTreeSet<u64> = seqs.iter().copied().collect();
-    assert_eq!(set.len(), seqs.len(), "a seq is logged twice");
-    assert_eq!(
-        set,
-        (1..=last).collect::<BTreeSet<_>>(),
-        "log seqs = every seq measured"
-    );
+    let rows = assert_seqs_once(&s.url, node, last);
     let mut streams: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for (_, b) in &rows {
         let key = format!("{}|{}|{}", b["tenant"], b["lease"], b["gpu_model"]);
@@ -398,18 +266,16 @@ fn assert_exactly_once(s: &Setup, node: &str, last: u64) {
 both_backends!(
     server_down_then_back_delivers_exactly_once,
     |db: &TestDb| {
-        let s = setup(db, &[("node-down", Role::Node)]);
-        let (server, base) = serve(&s, 0);
+        let (s, server, base, cfg) = served_node(db, "node-down");
         let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
-        let cfg = agent_files(&s, "node-down", &base, 100_000, SHARED_LEASES);
-        let a = agent(&cfg);
-        a.wait_spooled(2, Duration::from_secs(20));
+        let a = watched_config("agent", &cfg);
+        a.wait_lines(2, Duration::from_secs(20));
         drop(server); // SIGKILL: the ledger is down
-        let before = a.spooled();
-        a.wait_spooled(before + 3, Duration::from_secs(20)); // measuring goes on into the spool
-        let (server, base2) = serve(&s, port);
+        let before = a.lines();
+        a.wait_lines(before + 3, Duration::from_secs(20)); // measuring goes on into the spool
+        let (server, base2) = s.serve(port);
         assert_eq!(base, base2);
-        a.wait_spooled(before + 5, Duration::from_secs(20));
+        a.wait_lines(before + 5, Duration::from_secs(20));
         a.kill();
         let last = drain_spool(&s, "node-down", &base);
         assert!(last >= 5 * 5, "at least 5 records per interval, got {last}");
@@ -419,22 +285,12 @@ both_backends!(
 );
 
 both_backends!(sigkill_mid_send_loses_and_doubles_nothing, |db: &TestDb| {
-    let s = setup(db, &[("node-kill", Role::Node)]);
-    let (server, base) = serve(&s, 0);
-    let cfg = agent_files(&s, "node-kill", &base, 100_000, SHARED_LEASES);
-    let mut rng = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    eprintln!("agent kill seed {rng}");
+    let (s, server, base, cfg) = served_node(db, "node-kill");
+    let mut rng = Rng::from_clock("agent kill");
     for _ in 0..6 {
-        let a = agent(&cfg);
-        a.wait_spooled(1, Duration::from_secs(20));
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        std::thread::sleep(Duration::from_millis(rng % 1500));
+        let a = watched_config("agent", &cfg);
+        a.wait_lines(1, Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(rng.below(1500)));
         a.kill();
     }
     let last = drain_spool(&s, "node-kill", &base);
@@ -443,11 +299,9 @@ both_backends!(sigkill_mid_send_loses_and_doubles_nothing, |db: &TestDb| {
 });
 
 both_backends!(lease_change_applies_from_next_interval, |db: &TestDb| {
-    let s = setup(db, &[("node-lease", Role::Node)]);
-    let (server, base) = serve(&s, 0);
-    let cfg = agent_files(&s, "node-lease", &base, 100_000, SHARED_LEASES);
-    let a = agent(&cfg);
-    a.wait_spooled(2, Duration::from_secs(20));
+    let (s, server, base, cfg) = served_node(db, "node-lease");
+    let a = watched_config("agent", &cfg);
+    a.wait_lines(2, Duration::from_secs(20));
     // The provider rewrites the file (temp + rename): the whole node to tenant-c.
     let lf = cfg.parent().unwrap().join("leases.toml");
     let tmp = lf.with_extension("new");
@@ -458,8 +312,8 @@ both_backends!(lease_change_applies_from_next_interval, |db: &TestDb| {
     .unwrap();
     std::fs::rename(&tmp, &lf).unwrap();
     let changed = Timestamp::now();
-    let n = a.spooled();
-    a.wait_spooled(n + 3, Duration::from_secs(20));
+    let n = a.lines();
+    a.wait_lines(n + 3, Duration::from_secs(20));
     a.kill();
     let last = drain_spool(&s, "node-lease", &base);
     assert_exactly_once(&s, "node-lease", last);
@@ -503,34 +357,12 @@ both_backends!(
         let t = Timestamp::now().plus(-3_600);
         // Seq 3 is already logged with other content: resending seq 3 is a conflict (permanent).
         let ledger = gpuledger::store::Ledger::open(&s.url, log_key()).unwrap();
-        ledger
-            .append(vec![sample::energy(
-                "node-dl",
-                &key,
-                3,
-                None,
-                dec("9"),
-                t.plus(-100),
-            )])
-            .unwrap();
+        let other = sample::energy("node-dl", &key, 3, None, dec("9"), t.plus(-100));
+        assert_accepted(&ledger.append(vec![other]).unwrap());
         drop(ledger);
         let spool_dir = s.dir.path().join("node-dl").join("spool");
-        let mut spool = Spool::open(&spool_dir, 100, 4096).unwrap();
-        let recs: Vec<_> = (1..=6)
-            .map(|q| {
-                sample::energy(
-                    "node-dl",
-                    &key,
-                    q,
-                    None,
-                    Decimal::from(q),
-                    t.plus(10 * q as i64),
-                )
-            })
-            .collect();
-        spool.append(&recs, "test").unwrap();
-        drop(spool);
-        let (server, base) = serve(&s, 0);
+        drop(spool_of_energy(&spool_dir, "node-dl", 6, 100, t));
+        let (server, base) = s.serve(0);
         let last = drain_spool(&s, "node-dl", &base);
         assert_eq!(last, 6);
         let dl = std::fs::read_to_string(spool_dir.join(DEAD_LETTER_FILE)).unwrap();
@@ -570,8 +402,8 @@ both_backends!(
         let base = format!("http://127.0.0.1:{port}");
         // 5 records per interval, room for 12: two intervals fit, the third does not.
         let cfg = agent_files(&s, "node-full", &base, 12, SHARED_LEASES);
-        let a = agent(&cfg);
-        a.wait_spooled(2, Duration::from_secs(20));
+        let a = watched_config("agent", &cfg);
+        a.wait_lines(2, Duration::from_secs(20));
         let t = Instant::now();
         while !a.stderr.lock().unwrap().contains("SPOOL FULL") {
             assert!(
@@ -582,10 +414,10 @@ both_backends!(
             std::thread::sleep(Duration::from_millis(50));
         }
         std::thread::sleep(Duration::from_secs(2));
-        assert_eq!(a.spooled(), 2, "nothing spooled while full");
-        let (server, base2) = serve(&s, port);
+        assert_eq!(a.lines(), 2, "nothing spooled while full");
+        let (server, base2) = s.serve(port);
         assert_eq!(base, base2);
-        a.wait_spooled(4, Duration::from_secs(20)); // measuring resumed
+        a.wait_lines(4, Duration::from_secs(20)); // measuring resumed
         assert!(a.stderr.lock().unwrap().contains("measuring resumes"));
         a.kill();
         let last = drain_spool(&s, "node-full", &base);
@@ -600,16 +432,14 @@ both_backends!(
 #[test]
 fn agent_sends_nothing_to_another_log() {
     let db = sqlite();
-    let s = setup(&db, &[("node-elsewhere", Role::Node)]);
-    let (_server, base) = serve(&s, 0);
-    let cfg = agent_files(&s, "node-elsewhere", &base, 100_000, SHARED_LEASES);
+    let (s, _server, _base, cfg) = served_node(&db, "node-elsewhere");
     let text = std::fs::read_to_string(&cfg).unwrap().replace(
         "origin = \"test.gpuledger/log\"",
         "origin = \"staging.gpuledger/log\"",
     );
     std::fs::write(&cfg, text).unwrap();
-    let a = agent(&cfg);
-    a.wait_spooled(3, Duration::from_secs(20));
+    let a = watched_config("agent", &cfg);
+    a.wait_lines(3, Duration::from_secs(20));
     std::thread::sleep(Duration::from_secs(1));
     assert!(logged(&s.url, "node-elsewhere").is_empty());
     let err = a.stderr.lock().unwrap().clone();
@@ -668,21 +498,18 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
     };
     let _guard = Proc(child);
     assert!(text.contains("started a fresh demo log"), "{text}");
-    let http: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let h = Http::new(&base);
     let t = Instant::now();
     loop {
-        let mut r = http.get(format!("{base}/v1/checkpoint")).call().unwrap();
-        let note = r.body_mut().read_to_string().unwrap();
+        let r = h.get("/v1/checkpoint", None);
+        let note = r.lossy();
         let size: u64 = note
             .lines()
             .nth(1)
             .and_then(|l| l.parse().ok())
             .unwrap_or(0);
         // 7 key registrations, then records from six nodes and the market signer.
-        if r.status() == 200 && size >= 40 {
+        if r.status == 200 && size >= 40 {
             assert!(note.starts_with("demo.gpuledger.local/log\n"), "{note}");
             break;
         }
@@ -714,63 +541,23 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
         .find(|l| l.contains("/v1/certificates") && l.contains("\"from\""))
         .unwrap();
     let field = |k: &str| from_to.split(&format!("\"{k}\":\"")).nth(1).unwrap()[..20].to_owned();
-    let auth = format!("Bearer {token}");
-    let mut r = http
-        .post(format!("{base}/v1/certificates"))
-        .header("Authorization", &auth)
-        .send_json(
-            serde_json::json!({"tenant": "acme-ai", "from": field("from"), "to": field("to")}),
-        )
-        .unwrap();
-    let cert = r.body_mut().read_to_vec().unwrap();
-    assert_eq!(r.status(), 201, "{}", String::from_utf8_lossy(&cert));
-    let id = serde_json::from_slice::<serde_json::Value>(&cert).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let bundle = http
-        .get(format!("{base}/v1/certificates/{id}/bundle"))
-        .header("Authorization", &auth)
-        .call()
-        .unwrap()
-        .body_mut()
-        .with_config()
-        .limit(1 << 30)
-        .read_to_vec()
-        .unwrap();
-    std::fs::write(dir.path().join("cert.json"), &cert).unwrap();
-    std::fs::write(dir.path().join("bundle.jsonl"), &bundle).unwrap();
-    let verify = bin()
-        .args([
-            "verify",
-            "--certificate",
-            "cert.json",
-            "--bundle",
-            "bundle.jsonl",
-            "--log-key",
-            &vkey,
-        ])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&verify.stdout);
-    assert!(
-        verify.status.success() && said.starts_with("PASS: certificate"),
-        "{said}"
-    );
+    let body = serde_json::json!({"tenant": "acme-ai", "from": field("from"), "to": field("to")});
+    let r = h.post("/v1/certificates", Some(&token), &body);
+    assert_eq!(r.status, 201, "{}", r.lossy());
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let bundle = h.get(&format!("/v1/certificates/{id}/bundle"), Some(&token));
+    assert_eq!(bundle.status, 200, "{}", bundle.lossy());
+    std::fs::write(dir.path().join("cert.json"), &r.body).unwrap();
+    std::fs::write(dir.path().join("bundle.jsonl"), &bundle.body).unwrap();
+    let files = ["--certificate", "cert.json", "--bundle", "bundle.jsonl"];
+    assert_verify_passes(dir.path(), &files, &vkey, "PASS: certificate");
     if !python_verifier_ready() {
         return;
     }
     let python = python_verifier()
-        .args([
-            "certificate",
-            "--certificate",
-            "cert.json",
-            "--bundle",
-            "bundle.jsonl",
-            "--log-key",
-            &vkey,
-        ])
+        .arg("certificate")
+        .args(files)
+        .args(["--log-key", &vkey])
         .current_dir(dir.path())
         .output()
         .unwrap();

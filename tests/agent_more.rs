@@ -13,34 +13,19 @@ use gpuledger::agent::collector::{
     count_processes, parse_compute_apps, parse_nvidia_smi, Collector, CollectorError, NvidiaSmi,
 };
 use gpuledger::agent::lease;
-use gpuledger::agent::sender::{self, SenderConfig, Shared};
-use gpuledger::agent::spool::{Spool, DEAD_LETTER_FILE};
+use gpuledger::agent::sender::{self, Shared};
+use gpuledger::agent::spool::DEAD_LETTER_FILE;
 use gpuledger::core::record::Role;
 use gpuledger::core::time::Timestamp;
-use gpuledger::store::{self, read};
 use gpuledger::{keyfile, sample};
 use rust_decimal::Decimal;
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn dec(s: &str) -> Decimal {
-    Decimal::from_str(s).unwrap()
-}
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvidia-smi")
-}
-
-fn fixture(name: &str) -> String {
-    std::fs::read_to_string(fixtures().join(name)).unwrap()
-}
 
 // ---------------------------------------------------------------------------------------------
 // Pure: the process query.
@@ -194,49 +179,6 @@ fn nvidia_smi_collector_runs_the_program() {
 // ---------------------------------------------------------------------------------------------
 // Real processes.
 
-/// Starts `gpuledger serve` on a free port; returns it and its base URL.
-fn serve(s: &Setup) -> (Proc, String) {
-    let (child, base) = spawn_serve(&s.url, &s.log_key, 0, &["--workers", "1"]);
-    (Proc(child), base)
-}
-
-/// A child whose stdout lines and stderr are collected by threads.
-struct Watched {
-    _proc: Proc,
-    stdout: Arc<Mutex<Vec<String>>>,
-    stderr: Arc<Mutex<String>>,
-}
-
-fn watched(mut cmd: Command) -> Watched {
-    let mut child = cmd
-        .env("GPULEDGER_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = Arc::new(Mutex::new(Vec::new()));
-    let stderr = Arc::new(Mutex::new(String::new()));
-    let (l, out) = (stdout.clone(), child.stdout.take().unwrap());
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            l.lock().unwrap().push(line);
-        }
-    });
-    let (e, err) = (stderr.clone(), child.stderr.take().unwrap());
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            let mut e = e.lock().unwrap();
-            e.push_str(&line);
-            e.push('\n');
-        }
-    });
-    Watched {
-        _proc: Proc(child),
-        stdout,
-        stderr,
-    }
-}
-
 /// `text` without ANSI colour sequences (the log may be coloured).
 fn plain(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -255,72 +197,11 @@ fn plain(text: &str) -> String {
     out
 }
 
-impl Watched {
-    fn wait_for(&self, what: &str, limit: Duration, done: impl Fn(&Watched) -> bool) {
-        let t = Instant::now();
-        while !done(self) {
-            assert!(
-                t.elapsed() < limit,
-                "waited {limit:?} for {what}; stderr:\n{}",
-                self.stderr.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-/// Entries of `signer` in the log, in log order: (seq, body JSON).
-fn logged(url: &str, signer: &str) -> Vec<(u64, serde_json::Value)> {
-    let mut conn = store::connect(url).unwrap();
-    let (size, _) = read::head(&mut conn).unwrap();
-    let mut out = Vec::new();
-    let mut start = 0;
-    while start < size {
-        let end = (start + 5_000).min(size);
-        for r in read::entries_range(&mut conn, start, end).unwrap() {
-            if r.signer == signer {
-                let leaf: serde_json::Value = serde_json::from_slice(&r.leaf).unwrap();
-                out.push((r.seq as u64, leaf["envelope"]["body"].clone()));
-            }
-        }
-        start = end;
-    }
-    out
-}
-
-fn sender_cfg(server: &str, signer: &str, max_batch: usize) -> SenderConfig {
-    SenderConfig {
-        server_url: server.into(),
-        max_batch,
-        max_backoff: Duration::from_secs(1),
-        request_timeout: Duration::from_secs(5),
-        signer: signer.into(),
-        origin: gpuledger::sample::ORIGIN.into(),
-    }
-}
-
-/// The log holds seqs 1..=last of `signer` exactly once each.
-fn assert_exactly_once(url: &str, signer: &str, last: u64) {
-    let seqs: Vec<u64> = logged(url, signer).iter().map(|r| r.0).collect();
-    let set: BTreeSet<u64> = seqs.iter().copied().collect();
-    assert_eq!(set.len(), seqs.len(), "a seq is logged twice: {seqs:?}");
-    assert_eq!(set, (1..=last).collect::<BTreeSet<_>>(), "every seq, once");
-}
-
 #[test]
 fn agent_with_the_nvidia_smi_collector_delivers_what_the_program_prints() {
     let db = sqlite();
     let s = setup(&db, &[("node-smi", Role::Node)]);
-    let (_server, base) = serve(&s);
-    let d = s.dir.path().join("node-smi");
-    std::fs::create_dir_all(&d).unwrap();
-    keyfile::write_new(&d.join("node.key"), &sample::key("node-smi")).unwrap();
-    // GPUs 0-6 leased; GPU 7 runs a process but is not leased (a warning).
-    std::fs::write(
-        d.join("leases.toml"),
-        "[[lease]]\nid = \"l-a\"\ntenant = \"tenant-a\"\ngpus = [0, 1, 2, 3, 4, 5, 6]\n",
-    )
-    .unwrap();
+    let (_server, base) = s.serve(0);
     let (smi_dir, script) = fake_smi("h100-8gpu.txt", Some("apps-h100-8gpu.txt"));
     // The energy counters grow by 70 J per GPU every 100 ms (700 W) while the agent runs;
     // after `lost` is set, GPU 3 falls off the bus.
@@ -353,19 +234,10 @@ fn agent_with_the_nvidia_smi_collector_delivers_what_the_program_prints() {
             }
         })
     };
-    let cfg = d.join("agent.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"signer = "node-smi"
-key_file = "node.key"
-server_url = "{base}"
-interval_seconds = 1
-region = "cn-north-imx"
-node = "node-smi"
-lease_file = "leases.toml"
-spool_dir = "spool"
-
+    // GPUs 0-6 leased; GPU 7 runs a process but is not leased (a warning).
+    let leases = "[[lease]]\nid = \"l-a\"\ntenant = \"tenant-a\"\ngpus = [0, 1, 2, 3, 4, 5, 6]\n";
+    let collector = format!(
+        r#"
 [collector]
 kind = "nvidia-smi"
 command = "{}"
@@ -374,18 +246,14 @@ models = {{ "NVIDIA H100 80GB HBM3" = "H100-SXM-80G" }}
 [limits]
 max_backoff_seconds = 1
 "#,
-            script.display()
-        ),
-    )
-    .unwrap();
-    let mut cmd = bin();
-    cmd.args(["agent", "--config"]).arg(&cfg);
-    let a = watched(cmd);
-    let spooled = |n: usize| move |w: &Watched| w.stdout.lock().unwrap().len() >= n;
-    a.wait_for("2 intervals", Duration::from_secs(20), spooled(2));
+        script.display()
+    );
+    let d = s.dir.path().join("node-smi");
+    let cfg = write_agent_config(&d, "node-smi", &base, "cn-north-imx", leases, &collector);
+    let a = watched_config("agent", &cfg);
+    a.wait_lines(2, Duration::from_secs(20));
     lost.store(true, Ordering::SeqCst);
-    let n = a.stdout.lock().unwrap().len();
-    a.wait_for("3 more intervals", Duration::from_secs(20), spooled(n + 3));
+    a.wait_lines(a.lines() + 3, Duration::from_secs(20));
     // Give the sender a moment to deliver the last append, then stop everything.
     let t = Instant::now();
     let last_seq = || -> u64 {
@@ -410,7 +278,7 @@ max_backoff_seconds = 1
     );
     assert!(stderr.contains("GPU is lost"), "{stderr}");
     let rows = logged(&s.url, "node-smi");
-    assert_exactly_once(&s.url, "node-smi", rows.len() as u64);
+    assert_seqs_once(&s.url, "node-smi", rows.len() as u64);
     let mut counts = Vec::new();
     let mut kwh = Decimal::ZERO;
     for (_, b) in &rows {
@@ -482,8 +350,8 @@ fn nvml_collector_says_when_the_driver_library_is_missing() {
     let mut child = bin()
         .args(["agent", "--config"])
         .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let t = Instant::now();
@@ -553,11 +421,7 @@ fn busy_proxy(upstream: String, busy: Vec<(u16, u64)>) -> (String, ProxyLog) {
     let log: ProxyLog = Arc::default();
     let l = log.clone();
     std::thread::spawn(move || {
-        let http: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(10)))
-            .build()
-            .into();
+        let upstream = Http::with_timeout(&upstream, Duration::from_secs(10));
         let mut busy = busy.into_iter();
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
@@ -566,12 +430,12 @@ fn busy_proxy(upstream: String, busy: Vec<(u16, u64)>) -> (String, ProxyLog) {
             };
             if path == "/v1/log" {
                 // The sender's check of which log this is: passed through, not counted.
-                let mut r = http.get(format!("{upstream}{path}")).call().unwrap();
-                let text = r.body_mut().read_to_string().unwrap();
+                let r = upstream.get(&path, None);
+                let text = r.text();
                 let _ = write!(
                     stream,
                     "HTTP/1.1 {} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-                    r.status().as_u16(),
+                    r.status,
                     text.len()
                 );
                 continue;
@@ -584,17 +448,8 @@ fn busy_proxy(upstream: String, busy: Vec<(u16, u64)>) -> (String, ProxyLog) {
                     r#"{"type":"about:blank","title":"busy"}"#.to_owned(),
                 ),
                 None => {
-                    let mut r = http
-                        .post(format!("{upstream}{path}"))
-                        .header("Content-Type", "application/json")
-                        .send(&body[..])
-                        .unwrap();
-                    let status = r.status().as_u16();
-                    (
-                        status,
-                        String::new(),
-                        r.body_mut().read_to_string().unwrap(),
-                    )
+                    let r = upstream.post_bytes(&path, Some("application/json"), &body);
+                    (r.status, String::new(), r.text())
                 }
             };
             l.lock().unwrap().push((at, status));
@@ -610,30 +465,16 @@ fn busy_proxy(upstream: String, busy: Vec<(u16, u64)>) -> (String, ProxyLog) {
 
 both_backends!(sender_honours_retry_after_on_429_and_503, |db: &TestDb| {
     let s = setup(db, &[("node-busy", Role::Node)]);
-    let (_server, base) = serve(&s);
-    let key = sample::key("node-busy");
+    let (_server, base) = s.serve(0);
     let t = Timestamp::now().plus(-3_600);
     let spool_dir = s.dir.path().join("spool");
-    let mut spool = Spool::open(&spool_dir, 1_000, 4096).unwrap();
-    let recs: Vec<_> = (1..=10)
-        .map(|q| {
-            sample::energy(
-                "node-busy",
-                &key,
-                q,
-                None,
-                Decimal::from(q),
-                t.plus(10 * q as i64),
-            )
-        })
-        .collect();
-    spool.append(&recs, "test").unwrap();
+    let spool = spool_of_energy(&spool_dir, "node-busy", 10, 1_000, t);
     let (proxy, log) = busy_proxy(base, vec![(429, 1), (503, 1), (503, 2)]);
     let shared = Shared::new(spool);
     let started = Instant::now();
     let left = sender::drain(
         &shared,
-        sender_cfg(&proxy, "node-busy", 4),
+        sender_config(&proxy, "node-busy", 4),
         Duration::from_secs(30),
     );
     assert_eq!(left, 0, "the spool drained");
@@ -652,7 +493,7 @@ both_backends!(sender_honours_retry_after_on_429_and_503, |db: &TestDb| {
     }
     assert!(started.elapsed() < Duration::from_secs(15));
     assert_eq!(shared.delivered.load(Ordering::SeqCst), 10);
-    assert_exactly_once(&s.url, "node-busy", 10);
+    assert_seqs_once(&s.url, "node-busy", 10);
     assert!(!spool_dir.join(DEAD_LETTER_FILE).exists());
 });
 
@@ -661,7 +502,7 @@ both_backends!(sender_honours_retry_after_on_429_and_503, |db: &TestDb| {
 
 both_backends!(market_csv_prices_land_in_the_log, |db: &TestDb| {
     let s = setup(db, &[("market-csv", Role::Market)]);
-    let (_server, base) = serve(&s);
+    let (_server, base) = s.serve(0);
     let d = s.dir.path().join("market");
     std::fs::create_dir_all(&d).unwrap();
     keyfile::write_new(&d.join("market.key"), &sample::key("market-csv")).unwrap();
@@ -695,9 +536,7 @@ both_backends!(market_csv_prices_land_in_the_log, |db: &TestDb| {
         ),
     )
     .unwrap();
-    let mut cmd = bin();
-    cmd.args(["market", "--config"]).arg(&cfg);
-    let m = watched(cmd);
+    let m = watched_config("market", &cfg);
     let url = s.url.clone();
     let has = |n: usize| move |_: &Watched| logged(&url, "market-csv").len() >= n;
     m.wait_for("3 prices", Duration::from_secs(20), has(3));
@@ -743,7 +582,7 @@ both_backends!(market_csv_prices_land_in_the_log, |db: &TestDb| {
             row(3, 3_600, "cn-north-imx", "H100-SXM-80G", "10.05"),
         ]
     );
-    assert_exactly_once(&s.url, "market-csv", 3);
+    assert_seqs_once(&s.url, "market-csv", 3);
 });
 
 // ---------------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ use common::*;
 use ed25519_dalek::{Signer as _, SigningKey};
 use gpuledger::core::checkpoint::verify_checkpoint;
 use gpuledger::core::envelope::Envelope;
-use gpuledger::core::keys;
 use gpuledger::core::merkle::{self, check_record, check_tree, Hash};
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
@@ -29,20 +28,10 @@ use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeSet, HashMap};
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::str::FromStr;
-use std::sync::{mpsc, Arc, Mutex};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpuledger");
-/// Longest wait for a server to print its address.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
-/// Longest wait for one HTTP exchange.
-const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
-/// Longest wait for the periodic checkpoint to catch up with the log.
-const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The origin the tests initialise their logs with.
 const ORIGIN: &str = gpuledger::sample::ORIGIN;
 /// Body and batch limits of `POST /v1/records` (docs/PROTOCOL.md, the OpenAPI document).
@@ -50,448 +39,16 @@ const MAX_BODY: usize = 8 * 1024 * 1024;
 const MAX_RECORDS: usize = 10_000;
 
 // ---------------------------------------------------------------------------------------------
-// Processes
-// ---------------------------------------------------------------------------------------------
-
-/// An initialised log: its database, a directory with the log key and server logs, and the
-/// first admin token printed by `gpuledger init`.
-struct Log<'a> {
-    db: &'a TestDb,
-    dir: tempfile::TempDir,
-    admin: String,
-    servers_started: std::cell::Cell<u32>,
-}
-
-fn init(db: &TestDb) -> Log<'_> {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "init",
-            "--database-url",
-            &db.url,
-            "--origin",
-            ORIGIN,
-            "--log-key",
-        ])
-        .arg(dir.path().join("log.key"))
-        .env_remove("GPULEDGER_DATABASE_URL")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "gpuledger init failed: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let admin = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("admin token:"))
-        .unwrap_or_else(|| panic!("no `admin token:` line in {stdout}"))
-        .trim()
-        .to_owned();
-    Log {
-        db,
-        dir,
-        admin,
-        servers_started: std::cell::Cell::new(0),
-    }
-}
-
-impl Log<'_> {
-    fn key_path(&self) -> PathBuf {
-        self.dir.path().join("log.key")
-    }
-
-    /// Starts `gpuledger serve` on a free port, checkpointing every second.
-    fn serve(&self) -> Server {
-        let n = self.servers_started.get();
-        self.servers_started.set(n + 1);
-        Server::start(&self.db.url, &self.key_path(), self.dir.path(), n)
-    }
-
-    /// Runs `gpuledger verify-log`; returns its exit code and stdout.
-    fn verify_log(&self) -> (Option<i32>, String) {
-        let out = Command::new(BIN)
-            .args(["verify-log", "--database-url", &self.db.url])
-            .env_remove("GPULEDGER_DATABASE_URL")
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
-    }
-
-    fn assert_verifies(&self, size: u64) {
-        let (code, out) = self.verify_log();
-        assert_eq!(code, Some(0), "verify-log: {out}");
-        assert!(
-            out.starts_with(&format!("PASS: {size} entries")),
-            "verify-log: {out}"
-        );
-    }
-}
-
-/// A `gpuledger serve` child process; SIGKILLed and reaped when dropped.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Server {
-    fn start(url: &str, key: &Path, dir: &Path, n: u32) -> Server {
-        let log_path = dir.join(format!("serve-{n}.log"));
-        let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0", "--database-url", url])
-            .args(["--checkpoint-interval-seconds", "1", "--workers", "2"])
-            .arg("--log-key")
-            .arg(key)
-            .env_remove("GPULEDGER_DATABASE_URL")
-            .env_remove("GPULEDGER_CONFIG")
-            .env("GPULEDGER_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log_path).unwrap())
-            .spawn()
-            .unwrap();
-        // Read the first line on a thread (with a timeout here), then keep draining stdout.
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = tx.send(lines.next());
-            for _ in lines {}
-        });
-        let first = rx.recv_timeout(START_TIMEOUT);
-        let base = match &first {
-            Ok(Some(Ok(line))) => line.strip_prefix("listening on ").map(str::to_owned),
-            _ => None,
-        };
-        match base {
-            Some(base) => Server { child, base },
-            None => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "gpuledger serve did not start ({first:?}): {}",
-                    std::fs::read_to_string(&log_path).unwrap_or_default()
-                );
-            }
-        }
-    }
-
-    fn http(&self) -> Http {
-        Http::new(&self.base)
-    }
-
-    /// SIGKILL, then reap.
-    fn kill(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// HTTP
-// ---------------------------------------------------------------------------------------------
-
-/// An answer, read whole.
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    content_type: String,
-    www_authenticate: Option<String>,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn text(&self) -> String {
-        String::from_utf8(self.body.clone()).expect("UTF-8 body")
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    /// Asserts a 2xx-or-other status and returns the JSON body.
-    fn ok_json(&self, status: u16) -> Value {
-        assert_eq!(
-            self.status,
-            status,
-            "body: {}",
-            String::from_utf8_lossy(&self.body)
-        );
-        assert!(
-            self.content_type.starts_with("application/json"),
-            "content type {:?}",
-            self.content_type
-        );
-        self.json()
-    }
-
-    /// Asserts an RFC 9457 problem with this status and `urn:gpuledger:problem:<slug>`.
-    fn assert_problem(&self, status: u16, slug: &str, what: &str) -> Value {
-        assert_eq!(
-            self.status,
-            status,
-            "{what}: body {}",
-            String::from_utf8_lossy(&self.body)
-        );
-        assert_eq!(
-            self.content_type, "application/problem+json",
-            "{what}: content type"
-        );
-        let p = self.json();
-        assert_eq!(
-            p["type"],
-            json!(format!("urn:gpuledger:problem:{slug}")),
-            "{what}: {p}"
-        );
-        assert_eq!(p["status"], json!(status), "{what}: {p}");
-        for member in ["title", "detail"] {
-            assert!(
-                p[member].as_str().is_some_and(|s| !s.is_empty()),
-                "{what}: problem without {member}: {p}"
-            );
-        }
-        if status == 401 {
-            assert_eq!(
-                self.www_authenticate.as_deref(),
-                Some("Bearer"),
-                "{what}: 401 without WWW-Authenticate: Bearer"
-            );
-        }
-        p
-    }
-}
-
-#[derive(Clone)]
-struct Http {
-    agent: ureq::Agent,
-    base: String,
-}
-
-impl Http {
-    fn new(base: &str) -> Http {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(HTTP_TIMEOUT))
-            .build()
-            .into();
-        Http {
-            agent,
-            base: base.to_owned(),
-        }
-    }
-
-    fn read(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Reply, String> {
-        let mut r = r.map_err(|e| e.to_string())?;
-        let header = |name: &str| {
-            r.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let content_type = header("content-type").unwrap_or_default();
-        let www_authenticate = header("www-authenticate");
-        let status = r.status().as_u16();
-        let body = r
-            .body_mut()
-            .with_config()
-            .limit(64 * 1024 * 1024)
-            .read_to_vec()
-            .map_err(|e| e.to_string())?;
-        Ok(Reply {
-            status,
-            content_type,
-            www_authenticate,
-            body,
-        })
-    }
-
-    fn try_request(
-        &self,
-        method: &str,
-        path: &str,
-        token: Option<&str>,
-        content_type: Option<&str>,
-        body: &[u8],
-    ) -> Result<Reply, String> {
-        let url = format!("{}{path}", self.base);
-        let auth = token.map(|t| format!("Bearer {t}"));
-        macro_rules! headers {
-            ($b:expr) => {{
-                let mut b = $b;
-                if let Some(a) = &auth {
-                    b = b.header("Authorization", a);
-                }
-                b
-            }};
-        }
-        let r = match method {
-            "GET" => headers!(self.agent.get(&url)).call(),
-            "DELETE" => headers!(self.agent.delete(&url)).call(),
-            "POST" => {
-                let mut b = headers!(self.agent.post(&url));
-                if let Some(ct) = content_type {
-                    b = b.header("Content-Type", ct);
-                }
-                b.send(body)
-            }
-            m => panic!("method {m}"),
-        };
-        Self::read(r)
-    }
-
-    fn request(
-        &self,
-        method: &str,
-        path: &str,
-        token: Option<&str>,
-        content_type: Option<&str>,
-        body: &[u8],
-    ) -> Reply {
-        self.try_request(method, path, token, content_type, body)
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
-    }
-
-    fn get(&self, path: &str, token: Option<&str>) -> Reply {
-        self.request("GET", path, token, None, b"")
-    }
-
-    fn delete(&self, path: &str, token: Option<&str>) -> Reply {
-        self.request("DELETE", path, token, None, b"")
-    }
-
-    fn post(&self, path: &str, token: Option<&str>, body: &Value) -> Reply {
-        self.request(
-            "POST",
-            path,
-            token,
-            Some("application/json"),
-            body.to_string().as_bytes(),
-        )
-    }
-
-    fn try_post_records(&self, batch: &[Envelope]) -> Result<Reply, String> {
-        let body = serde_json::to_vec(batch).unwrap();
-        self.try_request("POST", "/v1/records", None, Some("application/json"), &body)
-    }
-
-    /// Posts records and returns the 200 answer's JSON.
-    fn post_records(&self, batch: &[Envelope]) -> Value {
-        self.try_post_records(batch).unwrap().ok_json(200)
-    }
-
-    /// The log size from `GET /v1/log`.
-    fn size(&self) -> u64 {
-        self.get("/v1/log", None).ok_json(200)["size"]
-            .as_u64()
-            .unwrap()
-    }
-
-    /// Every entry, read page by page with `token`.
-    fn all_entries(&self, token: &str) -> Vec<Value> {
-        let size = self.size();
-        let mut out = Vec::new();
-        let mut start = 0;
-        while start < size {
-            let end = (start + 1000).min(size);
-            let page = self
-                .get(&format!("/v1/entries?start={start}&end={end}"), Some(token))
-                .ok_json(200);
-            out.extend(page["entries"].as_array().unwrap().iter().cloned());
-            start = end;
-        }
-        out
-    }
-
-    /// Registers a signer: a node key for node `signer`, either key for the sample region.
-    fn register(&self, admin: &str, signer: &str, role: &str, key: &SigningKey) -> Value {
-        let mut body = json!({"id": signer, "role": role, "public_key": public(key),
-                              "regions": [sample::REGION]});
-        if role == "node" {
-            body["nodes"] = json!([signer]);
-        }
-        self.post("/v1/signers", Some(admin), &body).ok_json(201)
-    }
-
-    /// Registers each tenant (if new) and its sample lease (`lease-<tenant>`, which sample
-    /// usage records name), so their records are admitted.
-    fn parties(&self, admin: &str, tenants: &[&str]) {
-        for t in tenants {
-            let r = self.post("/v1/tenants", Some(admin), &json!({"id": t, "name": t}));
-            assert!(matches!(r.status, 201 | 409), "tenant {t}: {}", r.text());
-            self.post(
-                "/v1/leases",
-                Some(admin),
-                &json!({"lease": sample::lease(t), "tenant": t, "class": "on_demand"}),
-            )
-            .ok_json(201);
-        }
-    }
-
-    /// Waits until `GET /v1/checkpoint` covers `size` entries; returns the note.
-    fn checkpoint_at(&self, size: u64, verifier_key: &str) -> String {
-        let started = Instant::now();
-        loop {
-            let r = self.get("/v1/checkpoint", None);
-            assert_eq!(r.status, 200);
-            assert!(r.content_type.starts_with("text/plain"));
-            let note = r.text();
-            let cp = verify_checkpoint(note.as_bytes(), verifier_key)
-                .unwrap_or_else(|e| panic!("checkpoint does not verify: {e}\n{note}"));
-            assert!(cp.size() <= size, "checkpoint beyond the log");
-            if cp.size() == size {
-                return note;
-            }
-            assert!(
-                started.elapsed() < CHECKPOINT_TIMEOUT,
-                "no checkpoint of size {size} after {CHECKPOINT_TIMEOUT:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Records and hashes, computed here independently of the server
 // ---------------------------------------------------------------------------------------------
 
 /// 30 days ago at 00:00 UTC; record `seq` covers the 10 s ending at `base + 10 × seq`.
 fn base() -> Timestamp {
-    static BASE: std::sync::OnceLock<Timestamp> = std::sync::OnceLock::new();
-    *BASE.get_or_init(|| {
-        let now = Timestamp::now().unix();
-        Timestamp::from_unix(now - now % 86_400 - 30 * 86_400).unwrap()
-    })
+    base_day()
 }
 
 fn end_of(seq: u64) -> Timestamp {
     base().plus(10 * seq as i64)
-}
-
-fn dec(s: &str) -> Decimal {
-    Decimal::from_str(s).unwrap()
-}
-
-fn public(key: &SigningKey) -> String {
-    keys::encode_public(&key.verifying_key())
-}
-
-fn key_id(key: &SigningKey) -> String {
-    keys::key_id(&key.verifying_key())
 }
 
 fn usage(signer: &str, key: &SigningKey, seq: u64, tenant: &str, count: &str) -> Envelope {
@@ -559,28 +116,6 @@ fn leaf_hashes(entries: &[Value]) -> Vec<Hash> {
         .iter()
         .map(|e| leaf_hash(&BASE64_STANDARD.decode(e["leaf"].as_str().unwrap()).unwrap()))
         .collect()
-}
-
-/// A small xorshift generator seeded from the clock (the seed is printed).
-struct Rng(u64);
-
-impl Rng {
-    fn from_clock(what: &str) -> Rng {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64
-            | 1;
-        eprintln!("{what}: seed {seed}");
-        Rng(seed)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// The value of the Prometheus sample whose line starts with `name{` and holds every label.
@@ -660,13 +195,11 @@ both_backends!(every_endpoint, |db: &TestDb| {
     )
     .assert_problem(409, "conflict", "duplicate tenant");
     let list = h.get("/v1/tenants", admin).ok_json(200);
-    let ids: Vec<_> = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["id"].clone())
-        .collect();
-    assert_eq!(ids, vec![json!("tenant-a"), json!("tenant-b")], "by id");
+    assert_eq!(
+        each(&list, "/id"),
+        vec![json!("tenant-a"), json!("tenant-b")],
+        "by id"
+    );
     h.parties(&log.admin, &["tenant-a", "tenant-b"]);
 
     // Signers: a node and a market signer; each registration is a log entry. Before them: the
@@ -705,10 +238,8 @@ both_backends!(every_endpoint, |db: &TestDb| {
         Timestamp::now(),
     ));
     // `application/json` with parameters is JSON too.
-    let r = h.request(
-        "POST",
+    let r = h.post_bytes(
         "/v1/records",
-        None,
         Some("application/json; charset=utf-8"),
         &serde_json::to_vec(&batch).unwrap(),
     );
@@ -982,13 +513,10 @@ both_backends!(every_endpoint, |db: &TestDb| {
     assert_eq!(u["rows"], json!([]));
 
     // Tokens: create (secret shown once), list (never secrets), use, revoke, refused after.
-    let created = h
-        .post(
-            "/v1/tokens",
-            admin,
-            &json!({"role": "auditor", "label": "audit 2026"}),
-        )
-        .ok_json(201);
+    let created = h.token(
+        &log.admin,
+        json!({"role": "auditor", "label": "audit 2026"}),
+    );
     let secret = created["token"].as_str().unwrap().to_owned();
     let tid = created["info"]["id"].as_str().unwrap().to_owned();
     assert!(secret.starts_with(&format!("glt_{tid}_")), "{secret}");
@@ -997,13 +525,7 @@ both_backends!(every_endpoint, |db: &TestDb| {
         (&json!("auditor"), &json!("audit 2026"))
     );
     assert!(Timestamp::parse(created["info"]["created_at"].as_str().unwrap()).is_ok());
-    let tt = h
-        .post(
-            "/v1/tokens",
-            admin,
-            &json!({"role": "tenant", "tenant": "tenant-a"}),
-        )
-        .ok_json(201);
+    let tt = h.token(&log.admin, json!({"role": "tenant", "tenant": "tenant-a"}));
     assert_eq!(tt["info"]["tenant"], json!("tenant-a"));
     let listed = h.get("/v1/tokens", admin);
     let text = listed.text();
@@ -1012,19 +534,10 @@ both_backends!(every_endpoint, |db: &TestDb| {
         "no secrets listed"
     );
     let listed = listed.ok_json(200);
-    let mut roles: Vec<_> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["role"].as_str().unwrap().to_owned())
-        .collect();
+    let mut roles = each_str(&listed, "/role");
     roles.sort(); // oldest first, but tokens made in one second may come in any order
     assert_eq!(roles, ["admin", "auditor", "tenant"]);
-    assert!(listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|t| t.get("token").is_none()));
+    assert!(items(&listed).iter().all(|t| t.get("token").is_none()));
     h.get("/v1/tenants", Some(&secret)).ok_json(200);
     let r = h.delete(&format!("/v1/tokens/{tid}"), admin);
     assert_eq!((r.status, r.body.len()), (204, 0));
@@ -1033,9 +546,7 @@ both_backends!(every_endpoint, |db: &TestDb| {
     h.delete(&format!("/v1/tokens/{tid}"), admin)
         .assert_problem(404, "not_found", "revoking twice");
     let listed = h.get("/v1/tokens", admin).ok_json(200);
-    let mine = listed
-        .as_array()
-        .unwrap()
+    let mine = items(&listed)
         .iter()
         .find(|t| t["id"] == json!(tid))
         .unwrap();
@@ -1075,30 +586,14 @@ both_backends!(every_endpoint, |db: &TestDb| {
         "{m}"
     );
 
-    // The OpenAPI document lists every /v1 path; the docs page needs nothing from elsewhere.
+    // The served OpenAPI document is the generated one (which tests/openapi.rs checks against
+    // schemas/openapi.json and for every path); the docs page needs nothing from elsewhere.
     let doc = h.get("/openapi.json", None).ok_json(200);
-    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
-    for p in [
-        "/v1/records",
-        "/v1/log",
-        "/v1/checkpoint",
-        "/v1/entries",
-        "/v1/entries/{index}",
-        "/v1/proofs/inclusion",
-        "/v1/proofs/consistency",
-        "/v1/usage",
-        "/v1/tenants",
-        "/v1/signers",
-        "/v1/signers/{id}/keys",
-        "/v1/signers/{id}/keys/{key_id}/revoke",
-        "/v1/tokens",
-        "/v1/tokens/{id}",
-        "/healthz",
-        "/readyz",
-        "/metrics",
-    ] {
-        assert!(doc["paths"].get(p).is_some(), "OpenAPI lacks {p}");
-    }
+    let generated: Value = serde_json::from_str(&gpuledger::api::openapi_json()).unwrap();
+    assert!(
+        doc == generated,
+        "GET /openapi.json is not the generated document"
+    );
     let docs = h.get("/docs", None);
     assert_eq!(docs.status, 200);
     assert!(docs.content_type.starts_with("text/html"));
@@ -1122,6 +617,7 @@ both_backends!(every_endpoint, |db: &TestDb| {
 // 2. Roles × endpoints
 // ---------------------------------------------------------------------------------------------
 
+/// A caller: a column of the access matrix.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Who {
     Admin,
@@ -1132,7 +628,7 @@ enum Who {
     Revoked,
 }
 
-/// Columns of the matrix, in the order of its status arrays.
+/// The columns of the matrix, in the order of each row's statuses.
 const WHO: [Who; 6] = [
     Who::Admin,
     Who::Auditor,
@@ -1142,22 +638,207 @@ const WHO: [Who; 6] = [
     Who::Revoked,
 ];
 
-enum Req {
-    Get(String),
-    Post(String, Value),
-    Delete(String),
+/// A row of the access matrix: one request, and the status each caller gets for it.
+struct Access {
+    what: &'static str,
+    method: &'static str,
+    /// The path; `{name}` stands for a value known once the test's log is written (see
+    /// [`fill`]).
+    path: &'static str,
+    /// A POST's body as the caller named (in lower case) sends it: each write row's body names
+    /// the caller, so that no two callers create the same thing.
+    body: Option<fn(&str) -> Value>,
+    /// The status per caller, in the order of [`WHO`]; a 401, 403 or 404 must also be a problem
+    /// of its own type.
+    want: [u16; 6],
 }
 
-both_backends!(access_matrix, |db: &TestDb| {
+const fn get(what: &'static str, path: &'static str, want: [u16; 6]) -> Access {
+    Access {
+        what,
+        method: "GET",
+        path,
+        body: None,
+        want,
+    }
+}
+
+const fn post(
+    what: &'static str,
+    path: &'static str,
+    body: fn(&str) -> Value,
+    want: [u16; 6],
+) -> Access {
+    Access {
+        what,
+        method: "POST",
+        path,
+        body: Some(body),
+        want,
+    }
+}
+
+const fn delete(what: &'static str, path: &'static str, want: [u16; 6]) -> Access {
+    Access {
+        what,
+        method: "DELETE",
+        path,
+        body: None,
+        want,
+    }
+}
+
+/// The matrix. The placeholders: `ia`, `ib` (a usage record of tenant A, of tenant B), `ie`
+/// (energy of no tenant), `size` (the log before the matrix runs), `period` (`from=…&to=…`,
+/// the day of the records), `inv_a`, `inv_b`, `cert_a`, `cert_b` (each tenant's invoice and
+/// certificate), `disposable_key` (a key id of node-1) and `disposable_token` (a token id).
+#[rustfmt::skip]
+static ACCESS: &[Access] = &[
+    // Columns: admin, auditor, tenant A, tenant B, no token, revoked token.
+    //                                                                                             adm  aud  A    B    none rvkd
+    get("log",                           "/v1/log",                                               [200, 200, 200, 200, 200, 200]),
+    get("checkpoint",                    "/v1/checkpoint",                                        [200, 200, 200, 200, 200, 200]),
+    post("records (signed, no token)",   "/v1/records", |_| json!([]),                            [200, 200, 200, 200, 200, 200]),
+    get("A's entry",                     "/v1/entries/{ia}",                                      [200, 200, 200, 404, 401, 401]),
+    get("B's entry",                     "/v1/entries/{ib}",                                      [200, 200, 404, 200, 401, 401]),
+    get("a key registration entry",      "/v1/entries/0",                                         [200, 200, 404, 404, 401, 401]),
+    get("energy of no tenant",           "/v1/entries/{ie}",                                      [200, 200, 404, 404, 401, 401]),
+    get("entry past the end",            "/v1/entries/999999",                                    [404, 404, 404, 404, 401, 401]),
+    get("entries page",                  "/v1/entries?start=0&end={size}",                        [200, 200, 200, 200, 401, 401]),
+    get("inclusion of A's entry",        "/v1/proofs/inclusion?index={ia}&size={size}",           [200, 200, 200, 404, 401, 401]),
+    get("inclusion of B's entry",        "/v1/proofs/inclusion?index={ib}&size={size}",           [200, 200, 404, 200, 401, 401]),
+    get("inclusion of a ledger entry",   "/v1/proofs/inclusion?index=0&size={size}",              [200, 200, 404, 404, 401, 401]),
+    get("consistency",                   "/v1/proofs/consistency?from=1&to={size}",               [200, 200, 200, 200, 401, 401]),
+    get("usage (own, or all)",           "/v1/usage?{period}",                                    [200, 200, 200, 200, 401, 401]),
+    get("A's usage",                     "/v1/usage?tenant=tenant-a&{period}",                    [200, 200, 200, 404, 401, 401]),
+    get("B's usage",                     "/v1/usage?tenant=tenant-b&{period}",                    [200, 200, 404, 200, 401, 401]),
+    get("unknown tenant's usage",        "/v1/usage?tenant=tenant-z&{period}",                    [404, 404, 404, 404, 401, 401]),
+    post("create tenant",                "/v1/tenants", |w| json!({"id": format!("new-{w}"), "name": "n"}), [201, 403, 403, 403, 401, 401]),
+    get("list tenants",                  "/v1/tenants",                                           [200, 200, 403, 403, 401, 401]),
+    post("register signer",              "/v1/signers", |w| json!({"id": format!("node-{w}"), "role": "node", "public_key": public(&sample::key(w)), "nodes": [format!("node-{w}")], "regions": ["west"]}), [201, 403, 403, 403, 401, 401]),
+    get("list signers",                  "/v1/signers",                                           [200, 200, 403, 403, 401, 401]),
+    post("add key",                      "/v1/signers/node-1/keys", |w| json!({"public_key": public(&sample::key(&format!("extra-{w}")))}), [201, 403, 403, 403, 401, 401]),
+    post("revoke key",                   "/v1/signers/node-1/keys/{disposable_key}/revoke", |_| json!({}), [200, 403, 403, 403, 401, 401]),
+    post("create token",                 "/v1/tokens", |w| json!({"role": "auditor", "label": w}), [201, 403, 403, 403, 401, 401]),
+    // Token metadata is administration, not ledger data: admins only.
+    get("list tokens",                   "/v1/tokens",                                            [200, 403, 403, 403, 401, 401]),
+    delete("revoke token",               "/v1/tokens/{disposable_token}",                         [204, 403, 403, 403, 401, 401]),
+    get("checkpoints",                   "/v1/checkpoints",                                       [200, 200, 200, 200, 200, 200]),
+    // Prices: admins write them; every caller with a token reads them.
+    post("rate card",                    "/v1/rate-cards", |w| json!({"region": "cn-north-imx", "gpu_model": format!("gpu-{w}"), "lease_class": "on_demand", "currency": "CNY", "price_per_gpu_hour": "1", "effective_from": base().to_string()}), [201, 403, 403, 403, 401, 401]),
+    post("region parameters",            "/v1/region-params", |w| json!({"region": format!("region-{w}"), "currency": "CNY", "electricity_price_per_kwh": "0.5", "pue": "1.1", "carbon_g_per_kwh": "400", "effective_from": base().to_string()}), [201, 403, 403, 403, 401, 401]),
+    post("lease",                        "/v1/leases", |w| json!({"lease": format!("lease-{w}"), "tenant": "tenant-a", "class": "reserved"}), [201, 403, 403, 403, 401, 401]),
+    post("volume tiers",                 "/v1/volume-tiers", |w| json!({"plan": format!("plan-{w}"), "region": "cn-north-imx", "gpu_model": "H100-SXM-80G", "lease_class": "reserved", "currency": "CNY", "effective_from": base().to_string(), "tiers": [{"up_to_gpu_hours": "1", "price_per_gpu_hour": "2"}, {"price_per_gpu_hour": "1"}]}), [201, 403, 403, 403, 401, 401]),
+    post("tenant plan",                  "/v1/tenant-plans", |_| json!({"tenant": "new-admin", "plan": "plan-admin", "effective_from": base().to_string()}), [201, 403, 403, 403, 401, 401]),
+    get("prices",                        "/v1/prices",                                            [200, 200, 200, 200, 401, 401]),
+    get("A's preview",                   "/v1/invoices/preview?tenant=tenant-a&{period}",         [200, 200, 200, 404, 401, 401]),
+    get("own preview (admins name one)", "/v1/invoices/preview?{period}",                         [400, 400, 200, 200, 401, 401]),
+    // Invoices: admins issue and settle; tenants read their own, 404 for others'.
+    post("issue invoice",                "/v1/invoices", |_| json!({"tenant": "tenant-b", "from": base().to_string(), "to": base().plus(86_400).to_string()}), [201, 403, 403, 403, 401, 401]),
+    get("invoices (own, or all)",        "/v1/invoices",                                          [200, 200, 200, 200, 401, 401]),
+    get("A's invoices",                  "/v1/invoices?tenant=tenant-a",                          [200, 200, 200, 404, 401, 401]),
+    get("A's invoice",                   "/v1/invoices/{inv_a}",                                  [200, 200, 200, 404, 401, 401]),
+    get("B's invoice",                   "/v1/invoices/{inv_b}",                                  [200, 200, 404, 200, 401, 401]),
+    get("unknown invoice",               "/v1/invoices/INV-999999",                               [404, 404, 404, 404, 401, 401]),
+    get("A's invoice as JSON",           "/v1/invoices/{inv_a}/json",                             [200, 200, 200, 404, 401, 401]),
+    get("A's invoice as CSV",            "/v1/invoices/{inv_a}/csv",                              [200, 200, 200, 404, 401, 401]),
+    get("A's invoice as PDF",            "/v1/invoices/{inv_a}/pdf",                              [200, 200, 200, 404, 401, 401]),
+    get("A's invoice bundle",            "/v1/invoices/{inv_a}/bundle",                           [200, 200, 200, 404, 401, 401]),
+    get("B's invoice bundle",            "/v1/invoices/{inv_b}/bundle",                           [200, 200, 404, 200, 401, 401]),
+    // The format is checked before the invoice is looked up: the same 400 for any number.
+    get("an invoice in no format",       "/v1/invoices/{inv_a}/xml",                              [400, 400, 400, 400, 401, 401]),
+    post("payment",                      "/v1/payments", |w| json!({"tenant": "tenant-a", "invoice": "INV-000001", "currency": "CNY", "amount": "0.01", "note": w}), [201, 403, 403, 403, 401, 401]),
+    post("credit note",                  "/v1/credit-notes", |w| json!({"tenant": "tenant-a", "invoice": "INV-000001", "currency": "CNY", "amount": "0.01", "note": w}), [201, 403, 403, 403, 401, 401]),
+    get("A's balance",                   "/v1/balance?tenant=tenant-a",                           [200, 200, 200, 404, 401, 401]),
+    get("own balance (admins name one)", "/v1/balance",                                           [400, 400, 200, 200, 401, 401]),
+    // Certificates: a tenant for itself, an admin for anyone; auditors read, not issue.
+    post("certificate for A",            "/v1/certificates", |_| json!({"tenant": "tenant-a", "from": base().to_string(), "to": base().plus(86_400).to_string()}), [201, 403, 201, 404, 401, 401]),
+    post("own certificate (admins name one)", "/v1/certificates", |_| json!({"from": base().to_string(), "to": base().plus(86_400).to_string()}), [400, 403, 201, 201, 401, 401]),
+    get("certificates (own, or all)",    "/v1/certificates",                                      [200, 200, 200, 200, 401, 401]),
+    get("A's certificates",              "/v1/certificates?tenant=tenant-a",                      [200, 200, 200, 404, 401, 401]),
+    get("A's certificate",               "/v1/certificates/{cert_a}",                             [200, 200, 200, 404, 401, 401]),
+    get("B's certificate",               "/v1/certificates/{cert_b}",                             [200, 200, 404, 200, 401, 401]),
+    get("unknown certificate",           "/v1/certificates/CERT-999999",                          [404, 404, 404, 404, 401, 401]),
+    get("A's certificate bundle",        "/v1/certificates/{cert_a}/bundle",                      [200, 200, 200, 404, 401, 401]),
+    get("B's certificate bundle",        "/v1/certificates/{cert_b}/bundle",                      [200, 200, 404, 200, 401, 401]),
+    get("healthz",                       "/healthz",                                              [200, 200, 200, 200, 200, 200]),
+    get("readyz",                        "/readyz",                                               [200, 200, 200, 200, 200, 200]),
+    get("metrics",                       "/metrics",                                              [200, 200, 200, 200, 200, 200]),
+    get("openapi",                       "/openapi.json",                                         [200, 200, 200, 200, 200, 200]),
+    get("docs",                          "/docs",                                                 [200, 200, 200, 200, 200, 200]),
+];
+
+/// `path` with each `{name}` of `values` replaced; every placeholder must be filled.
+fn fill(path: &str, values: &[(&str, String)]) -> String {
+    let mut out = path.to_owned();
+    for (name, value) in values {
+        out = out.replace(&format!("{{{name}}}"), value);
+    }
+    assert!(!out.contains('{'), "{path}: a placeholder is left in {out}");
+    out
+}
+
+impl Access {
+    /// The row's request as `who` makes it, on `path` (filled).
+    fn send(&self, h: &Http, path: &str, who: Who, token: Option<&str>) -> Reply {
+        match (self.method, self.body) {
+            ("GET", None) => h.get(path, token),
+            ("DELETE", None) => h.delete(path, token),
+            ("POST", Some(body)) => h.post(path, token, &body(&format!("{who:?}").to_lowercase())),
+            (m, b) => panic!("{}: {m} with a body: {}", self.what, b.is_some()),
+        }
+    }
+
+    /// Whether `r` is what this row wants for column `col`: `Err` says how it differs.
+    fn check(&self, col: usize, r: &Reply) -> Result<(), String> {
+        match self.want[col] {
+            401 => r.problem(401, "unauthorized").map(drop),
+            403 => r.problem(403, "forbidden").map(drop),
+            404 => r.problem(404, "not_found").map(drop),
+            s if r.status == s => Ok(()),
+            s => Err(format!("status {} (not {s}): {}", r.status, r.lossy())),
+        }
+    }
+}
+
+/// The rules every row keeps, whatever its statuses: a tenant is never told that another
+/// tenant's thing exists (where one tenant may and the other may not, the other gets 404, not
+/// 403), and a revoked token is no token at all.
+#[test]
+fn access_matrix_rows_keep_the_rules() {
+    let mut broken = Vec::new();
+    for row in ACCESS {
+        let [_, _, a, b, nobody, revoked] = row.want;
+        let ok = |s: u16| (200..300).contains(&s);
+        if ok(a) != ok(b) && !matches!((ok(a), b, a), (true, 404, _) | (false, _, 404)) {
+            broken.push(format!("{}: tenant A {a}, tenant B {b}", row.what));
+        }
+        if nobody != revoked {
+            broken.push(format!(
+                "{}: no token {nobody}, revoked {revoked}",
+                row.what
+            ));
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A served log with tenants A and B (each with its lease) and node-1 holding the key
+/// `node_key` names: the log, the server, a client and the key.
+fn served_with_node<'a>(db: &'a TestDb, node_key: &str) -> (Log<'a>, Server, Http, SigningKey) {
     let log = init(db);
     let srv = log.serve();
     let h = srv.http();
+    h.parties(&log.admin, &["tenant-a", "tenant-b"]);
+    let k = sample::key(node_key);
+    h.register(&log.admin, "node-1", "node", &k);
+    (log, srv, h, k)
+}
+
+both_backends!(access_matrix, |db: &TestDb| {
+    let (log, _srv, h, k) = served_with_node(db, "matrix-node");
     let admin = log.admin.clone();
     let a = Some(admin.as_str());
-
-    h.parties(&admin, &["tenant-a", "tenant-b"]);
-    let k = sample::key("matrix-node");
-    h.register(&admin, "node-1", "node", &k);
     // Disposable things for the admin's write rows to act on.
     let disposable_key = sample::key("matrix-disposable");
     h.post(
@@ -1166,20 +847,10 @@ both_backends!(access_matrix, |db: &TestDb| {
         &json!({"public_key": public(&disposable_key)}),
     )
     .ok_json(201);
-    let token = |body: Value| h.post("/v1/tokens", a, &body).ok_json(201);
-    let auditor = token(json!({"role": "auditor"}))["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let tenant_a = token(json!({"role": "tenant", "tenant": "tenant-a"}))["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let tenant_b = token(json!({"role": "tenant", "tenant": "tenant-b"}))["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let gone = token(json!({"role": "admin", "label": "revoked"}));
+    let auditor = h.secret(&admin, json!({"role": "auditor"}));
+    let tenant_a = h.secret(&admin, json!({"role": "tenant", "tenant": "tenant-a"}));
+    let tenant_b = h.secret(&admin, json!({"role": "tenant", "tenant": "tenant-b"}));
+    let gone = h.token(&admin, json!({"role": "admin", "label": "revoked"}));
     let revoked = gone["token"].as_str().unwrap().to_owned();
     assert_eq!(
         h.delete(
@@ -1189,7 +860,8 @@ both_backends!(access_matrix, |db: &TestDb| {
         .status,
         204
     );
-    let disposable_token = token(json!({"role": "auditor", "label": "to revoke"}))["info"]["id"]
+    let disposable_token = h.token(&admin, json!({"role": "auditor", "label": "to revoke"}))
+        ["info"]["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -1203,15 +875,10 @@ both_backends!(access_matrix, |db: &TestDb| {
         usage("node-1", &k, 5, "tenant-b", "4"),
     ];
     let ans = h.post_records(&batch);
-    let idx: Vec<u64> = ans["outcomes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["index"].as_u64().unwrap())
-        .collect();
+    let idx = each_u64(&ans["outcomes"], "/index");
     let (ia, ib, ie) = (idx[0], idx[1], idx[3]);
     // A's registration and lease (entries 1 and 2, after the policy entry), then its records.
-    let of_a: Vec<u64> = vec![1, 2, idx[0], idx[2]];
+    let mut of_a: Vec<u64> = vec![1, 2, idx[0], idx[2]];
     let day = base();
     let period = format!("from={day}&to={}", day.plus(86_400));
     let (from, to) = (day.to_string(), day.plus(86_400).to_string());
@@ -1232,7 +899,6 @@ both_backends!(access_matrix, |db: &TestDb| {
     )
     .ok_json(201);
     // A's invoice now; B's is issued by the matrix's own row, so it is the second.
-    let mut of_a = of_a;
     of_a.push(h.size()); // A's invoice_issued entry
     let issued = h
         .post(
@@ -1242,7 +908,6 @@ both_backends!(access_matrix, |db: &TestDb| {
         )
         .ok_json(201);
     let inv_a = issued[0]["number"].as_str().unwrap().to_owned();
-    let inv_b = "INV-000002";
     // The settlement rows' bodies are plain functions: they name A's invoice by its number.
     assert_eq!(inv_a, "INV-000001");
     let mut certificate_of = Vec::new();
@@ -1259,8 +924,20 @@ both_backends!(access_matrix, |db: &TestDb| {
             .ok_json(201);
         certificate_of.push(cert["id"].as_str().unwrap().to_owned());
     }
-    let (cert_a, cert_b) = (&certificate_of[0], &certificate_of[1]);
     let size = h.size();
+    let values = [
+        ("ia", ia.to_string()),
+        ("ib", ib.to_string()),
+        ("ie", ie.to_string()),
+        ("size", size.to_string()),
+        ("period", period.clone()),
+        ("inv_a", inv_a),
+        ("inv_b", "INV-000002".to_owned()),
+        ("cert_a", certificate_of[0].clone()),
+        ("cert_b", certificate_of[1].clone()),
+        ("disposable_key", key_id(&disposable_key)),
+        ("disposable_token", disposable_token),
+    ];
 
     let token_of = |w: Who| -> Option<&str> {
         match w {
@@ -1272,139 +949,79 @@ both_backends!(access_matrix, |db: &TestDb| {
             Who::Revoked => Some(&revoked),
         }
     };
-    type Row<'a> = (&'a str, Box<dyn Fn(Who) -> Req + 'a>, [u16; 6]);
-    let get = |p: &str| -> Box<dyn Fn(Who) -> Req> {
-        let p = p.to_owned();
-        Box::new(move |_| Req::Get(p.clone()))
-    };
-    let post = |p: &str, body: fn(&str) -> Value| -> Box<dyn Fn(Who) -> Req> {
-        let p = p.to_owned();
-        Box::new(move |w| Req::Post(p.clone(), body(&format!("{w:?}").to_lowercase())))
-    };
-    let revoke_path = format!("/v1/signers/node-1/keys/{}/revoke", key_id(&disposable_key));
-    let delete_path = format!("/v1/tokens/{disposable_token}");
-    // Each write row's body names the caller, so that no two callers create the same thing.
-    #[rustfmt::skip]
-    let rows: Vec<Row> = vec![
-        // Columns: admin, auditor, tenant A, tenant B, no token, revoked token.
-        //                                                                                            adm  aud  A    B    none rvkd
-        ("log",                         get("/v1/log"),                                              [200, 200, 200, 200, 200, 200]),
-        ("checkpoint",                  get("/v1/checkpoint"),                                       [200, 200, 200, 200, 200, 200]),
-        ("records (signed, no token)",  post("/v1/records", |_| json!([])),                         [200, 200, 200, 200, 200, 200]),
-        ("A's entry",                   get(&format!("/v1/entries/{ia}")),                           [200, 200, 200, 404, 401, 401]),
-        ("B's entry",                   get(&format!("/v1/entries/{ib}")),                           [200, 200, 404, 200, 401, 401]),
-        ("a key registration entry",    get("/v1/entries/0"),                                        [200, 200, 404, 404, 401, 401]),
-        ("energy of no tenant",         get(&format!("/v1/entries/{ie}")),                           [200, 200, 404, 404, 401, 401]),
-        ("entry past the end",          get("/v1/entries/999999"),                                   [404, 404, 404, 404, 401, 401]),
-        ("entries page",                get(&format!("/v1/entries?start=0&end={size}")),             [200, 200, 200, 200, 401, 401]),
-        ("inclusion of A's entry",      get(&format!("/v1/proofs/inclusion?index={ia}&size={size}")), [200, 200, 200, 404, 401, 401]),
-        ("inclusion of B's entry",      get(&format!("/v1/proofs/inclusion?index={ib}&size={size}")), [200, 200, 404, 200, 401, 401]),
-        ("inclusion of a ledger entry", get(&format!("/v1/proofs/inclusion?index=0&size={size}")),   [200, 200, 404, 404, 401, 401]),
-        ("consistency",                 get(&format!("/v1/proofs/consistency?from=1&to={size}")),    [200, 200, 200, 200, 401, 401]),
-        ("usage (own, or all)",         get(&format!("/v1/usage?{period}")),                         [200, 200, 200, 200, 401, 401]),
-        ("A's usage",                   get(&format!("/v1/usage?tenant=tenant-a&{period}")),         [200, 200, 200, 404, 401, 401]),
-        ("B's usage",                   get(&format!("/v1/usage?tenant=tenant-b&{period}")),         [200, 200, 404, 200, 401, 401]),
-        ("unknown tenant's usage",      get(&format!("/v1/usage?tenant=tenant-z&{period}")),         [404, 404, 404, 404, 401, 401]),
-        ("create tenant",               post("/v1/tenants", |w| json!({"id": format!("new-{w}"), "name": "n"})), [201, 403, 403, 403, 401, 401]),
-        ("list tenants",                get("/v1/tenants"),                                          [200, 200, 403, 403, 401, 401]),
-        ("register signer",             post("/v1/signers", |w| json!({"id": format!("node-{w}"), "role": "node", "public_key": public(&sample::key(w)), "nodes": [format!("node-{w}")], "regions": ["west"]})), [201, 403, 403, 403, 401, 401]),
-        ("list signers",                get("/v1/signers"),                                          [200, 200, 403, 403, 401, 401]),
-        ("add key",                     post("/v1/signers/node-1/keys", |w| json!({"public_key": public(&sample::key(&format!("extra-{w}")))})), [201, 403, 403, 403, 401, 401]),
-        ("revoke key",                  post(&revoke_path, |_| json!({})),                          [200, 403, 403, 403, 401, 401]),
-        ("create token",                post("/v1/tokens", |w| json!({"role": "auditor", "label": w})), [201, 403, 403, 403, 401, 401]),
-        // Token metadata is administration, not ledger data: admins only.
-        ("list tokens",                 get("/v1/tokens"),                                           [200, 403, 403, 403, 401, 401]),
-        ("revoke token",                Box::new(|_| Req::Delete(delete_path.clone())),              [204, 403, 403, 403, 401, 401]),
-        ("checkpoints",                 get("/v1/checkpoints"),                                      [200, 200, 200, 200, 200, 200]),
-        // Prices: admins write them; every caller with a token reads them.
-        ("rate card",                   post("/v1/rate-cards", |w| json!({"region": "cn-north-imx", "gpu_model": format!("gpu-{w}"), "lease_class": "on_demand", "currency": "CNY", "price_per_gpu_hour": "1", "effective_from": base().to_string()})), [201, 403, 403, 403, 401, 401]),
-        ("region parameters",           post("/v1/region-params", |w| json!({"region": format!("region-{w}"), "currency": "CNY", "electricity_price_per_kwh": "0.5", "pue": "1.1", "carbon_g_per_kwh": "400", "effective_from": base().to_string()})), [201, 403, 403, 403, 401, 401]),
-        ("lease",                       post("/v1/leases", |w| json!({"lease": format!("lease-{w}"), "tenant": "tenant-a", "class": "reserved"})), [201, 403, 403, 403, 401, 401]),
-        ("volume tiers",                post("/v1/volume-tiers", |w| json!({"plan": format!("plan-{w}"), "region": "cn-north-imx", "gpu_model": "H100-SXM-80G", "lease_class": "reserved", "currency": "CNY", "effective_from": base().to_string(), "tiers": [{"up_to_gpu_hours": "1", "price_per_gpu_hour": "2"}, {"price_per_gpu_hour": "1"}]})), [201, 403, 403, 403, 401, 401]),
-        ("tenant plan",                 post("/v1/tenant-plans", |_| json!({"tenant": "new-admin", "plan": "plan-admin", "effective_from": base().to_string()})), [201, 403, 403, 403, 401, 401]),
-        ("prices",                      get("/v1/prices"),                                           [200, 200, 200, 200, 401, 401]),
-        ("A's preview",                 get(&format!("/v1/invoices/preview?tenant=tenant-a&{period}")), [200, 200, 200, 404, 401, 401]),
-        ("own preview (admins name one)", get(&format!("/v1/invoices/preview?{period}")),            [400, 400, 200, 200, 401, 401]),
-        // Invoices: admins issue and settle; tenants read their own, 404 for others'.
-        ("issue invoice",               post("/v1/invoices", |_| json!({"tenant": "tenant-b", "from": base().to_string(), "to": base().plus(86_400).to_string()})), [201, 403, 403, 403, 401, 401]),
-        ("invoices (own, or all)",      get("/v1/invoices"),                                         [200, 200, 200, 200, 401, 401]),
-        ("A's invoices",                get("/v1/invoices?tenant=tenant-a"),                         [200, 200, 200, 404, 401, 401]),
-        ("A's invoice",                 get(&format!("/v1/invoices/{inv_a}")),                       [200, 200, 200, 404, 401, 401]),
-        ("B's invoice",                 get(&format!("/v1/invoices/{inv_b}")),                       [200, 200, 404, 200, 401, 401]),
-        ("unknown invoice",             get("/v1/invoices/INV-999999"),                              [404, 404, 404, 404, 401, 401]),
-        ("A's invoice as JSON",         get(&format!("/v1/invoices/{inv_a}/json")),                  [200, 200, 200, 404, 401, 401]),
-        ("A's invoice as CSV",          get(&format!("/v1/invoices/{inv_a}/csv")),                   [200, 200, 200, 404, 401, 401]),
-        ("A's invoice as PDF",          get(&format!("/v1/invoices/{inv_a}/pdf")),                   [200, 200, 200, 404, 401, 401]),
-        ("A's invoice bundle",          get(&format!("/v1/invoices/{inv_a}/bundle")),                [200, 200, 200, 404, 401, 401]),
-        ("B's invoice bundle",          get(&format!("/v1/invoices/{inv_b}/bundle")),                [200, 200, 404, 200, 401, 401]),
-        // The format is checked before the invoice is looked up: the same 400 for any number.
-        ("an invoice in no format",     get(&format!("/v1/invoices/{inv_a}/xml")),                   [400, 400, 400, 400, 401, 401]),
-        ("payment",                     post("/v1/payments", |w| json!({"tenant": "tenant-a", "invoice": "INV-000001", "currency": "CNY", "amount": "0.01", "note": w})), [201, 403, 403, 403, 401, 401]),
-        ("credit note",                 post("/v1/credit-notes", |w| json!({"tenant": "tenant-a", "invoice": "INV-000001", "currency": "CNY", "amount": "0.01", "note": w})), [201, 403, 403, 403, 401, 401]),
-        ("A's balance",                 get("/v1/balance?tenant=tenant-a"),                          [200, 200, 200, 404, 401, 401]),
-        ("own balance (admins name one)", get("/v1/balance"),                                        [400, 400, 200, 200, 401, 401]),
-        // Certificates: a tenant for itself, an admin for anyone; auditors read, not issue.
-        ("certificate for A",           post("/v1/certificates", |_| json!({"tenant": "tenant-a", "from": base().to_string(), "to": base().plus(86_400).to_string()})), [201, 403, 201, 404, 401, 401]),
-        ("own certificate (admins name one)", post("/v1/certificates", |_| json!({"from": base().to_string(), "to": base().plus(86_400).to_string()})), [400, 403, 201, 201, 401, 401]),
-        ("certificates (own, or all)",  get("/v1/certificates"),                                     [200, 200, 200, 200, 401, 401]),
-        ("A's certificates",            get("/v1/certificates?tenant=tenant-a"),                     [200, 200, 200, 404, 401, 401]),
-        ("A's certificate",             get(&format!("/v1/certificates/{cert_a}")),                  [200, 200, 200, 404, 401, 401]),
-        ("B's certificate",             get(&format!("/v1/certificates/{cert_b}")),                  [200, 200, 404, 200, 401, 401]),
-        ("unknown certificate",         get("/v1/certificates/CERT-999999"),                         [404, 404, 404, 404, 401, 401]),
-        ("A's certificate bundle",      get(&format!("/v1/certificates/{cert_a}/bundle")),           [200, 200, 200, 404, 401, 401]),
-        ("B's certificate bundle",      get(&format!("/v1/certificates/{cert_b}/bundle")),           [200, 200, 404, 200, 401, 401]),
-        ("healthz",                     get("/healthz"),                                             [200, 200, 200, 200, 200, 200]),
-        ("readyz",                      get("/readyz"),                                              [200, 200, 200, 200, 200, 200]),
-        ("metrics",                     get("/metrics"),                                             [200, 200, 200, 200, 200, 200]),
-        ("openapi",                     get("/openapi.json"),                                        [200, 200, 200, 200, 200, 200]),
-        ("docs",                        get("/docs"),                                                [200, 200, 200, 200, 200, 200]),
-    ];
     let tokens_before = h
         .get("/v1/tokens", a)
         .ok_json(200)
         .as_array()
         .unwrap()
         .len();
-    // The admin column last, so that its writes cannot change what the others meet.
+    // Every cell is tried and every mismatch reported. The admin column last within a row, so
+    // that its writes cannot change what the others meet.
     let order = [1, 2, 3, 4, 5, 0];
-    for (what, req, expect) in &rows {
+    let mut mismatches = Vec::new();
+    for row in ACCESS {
+        let path = fill(row.path, &values);
         for &col in &order {
             let who = WHO[col];
-            let t = token_of(who);
-            let r = match req(who) {
-                Req::Get(p) => h.get(&p, t),
-                Req::Post(p, body) => h.post(&p, t, &body),
-                Req::Delete(p) => h.delete(&p, t),
-            };
-            let label = format!("{what} as {who:?}");
-            match expect[col] {
-                401 => {
-                    r.assert_problem(401, "unauthorized", &label);
-                }
-                403 => {
-                    r.assert_problem(403, "forbidden", &label);
-                }
-                404 => {
-                    r.assert_problem(404, "not_found", &label);
-                }
-                s => assert_eq!(r.status, s, "{label}: {}", String::from_utf8_lossy(&r.body)),
+            let r = row.send(&h, &path, who, token_of(who));
+            if let Err(e) = row.check(col, &r) {
+                let e: String = e.chars().take(300).collect();
+                mismatches.push(format!(
+                    "{} {path} ({}) as {who:?}: {e}",
+                    row.method, row.what
+                ));
             }
         }
     }
+    // Every operation of the OpenAPI document has a row (as the admin calls it).
+    let doc = h.get("/openapi.json", None).ok_json(200);
+    let called: Vec<(String, String)> = ACCESS
+        .iter()
+        .map(|row| {
+            let path = fill(row.path, &values);
+            (
+                row.method.to_lowercase(),
+                path.split('?').next().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let fits = |template: &str, path: &str| {
+        let (t, p): (Vec<_>, Vec<_>) = (template.split('/').collect(), path.split('/').collect());
+        t.len() == p.len()
+            && t.iter()
+                .zip(&p)
+                .all(|(t, p)| t == p || (t.starts_with('{') && !p.is_empty()))
+    };
+    let mut operations = 0;
+    for (template, ops) in doc["paths"].as_object().unwrap() {
+        for method in ops.as_object().unwrap().keys() {
+            operations += 1;
+            if !called.iter().any(|(m, p)| m == method && fits(template, p)) {
+                mismatches.push(format!(
+                    "the access matrix has no row for {method} {template}"
+                ));
+            }
+        }
+    }
+    assert!(
+        operations >= 30,
+        "only {operations} operations in the OpenAPI document"
+    );
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} cells differ, or operations lack a row:\n  {}",
+        mismatches.len(),
+        ACCESS.len() * WHO.len(),
+        mismatches.join("\n  ")
+    );
 
     // Only the admin's writes and the tenants' own certificates went into the log, in row
     // order (within a row the admin comes last).
     let added = h
         .get(&format!("/v1/entries?start={size}&end={}", h.size()), a)
         .ok_json(200);
-    let kinds: Vec<&str> = added["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["entry"]["envelope"]["kind"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        kinds,
+        each_str(&added["entries"], "/entry/envelope/kind"),
         [
             "tenant_registered",     // create tenant
             "signer_key_registered", // register signer
@@ -1424,51 +1041,13 @@ both_backends!(access_matrix, |db: &TestDb| {
             "certificate_issued", // B's own
         ]
     );
-
-    // Every operation of the OpenAPI document has a row (as the admin calls it).
-    let doc = h.get("/openapi.json", None).ok_json(200);
-    let called: Vec<(&str, String)> = rows
-        .iter()
-        .map(|(_, req, _)| match req(Who::Admin) {
-            Req::Get(p) => ("get", p),
-            Req::Post(p, _) => ("post", p),
-            Req::Delete(p) => ("delete", p),
-        })
-        .map(|(m, p)| (m, p.split('?').next().unwrap().to_owned()))
-        .collect();
-    let fits = |template: &str, path: &str| {
-        let (t, p): (Vec<_>, Vec<_>) = (template.split('/').collect(), path.split('/').collect());
-        t.len() == p.len()
-            && t.iter()
-                .zip(&p)
-                .all(|(t, p)| t == p || (t.starts_with('{') && !p.is_empty()))
-    };
-    for (template, ops) in doc["paths"].as_object().unwrap() {
-        for method in ops.as_object().unwrap().keys() {
-            assert!(
-                called.iter().any(|(m, p)| m == method && fits(template, p)),
-                "the access matrix has no row for {method} {template}"
-            );
-        }
-    }
     let tenants = h.get("/v1/tenants", a).ok_json(200);
-    let ids: Vec<_> = tenants
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["id"].clone())
-        .collect();
     assert_eq!(
-        ids,
+        each(&tenants, "/id"),
         vec![json!("new-admin"), json!("tenant-a"), json!("tenant-b")]
     );
     let signers = h.get("/v1/signers", a).ok_json(200);
-    let names: BTreeSet<_> = signers
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["signer"].as_str().unwrap().to_owned())
-        .collect();
+    let names: BTreeSet<_> = each_str(&signers, "/signer").into_iter().collect();
     assert_eq!(
         names,
         BTreeSet::from(["node-1".to_owned(), "node-admin".to_owned()])
@@ -1480,13 +1059,7 @@ both_backends!(access_matrix, |db: &TestDb| {
     let page = h
         .get(&format!("/v1/entries?start=0&end={size}"), Some(&tenant_a))
         .ok_json(200);
-    let seen: Vec<u64> = page["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["index"].as_u64().unwrap())
-        .collect();
-    assert_eq!(seen, of_a);
+    assert_eq!(each_u64(&page["entries"], "/index"), of_a);
     for e in page["entries"].as_array().unwrap() {
         assert_eq!(e["entry"]["envelope"]["body"]["tenant"], json!("tenant-a"));
     }
@@ -1494,12 +1067,9 @@ both_backends!(access_matrix, |db: &TestDb| {
         .get(&format!("/v1/entries?start=0&end={size}"), a)
         .ok_json(200);
     assert_eq!(all["entries"].as_array().unwrap().len() as u64, size);
-    for (who, t, gpu) in [
-        (Some(&tenant_a), "tenant-a", "40"),
-        (Some(&tenant_b), "tenant-b", "60"),
-    ] {
+    for (who, t, gpu) in [(&tenant_a, "tenant-a", "40"), (&tenant_b, "tenant-b", "60")] {
         let u = h
-            .get(&format!("/v1/usage?{period}"), who.map(|s| s.as_str()))
+            .get(&format!("/v1/usage?{period}"), Some(who))
             .ok_json(200);
         assert_eq!(u["tenant"], json!(t));
         assert_eq!(
@@ -1609,14 +1179,9 @@ fn admin_post(what: &'static str, path: &str, body: Value, want: Want) -> Bad {
 }
 
 both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
-    let log = init(db);
-    let srv = log.serve();
-    let h = srv.http();
+    let (log, srv, h, k) = served_with_node(db, "bad-node");
     let admin = log.admin.clone();
     let a = Some(admin.as_str());
-    h.parties(&admin, &["tenant-a", "tenant-b"]);
-    let k = sample::key("bad-node");
-    h.register(&admin, "node-1", "node", &k);
     let km = sample::key("bad-market");
     h.register(&admin, "market-1", "market", &km);
     let kr = sample::key("bad-node-revoked");
@@ -1851,7 +1416,9 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     let tokens = h.get("/v1/tokens", a).ok_json(200);
     for c in &cases {
         let conflicts = gpuledger::store::read::conflict_count(&mut conn).unwrap();
-        let r = h.request(c.method, &c.path, a, c.content_type, &c.body);
+        let r = h
+            .try_request(c.method, &c.path, a, c.content_type, &c.body)
+            .unwrap_or_else(|e| panic!("{}: {e}", c.what));
         match c.want {
             Want::Problem(status, slug) => {
                 r.assert_problem(status, slug, c.what);
@@ -1915,19 +1482,12 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     let mut edge = vec![b' '; MAX_BODY];
     edge[0] = b'[';
     edge[MAX_BODY - 1] = b']';
-    let ans = h
-        .request("POST", "/v1/records", None, Some("application/json"), &edge)
-        .ok_json(200);
+    let json = Some("application/json");
+    let ans = h.post_bytes("/v1/records", json, &edge).ok_json(200);
     assert_eq!(ans["outcomes"], json!([]));
     let many = format!("[{}]", vec!["{}"; MAX_RECORDS].join(","));
     let ans = h
-        .request(
-            "POST",
-            "/v1/records",
-            None,
-            Some("application/json"),
-            many.as_bytes(),
-        )
+        .post_bytes("/v1/records", json, many.as_bytes())
         .ok_json(200);
     assert_eq!(ans["rejected"], json!(MAX_RECORDS));
     assert_eq!(h.size(), size);
@@ -1936,14 +1496,8 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     // One bad record does not sink the batch: outcomes stay in order.
     let mixed = json!([good(41), json!({"nope": true}), good(42)]);
     let ans = h.post("/v1/records", None, &mixed).ok_json(200);
-    let statuses: Vec<_> = ans["outcomes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["status"].clone())
-        .collect();
     assert_eq!(
-        statuses,
+        each(&ans["outcomes"], "/status"),
         vec![json!("accepted"), json!("rejected"), json!("accepted")]
     );
     assert_eq!(
@@ -2161,23 +1715,15 @@ both_backends!(two_servers_one_database, |db: &TestDb| {
 });
 
 // ---------------------------------------------------------------------------------------------
-// Known bugs in src/ (see the notes on each); enable when fixed
+// Regressions: bugs once in src/ (see the notes on each)
 // ---------------------------------------------------------------------------------------------
 
-/// Runs `body` on SQLite and, when configured, PostgreSQL (for tests that `#[ignore]`).
-fn on_both(body: impl Fn(&TestDb)) {
-    body(&sqlite());
-    if let Some(db) = postgres() {
-        body(&db);
-    }
-}
-
-/// Concurrent creations of one tenant: exactly one 201, every other a 409. Today
-/// `store::access::create_tenant` checks, then inserts, outside a transaction, and the losing
-/// insert's unique violation becomes a 500.
-#[test]
-fn racing_tenant_creations_answer_201_once_then_409() {
-    on_both(|db| {
+// Concurrent creations of one tenant: exactly one 201, every other a 409. Once
+// `store::access::create_tenant` checked, then inserted, outside a transaction, and the losing
+// insert's unique violation became a 500.
+both_backends!(
+    racing_tenant_creations_answer_201_once_then_409,
+    |db: &TestDb| {
         let log = init(db);
         let srv = log.serve();
         let h = srv.http();
@@ -2200,27 +1746,21 @@ fn racing_tenant_creations_answer_201_once_then_409() {
             }
             assert_eq!(created, 1, "tenant t{n}");
         }
-    });
-}
+    }
+);
 
-/// A revocation reason long enough to push the ledger's own entry over the 8 KiB envelope
-/// limit is the caller's mistake (a 400 naming `reason`), not a 500; and nothing is logged.
-#[test]
-fn a_long_revocation_reason_is_a_400() {
-    on_both(|db| {
-        let log = init(db);
-        let srv = log.serve();
-        let h = srv.http();
-        let k = sample::key("long-reason");
-        h.register(&log.admin, "node-1", "node", &k);
-        let size = h.size();
-        let path = format!("/v1/signers/node-1/keys/{}/revoke", key_id(&k));
-        let body = json!({"reason": "x".repeat(9000)});
-        h.post(&path, Some(&log.admin), &body).assert_problem(
-            400,
-            "invalid_parameter",
-            "long reason",
-        );
-        assert_eq!(h.size(), size);
-    });
-}
+// A revocation reason long enough to push the ledger's own entry over the 8 KiB envelope
+// limit is the caller's mistake (a 400 naming `reason`), not a 500; and nothing is logged.
+both_backends!(a_long_revocation_reason_is_a_400, |db: &TestDb| {
+    let log = init(db);
+    let srv = log.serve();
+    let h = srv.http();
+    let k = sample::key("long-reason");
+    h.register(&log.admin, "node-1", "node", &k);
+    let size = h.size();
+    let path = format!("/v1/signers/node-1/keys/{}/revoke", key_id(&k));
+    let body = json!({"reason": "x".repeat(9000)});
+    h.post(&path, Some(&log.admin), &body)
+        .assert_problem(400, "invalid_parameter", "long reason");
+    assert_eq!(h.size(), size);
+});

@@ -18,63 +18,16 @@ use gpuledger::core::invoice::Period;
 use gpuledger::core::keys;
 use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
 use gpuledger::core::merkle::{self, Hash, MemoryHashes};
-use gpuledger::core::outcome::Outcome;
 use gpuledger::core::record::{
-    Body, Energy, GpuUsage, Kind, LeaseRegistered, RegionParameters, Role, SignerKeyRegistered,
-    SignerKeyRevoked, TenantRegistered,
+    Body, Kind, LeaseRegistered, RegionParameters, Role, SignerKeyRegistered, SignerKeyRevoked,
+    TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::certificates::{self as store_certs, CertificateRequest};
 use gpuledger::store::{Ledger, StoreError};
 use rust_decimal::Decimal;
-use std::str::FromStr;
 
 const ORIGIN: &str = "test.gpuledger/log";
-
-fn d(s: &str) -> Decimal {
-    Decimal::from_str(s).unwrap()
-}
-
-/// A fixed hour a few days back, so nothing is in the future.
-fn at(secs: i64) -> Timestamp {
-    let now = Timestamp::now().unix();
-    Timestamp::from_unix(now - now % 86_400 - 3 * 86_400)
-        .unwrap()
-        .plus(secs)
-}
-
-fn gpu(
-    tenant: &str,
-    node: &str,
-    region: &str,
-    lease: Option<&str>,
-    count: &str,
-    start: i64,
-    end: i64,
-) -> Body {
-    Body::GpuUsage(GpuUsage {
-        tenant: tenant.into(),
-        lease: lease.map(str::to_owned),
-        region: region.into(),
-        node: node.into(),
-        gpu_model: "H100".into(),
-        gpu_count: d(count),
-        start: at(start),
-        end: at(end),
-        gpu_seconds: d(count) * Decimal::from(end - start),
-    })
-}
-
-fn energy(node: &str, kwh: &str, start: i64, end: i64) -> Body {
-    Body::Energy(Energy {
-        tenant: Some("acme".into()),
-        region: "west".into(),
-        node: node.into(),
-        start: at(start),
-        end: at(end),
-        kwh: d(kwh),
-    })
-}
 
 fn period() -> Period {
     Period {
@@ -100,54 +53,27 @@ fn scenario(ledger: &Ledger) {
         .append_ledger_entry(Body::RegionParams(RegionParameters {
             region: "west".into(),
             currency: "CNY".into(),
-            electricity_price_per_kwh: d("0.28"),
-            pue: d("1.08"),
-            carbon_g_per_kwh: d("550"),
+            electricity_price_per_kwh: dec("0.28"),
+            pue: dec("1.08"),
+            carbon_g_per_kwh: dec("550"),
             effective_from: at(-86_400),
         }))
         .unwrap();
+    #[rustfmt::skip]
     let records = [
-        (
-            "node-1",
-            &n1,
-            1,
-            gpu("acme", "node-1", "west", None, "8", 0, 3600),
-        ),
-        (
-            "node-2",
-            &n2,
-            1,
-            gpu("acme", "node-2", "east", None, "0.5", 0, 600),
-        ),
-        (
-            "node-1",
-            &n1,
-            2,
-            gpu("acme", "node-1", "west", Some("l1"), "2", 3600, 7200),
-        ),
-        ("node-1", &n1, 3, energy("node-1", "12.5", 0, 3600)),
-        (
-            "node-2",
-            &n2,
-            2,
-            gpu("globex", "node-2", "west", None, "1", 0, 60),
-        ),
-        (
-            "node-1",
-            &n1,
-            4,
-            gpu("acme", "node-1", "west", None, "1", 7200, 7260),
-        ),
+        ("node-1", &n1, 1, h100_usage("acme", "node-1", "west", None, "8", 0, 3600)),
+        ("node-2", &n2, 1, h100_usage("acme", "node-2", "east", None, "0.5", 0, 600)),
+        ("node-1", &n1, 2, h100_usage("acme", "node-1", "west", Some("l1"), "2", 3600, 7200)),
+        ("node-1", &n1, 3, acme_energy("node-1", "12.5", 0, 3600)),
+        ("node-2", &n2, 2, h100_usage("globex", "node-2", "west", None, "1", 0, 60)),
+        ("node-1", &n1, 4, h100_usage("acme", "node-1", "west", None, "1", 7200, 7260)),
     ];
     let envs: Vec<Envelope> = records
         .iter()
-        .map(|(s, k, seq, b)| Envelope::sign(gpuledger::sample::ORIGIN, b.kind(), s, k, *seq, b))
+        .map(|(s, k, seq, b)| signed(s, k, *seq, b))
         .collect();
     let out = ledger.append(envs).unwrap();
-    assert!(
-        out.iter().all(|o| matches!(o, Outcome::Accepted { .. })),
-        "{out:?}"
-    );
+    assert_accepted(&out);
 }
 
 fn request(scope: Scope) -> CertificateRequest {
@@ -220,12 +146,12 @@ both_backends!(
                 ("west", "36000".to_owned(), 2)
             ]
         );
-        assert_eq!(cert.totals.gpu_seconds, d("36300"));
-        assert_eq!(cert.totals.kwh, d("12.5"));
-        assert_eq!(cert.totals.kwh_with_pue, d("13.5"));
-        assert_eq!(cert.totals.carbon_kg, d("7.425"));
+        assert_eq!(cert.totals.gpu_seconds, dec("36300"));
+        assert_eq!(cert.totals.kwh, dec("12.5"));
+        assert_eq!(cert.totals.kwh_with_pue, dec("13.5"));
+        assert_eq!(cert.totals.carbon_kg, dec("7.425"));
         assert_eq!(cert.totals.kwh_without_region_params, Decimal::ZERO);
-        assert_eq!(cert.energy[0].pue, Some(d("1.08")));
+        assert_eq!(cert.energy[0].pue, Some(dec("1.08")));
         // The checkpoint is of the log before the certificate_issued entry, which holds its hash.
         let anchor = bundle::anchor(&cert.checkpoint, &verifier_key()).unwrap();
         assert_eq!(anchor.size(), size_before);
@@ -257,8 +183,7 @@ both_backends!(
         .unwrap();
         assert_eq!((v.entries, v.records), (11, 4));
         // The log with the new kind still verifies end to end.
-        let mut conn = gpuledger::store::connect(&db.url).unwrap();
-        gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
+        verified(&db.url);
     }
 );
 
@@ -275,7 +200,7 @@ both_backends!(
             .unwrap();
         assert_eq!(
             (lease.entries.count, lease.totals.gpu_seconds),
-            (1, d("7200"))
+            (1, dec("7200"))
         );
         assert!(
             lease.energy.is_empty(),
@@ -290,7 +215,7 @@ both_backends!(
             .unwrap();
         assert_eq!(
             (nodes.entries.count, nodes.totals.gpu_seconds),
-            (1, d("300"))
+            (1, dec("300"))
         );
         let region = ledger
             .issue_certificate(request(Scope {
@@ -298,7 +223,7 @@ both_backends!(
                 ..Scope::default()
             }))
             .unwrap();
-        assert_eq!((region.entries.count, region.totals.kwh), (3, d("12.5")));
+        assert_eq!((region.entries.count, region.totals.kwh), (3, dec("12.5")));
         verify(&region, &bundle_of(&ledger, &region)).unwrap();
         let size = ledger.size().unwrap();
         let nothing = ledger.issue_certificate(request(Scope {
@@ -421,7 +346,7 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
             serde_json::Value::String(s) if m.ends_with("region") || m.ends_with("gpu_model") => {
                 format!("{s}x").into()
             }
-            serde_json::Value::String(s) => (d(s) + Decimal::ONE).to_string().into(),
+            serde_json::Value::String(s) => (dec(s) + Decimal::ONE).to_string().into(),
             _ => unreachable!(),
         };
         let forged: Certificate = serde_json::from_value(v).unwrap();
@@ -507,43 +432,36 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
         assert_eq!(reason(verify(&cert, &t)).0, Reason::InclusionProof);
     }
 
-    // A dropped record: the commitment no longer matches (or, with the end line left alone,
-    // the bundle is truncated).
-    let mut t = lines.clone();
-    t.remove(records[1]);
-    assert_eq!(reason(verify(&cert, &t)).0, Reason::Truncated);
-    set_end(&mut t);
-    assert_eq!(
-        reason(verify(&cert, &t)),
-        (Reason::EntriesMismatch, "entries.count".into())
-    );
-    // Another tenant's record (entry 13, globex's), genuinely in the log.
-    let mut t = lines.clone();
-    t.insert(records[3] + 1, line_of(&ledger, 13, size));
-    set_end(&mut t);
-    assert_eq!(
-        reason(verify(&cert, &t)),
-        (Reason::WrongTenant, "entry 13".into())
-    );
-    // The tenant's own record from after the period (entry 14).
-    let mut t = lines.clone();
-    t.insert(records[3] + 1, line_of(&ledger, 14, size));
-    set_end(&mut t);
-    assert_eq!(
-        reason(verify(&cert, &t)),
-        (Reason::OutsidePeriod, "entry 14".into())
-    );
-    // Reordered records; a missing end line; a context entry among the records.
-    let mut t = lines.clone();
-    t.swap(records[0], records[1]);
-    assert_eq!(reason(verify(&cert, &t)).0, Reason::Order);
-    let mut t = lines.clone();
-    t.pop();
-    assert_eq!(reason(verify(&cert, &t)).0, Reason::Truncated);
-    let mut t = lines.clone();
-    let ctx = t.remove(7); // the region parameters
-    t.insert(records[3] - 1, ctx);
-    assert_eq!(reason(verify(&cert, &t)).0, Reason::Order);
+    // Edits of the bundle's lines, each refused with its own reason (and item, where given).
+    type Edit<'a> = Box<dyn Fn(&mut Vec<Vec<u8>>) + 'a>;
+    #[rustfmt::skip]
+    let edits: Vec<(&str, Edit, Reason, Option<&str>)> = vec![
+        // A dropped record: the bundle is truncated (end line left alone), or the commitment
+        // no longer matches.
+        ("a dropped record",        Box::new(|t| { t.remove(records[1]); }),                Reason::Truncated, None),
+        ("a dropped record, ended", Box::new(|t| { t.remove(records[1]); set_end(t); }),    Reason::EntriesMismatch, Some("entries.count")),
+        // Another tenant's record (entry 13, globex's), genuinely in the log.
+        ("another tenant's record", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 13, size)); set_end(t); }), Reason::WrongTenant, Some("entry 13")),
+        // The tenant's own record from after the period (entry 14).
+        ("a record after the period", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 14, size)); set_end(t); }), Reason::OutsidePeriod, Some("entry 14")),
+        ("reordered records",       Box::new(|t| t.swap(records[0], records[1])),           Reason::Order, None),
+        ("no end line",             Box::new(|t| { t.pop(); }),                             Reason::Truncated, None),
+        // The region parameters (line 7) among the records.
+        ("a context entry among the records", Box::new(|t| { let ctx = t.remove(7); t.insert(records[3] - 1, ctx); }), Reason::Order, None),
+        ("a malformed line",        Box::new(|t| t[2] = b"{\"type\":\"entry\"".to_vec()),  Reason::Malformed, None),
+    ];
+    let mut wrong = Vec::new();
+    for (what, edit, want, item) in &edits {
+        let mut t = lines.clone();
+        edit(&mut t);
+        let (got, got_item) = reason(verify(&cert, &t));
+        if got != *want || item.is_some_and(|i| i != got_item) {
+            wrong.push(format!(
+                "{what}: {got:?} {got_item:?}, not {want:?} {item:?}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 
     // Pointed at an older checkpoint (re-signed by the key holder): later records are not in it.
     let signer = LogSigner::new(ORIGIN, key.clone()).unwrap();
@@ -587,10 +505,6 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
     h["checkpoint"] = forged_note.into();
     t[0] = unparse(&h);
     assert_eq!(reason(verify(&cert, &t)).0, Reason::CheckpointSignature);
-    // A malformed line.
-    let mut t = lines.clone();
-    t[2] = b"{\"type\":\"entry\"".to_vec();
-    assert_eq!(reason(verify(&cert, &t)).0, Reason::Malformed);
 }
 
 /// A log written by hand with the log key, as a dishonest key holder could: entry by entry,
@@ -632,14 +546,7 @@ impl HandLog {
 
     fn ledger(&mut self, body: Body) -> u64 {
         self.ledger_seq += 1;
-        let env = Envelope::sign(
-            gpuledger::sample::ORIGIN,
-            body.kind(),
-            LEDGER_SIGNER,
-            &log_key(),
-            self.ledger_seq,
-            &body,
-        );
+        let env = signed(LEDGER_SIGNER, &log_key(), self.ledger_seq, &body);
         self.push(env, at(7300))
     }
 
@@ -724,45 +631,18 @@ fn records_signed_after_revocation_or_with_bad_signatures_are_named() {
     let node = gpuledger::sample::key("hand-node");
     let mut log = HandLog::new();
     let reg = register(&mut log, "node-h", &node);
-    let u1 = gpu("acme", "node-h", "west", None, "1", 0, 600);
-    let r1 = log.push(
-        Envelope::sign(
-            gpuledger::sample::ORIGIN,
-            Kind::GpuUsage,
-            "node-h",
-            &node,
-            1,
-            &u1,
-        ),
-        at(600),
-    );
+    let u1 = h100_usage("acme", "node-h", "west", None, "1", 0, 600);
+    let r1 = log.push(signed("node-h", &node, 1, &u1), at(600));
     let rev = log.ledger(Body::SignerKeyRevoked(SignerKeyRevoked {
         signer: "node-h".into(),
         key_id: keys::key_id(&node.verifying_key()),
         reason: Some("stolen".into()),
     }));
-    let u2 = gpu("acme", "node-h", "west", None, "1", 600, 1200);
-    let r2 = log.push(
-        Envelope::sign(
-            gpuledger::sample::ORIGIN,
-            Kind::GpuUsage,
-            "node-h",
-            &node,
-            2,
-            &u2,
-        ),
-        at(1200),
-    );
+    let u2 = h100_usage("acme", "node-h", "west", None, "1", 600, 1200);
+    let r2 = log.push(signed("node-h", &node, 2, &u2), at(1200));
     // A record whose signature is bad, written into the tree anyway.
-    let u3 = gpu("acme", "node-h", "west", None, "1", 1200, 1800);
-    let mut bad = Envelope::sign(
-        gpuledger::sample::ORIGIN,
-        Kind::GpuUsage,
-        "node-h",
-        &node,
-        3,
-        &u3,
-    );
+    let u3 = h100_usage("acme", "node-h", "west", None, "1", 1200, 1800);
+    let mut bad = signed("node-h", &node, 3, &u3);
     let mut raw = BASE64_STANDARD.decode(&bad.sig).unwrap();
     raw[5] ^= 1;
     bad.sig = BASE64_STANDARD.encode(raw);
@@ -849,20 +729,13 @@ fn both_verifiers_pass_the_services_artefacts_and_fail_a_tampered_one() {
     }
     let p = |f: &str| d.join(f).to_str().unwrap().to_owned();
     let key = p("verifier_key.txt");
-    let (code, out) = gpuledger(&[
-        "verify",
+    let files = [
         "--certificate",
-        &p("certificate.json"),
+        "certificate.json",
         "--bundle",
-        &p("bundle.ndjson"),
-        "--log-key",
-        &key,
-    ]);
-    assert_eq!(code, 0, "{out}");
-    assert!(
-        out.starts_with("PASS: certificate CERT-000001 of acme"),
-        "{out}"
-    );
+        "bundle.ndjson",
+    ];
+    assert_verify_passes(d, &files, &key, "PASS: certificate CERT-000001 of acme");
     let (code, out) = gpuledger(&[
         "verify",
         "consistency",
@@ -965,58 +838,14 @@ fn both_verifiers_pass_the_services_artefacts_and_fail_a_tampered_one() {
     assert!(out.status.success(), "the Python verifier failed:\n{err}");
     assert!(!err.contains("SKIPPED"), "{err}");
     let out = python_verifier()
-        .args([
-            "certificate",
-            "--certificate",
-            &p("certificate.json"),
-            "--bundle",
-            &p("bundle.ndjson"),
-            "--log-key",
-            &key,
-        ])
+        .arg("certificate")
+        .args(files)
+        .args(["--log-key", &key])
+        .current_dir(d)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.starts_with("PASS"), "{text}");
-}
-
-struct Http {
-    base: String,
-    agent: ureq::Agent,
-}
-
-impl Http {
-    fn call(
-        &self,
-        method: &str,
-        path: &str,
-        token: &str,
-        body: Option<serde_json::Value>,
-    ) -> (u16, Vec<u8>, String) {
-        let url = format!("{}{path}", self.base);
-        let auth = format!("Bearer {token}");
-        let mut resp = if method == "GET" {
-            self.agent.get(&url).header("Authorization", &auth).call()
-        } else {
-            self.agent
-                .post(&url)
-                .header("Authorization", &auth)
-                .send_json(body.unwrap_or_default())
-        }
-        .unwrap();
-        let ctype = resp
-            .headers()
-            .get("content-type")
-            .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default();
-        let status = resp.status().as_u16();
-        let bytes = resp.body_mut().read_to_vec().unwrap();
-        (status, bytes, ctype)
-    }
-}
-
-fn json(b: &[u8]) -> serde_json::Value {
-    serde_json::from_slice(b).unwrap()
 }
 
 both_backends!(
@@ -1024,8 +853,7 @@ both_backends!(
     |db: &TestDb| {
         use gpuledger::store::access::{self, ApiRole};
         let dir = tempfile::tempdir().unwrap();
-        let key_path = dir.path().join("log.key");
-        gpuledger::keyfile::write_new(&key_path, &log_key()).unwrap();
+        let key_path = log_key_file(dir.path());
         let (admin, acme, globex, auditor) = {
             let ledger = open(db);
             scenario(&ledger);
@@ -1045,13 +873,7 @@ both_backends!(
         };
         let (child, base) = spawn_serve(&db.url, &key_path, 0, &[]);
         let _server = Proc(child);
-        let http = Http {
-            base,
-            agent: ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .build()
-                .into(),
-        };
+        let h = Http::new(&base);
         let order = |tenant: Option<&str>| {
             let mut o = serde_json::json!({"from": period().from.to_string(), "to": period().to.to_string()});
             if let Some(t) = tenant {
@@ -1059,40 +881,30 @@ both_backends!(
             }
             o
         };
-        let size = |h: &Http| json(&h.call("GET", "/v1/log", &admin, None).1)["size"].as_u64();
+        let certify =
+            |token: &str, body: &serde_json::Value| h.post("/v1/certificates", Some(token), body);
         // A tenant certifies itself; the answer is the signed certificate.
-        let (s, b, ctype) = http.call("POST", "/v1/certificates", &acme, Some(order(None)));
+        let r = certify(&acme, &order(None));
         assert_eq!(
-            (s, ctype.as_str()),
+            (r.status, r.content_type.as_str()),
             (201, "application/json"),
             "{}",
-            String::from_utf8_lossy(&b)
+            r.lossy()
         );
-        let cert = Certificate::from_json(&b).unwrap();
+        let cert = Certificate::from_json(&r.body).unwrap();
         assert_eq!((cert.tenant.as_str(), cert.entries.count), ("acme", 4));
         // ... and not another tenant (404, as if it did not exist); auditors do not issue.
-        let before = size(&http);
-        let (s, b, _) = http.call(
-            "POST",
-            "/v1/certificates",
-            &globex,
-            Some(order(Some("acme"))),
-        );
-        assert_eq!(s, 404, "{}", String::from_utf8_lossy(&b));
-        assert_eq!(json(&b)["type"], "urn:gpuledger:problem:not_found");
-        assert_eq!(
-            http.call(
-                "POST",
-                "/v1/certificates",
-                &auditor,
-                Some(order(Some("acme")))
-            )
-            .0,
-            403
-        );
+        let before = h.size();
+        certify(&globex, &order(Some("acme"))).assert_problem(404, "not_found", "globex for acme");
+        assert_eq!(certify(&auditor, &order(Some("acme"))).status, 403);
         // Bad input: a precise 4xx, nothing appended.
         let mut inverted = order(Some("acme"));
         inverted["to"] = period().from.to_string().into();
+        let with = |member: &str, value: serde_json::Value| {
+            let mut o = order(Some("acme"));
+            o[member] = value;
+            o
+        };
         for (body, status) in [
             (order(None), 400),
             (inverted, 400),
@@ -1100,83 +912,59 @@ both_backends!(
                 serde_json::json!({"tenant": "acme", "from": "yesterday", "to": "today"}),
                 400,
             ),
-            (
-                serde_json::json!({"tenant": "acme", "from": period().from.to_string(), "to": period().to.to_string(), "extra": 1}),
-                400,
-            ),
-            (
-                serde_json::json!({"tenant": "acme", "from": period().from.to_string(), "to": period().to.to_string(), "scope": {"nodes": []}}),
-                400,
-            ),
+            (with("extra", 1.into()), 400),
+            (with("scope", serde_json::json!({"nodes": []})), 400),
             (order(Some("nobody")), 404),
-            (
-                serde_json::json!({"tenant": "acme", "from": period().from.to_string(), "to": period().to.to_string(), "scope": {"region": "north"}}),
-                400,
-            ),
+            (with("scope", serde_json::json!({"region": "north"})), 400),
         ] {
-            let (s, b, ctype) = http.call("POST", "/v1/certificates", &admin, Some(body.clone()));
-            assert_eq!(s, status, "{body}: {}", String::from_utf8_lossy(&b));
-            assert_eq!(ctype, "application/problem+json");
+            let r = certify(&admin, &body);
+            assert_eq!(r.status, status, "{body}: {}", r.lossy());
+            assert_eq!(r.content_type, "application/problem+json");
         }
-        assert_eq!(size(&http), before, "refused certificates change nothing");
+        assert_eq!(h.size(), before, "refused certificates change nothing");
         // An admin certifies any tenant, narrowed to nodes.
-        let mut o = order(Some("acme"));
-        o["scope"] = serde_json::json!({"nodes": ["node-2"]});
-        let (s, b, _) = http.call("POST", "/v1/certificates", &admin, Some(o));
-        assert_eq!(s, 201);
-        assert_eq!(json(&b)["id"], "CERT-000002");
+        let r = certify(
+            &admin,
+            &with("scope", serde_json::json!({"nodes": ["node-2"]})),
+        );
+        assert_eq!(r.status, 201);
+        assert_eq!(r.json()["id"], "CERT-000002");
         // Reading: own and all; others' ids are 404.
+        for (path, token, status) in [
+            ("/v1/certificates/CERT-000001", &acme, 200),
+            ("/v1/certificates/CERT-000001", &auditor, 200),
+            ("/v1/certificates/CERT-000001", &globex, 404),
+            ("/v1/certificates/CERT-000001/bundle", &globex, 404),
+            ("/v1/certificates/CERT-999999", &admin, 404),
+            ("/v1/certificates?tenant=acme", &globex, 404),
+        ] {
+            assert_eq!(h.get(path, Some(token)).status, status, "{path}");
+        }
         assert_eq!(
-            http.call("GET", "/v1/certificates/CERT-000001", &acme, None)
-                .0,
-            200
-        );
-        assert_eq!(
-            http.call("GET", "/v1/certificates/CERT-000001", &auditor, None)
-                .0,
-            200
-        );
-        assert_eq!(
-            http.call("GET", "/v1/certificates/CERT-000001", &globex, None)
-                .0,
-            404
-        );
-        assert_eq!(
-            http.call("GET", "/v1/certificates/CERT-000001/bundle", &globex, None)
-                .0,
-            404
-        );
-        assert_eq!(
-            http.call("GET", "/v1/certificates/CERT-999999", &admin, None)
-                .0,
-            404
-        );
-        assert_eq!(
-            json(&http.call("GET", "/v1/certificates", &globex, None).1),
+            h.get("/v1/certificates", Some(&globex)).json(),
             serde_json::json!([])
         );
         assert_eq!(
-            json(&http.call("GET", "/v1/certificates", &acme, None).1)
+            h.get("/v1/certificates", Some(&acme))
+                .json()
                 .as_array()
                 .unwrap()
                 .len(),
             2
         );
-        assert_eq!(
-            http.call("GET", "/v1/certificates?tenant=acme", &globex, None)
-                .0,
-            404
-        );
         // The downloaded bundle verifies offline with the downloaded certificate.
-        let (s, got, _) = http.call("GET", "/v1/certificates/CERT-000001", &acme, None);
+        let r = h.get("/v1/certificates/CERT-000001", Some(&acme));
         assert_eq!(
-            (s, Certificate::from_json(&got).unwrap()),
+            (r.status, Certificate::from_json(&r.body).unwrap()),
             (200, cert.clone())
         );
-        let (s, bundle, ctype) =
-            http.call("GET", "/v1/certificates/CERT-000001/bundle", &acme, None);
-        assert_eq!((s, ctype.as_str()), (200, "application/x-ndjson"));
-        let lines: Vec<Vec<u8>> = bundle
+        let r = h.get("/v1/certificates/CERT-000001/bundle", Some(&acme));
+        assert_eq!(
+            (r.status, r.content_type.as_str()),
+            (200, "application/x-ndjson")
+        );
+        let lines: Vec<Vec<u8>> = r
+            .body
             .strip_suffix(b"\n")
             .unwrap()
             .split(|b| *b == b'\n')
@@ -1196,15 +984,8 @@ fn signatures_checked_in_the_parallel_stage_are_named_too() {
     let mut records = Vec::new();
     let mut bad_index = 0;
     for i in 0..5_000u64 {
-        let u = gpu("acme", "node-m", "west", None, "1", i as i64, i as i64 + 1);
-        let mut env = Envelope::sign(
-            gpuledger::sample::ORIGIN,
-            Kind::GpuUsage,
-            "node-m",
-            &node,
-            i + 1,
-            &u,
-        );
+        let u = h100_usage("acme", "node-m", "west", None, "1", i as i64, i as i64 + 1);
+        let mut env = signed("node-m", &node, i + 1, &u);
         if i == 4_500 {
             let mut raw = BASE64_STANDARD.decode(&env.sig).unwrap();
             raw[7] ^= 1;

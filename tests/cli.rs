@@ -8,7 +8,6 @@ use diesel::prelude::*;
 use gpuledger::core::record::Role;
 use gpuledger::sample;
 use gpuledger::store::schema::entries;
-use rust_decimal::Decimal;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
@@ -82,13 +81,7 @@ fn init_defaults_then_verify_log_passes_and_names_a_tampered_entry() {
     let ledger = gpuledger::store::Ledger::open(&url, log_key).unwrap();
     let k = signer(&ledger, "node-1", Role::Node);
     parties(&ledger, &["t"]);
-    ledger
-        .append(
-            (1..=20)
-                .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, slot(s)))
-                .collect(),
-        )
-        .unwrap();
+    ledger.append(usage_run("node-1", &k, "t", 1..=20)).unwrap();
     ledger.checkpoint().unwrap();
     drop(ledger);
 
@@ -185,4 +178,21 @@ fn bench_append_prints_four_rates() {
         _ => panic!("full_vs_bound without its measurement, or the other way round: {v}"),
     }
     assert_eq!(v["records"], 2000);
+}
+
+/// The preview benchmark rates a month it really filled: every record accepted, priced into a
+/// line with a total above zero (it once timed an empty month, every record refused unseen).
+#[test]
+fn bench_preview_prices_the_month_it_fills() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gpuledger(
+        dir.path(),
+        &["bench", "preview", "--records", "320", "--json"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["records"], 320, "{v}");
+    assert!(v["lines"].as_u64().unwrap() >= 1, "{v}");
+    let total: rust_decimal::Decimal = v["total"].as_str().unwrap().parse().unwrap();
+    assert!(total > rust_decimal::Decimal::ZERO, "{v}");
 }

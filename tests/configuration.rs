@@ -1,8 +1,10 @@
 //! docs/CONFIGURATION.md keeps step with the code: every flag of `serve` (from its --help) and
 //! every TOML key of its settings file is documented, and the documented example file parses.
 
+mod common;
+
+use common::{bin, help_flags, not_in_backticks};
 use gpuledger::server::{read_config, ServeSettings};
-use std::process::Command;
 
 fn doc() -> String {
     std::fs::read_to_string(concat!(
@@ -14,25 +16,16 @@ fn doc() -> String {
 
 #[test]
 fn every_serve_flag_and_env_var_is_documented() {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuledger"))
-        .args(["serve", "--help"])
-        .output()
-        .unwrap();
+    let out = bin().args(["serve", "--help"]).output().unwrap();
     let help = String::from_utf8(out.stdout).unwrap();
     let doc = doc();
-    let flags: Vec<&str> = help
-        .split_whitespace()
-        .filter(|w| w.starts_with("--") && w.len() > 2)
-        .map(|w| w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-'))
-        .filter(|w| *w != "--help")
-        .collect();
+    let flags = help_flags(&help);
     assert!(flags.len() >= 6, "parsed flags from --help: {flags:?}");
-    for f in &flags {
-        assert!(
-            doc.contains(&format!("`{f}`")),
-            "docs/CONFIGURATION.md does not document {f}"
-        );
-    }
+    let missing = not_in_backticks(&doc, flags);
+    assert!(
+        missing.is_empty(),
+        "docs/CONFIGURATION.md does not document {missing:?}"
+    );
     for env in help
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
         .filter(|w| w.starts_with("GPULEDGER_"))

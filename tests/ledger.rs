@@ -22,6 +22,26 @@ fn reason(o: &Outcome) -> Reason {
     }
 }
 
+/// Appends each step's record alone, through its handle: accepted (`None`) or refused with the
+/// reason given. Every step is tried; every one that differs is reported.
+fn append_one_by_one<const N: usize>(
+    steps: [(&str, &gpuledger::store::Ledger, Envelope, Option<Reason>); N],
+) {
+    let mut wrong = Vec::new();
+    for (what, ledger, record, want) in steps {
+        let out = ledger.append(vec![record]).unwrap();
+        let got = match &out[0] {
+            Outcome::Accepted { .. } => None,
+            Outcome::Rejected(r) => Some(r.reason),
+            other => panic!("{what}: {other:?}"),
+        };
+        if got != want {
+            wrong.push(format!("{what}: {got:?}, not {want:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 fn assert_verifies(ledger: &gpuledger::store::Ledger) -> verify::Report {
     ledger
         .with_reader(|c| Ok(verify::verify_log(c, None, &mut |_, _| {})))
@@ -475,9 +495,7 @@ both_backends!(batch_limit_is_enforced, |db: &TestDb| {
     let k = signer(&ledger, "node-1", Role::Node);
     parties(&ledger, &["t"]);
     let base = ledger.head().unwrap().0;
-    let batch: Vec<_> = (1..=MAX_APPEND_BATCH as u64 + 1)
-        .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, slot(s)))
-        .collect();
+    let batch: Vec<_> = usage_run("node-1", &k, "t", 1..=MAX_APPEND_BATCH as u64 + 1);
     assert!(
         matches!(ledger.append(batch.clone()), Err(StoreError::BatchTooLarge(n, MAX_APPEND_BATCH)) if n == MAX_APPEND_BATCH + 1)
     );
@@ -506,14 +524,11 @@ both_backends!(stored_tree_matches_rfc6962_for_every_size, |db: &TestDb| {
     // Appends of varying batch sizes, so group boundaries fall everywhere.
     let mut seq = 0u64;
     let mut sizes = vec![ledger.size().unwrap()];
-    for n in [1usize, 2, 3, 1, 7, 16, 1, 33, 64, 5, 100, 30] {
-        let batch = (0..n)
-            .map(|_| {
-                seq += 1;
-                sample::usage("node-1", &k, seq, "t", Decimal::ONE, slot(seq))
-            })
-            .collect();
-        ledger.append(batch).unwrap();
+    for n in [1u64, 2, 3, 1, 7, 16, 1, 33, 64, 5, 100, 30] {
+        ledger
+            .append(usage_run("node-1", &k, "t", seq + 1..=seq + n))
+            .unwrap();
+        seq += n;
         sizes.push(ledger.head().unwrap().0);
     }
     let size = ledger.head().unwrap().0;
@@ -550,13 +565,7 @@ both_backends!(checkpoints_are_signed_and_consistent, |db: &TestDb| {
     assert_eq!(s1, 4);
     // No new entries: the same checkpoint comes back.
     assert_eq!(ledger.checkpoint().unwrap(), (s1, note1.clone()));
-    ledger
-        .append(
-            (1..=10)
-                .map(|s| sample::usage("node-1", &k, s, "t", Decimal::ONE, slot(s)))
-                .collect(),
-        )
-        .unwrap();
+    ledger.append(usage_run("node-1", &k, "t", 1..=10)).unwrap();
     let (s2, note2) = ledger.checkpoint().unwrap();
     assert_eq!(s2, s1 + 10);
     let vkey = ledger.info().verifier_key.clone();
@@ -597,33 +606,29 @@ both_backends!(
         parties(&ledger, &["t1"]);
         let rec =
             |seq: u64, at: u64| sample::usage("node-1", &k, seq, "t1", Decimal::ONE, slot(at));
-        let accepted = |o: &Outcome| matches!(o, Outcome::Accepted { .. });
-        let out = ledger
-            .append(vec![rec(1, 1), rec(2, 2), rec(3, 10)])
-            .unwrap();
-        assert!(out.iter().all(accepted), "{out:?}");
-        // A late record filling the gap, then one after it: both fine.
-        assert!(accepted(&ledger.append(vec![rec(4, 7)]).unwrap()[0]));
-        assert!(accepted(&ledger.append(vec![rec(5, 8)]).unwrap()[0]));
-        // The stream's latest interval is still slot 10: a second claim on it is refused.
-        assert_eq!(
-            reason(&ledger.append(vec![rec(6, 10)]).unwrap()[0]),
-            Reason::OverlappingInterval
+        assert_accepted(
+            &ledger
+                .append(vec![rec(1, 1), rec(2, 2), rec(3, 10)])
+                .unwrap(),
         );
-        assert!(accepted(&ledger.append(vec![rec(7, 11)]).unwrap()[0]));
         // Another process (another handle on the same database) appends to the stream; this
         // handle must notice and not trust what it remembers.
         let other = gpuledger::store::Ledger::open(&db.url, log_key()).unwrap();
-        assert!(accepted(&other.append(vec![rec(8, 12)]).unwrap()[0]));
-        assert_eq!(
-            reason(&ledger.append(vec![rec(9, 12)]).unwrap()[0]),
-            Reason::OverlappingInterval
-        );
-        assert!(accepted(&ledger.append(vec![rec(10, 13)]).unwrap()[0]));
-        assert_eq!(
-            reason(&other.append(vec![rec(11, 13)]).unwrap()[0]),
-            Reason::OverlappingInterval
-        );
+        let overlap = Some(Reason::OverlappingInterval);
+        #[rustfmt::skip]
+        let steps = [
+            // A late record filling the gap, then one after it: both fine.
+            ("late", &ledger, rec(4, 7), None),
+            ("after it", &ledger, rec(5, 8), None),
+            // The stream's latest interval is still slot 10: a second claim on it is refused.
+            ("slot 10 again", &ledger, rec(6, 10), overlap),
+            ("slot 11", &ledger, rec(7, 11), None),
+            ("slot 12 by the other", &other, rec(8, 12), None),
+            ("slot 12 again", &ledger, rec(9, 12), overlap),
+            ("slot 13", &ledger, rec(10, 13), None),
+            ("slot 13 again, by the other", &other, rec(11, 13), overlap),
+        ];
+        append_one_by_one(steps);
         assert_verifies(&ledger);
     }
 );
@@ -667,20 +672,18 @@ both_backends!(spot_conflicts_across_processes, |db: &TestDb| {
     let other = gpuledger::store::Ledger::open(&db.url, log_key()).unwrap();
     let now = Timestamp::now();
     let spot = |seq: u64, at: i64| sample::spot("market-1", &m, seq, Decimal::ONE, now.plus(at));
-    let accepted = |o: &Outcome| matches!(o, Outcome::Accepted { .. });
-    assert!(accepted(&ledger.append(vec![spot(1, 60)]).unwrap()[0]));
-    assert_eq!(
-        reason(&other.append(vec![spot(2, 60)]).unwrap()[0]),
-        Reason::PriceConflict
-    );
-    assert!(accepted(&other.append(vec![spot(3, 120)]).unwrap()[0]));
-    assert_eq!(
-        reason(&ledger.append(vec![spot(4, 120)]).unwrap()[0]),
-        Reason::PriceConflict
-    );
+    let conflict = Some(Reason::PriceConflict);
+    #[rustfmt::skip]
+    let steps = [
+        ("a price at +60", &ledger, spot(1, 60), None),
+        ("another at +60, by the other", &other, spot(2, 60), conflict),
+        ("a price at +120, by the other", &other, spot(3, 120), None),
+        ("another at +120", &ledger, spot(4, 120), conflict),
+    ];
+    append_one_by_one(steps);
     // Within one batch too, and the batch's other price goes in.
     let out = ledger.append(vec![spot(5, 180), spot(6, 180)]).unwrap();
-    assert!(accepted(&out[0]));
+    assert_accepted(&out[..1]);
     assert_eq!(reason(&out[1]), Reason::PriceConflict);
     assert_verifies(&ledger);
 });

@@ -20,7 +20,6 @@ use gpuledger::core::checkpoint::verify_checkpoint;
 use gpuledger::core::merkle;
 use gpuledger::core::record::Role;
 use gpuledger::core::time::Timestamp;
-use gpuledger::keyfile;
 use gpuledger::sample;
 use promql_parser::label::MatchOp;
 use promql_parser::parser::{self, Expr};
@@ -691,32 +690,6 @@ fn alert_rules_are_complete_and_point_at_runbooks() {
     }
 }
 
-/// An HTTP client that returns error statuses as responses, with a 10 s limit.
-fn http() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into()
-}
-
-fn get(url: &str) -> (u16, String) {
-    let mut r = http()
-        .get(url)
-        .call()
-        .unwrap_or_else(|e| panic!("{url}: {e}"));
-    (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
-}
-
-fn post_json(url: &str, body: &str) -> (u16, String) {
-    let mut r = http()
-        .post(url)
-        .header("Content-Type", "application/json")
-        .send(body.as_bytes())
-        .unwrap();
-    (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
-}
-
 fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
     let t = Instant::now();
     while !ok() {
@@ -734,47 +707,45 @@ fn ledger_with_node(node: &str) -> (TestDb, tempfile::TempDir, PathBuf) {
     lease(&ledger, "l-a", "tenant-a");
     drop(ledger);
     let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("log.key");
-    keyfile::write_new(&key, &log_key()).unwrap();
+    let key = log_key_file(dir.path());
     (db, dir, key)
 }
 
+/// Starts `gpuledger serve` checkpointing every second into `publish`; returns it and its
+/// base URL.
+fn serve_publishing(url: &str, log_key: &Path, publish: &Path) -> (Proc, String) {
+    let args = [
+        "--checkpoint-interval-seconds",
+        "1",
+        "--workers",
+        "1",
+        "--publish-dir",
+        publish.to_str().unwrap(),
+    ];
+    let (child, base) = spawn_serve(url, log_key, 0, &args);
+    (Proc(child), base)
+}
+
 /// Starts `gpuledger agent` on simulated GPUs with its metrics listener on a free port;
-/// returns it and the metrics URL.
+/// returns it and the listener's base URL.
 fn spawn_agent(dir: &Path, node: &str, server: &str) -> (Proc, String) {
-    let d = dir.join(node);
-    std::fs::create_dir_all(&d).unwrap();
-    keyfile::write_new(&d.join("node.key"), &sample::key(node)).unwrap();
-    std::fs::write(
-        d.join("leases.toml"),
+    let cfg = write_agent_config(
+        &dir.join(node),
+        node,
+        server,
+        "cn-east-sh",
         "[[lease]]\nid = \"l-a\"\ntenant = \"tenant-a\"\ngpus = [0, 1, 2, 3]\n",
-    )
-    .unwrap();
-    let cfg = d.join("agent.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"signer = "{node}"
-key_file = "node.key"
-server_url = "{server}"
-interval_seconds = 1
-region = "cn-east-sh"
-node = "{node}"
-lease_file = "leases.toml"
-spool_dir = "spool"
-metrics_listen = "127.0.0.1:1"
+        r#"metrics_listen = "127.0.0.1:1"
 
 [collector]
 kind = "simulated"
-gpus = [{{ model = "H20-96G", count = 4, idle_watts = 60, max_watts = "400" }}]
+gpus = [{ model = "H20-96G", count = 4, idle_watts = 60, max_watts = "400" }]
 
 [limits]
 max_spool_records = 5000
 max_backoff_seconds = 1
-"#
-        ),
-    )
-    .unwrap();
+"#,
+    );
     // The flag wins over the file's metrics_listen (port 1 would fail to bind).
     let mut child = bin()
         .args(["agent", "--config"])
@@ -794,7 +765,7 @@ max_backoff_seconds = 1
         assert!(line.starts_with("spooled seq "), "agent said {line:?}");
     };
     std::thread::spawn(move || lines.for_each(drop));
-    (Proc(child), format!("{base}/metrics"))
+    (Proc(child), base)
 }
 
 fn value(text: &str, series: &str) -> Option<f64> {
@@ -808,26 +779,16 @@ fn every_metric_of_the_alerts_and_dashboard_is_served() {
     let node = "node-ops-1";
     let (db, dir, key) = ledger_with_node(node);
     let publish = dir.path().join("publish");
-    let (serve, base) = spawn_serve(
-        &db.url,
-        &key,
-        0,
-        &[
-            "--checkpoint-interval-seconds",
-            "1",
-            "--workers",
-            "1",
-            "--publish-dir",
-            publish.to_str().unwrap(),
-        ],
-    );
-    let _serve = Proc(serve);
-    let (_agent, agent_metrics) = spawn_agent(dir.path(), node, &base);
+    let (_serve, base) = serve_publishing(&db.url, &key, &publish);
+    let (_agent, agent_base) = spawn_agent(dir.path(), node, &base);
+    let ledger = Http::new(&base);
+    let agent = Http::new(&agent_base);
+    let metrics = |h: &Http| h.get("/metrics", None).text();
 
     // Records flow: the agent's are accepted; one from an unknown signer is rejected.
     wait_for("accepted records", Duration::from_secs(30), || {
         value(
-            &get(&agent_metrics).1,
+            &metrics(&agent),
             "gpuledger_agent_records_total{outcome=\"accepted\"}",
         )
         .unwrap_or(0.0)
@@ -835,24 +796,20 @@ fn every_metric_of_the_alerts_and_dashboard_is_served() {
     });
     let stranger = sample::key("stranger");
     let env = sample::usage("stranger", &stranger, 1, "tenant-a", Decimal::ONE, slot(1));
-    let (status, body) = post_json(
-        &format!("{base}/v1/records"),
-        &format!("[{}]", serde_json::to_string(&env).unwrap()),
-    );
-    assert_eq!(status, 200, "{body}");
-    assert!(body.contains("unknown_signer"), "{body}");
+    let r = ledger.post_records(&[env]);
+    assert_eq!(r["outcomes"][0]["reason"], "unknown_signer", "{r}");
     wait_for(
         "a checkpoint and its publication",
         Duration::from_secs(20),
         || {
-            let m = get(&format!("{base}/metrics")).1;
+            let m = metrics(&ledger);
             m.contains("gpuledger_checkpoint_age_seconds ")
                 && value(&m, "gpuledger_checkpoint_published_size").unwrap_or(0.0) > 0.0
         },
     );
 
-    let ledger_text = get(&format!("{base}/metrics")).1;
-    let agent_text = get(&agent_metrics).1;
+    let ledger_text = metrics(&ledger);
+    let agent_text = metrics(&agent);
     let mut served = exposition(&ledger_text);
     served.extend(exposition(&agent_text));
 
@@ -975,20 +932,10 @@ fn grow(
     from: u64,
     n: u64,
 ) -> u64 {
-    let batch = (from..from + n)
-        .map(|s| sample::usage("node-a", key, s, "tenant-a", Decimal::ONE, slot(s)))
-        .collect();
+    let batch = usage_run("node-a", key, "tenant-a", from..from + n);
     let outcomes = ledger.append(batch).unwrap();
     assert!(outcomes.iter().all(|o| o.index().is_some()), "{outcomes:?}");
     ledger.checkpoint().unwrap().0
-}
-
-fn json_get(url: &str) -> (u16, Json) {
-    let (s, b) = get(url);
-    (
-        s,
-        serde_json::from_str(&b).unwrap_or_else(|e| panic!("{url}: {e}: {b}")),
-    )
 }
 
 both_backends!(checkpoints_are_listed_and_paged, |db: &TestDb| {
@@ -1007,8 +954,7 @@ both_backends!(checkpoints_are_listed_and_paged, |db: &TestDb| {
         .collect();
     drop(ledger);
     let dir = tempfile::tempdir().unwrap();
-    let key_path = dir.path().join("log.key");
-    keyfile::write_new(&key_path, &log_key()).unwrap();
+    let key_path = log_key_file(dir.path());
     // A long interval: the server signs nothing new while the test reads.
     let (child, base) = spawn_serve(
         &db.url,
@@ -1017,19 +963,12 @@ both_backends!(checkpoints_are_listed_and_paged, |db: &TestDb| {
         &["--checkpoint-interval-seconds", "3600", "--workers", "1"],
     );
     let _serve = Proc(child);
-    let url = |q: &str| format!("{base}/v1/checkpoints{q}");
-    let sizes_of = |v: &Json| -> Vec<u64> {
-        v["checkpoints"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["size"].as_u64().unwrap())
-            .collect()
-    };
+    let h = Http::new(&base);
+    let page = |q: &str| h.get(&format!("/v1/checkpoints{q}"), None);
+    let sizes_of = |v: &Json| each_u64(&v["checkpoints"], "/size");
 
     // Newest first, every field right, every note verifies with the log's verifier key.
-    let (s, all) = json_get(&url(""));
-    assert_eq!(s, 200, "{all}");
+    let all = page("").ok_json(200);
     let mut newest_first = sizes.clone();
     newest_first.reverse();
     assert_eq!(sizes_of(&all), newest_first);
@@ -1047,10 +986,9 @@ both_backends!(checkpoints_are_listed_and_paged, |db: &TestDb| {
 
     // Paging back in time with `next`, two at a time, visits every checkpoint once.
     let mut seen = Vec::new();
-    let mut next = Some(url("?limit=2").replace(&base, ""));
+    let mut next = Some("/v1/checkpoints?limit=2".to_owned());
     while let Some(path) = next {
-        let (s, page) = json_get(&format!("{base}{path}"));
-        assert_eq!(s, 200);
+        let page = h.get(&path, None).ok_json(200);
         assert!(page["checkpoints"].as_array().unwrap().len() <= 2);
         seen.extend(sizes_of(&page));
         next = page["next"].as_str().map(str::to_owned);
@@ -1059,18 +997,19 @@ both_backends!(checkpoints_are_listed_and_paged, |db: &TestDb| {
     assert_eq!(seen, newest_first);
 
     // Following the log: after a size, oldest first.
-    let (_, page) = json_get(&url(&format!("?after={}&limit=3", sizes[1])));
-    assert_eq!(sizes_of(&page), sizes[2..5]);
+    let after = page(&format!("?after={}&limit=3", sizes[1])).ok_json(200);
+    assert_eq!(sizes_of(&after), sizes[2..5]);
     assert_eq!(
-        page["next"].as_str().unwrap(),
+        after["next"].as_str().unwrap(),
         format!("/v1/checkpoints?after={}&limit=3", sizes[4])
     );
-    let (_, page) = json_get(&url(&format!("?after={}", sizes[4])));
-    assert_eq!(sizes_of(&page), sizes[5..]);
-    let (_, page) = json_get(&url(&format!("?after={}", sizes[5])));
-    assert_eq!(sizes_of(&page), Vec::<u64>::new());
-    let (_, page) = json_get(&url(&format!("?before={}&limit=1", sizes[3])));
-    assert_eq!(sizes_of(&page), [sizes[2]]);
+    for (q, want) in [
+        (format!("?after={}", sizes[4]), &sizes[5..]),
+        (format!("?after={}", sizes[5]), &[][..]),
+        (format!("?before={}&limit=1", sizes[3]), &sizes[2..3]),
+    ] {
+        assert_eq!(sizes_of(&page(&q).ok_json(200)), want, "{q}");
+    }
 
     // Bad parameters are 400 problems naming the parameter.
     for (q, param) in [
@@ -1082,9 +1021,9 @@ both_backends!(checkpoints_are_listed_and_paged, |db: &TestDb| {
         ("?before=-1", "before"),
         ("?after=1&before=9", "before"),
     ] {
-        let (s, body) = get(&url(q));
-        assert_eq!(s, 400, "{q}: {body}");
-        assert!(body.contains(param), "{q}: {body}");
+        let r = page(q);
+        assert_eq!(r.status, 400, "{q}: {}", r.lossy());
+        assert!(r.lossy().contains(param), "{q}: {}", r.lossy());
     }
 });
 
@@ -1112,19 +1051,9 @@ both_backends!(publish_dir_gets_every_checkpoint, |db: &TestDb| {
     sizes.push(grow(&ledger, &key, 5, 4));
     let vkey = ledger.info().verifier_key.clone();
     let dir = tempfile::tempdir().unwrap();
-    let key_path = dir.path().join("log.key");
-    keyfile::write_new(&key_path, &log_key()).unwrap();
+    let key_path = log_key_file(dir.path());
     let publish = dir.path().join("www/log");
-    let args = [
-        "--checkpoint-interval-seconds",
-        "1",
-        "--workers",
-        "1",
-        "--publish-dir",
-        publish.to_str().unwrap(),
-    ];
-    let (child, _base) = spawn_serve(&db.url, &key_path, 0, &args);
-    let serve = Proc(child);
+    let (serve, _base) = serve_publishing(&db.url, &key_path, &publish);
 
     // The history is back-filled and the latest is `checkpoint`.
     wait_for(
@@ -1234,15 +1163,11 @@ fn agent_flags_and_keys_are_documented() {
     let agent_doc = read(&root().join("docs/AGENT.md"));
     let conf_doc = read(&root().join("docs/CONFIGURATION.md"));
     let h = help(&["agent"]).unwrap();
-    for flag in h
-        .split_whitespace()
-        .filter(|w| w.starts_with("--") && *w != "--help")
-        .map(|w| w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric()))
-    {
-        assert!(
-            conf_doc.contains(&format!("`{flag}`")),
-            "CONFIGURATION.md: {flag}"
-        );
+    let flags = help_flags(&h);
+    assert!(flags.len() >= 2, "parsed flags from --help: {flags:?}");
+    let missing = not_in_backticks(&conf_doc, flags.iter().copied());
+    assert!(missing.is_empty(), "CONFIGURATION.md: {missing:?}");
+    for flag in flags {
         assert!(agent_doc.contains(flag), "AGENT.md: {flag}");
     }
     for word in ["`metrics_listen`", "GPULEDGER_AGENT_METRICS_LISTEN"] {
@@ -1257,12 +1182,8 @@ fn agent_flags_and_keys_are_documented() {
         .into_iter()
         .collect();
     assert!(names.len() >= 10, "{names:?}");
-    for n in &names {
-        assert!(
-            agent_doc.contains(&format!("`{n}`")),
-            "AGENT.md does not list {n}"
-        );
-    }
+    let missing = not_in_backticks(&agent_doc, names.iter().map(String::as_str));
+    assert!(missing.is_empty(), "AGENT.md does not list {missing:?}");
 }
 
 #[test]

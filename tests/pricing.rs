@@ -12,17 +12,12 @@ use gpuledger::core::invoice::{Invoice, InvoiceCheck};
 use gpuledger::core::outcome::Outcome;
 use gpuledger::core::rating::{self, LeaseClass};
 use gpuledger::core::record::{
-    Body, Energy, GpuUsage, Kind, LeaseRegistered, RateCard, RegionParameters, Role, SpotPrice,
-    TenantPlan, Tier, VolumeTiers,
+    Body, LeaseRegistered, RateCard, RegionParameters, Role, SpotPrice, TenantPlan, Tier,
+    VolumeTiers,
 };
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::{pricing, StoreError};
 use rust_decimal::Decimal;
-use std::str::FromStr;
-
-fn d(s: &str) -> Decimal {
-    Decimal::from_str(s).unwrap()
-}
 
 /// A payment or credit note body of acme's for `amount` CNY against `invoice`.
 fn settle(invoice: &str, amount: &str) -> gpuledger::core::record::Settlement {
@@ -30,19 +25,52 @@ fn settle(invoice: &str, amount: &str) -> gpuledger::core::record::Settlement {
         tenant: "acme".into(),
         invoice: invoice.into(),
         currency: "CNY".into(),
-        amount: d(amount),
+        amount: dec(amount),
         note: "test".into(),
     }
 }
 
-/// A fixed day a few days back, so nothing is in the future.
-fn day() -> Timestamp {
-    let now = Timestamp::now().unix();
-    Timestamp::from_unix(now - now % 86_400 - 3 * 86_400).unwrap()
+/// Day `n` after [`recent_day`] (day 0 is that day itself), as an invoice period.
+fn day_period(n: i64) -> gpuledger::core::invoice::Period {
+    gpuledger::core::invoice::Period {
+        from: at(n * 86_400),
+        to: at((n + 1) * 86_400),
+    }
 }
 
-fn at(secs: i64) -> Timestamp {
-    day().plus(secs)
+/// Appends `signer`'s `records` (seq, body), signed with `key`; every one must be accepted.
+fn append_signed(
+    ledger: &gpuledger::store::Ledger,
+    signer: &str,
+    key: &ed25519_dalek::SigningKey,
+    records: &[(u64, Body)],
+) {
+    let envs = records.iter().map(|(q, b)| signed(signer, key, *q, b));
+    assert_accepted(&ledger.append(envs.collect()).unwrap());
+}
+
+/// Registers node-p (for east and west) over HTTP, then posts its `records` (seq, body), which
+/// must all be accepted.
+fn post_node_p_records(h: &Http, admin: &str, records: &[(u64, Body)]) {
+    let node = gpuledger::sample::key("node-p");
+    let body = serde_json::json!({"id": "node-p", "role": "node", "public_key": public(&node),
+                                  "nodes": ["node-p"], "regions": ["east", "west"]});
+    h.post("/v1/signers", Some(admin), &body).ok_json(201);
+    let envs: Vec<Envelope> = records
+        .iter()
+        .map(|(q, b)| signed("node-p", &node, *q, b))
+        .collect();
+    let ans = h.post_records(&envs);
+    assert_eq!(ans["accepted"], records.len(), "{ans}");
+}
+
+/// The invoice preview path of `tenant` for [at(from), at(to)).
+fn preview_of(tenant: &str, from: i64, to: i64) -> String {
+    format!(
+        "/v1/invoices/preview?tenant={tenant}&from={}&to={}",
+        at(from),
+        at(to)
+    )
 }
 
 /// The nodes the tests' node-1 key may sign for.
@@ -54,11 +82,12 @@ fn rate_card(region: &str, class: LeaseClass, price: &str, from: Timestamp) -> B
         gpu_model: "H100".into(),
         lease_class: class,
         currency: "CNY".into(),
-        price_per_gpu_hour: d(price),
+        price_per_gpu_hour: dec(price),
         effective_from: from,
     })
 }
 
+/// Record `seq`: acme's usage of `count` H100s on `node` (see [`h100_usage`]).
 fn usage(
     node: &str,
     seq: u64,
@@ -68,26 +97,22 @@ fn usage(
     start: i64,
     end: i64,
 ) -> (u64, Body) {
-    (
-        seq,
-        Body::GpuUsage(GpuUsage {
-            tenant: "acme".into(),
-            lease: lease.map(str::to_owned),
-            region: region.into(),
-            node: node.into(),
-            gpu_model: "H100".into(),
-            gpu_count: d(count),
-            start: at(start),
-            end: at(end),
-            gpu_seconds: d(count) * Decimal::from(end - start),
-        }),
-    )
+    let body = h100_usage("acme", node, region, lease, count, start, end);
+    (seq, body)
 }
+
+/// The golden day's line amounts, hand-computed (docs/RATING.md): 2.00 east on-demand; 148.00
+/// west on-demand; spot 6.00 at 7.2, 1.33 at 8, 3.00 at 9, 3.78 at 11.35; energy 12.5 × 1.08
+/// × 0.28 = 3.78. And their total.
+const GOLDEN_AMOUNTS: [&str; 7] = ["2.00", "148.00", "6.00", "1.33", "3.00", "3.78", "3.78"];
+const GOLDEN_TOTAL: &str = "167.89";
 
 /// The golden scenario's prices and records (docs/RATING.md): rate cards in two regions, a spot
 /// lease with four spot prices (three changes inside its interval), west region parameters,
-/// and the four records of day 1. Returns the node key.
-fn golden_log(ledger: &gpuledger::store::Ledger) -> ed25519_dalek::SigningKey {
+/// and the four records of day 1: a fresh log of `db` holding them.
+fn golden_log(db: &TestDb) -> gpuledger::store::Ledger {
+    let log = open(db);
+    let ledger = &log;
     let node = signer_for(ledger, "node-1", Role::Node, &NODES);
     let market = signer(ledger, "market-1", Role::Market);
     // beta is registered too, so that invoice bundles have another tenant's entries to leave out.
@@ -103,9 +128,9 @@ fn golden_log(ledger: &gpuledger::store::Ledger) -> ed25519_dalek::SigningKey {
         Body::RegionParams(RegionParameters {
             region: "west".into(),
             currency: "CNY".into(),
-            electricity_price_per_kwh: d("0.28"),
-            pue: d("1.08"),
-            carbon_g_per_kwh: d("530"),
+            electricity_price_per_kwh: dec("0.28"),
+            pue: dec("1.08"),
+            carbon_g_per_kwh: dec("530"),
             effective_from: at(-86_400),
         }),
     ] {
@@ -119,73 +144,39 @@ fn golden_log(ledger: &gpuledger::store::Ledger) -> ed25519_dalek::SigningKey {
             let body = Body::SpotPrice(SpotPrice {
                 region: "west".into(),
                 gpu_model: "H100".into(),
-                price_per_gpu_hour: d(p),
+                price_per_gpu_hour: dec(p),
                 currency: "CNY".into(),
                 effective_from: at(*t),
             });
-            Envelope::sign(
-                gpuledger::sample::ORIGIN,
-                Kind::SpotPrice,
-                "market-1",
-                &market,
-                i as u64 + 1,
-                &body,
-            )
+            signed("market-1", &market, i as u64 + 1, &body)
         })
         .collect();
     // The prices were published as they took effect: the ledger's clock at the first of them.
     ledger.set_clock(Some(at(0)));
     let out = ledger.append(spots).unwrap();
     ledger.set_clock(None);
-    assert!(
-        out.iter().all(|o| matches!(o, Outcome::Accepted { .. })),
-        "{out:?}"
-    );
-    let mut records: Vec<(u64, Body)> = vec![
+    assert_accepted(&out);
+    let records = [
         usage("node-1", 1, "west", None, "8", 0, 3600),
         usage("node-e1", 2, "east", None, "0.5", 0, 600),
         usage("node-1", 3, "west", Some("spot-1"), "2", 300, 3300),
+        (4, acme_energy("node-1", "12.5", 0, 3600)),
     ];
-    records.push((
-        4,
-        Body::Energy(Energy {
-            tenant: Some("acme".into()),
-            region: "west".into(),
-            node: "node-1".into(),
-            start: at(0),
-            end: at(3600),
-            kwh: d("12.5"),
-        }),
-    ));
-    let envs: Vec<Envelope> = records
-        .iter()
-        .map(|(s, b)| Envelope::sign(gpuledger::sample::ORIGIN, b.kind(), "node-1", &node, *s, b))
-        .collect();
-    let out = ledger.append(envs).unwrap();
-    assert!(
-        out.iter().all(|o| matches!(o, Outcome::Accepted { .. })),
-        "{out:?}"
-    );
-    node
+    append_signed(ledger, "node-1", &node, &records);
+    log
 }
 
 both_backends!(golden_scenario_rated_from_the_log, |db: &TestDb| {
-    let ledger = open(db);
-    golden_log(&ledger);
+    let ledger = golden_log(db);
     let size = ledger.head().unwrap().0;
     let rater = ledger
         .with_reader(|c| pricing::rate_period(c, "acme", at(0), at(86_400), size))
         .unwrap();
     let (lines, unpriced) = rater.finish();
     let cny = &lines["CNY"];
-    // Hand-computed (docs/RATING.md): 2.00 east on-demand; 148.00 west on-demand; spot 6.00 at
-    // 7.2, 1.33 at 8, 3.00 at 9, 3.78 at 11.35; energy 12.5 × 1.08 × 0.28 = 3.78.
     let amounts: Vec<String> = cny.iter().map(|l| l.amount.to_string()).collect();
-    assert_eq!(
-        amounts,
-        ["2.00", "148.00", "6.00", "1.33", "3.00", "3.78", "3.78"]
-    );
-    assert_eq!(rating::total(cny).to_string(), "167.89");
+    assert_eq!(amounts, GOLDEN_AMOUNTS);
+    assert_eq!(rating::total(cny).to_string(), GOLDEN_TOTAL);
     assert!(unpriced.is_empty(), "{unpriced:?}");
     // The total equals an independent recomputation: Σ exact amounts, each rounded.
     let recomputed: Decimal = cny
@@ -242,9 +233,7 @@ both_backends!(prices_change_only_forward, |db: &TestDb| {
         ledger.append_ledger_entry(usage("node-1", 1, "west", None, "1", 0, 10).1),
         Err(StoreError::Refused(_))
     ));
-    let forged = Envelope::sign(
-        gpuledger::sample::ORIGIN,
-        Kind::RateCard,
+    let forged = signed(
         "node-1",
         &k,
         1,
@@ -255,117 +244,27 @@ both_backends!(prices_change_only_forward, |db: &TestDb| {
         matches!(&out[0], Outcome::Rejected(r) if r.reason == gpuledger::core::rejection::Reason::RoleNotAllowed)
     );
     let size = ledger.head().unwrap().0;
-    let mut conn = gpuledger::store::connect(&db.url).unwrap();
-    gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
+    verified(&db.url);
     assert_eq!(
         size, 8,
         "the policy, acme and its lease, three rate cards, a lease and a key registration"
     );
 });
 
-struct Server {
-    child: std::process::Child,
-    base: String,
-    admin: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(db: &TestDb) -> Server {
-    let bin = env!("CARGO_BIN_EXE_gpuledger");
-    let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("log.key");
-    let init = std::process::Command::new(bin)
-        .args([
-            "init",
-            "--origin",
-            gpuledger::sample::ORIGIN,
-            "--database-url",
-            &db.url,
-            "--log-key",
-        ])
-        .arg(&key)
-        .output()
-        .unwrap();
-    let out = String::from_utf8(init.stdout).unwrap();
-    let admin = out
-        .lines()
-        .find_map(|l| l.strip_prefix("admin token:"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    let (child, base) = spawn_serve(&db.url, &key, 0, &[]);
-    Server {
-        child,
-        base,
-        admin,
-        _dir: dir,
-    }
-}
-
-fn call(
-    s: &Server,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<serde_json::Value>,
-) -> (u16, serde_json::Value) {
-    let http: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let url = format!("{}{path}", s.base);
-    let auth = token.map(|t| format!("Bearer {t}"));
-    let mut resp = match (method, body) {
-        ("GET", _) => {
-            let mut r = http.get(&url);
-            if let Some(a) = &auth {
-                r = r.header("Authorization", a);
-            }
-            r.call().unwrap()
-        }
-        (_, b) => {
-            let mut r = http.post(&url);
-            if let Some(a) = &auth {
-                r = r.header("Authorization", a);
-            }
-            r.send_json(b.unwrap_or(serde_json::json!({}))).unwrap()
-        }
-    };
-    let status = resp.status().as_u16();
-    (
-        status,
-        resp.body_mut()
-            .read_json()
-            .unwrap_or(serde_json::Value::Null),
-    )
-}
-
 both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     use serde_json::json;
-    let s = serve(db);
-    let admin = s.admin.clone();
-    let token = |body: serde_json::Value| {
-        call(&s, "POST", "/v1/tokens", Some(&admin), Some(body)).1["token"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
-    call(
-        &s,
+    let log = init(db);
+    let srv = log.serve();
+    let h = srv.http();
+    let admin = log.admin.clone();
+    let token = |body: serde_json::Value| h.secret(&admin, body);
+    h.call(
         "POST",
         "/v1/tenants",
         Some(&admin),
         Some(json!({"id": "acme", "name": "Acme"})),
     );
-    call(
-        &s,
+    h.call(
         "POST",
         "/v1/tenants",
         Some(&admin),
@@ -376,24 +275,12 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     let card = json!({"region": "west", "gpu_model": "H100", "lease_class": "on_demand", "currency": "CNY",
                       "price_per_gpu_hour": "18.5", "effective_from": at(-86_400).to_string()});
     assert_eq!(
-        call(
-            &s,
-            "POST",
-            "/v1/rate-cards",
-            Some(&admin),
-            Some(card.clone())
-        )
-        .0,
+        h.call("POST", "/v1/rate-cards", Some(&admin), Some(card.clone()))
+            .0,
         201
     );
     // Bad inputs: precise 400s and 409s; auditors and tenants may not write.
-    let (st, p) = call(
-        &s,
-        "POST",
-        "/v1/rate-cards",
-        Some(&admin),
-        Some(card.clone()),
-    );
+    let (st, p) = h.call("POST", "/v1/rate-cards", Some(&admin), Some(card.clone()));
     assert_eq!(
         (st, p["type"].as_str().unwrap()),
         (400, "urn:gpuledger:problem:refused"),
@@ -401,7 +288,7 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     );
     let mut spot = card.clone();
     spot["lease_class"] = json!("spot");
-    let (st, p) = call(&s, "POST", "/v1/rate-cards", Some(&admin), Some(spot));
+    let (st, p) = h.call("POST", "/v1/rate-cards", Some(&admin), Some(spot));
     assert_eq!(
         (st, p["errors"][0]["field"].as_str()),
         (400, Some("body.lease_class")),
@@ -410,47 +297,35 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     let mut neg = card.clone();
     neg["price_per_gpu_hour"] = json!("-1");
     neg["effective_from"] = json!(at(0).to_string());
-    let (st, p) = call(&s, "POST", "/v1/rate-cards", Some(&admin), Some(neg));
+    let (st, p) = h.call("POST", "/v1/rate-cards", Some(&admin), Some(neg));
     assert_eq!(
         (st, p["errors"][0]["reason"].as_str()),
         (400, Some("negative_quantity")),
         "{p}"
     );
     assert_eq!(
-        call(
-            &s,
-            "POST",
-            "/v1/rate-cards",
-            Some(&auditor),
-            Some(card.clone())
-        )
-        .0,
+        h.call("POST", "/v1/rate-cards", Some(&auditor), Some(card.clone()))
+            .0,
         403
     );
     assert_eq!(
-        call(
-            &s,
-            "POST",
-            "/v1/rate-cards",
-            Some(&acme),
-            Some(card.clone())
-        )
-        .0,
+        h.call("POST", "/v1/rate-cards", Some(&acme), Some(card.clone()))
+            .0,
         403
     );
-    assert_eq!(call(&s, "POST", "/v1/rate-cards", None, Some(card)).0, 401);
+    assert_eq!(h.call("POST", "/v1/rate-cards", None, Some(card)).0, 401);
     let lease = json!({"lease": "l-1", "tenant": "acme", "class": "reserved"});
     assert_eq!(
-        call(&s, "POST", "/v1/leases", Some(&admin), Some(lease.clone())).0,
+        h.call("POST", "/v1/leases", Some(&admin), Some(lease.clone()))
+            .0,
         201
     );
     assert_eq!(
-        call(&s, "POST", "/v1/leases", Some(&admin), Some(lease)).0,
+        h.call("POST", "/v1/leases", Some(&admin), Some(lease)).0,
         409
     );
     assert_eq!(
-        call(
-            &s,
+        h.call(
             "POST",
             "/v1/leases",
             Some(&admin),
@@ -459,7 +334,7 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         .0,
         201
     );
-    let (st, prices) = call(&s, "GET", "/v1/prices", Some(&acme), None);
+    let (st, prices) = h.call("GET", "/v1/prices", Some(&acme), None);
     assert_eq!(st, 200);
     let kinds: Vec<&str> = prices
         .as_array()
@@ -474,50 +349,12 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     );
 
     // Usage from a registered node, then a preview computed from the log.
-    let node = gpuledger::sample::key("node-p");
-    let pk = gpuledger::core::keys::encode_public(&node.verifying_key());
-    call(
-        &s,
-        "POST",
-        "/v1/signers",
-        Some(&admin),
-        Some(
-            json!({"id": "node-p", "role": "node", "public_key": pk, "nodes": ["node-p"], "regions": ["east", "west"]}),
-        ),
-    );
-    let recs: Vec<Envelope> = [
+    let records = [
         usage("node-p", 1, "west", None, "8", 0, 3600),
         usage("node-p", 2, "west", Some("l-1"), "1", 0, 3600),
-    ]
-    .iter()
-    .map(|(q, b)| {
-        Envelope::sign(
-            gpuledger::sample::ORIGIN,
-            Kind::GpuUsage,
-            "node-p",
-            &node,
-            *q,
-            b,
-        )
-    })
-    .collect();
-    assert_eq!(
-        call(
-            &s,
-            "POST",
-            "/v1/records",
-            None,
-            Some(serde_json::to_value(&recs).unwrap())
-        )
-        .1["accepted"],
-        2
-    );
-    let q = format!(
-        "/v1/invoices/preview?tenant=acme&from={}&to={}",
-        at(0),
-        at(86_400)
-    );
-    let (st, preview) = call(&s, "GET", &q, Some(&acme), None);
+    ];
+    post_node_p_records(&h, &admin, &records);
+    let (st, preview) = h.call("GET", &preview_of("acme", 0, 86_400), Some(&acme), None);
     assert_eq!(st, 200, "{preview}");
     assert_eq!(preview["currencies"][0]["total"], "148.00");
     assert_eq!(preview["currencies"][0]["lines"][0]["quantity"], "28800");
@@ -526,41 +363,19 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     assert_eq!(preview["unpriced"][0]["class"], "reserved");
     assert_eq!(preview["unpriced"][0]["quantity"], "3600");
     // Isolation and bad parameters.
-    let other = format!(
-        "/v1/invoices/preview?tenant=beta&from={}&to={}",
-        at(0),
-        at(86_400)
-    );
-    assert_eq!(call(&s, "GET", &other, Some(&acme), None).0, 404);
-    assert_eq!(call(&s, "GET", &other, Some(&auditor), None).0, 200);
-    let inverted = format!(
-        "/v1/invoices/preview?tenant=acme&from={}&to={}",
-        at(10),
-        at(0)
-    );
-    assert_eq!(call(&s, "GET", &inverted, Some(&admin), None).0, 400);
-    let unknown = format!(
-        "/v1/invoices/preview?tenant=nobody&from={}&to={}",
-        at(0),
-        at(10)
-    );
-    assert_eq!(call(&s, "GET", &unknown, Some(&admin), None).0, 404);
+    for (path, token, status) in [
+        (preview_of("beta", 0, 86_400), &acme, 404),
+        (preview_of("beta", 0, 86_400), &auditor, 200),
+        (preview_of("acme", 10, 0), &admin, 400),
+        (preview_of("nobody", 0, 10), &admin, 404),
+    ] {
+        assert_eq!(h.get(&path, Some(token)).status, status, "{path}");
+    }
 
     // Issuing is refused while usage is unpriced (the reserved lease), and changes nothing.
     let period = json!({"tenant": "acme", "from": at(0).to_string(), "to": at(86_400).to_string()});
-    let size = |s: &Server| {
-        call(s, "GET", "/v1/log", None, None).1["size"]
-            .as_u64()
-            .unwrap()
-    };
-    let before = size(&s);
-    let (st, p) = call(
-        &s,
-        "POST",
-        "/v1/invoices",
-        Some(&admin),
-        Some(period.clone()),
-    );
+    let before = h.size();
+    let (st, p) = h.call("POST", "/v1/invoices", Some(&admin), Some(period.clone()));
     assert_eq!(
         (st, p["type"].as_str()),
         (400, Some("urn:gpuledger:problem:refused")),
@@ -570,49 +385,37 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         .as_str()
         .unwrap()
         .contains("no rate card in force"));
-    assert_eq!(size(&s), before);
+    assert_eq!(h.size(), before);
     let reserved = json!({"region": "west", "gpu_model": "H100", "lease_class": "reserved", "currency": "CNY",
                           "price_per_gpu_hour": "12", "effective_from": at(-86_400).to_string()});
     assert_eq!(
-        call(&s, "POST", "/v1/rate-cards", Some(&admin), Some(reserved)).0,
+        h.call("POST", "/v1/rate-cards", Some(&admin), Some(reserved))
+            .0,
         201
     );
-    let (st, issued) = call(
-        &s,
-        "POST",
-        "/v1/invoices",
-        Some(&admin),
-        Some(period.clone()),
-    );
+    let (st, issued) = h.call("POST", "/v1/invoices", Some(&admin), Some(period.clone()));
     assert_eq!(st, 201, "{issued}");
     let number = issued[0]["number"].as_str().unwrap().to_owned();
     assert_eq!(issued[0]["total"], "160.00");
     assert_eq!(
-        call(&s, "POST", "/v1/invoices", Some(&admin), Some(period)).0,
+        h.call("POST", "/v1/invoices", Some(&admin), Some(period)).0,
         409,
         "issuing twice"
     );
     let small = json!({"tenant": "acme", "from": at(0).to_string(), "to": at(10).to_string()});
     assert_eq!(
-        call(&s, "POST", "/v1/invoices", Some(&acme), Some(small)).0,
+        h.call("POST", "/v1/invoices", Some(&acme), Some(small)).0,
         403
     );
     // Downloads: JSON, CSV and PDF agree on the total; other tenants get 404.
     let beta = token(json!({"role": "tenant", "tenant": "beta"}));
     assert_eq!(
-        call(
-            &s,
-            "GET",
-            &format!("/v1/invoices/{number}"),
-            Some(&beta),
-            None
-        )
-        .0,
+        h.call("GET", &format!("/v1/invoices/{number}"), Some(&beta), None)
+            .0,
         404
     );
     assert_eq!(
-        call(
-            &s,
+        h.call(
             "GET",
             &format!("/v1/invoices/{number}/pdf"),
             Some(&beta),
@@ -621,30 +424,12 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         .0,
         404
     );
-    let (st, inv) = call(
-        &s,
-        "GET",
-        &format!("/v1/invoices/{number}"),
-        Some(&acme),
-        None,
-    );
+    let (st, inv) = h.call("GET", &format!("/v1/invoices/{number}"), Some(&acme), None);
     assert_eq!((st, inv["total"].as_str()), (200, Some("160.00")));
-    let http: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
     let fetch = |fmt: &str| {
-        let mut r = http
-            .get(format!("{}/v1/invoices/{number}/{fmt}", s.base))
-            .header("Authorization", format!("Bearer {acme}"))
-            .call()
-            .unwrap();
-        assert_eq!(r.status(), 200, "{fmt}");
-        r.body_mut()
-            .with_config()
-            .limit(10 << 20)
-            .read_to_vec()
-            .unwrap()
+        let r = h.get(&format!("/v1/invoices/{number}/{fmt}"), Some(&acme));
+        assert_eq!(r.status, 200, "{fmt}");
+        r.body
     };
     let csv = String::from_utf8(fetch("csv")).unwrap();
     assert!(csv.lines().count() >= 3 && csv.contains("160.00"), "{csv}");
@@ -654,31 +439,14 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("inv.json"), fetch("json")).unwrap();
     std::fs::write(dir.path().join("inv.bundle"), fetch("bundle")).unwrap();
-    let vkey = call(&s, "GET", "/v1/log", None, None).1["verifier_key"]
+    let vkey = h.call("GET", "/v1/log", None, None).1["verifier_key"]
         .as_str()
         .unwrap()
         .to_owned();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuledger"))
-        .args([
-            "verify",
-            "--invoice",
-            "inv.json",
-            "--bundle",
-            "inv.bundle",
-            "--log-key",
-            &vkey,
-        ])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && said.starts_with("PASS: invoice"),
-        "{said}"
-    );
+    let files = ["--invoice", "inv.json", "--bundle", "inv.bundle"];
+    assert_verify_passes(dir.path(), &files, &vkey, "PASS: invoice");
     assert_eq!(
-        call(
-            &s,
+        h.call(
             "GET",
             &format!("/v1/invoices/{number}/bundle"),
             Some(&beta),
@@ -688,8 +456,7 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         404
     );
     assert_eq!(
-        call(
-            &s,
+        h.call(
             "GET",
             &format!("/v1/invoices/{number}/docx"),
             Some(&acme),
@@ -700,8 +467,7 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     );
     // Settlement: bad inputs are precise 4xx; the balance follows the log.
     let pay = |amount: &str, invoice: &str| json!({"tenant": "acme", "invoice": invoice, "currency": "CNY", "amount": amount, "note": "wire"});
-    let (st, p) = call(
-        &s,
+    let (st, p) = h.call(
         "POST",
         "/v1/payments",
         Some(&admin),
@@ -713,8 +479,7 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         "{p}"
     );
     assert_eq!(
-        call(
-            &s,
+        h.call(
             "POST",
             "/v1/payments",
             Some(&admin),
@@ -724,8 +489,7 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         404
     );
     assert_eq!(
-        call(
-            &s,
+        h.call(
             "POST",
             "/v1/payments",
             Some(&admin),
@@ -734,14 +498,15 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         .0,
         201
     );
-    let (st, bal) = call(&s, "GET", "/v1/balance", Some(&acme), None);
+    let (st, bal) = h.call("GET", "/v1/balance", Some(&acme), None);
     assert_eq!(
         (st, bal["currencies"]["CNY"]["due"].as_str()),
         (200, Some("100.00")),
         "{bal}"
     );
     assert_eq!(
-        call(&s, "GET", "/v1/balance?tenant=beta", Some(&acme), None).0,
+        h.call("GET", "/v1/balance?tenant=beta", Some(&acme), None)
+            .0,
         404
     );
 });
@@ -749,38 +514,20 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
 both_backends!(
     invoice_lifecycle_with_late_record_and_credit_note,
     |db: &TestDb| {
-        use gpuledger::core::invoice::Period;
         let ledger = open(db);
         let node = signer_for(&ledger, "node-1", Role::Node, &NODES);
         parties(&ledger, &["acme"]);
         ledger
             .append_ledger_entry(rate_card("west", LeaseClass::OnDemand, "18.5", at(-86_400)))
             .unwrap();
-        let day1 = Period {
-            from: at(0),
-            to: at(86_400),
-        };
-        let day2 = Period {
-            from: at(86_400),
-            to: at(2 * 86_400),
-        };
+        let day1 = day_period(0);
+        let day2 = day_period(1);
         let rec = |seq: u64, start: i64, count: &str| {
             let (_, b) = usage("node-1", seq, "west", None, count, start, start + 3600);
-            Envelope::sign(
-                gpuledger::sample::ORIGIN,
-                Kind::GpuUsage,
-                "node-1",
-                &node,
-                seq,
-                &b,
-            )
+            signed("node-1", &node, seq, &b)
         };
-        // Not in the past? day2 must end before now: day() is 3 days back, so both days are past.
-        assert!(ledger
-            .append(vec![rec(1, 0, "8")])
-            .unwrap()
-            .iter()
-            .all(|o| matches!(o, Outcome::Accepted { .. })));
+        // Not in the past? day2 must end before now: recent_day() is 3 days back, so both days are past.
+        assert_accepted(&ledger.append(vec![rec(1, 0, "8")]).unwrap());
         let first = ledger.issue_invoices("acme", day1).unwrap();
         assert_eq!(first.len(), 1);
         let inv1 = &first[0];
@@ -807,11 +554,11 @@ both_backends!(
         ));
         // A late record for day 1 and usage on day 2: the next invoice has both, the late one as an
         // adjustment naming day 1.
-        assert!(ledger
-            .append(vec![rec(2, 7200, "2"), rec(3, 86_400, "1")])
-            .unwrap()
-            .iter()
-            .all(|o| matches!(o, Outcome::Accepted { .. })));
+        assert_accepted(
+            &ledger
+                .append(vec![rec(2, 7200, "2"), rec(3, 86_400, "1")])
+                .unwrap(),
+        );
         let second = ledger.issue_invoices("acme", day2).unwrap();
         let inv2 = &second[0];
         assert_eq!(inv2.number, "INV-000002");
@@ -832,12 +579,12 @@ both_backends!(
         );
         assert_eq!(inv2.total.to_string(), "55.50");
         // Payments and credit notes, and the balance derived from them.
-        ledger
-            .settle(Body::Payment(settle("INV-000001", "100.00")))
-            .unwrap();
-        ledger
-            .settle(Body::CreditNote(settle("INV-000001", "48.00")))
-            .unwrap();
+        for body in [
+            Body::Payment(settle("INV-000001", "100.00")),
+            Body::CreditNote(settle("INV-000001", "48.00")),
+        ] {
+            ledger.settle(body).unwrap();
+        }
         assert!(
             matches!(
                 ledger.settle(Body::CreditNote(settle("INV-000001", "100.01"))),
@@ -861,31 +608,19 @@ both_backends!(
         let cny = &b.by_currency["CNY"];
         assert_eq!(
             (cny.invoiced, cny.paid, cny.credited, cny.due),
-            (d("203.50"), d("100.00"), d("48.00"), d("55.50"))
+            (dec("203.50"), dec("100.00"), dec("48.00"), dec("55.50"))
         );
         // Usage with no price cannot be invoiced; nothing changes.
         let (_, east) = usage("node-e", 4, "east", None, "1", 2 * 86_400, 2 * 86_400 + 60);
         ledger
-            .append(vec![Envelope::sign(
-                gpuledger::sample::ORIGIN,
-                Kind::GpuUsage,
-                "node-1",
-                &node,
-                4,
-                &east,
-            )])
+            .append(vec![signed("node-1", &node, 4, &east)])
             .unwrap();
         let before = ledger.head().unwrap().0;
-        let day3 = Period {
-            from: at(2 * 86_400),
-            to: at(3 * 86_400),
-        };
+        let day3 = day_period(2);
         assert!(
             matches!(ledger.issue_invoices("acme", day3), Err(StoreError::Refused(m)) if m.contains("no rate card in force"))
         );
-        assert_eq!(ledger.head().unwrap().0, before);
-        let mut conn = gpuledger::store::connect(&db.url).unwrap();
-        gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
+        assert_eq!(verified(&db.url).size, before, "nothing was logged");
     }
 );
 
@@ -897,17 +632,9 @@ both_backends!(
 both_backends!(
     golden_story_invoice_late_record_credit_note_balance,
     |db: &TestDb| {
-        use gpuledger::core::invoice::Period;
-        let ledger = open(db);
-        golden_log(&ledger);
-        let day1 = Period {
-            from: at(0),
-            to: at(86_400),
-        };
-        let day2 = Period {
-            from: at(86_400),
-            to: at(2 * 86_400),
-        };
+        let ledger = golden_log(db);
+        let day1 = day_period(0);
+        let day2 = day_period(1);
         let first = ledger.issue_invoices("acme", day1).unwrap();
         assert_eq!(first.len(), 1);
         let amounts = |inv: &gpuledger::core::invoice::Invoice| {
@@ -918,45 +645,24 @@ both_backends!(
         };
         assert_eq!(
             amounts(&first[0]),
-            ["2.00", "148.00", "6.00", "1.33", "3.00", "3.78", "3.78"]
-                .map(|a| (a.to_owned(), None))
+            GOLDEN_AMOUNTS.map(|a| (a.to_owned(), None))
         );
         assert_eq!(
-            (
-                first[0].number.as_str(),
-                first[0].total.to_string().as_str()
-            ),
-            ("INV-000001", "167.89")
+            (first[0].number.as_str(), first[0].total.to_string()),
+            ("INV-000001", GOLDEN_TOTAL.to_owned())
         );
         // Late for day 1, from another node: 1 GPU west on-demand 02:00–02:30 (1800 GPU-s × 18.5 =
         // 9.25); 3 GPUs on the spot lease 00:48:20–00:51:40, across the change to 8 at 00:50
         // (300 GPU-s × 11.35 = 0.9458… → 0.95, and 300 GPU-s × 8 = 0.666… → 0.67); 2 kWh in west
         // (2 × 1.08 × 0.28 = 0.6048 → 0.60). Day 2: 1 GPU east for an hour, 24.00.
         let node2 = signer(&ledger, "node-2", Role::Node);
-        let late: Vec<Envelope> = [
+        let late = [
             usage("node-2", 1, "west", None, "1", 7200, 9000),
             usage("node-2", 2, "west", Some("spot-1"), "3", 2900, 3100),
-            (
-                3,
-                Body::Energy(Energy {
-                    tenant: Some("acme".into()),
-                    region: "west".into(),
-                    node: "node-2".into(),
-                    start: at(0),
-                    end: at(3600),
-                    kwh: d("2"),
-                }),
-            ),
+            (3, acme_energy("node-2", "2", 0, 3600)),
             usage("node-2", 4, "east", None, "1", 86_400, 90_000),
-        ]
-        .iter()
-        .map(|(q, b)| Envelope::sign(gpuledger::sample::ORIGIN, b.kind(), "node-2", &node2, *q, b))
-        .collect();
-        let out = ledger.append(late).unwrap();
-        assert!(
-            out.iter().all(|o| matches!(o, Outcome::Accepted { .. })),
-            "{out:?}"
-        );
+        ];
+        append_signed(&ledger, "node-2", &node2, &late);
         let second = ledger.issue_invoices("acme", day2).unwrap();
         let inv2 = &second[0];
         assert_eq!(inv2.number, "INV-000002");
@@ -973,7 +679,7 @@ both_backends!(
         );
         assert_eq!(
             (inv2.lines[3].quantity, inv2.lines[3].unit_price),
-            (d("300"), d("11.35"))
+            (dec("300"), dec("11.35"))
         );
         assert_eq!(inv2.total.to_string(), "35.47");
         assert_eq!(inv2.total, inv2.sum_of_lines());
@@ -988,19 +694,9 @@ both_backends!(
             2 * 86_400 + 3600,
         );
         ledger
-            .append(vec![Envelope::sign(
-                gpuledger::sample::ORIGIN,
-                Kind::GpuUsage,
-                "node-2",
-                &node2,
-                5,
-                &east,
-            )])
+            .append(vec![signed("node-2", &node2, 5, &east)])
             .unwrap();
-        let day3 = Period {
-            from: at(2 * 86_400),
-            to: at(3 * 86_400),
-        };
+        let day3 = day_period(2);
         let third = ledger.issue_invoices("acme", day3).unwrap();
         assert_eq!(amounts(&third[0]), [("24.00".to_owned(), None)]);
         // Each invoice recomputes offline from its evidence bundle; a changed amount does not.
@@ -1016,15 +712,13 @@ both_backends!(
             (bundle::Reason::ClaimMismatch, "lines[1]")
         );
         // A credit note on the first invoice and payments on both, then the balance.
-        ledger
-            .settle(Body::CreditNote(settle("INV-000001", "17.89")))
-            .unwrap();
-        ledger
-            .settle(Body::Payment(settle("INV-000001", "150.00")))
-            .unwrap();
-        ledger
-            .settle(Body::Payment(settle("INV-000002", "30.00")))
-            .unwrap();
+        for body in [
+            Body::CreditNote(settle("INV-000001", "17.89")),
+            Body::Payment(settle("INV-000001", "150.00")),
+            Body::Payment(settle("INV-000002", "30.00")),
+        ] {
+            ledger.settle(body).unwrap();
+        }
         let b = ledger
             .with_reader(|c| gpuledger::store::invoices::balances(c, "acme"))
             .unwrap();
@@ -1034,8 +728,7 @@ both_backends!(
             [cny.invoiced, cny.paid, cny.credited, cny.due].map(|x| x.to_string()),
             ["227.36", "180.00", "17.89", "29.47"]
         );
-        let mut conn = gpuledger::store::connect(&db.url).unwrap();
-        gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
+        verified(&db.url);
     }
 );
 
@@ -1049,8 +742,8 @@ fn volume_tiers(plan: &str, spec: &[(Option<&str>, &str)], from: Timestamp) -> B
         tiers: spec
             .iter()
             .map(|(b, p)| Tier {
-                up_to_gpu_hours: b.map(d),
-                price_per_gpu_hour: d(p),
+                up_to_gpu_hours: b.map(dec),
+                price_per_gpu_hour: dec(p),
             })
             .collect(),
         effective_from: from,
@@ -1100,24 +793,17 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
     let spot = Body::SpotPrice(SpotPrice {
         region: "west".into(),
         gpu_model: "H100".into(),
-        price_per_gpu_hour: d("9"),
+        price_per_gpu_hour: dec("9"),
         currency: "CNY".into(),
         effective_from: at(-86_400),
     });
     // Published when it took effect.
     ledger.set_clock(Some(at(-86_400)));
     let out = ledger
-        .append(vec![Envelope::sign(
-            gpuledger::sample::ORIGIN,
-            Kind::SpotPrice,
-            "market-1",
-            &market,
-            1,
-            &spot,
-        )])
+        .append(vec![signed("market-1", &market, 1, &spot)])
         .unwrap();
     ledger.set_clock(None);
-    assert!(matches!(out[0], Outcome::Accepted { .. }), "{out:?}");
+    assert_accepted(&out);
     let mut records = vec![
         // 2.5 GPUs × 28000 s = 70000 GPU-s, logged before the earlier 3-GPU record.
         usage("node-1", 1, "west", None, "2.5", 7200, 35_200),
@@ -1131,24 +817,7 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
         u.tenant = "beta".into();
     }
     records.push((5, beta));
-    let envs: Vec<Envelope> = records
-        .iter()
-        .map(|(q, b)| {
-            Envelope::sign(
-                gpuledger::sample::ORIGIN,
-                Kind::GpuUsage,
-                "node-1",
-                &node,
-                *q,
-                b,
-            )
-        })
-        .collect();
-    let out = ledger.append(envs).unwrap();
-    assert!(
-        out.iter().all(|o| matches!(o, Outcome::Accepted { .. })),
-        "{out:?}"
-    );
+    append_signed(&ledger, "node-1", &node, &records);
     let size = ledger.head().unwrap().0;
     let rate = |tenant: &str| {
         let r = ledger
@@ -1185,36 +854,14 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
     );
     // Issue day 1 (502.68), then a late record of day 1: 1 GPU for an hour continues the count
     // from 91600 GPU-s, all at tier 3: 3600 × 13.333 ÷ 3600 = 13.333 → 13.33.
-    let day1 = Period {
-        from: at(0),
-        to: at(86_400),
-    };
+    let day1 = day_period(0);
     let first = ledger.issue_invoices("acme", day1).unwrap();
     assert_eq!(first[0].total.to_string(), "502.68");
     assert_eq!(first[0].lines.len(), 5);
     let late = usage("node-2", 6, "west", None, "1", 36_000, 39_600);
     let next = usage("node-e", 7, "east", None, "1", 86_400, 90_000);
-    ledger
-        .append(
-            [late, next]
-                .iter()
-                .map(|(q, b)| {
-                    Envelope::sign(
-                        gpuledger::sample::ORIGIN,
-                        Kind::GpuUsage,
-                        "node-1",
-                        &node,
-                        *q,
-                        b,
-                    )
-                })
-                .collect(),
-        )
-        .unwrap();
-    let day2 = Period {
-        from: at(86_400),
-        to: at(2 * 86_400),
-    };
+    append_signed(&ledger, "node-1", &node, &[late, next]);
+    let day2 = day_period(1);
     let second = ledger.issue_invoices("acme", day2).unwrap();
     let lines: Vec<(String, Decimal, Option<Period>)> = second[0]
         .lines
@@ -1224,16 +871,15 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
     assert_eq!(
         lines,
         [
-            ("24.00".to_owned(), d("24"), None),
-            ("13.33".to_owned(), d("13.333"), Some(day1)),
+            ("24.00".to_owned(), dec("24"), None),
+            ("13.33".to_owned(), dec("13.333"), Some(day1)),
         ]
     );
     assert_eq!(second[0].total.to_string(), "37.33");
     // Both invoices, the tiered adjustment included, recompute offline from their bundles.
     assert_eq!(recomputed(&ledger, &first[0]), Ok(first[0].clone()));
     assert_eq!(recomputed(&ledger, &second[0]), Ok(second[0].clone()));
-    let mut conn = gpuledger::store::connect(&db.url).unwrap();
-    gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
+    verified(&db.url);
 });
 
 // Volume tiers and plans change only forward, per plan and series and per tenant.
@@ -1268,46 +914,30 @@ both_backends!(tiers_and_plans_change_only_forward, |db: &TestDb| {
         .unwrap();
     // The policy, two tenants with a lease each, then the six entries of this test.
     assert_eq!(ledger.head().unwrap().0, 5 + 6);
-    let mut conn = gpuledger::store::connect(&db.url).unwrap();
-    gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
+    verified(&db.url);
 });
 
 // The tier and plan endpoints: admin only; bad tiers are precise 400 problems that leave the
 // log unchanged; tenants see tiers and their own plan only; the preview names plan and tier.
 both_backends!(volume_tier_endpoints, |db: &TestDb| {
     use serde_json::json;
-    let s = serve(db);
-    let admin = s.admin.clone();
+    let log = init(db);
+    let srv = log.serve();
+    let h = srv.http();
+    let admin = log.admin.clone();
     for id in ["acme", "beta"] {
-        call(
-            &s,
+        h.call(
             "POST",
             "/v1/tenants",
             Some(&admin),
             Some(json!({"id": id, "name": id})),
         );
     }
-    let acme = call(
-        &s,
-        "POST",
-        "/v1/tokens",
-        Some(&admin),
-        Some(json!({"role": "tenant", "tenant": "acme"})),
-    )
-    .1["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let size = |s: &Server| {
-        call(s, "GET", "/v1/log", None, None).1["size"]
-            .as_u64()
-            .unwrap()
-    };
+    let acme = h.secret(&admin, json!({"role": "tenant", "tenant": "acme"}));
     let tiers = json!({"plan": "volume", "region": "west", "gpu_model": "H100", "lease_class": "on_demand",
         "currency": "CNY", "effective_from": at(-86_400).to_string(),
         "tiers": [{"up_to_gpu_hours": "1", "price_per_gpu_hour": "20"}, {"price_per_gpu_hour": "10"}]});
-    let (st, p) = call(
-        &s,
+    let (st, p) = h.call(
         "POST",
         "/v1/volume-tiers",
         Some(&admin),
@@ -1315,12 +945,12 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
     );
     assert_eq!(st, 201, "{p}");
     assert_eq!(p["kind"], "volume_tiers");
-    let before = size(&s);
+    let before = h.size();
     let bad = |edit: &dyn Fn(&mut serde_json::Value)| {
         let mut b = tiers.clone();
         b["effective_from"] = json!(at(0).to_string());
         edit(&mut b);
-        let (st, p) = call(&s, "POST", "/v1/volume-tiers", Some(&admin), Some(b));
+        let (st, p) = h.call("POST", "/v1/volume-tiers", Some(&admin), Some(b));
         assert_eq!(st, 400, "{p}");
         assert_eq!(
             p["type"]
@@ -1365,8 +995,7 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
         field("body.lease_class", "invalid_field")
     );
     // Not later than the series' latest: refused, as for rate cards.
-    let (st, p) = call(
-        &s,
+    let (st, p) = h.call(
         "POST",
         "/v1/volume-tiers",
         Some(&admin),
@@ -1377,36 +1006,27 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
         (400, Some("urn:gpuledger:problem:refused")),
         "{p}"
     );
-    assert_eq!(size(&s), before, "nothing refused was logged");
+    assert_eq!(h.size(), before, "nothing refused was logged");
     assert_eq!(
-        call(
-            &s,
-            "POST",
-            "/v1/volume-tiers",
-            Some(&acme),
-            Some(tiers.clone())
-        )
-        .0,
+        h.call("POST", "/v1/volume-tiers", Some(&acme), Some(tiers.clone()))
+            .0,
         403
     );
-    assert_eq!(
-        call(&s, "POST", "/v1/volume-tiers", None, Some(tiers)).0,
-        401
-    );
+    assert_eq!(h.call("POST", "/v1/volume-tiers", None, Some(tiers)).0, 401);
     // Plans: acme on `volume`, beta on a plan without tiers.
     for (tenant, plan) in [("acme", "volume"), ("beta", "plain")] {
         let body =
             json!({"tenant": tenant, "plan": plan, "effective_from": at(-86_400).to_string()});
         assert_eq!(
-            call(&s, "POST", "/v1/tenant-plans", Some(&admin), Some(body)).0,
+            h.call("POST", "/v1/tenant-plans", Some(&admin), Some(body))
+                .0,
             201
         );
     }
     let again =
         json!({"tenant": "acme", "plan": "plain", "effective_from": at(-86_400).to_string()});
     assert_eq!(
-        call(
-            &s,
+        h.call(
             "POST",
             "/v1/tenant-plans",
             Some(&admin),
@@ -1416,10 +1036,11 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
         400
     );
     assert_eq!(
-        call(&s, "POST", "/v1/tenant-plans", Some(&acme), Some(again)).0,
+        h.call("POST", "/v1/tenant-plans", Some(&acme), Some(again))
+            .0,
         403
     );
-    let (_, prices) = call(&s, "GET", "/v1/prices", Some(&acme), None);
+    let (_, prices) = h.call("GET", "/v1/prices", Some(&acme), None);
     let seen: Vec<(&str, Option<&str>)> = prices
         .as_array()
         .unwrap()
@@ -1432,38 +1053,9 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
         "acme sees tiers and its own plan only"
     );
     // A preview over 2 GPU-hours: 1 at 20 and 1 at 10, named by plan and tier.
-    let node = gpuledger::sample::key("node-p");
-    let pk = gpuledger::core::keys::encode_public(&node.verifying_key());
-    call(
-        &s,
-        "POST",
-        "/v1/signers",
-        Some(&admin),
-        Some(
-            json!({"id": "node-p", "role": "node", "public_key": pk, "nodes": ["node-p"], "regions": ["east", "west"]}),
-        ),
-    );
-    let rec = Envelope::sign(
-        gpuledger::sample::ORIGIN,
-        Kind::GpuUsage,
-        "node-p",
-        &node,
-        1,
-        &usage("node-p", 1, "west", None, "2", 0, 3600).1,
-    );
-    call(
-        &s,
-        "POST",
-        "/v1/records",
-        None,
-        Some(serde_json::to_value(vec![rec]).unwrap()),
-    );
-    let q = format!(
-        "/v1/invoices/preview?tenant=acme&from={}&to={}",
-        at(0),
-        at(86_400)
-    );
-    let (st, preview) = call(&s, "GET", &q, Some(&acme), None);
+    let record = usage("node-p", 1, "west", None, "2", 0, 3600);
+    post_node_p_records(&h, &admin, &[record]);
+    let (st, preview) = h.call("GET", &preview_of("acme", 0, 86_400), Some(&acme), None);
     assert_eq!(st, 200, "{preview}");
     let lines = &preview["currencies"][0]["lines"];
     assert_eq!(

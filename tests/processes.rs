@@ -11,7 +11,7 @@ use common::*;
 use gpuledger::core::record::Role;
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
-use gpuledger::store::{read, verify, Ledger};
+use gpuledger::store::Ledger;
 use rust_decimal::Decimal;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -74,15 +74,6 @@ fn child_appender() {
     writeln!(out, "DONE").unwrap();
 }
 
-/// A fixed time base per test process: 30 days ago, rounded to the day.
-fn base() -> Timestamp {
-    static BASE: std::sync::OnceLock<Timestamp> = std::sync::OnceLock::new();
-    *BASE.get_or_init(|| {
-        let now = Timestamp::now().unix();
-        Timestamp::from_unix(now - now % 86_400 - 30 * 86_400).unwrap()
-    })
-}
-
 fn spawn_child(url: &str, signer: &str, from: u64, until: u64) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
@@ -96,7 +87,7 @@ fn spawn_child(url: &str, signer: &str, from: u64, until: u64) -> std::process::
         .env("GPULEDGER_CHILD_SIGNER", signer)
         .env("GPULEDGER_CHILD_FROM", from.to_string())
         .env("GPULEDGER_CHILD_UNTIL", until.to_string())
-        .env("GPULEDGER_CHILD_BASE", base().unix().to_string())
+        .env("GPULEDGER_CHILD_BASE", base_day().unix().to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -132,10 +123,7 @@ fn collect(child: &mut std::process::Child) -> (Acks, std::thread::JoinHandle<bo
 
 /// Every acknowledged (seq → index) of `signer` is in the log once, at that index.
 fn assert_acks_present(db: &TestDb, signer: &str, acks: &HashMap<u64, u64>) {
-    let mut conn = gpuledger::store::connect(&db.url).unwrap();
-    let report = verify::verify_log(&mut conn, None, &mut |_, _| {})
-        .unwrap_or_else(|e| panic!("verify-log: {e}"));
-    let rows = read::entries_range(&mut conn, 0, report.size).unwrap();
+    let rows = verified_rows(&db.url);
     let mut stored: HashMap<u64, Vec<u64>> = HashMap::new();
     for r in rows.iter().filter(|r| r.signer == signer) {
         stored.entry(r.seq as u64).or_default().push(r.idx as u64);
@@ -154,12 +142,7 @@ both_backends!(sigkill_at_random_moments_loses_nothing, |db: &TestDb| {
     signer(&ledger, "node-crash", Role::Node);
     parties(&ledger, &["t1"]);
     drop(ledger);
-    let mut rng = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    eprintln!("crash test seed {rng}");
+    let mut rng = Rng::from_clock("crash test");
     let mut acked: HashMap<u64, u64> = HashMap::new();
     let kills = 12;
     for round in 0..kills {
@@ -167,10 +150,7 @@ both_backends!(sigkill_at_random_moments_loses_nothing, |db: &TestDb| {
         let from = acked.keys().max().map_or(1, |m| m.saturating_sub(5).max(1));
         let mut child = spawn_child(&db.url, "node-crash", from, 200_000);
         let (acks, reader) = collect(&mut child);
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let wait = Duration::from_millis(150 + rng % 400);
+        let wait = Duration::from_millis(150 + rng.below(400));
         let started = Instant::now();
         // Wait for the first acknowledgement (process start-up), then a random time more.
         while acks.lock().unwrap().is_empty() && started.elapsed() < Duration::from_secs(60) {

@@ -5,41 +5,19 @@
 mod common;
 
 use common::*;
-use gpuledger::core::keys;
 use gpuledger::core::record::Role;
 use gpuledger::sample;
-use rust_decimal::Decimal;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_gpuledger")
-}
 
 both_backends!(
     sigterm_commits_in_flight_and_exits_cleanly,
     |db: &TestDb| {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("log.key");
-        let init = Command::new(bin())
-            .args([
-                "init",
-                "--origin",
-                sample::ORIGIN,
-                "--database-url",
-                &db.url,
-                "--log-key",
-            ])
-            .arg(&key)
-            .output()
-            .unwrap();
-        assert!(
-            init.status.success(),
-            "{}",
-            String::from_utf8_lossy(&init.stderr)
-        );
+        init_cli(&db.url, &key);
         // Register the node directly in the database before the server starts.
         let ledger =
             gpuledger::store::Ledger::open(&db.url, gpuledger::keyfile::read(&key).unwrap())
@@ -49,7 +27,7 @@ both_backends!(
             .register_key(
                 "node-term",
                 Role::Node,
-                &keys::encode_public(&node.verifying_key()),
+                &public(&node),
                 Some(sample::node_scope("node-term")),
             )
             .unwrap();
@@ -62,24 +40,14 @@ both_backends!(
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
             let client = s.spawn(|| {
-                let http: ureq::Agent = ureq::Agent::config_builder()
-                    .http_status_as_error(false)
-                    .timeout_global(Some(Duration::from_secs(30)))
-                    .build()
-                    .into();
+                let h = Http::with_timeout(&base, Duration::from_secs(30));
                 let mut seq = 1u64;
                 let started = Instant::now();
                 while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(30) {
-                    let batch: Vec<_> = (seq..seq + 200)
-                        .map(|q| sample::usage("node-term", &node, q, "t1", Decimal::ONE, slot(q)))
-                        .collect();
-                    let resp = http
-                        .post(format!("{base}/v1/records"))
-                        .header("Content-Type", "application/json")
-                        .send(&serde_json::to_vec(&batch).unwrap()[..]);
-                    match resp {
-                        Ok(mut r) if r.status() == 200 => {
-                            let v: serde_json::Value = r.body_mut().read_json().unwrap();
+                    let batch: Vec<_> = usage_run("node-term", &node, "t1", seq..seq + 200);
+                    match h.try_post_records(&batch) {
+                        Ok(r) if r.status == 200 => {
+                            let v = r.json();
                             let mut a = acked.lock().unwrap();
                             for (i, o) in v["outcomes"].as_array().unwrap().iter().enumerate() {
                                 assert_eq!(o["status"], "accepted", "{o}");
@@ -110,9 +78,7 @@ both_backends!(
 
         let acked = acked.into_inner().unwrap();
         assert!(acked.len() >= 2_000);
-        let mut conn = gpuledger::store::connect(&db.url).unwrap();
-        let report = gpuledger::store::verify::verify_log(&mut conn, None, &mut |_, _| {}).unwrap();
-        let rows = gpuledger::store::read::entries_range(&mut conn, 0, report.size).unwrap();
+        let rows = verified_rows(&db.url);
         for (seq, index) in &acked {
             let row = &rows[*index as usize];
             assert_eq!(

@@ -9,9 +9,10 @@ use gpuledger::core::merkle;
 use gpuledger::core::record::Role;
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
+use gpuledger::store::read::{self, EntryRow};
 use gpuledger::store::schema::{checkpoints, entries, tree_hashes};
 use gpuledger::store::verify::{verify_log, VerifyError};
-use gpuledger::store::{read, DbConn, Ledger};
+use gpuledger::store::{DbConn, Ledger};
 use rust_decimal::Decimal;
 
 fn build(db: &TestDb) -> Ledger {
@@ -74,6 +75,50 @@ fn flip_text(s: &str, at: usize) -> String {
     String::from_utf8(b).unwrap()
 }
 
+/// Every column of an entry row, as `column.eq(value)` pairs (for an insert or an update).
+macro_rules! columns {
+    ($row:expr) => {
+        (
+            entries::idx.eq($row.idx),
+            entries::kind.eq(&$row.kind),
+            entries::signer.eq(&$row.signer),
+            entries::seq.eq($row.seq),
+            entries::tenant.eq(&$row.tenant),
+            entries::received_at.eq($row.received_at),
+            entries::content_hash.eq(&$row.content_hash),
+            entries::leaf.eq(&$row.leaf),
+            entries::leaf_hash.eq(&$row.leaf_hash),
+            entries::stream.eq(&$row.stream),
+            entries::start_at.eq($row.start_at),
+            entries::end_at.eq($row.end_at),
+        )
+    };
+}
+
+/// `row` with `column` changed by one byte, character or bit (which one depends on `at`); `idx`
+/// moves the row out of the log's range.
+fn tampered(row: &EntryRow, column: &str, at: usize) -> EntryRow {
+    let mut t = row.clone();
+    let bit = 1 << (at % 8);
+    let text = |s: &Option<String>| Some(s.as_deref().map_or("x".to_owned(), |s| flip_text(s, at)));
+    match column {
+        "idx" => t.idx += 1_000_000,
+        "kind" => t.kind = flip_text(&t.kind, at),
+        "signer" => t.signer = flip_text(&t.signer, at),
+        "seq" => t.seq ^= bit,
+        "tenant" => t.tenant = text(&t.tenant),
+        "received_at" => t.received_at ^= bit,
+        "content_hash" => flip(&mut t.content_hash, at),
+        "leaf" => flip(&mut t.leaf, at),
+        "leaf_hash" => flip(&mut t.leaf_hash, at),
+        "stream" => t.stream = text(&t.stream),
+        "start_at" => t.start_at = Some(t.start_at.unwrap_or(0) ^ bit),
+        "end_at" => t.end_at = Some(t.end_at.unwrap_or(0) ^ bit),
+        c => panic!("no column {c}"),
+    }
+    t
+}
+
 both_backends!(any_changed_byte_is_named, |db: &TestDb| {
     let ledger = build(db);
     let size = ledger.head().unwrap().0;
@@ -99,70 +144,10 @@ both_backends!(any_changed_byte_is_named, |db: &TestDb| {
             "end_at",
         ] {
             for at in [0usize, 7, 31, 200] {
-                let r = match column {
-                    "idx" => diesel::update(key)
-                        .set(entries::idx.eq(row.idx + 1_000_000))
-                        .execute(&mut conn),
-                    "kind" => diesel::update(key)
-                        .set(entries::kind.eq(flip_text(&row.kind, at)))
-                        .execute(&mut conn),
-                    "signer" => diesel::update(key)
-                        .set(entries::signer.eq(flip_text(&row.signer, at)))
-                        .execute(&mut conn),
-                    "seq" => diesel::update(key)
-                        .set(entries::seq.eq(row.seq ^ (1 << (at % 8))))
-                        .execute(&mut conn),
-                    "tenant" => {
-                        let t = row
-                            .tenant
-                            .as_deref()
-                            .map_or("x".to_owned(), |t| flip_text(t, at));
-                        diesel::update(key)
-                            .set(entries::tenant.eq(Some(t)))
-                            .execute(&mut conn)
-                    }
-                    "received_at" => diesel::update(key)
-                        .set(entries::received_at.eq(row.received_at ^ (1 << (at % 8))))
-                        .execute(&mut conn),
-                    "content_hash" => {
-                        let mut b = row.content_hash.clone();
-                        flip(&mut b, at);
-                        diesel::update(key)
-                            .set(entries::content_hash.eq(b))
-                            .execute(&mut conn)
-                    }
-                    "leaf" => {
-                        let mut b = row.leaf.clone();
-                        flip(&mut b, at);
-                        diesel::update(key)
-                            .set(entries::leaf.eq(b))
-                            .execute(&mut conn)
-                    }
-                    "stream" => {
-                        let t = row
-                            .stream
-                            .as_deref()
-                            .map_or("x".to_owned(), |t| flip_text(t, at));
-                        diesel::update(key)
-                            .set(entries::stream.eq(Some(t)))
-                            .execute(&mut conn)
-                    }
-                    "start_at" => diesel::update(key)
-                        .set(
-                            entries::start_at.eq(Some(row.start_at.unwrap_or(0) ^ (1 << (at % 8)))),
-                        )
-                        .execute(&mut conn),
-                    "end_at" => diesel::update(key)
-                        .set(entries::end_at.eq(Some(row.end_at.unwrap_or(0) ^ (1 << (at % 8)))))
-                        .execute(&mut conn),
-                    _ => {
-                        let mut b = row.leaf_hash.clone();
-                        flip(&mut b, at);
-                        diesel::update(key)
-                            .set(entries::leaf_hash.eq(b))
-                            .execute(&mut conn)
-                    }
-                };
+                let changed = tampered(&row, column, at);
+                let r = diesel::update(key)
+                    .set(columns!(changed))
+                    .execute(&mut conn);
                 if let Err(e) = r {
                     // A change the database itself refuses (unique (signer, seq)) cannot be stored.
                     assert!(matches!(column, "seq" | "signer"), "{column}: {e}");
@@ -185,20 +170,7 @@ both_backends!(any_changed_byte_is_named, |db: &TestDb| {
                 .execute(&mut conn)
                 .unwrap();
                 diesel::insert_into(entries::table)
-                    .values((
-                        entries::idx.eq(row.idx),
-                        entries::kind.eq(&row.kind),
-                        entries::signer.eq(&row.signer),
-                        entries::seq.eq(row.seq),
-                        entries::tenant.eq(&row.tenant),
-                        entries::received_at.eq(row.received_at),
-                        entries::content_hash.eq(&row.content_hash),
-                        entries::leaf.eq(&row.leaf),
-                        entries::leaf_hash.eq(&row.leaf_hash),
-                        entries::stream.eq(&row.stream),
-                        entries::start_at.eq(row.start_at),
-                        entries::end_at.eq(row.end_at),
-                    ))
+                    .values(columns!(row))
                     .execute(&mut conn)
                     .unwrap();
                 if column == "idx" {

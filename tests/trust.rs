@@ -36,54 +36,25 @@ both_backends!(forged_signatures_are_refused_over_http, |db: &TestDb| {
     let (child, base) = spawn_serve(&s.url, &s.log_key, 0, &[]);
     let _server = Proc(child);
     let key = sample::key("node-f");
-    let http: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let size = |http: &ureq::Agent| -> u64 {
-        let v: serde_json::Value = http
-            .get(format!("{base}/v1/log"))
-            .call()
-            .unwrap()
-            .body_mut()
-            .read_json()
-            .unwrap();
-        v["size"].as_u64().unwrap()
-    };
-    let before = size(&http);
+    let h = Http::new(&base);
+    let before = h.size();
+    // The honest records of seqs 1..=N, and a forgery of each class of each in turn.
+    let honest = usage_run("node-f", &key, "t1", 1..=forge::CLASSES.len() as u64);
     let batch: Vec<Envelope> = forge::CLASSES
         .iter()
-        .enumerate()
-        .map(|(i, class)| {
-            let seq = i as u64 + 1;
-            let honest = sample::usage("node-f", &key, seq, "t1", Decimal::ONE, slot(seq));
-            forged(&honest, class, &key)
-        })
+        .zip(&honest)
+        .map(|(class, env)| forged(env, class, &key))
         .collect();
-    let mut r = http
-        .post(format!("{base}/v1/records"))
-        .header("Content-Type", "application/json")
-        .send(&serde_json::to_vec(&batch).unwrap()[..])
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let ans: serde_json::Value = r.body_mut().read_json().unwrap();
+    let ans = h.post_records(&batch);
     for (class, o) in forge::CLASSES
         .iter()
         .zip(ans["outcomes"].as_array().unwrap())
     {
         assert_eq!(o["reason"], "bad_signature", "{class}: {o}");
     }
-    assert_eq!(size(&http), before, "nothing forged was logged");
+    assert_eq!(h.size(), before, "nothing forged was logged");
     // The honest records of the same seqs go in afterwards.
-    let honest: Vec<Envelope> = (1..=forge::CLASSES.len() as u64)
-        .map(|seq| sample::usage("node-f", &key, seq, "t1", Decimal::ONE, slot(seq)))
-        .collect();
-    let mut r = http
-        .post(format!("{base}/v1/records"))
-        .header("Content-Type", "application/json")
-        .send(&serde_json::to_vec(&honest).unwrap()[..])
-        .unwrap();
-    let ans: serde_json::Value = r.body_mut().read_json().unwrap();
+    let ans = h.post_records(&honest);
     assert_eq!(ans["accepted"], forge::CLASSES.len(), "{ans}");
 });
 
@@ -92,14 +63,7 @@ fn ledger_signer() -> impl FnMut(Body) -> Envelope {
     let mut seq = 0;
     move |body: Body| {
         seq += 1;
-        Envelope::sign(
-            sample::ORIGIN,
-            body.kind(),
-            LEDGER_SIGNER,
-            &log_key(),
-            seq,
-            &body,
-        )
+        signed(LEDGER_SIGNER, &log_key(), seq, &body)
     }
 }
 
@@ -197,12 +161,12 @@ fn a_forged_signature_in_a_log_or_bundle_is_named_by_every_verifier() {
         // The same entries as a bundle: gpuledger verify and verifiers/python name it.
         let path = dir.path().join(format!("{class}.ndjson"));
         std::fs::write(&path, bundle_of(&leaves)).unwrap();
-        let (code, v) = verify_cli(&path, &key_file);
+        let (code, v) = verify_json(bin().arg("verify"), &path, &key_file);
         assert_eq!(code, Some(1), "{class}");
         assert_eq!(v["reason"], "entry_signature", "{class}: {v}");
         assert_eq!(v["item"], format!("entry {bad}"), "{class}: {v}");
         if python {
-            let (code, v) = verify_python(&path, &key_file);
+            let (code, v) = verify_json(python_verifier().arg("bundle"), &path, &key_file);
             assert_eq!(code, Some(1), "{class}: {v}");
             assert_eq!(v["reason"], "entry_signature", "{class}: {v}");
         }
@@ -222,31 +186,15 @@ fn checker_failures(leaves: &[Vec<u8>]) -> Vec<gpuledger::core::logcheck::Failur
     failures
 }
 
-/// `gpuledger verify --json --bundle PATH` (exit code, JSON answer).
-fn verify_cli(
+/// Runs a verifier (`gpuledger verify`, or verifiers/python's `bundle`) with `--json --bundle
+/// PATH --log-key KEY_FILE`: its exit code and JSON answer.
+fn verify_json(
+    verifier: &mut std::process::Command,
     path: &std::path::Path,
     key_file: &std::path::Path,
 ) -> (Option<i32>, serde_json::Value) {
-    let out = bin()
-        .args(["verify", "--json", "--bundle"])
-        .arg(path)
-        .arg("--log-key")
-        .arg(key_file)
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        serde_json::from_slice(&out.stdout).unwrap(),
-    )
-}
-
-/// verifiers/python on the bundle (exit code, JSON answer).
-fn verify_python(
-    path: &std::path::Path,
-    key_file: &std::path::Path,
-) -> (Option<i32>, serde_json::Value) {
-    let out = python_verifier()
-        .args(["bundle", "--json", "--bundle"])
+    let out = verifier
+        .args(["--json", "--bundle"])
         .arg(path)
         .arg("--log-key")
         .arg(key_file)
@@ -405,14 +353,14 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
         );
         let path = dir.path().join(format!("{code}.ndjson"));
         std::fs::write(&path, bundle_of(&leaves)).unwrap();
-        let (_, v) = verify_cli(&path, &key_file);
+        let (_, v) = verify_json(bin().arg("verify"), &path, &key_file);
         assert_eq!(
             (&v["reason"], &v["item"]),
             (&code.into(), &format!("entry {bad}").into()),
             "{v}"
         );
         if python {
-            let (_, v) = verify_python(&path, &key_file);
+            let (_, v) = verify_json(python_verifier().arg("bundle"), &path, &key_file);
             assert_eq!(v["reason"], code, "python: {v}");
         }
     }

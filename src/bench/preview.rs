@@ -3,8 +3,8 @@
 //! The log is filled through the normal append path first (not timed).
 
 use super::round;
-use crate::core::rating::{self, LeaseClass};
 use crate::core::outcome::Outcome;
+use crate::core::rating::{self, LeaseClass};
 use crate::core::record::{Body, RateCard};
 use crate::core::time::Timestamp;
 use crate::sample;
@@ -110,7 +110,10 @@ fn fill(
             .collect();
         for part in batch.chunks(crate::core::limits::MAX_APPEND_BATCH) {
             let outcomes = ledger.append(part.to_vec())?;
-            if let Some(bad) = outcomes.iter().find(|o| !matches!(o, Outcome::Accepted { .. })) {
+            if let Some(bad) = outcomes
+                .iter()
+                .find(|o| !matches!(o, Outcome::Accepted { .. }))
+            {
                 return Err(StoreError::Refused(format!(
                     "a benchmark record was not accepted: {bad:?}"
                 )));

@@ -1,4 +1,6 @@
-//! Test support: a fresh database per test on each backend, and small record helpers.
+//! Test support: a fresh database per test on each backend, ledgers with their signers,
+//! tenants and leases, real `gpuledger` processes, and the helpers in `agent` (agent and market
+//! processes), `http` (served logs and an HTTP client) and `records` (records, times, numbers).
 //!
 //! SQLite always runs. PostgreSQL runs when `GPULEDGER_TEST_DATABASE_URL` names a server (an
 //! admin URL such as `postgres://postgres@127.0.0.1:5432/postgres`); each test creates its own
@@ -6,7 +8,17 @@
 //! loud message, and with `GPULEDGER_REQUIRE_POSTGRES=1` a skip is a failure.
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod forge;
+pub mod http;
+pub mod records;
+
+#[allow(unused_imports)]
+pub use agent::*;
+#[allow(unused_imports)]
+pub use http::*;
+#[allow(unused_imports)]
+pub use records::*;
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
@@ -15,6 +27,7 @@ use gpuledger::core::keys;
 use gpuledger::core::record::Role;
 use gpuledger::store::{self, Ledger};
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A database that exists for one test.
@@ -236,14 +249,6 @@ pub fn bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_gpuledger"))
 }
 
-/// Runs `gpuledger agent --config CFG`, which must refuse to start (exit 2); its stderr.
-pub fn agent_refused(cfg: &std::path::Path) -> String {
-    let out = bin().args(["agent", "--config"]).arg(cfg).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    err
-}
-
 /// A ledger ready for real processes: initialised, `signers` registered, the log key in a file.
 pub struct Setup {
     pub dir: tempfile::TempDir,
@@ -271,12 +276,10 @@ pub fn setup(db: &TestDb, signers: &[(&str, Role)]) -> Setup {
     }
     drop(ledger);
     let dir = tempfile::tempdir().expect("tempdir");
-    let log_key_path = dir.path().join("log.key");
-    gpuledger::keyfile::write_new(&log_key_path, &log_key()).expect("log key file");
     Setup {
+        log_key: log_key_file(dir.path()),
         dir,
         url: db.url.clone(),
-        log_key: log_key_path,
     }
 }
 
@@ -308,4 +311,74 @@ pub fn python_verifier() -> std::process::Command {
         "/verifiers/python/gpuledger_verify.py"
     ));
     c
+}
+
+impl Setup {
+    /// Starts `gpuledger serve` on `port` (0: any) for this ledger, checkpointing every
+    /// second with one worker; returns it and its base URL.
+    pub fn serve(&self, port: u16) -> (Proc, String) {
+        let (child, base) = spawn_serve(
+            &self.url,
+            &self.log_key,
+            port,
+            &["--checkpoint-interval-seconds", "1", "--workers", "1"],
+        );
+        (Proc(child), base)
+    }
+}
+
+/// Writes the tests' log key (0600) as `dir/log.key`; returns its path.
+pub fn log_key_file(dir: &Path) -> PathBuf {
+    let path = dir.join("log.key");
+    gpuledger::keyfile::write_new(&path, &log_key()).expect("log key file");
+    path
+}
+
+/// Runs verify-log's checks on the database at `url`, which must pass; its report.
+pub fn verified(url: &str) -> store::verify::Report {
+    let mut conn = store::connect(url).unwrap();
+    store::verify::verify_log(&mut conn, None, &mut |_, _| {})
+        .unwrap_or_else(|e| panic!("verify-log: {e}"))
+}
+
+/// Every entry row of the log at `url`, once verify-log's checks passed on it.
+pub fn verified_rows(url: &str) -> Vec<gpuledger::store::read::EntryRow> {
+    let size = verified(url).size;
+    let mut conn = store::connect(url).unwrap();
+    store::read::entries_range(&mut conn, 0, size).unwrap()
+}
+
+/// Runs `gpuledger verify ARGS --log-key LOG_KEY` in `dir` and asserts that it passes,
+/// saying `says` (`PASS…`) at the start.
+pub fn assert_verify_passes(dir: &Path, args: &[&str], log_key: &str, says: &str) {
+    let out = bin()
+        .arg("verify")
+        .args(args)
+        .args(["--log-key", log_key])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.starts_with(says),
+        "gpuledger verify {args:?}: {said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The long flags (`--name`) a `--help` text lists, `--help` itself left out.
+pub fn help_flags(help: &str) -> Vec<&str> {
+    help.split_whitespace()
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(|w| w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-'))
+        .filter(|w| *w != "--help")
+        .collect()
+}
+
+/// Those of `words` that `doc` does not name in backticks (`` `word` ``).
+pub fn not_in_backticks<'a>(doc: &str, words: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    words
+        .into_iter()
+        .filter(|w| !doc.contains(&format!("`{w}`")))
+        .collect()
 }

@@ -20,7 +20,10 @@ fn keygen_writes_a_private_key_only_its_owner_reads() {
     assert_eq!(mode, 0o600);
     let out = String::from_utf8(o.stdout).unwrap();
     let secret = std::fs::read_to_string(&key).unwrap();
-    assert!(!out.contains(secret.trim()), "the private key is never printed");
+    assert!(
+        !out.contains(secret.trim()),
+        "the private key is never printed"
+    );
     let public = std::fs::read_to_string(dir.path().join("node.key.pub")).unwrap();
     assert!(out.contains(public.trim()), "{out}");
     // Never overwrites a key.
