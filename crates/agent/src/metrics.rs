@@ -283,3 +283,65 @@ pub fn serve(
         thread: Some(thread),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+
+    /// One raw HTTP/1.0 exchange; the whole answer as text.
+    fn exchange(addr: SocketAddr, request: &str) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    /// Scrapes are answered while other clients stall (connected and silent, or stopped half
+    /// way through their headers), unknown paths and methods get 404 and 405, and stop returns.
+    #[test]
+    fn stalled_clients_do_not_block_scrapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = crate::spool::Spool::open(dir.path(), 100, 1 << 20).unwrap();
+        let shared = crate::sender::Shared::new(spool);
+        let server = serve("127.0.0.1:0".parse().unwrap(), shared, dir.path().into()).unwrap();
+        let addr = server.addr();
+        let _silent = TcpStream::connect(addr).unwrap();
+        let mut half = TcpStream::connect(addr).unwrap();
+        half.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            .unwrap();
+
+        let started = Instant::now();
+        let page = exchange(addr, "GET /metrics HTTP/1.0\r\n\r\n");
+        assert!(
+            page.starts_with("HTTP/1.1 200") || page.starts_with("HTTP/1.0 200"),
+            "{page}"
+        );
+        assert!(
+            page.contains("gpuledger_agent_records_spooled_total 0"),
+            "{page}"
+        );
+        assert!(
+            page.contains("gpuledger_agent_spool_pending_records 0"),
+            "{page}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let health = exchange(addr, "GET /healthz HTTP/1.0\r\n\r\n");
+        assert!(
+            health.contains(" 200 ") && health.ends_with("ok\n"),
+            "{health}"
+        );
+        let missing = exchange(addr, "GET /nothing HTTP/1.0\r\n\r\n");
+        assert!(missing.contains(" 404 "), "{missing}");
+        let post = exchange(addr, "POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+        assert!(post.contains(" 405 "), "{post}");
+
+        let stopping = Instant::now();
+        server.stop();
+        assert!(stopping.elapsed() < Duration::from_secs(5));
+    }
+}
