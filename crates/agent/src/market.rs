@@ -8,8 +8,7 @@
 use super::collector::mix;
 use super::config::{check_id_setting, check_url, decimal_field, read_toml, Limits};
 use super::run::{next_boundary, Running};
-use super::sender::{SenderConfig, Shared};
-use super::spool::Spool;
+use super::sender::Shared;
 use super::AgentError;
 use ed25519_dalek::SigningKey;
 use gpuledger_core::decimal::MAX_SCALE;
@@ -203,26 +202,22 @@ pub fn walk_step(seed: u64, i: usize, t: Timestamp, s: &Series, price: Decimal) 
 
 /// Opens the spool and starts the market signer's threads.
 pub fn start_market(mut cfg: MarketConfig, key: SigningKey) -> Result<Running, AgentError> {
-    let spool = Spool::open(
-        &cfg.spool_dir,
-        cfg.limits.max_spool_records,
-        cfg.limits.compact_after_bytes,
-    )?;
-    let origin = super::origin::resolve(
+    let (spool, sender_cfg) = super::run::open_signer(
         &cfg.server_url,
+        &cfg.signer,
         cfg.origin.as_deref(),
         &cfg.spool_dir,
         &cfg.limits,
+        |_| {
+            tracing::info!(
+                signer = %cfg.signer,
+                key_id = %keys::key_id(&key.verifying_key()),
+                public_key = %keys::encode_public(&key.verifying_key()),
+                "market signer starting (register the public key with POST /v1/signers, role market)"
+            )
+        },
     )?;
-    cfg.origin = Some(origin);
-    tracing::info!(
-        signer = %cfg.signer,
-        key_id = %keys::key_id(&key.verifying_key()),
-        public_key = %keys::encode_public(&key.verifying_key()),
-        "market signer starting (register the public key with POST /v1/signers, role market)"
-    );
-    let origin = cfg.origin.as_deref().expect("resolved at start-up");
-    let sender_cfg = SenderConfig::new(&cfg.server_url, &cfg.signer, origin, &cfg.limits);
+    cfg.origin = Some(sender_cfg.origin.clone());
     let name = format!("market-{}", cfg.signer);
     Running::start(spool, sender_cfg, &name, move |shared| match &cfg.source {
         Source::Csv { path } => csv_loop(&cfg, path, &key, &shared),

@@ -91,33 +91,52 @@ pub fn start_agent(
     collector: Box<dyn Collector>,
     opts: AgentOptions,
 ) -> Result<Running, AgentError> {
-    let spool = Spool::open(
-        &cfg.spool_dir,
-        cfg.limits.max_spool_records,
-        cfg.limits.compact_after_bytes,
-    )?;
-    tracing::info!(
-        signer = %cfg.signer,
-        key_id = %keys::key_id(&key.verifying_key()),
-        public_key = %keys::encode_public(&key.verifying_key()),
-        pending = spool.pending(),
-        next_seq = spool.next_seq(),
-        "agent starting (register the public key with POST /v1/signers, role node)"
-    );
-    let origin = super::origin::resolve(
+    let (spool, sender_cfg) = open_signer(
         &cfg.server_url,
+        &cfg.signer,
         cfg.origin.as_deref(),
         &cfg.spool_dir,
         &cfg.limits,
+        |spool| {
+            tracing::info!(
+                signer = %cfg.signer,
+                key_id = %keys::key_id(&key.verifying_key()),
+                public_key = %keys::encode_public(&key.verifying_key()),
+                pending = spool.pending(),
+                next_seq = spool.next_seq(),
+                "agent starting (register the public key with POST /v1/signers, role node)"
+            )
+        },
     )?;
-    cfg.origin = Some(origin);
-    let origin = cfg.origin.as_deref().expect("resolved at start-up");
-    let sender_cfg = SenderConfig::new(&cfg.server_url, &cfg.signer, origin, &cfg.limits);
+    cfg.origin = Some(sender_cfg.origin.clone());
     let name = format!("agent-{}", cfg.node);
     Running::start(spool, sender_cfg, &name, move |shared| {
         let errors = shared.metrics.measurement_errors.clone();
         Measurer::new(cfg, key, collector, opts, errors).run(&shared)
     })
+}
+
+/// Opens a signer's spool, says so through `announce` (before anything may wait on the
+/// ledger), resolves the log it signs for (the pin, else the spool's, else the ledger's; see
+/// [`super::origin::resolve`]) and builds its sender's settings. Shared by the node agent and
+/// the market signer.
+pub(crate) fn open_signer(
+    server_url: &str,
+    signer: &str,
+    pinned_origin: Option<&str>,
+    spool_dir: &std::path::Path,
+    limits: &super::config::Limits,
+    announce: impl FnOnce(&Spool),
+) -> Result<(Spool, SenderConfig), AgentError> {
+    let spool = Spool::open(
+        spool_dir,
+        limits.max_spool_records,
+        limits.compact_after_bytes,
+    )?;
+    announce(&spool);
+    let origin = super::origin::resolve(server_url, pinned_origin, spool_dir, limits)?;
+    let sender = SenderConfig::new(server_url, signer, &origin, limits);
+    Ok((spool, sender))
 }
 
 /// The first aligned boundary strictly after `t`.
