@@ -442,6 +442,7 @@ fn agent_config(
         limits: sender_limits(),
         metrics_listen: None,
         origin: Some(DEMO_ORIGIN.into()),
+        tls: Default::default(),
     }
 }
 
@@ -477,6 +478,7 @@ fn market_config(base: &str, dir: &Path, interval_seconds: u64) -> MarketConfig 
         },
         limits: sender_limits(),
         origin: Some(DEMO_ORIGIN.into()),
+        tls: Default::default(),
     }
 }
 

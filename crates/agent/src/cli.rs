@@ -1,6 +1,7 @@
 //! The command line of the node agent and the market signer, shared by `gpuledger-agent` and
 //! `gpuledger agent` / `gpuledger market` / `gpuledger keygen`.
 
+use crate::config::TlsConfig;
 use crate::AgentError;
 use clap::Args;
 use gpuledger_core::keys;
@@ -18,6 +19,14 @@ pub struct AgentArgs {
     /// `metrics_listen`) [default: none].
     #[arg(long, env = "GPULEDGER_AGENT_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Trust the CA certificates of this PEM file, instead of the system's, for an https://
+    /// ledger (wins over the file's `[tls] ca_file`) [default: the system's CA bundle].
+    #[arg(long, env = "GPULEDGER_AGENT_CA_FILE", value_name = "PEM")]
+    pub ca_file: Option<PathBuf>,
+    /// Accept only the ledger certificate with this SHA-256 (of its DER bytes, hex), besides a
+    /// valid chain (wins over the file's `[tls] pin_sha256`) [default: no pin].
+    #[arg(long, env = "GPULEDGER_AGENT_PIN_SHA256", value_name = "HEX")]
+    pub pin_sha256: Option<String>,
 }
 
 /// `market`'s arguments.
@@ -26,6 +35,14 @@ pub struct MarketArgs {
     /// The market signer's TOML file.
     #[arg(long, env = "GPULEDGER_MARKET_CONFIG", default_value = "market.toml")]
     pub config: PathBuf,
+    /// Trust the CA certificates of this PEM file, instead of the system's, for an https://
+    /// ledger (wins over the file's `[tls] ca_file`) [default: the system's CA bundle].
+    #[arg(long, env = "GPULEDGER_MARKET_CA_FILE", value_name = "PEM")]
+    pub ca_file: Option<PathBuf>,
+    /// Accept only the ledger certificate with this SHA-256 (of its DER bytes, hex), besides a
+    /// valid chain (wins over the file's `[tls] pin_sha256`) [default: no pin].
+    #[arg(long, env = "GPULEDGER_MARKET_PIN_SHA256", value_name = "HEX")]
+    pub pin_sha256: Option<String>,
 }
 
 /// `keygen`'s arguments.
@@ -39,13 +56,21 @@ pub struct KeygenArgs {
 /// Runs a node agent until SIGTERM or Ctrl-C.
 pub fn agent(args: AgentArgs) -> Result<(), AgentError> {
     logging::init();
-    crate::run::run_from_config(&args.config, args.metrics_listen)
+    let tls = TlsConfig {
+        ca_file: args.ca_file,
+        pin_sha256: args.pin_sha256,
+    };
+    crate::run::run_from_config(&args.config, args.metrics_listen, tls)
 }
 
 /// Runs a market signer until SIGTERM or Ctrl-C.
 pub fn market(args: MarketArgs) -> Result<(), AgentError> {
     logging::init();
-    crate::market::run_from_config(&args.config)
+    let tls = TlsConfig {
+        ca_file: args.ca_file,
+        pin_sha256: args.pin_sha256,
+    };
+    crate::market::run_from_config(&args.config, tls)
 }
 
 /// Writes a new Ed25519 key (private 0600, public next to it) and prints where, its id and its

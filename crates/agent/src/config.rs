@@ -83,6 +83,47 @@ impl Limits {
     }
 }
 
+/// The `[tls]` table, shared by the agent and the market signer: how the ledger's certificate
+/// is checked when `server_url` is `https://` ([`super::tls`], docs/AGENT.md "TLS").
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// A PEM file of the CA certificates to trust instead of the system's; by default the
+    /// system's CA bundle.
+    pub ca_file: Option<PathBuf>,
+    /// The SHA-256 of the ledger's certificate (its DER bytes, in hex): the ledger must present
+    /// exactly that certificate, besides a chain to a trusted CA; by default no pin.
+    pub pin_sha256: Option<String>,
+}
+
+impl TlsConfig {
+    /// Checks the settings against the ledger's URL; returns the pin, if one is set. TLS
+    /// settings with an `http://` URL are refused: they would protect nothing.
+    pub fn validate(&self, server_url: &str) -> Result<Option<super::tls::Pin>, AgentError> {
+        if !server_url.starts_with("https://") && *self != TlsConfig::default() {
+            return Err(AgentError::Config(format!(
+                "[tls] ca_file and pin_sha256 apply to an https:// server_url only; server_url is {server_url:?}"
+            )));
+        }
+        self.pin_sha256
+            .as_deref()
+            .map(|p| {
+                super::tls::Pin::parse(p)
+                    .map_err(|e| AgentError::Config(format!("[tls] pin_sha256 {e}")))
+            })
+            .transpose()
+    }
+
+    /// These settings with each one that `flags` sets replaced by it (the command line's
+    /// settings win over the file's).
+    pub fn overridden_by(self, flags: TlsConfig) -> TlsConfig {
+        TlsConfig {
+            ca_file: flags.ca_file.or(self.ca_file),
+            pin_sha256: flags.pin_sha256.or(self.pin_sha256),
+        }
+    }
+}
+
 /// `agent.toml`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -117,6 +158,9 @@ pub struct AgentConfig {
     /// at start-up (docs/AGENT.md). After start-up it holds the origin in use.
     #[serde(default)]
     pub origin: Option<String>,
+    /// How an `https://` ledger's certificate is checked (`[tls]`).
+    #[serde(default)]
+    pub tls: TlsConfig,
 }
 
 fn default_interval() -> u64 {
@@ -250,7 +294,12 @@ impl AgentConfig {
     /// file's directory.
     pub fn read(path: &Path) -> Result<AgentConfig, AgentError> {
         let mut c: AgentConfig = read_toml(path)?;
-        resolve_paths(path, [&mut c.key_file, &mut c.lease_file, &mut c.spool_dir]);
+        resolve_paths(
+            path,
+            [&mut c.key_file, &mut c.lease_file, &mut c.spool_dir]
+                .into_iter()
+                .chain(c.tls.ca_file.as_mut()),
+        );
         c.validate().map_err(in_file(path))?;
         Ok(c)
     }
@@ -261,6 +310,7 @@ impl AgentConfig {
         check_id_setting("region", &self.region)?;
         check_id_setting("node", &self.node)?;
         check_url(&self.server_url)?;
+        self.tls.validate(&self.server_url)?;
         if !(1..=MAX_INTERVAL_SECONDS).contains(&self.interval_seconds) {
             return Err(AgentError::Config(format!(
                 "interval_seconds must be 1 to {MAX_INTERVAL_SECONDS}"
@@ -352,5 +402,70 @@ colour = "blue"
 "#,
         );
         assert!(bad.unwrap_err().to_string().contains("colour"));
+    }
+
+    const TLS_AGENT: &str = r#"
+signer = "node-a"
+key_file = "k"
+server_url = "URL"
+region = "cn-north-imx"
+node = "node-a"
+lease_file = "leases.toml"
+spool_dir = "spool"
+[collector]
+kind = "simulated"
+gpus = [{ model = "H100-SXM-80G", count = 1, idle_watts = 70, max_watts = 700 }]
+"#;
+
+    fn read_agent(dir: &Path, url: &str, tls: &str) -> Result<AgentConfig, AgentError> {
+        let file = dir.join("agent.toml");
+        std::fs::write(&file, format!("{}{tls}", TLS_AGENT.replace("URL", url))).unwrap();
+        AgentConfig::read(&file)
+    }
+
+    #[test]
+    fn tls_settings_are_read_checked_and_overridden_by_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let pin = "ab".repeat(32);
+        // None by default: the system's CAs, no pin.
+        let c = read_agent(dir.path(), "https://ledger:8443", "").unwrap();
+        assert_eq!(c.tls, TlsConfig::default());
+        // A relative ca_file is relative to the file, like the other paths.
+        let c = read_agent(
+            dir.path(),
+            "https://ledger:8443",
+            &format!("[tls]\nca_file = \"ca.pem\"\npin_sha256 = \"{pin}\"\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.tls.ca_file.as_deref(),
+            Some(dir.path().join("ca.pem").as_path())
+        );
+        assert_eq!(
+            c.tls.validate(&c.server_url).unwrap().unwrap().to_string(),
+            pin
+        );
+        // The command line's settings win, one by one.
+        let flags = TlsConfig {
+            ca_file: Some(PathBuf::from("/etc/other-ca.pem")),
+            pin_sha256: None,
+        };
+        let t = c.tls.clone().overridden_by(flags);
+        assert_eq!(t.ca_file.as_deref(), Some(Path::new("/etc/other-ca.pem")));
+        assert_eq!(t.pin_sha256.as_deref(), Some(pin.as_str()));
+        // A malformed pin, an unknown key, and TLS settings for an http:// ledger are refused,
+        // naming the file.
+        let e = read_agent(dir.path(), "https://l", "[tls]\npin_sha256 = \"abc\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("agent.toml") && e.contains("pin_sha256"), "{e}");
+        let e = read_agent(dir.path(), "https://l", "[tls]\npin = \"abc\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field"), "{e}");
+        let e = read_agent(dir.path(), "http://l", "[tls]\nca_file = \"ca.pem\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("agent.toml") && e.contains("https://"), "{e}");
     }
 }

@@ -32,6 +32,7 @@ pub mod origin;
 pub mod run;
 pub mod sender;
 pub mod spool;
+pub mod tls;
 
 /// Errors of the agent and the market signer.
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,7 @@
 //! neither repeats nor skips a price.
 
 use super::collector::mix;
-use super::config::{check_id_setting, check_url, decimal_field, read_toml, Limits};
+use super::config::{check_id_setting, check_url, decimal_field, read_toml, Limits, TlsConfig};
 use super::run::{next_boundary, Running};
 use super::sender::Shared;
 use super::AgentError;
@@ -51,6 +51,9 @@ pub struct MarketConfig {
     /// at start-up (docs/AGENT.md). After start-up it holds the origin in use.
     #[serde(default)]
     pub origin: Option<String>,
+    /// How an `https://` ledger's certificate is checked (`[tls]`, as in `agent.toml`).
+    #[serde(default)]
+    pub tls: TlsConfig,
 }
 
 /// The `[source]` table.
@@ -111,6 +114,7 @@ impl MarketConfig {
         if let Source::Csv { path: p } = &mut c.source {
             paths.push(p);
         }
+        paths.extend(c.tls.ca_file.as_mut());
         super::config::resolve_paths(path, paths);
         c.validate().map_err(super::config::in_file(path))?;
         Ok(c)
@@ -120,6 +124,7 @@ impl MarketConfig {
     pub fn validate(&self) -> Result<(), AgentError> {
         check_id_setting("signer", &self.signer)?;
         check_url(&self.server_url)?;
+        self.tls.validate(&self.server_url)?;
         self.limits.validate().map_err(AgentError::Config)?;
         if let Source::Walk {
             interval_seconds,
@@ -202,8 +207,9 @@ pub fn walk_step(seed: u64, i: usize, t: Timestamp, s: &Series, price: Decimal) 
 
 /// Opens the spool and starts the market signer's threads.
 pub fn start_market(mut cfg: MarketConfig, key: SigningKey) -> Result<Running, AgentError> {
-    let (spool, sender_cfg) = super::run::open_signer(
+    let (spool, sender_cfg, http) = super::run::open_signer(
         &cfg.server_url,
+        &cfg.tls,
         &cfg.signer,
         cfg.origin.as_deref(),
         &cfg.spool_dir,
@@ -219,22 +225,24 @@ pub fn start_market(mut cfg: MarketConfig, key: SigningKey) -> Result<Running, A
     )?;
     cfg.origin = Some(sender_cfg.origin.clone());
     let name = format!("market-{}", cfg.signer);
-    Running::start(spool, sender_cfg, &name, move |shared| match &cfg.source {
-        Source::Csv { path } => csv_loop(&cfg, path, &key, &shared),
-        Source::Walk {
-            seed,
-            interval_seconds,
-            currency,
-            series,
-        } => walk_loop(
-            &cfg,
-            *seed,
-            *interval_seconds as i64,
-            currency,
-            series,
-            &key,
-            &shared,
-        ),
+    Running::start(spool, sender_cfg, http, &name, move |shared| {
+        match &cfg.source {
+            Source::Csv { path } => csv_loop(&cfg, path, &key, &shared),
+            Source::Walk {
+                seed,
+                interval_seconds,
+                currency,
+                series,
+            } => walk_loop(
+                &cfg,
+                *seed,
+                *interval_seconds as i64,
+                currency,
+                series,
+                &key,
+                &shared,
+            ),
+        }
     })
 }
 
@@ -399,9 +407,11 @@ fn walk_loop(
     }
 }
 
-/// `gpuledger market --config FILE`: runs until the process is stopped.
-pub fn run_from_config(path: &Path) -> Result<(), AgentError> {
-    let cfg = MarketConfig::read(path)?;
+/// `gpuledger market --config FILE [--ca-file PEM] [--pin-sha256 HEX]`: runs until the process
+/// is stopped; the flags win over the file's `[tls]`.
+pub fn run_from_config(path: &Path, tls_flags: TlsConfig) -> Result<(), AgentError> {
+    let mut cfg = MarketConfig::read(path)?;
+    cfg.tls = cfg.tls.overridden_by(tls_flags);
     let key = gpuledger_shell::keyfile::read(&cfg.key_file)?;
     start_market(cfg, key)?.wait();
     Ok(())
@@ -441,5 +451,29 @@ mod tests {
             );
             assert!(p >= s.min && p <= s.max);
         }
+    }
+
+    #[test]
+    fn tls_table_is_read_with_paths_relative_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("market.toml");
+        let text = r#"
+signer = "market-cn"
+key_file = "m.key"
+server_url = "https://ledger:8443"
+spool_dir = "spool"
+[source]
+kind = "csv"
+path = "prices.csv"
+[tls]
+ca_file = "ca.pem"
+"#;
+        std::fs::write(&file, text).unwrap();
+        let c = MarketConfig::read(&file).unwrap();
+        assert_eq!(c.tls.ca_file, Some(dir.path().join("ca.pem")));
+        assert_eq!(c.tls.pin_sha256, None);
+        std::fs::write(&file, text.replace("https://", "http://")).unwrap();
+        let e = MarketConfig::read(&file).unwrap_err().to_string();
+        assert!(e.contains("market.toml") && e.contains("https://"), "{e}");
     }
 }

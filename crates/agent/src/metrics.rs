@@ -42,7 +42,7 @@ pub struct AgentMetrics {
     pub records_rejected: Counter,
     /// Records written to the dead-letter file.
     pub dead_letters: Counter,
-    /// POSTs that got no usable answer (unreachable, 429/503, other statuses, bad bodies).
+    /// POSTs that got no usable answer (unreachable, 429/503/507, other statuses, bad bodies).
     pub send_failures: Counter,
     /// Intervals not recorded because the GPUs could not be read or the spool not written.
     pub measurement_errors: Counter,
@@ -144,7 +144,7 @@ impl AgentMetrics {
             ),
             send_failures: counter(
                 "gpuledger_agent_send_failures_total",
-                "POSTs with no usable answer (unreachable, 429/503, other statuses, bad bodies)",
+                "POSTs with no usable answer (unreachable, 429/503/507, other statuses, bad bodies)",
             ),
             measurement_errors: counter(
                 "gpuledger_agent_measurement_errors_total",

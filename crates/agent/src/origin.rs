@@ -14,15 +14,11 @@ pub const ORIGIN_FILE: &str = "origin";
 /// Longest wait between two attempts to learn the origin at start-up.
 pub const MAX_ORIGIN_RETRY: Duration = Duration::from_secs(30);
 
-/// Reads `GET <server_url>/v1/log` and returns its `origin`.
-pub fn fetch(server_url: &str, timeout: Duration) -> Result<String, String> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .http_status_as_error(false)
-        .build()
-        .into();
+/// Reads `GET <server_url>/v1/log` with the signer's client ([`super::tls::client`]) and
+/// returns its `origin`.
+pub fn fetch(http: &ureq::Agent, server_url: &str) -> Result<String, String> {
     let url = format!("{}/v1/log", server_url.trim_end_matches('/'));
-    let mut resp = agent.get(&url).call().map_err(|e| format!("{url}: {e}"))?;
+    let mut resp = http.get(&url).call().map_err(|e| format!("{url}: {e}"))?;
     if resp.status() != 200 {
         return Err(format!("{url}: HTTP {}", resp.status()));
     }
@@ -42,12 +38,11 @@ pub fn fetch(server_url: &str, timeout: Duration) -> Result<String, String> {
 /// in `spool_dir`. The sender checks the ledger's origin again before it sends anything
 /// ([`check_ledger`]).
 pub fn resolve(
+    http: &ureq::Agent,
     server_url: &str,
     pinned: Option<&str>,
     spool_dir: &Path,
-    limits: &super::config::Limits,
 ) -> Result<String, AgentError> {
-    let timeout = Duration::from_secs(limits.request_timeout_seconds);
     let file = spool_dir.join(ORIGIN_FILE);
     let io = |e: std::io::Error| AgentError::Io {
         path: file.clone(),
@@ -70,7 +65,7 @@ pub fn resolve(
         None => {
             let mut wait = Duration::from_secs(1);
             loop {
-                match fetch(server_url, timeout) {
+                match fetch(http, server_url) {
                     Ok(o) => break o,
                     Err(e) => {
                         tracing::warn!(error = %e, retry_in_s = wait.as_secs(), "cannot ask the ledger for its origin, and none is configured (`origin` in the configuration); nothing can be signed until it answers");
@@ -109,8 +104,8 @@ pub enum LedgerOrigin {
 }
 
 /// Asks the ledger which log it is and compares with `origin`.
-pub fn check_ledger(server_url: &str, origin: &str, timeout: Duration) -> LedgerOrigin {
-    match fetch(server_url, timeout) {
+pub fn check_ledger(http: &ureq::Agent, server_url: &str, origin: &str) -> LedgerOrigin {
+    match fetch(http, server_url) {
         Ok(o) if o == origin => LedgerOrigin::Same,
         Ok(o) => LedgerOrigin::Other(o),
         Err(e) => LedgerOrigin::Unknown(e),

@@ -35,10 +35,12 @@ pub struct Running {
 }
 
 impl Running {
-    /// Starts `producer` and a sender over `spool`.
+    /// Starts `producer` and a sender over `spool`, reaching the ledger with `http`
+    /// ([`super::tls::client`]).
     pub fn start(
         spool: Spool,
         sender_cfg: SenderConfig,
+        http: ureq::Agent,
         name: &str,
         producer: impl FnOnce(Arc<Shared>) + Send + 'static,
     ) -> Result<Running, AgentError> {
@@ -50,7 +52,7 @@ impl Running {
         let s = shared.clone();
         let sender = std::thread::Builder::new()
             .name(format!("{name}-sender"))
-            .spawn(move || sender::run(s, sender_cfg))
+            .spawn(move || sender::run(s, sender_cfg, http))
             .map_err(spawn_err)?;
         let s = shared.clone();
         let producer = std::thread::Builder::new()
@@ -91,8 +93,9 @@ pub fn start_agent(
     collector: Box<dyn Collector>,
     opts: AgentOptions,
 ) -> Result<Running, AgentError> {
-    let (spool, sender_cfg) = open_signer(
+    let (spool, sender_cfg, http) = open_signer(
         &cfg.server_url,
+        &cfg.tls,
         &cfg.signer,
         cfg.origin.as_deref(),
         &cfg.spool_dir,
@@ -110,33 +113,40 @@ pub fn start_agent(
     )?;
     cfg.origin = Some(sender_cfg.origin.clone());
     let name = format!("agent-{}", cfg.node);
-    Running::start(spool, sender_cfg, &name, move |shared| {
+    Running::start(spool, sender_cfg, http, &name, move |shared| {
         let errors = shared.metrics.measurement_errors.clone();
         Measurer::new(cfg, key, collector, opts, errors).run(&shared)
     })
 }
 
-/// Opens a signer's spool, says so through `announce` (before anything may wait on the
-/// ledger), resolves the log it signs for (the pin, else the spool's, else the ledger's; see
-/// [`super::origin::resolve`]) and builds its sender's settings. Shared by the node agent and
-/// the market signer.
+/// Builds a signer's HTTP client for the ledger (TLS as `tls` says, for `https://`; see
+/// [`super::tls::client`]), opens its spool, says so through `announce` (before anything may
+/// wait on the ledger), resolves the log it signs for (the pin, else the spool's, else the
+/// ledger's; see [`super::origin::resolve`]) and builds its sender's settings. Shared by the
+/// node agent and the market signer.
 pub(crate) fn open_signer(
     server_url: &str,
+    tls: &super::config::TlsConfig,
     signer: &str,
     pinned_origin: Option<&str>,
     spool_dir: &std::path::Path,
     limits: &super::config::Limits,
     announce: impl FnOnce(&Spool),
-) -> Result<(Spool, SenderConfig), AgentError> {
+) -> Result<(Spool, SenderConfig, ureq::Agent), AgentError> {
+    let http = super::tls::client(
+        server_url,
+        tls,
+        Duration::from_secs(limits.request_timeout_seconds),
+    )?;
     let spool = Spool::open(
         spool_dir,
         limits.max_spool_records,
         limits.compact_after_bytes,
     )?;
     announce(&spool);
-    let origin = super::origin::resolve(server_url, pinned_origin, spool_dir, limits)?;
+    let origin = super::origin::resolve(&http, server_url, pinned_origin, spool_dir)?;
     let sender = SenderConfig::new(server_url, signer, &origin, limits);
-    Ok((spool, sender))
+    Ok((spool, sender, http))
 }
 
 /// The first aligned boundary strictly after `t`.
@@ -379,14 +389,17 @@ impl Measurer {
     }
 }
 
-/// `gpuledger agent --config FILE [--metrics-listen ADDR]`: reads the configuration and the
-/// key (refused unless 0600), starts (with the metrics listener when `metrics_listen`, the flag
-/// over the file's key, names an address), and runs until the process is stopped.
+/// `gpuledger agent --config FILE [--metrics-listen ADDR] [--ca-file PEM] [--pin-sha256 HEX]`:
+/// reads the configuration and the key (refused unless 0600), starts (with the metrics
+/// listener when `metrics_listen`, the flag over the file's key, names an address; with the
+/// TLS settings of `tls_flags` over the file's `[tls]`), and runs until the process is stopped.
 pub fn run_from_config(
     path: &std::path::Path,
     metrics_listen: Option<std::net::SocketAddr>,
+    tls_flags: super::config::TlsConfig,
 ) -> Result<(), AgentError> {
-    let cfg = AgentConfig::read(path)?;
+    let mut cfg = AgentConfig::read(path)?;
+    cfg.tls = cfg.tls.overridden_by(tls_flags);
     let key = gpuledger_shell::keyfile::read(&cfg.key_file)?;
     let collector = collector::from_config(&cfg.collector)?;
     let metrics_listen = metrics_listen.or(cfg.metrics_listen);

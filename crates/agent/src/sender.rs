@@ -8,8 +8,9 @@
 //!   stops the batch
 //!   there; it is retried with backoff. Any other rejection is permanent: the record and the
 //!   reason go to the dead-letter file, an error is logged, and the rest flows on.
-//! - Network errors, 5xx and other unexpected answers are retried with exponential backoff
-//!   and jitter; 429 and 503 wait for `Retry-After` when the server sends one.
+//! - Network errors (TLS refusals among them), 5xx and other unexpected answers are retried
+//!   with exponential backoff and jitter; 429, 503 and 507 ([`WAIT_STATUSES`]) wait for
+//!   `Retry-After` when the server sends one.
 
 use super::spool::{Pending, Spool};
 use rand_core::RngCore;
@@ -31,6 +32,10 @@ pub const TRANSIENT_REASONS: [&str; 5] = [
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
 /// Longest `Retry-After` honoured, in seconds; a longer one waits this long.
 pub const MAX_RETRY_AFTER_SECONDS: u64 = 300;
+/// Answers that ask the sender to wait and send the same batch again, for `Retry-After` when
+/// given: 429 Too Many Requests, 503 Service Unavailable, 507 Insufficient Storage (the
+/// ledger's disk is full). Other answers but 200 are retried with the backoff alone.
+pub const WAIT_STATUSES: [u16; 3] = [429, 503, 507];
 
 /// State shared by the producer (agent or market loop) and the sender thread.
 pub struct Shared {
@@ -129,13 +134,9 @@ enum Attempt {
     Retry(Option<Duration>),
 }
 
-/// Runs until [`Shared::request_stop`].
-pub fn run(shared: Arc<Shared>, cfg: SenderConfig) {
-    let http: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(cfg.request_timeout))
-        .build()
-        .into();
+/// Runs until [`Shared::request_stop`], reaching the ledger with `http`
+/// ([`super::tls::client`]).
+pub fn run(shared: Arc<Shared>, cfg: SenderConfig, http: ureq::Agent) {
     let url = format!("{}/v1/records", cfg.server_url.trim_end_matches('/'));
     let mut backoff = INITIAL_BACKOFF;
     // Whether the ledger said it is our log since the last failed request.
@@ -162,7 +163,7 @@ pub fn run(shared: Arc<Shared>, cfg: SenderConfig) {
         };
         if !same_log {
             use super::origin::{check_ledger, LedgerOrigin};
-            match check_ledger(&cfg.server_url, &cfg.origin, cfg.request_timeout) {
+            match check_ledger(&http, &cfg.server_url, &cfg.origin) {
                 LedgerOrigin::Same => same_log = true,
                 LedgerOrigin::Other(o) => {
                     tracing::error!(signer = %cfg.signer, ours = %cfg.origin, ledger = %o, "the ledger is another log than the one these records are signed for; nothing is sent (fix server_url, or start a new spool for the new log)");
@@ -170,8 +171,11 @@ pub fn run(shared: Arc<Shared>, cfg: SenderConfig) {
                     backoff = (backoff * 2).min(cfg.max_backoff);
                     continue;
                 }
-                // Not answering: the send below fails the same way and backs off.
-                LedgerOrigin::Unknown(_) => {}
+                // Not answering (unreachable, or its certificate refused): nothing is sent, and
+                // the loop backs off below. Said here, as nothing else says it.
+                LedgerOrigin::Unknown(e) => {
+                    tracing::warn!(signer = %cfg.signer, error = %e, pending = batch.len(), "ledger unreachable; will retry")
+                }
             }
         }
         let result = if same_log {
@@ -257,9 +261,14 @@ fn post(
         Attempt::Retry(None)
     })?;
     let status = resp.status().as_u16();
-    if status == 429 || status == 503 {
+    if WAIT_STATUSES.contains(&status) {
         let after = retry_after(&resp);
-        tracing::warn!(signer = %cfg.signer, status, retry_after_s = after.map(|d| d.as_secs()), "ledger busy; will retry");
+        let why = if status == 507 {
+            "the ledger's disk is full"
+        } else {
+            "ledger busy"
+        };
+        tracing::warn!(signer = %cfg.signer, status, retry_after_s = after.map(|d| d.as_secs()), "{why}; will retry");
         return Err(Attempt::Retry(after));
     }
     if status != 200 {
@@ -354,10 +363,28 @@ fn refused(spool: &mut Spool, p: &Pending, o: &serde_json::Value, cfg: &SenderCo
 }
 
 /// Drains the spool once, synchronously, until it is empty or `deadline` passes; for tests and
-/// tools. Returns the records still pending.
+/// tools. Returns the records still pending. An `https://` ledger is reached trusting the
+/// system's CAs; [`drain_with`] takes a client of other TLS settings.
 pub fn drain(shared: &Arc<Shared>, cfg: SenderConfig, deadline: Duration) -> u64 {
+    let tls = super::config::TlsConfig::default();
+    match super::tls::client(&cfg.server_url, &tls, cfg.request_timeout) {
+        Ok(http) => drain_with(shared, cfg, http, deadline),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot reach the ledger; nothing sent");
+            shared.spool.lock().expect("spool lock").pending()
+        }
+    }
+}
+
+/// [`drain`] with the client `http` ([`super::tls::client`]).
+pub fn drain_with(
+    shared: &Arc<Shared>,
+    cfg: SenderConfig,
+    http: ureq::Agent,
+    deadline: Duration,
+) -> u64 {
     let s = shared.clone();
-    let t = std::thread::spawn(move || run(s, cfg));
+    let t = std::thread::spawn(move || run(s, cfg, http));
     let until = Instant::now() + deadline;
     loop {
         let pending = shared.spool.lock().expect("spool lock").pending();

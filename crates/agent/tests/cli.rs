@@ -45,3 +45,55 @@ fn a_missing_configuration_stops_the_agent_at_start() {
     let o = agent(&["market", "--config", missing.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
 }
+
+#[test]
+fn tls_settings_that_cannot_work_stop_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("node.key");
+    assert!(agent(&["keygen", "--out", key.to_str().unwrap()])
+        .status
+        .success());
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        r#"
+signer = "node-a"
+key_file = "node.key"
+server_url = "https://127.0.0.1:9"
+region = "cn-north-imx"
+node = "node-a"
+lease_file = "leases.toml"
+spool_dir = "spool"
+[collector]
+kind = "simulated"
+gpus = [{ model = "H100-SXM-80G", count = 1, idle_watts = 70, max_watts = 700 }]
+"#,
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    // A CA file that is not there, given on the command line: refused before any connection.
+    let o = agent(&[
+        "--config",
+        config,
+        "--ca-file",
+        "/nonexistent/ledger-ca.pem",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("/nonexistent/ledger-ca.pem"),
+        "{o:?}"
+    );
+    // A malformed pin from the environment.
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuledger-agent"))
+        .args(["--config", config])
+        .env("GPULEDGER_AGENT_PIN_SHA256", "not-a-fingerprint")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("pin_sha256"),
+        "{o:?}"
+    );
+    // Nothing was spooled: the start stopped before the spool was opened.
+    assert!(!dir.path().join("spool").exists());
+}
