@@ -54,10 +54,32 @@ fn documented_example_file_sets_every_key() {
         checkpoint_interval_seconds,
         workers,
         publish_dir,
+        metrics_listen,
+        client_request_timeout_seconds,
+        client_disconnect_timeout_seconds,
+        keep_alive_seconds,
+        max_connections,
+        body_idle_timeout_seconds,
+        body_timeout_seconds,
+        max_concurrent_ingest,
+        client_rate_per_second,
+        client_rate_burst,
+        signer_rate_per_second,
+        signer_rate_burst,
+        tenant_certificates_per_minute,
     } = s.clone();
     assert!(listen.is_some() && database_url.is_some() && log_key.is_some());
     assert!(checkpoint_interval_seconds.is_some() && workers.is_some());
-    assert!(publish_dir.is_some());
+    assert!(publish_dir.is_some() && metrics_listen.is_some());
+    assert!(
+        client_request_timeout_seconds.is_some() && client_disconnect_timeout_seconds.is_some()
+    );
+    assert!(keep_alive_seconds.is_some() && max_connections.is_some());
+    assert!(body_idle_timeout_seconds.is_some() && body_timeout_seconds.is_some());
+    assert!(max_concurrent_ingest.is_some());
+    assert!(client_rate_per_second.is_some() && client_rate_burst.is_some());
+    assert!(signer_rate_per_second.is_some() && signer_rate_burst.is_some());
+    assert!(tenant_certificates_per_minute.is_some());
     // Flags win over the file; the file wins over defaults.
     let r = ServeSettings {
         workers: Some(1),

@@ -5,6 +5,7 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::{json_body, AppState};
 use crate::core::record::{KeyScope, Role};
+use crate::core::time::Timestamp;
 use crate::store::access::{self, ApiRole, Tenant, TokenInfo};
 use crate::store::read;
 use actix_web::{delete, get, post};
@@ -293,6 +294,11 @@ pub struct NewToken {
     pub tenant: Option<String>,
     #[serde(default)]
     pub label: String,
+    /// When the token stops working (`YYYY-MM-DDTHH:MM:SSZ`, in the future); absent, it does
+    /// not expire. An expired token is answered 401, exactly like an unknown one.
+    #[serde(default)]
+    #[schema(example = "2027-01-01T00:00:00Z")]
+    pub expires_at: Option<String>,
 }
 
 /// A new token: the secret is shown this once and stored only as a hash.
@@ -302,7 +308,7 @@ pub struct CreatedToken {
     pub info: TokenInfo,
 }
 
-/// Creates an API token (admin).
+/// Creates an API token (admin), optionally expiring at `expires_at`.
 #[utoipa::path(tag = "admin", request_body = NewToken,
     responses((status = 201, body = CreatedToken), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -317,10 +323,16 @@ pub async fn create_token(
     let t: NewToken = json_body(&req, body).await?;
     let role = ApiRole::parse(&t.role)
         .ok_or_else(|| ApiError::invalid_parameter("role", "must be admin, auditor or tenant"))?;
+    let expires_at = t
+        .expires_at
+        .as_deref()
+        .map(Timestamp::parse)
+        .transpose()
+        .map_err(|e| ApiError::invalid_parameter("expires_at", e.to_string()))?;
     let (info, token) = web::block(move || {
-        state
-            .ledger
-            .with_account_writer(|c| access::create_token(c, role, t.tenant.as_deref(), &t.label))
+        state.ledger.with_account_writer(|c| {
+            access::create_token_expiring(c, role, t.tenant.as_deref(), &t.label, expires_at)
+        })
     })
     .await??;
     Ok(HttpResponse::Created().json(CreatedToken { token, info }))

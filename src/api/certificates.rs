@@ -33,7 +33,8 @@ pub struct CertificateOrder {
 #[utoipa::path(tag = "certificates", request_body = CertificateOrder,
     responses((status = 201, description = "The signed certificate", body = Certificate),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
-              (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+              (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 429, description = "The tenant asked for more certificates than `tenant_certificates_per_minute` allows; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/certificates")]
 pub async fn issue(
@@ -46,6 +47,10 @@ pub async fn issue(
         return Err(ApiError::Forbidden(
             "certificates are issued by a tenant for itself or by an admin".into(),
         ));
+    }
+    if let Some(tenant) = caller.confined_to() {
+        // Per tenant, before anything is read or computed; admins are not limited.
+        state.limits.certificate(tenant)?;
     }
     let order: CertificateOrder = json_body(&req, payload).await?;
     let (from, to) = super::period(&order.from, &order.to)?;

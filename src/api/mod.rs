@@ -9,6 +9,7 @@ pub mod auth;
 pub mod certificates;
 pub mod error;
 pub mod invoices;
+pub mod limits;
 pub mod log;
 pub mod ops;
 pub mod pricing;
@@ -24,7 +25,10 @@ use error::ApiError;
 use futures_util::StreamExt;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::de::DeserializeOwned;
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 use utoipa::OpenApi;
 use utoipa_actix_web::service_config::ServiceConfig;
 use utoipa_actix_web::{scope, AppExt};
@@ -36,6 +40,8 @@ pub const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
 pub struct AppState {
     pub ledger: Arc<Ledger>,
     pub metrics: PrometheusHandle,
+    /// Body timeouts, the ingest cap and the rate limiters.
+    pub limits: limits::Limits,
 }
 
 /// The OpenAPI document's frame: title, security scheme and tags. The paths are collected from
@@ -102,22 +108,150 @@ pub fn require_json(req: &HttpRequest) -> Result<(), ApiError> {
     }
 }
 
-/// Reads a body up to `limit` bytes; over it is a 413 naming the limit.
-pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::BytesMut, ApiError> {
-    let mut body = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
+/// Reads a body of at most `limit` bytes. A declared `Content-Length` over it is a 413 at
+/// once, before anything is read (actix then closes the connection rather than read the
+/// rest); a body that grows over it is a 413 as soon as it does. The body must keep coming:
+/// a wait over the body idle timeout for its next piece, or over the body timeout in all, is
+/// a 408 `body_timeout` (docs/CONFIGURATION.md). Memory grows with what arrived, never with
+/// what was declared.
+pub async fn read_body(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<Vec<u8>, ApiError> {
+    let too_large = || ApiError::TooLarge {
+        slug: "body_too_large",
+        detail: format!("the body is over the limit of {limit} bytes"),
+    };
+    if declared_length(req).is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let settings = req
+        .app_data::<web::Data<AppState>>()
+        .map(|s| s.limits.settings.clone())
+        .unwrap_or_default();
+    let (idle, total) = (settings.body_idle_timeout, settings.body_timeout);
+    let deadline = (!total.is_zero()).then(|| Instant::now() + total);
+    // The pieces as they came (no copy, no growth by doubling), joined once at the end: a
+    // stalled body holds what arrived and little more.
+    let mut pieces: Vec<web::Bytes> = Vec::new();
+    let mut len = 0usize;
+    loop {
+        // The sooner of the idle timeout and what is left of the body timeout.
+        let wait = match (idle.is_zero(), deadline) {
+            (true, None) => None,
+            (false, None) => Some(idle),
+            (idle_off, Some(d)) => {
+                let left = d.saturating_duration_since(Instant::now());
+                Some(if idle_off { left } else { left.min(idle) })
+            }
+        };
+        let next = match wait {
+            None => payload.next().await,
+            Some(w) => match actix_web::rt::time::timeout(w, payload.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    metrics::counter!("gpuledger_body_timeouts_total").increment(1);
+                    return Err(ApiError::RequestTimeout(format!(
+                        "the body did not arrive in time ({} s between pieces, {} s in all); \
+                             {} bytes came",
+                        idle.as_secs(),
+                        total.as_secs(),
+                        len
+                    )));
+                }
+            },
+        };
+        let Some(chunk) = next else { break };
         let chunk = chunk.map_err(|e| {
-            ApiError::bad_request("bad_body", format!("could not read the body: {e}"))
+            // The cause (a broken connection, bad chunked framing) is logged, not echoed.
+            tracing::debug!(error = %e, "reading a request body failed");
+            ApiError::bad_request("bad_body", "the body could not be read to its end")
         })?;
-        if body.len() + chunk.len() > limit {
-            return Err(ApiError::TooLarge {
-                slug: "body_too_large",
-                detail: format!("the body is over the limit of {limit} bytes"),
-            });
+        len += chunk.len();
+        if len > limit {
+            return Err(too_large());
         }
-        body.extend_from_slice(&chunk);
+        pieces.push(chunk);
+    }
+    let mut body = Vec::with_capacity(len);
+    for p in pieces {
+        body.extend_from_slice(&p);
     }
     Ok(body)
+}
+
+/// Keeps each request's body stream alive until its answer has been sent (middleware), so that
+/// actix closes the connection after answering a request whose body was not read to its end
+/// (a 413, a 503 `busy`, a 429, a `body_timeout`, a 401 before the body), rather than read and
+/// discard the rest: for a chunked body actix would otherwise keep the connection for as long
+/// as the client trickles or stalls, with no timeout. A body read to its end changes nothing.
+pub async fn close_unread_bodies<B: MessageBody + 'static>(
+    mut req: ServiceRequest,
+    next: middleware::Next<B>,
+) -> Result<ServiceResponse<HeldBody>, actix_web::Error> {
+    use actix_web::HttpMessage;
+    let payload = match req.take_payload() {
+        actix_web::dev::Payload::None => None,
+        p => {
+            let held = Rc::new(RefCell::new(p));
+            req.set_payload(actix_web::dev::Payload::Stream {
+                payload: Box::pin(SharedPayload(held.clone())),
+            });
+            Some(held)
+        }
+    };
+    let res = next.call(req).await?;
+    Ok(res.map_body(|_, body| HeldBody {
+        body: actix_web::body::BoxBody::new(body),
+        _payload: payload,
+    }))
+}
+
+/// A request body shared between the handler and [`close_unread_bodies`].
+struct SharedPayload(Rc<RefCell<actix_web::dev::Payload>>);
+
+impl futures_util::Stream for SharedPayload {
+    type Item = Result<web::Bytes, actix_web::error::PayloadError>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        std::pin::Pin::new(&mut *self.0.borrow_mut()).poll_next(cx)
+    }
+}
+
+/// An answer's body that keeps its request's body stream until it is sent.
+pub struct HeldBody {
+    body: actix_web::body::BoxBody,
+    _payload: Option<Rc<RefCell<actix_web::dev::Payload>>>,
+}
+
+impl MessageBody for HeldBody {
+    type Error = Box<dyn std::error::Error>;
+
+    fn size(&self) -> actix_web::body::BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<web::Bytes, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_next(cx)
+    }
+}
+
+/// The request's `Content-Length`, if it has a valid one (actix refuses an invalid one
+/// before any handler runs); a length too large for `u64` counts as `u64::MAX`.
+pub fn declared_length(req: &HttpRequest) -> Option<u64> {
+    let v = req.headers().get(actix_web::http::header::CONTENT_LENGTH)?;
+    let s = v.to_str().ok()?.trim();
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(s.parse::<u64>().unwrap_or(u64::MAX))
 }
 
 /// Reads a small JSON body into `T`, with precise 4xx errors.
@@ -126,7 +260,7 @@ pub async fn json_body<T: DeserializeOwned>(
     payload: web::Payload,
 ) -> Result<T, ApiError> {
     require_json(req)?;
-    let body = read_body(payload, MAX_ADMIN_BODY_BYTES).await?;
+    let body = read_body(req, payload, MAX_ADMIN_BODY_BYTES).await?;
     json_from(&body)
 }
 
@@ -136,7 +270,7 @@ pub async fn optional_json_body<T: DeserializeOwned + Default>(
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<T, ApiError> {
-    let body = read_body(payload, MAX_ADMIN_BODY_BYTES).await?;
+    let body = read_body(req, payload, MAX_ADMIN_BODY_BYTES).await?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
@@ -200,15 +334,22 @@ pub fn period(from: &str, to: &str) -> Result<(Timestamp, Timestamp), ApiError> 
 /// OpenAPI document describes. Order matters where paths overlap (`/invoices/preview` before
 /// `/invoices/{number}`).
 pub fn routes(cfg: &mut ServiceConfig) {
+    served_routes(cfg, true);
+}
+
+/// [`routes`] as one listener serves them: without `/metrics` (which then answers 404 like
+/// any unknown path) when the metrics have a listener of their own (`metrics_listen`).
+pub fn served_routes(cfg: &mut ServiceConfig, with_metrics: bool) {
     // A query string that does not deserialise (missing or mistyped member) is a problem too.
     cfg.app_data(
         web::QueryConfig::default()
             .error_handler(|e, _| ApiError::bad_request("invalid_parameter", e.to_string()).into()),
     );
-    cfg.service(ops::healthz)
-        .service(ops::readyz)
-        .service(ops::metrics)
-        .route("/openapi.json", web::get().to(ops::openapi))
+    cfg.service(ops::healthz).service(ops::readyz);
+    if with_metrics {
+        cfg.service(ops::metrics);
+    }
+    cfg.route("/openapi.json", web::get().to(ops::openapi))
         .route("/docs", web::get().to(ops::docs))
         .service(
             scope("/v1")
@@ -262,25 +403,76 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
         .configure(routes)
         .split_for_parts();
     doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    add_rate_limit_responses(&mut doc);
     doc
 }
 
-/// Request metrics by route pattern and status, with latency histograms.
+/// Every operation under `/v1` may answer 429: the per-client rate applies to all of them
+/// ([`limits::per_client`]), so its response is documented here once rather than on each
+/// handler (those with rates of their own describe them in their own 429).
+fn add_rate_limit_responses(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    let response = ResponseBuilder::new()
+        .description("The client's rate is exceeded (`client_rate_per_second`); see `Retry-After`")
+        .content(
+            "application/problem+json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Problem")))
+                .build(),
+        )
+        .build();
+    for (_, item) in doc
+        .paths
+        .paths
+        .iter_mut()
+        .filter(|(p, _)| p.starts_with("/v1/"))
+    {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for op in operations.into_iter().flatten() {
+            op.responses
+                .responses
+                .entry("429".to_owned())
+                .or_insert_with(|| response.clone().into());
+        }
+    }
+}
+
+/// Request metrics by method, route pattern and status, with latency histograms. Every label
+/// comes from a fixed set, so no request can add series: the method is one of
+/// [`METRIC_METHODS`] or `other`, the route the matched pattern or `unmatched`, the status a
+/// number actix chose.
 pub async fn record_metrics<B: MessageBody>(
     req: ServiceRequest,
     next: middleware::Next<B>,
 ) -> Result<ServiceResponse<B>, actix_web::Error> {
     let started = std::time::Instant::now();
-    let method = req.method().to_string();
+    let method = metric_method(req.method());
     let res = next.call(req).await?;
     let route = res
         .request()
         .match_pattern()
         .unwrap_or_else(|| "unmatched".into());
     let status = res.status().as_u16().to_string();
-    metrics::counter!("gpuledger_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status)
+    metrics::counter!("gpuledger_http_requests_total", "method" => method, "route" => route.clone(), "status" => status)
         .increment(1);
     metrics::histogram!("gpuledger_http_request_seconds", "method" => method, "route" => route)
         .record(started.elapsed().as_secs_f64());
     Ok(res)
+}
+
+/// The methods that are their own `method` label; any other is `other`.
+pub const METRIC_METHODS: [&str; 7] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"];
+
+/// The `method` label of a request.
+pub fn metric_method(m: &actix_web::http::Method) -> &'static str {
+    METRIC_METHODS
+        .into_iter()
+        .find(|k| *k == m.as_str())
+        .unwrap_or("other")
 }

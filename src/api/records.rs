@@ -28,13 +28,22 @@ pub struct IngestResponse {
 
 /// Appends signed records. Authenticated by the records' own signatures; the answer comes
 /// only after the accepted records are committed.
+///
+/// Limits (docs/CONFIGURATION.md): a declared `Content-Length` over 8 MiB is refused at once
+/// (413); at most `max_concurrent_ingest` bodies are received at once (503 `busy` with
+/// `Retry-After` past it); a body must keep arriving (408 `body_timeout`); each client address
+/// and each signer has a rate (429 with `Retry-After`; a batch over any of its signers'
+/// budgets is refused whole and nothing is appended).
 #[utoipa::path(tag = "records",
     request_body(content = Vec<crate::core::envelope::Envelope>, content_type = "application/json", description = "A JSON array of signed envelopes (docs/PROTOCOL.md §4), at most 10000, body at most 8 MiB."),
     responses(
         (status = 200, description = "One outcome per record, in order", body = IngestResponse),
         (status = 400, description = "Malformed JSON or not an array", body = super::error::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body or record count over its limit", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive in time (`body_timeout`)", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body (declared or read) or record count over its limit", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 415, description = "Content type is not application/json", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The client's or a signer's rate is exceeded; nothing was appended; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Too many batches are being received (`busy`) or the database is unavailable; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
 #[post("/records")]
@@ -44,7 +53,17 @@ pub async fn post_records(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     super::require_json(&req)?;
-    let body = read_body(payload, MAX_RECORDS_BODY_BYTES).await?;
+    if super::declared_length(&req).is_some_and(|n| n > MAX_RECORDS_BODY_BYTES as u64) {
+        // Refused before a slot is taken or anything is read.
+        return Err(ApiError::TooLarge {
+            slug: "body_too_large",
+            detail: format!("the body is over the limit of {MAX_RECORDS_BODY_BYTES} bytes"),
+        });
+    }
+    // Held until the answer: the body, its envelopes and the append of at most this many
+    // batches are in memory at once.
+    let _slot = state.limits.ingest_slot()?;
+    let body = read_body(&req, payload, MAX_RECORDS_BODY_BYTES).await?;
     // Elements stay raw until each is read as an envelope, so one bad element is one
     // rejection, not a failed request.
     let values: Vec<&RawValue> = match serde_json::from_slice(&body) {
@@ -88,9 +107,23 @@ pub async fn post_records(
             )))),
         }
     }
+    // The envelopes own what they need: the body's memory goes back before the append.
+    drop(body);
+    state
+        .limits
+        .check_signers(per_signer(envelopes.iter().map(|e| e.signer.as_str())))?;
+    let signers: Vec<String> = envelopes.iter().map(|e| e.signer.clone()).collect();
     let ledger = state.ledger.clone();
     let started = std::time::Instant::now();
     let results = web::block(move || ledger.append(envelopes)).await??;
+    // Only accepted records spend a signer's budget: forged ones naming it cannot.
+    state.limits.charge_signers(per_signer(
+        signers
+            .iter()
+            .zip(&results)
+            .filter(|(_, o)| matches!(o, Outcome::Accepted { .. }))
+            .map(|(s, _)| s.as_str()),
+    ));
     metrics::histogram!("gpuledger_append_seconds").record(started.elapsed().as_secs_f64());
     metrics::histogram!("gpuledger_ingest_batch_records").record(n as f64);
     let mut results = results.into_iter();
@@ -121,4 +154,14 @@ pub async fn post_records(
         .increment(resp.duplicates as u64);
     resp.outcomes = outcomes;
     Ok(HttpResponse::Ok().json(resp))
+}
+
+/// Records per signer id, for the signer rate limit. Ids that are not valid ids are left out:
+/// the ledger rejects their records, and they could not be a key of the limiter's table.
+fn per_signer<'a>(signers: impl Iterator<Item = &'a str>) -> Vec<(&'a str, u64)> {
+    let mut counts: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for s in signers.filter(|s| crate::core::ids::check_id(s).is_ok()) {
+        *counts.entry(s).or_insert(0) += 1;
+    }
+    counts.into_iter().collect()
 }

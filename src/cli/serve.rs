@@ -28,6 +28,49 @@ pub struct ServeArgs {
     /// Write each new checkpoint to DIR/checkpoint and DIR/checkpoints/<size> [default: none].
     #[arg(long, env = "GPULEDGER_PUBLISH_DIR", value_name = "DIR")]
     publish_dir: Option<PathBuf>,
+    /// Serve /metrics on this address alone, and answer 404 for it on --listen [default: none,
+    /// /metrics on --listen].
+    #[arg(long, env = "GPULEDGER_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+    /// Longest wait for a request's headers, in seconds; 0: none [default: 5].
+    #[arg(long, env = "GPULEDGER_CLIENT_REQUEST_TIMEOUT_SECONDS")]
+    client_request_timeout_seconds: Option<u64>,
+    /// Longest wait to finish a connection the server closes, in seconds; 0: none [default: 1].
+    #[arg(long, env = "GPULEDGER_CLIENT_DISCONNECT_TIMEOUT_SECONDS")]
+    client_disconnect_timeout_seconds: Option<u64>,
+    /// Seconds an idle connection is kept open; 0: keep-alive off [default: 5].
+    #[arg(long, env = "GPULEDGER_KEEP_ALIVE_SECONDS")]
+    keep_alive_seconds: Option<u64>,
+    /// Open connections per worker (the server takes workers × this); 0: actix's 25600
+    /// [default: 1024].
+    #[arg(long, env = "GPULEDGER_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// Longest wait for the next piece of a request body, in seconds; 0: none [default: 15].
+    #[arg(long, env = "GPULEDGER_BODY_IDLE_TIMEOUT_SECONDS")]
+    body_idle_timeout_seconds: Option<u64>,
+    /// Longest time to read a whole request body, in seconds; 0: none [default: 60].
+    #[arg(long, env = "GPULEDGER_BODY_TIMEOUT_SECONDS")]
+    body_timeout_seconds: Option<u64>,
+    /// POST /v1/records bodies received at once (503 busy past it); 0: no cap [default: 16].
+    #[arg(long, env = "GPULEDGER_MAX_CONCURRENT_INGEST")]
+    max_concurrent_ingest: Option<usize>,
+    /// Requests per second under /v1 per client address (429 past it); 0: no limit
+    /// [default: 1000].
+    #[arg(long, env = "GPULEDGER_CLIENT_RATE_PER_SECOND")]
+    client_rate_per_second: Option<u32>,
+    /// Requests a client address may make at once [default: 5000].
+    #[arg(long, env = "GPULEDGER_CLIENT_RATE_BURST")]
+    client_rate_burst: Option<u32>,
+    /// Accepted records per second per signer (429 past it); 0: no limit [default: 20000].
+    #[arg(long, env = "GPULEDGER_SIGNER_RATE_PER_SECOND")]
+    signer_rate_per_second: Option<u32>,
+    /// Records a signer may send at once [default: 1000000].
+    #[arg(long, env = "GPULEDGER_SIGNER_RATE_BURST")]
+    signer_rate_burst: Option<u32>,
+    /// POST /v1/certificates per minute per tenant token (429 past it); 0: no limit
+    /// [default: 60].
+    #[arg(long, env = "GPULEDGER_TENANT_CERTIFICATES_PER_MINUTE")]
+    tenant_certificates_per_minute: Option<u32>,
     /// A TOML file with any of the settings above (flags and environment win).
     #[arg(long, env = "GPULEDGER_CONFIG")]
     config: Option<PathBuf>,
@@ -46,9 +89,23 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         checkpoint_interval_seconds: args.checkpoint_interval_seconds,
         workers: args.workers,
         publish_dir: args.publish_dir,
+        metrics_listen: args.metrics_listen,
+        client_request_timeout_seconds: args.client_request_timeout_seconds,
+        client_disconnect_timeout_seconds: args.client_disconnect_timeout_seconds,
+        keep_alive_seconds: args.keep_alive_seconds,
+        max_connections: args.max_connections,
+        body_idle_timeout_seconds: args.body_idle_timeout_seconds,
+        body_timeout_seconds: args.body_timeout_seconds,
+        max_concurrent_ingest: args.max_concurrent_ingest,
+        client_rate_per_second: args.client_rate_per_second,
+        client_rate_burst: args.client_rate_burst,
+        signer_rate_per_second: args.signer_rate_per_second,
+        signer_rate_burst: args.signer_rate_burst,
+        tenant_certificates_per_minute: args.tenant_certificates_per_minute,
     };
     gpuledger_shell::logging::init();
-    server::serve(flags.resolve(file))?;
+    let http = flags.resolve_http(&file);
+    server::serve(flags.resolve(file), http)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,5 +1,6 @@
 //! Tenants and API tokens. A token is `glt_<id>_<secret>`; only SHA-256 of the whole token is
-//! stored, looked up by its public id and compared in constant time.
+//! stored, looked up by its public id and compared in constant time. A token may expire: from
+//! its `expires_at` on it is refused exactly like an unknown one.
 
 use super::conn::DbConn;
 use super::error::StoreError;
@@ -65,6 +66,17 @@ pub struct TokenInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub revoked_at: Option<Timestamp>,
+    /// When the token stops working, if it expires.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "2027-01-01T00:00:00Z")]
+    pub expires_at: Option<Timestamp>,
+}
+
+impl TokenInfo {
+    /// Whether the token has expired at `now`.
+    pub fn expired(&self, now: Timestamp) -> bool {
+        self.expires_at.is_some_and(|e| e <= now)
+    }
 }
 
 /// A tenant.
@@ -163,14 +175,32 @@ fn hash(token: &str) -> Vec<u8> {
     Sha256::digest(token.as_bytes()).to_vec()
 }
 
-/// Creates a token and returns `(info, secret token)`. The secret is shown once and never
-/// stored.
+/// Creates a token that does not expire and returns `(info, secret token)`. The secret is
+/// shown once and never stored.
 pub fn create_token(
     conn: &mut DbConn,
     role: ApiRole,
     tenant: Option<&str>,
     label: &str,
 ) -> Result<(TokenInfo, String), StoreError> {
+    create_token_expiring(conn, role, tenant, label, None)
+}
+
+/// Like [`create_token`], for a token that stops working at `expires_at` (which must be in the
+/// future), if given.
+pub fn create_token_expiring(
+    conn: &mut DbConn,
+    role: ApiRole,
+    tenant: Option<&str>,
+    label: &str,
+    expires_at: Option<Timestamp>,
+) -> Result<(TokenInfo, String), StoreError> {
+    let now = Timestamp::now();
+    if expires_at.is_some_and(|e| e <= now) {
+        return Err(StoreError::Refused(
+            "a token's expiry must be in the future".into(),
+        ));
+    }
     match (role, tenant) {
         (ApiRole::Tenant, Some(t)) => {
             if !tenant_exists(conn, t)? {
@@ -196,7 +226,6 @@ pub fn create_token(
     rand_core::OsRng.fill_bytes(&mut secret);
     let id = hex::encode(id_bytes);
     let token = format!("glt_{id}_{}", BASE64_URL_SAFE_NO_PAD.encode(secret));
-    let now = Timestamp::now();
     diesel::insert_into(api_tokens::table)
         .values((
             api_tokens::id.eq(&id),
@@ -205,6 +234,7 @@ pub fn create_token(
             api_tokens::tenant.eq(tenant),
             api_tokens::label.eq(label),
             api_tokens::created_at.eq(now.unix()),
+            api_tokens::expires_at.eq(expires_at.map(Timestamp::unix)),
         ))
         .execute(conn)?;
     let info = TokenInfo {
@@ -214,13 +244,22 @@ pub fn create_token(
         label: label.to_owned(),
         created_at: now,
         revoked_at: None,
+        expires_at,
     };
     Ok((info, token))
 }
 
 /// Every token, oldest first.
 pub fn list_tokens(conn: &mut DbConn) -> Result<Vec<TokenInfo>, StoreError> {
-    type Row = (String, String, Option<String>, String, i64, Option<i64>);
+    type Row = (
+        String,
+        String,
+        Option<String>,
+        String,
+        i64,
+        Option<i64>,
+        Option<i64>,
+    );
     let rows: Vec<Row> = api_tokens::table
         .order((api_tokens::created_at.asc(), api_tokens::id.asc()))
         .select((
@@ -230,10 +269,11 @@ pub fn list_tokens(conn: &mut DbConn) -> Result<Vec<TokenInfo>, StoreError> {
             api_tokens::label,
             api_tokens::created_at,
             api_tokens::revoked_at,
+            api_tokens::expires_at,
         ))
         .load(conn)?;
     rows.into_iter()
-        .map(|(id, role, tenant, label, c, r)| {
+        .map(|(id, role, tenant, label, c, r, e)| {
             let role = ApiRole::parse(&role)
                 .ok_or_else(|| StoreError::Corrupt(format!("token role {role:?}")))?;
             Ok(TokenInfo {
@@ -243,6 +283,7 @@ pub fn list_tokens(conn: &mut DbConn) -> Result<Vec<TokenInfo>, StoreError> {
                 label,
                 created_at: ts(c),
                 revoked_at: r.map(ts),
+                expires_at: e.map(ts),
             })
         })
         .collect()
@@ -263,9 +304,18 @@ pub fn revoke_token(conn: &mut DbConn, id: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The principal a presented token speaks for, or `None` for a malformed, unknown or revoked
-/// token (callers answer all three the same way).
+/// The principal a presented token speaks for, or `None` for a malformed, unknown, revoked or
+/// expired token (callers answer all four the same way).
 pub fn authenticate(conn: &mut DbConn, token: &str) -> Result<Option<Principal>, StoreError> {
+    authenticate_at(conn, token, Timestamp::now())
+}
+
+/// [`authenticate`] at the time `now`.
+pub fn authenticate_at(
+    conn: &mut DbConn,
+    token: &str,
+    now: Timestamp,
+) -> Result<Option<Principal>, StoreError> {
     let Some(id) = token
         .strip_prefix("glt_")
         .and_then(|r| r.split_once('_'))
@@ -276,7 +326,7 @@ pub fn authenticate(conn: &mut DbConn, token: &str) -> Result<Option<Principal>,
     if id.len() != 12 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Ok(None);
     }
-    type Row = (Vec<u8>, String, Option<String>, Option<i64>);
+    type Row = (Vec<u8>, String, Option<String>, Option<i64>, Option<i64>);
     let row: Option<Row> = api_tokens::table
         .find(id)
         .select((
@@ -284,13 +334,15 @@ pub fn authenticate(conn: &mut DbConn, token: &str) -> Result<Option<Principal>,
             api_tokens::role,
             api_tokens::tenant,
             api_tokens::revoked_at,
+            api_tokens::expires_at,
         ))
         .first(conn)
         .optional()?;
-    let Some((stored, role, tenant, revoked)) = row else {
+    let Some((stored, role, tenant, revoked, expires)) = row else {
         return Ok(None);
     };
-    if !bool::from(stored.ct_eq(&hash(token))) || revoked.is_some() {
+    let expired = expires.is_some_and(|e| e <= now.unix());
+    if !bool::from(stored.ct_eq(&hash(token))) || revoked.is_some() || expired {
         return Ok(None);
     }
     let role =

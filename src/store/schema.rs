@@ -96,6 +96,7 @@ diesel::table! {
         label -> Text,
         created_at -> BigInt,
         revoked_at -> Nullable<BigInt>,
+        expires_at -> Nullable<BigInt>,
     }
 }
 
