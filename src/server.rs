@@ -36,6 +36,40 @@ pub struct ServeSettings {
     /// `publish_dir`: a directory each new checkpoint is written to (`checkpoint`, and
     /// `checkpoints/<size>`); default none.
     pub publish_dir: Option<PathBuf>,
+    /// `metrics_listen`: serve `/metrics` on this address alone (and answer 404 for it on
+    /// `listen`); default none (`/metrics` on `listen`).
+    pub metrics_listen: Option<SocketAddr>,
+    /// `client_request_timeout_seconds`: longest wait for a request's headers; default 5.
+    pub client_request_timeout_seconds: Option<u64>,
+    /// `client_disconnect_timeout_seconds`: how long a connection is kept to finish sending an
+    /// answer after the server decided to close it; default 1.
+    pub client_disconnect_timeout_seconds: Option<u64>,
+    /// `keep_alive_seconds`: how long an idle connection is kept open; default 5 (0: closed
+    /// after each answer).
+    pub keep_alive_seconds: Option<u64>,
+    /// `max_connections`: open connections per worker; default 1024 (0: actix's 25,600).
+    pub max_connections: Option<usize>,
+    /// `body_idle_timeout_seconds`: longest wait for the next piece of a request body;
+    /// default 15 (0: none).
+    pub body_idle_timeout_seconds: Option<u64>,
+    /// `body_timeout_seconds`: longest time to read a whole request body; default 60 (0: none).
+    pub body_timeout_seconds: Option<u64>,
+    /// `max_concurrent_ingest`: `POST /v1/records` bodies received and processed at once;
+    /// default 16 (0: no cap).
+    pub max_concurrent_ingest: Option<usize>,
+    /// `client_rate_per_second`: requests per second under `/v1` per client address; default
+    /// 1000 (0: no limit).
+    pub client_rate_per_second: Option<u32>,
+    /// `client_rate_burst`: requests a client address may make at once; default 5000.
+    pub client_rate_burst: Option<u32>,
+    /// `signer_rate_per_second`: accepted records per second per signer; default 20000 (0: no
+    /// limit).
+    pub signer_rate_per_second: Option<u32>,
+    /// `signer_rate_burst`: records a signer may send at once; default 1000000.
+    pub signer_rate_burst: Option<u32>,
+    /// `tenant_certificates_per_minute`: `POST /v1/certificates` per minute per tenant token's
+    /// tenant; default 60 (0: no limit).
+    pub tenant_certificates_per_minute: Option<u32>,
 }
 
 /// Resolved settings.
@@ -48,6 +82,48 @@ pub struct Resolved {
     pub workers: usize,
     /// Where checkpoints are published, if anywhere.
     pub publish_dir: Option<PathBuf>,
+}
+
+/// How the HTTP server treats its clients: timeouts, connection limits, body and rate limits,
+/// and where `/metrics` is served. Resolved apart from [`Resolved`] so the demo, which serves
+/// with the defaults, builds its [`Resolved`] as before.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpSettings {
+    /// `/metrics` on its own listener, if set.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Longest wait for a request's headers (0: none).
+    pub client_request_timeout: Duration,
+    /// Longest wait to finish a connection the server is closing (0: none).
+    pub client_disconnect_timeout: Duration,
+    /// Idle connections kept this long (0: keep-alive off).
+    pub keep_alive: Duration,
+    /// Open connections per worker (0: actix's default of 25,600); the server as a whole
+    /// takes `workers` × this many.
+    pub max_connections: usize,
+    /// Body timeouts, the ingest cap and the rates.
+    pub limits: api::limits::LimitSettings,
+}
+
+/// Default [`HttpSettings::client_request_timeout`].
+pub const DEFAULT_CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default [`HttpSettings::client_disconnect_timeout`].
+pub const DEFAULT_CLIENT_DISCONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default [`HttpSettings::keep_alive`].
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// Default [`HttpSettings::max_connections`], per worker.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            metrics_listen: None,
+            client_request_timeout: DEFAULT_CLIENT_REQUEST_TIMEOUT,
+            client_disconnect_timeout: DEFAULT_CLIENT_DISCONNECT_TIMEOUT,
+            keep_alive: DEFAULT_KEEP_ALIVE,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            limits: api::limits::LimitSettings::default(),
+        }
+    }
 }
 
 /// Reads a TOML settings file.
@@ -85,6 +161,73 @@ impl ServeSettings {
             publish_dir: self.publish_dir.or(file.publish_dir),
         }
     }
+
+    /// The HTTP settings of `self` (flags and environment) over `file` over defaults.
+    pub fn resolve_http(&self, file: &ServeSettings) -> HttpSettings {
+        let d = HttpSettings::default();
+        let l = d.limits.clone();
+        let secs = |flag: Option<u64>, file: Option<u64>, default: Duration| {
+            flag.or(file).map_or(default, Duration::from_secs)
+        };
+        HttpSettings {
+            metrics_listen: self.metrics_listen.or(file.metrics_listen),
+            client_request_timeout: secs(
+                self.client_request_timeout_seconds,
+                file.client_request_timeout_seconds,
+                d.client_request_timeout,
+            ),
+            client_disconnect_timeout: secs(
+                self.client_disconnect_timeout_seconds,
+                file.client_disconnect_timeout_seconds,
+                d.client_disconnect_timeout,
+            ),
+            keep_alive: secs(
+                self.keep_alive_seconds,
+                file.keep_alive_seconds,
+                d.keep_alive,
+            ),
+            max_connections: self
+                .max_connections
+                .or(file.max_connections)
+                .unwrap_or(d.max_connections),
+            limits: api::limits::LimitSettings {
+                body_idle_timeout: secs(
+                    self.body_idle_timeout_seconds,
+                    file.body_idle_timeout_seconds,
+                    l.body_idle_timeout,
+                ),
+                body_timeout: secs(
+                    self.body_timeout_seconds,
+                    file.body_timeout_seconds,
+                    l.body_timeout,
+                ),
+                max_concurrent_ingest: self
+                    .max_concurrent_ingest
+                    .or(file.max_concurrent_ingest)
+                    .unwrap_or(l.max_concurrent_ingest),
+                client_rate_per_second: self
+                    .client_rate_per_second
+                    .or(file.client_rate_per_second)
+                    .unwrap_or(l.client_rate_per_second),
+                client_rate_burst: self
+                    .client_rate_burst
+                    .or(file.client_rate_burst)
+                    .unwrap_or(l.client_rate_burst),
+                signer_rate_per_second: self
+                    .signer_rate_per_second
+                    .or(file.signer_rate_per_second)
+                    .unwrap_or(l.signer_rate_per_second),
+                signer_rate_burst: self
+                    .signer_rate_burst
+                    .or(file.signer_rate_burst)
+                    .unwrap_or(l.signer_rate_burst),
+                tenant_certificates_per_minute: self
+                    .tenant_certificates_per_minute
+                    .or(file.tenant_certificates_per_minute)
+                    .unwrap_or(l.tenant_certificates_per_minute),
+            },
+        }
+    }
 }
 
 /// Errors that stop the server from starting.
@@ -104,27 +247,44 @@ pub enum ServeError {
     Publish(#[from] publish::PublishError),
 }
 
-/// Runs the server until SIGTERM or Ctrl-C. Prints `listening on http://ADDR` once bound.
-pub fn serve(settings: Resolved) -> Result<(), ServeError> {
+/// Runs the server until SIGTERM or Ctrl-C. Prints `listening on http://ADDR` once bound, then
+/// `metrics on http://ADDR/metrics` when `/metrics` has its own listener.
+pub fn serve(settings: Resolved, http: HttpSettings) -> Result<(), ServeError> {
     let key = keyfile::read(&settings.log_key)?;
     let ledger = Arc::new(Ledger::open(&settings.database_url, key)?);
-    serve_ledger(ledger, &settings, |addrs| {
+    serve_ledger_with(ledger, &settings, &http, |addrs, metrics_addrs| {
         for a in addrs {
             println!("listening on http://{a}");
+        }
+        for a in metrics_addrs {
+            println!("metrics on http://{a}/metrics");
         }
         use std::io::Write;
         let _ = std::io::stdout().flush();
     })
 }
 
-/// Serves an already open ledger until SIGTERM or Ctrl-C (`settings.database_url` and
-/// `settings.log_key` are not used to open anything here). `on_bound` runs once, with the
-/// bound addresses, before requests are served. Shuts down gracefully, then drops this
-/// handle of the ledger (the sequencer stops when the caller drops the last one).
+/// [`serve_ledger_with`] with the default [`HttpSettings`] (the demo's).
 pub fn serve_ledger(
     ledger: Arc<Ledger>,
     settings: &Resolved,
     on_bound: impl FnOnce(&[SocketAddr]),
+) -> Result<(), ServeError> {
+    serve_ledger_with(ledger, settings, &HttpSettings::default(), |addrs, _| {
+        on_bound(addrs)
+    })
+}
+
+/// Serves an already open ledger until SIGTERM or Ctrl-C (`settings.database_url` and
+/// `settings.log_key` are not used to open anything here). `on_bound` runs once, with the
+/// bound addresses of the API and of the metrics listener (none without one), before requests
+/// are served. Shuts down gracefully, then drops this handle of the ledger (the sequencer
+/// stops when the caller drops the last one).
+pub fn serve_ledger_with(
+    ledger: Arc<Ledger>,
+    settings: &Resolved,
+    http: &HttpSettings,
+    on_bound: impl FnOnce(&[SocketAddr], &[SocketAddr]),
 ) -> Result<(), ServeError> {
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets(&[
@@ -157,7 +317,9 @@ pub fn serve_ledger(
     let state = web::Data::new(AppState {
         ledger: ledger.clone(),
         metrics,
+        limits: api::limits::Limits::new(http.limits.clone()),
     });
+    let metrics_here = http.metrics_listen.is_none();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -166,28 +328,76 @@ pub fn serve_ledger(
     let serving = ledger.clone();
     rt.block_on(async move {
         let ledger = serving;
+        let api_state = state.clone();
         let server = HttpServer::new(move || {
             App::new()
-                .app_data(state.clone())
+                .app_data(api_state.clone())
+                .wrap(middleware::from_fn(api::limits::per_client))
+                .wrap(middleware::from_fn(api::close_unread_bodies))
                 .wrap(middleware::from_fn(api::record_metrics))
                 .wrap(tracing_actix_web::TracingLogger::default())
                 .into_utoipa_app()
-                .configure(api::routes)
+                .configure(|c| api::served_routes(c, metrics_here))
                 .into_app()
         })
         .workers(settings.workers)
         .shutdown_timeout(30)
+        .client_request_timeout(http.client_request_timeout)
+        .client_disconnect_timeout(http.client_disconnect_timeout)
+        .keep_alive(http.keep_alive())
+        .max_connections(http.connections_per_worker())
         .bind(settings.listen)
         .map_err(|e| ServeError::Bind(settings.listen, e))?;
         let addrs = server.addrs();
+        let metrics_server = match http.metrics_listen {
+            Some(at) => {
+                let state = state.clone();
+                let s = HttpServer::new(move || {
+                    App::new()
+                        .app_data(state.clone())
+                        .service(api::ops::metrics)
+                        .default_service(web::to(|| async {
+                            Err::<actix_web::HttpResponse, _>(api::error::ApiError::NotFound(
+                                "route".into(),
+                            ))
+                        }))
+                })
+                .workers(1)
+                .disable_signals()
+                .shutdown_timeout(1)
+                .client_request_timeout(http.client_request_timeout)
+                .client_disconnect_timeout(http.client_disconnect_timeout)
+                .keep_alive(http.keep_alive())
+                .max_connections(http.connections_per_worker())
+                .bind(at)
+                .map_err(|e| ServeError::Bind(at, e))?;
+                Some(s)
+            }
+            None => None,
+        };
+        let metrics_addrs = metrics_server
+            .as_ref()
+            .map(|s| s.addrs())
+            .unwrap_or_default();
+        let metrics_server = metrics_server.map(|s| s.run());
+        let metrics_handle = metrics_server.as_ref().map(|s| s.handle());
+        if let Some(s) = metrics_server {
+            tokio::spawn(s);
+        }
         let running = server.run();
-        on_bound(&addrs);
+        on_bound(&addrs, &metrics_addrs);
         tracing::info!(
             database = %store::conn::redact(&settings.database_url),
             origin = %ledger.info().origin,
+            max_connections = settings.workers * http.connections_per_worker(),
+            max_concurrent_ingest = http.limits.max_concurrent_ingest,
             "gpuledger serving on {:?}",
             addrs
         );
+        if !metrics_addrs.is_empty() {
+            tracing::info!("metrics on {:?}", metrics_addrs);
+        }
+        let prober = tokio::spawn(probe_loop(ledger.clone()));
         let checkpointer = tokio::spawn(checkpoint_loop(
             ledger.clone(),
             settings.checkpoint_interval,
@@ -195,7 +405,11 @@ pub fn serve_ledger(
             watched,
         ));
         running.await?;
+        if let Some(h) = metrics_handle {
+            h.stop(true).await;
+        }
         checkpointer.abort();
+        prober.abort();
         tracing::info!("stopped accepting; in-flight requests finished");
         Ok::<_, ServeError>(())
     })?;
@@ -203,6 +417,28 @@ pub fn serve_ledger(
     drop(ledger);
     tracing::info!("ledger closed");
     Ok(())
+}
+
+/// Connections per worker when `max_connections` is 0: actix's own default.
+const ACTIX_MAX_CONNECTIONS: usize = 25_600;
+
+impl HttpSettings {
+    /// The keep-alive setting of the actix servers.
+    fn keep_alive(&self) -> actix_web::http::KeepAlive {
+        if self.keep_alive.is_zero() {
+            actix_web::http::KeepAlive::Disabled
+        } else {
+            actix_web::http::KeepAlive::Timeout(self.keep_alive)
+        }
+    }
+
+    /// Connections per worker of the actix servers.
+    fn connections_per_worker(&self) -> usize {
+        match self.max_connections {
+            0 => ACTIX_MAX_CONNECTIONS,
+            n => n,
+        }
+    }
 }
 
 /// The file of a `sqlite://PATH` URL (`None` for PostgreSQL), as `store::conn` reads it.
@@ -219,6 +455,26 @@ fn sqlite_path(url: &str) -> Option<PathBuf> {
 /// Help text of the metrics this module sets.
 fn describe_metrics() {
     metrics::describe_gauge!(
+        "gpuledger_write_path_up",
+        "1 while the write probe (a small transaction every second) succeeds, 0 while it fails"
+    );
+    metrics::describe_counter!(
+        "gpuledger_rate_limited_total",
+        "Requests answered 429 by a rate limit (limit=client, signer or tenant)"
+    );
+    metrics::describe_counter!(
+        "gpuledger_ingest_busy_total",
+        "POST /v1/records answered 503 busy: max_concurrent_ingest bodies were being received"
+    );
+    metrics::describe_gauge!(
+        "gpuledger_ingest_bodies_in_flight",
+        "POST /v1/records bodies being received or processed now"
+    );
+    metrics::describe_counter!(
+        "gpuledger_body_timeouts_total",
+        "Request bodies that did not arrive within the body idle timeout or the body timeout"
+    );
+    metrics::describe_gauge!(
         "gpuledger_checkpoint_published_size",
         "Tree size of the latest checkpoint written to the publish directory"
     );
@@ -230,6 +486,51 @@ fn describe_metrics() {
         "gpuledger_filesystem_available_bytes",
         "Bytes free on the filesystem of the SQLite database (volume=database) or of the publish directory (volume=publish_dir)"
     );
+}
+
+/// How often the write path is probed for `/readyz`.
+pub const WRITE_PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Every [`WRITE_PROBE_INTERVAL`]: one small write transaction through the sequencer
+/// (`Ledger::probe_write`), so readiness follows the write path even while nobody writes, and
+/// the sequencer reconnects as soon as the database is back.
+async fn probe_loop(ledger: Arc<Ledger>) {
+    ::metrics::describe_gauge!(
+        "gpuledger_write_path_up",
+        "1 while the write probe (a small transaction every second) succeeds, 0 while it fails"
+    );
+    ::metrics::describe_counter!(
+        "gpuledger_outage_answers_total",
+        "Requests answered 503 database_unavailable or 507 disk_full, by kind"
+    );
+    for outage in [
+        crate::store::Outage::DatabaseUnavailable,
+        crate::store::Outage::DiskFull,
+    ] {
+        ::metrics::counter!("gpuledger_outage_answers_total", "kind" => api::error::outage_kind(outage))
+            .absolute(0);
+    }
+    let mut tick = tokio::time::interval(WRITE_PROBE_INTERVAL);
+    let mut failing = false;
+    loop {
+        tick.tick().await;
+        let l = ledger.clone();
+        let r = tokio::task::spawn_blocking(move || l.probe_write()).await;
+        match r {
+            Ok(Ok(())) if failing => {
+                failing = false;
+                tracing::info!("the write probe succeeds again");
+            }
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if !failing => {
+                failing = true;
+                tracing::error!(error = %e, "the write probe failed; not ready until it succeeds");
+            }
+            Ok(Err(_)) => {}
+            Err(e) => tracing::error!(error = %e, "write probe task failed"),
+        }
+        ::metrics::gauge!("gpuledger_write_path_up").set(if failing { 0.0 } else { 1.0 });
+    }
 }
 
 /// Every `every`: signs a checkpoint if the log grew, publishes new checkpoints when a

@@ -2,7 +2,7 @@
 //! stable `type`, a `title`, the `status`, a `detail`, and `errors` where per-field or
 //! per-record reasons apply. Internal errors are logged with the request id and never shown.
 
-use crate::store::StoreError;
+use crate::store::{Outage, StoreError};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
@@ -56,15 +56,30 @@ pub enum ApiError {
     /// 409: already exists or already done.
     #[error("{0}")]
     Conflict(String),
+    /// 408: the request body did not arrive in time (`body_timeout`).
+    #[error("{0}")]
+    RequestTimeout(String),
     /// 413: body or batch over a named limit.
     #[error("{detail}")]
     TooLarge { slug: &'static str, detail: String },
     /// 415: wrong content type.
     #[error("{0}")]
     UnsupportedMediaType(String),
-    /// 503: database unreachable or not initialised.
-    #[error("{0}")]
-    Unavailable(String),
+    /// 503 with `Retry-After`: the database is out of reach, the ledger is starting, stopping
+    /// or not ready, or a capacity limit is reached. `slug` names which.
+    #[error("{detail}")]
+    Unavailable {
+        slug: &'static str,
+        detail: String,
+        /// Seconds the caller should wait before trying again.
+        retry_after: u64,
+    },
+    /// 507 with `Retry-After`: the database's disk is full; nothing was written.
+    #[error("the ledger's storage is full; nothing was written; retry later")]
+    InsufficientStorage { retry_after: u64 },
+    /// 429 with `Retry-After`: a rate limit was reached.
+    #[error("{detail}")]
+    TooManyRequests { detail: String, retry_after: u64 },
     /// 500: a bug; the detail is logged, not shown.
     #[error("internal error")]
     Internal(String),
@@ -77,6 +92,25 @@ impl ApiError {
             slug,
             detail: detail.into(),
             errors: None,
+        }
+    }
+
+    /// A 503 with a slug, a detail and `Retry-After` seconds.
+    pub fn unavailable(slug: &'static str, detail: impl Into<String>, retry_after: u64) -> Self {
+        ApiError::Unavailable {
+            slug,
+            detail: detail.into(),
+            retry_after,
+        }
+    }
+
+    /// The `Retry-After` seconds this answer carries, if any.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::Unavailable { retry_after, .. }
+            | ApiError::InsufficientStorage { retry_after }
+            | ApiError::TooManyRequests { retry_after, .. } => Some(*retry_after),
+            _ => None,
         }
     }
 
@@ -97,11 +131,14 @@ impl ApiError {
             ApiError::Forbidden(_) => ("forbidden", "Forbidden"),
             ApiError::NotFound(_) => ("not_found", "Not found"),
             ApiError::Conflict(_) => ("conflict", "Conflict"),
+            ApiError::RequestTimeout(_) => ("body_timeout", "Request timeout"),
             ApiError::TooLarge { slug, .. } => (slug, "Payload too large"),
             ApiError::UnsupportedMediaType(_) => {
                 ("unsupported_media_type", "Unsupported media type")
             }
-            ApiError::Unavailable(_) => ("unavailable", "Service unavailable"),
+            ApiError::Unavailable { slug, .. } => (slug, "Service unavailable"),
+            ApiError::InsufficientStorage { .. } => ("disk_full", "Insufficient storage"),
+            ApiError::TooManyRequests { .. } => ("rate_limited", "Too many requests"),
             ApiError::Internal(_) => ("internal", "Internal server error"),
         }
     }
@@ -115,9 +152,12 @@ impl ResponseError for ApiError {
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::InsufficientStorage { .. } => StatusCode::INSUFFICIENT_STORAGE,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -144,7 +184,44 @@ impl ResponseError for ApiError {
         if matches!(self, ApiError::Unauthorized) {
             resp.insert_header(("WWW-Authenticate", "Bearer"));
         }
+        if let Some(seconds) = self.retry_after() {
+            resp.insert_header(("Retry-After", seconds.to_string()));
+        }
         resp.json(body)
+    }
+}
+
+/// `Retry-After` of a 503 for an unreachable database, in seconds: short, because writes
+/// resume as soon as it is back.
+pub const RETRY_AFTER_UNAVAILABLE_SECONDS: u64 = 2;
+
+/// `Retry-After` of a 507 for a full disk, in seconds: space is freed by a person or a job.
+pub const RETRY_AFTER_DISK_FULL_SECONDS: u64 = 30;
+
+impl ApiError {
+    /// The answer to an outage: 503 `database_unavailable` or 507 `disk_full`, each with
+    /// `Retry-After`, never the underlying error's text.
+    pub fn outage(outage: Outage) -> Self {
+        metrics::counter!("gpuledger_outage_answers_total", "kind" => outage_kind(outage))
+            .increment(1);
+        match outage {
+            Outage::DatabaseUnavailable => ApiError::unavailable(
+                "database_unavailable",
+                "the ledger's database is unavailable; nothing was written; retry later",
+                RETRY_AFTER_UNAVAILABLE_SECONDS,
+            ),
+            Outage::DiskFull => ApiError::InsufficientStorage {
+                retry_after: RETRY_AFTER_DISK_FULL_SECONDS,
+            },
+        }
+    }
+}
+
+/// The `kind` label of `gpuledger_outage_answers_total` (the problem slug of the answer).
+pub fn outage_kind(outage: Outage) -> &'static str {
+    match outage {
+        Outage::DatabaseUnavailable => "database_unavailable",
+        Outage::DiskFull => "disk_full",
     }
 }
 
@@ -158,12 +235,24 @@ impl From<StoreError> for ApiError {
                 slug: "too_many_records",
                 detail: format!("{n} records in one request; the limit is {max}"),
             },
-            StoreError::Connect(m) => ApiError::Unavailable(format!("database unavailable: {m}")),
-            StoreError::NotInitialised => ApiError::Unavailable(e.to_string()),
-            StoreError::WriterStopped => {
-                ApiError::Unavailable("the ledger is shutting down".into())
-            }
-            other => ApiError::Internal(other.to_string()),
+            StoreError::NotInitialised => ApiError::unavailable(
+                "not_initialised",
+                "the ledger's database is not initialised",
+                RETRY_AFTER_UNAVAILABLE_SECONDS,
+            ),
+            StoreError::WriterStopped => ApiError::unavailable(
+                "shutting_down",
+                "the ledger is shutting down",
+                RETRY_AFTER_UNAVAILABLE_SECONDS,
+            ),
+            other => match other.outage() {
+                // The cause is logged; callers learn only what kind of outage it is.
+                Some(outage) => {
+                    tracing::warn!(error = %other, "answering an outage");
+                    ApiError::outage(outage)
+                }
+                None => ApiError::Internal(other.to_string()),
+            },
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::core::leaf::Leaf;
 use crate::core::merkle;
 use crate::core::time::Timestamp;
 use crate::store::read::{self, CheckpointPage, EntryRow};
+use crate::store::StoreError;
 use actix_web::get;
 use actix_web::{web, HttpResponse};
 use base64::prelude::{Engine, BASE64_STANDARD};
@@ -49,11 +50,12 @@ pub async fn get_log(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
 #[get("/checkpoint")]
 pub async fn get_checkpoint(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let ledger = state.ledger.clone();
-    let latest = web::block(move || match ledger.latest_checkpoint()? {
-        Some(cp) => Ok(cp),
-        None => ledger.checkpoint(),
-    })
-    .await??;
+    // A public GET only reads: the ledger signs its first checkpoint when it opens.
+    let latest = web::block(move || ledger.latest_checkpoint())
+        .await??
+        .ok_or_else(|| {
+            ApiError::unavailable("no_checkpoint", "no checkpoint has been signed yet", 1)
+        })?;
     Ok(HttpResponse::Ok()
         .content_type("text/plain; charset=utf-8")
         .body(latest.1))
@@ -309,9 +311,10 @@ pub async fn get_inclusion(
                 format!("entry {index} is not in a tree of {size} entries"),
             ));
         }
-        let proof = ledger
-            .inclusion_proof(index, size)
-            .map_err(|e| ApiError::invalid_parameter("size", e.to_string()))?;
+        let proof = ledger.inclusion_proof(index, size).map_err(|e| match e {
+            StoreError::Refused(m) => ApiError::invalid_parameter("size", m),
+            other => other.into(),
+        })?;
         Ok((proof, ledger.root_at(size)?))
     })
     .await??;
@@ -342,9 +345,10 @@ pub async fn get_consistency(
     let to = parse_u64("to", &q.to)?;
     let ledger = state.ledger.clone();
     let (proof, root) = web::block(move || -> Result<_, ApiError> {
-        let proof = ledger
-            .consistency_proof(from, to)
-            .map_err(|e| ApiError::invalid_parameter("to", e.to_string()))?;
+        let proof = ledger.consistency_proof(from, to).map_err(|e| match e {
+            StoreError::Refused(m) => ApiError::invalid_parameter("to", m),
+            other => other.into(),
+        })?;
         Ok((proof, ledger.root_at(to)?))
     })
     .await??;

@@ -1,9 +1,9 @@
 //! Operations endpoints: liveness, readiness, Prometheus metrics, the OpenAPI document and an
 //! offline docs page.
 
-use super::error::ApiError;
+use super::error::{self, ApiError};
 use super::AppState;
-use crate::store::conn;
+use crate::store::{conn, Outage, WriteState};
 use actix_web::get;
 use actix_web::{web, HttpResponse};
 
@@ -14,22 +14,51 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain").body("ok\n")
 }
 
-/// Database reachable and migrations current.
+/// Ready to take writes: the database answers reads with current migrations, and the write
+/// path's latest transaction (the server probes it every second, see `serve`) did not fail.
+/// Not ready answers 503 with `Retry-After` and says which: `database_unavailable`,
+/// `disk_full`, `write_failing` or `migrations_pending`. Reads only; never writes.
 #[utoipa::path(tag = "ops", responses((status = 200, description = "ready", body = String), (status = 503, body = super::error::Problem, content_type = "application/problem+json")))]
 #[get("/readyz")]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let ledger = state.ledger.clone();
-    let current = web::block(move || ledger.with_reader(conn::migrations_current))
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("readiness check failed: {e}")))?;
+    let current = web::block(move || ledger.with_reader(conn::migrations_current)).await?;
+    let not_ready = |slug, detail: &str| {
+        ApiError::unavailable(slug, detail, error::RETRY_AFTER_UNAVAILABLE_SECONDS)
+    };
     match current {
-        Ok(true) => Ok(HttpResponse::Ok()
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(not_ready(
+                "migrations_pending",
+                "database migrations are not current",
+            ))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness: the database does not answer reads");
+            return Err(not_ready(
+                "database_unavailable",
+                "the ledger's database is unavailable",
+            ));
+        }
+    }
+    match state.ledger.write_state() {
+        Some(WriteState::Failed(Some(Outage::DiskFull))) => Err(ApiError::unavailable(
+            "disk_full",
+            "the ledger's storage is full; writes fail",
+            error::RETRY_AFTER_DISK_FULL_SECONDS,
+        )),
+        Some(WriteState::Failed(Some(Outage::DatabaseUnavailable))) => Err(not_ready(
+            "database_unavailable",
+            "the ledger's database is unavailable for writes",
+        )),
+        Some(WriteState::Failed(None)) => Err(not_ready(
+            "write_failing",
+            "the ledger's latest write failed",
+        )),
+        Some(WriteState::Ok) | None => Ok(HttpResponse::Ok()
             .content_type("text/plain")
             .body("ready\n")),
-        Ok(false) => Err(ApiError::Unavailable(
-            "database migrations are not current".into(),
-        )),
-        Err(e) => Err(ApiError::Unavailable(format!("database unreachable: {e}"))),
     }
 }
 

@@ -7,6 +7,7 @@ use diesel::pg::PgConnection;
 use diesel::sqlite::SqliteConnection;
 use diesel::Connection;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+use std::path::Path;
 
 const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
@@ -82,6 +83,7 @@ fn sqlite_path(url: &str) -> &str {
 pub fn connect(url: &str) -> Result<DbConn, StoreError> {
     match backend_of(url)? {
         Backend::Sqlite => {
+            create_private(Path::new(sqlite_path(url)))?;
             let mut c = SqliteConnection::establish(sqlite_path(url))
                 .map_err(|e| StoreError::Connect(e.to_string()))?;
             c.batch_execute(&format!(
@@ -97,6 +99,26 @@ pub fn connect(url: &str) -> Result<DbConn, StoreError> {
                 .map_err(|e| StoreError::Connect(redact(&e.to_string())))?;
             Ok(DbConn::Pg(c))
         }
+    }
+}
+
+/// Creates the SQLite file readable and writable by its owner only (0600) when it does not
+/// exist yet; SQLite gives its `-wal` and `-shm` files the same mode. An existing file is
+/// left as it is.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if path.as_os_str().is_empty() || path == Path::new(":memory:") || path.exists() {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(StoreError::Connect(format!("{}: {e}", path.display()))),
     }
 }
 
@@ -142,5 +164,21 @@ mod tests {
         assert_eq!(sqlite_path("sqlite://demo-data/x.db"), "demo-data/x.db");
         assert_eq!(sqlite_path("sqlite:///tmp/x.db"), "/tmp/x.db");
         assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+    }
+
+    #[test]
+    fn a_new_sqlite_file_and_its_journal_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let mut c = connect(&format!("sqlite://{}", path.display())).unwrap();
+        migrate(&mut c).unwrap();
+        for name in ["ledger.db", "ledger.db-wal", "ledger.db-shm"] {
+            let mode = std::fs::metadata(dir.path().join(name))
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{name} has mode {:o}", mode & 0o777);
+        }
     }
 }

@@ -32,6 +32,87 @@ pub enum StoreError {
     Checkpoint(#[from] CheckpointError),
     #[error("the ledger's writer has stopped")]
     WriterStopped,
+    /// A bug: answered as an internal error, logged, never shown.
+    #[error("internal: {0}")]
+    Internal(String),
+    /// The log kept changing under a computation that must see it unchanged (an invoice or a
+    /// certificate recomputed `invoices::MAX_ISSUE_ATTEMPTS` times): nothing was written; the
+    /// caller should retry shortly.
+    #[error("{0}")]
+    Busy(String),
+}
+
+/// An error that is an outage rather than a refusal or a bug: the caller should retry later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outage {
+    /// The database cannot be reached, its connection broke, or it is starting or stopping.
+    DatabaseUnavailable,
+    /// The database's disk (or the SQLite file's filesystem) is full.
+    DiskFull,
+}
+
+/// Substrings of database error messages that mean the disk is full: SQLite's `SQLITE_FULL`
+/// and the I/O error it reports when a write or fsync fails, and PostgreSQL's ENOSPC text
+/// (SQLSTATE 53100, which diesel does not expose).
+const DISK_FULL_MESSAGES: &[&str] = &[
+    "database or disk is full",
+    "disk i/o error",
+    "no space left on device",
+    "disk full",
+];
+
+/// Substrings of database error messages that mean the database is (for now) out of reach:
+/// libpq's broken-connection texts, the server's shutdown and start-up refusals (SQLSTATE
+/// 57P01-57P03), and SQLite's lock timeout.
+const UNAVAILABLE_MESSAGES: &[&str] = &[
+    "server closed the connection",
+    "terminating connection",
+    "no connection to the server",
+    "connection to server",
+    "could not receive data",
+    "could not send data",
+    "the database system is",
+    "canceling statement due to",
+    "ssl syscall",
+    "database is locked",
+    "cannot connect",
+    "connection refused",
+];
+
+impl StoreError {
+    /// Whether this error is an outage (database unavailable, disk full) and which; `None`
+    /// for refusals and for bugs. The one classification the API, the readiness probe and the
+    /// sequencer's reconnect use.
+    pub fn outage(&self) -> Option<Outage> {
+        use diesel::result::{DatabaseErrorKind, Error};
+        let message = match self {
+            StoreError::Connect(_) | StoreError::WriterStopped => {
+                return Some(Outage::DatabaseUnavailable)
+            }
+            StoreError::Database(Error::BrokenTransactionManager)
+            | StoreError::Database(Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _)) => {
+                return Some(Outage::DatabaseUnavailable)
+            }
+            StoreError::Database(Error::DatabaseError(_, info)) => info.message().to_lowercase(),
+            StoreError::Database(other) => other.to_string().to_lowercase(),
+            _ => return None,
+        };
+        if DISK_FULL_MESSAGES.iter().any(|m| message.contains(m)) {
+            Some(Outage::DiskFull)
+        } else if UNAVAILABLE_MESSAGES.iter().any(|m| message.contains(m)) {
+            Some(Outage::DatabaseUnavailable)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the connection that returned this error must be discarded and a new one made:
+    /// any database-level failure (a connection is cheap to re-make; a broken one, reused,
+    /// fails every later call).
+    pub fn discards_connection(&self) -> bool {
+        matches!(self, StoreError::Database(_) | StoreError::Migration(_))
+            || self.outage().is_some()
+    }
 }
 
 impl From<tlog_tiles::Error> for StoreError {

@@ -47,6 +47,8 @@ enum Job {
         reply: Reply<(String, u64)>,
     },
     EnsurePolicy(Reply<()>),
+    /// A cheap write transaction that touches no log entry: the readiness probe.
+    Probe(Reply<()>),
     Revoke {
         signer: String,
         key_id: String,
@@ -55,15 +57,16 @@ enum Job {
     },
     Checkpoint(Reply<(u64, String)>),
     LedgerEntry(Box<crate::core::record::Body>, Reply<u64>),
-    Issue {
-        tenant: String,
-        period: crate::core::invoice::Period,
-        reply: Reply<Vec<crate::core::invoice::Invoice>>,
-    },
+    /// Issues an invoice computed outside the lock (`None`: the log changed under it).
+    Issue(
+        Box<super::invoices::Draft>,
+        Reply<Option<Vec<crate::core::invoice::Invoice>>>,
+    ),
     Settle(Box<crate::core::record::Body>, Reply<u64>),
+    /// Issues a certificate computed outside the lock (`None`: the log changed under it).
     Certify(
-        Box<super::certificates::CertificateRequest>,
-        Reply<crate::core::certificate::Certificate>,
+        Box<super::certificates::Draft>,
+        Reply<Option<crate::core::certificate::Certificate>>,
     ),
 }
 
@@ -125,6 +128,7 @@ pub struct Ledger {
     /// Tenant and lease registrations seen so far (they are only ever added).
     parties: RwLock<read::DbParties>,
     queued: Arc<AtomicUsize>,
+    health: Arc<WriteHealth>,
     url: String,
 }
 
@@ -211,15 +215,22 @@ impl Ledger {
             });
         }
         let log = LogSigner::new(&info.origin, key)?;
-        let mut writer_conn = conn::connect(url)?;
+        let writer_conn = conn::connect(url)?;
         let (tx, rx) = mpsc::channel::<Job>();
         let queued = Arc::new(AtomicUsize::new(0));
         let q = queued.clone();
         let clock = Clock::default();
-        let c = clock.clone();
+        let health = Arc::new(WriteHealth::default());
+        let w = Writer {
+            url: url.to_owned(),
+            conn: Some(writer_conn),
+            clock: clock.clone(),
+            caches: Default::default(),
+            health: health.clone(),
+        };
         let writer = std::thread::Builder::new()
             .name("gpuledger-sequencer".into())
-            .spawn(move || sequencer(&mut writer_conn, &log, rx, &q, &c))
+            .spawn(move || sequencer(w, &log, rx, &q))
             .map_err(|e| StoreError::Refused(format!("cannot start the sequencer thread: {e}")))?;
         Ok(Ledger {
             clock,
@@ -231,12 +242,15 @@ impl Ledger {
             keys: RwLock::new(HashMap::new()),
             parties: RwLock::new(read::DbParties::default()),
             queued,
+            health,
             url: url.to_owned(),
         })
         .and_then(|l| {
             // A log without a policy entry gets the defaults written down, so verifiers read
             // them from the log rather than from this code.
             l.submit(Job::EnsurePolicy)?;
+            // And a checkpoint of it, so there always is one: public reads never sign.
+            l.submit(Job::Checkpoint)?;
             Ok(l)
         })
     }
@@ -272,7 +286,9 @@ impl Ledger {
             .ok_or(StoreError::WriterStopped)?
             .send(job)
             .map_err(|_| StoreError::WriterStopped)?;
-        rx.recv().map_err(|_| StoreError::WriterStopped)?
+        // The sequencer dropped the reply without answering: the job panicked.
+        rx.recv()
+            .map_err(|_| StoreError::Internal("the write job failed unexpectedly".into()))?
     }
 
     /// Appends a batch of signed envelopes. Returns one outcome per envelope, in order, after
@@ -305,6 +321,7 @@ impl Ledger {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; checked.len()];
         let mut pending: Vec<(usize, Checked, VerifyingKey)> = Vec::with_capacity(checked.len());
         let cache = self.keys_for(&checked)?;
+        let mut unknown_keys: Vec<(usize, Rejection, String)> = Vec::new();
         for (i, c) in checked.into_iter().enumerate() {
             let c = match c {
                 Ok(c) => c,
@@ -315,17 +332,32 @@ impl Ledger {
             };
             match authorise(&c, &cache) {
                 Ok(key) => pending.push((i, c, key)),
-                Err(r)
-                    if r.reason == Reason::UnknownKey
-                        && !self.signer_known(&c.envelope.signer)? =>
-                {
-                    outcomes[i] = Some(Outcome::Rejected(Rejection::field(
-                        Reason::UnknownSigner,
-                        "signer",
-                        format!("{} is not a registered signer", c.envelope.signer),
-                    )))
+                Err(r) if r.reason == Reason::UnknownKey => {
+                    unknown_keys.push((i, r, c.envelope.signer))
                 }
                 Err(r) => outcomes[i] = Some(Outcome::Rejected(r)),
+            }
+        }
+        // Records with an unregistered key: one query for all their distinct signer ids, so a
+        // batch from strangers costs one lookup, not one per record.
+        if !unknown_keys.is_empty() {
+            let mut signers: Vec<&str> = unknown_keys.iter().map(|(_, _, s)| s.as_str()).collect();
+            signers.sort_unstable();
+            signers.dedup();
+            let known: std::collections::HashSet<String> = self
+                .with_reader(|c| read::known_signers(c, &signers))?
+                .into_iter()
+                .collect();
+            for (i, r, signer) in unknown_keys {
+                outcomes[i] = Some(Outcome::Rejected(if known.contains(&signer) {
+                    r
+                } else {
+                    Rejection::field(
+                        Reason::UnknownSigner,
+                        "signer",
+                        format!("{signer} is not a registered signer"),
+                    )
+                }));
             }
         }
         // Tenants and leases are looked up only for records whose key may sign them, so a
@@ -471,11 +503,6 @@ impl Ledger {
         Ok(())
     }
 
-    /// Whether a signer id is registered (for a precise unknown-signer reason).
-    fn signer_known(&self, signer: &str) -> Result<bool, StoreError> {
-        self.with_reader(|c| Ok(!read::known_signers(c, &[signer])?.is_empty()))
-    }
-
     /// Registers a node or market signer's public key (base64) for the nodes and regions of
     /// `scope` (`None`: the scope of the signer's latest key, for a rotation); returns its key
     /// id and the index of the `signer_key_registered` entry.
@@ -525,30 +552,65 @@ impl Ledger {
         self.submit(|reply| Job::LedgerEntry(Box::new(body), reply))
     }
 
-    /// Issues the invoices (one per currency) of `tenant` for `period`.
+    /// Issues the invoices (one per currency) of `tenant` for `period`. The rating is computed
+    /// in this thread on a read connection, outside the head lock; the sequencer only rechecks
+    /// that nothing logged since changes it, and appends (`store::invoices`). After
+    /// [`super::invoices::MAX_ISSUE_ATTEMPTS`] computations overtaken by the log, `Busy`.
     pub fn issue_invoices(
         &self,
         tenant: &str,
         period: crate::core::invoice::Period,
     ) -> Result<Vec<crate::core::invoice::Invoice>, StoreError> {
-        self.submit(|reply| Job::Issue {
-            tenant: tenant.to_owned(),
-            period,
-            reply,
-        })
+        for attempt in 1..=super::invoices::MAX_ISSUE_ATTEMPTS {
+            let draft = self.with_reader(|c| super::invoices::draft(c, tenant, period))?;
+            super::invoices::before_issue(attempt);
+            if let Some(issued) = self.submit(|reply| Job::Issue(Box::new(draft), reply))? {
+                return Ok(issued);
+            }
+        }
+        Err(StoreError::Busy(format!(
+            "the log kept changing while the invoice of {tenant} for [{}, {}) was computed; \
+             nothing was issued; retry",
+            period.from, period.to
+        )))
     }
 
-    /// Issues a compute-usage certificate (docs/PROTOCOL.md §13).
+    /// Issues a compute-usage certificate (docs/PROTOCOL.md §13). The tally is computed in this
+    /// thread on a read connection, outside the head lock; the sequencer only rechecks that
+    /// nothing logged since changes it, and appends (`store::certificates`). After
+    /// [`super::invoices::MAX_ISSUE_ATTEMPTS`] computations overtaken by the log, `Busy`.
     pub fn issue_certificate(
         &self,
         req: super::certificates::CertificateRequest,
     ) -> Result<crate::core::certificate::Certificate, StoreError> {
-        self.submit(|reply| Job::Certify(Box::new(req), reply))
+        for attempt in 1..=super::invoices::MAX_ISSUE_ATTEMPTS {
+            let draft = self.with_reader(|c| super::certificates::draft(c, &req))?;
+            super::invoices::before_issue(attempt);
+            if let Some(cert) = self.submit(|reply| Job::Certify(Box::new(draft), reply))? {
+                return Ok(cert);
+            }
+        }
+        Err(StoreError::Busy(format!(
+            "the log kept changing while the certificate of {} for [{}, {}) was computed; \
+             nothing was issued; retry",
+            req.tenant, req.period.from, req.period.to
+        )))
     }
 
     /// Records a payment or credit note (a `Body::Payment` or `Body::CreditNote`).
     pub fn settle(&self, body: crate::core::record::Body) -> Result<u64, StoreError> {
         self.submit(|reply| Job::Settle(Box::new(body), reply))
+    }
+
+    /// Runs the write probe: a small transaction through the sequencer that writes no log
+    /// entry (it stamps the `write_probe` meta row), so readiness follows the write path.
+    pub fn probe_write(&self) -> Result<(), StoreError> {
+        self.submit(Job::Probe)
+    }
+
+    /// The result of the latest write transaction (`None` before the first).
+    pub fn write_state(&self) -> Option<WriteState> {
+        self.health.latest()
     }
 
     /// Signs a checkpoint of the current head if the latest one does not cover it; returns the
@@ -570,7 +632,7 @@ impl Ledger {
         };
         let r = f(&mut conn);
         // A connection whose database call failed is dropped rather than reused.
-        if !matches!(r, Err(StoreError::Database(_))) {
+        if !matches!(&r, Err(e) if e.discards_connection()) {
             let mut pool = self.readers.lock().expect("reader pool lock");
             if pool.len() < MAX_IDLE_READERS {
                 pool.push(conn);
@@ -592,7 +654,7 @@ impl Ledger {
             None => slot.insert(conn::connect(&self.url)?),
         };
         let r = f(conn);
-        if matches!(r, Err(StoreError::Database(_))) {
+        if matches!(&r, Err(e) if e.discards_connection()) {
             *slot = None;
         }
         r
@@ -711,14 +773,7 @@ type QueuedAppend = (Vec<write::Verified>, Reply<Vec<Outcome>>);
 
 /// The write thread: takes queued jobs in groups (up to [`MAX_GROUP_RECORDS`] records), runs
 /// each non-append job in its own transaction, and every append of the group in one.
-fn sequencer(
-    conn: &mut DbConn,
-    log: &LogSigner,
-    rx: mpsc::Receiver<Job>,
-    queued: &AtomicUsize,
-    clock: &Clock,
-) {
-    let mut caches = (write::StreamCache::default(), write::SpotCache::default());
+fn sequencer(mut w: Writer, log: &LogSigner, rx: mpsc::Receiver<Job>, queued: &AtomicUsize) {
     while let Ok(first) = rx.recv() {
         let mut n = first.records();
         let mut jobs = vec![first];
@@ -731,20 +786,109 @@ fn sequencer(
                 Err(_) => break,
             }
         }
-        let now = clock.now();
-        let appends: Vec<QueuedAppend> = jobs
-            .into_iter()
-            .filter_map(|job| run_job(conn, log, job, now))
-            .collect();
-        if !appends.is_empty() {
-            append_queued(conn, appends, n, now, &mut caches);
+        let now = w.clock.now();
+        // A panic (a bug) fails the jobs of this group only: their callers get an internal
+        // error, the connection and caches are discarded, and the sequencer goes on.
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let appends: Vec<QueuedAppend> = jobs
+                .into_iter()
+                .filter_map(|job| run_job(&mut w, log, job, now))
+                .collect();
+            if !appends.is_empty() {
+                append_queued(&mut w, appends, n, now);
+            }
+        }));
+        if done.is_err() {
+            tracing::error!(
+                "a write job panicked; its callers were answered with an internal error"
+            );
+            w.conn = None;
+            w.caches = Default::default();
         }
         queued.fetch_sub(n, Ordering::Relaxed);
     }
 }
 
+/// The sequencer's side of the database: its one write connection, made again after any
+/// database failure (a restarted PostgreSQL, a broken transaction), the caches that describe
+/// the log as it last committed, and the write health it reports.
+struct Writer {
+    url: String,
+    conn: Option<DbConn>,
+    clock: Clock,
+    caches: (write::StreamCache, write::SpotCache),
+    health: Arc<WriteHealth>,
+}
+
+impl Writer {
+    /// Runs one write on the connection, opening one first if the last was discarded; a
+    /// result that says the connection is broken discards it (and the caches) so the next
+    /// write starts afresh. Every outcome is reported to the write health.
+    fn run<T>(
+        &mut self,
+        f: impl FnOnce(
+            &mut DbConn,
+            &mut (write::StreamCache, write::SpotCache),
+        ) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let conn = match self.conn.as_mut() {
+            Some(c) => c,
+            None => match conn::connect(&self.url) {
+                Ok(c) => self.conn.insert(c),
+                Err(e) => {
+                    self.health.record(Err(&e));
+                    return Err(e);
+                }
+            },
+        };
+        let r = f(conn, &mut self.caches);
+        match &r {
+            Err(e) if e.discards_connection() => {
+                tracing::warn!(error = %e, "write failed; the sequencer will reconnect");
+                self.conn = None;
+                self.caches = Default::default();
+                self.health.record(Err(e));
+            }
+            Err(_) => self.health.record(Ok(())),
+            Ok(_) => self.health.record(Ok(())),
+        }
+        r
+    }
+}
+
+/// What the write path last did: the readiness probe's source. Updated by the sequencer after
+/// every transaction, failed or committed.
+#[derive(Default)]
+pub struct WriteHealth {
+    state: Mutex<Option<WriteState>>,
+}
+
+/// The latest write's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteState {
+    /// The latest write committed (or was refused for a reason that is not an outage).
+    Ok,
+    /// The latest write failed: an outage when it is one, `None` for another failure.
+    Failed(Option<super::error::Outage>),
+}
+
+impl WriteHealth {
+    fn record(&self, r: Result<(), &StoreError>) {
+        let state = match r {
+            Ok(()) => WriteState::Ok,
+            Err(e) => WriteState::Failed(e.outage()),
+        };
+        *self.state.lock().expect("write health lock") = Some(state);
+    }
+
+    /// The latest write's result; `None` before the first write.
+    pub fn latest(&self) -> Option<WriteState> {
+        *self.state.lock().expect("write health lock")
+    }
+}
+
 /// Runs one job that is not an append and answers it; an append is handed back to be grouped.
-fn run_job(conn: &mut DbConn, log: &LogSigner, job: Job, now: Timestamp) -> Option<QueuedAppend> {
+fn run_job(w: &mut Writer, log: &LogSigner, job: Job, now: Timestamp) -> Option<QueuedAppend> {
     match job {
         Job::Append(v, reply) => return Some((v, reply)),
         Job::Register {
@@ -754,11 +898,15 @@ fn run_job(conn: &mut DbConn, log: &LogSigner, job: Job, now: Timestamp) -> Opti
             scope,
             reply,
         } => {
-            let r = write::register_key(conn, log, &signer, role, &public_key, scope, now);
+            let r =
+                w.run(|c, _| write::register_key(c, log, &signer, role, &public_key, scope, now));
             let _ = reply.send(r);
         }
         Job::EnsurePolicy(reply) => {
-            let _ = reply.send(write::ensure_policy(conn, log, now));
+            let _ = reply.send(w.run(|c, _| write::ensure_policy(c, log, now)));
+        }
+        Job::Probe(reply) => {
+            let _ = reply.send(w.run(|c, _| write::probe(c, now)));
         }
         Job::Revoke {
             signer,
@@ -766,43 +914,35 @@ fn run_job(conn: &mut DbConn, log: &LogSigner, job: Job, now: Timestamp) -> Opti
             reason,
             reply,
         } => {
-            let _ = reply.send(write::revoke_key(conn, log, &signer, &key_id, reason, now));
+            let r = w.run(|c, _| write::revoke_key(c, log, &signer, &key_id, reason, now));
+            let _ = reply.send(r);
         }
         Job::LedgerEntry(body, reply) => {
-            let _ = reply.send(write::ledger_entry(conn, log, &body, now));
+            let _ = reply.send(w.run(|c, _| write::ledger_entry(c, log, &body, now)));
         }
-        Job::Issue {
-            tenant,
-            period,
-            reply,
-        } => {
-            let _ = reply.send(super::invoices::issue(conn, log, &tenant, period, now));
+        Job::Issue(draft, reply) => {
+            let _ = reply.send(w.run(|c, _| super::invoices::issue(c, log, &draft, now)));
         }
-        Job::Certify(req, reply) => {
-            let _ = reply.send(super::certificates::issue(conn, log, &req, now));
+        Job::Certify(draft, reply) => {
+            let _ = reply.send(w.run(|c, _| super::certificates::issue(c, log, &draft, now)));
         }
         Job::Settle(body, reply) => {
-            let _ = reply.send(super::invoices::settle(conn, log, &body, now));
+            let _ = reply.send(w.run(|c, _| super::invoices::settle(c, log, &body, now)));
         }
         Job::Checkpoint(reply) => {
-            let _ = reply.send(write::checkpoint(conn, log, now));
+            let _ = reply.send(w.run(|c, _| write::checkpoint(c, log, now)));
         }
     }
     None
 }
 
 /// Appends the group's queued batches in one transaction and answers each after the commit;
-/// when the group fails, retries each batch alone so one bad batch fails only itself.
-fn append_queued(
-    conn: &mut DbConn,
-    appends: Vec<QueuedAppend>,
-    records: usize,
-    now: Timestamp,
-    (streams, spots): &mut (write::StreamCache, write::SpotCache),
-) {
+/// when the group fails, retries each batch alone so one bad batch fails only itself (after an
+/// outage each retry fails fast and answers its batch with the outage).
+fn append_queued(w: &mut Writer, appends: Vec<QueuedAppend>, records: usize, now: Timestamp) {
     let (batches, replies): (Vec<_>, Vec<_>) = appends.into_iter().unzip();
     let started = std::time::Instant::now();
-    let result = write::append_group(conn, &batches, now, streams, spots);
+    let result = w.run(|c, (streams, spots)| write::append_group(c, &batches, now, streams, spots));
     metrics::histogram!("gpuledger_commit_seconds").record(started.elapsed().as_secs_f64());
     metrics::histogram!("gpuledger_commit_group_records").record(records as f64);
     match result {
@@ -813,7 +953,10 @@ fn append_queued(
         }
         Err(_) if batches.len() > 1 => {
             for (b, r) in batches.into_iter().zip(replies) {
-                let res = write::append_group(conn, std::slice::from_ref(&b), now, streams, spots)
+                let res = w
+                    .run(|c, (streams, spots)| {
+                        write::append_group(c, std::slice::from_ref(&b), now, streams, spots)
+                    })
                     .map(|mut o| o.pop().unwrap_or_default());
                 let _ = r.send(res);
             }

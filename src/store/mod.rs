@@ -20,5 +20,5 @@ pub mod verify;
 mod write;
 
 pub use conn::{connect, DbConn, DEFAULT_DATABASE_URL};
-pub use error::StoreError;
-pub use ledger::{init, Ledger, LogInfo, DEFAULT_ORIGIN};
+pub use error::{Outage, StoreError};
+pub use ledger::{init, Ledger, LogInfo, WriteState, DEFAULT_ORIGIN};

@@ -741,6 +741,19 @@ pub(crate) fn ensure_policy(
     })
 }
 
+/// The readiness probe's write: stamps the `write_probe` row of `meta` in its own transaction.
+/// It writes no log entry and does not lock the head, but it goes through the same connection,
+/// journal and fsync as an append, so a lost database or a full disk fails it.
+pub(crate) fn probe(conn: &mut DbConn, now: Timestamp) -> Result<(), StoreError> {
+    conn.transaction(|conn| {
+        diesel::delete(meta::table.filter(meta::key.eq("write_probe"))).execute(conn)?;
+        diesel::insert_into(meta::table)
+            .values((meta::key.eq("write_probe"), meta::value.eq(now.to_string())))
+            .execute(conn)?;
+        Ok(())
+    })
+}
+
 /// Registers `public_key` for `signer` with `role`, as a ledger-signed log entry.
 pub(crate) fn register_key(
     conn: &mut DbConn,

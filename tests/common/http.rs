@@ -185,6 +185,8 @@ pub struct Reply {
     pub status: u16,
     pub content_type: String,
     pub www_authenticate: Option<String>,
+    /// The `Retry-After` header, if any.
+    pub retry_after: Option<String>,
     pub body: Vec<u8>,
 }
 
@@ -300,6 +302,7 @@ impl Http {
         };
         let content_type = header("content-type").unwrap_or_default();
         let www_authenticate = header("www-authenticate");
+        let retry_after = header("retry-after");
         let status = r.status().as_u16();
         let body = r
             .body_mut()
@@ -311,6 +314,7 @@ impl Http {
             status,
             content_type,
             www_authenticate,
+            retry_after,
             body,
         })
     }
