@@ -240,6 +240,9 @@ impl From<StoreError> for ApiError {
                 "the ledger's database is not initialised",
                 RETRY_AFTER_UNAVAILABLE_SECONDS,
             ),
+            StoreError::Busy(m) => {
+                ApiError::unavailable("busy", m, super::limits::BUSY_RETRY_AFTER_SECONDS)
+            }
             StoreError::WriterStopped => ApiError::unavailable(
                 "shutting_down",
                 "the ledger is shutting down",

@@ -89,7 +89,7 @@ pub async fn get_usage(
                     }
                 }
                 let mut agg = Aggregator::new(from, to, g, window);
-                usage::aggregate(c, t.as_deref(), &mut agg)?;
+                usage::aggregate(c, t.as_deref(), from, to, &mut agg)?;
                 Ok(agg.finish())
             })
             .map_err(ApiError::from)

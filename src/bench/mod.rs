@@ -3,9 +3,12 @@
 //! - [`append`]: library append throughput against a raw-insert baseline.
 //! - [`ingest`]: HTTP ingest throughput and latency with concurrent simulated agents.
 //! - [`verify`]: offline verification of a certificate with a bundle of N records.
+//! - [`grow`]: a log grown to ten million records: append rate as it grows, and what a
+//!   tenant-month's reads cost in it and in a fresh log.
 
 pub mod agent;
 pub mod append;
+pub mod grow;
 pub mod ingest;
 pub mod preview;
 pub mod server;

@@ -83,6 +83,37 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Grows a log to N usage records of many tenants over a year, one tenant with M records in
+    /// the measured month: append rate of the first and the last million, that tenant-month's
+    /// invoice preview, certificate and one-day usage query (also in a fresh log holding only
+    /// that tenant-month), and the database's bytes per entry.
+    Grow {
+        /// Usage records to append (a multiple of 50,000).
+        #[arg(long, default_value_t = 10_000_000)]
+        entries: u64,
+        /// Records of the measured tenant in the measured month (default: a tenth of
+        /// --entries, at most 1,000,000).
+        #[arg(long)]
+        month_records: Option<u64>,
+        /// Tenants, the measured one included.
+        #[arg(long, default_value_t = 100)]
+        tenants: usize,
+        /// Database of the log to grow; it must hold an empty log. Default: a fresh SQLite file
+        /// in a temporary directory (removed after).
+        #[arg(long)]
+        database_url: Option<String>,
+        /// Database of the fresh log compared with; it must hold an empty log. Default: a fresh
+        /// SQLite file in a temporary directory (removed after).
+        #[arg(long)]
+        fresh_database_url: Option<String>,
+        /// Measure logs grown by an earlier run with the same settings, on the same day, and
+        /// kept with --database-url and --fresh-database-url, instead of growing them.
+        #[arg(long)]
+        reuse: bool,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// The node agent: drain a spool backlog into a local server, then the CPU and peak RSS
     /// of an agent child at steady state (simulated GPUs).
     Agent {
@@ -161,6 +192,27 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             })
             .and_then(|r| report(r, json))
         }
+        BenchCommand::Grow {
+            entries,
+            month_records,
+            tenants,
+            database_url,
+            fresh_database_url,
+            reuse,
+            json,
+        } => in_temp_dir(|tmp| {
+            let sqlite = |name: &str| format!("sqlite://{}", tmp.join(name).display());
+            let cfg = bench::grow::GrowBench {
+                database_url: database_url.unwrap_or_else(|| sqlite("grow.db")),
+                fresh_database_url: fresh_database_url.unwrap_or_else(|| sqlite("fresh.db")),
+                entries,
+                month_records: month_records.unwrap_or((entries / 10).min(1_000_000)),
+                tenants,
+                reuse,
+            };
+            Ok(bench::grow::run_grow(&cfg, &progress(json))?)
+        })
+        .and_then(|r| report(r, json)),
         BenchCommand::Agent {
             records,
             batch,

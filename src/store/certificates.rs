@@ -1,19 +1,22 @@
 //! Compute-usage certificates (docs/PROTOCOL.md §13) and evidence bundles (§14).
 //!
-//! A certificate is computed under the head lock at the log's size S: a checkpoint of S is
-//! signed, the tenant's covered records below S are summed by `core::certificate::Tally`, the
-//! certificate is signed with the log key and its SHA-256 goes into a `certificate_issued`
-//! entry. Bundles are rebuilt from the log on request and written line by line, so a bundle
-//! of any size streams in bounded memory.
+//! A certificate is computed outside the head lock ([`draft`]): on a read connection at the
+//! log's size N, the tenant's covered records below N (those starting in the period, selected
+//! through the `entries_tenant_start` index) are summed by `core::certificate::Tally`. Then,
+//! under the head lock at the log's size S ≥ N ([`issue`]), if nothing logged at N..S changes
+//! the tally, a checkpoint of S is signed, the certificate is signed with the log key and its
+//! SHA-256 goes into a `certificate_issued` entry: exactly what a computation at S would give.
+//! Otherwise the caller computes again. Bundles are rebuilt from the log on request and written
+//! line by line, so a bundle of any size streams in bounded memory.
 
 use super::bundle::Sink;
 use super::conn::DbConn;
 use super::error::StoreError;
-use super::schema::certificates;
+use super::schema::{certificates, entries};
 use super::write::{checkpoint_locked, push_ledger_entry, Appender};
-use super::{pricing, usage};
+use super::{pricing, read, usage};
 use crate::core::bundle::{self, BundleSubject, Header};
-use crate::core::certificate::{self, coverage, Certificate, Coverage, Tally};
+use crate::core::certificate::{self, coverage, Certificate, Claims, Coverage, Tally};
 use crate::core::checkpoint::LogSigner;
 use crate::core::invoice::Period;
 use crate::core::record::{Body, CertificateIssued, Kind};
@@ -41,46 +44,121 @@ fn covers(req: &CertificateRequest, body: &Body) -> bool {
     coverage(&req.tenant, &req.period, &req.scope, body) == Coverage::Covered
 }
 
-/// Issues a certificate; see the module docs.
+/// A certificate's claims computed outside the head lock at log size `size`; [`issue`] issues
+/// it under the head lock if nothing relevant was logged since.
+pub(crate) struct Draft {
+    req: CertificateRequest,
+    size: u64,
+    claims: Claims,
+    /// The latest end of a covered energy record: region parameters (PUE, carbon) taking
+    /// effect at or after it apply to none of them (they are looked up at a record's start).
+    energy_horizon: Option<Timestamp>,
+}
+
+/// Sums the covered records of `req` at the log's current size, on a read connection (no
+/// lock). A record is covered only if it starts in the period ([`coverage`]), so the records
+/// read are the tenant's records starting in the period: a superset of the covered ones, each
+/// then put to [`coverage`], the one rule. Refused when none is covered.
+pub(crate) fn draft(conn: &mut DbConn, req: &CertificateRequest) -> Result<Draft, StoreError> {
+    let size = read::head(conn)?.0;
+    let book = pricing::price_book(conn, size)?;
+    let idxs = usage::starting_in(conn, &req.tenant, req.period.from, req.period.to, size)?;
+    let mut tally = Tally::new();
+    let mut failed = None;
+    let mut energy_horizon = None;
+    usage::for_each_of(conn, Some(&req.tenant), &idxs, &mut |idx, _, h, body| {
+        if failed.is_some() || !covers(req, body) {
+            return;
+        }
+        let r = match body {
+            Body::GpuUsage(u) => tally.add_usage(idx, &h, u),
+            Body::Energy(e) => {
+                energy_horizon = energy_horizon.max(Some(e.end));
+                tally.add_energy(idx, &h, e, &book)
+            }
+            _ => Ok(()),
+        };
+        failed = r.err();
+    })?;
+    if let Some(e) = failed {
+        return Err(StoreError::Refused(e.to_string()));
+    }
+    let claims = tally
+        .finish()
+        .map_err(|e| StoreError::Refused(e.to_string()))?;
+    if claims.entries.count == 0 {
+        return Err(StoreError::Refused(format!(
+            "{} has no usage or energy records starting in [{}, {}) within the scope; nothing to certify",
+            req.tenant, req.period.from, req.period.to
+        )));
+    }
+    Ok(Draft {
+        req: req.clone(),
+        size,
+        claims,
+        energy_horizon,
+    })
+}
+
+impl Draft {
+    /// Whether an entry at `self.size..size` changes the claims, read under the head lock at
+    /// log size `size`: a usage or energy record of the tenant starting in the period (it may
+    /// be covered), or region parameters taking effect before the end of a covered energy
+    /// record. Nothing else enters a tally: other tenants' records are never covered, and prices
+    /// are not part of a certificate.
+    fn changed(&self, conn: &mut DbConn, size: u64) -> Result<bool, StoreError> {
+        if size < self.size {
+            return Err(StoreError::Corrupt(format!(
+                "the log shrank from {} to {size} entries",
+                self.size
+            )));
+        }
+        if size == self.size {
+            return Ok(false);
+        }
+        let starts: Vec<Option<i64>> = entries::table
+            .filter(entries::tenant.eq(&self.req.tenant))
+            .filter(entries::idx.ge(self.size as i64))
+            .filter(entries::idx.lt(size as i64))
+            .select(entries::start_at)
+            .load(conn)?;
+        let period = self.req.period;
+        if starts
+            .into_iter()
+            .flatten()
+            .any(|s| (period.from.unix()..period.to.unix()).contains(&s))
+        {
+            return Ok(true);
+        }
+        let Some(horizon) = self.energy_horizon else {
+            return Ok(false);
+        };
+        Ok(
+            read::bodies_between(conn, &[Kind::RegionParams], self.size, size)?
+                .iter()
+                .any(|(_, b)| matches!(b, Body::RegionParams(r) if r.effective_from < horizon)),
+        )
+    }
+}
+
+/// Issues a [`draft`] under the head lock; `None`, writing nothing, when an entry logged since
+/// the draft's size changes it. Certificate ids are numbered gaplessly under the lock.
 pub(crate) fn issue(
     conn: &mut DbConn,
     log: &LogSigner,
-    req: &CertificateRequest,
+    draft: &Draft,
     now: Timestamp,
-) -> Result<Certificate, StoreError> {
+) -> Result<Option<Certificate>, StoreError> {
     conn.transaction(|conn| {
         let mut app = Appender::lock(conn, now)?;
         let size = app.next_index();
-        let book = pricing::price_book(conn, size)?;
-        let mut tally = Tally::new();
-        let mut failed = None;
-        usage::for_each_usage_hashed(conn, Some(&req.tenant), 0..size, &mut |idx, _, h, body| {
-            if failed.is_some() || !covers(req, body) {
-                return;
-            }
-            let r = match body {
-                Body::GpuUsage(u) => tally.add_usage(idx, &h, u),
-                Body::Energy(e) => tally.add_energy(idx, &h, e, &book),
-                _ => Ok(()),
-            };
-            failed = r.err();
-        })?;
-        if let Some(e) = failed {
-            return Err(StoreError::Refused(e.to_string()));
-        }
-        let claims = tally
-            .finish()
-            .map_err(|e| StoreError::Refused(e.to_string()))?;
-        if claims.entries.count == 0 {
-            return Err(StoreError::Refused(format!(
-                "{} has no usage or energy records starting in [{}, {}) within the scope; nothing to certify",
-                req.tenant, req.period.from, req.period.to
-            )));
+        if draft.changed(conn, size)? {
+            return Ok(None);
         }
         let (_, note) = checkpoint_locked(conn, log, size, now)?;
         let count: i64 = certificates::table.count().get_result(conn)?;
         let id = certificate::certificate_id(count as u64 + 1);
-        let cert = Certificate::issue(id, req, now, log, note, claims);
+        let cert = Certificate::issue(id, &draft.req, now, log, note, draft.claims.clone());
         let body = Body::CertificateIssued(CertificateIssued {
             id: cert.id.clone(),
             tenant: cert.tenant.clone(),
@@ -103,7 +181,7 @@ pub(crate) fn issue(
             ))
             .execute(conn)?;
         app.finish(conn)?;
-        Ok(cert)
+        Ok(Some(cert))
     })
 }
 

@@ -4,24 +4,42 @@
 //! download. Records that arrive after a period was invoiced become adjustment lines of the
 //! tenant's next invoice, naming the period they belong to; in a graduated (volume-tiered)
 //! series they continue the period's count after the GPU-seconds already invoiced.
+//!
+//! The rating is computed outside the head lock, on a read connection at the log's size N then
+//! ([`draft`]), so ingest never waits for it. Only the append goes through the sequencer
+//! ([`issue`]): under the head lock, at the log's size S ≥ N, it checks that nothing logged
+//! at N..S changes the rating (see [`Draft::changed`]), and then issues exactly what a
+//! computation at S would give; otherwise the caller computes again, at most
+//! [`MAX_ISSUE_ATTEMPTS`] times.
+//!
+//! Which records are read: those [`InvoiceScope::place`] can put on the invoice, selected by
+//! start through an index ([`selection`]), never the tenant's whole history.
 
 use super::conn::DbConn;
 use super::error::StoreError;
 use super::schema::{entries, invoices};
+use super::usage::{self, Selected};
 use super::write::{checkpoint_locked, push_ledger_entry, Appender};
-use super::{pricing, usage};
+use super::{pricing, read};
 use crate::core::canonical;
 use crate::core::checkpoint::LogSigner;
-use crate::core::invoice::{record_start, Invoice, InvoiceRating, InvoiceScope, Period, Rated};
+use crate::core::invoice::{
+    record_start, Invoice, InvoiceLine, InvoiceRating, InvoiceScope, Period, Placement, Rated,
+};
 use crate::core::leaf::Leaf;
-use crate::core::rating;
+use crate::core::rating::{self, PriceBook, Rater};
 use crate::core::record::{Body, InvoiceIssued, Kind};
 use crate::core::time::Timestamp;
 use diesel::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How many times an invoice or a certificate is computed outside the head lock before the
+/// request is answered busy ([`StoreError::Busy`]): each attempt after the first follows a
+/// change in the log, at the size it was computed at, that would change the result.
+pub const MAX_ISSUE_ATTEMPTS: u32 = 3;
 
 /// An invoice already issued to a tenant, as its row holds it.
 struct Issued {
@@ -29,9 +47,15 @@ struct Issued {
     checkpoint_size: u64,
 }
 
-fn issued_for(conn: &mut DbConn, tenant: &str) -> Result<Vec<(String, Issued)>, StoreError> {
+/// The tenant's invoices whose `invoice_issued` entry is below log size `size`.
+fn issued_for(
+    conn: &mut DbConn,
+    tenant: &str,
+    size: u64,
+) -> Result<Vec<(String, Issued)>, StoreError> {
     let rows: Vec<(String, i64, i64, i64)> = invoices::table
         .filter(invoices::tenant.eq(tenant))
+        .filter(invoices::entry_idx.lt(size.min(i64::MAX as u64) as i64))
         .select((
             invoices::number,
             invoices::period_from,
@@ -90,10 +114,15 @@ pub fn invoice_json(invoice: &Invoice) -> Result<(String, String), StoreError> {
     Ok((String::from_utf8(bytes).expect("JSON is UTF-8"), hash))
 }
 
-/// The scope of a new invoice of `tenant` for `period`: refused when an earlier invoice covers
-/// part of the period.
-fn new_scope(conn: &mut DbConn, tenant: &str, period: Period) -> Result<InvoiceScope, StoreError> {
-    let previous = issued_for(conn, tenant)?;
+/// The scope of a new invoice of `tenant` for `period` at log size `size`: refused when an
+/// earlier invoice covers part of the period.
+fn new_scope(
+    conn: &mut DbConn,
+    tenant: &str,
+    period: Period,
+    size: u64,
+) -> Result<InvoiceScope, StoreError> {
+    let previous = issued_for(conn, tenant, size)?;
     if let Some((n, _)) = previous.iter().find(|(_, i)| i.period.overlaps(&period)) {
         return Err(StoreError::AlreadyExists(format!(
             "invoice {n} of {tenant} already covers part of [{}, {})",
@@ -106,6 +135,94 @@ fn new_scope(conn: &mut DbConn, tenant: &str, period: Period) -> Result<InvoiceS
     ))
 }
 
+/// The tenant's records below log size `size` (ascending) that an invoice of `scope` is fed: a superset of every record whose placement can change its lines.
+///
+/// [`InvoiceScope::place`] puts a record (index `i`, start `t`) in
+/// - `Period` when `t` is in the period: all of these are read (the `entries_tenant_start`
+///   range of the period);
+/// - `Late(p)` when `t` is in an earlier invoiced period `p` and `i ≥ since`: every record
+///   logged at `since..size` is looked at (the `(tenant, idx)` range) and the rule itself keeps
+///   the late ones;
+/// - `Invoiced(p)` when `t` is in `p` and `i < since`: such a record only continues the count
+///   of a graduated series in `p` (`Rater::add_invoiced_usage`), which makes lines only for
+///   late records of `p` and does nothing at all when no volume tiers are logged
+///   (`tiered` false). So these are read, by the start range of `p` below `since`, only for the
+///   periods that have a late record, and only when tiers exist. Left out, they would add a
+///   count of zero billed seconds: no line, no unpriced usage;
+/// - `Outside` otherwise: it adds nothing, and is never read except as part of the ranges above.
+///
+/// The core rule then places every record read, so it stays the one decision.
+fn selection(
+    conn: &mut DbConn,
+    tenant: &str,
+    scope: &InvoiceScope,
+    size: u64,
+    tiered: bool,
+) -> Result<Vec<Selected>, StoreError> {
+    let mut idxs = usage::starting_in(conn, tenant, scope.period.from, scope.period.to, size)?;
+    if scope.earlier.is_empty() {
+        return Ok(idxs);
+    }
+    let mut late_periods = BTreeSet::new();
+    for (entry, start) in usage::logged_in(conn, tenant, scope.since..size)? {
+        if let Placement::Late(p) = scope.place(entry.idx, start) {
+            idxs.push(entry);
+            late_periods.insert(p);
+        }
+    }
+    if tiered {
+        for p in late_periods {
+            idxs.extend(usage::starting_in(conn, tenant, p.from, p.to, scope.since)?);
+        }
+    }
+    idxs.sort_unstable();
+    idxs.dedup();
+    Ok(idxs)
+}
+
+/// What a computed rating depends on besides the records it read: a price, plan or lease logged
+/// later changes it only if it matters to a record it rated (see [`Draft::changed`]).
+#[derive(Debug, Default)]
+struct Watch {
+    /// The latest end of a rated record's interval. A price, region parameter, volume tier or
+    /// plan that takes effect at or after it prices nothing the rating holds: rates are looked
+    /// up at instants before a record's end, and tiers and plans at a period's start, which is
+    /// at or before a record's start.
+    horizon: Option<Timestamp>,
+    /// The leases the rated usage records name (a lease's class decides its price).
+    leases: BTreeSet<String>,
+}
+
+impl Watch {
+    fn saw(&mut self, body: &Body) {
+        let end = match body {
+            Body::GpuUsage(u) => {
+                if let Some(l) = &u.lease {
+                    self.leases.insert(l.clone());
+                }
+                u.end
+            }
+            Body::Energy(e) => e.end,
+            _ => return,
+        };
+        self.horizon = self.horizon.max(Some(end));
+    }
+
+    /// Whether a pricing entry logged after the rating can change it.
+    fn affected_by(&self, tenant: &str, body: &Body) -> bool {
+        let before = |t: Timestamp| self.horizon.is_some_and(|h| t < h);
+        match body {
+            Body::RateCard(r) => before(r.effective_from),
+            Body::SpotPrice(p) => before(p.effective_from),
+            Body::RegionParams(r) => before(r.effective_from),
+            Body::VolumeTiers(v) => before(v.effective_from),
+            Body::TenantPlan(p) => p.tenant == tenant && before(p.effective_from),
+            Body::LeaseRegistered(l) => self.leases.contains(&l.lease),
+            _ => false,
+        }
+    }
+}
+
 /// Rates the tenant's records below log size `size` where `scope` places them
 /// ([`InvoiceRating`], the rule the verifier recomputes by), with the prices of the log as of
 /// `size`; refused when any of them is unpriced.
@@ -114,11 +231,15 @@ fn rate(
     tenant: &str,
     scope: InvoiceScope,
     size: u64,
-) -> Result<Rated, StoreError> {
+) -> Result<(Rated, Watch), StoreError> {
     let book = pricing::price_book(conn, size)?;
+    let idxs = selection(conn, tenant, &scope, size, book.has_tiers())?;
     let mut rating = InvoiceRating::new(scope);
-    usage::for_each_usage_in(conn, Some(tenant), 0..size, &mut |idx, body| {
-        rating.add(&book, idx, body);
+    let mut watch = Watch::default();
+    usage::for_each_of(conn, Some(tenant), &idxs, &mut |idx, _, _, body| {
+        if rating.add(&book, idx, body) != Placement::Outside {
+            watch.saw(body);
+        }
     })?;
     let rated = rating.finish();
     if let Some((p, unpriced)) = rated.unpriced.first() {
@@ -129,61 +250,214 @@ fn rate(
         };
         return Err(unpriced_error(unpriced, what));
     }
-    Ok(rated)
+    Ok((rated, watch))
 }
 
-/// Issues the invoices (one per currency) of `tenant` for `[from, to)`; see the module docs.
-pub(crate) fn issue(
+/// Rates `tenant`'s usage and energy records whose intervals start in `period`, with the prices
+/// of the log as of size `size` (and the plan and volume tiers in force at the period's start):
+/// the invoice preview. Reads the records starting in the period, nothing else of the
+/// tenant's history.
+pub fn preview(
     conn: &mut DbConn,
-    log: &LogSigner,
     tenant: &str,
     period: Period,
-    now: Timestamp,
-) -> Result<Vec<Invoice>, StoreError> {
-    conn.transaction(|conn| {
-        let mut app = Appender::lock(conn, now)?;
-        let size = app.next_index();
-        let scope = new_scope(conn, tenant, period)?;
-        let Rated {
+    size: u64,
+) -> Result<Rater, StoreError> {
+    let book: PriceBook = pricing::price_book(conn, size)?;
+    let mut rater = Rater::new(period.from);
+    let idxs = usage::starting_in(conn, tenant, period.from, period.to, size)?;
+    usage::for_each_of(conn, Some(tenant), &idxs, &mut |_, _, _, body| match body {
+        Body::GpuUsage(u) if period.contains(u.start) => rater.add_usage(&book, u),
+        Body::Energy(e) if period.contains(e.start) => rater.add_energy(&book, e),
+        _ => {}
+    })?;
+    Ok(rater)
+}
+
+/// An invoice computed outside the head lock, at log size `size`: its lines per currency, and
+/// what they depend on. [`issue`] issues it under the head lock if nothing relevant was logged
+/// since.
+pub(crate) struct Draft {
+    tenant: String,
+    period: Period,
+    size: u64,
+    scope: InvoiceScope,
+    /// Per currency (in order): the period's lines, then the adjustment lines.
+    lines: Vec<(String, Vec<InvoiceLine>)>,
+    watch: Watch,
+}
+
+/// Computes the invoices (one per currency) of `tenant` for `period` at the log's current size,
+/// on a read connection (no lock); refused as [`issue`] would be at that size.
+pub(crate) fn draft(conn: &mut DbConn, tenant: &str, period: Period) -> Result<Draft, StoreError> {
+    let size = read::head(conn)?.0;
+    let scope = new_scope(conn, tenant, period, size)?;
+    let (
+        Rated {
             mut lines,
             mut adjustments,
             ..
-        } = rate(conn, tenant, scope, size)?;
-        let mut currencies: Vec<String> = lines.keys().chain(adjustments.keys()).cloned().collect();
-        currencies.sort();
-        currencies.dedup();
-        if currencies.is_empty() {
-            return Err(StoreError::Refused(format!(
-                "{tenant} has no usage in [{}, {}) and no late records to adjust; nothing to invoice",
-                period.from, period.to
+        },
+        watch,
+    ) = rate(conn, tenant, scope.clone(), size)?;
+    let mut currencies: Vec<String> = lines.keys().chain(adjustments.keys()).cloned().collect();
+    currencies.sort();
+    currencies.dedup();
+    if currencies.is_empty() {
+        return Err(StoreError::Refused(format!(
+            "{tenant} has no usage in [{}, {}) and no late records to adjust; nothing to invoice",
+            period.from, period.to
+        )));
+    }
+    let lines = currencies
+        .into_iter()
+        .map(|c| {
+            let mut l = lines.remove(&c).unwrap_or_default();
+            l.extend(adjustments.remove(&c).unwrap_or_default());
+            (c, l)
+        })
+        .collect();
+    Ok(Draft {
+        tenant: tenant.to_owned(),
+        period,
+        size,
+        scope,
+        lines,
+        watch,
+    })
+}
+
+impl Draft {
+    /// Whether an entry at `self.size..size` changes what the invoice says, read under the head
+    /// lock at log size `size`. If not, rating at `size` gives exactly the draft's lines:
+    /// - records: a usage or energy record of the tenant logged since is placed by the scope;
+    ///   anything but `Outside` (it would be a line of the period, or a late record) is a
+    ///   change. Other tenants' records are never rated.
+    /// - the scope: an `invoice_issued` entry of the tenant logged since changes the earlier
+    ///   periods and `since` (and may cover the period);
+    /// - prices: a pricing entry logged since that can price a rated record
+    ///   ([`Watch::affected_by`]).
+    fn changed(&self, conn: &mut DbConn, size: u64) -> Result<bool, StoreError> {
+        if size < self.size {
+            return Err(StoreError::Corrupt(format!(
+                "the log shrank from {} to {size} entries",
+                self.size
             )));
+        }
+        if size == self.size {
+            return Ok(false);
+        }
+        let rows: Vec<(i64, String, Option<i64>)> = entries::table
+            .filter(entries::tenant.eq(&self.tenant))
+            .filter(entries::idx.ge(self.size as i64))
+            .filter(entries::idx.lt(size as i64))
+            .select((entries::idx, entries::kind, entries::start_at))
+            .load(conn)?;
+        for (idx, kind, start) in rows {
+            if kind == Kind::InvoiceIssued.as_str() {
+                return Ok(true);
+            }
+            if let Some(start) = start.and_then(Timestamp::from_unix) {
+                if self.scope.place(idx as u64, start) != Placement::Outside {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(
+            read::bodies_between(conn, &pricing::PRICING_KINDS, self.size, size)?
+                .iter()
+                .any(|(_, b)| self.watch.affected_by(&self.tenant, b)),
+        )
+    }
+}
+
+/// Runs between computing an invoice or a certificate and submitting it, in the caller's
+/// thread (`attempt` from 1). Tests (built with the `test-clock` feature) set it with
+/// [`set_issue_hook`] to log something in between; otherwise it does nothing.
+pub(crate) fn before_issue(attempt: u32) {
+    #[cfg(feature = "test-clock")]
+    {
+        // Taken out while it runs, so that it may issue (or set another hook) itself.
+        let (hook, generation) = ISSUE_HOOK.with(|h| {
+            let mut h = h.borrow_mut();
+            (h.0.take(), h.1)
+        });
+        if let Some(mut f) = hook {
+            f(attempt);
+            ISSUE_HOOK.with(|h| {
+                let mut h = h.borrow_mut();
+                if h.1 == generation {
+                    h.0 = Some(f);
+                }
+            });
+        }
+    }
+    #[cfg(not(feature = "test-clock"))]
+    let _ = attempt;
+}
+
+/// A hook run between computing and issuing ([`before_issue`]), and how often one was set.
+#[cfg(feature = "test-clock")]
+type IssueHook = (Option<Box<dyn FnMut(u32)>>, u64);
+
+#[cfg(feature = "test-clock")]
+thread_local! {
+    static ISSUE_HOOK: std::cell::RefCell<IssueHook> = const { std::cell::RefCell::new((None, 0)) };
+}
+
+/// Sets (or, with `None`, clears) what runs in this thread between computing an invoice or a
+/// certificate and submitting it for issue, with the attempt number (from 1). Tests only.
+#[cfg(feature = "test-clock")]
+pub fn set_issue_hook(f: Option<Box<dyn FnMut(u32)>>) {
+    ISSUE_HOOK.with(|h| {
+        let mut h = h.borrow_mut();
+        h.0 = f;
+        h.1 += 1;
+    });
+}
+
+/// Issues a [`draft`] under the head lock (one invoice per currency, numbered gaplessly):
+/// `None`, writing nothing, when an entry logged since the draft's size changes it.
+pub(crate) fn issue(
+    conn: &mut DbConn,
+    log: &LogSigner,
+    draft: &Draft,
+    now: Timestamp,
+) -> Result<Option<Vec<Invoice>>, StoreError> {
+    conn.transaction(|conn| {
+        let mut app = Appender::lock(conn, now)?;
+        let size = app.next_index();
+        if draft.changed(conn, size)? {
+            return Ok(None);
         }
         checkpoint_locked(conn, log, size, now)?;
         let root = crate::core::merkle::tree_hash(size, &super::read::DbHashReader::new(conn))?;
         let count: i64 = invoices::table.count().get_result(conn)?;
         let mut out = Vec::new();
-        for (i, currency) in currencies.into_iter().enumerate() {
-            let mut l = lines.remove(&currency).unwrap_or_default();
-            l.extend(adjustments.remove(&currency).unwrap_or_default());
-            let total: Decimal = l.iter().map(|l| l.amount).sum();
+        for (i, (currency, lines)) in draft.lines.iter().enumerate() {
+            let total: Decimal = lines.iter().map(|l| l.amount).sum();
             let invoice = Invoice {
                 number: format!("INV-{:06}", count as usize + i + 1),
-                tenant: tenant.to_owned(),
-                period,
-                currency,
+                tenant: draft.tenant.clone(),
+                period: draft.period,
+                currency: currency.clone(),
                 issued_at: now,
                 log_origin: log.origin().to_owned(),
                 checkpoint_size: size,
                 checkpoint_root: crate::core::merkle::encode_hash(&root),
-                lines: l,
+                lines: lines.clone(),
                 total,
             };
-            assert_eq!(invoice.total, invoice.sum_of_lines(), "total equals the sum of its lines");
+            assert_eq!(
+                invoice.total,
+                invoice.sum_of_lines(),
+                "total equals the sum of its lines"
+            );
             record_invoice(conn, &mut app, log, &invoice)?;
             out.push(invoice);
         }
         app.finish(conn)?;
-        Ok(out)
+        Ok(Some(out))
     })
 }
 
@@ -434,7 +708,7 @@ pub fn write_invoice_bundle(
         .ok_or_else(|| StoreError::Corrupt(format!("no checkpoint of size {size} is stored")))?;
     let scope = InvoiceScope::new(
         invoice.period,
-        issued_for(conn, &invoice.tenant)?
+        issued_for(conn, &invoice.tenant, u64::MAX)?
             .into_iter()
             .filter(|(_, i)| i.checkpoint_size < size)
             .map(|(_, i)| (i.period, i.checkpoint_size)),

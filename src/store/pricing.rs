@@ -3,7 +3,6 @@
 
 use super::conn::DbConn;
 use super::error::StoreError;
-use super::usage;
 use crate::core::rating::{PriceBook, Rater};
 use crate::core::record::{Body, Kind};
 use crate::core::time::Timestamp;
@@ -41,12 +40,12 @@ pub fn rate_period(
     to: Timestamp,
     size: u64,
 ) -> Result<Rater, StoreError> {
-    let book = price_book(conn, size)?;
-    let mut rater = Rater::new(from);
-    usage::for_each_usage(conn, Some(tenant), size, &mut |body| match body {
-        Body::GpuUsage(u) if (from..to).contains(&u.start) => rater.add_usage(&book, u),
-        Body::Energy(e) if (from..to).contains(&e.start) => rater.add_energy(&book, e),
-        _ => {}
-    })?;
-    Ok(rater)
+    // The tenant-month's records through the start index (`store::invoices::preview`), not
+    // the tenant's whole history.
+    super::invoices::preview(
+        conn,
+        tenant,
+        crate::core::invoice::Period { from, to },
+        size,
+    )
 }

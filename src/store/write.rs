@@ -57,6 +57,9 @@ struct NewConflict {
     envelope: String,
 }
 
+/// Most OR terms in one query: SQLite refuses an expression tree deeper than 1,000.
+const MAX_OR_TERMS: usize = 300;
+
 /// An open write transaction's view of the log: the head it locked and what it appends.
 pub(crate) struct Appender {
     size: u64,
@@ -228,27 +231,33 @@ fn logged_seqs(
             .or_default()
             .push(env.seq as i64);
     }
-    let mut q = entries::table
-        .select((
-            entries::signer,
-            entries::seq,
-            entries::content_hash,
-            entries::idx,
-        ))
-        .into_boxed();
-    for (signer, seqs) in &by_signer {
-        q = q.or_filter(
-            entries::signer
-                .eq(*signer)
-                .and(entries::seq.eq_any(seqs.clone())),
+    let by_signer: Vec<(&str, Vec<i64>)> = by_signer.into_iter().collect();
+    let mut existing = HashMap::new();
+    // One OR term per signer: in chunks, since SQLite refuses an expression tree deeper than
+    // 1,000 and a group may hold records of thousands of signers.
+    for chunk in by_signer.chunks(MAX_OR_TERMS) {
+        let mut q = entries::table
+            .select((
+                entries::signer,
+                entries::seq,
+                entries::content_hash,
+                entries::idx,
+            ))
+            .into_boxed();
+        for (signer, seqs) in chunk {
+            q = q.or_filter(
+                entries::signer
+                    .eq(*signer)
+                    .and(entries::seq.eq_any(seqs.clone())),
+            );
+        }
+        existing.extend(
+            q.load::<(String, i64, Vec<u8>, i64)>(conn)?
+                .into_iter()
+                .map(|(signer, seq, hash, idx)| ((signer, seq as u64), (hash, idx as u64))),
         );
     }
-    let existing = q
-        .load::<(String, i64, Vec<u8>, i64)>(conn)?
-        .into_iter()
-        .map(|(signer, seq, hash, idx)| ((signer, seq as u64), (hash, idx as u64)))
-        .collect();
-    let names: Vec<&str> = by_signer.keys().copied().collect();
+    let names: Vec<&str> = by_signer.iter().map(|(n, _)| *n).collect();
     let last_seq = signers::table
         .filter(signers::id.eq_any(&names))
         .select((signers::id, signers::last_seq))
@@ -531,50 +540,55 @@ impl Streams {
             // can overlap [lo, hi) are those starting inside it and the last one starting
             // before lo. Both are index lookups on (stream, start_at).
             let before = diesel::alias!(entries as before);
-            let mut q = entries::table
-                .select((
-                    entries::stream.assume_not_null(),
-                    entries::start_at.assume_not_null(),
-                    entries::end_at.assume_not_null(),
-                    entries::idx,
-                ))
-                .into_boxed();
-            for (stream, (lo, hi)) in &span {
-                let last_before = before
-                    .filter(before.field(entries::stream).eq(stream.clone()))
-                    .filter(before.field(entries::start_at).lt(*lo))
-                    .select(diesel::dsl::max(before.field(entries::start_at)))
-                    .single_value();
-                q = q
-                    .or_filter(
+            let span: Vec<_> = span.into_iter().collect();
+            // Three OR terms per stream: in chunks, since SQLite refuses an expression tree
+            // deeper than 1,000 and a group may start hundreds of new streams.
+            for chunk in span.chunks(MAX_OR_TERMS / 3) {
+                let mut q = entries::table
+                    .select((
+                        entries::stream.assume_not_null(),
+                        entries::start_at.assume_not_null(),
+                        entries::end_at.assume_not_null(),
+                        entries::idx,
+                    ))
+                    .into_boxed();
+                for (stream, (lo, hi)) in chunk {
+                    let last_before = before
+                        .filter(before.field(entries::stream).eq(stream.clone()))
+                        .filter(before.field(entries::start_at).lt(*lo))
+                        .select(diesel::dsl::max(before.field(entries::start_at)))
+                        .single_value();
+                    q = q
+                        .or_filter(
+                            entries::stream
+                                .eq(stream.clone())
+                                .and(entries::start_at.ge(*lo))
+                                .and(entries::start_at.lt(*hi)),
+                        )
+                        .or_filter(
+                            entries::stream
+                                .eq(stream.clone())
+                                .and(entries::start_at.eq(last_before))
+                                .and(entries::end_at.gt(*lo)),
+                        );
+                    // The stream's latest interval overall, so the cache knows where it ends.
+                    let last_ever = before
+                        .filter(before.field(entries::stream).eq(stream.clone()))
+                        .select(diesel::dsl::max(before.field(entries::start_at)))
+                        .single_value();
+                    q = q.or_filter(
                         entries::stream
                             .eq(stream.clone())
-                            .and(entries::start_at.ge(*lo))
-                            .and(entries::start_at.lt(*hi)),
-                    )
-                    .or_filter(
-                        entries::stream
-                            .eq(stream.clone())
-                            .and(entries::start_at.eq(last_before))
-                            .and(entries::end_at.gt(*lo)),
+                            .and(entries::start_at.eq(last_ever)),
                     );
-                // The stream's latest interval overall, so the cache knows where it ends.
-                let last_ever = before
-                    .filter(before.field(entries::stream).eq(stream.clone()))
-                    .select(diesel::dsl::max(before.field(entries::start_at)))
-                    .single_value();
-                q = q.or_filter(
-                    entries::stream
-                        .eq(stream.clone())
-                        .and(entries::start_at.eq(last_ever)),
-                );
-            }
-            for (stream, s, e, i) in q.load::<(String, i64, i64, i64)>(conn)? {
-                let l = latest.entry(stream.clone()).or_insert((s, e, i as u64));
-                if s > l.0 {
-                    *l = (s, e, i as u64);
                 }
-                known.entry(stream).or_default().push((s, e, i as u64));
+                for (stream, s, e, i) in q.load::<(String, i64, i64, i64)>(conn)? {
+                    let l = latest.entry(stream.clone()).or_insert((s, e, i as u64));
+                    if s > l.0 {
+                        *l = (s, e, i as u64);
+                    }
+                    known.entry(stream).or_default().push((s, e, i as u64));
+                }
             }
         }
         Ok(Streams { known, latest })
