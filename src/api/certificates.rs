@@ -34,7 +34,8 @@ pub struct CertificateOrder {
     responses((status = 201, description = "The signed certificate", body = Certificate),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
-              (status = 429, description = "The tenant asked for more certificates than `tenant_certificates_per_minute` allows; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
+              (status = 429, description = "The tenant asked for more certificates than `tenant_certificates_per_minute` allows; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 503, description = "`busy`: the log changed under the computation three times; or `database_unavailable`; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/certificates")]
 pub async fn issue(

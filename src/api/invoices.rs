@@ -30,7 +30,8 @@ pub struct IssueRequest {
 #[utoipa::path(tag = "invoices", request_body = IssueRequest,
     responses((status = 201, description = "The issued invoices", body = Vec<Invoice>),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
-              (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
+              (status = 409, body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 503, description = "`busy`: the log changed under the computation three times; or `database_unavailable`; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/invoices")]
 pub async fn issue(
