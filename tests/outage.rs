@@ -66,7 +66,7 @@ impl PrivatePostgres {
             .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
             .find(|b| b.join("initdb").exists() && b.join("pg_ctl").exists())
             .ok_or("no initdb and pg_ctl under /usr/lib/postgresql/*/bin")?;
-        let as_postgres = rustix_is_root();
+        let as_postgres = running_as_root();
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         if as_postgres {
             // initdb refuses to run as root: the cluster belongs to the postgres user.
@@ -148,7 +148,7 @@ impl Drop for PrivatePostgres {
     }
 }
 
-fn rustix_is_root() -> bool {
+fn running_as_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -307,6 +307,36 @@ fn verify_log(url: &str) {
     );
 }
 
+/// `gpuledger init` and `serve` on `url`, with node `signer` and tenant `t1` registered, once
+/// ready; the directory holds the log key and the server's log.
+fn serve_with_node(url: &str, signer: &str) -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("log.key");
+    let admin = init_cli(url, &key);
+    let server = Server::start(url, &key, dir.path(), 0);
+    let h = server.http();
+    h.register(&admin, signer, "node", &sample::key(signer));
+    h.parties(&admin, &["t1"]);
+    wait_ready(&h, 200, READY_FOLLOWS_WITHIN);
+    (dir, server)
+}
+
+/// Every answer the client got was a success or an outage of this status and problem slug,
+/// with `Retry-After`; and there was at least one outage answer.
+fn assert_outages_were(seen: &Seen, status: u16, slug: &str) {
+    assert!(
+        seen.unexpected.is_empty(),
+        "unexpected answers: {:?}",
+        seen.unexpected
+    );
+    assert!(!seen.outages.is_empty(), "the client saw no outage answer");
+    for (got, kind, retry_after) in &seen.outages {
+        assert_eq!(*got, status, "an outage answer of the wrong status");
+        assert_eq!(kind, &format!("urn:gpuledger:problem:{slug}"));
+        assert!(retry_after.is_some(), "{status} without Retry-After");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The tests
 // ---------------------------------------------------------------------------------------------
@@ -318,15 +348,9 @@ fn postgres_stopped_immediately_during_ingest_recovers_without_restart() {
         Err(why) => return skip("the PostgreSQL restart test", &why),
     };
     let url = pg.url();
-    let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("log.key");
-    let admin = init_cli(&url, &key);
-    let server = Server::start(&url, &key, dir.path(), 0);
-    let h = server.http();
     let signer = "node-pg-outage";
-    h.register(&admin, signer, "node", &sample::key(signer));
-    h.parties(&admin, &["t1"]);
-    wait_ready(&h, 200, READY_FOLLOWS_WITHIN);
+    let (_dir, server) = serve_with_node(&url, signer);
+    let h = server.http();
 
     let stop = AtomicBool::new(false);
     let seen = Mutex::new(Seen::default());
@@ -360,17 +384,7 @@ fn postgres_stopped_immediately_during_ingest_recovers_without_restart() {
         std::thread::sleep(Duration::from_millis(500));
     });
     let seen = seen.into_inner().unwrap();
-    assert!(
-        seen.unexpected.is_empty(),
-        "unexpected answers: {:?}",
-        seen.unexpected
-    );
-    assert!(!seen.outages.is_empty(), "the client saw no outage answer");
-    for (status, kind, retry_after) in &seen.outages {
-        assert_eq!(*status, 503, "an outage of the database is a 503");
-        assert_eq!(kind, "urn:gpuledger:problem:database_unavailable");
-        assert!(retry_after.is_some(), "503 without Retry-After");
-    }
+    assert_outages_were(&seen, 503, "database_unavailable");
     // Checkpoints resumed: one covers everything acknowledged.
     let size = h.size();
     let log_info = {
@@ -441,15 +455,9 @@ fn sqlite_on_a_full_disk_answers_507_and_recovers_when_space_is_freed() {
         Err(why) => return skip("the disk-full test", &why),
     };
     let url = format!("sqlite://{}", disk.path().join("ledger.db").display());
-    let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("log.key");
-    let admin = init_cli(&url, &key);
-    let server = Server::start(&url, &key, dir.path(), 0);
-    let h = server.http();
     let signer = "node-disk-full";
-    h.register(&admin, signer, "node", &sample::key(signer));
-    h.parties(&admin, &["t1"]);
-    wait_ready(&h, 200, READY_FOLLOWS_WITHIN);
+    let (_dir, server) = serve_with_node(&url, signer);
+    let h = server.http();
 
     let stop = AtomicBool::new(false);
     let seen = Mutex::new(Seen::default());
@@ -488,16 +496,7 @@ fn sqlite_on_a_full_disk_answers_507_and_recovers_when_space_is_freed() {
         std::thread::sleep(Duration::from_millis(500));
     });
     let seen = seen.into_inner().unwrap();
-    assert!(
-        seen.unexpected.is_empty(),
-        "unexpected answers: {:?}",
-        seen.unexpected
-    );
-    for (status, kind, retry_after) in &seen.outages {
-        assert_eq!(*status, 507, "a full disk is a 507");
-        assert_eq!(kind, "urn:gpuledger:problem:disk_full");
-        assert!(retry_after.is_some(), "507 without Retry-After");
-    }
+    assert_outages_were(&seen, 507, "disk_full");
     drop(server);
     assert_acked_once(&url, signer, &seen);
     verify_log(&url);

@@ -12,7 +12,7 @@
 use super::bundle::Sink;
 use super::conn::DbConn;
 use super::error::StoreError;
-use super::schema::{certificates, entries};
+use super::schema::certificates;
 use super::write::{checkpoint_locked, push_ledger_entry, Appender};
 use super::{pricing, read, usage};
 use crate::core::bundle::{self, BundleSubject, Header};
@@ -107,25 +107,14 @@ impl Draft {
     /// record. Nothing else enters a tally: other tenants' records are never covered, and prices
     /// are not part of a certificate.
     fn changed(&self, conn: &mut DbConn, size: u64) -> Result<bool, StoreError> {
-        if size < self.size {
-            return Err(StoreError::Corrupt(format!(
-                "the log shrank from {} to {size} entries",
-                self.size
-            )));
-        }
-        if size == self.size {
+        let Some(logged) = read::tenant_entries_since(conn, &self.req.tenant, self.size, size)?
+        else {
             return Ok(false);
-        }
-        let starts: Vec<Option<i64>> = entries::table
-            .filter(entries::tenant.eq(&self.req.tenant))
-            .filter(entries::idx.ge(self.size as i64))
-            .filter(entries::idx.lt(size as i64))
-            .select(entries::start_at)
-            .load(conn)?;
+        };
         let period = self.req.period;
-        if starts
+        if logged
             .into_iter()
-            .flatten()
+            .filter_map(|(_, _, start)| start)
             .any(|s| (period.from.unix()..period.to.unix()).contains(&s))
         {
             return Ok(true);

@@ -338,27 +338,15 @@ impl Draft {
     /// - prices: a pricing entry logged since that can price a rated record
     ///   ([`Watch::affected_by`]).
     fn changed(&self, conn: &mut DbConn, size: u64) -> Result<bool, StoreError> {
-        if size < self.size {
-            return Err(StoreError::Corrupt(format!(
-                "the log shrank from {} to {size} entries",
-                self.size
-            )));
-        }
-        if size == self.size {
+        let Some(logged) = read::tenant_entries_since(conn, &self.tenant, self.size, size)? else {
             return Ok(false);
-        }
-        let rows: Vec<(i64, String, Option<i64>)> = entries::table
-            .filter(entries::tenant.eq(&self.tenant))
-            .filter(entries::idx.ge(self.size as i64))
-            .filter(entries::idx.lt(size as i64))
-            .select((entries::idx, entries::kind, entries::start_at))
-            .load(conn)?;
-        for (idx, kind, start) in rows {
+        };
+        for (idx, kind, start) in logged {
             if kind == Kind::InvoiceIssued.as_str() {
                 return Ok(true);
             }
             if let Some(start) = start.and_then(Timestamp::from_unix) {
-                if self.scope.place(idx as u64, start) != Placement::Outside {
+                if self.scope.place(idx, start) != Placement::Outside {
                     return Ok(true);
                 }
             }

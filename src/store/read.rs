@@ -402,3 +402,36 @@ impl DbParties {
         Ok(())
     }
 }
+
+/// A tenant's entry logged while a draft waited for the head lock: index, kind, interval start.
+pub type LoggedSince = (u64, String, Option<i64>);
+
+/// The entries of `tenant` at indexes `since..size`, read under the head lock at log size
+/// `size` to recheck a draft computed at size `since` (invoices and certificates): `None` when
+/// nothing was logged since; a log that shrank is corrupt.
+pub fn tenant_entries_since(
+    conn: &mut DbConn,
+    tenant: &str,
+    since: u64,
+    size: u64,
+) -> Result<Option<Vec<LoggedSince>>, StoreError> {
+    if size < since {
+        return Err(StoreError::Corrupt(format!(
+            "the log shrank from {since} to {size} entries"
+        )));
+    }
+    if size == since {
+        return Ok(None);
+    }
+    let rows: Vec<(i64, String, Option<i64>)> = entries::table
+        .filter(entries::tenant.eq(tenant))
+        .filter(entries::idx.ge(since as i64))
+        .filter(entries::idx.lt(size as i64))
+        .select((entries::idx, entries::kind, entries::start_at))
+        .load(conn)?;
+    Ok(Some(
+        rows.into_iter()
+            .map(|(idx, kind, start)| (idx as u64, kind, start))
+            .collect(),
+    ))
+}
