@@ -242,6 +242,7 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
     print_banner(dir, resumed, ledger.head()?.0);
     let token = prepare_log(&ledger)?;
     let signers = ensure_signers(&ledger, dir)?;
+    let witness = start_witness(dir, &ledger.info().verifier_key)?;
 
     let settings = Resolved {
         listen: opts.listen,
@@ -250,6 +251,11 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
         checkpoint_interval: Duration::from_secs(5),
         workers: 2,
         publish_dir: None,
+        witnesses: server::witnessing::WitnessSettings {
+            witnesses: vec![witness.setting()],
+            quorum: 1,
+            wait: server::witnessing::DEFAULT_WAIT,
+        },
     };
     let mut started = Started::default();
     let stop_progress = Arc::new(AtomicBool::new(false));
@@ -260,7 +266,7 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
         let _ = writeln!(out, "listening on {base}");
         started.start_signers(&signers, &base, dir, opts.interval_seconds);
         let vkey = ledger.info().verifier_key.clone();
-        print_try(&mut out, &base, &token, &url, &vkey, dir);
+        print_try(&mut out, &base, &token, &url, &vkey, dir, &witness);
         let ledger = ledger.clone();
         let stop = stop_progress.clone();
         started.progress = std::thread::Builder::new()
@@ -273,11 +279,35 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
     result?;
     let size = ledger.head()?.0;
     drop(ledger);
+    drop(witness);
     eprintln!(
         "\ndemo stopped; the log holds {size} entries in {} (run `gpuledger demo` again to resume)",
         dir.display()
     );
     Ok(())
+}
+
+/// The demo's witness name (its note key name).
+pub const DEMO_WITNESS: &str = "witness.demo.gpuledger.local";
+
+/// Starts the demo's witness in this process: its key in `dir/witness.key`, its state in
+/// `dir/witness.db`, following the demo log (`log_vkey`), on a free loopback port.
+fn start_witness(
+    dir: &Path,
+    log_vkey: &str,
+) -> Result<server::witnessing::LocalWitness, DemoError> {
+    let (key, _) = keyfile::read_or_create(&dir.join("witness.key"))?;
+    let logs = crate::witness::logs_from_vkeys([log_vkey])
+        .map_err(|e| DemoError::Config(e.to_string()))?;
+    server::witnessing::LocalWitness::start(crate::witness::WitnessSettings {
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        name: DEMO_WITNESS.into(),
+        key,
+        state: dir.join("witness.db"),
+        logs,
+        workers: 1,
+    })
+    .map_err(DemoError::Config)
 }
 
 /// Makes `dir` the demo directory (deleting it first with `fresh`, if it is the demo's) and
@@ -483,12 +513,29 @@ fn market_config(base: &str, dir: &Path, interval_seconds: u64) -> MarketConfig 
 }
 
 /// Prints the admin token and commands to try against the server at `base` (today's usage,
-/// invoices, proofs, a certificate checked offline with the log's verifier key `vkey`).
-fn print_try(out: &mut impl Write, base: &str, token: &str, url: &str, vkey: &str, dir: &Path) {
+/// invoices, proofs, a certificate checked offline with the log's verifier key `vkey` and a
+/// quorum of one cosignature of the demo's `witness`).
+fn print_try(
+    out: &mut impl Write,
+    base: &str,
+    token: &str,
+    url: &str,
+    vkey: &str,
+    dir: &Path,
+    witness: &server::witnessing::LocalWitness,
+) {
+    let wkey = witness.witness_key().vkey();
     let today = Timestamp::now().unix() / 86_400 * 86_400;
     let from = Timestamp::from_unix(today).expect("in range");
     let to = from.plus(86_400);
     let _ = writeln!(out, "admin token: {token}   (new for this run; shown once)");
+    let _ = writeln!(
+        out,
+        "witness: {} at {} cosigns every checkpoint (curl {base}/v1/checkpoint shows its line); invoices and certificates wait for its cosignature (quorum 1)",
+        witness.witness_key().name(),
+        witness.url()
+    );
+    let _ = writeln!(out, "witness vkey: {wkey}");
     let _ = writeln!(out, "\nTry, in another terminal:");
     let _ = writeln!(out, "  TOKEN={token}");
     let _ = writeln!(
@@ -512,7 +559,7 @@ fn print_try(out: &mut impl Write, base: &str, token: &str, url: &str, vkey: &st
     let _ = writeln!(out, "A compute-usage certificate for acme-ai today, its evidence bundle, and the offline check:");
     let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{\"tenant\":\"acme-ai\",\"from\":\"{from}\",\"to\":\"{to}\"}}' -o cert.json {base}/v1/certificates");
     let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -o bundle.jsonl {base}/v1/certificates/$(sed 's/.*\"id\":\"\\([^\"]*\\)\".*/\\1/' cert.json)/bundle");
-    let _ = writeln!(out, "  cargo run -q --release -- verify --certificate cert.json --bundle bundle.jsonl --log-key '{vkey}'");
+    let _ = writeln!(out, "  cargo run -q --release -- verify --certificate cert.json --bundle bundle.jsonl --log-key '{vkey}' --witness '{wkey}' --quorum 1");
     let _ = writeln!(
         out,
         "  gpuledger verify-log --database-url {url}   # after Ctrl-C, or while it runs"
@@ -543,8 +590,13 @@ fn progress_line(ledger: &Ledger, stop: &AtomicBool) {
         // window would mostly read zero.
         let rate = (size - first) as f64 / started.elapsed().as_secs_f64();
         last_size = size;
+        let cosigned = ledger
+            .with_reader(store::cosignatures::cosigned_sizes)
+            .ok()
+            .and_then(|m| m.get(DEMO_WITNESS).copied())
+            .unwrap_or(0);
         let line = format!(
-            "[demo {:>5}s] log size {size} entries · {rate:.1} records/s · {} new this run",
+            "[demo {:>5}s] log size {size} entries · {rate:.1} records/s · {} new this run · witness cosigned {cosigned}",
             started.elapsed().as_secs(),
             size - first
         );

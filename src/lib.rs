@@ -6,7 +6,8 @@
 //! [`core`] (`gpuledger-core`: pure, no I/O), [`agent`] (`gpuledger-agent`), [`verifier`]
 //! (`gpuledger-verify`), [`keyfile`] and [`disk`] (`gpuledger-shell`). This crate adds
 //! [`store`] (the log on SQLite or PostgreSQL, diesel), [`api`] (actix-web), [`server`],
-//! [`demo`], [`invoice_render`] and [`bench`]. See ARCHITECTURE.md.
+//! [`demo`], [`invoice_render`], [`bench`] and [`witness`] (a C2SP tlog-witness). See
+//! ARCHITECTURE.md.
 
 pub use gpuledger_agent as agent;
 pub use gpuledger_core as core;
@@ -20,3 +21,4 @@ pub mod demo;
 pub mod invoice_render;
 pub mod server;
 pub mod store;
+pub mod witness;

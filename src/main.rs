@@ -54,6 +54,10 @@ enum Command {
     /// The demo: the service, simulated hubs and a market signer in one process, on a SQLite
     /// file under ./demo-data; serves until Ctrl-C.
     Demo(cli::serve::DemoArgs),
+    /// A C2SP tlog-witness: cosigns a log's checkpoints only if they are consistent with what
+    /// it cosigned before (docs/PROTOCOL.md §16, ops/runbooks/witness.md).
+    #[command(subcommand)]
+    Witness(cli::witness::WitnessCommand),
 }
 
 fn main() -> ExitCode {
@@ -83,6 +87,7 @@ fn run(parsed: Cli) -> Result<ExitCode> {
         Command::Agent(args) => done(agent::cli::agent(args)),
         Command::Market(args) => done(agent::cli::market(args)),
         Command::Demo(args) => cli::serve::demo(args),
+        Command::Witness(cmd) => cli::witness::run(cmd),
     }
 }
 

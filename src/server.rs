@@ -4,6 +4,7 @@
 //! the filesystem gauges.
 
 pub mod publish;
+pub mod witnessing;
 
 use crate::api::{self, AppState};
 use crate::keyfile;
@@ -70,6 +71,15 @@ pub struct ServeSettings {
     /// `tenant_certificates_per_minute`: `POST /v1/certificates` per minute per tenant token's
     /// tenant; default 60 (0: no limit).
     pub tenant_certificates_per_minute: Option<u32>,
+    /// `[[witnesses]]` (settings file only): the witnesses each new checkpoint is sent to
+    /// (C2SP tlog-witness), each with `name`, `vkey` and `url`; default none.
+    pub witnesses: Option<Vec<witnessing::WitnessSetting>>,
+    /// `witness_quorum`: cosignatures (of distinct configured witnesses) the checkpoint of an
+    /// invoice or certificate needs; default 0 (none: issued at once, as without witnesses).
+    pub witness_quorum: Option<usize>,
+    /// `witness_wait_seconds`: how long an issuance waits for a checkpoint to reach the
+    /// quorum before answering 503 `witnesses_behind`; default 10.
+    pub witness_wait_seconds: Option<u64>,
 }
 
 /// Resolved settings.
@@ -82,6 +92,8 @@ pub struct Resolved {
     pub workers: usize,
     /// Where checkpoints are published, if anywhere.
     pub publish_dir: Option<PathBuf>,
+    /// The witnesses checkpoints are sent to, and the quorum issuances wait for.
+    pub witnesses: witnessing::WitnessSettings,
 }
 
 /// How the HTTP server treats its clients: timeouts, connection limits, body and rate limits,
@@ -159,6 +171,14 @@ impl ServeSettings {
                 .or(file.workers)
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
             publish_dir: self.publish_dir.or(file.publish_dir),
+            witnesses: witnessing::WitnessSettings {
+                witnesses: self.witnesses.or(file.witnesses).unwrap_or_default(),
+                quorum: self.witness_quorum.or(file.witness_quorum).unwrap_or(0),
+                wait: self
+                    .witness_wait_seconds
+                    .or(file.witness_wait_seconds)
+                    .map_or(witnessing::DEFAULT_WAIT, Duration::from_secs),
+            },
         }
     }
 
@@ -245,6 +265,8 @@ pub enum ServeError {
     Metrics(String),
     #[error(transparent)]
     Publish(#[from] publish::PublishError),
+    #[error(transparent)]
+    Witness(#[from] witnessing::StartError),
 }
 
 /// Runs the server until SIGTERM or Ctrl-C. Prints `listening on http://ADDR` once bound, then
@@ -294,6 +316,26 @@ pub fn serve_ledger_with(
         .install_recorder()
         .map_err(|e| ServeError::Metrics(e.to_string()))?;
     describe_metrics();
+    // Witness settings that cannot be used stop the start; the threads run until shutdown.
+    let witnesses = witnessing::start(&ledger, &settings.witnesses)?;
+    let served = serve_with_witnesses(ledger.clone(), settings, http, metrics, on_bound);
+    witnesses.stop();
+    served?;
+    // Dropping the last handle stops the sequencer after it has committed what was queued.
+    drop(ledger);
+    tracing::info!("ledger closed");
+    Ok(())
+}
+
+/// The rest of [`serve_ledger_with`], once the metrics recorder is installed and the witness
+/// threads run.
+fn serve_with_witnesses(
+    ledger: Arc<Ledger>,
+    settings: &Resolved,
+    http: &HttpSettings,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+    on_bound: impl FnOnce(&[SocketAddr], &[SocketAddr]),
+) -> Result<(), ServeError> {
     // A publish directory that cannot be created stops the start, rather than a silent gap.
     let publisher = settings
         .publish_dir
@@ -412,11 +454,7 @@ pub fn serve_ledger_with(
         prober.abort();
         tracing::info!("stopped accepting; in-flight requests finished");
         Ok::<_, ServeError>(())
-    })?;
-    // Dropping the last handle stops the sequencer after it has committed what was queued.
-    drop(ledger);
-    tracing::info!("ledger closed");
-    Ok(())
+    })
 }
 
 /// Connections per worker when `max_connections` is 0: actix's own default.

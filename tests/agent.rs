@@ -530,12 +530,17 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
         .and_then(|l| l.split_whitespace().next())
         .unwrap()
         .to_owned();
-    let vkey = text
-        .lines()
-        .find_map(|l| l.split("--log-key '").nth(1))
-        .unwrap()
-        .trim_end_matches('\'')
-        .to_owned();
+    let quoted = |flag: &str| {
+        text.lines()
+            .find_map(|l| l.split(&format!("{flag} '")).nth(1))
+            .and_then(|rest| rest.split('\'').next())
+            .unwrap_or_else(|| panic!("no {flag} in {text}"))
+            .to_owned()
+    };
+    let vkey = quoted("--log-key");
+    // The demo's witness: its cosignature is on the certificate's checkpoint (quorum 1).
+    let wkey = quoted("--witness");
+    assert!(text.contains(&format!("witness vkey: {wkey}")), "{text}");
     let from_to = text
         .lines()
         .find(|l| l.contains("/v1/certificates") && l.contains("\"from\""))
@@ -551,12 +556,14 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
     std::fs::write(dir.path().join("bundle.jsonl"), &bundle.body).unwrap();
     let files = ["--certificate", "cert.json", "--bundle", "bundle.jsonl"];
     assert_verify_passes(dir.path(), &files, &vkey, "PASS: certificate");
+    let witnessed = [&files[..], &["--witness", &wkey, "--quorum", "1"]].concat();
+    assert_verify_passes(dir.path(), &witnessed, &vkey, "PASS: certificate");
     if !python_verifier_ready() {
         return;
     }
     let python = python_verifier()
         .arg("certificate")
-        .args(files)
+        .args(witnessed)
         .args(["--log-key", &vkey])
         .current_dir(dir.path())
         .output()

@@ -708,7 +708,7 @@ static ACCESS: &[Access] = &[
     get("inclusion of A's entry",        "/v1/proofs/inclusion?index={ia}&size={size}",           [200, 200, 200, 404, 401, 401]),
     get("inclusion of B's entry",        "/v1/proofs/inclusion?index={ib}&size={size}",           [200, 200, 404, 200, 401, 401]),
     get("inclusion of a ledger entry",   "/v1/proofs/inclusion?index=0&size={size}",              [200, 200, 404, 404, 401, 401]),
-    get("consistency",                   "/v1/proofs/consistency?from=1&to={size}",               [200, 200, 200, 200, 401, 401]),
+    get("consistency",                   "/v1/proofs/consistency?from=1&to={size}",               [200, 200, 200, 200, 200, 200]),
     get("usage (own, or all)",           "/v1/usage?{period}",                                    [200, 200, 200, 200, 401, 401]),
     get("A's usage",                     "/v1/usage?tenant=tenant-a&{period}",                    [200, 200, 200, 404, 401, 401]),
     get("B's usage",                     "/v1/usage?tenant=tenant-b&{period}",                    [200, 200, 404, 200, 401, 401]),
@@ -724,6 +724,8 @@ static ACCESS: &[Access] = &[
     get("list tokens",                   "/v1/tokens",                                            [200, 403, 403, 403, 401, 401]),
     delete("revoke token",               "/v1/tokens/{disposable_token}",                         [204, 403, 403, 403, 401, 401]),
     get("checkpoints",                   "/v1/checkpoints",                                       [200, 200, 200, 200, 200, 200]),
+    // The witnesses' state is operations, not ledger data: admins and auditors.
+    get("witnesses",                     "/v1/witnesses",                                         [200, 200, 403, 403, 401, 401]),
     // Prices: admins write them; every caller with a token reads them.
     post("rate card",                    "/v1/rate-cards", |w| json!({"region": "cn-north-imx", "gpu_model": format!("gpu-{w}"), "lease_class": "on_demand", "currency": "CNY", "price_per_gpu_hour": "1", "effective_from": base().to_string()}), [201, 403, 403, 403, 401, 401]),
     post("region parameters",            "/v1/region-params", |w| json!({"region": format!("region-{w}"), "currency": "CNY", "electricity_price_per_kwh": "0.5", "pue": "1.1", "carbon_g_per_kwh": "400", "effective_from": base().to_string()}), [201, 403, 403, 403, 401, 401]),
@@ -766,6 +768,13 @@ static ACCESS: &[Access] = &[
     get("metrics",                       "/metrics",                                              [200, 200, 200, 200, 200, 200]),
     get("openapi",                       "/openapi.json",                                         [200, 200, 200, 200, 200, 200]),
     get("docs",                          "/docs",                                                 [200, 200, 200, 200, 200, 200]),
+    // C2SP tiles: the checkpoint and hash tiles are public; entry bundles (tenants' leaves)
+    // are for admins and auditors.
+    get("tiles: checkpoint",             "/checkpoint",                                           [200, 200, 200, 200, 200, 200]),
+    get("tiles: partial hash tile",      "/tile/0/000.p/1",                                       [200, 200, 200, 200, 200, 200]),
+    get("tiles: hash tile past the end", "/tile/0/999",                                           [404, 404, 404, 404, 404, 404]),
+    get("tiles: partial entry bundle",   "/tile/entries/000.p/1",                                 [200, 200, 403, 403, 401, 401]),
+    get("tiles: bundle past the end",    "/tile/entries/999",                                     [404, 404, 403, 403, 401, 401]),
 ];
 
 /// `path` with each `{name}` of `values` replaced; every placeholder must be filled.

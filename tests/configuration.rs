@@ -67,6 +67,9 @@ fn documented_example_file_sets_every_key() {
         signer_rate_per_second,
         signer_rate_burst,
         tenant_certificates_per_minute,
+        witnesses,
+        witness_quorum,
+        witness_wait_seconds,
     } = s.clone();
     assert!(listen.is_some() && database_url.is_some() && log_key.is_some());
     assert!(checkpoint_interval_seconds.is_some() && workers.is_some());
@@ -80,6 +83,28 @@ fn documented_example_file_sets_every_key() {
     assert!(client_rate_per_second.is_some() && client_rate_burst.is_some());
     assert!(signer_rate_per_second.is_some() && signer_rate_burst.is_some());
     assert!(tenant_certificates_per_minute.is_some());
+    assert!(witness_quorum.is_some() && witness_wait_seconds.is_some());
+    // The example's witness is usable: its vkey parses and names it.
+    let witnesses = witnesses.expect("the example lists a witness");
+    assert_eq!(witnesses.len(), 1);
+    let settings = gpuledger::server::witnessing::WitnessSettings {
+        witnesses: witnesses.clone(),
+        quorum: witness_quorum.unwrap(),
+        wait: std::time::Duration::from_secs(witness_wait_seconds.unwrap()),
+    };
+    let (prepared, _) = settings.prepare().expect("the example's witness settings");
+    assert_eq!(prepared[0].key.name(), witnesses[0].name);
+    assert_eq!(
+        prepared[0].endpoint,
+        "https://witness.example.org/add-checkpoint"
+    );
+    // A vkey naming another witness, or a quorum above the witnesses, is refused.
+    let mut wrong = settings.clone();
+    wrong.witnesses[0].name = "other.example.org".into();
+    assert!(wrong.prepare().unwrap_err().to_string().contains("names"));
+    let mut wrong = settings.clone();
+    wrong.quorum = 2;
+    assert!(wrong.prepare().is_err());
     // Flags win over the file; the file wins over defaults.
     let r = ServeSettings {
         workers: Some(1),
@@ -87,6 +112,15 @@ fn documented_example_file_sets_every_key() {
     }
     .resolve(s);
     assert_eq!(r.workers, 1);
+    assert_eq!(r.witnesses.quorum, 1);
+    assert_eq!(r.witnesses.witnesses.len(), 1);
+    assert_eq!(
+        ServeSettings::default()
+            .resolve(ServeSettings::default())
+            .witnesses
+            .quorum,
+        0
+    );
     assert_eq!(r.listen.to_string(), "0.0.0.0:8080");
     // Unknown keys are refused with the file name in the message.
     std::fs::write(&path, "listen = \"127.0.0.1:1\"\nlisten_port = 3\n").unwrap();

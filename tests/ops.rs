@@ -406,6 +406,7 @@ fn every_environment_variable_in_ops_is_read_by_the_program() {
     for sub in ["serve", "init", "agent", "verify-log", "market"] {
         helps += &help(&[sub]).unwrap();
     }
+    helps += &help(&["witness", "serve"]).unwrap();
     // Read by the logging set-up (docs/CONFIGURATION.md), not a flag; and the compose file's
     // own variable for the database password.
     let outside_flags = [
@@ -714,6 +715,16 @@ fn ledger_with_node(node: &str) -> (TestDb, tempfile::TempDir, PathBuf) {
 /// Starts `gpuledger serve` checkpointing every second into `publish`; returns it and its
 /// base URL.
 fn serve_publishing(url: &str, log_key: &Path, publish: &Path) -> (Proc, String) {
+    // A witness nobody answers for (port 9), so the per-witness metrics are served too.
+    let config = publish.with_extension("witnesses.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(
+        &config,
+        "[[witnesses]]\nname = \"witness.example.org\"\n\
+         vkey = \"witness.example.org+701d0dd8+BOpKbGPinFIKvvVQexMuxfmVR3auvr57kkIe6mkURtIs\"\n\
+         url = \"http://127.0.0.1:9\"\n",
+    )
+    .unwrap();
     let args = [
         "--checkpoint-interval-seconds",
         "1",
@@ -721,6 +732,8 @@ fn serve_publishing(url: &str, log_key: &Path, publish: &Path) -> (Proc, String)
         "1",
         "--publish-dir",
         publish.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
     ];
     let (child, base) = spawn_serve(url, log_key, 0, &args);
     (Proc(child), base)

@@ -4,6 +4,7 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::{json_body, AppState};
+use crate::core::bundle::Format as BundleFormat;
 use crate::core::certificate::{Certificate, Scope};
 use crate::core::invoice::Period;
 use crate::store::access::ApiRole;
@@ -35,7 +36,7 @@ pub struct CertificateOrder {
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 429, description = "The tenant asked for more certificates than `tenant_certificates_per_minute` allows; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json"),
-              (status = 503, description = "`busy`: the log changed under the computation three times; or `database_unavailable`; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
+              (status = 503, description = "`busy`: the log changed under the computation three times; `witnesses_behind`: with `witness_quorum`, no checkpoint reached the quorum within `witness_wait_seconds` (nothing written); or `database_unavailable`; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/certificates")]
 pub async fn issue(
@@ -137,22 +138,54 @@ pub async fn get(
         .body(json))
 }
 
-/// The certificate's evidence bundle (docs/PROTOCOL.md §14), streamed as JSON Lines.
-#[utoipa::path(tag = "certificates", params(("id" = String, Path)),
+/// Query of the bundle downloads. (Not `format`: the invoice download's path already has a
+/// `{format}`, which is `bundle` there.)
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct BundleQuery {
+    /// The bundle format: `v3` (the default: leaves as JSON, one multi-proof) or `v2` (an
+    /// inclusion proof per entry, for verifiers that read only version 2). docs/PROTOCOL.md §14.
+    pub bundle_format: Option<String>,
+}
+
+impl BundleQuery {
+    /// The format asked for.
+    pub(super) fn format(&self) -> Result<BundleFormat, ApiError> {
+        match self.bundle_format.as_deref() {
+            None | Some("v3") => Ok(BundleFormat::V3),
+            Some("v2") => Ok(BundleFormat::V2),
+            Some(_) => Err(ApiError::invalid_parameter(
+                "bundle_format",
+                "must be v2 or v3",
+            )),
+        }
+    }
+}
+
+/// The certificate's evidence bundle (docs/PROTOCOL.md §14), streamed as JSON Lines: version 3
+/// by default, version 2 with `?bundle_format=v2`; gzip-compressed when the request accepts it
+/// (`Accept-Encoding: gzip`).
+#[utoipa::path(tag = "certificates", params(("id" = String, Path), BundleQuery),
     responses((status = 200, description = "JSON Lines (application/x-ndjson)", body = String),
+              (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-#[get("/certificates/{id}/bundle")]
+#[get(
+    "/certificates/{id}/bundle",
+    wrap = "actix_web::middleware::Compress::default()"
+)]
 pub async fn bundle(
     state: web::Data<AppState>,
     caller: Caller,
     path: web::Path<String>,
+    q: web::Query<BundleQuery>,
 ) -> Result<HttpResponse, ApiError> {
+    let format = q.format()?;
     let id = path.into_inner();
     let (cert, _) = load(&state, &caller, id.clone()).await?;
     let ledger = state.ledger.clone();
     Ok(stream_lines(&format!("{id}.bundle.jsonl"), move |sink| {
-        ledger.with_reader(|c| store_certs::write_certificate_bundle(c, &cert, sink))
+        ledger.with_reader(|c| store_certs::write_certificate_bundle_as(c, &cert, format, sink))
     }))
 }
 

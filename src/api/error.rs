@@ -8,6 +8,10 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use serde_json::Value;
 
+/// `Retry-After` of a 503 `witnesses_behind`: witnesses are sent each new checkpoint at once,
+/// so a quorum that was not reached in `witness_wait_seconds` is unlikely within a few more.
+pub const WITNESSES_BEHIND_RETRY_AFTER_SECONDS: u64 = 30;
+
 /// The body of every error response.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Problem {
@@ -243,6 +247,11 @@ impl From<StoreError> for ApiError {
             StoreError::Busy(m) => {
                 ApiError::unavailable("busy", m, super::limits::BUSY_RETRY_AFTER_SECONDS)
             }
+            e @ StoreError::WitnessesBehind { .. } => ApiError::unavailable(
+                "witnesses_behind",
+                e.to_string(),
+                WITNESSES_BEHIND_RETRY_AFTER_SECONDS,
+            ),
             StoreError::WriterStopped => ApiError::unavailable(
                 "shutting_down",
                 "the ledger is shutting down",

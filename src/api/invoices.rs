@@ -31,7 +31,7 @@ pub struct IssueRequest {
     responses((status = 201, description = "The issued invoices", body = Vec<Invoice>),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 409, body = super::error::Problem, content_type = "application/problem+json"),
-              (status = 503, description = "`busy`: the log changed under the computation three times; or `database_unavailable`; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
+              (status = 503, description = "`busy`: the log changed under the computation three times; `witnesses_behind`: with `witness_quorum`, no checkpoint reached the quorum within `witness_wait_seconds` (nothing written); or `database_unavailable`; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/invoices")]
 pub async fn issue(
@@ -111,18 +111,25 @@ pub async fn get(
         .body(json))
 }
 
-/// Downloads an invoice as `json`, `csv` or `pdf`, or its evidence `bundle`.
+/// Downloads an invoice as `json`, `csv` or `pdf`, or its evidence `bundle` (version 3 by
+/// default, version 2 with `?bundle_format=v2`). Gzip-compressed when the request accepts it
+/// (`Accept-Encoding: gzip`).
 #[utoipa::path(tag = "invoices",
-    params(("number" = String, Path), ("format" = String, Path, description = "json, csv, pdf, or bundle: the evidence bundle (JSON Lines, docs/PROTOCOL.md §14) to recompute it offline")),
+    params(("number" = String, Path), ("format" = String, Path, description = "json, csv, pdf, or bundle: the evidence bundle (JSON Lines, docs/PROTOCOL.md §14) to recompute it offline"), super::certificates::BundleQuery),
     responses((status = 200, description = "The document"), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-#[get("/invoices/{number}/{format}")]
+#[get(
+    "/invoices/{number}/{format}",
+    wrap = "actix_web::middleware::Compress::default()"
+)]
 pub async fn download(
     state: web::Data<AppState>,
     caller: Caller,
     path: web::Path<(String, String)>,
+    q: web::Query<super::certificates::BundleQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let (number, format) = path.into_inner();
+    let bundle_format = q.format()?;
     if !matches!(format.as_str(), "json" | "csv" | "pdf" | "bundle") {
         return Err(ApiError::invalid_parameter(
             "format",
@@ -134,7 +141,11 @@ pub async fn download(
     if format == "bundle" {
         return Ok(super::certificates::stream_lines(
             &format!("{number}.bundle.jsonl"),
-            move |sink| ledger.with_reader(|c| store_invoices::write_invoice_bundle(c, &inv, sink)),
+            move |sink| {
+                ledger.with_reader(|c| {
+                    store_invoices::write_invoice_bundle_as(c, &inv, bundle_format, sink)
+                })
+            },
         ));
     }
     let (ctype, body) = match format.as_str() {

@@ -40,7 +40,8 @@ pub struct LimitSettings {
     pub body_timeout: Duration,
     /// Bodies of `POST /v1/records` read and processed at once; past it, 503 `busy`.
     pub max_concurrent_ingest: usize,
-    /// Requests per second under `/v1` from one client address (IPv6: one /64).
+    /// Requests per second under `/v1` and to the tiles from one client address (IPv6: one
+    /// /64).
     pub client_rate_per_second: u32,
     /// Requests one client address may make at once before its rate applies.
     pub client_rate_burst: u32,
@@ -197,13 +198,19 @@ fn refused(limit: &'static str, w: Wait, detail: &str) -> ApiError {
     }
 }
 
-/// Applies the per-client rate to every request under `/v1` (middleware): 429 with
-/// `Retry-After` past it, before the handler reads anything.
+/// Whether the per-client rate applies to requests for `path`: the API under `/v1` and the
+/// C2SP tiles (`/checkpoint`, `/tile/...`).
+pub fn rate_limited(path: &str) -> bool {
+    path.starts_with("/v1/") || path == "/checkpoint" || path.starts_with("/tile/")
+}
+
+/// Applies the per-client rate to every request under `/v1` and to the tiles (middleware,
+/// [`rate_limited`]): 429 with `Retry-After` past it, before the handler reads anything.
 pub async fn per_client<B: MessageBody>(
     req: ServiceRequest,
     next: middleware::Next<B>,
 ) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
-    if req.path().starts_with("/v1/") {
+    if rate_limited(req.path()) {
         let refusal = match (req.app_data::<web::Data<AppState>>(), req.peer_addr()) {
             (Some(state), Some(peer)) => state.limits.client(peer.ip()).err(),
             _ => None,

@@ -49,16 +49,22 @@ pub async fn get_log(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
 #[utoipa::path(tag = "log", responses((status = 200, description = "C2SP signed note", content_type = "text/plain", body = String)))]
 #[get("/checkpoint")]
 pub async fn get_checkpoint(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; charset=utf-8")
+        .body(latest_note(&state).await?))
+}
+
+/// The latest checkpoint's signed note with the cosignatures gathered for it (here and at the
+/// root's `/checkpoint`). A public GET only reads: the ledger signs its first checkpoint when
+/// it opens.
+pub(crate) async fn latest_note(state: &web::Data<AppState>) -> Result<String, ApiError> {
     let ledger = state.ledger.clone();
-    // A public GET only reads: the ledger signs its first checkpoint when it opens.
-    let latest = web::block(move || ledger.latest_checkpoint())
+    let (_, note) = web::block(move || ledger.latest_checkpoint())
         .await??
         .ok_or_else(|| {
             ApiError::unavailable("no_checkpoint", "no checkpoint has been signed yet", 1)
         })?;
-    Ok(HttpResponse::Ok()
-        .content_type("text/plain; charset=utf-8")
-        .body(latest.1))
+    Ok(note)
 }
 
 /// Most checkpoints one `GET /v1/checkpoints` page returns.
@@ -73,8 +79,9 @@ pub struct CheckpointView {
     pub size: u64,
     /// Standard base64 of the root hash of the tree of `size` entries.
     pub root: String,
-    /// The complete C2SP signed note (checkpoint body, blank line, signature lines), exactly as
-    /// signed; verify it with the log's verifier key.
+    /// The complete C2SP signed note (checkpoint body, blank line, signature lines): the log's
+    /// signature, then the `cosignature/v1` lines of the witnesses gathered for it; verify it
+    /// with the log's verifier key (and the witnesses' keys).
     pub note: String,
     /// When the ledger signed it (`YYYY-MM-DDTHH:MM:SSZ`).
     pub signed_at: String,
@@ -331,14 +338,14 @@ pub struct ConsistencyQuery {
     pub to: String,
 }
 
-/// Consistency proof between tree sizes `from` and `to` (RFC 6962 §2.1.2).
+/// Consistency proof between tree sizes `from` and `to` (RFC 6962 §2.1.2). Public, no token:
+/// it reveals only hashes of the tree, which the public tiles (`/tile/...`) reveal anyway, so
+/// a witness or monitor without an account can check the log's growth.
 #[utoipa::path(tag = "log", params(ConsistencyQuery),
-    responses((status = 200, body = ProofView), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+    responses((status = 200, body = ProofView), (status = 400, body = super::error::Problem, content_type = "application/problem+json")))]
 #[get("/proofs/consistency")]
 pub async fn get_consistency(
     state: web::Data<AppState>,
-    _caller: Caller,
     q: web::Query<ConsistencyQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let from = parse_u64("from", &q.from)?;

@@ -14,7 +14,9 @@ pub mod log;
 pub mod ops;
 pub mod pricing;
 pub mod records;
+pub mod tiles;
 pub mod usage;
+pub mod witnesses;
 
 use crate::core::time::Timestamp;
 use crate::store::Ledger;
@@ -60,6 +62,7 @@ pub struct AppState {
         (name = "certificates", description = "Compute-usage certificates and their evidence bundles"),
         (name = "admin", description = "Tenants, signers and tokens"),
         (name = "ops", description = "Health and metrics"),
+        (name = "tiles", description = "C2SP tlog-tiles: the checkpoint and hash tiles (public), entry bundles (auditors)"),
     )
 )]
 pub struct ApiDoc;
@@ -349,6 +352,11 @@ pub fn served_routes(cfg: &mut ServiceConfig, with_metrics: bool) {
     if with_metrics {
         cfg.service(ops::metrics);
     }
+    // C2SP tlog-tiles at the root; entry bundles before hash tiles, whose pattern also matches.
+    cfg.service(tiles::checkpoint)
+        .service(tiles::entry_bundle)
+        .service(tiles::hash_tile)
+        .route("/tile/{rest:.*}", web::get().to(tiles::malformed));
     cfg.route("/openapi.json", web::get().to(ops::openapi))
         .route("/docs", web::get().to(ops::docs))
         .service(
@@ -361,6 +369,7 @@ pub fn served_routes(cfg: &mut ServiceConfig, with_metrics: bool) {
                 .service(log::get_entry)
                 .service(log::get_inclusion)
                 .service(log::get_consistency)
+                .service(witnesses::get_witnesses)
                 .service(usage::get_usage)
                 .service(pricing::post_rate_card)
                 .service(pricing::post_region_params)
@@ -407,8 +416,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc
 }
 
-/// Every operation under `/v1` may answer 429: the per-client rate applies to all of them
-/// ([`limits::per_client`]), so its response is documented here once rather than on each
+/// Every operation under `/v1` and the tiles may answer 429: the per-client rate applies to all
+/// of them ([`limits::per_client`]), so its response is documented here once rather than on each
 /// handler (those with rates of their own describe them in their own 429).
 fn add_rate_limit_responses(doc: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
@@ -425,7 +434,7 @@ fn add_rate_limit_responses(doc: &mut utoipa::openapi::OpenApi) {
         .paths
         .paths
         .iter_mut()
-        .filter(|(p, _)| p.starts_with("/v1/"))
+        .filter(|(p, _)| limits::rate_limited(p))
     {
         let operations = [
             &mut item.get,

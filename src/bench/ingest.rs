@@ -29,6 +29,12 @@ pub struct IngestBench {
     pub records: usize,
     /// Target total records/s (paced); `None` sends as fast as the server answers.
     pub rate: Option<f64>,
+    /// Witnesses (C2SP tlog-witness, served in this process) attached to the server the
+    /// benchmark starts; 0: none. Not with `url`.
+    pub witnesses: usize,
+    /// `--checkpoint-interval-seconds` of the server the benchmark starts (`None`: serve's
+    /// default).
+    pub checkpoint_interval_seconds: Option<u64>,
 }
 
 /// Results.
@@ -46,6 +52,17 @@ pub struct IngestResult {
     pub batch_latency_max_ms: f64,
     /// Peak resident set of the server process (only when the benchmark started it).
     pub server_peak_rss_mb: Option<f64>,
+    /// CPU seconds (all threads) the server used while the records were posted (only when the
+    /// benchmark started it): less noisy than the rate on a shared machine.
+    pub server_cpu_seconds: Option<f64>,
+    /// `server_cpu_seconds` per accepted record, in µs.
+    pub server_cpu_us_per_record: Option<f64>,
+    /// Witnesses attached to the server.
+    pub witnesses: usize,
+    /// With witnesses: the smallest size any of them cosigned by the end of the run (each
+    /// latest checkpoint, sent as soon as signed), and the log's size then.
+    pub witness_cosigned_size: Option<u64>,
+    pub log_size: Option<u64>,
 }
 
 /// Errors of the benchmark.
@@ -59,8 +76,9 @@ pub enum IngestError {
     Http(String),
 }
 
-/// Starts a server on a fresh SQLite file of the sample log, with an admin token.
-fn start_server() -> Result<Target, IngestError> {
+/// Starts a server on a fresh SQLite file of the sample log, with an admin token, and
+/// `witnesses` witnesses in this process attached to it.
+fn start_server(witnesses: usize, interval: Option<u64>) -> Result<Target, IngestError> {
     let dir = std::env::temp_dir().join(format!("gpuledger-ingest-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| IngestError::Setup(e.to_string()))?;
     let url = format!("sqlite://{}", dir.join("bench.db").display());
@@ -70,10 +88,41 @@ fn start_server() -> Result<Target, IngestError> {
     store::init(&url, &key, sample::ORIGIN)?;
     let mut conn = store::connect(&url)?;
     let (_, token) = access::create_token(&mut conn, access::ApiRole::Admin, None, "bench ingest")?;
-    let (child, base) = super::server::spawn_serve(&url, &key_path).map_err(IngestError::Setup)?;
+    let log_vkey = crate::core::checkpoint::verifier_key(sample::ORIGIN, &key.verifying_key());
+    let mut local = Vec::new();
+    let mut config = String::new();
+    for i in 0..witnesses {
+        let name = format!("bench-witness-{i}.gpuledger.local");
+        let w = crate::server::witnessing::LocalWitness::start(crate::witness::WitnessSettings {
+            listen: "127.0.0.1:0".parse().expect("an address"),
+            name: name.clone(),
+            key: sample::key(&name),
+            state: dir.join(format!("{name}.db")),
+            logs: crate::witness::logs_from_vkeys([log_vkey.as_str()])
+                .map_err(|e| IngestError::Setup(e.to_string()))?,
+            workers: 1,
+        })
+        .map_err(IngestError::Setup)?;
+        let s = w.setting();
+        config.push_str(&format!(
+            "[[witnesses]]\nname = {:?}\nvkey = {:?}\nurl = {:?}\n\n",
+            s.name, s.vkey, s.url
+        ));
+        local.push(w);
+    }
+    let config_path = dir.join("serve.toml");
+    std::fs::write(&config_path, config).map_err(|e| IngestError::Setup(e.to_string()))?;
+    let interval = interval.map(|i| i.to_string());
+    let mut extra = vec!["--config", config_path.to_str().unwrap_or_default()];
+    if let Some(i) = &interval {
+        extra.extend(["--checkpoint-interval-seconds", i.as_str()]);
+    }
+    let (child, base) =
+        super::server::spawn_serve_with(&url, &key_path, &extra).map_err(IngestError::Setup)?;
     let kids = vec![child];
     Ok(Target {
         own: Some(Children { kids, dir }),
+        witnesses: local,
         base,
         token,
     })
@@ -104,18 +153,71 @@ pub fn run_ingest(
     let target = target_server(cfg, progress)?;
     let bodies = prepare(cfg, &target, progress)?;
     progress("posting");
+    let server_pid = target.own.as_ref().map(|s| s.kids[0].id());
+    let cpu_before = server_pid.and_then(cpu_seconds);
     let posted = post_all(cfg, &target.base, &bodies)?;
-    let rss = target
-        .own
-        .as_ref()
-        .and_then(|s| peak_rss_mb(s.kids[0].id()));
-    Ok(posted.result(cfg, rss))
+    let cpu_after = server_pid.and_then(cpu_seconds);
+    let rss = server_pid.and_then(peak_rss_mb);
+    let mut result = posted.result(cfg, rss);
+    if let (Some(b), Some(a)) = (cpu_before, cpu_after) {
+        result.server_cpu_seconds = Some(round(a - b, 2));
+        if result.accepted_records > 0 {
+            result.server_cpu_us_per_record =
+                Some(round((a - b) * 1e6 / result.accepted_records as f64, 1));
+        }
+    }
+    if !target.witnesses.is_empty() {
+        let (cosigned, size) = witness_progress(&target)?;
+        result.witness_cosigned_size = Some(cosigned);
+        result.log_size = Some(size);
+    }
+    Ok(result)
+}
+
+/// CPU time (user + system, all threads) process `pid` used so far, in seconds, from
+/// `/proc/<pid>/stat` (in clock ticks of 1/100 s, Linux's `USER_HZ`).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces), from field 3 on.
+    let rest = stat.rsplit_once(") ")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// The smallest size the witnesses cosigned, from the server's metrics, and the log's size.
+fn witness_progress(target: &Target) -> Result<(u64, u64), IngestError> {
+    let http = agent();
+    let text = http
+        .get(format!("{}/metrics", target.base))
+        .call()
+        .map_err(http_err)?
+        .body_mut()
+        .read_to_string()
+        .map_err(http_err)?;
+    let cosigned = text
+        .lines()
+        .filter(|l| l.starts_with("gpuledger_witness_cosigned_size{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.min(v))))
+        .unwrap_or(0.0);
+    let log: serde_json::Value = http
+        .get(format!("{}/v1/log", target.base))
+        .call()
+        .map_err(http_err)?
+        .body_mut()
+        .read_json()
+        .map_err(http_err)?;
+    Ok((cosigned as u64, log["size"].as_u64().unwrap_or(0)))
 }
 
 /// The server the benchmark posts to, with an admin token.
 struct Target {
     /// The server the benchmark started itself (`None` with `--url`).
     own: Option<Children>,
+    /// The witnesses attached to it (stopped after it).
+    witnesses: Vec<crate::server::witnessing::LocalWitness>,
     base: String,
     token: String,
 }
@@ -131,15 +233,24 @@ fn target_server(
                 IngestError::Setup("--token (an admin token) is needed with --url".into())
             })?;
             let base = u.trim_end_matches('/').to_owned();
+            if cfg.witnesses > 0 {
+                return Err(IngestError::Setup(
+                    "--witnesses attaches witnesses to the server the benchmark starts; not with --url".into(),
+                ));
+            }
             Ok(Target {
                 own: None,
+                witnesses: Vec::new(),
                 base,
                 token,
             })
         }
         None => {
-            progress("starting a server on a fresh SQLite file");
-            start_server()
+            progress(&format!(
+                "starting a server on a fresh SQLite file with {} witnesses",
+                cfg.witnesses
+            ));
+            start_server(cfg.witnesses, cfg.checkpoint_interval_seconds)
         }
     }
 }
@@ -355,6 +466,11 @@ impl Posted {
             batch_latency_p99_ms: pct(0.99),
             batch_latency_max_ms: lat.last().map_or(0.0, |m| round(*m, 1)),
             server_peak_rss_mb: rss,
+            server_cpu_seconds: None,
+            server_cpu_us_per_record: None,
+            witnesses: cfg.witnesses,
+            witness_cosigned_size: None,
+            log_size: None,
         }
     }
 }
@@ -372,6 +488,16 @@ impl std::fmt::Display for IngestResult {
             self.accepted_records, self.sent_records, self.seconds
         )?;
         writeln!(f, "accepted records/s:     {:.0}", self.accepted_per_s)?;
+        if let Some(us) = self.server_cpu_us_per_record {
+            writeln!(f, "server CPU per record:  {us} µs")?;
+        }
+        if let (Some(c), Some(s)) = (self.witness_cosigned_size, self.log_size) {
+            writeln!(
+                f,
+                "witnesses:              {} (all cosigned size {c} of {s} at the end)",
+                self.witnesses
+            )?;
+        }
         if let Some(t) = self.target_rate {
             writeln!(f, "target rate:            {t:.0} records/s")?;
         }

@@ -25,6 +25,15 @@ impl Drop for Children {
 /// Starts the current executable's `serve` on `database_url` with the log key at `key_path`,
 /// on a free loopback port; returns the child and its base URL once it is listening.
 pub fn spawn_serve(database_url: &str, key_path: &Path) -> Result<(Child, String), String> {
+    spawn_serve_with(database_url, key_path, &[])
+}
+
+/// [`spawn_serve`] with `extra` arguments.
+pub fn spawn_serve_with(
+    database_url: &str,
+    key_path: &Path,
+    extra: &[&str],
+) -> Result<(Child, String), String> {
     let exe = std::env::current_exe().map_err(|e| format!("current executable: {e}"))?;
     let mut child = Command::new(exe)
         .args([
@@ -36,6 +45,7 @@ pub fn spawn_serve(database_url: &str, key_path: &Path) -> Result<(Child, String
             "--log-key",
         ])
         .arg(key_path)
+        .args(extra)
         .env("GPULEDGER_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -1,13 +1,18 @@
 //! `gpuledger bench verify`: offline verification of a certificate whose bundle holds N records
 //! (default 1,000,000), timed as `gpuledger verify` runs it: in a child process, whose peak
-//! memory is read from `/proc` while it runs.
+//! memory is read from `/proc` while it runs. The same bundle is written and verified in both
+//! formats, `gpuledger-bundle/v2` (an inclusion proof per entry) and `gpuledger-bundle/v3`
+//! (one multi-proof, what the service writes by default), and v3's size gzip-compressed as the
+//! service serves it is measured too (docs/PROTOCOL.md §14).
 //!
-//! The log, its checkpoint, the certificate and the bundle are built here with the core's
+//! The log, its checkpoint, the certificate and the bundles are built here with the core's
 //! pieces (as the ledger would build them; not timed): 64 nodes' keys registered by the log key,
-//! region parameters, and N records (7 in 8 `gpu_usage`, 1 in 8 `energy`) of one tenant.
+//! region parameters, and N records (7 in 8 `gpu_usage`, 1 in 8 `energy`) of one tenant. With
+//! `interleave` K > 0, a record of another tenant follows every K of the tenant's in the log
+//! (not in the bundle), so the multi-proof has nodes to give, as in a log many tenants share.
 
 use super::round;
-use crate::core::bundle::{self, BundleSubject, Header};
+use crate::core::bundle::{self, BundleSubject, Format, Header};
 use crate::core::certificate::{Certificate, CertificateRequest, Scope, Tally};
 use crate::core::checkpoint::LogSigner;
 use crate::core::envelope::Envelope;
@@ -16,6 +21,7 @@ use crate::core::invoice::Period;
 use crate::core::keys;
 use crate::core::leaf::{Leaf, GENESIS_PREV};
 use crate::core::merkle::{self, MemoryHashes};
+use crate::core::multiproof;
 use crate::core::rating::{PriceBook, RegionParams};
 use crate::core::record::{Body, Kind, RegionParameters, Role, SignerKeyRegistered};
 use crate::core::time::Timestamp;
@@ -32,20 +38,44 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Serialize)]
 pub struct VerifyResult {
     pub records: u64,
-    pub bundle_mb: f64,
-    /// Building the log and writing the bundle (not part of the verification).
+    /// Entries of the log (the bundle's, plus the other tenant's with `interleave`).
+    pub log_entries: u64,
+    /// A record of another tenant after every `interleave` of the tenant's (0: none).
+    pub interleave: u64,
+    /// Building the log and writing the bundles (not part of the verification).
     pub prepare_seconds: f64,
-    pub verify_seconds: f64,
-    pub records_per_s: f64,
     /// Strict Ed25519 verification alone of the bundle's record signatures (up to 200,000 of
     /// them), on all cores, in this process: the bound `gpuledger verify` is compared with.
     pub strict_verify_per_s: f64,
+    /// The bundle in `gpuledger-bundle/v2`: an inclusion proof per entry (before issue #15).
+    pub v2: FormatRun,
+    /// The bundle in `gpuledger-bundle/v3`: one multi-proof (the default since issue #15).
+    pub v3: FormatRun,
+    /// The v3 bundle gzip-compressed (level "fast", as the service's `Compress` serves it).
+    pub v3_gzip_mb: f64,
+    pub v3_gzip_bytes_per_record: f64,
+    /// v2 bytes / v3 bytes, and v2 bytes / v3 gzip bytes.
+    pub v3_smaller: f64,
+    pub v3_gzip_smaller: f64,
+    /// v3 records/s / v2 records/s.
+    pub v3_speed_vs_v2: f64,
+    /// What `gpuledger verify` printed (v3).
+    pub verdict: String,
+}
+
+/// One format's bundle and its verification.
+#[derive(Debug, Clone, Serialize)]
+pub struct FormatRun {
+    pub bundle_mb: f64,
+    pub bytes_per_record: f64,
+    /// Hashes of proofs in the bundle: every entry's inclusion proofs (v2), the multi-proof (v3).
+    pub proof_hashes: u64,
+    pub verify_seconds: f64,
+    pub records_per_s: f64,
     /// records_per_s / strict_verify_per_s (target ≥ 0.7 at 1,000,000 records).
     pub verify_vs_strict: f64,
     /// Peak resident set of the `gpuledger verify` process.
     pub verify_peak_rss_mb: Option<f64>,
-    /// What `gpuledger verify` printed.
-    pub verdict: String,
 }
 
 /// The sample records are signed for the sample log.
@@ -62,6 +92,7 @@ fn io(e: impl std::fmt::Display) -> std::io::Error {
 pub fn run_verify_bench(
     dir: &Path,
     records: u64,
+    interleave: u64,
     exe: &Path,
     progress: &(dyn Fn(&str) + Sync),
 ) -> std::io::Result<VerifyResult> {
@@ -71,33 +102,83 @@ pub fn run_verify_bench(
     let nodes = super::sample_signers("bench-node", NODES as usize);
     let (context, book) = context_entries(&log, &nodes, window.from);
     progress(&format!("signing {records} records (not timed)"));
-    let signed = sign_records(&nodes, window.from, records);
+    let signed = sign_records(&nodes, window.from, records, interleave);
     progress("building the log, its tree and the certificate (not timed)");
     let (built, tally) = build_log(context, signed, window.to, &book)?;
     let files = Files::in_dir(dir);
     let note = write_certificate(&log, &built, tally, &window, &files)?;
-    progress("writing the bundle with an inclusion proof per entry (not timed)");
-    write_bundle(&files.bundle, &note, &built)?;
+    progress("writing the bundle in v2, an inclusion proof per entry (not timed)");
+    let v2_hashes = write_bundle(&files.bundle_v2, &note, &built, Format::V2)?;
+    progress("writing the bundle in v3, one multi-proof (not timed)");
+    let v3_hashes = write_bundle(&files.bundle, &note, &built, Format::V3)?;
+    progress("compressing the v3 bundle with gzip (not timed)");
+    let gzip_bytes = gzip_size(&files.bundle)?;
     progress("strict verification alone of the records' signatures, on all cores");
     let strict_verify_per_s = strict_alone(&built.leaves, &nodes)?;
+    let log_entries = built.leaves.len() as u64;
     drop(built);
     let prepare_seconds = started.elapsed().as_secs_f64();
-    let bundle_mb = std::fs::metadata(&files.bundle)?.len() as f64 / 1e6;
 
-    progress("verifying: gpuledger verify --certificate … --bundle … --log-key …");
-    let run = run_verifier(exe, &files)?;
-    let records_per_s = records as f64 / run.seconds;
+    let measure =
+        |bundle: &Path, hashes: u64, label: &str| -> std::io::Result<(FormatRun, String)> {
+            progress(&format!(
+            "verifying the {label} bundle: gpuledger verify --certificate … --bundle … --log-key …"
+        ));
+            let bytes = std::fs::metadata(bundle)?.len() as f64;
+            let run = run_verifier(exe, &files, bundle)?;
+            let records_per_s = records as f64 / run.seconds;
+            Ok((
+                FormatRun {
+                    bundle_mb: round(bytes / 1e6, 1),
+                    bytes_per_record: (bytes / records as f64).round(),
+                    proof_hashes: hashes,
+                    verify_seconds: round(run.seconds, 3),
+                    records_per_s: records_per_s.round(),
+                    verify_vs_strict: round(records_per_s / strict_verify_per_s, 2),
+                    verify_peak_rss_mb: run.peak_kb.map(super::server::mb),
+                },
+                run.verdict,
+            ))
+        };
+    let (v2, _) = measure(&files.bundle_v2, v2_hashes, "v2")?;
+    let (v3, verdict) = measure(&files.bundle, v3_hashes, "v3")?;
+    let v2_bytes = std::fs::metadata(&files.bundle_v2)?.len() as f64;
+    let v3_bytes = std::fs::metadata(&files.bundle)?.len() as f64;
     Ok(VerifyResult {
         records,
-        bundle_mb: round(bundle_mb, 1),
+        log_entries,
+        interleave,
         prepare_seconds: round(prepare_seconds, 1),
-        verify_seconds: round(run.seconds, 3),
-        records_per_s: records_per_s.round(),
         strict_verify_per_s: strict_verify_per_s.round(),
-        verify_vs_strict: round(records_per_s / strict_verify_per_s, 2),
-        verify_peak_rss_mb: run.peak_kb.map(super::server::mb),
-        verdict: run.verdict,
+        v3_gzip_mb: round(gzip_bytes as f64 / 1e6, 1),
+        v3_gzip_bytes_per_record: (gzip_bytes as f64 / records as f64).round(),
+        v3_smaller: round(v2_bytes / v3_bytes, 2),
+        v3_gzip_smaller: round(v2_bytes / gzip_bytes as f64, 2),
+        v3_speed_vs_v2: round(v3.records_per_s / v2.records_per_s, 2),
+        v2,
+        v3,
+        verdict,
     })
+}
+
+/// The size of `path` gzip-compressed at level "fast" (what actix-web's `Compress` uses).
+fn gzip_size(path: &Path) -> std::io::Result<u64> {
+    struct Count(u64);
+    impl Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len() as u64;
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut gz = flate2::write::GzEncoder::new(Count(0), flate2::Compression::fast());
+    std::io::copy(
+        &mut std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(path)?),
+        &mut gz,
+    )?;
+    Ok(gz.finish()?.0)
 }
 
 /// The certificate's period: the records' 10-second slots (N / 64 per node) end before today,
@@ -176,15 +257,48 @@ fn context_entries(
     (context, book)
 }
 
+/// The tenant whose records are interleaved with the bundle's in the log.
+const OTHER_TENANT: &str = "bench-other-tenant";
+
 /// `records` records of the tenant, round-robin over `nodes` in 10-second slots from `from`:
-/// 7 in 8 `gpu_usage`, 1 in 8 `energy`.
-fn sign_records(nodes: &[(String, SigningKey)], from: Timestamp, records: u64) -> Vec<Envelope> {
-    (0..records)
+/// 7 in 8 `gpu_usage`, 1 in 8 `energy`; with `interleave` K > 0, after every K of them a
+/// `gpu_usage` record of another tenant from the same node (seqs kept apart).
+fn sign_records(
+    nodes: &[(String, SigningKey)],
+    from: Timestamp,
+    records: u64,
+    interleave: u64,
+) -> Vec<Envelope> {
+    let total = records + records.checked_div(interleave).unwrap_or(0);
+    (0..total)
         .into_par_iter()
-        .map(|i| {
+        .map(|j| {
+            // Position j holds the tenant's record i, or another tenant's after group g (a
+            // group: `interleave` of the tenant's, then one other).
+            let (i, other) = match interleave {
+                0 => (j, false),
+                k => {
+                    let (g, r) = (j / (k + 1), j % (k + 1));
+                    if r == k {
+                        (g, true)
+                    } else {
+                        (g * k + r, false)
+                    }
+                }
+            };
             let (node, key) = &nodes[(i % NODES) as usize];
             let slot = (i / NODES) as i64;
             let end = from.plus(10 * (slot + 1));
+            if other {
+                return sample::usage(
+                    node,
+                    key,
+                    (1 << 40) + j,
+                    OTHER_TENANT,
+                    Decimal::from(1),
+                    end,
+                );
+            }
             if i % 8 == 7 {
                 sample::energy(
                     node,
@@ -212,6 +326,8 @@ fn sign_records(nodes: &[(String, SigningKey)], from: Timestamp, records: u64) -
 struct BuiltLog {
     leaves: Vec<Vec<u8>>,
     tree: MemoryHashes,
+    /// The indexes of the bundle's entries: the context, then the tenant's records.
+    in_bundle: Vec<u64>,
 }
 
 /// Appends `context`, then `signed`, as leaves all received at `received`; with the tally of
@@ -226,9 +342,14 @@ fn build_log(
     let mut leaves: Vec<Vec<u8>> = Vec::with_capacity(context.len() + signed.len());
     let mut prev = GENESIS_PREV;
     let mut tally = Tally::new();
+    let mut in_bundle = Vec::new();
     for env in context.into_iter().chain(signed) {
         let index = leaves.len() as u64;
-        let body = if matches!(env.kind.as_str(), "gpu_usage" | "energy") {
+        let others = env.body.get("tenant").and_then(|t| t.as_str()) == Some(OTHER_TENANT);
+        if !others {
+            in_bundle.push(index);
+        }
+        let body = if matches!(env.kind.as_str(), "gpu_usage" | "energy") && !others {
             let kind = Kind::parse(&env.kind).expect("a known kind");
             Some(Body::from_value(kind, &env.body).map_err(io)?)
         } else {
@@ -243,14 +364,24 @@ fn build_log(
             _ => {}
         }
         leaves.push(bytes);
+        debug_assert_eq!(leaves.len() as u64, index + 1);
     }
-    Ok((BuiltLog { leaves, tree }, tally))
+    Ok((
+        BuiltLog {
+            leaves,
+            tree,
+            in_bundle,
+        },
+        tally,
+    ))
 }
 
 /// The files `gpuledger verify` is given.
 struct Files {
     cert: PathBuf,
+    /// The bundle in v3 (the default format).
     bundle: PathBuf,
+    bundle_v2: PathBuf,
     key: PathBuf,
 }
 
@@ -259,6 +390,7 @@ impl Files {
         Files {
             cert: dir.join("certificate.json"),
             bundle: dir.join("bundle.jsonl"),
+            bundle_v2: dir.join("bundle.v2.jsonl"),
             key: dir.join("verifier_key.txt"),
         }
     }
@@ -291,30 +423,45 @@ fn write_certificate(
     Ok(note)
 }
 
-/// Writes the certificate's bundle: the header on `note`, every entry of the log with its
-/// inclusion proof, the end line.
-fn write_bundle(path: &Path, note: &str, built: &BuiltLog) -> std::io::Result<()> {
+/// Writes the certificate's bundle in `format`: the header on `note`, every entry of the
+/// tenant (the context, then the records; in v2 each with its inclusion proof), in v3 the
+/// multi-proof's node lines, the end line. Returns how many proof hashes it holds.
+fn write_bundle(path: &Path, note: &str, built: &BuiltLog, format: Format) -> std::io::Result<u64> {
     let size = built.leaves.len() as u64;
     let mut out = BufWriter::with_capacity(1 << 22, std::fs::File::create(path)?);
-    out.write_all(&bundle::header_line(&Header::new(
-        ORIGIN,
-        note,
-        BundleSubject::Certificate(CERT_ID.into()),
-    )))?;
-    for chunk in (0..size).collect::<Vec<_>>().chunks(65_536) {
-        let lines: Vec<Vec<u8>> = chunk
+    let header = Header::new(ORIGIN, note, BundleSubject::Certificate(CERT_ID.into()));
+    out.write_all(&bundle::header_line(&header.with_format(format)))?;
+    let mut hashes = 0u64;
+    for chunk in built.in_bundle.chunks(65_536) {
+        let lines: Vec<(Vec<u8>, u64)> = chunk
             .par_iter()
             .map(|&i| {
+                let leaf = &built.leaves[i as usize];
+                if format == Format::V3 {
+                    return Ok((bundle::entry_line_v3(i, leaf), 0));
+                }
                 let proof = merkle::prove_record(size, i, &built.tree).map_err(io)?;
-                Ok(bundle::entry_line(i, &built.leaves[i as usize], &proof))
+                Ok((bundle::entry_line(i, leaf, &proof), proof.len() as u64))
             })
             .collect::<std::io::Result<_>>()?;
-        for l in lines {
+        for (l, h) in lines {
             out.write_all(&l)?;
+            hashes += h;
         }
     }
-    out.write_all(&bundle::end_line(size))?;
-    out.flush()
+    let entries = built.in_bundle.len() as u64;
+    if format == Format::V3 {
+        let nodes = multiproof::prove(size, &built.in_bundle, &built.tree).map_err(io)?;
+        for part in nodes.chunks(bundle::MAX_NODES_PER_LINE) {
+            out.write_all(&bundle::nodes_line(part))?;
+        }
+        hashes = nodes.len() as u64;
+        out.write_all(&bundle::end_line_v3(entries, hashes))?;
+    } else {
+        out.write_all(&bundle::end_line(entries))?;
+    }
+    out.flush()?;
+    Ok(hashes)
 }
 
 /// A timed run of `gpuledger verify`.
@@ -329,14 +476,14 @@ struct VerifierRun {
 
 /// Runs `exe verify` on `files`, timed, reading its peak memory every 20 ms while it runs;
 /// an error unless it passes.
-fn run_verifier(exe: &Path, files: &Files) -> std::io::Result<VerifierRun> {
+fn run_verifier(exe: &Path, files: &Files, bundle: &Path) -> std::io::Result<VerifierRun> {
     let started = Instant::now();
     let mut child = std::process::Command::new(exe)
         .arg("verify")
         .arg("--certificate")
         .arg(&files.cert)
         .arg("--bundle")
-        .arg(&files.bundle)
+        .arg(bundle)
         .arg("--log-key")
         .arg(&files.key)
         .stdout(std::process::Stdio::piped())
@@ -397,29 +544,52 @@ impl std::fmt::Display for VerifyResult {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "records in the bundle:  {} ({} MB)",
-            self.records, self.bundle_mb
+            "records in the bundle:  {} (log of {} entries{})",
+            self.records,
+            self.log_entries,
+            if self.interleave == 0 {
+                String::new()
+            } else {
+                format!(", another tenant's record after every {}", self.interleave)
+            }
         )?;
         writeln!(
             f,
             "building it:            {} s (not part of the verification)",
             self.prepare_seconds
         )?;
-        let label = "gpuledger verify:";
         writeln!(
             f,
-            "{label:<23} {} s ({:.0} records/s)",
-            self.verify_seconds, self.records_per_s
+            "strict verification alone: {:.0} signatures/s",
+            self.strict_verify_per_s
         )?;
-        writeln!(
-            f,
-            "strict verification alone: {:.0} signatures/s; verify / that: {:.2} (target ≥ 0.7)",
-            self.strict_verify_per_s, self.verify_vs_strict
-        )?;
-        match self.verify_peak_rss_mb {
-            Some(m) => writeln!(f, "verifier peak RSS:      {m} MB")?,
-            None => writeln!(f, "verifier peak RSS:      not available")?,
+        for (label, r) in [
+            ("v2 (proof per entry)", &self.v2),
+            ("v3 (multi-proof)", &self.v3),
+        ] {
+            writeln!(
+                f,
+                "{label:<21} {} MB, {} bytes/record, {} proof hashes; gpuledger verify {} s ({:.0} records/s, {:.2} of strict alone), peak RSS {}",
+                r.bundle_mb,
+                r.bytes_per_record,
+                r.proof_hashes,
+                r.verify_seconds,
+                r.records_per_s,
+                r.verify_vs_strict,
+                r.verify_peak_rss_mb
+                    .map_or("not available".to_owned(), |m| format!("{m} MB")),
+            )?;
         }
+        writeln!(
+            f,
+            "v3 gzip (fast)        {} MB, {} bytes/record",
+            self.v3_gzip_mb, self.v3_gzip_bytes_per_record
+        )?;
+        writeln!(
+            f,
+            "v3 is {}x smaller than v2 ({}x gzip-compressed); verifies at {}x v2's rate",
+            self.v3_smaller, self.v3_gzip_smaller, self.v3_speed_vs_v2
+        )?;
         write!(f, "{}", self.verdict)
     }
 }

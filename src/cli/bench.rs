@@ -17,6 +17,10 @@ pub enum BenchCommand {
         /// Records in the bundle.
         #[arg(long, default_value_t = 1_000_000)]
         records: u64,
+        /// Put a record of another tenant after every K of the bundle's records in the log
+        /// (not in the bundle), as in a log tenants share; 0: the log holds the bundle only.
+        #[arg(long, value_name = "K", default_value_t = 0)]
+        interleave: u64,
         /// Build the certificate, bundle and log key in DIR and keep them (to rerun or profile
         /// `gpuledger verify` on them); by default they go to a temporary folder, removed after.
         #[arg(long, value_name = "DIR")]
@@ -57,6 +61,12 @@ pub enum BenchCommand {
         /// Pace the agents to this many records/s in total (default: as fast as possible).
         #[arg(long)]
         rate: Option<f64>,
+        /// Attach this many witnesses (served in this process) to the server it starts.
+        #[arg(long, default_value_t = 0)]
+        witnesses: usize,
+        /// Checkpoint interval of the server it starts [default: serve's, 10].
+        #[arg(long)]
+        checkpoint_interval_seconds: Option<u64>,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -143,9 +153,10 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Verify {
             records,
+            interleave,
             keep,
             json,
-        } => verify(records, keep, json),
+        } => verify(records, interleave, keep, json),
         BenchCommand::Preview { records, json } => preview(records, json),
         BenchCommand::Ingest {
             url,
@@ -155,6 +166,8 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             seconds,
             records,
             rate,
+            witnesses,
+            checkpoint_interval_seconds,
             json,
         } => {
             let cfg = bench::ingest::IngestBench {
@@ -165,6 +178,8 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
                 seconds,
                 records,
                 rate,
+                witnesses,
+                checkpoint_interval_seconds,
             };
             report(bench::ingest::run_ingest(&cfg, &progress(json))?, json)
         }
@@ -261,7 +276,7 @@ fn in_temp_dir<T>(f: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
     r
 }
 
-fn verify(records: u64, keep: Option<PathBuf>, json: bool) -> Result<ExitCode> {
+fn verify(records: u64, interleave: u64, keep: Option<PathBuf>, json: bool) -> Result<ExitCode> {
     if records == 0 {
         bail!("--records must be above 0");
     }
@@ -270,6 +285,7 @@ fn verify(records: u64, keep: Option<PathBuf>, json: bool) -> Result<ExitCode> {
         Ok(bench::verify::run_verify_bench(
             dir,
             records,
+            interleave,
             &exe,
             &progress(json),
         )?)
@@ -284,7 +300,7 @@ fn verify(records: u64, keep: Option<PathBuf>, json: bool) -> Result<ExitCode> {
     report(&r, json)?;
     if let (Some(dir), false) = (&keep, json) {
         println!(
-            "kept:                   {0}/certificate.json {0}/bundle.jsonl {0}/verifier_key.txt",
+            "kept:                   {0}/certificate.json {0}/bundle.jsonl {0}/bundle.v2.jsonl {0}/verifier_key.txt",
             dir.display()
         );
     }

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod log;
 pub mod serve;
 pub mod token;
+pub mod witness;
 
 use clap::Args;
 use gpuledger::store;

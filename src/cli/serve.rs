@@ -71,6 +71,14 @@ pub struct ServeArgs {
     /// [default: 60].
     #[arg(long, env = "GPULEDGER_TENANT_CERTIFICATES_PER_MINUTE")]
     tenant_certificates_per_minute: Option<u32>,
+    /// Cosignatures of the configured witnesses (`[[witnesses]]` in the settings file) an
+    /// invoice's or certificate's checkpoint needs; 0: none [default: 0].
+    #[arg(long, env = "GPULEDGER_WITNESS_QUORUM")]
+    witness_quorum: Option<usize>,
+    /// Seconds an issuance waits for a checkpoint to reach the witness quorum before answering
+    /// 503 witnesses_behind [default: 10].
+    #[arg(long, env = "GPULEDGER_WITNESS_WAIT_SECONDS")]
+    witness_wait_seconds: Option<u64>,
     /// A TOML file with any of the settings above (flags and environment win).
     #[arg(long, env = "GPULEDGER_CONFIG")]
     config: Option<PathBuf>,
@@ -102,6 +110,10 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         signer_rate_per_second: args.signer_rate_per_second,
         signer_rate_burst: args.signer_rate_burst,
         tenant_certificates_per_minute: args.tenant_certificates_per_minute,
+        // The witness list is only read from the settings file.
+        witnesses: None,
+        witness_quorum: args.witness_quorum,
+        witness_wait_seconds: args.witness_wait_seconds,
     };
     gpuledger_shell::logging::init();
     let http = flags.resolve_http(&file);

@@ -2,7 +2,7 @@
 //! server, a bucket sync or witnesses to pick up:
 //!
 //! - `DIR/checkpoint`: the latest signed checkpoint (a C2SP signed note), replaced as new
-//!   ones are signed;
+//!   ones are signed and as the witnesses' cosignatures of it arrive;
 //! - `DIR/checkpoints/<size>`: every stored checkpoint, by tree size, written once and kept.
 //!
 //! Every file is written to a temporary name in the same directory, fsynced, renamed over the
@@ -81,6 +81,9 @@ pub struct Publisher {
     last_kept: Option<u64>,
     /// The size last written to `checkpoint`.
     latest: Option<u64>,
+    /// The note last written to `checkpoint`: rewritten when the witnesses' cosignatures of
+    /// the same checkpoint arrive.
+    latest_note: Option<String>,
 }
 
 impl Publisher {
@@ -106,6 +109,7 @@ impl Publisher {
             dir: dir.to_owned(),
             last_kept,
             latest: None,
+            latest_note: None,
         })
     }
 
@@ -128,9 +132,10 @@ impl Publisher {
             self.last_kept = Some(r.size);
         }
         if let Some((size, note)) = ledger.latest_checkpoint()? {
-            if self.latest != Some(size) {
+            if self.latest_note.as_deref() != Some(note.as_str()) {
                 write_atomic(&self.dir.join(CHECKPOINT_FILE), note.as_bytes())?;
                 self.latest = Some(size);
+                self.latest_note = Some(note);
             }
         }
         Ok(self.latest)

@@ -1,14 +1,17 @@
-//! Evidence bundles written from the log (docs/PROTOCOL.md §14): entries line by line, each with
-//! its inclusion proof, page by page so a bundle of any size streams in bounded memory.
-//! `certificates` and `invoices` choose which entries; this module writes them.
+//! Evidence bundles written from the log (docs/PROTOCOL.md §14), page by page so a bundle of
+//! any size streams in bounded memory: in version 3 (the default) the entries' leaves, then one
+//! multi-proof for all of them in node lines, its nodes computed from the stored tree hashes a
+//! few thousand at a time; in version 2 each entry with its own inclusion proof.
+//! `certificates` and `invoices` choose which entries; this module writes them ([`Writer`]).
 
 use super::conn::DbConn;
 use super::error::StoreError;
 use super::read;
 use super::schema::entries;
 use super::usage::parse_body;
-use crate::core::bundle;
+use crate::core::bundle::{self, Format, Header};
 use crate::core::merkle::{self, Hash, HashReader, MemoryHashes};
+use crate::core::multiproof;
 use crate::core::record::{Body, Kind};
 use diesel::prelude::*;
 use std::cell::RefCell;
@@ -55,15 +58,135 @@ fn proofs(conn: &mut DbConn, size: u64, indexes: &[u64]) -> Result<Vec<Vec<Hash>
         .collect()
 }
 
-/// Writes the entries of `kinds` below `size` (of `tenant`, if given) that `keep` selects, with
-/// their inclusion proofs in the tree of `size`; returns how many were written.
-pub(crate) fn write_entries(
+/// A bundle being written: the header, then [`Writer::entries`] (context first, then records),
+/// then [`Writer::finish`] (the multi-proof of v3 and the end line).
+pub(crate) struct Writer<'s, 'a> {
+    format: Format,
+    size: u64,
+    sink: &'s mut Sink<'a>,
+    entries: u64,
+    /// v3: every entry's index, for the multi-proof (8 bytes an entry).
+    indexes: Vec<u64>,
+}
+
+impl<'s, 'a> Writer<'s, 'a> {
+    /// Starts a bundle in `format` against the checkpoint of `size` that `header` carries:
+    /// writes the header line.
+    pub(crate) fn start(
+        format: Format,
+        header: Header,
+        size: u64,
+        sink: &'s mut Sink<'a>,
+    ) -> Result<Self, StoreError> {
+        sink(bundle::header_line(&header.with_format(format)))?;
+        Ok(Writer {
+            format,
+            size,
+            sink,
+            entries: 0,
+            indexes: Vec::new(),
+        })
+    }
+
+    /// Writes the entries of `kinds` below the size (of `tenant`, if given) that `keep`
+    /// selects, in index order (in v2 each with its inclusion proof); returns how many.
+    pub(crate) fn entries(
+        &mut self,
+        conn: &mut DbConn,
+        kinds: &[Kind],
+        tenant: Option<&str>,
+        keep: &mut dyn FnMut(u64, &Body) -> bool,
+    ) -> Result<u64, StoreError> {
+        let n = write_entries(
+            conn,
+            kinds,
+            tenant,
+            self.size,
+            self.format,
+            keep,
+            &mut |i, l| {
+                self.indexes.push(i);
+                (self.sink)(l)
+            },
+        )?;
+        self.entries += n;
+        Ok(n)
+    }
+
+    /// Ends the bundle: in v3 the node lines of the multi-proof of every entry written, then
+    /// the end line.
+    pub(crate) fn finish(mut self, conn: &mut DbConn) -> Result<(), StoreError> {
+        if self.format == Format::V2 {
+            return (self.sink)(bundle::end_line(self.entries));
+        }
+        let mut indexes = std::mem::take(&mut self.indexes);
+        indexes.sort_unstable();
+        let nodes = write_nodes(conn, self.size, &indexes, self.sink)?;
+        (self.sink)(bundle::end_line_v3(self.entries, nodes))
+    }
+}
+
+/// Writes the multi-proof of `indexes` (sorted) in the tree of `size` as node lines, each of
+/// [`bundle::MAX_NODES_PER_LINE`] nodes (the last one fewer): the nodes' ranges come from the
+/// recursion ([`multiproof::Plan`]), their hashes from the stored hashes of the complete
+/// subtrees they are made of ([`multiproof::subtree_indexes`]), read a line's worth at a time.
+/// Returns how many nodes.
+fn write_nodes(
+    conn: &mut DbConn,
+    size: u64,
+    indexes: &[u64],
+    sink: &mut Sink,
+) -> Result<u64, StoreError> {
+    let corrupt = |e: multiproof::MultiProofError| StoreError::Corrupt(format!("bundle: {e}"));
+    let mut plan = multiproof::Plan::new(size);
+    let mut at = 0;
+    let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(bundle::MAX_NODES_PER_LINE);
+    let mut written = 0;
+    loop {
+        let step = plan.step(indexes.get(at).copied()).map_err(corrupt)?;
+        match step {
+            Some(multiproof::Step::Leaf(_)) => at += 1,
+            Some(multiproof::Step::Node { lo, hi }) => ranges.push((lo, hi)),
+            Some(multiproof::Step::Join) => {}
+            None => {}
+        }
+        if ranges.len() == bundle::MAX_NODES_PER_LINE || (step.is_none() && !ranges.is_empty()) {
+            let parts: Vec<Vec<u64>> = ranges
+                .iter()
+                .map(|&(lo, hi)| multiproof::subtree_indexes(lo, hi))
+                .collect();
+            let mut ids: Vec<u64> = parts.iter().flatten().copied().collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let mut stored = MemoryHashes::default();
+            for part in ids.chunks(HASHES_PER_QUERY) {
+                stored.0.extend(read::hashes(conn, part)?);
+            }
+            let hashes: Vec<Hash> = parts
+                .iter()
+                .map(|p| Ok(multiproof::combine(&stored.read_hashes(p)?)))
+                .collect::<Result<_, StoreError>>()?;
+            sink(bundle::nodes_line(&hashes))?;
+            written += hashes.len() as u64;
+            ranges.clear();
+        }
+        if step.is_none() {
+            return Ok(written);
+        }
+    }
+}
+
+/// Writes the entries of `kinds` below `size` (of `tenant`, if given) that `keep` selects, in
+/// `format` (in v2 with their inclusion proofs in the tree of `size`), handing each line to
+/// `sink` with its index; returns how many were written.
+fn write_entries(
     conn: &mut DbConn,
     kinds: &[Kind],
     tenant: Option<&str>,
     size: u64,
+    format: Format,
     keep: &mut dyn FnMut(u64, &Body) -> bool,
-    sink: &mut Sink,
+    sink: &mut dyn FnMut(u64, Vec<u8>) -> Result<(), StoreError>,
 ) -> Result<u64, StoreError> {
     let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
     let mut after = -1i64;
@@ -91,10 +214,17 @@ pub(crate) fn write_entries(
                 kept.push((idx as u64, leaf));
             }
         }
-        let indexes: Vec<u64> = kept.iter().map(|(i, _)| *i).collect();
-        for ((idx, leaf), proof) in kept.iter().zip(proofs(conn, size, &indexes)?) {
-            sink(bundle::entry_line(*idx, leaf, &proof))?;
-            written += 1;
+        if format == Format::V3 {
+            for (idx, leaf) in &kept {
+                sink(*idx, bundle::entry_line_v3(*idx, leaf))?;
+                written += 1;
+            }
+        } else {
+            let indexes: Vec<u64> = kept.iter().map(|(i, _)| *i).collect();
+            for ((idx, leaf), proof) in kept.iter().zip(proofs(conn, size, &indexes)?) {
+                sink(*idx, bundle::entry_line(*idx, leaf, &proof))?;
+                written += 1;
+            }
         }
         if !full {
             return Ok(written);
@@ -176,20 +306,8 @@ impl Context {
         }
     }
 
-    /// Writes the context entries below `size`; returns how many.
-    pub(crate) fn write(
-        &self,
-        conn: &mut DbConn,
-        size: u64,
-        sink: &mut Sink,
-    ) -> Result<u64, StoreError> {
-        write_entries(
-            conn,
-            &self.kinds(),
-            None,
-            size,
-            &mut |_, b| self.keep(b),
-            sink,
-        )
+    /// Writes the context entries below the bundle's size; returns how many.
+    pub(crate) fn write(&self, conn: &mut DbConn, w: &mut Writer) -> Result<u64, StoreError> {
+        w.entries(conn, &self.kinds(), None, &mut |_, b| self.keep(b))
     }
 }

@@ -11,6 +11,7 @@
 
 use super::bundle::Sink;
 use super::conn::DbConn;
+use super::cosignatures::Witnessed;
 use super::error::StoreError;
 use super::schema::certificates;
 use super::write::{checkpoint_locked, push_ledger_entry, Appender};
@@ -53,14 +54,25 @@ pub(crate) struct Draft {
     /// The latest end of a covered energy record: region parameters (PUE, carbon) taking
     /// effect at or after it apply to none of them (they are looked up at a record's start).
     energy_horizon: Option<Timestamp>,
+    /// With a witness quorum: the cosigned checkpoint of `size` the certificate is issued
+    /// against (the records it counts are those below it, whatever is logged later).
+    witnessed: Option<Witnessed>,
 }
 
 /// Sums the covered records of `req` at the log's current size, on a read connection (no
 /// lock). A record is covered only if it starts in the period ([`coverage`]), so the records
 /// read are the tenant's records starting in the period: a superset of the covered ones, each
-/// then put to [`coverage`], the one rule. Refused when none is covered.
-pub(crate) fn draft(conn: &mut DbConn, req: &CertificateRequest) -> Result<Draft, StoreError> {
-    let size = read::head(conn)?.0;
+/// then put to [`coverage`], the one rule. Refused when none is covered. With `witnessed` (a
+/// checkpoint that reached the witness quorum), at that checkpoint's size instead.
+pub(crate) fn draft(
+    conn: &mut DbConn,
+    req: &CertificateRequest,
+    witnessed: Option<Witnessed>,
+) -> Result<Draft, StoreError> {
+    let size = match &witnessed {
+        Some(w) => w.size,
+        None => read::head(conn)?.0,
+    };
     let book = pricing::price_book(conn, size)?;
     let idxs = usage::starting_in(conn, &req.tenant, req.period.from, req.period.to, size)?;
     let mut tally = Tally::new();
@@ -97,6 +109,7 @@ pub(crate) fn draft(conn: &mut DbConn, req: &CertificateRequest) -> Result<Draft
         size,
         claims,
         energy_horizon,
+        witnessed,
     })
 }
 
@@ -131,7 +144,10 @@ impl Draft {
 }
 
 /// Issues a [`draft`] under the head lock; `None`, writing nothing, when an entry logged since
-/// the draft's size changes it. Certificate ids are numbered gaplessly under the lock.
+/// the draft's size changes it. Certificate ids are numbered gaplessly under the lock. A draft
+/// at a witnessed checkpoint is issued against that checkpoint (its note with the
+/// cosignatures, which the certificate's signature then covers): what was logged since is not
+/// in it.
 pub(crate) fn issue(
     conn: &mut DbConn,
     log: &LogSigner,
@@ -140,11 +156,16 @@ pub(crate) fn issue(
 ) -> Result<Option<Certificate>, StoreError> {
     conn.transaction(|conn| {
         let mut app = Appender::lock(conn, now)?;
-        let size = app.next_index();
-        if draft.changed(conn, size)? {
-            return Ok(None);
-        }
-        let (_, note) = checkpoint_locked(conn, log, size, now)?;
+        let (size, note) = match &draft.witnessed {
+            Some(w) => (w.size, w.note.clone()),
+            None => {
+                let size = app.next_index();
+                if draft.changed(conn, size)? {
+                    return Ok(None);
+                }
+                checkpoint_locked(conn, log, size, now)?
+            }
+        };
         let count: i64 = certificates::table.count().get_result(conn)?;
         let id = certificate::certificate_id(count as u64 + 1);
         let cert = Certificate::issue(id, &draft.req, now, log, note, draft.claims.clone());
@@ -222,9 +243,22 @@ pub fn list(
 }
 
 /// Writes the evidence bundle of a certificate (§14).
+///
+/// In version 2, the format before issue #15 (an inclusion proof per entry); see
+/// [`write_certificate_bundle_as`].
 pub fn write_certificate_bundle(
     conn: &mut DbConn,
     cert: &Certificate,
+    sink: &mut Sink,
+) -> Result<(), StoreError> {
+    write_certificate_bundle_as(conn, cert, bundle::Format::V2, sink)
+}
+
+/// Writes the evidence bundle of a certificate (§14) in `format`.
+pub fn write_certificate_bundle_as(
+    conn: &mut DbConn,
+    cert: &Certificate,
+    format: bundle::Format,
     sink: &mut Sink,
 ) -> Result<(), StoreError> {
     let size = crate::core::checkpoint::unverified(&cert.checkpoint)
@@ -235,9 +269,8 @@ pub fn write_certificate_bundle(
         &cert.checkpoint,
         BundleSubject::Certificate(cert.id.clone()),
     );
-    sink(bundle::header_line(&header))?;
-    let mut n =
-        super::bundle::Context::new(conn, &cert.tenant, size, false)?.write(conn, size, sink)?;
+    let mut w = super::bundle::Writer::start(format, header, size, sink)?;
+    super::bundle::Context::new(conn, &cert.tenant, size, false)?.write(conn, &mut w)?;
     let req = CertificateRequest {
         tenant: cert.tenant.clone(),
         period: Period {
@@ -246,13 +279,11 @@ pub fn write_certificate_bundle(
         },
         scope: cert.scope.clone(),
     };
-    n += super::bundle::write_entries(
+    w.entries(
         conn,
         &[Kind::GpuUsage, Kind::Energy],
         Some(&cert.tenant),
-        size,
         &mut |_, b| covers(&req, b),
-        sink,
     )?;
-    sink(bundle::end_line(n))
+    w.finish(conn)
 }

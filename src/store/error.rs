@@ -40,6 +40,17 @@ pub enum StoreError {
     /// caller should retry shortly.
     #[error("{0}")]
     Busy(String),
+    /// `witness_quorum` is set and no checkpoint at or above the size an issuance needs
+    /// reached it within `witness_wait_seconds`: nothing was written; retry later.
+    #[error("witnesses are behind: the largest checkpoint cosigned by {quorum} witnesses has size {cosigned}, the issuance needs one of size {needed} or more; nothing was issued")]
+    WitnessesBehind {
+        /// The largest checkpoint size that reached the quorum (0: none).
+        cosigned: u64,
+        /// The size of the checkpoint the issuance signed.
+        needed: u64,
+        /// The quorum (k).
+        quorum: usize,
+    },
 }
 
 /// An error that is an outage rather than a refusal or a bug: the caller should retry later.

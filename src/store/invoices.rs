@@ -16,6 +16,7 @@
 //! start through an index ([`selection`]), never the tenant's whole history.
 
 use super::conn::DbConn;
+use super::cosignatures::{with_cosignatures, Witnessed};
 use super::error::StoreError;
 use super::schema::{entries, invoices};
 use super::usage::{self, Selected};
@@ -285,12 +286,23 @@ pub(crate) struct Draft {
     /// Per currency (in order): the period's lines, then the adjustment lines.
     lines: Vec<(String, Vec<InvoiceLine>)>,
     watch: Watch,
+    /// With a witness quorum: the cosigned checkpoint of `size` the invoice is issued against.
+    witnessed: Option<Witnessed>,
 }
 
 /// Computes the invoices (one per currency) of `tenant` for `period` at the log's current size,
-/// on a read connection (no lock); refused as [`issue`] would be at that size.
-pub(crate) fn draft(conn: &mut DbConn, tenant: &str, period: Period) -> Result<Draft, StoreError> {
-    let size = read::head(conn)?.0;
+/// on a read connection (no lock); refused as [`issue`] would be at that size. With
+/// `witnessed` (a checkpoint that reached the witness quorum), at that checkpoint's size.
+pub(crate) fn draft(
+    conn: &mut DbConn,
+    tenant: &str,
+    period: Period,
+    witnessed: Option<Witnessed>,
+) -> Result<Draft, StoreError> {
+    let size = match &witnessed {
+        Some(w) => w.size,
+        None => read::head(conn)?.0,
+    };
     let scope = new_scope(conn, tenant, period, size)?;
     let (
         Rated {
@@ -324,6 +336,7 @@ pub(crate) fn draft(conn: &mut DbConn, tenant: &str, period: Period) -> Result<D
         scope,
         lines,
         watch,
+        witnessed,
     })
 }
 
@@ -406,6 +419,11 @@ pub fn set_issue_hook(f: Option<Box<dyn FnMut(u32)>>) {
 
 /// Issues a [`draft`] under the head lock (one invoice per currency, numbered gaplessly):
 /// `None`, writing nothing, when an entry logged since the draft's size changes it.
+///
+/// A draft at a witnessed checkpoint is issued against that checkpoint: records logged since
+/// are late for the next invoice. Only another invoice of the tenant logged since changes it
+/// (its scope, and the overlap check, were read below the checkpoint); then `None`, and the
+/// caller waits for a newer cosigned checkpoint.
 pub(crate) fn issue(
     conn: &mut DbConn,
     log: &LogSigner,
@@ -414,11 +432,27 @@ pub(crate) fn issue(
 ) -> Result<Option<Vec<Invoice>>, StoreError> {
     conn.transaction(|conn| {
         let mut app = Appender::lock(conn, now)?;
-        let size = app.next_index();
-        if draft.changed(conn, size)? {
-            return Ok(None);
-        }
-        checkpoint_locked(conn, log, size, now)?;
+        let head = app.next_index();
+        let size = match &draft.witnessed {
+            Some(w) => {
+                let since = read::tenant_entries_since(conn, &draft.tenant, w.size, head)?;
+                if since.is_some_and(|logged| {
+                    logged
+                        .iter()
+                        .any(|(_, kind, _)| kind == Kind::InvoiceIssued.as_str())
+                }) {
+                    return Ok(None);
+                }
+                w.size
+            }
+            None => {
+                if draft.changed(conn, head)? {
+                    return Ok(None);
+                }
+                checkpoint_locked(conn, log, head, now)?;
+                head
+            }
+        };
         let root = crate::core::merkle::tree_hash(size, &super::read::DbHashReader::new(conn))?;
         let count: i64 = invoices::table.count().get_result(conn)?;
         let mut out = Vec::new();
@@ -679,14 +713,26 @@ pub fn get(conn: &mut DbConn, number: &str) -> Result<Option<(String, String)>, 
 /// checkpoint, then the records it rated: those starting in its period, and those of earlier
 /// invoiced periods logged since the last of them (its adjustment lines), with, when volume
 /// tiers are logged, the earlier records those adjustments continue counting from.
+///
+/// In version 2, the format before issue #15 (an inclusion proof per entry); see
+/// [`write_invoice_bundle_as`].
 pub fn write_invoice_bundle(
     conn: &mut DbConn,
     invoice: &Invoice,
     sink: &mut super::bundle::Sink,
 ) -> Result<(), StoreError> {
-    use super::bundle::write_entries;
+    write_invoice_bundle_as(conn, invoice, crate::core::bundle::Format::V2, sink)
+}
+
+/// Writes the evidence bundle of an issued invoice (see [`write_invoice_bundle`]) in `format`.
+pub fn write_invoice_bundle_as(
+    conn: &mut DbConn,
+    invoice: &Invoice,
+    format: crate::core::bundle::Format,
+    sink: &mut super::bundle::Sink,
+) -> Result<(), StoreError> {
     use super::schema::checkpoints;
-    use crate::core::bundle::{self, BundleSubject, Header};
+    use crate::core::bundle::{BundleSubject, Header};
     let size = invoice.checkpoint_size;
     let note: String = checkpoints::table
         .find(size as i64)
@@ -694,11 +740,13 @@ pub fn write_invoice_bundle(
         .first(conn)
         .optional()?
         .ok_or_else(|| StoreError::Corrupt(format!("no checkpoint of size {size} is stored")))?;
+    // With every cosignature gathered for it, so a verifier can ask for a witness quorum.
+    let note = with_cosignatures(conn, size, note)?;
     let scope = InvoiceScope::new(
         invoice.period,
-        issued_for(conn, &invoice.tenant, u64::MAX)?
+        // The invoices logged below the checkpoint: those its draft read.
+        issued_for(conn, &invoice.tenant, size)?
             .into_iter()
-            .filter(|(_, i)| i.checkpoint_size < size)
             .map(|(_, i)| (i.period, i.checkpoint_size)),
     );
     let tiered: i64 = entries::table
@@ -711,16 +759,14 @@ pub fn write_invoice_bundle(
         &note,
         BundleSubject::Invoice(invoice.number.clone()),
     );
-    sink(bundle::header_line(&header))?;
+    let mut w = super::bundle::Writer::start(format, header, size, sink)?;
     let tenant = invoice.tenant.as_str();
-    let mut n = super::bundle::Context::new(conn, tenant, size, true)?.write(conn, size, sink)?;
-    n += write_entries(
+    super::bundle::Context::new(conn, tenant, size, true)?.write(conn, &mut w)?;
+    w.entries(
         conn,
         &[Kind::GpuUsage, Kind::Energy],
         Some(tenant),
-        size,
         &mut |idx, b| record_start(b).is_some_and(|start| scope.in_bundle(idx, start, tiered > 0)),
-        sink,
     )?;
-    sink(bundle::end_line(n))
+    w.finish(conn)
 }

@@ -130,6 +130,8 @@ pub struct Ledger {
     queued: Arc<AtomicUsize>,
     health: Arc<WriteHealth>,
     url: String,
+    /// The witnesses and quorum of `serve`, once attached ([`Ledger::attach_witnessing`]).
+    witnessing: std::sync::OnceLock<Arc<super::cosignatures::Witnessing>>,
 }
 
 /// Creates or migrates the database and records the log's origin and public key. Idempotent:
@@ -244,6 +246,7 @@ impl Ledger {
             queued,
             health,
             url: url.to_owned(),
+            witnessing: std::sync::OnceLock::new(),
         })
         .and_then(|l| {
             // A log without a policy entry gets the defaults written down, so verifiers read
@@ -260,6 +263,62 @@ impl Ledger {
     #[cfg(feature = "test-clock")]
     pub fn set_clock(&self, now: Option<Timestamp>) {
         *self.clock.0.lock().expect("clock lock") = now;
+    }
+
+    /// Attaches the witnesses, once: from now on checkpoints signed through this handle are
+    /// signalled to the witness threads, and with a quorum above 0 invoices and certificates
+    /// are issued against a checkpoint that reached it.
+    pub fn attach_witnessing(
+        &self,
+        w: Arc<super::cosignatures::Witnessing>,
+    ) -> Result<(), StoreError> {
+        self.witnessing
+            .set(w)
+            .map_err(|_| StoreError::Refused("witnesses are already attached".into()))
+    }
+
+    /// The attached witnesses, if any.
+    pub fn witnessing(&self) -> Option<&Arc<super::cosignatures::Witnessing>> {
+        self.witnessing.get()
+    }
+
+    /// Tells the witness threads that a checkpoint may have been signed.
+    fn signal_checkpoint(&self) {
+        if let Some(w) = self.witnessing.get() {
+            w.checkpoint_signed();
+        }
+    }
+
+    /// With a quorum: signs (or finds) a checkpoint of the current head, then waits up to
+    /// `witness_wait_seconds` for a checkpoint at least that large to carry the quorum's
+    /// cosignatures, and returns it; `WitnessesBehind` if none does in time. Without a quorum,
+    /// `None`: the issuance signs its own checkpoint under the head lock.
+    fn witnessed_checkpoint(&self) -> Result<Option<super::cosignatures::Witnessed>, StoreError> {
+        use super::cosignatures::{quorum_checkpoint, quorum_size};
+        let Some(w) = self.witnessing.get().filter(|w| w.quorum() > 0) else {
+            return Ok(None);
+        };
+        let deadline = std::time::Instant::now() + w.wait();
+        let (needed, _) = self.checkpoint()?;
+        loop {
+            let seen = w.cosignatures_stored();
+            if let Some(found) =
+                self.with_reader(|c| quorum_checkpoint(c, w.witnesses(), w.quorum(), needed))?
+            {
+                return Ok(Some(found));
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                let cosigned = self.with_reader(|c| quorum_size(c, w.witnesses(), w.quorum()))?;
+                metrics::counter!("gpuledger_witness_quorum_timeouts_total").increment(1);
+                return Err(StoreError::WitnessesBehind {
+                    cosigned,
+                    needed,
+                    quorum: w.quorum(),
+                });
+            }
+            w.wait_for_cosignature(seen, left.min(std::time::Duration::from_millis(250)));
+        }
     }
 
     /// Origin, public key and verifier key of this log.
@@ -562,7 +621,7 @@ impl Ledger {
         period: crate::core::invoice::Period,
     ) -> Result<Vec<crate::core::invoice::Invoice>, StoreError> {
         self.issue_drafted(
-            |c| super::invoices::draft(c, tenant, period),
+            |c, w| super::invoices::draft(c, tenant, period, w),
             |draft, reply| Job::Issue(Box::new(draft), reply),
             || {
                 format!(
@@ -576,16 +635,23 @@ impl Ledger {
     /// Computes a draft on a read connection, outside the head lock, and submits it; the
     /// sequencer answers `None` when the log changed it meanwhile, and it is computed again, at
     /// most [`super::invoices::MAX_ISSUE_ATTEMPTS`] times, then `Busy` naming `what`.
+    ///
+    /// With a witness quorum, each attempt first waits for a checkpoint that reached it
+    /// ([`Ledger::witnessed_checkpoint`]) and drafts at that checkpoint's size.
     fn issue_drafted<D, T>(
         &self,
-        draft: impl Fn(&mut DbConn) -> Result<D, StoreError>,
+        draft: impl Fn(&mut DbConn, Option<super::cosignatures::Witnessed>) -> Result<D, StoreError>,
         job: impl Fn(D, Reply<Option<T>>) -> Job,
         what: impl FnOnce() -> String,
     ) -> Result<T, StoreError> {
         for attempt in 1..=super::invoices::MAX_ISSUE_ATTEMPTS {
-            let d = self.with_reader(&draft)?;
+            let witnessed = self.witnessed_checkpoint()?;
+            let d = self.with_reader(|c| draft(c, witnessed))?;
             super::invoices::before_issue(attempt);
-            if let Some(issued) = self.submit(|reply| job(d, reply))? {
+            let issued = self.submit(|reply| job(d, reply));
+            // Without a quorum the issuance signed a checkpoint of its own.
+            self.signal_checkpoint();
+            if let Some(issued) = issued? {
                 return Ok(issued);
             }
         }
@@ -604,7 +670,7 @@ impl Ledger {
         req: super::certificates::CertificateRequest,
     ) -> Result<crate::core::certificate::Certificate, StoreError> {
         self.issue_drafted(
-            |c| super::certificates::draft(c, &req),
+            |c, w| super::certificates::draft(c, &req, w),
             |draft, reply| Job::Certify(Box::new(draft), reply),
             || {
                 format!(
@@ -634,7 +700,9 @@ impl Ledger {
     /// Signs a checkpoint of the current head if the latest one does not cover it; returns the
     /// size and signed note of the latest checkpoint.
     pub fn checkpoint(&self) -> Result<(u64, String), StoreError> {
-        self.submit(Job::Checkpoint)
+        let signed = self.submit(Job::Checkpoint)?;
+        self.signal_checkpoint();
+        Ok(signed)
     }
 
     /// Runs `f` with a read connection from a small pool (opened on demand; at most
@@ -691,9 +759,14 @@ impl Ledger {
         })
     }
 
-    /// The latest checkpoint's size and signed note, if any.
+    /// The latest checkpoint's size and signed note, if any, with the witnesses'
+    /// cosignatures gathered for it appended.
     pub fn latest_checkpoint(&self) -> Result<Option<(u64, String)>, StoreError> {
-        self.with_reader(|c| Ok(read::latest_checkpoint(c)?.map(|(s, _, n)| (s, n))))
+        self.with_reader(|c| {
+            read::latest_checkpoint(c)?
+                .map(|(s, _, n)| Ok((s, super::cosignatures::with_cosignatures(c, s, n)?)))
+                .transpose()
+        })
     }
 
     /// Seconds since the latest checkpoint was signed, if there is one.
@@ -744,6 +817,47 @@ impl Ledger {
     pub fn root_at(&self, size: u64) -> Result<Hash, StoreError> {
         self.with_reader(|c| Ok(merkle::tree_hash(size, &DbHashReader::new(c))?))
     }
+
+    /// A C2SP tile (docs/PROTOCOL.md §17) if the latest checkpoint covers it
+    /// ([`TilePath::within`](crate::core::tiles::TilePath::within)), else `None`: a hash tile's
+    /// hashes concatenated (one query), or an entry bundle's leaves in order. The checkpoint
+    /// and the tile are read on one connection.
+    pub fn tile(
+        &self,
+        tile: &crate::core::tiles::TilePath,
+    ) -> Result<Option<TileData>, StoreError> {
+        use crate::core::tiles::TileKind;
+        self.with_reader(|c| {
+            let size = read::latest_checkpoint(c)?.map_or(0, |(s, _, _)| s);
+            if !tile.within(size) {
+                return Ok(None);
+            }
+            Ok(Some(match tile.kind() {
+                TileKind::Hashes { .. } => TileData::Hashes(read::tile_hashes(c, tile)?),
+                TileKind::Entries => {
+                    let (start, end) = tile.start().zip(tile.end()).ok_or_else(|| {
+                        StoreError::Corrupt(format!("tile {} has no range", tile.path()))
+                    })?;
+                    let rows = read::entries_range(c, start, end)?;
+                    if rows.len() as u64 != end - start {
+                        return Err(StoreError::Corrupt(format!(
+                            "entries {start}..{end} of a checkpointed tree are missing"
+                        )));
+                    }
+                    TileData::Leaves(rows.into_iter().map(|r| r.leaf).collect())
+                }
+            }))
+        })
+    }
+}
+
+/// What [`Ledger::tile`] read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TileData {
+    /// A hash tile's bytes: its hashes, 32 bytes each, in order.
+    Hashes(Vec<u8>),
+    /// An entry bundle's leaves, in index order.
+    Leaves(Vec<Vec<u8>>),
 }
 
 /// Checks the signer, key, role and scope of a record against the registry (the rules of

@@ -9,6 +9,7 @@ pub mod access;
 pub mod bundle;
 pub mod certificates;
 pub mod conn;
+pub mod cosignatures;
 pub mod error;
 pub mod invoices;
 pub mod ledger;

@@ -83,6 +83,17 @@ impl HashReader for DbHashReader<'_> {
     }
 }
 
+/// The hashes of one C2SP hash tile, concatenated in tile order (32 bytes each), read in one
+/// query. The tile must be within the stored tree; a missing hash is `Corrupt`.
+pub fn tile_hashes(
+    conn: &mut DbConn,
+    tile: &crate::core::tiles::TilePath,
+) -> Result<Vec<u8>, StoreError> {
+    let ids = tile.stored_hash_indexes();
+    let map = hashes(conn, &ids)?;
+    Ok(ids.iter().flat_map(|i| map[i].0).collect())
+}
+
 /// One stored entry, as the `entries` table holds it.
 #[derive(Debug, Clone, Queryable)]
 pub struct EntryRow {
@@ -139,7 +150,7 @@ pub struct CheckpointRow {
     pub size: u64,
     /// Root hash of the tree of `size` entries.
     pub root: Hash,
-    /// The complete C2SP signed note.
+    /// The complete C2SP signed note, with the witnesses' cosignatures gathered for it.
     pub note: String,
     /// When it was signed, Unix seconds.
     pub created_at: i64,
@@ -182,12 +193,17 @@ pub fn checkpoints_page(
             .order(checkpoints::size.asc())
             .load(conn)?,
     };
+    // Each note with the witnesses' cosignatures gathered for it.
+    let sizes: Vec<u64> = rows.iter().map(|r| r.0 as u64).collect();
+    let mut lines = super::cosignatures::lines_for(conn, &sizes)?;
     rows.into_iter()
         .map(|(size, root, note, created_at)| {
+            let size = size as u64;
+            let lines = lines.remove(&size).unwrap_or_default();
             Ok(CheckpointRow {
-                size: size as u64,
+                size,
                 root: to_hash(root, "checkpoint root")?,
-                note,
+                note: super::cosignatures::attach(size, note, &lines)?,
                 created_at,
             })
         })

@@ -124,3 +124,21 @@ diesel::table! {
         json -> Text,
     }
 }
+
+diesel::table! {
+    cosignatures (size, witness) {
+        size -> BigInt,
+        witness -> Text,
+        line -> Text,
+        cosigned_at -> BigInt,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    witness_state (witness) {
+        witness -> Text,
+        cosigned_size -> BigInt,
+        updated_at -> BigInt,
+    }
+}

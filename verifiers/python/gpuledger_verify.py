@@ -68,6 +68,7 @@ __all__ = [
     "ADMISSION_REASONS",
     "leaf_hash",
     "merkle_root",
+    "multiproof_root",
     "signed_message",
     "certificate_message",
     "jcs",
@@ -473,6 +474,39 @@ def merkle_root(leaf_hashes: List[bytes]) -> bytes:
     for h in leaf_hashes:
         m.append_leaf_hash(h)
     return m.root()
+
+
+def multiproof_root(size: int, leaves: List[Tuple[int, bytes]], nodes: Iterator[bytes]) -> bytes:
+    """The root of the tree of `size` from `leaves` ((index, leaf hash), indexes strictly
+    increasing) and the nodes of their multi-proof (section 14, version 3), by the recursion over
+    RFC 6962 subtrees [lo, hi): a subtree with no leaf of the bundle takes the next node; a
+    one-leaf subtree whose leaf is in the bundle takes that leaf's hash; any other joins its
+    halves (split at the largest power of two below hi - lo), left first. Raises ValueError when
+    the nodes run out, some are left over, or an index repeats or is not below `size`."""
+    pos = 0
+
+    def visit(lo: int, hi: int) -> bytes:
+        nonlocal pos
+        if pos < len(leaves) and leaves[pos][0] < lo:
+            raise ValueError(f"index {leaves[pos][0]} repeats or is out of order")
+        if pos >= len(leaves) or leaves[pos][0] >= hi:
+            node = next(nodes, None)
+            if node is None:
+                raise ValueError("the multi-proof has too few nodes")
+            return node
+        if hi - lo == 1:
+            pos += 1
+            return leaves[pos - 1][1]
+        k = 1 << ((hi - lo - 1).bit_length() - 1)
+        left = visit(lo, lo + k)
+        return node_hash(left, visit(lo + k, hi))
+
+    root = visit(0, size) if size > 0 else EMPTY_ROOT
+    if pos != len(leaves):
+        raise ValueError(f"index {leaves[pos][0]} is not below the tree size {size}")
+    if next(nodes, None) is not None:
+        raise ValueError("the multi-proof has more nodes than the tree needs")
+    return root
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1164,9 +1198,17 @@ def check_certificate_shape(cert: Any) -> CertInfo:
 # ---------------------------------------------------------------------------------------------
 
 BUNDLE_FORMAT = "gpuledger-bundle/v2"
+# Version 3 (section 14): leaves as JSON objects, every line canonical (RFC 8785), one multi-proof
+# in node lines before the end line. The header's format says which a bundle is.
+BUNDLE_FORMAT_V3 = "gpuledger-bundle/v3"
+BUNDLE_FORMATS = (BUNDLE_FORMAT, BUNDLE_FORMAT_V3)
+MAX_NODES_PER_LINE = 4096
 HEADER_MEMBERS = ("type", "format", "log_origin", "checkpoint", "subject")
 ENTRY_MEMBERS = ("type", "index", "leaf", "proof")
+ENTRY_MEMBERS_V3 = ("type", "index", "leaf")
+NODES_MEMBERS = ("type", "hashes")
 END_MEMBERS = ("type", "entries")
+END_MEMBERS_V3 = ("type", "entries", "nodes")
 
 
 @dataclass
@@ -1175,6 +1217,7 @@ class Header:
     checkpoint: str
     subject_kind: str
     subject_id: str
+    format: str = BUNDLE_FORMAT
 
 
 @dataclass
@@ -1182,7 +1225,7 @@ class EntryLine:
     lineno: int
     index: int
     leaf: bytes
-    proof: List[bytes]
+    proof: Optional[List[bytes]]  # None in version 3: the multi-proof proves every entry
 
     @property
     def item(self) -> str:
@@ -1236,6 +1279,17 @@ def _parse_bundle_line(lineno: int, raw: bytes) -> Dict[str, Any]:
     return obj
 
 
+def _require_canonical(obj: Dict[str, Any], raw: bytes, item: str) -> None:
+    """Version 3: a line is exactly the RFC 8785 form of its object (so an entry's leaf text is
+    its leaf bytes)."""
+    try:
+        canonical = jcs(obj)
+    except Exception:  # noqa: BLE001 - rfc8785 refuses some values (huge integers, lone surrogates)
+        canonical = None
+    if canonical != raw[:-1]:
+        raise Failure("malformed", item, "a version-3 line must be canonical JSON (RFC 8785)")
+
+
 def _exact_members(obj: Dict[str, Any], members: Tuple[str, ...], item: str) -> None:
     if set(obj) != set(members):
         extra = sorted(set(obj) - set(members))
@@ -1249,8 +1303,8 @@ def _parse_header(obj: Dict[str, Any], lineno: int) -> Header:
     if obj["type"] != "header":
         raise Failure("malformed", f"bundle line {lineno}", "the first line is not the header")
     _exact_members(obj, HEADER_MEMBERS, item)
-    if obj["format"] != BUNDLE_FORMAT:
-        raise Failure("malformed", item, f"format is {obj['format']!r}, not {BUNDLE_FORMAT}")
+    if obj["format"] not in BUNDLE_FORMATS:
+        raise Failure("malformed", item, f"format is {obj['format']!r}, not one of {', '.join(BUNDLE_FORMATS)}")
     if not isinstance(obj["log_origin"], str) or not isinstance(obj["checkpoint"], str):
         raise Failure("malformed", item, "log_origin and checkpoint must be strings")
     subject = obj["subject"]
@@ -1259,15 +1313,21 @@ def _parse_header(obj: Dict[str, Any], lineno: int) -> Header:
             or not isinstance(next(iter(subject.values())), str)):
         raise Failure("malformed", item, 'subject must be {"certificate": id} or {"invoice": number}')
     (kind, ident), = subject.items()
-    return Header(obj["log_origin"], obj["checkpoint"], kind, ident)
+    return Header(obj["log_origin"], obj["checkpoint"], kind, ident, obj["format"])
 
 
-def _parse_entry(obj: Dict[str, Any], lineno: int) -> EntryLine:
+def _parse_entry(obj: Dict[str, Any], lineno: int, v3: bool = False) -> EntryLine:
     item = f"bundle line {lineno}"
-    _exact_members(obj, ENTRY_MEMBERS, item)
+    _exact_members(obj, ENTRY_MEMBERS_V3 if v3 else ENTRY_MEMBERS, item)
     index = obj["index"]
     if not is_int(index) or not 0 <= index <= MAX_INDEX:
         raise Failure("malformed", item, "index is not an integer 0..2^53-1")
+    if v3:
+        # The leaf is its JSON object; its bytes are that object's canonical form, which the
+        # (canonical) line holds verbatim.
+        if not isinstance(obj["leaf"], dict):
+            raise Failure("malformed", item, "a version-3 leaf is a JSON object")
+        return EntryLine(lineno, index, jcs(obj["leaf"]), None)
     try:
         leaf = b64decode_canonical(obj["leaf"])
     except ValueError as e:
@@ -1300,9 +1360,27 @@ class Structure:
     records: int
 
 
+def _parse_nodes(obj: Dict[str, Any], lineno: int) -> List[bytes]:
+    item = f"bundle line {lineno} (nodes)"
+    _exact_members(obj, NODES_MEMBERS, item)
+    hashes = obj["hashes"]
+    if not isinstance(hashes, list) or not 1 <= len(hashes) <= MAX_NODES_PER_LINE:
+        raise Failure("malformed", item, f"hashes must be an array of 1 to {MAX_NODES_PER_LINE} hashes")
+    out = []
+    for i, h in enumerate(hashes):
+        try:
+            out.append(b64decode_canonical(h, 32))
+        except ValueError as e:
+            raise Failure("malformed", item, f"hashes[{i}]: {e}") from None
+    return out
+
+
 def check_structure(path: str) -> Structure:
     """Step 1 (section 15): one pass, memory bounded by the context's indexes."""
     header: Optional[Header] = None
+    v3 = False
+    n_nodes = 0
+    in_nodes = False
     ended_with: Optional[int] = None
     n_entries = n_context = n_records = 0
     last_context = last_record = -1
@@ -1318,10 +1396,21 @@ def check_structure(path: str) -> Structure:
         obj = _parse_bundle_line(lineno, raw)
         if header is None:
             header = _parse_header(obj, lineno)
+            v3 = header.format == BUNDLE_FORMAT_V3
+            if v3:
+                _require_canonical(obj, raw, f"bundle line {lineno} (header)")
             continue
         t = obj["type"]
+        if v3 and t in ("entry", "nodes", "end"):
+            _require_canonical(obj, raw, f"bundle line {lineno}")
+        if v3 and t == "nodes":
+            n_nodes += len(_parse_nodes(obj, lineno))
+            in_nodes = True
+            continue
         if t == "entry":
-            e = _parse_entry(obj, lineno)
+            e = _parse_entry(obj, lineno, v3)
+            if in_nodes:
+                raise Failure("order", e.item, "an entry after the node lines")
             n_entries += 1
             kind = _leaf_kind(e.leaf)
             if kind not in KINDS:
@@ -1347,12 +1436,17 @@ def check_structure(path: str) -> Structure:
                 last_record = e.index
                 n_records += 1
         elif t == "end":
-            _exact_members(obj, END_MEMBERS, f"bundle line {lineno} (end)")
+            _exact_members(obj, END_MEMBERS_V3 if v3 else END_MEMBERS, f"bundle line {lineno} (end)")
             if not is_int(obj["entries"]) or obj["entries"] < 0:
                 raise Failure("malformed", f"bundle line {lineno} (end)", "entries is not a non-negative integer")
+            if v3 and (not is_int(obj["nodes"]) or obj["nodes"] < 0):
+                raise Failure("malformed", f"bundle line {lineno} (end)", "nodes is not a non-negative integer")
             if obj["entries"] != n_entries:
                 raise Failure("truncated", f"bundle line {lineno} (end)",
                               f"end line counts {obj['entries']} entries, the bundle holds {n_entries}")
+            if v3 and obj["nodes"] != n_nodes:
+                raise Failure("truncated", f"bundle line {lineno} (end)",
+                              f"end line counts {obj['nodes']} nodes, the bundle holds {n_nodes}")
             ended_with = obj["entries"]
         elif t == "header":
             raise Failure("malformed", f"bundle line {lineno}", "a second header")
@@ -1365,14 +1459,22 @@ def check_structure(path: str) -> Structure:
     return Structure(header, n_entries, n_context, n_records)
 
 
-def _iter_entries(path: str) -> Iterator[EntryLine]:
+def _iter_entries(path: str, v3: bool = False) -> Iterator[EntryLine]:
     """Second pass: the entry lines (already checked by check_structure)."""
     for lineno, raw in _iter_lines(path):
         if not raw.endswith(b"\n"):
             raise Failure("truncated", f"bundle line {lineno}", "the file changed while it was read")
         obj = _parse_bundle_line(lineno, raw)
         if obj["type"] == "entry":
-            yield _parse_entry(obj, lineno)
+            yield _parse_entry(obj, lineno, v3)
+
+
+def _iter_nodes(path: str) -> Iterator[bytes]:
+    """Version 3: the multi-proof's nodes, in order (their lines checked by check_structure)."""
+    for lineno, raw in _iter_lines(path):
+        obj = _parse_bundle_line(lineno, raw)
+        if obj["type"] == "nodes":
+            yield from _parse_nodes(obj, lineno)
 
 
 @dataclass
@@ -1690,7 +1792,7 @@ def check_entry(e: EntryLine, cp: Checkpoint, view: LogView, prev_known: Dict[in
     if not isinstance(leaf, dict) or not is_int(leaf.get("index")) or leaf["index"] != e.index:
         raise Failure("leaf_invalid", item, f"the leaf's index is not the line's index {e.index}")
     lh = leaf_hash(e.leaf)
-    if not verify_inclusion(e.index, cp.size, lh, e.proof, cp.root):
+    if e.proof is not None and not verify_inclusion(e.index, cp.size, lh, e.proof, cp.root):
         raise Failure("inclusion_proof", item, f"the inclusion proof of entry {e.index} does not lead to the "
                       f"checkpoint's root (size {cp.size})")
     # The leaf and its envelope (sections 7, 4, 5).
@@ -1880,12 +1982,16 @@ def _run_bundle(path: str, key: VerifierKey, cert: Optional[CertInfo]) -> Tuple[
     last_record: Optional[Tuple[int, bytes]] = None
     kinds: Dict[str, int] = {}
     seen = 0
-    for e in _iter_entries(path):
+    v3 = st.header.format == BUNDLE_FORMAT_V3
+    leaves: List[Tuple[int, bytes]] = []  # version 3: (index, leaf hash) of every entry
+    for e in _iter_entries(path, v3):
         seen += 1
         prev_known = view.context_leaf_hashes
         if last_record is not None and last_record[0] == e.index - 1:
             prev_known = {e.index - 1: last_record[1]}
         ce = check_entry(e, cp, view, prev_known)
+        if v3:
+            leaves.append((e.index, ce.leaf_hash))
         kind = ce.envelope["kind"]
         kinds[kind] = kinds.get(kind, 0) + 1
         if kind in RECORD_KINDS:
@@ -1901,6 +2007,19 @@ def _run_bundle(path: str, key: VerifierKey, cert: Optional[CertInfo]) -> Tuple[
         raise Failure("malformed", "bundle", "the file changed while it was read")
     if first_subject_failure is not None:
         raise first_subject_failure
+    if v3:
+        # The multi-proof (section 14): every entry, context and records merged by index.
+        leaves.sort()
+        for (a, _), (b, _) in zip(leaves, leaves[1:]):
+            if a == b:
+                raise Failure("order", f"entry {b}", f"index {b} appears twice")
+        try:
+            root = multiproof_root(cp.size, leaves, _iter_nodes(path))
+        except ValueError as err:
+            raise Failure("inclusion_proof", "multi-proof", f"the multi-proof does not fit the bundle's entries: {err}") from None
+        if root != cp.root:
+            raise Failure("inclusion_proof", "multi-proof", "the entries and the multi-proof do not lead to the "
+                          f"checkpoint's root (size {cp.size})")
     return st, cp, view, claims, kinds
 
 
@@ -2074,6 +2193,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--new", required=True)
     s.add_argument("--proof", required=True)
     common(s)
+    import gpuledger_witness  # --witness, --quorum (docs/PROTOCOL.md section 16)
+    for sp in (c, b, k):
+        gpuledger_witness.add_arguments(sp)
     return p
 
 
@@ -2081,6 +2203,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         key = load_verifier_key(args.log_key)
+        import gpuledger_witness  # the witness quorum (docs/PROTOCOL.md section 16)
+        witnesses = gpuledger_witness.policy_from_args(args, UsageError)
         if args.command == "certificate":
             result = verify_certificate(args.certificate, args.bundle, key)
         elif args.command == "bundle":
@@ -2089,6 +2213,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             result = verify_checkpoint_file(args.checkpoint, key)
         else:
             result = verify_consistency_files(args.old, args.new, args.proof, key)
+        result = gpuledger_witness.apply(witnesses, args, result)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

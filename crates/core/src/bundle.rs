@@ -1,9 +1,15 @@
 //! Evidence bundles (docs/PROTOCOL.md §14) and their verification (§15), pure.
 //!
 //! A bundle is JSON Lines: a header with the signed checkpoint, context entries, record entries,
-//! and an end line. Checking one entry ([`prepare_entry`]: base64, canonical leaf, inclusion
-//! proof, envelope rules) needs nothing but the checkpoint, so callers run it on many lines in
-//! parallel; [`BundleChecker`] then takes the prepared entries in order for what is sequential
+//! and an end line. Two formats are read, the header's `format` says which ([`Format`]):
+//! `gpuledger-bundle/v2` gives each entry its base64 leaf and its own inclusion proof;
+//! `gpuledger-bundle/v3` gives each leaf as its JSON object (the line canonical, so the object's
+//! text is the leaf bytes) and proves all of them at once with one multi-proof
+//! ([`crate::multiproof`]) in node lines before the end line. Checking one entry
+//! ([`prepare_entry`]: canonical leaf, in v2 its inclusion proof, envelope rules) needs nothing
+//! but the checkpoint, so callers run it on many lines in parallel; in v3 the checker keeps each
+//! entry's index and leaf hash (40 bytes) and recomputes the root from them and the nodes as the
+//! node lines stream by; [`BundleChecker`] then takes the prepared entries in order for what is sequential
 //! (order, key validity by position) and hands each record to a [`Subject`] (a certificate's
 //! tally, an invoice's rating). [`verify_bundle`] runs the whole: every signature is verified
 //! strictly, in parallel, in the parallel stage once the key registry is complete, otherwise
@@ -16,18 +22,56 @@ use super::envelope::{self, Checked};
 use super::keys;
 use super::leaf::Leaf;
 use super::merkle::{self, Hash};
+use super::multiproof::{MultiProofError, RootBuilder};
 use super::record::{Body, Kind};
 use super::rejection;
 use super::time::Timestamp;
+use super::{canonical, json};
 use base64::prelude::{Engine, BASE64_STANDARD};
 use ed25519_dalek::{Signature, VerifyingKey};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 
-/// The `format` of a bundle header (protocol version 2).
+/// The `format` of a version-2 bundle header: each entry with its own inclusion proof.
 pub const BUNDLE_FORMAT: &str = "gpuledger-bundle/v2";
+
+/// The `format` of a version-3 bundle header: leaves as JSON objects, one multi-proof.
+pub const BUNDLE_FORMAT_V3: &str = "gpuledger-bundle/v3";
+
+/// Most hashes one node line of a version-3 bundle holds (at least one).
+pub const MAX_NODES_PER_LINE: usize = 4096;
+
+/// A bundle format (docs/PROTOCOL.md §14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum Format {
+    /// `gpuledger-bundle/v2`: base64 leaves, an inclusion proof per entry.
+    V2,
+    /// `gpuledger-bundle/v3`: leaves as canonical JSON objects, one multi-proof (the default).
+    #[default]
+    V3,
+}
+
+impl Format {
+    /// The header's `format` string.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::V2 => BUNDLE_FORMAT,
+            Format::V3 => BUNDLE_FORMAT_V3,
+        }
+    }
+
+    /// The format a header names, if known.
+    pub fn parse(name: &str) -> Option<Format> {
+        match name {
+            BUNDLE_FORMAT => Some(Format::V2),
+            BUNDLE_FORMAT_V3 => Some(Format::V3),
+            _ => None,
+        }
+    }
+}
 
 /// Why a verification failed: the stable reason codes of §15.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +196,8 @@ pub struct Header {
 }
 
 impl Header {
-    /// A header for `subject` against the signed checkpoint `note`.
+    /// A version-2 header for `subject` against the signed checkpoint `note` (see
+    /// [`Header::with_format`]).
     pub fn new(log_origin: &str, note: &str, subject: BundleSubject) -> Header {
         Header {
             ty: "header".into(),
@@ -161,6 +206,12 @@ impl Header {
             checkpoint: note.into(),
             subject,
         }
+    }
+
+    /// The header with `format` instead.
+    pub fn with_format(mut self, format: Format) -> Header {
+        self.format = format.name().into();
+        self
     }
 }
 
@@ -184,16 +235,73 @@ pub fn entry_line(index: u64, leaf_bytes: &[u8], proof: &[Hash]) -> Vec<u8> {
     out
 }
 
-/// The JSON line of the header (with its LF).
+/// The JSON line of the header (with its LF); canonical (RFC 8785) in a version-3 bundle,
+/// where every line is.
 pub fn header_line(h: &Header) -> Vec<u8> {
-    let mut out = serde_json::to_vec(h).expect("headers serialise");
+    let mut out = if Format::parse(&h.format) == Some(Format::V3) {
+        let v = serde_json::to_value(h).expect("headers serialise");
+        super::canonical::to_vec(&v).expect("headers hold strings only")
+    } else {
+        serde_json::to_vec(h).expect("headers serialise")
+    };
     out.push(b'\n');
     out
 }
 
-/// The JSON line of the end (with its LF).
+/// The JSON line of the end of a version-2 bundle (with its LF).
 pub fn end_line(entries: u64) -> Vec<u8> {
     format!("{{\"entries\":{entries},\"type\":\"end\"}}\n").into_bytes()
+}
+
+/// The JSON line of one entry of a version-3 bundle (with its LF): `leaf_bytes`, canonical
+/// JSON, are written as they are, so the line is canonical too.
+pub fn entry_line_v3(index: u64, leaf_bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(leaf_bytes.len() + 48);
+    write_entry_v3(index, leaf_bytes, &mut out);
+    out.push(b'\n');
+    out
+}
+
+/// `{"index":N,"leaf":<leaf bytes>,"type":"entry"}`, without LF.
+fn write_entry_v3(index: u64, leaf_bytes: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"index\":");
+    out.extend_from_slice(index.to_string().as_bytes());
+    out.extend_from_slice(b",\"leaf\":");
+    out.extend_from_slice(leaf_bytes);
+    out.extend_from_slice(b",\"type\":\"entry\"}");
+}
+
+/// The JSON line of some nodes of a version-3 bundle's multi-proof (1 to
+/// [`MAX_NODES_PER_LINE`] of them; with its LF).
+pub fn nodes_line(hashes: &[Hash]) -> Vec<u8> {
+    assert!(
+        !hashes.is_empty() && hashes.len() <= MAX_NODES_PER_LINE,
+        "a node line holds 1 to {MAX_NODES_PER_LINE} hashes"
+    );
+    let mut out = nodes_line_text(hashes.iter().map(merkle::encode_hash));
+    out.push(b'\n');
+    out
+}
+
+/// `{"hashes":[...],"type":"nodes"}`, without LF.
+fn nodes_line_text<S: AsRef<str>>(hashes: impl Iterator<Item = S>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + 47 * MAX_NODES_PER_LINE);
+    out.extend_from_slice(b"{\"hashes\":[");
+    for (i, h) in hashes.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'"');
+        out.extend_from_slice(h.as_ref().as_bytes());
+        out.push(b'"');
+    }
+    out.extend_from_slice(b"],\"type\":\"nodes\"}");
+    out
+}
+
+/// The JSON line of the end of a version-3 bundle (with its LF).
+pub fn end_line_v3(entries: u64, nodes: u64) -> Vec<u8> {
+    format!("{{\"entries\":{entries},\"nodes\":{nodes},\"type\":\"end\"}}\n").into_bytes()
 }
 
 /// Any line, before its type is known; every member optional so one parse serves all.
@@ -203,23 +311,29 @@ struct RawLine<'a> {
     #[serde(rename = "type", borrow)]
     ty: Cow<'a, str>,
     index: Option<u64>,
+    /// A base64 string in v2, the leaf's JSON object in v3.
     #[serde(borrow)]
-    leaf: Option<Cow<'a, str>>,
+    leaf: Option<&'a RawValue>,
     #[serde(borrow)]
     proof: Option<Vec<Cow<'a, str>>>,
+    #[serde(borrow)]
+    hashes: Option<Vec<Cow<'a, str>>>,
     entries: Option<u64>,
+    nodes: Option<u64>,
     format: Option<String>,
     log_origin: Option<String>,
     checkpoint: Option<String>,
     subject: Option<BundleSubject>,
 }
 
-/// The checkpoint every proof of a bundle is against.
+/// The checkpoint every proof of a bundle is against, and the bundle's format.
 #[derive(Debug)]
 pub struct Anchor {
     pub note: String,
     pub checkpoint: Checkpoint,
     pub log_key: VerifyingKey,
+    /// The format the bundle's header names (v2 for an anchor read outside a bundle).
+    pub format: Format,
 }
 
 impl Anchor {
@@ -233,6 +347,14 @@ impl Anchor {
     }
 }
 
+/// Whether `line` is exactly the canonical form (RFC 8785) of the JSON it holds.
+fn is_canonical(line: &[u8]) -> bool {
+    json::parse_strict(line)
+        .ok()
+        .and_then(|v| canonical::to_vec(&v).ok())
+        .is_some_and(|c| c == line)
+}
+
 /// Parses the header line and checks its checkpoint against the verifier key (§15 steps 1–2).
 pub fn read_header(line: &[u8], verifier_key: &str) -> Result<(Header, Anchor), Failure> {
     let malformed = |m: String| Failure::new(Reason::Malformed, "line 1", m);
@@ -241,10 +363,15 @@ pub fn read_header(line: &[u8], verifier_key: &str) -> Result<(Header, Anchor), 
     if h.ty != "header" {
         return Err(malformed("the first line is not a bundle header".into()));
     }
-    if h.format != BUNDLE_FORMAT {
-        return Err(malformed(format!("unknown bundle format {:?}", h.format)));
+    let format = Format::parse(&h.format)
+        .ok_or_else(|| malformed(format!("unknown bundle format {:?}", h.format)))?;
+    if format == Format::V3 && !is_canonical(line) {
+        return Err(malformed(
+            "a version-3 line must be canonical JSON (RFC 8785)".into(),
+        ));
     }
-    let anchor = anchor(&h.checkpoint, verifier_key)?;
+    let mut anchor = anchor(&h.checkpoint, verifier_key)?;
+    anchor.format = format;
     if anchor.checkpoint.origin() != h.log_origin {
         return Err(Failure::new(
             Reason::CheckpointMismatch,
@@ -265,6 +392,7 @@ pub fn anchor(note: &str, verifier_key: &str) -> Result<Anchor, Failure> {
         note: note.to_owned(),
         checkpoint,
         log_key,
+        format: Format::V2,
     })
 }
 
@@ -293,119 +421,239 @@ pub fn verifier_public_key(verifier_key: &str) -> Result<VerifyingKey, String> {
 pub enum Prepared {
     Header,
     Entry(Box<PreparedEntry>),
-    End(u64),
+    /// Some nodes of a version-3 bundle's multi-proof.
+    Nodes(Vec<Hash>),
+    /// The end line: its entry count, and in v3 its node count.
+    End {
+        entries: u64,
+        nodes: Option<u64>,
+    },
 }
 
 /// An entry whose leaf, proof and envelope rules have been checked.
 pub struct PreparedEntry {
     pub index: u64,
     pub leaf_hash: Hash,
+    /// The leaf's `prev`: the leaf hash of entry `index − 1` (§7).
+    pub prev: Hash,
     /// The leaf's `received_at`: the clock of the entry's time rules.
     pub received_at: Timestamp,
     pub checked: Checked,
 }
 
-/// Checks one line alone (§15 steps 1 and 4 up to key validity); `line_no` is 1-based.
+/// Checks one line alone (§15 steps 1 and 4 up to key validity); `line_no` is 1-based. The
+/// line is read in the format of `anchor` (its header's).
 pub fn prepare_line(line_no: u64, line: &[u8], anchor: &Anchor) -> Result<Prepared, Failure> {
     let at = || format!("line {line_no}");
-    let raw: RawLine = serde_json::from_slice(line)
-        .map_err(|e| Failure::new(Reason::Malformed, at(), format!("not a bundle line: {e}")))?;
+    let malformed = |m: String| Failure::new(Reason::Malformed, at(), m);
+    let raw: RawLine =
+        serde_json::from_slice(line).map_err(|e| malformed(format!("not a bundle line: {e}")))?;
+    let v3 = anchor.format == Format::V3;
     let only = |ok: bool| {
         if ok {
             Ok(())
         } else {
-            Err(Failure::new(
-                Reason::Malformed,
-                at(),
-                format!("members do not fit a {:?} line", raw.ty),
-            ))
+            Err(malformed(format!("members do not fit a {:?} line", raw.ty)))
         }
     };
+    let not_canonical = || malformed("a version-3 line must be canonical JSON (RFC 8785)".into());
+    let no_header_members = raw.format.is_none()
+        && raw.log_origin.is_none()
+        && raw.checkpoint.is_none()
+        && raw.subject.is_none();
     match raw.ty.as_ref() {
         "header" => Ok(Prepared::Header),
         "end" => {
-            only(raw.index.is_none() && raw.leaf.is_none() && raw.proof.is_none())?;
-            let n = raw.entries.ok_or_else(|| {
-                Failure::new(Reason::Malformed, at(), "the end line has no entry count")
-            })?;
-            Ok(Prepared::End(n))
+            only(
+                no_header_members
+                    && raw.index.is_none()
+                    && raw.leaf.is_none()
+                    && raw.proof.is_none()
+                    && raw.hashes.is_none()
+                    && (v3 || raw.nodes.is_none()),
+            )?;
+            let entries = raw
+                .entries
+                .ok_or_else(|| malformed("the end line has no entry count".into()))?;
+            if v3 {
+                let nodes = raw
+                    .nodes
+                    .ok_or_else(|| malformed("the end line has no node count".into()))?;
+                if end_line_v3(entries, nodes).strip_suffix(b"\n") != Some(line) {
+                    return Err(not_canonical());
+                }
+            }
+            Ok(Prepared::End {
+                entries,
+                nodes: raw.nodes,
+            })
+        }
+        "nodes" if v3 => {
+            only(
+                no_header_members
+                    && raw.index.is_none()
+                    && raw.leaf.is_none()
+                    && raw.proof.is_none()
+                    && raw.entries.is_none()
+                    && raw.nodes.is_none(),
+            )?;
+            let hashes = raw
+                .hashes
+                .ok_or_else(|| malformed("a node line needs hashes".into()))?;
+            if hashes.is_empty() || hashes.len() > MAX_NODES_PER_LINE {
+                return Err(malformed(format!(
+                    "a node line holds 1 to {MAX_NODES_PER_LINE} hashes, not {}",
+                    hashes.len()
+                )));
+            }
+            if nodes_line_text(hashes.iter()) != line {
+                return Err(not_canonical());
+            }
+            let decoded: Option<Vec<Hash>> =
+                hashes.iter().map(|h| merkle::decode_hash(h)).collect();
+            decoded
+                .map(Prepared::Nodes)
+                .ok_or_else(|| malformed("node hashes are not base64 of 32 bytes".into()))
         }
         "entry" => {
             only(
-                raw.entries.is_none()
-                    && raw.format.is_none()
-                    && raw.log_origin.is_none()
-                    && raw.checkpoint.is_none()
-                    && raw.subject.is_none(),
+                no_header_members
+                    && raw.entries.is_none()
+                    && raw.nodes.is_none()
+                    && raw.hashes.is_none()
+                    && (!v3 || raw.proof.is_none()),
             )?;
-            let (Some(index), Some(leaf), Some(proof)) = (raw.index, raw.leaf, raw.proof) else {
-                return Err(Failure::new(
-                    Reason::Malformed,
-                    at(),
-                    "an entry needs index, leaf and proof",
-                ));
+            let (Some(index), Some(leaf)) = (raw.index, raw.leaf) else {
+                return Err(malformed("an entry needs index and leaf".into()));
             };
+            if v3 {
+                if !leaf.get().starts_with('{') {
+                    return Err(malformed("a version-3 leaf is a JSON object".into()));
+                }
+                let mut canonical_line = Vec::with_capacity(line.len());
+                write_entry_v3(index, leaf.get().as_bytes(), &mut canonical_line);
+                if canonical_line != line {
+                    return Err(not_canonical());
+                }
+                return prepare_entry_v3(index, leaf.get().as_bytes(), anchor)
+                    .map(|e| Prepared::Entry(Box::new(e)));
+            }
+            let Some(proof) = raw.proof else {
+                return Err(malformed("an entry needs index, leaf and proof".into()));
+            };
+            let leaf: Cow<str> = serde_json::from_str(leaf.get())
+                .map_err(|_| malformed("a version-2 leaf is a base64 string".into()))?;
             prepare_entry(index, &leaf, &proof, anchor).map(|e| Prepared::Entry(Box::new(e)))
         }
-        other => Err(Failure::new(
-            Reason::Malformed,
-            at(),
-            format!("unknown line type {other:?}"),
-        )),
+        other => Err(malformed(format!("unknown line type {other:?}"))),
     }
 }
 
-/// Checks one entry alone: in the checkpoint, canonical leaf of that index, inclusion proof,
-/// envelope valid at its receive time.
+/// Checks one entry of a version-2 bundle alone: in the checkpoint, canonical leaf of that
+/// index, inclusion proof, envelope valid at its receive time.
 pub fn prepare_entry<S: AsRef<str>>(
     index: u64,
     leaf_b64: &str,
     proof: &[S],
     anchor: &Anchor,
 ) -> Result<PreparedEntry, Failure> {
-    let item = || format!("entry {index}");
-    let fail = |r: Reason, m: String| Failure::new(r, item(), m);
-    if index >= anchor.size() {
-        return Err(fail(
-            Reason::NotInCheckpoint,
-            format!("index is not below the checkpoint's size {}", anchor.size()),
-        ));
-    }
+    let fail = |r: Reason, m: &str| Failure::new(r, format!("entry {index}"), m);
+    in_checkpoint(index, anchor)?;
     let bytes = BASE64_STANDARD
         .decode(leaf_b64)
-        .map_err(|_| fail(Reason::Malformed, "leaf is not base64".into()))?;
-    let leaf = Leaf::from_bytes(&bytes).map_err(|m| fail(Reason::LeafInvalid, m))?;
-    if leaf.index != index {
-        return Err(fail(
-            Reason::LeafInvalid,
-            format!("the leaf says index {}", leaf.index),
-        ));
-    }
+        .map_err(|_| fail(Reason::Malformed, "leaf is not base64"))?;
+    let leaf = leaf_at(index, &bytes)?;
     let proof: Option<Vec<Hash>> = proof
         .iter()
         .map(|h| merkle::decode_hash(h.as_ref()))
         .collect();
-    let proof = proof.ok_or_else(|| {
-        fail(
-            Reason::Malformed,
-            "proof hashes are not base64 of 32 bytes".into(),
-        )
-    })?;
+    let proof =
+        proof.ok_or_else(|| fail(Reason::Malformed, "proof hashes are not base64 of 32 bytes"))?;
     let leaf_hash = merkle::leaf_hash(&bytes);
     merkle::check_record(&proof, anchor.size(), anchor.root(), index, leaf_hash).map_err(|_| {
         fail(
             Reason::InclusionProof,
-            "the inclusion proof does not lead to the checkpoint's root".into(),
+            "the inclusion proof does not lead to the checkpoint's root",
         )
     })?;
+    checked_entry(index, leaf, leaf_hash, anchor)
+}
+
+/// Checks one entry of a version-3 bundle alone: in the checkpoint, canonical leaf of that
+/// index, envelope valid at its receive time. Its inclusion is proven with all the others by
+/// the multi-proof ([`BundleChecker`]).
+pub fn prepare_entry_v3(
+    index: u64,
+    leaf_bytes: &[u8],
+    anchor: &Anchor,
+) -> Result<PreparedEntry, Failure> {
+    in_checkpoint(index, anchor)?;
+    let leaf = leaf_at(index, leaf_bytes).map_err(|f| {
+        if is_canonical(leaf_bytes) {
+            f
+        } else {
+            // Not even canonical JSON: the line is not a version-3 line.
+            Failure::new(
+                Reason::Malformed,
+                format!("entry {index}"),
+                "a version-3 line must be canonical JSON (RFC 8785)",
+            )
+        }
+    })?;
+    checked_entry(index, leaf, merkle::leaf_hash(leaf_bytes), anchor)
+}
+
+/// `not_in_checkpoint` unless `index` is below the checkpoint's size.
+fn in_checkpoint(index: u64, anchor: &Anchor) -> Result<(), Failure> {
+    if index >= anchor.size() {
+        return Err(Failure::new(
+            Reason::NotInCheckpoint,
+            format!("entry {index}"),
+            format!("index is not below the checkpoint's size {}", anchor.size()),
+        ));
+    }
+    Ok(())
+}
+
+/// The canonical version-2 leaf of `bytes`, which must say `index`.
+fn leaf_at(index: u64, bytes: &[u8]) -> Result<Leaf, Failure> {
+    let fail = |m: String| Failure::new(Reason::LeafInvalid, format!("entry {index}"), m);
+    let leaf = Leaf::from_bytes(bytes).map_err(fail)?;
+    if leaf.index != index {
+        return Err(fail(format!("the leaf says index {}", leaf.index)));
+    }
+    Ok(leaf)
+}
+
+/// The entry with its envelope checked (§4, §5) for the checkpoint's origin.
+fn checked_entry(
+    index: u64,
+    leaf: Leaf,
+    leaf_hash: Hash,
+    anchor: &Anchor,
+) -> Result<PreparedEntry, Failure> {
     let received_at = leaf.received_at;
+    let prev = leaf.prev_hash().ok_or_else(|| {
+        Failure::new(
+            Reason::LeafInvalid,
+            format!("entry {index}"),
+            "prev is not base64 of 32 bytes",
+        )
+    })?;
     let checked = leaf
         .envelope
         .check(anchor.checkpoint.origin())
-        .map_err(|r| fail(Reason::LeafInvalid, format!("envelope invalid: {r}")))?;
+        .map_err(|r| {
+            Failure::new(
+                Reason::LeafInvalid,
+                format!("entry {index}"),
+                format!("envelope invalid: {r}"),
+            )
+        })?;
     Ok(PreparedEntry {
         index,
         leaf_hash,
+        prev,
         received_at,
         checked,
     })
@@ -459,6 +707,22 @@ pub struct BundleChecker {
     entries: u64,
     records: u64,
     ended: bool,
+    format: Format,
+    size: u64,
+    root: Hash,
+    /// v3: each entry's index and leaf hash, until the node lines start.
+    leaves: Vec<(u64, Hash)>,
+    /// v3: the root being recomputed, from the first node line (or the end line) on.
+    proof: Option<RootBuilder>,
+    /// v3: node hashes read.
+    nodes: u64,
+    /// v3: the multi-proof's failure at a node line (more nodes than the tree needs), reported
+    /// at the end line once its counts are checked, as a verifier that counts first would.
+    proof_failure: Option<Failure>,
+    /// The context entries' leaf hashes, and the last record's index and leaf hash: the hash
+    /// chain is checked where the bundle holds the entry before (§15 step 4).
+    context_hashes: HashMap<u64, Hash>,
+    last_record: Option<(u64, Hash)>,
 }
 
 impl BundleChecker {
@@ -472,7 +736,89 @@ impl BundleChecker {
             entries: 0,
             records: 0,
             ended: false,
+            format: anchor.format,
+            size: anchor.size(),
+            root: anchor.root(),
+            leaves: Vec::new(),
+            proof: None,
+            nodes: 0,
+            proof_failure: None,
+            context_hashes: HashMap::new(),
+            last_record: None,
         }
+    }
+
+    /// Node hashes read (v3).
+    pub fn nodes(&self) -> u64 {
+        self.nodes
+    }
+
+    /// v3: the multi-proof's recomputation, started when the entries are over: the leaves in
+    /// index order (context and records merged), every index once.
+    fn proof(&mut self, line_no: u64) -> Result<&mut RootBuilder, Failure> {
+        if self.proof.is_none() {
+            let mut leaves = std::mem::take(&mut self.leaves);
+            leaves.sort_unstable_by_key(|l| l.0);
+            let builder = RootBuilder::new(self.size, leaves).map_err(|e| match e {
+                MultiProofError::Order(i) => Failure::new(
+                    Reason::Order,
+                    format!("entry {i}"),
+                    "an index appears twice in the bundle",
+                ),
+                e => Failure::new(
+                    Reason::NotInCheckpoint,
+                    format!("line {line_no}"),
+                    e.to_string(),
+                ),
+            })?;
+            self.proof = Some(builder);
+        }
+        Ok(self.proof.as_mut().expect("set above"))
+    }
+
+    /// v3: takes a node line's hashes.
+    fn take_nodes(&mut self, line_no: u64, hashes: &[Hash]) -> Result<(), Failure> {
+        self.nodes += hashes.len() as u64;
+        if self.proof_failure.is_some() {
+            return Ok(());
+        }
+        let proof = self.proof(line_no)?;
+        for h in hashes {
+            if let Err(e) = proof.push_node(*h) {
+                self.proof_failure = Some(Failure::new(
+                    Reason::InclusionProof,
+                    format!("line {line_no}"),
+                    format!("the multi-proof does not fit the bundle's entries: {e}"),
+                ));
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// v3: the root from the entries and every node, which must be the checkpoint's.
+    fn check_root(&mut self, line_no: u64) -> Result<(), Failure> {
+        self.proof(line_no)?;
+        if let Some(f) = self.proof_failure.take() {
+            return Err(f);
+        }
+        let fail = |m: String| Failure::new(Reason::InclusionProof, "multi-proof", m);
+        let root = self
+            .proof
+            .take()
+            .expect("set above")
+            .finish()
+            .map_err(|e| {
+                fail(format!(
+                    "the multi-proof does not fit the bundle's entries: {e}"
+                ))
+            })?;
+        if root != self.root {
+            return Err(fail(
+                "the entries and the multi-proof do not lead to the checkpoint's root".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Entry lines seen.
@@ -503,6 +849,7 @@ impl BundleChecker {
             return Ok(None);
         };
         self.place(e)?;
+        self.chain(e)?;
         let key = self.admit(e)?;
         if e.checked.kind.signed_by() == super::record::Role::Ledger {
             // Context that changes the registry counts only once its signature holds.
@@ -538,7 +885,7 @@ impl BundleChecker {
         }
         match p {
             Prepared::Header => Err(Failure::new(Reason::Order, at(), "a second header")),
-            Prepared::End(n) => {
+            Prepared::End { entries: n, nodes } => {
                 if *n != self.entries {
                     return Err(Failure::new(
                         Reason::Truncated,
@@ -549,10 +896,37 @@ impl BundleChecker {
                         ),
                     ));
                 }
+                if self.format == Format::V3 {
+                    let m = nodes.expect("a v3 end line has a node count");
+                    if m != self.nodes {
+                        return Err(Failure::new(
+                            Reason::Truncated,
+                            at(),
+                            format!(
+                                "the end line counts {m} nodes, the bundle has {}",
+                                self.nodes
+                            ),
+                        ));
+                    }
+                    self.check_root(line_no)?;
+                }
                 self.ended = true;
                 Ok(None)
             }
-            Prepared::Entry(e) => Ok(Some(e)),
+            Prepared::Nodes(hashes) => {
+                self.take_nodes(line_no, hashes)?;
+                Ok(None)
+            }
+            Prepared::Entry(e) => {
+                if self.proof.is_some() {
+                    return Err(Failure::new(
+                        Reason::Order,
+                        at(),
+                        "an entry after the node lines",
+                    ));
+                }
+                Ok(Some(e))
+            }
         }
     }
 
@@ -585,6 +959,9 @@ impl BundleChecker {
         }
         self.last_index = Some(index);
         self.entries += 1;
+        if self.format == Format::V3 {
+            self.leaves.push((index, e.leaf_hash));
+        }
         if record {
             self.records += 1;
         }
@@ -596,6 +973,34 @@ impl BundleChecker {
                     format!("the record is not {t}'s"),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// The hash chain (§7): the entry's `prev` is the leaf hash of entry `index − 1` where the
+    /// bundle holds that entry (32 zero bytes for entry 0). Notes the entry for those after it.
+    fn chain(&mut self, e: &PreparedEntry) -> Result<(), Failure> {
+        let expected = match e.index.checked_sub(1) {
+            None => Some(super::leaf::GENESIS_PREV),
+            Some(before) => match self.last_record {
+                Some((i, h)) if i == before => Some(h),
+                _ => self.context_hashes.get(&before).copied(),
+            },
+        };
+        if expected.is_some_and(|h| h != e.prev) {
+            return Err(Failure::new(
+                Reason::LeafInvalid,
+                format!("entry {}", e.index),
+                match e.index {
+                    0 => "the first entry's prev is not 32 zero bytes".to_owned(),
+                    i => format!("prev is not the leaf hash of entry {}", i - 1),
+                },
+            ));
+        }
+        if is_record_kind(e.checked.kind) {
+            self.last_record = Some((e.index, e.leaf_hash));
+        } else {
+            self.context_hashes.insert(e.index, e.leaf_hash);
         }
         Ok(())
     }
@@ -699,6 +1104,8 @@ pub struct Verified {
     pub anchor: Anchor,
     pub entries: u64,
     pub records: u64,
+    /// The nodes of a version-3 bundle's multi-proof (0 in v2).
+    pub nodes: u64,
 }
 
 /// Lines checked in parallel at a time.
@@ -767,6 +1174,7 @@ pub fn verify_bundle<S: Subject>(
             header,
             entries: checker.entries(),
             records: checker.records(),
+            nodes: checker.nodes(),
             anchor,
         },
         subject,

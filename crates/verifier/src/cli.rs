@@ -31,6 +31,15 @@ pub struct VerifyArgs {
     /// bundle.
     #[arg(long)]
     log_key: Option<String>,
+    /// A witness whose cosignature counts (its vkey, `<name>+<key id>+<base64(0x04 ‖ key)>`),
+    /// or @FILE holding one vkey a line. Repeatable. The checkpoint must then carry --quorum
+    /// valid cosignatures (docs/PROTOCOL.md §16).
+    #[arg(long = "witness", value_name = "VKEY|@FILE")]
+    witnesses: Vec<String>,
+    /// Distinct given witnesses that must have cosigned the checkpoint [default: 1 with
+    /// --witness]; at most the number of witnesses.
+    #[arg(long, value_name = "K")]
+    quorum: Option<usize>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -110,9 +119,63 @@ fn read_text(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// The witnesses and quorum of `--witness` and `--quorum`, if any; usage errors otherwise.
+fn witness_policy(
+    witnesses: &[String],
+    quorum: Option<usize>,
+) -> Result<Option<crate::WitnessPolicy>> {
+    let mut keys: Vec<gpuledger_core::cosignature::WitnessKey> = Vec::new();
+    for arg in witnesses {
+        let text = match arg.strip_prefix('@') {
+            Some(path) => {
+                std::fs::read_to_string(path).with_context(|| format!("reading --witness {arg}"))?
+            }
+            None => arg.clone(),
+        };
+        for vkey in text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
+            let key = gpuledger_core::cosignature::WitnessKey::parse(vkey)
+                .with_context(|| format!("--witness {vkey}"))?;
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+    }
+    match (keys.len(), quorum) {
+        (0, None) if witnesses.is_empty() => Ok(None),
+        (0, _) => bail!("--quorum needs at least one --witness"),
+        (n, Some(k)) if k == 0 || k > n => {
+            bail!("--quorum {k} must be between 1 and the number of distinct witnesses ({n})")
+        }
+        (_, k) => Ok(Some(crate::WitnessPolicy {
+            witnesses: keys,
+            quorum: k.unwrap_or(1),
+        })),
+    }
+}
+
 /// A certificate, an invoice, a bundle or a checkpoint, from files.
 fn files(args: VerifyArgs) -> Result<ExitCode> {
     let log_key = key(args.log_key)?;
+    let policy = witness_policy(&args.witnesses, args.quorum)?;
+    // The quorum is checked first: without it nothing else matters, and it is cheap.
+    let cosigned = match &policy {
+        Some(p) => {
+            let note = crate::anchored_note(
+                args.certificate.as_deref(),
+                args.bundle.as_deref(),
+                args.checkpoint.as_deref(),
+            );
+            match crate::witness_quorum(note.as_deref(), p) {
+                Ok(found) => Some((found, p)),
+                Err(report) => return Ok(print_report(&report, args.json)),
+            }
+        }
+        None => None,
+    };
     let progress = !args.json && std::io::stderr().is_terminal();
     let file = |path| crate::BundleFile {
         path,
@@ -127,6 +190,10 @@ fn files(args: VerifyArgs) -> Result<ExitCode> {
         _ => bail!(
             "give --certificate FILE --bundle FILE, --invoice FILE --bundle FILE, --bundle FILE, --checkpoint FILE, or `verify consistency`"
         ),
+    };
+    let report = match cosigned {
+        Some((found, p)) => report.with_witnesses(&found, p),
+        None => report,
     };
     Ok(print_report(&report, args.json))
 }

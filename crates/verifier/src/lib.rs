@@ -123,6 +123,8 @@ fn summary_of(v: &bundle::Verified) -> serde_json::Value {
         "checkpoint_root": merkle::encode_hash(&v.anchor.root()),
         "entries": v.entries,
         "records": v.records,
+        "bundle_format": v.anchor.format.name(),
+        "multiproof_nodes": v.nodes,
     })
 }
 
@@ -328,4 +330,115 @@ pub fn consistency(old: &Path, new_note: &str, proof: &[String], log_key: &str) 
         ))
     };
     run().unwrap_or_else(Report::fail)
+}
+
+/// The witnesses a verification asks for (`--witness`, `--quorum`; docs/PROTOCOL.md §16).
+#[derive(Clone, Debug)]
+pub struct WitnessPolicy {
+    /// The trusted witnesses (distinct keys).
+    pub witnesses: Vec<gpuledger_core::cosignature::WitnessKey>,
+    /// How many distinct witnesses must have cosigned the checkpoint.
+    pub quorum: usize,
+}
+
+/// The stable reason code of a checkpoint without enough valid cosignatures.
+pub const WITNESS_QUORUM: &str = "witness_quorum";
+
+/// The most bytes read of a bundle's first line (its header) to find the checkpoint.
+const MAX_HEADER_LINE: u64 = 1 << 20;
+
+/// The checkpoint note a verification is anchored to: a certificate's `checkpoint` field, else
+/// the `checkpoint` of the bundle's header line, else the checkpoint file. `None` when it
+/// cannot be read (the main check then reports why).
+pub fn anchored_note(
+    certificate: Option<&Path>,
+    bundle: Option<&Path>,
+    checkpoint: Option<&Path>,
+) -> Option<String> {
+    let field = |v: serde_json::Value| v.get("checkpoint")?.as_str().map(str::to_owned);
+    if let Some(c) = certificate {
+        return field(serde_json::from_slice(&std::fs::read(c).ok()?).ok()?);
+    }
+    if let Some(b) = bundle {
+        let mut line = Vec::new();
+        BufReader::new(File::open(b).ok()?.take(MAX_HEADER_LINE))
+            .read_until(b'\n', &mut line)
+            .ok()?;
+        return field(serde_json::from_slice(&line).ok()?);
+    }
+    std::fs::read_to_string(checkpoint?).ok()
+}
+
+/// The witness rule: `note` must carry valid `cosignature/v1` lines from at least
+/// `policy.quorum` distinct witnesses of `policy.witnesses`. Returns those found, or the
+/// failing report (reason `witness_quorum`, naming found and required).
+pub fn witness_quorum(
+    note: Option<&str>,
+    policy: &WitnessPolicy,
+) -> Result<Vec<gpuledger_core::cosignature::Cosigned>, Report> {
+    let found = note.map_or_else(Vec::new, |n| {
+        gpuledger_core::cosignature::valid_cosignatures(n.as_bytes(), &policy.witnesses)
+    });
+    if found.len() >= policy.quorum {
+        return Ok(found);
+    }
+    Err(Report {
+        result: "FAIL",
+        reason: Some(WITNESS_QUORUM),
+        item: Some("checkpoint".into()),
+        message: format!(
+            "the checkpoint carries valid cosignatures from {} of the {} given witnesses, {} required{}",
+            found.len(),
+            policy.witnesses.len(),
+            policy.quorum,
+            if found.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (cosigned by {})",
+                    found.iter().map(|c| c.witness.as_str()).collect::<Vec<_>>().join(", ")
+                )
+            }
+        ),
+        summary: serde_json::json!({"found": found.len(), "required": policy.quorum}),
+    })
+}
+
+impl Report {
+    /// A passing report with the witnesses that cosigned its checkpoint added.
+    pub fn with_witnesses(
+        mut self,
+        found: &[gpuledger_core::cosignature::Cosigned],
+        policy: &WitnessPolicy,
+    ) -> Report {
+        if !self.passed() {
+            return self;
+        }
+        self.message.push_str(&format!(
+            "; checkpoint cosigned by {} of the {} given witnesses ({}; quorum {})",
+            found.len(),
+            policy.witnesses.len(),
+            found
+                .iter()
+                .map(|c| c.witness.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            policy.quorum
+        ));
+        let witnesses = serde_json::json!({
+            "required": policy.quorum,
+            "found": found.len(),
+            "cosigned_by": found.iter().map(|c| serde_json::json!({
+                "name": c.witness,
+                "key_id": format!("{:08x}", c.key_id),
+                "timestamp": c.timestamp,
+            })).collect::<Vec<_>>(),
+        });
+        if let serde_json::Value::Object(map) = &mut self.summary {
+            map.insert("witnesses".into(), witnesses);
+        } else {
+            self.summary = serde_json::json!({ "witnesses": witnesses });
+        }
+        self
+    }
 }

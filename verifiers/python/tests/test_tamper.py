@@ -821,5 +821,158 @@ class Structure(Base):
         self.assertFail(self.verify(bundle=data[: data.rfind(b'{"type":"end"')]), "truncated")
 
 
+# --- version 3: leaves as JSON objects, one multi-proof (section 14) ------------------------------
+
+
+def multiproof_nodes(leaf_hashes, lo, hi, indexes):
+    """The multi-proof by its definition (section 14), over the whole log's leaf hashes."""
+    if not any(lo <= i < hi for i in indexes):
+        return [producer.mth_hashes(leaf_hashes[lo:hi])]
+    if hi - lo == 1:
+        return []
+    k = producer._k(hi - lo)
+    return (multiproof_nodes(leaf_hashes, lo, lo + k, indexes)
+            + multiproof_nodes(leaf_hashes, lo + k, hi, indexes))
+
+
+def v3_bundle(sc, per_line=4096):
+    """The scenario's bundle in version 3, as canonical lines (bytes, without LF)."""
+    log, size = sc.log, sc.size
+    header = {"type": "header", "format": "gpuledger-bundle/v3", "log_origin": log.origin,
+              "checkpoint": log.checkpoint(size), "subject": {"certificate": sc.certificate["id"]}}
+    lines = [producer.jcs(header)]
+    for i in list(sc.context) + list(sc.records):
+        lines.append(producer.jcs({"type": "entry", "index": i, "leaf": json.loads(log.entries[i].leaf)}))
+    nodes = multiproof_nodes(log.leaf_hashes(size), 0, size, set(sc.context) | set(sc.records))
+    for k in range(0, len(nodes), per_line):
+        lines.append(producer.jcs({"type": "nodes", "hashes": [gv.b64(h) for h in nodes[k:k + per_line]]}))
+    lines.append(producer.jcs({"type": "end", "entries": len(sc.context) + len(sc.records), "nodes": len(nodes)}))
+    return lines
+
+
+class CompactBundles(Base):
+    """Every tamper of a version-3 bundle is refused with its reason; version 2 still reads."""
+
+    def setUp(self):
+        super().setUp()
+        self.v3 = v3_bundle(self.sc)
+
+    def run_v3(self, lines, cert=None):
+        return self.run_certificate(cert if cert is not None else self.cert, b"".join(l + b"\n" for l in lines),
+                                    self.key)
+
+    def obj(self, line):
+        return json.loads(line)
+
+    def positions(self, lines, ty):
+        return [i for i, l in enumerate(lines) if self.obj(l)["type"] == ty]
+
+    def fixed_end(self, lines):
+        entries = len(self.positions(lines, "entry"))
+        nodes = sum(len(self.obj(lines[i])["hashes"]) for i in self.positions(lines, "nodes"))
+        return lines[:-1] + [producer.jcs({"type": "end", "entries": entries, "nodes": nodes})]
+
+    def with_nodes(self, lines, nodes):
+        at = self.positions(lines, "nodes")
+        out = [l for i, l in enumerate(lines) if i not in at]
+        if nodes:
+            out.insert(at[0], producer.jcs({"type": "nodes", "hashes": nodes}))
+        return out
+
+    def test_genuine_v3_passes_and_is_smaller(self):
+        r = self.run_v3(self.v3)
+        self.assertPass(r)
+        self.assertEqual(r.summary["records"], 6)
+        self.assertPass(self.verify())  # version 2 still reads
+        v2 = producer.bundle_bytes(self.bundle)
+        self.assertLess(sum(len(l) + 1 for l in self.v3), len(v2))
+        # Node lines of any size from 1 to 4096 hashes.
+        self.assertPass(self.run_v3(v3_bundle(self.sc, per_line=1)))
+
+    def test_every_node_changed_removed_or_added(self):
+        nodes = self.obj(self.v3[self.positions(self.v3, "nodes")[0]])["hashes"]
+        self.assertGreaterEqual(len(nodes), 3)
+        for k in range(len(nodes)):
+            raw = bytearray(base64.b64decode(nodes[k]))
+            raw[k % 32] ^= 0x01
+            changed = nodes[:k] + [gv.b64(bytes(raw))] + nodes[k + 1:]
+            fewer = nodes[:k] + nodes[k + 1:]
+            with self.subTest(node=k):
+                self.assertFail(self.run_v3(self.with_nodes(self.v3, changed)), "inclusion_proof", "multi-proof")
+                self.assertFail(self.run_v3(self.with_nodes(self.v3, fewer)), "truncated")
+                self.assertFail(self.run_v3(self.fixed_end(self.with_nodes(self.v3, fewer))), "inclusion_proof")
+        more = nodes + [gv.b64(bytes(32))]
+        self.assertFail(self.run_v3(self.with_nodes(self.v3, more)), "truncated")
+        self.assertFail(self.run_v3(self.fixed_end(self.with_nodes(self.v3, more))), "inclusion_proof")
+        self.assertFail(self.run_v3(self.with_nodes(self.v3, [])), "truncated")
+        self.assertFail(self.run_v3(self.fixed_end(self.with_nodes(self.v3, []))), "inclusion_proof")
+
+    def test_counts(self):
+        end = self.obj(self.v3[-1])
+        for entries, nodes in ((end["entries"] + 1, end["nodes"]), (end["entries"] - 1, end["nodes"]),
+                               (end["entries"], end["nodes"] + 1), (end["entries"], end["nodes"] - 1)):
+            lines = self.v3[:-1] + [producer.jcs({"type": "end", "entries": entries, "nodes": nodes})]
+            with self.subTest(entries=entries, nodes=nodes):
+                self.assertFail(self.run_v3(lines), "truncated")
+        self.assertFail(self.run_v3(self.v3[:-1]), "truncated")
+        lines = self.v3[:-1] + [producer.jcs({"type": "end", "entries": end["entries"]})]
+        self.assertFail(self.run_v3(lines), "malformed")
+
+    def test_records_removed_added_or_changed(self):
+        for pos in self.positions(self.v3, "entry"):
+            line = self.obj(self.v3[pos])
+            if line["leaf"]["envelope"]["kind"] not in ("gpu_usage", "energy"):
+                continue
+            with self.subTest(index=line["index"]):
+                lines = self.fixed_end(self.v3[:pos] + self.v3[pos + 1:])
+                self.assertFail(self.run_v3(lines), "inclusion_proof")
+                lines = self.fixed_end(self.v3[:pos] + [self.v3[pos]] + self.v3[pos:])
+                self.assertFail(self.run_v3(lines), "order")
+                leaf = dict(line["leaf"], prev=gv.b64(bytes(32)))
+                lines = self.v3[:pos] + [producer.jcs(dict(line, leaf=leaf))] + self.v3[pos + 1:]
+                self.assertFail(self.run_v3(lines), ("leaf_invalid", "inclusion_proof"))
+                leaf = dict(line["leaf"], index=line["index"] + 1)
+                lines = self.v3[:pos] + [producer.jcs(dict(line, leaf=leaf))] + self.v3[pos + 1:]
+                self.assertFail(self.run_v3(lines), "leaf_invalid")
+        # A record of the log that the bundle does not hold, added: the proof gives its subtree
+        # as a node, so the tree does not add up (or the record is not the certificate's).
+        extra = next(i for i in range(self.sc.size) if i not in self.sc.records and i not in self.sc.context
+                     and self.sc.log.entries[i].kind in ("gpu_usage", "energy"))
+        entry = producer.jcs({"type": "entry", "index": extra, "leaf": json.loads(self.sc.log.entries[extra].leaf)})
+        records = self.positions(self.v3, "entry")[len(self.sc.context):]
+        at = next((p for p in records if self.obj(self.v3[p])["index"] > extra), records[-1] + 1)
+        lines = self.fixed_end(self.v3[:at] + [entry] + self.v3[at:])
+        self.assertFail(self.run_v3(lines), ("inclusion_proof", "wrong_tenant", "outside_period", "outside_scope"))
+
+    def test_line_forms(self):
+        pos = self.positions(self.v3, "entry")[-1]
+        cases = {
+            "entry not canonical": self.v3[:pos] + [self.v3[pos].replace(b'"leaf":{', b'"leaf": {', 1)]
+            + self.v3[pos + 1:],
+            "leaf as base64 (a v2 line)": self.v3[:pos] + [producer.jcs(
+                producer.entry_line(self.sc.log, self.obj(self.v3[pos])["index"], self.sc.size))] + self.v3[pos + 1:],
+            "header not canonical": [self.v3[0].replace(b'{"checkpoint"', b'{ "checkpoint"', 1)] + self.v3[1:],
+            "header says v2": [self.v3[0].replace(b"gpuledger-bundle/v3", b"gpuledger-bundle/v2")] + self.v3[1:],
+            "empty node line": self.v3[:-1] + [producer.jcs({"type": "nodes", "hashes": []})] + self.v3[-1:],
+        }
+        for name, lines in cases.items():
+            with self.subTest(name):
+                self.assertFail(self.run_v3(lines), "malformed")
+        nodes_at = self.positions(self.v3, "nodes")[0]
+        lines = self.v3[:nodes_at + 1] + [self.v3[pos]] + self.v3[nodes_at + 1:]
+        lines = self.fixed_end([l for i, l in enumerate(lines) if i != pos])
+        self.assertFail(self.run_v3(lines), "order")
+
+    def test_multiproof_root_matches_the_definition(self):
+        log = self.sc.log
+        hashes = log.leaf_hashes(self.sc.size)
+        for picked in ([], [0], [self.sc.size - 1], list(range(self.sc.size)), [1, 2, 3, 9, 12, 17]):
+            nodes = multiproof_nodes(hashes, 0, self.sc.size, set(picked))
+            leaves = [(i, hashes[i]) for i in picked]
+            self.assertEqual(gv.multiproof_root(self.sc.size, leaves, iter(nodes)), log.root(self.sc.size))
+            with self.assertRaises(ValueError):
+                gv.multiproof_root(self.sc.size, leaves, iter(nodes + [bytes(32)]))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,2 @@
+DROP TABLE witness_state;
+DROP TABLE cosignatures;
