@@ -1,5 +1,6 @@
-//! docs/CONFIGURATION.md keeps step with the code: every flag of `serve` (from its --help) and
-//! every TOML key of its settings file is documented, and the documented example file parses.
+//! docs/CONFIGURATION.md keeps step with the code: every flag of `serve` and of
+//! `witness serve` (from their --help) and every TOML key of their settings files is
+//! documented, and the documented example files parse.
 
 mod common;
 
@@ -127,6 +128,86 @@ fn documented_example_file_sets_every_key() {
     let err = read_config(&path).unwrap_err();
     assert!(
         err.contains("serve.toml") && err.contains("listen_port"),
+        "{err}"
+    );
+}
+
+/// The `gpuledger witness serve` section: every flag and environment variable of its --help is
+/// in it, and its example file sets every key and is accepted by the witness.
+#[test]
+fn witness_serve_flags_env_vars_and_file_are_documented() {
+    use gpuledger::witness::{self, WitnessConfigFile};
+    let doc = doc();
+    let start = doc
+        .find("## `gpuledger witness serve`")
+        .expect("a section for `gpuledger witness serve`");
+    let end = doc[start + 3..]
+        .find("\n## ")
+        .map_or(doc.len(), |e| start + 3 + e);
+    let section = &doc[start..end];
+
+    let out = bin().args(["witness", "serve", "--help"]).output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    let flags = help_flags(&help);
+    assert!(flags.len() >= 8, "parsed flags from --help: {flags:?}");
+    let missing = not_in_backticks(section, flags);
+    assert!(
+        missing.is_empty(),
+        "the witness section of docs/CONFIGURATION.md does not document {missing:?}"
+    );
+    let envs: Vec<&str> = help
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("GPULEDGER_"))
+        .collect();
+    assert!(envs.len() >= 6, "{envs:?}");
+    for env in envs {
+        assert!(
+            section.contains(&format!("`{env}`")),
+            "the witness section does not document {env}"
+        );
+    }
+
+    let at = section.find("```toml\n").expect("an example file") + 8;
+    let example = &section[at..at + section[at..].find("```").unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("witness.toml");
+    std::fs::write(&path, example).unwrap();
+    // Every key is set by the example, so a new key without documentation fails here.
+    let WitnessConfigFile {
+        listen,
+        name,
+        key,
+        state,
+        workers,
+        metrics_listen,
+        logs,
+    } = WitnessConfigFile::read(&path).unwrap();
+    assert!(listen.is_some() && name.is_some() && key.is_some() && state.is_some());
+    assert!(workers.is_some() && metrics_listen.is_some());
+    for k in [
+        "listen",
+        "metrics_listen",
+        "name",
+        "key",
+        "state",
+        "workers",
+        "vkey",
+        "origin",
+    ] {
+        assert!(
+            section.contains(&format!("`{k}`")),
+            "the witness section does not document the key {k}"
+        );
+    }
+    // The example's log key is a real one: it parses, passes the key rule and names the origin.
+    assert_eq!(logs.len(), 1);
+    let parsed = witness::logs_from_vkeys([logs[0].vkey.as_str()]).unwrap();
+    assert_eq!(Some(&parsed[0].origin), logs[0].origin.as_ref());
+    // Unknown keys are refused with the file name in the message.
+    std::fs::write(&path, "listen = \"127.0.0.1:1\"\nmetrics_port = 3\n").unwrap();
+    let err = WitnessConfigFile::read(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("witness.toml") && err.contains("metrics_port"),
         "{err}"
     );
 }

@@ -124,6 +124,7 @@ fn every_yaml_json_and_toml_file_in_ops_parses() {
         "ops/kubernetes/agent.yaml",
         "ops/systemd/gpuledger.toml",
         "ops/systemd/agent.toml",
+        "ops/systemd/witness.toml",
     ] {
         assert!(parsed.contains_key(f), "{f} missing; parsed {parsed:?}");
     }
@@ -152,6 +153,12 @@ fn settings_files_are_accepted_by_the_program() {
     assert!(s.publish_dir.is_some() && s.database_url.is_some());
     let a = AgentConfig::read(&ops().join("systemd/agent.toml")).unwrap();
     assert_eq!(a.metrics_listen.map(|m| m.port()), Some(9101));
+    // The witness's file: its keys, and a log key that passes the witness's checks.
+    let w =
+        gpuledger::witness::WitnessConfigFile::read(&ops().join("systemd/witness.toml")).unwrap();
+    assert!(w.name.is_some() && w.key.is_some() && w.state.is_some());
+    assert_eq!(w.metrics_listen.map(|m| m.port()), Some(9102));
+    gpuledger::witness::logs_from_vkeys(w.logs.iter().map(|l| l.vkey.as_str())).unwrap();
     // Kubernetes: the ConfigMaps' files.
     let dir = tempfile::tempdir().unwrap();
     let cm = k8s("ConfigMap", "gpuledger");
@@ -641,7 +648,6 @@ fn promql_checker_finds_names_and_can_fail() {
 #[test]
 fn alert_rules_are_complete_and_point_at_runbooks() {
     let rules = &yaml_json(&ops().join("prometheus/alerts.yml"))[0];
-    let runbook = read(&ops().join("runbooks/alerts.md")).to_lowercase();
     let mut names = BTreeSet::new();
     for g in rules["groups"].as_array().unwrap() {
         for r in g["rules"].as_array().unwrap() {
@@ -650,13 +656,16 @@ fn alert_rules_are_complete_and_point_at_runbooks() {
             let sev = r["labels"]["severity"].as_str().unwrap();
             assert!(["warning", "critical"].contains(&sev), "{name}: {sev}");
             assert!(r["annotations"]["summary"].is_string(), "{name}");
+            // ops/runbooks/alerts.md, or the witness's own runbook for the witness's alerts.
             let link = r["annotations"]["runbook"].as_str().unwrap();
-            let anchor = link
-                .strip_prefix("ops/runbooks/alerts.md#")
+            let (file, anchor) = link
+                .split_once('#')
+                .filter(|(f, _)| ["ops/runbooks/alerts.md", "ops/runbooks/witness.md"].contains(f))
                 .unwrap_or_else(|| panic!("{name}: runbook {link}"));
+            let runbook = read(&root().join(file)).to_lowercase();
             assert!(
                 runbook.contains(&format!("## {anchor}\n")),
-                "{name}: ops/runbooks/alerts.md has no section {anchor}"
+                "{name}: {file} has no section {anchor}"
             );
         }
     }
@@ -671,6 +680,8 @@ fn alert_rules_are_complete_and_point_at_runbooks() {
         "gpuledger_agent_last_success_timestamp_seconds",
         "gpuledger_filesystem_available_bytes",
         "gpuledger_agent_spool_filesystem_available_bytes",
+        "gpuledger_witness_server_fork_evidence_total",
+        "gpuledger_witness_server_last_cosignature_timestamp_seconds",
     ] {
         assert!(
             queries()
@@ -715,14 +726,21 @@ fn ledger_with_node(node: &str) -> (TestDb, tempfile::TempDir, PathBuf) {
 /// Starts `gpuledger serve` checkpointing every second into `publish`; returns it and its
 /// base URL.
 fn serve_publishing(url: &str, log_key: &Path, publish: &Path) -> (Proc, String) {
+    serve_publishing_with(url, log_key, publish, "")
+}
+
+/// [`serve_publishing`] with `more` (further `[[witnesses]]` entries) in its settings file.
+fn serve_publishing_with(url: &str, log_key: &Path, publish: &Path, more: &str) -> (Proc, String) {
     // A witness nobody answers for (port 9), so the per-witness metrics are served too.
     let config = publish.with_extension("witnesses.toml");
     std::fs::create_dir_all(config.parent().unwrap()).unwrap();
     std::fs::write(
         &config,
-        "[[witnesses]]\nname = \"witness.example.org\"\n\
-         vkey = \"witness.example.org+701d0dd8+BOpKbGPinFIKvvVQexMuxfmVR3auvr57kkIe6mkURtIs\"\n\
-         url = \"http://127.0.0.1:9\"\n",
+        format!(
+            "[[witnesses]]\nname = \"witness.example.org\"\n\
+             vkey = \"witness.example.org+701d0dd8+BOpKbGPinFIKvvVQexMuxfmVR3auvr57kkIe6mkURtIs\"\n\
+             url = \"http://127.0.0.1:9\"\n{more}"
+        ),
     )
     .unwrap();
     let args = [
@@ -781,6 +799,57 @@ max_backoff_seconds = 1
     (Proc(child), base)
 }
 
+/// Starts `gpuledger witness serve` following the test log (its key from `witness keygen`),
+/// with its metrics on a listener of their own; returns it, the `[[witnesses]]` entry that
+/// attaches it to `serve`, its base URL and the metrics listener's.
+fn spawn_witness(dir: &Path) -> (Proc, String, String, String) {
+    let key = dir.join("witness.key");
+    let out = bin()
+        .args(["witness", "keygen", "--name", "witness.test/ops", "--key"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vkey = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let log_vkey = gpuledger::core::checkpoint::LogSigner::new(sample::ORIGIN, log_key())
+        .unwrap()
+        .verifier_key();
+    let mut child = bin()
+        .args(["witness", "serve", "--listen", "127.0.0.1:0"])
+        .args([
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--name",
+            "witness.test/ops",
+        ])
+        .arg("--key")
+        .arg(&key)
+        .arg("--state")
+        .arg(dir.join("witness-state.db"))
+        .args(["--log", &log_vkey])
+        .env("GPULEDGER_LOG", "error")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = |prefix: &str| {
+        let line = lines.next().expect("the witness ended").unwrap();
+        line.strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("witness said {line:?}"))
+            .to_owned()
+    };
+    let base = next("listening on ");
+    let metrics = next("metrics listening on ");
+    let entry = format!(
+        "\n[[witnesses]]\nname = \"witness.test/ops\"\nvkey = \"{vkey}\"\nurl = \"{base}\"\n"
+    );
+    (Proc(child), entry, base, metrics)
+}
+
 fn value(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
@@ -792,10 +861,12 @@ fn every_metric_of_the_alerts_and_dashboard_is_served() {
     let node = "node-ops-1";
     let (db, dir, key) = ledger_with_node(node);
     let publish = dir.path().join("publish");
-    let (_serve, base) = serve_publishing(&db.url, &key, &publish);
+    let (_witness, entry, witness_public, witness_base) = spawn_witness(dir.path());
+    let (_serve, base) = serve_publishing_with(&db.url, &key, &publish, &entry);
     let (_agent, agent_base) = spawn_agent(dir.path(), node, &base);
     let ledger = Http::new(&base);
     let agent = Http::new(&agent_base);
+    let witness = Http::new(&witness_base);
     let metrics = |h: &Http| h.get("/metrics", None).text();
 
     // Records flow: the agent's are accepted; one from an unknown signer is rejected.
@@ -821,10 +892,21 @@ fn every_metric_of_the_alerts_and_dashboard_is_served() {
         },
     );
 
+    // The witness cosigns the log's checkpoints as they come.
+    let cosigned = format!(
+        "gpuledger_witness_server_cosigned_size{{origin=\"{}\"}}",
+        sample::ORIGIN
+    );
+    wait_for("a cosigned checkpoint", Duration::from_secs(30), || {
+        value(&metrics(&witness), &cosigned).unwrap_or(0.0) > 0.0
+    });
+
     let ledger_text = metrics(&ledger);
     let agent_text = metrics(&agent);
+    let witness_text = metrics(&witness);
     let mut served = exposition(&ledger_text);
     served.extend(exposition(&agent_text));
+    served.extend(exposition(&witness_text));
 
     let qs = queries();
     let bad = missing(&qs, &served);
@@ -843,6 +925,34 @@ fn every_metric_of_the_alerts_and_dashboard_is_served() {
     assert!(used.len() >= 20, "{used:?}");
     assert!(used.iter().any(|n| n.starts_with("gpuledger_agent_")));
     assert!(used.iter().any(|n| n.starts_with("gpuledger_commit_")));
+    assert!(used
+        .iter()
+        .any(|n| n.starts_with("gpuledger_witness_server_")));
+
+    // The witness's numbers are real: it cosigned, refused nothing, and the log's view of it
+    // agrees with its own.
+    let w = |s: &str| value(&witness_text, s).unwrap_or_else(|| panic!("{s} in\n{witness_text}"));
+    assert!(w("gpuledger_witness_server_requests_total{outcome=\"cosigned\"}") >= 1.0);
+    assert_eq!(
+        w("gpuledger_witness_server_requests_total{outcome=\"error\"}"),
+        0.0
+    );
+    let origin = |n: &str| format!("{n}{{origin=\"{}\"}}", sample::ORIGIN);
+    assert_eq!(
+        w(&origin("gpuledger_witness_server_fork_evidence_total")),
+        0.0
+    );
+    let now = Timestamp::now().unix() as f64;
+    assert!(
+        (now - w(&origin(
+            "gpuledger_witness_server_last_cosignature_timestamp_seconds"
+        )))
+        .abs()
+            < 60.0
+    );
+    // Its metrics are on the metrics listener alone, and in a recorder of its own.
+    assert_eq!(Http::new(&witness_public).get("/metrics", None).status, 404);
+    assert!(!witness_text.contains("gpuledger_http_requests_total"));
 
     // The agent's numbers are real: what it delivered, its bound, a recent success.
     let v = |s: &str| value(&agent_text, s).unwrap_or_else(|| panic!("{s} in\n{agent_text}"));
@@ -854,7 +964,6 @@ fn every_metric_of_the_alerts_and_dashboard_is_served() {
     assert_eq!(v("gpuledger_agent_spool_max_records"), 5000.0);
     assert_eq!(v("gpuledger_agent_dead_letters_total"), 0.0);
     assert_eq!(v("gpuledger_agent_spool_full"), 0.0);
-    let now = Timestamp::now().unix() as f64;
     assert!((now - v("gpuledger_agent_last_success_timestamp_seconds")).abs() < 60.0);
     assert!(v("gpuledger_agent_spool_filesystem_available_bytes") > 0.0);
     assert!(agent_text.contains("gpuledger_agent_send_seconds_bucket{le="));
@@ -883,7 +992,11 @@ fn systemd_verify(units: &[PathBuf]) -> Result<(bool, String), ()> {
 fn systemd_units_pass_systemd_analyze_verify() {
     let dir = tempfile::tempdir().unwrap();
     let mut units = Vec::new();
-    for name in ["gpuledger.service", "gpuledger-agent.service"] {
+    for name in [
+        "gpuledger.service",
+        "gpuledger-agent.service",
+        "gpuledger-witness.service",
+    ] {
         let text = read(&ops().join("systemd").join(name));
         // `verify` checks that ExecStart's program exists: point it at the binary under test.
         assert!(
@@ -930,7 +1043,7 @@ fn systemd_units_pass_systemd_analyze_verify() {
     );
     // The users the units run as are declared for systemd-sysusers.
     let sysusers = read(&ops().join("systemd/gpuledger.sysusers.conf"));
-    for u in ["u gpuledger ", "u gpuledger-agent "] {
+    for u in ["u gpuledger ", "u gpuledger-agent ", "u gpuledger-witness "] {
         assert!(sysusers.contains(u), "{u}");
     }
 }

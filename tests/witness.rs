@@ -380,6 +380,68 @@ fn refusals_answer_the_spec_status_codes_and_keep_fork_evidence() {
     assert_eq!(refused[0].request, forged.to_body());
     assert_eq!(refused[2].request, forged_body(&forked));
     assert!(refused.iter().all(|r| r.stored == Some((8, log.root(8)))));
+
+    // GET /metrics counted every answer by outcome (the 413 included, answered before the
+    // handler), the fork evidence per origin, and the cosigned size and time.
+    let m = get(&w.base, "/metrics");
+    assert_eq!(m.status, 200);
+    assert!(
+        m.content_type.starts_with("text/plain"),
+        "{}",
+        m.content_type
+    );
+    for (outcome, n) in [
+        ("cosigned", 2),
+        ("conflict", 1),
+        ("unprocessable", 2),
+        ("forbidden", 2),
+        ("not_found", 1),
+        ("bad_request", 3),
+        ("too_large", 1),
+        ("error", 0),
+    ] {
+        let series = format!("gpuledger_witness_server_requests_total{{outcome=\"{outcome}\"}}");
+        assert_eq!(
+            metric(&m.body, &series),
+            Some(n as f64),
+            "{series} in\n{}",
+            m.body
+        );
+    }
+    let origin = |name: &str| format!("{name}{{origin=\"{ORIGIN}\"}}");
+    assert_eq!(
+        metric(
+            &m.body,
+            &origin("gpuledger_witness_server_fork_evidence_total")
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        metric(&m.body, &origin("gpuledger_witness_server_cosigned_size")),
+        Some(13.0)
+    );
+    let last = metric(
+        &m.body,
+        &origin("gpuledger_witness_server_last_cosignature_timestamp_seconds"),
+    )
+    .unwrap();
+    assert!(
+        (gpuledger::witness::now_seconds() as f64 - last).abs() < 120.0,
+        "{last}"
+    );
+    // The unknown origin got no series of its own.
+    assert!(!m.body.contains("ledger.test/other"), "{}", m.body);
+}
+
+/// The value of the sample `series` (name and labels exactly) in a Prometheus text page.
+fn metric(page: &str, series: &str) -> Option<f64> {
+    page.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 fn forged_body(r: &AddCheckpoint) -> Vec<u8> {
@@ -449,6 +511,29 @@ fn a_restarted_witness_keeps_its_state_and_never_rolls_back() {
     .unwrap();
     let (_proc, base) = serve(&["--config".as_ref(), config.as_os_str()]);
     assert_eq!(logs(&base)[0]["size"], 12);
+    // The metrics start from the state file: the cosigned size and when it was stored; the
+    // counters from zero.
+    let m = get(&base, "/metrics").body;
+    let origin = |name: &str| format!("{name}{{origin=\"{ORIGIN}\"}}");
+    assert_eq!(
+        metric(&m, &origin("gpuledger_witness_server_cosigned_size")),
+        Some(12.0)
+    );
+    assert!(
+        metric(
+            &m,
+            &origin("gpuledger_witness_server_last_cosignature_timestamp_seconds")
+        )
+        .unwrap()
+            > 0.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "gpuledger_witness_server_requests_total{outcome=\"cosigned\"}"
+        ),
+        Some(0.0)
+    );
     // A log that lost its witness state asks from 0 and learns 12.
     assert_conflict(&post(&base, &log.request(0, 15).to_body()), 12);
     // Rollbacks are refused: an older checkpoint from its own size, or from the stored size.
@@ -859,4 +944,149 @@ fn verify_counts_valid_cosignatures_of_the_given_witnesses() {
             2
         );
     }
+}
+
+/// `gpuledger verify consistency --witness … --quorum K`: the NEW checkpoint must carry the
+/// quorum (the old one is the verifier's own, saved earlier). The cosignature comes from a real
+/// `gpuledger witness serve` that followed the log from 5 to 13.
+#[test]
+fn verify_consistency_requires_the_quorum_on_the_new_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let log = Log::new(1);
+    let w = start(d, &log);
+    let first = post(&w.base, &log.request(0, 5).to_body());
+    assert_cosigned(&first, &log, 5, &w.key);
+    let second = post(&w.base, &log.request(5, 13).to_body());
+    assert_cosigned(&second, &log, 13, &w.key);
+    let old_cosigned =
+        cosignature::with_signature_lines(&log.note(5), std::slice::from_ref(&first.body)).unwrap();
+    let new_cosigned =
+        cosignature::with_signature_lines(&log.note(13), std::slice::from_ref(&second.body))
+            .unwrap();
+    std::fs::write(d.join("old.note"), log.note(5)).unwrap();
+    std::fs::write(d.join("old-cosigned.note"), &old_cosigned).unwrap();
+    std::fs::write(d.join("new.note"), log.note(13)).unwrap();
+    std::fs::write(d.join("new-cosigned.note"), &new_cosigned).unwrap();
+    let proof: Vec<String> = merkle::prove_tree(13, 5, &log.tree)
+        .unwrap()
+        .iter()
+        .map(merkle::encode_hash)
+        .collect();
+    std::fs::write(d.join("proof.json"), serde_json::to_vec(&proof).unwrap()).unwrap();
+    let mut bad_proof = proof.clone();
+    bad_proof.swap(0, 1);
+    std::fs::write(d.join("bad.json"), serde_json::to_vec(&bad_proof).unwrap()).unwrap();
+    let vk = log.signer.verifier_key();
+    let v1 = w.key.vkey();
+    let v2 = cosignature::Cosigner::new("witness.test/w2", SigningKey::from_bytes(&[22; 32]))
+        .unwrap()
+        .witness_key()
+        .vkey();
+    let consistency = |old: &str, new: &str, proof: &str, extra: &[&str]| {
+        let mut a = vec![
+            "consistency",
+            "--old",
+            old,
+            "--new",
+            new,
+            "--proof",
+            proof,
+            "--log-key",
+            vk.as_str(),
+        ];
+        a.extend_from_slice(extra);
+        verify(d, &a)
+    };
+
+    // Without witnesses, as before.
+    let (code, r) = consistency("old.note", "new.note", "proof.json", &[]);
+    assert_eq!(code, 0, "{r}");
+    assert!(r["summary"].get("witnesses").is_none(), "{r}");
+    // The new checkpoint cosigned by the witness: passes, and says who cosigned.
+    let (code, r) = consistency(
+        "old.note",
+        "new-cosigned.note",
+        "proof.json",
+        &["--witness", &v1],
+    );
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["summary"]["new_size"], 13);
+    assert_eq!(r["summary"]["witnesses"]["found"], 1);
+    assert_eq!(r["summary"]["witnesses"]["required"], 1);
+    assert_eq!(
+        r["summary"]["witnesses"]["cosigned_by"][0]["name"],
+        WITNESS_NAME
+    );
+    // Only the new checkpoint counts: a cosigned old one does not make up for a plain new one.
+    let (code, r) = consistency(
+        "old-cosigned.note",
+        "new.note",
+        "proof.json",
+        &["--witness", &v1],
+    );
+    assert_eq!(
+        (code, r["reason"].as_str()),
+        (1, Some("witness_quorum")),
+        "{r}"
+    );
+    assert_eq!(r["item"], "new checkpoint");
+    assert_eq!(r["summary"]["found"], 0);
+    // Quorum 2 of w1 and w2: only w1 cosigned. A witness the log never used: 0 of 1.
+    let (code, r) = consistency(
+        "old.note",
+        "new-cosigned.note",
+        "proof.json",
+        &["--witness", &v1, "--witness", &v2, "--quorum", "2"],
+    );
+    assert_eq!(
+        (code, r["reason"].as_str()),
+        (1, Some("witness_quorum")),
+        "{r}"
+    );
+    assert_eq!(
+        (
+            r["summary"]["found"].as_u64(),
+            r["summary"]["required"].as_u64()
+        ),
+        (Some(1), Some(2))
+    );
+    let (code, r) = consistency(
+        "old.note",
+        "new-cosigned.note",
+        "proof.json",
+        &["--witness", &v2],
+    );
+    assert_eq!(
+        (code, r["reason"].as_str()),
+        (1, Some("witness_quorum")),
+        "{r}"
+    );
+    // The quorum met does not excuse a proof that does not verify.
+    let (code, r) = consistency(
+        "old.note",
+        "new-cosigned.note",
+        "bad.json",
+        &["--witness", &v1],
+    );
+    assert_eq!(
+        (code, r["reason"].as_str()),
+        (1, Some("consistency_proof")),
+        "{r}"
+    );
+    // Usage errors: a quorum without witnesses, or above their number (no report).
+    let (code, r) = consistency(
+        "old.note",
+        "new-cosigned.note",
+        "proof.json",
+        &["--quorum", "1"],
+    );
+    assert!(code != 0 && code != 1 && r.is_null(), "{code} {r}");
+    let (code, r) = consistency(
+        "old.note",
+        "new-cosigned.note",
+        "proof.json",
+        &["--witness", &v1, "--quorum", "2"],
+    );
+    assert!(code != 0 && code != 1 && r.is_null(), "{code} {r}");
 }

@@ -23,7 +23,7 @@ pub enum WitnessCommand {
     Keygen(KeygenArgs),
     /// Print the vkey of an existing witness key.
     Vkey(KeygenArgs),
-    /// Serve a C2SP tlog-witness: POST /add-checkpoint, GET /logs, GET /healthz.
+    /// Serve a C2SP tlog-witness: POST /add-checkpoint, GET /logs, GET /metrics, GET /healthz.
     Serve(ServeArgs),
 }
 
@@ -60,7 +60,12 @@ pub struct ServeArgs {
     /// HTTP worker threads [default: 2].
     #[arg(long)]
     workers: Option<usize>,
-    /// A TOML settings file (listen, name, key, state, workers, [[logs]] vkey = ...).
+    /// Serve GET /metrics (Prometheus) on this address alone instead of on --listen
+    /// [default: on --listen].
+    #[arg(long, env = "GPULEDGER_WITNESS_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// A TOML settings file (listen, metrics_listen, name, key, state, workers, [[logs]] vkey
+    /// = ...).
     #[arg(long, env = "GPULEDGER_WITNESS_CONFIG")]
     config: Option<PathBuf>,
 }
@@ -131,16 +136,21 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         logs,
         workers: args.workers.or(file.workers).unwrap_or(DEFAULT_WORKERS),
     };
+    let metrics_listen = args.metrics_listen.or(file.metrics_listen);
     gpuledger_shell::logging::init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .worker_threads(2)
         .build()?;
     rt.block_on(async move {
-        let running = witness::start(settings).await?;
-        // One line on stdout (scripts read the address from it); a closed stdout is no error.
+        let running = witness::start_with_metrics(settings, metrics_listen).await?;
+        // One line on stdout (scripts read the address from it), and a second one for the
+        // metrics listener; a closed stdout is no error.
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "listening on {}", running.url()).and_then(|()| out.flush());
+        if let Some(at) = running.metrics_addr() {
+            let _ = writeln!(out, "metrics listening on http://{at}").and_then(|()| out.flush());
+        }
         drop(out);
         let handle = running.handle();
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -1,14 +1,17 @@
 //! The witness's HTTP interface (actix-web): `POST /add-checkpoint` (C2SP tlog-witness),
-//! `GET /healthz` and `GET /logs` (the latest cosigned checkpoint per log, JSON, for
-//! operators). Bodies over [`MAX_ADD_CHECKPOINT_BODY`] are refused with 413 before they are read
+//! `GET /healthz`, `GET /logs` (the latest cosigned checkpoint per log, JSON, for
+//! operators) and `GET /metrics` (Prometheus text, [`super::metrics`]; every answer to
+//! `add-checkpoint`, the 413s included, is counted by outcome). Bodies over [`MAX_ADD_CHECKPOINT_BODY`] are refused with 413 before they are read
 //! whole. Errors other than 409 leave as `application/problem+json`; a 409 is the spec's
 //! `text/x.tlog.size` body.
 
+use super::metrics::Outcome;
 use super::{now_seconds, Answer, Witness, WitnessError, WitnessSettings};
 use crate::api::error::Problem;
-use actix_web::dev::ServerHandle;
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServerHandle, ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
-use actix_web::{web, App, HttpResponse, HttpServer};
+use actix_web::{middleware, web, App, HttpResponse, HttpServer};
 use gpuledger_core::cosignature::{self, WitnessKey, MAX_ADD_CHECKPOINT_BODY};
 use gpuledger_core::merkle;
 use serde::Serialize;
@@ -26,6 +29,21 @@ pub struct RunningWitness {
     key: WitnessKey,
     handle: ServerHandle,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
+    metrics: Option<MetricsListener>,
+}
+
+/// The listener of `--metrics-listen`: `GET /metrics` and `GET /healthz` alone.
+struct MetricsListener {
+    addr: SocketAddr,
+    handle: ServerHandle,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl MetricsListener {
+    async fn stop(self) {
+        self.handle.stop(true).await;
+        let _ = self.task.await;
+    }
 }
 
 impl RunningWitness {
@@ -44,7 +62,13 @@ impl RunningWitness {
         &self.key
     }
 
-    /// A handle that stops the server.
+    /// The bound address of the metrics listener, when one was asked for.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr)
+    }
+
+    /// A handle that stops the server (the metrics listener stops with it, in
+    /// [`RunningWitness::wait`]).
     pub fn handle(&self) -> ServerHandle {
         self.handle.clone()
     }
@@ -53,18 +77,36 @@ impl RunningWitness {
     pub async fn stop(self) {
         self.handle.stop(true).await;
         let _ = self.task.await;
+        if let Some(m) = self.metrics {
+            m.stop().await;
+        }
     }
 
-    /// Waits until the server ends (after [`RunningWitness::handle`]`().stop(..)`).
+    /// Waits until the server ends (after [`RunningWitness::handle`]`().stop(..)`), then stops
+    /// the metrics listener.
     pub async fn wait(self) -> std::io::Result<()> {
-        self.task.await.map_err(std::io::Error::other)?
+        let ended = self.task.await.map_err(std::io::Error::other);
+        if let Some(m) = self.metrics {
+            m.stop().await;
+        }
+        ended?
     }
 }
 
 /// Opens the witness's state and starts serving on `settings.listen` (port 0: any free port)
-/// on the current tokio runtime; returns once bound. The server does not handle signals: the
-/// caller stops it through [`RunningWitness::stop`].
+/// on the current tokio runtime, `GET /metrics` included; returns once bound. The server does
+/// not handle signals: the caller stops it through [`RunningWitness::stop`].
 pub async fn start(settings: WitnessSettings) -> Result<RunningWitness, WitnessError> {
+    start_with_metrics(settings, None).await
+}
+
+/// [`start`], with `GET /metrics` served on `metrics_listen` alone when it is given (the
+/// submission listener then answers 404 for it): a witness that logs reach over the Internet
+/// can keep its metrics on a private address.
+pub async fn start_with_metrics(
+    settings: WitnessSettings,
+    metrics_listen: Option<SocketAddr>,
+) -> Result<RunningWitness, WitnessError> {
     let witness = Witness::open(
         &settings.name,
         settings.key,
@@ -73,13 +115,24 @@ pub async fn start(settings: WitnessSettings) -> Result<RunningWitness, WitnessE
     )?;
     let key = witness.witness_key();
     let data = web::Data::new(witness);
+    let metrics_here = metrics_listen.is_none();
+    let app_data = data.clone();
     let server = HttpServer::new(move || {
-        App::new()
-            .app_data(data.clone())
+        let app = App::new()
+            .app_data(app_data.clone())
             .app_data(web::PayloadConfig::new(MAX_ADD_CHECKPOINT_BODY))
-            .route("/add-checkpoint", web::post().to(add_checkpoint))
+            .service(
+                web::resource("/add-checkpoint")
+                    .wrap(middleware::from_fn(count_outcome))
+                    .route(web::post().to(add_checkpoint)),
+            )
             .route("/healthz", web::get().to(healthz))
-            .route("/logs", web::get().to(logs))
+            .route("/logs", web::get().to(logs));
+        if metrics_here {
+            app.route("/metrics", web::get().to(metrics))
+        } else {
+            app
+        }
     })
     .workers(settings.workers.max(1))
     .disable_signals()
@@ -90,11 +143,40 @@ pub async fn start(settings: WitnessSettings) -> Result<RunningWitness, WitnessE
         .addrs()
         .first()
         .ok_or(WitnessError::Missing("a bound address"))?;
+    let metrics = match metrics_listen {
+        Some(at) => {
+            let data = data.clone();
+            let s = HttpServer::new(move || {
+                App::new()
+                    .app_data(data.clone())
+                    .route("/metrics", web::get().to(metrics))
+                    .route("/healthz", web::get().to(healthz))
+            })
+            .workers(1)
+            .disable_signals()
+            .shutdown_timeout(1)
+            .bind(at)
+            .map_err(|e| WitnessError::Bind(at, e))?;
+            let addr = *s
+                .addrs()
+                .first()
+                .ok_or(WitnessError::Missing("a bound metrics address"))?;
+            let s = s.run();
+            let handle = s.handle();
+            Some(MetricsListener {
+                addr,
+                handle,
+                task: tokio::spawn(s),
+            })
+        }
+        None => None,
+    };
     let server = server.run();
     let handle = server.handle();
     let task = tokio::spawn(server);
     tracing::info!(
         %addr,
+        metrics = ?metrics.as_ref().map(|m| m.addr),
         witness = %key.vkey(),
         state = %settings.state.display(),
         "witness serving"
@@ -104,6 +186,7 @@ pub async fn start(settings: WitnessSettings) -> Result<RunningWitness, WitnessE
         key,
         handle,
         task,
+        metrics,
     })
 }
 
@@ -148,6 +231,27 @@ pub fn response(answer: Answer) -> HttpResponse {
             d,
         ),
     }
+}
+
+/// Counts each answer to `add-checkpoint` by its status, after it is made: the 413 of an
+/// oversized body is answered before the handler runs.
+async fn count_outcome<B: MessageBody>(
+    req: ServiceRequest,
+    next: middleware::Next<B>,
+) -> Result<ServiceResponse<B>, actix_web::Error> {
+    let witness = req.app_data::<web::Data<Witness>>().cloned();
+    let res = next.call(req).await?;
+    if let (Some(w), Some(outcome)) = (witness, Outcome::of_status(res.status().as_u16())) {
+        w.metrics().request(outcome);
+    }
+    Ok(res)
+}
+
+/// `GET /metrics`: the witness's metrics, Prometheus text.
+async fn metrics(witness: web::Data<Witness>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(witness.metrics().render())
 }
 
 /// `POST /add-checkpoint`: checked, stored and committed in one transaction, then answered.

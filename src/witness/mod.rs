@@ -12,6 +12,7 @@
 //! root, 422) are kept in the state file and logged at WARN: they may be evidence of a fork.
 
 pub mod http;
+pub mod metrics;
 pub mod state;
 
 use ed25519_dalek::SigningKey;
@@ -26,7 +27,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-pub use http::{start, RunningWitness};
+pub use http::{start, start_with_metrics, RunningWitness};
 
 /// Why a witness could not be configured or started.
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +146,7 @@ pub struct WitnessSettings {
 ///
 /// ```toml
 /// listen = "127.0.0.1:7380"
+/// metrics_listen = "127.0.0.1:9102"
 /// name = "witness.example.org/w1"
 /// key = "witness.key"
 /// state = "witness.db"
@@ -164,6 +166,8 @@ pub struct WitnessConfigFile {
     pub state: Option<PathBuf>,
     /// HTTP worker threads.
     pub workers: Option<usize>,
+    /// Serve `GET /metrics` on this address alone (not on `listen`).
+    pub metrics_listen: Option<SocketAddr>,
     /// The logs.
     #[serde(default)]
     pub logs: Vec<LogFileEntry>,
@@ -235,11 +239,12 @@ impl Answer {
     }
 }
 
-/// One witness: its cosigner, its logs and its state.
+/// One witness: its cosigner, its logs, its state and its metrics.
 pub struct Witness {
     cosigner: Cosigner,
     logs: BTreeMap<String, Vec<String>>,
     state: WitnessState,
+    metrics: metrics::WitnessMetrics,
 }
 
 /// The current time in POSIX seconds.
@@ -278,11 +283,20 @@ impl Witness {
                     .push(vkey.clone());
             }
         }
+        let state = WitnessState::open(state)?;
+        let metrics =
+            metrics::WitnessMetrics::new(by_origin.keys().map(String::as_str), &state.all()?);
         Ok(Witness {
             cosigner,
             logs: by_origin,
-            state: WitnessState::open(state)?,
+            state,
+            metrics,
         })
+    }
+
+    /// The witness's metrics (`GET /metrics`).
+    pub fn metrics(&self) -> &metrics::WitnessMetrics {
+        &self.metrics
     }
 
     /// The witness's public identity.
@@ -338,10 +352,9 @@ impl Witness {
         }
         let note_text = String::from_utf8(req.checkpoint.clone()).expect("a parsed note is UTF-8");
         let body_text = note.text().to_vec();
-        self.state.update(&origin, |stored| {
+        let decide = |stored: Option<&Latest>| {
             // Never cosigned: the empty tree.
-            let (stored_size, stored_root) =
-                stored.map_or((0, EMPTY_HASH), |l| (l.size, l.root));
+            let (stored_size, stored_root) = stored.map_or((0, EMPTY_HASH), |l| (l.size, l.root));
             let refuse = |status: u16, reason: String| Refusal {
                 origin: origin.clone(),
                 received_at: now,
@@ -401,7 +414,24 @@ impl Witness {
                 refusal: None,
                 answer: Answer::Cosigned(line),
             }
-        })
+        };
+        let (answer, refused) = self.state.update(&origin, |stored| {
+            let d = decide(stored);
+            let refused = d.refusal.is_some();
+            Decision {
+                store: d.store,
+                refusal: d.refusal,
+                answer: (d.answer, refused),
+            }
+        })?;
+        // Committed: the metrics follow what the state file now holds.
+        if refused {
+            self.metrics.fork_evidence(&origin);
+        }
+        if matches!(answer, Answer::Cosigned(_)) {
+            self.metrics.cosigned(&origin, size, now);
+        }
+        Ok(answer)
     }
 }
 

@@ -78,6 +78,15 @@ pub struct ConsistencyArgs {
     /// The log's verifier key, or a file holding it.
     #[arg(long)]
     log_key: String,
+    /// A witness whose cosignature counts (its vkey), or @FILE holding one vkey a line.
+    /// Repeatable. The NEW checkpoint must then carry --quorum valid cosignatures (the old one
+    /// is yours, saved earlier; docs/PROTOCOL.md §16.6).
+    #[arg(long = "witness", value_name = "VKEY|@FILE")]
+    witnesses: Vec<String>,
+    /// Distinct given witnesses that must have cosigned the new checkpoint [default: 1 with
+    /// --witness]; at most the number of witnesses.
+    #[arg(long, value_name = "K")]
+    quorum: Option<usize>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -201,6 +210,7 @@ fn files(args: VerifyArgs) -> Result<ExitCode> {
 /// That the log only grew from `--old` to `--new` (or the service's latest).
 fn consistency(args: ConsistencyArgs) -> Result<ExitCode> {
     let log_key = key(Some(args.log_key.clone()))?;
+    let policy = witness_policy(&args.witnesses, args.quorum)?;
     let (new_note, hashes) = match (&args.url, &args.proof) {
         (Some(url), _) => fetch_proof(url, &args)?,
         (None, Some(proof)) => {
@@ -215,7 +225,23 @@ fn consistency(args: ConsistencyArgs) -> Result<ExitCode> {
         }
         (None, None) => bail!("give --proof FILE, or --url to fetch the proof"),
     };
+    // As for the other modes, the quorum is checked first, on the new checkpoint: the one a
+    // witness vouches for being on the history everybody else saw.
+    let cosigned = match &policy {
+        Some(p) => match crate::witness_quorum(Some(&new_note), p) {
+            Ok(found) => Some((found, p)),
+            Err(mut report) => {
+                report.item = Some("new checkpoint".into());
+                return Ok(print_report(&report, args.json));
+            }
+        },
+        None => None,
+    };
     let report = crate::consistency(&args.old, &new_note, &hashes, &log_key);
+    let report = match cosigned {
+        Some((found, p)) => report.with_witnesses(&found, p),
+        None => report,
+    };
     Ok(print_report(&report, args.json))
 }
 
