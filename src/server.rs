@@ -58,8 +58,9 @@ pub struct ServeSettings {
     /// `max_concurrent_ingest`: `POST /v1/records` bodies received and processed at once;
     /// default 16 (0: no cap).
     pub max_concurrent_ingest: Option<usize>,
-    /// `client_rate_per_second`: requests per second under `/v1` per client address; default
-    /// 1000 (0: no limit).
+    /// `client_rate_per_second`: requests per second per client address under `/v1` and to the
+    /// C2SP tiles (`/checkpoint`, `/tile/...`; `api::limits::rate_limited`); default 1000 (0: no
+    /// limit).
     pub client_rate_per_second: Option<u32>,
     /// `client_rate_burst`: requests a client address may make at once; default 5000.
     pub client_rate_burst: Option<u32>,

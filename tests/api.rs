@@ -678,6 +678,17 @@ const fn post(
     }
 }
 
+/// A HEAD row: the status only (a HEAD answer has no body to hold a problem).
+const fn head(what: &'static str, path: &'static str, want: [u16; 6]) -> Access {
+    Access {
+        what,
+        method: "HEAD",
+        path,
+        body: None,
+        want,
+    }
+}
+
 const fn delete(what: &'static str, path: &'static str, want: [u16; 6]) -> Access {
     Access {
         what,
@@ -775,6 +786,12 @@ static ACCESS: &[Access] = &[
     get("tiles: hash tile past the end", "/tile/0/999",                                           [404, 404, 404, 404, 404, 404]),
     get("tiles: partial entry bundle",   "/tile/entries/000.p/1",                                 [200, 200, 403, 403, 401, 401]),
     get("tiles: bundle past the end",    "/tile/entries/999",                                     [404, 404, 403, 403, 401, 401]),
+    head("HEAD checkpoint",              "/v1/checkpoint",                                        [200, 200, 200, 200, 200, 200]),
+    head("HEAD tiles: checkpoint",       "/checkpoint",                                           [200, 200, 200, 200, 200, 200]),
+    head("HEAD tiles: hash tile",        "/tile/0/000.p/1",                                       [200, 200, 200, 200, 200, 200]),
+    head("HEAD tiles: tile past the end","/tile/0/999",                                           [404, 404, 404, 404, 404, 404]),
+    head("HEAD tiles: entry bundle",     "/tile/entries/000.p/1",                                 [200, 200, 403, 403, 401, 401]),
+    head("HEAD tiles: bundle past end",  "/tile/entries/999",                                     [404, 404, 403, 403, 401, 401]),
 ];
 
 /// `path` with each `{name}` of `values` replaced; every placeholder must be filled.
@@ -793,6 +810,13 @@ impl Access {
         match (self.method, self.body) {
             ("GET", None) => h.get(path, token),
             ("DELETE", None) => h.delete(path, token),
+            ("HEAD", None) => {
+                let mut req = h.agent.head(format!("{}{path}", h.base));
+                if let Some(t) = token {
+                    req = req.header("Authorization", &format!("Bearer {t}"));
+                }
+                Http::read(req.call()).unwrap_or_else(|e| panic!("HEAD {path}: {e}"))
+            }
             ("POST", Some(body)) => h.post(path, token, &body(&format!("{who:?}").to_lowercase())),
             (m, b) => panic!("{}: {m} with a body: {}", self.what, b.is_some()),
         }
@@ -801,6 +825,12 @@ impl Access {
     /// Whether `r` is what this row wants for column `col`: `Err` says how it differs.
     fn check(&self, col: usize, r: &Reply) -> Result<(), String> {
         match self.want[col] {
+            s if self.method == "HEAD" && r.status == s && r.body.is_empty() => Ok(()),
+            s if self.method == "HEAD" => Err(format!(
+                "status {} (not {s}), {} body bytes",
+                r.status,
+                r.body.len()
+            )),
             401 => r.problem(401, "unauthorized").map(drop),
             403 => r.problem(403, "forbidden").map(drop),
             404 => r.problem(404, "not_found").map(drop),
@@ -1008,6 +1038,25 @@ both_backends!(access_matrix, |db: &TestDb| {
             if !called.iter().any(|(m, p)| m == method && fits(template, p)) {
                 mismatches.push(format!(
                     "the access matrix has no row for {method} {template}"
+                ));
+            }
+        }
+    }
+    // Every status a row wants is documented for its operation (the most literal template
+    // its path fits; a tile path, whose last parameter spans segments, fits none).
+    let paths = doc["paths"].as_object().unwrap();
+    for (row, (method, path)) in ACCESS.iter().zip(&called) {
+        let op = paths
+            .iter()
+            .filter(|(t, ops)| ops.get(method).is_some() && fits(t, path))
+            .min_by_key(|(t, _)| t.matches('{').count())
+            .map(|(_, ops)| &ops[method]);
+        let Some(op) = op else { continue };
+        for status in row.want.iter().collect::<std::collections::BTreeSet<_>>() {
+            if op["responses"].get(status.to_string()).is_none() {
+                mismatches.push(format!(
+                    "{} ({method} {path}): {status} is not documented",
+                    row.what
                 ));
             }
         }
@@ -1383,8 +1432,8 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         // Routes.
         query("unknown route",                       "/v1/nope".into(),                     Problem(404, "not_found")),
         query("unknown top-level route",             "/nope".into(),                        Problem(404, "not_found")),
-        method("POST", query("POST to a GET route",  "/v1/log".into(),                      Problem(404, "not_found"))),
-        method("DELETE", query("DELETE on a list",   "/v1/tenants".into(),                  Problem(404, "not_found"))),
+        method("POST", query("POST to a GET route",  "/v1/log".into(),                      Problem(405, "method_not_allowed"))),
+        method("DELETE", query("DELETE on a list",   "/v1/tenants".into(),                  Problem(405, "method_not_allowed"))),
         // Administration bodies.
         Bad { body: b"{\"id\":".to_vec(), ..admin_post("tenant: malformed JSON", "/v1/tenants", json!(null), Problem(400, "malformed_json")) },
         admin_post("tenant: unknown member",         "/v1/tenants", json!({"id": "t2", "name": "n", "x": 1}), Problem(400, "malformed_json")),

@@ -670,9 +670,34 @@ fn records_signed_after_revocation_or_with_bad_signatures_are_named() {
     );
 }
 
+/// The bundle `write` produces, as its file's bytes (each line ends with LF).
+fn bundle_file(
+    ledger: &Ledger,
+    write: impl FnOnce(
+        &mut gpuledger::store::DbConn,
+        &mut gpuledger::store::bundle::Sink,
+    ) -> Result<(), StoreError>,
+) -> Vec<u8> {
+    let mut file = Vec::new();
+    ledger
+        .with_reader(|c| {
+            write(c, &mut |l| {
+                assert_eq!(l.last(), Some(&b'\n'), "every line ends with LF");
+                file.extend_from_slice(&l);
+                Ok(())
+            })
+        })
+        .unwrap();
+    file
+}
+
 /// Writes a certificate, its bundle and the files around them as auditors receive them: what
 /// both verifiers are run on (verifiers/python/tests/test_rust_artefacts.py names the layout).
+/// The certificate's bundle in both formats (`bundle.ndjson` v2, `bundle.v3.ndjson` v3), and an
+/// invoice of the same tenant and period with its bundle in both formats.
 fn write_artefacts(dir: &std::path::Path) {
+    use gpuledger::core::bundle::Format;
+    use gpuledger::store::invoices as store_invoices;
     let db = sqlite();
     let ledger = open(&db);
     scenario(&ledger);
@@ -686,7 +711,47 @@ fn write_artefacts(dir: &std::path::Path) {
         bundle.extend_from_slice(l);
         bundle.push(b'\n');
     }
+    assert_eq!(
+        bundle,
+        bundle_file(&ledger, |c, s| store_certs::write_certificate_bundle_as(
+            c,
+            &cert,
+            Format::V2,
+            s
+        ))
+    );
     std::fs::write(dir.join("bundle.ndjson"), bundle).unwrap();
+    let v3 = bundle_file(&ledger, |c, s| {
+        store_certs::write_certificate_bundle_as(c, &cert, Format::V3, s)
+    });
+    std::fs::write(dir.join("bundle.v3.ndjson"), v3).unwrap();
+    // An invoice of acme for the certificate's period: rate cards for both regions it used.
+    for region in ["west", "east"] {
+        ledger
+            .append_ledger_entry(Body::RateCard(gpuledger::core::record::RateCard {
+                region: region.into(),
+                gpu_model: "H100".into(),
+                lease_class: gpuledger::core::rating::LeaseClass::OnDemand,
+                currency: "CNY".into(),
+                price_per_gpu_hour: dec("18.5"),
+                effective_from: at(-86_400),
+            }))
+            .unwrap();
+    }
+    let invoices = ledger.issue_invoices("acme", period()).unwrap();
+    assert_eq!(invoices.len(), 1, "one currency, one invoice");
+    let invoice = &invoices[0];
+    let (json, _) = store_invoices::invoice_json(invoice).unwrap();
+    std::fs::write(dir.join("invoice.json"), json).unwrap();
+    for (format, name) in [
+        (Format::V2, "invoice_bundle.ndjson"),
+        (Format::V3, "invoice_bundle.v3.ndjson"),
+    ] {
+        let file = bundle_file(&ledger, |c, s| {
+            store_invoices::write_invoice_bundle_as(c, invoice, format, s)
+        });
+        std::fs::write(dir.join(name), file).unwrap();
+    }
     std::fs::write(dir.join("verifier_key.txt"), verifier_key() + "\n").unwrap();
     // The tests' fixed log key: a test artefact, so that tamper tests can re-sign as a key
     // holder would. Never a real key.
@@ -708,6 +773,23 @@ fn write_artefacts(dir: &std::path::Path) {
         serde_json::to_vec(&proof).unwrap(),
     )
     .unwrap();
+}
+
+/// A version-3 bundle file with one bit of its first node hash flipped (the line stays
+/// canonical JSON, so only the multi-proof can refuse it).
+fn flip_a_node_hash(file: &[u8]) -> Vec<u8> {
+    let mut lines: Vec<Vec<u8>> = file.split(|&b| b == b'\n').map(<[u8]>::to_vec).collect();
+    let pos = lines
+        .iter()
+        .position(|l| l.starts_with(br#"{"hashes":"#))
+        .expect("a version-3 bundle with a nodes line");
+    let mut nodes = parse(&lines[pos]);
+    let first = nodes["hashes"][0].as_str().unwrap();
+    let mut raw = BASE64_STANDARD.decode(first).unwrap();
+    raw[0] ^= 1;
+    nodes["hashes"][0] = BASE64_STANDARD.encode(raw).into();
+    lines[pos] = gpuledger::core::canonical::to_vec(&nodes).unwrap();
+    lines.join(&b'\n')
 }
 
 fn gpuledger(args: &[&str]) -> (i32, String) {
@@ -736,6 +818,41 @@ fn both_verifiers_pass_the_services_artefacts_and_fail_a_tampered_one() {
         "bundle.ndjson",
     ];
     assert_verify_passes(d, &files, &key, "PASS: certificate CERT-000001 of acme");
+    // The same certificate with its version-3 bundle, and the invoice's bundles in both formats.
+    let v3 = [
+        "--certificate",
+        "certificate.json",
+        "--bundle",
+        "bundle.v3.ndjson",
+    ];
+    assert_verify_passes(d, &v3, &key, "PASS: certificate CERT-000001 of acme");
+    for b in ["invoice_bundle.ndjson", "invoice_bundle.v3.ndjson"] {
+        assert_verify_passes(d, &["--bundle", b], &key, "PASS");
+    }
+    // A version-3 file with one byte of its multi-proof changed: the entries no longer lead to
+    // the checkpoint's root.
+    for (file, cert) in [
+        ("bundle.v3.ndjson", Some("certificate.json")),
+        ("invoice_bundle.v3.ndjson", None),
+    ] {
+        let tampered = flip_a_node_hash(&std::fs::read(p(file)).unwrap());
+        std::fs::write(p("tampered.v3.ndjson"), tampered).unwrap();
+        let mut args = vec!["verify"];
+        let cert_path = cert.map(p);
+        if let Some(c) = &cert_path {
+            args.extend(["--certificate", c]);
+        }
+        let bundle_path = p("tampered.v3.ndjson");
+        args.extend(["--bundle", &bundle_path, "--log-key", &key, "--json"]);
+        let (code, out) = gpuledger(&args);
+        assert_eq!(code, 1, "{file}: {out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            (v["result"].as_str(), v["reason"].as_str()),
+            (Some("FAIL"), Some("inclusion_proof")),
+            "{file}: {out}"
+        );
+    }
     let (code, out) = gpuledger(&[
         "verify",
         "consistency",

@@ -2,7 +2,8 @@
 //! equals the RFC 6962 nodes recomputed here from the leaves by direct recursion; a client
 //! that reads only `/checkpoint` and `/tile/...` verifies the checkpoint and proves inclusion
 //! and consistency; caching headers; malformed paths; tiles past the checkpoint; who may read
-//! entry bundles; the public consistency proofs and checkpoints; the per-client rate.
+//! entry bundles; HEAD answering as GET without the body; the public consistency proofs and
+//! checkpoints; the per-client rate.
 
 mod common;
 
@@ -61,6 +62,50 @@ fn get(h: &Http, path: &str, token: Option<&str>) -> Got {
         cache_control,
         body,
     }
+}
+
+/// `HEAD path`: the status, the headers `GET` would give and no body.
+struct Head {
+    status: u16,
+    content_type: String,
+    cache_control: Option<String>,
+    content_length: Option<usize>,
+    body_len: usize,
+}
+
+fn head(h: &Http, path: &str, token: Option<&str>) -> Head {
+    let mut req = h.agent.head(format!("{}{path}", h.base));
+    if let Some(t) = token {
+        req = req.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut r = req.call().unwrap_or_else(|e| panic!("HEAD {path}: {e}"));
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let (content_type, cache_control) = (header("content-type"), header("cache-control"));
+    let content_length = header("content-length").map(|v| v.parse().unwrap());
+    Head {
+        status: r.status().as_u16(),
+        content_type: content_type.unwrap_or_default(),
+        cache_control,
+        content_length,
+        body_len: r.body_mut().read_to_vec().unwrap().len(),
+    }
+}
+
+/// `HEAD path` answers as `GET path` does (status, type, cache, length), without the body.
+fn assert_head_like_get(h: &Http, path: &str, token: Option<&str>) {
+    let (g, hd) = (get(h, path, token), head(h, path, token));
+    assert_eq!(
+        (hd.status, &hd.content_type, &hd.cache_control),
+        (g.status, &g.content_type, &g.cache_control),
+        "HEAD {path}"
+    );
+    assert_eq!(hd.content_length, Some(g.body.len()), "HEAD {path}");
+    assert_eq!(hd.body_len, 0, "HEAD {path} has no body");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -277,6 +322,33 @@ both_backends!(tiles_are_the_tree_and_prove_it, |db: &TestDb| {
     assert_eq!(String::from_utf8(r.body).unwrap(), note);
     assert_eq!(r.cache_control.as_deref(), Some("public, max-age=2"));
 
+    // HEAD, for caches and monitors: what GET answers, without the body, on the checkpoints,
+    // full and partial tiles, and the refusals.
+    let h_cp = head(&h, "/checkpoint", None);
+    assert_eq!(
+        (h_cp.status, h_cp.content_length, h_cp.body_len),
+        (200, Some(note.len()), 0)
+    );
+    for path in [
+        "/checkpoint".to_owned(),
+        "/v1/checkpoint".to_owned(),
+        "/tile/0/000".to_owned(),
+        "/tile/0/001.p/3".to_owned(),
+        format!("/tile/0/{:03}.p/{}", size / 256, size % 256),
+        format!("/tile/1/000.p/{}", size / 256),
+        "/tile/0/0".to_owned(),
+        "/tile/".to_owned(),
+        format!("/tile/0/{:03}", size / 256),
+    ] {
+        assert_head_like_get(&h, &path, None);
+    }
+    assert_eq!(head(&h, "/tile/0/000", None).content_length, Some(256 * 32));
+    assert_eq!(head(&h, "/tile/0/0", None).status, 400);
+    assert_eq!(
+        head(&h, &format!("/tile/0/{:03}", size / 256), None).status,
+        404
+    );
+
     // The monitor: only /checkpoint and /tile/..., every hash checked against the root.
     let reader = HttpTiles::new(&h);
     let tree = TileHashReader::new(s2, r2, &reader);
@@ -412,6 +484,15 @@ both_backends!(tiles_are_the_tree_and_prove_it, |db: &TestDb| {
         get(&h, &format!("/tile/entries/{last:03}"), Some(&auditor)).status,
         404
     );
+    // HEAD on entry bundles: the same access rules, the same headers.
+    assert_eq!(head(&h, first, None).status, 401);
+    assert_eq!(head(&h, first, Some(&tenant)).status, 403);
+    for path in [
+        first.to_owned(),
+        format!("/{}", bundles[last as usize].path()),
+    ] {
+        assert_head_like_get(&h, &path, Some(&auditor));
+    }
     // Compressed for a client that accepts gzip, the same bytes once inflated.
     let plain = get(&h, first, Some(&auditor)).body;
     let mut r = h

@@ -22,7 +22,7 @@ pub struct NewTenant {
 
 /// Creates a tenant (admin).
 #[utoipa::path(tag = "admin", request_body = NewTenant,
-    responses((status = 201, body = Tenant), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = Tenant), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/tenants")]
 pub async fn create_tenant(
@@ -49,7 +49,7 @@ pub async fn create_tenant(
 }
 
 /// Lists tenants (admin, auditor).
-#[utoipa::path(tag = "admin", responses((status = 200, body = Vec<Tenant>)), security(("bearer" = [])))]
+#[utoipa::path(tag = "admin", responses(super::error::RoleForbidden, (status = 200, body = Vec<Tenant>)), security(("bearer" = [])))]
 #[get("/tenants")]
 pub async fn list_tenants(
     state: web::Data<AppState>,
@@ -140,7 +140,7 @@ fn register(
 /// Registers a node or market signer with its first key (admin). The registration is a
 /// ledger-signed log entry.
 #[utoipa::path(tag = "admin", request_body = NewSigner,
-    responses((status = 201, body = KeyView), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = KeyView), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/signers")]
 pub async fn create_signer(
@@ -170,7 +170,7 @@ pub async fn create_signer(
 /// Adds a key to an existing signer, for rotation (admin); revoke the old key afterwards.
 #[utoipa::path(tag = "admin", request_body = NewKey,
     params(("id" = String, Path)),
-    responses((status = 201, body = KeyView), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = KeyView), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/signers/{id}/keys")]
 pub async fn add_key(
@@ -215,7 +215,7 @@ pub struct Revocation {
 /// Revokes a key (admin): records signed with it are refused from the next entry on.
 #[utoipa::path(tag = "admin", request_body = Revocation,
     params(("id" = String, Path), ("key_id" = String, Path)),
-    responses((status = 200, body = KeyView), (status = 404, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 200, body = KeyView), (status = 404, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/signers/{id}/keys/{key_id}/revoke")]
 pub async fn revoke_key(
@@ -273,7 +273,7 @@ fn list_keys(state: &AppState) -> Result<Vec<KeyView>, ApiError> {
 }
 
 /// Lists every signer key with its registration and revocation entries (admin, auditor).
-#[utoipa::path(tag = "admin", responses((status = 200, body = Vec<KeyView>)), security(("bearer" = [])))]
+#[utoipa::path(tag = "admin", responses(super::error::RoleForbidden, (status = 200, body = Vec<KeyView>)), security(("bearer" = [])))]
 #[get("/signers")]
 pub async fn list_signers(
     state: web::Data<AppState>,
@@ -310,7 +310,7 @@ pub struct CreatedToken {
 
 /// Creates an API token (admin), optionally expiring at `expires_at`.
 #[utoipa::path(tag = "admin", request_body = NewToken,
-    responses((status = 201, body = CreatedToken), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = CreatedToken), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/tokens")]
 pub async fn create_token(
@@ -339,7 +339,7 @@ pub async fn create_token(
 }
 
 /// Lists API tokens, without secrets (admin).
-#[utoipa::path(tag = "admin", responses((status = 200, body = Vec<TokenInfo>)), security(("bearer" = [])))]
+#[utoipa::path(tag = "admin", responses(super::error::RoleForbidden, (status = 200, body = Vec<TokenInfo>)), security(("bearer" = [])))]
 #[get("/tokens")]
 pub async fn list_tokens(
     state: web::Data<AppState>,
@@ -352,7 +352,7 @@ pub async fn list_tokens(
 
 /// Revokes an API token (admin).
 #[utoipa::path(tag = "admin", params(("id" = String, Path)),
-    responses((status = 204), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 204), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[delete("/tokens/{id}")]
 pub async fn revoke_token(

@@ -31,8 +31,8 @@ pub struct CertificateOrder {
 
 /// Issues a compute-usage certificate over the tenant's records starting in `[from, to)`
 /// (docs/PROTOCOL.md §13), signed by the log key and recorded in a `certificate_issued` entry.
-#[utoipa::path(tag = "certificates", request_body = CertificateOrder,
-    responses((status = 201, description = "The signed certificate", body = Certificate),
+#[utoipa::path(operation_id = "issue_certificate", tag = "certificates", request_body = CertificateOrder,
+    responses(super::error::RoleForbidden, (status = 201, description = "The signed certificate", body = Certificate),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 429, description = "The tenant asked for more certificates than `tenant_certificates_per_minute` allows; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json"),
@@ -92,12 +92,13 @@ pub async fn issue(
 
 /// Query of the list.
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     pub tenant: Option<String>,
 }
 
 /// Lists certificates (tenants: their own).
-#[utoipa::path(tag = "certificates", params(ListQuery),
+#[utoipa::path(operation_id = "list_certificates", tag = "certificates", params(ListQuery),
     responses((status = 200, body = Vec<CertificateSummary>)), security(("bearer" = [])))]
 #[get("/certificates")]
 pub async fn list(
@@ -123,7 +124,7 @@ async fn load(
 }
 
 /// One certificate, its signed JSON exactly as issued (its SHA-256 is in the log).
-#[utoipa::path(tag = "certificates", params(("id" = String, Path)),
+#[utoipa::path(operation_id = "get_certificate", tag = "certificates", params(("id" = String, Path)),
     responses((status = 200, body = Certificate), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[get("/certificates/{id}")]

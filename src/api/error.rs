@@ -4,9 +4,11 @@
 
 use crate::store::{Outage, StoreError};
 use actix_web::http::StatusCode;
-use actix_web::{HttpResponse, ResponseError};
+use actix_web::{HttpRequest, HttpResponse, ResponseError};
 use serde::Serialize;
-use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, Response, ResponseBuilder};
 
 /// `Retry-After` of a 503 `witnesses_behind`: witnesses are sent each new checkpoint at once,
 /// so a quorum that was not reached in `witness_wait_seconds` is unlikely within a few more.
@@ -23,12 +25,11 @@ pub struct Problem {
     pub detail: String,
     /// Per-field or per-item reasons, when they apply.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<ProblemItem>>)]
-    pub errors: Option<Value>,
+    pub errors: Option<Vec<ProblemItem>>,
 }
 
 /// One item of a problem's `errors`: the field or parameter it concerns and why.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ProblemItem {
     /// The field path (`body.gpu_count`) or query parameter.
     pub field: String,
@@ -46,7 +47,7 @@ pub enum ApiError {
     BadRequest {
         slug: &'static str,
         detail: String,
-        errors: Option<Value>,
+        errors: Option<Vec<ProblemItem>>,
     },
     /// 401: no, malformed, unknown or revoked token.
     #[error("a valid bearer token is required")]
@@ -66,6 +67,14 @@ pub enum ApiError {
     /// 413: body or batch over a named limit.
     #[error("{detail}")]
     TooLarge { slug: &'static str, detail: String },
+    /// 405 with `Allow`: the path is served, but not for this method.
+    #[error("{method} is not served at this path; it allows {}", allow.join(", "))]
+    MethodNotAllowed {
+        /// The request's method.
+        method: String,
+        /// The methods the path is served for, upper case.
+        allow: Vec<String>,
+    },
     /// 415: wrong content type.
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -123,7 +132,11 @@ impl ApiError {
         let detail = detail.into();
         ApiError::BadRequest {
             slug: "invalid_parameter",
-            errors: Some(serde_json::json!([{ "field": name, "message": detail }])),
+            errors: Some(vec![ProblemItem {
+                field: name.to_owned(),
+                reason: None,
+                message: detail.clone(),
+            }]),
             detail: format!("{name}: {detail}"),
         }
     }
@@ -134,6 +147,7 @@ impl ApiError {
             ApiError::Unauthorized => ("unauthorized", "Unauthorized"),
             ApiError::Forbidden(_) => ("forbidden", "Forbidden"),
             ApiError::NotFound(_) => ("not_found", "Not found"),
+            ApiError::MethodNotAllowed { .. } => ("method_not_allowed", "Method not allowed"),
             ApiError::Conflict(_) => ("conflict", "Conflict"),
             ApiError::RequestTimeout(_) => ("body_timeout", "Request timeout"),
             ApiError::TooLarge { slug, .. } => (slug, "Payload too large"),
@@ -155,6 +169,7 @@ impl ResponseError for ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -187,6 +202,9 @@ impl ResponseError for ApiError {
         resp.content_type("application/problem+json");
         if matches!(self, ApiError::Unauthorized) {
             resp.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        if let ApiError::MethodNotAllowed { allow, .. } = self {
+            resp.insert_header(("Allow", allow.join(", ")));
         }
         if let Some(seconds) = self.retry_after() {
             resp.insert_header(("Retry-After", seconds.to_string()));
@@ -272,5 +290,181 @@ impl From<StoreError> for ApiError {
 impl From<actix_web::error::BlockingError> for ApiError {
     fn from(e: actix_web::error::BlockingError) -> Self {
         ApiError::Internal(format!("blocking task failed: {e}"))
+    }
+}
+
+/// The answer to a request no route took: 405 `method_not_allowed` with `Allow` where its path
+/// is served for other methods (the methods the OpenAPI document lists for the route pattern
+/// the path matches), 404 `not_found` otherwise.
+pub async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let allow = req
+        .resource_map()
+        .match_pattern(req.path())
+        .and_then(|pattern| served_methods().get(&template_of(&pattern)));
+    Err(match allow {
+        Some(allow) => ApiError::MethodNotAllowed {
+            method: req.method().as_str().to_owned(),
+            allow: allow.clone(),
+        },
+        None => ApiError::NotFound("route".into()),
+    })
+}
+
+/// The OpenAPI path template of an actix route pattern: `{name:regex}` is `{name}`.
+fn template_of(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let (mut depth, mut in_regex) = (0usize, false);
+    for c in pattern.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            ':' if depth == 1 => in_regex = true,
+            _ => {}
+        }
+        if in_regex && depth == 0 {
+            in_regex = false;
+        }
+        if !in_regex {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Route pattern → the methods it is served for, upper case, from the OpenAPI document (which
+/// is collected from the routes as they are registered).
+fn served_methods() -> &'static BTreeMap<String, Vec<String>> {
+    static METHODS: OnceLock<BTreeMap<String, Vec<String>>> = OnceLock::new();
+    METHODS.get_or_init(|| {
+        super::openapi()
+            .paths
+            .paths
+            .iter()
+            .map(|(path, item)| (path.clone(), item_methods(item)))
+            .collect()
+    })
+}
+
+/// The methods of a path item's operations, upper case, in a fixed order.
+fn item_methods(item: &utoipa::openapi::PathItem) -> Vec<String> {
+    [
+        ("GET", &item.get),
+        ("HEAD", &item.head),
+        ("POST", &item.post),
+        ("PUT", &item.put),
+        ("PATCH", &item.patch),
+        ("DELETE", &item.delete),
+        ("OPTIONS", &item.options),
+    ]
+    .into_iter()
+    .filter(|(_, op)| op.is_some())
+    .map(|(m, _)| m.to_owned())
+    .collect()
+}
+
+/// A documented answer of `description` whose body is a [`Problem`].
+pub fn problem_response(description: &str) -> Response {
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/problem+json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Problem")))
+                .build(),
+        )
+        .build()
+}
+
+/// `responses(..., RoleForbidden)` in a handler's `#[utoipa::path]`: the 403 of an operation
+/// that some roles with a valid token may not use (admin-only writes, operations reads). A
+/// tenant naming another tenant's things gets 404, never 403, and is not this.
+pub struct RoleForbidden;
+
+impl utoipa::IntoResponses for RoleForbidden {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        BTreeMap::from([(
+            "403".to_owned(),
+            RefOr::T(problem_response(
+                "The token is valid, but its role may not do this (`forbidden`)",
+            )),
+        )])
+    }
+}
+
+/// Documents on every operation of `doc` the problem answers its shape implies, where the
+/// handler's annotation does not already list them: 401 where it takes a bearer token; 400
+/// where it takes parameters or a body; 404 where it takes a path parameter or a `tenant`
+/// (unknown, or another tenant's: never 403); 408, 413 and 415 where it reads a JSON body
+/// ([`super::read_body`], [`super::require_json`]).
+pub fn document_problems(doc: &mut OpenApi) {
+    for item in doc.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.head,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for op in operations.into_iter().flatten() {
+            let params = op.parameters.as_deref().unwrap_or_default();
+            let has_body = op.request_body.is_some();
+            let json_body = op
+                .request_body
+                .as_ref()
+                .is_some_and(|b| b.content.contains_key("application/json"));
+            let by_tenant_or_path = params.iter().any(|p| {
+                p.parameter_in == utoipa::openapi::path::ParameterIn::Path || p.name == "tenant"
+            });
+            let secured = op.security.as_ref().is_some_and(|s| !s.is_empty());
+            let mut implied: Vec<(&str, &str)> = Vec::new();
+            if secured {
+                implied.push((
+                    "401",
+                    "No bearer token, or one that is malformed, unknown, expired or revoked \
+                     (`unauthorized`, with `WWW-Authenticate: Bearer`)",
+                ));
+            }
+            if !params.is_empty() || has_body {
+                implied.push((
+                    "400",
+                    "A parameter or the body is invalid; `errors` names each field and why",
+                ));
+            }
+            if by_tenant_or_path {
+                implied.push(("404", "Not found, or not the caller's to see (`not_found`)"));
+            }
+            if json_body {
+                implied.push(("408", "The body did not arrive in time (`body_timeout`)"));
+                implied.push(("413", "The body is over its limit (`body_too_large`)"));
+                implied.push((
+                    "415",
+                    "The body is not `application/json` (`unsupported_media_type`)",
+                ));
+            }
+            for (status, description) in implied {
+                op.responses
+                    .responses
+                    .entry(status.to_owned())
+                    .or_insert_with(|| problem_response(description).into());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::template_of;
+
+    #[test]
+    fn route_patterns_read_as_openapi_templates() {
+        for (pattern, template) in [
+            ("/v1/entries/{index}", "/v1/entries/{index}"),
+            ("/tile/{level}/{index:.*}", "/tile/{level}/{index}"),
+            ("/a/{n:[0-9]{3}}/b/{m}", "/a/{n}/b/{m}"),
+            ("/healthz", "/healthz"),
+        ] {
+            assert_eq!(template_of(pattern), template, "{pattern}");
+        }
     }
 }

@@ -27,8 +27,8 @@ pub struct IssueRequest {
 
 /// Issues a tenant's invoices for a period, one per currency (admin). Refused while any usage
 /// is unpriced, and for a period overlapping an invoiced one.
-#[utoipa::path(tag = "invoices", request_body = IssueRequest,
-    responses((status = 201, description = "The issued invoices", body = Vec<Invoice>),
+#[utoipa::path(operation_id = "issue_invoice", tag = "invoices", request_body = IssueRequest,
+    responses(super::error::RoleForbidden, (status = 201, description = "The issued invoices", body = Vec<Invoice>),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 409, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 503, description = "`busy`: the log changed under the computation three times; `witnesses_behind`: with `witness_quorum`, no checkpoint reached the quorum within `witness_wait_seconds` (nothing written); or `database_unavailable`; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
@@ -66,12 +66,13 @@ pub async fn issue(
 
 /// Query of the list.
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     pub tenant: Option<String>,
 }
 
 /// Lists invoices (tenants: their own).
-#[utoipa::path(tag = "invoices", params(ListQuery), responses((status = 200, body = Vec<InvoiceSummary>)), security(("bearer" = [])))]
+#[utoipa::path(operation_id = "list_invoices", tag = "invoices", params(ListQuery), responses((status = 200, body = Vec<InvoiceSummary>)), security(("bearer" = [])))]
 #[get("/invoices")]
 pub async fn list(
     state: web::Data<AppState>,
@@ -96,7 +97,7 @@ async fn load(
 }
 
 /// One invoice as JSON (its SHA-256 is in the log's `invoice_issued` entry).
-#[utoipa::path(tag = "invoices", params(("number" = String, Path)),
+#[utoipa::path(operation_id = "get_invoice", tag = "invoices", params(("number" = String, Path)),
     responses((status = 200, body = Invoice), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[get("/invoices/{number}")]
@@ -178,7 +179,7 @@ pub async fn download(
 
 /// Records a payment against an invoice (admin): `{tenant, invoice, currency, amount, note}`.
 #[utoipa::path(tag = "invoices", request_body = crate::core::record::Settlement,
-    responses((status = 201, body = super::pricing::Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = super::pricing::Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/payments")]
 pub async fn payment(
@@ -192,7 +193,7 @@ pub async fn payment(
 
 /// Grants a credit note against an invoice (admin); credits may not exceed the invoice total.
 #[utoipa::path(tag = "invoices", request_body = crate::core::record::Settlement,
-    responses((status = 201, body = super::pricing::Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = super::pricing::Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/credit-notes")]
 pub async fn credit_note(

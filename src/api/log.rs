@@ -8,7 +8,7 @@ use crate::core::merkle;
 use crate::core::time::Timestamp;
 use crate::store::read::{self, CheckpointPage, EntryRow};
 use crate::store::StoreError;
-use actix_web::get;
+use actix_web::{get, route};
 use actix_web::{web, HttpResponse};
 use base64::prelude::{Engine, BASE64_STANDARD};
 use serde::{Deserialize, Serialize};
@@ -45,9 +45,10 @@ pub async fn get_log(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
     }))
 }
 
-/// The latest signed checkpoint as a C2SP signed note (public, `text/plain`).
+/// The latest signed checkpoint as a C2SP signed note (public, `text/plain`); `HEAD` gives its
+/// headers only.
 #[utoipa::path(tag = "log", responses((status = 200, description = "C2SP signed note", content_type = "text/plain", body = String)))]
-#[get("/checkpoint")]
+#[route("/checkpoint", method = "GET", method = "HEAD")]
 pub async fn get_checkpoint(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok()
         .content_type("text/plain; charset=utf-8")
@@ -99,6 +100,7 @@ pub struct CheckpointsPage {
 
 /// Query of `GET /v1/checkpoints`.
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct CheckpointsQuery {
     /// Only checkpoints with a size above this one, oldest first (for following the log).
     pub after: Option<String>,
@@ -220,6 +222,7 @@ pub struct EntriesPage {
 
 /// Query of `GET /v1/entries`.
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RangeQuery {
     /// First index (inclusive).
     pub start: Option<String>,
@@ -278,6 +281,7 @@ pub struct ProofView {
 
 /// Query of the inclusion proof.
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct InclusionQuery {
     pub index: String,
     /// Tree size; defaults to the latest checkpoint's.
@@ -333,6 +337,7 @@ pub async fn get_inclusion(
 
 /// Query of the consistency proof.
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ConsistencyQuery {
     pub from: String,
     pub to: String,

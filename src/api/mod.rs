@@ -356,9 +356,14 @@ pub fn served_routes(cfg: &mut ServiceConfig, with_metrics: bool) {
     cfg.service(tiles::checkpoint)
         .service(tiles::entry_bundle)
         .service(tiles::hash_tile)
-        .route("/tile/{rest:.*}", web::get().to(tiles::malformed));
-    cfg.route("/openapi.json", web::get().to(ops::openapi))
-        .route("/docs", web::get().to(ops::docs))
+        .route(
+            "/tile/{rest:.*}",
+            web::route()
+                .guard(actix_web::guard::Any(actix_web::guard::Get()).or(actix_web::guard::Head()))
+                .to(tiles::malformed),
+        );
+    cfg.service(ops::openapi)
+        .service(ops::docs)
         .service(
             scope("/v1")
                 .service(records::post_records)
@@ -399,9 +404,7 @@ pub fn served_routes(cfg: &mut ServiceConfig, with_metrics: bool) {
                 .service(admin::list_tokens)
                 .service(admin::revoke_token),
         )
-        .default_service(web::to(|| async {
-            Err::<actix_web::HttpResponse, _>(ApiError::NotFound("route".into()))
-        }));
+        .default_service(web::to(error::no_route));
 }
 
 /// The OpenAPI document of the routes [`routes`] registers, in the frame of [`ApiDoc`].
@@ -412,24 +415,37 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
         .configure(routes)
         .split_for_parts();
     doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    document_head_operations(&mut doc);
     add_rate_limit_responses(&mut doc);
+    error::document_problems(&mut doc);
     doc
+}
+
+/// The routes that answer `HEAD` as well as `GET` (`#[route(.., method = "GET", method =
+/// "HEAD")]`: the checkpoints and tiles) get from utoipa a copy of the `GET` operation; it is
+/// made the `HEAD` operation here: an operation id of its own (OpenAPI wants them unique) and
+/// a 200 without content.
+fn document_head_operations(doc: &mut utoipa::openapi::OpenApi) {
+    for item in doc.paths.paths.values_mut() {
+        let Some(head) = item.head.as_mut() else {
+            continue;
+        };
+        head.operation_id = head.operation_id.as_ref().map(|id| format!("{id}_head"));
+        head.summary = Some("The `GET` answer's status and headers, without its body.".to_owned());
+        if let Some(utoipa::openapi::RefOr::T(ok)) = head.responses.responses.get_mut("200") {
+            ok.description = format!("{} (headers only)", ok.description);
+            ok.content.clear();
+        }
+    }
 }
 
 /// Every operation under `/v1` and the tiles may answer 429: the per-client rate applies to all
 /// of them ([`limits::per_client`]), so its response is documented here once rather than on each
 /// handler (those with rates of their own describe them in their own 429).
 fn add_rate_limit_responses(doc: &mut utoipa::openapi::OpenApi) {
-    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
-    let response = ResponseBuilder::new()
-        .description("The client's rate is exceeded (`client_rate_per_second`); see `Retry-After`")
-        .content(
-            "application/problem+json",
-            ContentBuilder::new()
-                .schema(Some(Ref::from_schema_name("Problem")))
-                .build(),
-        )
-        .build();
+    let response = error::problem_response(
+        "The client's rate is exceeded (`client_rate_per_second`); see `Retry-After`",
+    );
     for (_, item) in doc
         .paths
         .paths
@@ -438,6 +454,7 @@ fn add_rate_limit_responses(doc: &mut utoipa::openapi::OpenApi) {
     {
         let operations = [
             &mut item.get,
+            &mut item.head,
             &mut item.put,
             &mut item.post,
             &mut item.delete,

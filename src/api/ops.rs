@@ -80,7 +80,9 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         .body(state.metrics.render())
 }
 
-/// The OpenAPI 3.1 document.
+/// The OpenAPI 3.1 document (this one).
+#[utoipa::path(tag = "ops", responses((status = 200, description = "The OpenAPI document", content_type = "application/json", body = Object)))]
+#[get("/openapi.json")]
 pub async fn openapi() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
@@ -88,6 +90,8 @@ pub async fn openapi() -> HttpResponse {
 }
 
 /// A self-contained HTML page listing the API from /openapi.json (no external assets).
+#[utoipa::path(tag = "ops", responses((status = 200, description = "The API reference page", content_type = "text/html", body = String)))]
+#[get("/docs")]
 pub async fn docs() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")

@@ -21,9 +21,11 @@ pub(super) fn rejection(r: Rejection) -> ApiError {
     ApiError::BadRequest {
         slug: "invalid_field",
         detail: r.message.clone(),
-        errors: Some(
-            serde_json::json!([{ "field": field, "reason": r.reason.code(), "message": r.message }]),
-        ),
+        errors: Some(vec![super::error::ProblemItem {
+            field,
+            reason: Some(r.reason.code().to_owned()),
+            message: r.message,
+        }]),
     }
 }
 
@@ -76,7 +78,7 @@ async fn append(
 /// Appends a rate card (admin): `{region, gpu_model, lease_class: on_demand|reserved, currency,
 /// price_per_gpu_hour, effective_from}`; a change must take effect after the series' latest.
 #[utoipa::path(tag = "pricing", request_body = crate::core::record::RateCard,
-    responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/rate-cards")]
 pub async fn post_rate_card(
@@ -91,7 +93,7 @@ pub async fn post_rate_card(
 /// Appends region parameters (admin): `{region, currency, electricity_price_per_kwh, pue,
 /// carbon_g_per_kwh, effective_from}`.
 #[utoipa::path(tag = "pricing", request_body = crate::core::record::RegionParameters,
-    responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/region-params")]
 pub async fn post_region_params(
@@ -105,7 +107,7 @@ pub async fn post_region_params(
 
 /// Declares a lease and its billing class (admin): `{lease, tenant, class: on_demand|reserved|spot}`.
 #[utoipa::path(tag = "pricing", request_body = crate::core::record::LeaseRegistered,
-    responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/leases")]
 pub async fn post_lease(
@@ -124,7 +126,7 @@ pub async fn post_lease(
 /// the tiers replace the series' rate card; a change must take effect after the latest tiers
 /// of the same plan and series.
 #[utoipa::path(tag = "pricing", request_body = crate::core::record::VolumeTiers,
-    responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/volume-tiers")]
 pub async fn post_volume_tiers(
@@ -140,7 +142,7 @@ pub async fn post_volume_tiers(
 /// a series leaves that series on the rate card, so a plan may be assigned before (or without)
 /// its tiers; a change must take effect after the tenant's latest plan.
 #[utoipa::path(tag = "pricing", request_body = crate::core::record::TenantPlan,
-    responses((status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/tenant-plans")]
 pub async fn post_tenant_plan(
@@ -193,6 +195,7 @@ pub async fn get_prices(
 
 /// Query of the preview.
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PreviewQuery {
     /// Tenant id (tenant tokens: their own, and may omit it).
     pub tenant: Option<String>,

@@ -3,6 +3,10 @@
 //! bundles at `/tile/entries/<N>[.p/<W>]`, for auditors and admins only (the leaves are
 //! tenants' records). A tile is served once the latest checkpoint covers it
 //! ([`TilePath::within`]); full tiles never change and are cached for a year.
+//!
+//! Each answers `HEAD` as it answers `GET`, with the same status and headers (`Content-Length`
+//! included) and no body (actix-http leaves the body out), for caches and monitors that check
+//! for a new checkpoint or a tile without fetching it.
 
 use super::auth::Caller;
 use super::error::ApiError;
@@ -10,7 +14,7 @@ use super::AppState;
 use crate::core::tiles::{self, TileKind, TilePath};
 use crate::store::ledger::TileData;
 use actix_web::http::header::{CACHE_CONTROL, VARY};
-use actix_web::{get, web, HttpRequest, HttpResponse};
+use actix_web::{route, web, HttpRequest, HttpResponse};
 
 /// `Cache-Control` of `/checkpoint`: it changes with every checkpoint, so caches keep it for
 /// a few seconds at most (C2SP tlog-tiles).
@@ -32,7 +36,7 @@ pub const PARTIAL_BUNDLE_CACHE_CONTROL: &str = "private, max-age=60";
 #[utoipa::path(tag = "tiles", operation_id = "tiles_checkpoint",
     responses((status = 200, description = "C2SP signed note", content_type = "text/plain; charset=utf-8", body = String),
               (status = 503, description = "`no_checkpoint`: none has been signed yet", body = super::error::Problem, content_type = "application/problem+json")))]
-#[get("/checkpoint")]
+#[route("/checkpoint", method = "GET", method = "HEAD")]
 pub async fn checkpoint(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let note = super::log::latest_note(&state).await?;
     Ok(HttpResponse::Ok()
@@ -76,7 +80,7 @@ async fn read_tile(state: &web::Data<AppState>, tile: TilePath) -> Result<TileDa
     responses((status = 200, description = "The tile's hashes, 32 bytes each", content_type = "application/octet-stream"),
               (status = 400, description = "`malformed_tile_path`", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 404, description = "The latest checkpoint does not cover this tile", body = super::error::Problem, content_type = "application/problem+json")))]
-#[get("/tile/{level}/{index:.*}")]
+#[route("/tile/{level}/{index:.*}", method = "GET", method = "HEAD")]
 pub async fn hash_tile(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -115,8 +119,10 @@ pub async fn hash_tile(
               (status = 403, description = "A tenant's token", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 404, description = "The latest checkpoint does not cover this bundle", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-#[get(
+#[route(
     "/tile/entries/{index:.*}",
+    method = "GET",
+    method = "HEAD",
     wrap = "actix_web::middleware::Compress::default()"
 )]
 pub async fn entry_bundle(

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 /// Query of `GET /v1/usage`.
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct UsageQuery {
     /// Tenant id. Tenant tokens may omit it (their own) and may not name another.
     pub tenant: Option<String>,

@@ -54,8 +54,8 @@ pub struct ServeArgs {
     /// POST /v1/records bodies received at once (503 busy past it); 0: no cap [default: 16].
     #[arg(long, env = "GPULEDGER_MAX_CONCURRENT_INGEST")]
     max_concurrent_ingest: Option<usize>,
-    /// Requests per second under /v1 per client address (429 past it); 0: no limit
-    /// [default: 1000].
+    /// Requests per second under /v1, /checkpoint and /tile/ per client address (429 past it);
+    /// 0: no limit [default: 1000].
     #[arg(long, env = "GPULEDGER_CLIENT_RATE_PER_SECOND")]
     client_rate_per_second: Option<u32>,
     /// Requests a client address may make at once [default: 5000].

@@ -14,6 +14,10 @@ Files in that directory:
   consistency/            old checkpoint (old.txt or old_checkpoint.txt),    optional
                           new checkpoint (new.txt or new_checkpoint.txt),
                           proof.json (array of base64, or {"hashes": [...]})
+  bundle.v3.ndjson        the certificate's bundle in version 3 (section 14) \
+  invoice.json            an invoice of the same log (section 12)            | checked by RustBundleFormats;
+  invoice_bundle.ndjson   its bundle, version 2                              | required with
+  invoice_bundle.v3.ndjson                     version 3                     / GPULEDGER_REQUIRE_ARTEFACTS=1
 
 The same checks also run on artefacts the test producer writes in that layout, so that this
 harness itself is tested when no Rust artefacts are present.
@@ -24,13 +28,14 @@ import copy
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
 from decimal import Decimal
 
-from support import (REPO, VerifierTestCase, entry_lines, get_path, gv, leaf_of, leaf_paths, mutate_string,
-                     producer, read, set_path, with_leaf)
+from support import (ENTRY_POINT, REPO, VerifierTestCase, entry_lines, get_path, gv, leaf_of, leaf_paths,
+                     mutate_string, producer, read, set_path, with_leaf)
 
 SKIP_LINE = "*** SKIPPED: no Rust artefacts ***"
 MAX_LINES_FOR_FIELD_TAMPERS = 40
@@ -278,6 +283,117 @@ class RustArtefacts(ArtefactChecks, VerifierTestCase):
             print(f"\n{SKIP_LINE} (looked in {where})", file=sys.stderr)
             raise unittest.SkipTest(f"{SKIP_LINE} (looked in {where})")
         cls.dir = d
+
+
+FORMAT_FILES = ("bundle.v3.ndjson", "invoice.json", "invoice_bundle.ndjson", "invoice_bundle.v3.ndjson")
+
+
+def v3_tampers(lines):
+    """Tampered copies of a version-3 bundle (its lines, without their LFs), each with the reason
+    it must be refused with: (name, bytes of the file, reason)."""
+    objs = [json.loads(l) for l in lines]
+    nodes = next(i for i, o in enumerate(objs) if o["type"] == "nodes")
+    entries = [i for i, o in enumerate(objs) if o["type"] == "entry"]
+    last = entries[-1]
+
+    def file(ls):
+        return b"".join(l + b"\n" for l in ls)
+
+    def replaced(pos, obj):
+        out = list(lines)
+        out[pos] = gv.jcs(obj)
+        return out
+
+    node = copy.deepcopy(objs[nodes])
+    raw = bytearray(base64.b64decode(node["hashes"][0]))
+    raw[0] ^= 1
+    node["hashes"][0] = gv.b64(bytes(raw))
+    leaf = copy.deepcopy(objs[last])
+    leaf["leaf"]["received_at"] = mutate_string(leaf["leaf"]["received_at"][:-1]) + "Z"
+    end = dict(objs[-1], nodes=objs[-1]["nodes"] + 1)
+    swapped = list(lines)
+    swapped[last - 1], swapped[last] = swapped[last], swapped[last - 1]
+    spaced = list(lines)
+    spaced[last] = lines[last].replace(b'{"index"', b'{ "index"', 1)
+    return [
+        ("a bit of a multi-proof node flipped", file(replaced(nodes, node)), "inclusion_proof"),
+        ("a record's received_at changed", file(replaced(last, leaf)), "inclusion_proof"),
+        ("an entry line not canonical JSON", file(spaced), "malformed"),
+        ("the end line counting one node more", file(replaced(len(lines) - 1, end)), "truncated"),
+        ("the end line cut off", file(lines[:-1]), "truncated"),
+        ("the last two entries swapped", file(swapped), "order"),
+    ]
+
+
+class RustBundleFormats(VerifierTestCase):
+    """The service's bundles in both formats (section 14): the certificate's version-3 bundle
+    beside its version-2 one, and an invoice's bundle in each, through the command line; and
+    tampered copies of each version-3 file refused with their reason and exit status 1."""
+
+    @classmethod
+    def setUpClass(cls):
+        d = artefacts_dir()
+        missing = [f for f in ("certificate.json", "verifier_key.txt") + FORMAT_FILES
+                   if d is None or not os.path.exists(os.path.join(d, f))]
+        if missing:
+            where = d or "tests/fixtures/certificate/ (and GPULEDGER_ARTEFACTS_DIR unset)"
+            if os.environ.get("GPULEDGER_REQUIRE_ARTEFACTS") == "1":
+                raise AssertionError(f"GPULEDGER_REQUIRE_ARTEFACTS=1 but {where} lacks {missing}")
+            print(f"\n{SKIP_LINE} (no {missing} in {where})", file=sys.stderr)
+            raise unittest.SkipTest(f"{SKIP_LINE} (no {missing} in {where})")
+        cls.dir = d
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def cli(self, *args):
+        p = subprocess.run([sys.executable, ENTRY_POINT, *args, "--log-key", self.path("verifier_key.txt"),
+                            "--json"], capture_output=True, text=True, timeout=120)
+        return p.returncode, json.loads(p.stdout) if p.stdout else p.stderr
+
+    def header(self, name):
+        return json.loads(read(self.path(name)).split(b"\n", 1)[0])
+
+    def test_certificate_passes_with_its_bundle_in_each_format(self):
+        summaries = {}
+        for name, fmt in (("bundle.ndjson", "gpuledger-bundle/v2"), ("bundle.v3.ndjson", "gpuledger-bundle/v3")):
+            with self.subTest(bundle=name):
+                self.assertEqual(self.header(name)["format"], fmt)
+                code, out = self.cli("certificate", "--certificate", self.path("certificate.json"),
+                                     "--bundle", self.path(name))
+                self.assertEqual((code, out["result"]), (0, "PASS"), out)
+                summaries[name] = out["summary"]
+        # The same evidence: the same checkpoint, entries, records and totals.
+        self.assertEqual(summaries["bundle.ndjson"], summaries["bundle.v3.ndjson"])
+        self.assertLess(len(read(self.path("bundle.v3.ndjson"))), len(read(self.path("bundle.ndjson"))))
+
+    def test_invoice_bundle_passes_in_each_format(self):
+        invoice = json.loads(read(self.path("invoice.json")))
+        summaries = {}
+        for name, fmt in (("invoice_bundle.ndjson", "gpuledger-bundle/v2"),
+                          ("invoice_bundle.v3.ndjson", "gpuledger-bundle/v3")):
+            with self.subTest(bundle=name):
+                self.assertEqual(self.header(name)["format"], fmt)
+                code, out = self.cli("bundle", "--bundle", self.path(name))
+                self.assertEqual((code, out["result"]), (0, "PASS"), out)
+                s = out["summary"]
+                self.assertEqual(s["subject"], {"invoice": invoice["number"]})
+                self.assertEqual((s["checkpoint_origin"], s["checkpoint_size"], s["checkpoint_root"]),
+                                 (invoice["log_origin"], invoice["checkpoint_size"], invoice["checkpoint_root"]))
+                # Every record a line rated is in the bundle (with tiers, earlier ones too).
+                self.assertLessEqual(sum(l["records"] for l in invoice["lines"]), s["records"])
+                summaries[name] = s
+        self.assertEqual(summaries["invoice_bundle.ndjson"], summaries["invoice_bundle.v3.ndjson"])
+
+    def test_tampered_v3_files_are_refused(self):
+        for name, args in (("bundle.v3.ndjson", ("certificate", "--certificate", self.path("certificate.json"))),
+                           ("invoice_bundle.v3.ndjson", ("bundle",))):
+            lines = read(self.path(name)).split(b"\n")
+            self.assertEqual(lines.pop(), b"", f"{name} ends with LF")
+            for what, data, reason in v3_tampers(lines):
+                with self.subTest(bundle=name, tamper=what):
+                    code, out = self.cli(*args, "--bundle", self.write("tampered.v3.ndjson", data))
+                    self.assertEqual((code, out["result"], out["reason"]), (1, "FAIL", reason), out)
 
 
 class ArtefactHarnessOnProducerOutput(ArtefactChecks, VerifierTestCase):
