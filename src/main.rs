@@ -80,8 +80,12 @@ fn run(parsed: Cli) -> Result<ExitCode> {
         Command::Serve(args) => cli::serve::serve(args),
         Command::Token(cmd) => cli::token::run(cmd),
         Command::Openapi => {
-            print!("{}", gpuledger::api::openapi_json());
-            Ok(ExitCode::SUCCESS)
+            // A reader that stops early (`| head`, `| diff -q`) is not an error of ours.
+            use std::io::Write as _;
+            match std::io::stdout().write_all(gpuledger::api::openapi_json().as_bytes()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(ExitCode::SUCCESS),
+            }
         }
         Command::Bench(cmd) => cli::bench::run(cmd),
         Command::Agent(args) => done(agent::cli::agent(args)),

@@ -779,6 +779,7 @@ static ACCESS: &[Access] = &[
     get("metrics",                       "/metrics",                                              [200, 200, 200, 200, 200, 200]),
     get("openapi",                       "/openapi.json",                                         [200, 200, 200, 200, 200, 200]),
     get("docs",                          "/docs",                                                 [200, 200, 200, 200, 200, 200]),
+    get("docs: a file of the page",      "/docs/swagger-ui-bundle.js",                            [200, 200, 200, 200, 200, 200]),
     // C2SP tiles: the checkpoint and hash tiles are public; entry bundles (tenants' leaves)
     // are for admins and auditors.
     get("tiles: checkpoint",             "/checkpoint",                                           [200, 200, 200, 200, 200, 200]),

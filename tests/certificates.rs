@@ -1080,6 +1080,14 @@ both_backends!(
             (r.status, r.content_type.as_str()),
             (200, "application/x-ndjson")
         );
+        // The OpenAPI document declares that type (Schemathesis found `text/plain` there).
+        let doc: serde_json::Value = serde_json::from_str(&gpuledger::api::openapi_json()).unwrap();
+        let content =
+            &doc["paths"]["/v1/certificates/{id}/bundle"]["get"]["responses"]["200"]["content"];
+        assert_eq!(
+            content.as_object().map(|c| c.keys().collect::<Vec<_>>()),
+            Some(vec![&"application/x-ndjson".to_string()])
+        );
         let lines: Vec<Vec<u8>> = r
             .body
             .strip_suffix(b"\n")

@@ -362,3 +362,366 @@ fn operation_ids_are_unique() {
         }
     }
 }
+
+/// Bodies the document deliberately leaves as a bare `object`, with the reason.
+const UNTYPED_BODIES: &[(&str, &str, &str)] = &[(
+    "GET",
+    "/openapi.json",
+    "the OpenAPI document itself (its schema is the OpenAPI 3.1 specification's)",
+)];
+
+/// Members of component schemas deliberately left a bare `object`, with the reason.
+const UNTYPED_MEMBERS: &[(&str, &str, &str)] = &[(
+    "Envelope",
+    "body",
+    "a signed record's body: its members depend on the envelope's `kind` (docs/PROTOCOL.md \
+     §5, sixteen kinds, record and ledger ones) and POST /v1/records checks each against its \
+     kind, answering a rejection per record rather than a schema error",
+)];
+
+/// Whether `schema` (after following `$ref`s to components) is an `object` that says nothing
+/// about its members: no `properties`, no typed `additionalProperties`, no composition.
+fn is_bare_object(doc: &Value, schema: &Value) -> bool {
+    let s = resolve(doc, schema);
+    let object = s["type"] == "object"
+        || s["type"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t == "object"));
+    object
+        && s.get("properties").is_none()
+        && s["additionalProperties"].as_object().is_none()
+        && ["oneOf", "anyOf", "allOf"]
+            .iter()
+            .all(|k| s.get(k).is_none())
+}
+
+/// Every request body and every 2xx JSON body of the document has a real schema: none is a
+/// bare `object` (but the listed exceptions), an array's items included; and no member of a
+/// component schema is one either, so a generated client has a type for everything.
+#[test]
+fn no_body_is_a_bare_object() {
+    let doc: Value = serde_json::from_str(&gpuledger::api::openapi_json()).unwrap();
+    let mut bare = Vec::new();
+    let mut bodies = 0;
+    let mut check = |what: String, schema: &Value, exempt: bool| {
+        bodies += 1;
+        let items = &schema["items"];
+        let bare_here =
+            is_bare_object(&doc, schema) || (items.is_object() && is_bare_object(&doc, items));
+        if bare_here != exempt {
+            bare.push(format!("{what} (listed as an exception: {exempt})"));
+        }
+    };
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            let exempt = UNTYPED_BODIES
+                .iter()
+                .any(|(m, p, _)| m.eq_ignore_ascii_case(method) && p == path);
+            for (ct, c) in op["requestBody"]["content"]
+                .as_object()
+                .into_iter()
+                .flatten()
+            {
+                check(format!("{method} {path} request {ct}"), &c["schema"], false);
+            }
+            for (status, r) in op["responses"].as_object().unwrap() {
+                if !status.starts_with('2') {
+                    continue;
+                }
+                for (ct, c) in r["content"].as_object().into_iter().flatten() {
+                    if ct.contains("json") {
+                        check(
+                            format!("{method} {path} {status} {ct}"),
+                            &c["schema"],
+                            exempt,
+                        );
+                    }
+                }
+            }
+        }
+    }
+    for (name, s) in doc["components"]["schemas"].as_object().unwrap() {
+        for (member, m) in s["properties"].as_object().into_iter().flatten() {
+            let exempt = UNTYPED_MEMBERS
+                .iter()
+                .any(|(n, f, _)| n == name && f == member);
+            if is_bare_object(&doc, m) != exempt {
+                bare.push(format!(
+                    "component {name}.{member} (listed as an exception: {exempt})"
+                ));
+            }
+        }
+    }
+    assert!(bodies > 40, "only {bodies} bodies");
+    assert!(bare.is_empty(), "{bare:#?}");
+}
+
+/// Money, prices and quantities are exact decimal strings: every such member of the
+/// component schemas says so with the decimal pattern, so a client never reads them as floats.
+#[test]
+fn decimals_are_documented_as_decimal_strings() {
+    let doc: Value = serde_json::from_str(&gpuledger::api::openapi_json()).unwrap();
+    let decimal_members = [
+        ("Balance", "due"),
+        ("Balance", "invoiced"),
+        ("CurrencyLines", "total"),
+        ("Invoice", "total"),
+        ("InvoiceLine", "amount"),
+        ("InvoiceLine", "quantity"),
+        ("InvoiceLine", "unit_price"),
+        ("Line", "amount"),
+        ("RateCard", "price_per_gpu_hour"),
+        ("RegionParameters", "pue"),
+        ("Settlement", "amount"),
+        ("Tier", "price_per_gpu_hour"),
+        ("Totals", "gpu_seconds"),
+        ("UsageRow", "gpu_seconds"),
+        ("UsageRow", "kwh"),
+        ("GpuClaim", "gpu_seconds"),
+        ("EnergyClaim", "kwh"),
+        ("Unpriced", "quantity"),
+        ("Line", "exact_amount"),
+        ("Line", "quantity"),
+        ("Balance", "paid"),
+        ("Balance", "credited"),
+        ("Totals", "carbon_kg"),
+        ("EnergyClaim", "pue"),
+        ("RegionParameters", "electricity_price_per_kwh"),
+        ("SpotPrice", "price_per_gpu_hour"),
+        ("Tier", "up_to_gpu_hours"),
+        ("Settlement", "amount"),
+    ];
+    let pattern = regex_lite_decimal();
+    let mut wrong = Vec::new();
+    for (schema, member) in decimal_members {
+        let m = resolve(&doc, member_of(&doc, schema, member));
+        let is_string = m["type"] == "string"
+            || m["type"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t == "string"));
+        if !is_string || m["pattern"].as_str() != Some(pattern) {
+            wrong.push(format!("{schema}.{member}: {m}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    // The pattern takes what the server writes and refuses floats' forms.
+    let v = jsonschema::validator_for(&json!({"type": "string", "pattern": pattern})).unwrap();
+    for ok in ["0", "12.5", "-3.37", "86400", "0.000001"] {
+        assert!(v.is_valid(&json!(ok)), "{ok}");
+    }
+    for bad in ["1e3", "1.", ".5", "+1", "NaN", "1,5", " 1"] {
+        assert!(!v.is_valid(&json!(bad)), "{bad}");
+    }
+}
+
+/// `schema` with its `$ref` followed, and of a nullable `oneOf`, the alternative not `null`.
+fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
+    if let Some(r) = schema["$ref"].as_str() {
+        let name = r.trim_start_matches("#/components/schemas/");
+        return resolve(doc, &doc["components"]["schemas"][name]);
+    }
+    if let Some(alternatives) = schema["oneOf"].as_array() {
+        let not_null: Vec<&Value> = alternatives
+            .iter()
+            .filter(|a| a["type"] != "null")
+            .collect();
+        if let [one] = not_null[..] {
+            return resolve(doc, one);
+        }
+    }
+    schema
+}
+
+/// The schema of member `member` of component `schema`, its own or one of its `allOf`
+/// parts' (`Null` if none has it).
+fn member_of<'a>(doc: &'a Value, schema: &str, member: &str) -> &'a Value {
+    let s = &doc["components"]["schemas"][schema];
+    std::iter::once(s)
+        .chain(s["allOf"].as_array().into_iter().flatten())
+        .map(|part| &part["properties"][member])
+        .find(|m| !m.is_null())
+        .unwrap_or(&Value::Null)
+}
+
+/// The pattern of a decimal string, as the document states it.
+fn regex_lite_decimal() -> &'static str {
+    gpuledger::core::decimal::DECIMAL_PATTERN
+}
+
+/// `GET /v1/prices` documents one alternative per pricing kind, each with its body's schema.
+#[test]
+fn price_entries_have_one_alternative_per_pricing_kind() {
+    let doc: Value = serde_json::from_str(&gpuledger::api::openapi_json()).unwrap();
+    let items = &doc["paths"]["/v1/prices"]["get"]["responses"]["200"]["content"]
+        ["application/json"]["schema"]["items"];
+    let entry = resolve(&doc, items);
+    let kinds: Vec<String> = entry["oneOf"]
+        .as_array()
+        .expect("PricingEntry is a oneOf")
+        .iter()
+        .map(|alt| {
+            let body = &alt["properties"]["body"];
+            assert!(!is_bare_object(&doc, body), "{alt}");
+            assert!(resolve(&doc, body)["properties"].is_object(), "{alt}");
+            alt["properties"]["kind"]["enum"][0]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    let want: Vec<String> = gpuledger::store::pricing::PRICING_KINDS
+        .iter()
+        .map(|k| k.as_str().to_owned())
+        .collect();
+    assert_eq!(kinds, want);
+}
+
+/// A validator for the schema `schema` of the document (its `$ref`s to components resolved
+/// within the document).
+fn validator_of(doc: &Value, schema: &Value) -> jsonschema::Validator {
+    let mut root = schema.clone();
+    root["components"] = doc["components"].clone();
+    jsonschema::validator_for(&root).unwrap_or_else(|e| panic!("the schema {schema} compiles: {e}"))
+}
+
+/// Real 2xx answers of a running server, with records, prices, an invoice and a certificate
+/// in the log, validate against the schema the document gives their operation and status.
+#[test]
+fn served_answers_match_their_documented_schemas() {
+    use gpuledger::sample;
+    let db = common::sqlite();
+    let log = init(&db);
+    let srv = log.serve();
+    let h = srv.http();
+    let admin = log.admin.clone();
+    let a = Some(admin.as_str());
+    h.parties(&admin, &["tenant-a"]);
+    let k = sample::key("openapi-node");
+    h.register(&admin, "node-1", "node", &k);
+    let tenant = h.secret(&admin, json!({"role": "tenant", "tenant": "tenant-a"}));
+    let day = records::base_day();
+    let end = |seq: u64| day.plus(600 * seq as i64);
+    let batch = vec![
+        sample::usage("node-1", &k, 1, "tenant-a", records::dec("2"), end(1)),
+        sample::usage("node-1", &k, 2, "tenant-a", records::dec("0.5"), end(2)),
+        sample::energy(
+            "node-1",
+            &k,
+            3,
+            Some("tenant-a"),
+            records::dec("1.25"),
+            end(3),
+        ),
+    ];
+    let ans = h.post_records(&batch);
+    assert_eq!(ans["accepted"], 3, "{ans}");
+    let since = day.plus(-86_400).to_string();
+    let (from, to) = (day.to_string(), day.plus(86_400).to_string());
+    for (path, body) in [
+        (
+            "/v1/rate-cards",
+            json!({"region": "cn-north-imx", "gpu_model": "H100-SXM-80G", "lease_class": "on_demand", "currency": "CNY", "price_per_gpu_hour": "18.5", "effective_from": since}),
+        ),
+        (
+            "/v1/region-params",
+            json!({"region": "cn-north-imx", "currency": "CNY", "electricity_price_per_kwh": "0.5", "pue": "1.2", "carbon_g_per_kwh": "500", "effective_from": since}),
+        ),
+        (
+            "/v1/volume-tiers",
+            json!({"plan": "p", "region": "cn-north-imx", "gpu_model": "H100-SXM-80G", "lease_class": "reserved", "currency": "CNY", "effective_from": since, "tiers": [{"up_to_gpu_hours": "1", "price_per_gpu_hour": "2"}, {"price_per_gpu_hour": "1"}]}),
+        ),
+        (
+            "/v1/leases",
+            json!({"lease": "lease-x", "tenant": "tenant-a", "class": "reserved"}),
+        ),
+        (
+            "/v1/tenant-plans",
+            json!({"tenant": "tenant-a", "plan": "p", "effective_from": since}),
+        ),
+    ] {
+        h.post(path, a, &body).ok_json(201);
+    }
+    let preview_path = format!("/v1/invoices/preview?tenant=tenant-a&from={from}&to={to}");
+    let issued = h
+        .post(
+            "/v1/invoices",
+            a,
+            &json!({"tenant": "tenant-a", "from": from, "to": to}),
+        )
+        .ok_json(201);
+    let number = issued[0]["number"].as_str().unwrap().to_owned();
+    h.post(
+        "/v1/payments",
+        a,
+        &json!({"tenant": "tenant-a", "invoice": number, "currency": "CNY", "amount": "1.00"}),
+    )
+    .ok_json(201);
+    let cert = h
+        .post(
+            "/v1/certificates",
+            a,
+            &json!({"tenant": "tenant-a", "from": from, "to": to}),
+        )
+        .ok_json(201);
+    let cert_id = cert["id"].as_str().unwrap().to_owned();
+    let size = h.size();
+
+    let doc = h.get("/openapi.json", None).ok_json(200);
+    let t = Some(tenant.as_str());
+    let cases: Vec<(&str, String, Option<&str>)> = vec![
+        ("/v1/usage", format!("/v1/usage?tenant=tenant-a&from={from}&to={to}&group_by=region,gpu_model&window=hour"), a),
+        ("/v1/usage", format!("/v1/usage?from={from}&to={to}"), t),
+        ("/v1/invoices", "/v1/invoices".into(), a),
+        ("/v1/invoices/{number}", format!("/v1/invoices/{number}"), t),
+        ("/v1/invoices/preview", preview_path, a),
+        ("/v1/certificates", "/v1/certificates".into(), a),
+        ("/v1/certificates/{id}", format!("/v1/certificates/{cert_id}"), t),
+        ("/v1/balance", "/v1/balance?tenant=tenant-a".into(), a),
+        ("/v1/checkpoints", "/v1/checkpoints".into(), None),
+        ("/v1/entries", format!("/v1/entries?start=0&end={size}"), a),
+        ("/v1/entries/{index}", "/v1/entries/0".into(), a),
+        ("/v1/signers", "/v1/signers".into(), a),
+        ("/v1/tenants", "/v1/tenants".into(), a),
+        ("/v1/prices", "/v1/prices".into(), t),
+        ("/v1/log", "/v1/log".into(), None),
+        ("/v1/tokens", "/v1/tokens".into(), a),
+        ("/v1/witnesses", "/v1/witnesses".into(), a),
+        ("/v1/proofs/inclusion", format!("/v1/proofs/inclusion?index=1&size={size}"), a),
+        ("/v1/proofs/consistency", format!("/v1/proofs/consistency?from=1&to={size}"), None),
+    ];
+    let mut faults = Vec::new();
+    for (template, path, token) in &cases {
+        let body = h.get(path, *token).ok_json(200);
+        let schema = &doc["paths"][template]["get"]["responses"]["200"]["content"]
+            ["application/json"]["schema"];
+        assert!(schema.is_object(), "GET {template}: no 200 JSON schema");
+        let v = validator_of(&doc, schema);
+        let errors: Vec<String> = v.iter_errors(&body).map(|e| e.to_string()).collect();
+        if !errors.is_empty() {
+            faults.push(format!("GET {path}: {errors:#?}"));
+        }
+    }
+    // The bodies of the 2xx answers to the writes above, against their documented schemas.
+    for (template, status, body) in [
+        ("/v1/invoices", "201", &issued),
+        ("/v1/certificates", "201", &cert),
+        ("/v1/records", "200", &ans),
+    ] {
+        let schema = &doc["paths"][template]["post"]["responses"][status]["content"]
+            ["application/json"]["schema"];
+        let errors: Vec<String> = validator_of(&doc, schema)
+            .iter_errors(body)
+            .map(|e| e.to_string())
+            .collect();
+        if !errors.is_empty() {
+            faults.push(format!("POST {template}: {errors:#?}"));
+        }
+    }
+    assert!(faults.is_empty(), "{faults:#?}");
+    // The checks above can fail: a line whose amount is a JSON number is refused.
+    let mut wrong = issued[0].clone();
+    wrong["lines"][0]["amount"] = json!(3.37);
+    let schema = &doc["paths"]["/v1/invoices/{number}"]["get"]["responses"]["200"]["content"]
+        ["application/json"]["schema"];
+    assert!(!validator_of(&doc, schema).is_valid(&wrong));
+}

@@ -167,7 +167,7 @@ impl BundleQuery {
 /// by default, version 2 with `?bundle_format=v2`; gzip-compressed when the request accepts it
 /// (`Accept-Encoding: gzip`).
 #[utoipa::path(tag = "certificates", params(("id" = String, Path), BundleQuery),
-    responses((status = 200, description = "JSON Lines (application/x-ndjson)", body = String),
+    responses((status = 200, description = "JSON Lines", body = String, content_type = "application/x-ndjson"),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]

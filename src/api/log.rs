@@ -175,7 +175,7 @@ pub struct EntryView {
     /// Standard base64 of SHA-256(0x00 ‖ leaf).
     pub leaf_hash: String,
     /// The leaf parsed: `{v, index, received_at, prev, envelope}`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Leaf)]
     pub entry: Value,
 }
 

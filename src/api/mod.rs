@@ -364,6 +364,7 @@ pub fn served_routes(cfg: &mut ServiceConfig, with_metrics: bool) {
         );
     cfg.service(ops::openapi)
         .service(ops::docs)
+        .service(ops::docs_file)
         .service(
             scope("/v1")
                 .service(records::post_records)

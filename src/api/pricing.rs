@@ -14,6 +14,8 @@ use crate::store::{pricing, Ledger, StoreError};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::openapi::{RefOr, Schema};
+use utoipa::{PartialSchema, ToSchema};
 
 /// A refused entry body as a 400 naming the field and the reason code.
 pub(super) fn rejection(r: Rejection) -> ApiError {
@@ -154,13 +156,77 @@ pub async fn post_tenant_plan(
     append(state, caller, req, payload, Kind::TenantPlan).await
 }
 
-/// One pricing entry.
-#[derive(Serialize, utoipa::ToSchema)]
+/// One pricing entry: its log index, its kind and that kind's body. Documented as one
+/// alternative per kind of [`pricing::PRICING_KINDS`], each naming its body's schema.
+#[derive(Serialize)]
 pub struct PricingEntry {
     pub index: u64,
     pub kind: String,
-    #[schema(value_type = Object)]
     pub body: Value,
+}
+
+/// Named schemas, as utoipa collects them for the document's components.
+type Components = Vec<(String, RefOr<Schema>)>;
+
+/// Each pricing kind with the schema name of its body, and that schema with those it names.
+fn pricing_bodies() -> Vec<(Kind, String, Components)> {
+    use crate::core::record as r;
+    fn named<T: ToSchema>() -> (String, Components) {
+        let mut schemas = vec![(T::name().into_owned(), T::schema())];
+        T::schemas(&mut schemas);
+        (T::name().into_owned(), schemas)
+    }
+    pricing::PRICING_KINDS
+        .iter()
+        .map(|&kind| {
+            let (name, schemas) = match kind {
+                Kind::RateCard => named::<r::RateCard>(),
+                Kind::RegionParams => named::<r::RegionParameters>(),
+                Kind::LeaseRegistered => named::<r::LeaseRegistered>(),
+                Kind::SpotPrice => named::<r::SpotPrice>(),
+                Kind::VolumeTiers => named::<r::VolumeTiers>(),
+                Kind::TenantPlan => named::<r::TenantPlan>(),
+                other => unreachable!("{} is not a pricing kind", other.as_str()),
+            };
+            (kind, name, schemas)
+        })
+        .collect()
+}
+
+impl PartialSchema for PricingEntry {
+    fn schema() -> RefOr<Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+        use utoipa::openapi::Ref;
+        let mut one_of = OneOfBuilder::new().description(Some(
+            "One pricing entry: its log index, its kind and that kind's body (one alternative \
+             per kind).",
+        ));
+        for (kind, name, _) in pricing_bodies() {
+            one_of = one_of.item(
+                ObjectBuilder::new()
+                    .property("index", u64::schema())
+                    .required("index")
+                    .property(
+                        "kind",
+                        ObjectBuilder::new()
+                            .schema_type(Type::String)
+                            .enum_values(Some([kind.as_str()])),
+                    )
+                    .required("kind")
+                    .property("body", Ref::from_schema_name(name))
+                    .required("body"),
+            );
+        }
+        one_of.into()
+    }
+}
+
+impl ToSchema for PricingEntry {
+    fn schemas(out: &mut Vec<(String, RefOr<Schema>)>) {
+        for (_, _, schemas) in pricing_bodies() {
+            out.extend(schemas);
+        }
+    }
 }
 
 /// Every rate card, region parameter set, spot price, lease, volume tiers and tenant plan in
@@ -211,7 +277,7 @@ pub struct CurrencyLines {
     pub currency: String,
     pub lines: Vec<Line>,
     /// Sum of the rounded line amounts.
-    #[schema(value_type = String)]
+    #[schema(value_type = crate::core::decimal::DecimalString)]
     pub total: String,
 }
 

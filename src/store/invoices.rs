@@ -602,14 +602,14 @@ fn body_at(conn: &mut DbConn, idx: i64) -> Result<Body, StoreError> {
 /// entries.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Balance {
-    #[schema(value_type = String)]
+    #[schema(value_type = crate::core::decimal::DecimalString)]
     pub invoiced: Decimal,
-    #[schema(value_type = String)]
+    #[schema(value_type = crate::core::decimal::DecimalString)]
     pub paid: Decimal,
-    #[schema(value_type = String)]
+    #[schema(value_type = crate::core::decimal::DecimalString)]
     pub credited: Decimal,
     /// invoiced − paid − credited: what the tenant owes (negative: in credit).
-    #[schema(value_type = String)]
+    #[schema(value_type = crate::core::decimal::DecimalString)]
     pub due: Decimal,
 }
 

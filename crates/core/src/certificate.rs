@@ -120,7 +120,7 @@ pub struct GpuClaim {
     pub region: String,
     pub gpu_model: String,
     #[serde(with = "exact")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub gpu_seconds: Decimal,
     pub records: u64,
 }
@@ -133,22 +133,22 @@ pub struct EnergyClaim {
     pub region: String,
     /// Measured kWh.
     #[serde(with = "exact")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub kwh: Decimal,
     pub records: u64,
     #[serde(default, skip_serializing_if = "Option::is_none", with = "exact_opt")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::decimal::DecimalString>))]
     pub pue: Option<Decimal>,
     #[serde(default, skip_serializing_if = "Option::is_none", with = "exact_opt")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::decimal::DecimalString>))]
     pub carbon_g_per_kwh: Option<Decimal>,
     /// `kwh × pue`.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "exact_opt")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::decimal::DecimalString>))]
     pub kwh_with_pue: Option<Decimal>,
     /// `kwh_with_pue × carbon_g_per_kwh ÷ 1000`, kgCO2e.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "exact_opt")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::decimal::DecimalString>))]
     pub carbon_kg: Option<Decimal>,
 }
 
@@ -159,19 +159,19 @@ pub struct EnergyClaim {
 pub struct Totals {
     pub records: u64,
     #[serde(with = "exact")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub gpu_seconds: Decimal,
     #[serde(with = "exact")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub kwh: Decimal,
     #[serde(with = "exact")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub kwh_with_pue: Decimal,
     #[serde(with = "exact")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub carbon_kg: Decimal,
     #[serde(with = "exact")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub kwh_without_region_params: Decimal,
 }
 

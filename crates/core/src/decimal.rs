@@ -13,6 +13,42 @@ pub const MAX_DECIMAL_LEN: usize = 40;
 /// Most digits after the decimal point in any quantity or price.
 pub const MAX_SCALE: u32 = 9;
 
+/// The shape of every decimal string the API writes or reads, as a regular expression (the
+/// OpenAPI `pattern` of [`DecimalString`]): an optional minus (balances may be negative), digits,
+/// an optional fraction. Canonical record members are narrower still (no sign, no leading or
+/// trailing zeros); money amounts keep their currency's decimals (`3.30`).
+pub const DECIMAL_PATTERN: &str = r"^-?[0-9]+(\.[0-9]+)?$";
+
+/// The OpenAPI schema of an exact decimal carried as a string (component `Decimal`): what
+/// handlers' `Decimal` members are documented as, so generated clients never read money or
+/// quantities as floats. A schema only; values stay `rust_decimal::Decimal`.
+#[cfg(feature = "openapi")]
+pub struct DecimalString;
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for DecimalString {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(DECIMAL_PATTERN))
+            .description(Some(
+                "An exact decimal number written as a JSON string (money, prices, GPU-seconds, \
+                 GPU-hours, kWh, PUE, carbon), never as a JSON number: read it with a decimal \
+                 type, not a float.",
+            ))
+            .examples(["12.5"])
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for DecimalString {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "Decimal".into()
+    }
+}
+
 /// Why a decimal string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecimalError {

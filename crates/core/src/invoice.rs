@@ -21,24 +21,24 @@ pub struct InvoiceLine {
     pub class: Option<LeaseClass>,
     /// Exact quantity: GPU-seconds for `gpu` lines, measured kWh for `energy` lines.
     #[serde(serialize_with = "super::decimal::serialize")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub quantity: Decimal,
     /// `GPU-s` or `kWh`.
     pub unit: &'static str,
     /// Price per GPU-hour (gpu) or per kWh (energy).
     #[serde(serialize_with = "super::decimal::serialize")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub unit_price: Decimal,
     /// Energy lines: the PUE applied.
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "opt_decimal"
     )]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::decimal::DecimalString>))]
     pub pue: Option<Decimal>,
     /// Rounded half-even to the currency's minor unit.
     #[serde(serialize_with = "amount")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub amount: Decimal,
     pub records: u64,
     /// Set on adjustment lines: the earlier period the late records belong to.
@@ -241,7 +241,7 @@ pub struct Invoice {
     pub lines: Vec<InvoiceLine>,
     /// Sum of the line amounts.
     #[serde(serialize_with = "amount")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub total: Decimal,
 }
 

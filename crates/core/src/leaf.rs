@@ -19,10 +19,14 @@ pub const GENESIS_PREV: Hash = Hash([0; 32]);
 
 /// One entry of the log, as hashed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Leaf {
+    /// The leaf format version: 2.
     pub v: u32,
+    /// The entry's index in the log.
     pub index: u64,
+    /// When the ledger accepted the record.
     pub received_at: Timestamp,
     /// Standard base64 of the previous entry's leaf hash.
     pub prev: String,

@@ -369,6 +369,29 @@ pub struct TierRef {
     pub tier: u32,
 }
 
+/// The OpenAPI schema of a flattened `Option<TierRef>`: the members `plan` and `tier`, both
+/// present on a tier line and both absent on others (a nullable [`TierRef`] would require
+/// them, or `null`, of every GPU line).
+#[cfg(feature = "openapi")]
+pub struct TierRefMembers;
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for TierRefMembers {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .description(Some(
+                "Tier lines only, both together: the plan and its tier (numbered from 1).",
+            ))
+            .property("plan", ObjectBuilder::new().schema_type(Type::String))
+            .property("tier", <u32 as utoipa::PartialSchema>::schema())
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for TierRefMembers {}
+
 /// What a line is for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -382,16 +405,20 @@ pub enum LineKey {
         class: LeaseClass,
         /// Set on tier lines (`plan` and `tier` on the wire); absent on rate-card and spot lines.
         #[serde(flatten)]
+        #[cfg_attr(feature = "openapi", schema(value_type = TierRefMembers))]
         tier: Option<TierRef>,
         #[serde(serialize_with = "super::decimal::serialize")]
+        #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
         unit_price_per_gpu_hour: Decimal,
     },
     /// Energy of one region at one electricity price and PUE.
     Energy {
         region: String,
         #[serde(serialize_with = "super::decimal::serialize")]
+        #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
         unit_price_per_kwh: Decimal,
         #[serde(serialize_with = "super::decimal::serialize")]
+        #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
         pue: Decimal,
     },
 }
@@ -405,12 +432,15 @@ pub struct Line {
     pub currency: String,
     /// GPU lines: exact GPU-seconds. Energy lines: exact measured kWh.
     #[serde(serialize_with = "super::decimal::serialize")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub quantity: Decimal,
     /// The exact amount before rounding.
     #[serde(serialize_with = "super::decimal::serialize")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub exact_amount: Decimal,
     /// Rounded half-even to the currency's minor unit, with exactly that many decimals.
     #[serde(serialize_with = "serialize_amount")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub amount: Decimal,
     pub records: u64,
 }
@@ -427,6 +457,7 @@ pub struct Unpriced {
     pub class: Option<LeaseClass>,
     /// GPU-seconds or kWh left unpriced.
     #[serde(serialize_with = "super::decimal::serialize")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub quantity: Decimal,
     pub records: u64,
 }

@@ -186,18 +186,24 @@ impl Role {
 /// Declares a body struct and its wire twin: the same members, with the same serde
 /// attributes, read as they arrive ([`OnWire`]: decimals, timestamps and lease classes as
 /// strings), unknown members refused. The twin keeps the name serde's messages give
-/// (`expected struct GpuUsageWire`). The struct's own derives serialise it.
+/// (`expected struct GpuUsageWire`). The struct's own derives serialise it. A member's
+/// `@schema(…)` is its OpenAPI `schema` attribute, given to the struct only (the twin derives
+/// no schema).
 macro_rules! body {
     (
         $(#[$attr:meta])*
         pub struct $name:ident, read as $wire:ident {
-            $($(#[$fattr:meta])* pub $field:ident: $ty:ty,)*
+            $($(#[$fattr:meta])* $(@schema($($schema:tt)*))? pub $field:ident: $ty:ty,)*
         }
     ) => {
         $(#[$attr])*
         #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         pub struct $name {
-            $($(#[$fattr])* pub $field: $ty,)*
+            $(
+                $(#[$fattr])*
+                $(#[cfg_attr(feature = "openapi", schema($($schema)*))])?
+                pub $field: $ty,
+            )*
         }
 
         #[doc = concat!("[`", stringify!($name), "`] as serde reads it, before validation.")]
@@ -255,11 +261,13 @@ body! {
         pub gpu_model: String,
         /// May be fractional for shared slices (MIG, time-slicing).
         #[serde(serialize_with = "decimal::serialize")]
+        @schema(value_type = crate::decimal::DecimalString)
         pub gpu_count: Decimal,
         pub start: Timestamp,
         pub end: Timestamp,
         /// Exactly `gpu_count × (end − start)`.
         #[serde(serialize_with = "decimal::serialize")]
+        @schema(value_type = crate::decimal::DecimalString)
         pub gpu_seconds: Decimal,
     }
 }
@@ -275,6 +283,7 @@ body! {
         pub start: Timestamp,
         pub end: Timestamp,
         #[serde(serialize_with = "decimal::serialize")]
+        @schema(value_type = crate::decimal::DecimalString)
         pub kwh: Decimal,
     }
 }
@@ -287,6 +296,7 @@ body! {
         pub region: String,
         pub gpu_model: String,
         #[serde(serialize_with = "decimal::serialize")]
+        @schema(value_type = crate::decimal::DecimalString)
         pub price_per_gpu_hour: Decimal,
         /// ISO 4217 code, three upper-case letters.
         pub currency: String,
@@ -397,6 +407,7 @@ body! {
         pub lease_class: LeaseClass,
         pub currency: String,
         #[serde(serialize_with = "decimal::serialize")]
+        @schema(value_type = crate::decimal::DecimalString)
         pub price_per_gpu_hour: Decimal,
         pub effective_from: Timestamp,
     }
@@ -409,12 +420,15 @@ body! {
         pub region: String,
         pub currency: String,
         #[serde(serialize_with = "decimal::serialize")]
+        @schema(value_type = crate::decimal::DecimalString)
         pub electricity_price_per_kwh: Decimal,
         /// Power usage effectiveness, at least 1.
         #[serde(serialize_with = "decimal::serialize")]
+        @schema(value_type = crate::decimal::DecimalString)
         pub pue: Decimal,
         /// Grid carbon intensity, gCO2e per kWh.
         #[serde(serialize_with = "decimal::serialize")]
+        @schema(value_type = crate::decimal::DecimalString)
         pub carbon_g_per_kwh: Decimal,
         pub effective_from: Timestamp,
     }
@@ -441,6 +455,7 @@ body! {
         pub period_to: Timestamp,
         pub currency: String,
         #[serde(serialize_with = "money_string")]
+        @schema(value_type = crate::decimal::DecimalString)
         pub total: Decimal,
         pub checkpoint_size: u64,
         /// Lower-case hex SHA-256 of the invoice's JSON rendering.
@@ -470,6 +485,7 @@ body! {
         pub invoice: String,
         pub currency: String,
         #[serde(serialize_with = "money_string")]
+        @schema(value_type = crate::decimal::DecimalString)
         pub amount: Decimal,
         /// Payment reference or credit-note reason, for people.
         #[serde(default)]
@@ -490,8 +506,10 @@ body! {
             serialize_with = "canonical_option",
             deserialize_with = "present"
         )]
+        @schema(value_type = Option<crate::decimal::DecimalString>)
         pub up_to_gpu_hours: Option<Decimal>,
         #[serde(serialize_with = "decimal::serialize")]
+        @schema(value_type = crate::decimal::DecimalString)
         pub price_per_gpu_hour: Decimal,
     }
 }

@@ -92,11 +92,11 @@ pub struct UsageRow {
     pub lease: Option<String>,
     /// Exact decimal string.
     #[serde(serialize_with = "super::decimal::serialize")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "86400"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString, example = "86400"))]
     pub gpu_seconds: Decimal,
     /// Exact decimal string.
     #[serde(serialize_with = "super::decimal::serialize")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "12.5"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString, example = "12.5"))]
     pub kwh: Decimal,
     pub usage_records: u64,
     pub energy_records: u64,
