@@ -2194,7 +2194,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--proof", required=True)
     common(s)
     import gpuledger_witness  # --witness, --quorum (docs/PROTOCOL.md section 16)
-    for sp in (c, b, k):
+    for sp in (c, b, k, s):
         gpuledger_witness.add_arguments(sp)
     return p
 

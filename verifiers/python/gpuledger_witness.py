@@ -209,7 +209,8 @@ def _json_field(raw: bytes) -> Optional[str]:
 
 def anchored_note(args, usage_error) -> Optional[str]:
     """The checkpoint the verification is anchored to: a certificate's `checkpoint`, else the
-    `checkpoint` of the bundle's header line, else the checkpoint file. None if unreadable."""
+    `checkpoint` of the bundle's header line, else the checkpoint file, else (consistency) the
+    NEW checkpoint file; the old one is the verifier's own. None if unreadable."""
     if getattr(args, "certificate", None):
         try:
             with open(args.certificate, "rb") as f:
@@ -224,12 +225,13 @@ def anchored_note(args, usage_error) -> Optional[str]:
                 return _json_field(f.readline(MAX_HEADER_LINE))
         except OSError:
             return None
-    if getattr(args, "checkpoint", None):
-        try:
-            with open(args.checkpoint, "rb") as f:
-                return f.read().decode("utf-8")
-        except (OSError, UnicodeDecodeError):
-            return None
+    for path in (getattr(args, "checkpoint", None), getattr(args, "new", None)):
+        if path:
+            try:
+                with open(path, "rb") as f:
+                    return f.read().decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                return None
     return None
 
 
@@ -243,7 +245,8 @@ def apply(policy: Optional[Policy], args, result):
     if len(found) < policy.quorum:
         names = ", ".join(c.witness for c in found)
         return dataclasses.replace(
-            result, ok=False, reason=WITNESS_QUORUM, item="checkpoint",
+            result, ok=False, reason=WITNESS_QUORUM,
+            item="new checkpoint" if getattr(args, "new", None) else "checkpoint",
             message=(f"the checkpoint carries valid cosignatures from {len(found)} of the "
                      f"{len(policy.witnesses)} given witnesses, {policy.quorum} required"
                      + (f" (cosigned by {names})" if names else "")),

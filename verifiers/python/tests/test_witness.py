@@ -180,6 +180,26 @@ class CommandLine(unittest.TestCase):
         code, r = self.run_cli(tampered, "--witness", self.w1)
         self.assertEqual((code, r["reason"]), (1, "witness_quorum"))
 
+    def test_consistency_needs_the_quorum_on_the_new_checkpoint(self):
+        # The same checkpoint as old and new: the empty proof is the consistency proof.
+        def consistency(old: str, new: str, *extra: str):
+            paths = [self.write("old.note", old), self.write("new.note", new), self.write("proof.json", "[]")]
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                code = gv.main(["consistency", "--old", paths[0], "--new", paths[1], "--proof", paths[2],
+                                "--log-key", LOG_VKEY, "--json", *extra])
+            return code, json.loads(out.getvalue())
+        code, r = consistency(NOTE, NOTE)
+        self.assertEqual(code, 0, r)
+        code, r = consistency(NOTE, COSIGNED, "--witness", self.w1)
+        self.assertEqual(code, 0, r)
+        self.assertEqual(r["summary"]["witnesses"]["found"], 1)
+        # A cosigned old checkpoint does not stand in for the new one.
+        code, r = consistency(COSIGNED, NOTE, "--witness", self.w1)
+        self.assertEqual((code, r["reason"], r["item"]), (1, "witness_quorum", "new checkpoint"), r)
+        code, r = consistency(NOTE, COSIGNED, "--witness", self.w1, "--witness", self.other.vkey, "--quorum", "2")
+        self.assertEqual((code, r["reason"]), (1, "witness_quorum"), r)
+
     def test_witness_file_and_usage_errors(self):
         listing = self.write("witnesses.txt", f"# trusted witnesses\n{self.other.vkey}\n{self.w1}\n")
         self.assertEqual(self.run_cli(COSIGNED, "--witness", "@" + listing)[0], 0)
