@@ -363,6 +363,31 @@ fn operation_ids_are_unique() {
     }
 }
 
+/// An outage reaches every operation that reads the database: each documents 503
+/// (`database_unavailable`, `busy`), and each that writes also 507 (`disk_full`), as the
+/// server answers them (tests/outage.rs); no other operation documents 507.
+#[test]
+fn outage_answers_are_documented_where_the_database_is_used() {
+    let doc: Value = serde_json::from_str(&gpuledger::api::openapi_json()).unwrap();
+    let mut missing = Vec::new();
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        let database =
+            path.starts_with("/v1/") || path == "/checkpoint" || path.starts_with("/tile/");
+        for (method, op) in ops.as_object().unwrap() {
+            let writes = matches!(method.as_str(), "post" | "put" | "patch" | "delete");
+            let has = |status: &str| op["responses"].get(status).is_some();
+            if database && !has("503") {
+                missing.push(format!("{method} {path}: no 503"));
+            }
+            if has("507") != (database && writes) {
+                missing.push(format!("{method} {path}: 507 documented: {}", has("507")));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+    assert!(doc["paths"]["/v1/records"]["post"]["responses"]["507"].is_object());
+}
+
 /// Bodies the document deliberately leaves as a bare `object`, with the reason.
 const UNTYPED_BODIES: &[(&str, &str, &str)] = &[(
     "GET",

@@ -395,18 +395,24 @@ impl utoipa::IntoResponses for RoleForbidden {
 /// handler's annotation does not already list them: 401 where it takes a bearer token; 400
 /// where it takes parameters or a body; 404 where it takes a path parameter or a `tenant`
 /// (unknown, or another tenant's: never 403); 408, 413 and 415 where it reads a JSON body
-/// ([`super::read_body`], [`super::require_json`]).
+/// ([`super::read_body`], [`super::require_json`]); 503 where it reads the database (an outage,
+/// [`ApiError::outage`], or `busy`), and 507 where it also writes (a full disk).
 pub fn document_problems(doc: &mut OpenApi) {
-    for item in doc.paths.paths.values_mut() {
+    for (path, item) in doc.paths.paths.iter_mut() {
+        // Everything but the process's own pages (health, metrics, the document and its
+        // reference) reads the database, so an outage reaches it.
+        let uses_database =
+            path.starts_with("/v1/") || path == "/checkpoint" || path.starts_with("/tile/");
         let operations = [
-            &mut item.get,
-            &mut item.head,
-            &mut item.put,
-            &mut item.post,
-            &mut item.delete,
-            &mut item.patch,
+            (&mut item.get, false),
+            (&mut item.head, false),
+            (&mut item.put, true),
+            (&mut item.post, true),
+            (&mut item.delete, true),
+            (&mut item.patch, true),
         ];
-        for op in operations.into_iter().flatten() {
+        for (op, writes) in operations {
+            let Some(op) = op else { continue };
             let params = op.parameters.as_deref().unwrap_or_default();
             let has_body = op.request_body.is_some();
             let json_body = op
@@ -440,6 +446,20 @@ pub fn document_problems(doc: &mut OpenApi) {
                 implied.push((
                     "415",
                     "The body is not `application/json` (`unsupported_media_type`)",
+                ));
+            }
+            if uses_database {
+                implied.push((
+                    "503",
+                    "The database is unavailable (`database_unavailable`) or the service is busy \
+                     (`busy`); `Retry-After` says when to try again",
+                ));
+            }
+            if uses_database && writes {
+                implied.push((
+                    "507",
+                    "The database's disk is full (`disk_full`); nothing was written; \
+                     `Retry-After` says when to try again",
                 ));
             }
             for (status, description) in implied {
