@@ -16,7 +16,6 @@ use rust_decimal::Decimal;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use tlog_tiles::{Hash, HashReader, Tile, TileHashReader, TileReader};
 
@@ -552,15 +551,7 @@ fn serve_with(log: &Log, args: &[&str]) -> Serving {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("serve said {line:?}"))
-        .to_owned();
+    let base = common::listening(&mut child, "serve");
     Serving(child, base)
 }
 

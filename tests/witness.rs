@@ -12,7 +12,6 @@ use gpuledger::core::cosignature::{self, AddCheckpoint, WitnessKey};
 use gpuledger::core::merkle::{self, Hash, MemoryHashes};
 use gpuledger::witness::state::WitnessState;
 use serde_json::Value;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -141,15 +140,7 @@ fn serve(args: &[&std::ffi::OsStr]) -> (Proc, String) {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("witness said {line:?}"))
-        .to_owned();
+    let base = common::listening(&mut child, "witness");
     (Proc(child), base)
 }
 

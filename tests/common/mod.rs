@@ -206,7 +206,6 @@ pub fn spawn_serve(
     port: u16,
     extra: &[&str],
 ) -> (std::process::Child, String) {
-    use std::io::BufRead;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpuledger"))
         .args([
             "serve",
@@ -222,16 +221,22 @@ pub fn spawn_serve(
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let base = listening(&mut child, "serve");
+    (child, base)
+}
+
+/// The base URL a just-spawned `serve` or `witness serve` (stdout piped) announces in its
+/// first line, `listening on <URL>`; waits for it.
+pub fn listening(child: &mut std::process::Child, what: &str) -> String {
+    use std::io::BufRead;
     let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
+    std::io::BufReader::new(child.stdout.take().expect("stdout piped"))
         .read_line(&mut line)
         .unwrap();
-    let base = line
-        .trim()
+    line.trim()
         .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("server said {line:?}"))
-        .to_owned();
-    (child, base)
+        .unwrap_or_else(|| panic!("{what} said {line:?}"))
+        .to_owned()
 }
 
 /// A child process that is killed and reaped however the test ends.
