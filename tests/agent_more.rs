@@ -536,7 +536,11 @@ both_backends!(market_csv_prices_land_in_the_log, |db: &TestDb| {
         ),
     )
     .unwrap();
-    let m = watched_config("market", &cfg);
+    let mut cmd = bin();
+    cmd.args(["market", "--config"])
+        .arg(&cfg)
+        .env("GPULEDGER_LOG", "info");
+    let m = watched(cmd);
     let url = s.url.clone();
     let has = |n: usize| move |_: &Watched| logged(&url, "market-csv").len() >= n;
     m.wait_for("3 prices", Duration::from_secs(20), has(3));
@@ -546,6 +550,16 @@ both_backends!(market_csv_prices_land_in_the_log, |db: &TestDb| {
     let err = plain(&m.stderr.lock().unwrap());
     assert!(
         err.contains("price row skipped") && err.contains("line=5"),
+        "{err}"
+    );
+    // Each price it publishes is said, not done in silence.
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("spot price signed"))
+        .collect();
+    assert_eq!(said.len(), 3, "{err}");
+    assert!(
+        said[1].contains("seq=2") && said[1].contains("price_per_gpu_hour=7.125"),
         "{err}"
     );
     drop(m);

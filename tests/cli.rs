@@ -123,6 +123,65 @@ fn init_defaults_then_verify_log_passes_and_names_a_tampered_entry() {
     let other = gpuledger::core::keys::encode_public(&sample::key("x").verifying_key());
     let o = gpuledger(dir.path(), &["verify-log", "--log-public-key", &other]);
     assert_eq!(o.status.code(), Some(1));
+    let o = gpuledger(dir.path(), &["verify-log", "--log-key", &other]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+/// `verify-log --log-key` takes what `verify --log-key` takes: the verifier key, or a file
+/// holding it (and still the raw base64 key); a verifier key of another origin is a usage error.
+#[test]
+fn verify_log_takes_the_verifier_key_like_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gpuledger(
+        dir.path(),
+        &["init", "--origin", "ledger.example.com/gpu-log"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!text(&o).contains("placeholder"), "{}", text(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let field = |name: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in {out}"))
+            .trim()
+            .to_owned()
+    };
+    let (vkey, raw) = (field("verifier key:"), field("log key:"));
+    // init again without --origin keeps the recorded one (and does not call it a placeholder).
+    let o = gpuledger(dir.path(), &["init"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("origin:       ledger.example.com/gpu-log"),
+        "{}",
+        text(&o)
+    );
+    assert!(!text(&o).contains("placeholder"), "{}", text(&o));
+
+    let file = dir.path().join("vkey.txt");
+    std::fs::write(&file, format!("{vkey}\n")).unwrap();
+    for key in [vkey.as_str(), file.to_str().unwrap(), raw.as_str()] {
+        let o = gpuledger(dir.path(), &["verify-log", "--log-key", key]);
+        assert!(o.status.success(), "{key}: {}", text(&o));
+    }
+    // The same key under another origin's name is not this log's verifier key.
+    let public = gpuledger::core::keys::decode_public(&raw).unwrap();
+    let elsewhere = gpuledger::core::checkpoint::verifier_key("staging.example.com/log", &public);
+    let o = gpuledger(dir.path(), &["verify-log", "--log-key", &elsewhere]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("staging.example.com/log"), "{}", text(&o));
+}
+
+/// A new log with the placeholder origin is not created silently.
+#[test]
+fn init_warns_about_the_placeholder_origin() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gpuledger(dir.path(), &["init"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("placeholder \"gpuledger.local/log\"") && err.contains("--origin"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -195,4 +254,70 @@ fn bench_preview_prices_the_month_it_fills() {
     assert!(v["lines"].as_u64().unwrap() >= 1, "{v}");
     let total: rust_decimal::Decimal = v["total"].as_str().unwrap().parse().unwrap();
     assert!(total > rust_decimal::Decimal::ZERO, "{v}");
+}
+
+/// `verify` as a new user meets it: a missing file is a usage error (exit 2), not a FAIL; a
+/// wrong key names the key ids and origins on both sides; a raw public key gets a hint.
+#[test]
+fn verify_says_what_is_wrong_with_the_inputs() {
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/certificate");
+    let vkey = std::fs::read_to_string(fixtures.join("verifier_key.txt")).unwrap();
+    let vkey = vkey.trim();
+    let checkpoint = fixtures.join("older_checkpoint.txt");
+    let dir = tempfile::tempdir().unwrap();
+    let verify = |args: &[&str]| {
+        let mut all = vec!["verify"];
+        all.extend_from_slice(args);
+        gpuledger(dir.path(), &all)
+    };
+
+    let o = verify(&[
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--log-key",
+        vkey,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    let o = verify(&["--checkpoint", "no-such-file.txt", "--log-key", vkey]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("--checkpoint no-such-file.txt"),
+        "{}",
+        text(&o)
+    );
+
+    // Another key under another name: the refusal names both.
+    let other = sample::key("someone-else").verifying_key();
+    let wrong = gpuledger::core::checkpoint::verifier_key("other.example/log", &other);
+    let wrong_id = format!(
+        "{:08x}",
+        gpuledger::core::checkpoint::note_key_id("other.example/log", &other)
+    );
+    let o = verify(&[
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--log-key",
+        &wrong,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let origin = vkey.split('+').next().unwrap();
+    let id = vkey.split('+').nth(1).unwrap();
+    for want in [wrong_id.as_str(), "other.example/log", origin, id] {
+        assert!(text(&o).contains(want), "no {want} in {}", text(&o));
+    }
+
+    // The raw public key (what `init` prints as "log key:") is not the verifier key.
+    let raw = gpuledger::core::keys::encode_public(
+        &gpuledger::core::bundle::verifier_public_key(vkey).unwrap(),
+    );
+    let o = verify(&[
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--log-key",
+        &raw,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("raw public key"), "{}", text(&o));
 }

@@ -957,10 +957,18 @@ fn checkpoint_verifies_and_other_keys_fail() {
     // Signed by another key under the same name: refused.
     let other = LogSigner::new(ORIGIN, SigningKey::from_bytes(&[0x09; 32])).unwrap();
     let forged = other.sign_checkpoint(7, cp.hash());
-    assert!(matches!(
-        verify_checkpoint(forged.as_bytes(), vkey),
-        Err(CheckpointError::Note(_))
-    ));
+    let err = verify_checkpoint(forged.as_bytes(), vkey).unwrap_err();
+    // The refusal names both keys and the origin, so a wrong --log-key is told from a forgery.
+    let msg = err.to_string();
+    assert!(
+        matches!(&err, CheckpointError::NotSignedByKey { found, origin: Some(o), .. }
+            if found == &[format!("{ORIGIN}+{:08x}", checkpoint::note_key_id(ORIGIN, &other.key().verifying_key()))] && o == ORIGIN),
+        "{err:?}"
+    );
+    assert!(
+        msg.contains(&k["log"]["note_key_id"].as_str().unwrap().to_string()),
+        "{msg}"
+    );
     assert!(verify_checkpoint(forged.as_bytes(), &other.verifier_key()).is_ok());
     // A changed size under the original signature: refused.
     let altered = text.replacen(

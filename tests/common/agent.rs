@@ -52,12 +52,14 @@ pub struct Watched {
     pub stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
-/// Starts `cmd` (logging at `warn`) as a [`Watched`] child.
+/// Starts `cmd` (logging at `warn` unless `cmd` sets `GPULEDGER_LOG`) as a [`Watched`] child.
 pub fn watched(mut cmd: std::process::Command) -> Watched {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
+    if !cmd.get_envs().any(|(k, _)| k == "GPULEDGER_LOG") {
+        cmd.env("GPULEDGER_LOG", "warn");
+    }
     let mut child = cmd
-        .env("GPULEDGER_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -150,10 +150,11 @@ fn parse_fraction(s: &str) -> Result<Decimal, String> {
     Ok(d.normalize())
 }
 
-/// Reads the lease file at `path`. A missing file means no leases.
-pub fn read(path: &std::path::Path) -> Result<Vec<Lease>, String> {
+/// Reads the lease file at `path`: `None` when there is no such file (which means no leases;
+/// the caller says so, since then nobody is billed for this node's GPUs).
+pub fn read(path: &std::path::Path) -> Result<Option<Vec<Lease>>, String> {
     match std::fs::metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("{}: {e}", path.display())),
         Ok(m) if m.len() > MAX_LEASE_FILE_BYTES => {
             return Err(format!(
@@ -164,7 +165,9 @@ pub fn read(path: &std::path::Path) -> Result<Vec<Lease>, String> {
         Ok(_) => {}
     }
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    parse(&text)
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -194,5 +197,14 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_missing_file_is_told_apart_from_an_empty_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("leases.toml");
+        assert_eq!(read(&path), Ok(None));
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(read(&path), Ok(Some(Vec::new())));
     }
 }

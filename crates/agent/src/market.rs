@@ -279,6 +279,18 @@ fn publish(
         Ok(()) => {
             drop(spool);
             shared.wake.notify_all();
+            for (i, p) in prices.iter().enumerate() {
+                tracing::info!(
+                    signer = %cfg.signer,
+                    seq = first + i as u64,
+                    region = %p.region,
+                    gpu_model = %p.gpu_model,
+                    price_per_gpu_hour = %p.price_per_gpu_hour,
+                    currency = %p.currency,
+                    effective_from = %p.effective_from,
+                    "spot price signed and queued for the ledger"
+                );
+            }
             true
         }
         Err(e) => {

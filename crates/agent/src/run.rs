@@ -181,6 +181,8 @@ struct Measurer {
     full: bool,
     /// Unleased GPUs running processes at the last warning (warned again only on a change).
     unleased_busy: Vec<(u32, u32)>,
+    /// Whether the lease file was missing at the last read (warned again only on a change).
+    lease_file_missing: Option<bool>,
     /// `gpuledger_agent_measurement_errors_total`.
     errors: metrics::Counter,
 }
@@ -202,6 +204,7 @@ impl Measurer {
             meter: EnergyMeter::new(),
             full: false,
             unleased_busy: Vec::new(),
+            lease_file_missing: None,
             errors,
         }
     }
@@ -223,7 +226,21 @@ impl Measurer {
     }
 
     fn reload_leases(&mut self) {
-        match lease::read(&self.cfg.lease_file) {
+        let read = lease::read(&self.cfg.lease_file);
+        let missing = matches!(read, Ok(None));
+        if self.lease_file_missing != Some(missing) {
+            if missing {
+                tracing::warn!(
+                    node = %self.cfg.node,
+                    lease_file = %self.cfg.lease_file.display(),
+                    "NO LEASE FILE: no GPU of this node is leased, so its GPU time is billed to nobody (energy is still recorded); create the file to bill tenants"
+                );
+            } else if self.lease_file_missing.is_some() {
+                tracing::info!(node = %self.cfg.node, lease_file = %self.cfg.lease_file.display(), "lease file found");
+            }
+            self.lease_file_missing = Some(missing);
+        }
+        match read.map(Option::unwrap_or_default) {
             Ok(l) => {
                 if l != self.leases {
                     tracing::info!(node = %self.cfg.node, leases = l.len(), "lease file read; it applies from this interval");

@@ -651,16 +651,29 @@ impl CertificateCheck {
             .map_err(|e| Failure::new(Reason::ClaimMismatch, "certificate", e.to_string()))?;
         let claimed = self.cert.claims();
         if let Some(member) = first_difference(&claimed, &computed) {
-            let reason = if member.starts_with("entries.") {
-                Reason::EntriesMismatch
-            } else {
-                Reason::ClaimMismatch
+            let (c, r) = (&claimed.entries, &computed.entries);
+            let (reason, message) = match member.as_str() {
+                "entries.count" => (
+                    Reason::EntriesMismatch,
+                    format!(
+                        "the certificate claims {} entries, the bundle holds {} covered records",
+                        c.count, r.count
+                    ),
+                ),
+                "entries.commitment" => (
+                    Reason::EntriesMismatch,
+                    format!(
+                        "the certificate's entries commitment is {}, the bundle's records give {}",
+                        c.commitment, r.commitment
+                    ),
+                ),
+                _ => (
+                    Reason::ClaimMismatch,
+                    "the certificate's claim differs from the value recomputed from the bundle"
+                        .to_owned(),
+                ),
             };
-            return Err(Failure::new(
-                reason,
-                member,
-                "the certificate's claim differs from the value recomputed from the bundle",
-            ));
+            return Err(Failure::new(reason, member, message));
         }
         Ok(computed)
     }

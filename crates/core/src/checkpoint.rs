@@ -23,6 +23,23 @@ pub enum CheckpointError {
     WrongOrigin { found: String, expected: String },
     #[error("verifier key is malformed: {0}")]
     VerifierKey(String),
+    /// The note is well formed but none of its signatures is by the given key: the key ids
+    /// and names, so a reader sees at once whether the key or the note is the wrong one.
+    #[error(
+        "no signature by the given key {expected} (key id {expected_id:08x}); the note is signed by {} (checkpoint origin {})",
+        if found.is_empty() { "nobody".to_owned() } else { found.join(", ") },
+        origin.as_deref().map_or_else(|| "unreadable".to_owned(), |o| format!("{o:?}"))
+    )]
+    NotSignedByKey {
+        /// The given key's name.
+        expected: String,
+        /// The given key's id.
+        expected_id: u32,
+        /// `<name>+<key id>` of each signature line of the note.
+        found: Vec<String>,
+        /// The origin line of the note's checkpoint body, when it has one.
+        origin: Option<String>,
+    },
 }
 
 /// The log's signing identity: its origin (also the note key name) and Ed25519 key.
@@ -105,9 +122,20 @@ pub fn verify_checkpoint(
     let verifier = StandardVerifier::new(verifier_key)
         .map_err(|e| CheckpointError::VerifierKey(e.to_string()))?;
     let name = signed_note::Verifier::name(&verifier).to_owned();
+    let expected_id = signed_note::Verifier::key_id(&verifier);
     let note = Note::from_bytes(note_text).map_err(|e| CheckpointError::Note(e.to_string()))?;
     note.verify(&VerifierList::new(vec![Box::new(verifier)]))
-        .map_err(|e| CheckpointError::Note(e.to_string()))?;
+        .map_err(|e| match e {
+            signed_note::NoteError::UnverifiedNote => CheckpointError::NotSignedByKey {
+                expected: name.clone(),
+                expected_id,
+                found: signers(note_text),
+                origin: Checkpoint::from_bytes(note.text())
+                    .ok()
+                    .map(|c| c.origin().to_owned()),
+            },
+            e => CheckpointError::Note(e.to_string()),
+        })?;
     let cp = Checkpoint::from_bytes(note.text()).map_err(|_| CheckpointError::Body)?;
     if cp.origin() != name {
         return Err(CheckpointError::WrongOrigin {
@@ -116,6 +144,19 @@ pub fn verify_checkpoint(
         });
     }
     Ok(cp)
+}
+
+/// `<name>+<key id>` of every signature line of a signed note (read with the `signed_note`
+/// crate's own line parser), for saying who signed a note that the given key did not.
+fn signers(note_text: &[u8]) -> Vec<String> {
+    let Some(at) = note_text.windows(2).position(|w| w == b"\n\n") else {
+        return Vec::new();
+    };
+    note_text[at + 2..]
+        .split(|b| *b == b'\n')
+        .filter_map(|line| signed_note::Signature::from_bytes(line).ok())
+        .map(|s| format!("{}+{:08x}", s.name(), s.id()))
+        .collect()
 }
 
 /// The checkpoint a signed note carries, parsed without checking any signature: for reading

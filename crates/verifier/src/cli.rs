@@ -166,8 +166,26 @@ fn witness_policy(
     }
 }
 
+/// That every named input file can be read: a missing or unreadable file is a usage error
+/// (exit 2), not a verification failure (exit 1), which would say the evidence is bad.
+fn readable(inputs: &[(&str, Option<&Path>)]) -> Result<()> {
+    for (flag, path) in inputs {
+        if let Some(path) = path {
+            std::fs::File::open(path)
+                .with_context(|| format!("{flag} {}: cannot read it", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// A certificate, an invoice, a bundle or a checkpoint, from files.
 fn files(args: VerifyArgs) -> Result<ExitCode> {
+    readable(&[
+        ("--certificate", args.certificate.as_deref()),
+        ("--invoice", args.invoice.as_deref()),
+        ("--bundle", args.bundle.as_deref()),
+        ("--checkpoint", args.checkpoint.as_deref()),
+    ])?;
     let log_key = key(args.log_key)?;
     let policy = witness_policy(&args.witnesses, args.quorum)?;
     // The quorum is checked first: without it nothing else matters, and it is cheap.
@@ -209,6 +227,11 @@ fn files(args: VerifyArgs) -> Result<ExitCode> {
 
 /// That the log only grew from `--old` to `--new` (or the service's latest).
 fn consistency(args: ConsistencyArgs) -> Result<ExitCode> {
+    readable(&[
+        ("--old", Some(args.old.as_path())),
+        ("--new", args.new.as_deref()),
+        ("--proof", args.proof.as_deref()),
+    ])?;
     let log_key = key(Some(args.log_key.clone()))?;
     let policy = witness_policy(&args.witnesses, args.quorum)?;
     let (new_note, hashes) = match (&args.url, &args.proof) {
