@@ -78,11 +78,43 @@ struct NodeSpec {
     leases: &'static str,
 }
 
-const TENANTS: [(&str, &str); 3] = [
-    ("acme-ai", "Acme AI (demo tenant)"),
-    ("bluefin-labs", "Bluefin Labs (demo tenant)"),
-    ("corvid-research", "Corvid Research (demo tenant)"),
+/// The demo tenants: id, display name and billing address (synthetic). One has a Chinese
+/// name and address, as many tenants of a Chinese provider do, so its invoices show them.
+const TENANTS: [(&str, &str, &[&str]); 3] = [
+    ("acme-ai", "Acme AI (demo tenant)", &[]),
+    (
+        "bluefin-labs",
+        "蓝鳍实验室（演示租户）",
+        &["上海市浦东新区张江路 88 号 (示例地址)", "200120 中国"],
+    ),
+    ("corvid-research", "Corvid Research (demo tenant)", &[]),
 ];
+
+/// The demo's invoice settings: a synthetic issuer with a Chinese name and address, 30 days'
+/// terms, and VAT of 6 % (IT services in China) in every region.
+fn demo_invoicing(public_url: String) -> store::invoices::InvoiceSettings {
+    use crate::core::invoice::{Issuer, Tax, TaxTable};
+    store::invoices::InvoiceSettings {
+        issuer: Issuer {
+            name: "算力账本演示云计算有限公司 (gpuledger demo provider)".into(),
+            address: vec![
+                "北京市海淀区中关村大街 1 号 (示例地址)".into(),
+                "100080 中国".into(),
+            ],
+            tax_id: Some("91110108DEMO00000X".into()),
+            email: Some("billing@demo.invalid".into()),
+        },
+        payment_terms_days: store::invoices::DEFAULT_PAYMENT_TERMS_DAYS,
+        taxes: TaxTable {
+            by_region: Default::default(),
+            default: Some(Tax {
+                name: Some("VAT".into()),
+                rate: rust_decimal::Decimal::new(6, 2),
+            }),
+        },
+        public_url: Some(public_url),
+    }
+}
 
 /// A bare-metal 8×H100 server of the western training hub (`cn-north-imx`), under `load`,
 /// with the lease file `leases`.
@@ -162,7 +194,7 @@ fn ensure_parties(ledger: &Ledger) -> Result<(), DemoError> {
         Ok(_) | Err(crate::store::StoreError::AlreadyExists(_)) => Ok(()),
         Err(e) => Err(DemoError::from(e)),
     };
-    for (id, _) in TENANTS {
+    for (id, _, _) in TENANTS {
         tolerate(ledger.register_tenant(id))?;
     }
     for (lease, tenant) in LEASES {
@@ -240,7 +272,7 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
     store::init(&url, &log_key, DEMO_ORIGIN)?;
     let ledger = Arc::new(Ledger::open(&url, log_key)?);
     print_banner(dir, resumed, ledger.head()?.0);
-    let token = prepare_log(&ledger)?;
+    let tokens = prepare_log(&ledger)?;
     let signers = ensure_signers(&ledger, dir)?;
     let witness = start_witness(dir, &ledger.info().verifier_key)?;
 
@@ -251,6 +283,7 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
         checkpoint_interval: Duration::from_secs(5),
         workers: 2,
         publish_dir: None,
+        invoicing: demo_invoicing(format!("http://{}", opts.listen)),
         witnesses: server::witnessing::WitnessSettings {
             witnesses: vec![witness.setting()],
             quorum: 1,
@@ -266,7 +299,7 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
         let _ = writeln!(out, "listening on {base}");
         started.start_signers(&signers, &base, dir, opts.interval_seconds);
         let vkey = ledger.info().verifier_key.clone();
-        print_try(&mut out, &base, &token, &url, &vkey, dir, &witness);
+        print_try(&mut out, &base, &tokens, &url, &vkey, dir, &witness);
         let ledger = ledger.clone();
         let stop = stop_progress.clone();
         started.progress = std::thread::Builder::new()
@@ -350,20 +383,45 @@ fn print_banner(dir: &Path, resumed: bool, size: u64) {
     }
 }
 
-/// Creates the demo tenants' accounts (once) and a new admin token for this run, then puts the
-/// demo prices, tenants and leases on the log (once); returns the token.
-fn prepare_log(ledger: &Ledger) -> Result<String, DemoError> {
-    let (_, token) = ledger.with_account_writer(|c| {
-        for (id, name) in TENANTS {
+/// The tokens a demo run prints (new for each run): one for each role the console serves.
+struct DemoTokens {
+    admin: String,
+    auditor: String,
+    /// For the tenant [`DEMO_TENANT`].
+    tenant: String,
+}
+
+/// The tenant whose token the demo prints and whose commands it suggests.
+const DEMO_TENANT: &str = "acme-ai";
+
+/// Creates the demo tenants' accounts (once) and new admin, auditor and tenant tokens for this
+/// run, then puts the demo prices, tenants and leases on the log (once); returns the tokens.
+fn prepare_log(ledger: &Ledger) -> Result<DemoTokens, DemoError> {
+    let tokens = ledger.with_account_writer(|c| {
+        for (id, name, address) in TENANTS {
             if !access::tenant_exists(c, id)? {
-                access::create_tenant(c, id, name)?;
+                let address: Vec<String> = address.iter().map(|l| l.to_string()).collect();
+                access::create_tenant_with_address(c, id, name, &address)?;
             }
         }
-        access::create_token(c, access::ApiRole::Admin, None, "gpuledger demo")
+        let (_, admin) = access::create_token(c, access::ApiRole::Admin, None, "gpuledger demo")?;
+        let (_, auditor) =
+            access::create_token(c, access::ApiRole::Auditor, None, "gpuledger demo auditor")?;
+        let (_, tenant) = access::create_token(
+            c,
+            access::ApiRole::Tenant,
+            Some(DEMO_TENANT),
+            "gpuledger demo tenant",
+        )?;
+        Ok(DemoTokens {
+            admin,
+            auditor,
+            tenant,
+        })
     })?;
     ensure_prices(ledger)?;
     ensure_parties(ledger)?;
-    Ok(token)
+    Ok(tokens)
 }
 
 /// The demo's signers, registered on its log.
@@ -512,22 +570,36 @@ fn market_config(base: &str, dir: &Path, interval_seconds: u64) -> MarketConfig 
     }
 }
 
-/// Prints the admin token and commands to try against the server at `base` (today's usage,
-/// invoices, proofs, a certificate checked offline with the log's verifier key `vkey` and a
-/// quorum of one cosignature of the demo's `witness`).
+/// Prints the console's address with a token for each role, then commands to try against the
+/// server at `base` (today's usage, an invoice for this hour once it has ended, proofs, a
+/// certificate checked offline with the log's verifier key `vkey` and a quorum of one
+/// cosignature of the demo's `witness`).
 fn print_try(
     out: &mut impl Write,
     base: &str,
-    token: &str,
+    tokens: &DemoTokens,
     url: &str,
     vkey: &str,
     dir: &Path,
     witness: &server::witnessing::LocalWitness,
 ) {
     let wkey = witness.witness_key().vkey();
-    let today = Timestamp::now().unix() / 86_400 * 86_400;
+    let token = &tokens.admin;
+    let now = Timestamp::now().unix();
+    let today = now / 86_400 * 86_400;
     let from = Timestamp::from_unix(today).expect("in range");
     let to = from.plus(86_400);
+    // An invoice is for a period that has ended: this hour, once it is over.
+    let hour = Timestamp::from_unix(now / 3_600 * 3_600).expect("in range");
+    let hour_end = hour.plus(3_600);
+    let _ = writeln!(out, "\nOpen the console in a browser: {base}/console/");
+    let _ = writeln!(out, "  sign in as tenant {DEMO_TENANT}: {}", tokens.tenant);
+    let _ = writeln!(out, "  sign in as auditor:         {}", tokens.auditor);
+    let _ = writeln!(out, "  sign in as admin:           {token}");
+    let _ = writeln!(
+        out,
+        "  (the tokens are new for this run and shown only here)\n"
+    );
     let _ = writeln!(out, "admin token: {token}   (new for this run; shown once)");
     let _ = writeln!(
         out,
@@ -552,7 +624,8 @@ fn print_try(
         "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/entries?start=0&end=20'"
     );
     let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/invoices/preview?tenant=acme-ai&from={from}&to={to}'");
-    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{\"tenant\":\"acme-ai\",\"from\":\"{from}\",\"to\":\"{to}\"}}' {base}/v1/invoices");
+    let _ = writeln!(out, "An invoice for this hour, once it has ended (after {hour_end}; an invoice is for a closed period):");
+    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{\"tenant\":\"acme-ai\",\"from\":\"{hour}\",\"to\":\"{hour_end}\"}}' {base}/v1/invoices");
     let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -o invoice.pdf {base}/v1/invoices/INV-000001/pdf   # after issuing it");
     let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/proofs/inclusion?index=10&size=100'");
     let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/proofs/consistency?from=10&to=100'");
@@ -562,7 +635,7 @@ fn print_try(
     let _ = writeln!(out, "  cargo run -q --release -- verify --certificate cert.json --bundle bundle.jsonl --log-key '{vkey}' --witness '{wkey}' --quorum 1");
     let _ = writeln!(
         out,
-        "  gpuledger verify-log --database-url {url}   # after Ctrl-C, or while it runs"
+        "  cargo run -q --release -- verify-log --database-url {url}   # after Ctrl-C, or while it runs"
     );
     let _ = writeln!(
         out,

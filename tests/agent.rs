@@ -519,7 +519,7 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
     assert!(dir.path().join("demo-data/ledger.db").exists());
 
     // The certificate the demo's printed commands ask for, verified by both verifiers.
-    while !(text.contains("admin token:") && text.contains("verify --certificate")) {
+    while !text.contains("Ctrl-C stops.") {
         let mut line = String::new();
         assert!(out.read_line(&mut line).unwrap() > 0, "{text}");
         text.push_str(&line);
@@ -537,6 +537,27 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
             .unwrap_or_else(|| panic!("no {flag} in {text}"))
             .to_owned()
     };
+    // The first screen sends people to the console, with a token for each role, that work.
+    assert!(text.contains(&format!("{base}/console/")), "{text}");
+    let after = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(prefix))
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+    };
+    let tenant_token = after("sign in as tenant acme-ai:");
+    let auditor_token = after("sign in as auditor:");
+    h.get("/v1/invoices", Some(&tenant_token)).ok_json(200);
+    h.get("/v1/invoices?tenant=bluefin-labs", Some(&tenant_token))
+        .assert_problem(404, "not_found", "another tenant's invoices");
+    h.get("/v1/entries?start=0&end=5", Some(&auditor_token))
+        .ok_json(200);
+    // Commands that run as printed: no bare `gpuledger`, and an invoice only for a closed hour.
+    assert!(!text.contains("  gpuledger "), "{text}");
+    assert!(
+        text.contains("cargo run -q --release -- verify-log"),
+        "{text}"
+    );
     let vkey = quoted("--log-key");
     // The demo's witness: its cosignature is on the certificate's checkpoint (quorum 1).
     let wkey = quoted("--witness");
@@ -574,4 +595,27 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
         "{said}{}",
         String::from_utf8_lossy(&python.stderr)
     );
+}
+
+/// An agent whose lease file is missing bills nobody for its GPUs: it says so loudly, once,
+/// not in silence; and says so again when the file appears.
+#[test]
+fn a_missing_lease_file_is_said_once() {
+    let db = sqlite();
+    let (_s, _server, _base, cfg) = served_node(&db, "node-nolease");
+    let leases = cfg.parent().unwrap().join("leases.toml");
+    std::fs::remove_file(&leases).unwrap();
+    let mut cmd = bin();
+    cmd.args(["agent", "--config"])
+        .arg(&cfg)
+        .env("GPULEDGER_LOG", "info");
+    let a = watched(cmd);
+    a.wait_lines(3, Duration::from_secs(20));
+    std::fs::write(&leases, SHARED_LEASES).unwrap();
+    a.wait_lines(a.lines() + 2, Duration::from_secs(20));
+    let err = a.stderr.lock().unwrap().clone();
+    drop(a);
+    assert_eq!(err.matches("NO LEASE FILE").count(), 1, "{err}");
+    assert!(err.contains("billed to nobody"), "{err}");
+    assert!(err.contains("lease file found"), "{err}");
 }

@@ -1,12 +1,20 @@
-//! Invoice downloads: JSON, CSV and PDF say the same thing, and each can be read back.
+//! Invoice downloads: JSON, CSV and PDF say the same thing, and each can be read back; Chinese
+//! names and addresses render in the PDF (an embedded, subset CJK font whose glyphs extract
+//! back to the text); version 1 documents still render.
 
 mod common;
 
 use common::dec;
-use gpuledger::core::invoice::{Invoice, InvoiceLine, Period};
+use gpuledger::core::invoice::{
+    apply_tax, from_json, BillTo, Invoice, InvoiceDoc, InvoiceLine, Issuer, LineKind, Period, Unit,
+    INVOICE_FORMAT_V2,
+};
 use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::time::Timestamp;
-use gpuledger::invoice_render::{to_csv, to_json, to_pdf, RenderError, CSV_HEADER, MAX_PDF_LINES};
+use gpuledger::invoice_render::{
+    to_csv, to_json, to_pdf, PdfNotes, RenderError, CSV_HEADER, MAX_PDF_LINES,
+};
+use gpuledger::store::invoices::{AccountStatus, InvoiceAccount, SettlementView};
 use rust_decimal::Decimal;
 use serde_json::Value;
 
@@ -14,24 +22,44 @@ fn ts(s: &str) -> Timestamp {
     Timestamp::parse(s).unwrap()
 }
 
-fn gpu(region: &str, class: LeaseClass, seconds: &str, price: &str, amount: &str) -> InvoiceLine {
+fn gpu(region: &str, class: LeaseClass, seconds: &str, price: &str, net: &str) -> InvoiceLine {
+    let label = match class {
+        LeaseClass::OnDemand => "on-demand",
+        LeaseClass::Reserved => "reserved",
+        LeaseClass::Spot => "spot",
+    };
     InvoiceLine {
-        kind: "gpu",
+        kind: LineKind::Gpu,
+        description: format!("GPU compute, H100, {region}, {label}"),
         region: region.into(),
         gpu_model: Some("H100".into()),
         class: Some(class),
-        quantity: dec(seconds),
-        unit: "GPU-s",
-        unit_price: dec(price),
+        plan: None,
+        tier: None,
+        quantity: gpuledger::core::invoice::gpu_hours(dec(seconds)),
+        unit: Unit::GpuHour,
+        gpu_seconds: Some(dec(seconds)),
+        measured_kwh: None,
         pue: None,
-        amount: dec(amount),
+        unit_price: dec(price),
+        net: dec(net),
+        tax_name: Some("VAT".into()),
+        tax_rate: dec("0.06"),
+        tax: Decimal::ZERO,
+        gross: Decimal::ZERO,
         records: 1,
         adjustment_for: None,
     }
 }
 
-/// The worked example of docs/RATING.md (seven lines, 167.89 CNY), plus one late on-demand
-/// hour of October (18.50).
+/// Sets tax, gross and the totals by the one rule.
+fn settle_totals(inv: &mut Invoice) {
+    let t = apply_tax(&mut inv.lines, &inv.currency);
+    (inv.net_total, inv.tax_total, inv.total) = (t.net, t.tax, t.gross);
+}
+
+/// The worked example of docs/RATING.md (seven lines, 167.89 CNY net), plus one late
+/// on-demand hour of October (18.50), with VAT of 6 %.
 fn golden() -> Invoice {
     use LeaseClass::*;
     let mut late = gpu("west", OnDemand, "3600", "18.5", "18.50");
@@ -47,22 +75,32 @@ fn golden() -> Invoice {
         gpu("west", Spot, "1200", "11.35", "3.78"),
         gpu("west", Spot, "600", "8", "1.33"),
         InvoiceLine {
-            kind: "energy",
+            kind: LineKind::Energy,
+            description: "Electricity, west, PUE 1.08".into(),
             region: "west".into(),
             gpu_model: None,
             class: None,
-            quantity: dec("12.5"),
-            unit: "kWh",
-            unit_price: dec("0.28"),
+            plan: None,
+            tier: None,
+            quantity: dec("13.5"),
+            unit: Unit::Kwh,
+            gpu_seconds: None,
+            measured_kwh: Some(dec("12.5")),
             pue: Some(dec("1.08")),
-            amount: dec("3.78"),
+            unit_price: dec("0.28"),
+            net: dec("3.78"),
+            tax_name: Some("VAT".into()),
+            tax_rate: dec("0.06"),
+            tax: Decimal::ZERO,
+            gross: Decimal::ZERO,
             records: 1,
             adjustment_for: None,
         },
         late,
     ];
     let mut inv = Invoice {
-        number: "INV-acme-2026-11".into(),
+        format: INVOICE_FORMAT_V2.into(),
+        number: "INV-000042".into(),
         tenant: "acme".into(),
         period: Period {
             from: ts("2026-11-01T00:00:00Z"),
@@ -73,11 +111,56 @@ fn golden() -> Invoice {
         log_origin: "ledger.example/gpuledger".into(),
         checkpoint_size: 4242,
         checkpoint_root: "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=".into(),
+        issuer: Issuer {
+            name: "Example Compute Ltd.".into(),
+            address: vec!["1 Example Road".into(), "Beijing 100080".into()],
+            tax_id: Some("91110108000000000X".into()),
+            email: Some("billing@example.org".into()),
+        },
+        bill_to: BillTo {
+            tenant: "acme".into(),
+            name: "Acme AI".into(),
+            address: vec!["9 Harbour Street".into()],
+        },
+        payment_terms_days: 30,
+        due_at: ts("2026-12-31T00:05:00Z"),
         lines,
+        net_total: Decimal::ZERO,
+        tax_total: Decimal::ZERO,
         total: Decimal::ZERO,
     };
-    inv.total = inv.sum_of_lines();
+    settle_totals(&mut inv);
     inv
+}
+
+fn doc(inv: &Invoice) -> InvoiceDoc {
+    InvoiceDoc::V2(inv.clone())
+}
+
+fn notes() -> PdfNotes {
+    PdfNotes {
+        account: Some(InvoiceAccount {
+            number: "INV-000042".into(),
+            tenant: "acme".into(),
+            currency: "CNY".into(),
+            total: dec("197.58"),
+            paid: dec("100.00"),
+            credited: dec("0.00"),
+            balance_due: dec("97.58"),
+            excess: dec("0.00"),
+            status: AccountStatus::Open,
+            as_of: ts("2026-12-05T08:00:00Z"),
+            settlements: vec![SettlementView {
+                index: 4300,
+                kind: "payment".into(),
+                date: ts("2026-12-04T10:00:00Z"),
+                amount: dec("100.00"),
+                note: "bank transfer 7731".into(),
+            }],
+        }),
+        public_url: Some("https://ledger.example.org".into()),
+        verifier_key: "ledger.example/gpuledger+2c02504d+AAAA".into(),
+    }
 }
 
 fn pdf_text(pdf: &[u8]) -> (usize, String) {
@@ -95,41 +178,77 @@ fn field<'a>(v: &'a Value, key: &str) -> &'a str {
 fn golden_figures() {
     let inv = golden();
     assert_eq!(
-        inv.lines[..7].iter().map(|l| l.amount).sum::<Decimal>(),
+        inv.lines[..7].iter().map(|l| l.net).sum::<Decimal>(),
         dec("167.89")
     );
-    assert_eq!(inv.total.to_string(), "186.39");
+    assert_eq!(inv.net_total.to_string(), "186.39");
+    // 148.00 × 0.06 = 8.88; 3.78 × 0.06 = 0.2268 → 0.23; 1.33 × 0.06 = 0.0798 → 0.08; ...
+    assert_eq!(inv.lines[0].tax.to_string(), "8.88");
+    assert_eq!(inv.lines[4].tax.to_string(), "0.23");
+    assert_eq!(inv.lines[5].tax.to_string(), "0.08");
+    assert_eq!(inv.tax_total.to_string(), "11.19");
+    assert_eq!(inv.total.to_string(), "197.58");
+    assert!(inv.is_consistent());
+    // Quantities are in the unit they are priced in.
+    assert_eq!(inv.lines[0].quantity.to_string(), "8");
+    assert_eq!(inv.lines[1].quantity.to_string(), "0.083333");
+    assert_eq!(inv.lines[6].quantity, dec("12.5") * dec("1.08"));
 }
 
 #[test]
-fn json_parses_back_and_its_total_is_the_sum_of_its_lines() {
+fn json_parses_back_and_its_totals_are_the_sums_of_its_lines() {
     let inv = golden();
-    let json: Value = serde_json::from_slice(&to_json(&inv)).unwrap();
-    assert_eq!(json["number"], "INV-acme-2026-11");
+    let bytes = to_json(&doc(&inv));
+    let json: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(json["format"], "gpuledger-invoice/v2");
+    assert_eq!(json["number"], "INV-000042");
     assert_eq!(json["period"]["from"], "2026-11-01T00:00:00Z");
-    assert_eq!(json["total"], "186.39");
+    assert_eq!(json["due_at"], "2026-12-31T00:05:00Z");
+    assert_eq!(json["issuer"]["name"], "Example Compute Ltd.");
+    assert_eq!(json["bill_to"]["name"], "Acme AI");
     let lines = json["lines"].as_array().unwrap();
     assert_eq!(lines.len(), 8);
-    let sum: Decimal = lines.iter().map(|l| dec(field(l, "amount"))).sum();
-    assert_eq!(sum, dec(field(&json, "total")));
-    assert_eq!(lines[0]["amount"], "148.00");
+    for (member, total) in [
+        ("net", "net_total"),
+        ("tax", "tax_total"),
+        ("gross", "total"),
+    ] {
+        let sum: Decimal = lines.iter().map(|l| dec(field(l, member))).sum();
+        assert_eq!(sum, dec(field(&json, total)), "{member}");
+    }
+    assert_eq!(json["total"], "197.58");
+    assert_eq!(lines[0]["unit"], "GPU-h");
+    assert_eq!(lines[0]["quantity"], "8");
+    assert_eq!(lines[0]["gpu_seconds"], "28800");
     assert_eq!(lines[0]["unit_price"], "18.5");
+    assert_eq!(lines[0]["net"], "148.00");
+    assert_eq!(lines[0]["tax_rate"], "0.06");
+    assert_eq!(lines[6]["unit"], "kWh");
+    assert_eq!(lines[6]["measured_kwh"], "12.5");
     assert_eq!(lines[6]["pue"], "1.08");
     assert_eq!(lines[7]["adjustment_for"]["to"], "2026-11-01T00:00:00Z");
-    // Stable field order: the order core::invoice declares.
-    let text = String::from_utf8(to_json(&inv)).unwrap();
-    let at = |k: &str| text.find(&format!("\"{k}\"")).unwrap();
-    assert!(at("number") < at("tenant") && at("tenant") < at("period"));
-    assert!(at("checkpoint_root") < at("lines") && at("lines") < at("total"));
-    assert_eq!(to_json(&inv), to_json(&inv.clone()));
+    // No member of the old line schema is left.
+    for old in ["amount", "type", "unit_price_per_gpu_hour"] {
+        assert!(lines.iter().all(|l| l.get(old).is_none()), "{old}");
+    }
+    // It reads back as the same document.
+    let text = String::from_utf8(bytes).unwrap();
+    assert_eq!(from_json(&text).unwrap(), doc(&inv));
+    // An unknown member, or an unknown format, is refused.
+    let mut extra = json.clone();
+    extra["discount"] = "1.00".into();
+    assert!(from_json(&extra.to_string()).is_err());
+    let mut other = json.clone();
+    other["format"] = "gpuledger-invoice/v9".into();
+    assert!(from_json(&other.to_string()).unwrap_err().contains("v9"));
 }
 
 #[test]
 fn csv_parses_back_and_agrees_with_json_line_for_line() {
     let inv = golden();
-    let json: Value = serde_json::from_slice(&to_json(&inv)).unwrap();
+    let json: Value = serde_json::from_slice(&to_json(&doc(&inv))).unwrap();
     let json_lines = json["lines"].as_array().unwrap();
-    let csv_bytes = to_csv(&inv);
+    let csv_bytes = to_csv(&doc(&inv));
     let mut reader = csv::Reader::from_reader(csv_bytes.as_slice());
     assert_eq!(
         reader.headers().unwrap(),
@@ -144,13 +263,17 @@ fn csv_parses_back_and_agrees_with_json_line_for_line() {
 
     let col = |name: &str| CSV_HEADER.iter().position(|h| *h == name).unwrap();
     for (row, line) in rows.iter().zip(json_lines) {
-        assert_eq!(&row[col("invoice_number")], "INV-acme-2026-11");
+        assert_eq!(&row[col("invoice_number")], "INV-000042");
+        assert_eq!(&row[col("format")], "gpuledger-invoice/v2");
         assert_eq!(&row[col("tenant")], "acme");
+        assert_eq!(&row[col("bill_to_name")], "Acme AI");
+        assert_eq!(&row[col("issuer_name")], "Example Compute Ltd.");
         assert_eq!(&row[col("period_from")], field(&json["period"], "from"));
         assert_eq!(&row[col("period_to")], field(&json["period"], "to"));
+        assert_eq!(&row[col("due_at")], field(&json, "due_at"));
         assert_eq!(&row[col("currency")], "CNY");
-        // The columns from kind to amount are the line's members of the same names.
-        for key in &CSV_HEADER[col("kind")..=col("amount")] {
+        // The columns from kind to gross are the line's members of the same names.
+        for key in &CSV_HEADER[col("kind")..=col("gross")] {
             assert_eq!(&row[col(key)], field(line, key), "{key}");
         }
         assert_eq!(row[col("records")], line["records"].to_string());
@@ -160,56 +283,116 @@ fn csv_parses_back_and_agrees_with_json_line_for_line() {
     }
     let total = rows.last().unwrap();
     assert_eq!(&total[col("kind")], "total");
-    assert_eq!(&total[col("amount")], field(&json, "total"));
+    assert_eq!(&total[col("net")], field(&json, "net_total"));
+    assert_eq!(&total[col("tax")], field(&json, "tax_total"));
+    assert_eq!(&total[col("gross")], field(&json, "total"));
     assert_eq!(&total[col("quantity")], "");
     let sum: Decimal = rows[..rows.len() - 1]
         .iter()
-        .map(|r| dec(&r[col("amount")]))
+        .map(|r| dec(&r[col("gross")]))
         .sum();
-    assert_eq!(sum.to_string(), "186.39");
-    // The adjustment names its period; current lines leave it empty.
+    assert_eq!(sum.to_string(), "197.58");
     assert_eq!(&rows[7][col("adjustment_for_from")], "2026-10-01T00:00:00Z");
     assert_eq!(&rows[0][col("adjustment_for_from")], "");
 }
 
 #[test]
-fn pdf_text_has_number_tenant_total_checkpoint_and_how_to_verify() {
+fn pdf_text_has_issuer_bill_to_terms_taxes_payments_and_how_to_verify() {
     let inv = golden();
-    let pdf = to_pdf(&inv).unwrap();
+    let pdf = to_pdf(&doc(&inv), &notes()).unwrap();
     assert!(pdf.starts_with(b"%PDF-"));
     let (pages, text) = pdf_text(&pdf);
-    assert_eq!(pages, 1);
+    assert!(pages <= 2, "{pages} pages");
     for needle in [
-        "Invoice INV-acme-2026-11",
-        "acme",
-        "186.39",
-        "4242",
-        "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=",
-        "ledger.example/gpuledger",
-        "2026-11-01T00:00:00Z",
+        "Invoice INV-000042",
+        "Example Compute Ltd.",
+        "1 Example Road",
+        "Tax ID: 91110108000000000X",
+        "Bill to",
+        "Acme AI",
+        "9 Harbour Street",
+        "Tenant ID: acme",
+        "Issue date",
         "2026-12-01T00:05:00Z",
-        "Region west, GPU H100",
-        "Region east, GPU H100",
-        "28800 GPU-s",
-        "18.5 per GPU-h",
+        "Due date",
+        "2026-12-31T00:05:00Z",
+        "30 days",
+        "GPU compute, H100, west,\nOn-demand",
+        "GPU compute, H100, west, Spot",
+        "8 GPU-h",
+        "18.5/GPU-h",
+        "28800 GPU-seconds",
+        "13.5 kWh",
+        "12.5 kWh measured",
         "148.00",
-        "3.78",
-        "12.5 kWh",
-        "PUE 1.08",
+        "VAT 6%",
+        "8.88",
+        "Net total (CNY)",
+        "186.39",
+        "Tax total (CNY)",
+        "11.19",
+        "197.58",
         "2026-10-01T00:00:00Z",
+        "Payments and balance as of 2026-12-05T08:00:00Z",
+        "bank transfer 7731",
+        "97.58",
         "How to verify",
-        "gpuledger verify-log",
-        "Page 1 of 1",
+        "https://ledger.example.org/v1/invoices/INV-000042/bundle",
+        "gpuledger verify --invoice INV-000042.json --bundle INV-000042.bundle.jsonl",
+        "--log-key 'ledger.example/gpuledger+2c02504d+AAAA'",
+        &format!("Page {pages} of {pages}"),
     ] {
         assert!(
             text.contains(needle),
             "{needle:?} not in the PDF text:\n{text}"
         );
     }
+    // Raw wire names and a zero energy line are not shown.
+    assert!(!text.contains("on_demand"), "{text}");
+    assert!(!text.contains("verify-log"), "{text}");
+}
+
+/// A tenant with a Chinese name and address: the CJK font is embedded (a subset, not 4 MB),
+/// and the text extracts back to the Chinese strings through its ToUnicode CMap.
+#[test]
+fn chinese_names_and_addresses_render_and_extract_back() {
+    let mut inv = golden();
+    inv.bill_to.name = "蓝鳍实验室".into();
+    inv.bill_to.address = vec!["上海市浦东新区张江路 88 号".into()];
+    inv.issuer.name = "示例算力科技有限公司".into();
+    let pdf = to_pdf(&doc(&inv), &notes()).unwrap();
+    assert!(
+        pdf.len() < 300_000,
+        "{} bytes: the font is not subset",
+        pdf.len()
+    );
+    let parsed = lopdf::Document::load_mem(&pdf).unwrap();
+    let embedded = parsed.objects.values().any(|o| {
+        o.as_dict()
+            .ok()
+            .and_then(|d| d.get(b"FontFile2").ok())
+            .is_some()
+    });
+    assert!(embedded, "a TrueType font program is embedded");
+    let (_, text) = pdf_text(&pdf);
+    for needle in [
+        "蓝鳍实验室",
+        "上海市浦东新区张江路",
+        "88",
+        "示例算力科技有限公司",
+    ] {
+        assert!(
+            text.contains(needle),
+            "{needle:?} not in the PDF text:\n{text}"
+        );
+    }
+    // Without Chinese text no font file goes in.
+    let latin = to_pdf(&doc(&golden()), &notes()).unwrap();
+    assert!(latin.len() < pdf.len());
 }
 
 #[test]
-fn a_long_invoice_paginates_and_keeps_its_total() {
+fn a_long_invoice_paginates_and_keeps_its_totals() {
     let mut inv = golden();
     inv.lines = (0..200)
         .map(|i| {
@@ -229,9 +412,9 @@ fn a_long_invoice_paginates_and_keeps_its_total() {
             l
         })
         .collect();
-    inv.total = inv.sum_of_lines();
+    settle_totals(&mut inv);
     let total = inv.total.to_string();
-    let (pages, text) = pdf_text(&to_pdf(&inv).unwrap());
+    let (pages, text) = pdf_text(&to_pdf(&doc(&inv), &PdfNotes::default()).unwrap());
     assert!(pages > 1, "200 lines fit on {pages} page(s)");
     assert!(text.contains(&format!("Page {pages} of {pages}")));
     assert!(text.contains(&total), "total {total} missing");
@@ -243,14 +426,13 @@ fn a_long_invoice_paginates_and_keeps_its_total() {
 #[test]
 fn odd_text_is_kept_safe_and_long_ids_wrap() {
     let mut inv = golden();
-    inv.tenant = "t\u{e9}nant\u{7}\u{4e2d}".into();
-    inv.lines[0].region = "r".repeat(128);
-    inv.lines[0].gpu_model = Some("M".repeat(128));
+    inv.bill_to.name = "t\u{e9}nant\u{7}".into();
+    inv.lines[0].description = format!("GPU compute, {}, west, on-demand", "M".repeat(128));
     inv.lines[0].quantity = dec("79228162514264337593543950.335");
-    let (_, text) = pdf_text(&to_pdf(&inv).unwrap());
-    assert!(text.contains("t?nant??"), "{text}");
-    assert!(text.contains("rrrrrrrrrr"));
-    assert!(text.contains("79228162514264337593543950.335 GPU-s"));
+    let (_, text) = pdf_text(&to_pdf(&doc(&inv), &PdfNotes::default()).unwrap());
+    assert!(text.contains("t?nant?"), "{text}");
+    assert!(text.contains("MMMMMMMMMM"));
+    assert!(text.contains("79228162514264337593543950.335 GPU-h"));
 }
 
 #[test]
@@ -258,20 +440,24 @@ fn pdf_refuses_an_inconsistent_or_oversized_invoice() {
     let mut inv = golden();
     inv.total = dec("1.00");
     assert!(matches!(
-        to_pdf(&inv),
-        Err(RenderError::TotalMismatch { total, sum, .. })
-            if total == dec("1.00") && sum == dec("186.39")
+        to_pdf(&doc(&inv), &PdfNotes::default()),
+        Err(RenderError::TotalMismatch { .. })
     ));
+    let mut inv = golden();
+    inv.lines[0].tax = dec("8.89");
+    assert!(to_pdf(&doc(&inv), &PdfNotes::default()).is_err());
 
-    // At the limit it renders (a few hundred pages, in well under a second); one more is refused.
+    // At the limit it renders; one more is refused.
     let mut inv = golden();
     let line = inv.lines[0].clone();
     inv.lines = vec![line.clone(); MAX_PDF_LINES];
-    inv.total = inv.sum_of_lines();
-    assert!(to_pdf(&inv).unwrap().starts_with(b"%PDF-"));
+    settle_totals(&mut inv);
+    assert!(to_pdf(&doc(&inv), &PdfNotes::default())
+        .unwrap()
+        .starts_with(b"%PDF-"));
     inv.lines.push(line);
-    inv.total = inv.sum_of_lines();
-    let err = to_pdf(&inv).unwrap_err();
+    settle_totals(&mut inv);
+    let err = to_pdf(&doc(&inv), &PdfNotes::default()).unwrap_err();
     assert_eq!(
         err,
         RenderError::TooManyLines {
@@ -280,4 +466,22 @@ fn pdf_refuses_an_inconsistent_or_oversized_invoice() {
         }
     );
     assert!(err.to_string().contains("CSV or JSON"));
+}
+
+/// A version 1 document (issued before version 2: no `format`) is served as it was issued,
+/// and its CSV and PDF show it in today's units, without tax.
+#[test]
+fn a_version_1_invoice_still_renders() {
+    let v1 = r#"{"checkpoint_root":"47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=","checkpoint_size":4242,"currency":"CNY","issued_at":"2026-12-01T00:05:00Z","lines":[{"amount":"148.00","class":"on_demand","gpu_model":"H100","kind":"gpu","quantity":"28800","records":1,"region":"west","unit":"GPU-s","unit_price":"18.5"},{"amount":"3.78","kind":"energy","pue":"1.08","quantity":"12.5","records":1,"region":"west","unit":"kWh","unit_price":"0.28"}],"log_origin":"ledger.example/gpuledger","number":"INV-000001","period":{"from":"2026-11-01T00:00:00Z","to":"2026-12-01T00:00:00Z"},"tenant":"acme","total":"151.78"}"#;
+    let d = from_json(v1).unwrap();
+    assert!(matches!(d, InvoiceDoc::V1(_)));
+    // JSON: the same members and values as issued (so the same SHA-256 of its RFC 8785 form).
+    let served: Value = serde_json::from_slice(&to_json(&d)).unwrap();
+    assert_eq!(served, serde_json::from_str::<Value>(v1).unwrap());
+    let csv = String::from_utf8(to_csv(&d)).unwrap();
+    assert!(csv.contains(",8,GPU-h,28800,"), "{csv}");
+    let (_, text) = pdf_text(&to_pdf(&d, &PdfNotes::default()).unwrap());
+    for needle in ["Invoice INV-000001", "8 GPU-h", "151.78", "On-demand"] {
+        assert!(text.contains(needle), "{needle:?} not in:\n{text}");
+    }
 }

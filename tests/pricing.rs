@@ -357,7 +357,12 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     let (st, preview) = h.call("GET", &preview_of("acme", 0, 86_400), Some(&acme), None);
     assert_eq!(st, 200, "{preview}");
     assert_eq!(preview["currencies"][0]["total"], "148.00");
-    assert_eq!(preview["currencies"][0]["lines"][0]["quantity"], "28800");
+    // The same line objects as an issued invoice's: GPU-hours with the GPU-seconds alongside.
+    assert_eq!(preview["currencies"][0]["lines"][0]["quantity"], "8");
+    assert_eq!(preview["currencies"][0]["lines"][0]["unit"], "GPU-h");
+    assert_eq!(preview["currencies"][0]["lines"][0]["gpu_seconds"], "28800");
+    assert_eq!(preview["currencies"][0]["lines"][0]["net"], "148.00");
+    assert!(preview["currencies"][0]["lines"][0].get("type").is_none());
     // The reserved lease has no rate card: unpriced and named, never zero.
     assert_eq!(preview["unpriced"][0]["what"], "no rate card in force");
     assert_eq!(preview["unpriced"][0]["class"], "reserved");
@@ -535,7 +540,7 @@ both_backends!(
             (inv1.number.as_str(), inv1.total.to_string().as_str()),
             ("INV-000001", "148.00")
         );
-        assert_eq!(inv1.total, inv1.sum_of_lines());
+        assert_eq!(inv1.total, inv1.sum_of_lines().gross);
         // The issued invoice is in the log, by hash, and the log still verifies.
         let (json, hash) = gpuledger::store::invoices::invoice_json(inv1).unwrap();
         let stored = ledger
@@ -564,17 +569,11 @@ both_backends!(
         assert_eq!(inv2.number, "INV-000002");
         assert_eq!(inv2.lines.len(), 2);
         assert_eq!(
-            (
-                inv2.lines[0].amount.to_string(),
-                inv2.lines[0].adjustment_for
-            ),
+            (inv2.lines[0].net.to_string(), inv2.lines[0].adjustment_for),
             ("18.50".to_owned(), None)
         );
         assert_eq!(
-            (
-                inv2.lines[1].amount.to_string(),
-                inv2.lines[1].adjustment_for
-            ),
+            (inv2.lines[1].net.to_string(), inv2.lines[1].adjustment_for),
             ("37.00".to_owned(), Some(day1))
         );
         assert_eq!(inv2.total.to_string(), "55.50");
@@ -640,7 +639,7 @@ both_backends!(
         let amounts = |inv: &gpuledger::core::invoice::Invoice| {
             inv.lines
                 .iter()
-                .map(|l| (l.amount.to_string(), l.adjustment_for))
+                .map(|l| (l.net.to_string(), l.adjustment_for))
                 .collect::<Vec<_>>()
         };
         assert_eq!(
@@ -678,11 +677,11 @@ both_backends!(
             .map(|(a, p)| (a.to_owned(), p))
         );
         assert_eq!(
-            (inv2.lines[3].quantity, inv2.lines[3].unit_price),
-            (dec("300"), dec("11.35"))
+            (inv2.lines[3].gpu_seconds, inv2.lines[3].unit_price),
+            (Some(dec("300")), dec("11.35"))
         );
         assert_eq!(inv2.total.to_string(), "35.47");
-        assert_eq!(inv2.total, inv2.sum_of_lines());
+        assert_eq!(inv2.total, inv2.sum_of_lines().gross);
         // The late records are adjusted once: day 3's invoice has nothing of day 1.
         let (_, east) = usage(
             "node-2",
@@ -704,12 +703,14 @@ both_backends!(
             assert_eq!(recomputed(&ledger, inv), Ok(inv.clone()), "{}", inv.number);
         }
         let mut forged = second[0].clone();
-        forged.lines[1].amount += Decimal::new(1, 2);
+        forged.lines[1].net += Decimal::new(1, 2);
+        forged.lines[1].gross += Decimal::new(1, 2);
+        forged.net_total += Decimal::new(1, 2);
         forged.total += Decimal::new(1, 2);
         let f = recomputed(&ledger, &forged).unwrap_err();
         assert_eq!(
             (f.reason, f.item.as_str()),
-            (bundle::Reason::ClaimMismatch, "lines[1]")
+            (bundle::Reason::ClaimMismatch, "lines[1].gross")
         );
         // A credit note on the first invoice and payments on both, then the balance.
         for body in [
@@ -866,7 +867,7 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
     let lines: Vec<(String, Decimal, Option<Period>)> = second[0]
         .lines
         .iter()
-        .map(|l| (l.amount.to_string(), l.unit_price, l.adjustment_for))
+        .map(|l| (l.net.to_string(), l.unit_price, l.adjustment_for))
         .collect();
     assert_eq!(
         lines,
@@ -1059,14 +1060,14 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
     assert_eq!(st, 200, "{preview}");
     let lines = &preview["currencies"][0]["lines"];
     assert_eq!(
-        (&lines[0]["plan"], &lines[0]["tier"], &lines[0]["amount"]),
+        (&lines[0]["plan"], &lines[0]["tier"], &lines[0]["net"]),
         (&json!("volume"), &json!(1), &json!("20.00"))
     );
     assert_eq!(
         (
             &lines[1]["tier"],
-            &lines[1]["quantity"],
-            &lines[1]["amount"]
+            &lines[1]["gpu_seconds"],
+            &lines[1]["net"]
         ),
         (&json!(2), &json!("3600"), &json!("10.00"))
     );
@@ -1117,5 +1118,5 @@ fn recomputed(
         |h, a| InvoiceCheck::start(inv.clone(), h, a),
         &mut |_| {},
     )?;
-    check.finish()
+    Ok(check.finish()?.into_v2().expect("a version 2 invoice"))
 }

@@ -8,7 +8,7 @@ use crate::core::record::{KeyScope, Role};
 use crate::core::time::Timestamp;
 use crate::store::access::{self, ApiRole, Tenant, TokenInfo};
 use crate::store::read;
-use actix_web::{delete, get, post};
+use actix_web::{delete, get, patch, post};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +17,21 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct NewTenant {
     pub id: String,
+    /// Display name: the bill-to name of its invoices.
     pub name: String,
+    /// Billing address, one line per element (at most 8 lines of 200 bytes); default none.
+    #[serde(default)]
+    pub address: Vec<String>,
+}
+
+/// Body of `PATCH /v1/tenants/{id}`: the members given change, the others stay.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TenantChange {
+    /// New display name.
+    pub name: Option<String>,
+    /// New billing address (`[]` removes it).
+    pub address: Option<Vec<String>>,
 }
 
 /// Creates a tenant (admin).
@@ -34,6 +48,7 @@ pub async fn create_tenant(
     caller.require_admin()?;
     let t: NewTenant = json_body(&req, body).await?;
     access::check_new_tenant(&t.id, &t.name)?;
+    access::check_address(&t.address)?;
     let ledger = state.ledger.clone();
     let tenant = web::block(move || -> Result<Tenant, ApiError> {
         // The log registers the tenant first (a `tenant_registered` entry, which records
@@ -42,10 +57,38 @@ pub async fn create_tenant(
             Ok(_) | Err(crate::store::StoreError::AlreadyExists(_)) => {}
             Err(e) => return Err(e.into()),
         }
-        Ok(ledger.with_account_writer(|c| access::create_tenant(c, &t.id, &t.name))?)
+        Ok(ledger.with_account_writer(|c| {
+            access::create_tenant_with_address(c, &t.id, &t.name, &t.address)
+        })?)
     })
     .await??;
     Ok(HttpResponse::Created().json(tenant))
+}
+
+/// Changes a tenant's display name or billing address (admin). Account data, not the log:
+/// invoices issued before keep what they say; later ones use the new values.
+#[utoipa::path(tag = "admin", params(("id" = String, Path)), request_body = TenantChange,
+    responses(super::error::RoleForbidden, (status = 200, body = Tenant), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+#[patch("/tenants/{id}")]
+pub async fn update_tenant(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+    req: HttpRequest,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_admin()?;
+    let id = path.into_inner();
+    let t: TenantChange = json_body(&req, body).await?;
+    let ledger = state.ledger.clone();
+    let tenant = web::block(move || {
+        ledger.with_account_writer(|c| {
+            access::update_tenant(c, &id, t.name.as_deref(), t.address.as_deref())
+        })
+    })
+    .await??;
+    Ok(HttpResponse::Ok().json(tenant))
 }
 
 /// Lists tenants (admin, auditor).

@@ -78,6 +78,9 @@ pub enum ApiError {
     /// 415: wrong content type.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// 422: a well-formed request a business rule refuses (`overpayment`).
+    #[error("{detail}")]
+    Unprocessable { slug: &'static str, detail: String },
     /// 503 with `Retry-After`: the database is out of reach, the ledger is starting, stopping
     /// or not ready, or a capacity limit is reached. `slug` names which.
     #[error("{detail}")]
@@ -154,6 +157,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => {
                 ("unsupported_media_type", "Unsupported media type")
             }
+            ApiError::Unprocessable { slug, .. } => (slug, "Unprocessable content"),
             ApiError::Unavailable { slug, .. } => (slug, "Service unavailable"),
             ApiError::InsufficientStorage { .. } => ("disk_full", "Insufficient storage"),
             ApiError::TooManyRequests { .. } => ("rate_limited", "Too many requests"),
@@ -174,6 +178,7 @@ impl ResponseError for ApiError {
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::InsufficientStorage { .. } => StatusCode::INSUFFICIENT_STORAGE,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -253,6 +258,14 @@ impl From<StoreError> for ApiError {
             StoreError::Refused(m) | StoreError::BadUrl(m) => ApiError::bad_request("refused", m),
             StoreError::AlreadyExists(m) => ApiError::Conflict(m),
             StoreError::NotFound(m) => ApiError::NotFound(m),
+            e @ StoreError::Overpayment { .. } => ApiError::Unprocessable {
+                slug: "overpayment",
+                detail: e.to_string(),
+            },
+            e @ StoreError::PeriodNotEnded { .. } => ApiError::Unprocessable {
+                slug: "period_not_ended",
+                detail: e.to_string(),
+            },
             StoreError::BatchTooLarge(n, max) => ApiError::TooLarge {
                 slug: "too_many_records",
                 detail: format!("{n} records in one request; the limit is {max}"),

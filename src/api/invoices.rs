@@ -4,11 +4,11 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::{json_body, AppState};
-use crate::core::invoice::{self, Invoice, Period};
+use crate::core::invoice::{self, Invoice, InvoiceDoc, Period};
 use crate::core::record::Kind;
 use actix_web::{get, post};
 
-use crate::store::invoices::{self as store_invoices, Balance, InvoiceSummary};
+use crate::store::invoices::{self as store_invoices, Balance, InvoiceAccount, InvoiceSummary};
 use crate::store::Ledger;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
@@ -26,11 +26,12 @@ pub struct IssueRequest {
 }
 
 /// Issues a tenant's invoices for a period, one per currency (admin). Refused while any usage
-/// is unpriced, and for a period overlapping an invoiced one.
+/// is unpriced, for a period overlapping an invoiced one, and for a period that has not ended.
 #[utoipa::path(operation_id = "issue_invoice", tag = "invoices", request_body = IssueRequest,
     responses(super::error::RoleForbidden, (status = 201, description = "The issued invoices", body = Vec<Invoice>),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 409, body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 422, description = "`period_not_ended`: the period ends after now; an invoice is issued for a period that has ended", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 503, description = "`busy`: the log changed under the computation three times; `witnesses_behind`: with `witness_quorum`, no checkpoint reached the quorum within `witness_wait_seconds` (nothing written); or `database_unavailable`; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/invoices")]
@@ -86,7 +87,7 @@ async fn load(
     state: web::Data<AppState>,
     caller: &Caller,
     number: String,
-) -> Result<(Invoice, String), ApiError> {
+) -> Result<(InvoiceDoc, String), ApiError> {
     let n = number.clone();
     let row =
         web::block(move || state.ledger.with_reader(|c| store_invoices::get(c, &n))).await??;
@@ -96,7 +97,9 @@ async fn load(
     Ok((inv, json))
 }
 
-/// One invoice as JSON (its SHA-256 is in the log's `invoice_issued` entry).
+/// One invoice as JSON (its SHA-256 is in the log's `invoice_issued` entry): version 2
+/// (`"format": "gpuledger-invoice/v2"`) for invoices issued now; invoices issued before are
+/// served as they were issued (version 1, no `format` member).
 #[utoipa::path(operation_id = "get_invoice", tag = "invoices", params(("number" = String, Path)),
     responses((status = 200, body = Invoice), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -138,7 +141,7 @@ pub async fn download(
         ));
     }
     let ledger = state.ledger.clone();
-    let (inv, _) = load(state, &caller, number.clone()).await?;
+    let (inv, _) = load(state.clone(), &caller, number.clone()).await?;
     if format == "bundle" {
         return Ok(super::certificates::stream_lines(
             &format!("{number}.bundle.jsonl"),
@@ -157,15 +160,26 @@ pub async fn download(
         ),
         _ => (
             "application/pdf",
-            web::block(move || crate::invoice_render::to_pdf(&inv))
-                .await?
-                .map_err(|e| match e {
-                    crate::invoice_render::RenderError::TooManyLines { .. } => ApiError::TooLarge {
-                        slug: "too_many_lines",
-                        detail: e.to_string(),
-                    },
-                    e => ApiError::Internal(format!("pdf: {e}")),
-                })?,
+            web::block(move || {
+                let n = inv.number().to_owned();
+                let now = ledger.now();
+                let acct = ledger.with_reader(|c| store_invoices::account(c, &n, now))?;
+                let settings = ledger.invoicing();
+                let notes = crate::invoice_render::PdfNotes {
+                    account: Some(acct),
+                    public_url: settings.public_url.clone(),
+                    verifier_key: ledger.info().verifier_key.clone(),
+                };
+                Ok::<_, ApiError>(crate::invoice_render::to_pdf(&inv, &notes))
+            })
+            .await??
+            .map_err(|e| match e {
+                crate::invoice_render::RenderError::TooManyLines { .. } => ApiError::TooLarge {
+                    slug: "too_many_lines",
+                    detail: e.to_string(),
+                },
+                e => ApiError::Internal(format!("pdf: {e}")),
+            })?,
         ),
     };
     Ok(HttpResponse::Ok()
@@ -177,9 +191,53 @@ pub async fn download(
         .body(body))
 }
 
+/// The payments and balance of one invoice: total, paid, credited, balance due, status
+/// (`open`, `paid`, `overpaid`) and the payment and credit-note entries. Tenants: their own
+/// invoices (others' answer 404).
+#[utoipa::path(operation_id = "get_invoice_account", tag = "invoices", params(("number" = String, Path)),
+    responses((status = 200, body = InvoiceAccount), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+#[get("/invoices/{number}/account")]
+pub async fn account(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let number = path.into_inner();
+    let n = number.clone();
+    let ledger = state.ledger.clone();
+    let now = ledger.now();
+    let found = web::block(move || {
+        ledger.with_reader(|c| match store_invoices::account(c, &n, now) {
+            Ok(a) => Ok(Some(a)),
+            Err(crate::store::StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        })
+    })
+    .await??;
+    match found {
+        Some(a) if caller.may_see(Some(&a.tenant)) => Ok(HttpResponse::Ok().json(a)),
+        _ => Err(ApiError::NotFound(format!("invoice {number}"))),
+    }
+}
+
+/// Query of `POST /v1/payments`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct PaymentQuery {
+    /// `credit`: a payment above the invoice's open balance is accepted and the excess
+    /// becomes the tenant's credit (`GET /v1/balance`). Without it such a payment is refused
+    /// with 422 `overpayment`.
+    pub excess: Option<String>,
+}
+
 /// Records a payment against an invoice (admin): `{tenant, invoice, currency, amount, note}`.
-#[utoipa::path(tag = "invoices", request_body = crate::core::record::Settlement,
-    responses(super::error::RoleForbidden, (status = 201, body = super::pricing::Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+/// A payment above the invoice's open balance (total − paid − credited) is refused with 422
+/// `overpayment`, naming the open balance, unless the query says `excess=credit`.
+#[utoipa::path(tag = "invoices", request_body = crate::core::record::Settlement, params(PaymentQuery),
+    responses(super::error::RoleForbidden, (status = 201, body = super::pricing::Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 422, description = "`overpayment`: above the open balance without `excess=credit`; nothing written", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/payments")]
 pub async fn payment(
@@ -188,7 +246,20 @@ pub async fn payment(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    super::pricing::append_entry(state, caller, req, payload, Kind::Payment, Ledger::settle).await
+    let q = web::Query::<PaymentQuery>::from_query(req.query_string())
+        .map_err(|e| ApiError::invalid_parameter("excess", e.to_string()))?;
+    let op: fn(&Ledger, crate::core::record::Body) -> Result<u64, crate::store::StoreError> =
+        match q.excess.as_deref() {
+            None => Ledger::settle,
+            Some("credit") => |l, b| l.settle_with_excess(b, true),
+            Some(_) => {
+                return Err(ApiError::invalid_parameter(
+                    "excess",
+                    "must be `credit` (the excess becomes the tenant's credit)",
+                ))
+            }
+        };
+    super::pricing::append_entry(state, caller, req, payload, Kind::Payment, op).await
 }
 
 /// Grants a credit note against an invoice (admin); credits may not exceed the invoice total.

@@ -5,7 +5,7 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::{json_body, AppState};
-use crate::core::rating::{self, Line, Unpriced};
+use crate::core::rating::Unpriced;
 use crate::core::record::{Body, Kind};
 use crate::core::rejection::Rejection;
 use actix_web::{get, post};
@@ -271,12 +271,19 @@ pub struct PreviewQuery {
     pub to: String,
 }
 
-/// The lines of one currency.
+/// The lines of one currency: the same line objects as an issued invoice's
+/// (`InvoiceLine`), taxed by the configured rates, and the invoice's three totals.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct CurrencyLines {
     pub currency: String,
-    pub lines: Vec<Line>,
-    /// Sum of the rounded line amounts.
+    pub lines: Vec<crate::core::invoice::InvoiceLine>,
+    /// Σ net.
+    #[schema(value_type = crate::core::decimal::DecimalString)]
+    pub net_total: String,
+    /// Σ tax.
+    #[schema(value_type = crate::core::decimal::DecimalString)]
+    pub tax_total: String,
+    /// Σ gross: what the invoice's total would be.
     #[schema(value_type = crate::core::decimal::DecimalString)]
     pub total: String,
 }
@@ -311,6 +318,7 @@ pub async fn get_preview(
         .ok_or_else(|| ApiError::invalid_parameter("tenant", "is required"))?;
     let (from, to) = super::period(&q.from, &q.to)?;
     let t = tenant.clone();
+    let settings = state.ledger.invoicing();
     let (size, rater) = web::block(move || {
         state.ledger.with_reader(|c| {
             if !crate::store::access::tenant_exists(c, &t)?
@@ -326,10 +334,24 @@ pub async fn get_preview(
     let (by_currency, unpriced) = rater.finish();
     let currencies = by_currency
         .into_iter()
-        .map(|(currency, lines)| CurrencyLines {
-            total: rating::total(&lines).to_string(),
-            currency,
-            lines,
+        .filter_map(|(currency, lines)| {
+            let rated = lines
+                .into_iter()
+                .map(|line| crate::core::invoice::RatedLine {
+                    line,
+                    adjustment_for: None,
+                })
+                .collect();
+            let (lines, t) =
+                crate::store::invoices::priced_lines(rated, &currency, &settings.taxes);
+            // A currency whose lines all have zero quantity would make no invoice.
+            (!lines.is_empty()).then(|| CurrencyLines {
+                net_total: t.net.to_string(),
+                tax_total: t.tax.to_string(),
+                total: t.gross.to_string(),
+                currency,
+                lines,
+            })
         })
         .collect();
     Ok(HttpResponse::Ok().json(Preview {

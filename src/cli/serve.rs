@@ -114,6 +114,13 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         witnesses: None,
         witness_quorum: args.witness_quorum,
         witness_wait_seconds: args.witness_wait_seconds,
+        // The invoice settings are only read from the settings file.
+        issuer: None,
+        payment_terms_days: None,
+        tax: None,
+        public_url: None,
+        // The webhook settings are only read from the settings file.
+        webhooks: None,
     };
     gpuledger_shell::logging::init();
     let http = flags.resolve_http(&file);

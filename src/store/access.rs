@@ -83,9 +83,53 @@ impl TokenInfo {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Tenant {
     pub id: String,
+    /// Display name (the bill-to name of its invoices).
     pub name: String,
+    /// Billing address, one line per element (its invoices' bill-to block); may be empty.
+    pub address: Vec<String>,
     #[schema(value_type = String, example = "2026-11-30T12:00:00Z")]
     pub created_at: Timestamp,
+}
+
+/// Most lines of a tenant's billing address.
+pub const MAX_ADDRESS_LINES: usize = 8;
+/// Longest line of a tenant's billing address, in bytes.
+pub const MAX_ADDRESS_LINE_BYTES: usize = 200;
+
+/// The rules of a billing address: at most [`MAX_ADDRESS_LINES`] lines of 1 to
+/// [`MAX_ADDRESS_LINE_BYTES`] bytes, without control characters.
+pub fn check_address(address: &[String]) -> Result<(), StoreError> {
+    if address.len() > MAX_ADDRESS_LINES {
+        return Err(StoreError::Refused(format!(
+            "address has {} lines; at most {MAX_ADDRESS_LINES}",
+            address.len()
+        )));
+    }
+    for (i, l) in address.iter().enumerate() {
+        if l.trim().is_empty()
+            || l.len() > MAX_ADDRESS_LINE_BYTES
+            || l.chars().any(char::is_control)
+        {
+            return Err(StoreError::Refused(format!(
+                "address line {} must be 1 to {MAX_ADDRESS_LINE_BYTES} bytes of text without \
+                 control characters",
+                i + 1
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn address_column(address: &[String]) -> Option<String> {
+    (!address.is_empty()).then(|| serde_json::to_string(address).expect("strings serialise"))
+}
+
+fn address_of(column: Option<String>, id: &str) -> Result<Vec<String>, StoreError> {
+    match column {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(&text)
+            .map_err(|e| StoreError::Corrupt(format!("tenant {id} address: {e}"))),
+    }
 }
 
 fn ts(secs: i64) -> Timestamp {
@@ -103,10 +147,21 @@ pub fn check_new_tenant(id: &str, name: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Creates a tenant row; refuses a duplicate id (the API registers the tenant on the log
-/// first).
+/// Creates a tenant row without a billing address; refuses a duplicate id (the API registers
+/// the tenant on the log first).
 pub fn create_tenant(conn: &mut DbConn, id: &str, name: &str) -> Result<Tenant, StoreError> {
+    create_tenant_with_address(conn, id, name, &[])
+}
+
+/// Creates a tenant row with a billing address ([`check_address`]).
+pub fn create_tenant_with_address(
+    conn: &mut DbConn,
+    id: &str,
+    name: &str,
+    address: &[String],
+) -> Result<Tenant, StoreError> {
     check_new_tenant(id, name)?;
+    check_address(address)?;
     let now = Timestamp::now();
     let exists: Option<String> = tenants::table
         .find(id)
@@ -123,6 +178,7 @@ pub fn create_tenant(conn: &mut DbConn, id: &str, name: &str) -> Result<Tenant, 
             tenants::id.eq(id),
             tenants::name.eq(name),
             tenants::created_at.eq(now.unix()),
+            tenants::billing_address.eq(address_column(address)),
         ))
         .execute(conn);
     match inserted {
@@ -141,24 +197,104 @@ pub fn create_tenant(conn: &mut DbConn, id: &str, name: &str) -> Result<Tenant, 
     Ok(Tenant {
         id: id.to_owned(),
         name: name.to_owned(),
+        address: address.to_vec(),
         created_at: now,
+    })
+}
+
+/// Changes a tenant's display name and/or billing address (`None`: unchanged); `NotFound` for
+/// an unknown id. Invoices already issued keep what they say.
+pub fn update_tenant(
+    conn: &mut DbConn,
+    id: &str,
+    name: Option<&str>,
+    address: Option<&[String]>,
+) -> Result<Tenant, StoreError> {
+    if let Some(n) = name {
+        check_new_tenant(id, n)?;
+    }
+    if let Some(a) = address {
+        check_address(a)?;
+    }
+    conn.transaction(|conn| {
+        if !tenant_exists(conn, id)? {
+            return Err(StoreError::NotFound(format!("tenant {id}")));
+        }
+        if let Some(n) = name {
+            diesel::update(tenants::table.find(id))
+                .set(tenants::name.eq(n))
+                .execute(conn)?;
+        }
+        if let Some(a) = address {
+            diesel::update(tenants::table.find(id))
+                .set(tenants::billing_address.eq(address_column(a)))
+                .execute(conn)?;
+        }
+        get_tenant(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("tenant {id}")))
+    })
+}
+
+/// One tenant.
+pub fn get_tenant(conn: &mut DbConn, id: &str) -> Result<Option<Tenant>, StoreError> {
+    let row: Option<(String, String, i64, Option<String>)> = tenants::table
+        .find(id)
+        .select((
+            tenants::id,
+            tenants::name,
+            tenants::created_at,
+            tenants::billing_address,
+        ))
+        .first(conn)
+        .optional()?;
+    row.map(|(id, name, c, a)| {
+        Ok(Tenant {
+            address: address_of(a, &id)?,
+            id,
+            name,
+            created_at: ts(c),
+        })
+    })
+    .transpose()
+}
+
+/// The bill-to block of a tenant's invoices: its display name and billing address; a tenant
+/// known to the log but without an account row is billed under its id.
+pub fn bill_to(conn: &mut DbConn, id: &str) -> Result<crate::core::invoice::BillTo, StoreError> {
+    Ok(match get_tenant(conn, id)? {
+        Some(t) => crate::core::invoice::BillTo {
+            tenant: t.id,
+            name: t.name,
+            address: t.address,
+        },
+        None => crate::core::invoice::BillTo {
+            tenant: id.to_owned(),
+            name: id.to_owned(),
+            address: Vec::new(),
+        },
     })
 }
 
 /// Every tenant, by id.
 pub fn list_tenants(conn: &mut DbConn) -> Result<Vec<Tenant>, StoreError> {
-    let rows: Vec<(String, String, i64)> = tenants::table
+    let rows: Vec<(String, String, i64, Option<String>)> = tenants::table
         .order(tenants::id.asc())
-        .select((tenants::id, tenants::name, tenants::created_at))
+        .select((
+            tenants::id,
+            tenants::name,
+            tenants::created_at,
+            tenants::billing_address,
+        ))
         .load(conn)?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, name, c)| Tenant {
-            id,
-            name,
-            created_at: ts(c),
+    rows.into_iter()
+        .map(|(id, name, c, a)| {
+            Ok(Tenant {
+                address: address_of(a, &id)?,
+                id,
+                name,
+                created_at: ts(c),
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// Whether a tenant exists.

@@ -28,6 +28,21 @@ pub enum StoreError {
     AlreadyExists(String),
     #[error("not found: {0}")]
     NotFound(String),
+    /// A payment above the invoice's open balance, without `excess=credit`: nothing written.
+    #[error("a payment of {amount} {currency} is above the open balance of invoice {invoice} ({open} {currency}); pay at most the open balance, or say that the excess becomes the tenant's credit (`?excess=credit`)")]
+    Overpayment {
+        invoice: String,
+        amount: rust_decimal::Decimal,
+        open: rust_decimal::Decimal,
+        currency: String,
+    },
+    /// An invoice for a period that has not ended yet: records of its rest would all arrive
+    /// late (as adjustments of the next invoice) and no spot price could be scheduled in it.
+    #[error("the period ends at {to}, which is after now ({now}); an invoice is issued for a period that has ended")]
+    PeriodNotEnded {
+        to: crate::core::time::Timestamp,
+        now: crate::core::time::Timestamp,
+    },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error("the ledger's writer has stopped")]

@@ -25,7 +25,8 @@ use super::{pricing, read};
 use crate::core::canonical;
 use crate::core::checkpoint::LogSigner;
 use crate::core::invoice::{
-    record_start, Invoice, InvoiceLine, InvoiceRating, InvoiceScope, Period, Placement, Rated,
+    self as core_invoice, record_start, BillTo, Invoice, InvoiceDoc, InvoiceLine, InvoiceRating,
+    InvoiceScope, Issuer, Period, Placement, Rated, TaxTable, INVOICE_FORMAT_V2,
 };
 use crate::core::leaf::Leaf;
 use crate::core::rating::{self, PriceBook, Rater};
@@ -41,6 +42,48 @@ use std::collections::{BTreeMap, BTreeSet};
 /// request is answered busy ([`StoreError::Busy`]): each attempt after the first follows a
 /// change in the log, at the size it was computed at, that would change the result.
 pub const MAX_ISSUE_ATTEMPTS: u32 = 3;
+
+/// Default [`InvoiceSettings::payment_terms_days`].
+pub const DEFAULT_PAYMENT_TERMS_DAYS: u32 = 30;
+
+/// What the server's configuration says about the invoices it issues (docs/CONFIGURATION.md,
+/// "Invoices"): the issuer, the payment terms, the tax of each region, and the public base URL
+/// the PDF's verification note links to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvoiceSettings {
+    /// `[issuer]`. An empty name is replaced by the log's origin when an invoice is issued.
+    pub issuer: Issuer,
+    /// `payment_terms_days`: `due_at` = `issued_at` + this many days.
+    pub payment_terms_days: u32,
+    /// `[[tax]]`: the tax rate per region (none configured: rate 0, no tax name).
+    pub taxes: TaxTable,
+    /// `public_url`: the service's base URL as tenants reach it (no trailing slash).
+    pub public_url: Option<String>,
+}
+
+impl Default for InvoiceSettings {
+    fn default() -> Self {
+        InvoiceSettings {
+            issuer: Issuer::default(),
+            payment_terms_days: DEFAULT_PAYMENT_TERMS_DAYS,
+            taxes: TaxTable::default(),
+            public_url: None,
+        }
+    }
+}
+
+/// Version 2 lines of one currency from rated lines, taxed per region by `taxes` with tax,
+/// gross and the totals set by [`core_invoice::apply_tax`] (the rule the verifier recomputes
+/// by). Used to issue and to preview, so both serve the same line objects.
+pub fn priced_lines(
+    rated: Vec<core_invoice::RatedLine>,
+    currency: &str,
+    taxes: &TaxTable,
+) -> (Vec<InvoiceLine>, core_invoice::Totals) {
+    let mut lines = core_invoice::lines_v2(rated, &|region| taxes.for_region(region));
+    let totals = core_invoice::apply_tax(&mut lines, currency);
+    (lines, totals)
+}
 
 /// An invoice already issued to a tenant, as its row holds it.
 struct Issued {
@@ -107,8 +150,7 @@ fn unpriced_error(list: &[rating::Unpriced], what: &str) -> StoreError {
 
 /// The SHA-256 (hex) of an invoice's RFC 8785 JSON, which is also what is stored and served.
 pub fn invoice_json(invoice: &Invoice) -> Result<(String, String), StoreError> {
-    let value = serde_json::to_value(invoice)
-        .map_err(|e| StoreError::Corrupt(format!("invoice json: {e}")))?;
+    let value = InvoiceDoc::V2(invoice.clone()).to_value();
     let bytes =
         canonical::to_vec(&value).map_err(|e| StoreError::Corrupt(format!("invoice json: {e}")))?;
     let hash = hex::encode(Sha256::digest(&bytes));
@@ -283,8 +325,13 @@ pub(crate) struct Draft {
     period: Period,
     size: u64,
     scope: InvoiceScope,
-    /// Per currency (in order): the period's lines, then the adjustment lines.
-    lines: Vec<(String, Vec<InvoiceLine>)>,
+    /// Per currency (in order): the period's lines, then the adjustment lines, taxed, and
+    /// their totals.
+    lines: Vec<(String, Vec<InvoiceLine>, core_invoice::Totals)>,
+    /// The bill-to block (the tenant's account: display name and billing address).
+    bill_to: BillTo,
+    /// The issuer, payment terms and taxes of the server's configuration.
+    settings: std::sync::Arc<InvoiceSettings>,
     watch: Watch,
     /// With a witness quorum: the cosigned checkpoint of `size` the invoice is issued against.
     witnessed: Option<Witnessed>,
@@ -298,6 +345,7 @@ pub(crate) fn draft(
     tenant: &str,
     period: Period,
     witnessed: Option<Witnessed>,
+    settings: std::sync::Arc<InvoiceSettings>,
 ) -> Result<Draft, StoreError> {
     let size = match &witnessed {
         Some(w) => w.size,
@@ -321,20 +369,32 @@ pub(crate) fn draft(
             period.from, period.to
         )));
     }
-    let lines = currencies
+    let lines: Vec<_> = currencies
         .into_iter()
-        .map(|c| {
+        .filter_map(|c| {
             let mut l = lines.remove(&c).unwrap_or_default();
             l.extend(adjustments.remove(&c).unwrap_or_default());
-            (c, l)
+            let (l, totals) = priced_lines(l, &c, &settings.taxes);
+            // Only zero-quantity lines (left out): nothing to invoice in this currency.
+            (!l.is_empty()).then_some((c, l, totals))
         })
         .collect();
+    if lines.is_empty() {
+        return Err(StoreError::Refused(format!(
+            "{tenant} has only zero quantities in [{}, {}) and no late records to adjust; \
+             nothing to invoice",
+            period.from, period.to
+        )));
+    }
+    let bill_to = super::access::bill_to(conn, tenant)?;
     Ok(Draft {
         tenant: tenant.to_owned(),
         period,
         size,
         scope,
         lines,
+        bill_to,
+        settings,
         watch,
         witnessed,
     })
@@ -454,11 +514,24 @@ pub(crate) fn issue(
             }
         };
         let root = crate::core::merkle::tree_hash(size, &super::read::DbHashReader::new(conn))?;
+        // Numbers are gapless per issuer (this log): the count of invoices, read under the
+        // head lock, in the transaction that inserts the next ones.
         let count: i64 = invoices::table.count().get_result(conn)?;
+        let s = &draft.settings;
+        let mut issuer = s.issuer.clone();
+        if issuer.name.is_empty() {
+            issuer.name = log.origin().to_owned();
+        }
+        let due_at = core_invoice::due_at(now, s.payment_terms_days).ok_or_else(|| {
+            StoreError::Refused(format!(
+                "payment terms of {} days run past year 9999",
+                s.payment_terms_days
+            ))
+        })?;
         let mut out = Vec::new();
-        for (i, (currency, lines)) in draft.lines.iter().enumerate() {
-            let total: Decimal = lines.iter().map(|l| l.amount).sum();
+        for (i, (currency, lines, totals)) in draft.lines.iter().enumerate() {
             let invoice = Invoice {
+                format: INVOICE_FORMAT_V2.to_owned(),
                 number: format!("INV-{:06}", count as usize + i + 1),
                 tenant: draft.tenant.clone(),
                 period: draft.period,
@@ -467,13 +540,18 @@ pub(crate) fn issue(
                 log_origin: log.origin().to_owned(),
                 checkpoint_size: size,
                 checkpoint_root: crate::core::merkle::encode_hash(&root),
+                issuer: issuer.clone(),
+                bill_to: draft.bill_to.clone(),
+                payment_terms_days: s.payment_terms_days,
+                due_at,
                 lines: lines.clone(),
-                total,
+                net_total: totals.net,
+                tax_total: totals.tax,
+                total: totals.gross,
             };
-            assert_eq!(
-                invoice.total,
-                invoice.sum_of_lines(),
-                "total equals the sum of its lines"
+            assert!(
+                invoice.is_consistent(),
+                "tax, gross and totals are the sums of the lines"
             );
             record_invoice(conn, &mut app, log, &invoice)?;
             out.push(invoice);
@@ -518,11 +596,15 @@ fn record_invoice(
 }
 
 /// Records a payment or credit note against an invoice of the same tenant and currency.
-/// A credit note may not take an invoice's credited sum above its total.
+/// A credit note may not take an invoice's credited sum above its total. A payment above the
+/// invoice's open balance (total − paid − credited) is refused with
+/// [`StoreError::Overpayment`] unless `excess_credit`: then the excess becomes the tenant's
+/// credit ([`Balance::credit`]). The `payment` entry is the same either way.
 pub(crate) fn settle(
     conn: &mut DbConn,
     log: &LogSigner,
     body: &Body,
+    excess_credit: bool,
     now: Timestamp,
 ) -> Result<u64, StoreError> {
     let s = match body {
@@ -552,22 +634,26 @@ pub(crate) fn settle(
             }
             Some(_) => {}
         }
-        if let Body::CreditNote(_) = body {
-            let b = balances(conn, &s.tenant)?;
-            let inv = invoice_entry(conn, &s.invoice)?;
-            let credited = b
-                .credited_by_invoice
-                .get(&s.invoice)
-                .copied()
-                .unwrap_or_default();
-            if credited + s.amount > inv.total {
+        // Read under the head lock: no other settlement can change it before this commits.
+        let account = account(conn, &s.invoice, now)?;
+        match body {
+            Body::CreditNote(_) if account.credited + s.amount > account.total => {
                 return Err(StoreError::Refused(format!(
                     "credit notes on {} would total {}, above its total {}",
                     s.invoice,
-                    credited + s.amount,
-                    inv.total
+                    account.credited + s.amount,
+                    account.total
                 )));
             }
+            Body::Payment(_) if s.amount > account.balance_due && !excess_credit => {
+                return Err(StoreError::Overpayment {
+                    invoice: s.invoice.clone(),
+                    amount: s.amount,
+                    open: account.balance_due,
+                    currency: s.currency.clone(),
+                });
+            }
+            _ => {}
         }
         let idx = push_ledger_entry(conn, &mut app, log, body)?;
         app.finish(conn)?;
@@ -575,33 +661,26 @@ pub(crate) fn settle(
     })
 }
 
-fn invoice_entry(conn: &mut DbConn, number: &str) -> Result<InvoiceIssued, StoreError> {
-    let idx: i64 = invoices::table
-        .find(number)
-        .select(invoices::entry_idx)
-        .first(conn)?;
-    match body_at(conn, idx)? {
-        Body::InvoiceIssued(i) => Ok(i),
-        _ => Err(StoreError::Corrupt(format!(
-            "entry {idx} is not invoice {number}"
-        ))),
-    }
+fn body_at(conn: &mut DbConn, idx: i64) -> Result<Body, StoreError> {
+    Ok(leaf_at(conn, idx)?.1)
 }
 
-fn body_at(conn: &mut DbConn, idx: i64) -> Result<Body, StoreError> {
+fn leaf_at(conn: &mut DbConn, idx: i64) -> Result<(Timestamp, Body), StoreError> {
     let bytes: Vec<u8> = entries::table.find(idx).select(entries::leaf).first(conn)?;
     let leaf =
         Leaf::from_bytes(&bytes).map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
     let kind = Kind::parse(&leaf.envelope.kind)
         .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: kind")))?;
-    Body::from_value(kind, &leaf.envelope.body)
-        .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))
+    let body = Body::from_value(kind, &leaf.envelope.body)
+        .map_err(|r| StoreError::Corrupt(format!("entry {idx}: {r}")))?;
+    Ok((leaf.received_at, body))
 }
 
 /// A tenant's position in one currency, derived from the log's invoice, payment and credit-note
 /// entries.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Balance {
+    /// Σ invoice totals (gross).
     #[schema(value_type = crate::core::decimal::DecimalString)]
     pub invoiced: Decimal,
     #[schema(value_type = crate::core::decimal::DecimalString)]
@@ -611,6 +690,10 @@ pub struct Balance {
     /// invoiced − paid − credited: what the tenant owes (negative: in credit).
     #[schema(value_type = crate::core::decimal::DecimalString)]
     pub due: Decimal,
+    /// The tenant's credit: what was paid (and credited) above invoices' totals, accepted
+    /// explicitly as credit (`POST /v1/payments?excess=credit`), summed over its invoices.
+    #[schema(value_type = crate::core::decimal::DecimalString)]
+    pub credit: Decimal,
 }
 
 /// Balances per currency, and credited sums per invoice.
@@ -634,26 +717,171 @@ pub fn balances(conn: &mut DbConn, tenant: &str) -> Result<Balances, StoreError>
         .select(entries::idx)
         .load(conn)?;
     let mut out = Balances::default();
+    // Per invoice: (currency, total, paid + credited).
+    let mut per_invoice: BTreeMap<String, (String, Decimal, Decimal)> = BTreeMap::new();
     for idx in idxs {
         match body_at(conn, idx)? {
             Body::InvoiceIssued(i) => {
-                out.by_currency.entry(i.currency).or_default().invoiced += i.total
+                out.by_currency
+                    .entry(i.currency.clone())
+                    .or_default()
+                    .invoiced += i.total;
+                let e = per_invoice.entry(i.number).or_default();
+                (e.0, e.1) = (i.currency, i.total);
             }
-            Body::Payment(p) => out.by_currency.entry(p.currency).or_default().paid += p.amount,
+            Body::Payment(p) => {
+                out.by_currency.entry(p.currency).or_default().paid += p.amount;
+                per_invoice.entry(p.invoice).or_default().2 += p.amount;
+            }
             Body::CreditNote(c) => {
                 out.by_currency.entry(c.currency).or_default().credited += c.amount;
-                *out.credited_by_invoice.entry(c.invoice).or_default() += c.amount;
+                *out.credited_by_invoice
+                    .entry(c.invoice.clone())
+                    .or_default() += c.amount;
+                per_invoice.entry(c.invoice).or_default().2 += c.amount;
             }
             _ => {}
         }
     }
-    for b in out.by_currency.values_mut() {
+    for (currency, total, settled) in per_invoice.into_values() {
+        if settled > total {
+            out.by_currency.entry(currency).or_default().credit += settled - total;
+        }
+    }
+    for (c, b) in out.by_currency.iter_mut() {
         b.due = b.invoiced - b.paid - b.credited;
+        let zero = crate::core::rating::round_amount(Decimal::ZERO, c);
+        b.credit += zero;
     }
     Ok(out)
 }
 
-/// A listed invoice.
+/// Where an invoice stands: `open` (something is due), `paid`, or `overpaid` (the excess is
+/// the tenant's credit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AccountStatus {
+    Open,
+    Paid,
+    Overpaid,
+}
+
+/// A payment or credit note recorded against an invoice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct SettlementView {
+    /// The log index of its `payment` or `credit_note` entry.
+    pub index: u64,
+    /// `payment` or `credit_note`.
+    pub kind: String,
+    /// When the ledger recorded it.
+    #[schema(value_type = String, example = "2026-11-30T12:00:00Z")]
+    pub date: Timestamp,
+    #[schema(value_type = crate::core::decimal::DecimalString)]
+    pub amount: Decimal,
+    pub note: String,
+}
+
+/// Payments and balance of one invoice, from the log: the invoice document is immutable, so
+/// what changes is shown here (and in the PDF's "Payments and balance" block).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct InvoiceAccount {
+    pub number: String,
+    pub tenant: String,
+    pub currency: String,
+    /// The invoice's total (gross), as its `invoice_issued` entry records it.
+    #[schema(value_type = crate::core::decimal::DecimalString)]
+    pub total: Decimal,
+    #[schema(value_type = crate::core::decimal::DecimalString)]
+    pub paid: Decimal,
+    #[schema(value_type = crate::core::decimal::DecimalString)]
+    pub credited: Decimal,
+    /// max(0, total − paid − credited).
+    #[schema(value_type = crate::core::decimal::DecimalString)]
+    pub balance_due: Decimal,
+    /// max(0, paid + credited − total): what became the tenant's credit.
+    #[schema(value_type = crate::core::decimal::DecimalString)]
+    pub excess: Decimal,
+    pub status: AccountStatus,
+    /// The time this view was computed at.
+    #[schema(value_type = String, example = "2026-11-30T12:00:00Z")]
+    pub as_of: Timestamp,
+    /// Payments and credit notes, oldest first.
+    pub settlements: Vec<SettlementView>,
+}
+
+/// The payments and balance of invoice `number` as of `now` (`NotFound` for an unknown
+/// number).
+pub fn account(
+    conn: &mut DbConn,
+    number: &str,
+    now: Timestamp,
+) -> Result<InvoiceAccount, StoreError> {
+    let row: Option<(String, i64)> = invoices::table
+        .find(number)
+        .select((invoices::tenant, invoices::entry_idx))
+        .first(conn)
+        .optional()?;
+    let (tenant, idx) = row.ok_or_else(|| StoreError::NotFound(format!("invoice {number}")))?;
+    let Body::InvoiceIssued(inv) = body_at(conn, idx)? else {
+        return Err(StoreError::Corrupt(format!(
+            "entry {idx} is not invoice {number}"
+        )));
+    };
+    let kinds = [Kind::Payment.as_str(), Kind::CreditNote.as_str()];
+    let idxs: Vec<i64> = entries::table
+        .filter(entries::tenant.eq(&tenant))
+        .filter(entries::kind.eq_any(kinds))
+        .filter(entries::idx.gt(idx))
+        .order(entries::idx.asc())
+        .select(entries::idx)
+        .load(conn)?;
+    let zero = crate::core::rating::round_amount(Decimal::ZERO, &inv.currency);
+    let (mut paid, mut credited) = (zero, zero);
+    let mut settlements = Vec::new();
+    for i in idxs {
+        let (date, body) = leaf_at(conn, i)?;
+        let (kind, s) = match &body {
+            Body::Payment(s) => ("payment", s),
+            Body::CreditNote(s) => ("credit_note", s),
+            _ => continue,
+        };
+        if s.invoice != number {
+            continue;
+        }
+        match body {
+            Body::Payment(_) => paid += s.amount,
+            _ => credited += s.amount,
+        }
+        settlements.push(SettlementView {
+            index: i as u64,
+            kind: kind.to_owned(),
+            date,
+            amount: s.amount,
+            note: s.note.clone(),
+        });
+    }
+    let open = inv.total - paid - credited;
+    let status = match open.cmp(&Decimal::ZERO) {
+        std::cmp::Ordering::Greater => AccountStatus::Open,
+        std::cmp::Ordering::Equal => AccountStatus::Paid,
+        std::cmp::Ordering::Less => AccountStatus::Overpaid,
+    };
+    Ok(InvoiceAccount {
+        number: number.to_owned(),
+        tenant,
+        currency: inv.currency,
+        total: inv.total,
+        paid,
+        credited,
+        balance_due: open.max(Decimal::ZERO) + zero,
+        excess: (-open).max(Decimal::ZERO) + zero,
+        status,
+        as_of: now,
+        settlements,
+    })
+}
+
+/// A listed invoice, with its payments and balance as of now.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct InvoiceSummary {
     pub number: String,
@@ -662,6 +890,17 @@ pub struct InvoiceSummary {
     pub period_from: String,
     pub period_to: String,
     pub entry_index: u64,
+    /// The invoice's total (gross).
+    #[schema(value_type = crate::core::decimal::DecimalString)]
+    pub total: Decimal,
+    #[schema(value_type = crate::core::decimal::DecimalString)]
+    pub paid: Decimal,
+    #[schema(value_type = crate::core::decimal::DecimalString)]
+    pub credited: Decimal,
+    /// max(0, total − paid − credited).
+    #[schema(value_type = crate::core::decimal::DecimalString)]
+    pub balance_due: Decimal,
+    pub status: AccountStatus,
 }
 
 /// Invoices, of one tenant or all, oldest first.
@@ -686,17 +925,25 @@ pub fn list(conn: &mut DbConn, tenant: Option<&str>) -> Result<Vec<InvoiceSummar
             .map(|t| t.to_string())
             .unwrap_or_default()
     };
-    Ok(rows
-        .into_iter()
-        .map(|(number, tenant, currency, f, t, i)| InvoiceSummary {
-            number,
-            tenant,
-            currency,
-            period_from: ts(f),
-            period_to: ts(t),
-            entry_index: i as u64,
+    let now = Timestamp::now();
+    rows.into_iter()
+        .map(|(number, tenant, currency, f, t, i)| {
+            let a = account(conn, &number, now)?;
+            Ok(InvoiceSummary {
+                number,
+                tenant,
+                currency,
+                period_from: ts(f),
+                period_to: ts(t),
+                entry_index: i as u64,
+                total: a.total,
+                paid: a.paid,
+                credited: a.credited,
+                balance_due: a.balance_due,
+                status: a.status,
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// An invoice's tenant and stored JSON.
@@ -718,7 +965,7 @@ pub fn get(conn: &mut DbConn, number: &str) -> Result<Option<(String, String)>, 
 /// [`write_invoice_bundle_as`].
 pub fn write_invoice_bundle(
     conn: &mut DbConn,
-    invoice: &Invoice,
+    invoice: &impl core_invoice::InvoiceHeader,
     sink: &mut super::bundle::Sink,
 ) -> Result<(), StoreError> {
     write_invoice_bundle_as(conn, invoice, crate::core::bundle::Format::V2, sink)
@@ -727,13 +974,13 @@ pub fn write_invoice_bundle(
 /// Writes the evidence bundle of an issued invoice (see [`write_invoice_bundle`]) in `format`.
 pub fn write_invoice_bundle_as(
     conn: &mut DbConn,
-    invoice: &Invoice,
+    invoice: &impl core_invoice::InvoiceHeader,
     format: crate::core::bundle::Format,
     sink: &mut super::bundle::Sink,
 ) -> Result<(), StoreError> {
     use super::schema::checkpoints;
     use crate::core::bundle::{BundleSubject, Header};
-    let size = invoice.checkpoint_size;
+    let size = invoice.checkpoint_size();
     let note: String = checkpoints::table
         .find(size as i64)
         .select(checkpoints::note)
@@ -743,9 +990,9 @@ pub fn write_invoice_bundle_as(
     // With every cosignature gathered for it, so a verifier can ask for a witness quorum.
     let note = with_cosignatures(conn, size, note)?;
     let scope = InvoiceScope::new(
-        invoice.period,
+        invoice.period(),
         // The invoices logged below the checkpoint: those its draft read.
-        issued_for(conn, &invoice.tenant, size)?
+        issued_for(conn, invoice.tenant(), size)?
             .into_iter()
             .map(|(_, i)| (i.period, i.checkpoint_size)),
     );
@@ -755,12 +1002,12 @@ pub fn write_invoice_bundle_as(
         .count()
         .get_result(conn)?;
     let header = Header::new(
-        &invoice.log_origin,
+        invoice.log_origin(),
         &note,
-        BundleSubject::Invoice(invoice.number.clone()),
+        BundleSubject::Invoice(invoice.number().to_owned()),
     );
     let mut w = super::bundle::Writer::start(format, header, size, sink)?;
-    let tenant = invoice.tenant.as_str();
+    let tenant = invoice.tenant();
     super::bundle::Context::new(conn, tenant, size, true)?.write(conn, &mut w)?;
     w.entries(
         conn,

@@ -62,7 +62,8 @@ enum Job {
         Box<super::invoices::Draft>,
         Reply<Option<Vec<crate::core::invoice::Invoice>>>,
     ),
-    Settle(Box<crate::core::record::Body>, Reply<u64>),
+    /// A payment or credit note; `true`: a payment's excess becomes the tenant's credit.
+    Settle(Box<crate::core::record::Body>, bool, Reply<u64>),
     /// Issues a certificate computed outside the lock (`None`: the log changed under it).
     Certify(
         Box<super::certificates::Draft>,
@@ -132,6 +133,8 @@ pub struct Ledger {
     url: String,
     /// The witnesses and quorum of `serve`, once attached ([`Ledger::attach_witnessing`]).
     witnessing: std::sync::OnceLock<Arc<super::cosignatures::Witnessing>>,
+    /// Issuer, payment terms and taxes of the invoices issued ([`Ledger::set_invoicing`]).
+    invoicing: RwLock<Arc<super::invoices::InvoiceSettings>>,
 }
 
 /// Creates or migrates the database and records the log's origin and public key. Idempotent:
@@ -247,6 +250,7 @@ impl Ledger {
             health,
             url: url.to_owned(),
             witnessing: std::sync::OnceLock::new(),
+            invoicing: RwLock::new(Arc::default()),
         })
         .and_then(|l| {
             // A log without a policy entry gets the defaults written down, so verifiers read
@@ -280,6 +284,23 @@ impl Ledger {
     /// The attached witnesses, if any.
     pub fn witnessing(&self) -> Option<&Arc<super::cosignatures::Witnessing>> {
         self.witnessing.get()
+    }
+
+    /// The ledger clock's time now (the system clock unless a test set it).
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// Sets the issuer, payment terms, taxes and public URL of the invoices issued from now on
+    /// (`serve`'s settings; without them: no issuer name, which issuance replaces by the log's
+    /// origin, 30 days, no tax).
+    pub fn set_invoicing(&self, settings: super::invoices::InvoiceSettings) {
+        *self.invoicing.write().expect("invoicing lock") = Arc::new(settings);
+    }
+
+    /// The invoice settings in force.
+    pub fn invoicing(&self) -> Arc<super::invoices::InvoiceSettings> {
+        self.invoicing.read().expect("invoicing lock").clone()
     }
 
     /// Tells the witness threads that a checkpoint may have been signed.
@@ -611,7 +632,8 @@ impl Ledger {
         self.submit(|reply| Job::LedgerEntry(Box::new(body), reply))
     }
 
-    /// Issues the invoices (one per currency) of `tenant` for `period`. The rating is computed
+    /// Issues the invoices (one per currency) of `tenant` for `period`, which must have ended
+    /// (`PeriodNotEnded` otherwise, by the ledger's clock). The rating is computed
     /// in this thread on a read connection, outside the head lock; the sequencer only rechecks
     /// that nothing logged since changes it, and appends (`store::invoices`). After
     /// [`super::invoices::MAX_ISSUE_ATTEMPTS`] computations overtaken by the log, `Busy`.
@@ -620,8 +642,12 @@ impl Ledger {
         tenant: &str,
         period: crate::core::invoice::Period,
     ) -> Result<Vec<crate::core::invoice::Invoice>, StoreError> {
+        let now = self.now();
+        if period.to > now {
+            return Err(StoreError::PeriodNotEnded { to: period.to, now });
+        }
         self.issue_drafted(
-            |c, w| super::invoices::draft(c, tenant, period, w),
+            |c, w| super::invoices::draft(c, tenant, period, w, self.invoicing()),
             |draft, reply| Job::Issue(Box::new(draft), reply),
             || {
                 format!(
@@ -681,9 +707,20 @@ impl Ledger {
         )
     }
 
-    /// Records a payment or credit note (a `Body::Payment` or `Body::CreditNote`).
+    /// Records a payment or credit note (a `Body::Payment` or `Body::CreditNote`); a payment
+    /// above the invoice's open balance is refused (`StoreError::Overpayment`).
     pub fn settle(&self, body: crate::core::record::Body) -> Result<u64, StoreError> {
-        self.submit(|reply| Job::Settle(Box::new(body), reply))
+        self.settle_with_excess(body, false)
+    }
+
+    /// [`Ledger::settle`], where with `excess_credit` a payment above the invoice's open
+    /// balance is accepted and its excess becomes the tenant's credit.
+    pub fn settle_with_excess(
+        &self,
+        body: crate::core::record::Body,
+        excess_credit: bool,
+    ) -> Result<u64, StoreError> {
+        self.submit(|reply| Job::Settle(Box::new(body), excess_credit, reply))
     }
 
     /// Runs the write probe: a small transaction through the sequencer that writes no log
@@ -1058,8 +1095,8 @@ fn run_job(w: &mut Writer, log: &LogSigner, job: Job, now: Timestamp) -> Option<
         Job::Certify(draft, reply) => {
             let _ = reply.send(w.run(|c, _| super::certificates::issue(c, log, &draft, now)));
         }
-        Job::Settle(body, reply) => {
-            let _ = reply.send(w.run(|c, _| super::invoices::settle(c, log, &body, now)));
+        Job::Settle(body, excess, reply) => {
+            let _ = reply.send(w.run(|c, _| super::invoices::settle(c, log, &body, excess, now)));
         }
         Job::Checkpoint(reply) => {
             let _ = reply.send(w.run(|c, _| write::checkpoint(c, log, now)));

@@ -350,6 +350,13 @@ impl Http {
                 }
                 b.send(body)
             }
+            "PATCH" => {
+                let mut b = headers!(self.agent.patch(&url));
+                if let Some(ct) = content_type {
+                    b = b.header("Content-Type", ct);
+                }
+                b.send(body)
+            }
             m => panic!("method {m}"),
         };
         Self::read(r)

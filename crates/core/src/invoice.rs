@@ -1,48 +1,405 @@
 //! Invoices: what an issued invoice says, in one currency, for one tenant and period. Built from
 //! rated lines (`core::rating`); rendered as JSON, CSV and PDF by the server's `invoice_render`.
+//!
+//! Two document versions exist (docs/PROTOCOL.md §11, §15). The log's `invoice_issued` entry
+//! holds only a document's SHA-256 and total, so a new document version needs no new protocol
+//! version:
+//! - **version 2** ([`Invoice`], `"format": "gpuledger-invoice/v2"`), issued from now on:
+//!   issuer and bill-to, payment terms and due date, lines in the unit they are priced in
+//!   (GPU-hours, kWh) with the measured quantity alongside, tax per line, net, tax and gross
+//!   totals ([`apply_tax`], the one rule for them);
+//! - **version 1** ([`InvoiceV1`], no `format` member): the documents issued before; read and
+//!   recomputed exactly as they always were.
+//!
+//! [`InvoiceDoc`] is either; [`from_json`] reads both.
 
-use super::rating::{LeaseClass, Line, LineKey, PriceBook, Rater, Unpriced};
+mod v1;
+
+pub use v1::{legacy_lines, InvoiceV1, LegacyLine};
+
+use super::rating::{round_amount, LeaseClass, Line, LineKey, PriceBook, Rater, Unpriced};
 use super::time::Timestamp;
-use rust_decimal::Decimal;
-use serde::Serialize;
+use rust_decimal::{Decimal, RoundingStrategy};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// One line of an invoice.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The `format` member of a version 2 invoice document.
+pub const INVOICE_FORMAT_V2: &str = "gpuledger-invoice/v2";
+
+/// Decimal places of a GPU line's `quantity` in GPU-hours (GPU-seconds ÷ 3600, rounded
+/// half-even). Only the displayed quantity is rounded: `net` is computed from the exact
+/// GPU-seconds.
+pub const GPU_HOURS_DECIMALS: u32 = 6;
+
+/// Decimal places of an energy line's `quantity` in billed kWh (measured kWh × PUE, rounded
+/// half-even): the product of a 9-place measurement and a PUE can have more places than a
+/// decimal on the wire may (docs/PROTOCOL.md §2.1). Only the displayed quantity is rounded:
+/// `net` is computed from the exact product, and `measured_kwh` and `pue` are exact.
+pub const BILLED_KWH_DECIMALS: u32 = 6;
+
+/// What a line is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum LineKind {
+    /// GPU time, priced per GPU-hour.
+    Gpu,
+    /// Energy, priced per billed kWh (measured kWh × PUE).
+    Energy,
+}
+
+impl LineKind {
+    /// The wire name (`gpu`, `energy`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LineKind::Gpu => "gpu",
+            LineKind::Energy => "energy",
+        }
+    }
+}
+
+/// The unit a line's `quantity` and `unit_price` are in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum Unit {
+    /// GPU-hours.
+    #[serde(rename = "GPU-h")]
+    GpuHour,
+    /// Kilowatt-hours.
+    #[serde(rename = "kWh")]
+    Kwh,
+}
+
+impl Unit {
+    /// The wire spelling (`GPU-h`, `kWh`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::GpuHour => "GPU-h",
+            Unit::Kwh => "kWh",
+        }
+    }
+}
+
+/// A lease class for people: `On-demand`, `Reserved`, `Spot`.
+pub fn class_label(class: LeaseClass) -> &'static str {
+    match class {
+        LeaseClass::OnDemand => "On-demand",
+        LeaseClass::Reserved => "Reserved",
+        LeaseClass::Spot => "Spot",
+    }
+}
+
+/// One line of an invoice (version 2), and of an invoice preview: the one line schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct InvoiceLine {
-    /// `gpu` or `energy`.
-    pub kind: &'static str,
+    pub kind: LineKind,
+    /// For people, e.g. "GPU compute, H100, cn-east, on-demand" ([`describe`]).
+    pub description: String,
     pub region: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_model: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub class: Option<LeaseClass>,
-    /// Exact quantity: GPU-seconds for `gpu` lines, measured kWh for `energy` lines.
-    #[serde(serialize_with = "super::decimal::serialize")]
+    /// Graduated volume lines: the tenant's plan and the tier (from 1) the line is priced at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<u32>,
+    /// In the unit it is priced in: GPU-hours (GPU-seconds ÷ 3600 rounded half-even to
+    /// [`GPU_HOURS_DECIMALS`] places) for `gpu` lines, billed kWh (measured kWh × PUE, exact)
+    /// for `energy` lines.
+    #[serde(with = "decimal_str")]
     #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub quantity: Decimal,
-    /// `GPU-s` or `kWh`.
-    pub unit: &'static str,
-    /// Price per GPU-hour (gpu) or per kWh (energy).
-    #[serde(serialize_with = "super::decimal::serialize")]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
-    pub unit_price: Decimal,
-    /// Energy lines: the PUE applied.
+    /// `GPU-h` or `kWh`.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub unit: Unit,
+    /// `gpu` lines: the exact measured GPU-seconds.
     #[serde(
+        default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "opt_decimal"
+        with = "opt_decimal_str"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::decimal::DecimalString>))]
+    pub gpu_seconds: Option<Decimal>,
+    /// `energy` lines: the exact measured kWh (before PUE).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "opt_decimal_str"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::decimal::DecimalString>))]
+    pub measured_kwh: Option<Decimal>,
+    /// `energy` lines: the PUE applied.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "opt_decimal_str"
     )]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::decimal::DecimalString>))]
     pub pue: Option<Decimal>,
-    /// Rounded half-even to the currency's minor unit.
-    #[serde(serialize_with = "amount")]
+    /// Price per GPU-hour (`gpu`) or per kWh (`energy`), in the invoice's currency.
+    #[serde(with = "decimal_str")]
     #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
-    pub amount: Decimal,
+    pub unit_price: Decimal,
+    /// The line's net amount: its exact value from the exact measured quantity, rounded
+    /// half-even once to the currency's minor unit (docs/RATING.md).
+    #[serde(with = "money_str")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub net: Decimal,
+    /// The tax's name (e.g. `VAT`); absent where no tax is configured for the region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tax_name: Option<String>,
+    /// The tax rate as a decimal fraction (`0.06` for 6 %); `0` where none is configured.
+    #[serde(with = "decimal_str")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub tax_rate: Decimal,
+    /// round_half_even(net × tax_rate) to the currency's minor unit ([`apply_tax`]).
+    #[serde(with = "money_str")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub tax: Decimal,
+    /// net + tax.
+    #[serde(with = "money_str")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub gross: Decimal,
+    /// How many records the line rates.
     pub records: u64,
     /// Set on adjustment lines: the earlier period the late records belong to.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adjustment_for: Option<Period>,
+}
+
+/// Who issues the invoices (the server's `[issuer]` settings).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Issuer {
+    pub name: String,
+    /// Postal address, one line per element.
+    #[serde(default)]
+    pub address: Vec<String>,
+    /// Tax registration number (e.g. a unified social credit code, a VAT id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tax_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
+}
+
+/// Whom an invoice is addressed to: the tenant, its display name and billing address (from the
+/// tenant's account, not the log).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct BillTo {
+    pub tenant: String,
+    pub name: String,
+    #[serde(default)]
+    pub address: Vec<String>,
+}
+
+/// A tax of a region: its name and rate (a decimal fraction).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tax {
+    pub name: Option<String>,
+    pub rate: Decimal,
+}
+
+impl Tax {
+    /// No tax configured: rate 0, no name.
+    pub fn none() -> Self {
+        Tax {
+            name: None,
+            rate: Decimal::ZERO,
+        }
+    }
+}
+
+/// Tax rates per region, with an optional default (`region = "*"` in the settings).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaxTable {
+    pub by_region: BTreeMap<String, Tax>,
+    pub default: Option<Tax>,
+}
+
+impl TaxTable {
+    /// The tax of `region`: its own entry, else the default, else none (rate 0, no name).
+    pub fn for_region(&self, region: &str) -> Tax {
+        self.by_region
+            .get(region)
+            .or(self.default.as_ref())
+            .cloned()
+            .unwrap_or_else(Tax::none)
+    }
+}
+
+/// An invoice's three totals ([`apply_tax`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    /// Σ net.
+    pub net: Decimal,
+    /// Σ tax.
+    pub tax: Decimal,
+    /// Σ gross (= net + tax): what the `invoice_issued` entry records and balances use.
+    pub gross: Decimal,
+}
+
+/// **The** rule for tax, gross and totals, used by the ledger to issue (and preview) and by
+/// [`InvoiceCheck`] to recompute: for each line, `tax` = round_half_even(net × tax_rate) to the
+/// currency's minor unit and `gross` = net + tax; then net, tax and gross totals are the exact
+/// sums of the lines' (with exactly the minor unit's digits, also when there are no lines).
+pub fn apply_tax(lines: &mut [InvoiceLine], currency: &str) -> Totals {
+    let zero = round_amount(Decimal::ZERO, currency);
+    let mut t = Totals {
+        net: zero,
+        tax: zero,
+        gross: zero,
+    };
+    for l in lines.iter_mut() {
+        l.tax = round_amount(l.net * l.tax_rate, currency);
+        l.gross = round_amount(l.net + l.tax, currency);
+        t.net += l.net;
+        t.tax += l.tax;
+        t.gross += l.gross;
+    }
+    assert_eq!(
+        t.net + t.tax,
+        t.gross,
+        "gross total = net total + tax total"
+    );
+    t
+}
+
+/// The description of a line for people, e.g. "GPU compute, H100, cn-east, on-demand" or
+/// "Electricity, cn-east, PUE 1.08"; tier lines name their plan and tier.
+pub fn describe(key: &LineKey) -> String {
+    match key {
+        LineKey::Gpu {
+            region,
+            gpu_model,
+            class,
+            tier,
+            ..
+        } => {
+            let mut s = format!(
+                "GPU compute, {gpu_model}, {region}, {}",
+                class_label(*class).to_lowercase()
+            );
+            if let Some(t) = tier {
+                s.push_str(&format!(", volume tier {} of plan {}", t.tier, t.plan));
+            }
+            s
+        }
+        LineKey::Energy { region, pue, .. } => format!(
+            "Electricity, {region}, PUE {}",
+            super::decimal::to_canonical(*pue)
+        ),
+    }
+}
+
+/// GPU-seconds in GPU-hours, rounded half-even to [`GPU_HOURS_DECIMALS`] places.
+pub fn gpu_hours(gpu_seconds: Decimal) -> Decimal {
+    (gpu_seconds / Decimal::from(3600))
+        .round_dp_with_strategy(GPU_HOURS_DECIMALS, RoundingStrategy::MidpointNearestEven)
+        .normalize()
+}
+
+/// The billed kWh shown on an energy line: `measured_kwh` × `pue`, rounded half-even to
+/// [`BILLED_KWH_DECIMALS`] places.
+pub fn billed_kwh(measured_kwh: Decimal, pue: Decimal) -> Decimal {
+    (measured_kwh * pue)
+        .round_dp_with_strategy(BILLED_KWH_DECIMALS, RoundingStrategy::MidpointNearestEven)
+        .normalize()
+}
+
+/// Version 2 lines from rated lines, taxed by `tax` per region (tax and gross still zero:
+/// [`apply_tax`] sets them). A line whose measured quantity is zero is left out.
+pub fn lines_v2(lines: Vec<RatedLine>, tax: &dyn Fn(&str) -> Tax) -> Vec<InvoiceLine> {
+    lines
+        .into_iter()
+        .filter(|r| !r.line.quantity.is_zero())
+        .map(
+            |RatedLine {
+                 line: l,
+                 adjustment_for,
+             }| {
+                let description = describe(&l.key);
+                let zero = Decimal::ZERO;
+                match l.key {
+                    LineKey::Gpu {
+                        region,
+                        gpu_model,
+                        class,
+                        unit_price_per_gpu_hour,
+                        tier,
+                    } => {
+                        let t = tax(&region);
+                        let (plan, tier) =
+                            tier.map_or((None, None), |t| (Some(t.plan), Some(t.tier)));
+                        InvoiceLine {
+                            kind: LineKind::Gpu,
+                            description,
+                            region,
+                            gpu_model: Some(gpu_model),
+                            class: Some(class),
+                            plan,
+                            tier,
+                            quantity: gpu_hours(l.quantity),
+                            unit: Unit::GpuHour,
+                            gpu_seconds: Some(l.quantity),
+                            measured_kwh: None,
+                            pue: None,
+                            unit_price: unit_price_per_gpu_hour,
+                            net: l.amount,
+                            tax_name: t.name,
+                            tax_rate: t.rate.normalize(),
+                            tax: zero,
+                            gross: zero,
+                            records: l.records,
+                            adjustment_for,
+                        }
+                    }
+                    LineKey::Energy {
+                        region,
+                        unit_price_per_kwh,
+                        pue,
+                    } => {
+                        let t = tax(&region);
+                        InvoiceLine {
+                            kind: LineKind::Energy,
+                            description,
+                            region,
+                            gpu_model: None,
+                            class: None,
+                            plan: None,
+                            tier: None,
+                            quantity: billed_kwh(l.quantity, pue),
+                            unit: Unit::Kwh,
+                            gpu_seconds: None,
+                            measured_kwh: Some(l.quantity),
+                            pue: Some(pue),
+                            unit_price: unit_price_per_kwh,
+                            net: l.amount,
+                            tax_name: t.name,
+                            tax_rate: t.rate.normalize(),
+                            tax: zero,
+                            gross: zero,
+                            records: l.records,
+                            adjustment_for,
+                        }
+                    }
+                }
+            },
+        )
+        .collect()
+}
+
+/// A rated line and, on adjustment lines, the earlier period its late records belong to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RatedLine {
+    pub line: Line,
     pub adjustment_for: Option<Period>,
 }
 
@@ -149,9 +506,9 @@ pub struct InvoiceRating {
 /// What an [`InvoiceRating`] came to, per currency.
 pub struct Rated {
     /// The invoice period's lines.
-    pub lines: BTreeMap<String, Vec<InvoiceLine>>,
+    pub lines: BTreeMap<String, Vec<RatedLine>>,
     /// The adjustment lines of late records, per currency.
-    pub adjustments: BTreeMap<String, Vec<InvoiceLine>>,
+    pub adjustments: BTreeMap<String, Vec<RatedLine>>,
     /// Usage that no price in force priced (the invoice's period first, then late records).
     pub unpriced: Vec<(Option<Period>, Vec<Unpriced>)>,
 }
@@ -196,13 +553,13 @@ impl InvoiceRating {
         placement
     }
 
-    /// The invoice lines per currency (rounded once per line, docs/RATING.md).
+    /// The rated lines per currency (rounded once per line, docs/RATING.md).
     pub fn finish(self) -> Rated {
         let (main, unpriced) = self.main.finish();
         let mut rated = Rated {
             lines: main
                 .into_iter()
-                .map(|(c, l)| (c, invoice_lines(l, None)))
+                .map(|(c, l)| (c, rated_lines(l, None)))
                 .collect(),
             adjustments: BTreeMap::new(),
             unpriced: Vec::new(),
@@ -217,17 +574,22 @@ impl InvoiceRating {
             }
             for (currency, l) in lines {
                 let adj = rated.adjustments.entry(currency).or_default();
-                adj.extend(invoice_lines(l, Some(p)));
+                adj.extend(rated_lines(l, Some(p)));
             }
         }
         rated
     }
 }
 
-/// An issued invoice. Immutable once issued; its SHA-256 is recorded in the log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// An issued invoice, document version 2 (`"format": "gpuledger-invoice/v2"`). Immutable once
+/// issued: the SHA-256 of its RFC 8785 JSON, and its `total`, are recorded in the log's
+/// `invoice_issued` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct Invoice {
+    /// `gpuledger-invoice/v2`.
+    pub format: String,
     pub number: String,
     pub tenant: String,
     pub period: Period,
@@ -237,150 +599,313 @@ pub struct Invoice {
     pub log_origin: String,
     pub checkpoint_size: u64,
     pub checkpoint_root: String,
+    pub issuer: Issuer,
+    pub bill_to: BillTo,
+    /// Days from `issued_at` to `due_at`.
+    pub payment_terms_days: u32,
+    /// `issued_at` + `payment_terms_days` days.
+    pub due_at: Timestamp,
     /// Lines of the period, then adjustment lines for earlier periods.
     pub lines: Vec<InvoiceLine>,
-    /// Sum of the line amounts.
-    #[serde(serialize_with = "amount")]
+    /// Σ net of the lines.
+    #[serde(with = "money_str")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub net_total: Decimal,
+    /// Σ tax of the lines.
+    #[serde(with = "money_str")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub tax_total: Decimal,
+    /// Σ gross of the lines: what the `invoice_issued` entry records and balances use.
+    #[serde(with = "money_str")]
     #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub total: Decimal,
 }
 
-fn amount<S: serde::Serializer>(d: &Decimal, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(d)
-}
-
-fn opt_decimal<S: serde::Serializer>(d: &Option<Decimal>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => super::decimal::serialize(d, s),
-        None => s.serialize_none(),
-    }
-}
-
 impl Invoice {
-    /// The sum of the line amounts (what `total` must equal).
-    pub fn sum_of_lines(&self) -> Decimal {
-        self.lines.iter().map(|l| l.amount).sum()
+    /// The totals its lines add up to ([`apply_tax`] recomputed on a copy).
+    pub fn sum_of_lines(&self) -> Totals {
+        let mut lines = self.lines.clone();
+        apply_tax(&mut lines, &self.currency)
+    }
+
+    /// Whether the three totals, each line's tax and gross, and `due_at` are what the rules
+    /// make of the lines.
+    pub fn is_consistent(&self) -> bool {
+        let mut lines = self.lines.clone();
+        let t = apply_tax(&mut lines, &self.currency);
+        lines == self.lines
+            && (t.net, t.tax, t.gross) == (self.net_total, self.tax_total, self.total)
+            && due_at(self.issued_at, self.payment_terms_days) == Some(self.due_at)
     }
 }
 
-/// Reads an invoice back from its JSON (as stored and served).
-pub fn from_json(json: &str) -> Result<Invoice, String> {
-    #[derive(serde::Deserialize)]
-    struct LineWire {
-        kind: String,
-        region: String,
-        gpu_model: Option<String>,
-        class: Option<LeaseClass>,
-        quantity: Decimal,
-        unit: String,
-        unit_price: Decimal,
-        pue: Option<Decimal>,
-        amount: Decimal,
-        records: u64,
-        adjustment_for: Option<Period>,
-    }
-    #[derive(serde::Deserialize)]
-    struct InvoiceWire {
-        number: String,
-        tenant: String,
-        period: Period,
-        currency: String,
-        issued_at: Timestamp,
-        log_origin: String,
-        checkpoint_size: u64,
-        checkpoint_root: String,
-        lines: Vec<LineWire>,
-        total: Decimal,
-    }
-    let w: InvoiceWire = serde_json::from_str(json).map_err(|e| e.to_string())?;
-    let lines = w
-        .lines
-        .into_iter()
-        .map(|l| {
-            let (kind, unit) = match (l.kind.as_str(), l.unit.as_str()) {
-                ("gpu", "GPU-s") => ("gpu", "GPU-s"),
-                ("energy", "kWh") => ("energy", "kWh"),
-                (k, u) => return Err(format!("unknown line kind {k:?} / unit {u:?}")),
-            };
-            Ok(InvoiceLine {
-                kind,
-                region: l.region,
-                gpu_model: l.gpu_model,
-                class: l.class,
-                quantity: l.quantity,
-                unit,
-                unit_price: l.unit_price,
-                pue: l.pue,
-                amount: l.amount,
-                records: l.records,
-                adjustment_for: l.adjustment_for,
-            })
-        })
-        .collect::<Result<_, String>>()?;
-    Ok(Invoice {
-        number: w.number,
-        tenant: w.tenant,
-        period: w.period,
-        currency: w.currency,
-        issued_at: w.issued_at,
-        log_origin: w.log_origin,
-        checkpoint_size: w.checkpoint_size,
-        checkpoint_root: w.checkpoint_root,
-        lines,
-        total: w.total,
-    })
+/// `issued_at` + `days` whole days (`None` past the timestamp range).
+pub fn due_at(issued_at: Timestamp, days: u32) -> Option<Timestamp> {
+    Timestamp::from_unix(issued_at.unix().checked_add(i64::from(days) * 86_400)?)
 }
 
-/// Invoice lines from rated lines; `adjustment_for` names the earlier period of late records.
-pub fn invoice_lines(lines: Vec<Line>, adjustment_for: Option<Period>) -> Vec<InvoiceLine> {
+/// What every invoice document says about where it sits in the log: enough to write and
+/// check its evidence bundle. Implemented by both versions and by [`InvoiceDoc`].
+pub trait InvoiceHeader {
+    /// `INV-nnnnnn`.
+    fn number(&self) -> &str;
+    /// The tenant invoiced.
+    fn tenant(&self) -> &str;
+    /// The invoiced period.
+    fn period(&self) -> Period;
+    /// The log's origin.
+    fn log_origin(&self) -> &str;
+    /// The log size the invoice was computed at.
+    fn checkpoint_size(&self) -> u64;
+}
+
+macro_rules! invoice_header {
+    ($t:ty) => {
+        impl InvoiceHeader for $t {
+            fn number(&self) -> &str {
+                &self.number
+            }
+            fn tenant(&self) -> &str {
+                &self.tenant
+            }
+            fn period(&self) -> Period {
+                self.period
+            }
+            fn log_origin(&self) -> &str {
+                &self.log_origin
+            }
+            fn checkpoint_size(&self) -> u64 {
+                self.checkpoint_size
+            }
+        }
+    };
+}
+invoice_header!(Invoice);
+invoice_header!(InvoiceV1);
+
+impl InvoiceHeader for InvoiceDoc {
+    fn number(&self) -> &str {
+        InvoiceDoc::number(self)
+    }
+    fn tenant(&self) -> &str {
+        InvoiceDoc::tenant(self)
+    }
+    fn period(&self) -> Period {
+        InvoiceDoc::period(self)
+    }
+    fn log_origin(&self) -> &str {
+        InvoiceDoc::log_origin(self)
+    }
+    fn checkpoint_size(&self) -> u64 {
+        InvoiceDoc::checkpoint_size(self)
+    }
+}
+
+impl From<Invoice> for InvoiceDoc {
+    fn from(i: Invoice) -> Self {
+        InvoiceDoc::V2(i)
+    }
+}
+
+impl From<InvoiceV1> for InvoiceDoc {
+    fn from(i: InvoiceV1) -> Self {
+        InvoiceDoc::V1(i)
+    }
+}
+
+/// The label of version 1 documents (which have no `format` member) in views of them.
+pub const INVOICE_FORMAT_V1: &str = "gpuledger-invoice/v1";
+
+/// An invoice document of either version, as stored and served.
+// One document is held at a time (per request, per verification); boxing would only add an
+// allocation and a dereference to every use.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InvoiceDoc {
+    /// Issued before version 2 (no `format` member).
+    V1(InvoiceV1),
+    /// `gpuledger-invoice/v2`.
+    V2(Invoice),
+}
+
+impl InvoiceDoc {
+    pub fn number(&self) -> &str {
+        match self {
+            InvoiceDoc::V1(i) => &i.number,
+            InvoiceDoc::V2(i) => &i.number,
+        }
+    }
+    pub fn tenant(&self) -> &str {
+        match self {
+            InvoiceDoc::V1(i) => &i.tenant,
+            InvoiceDoc::V2(i) => &i.tenant,
+        }
+    }
+    pub fn period(&self) -> Period {
+        match self {
+            InvoiceDoc::V1(i) => i.period,
+            InvoiceDoc::V2(i) => i.period,
+        }
+    }
+    pub fn currency(&self) -> &str {
+        match self {
+            InvoiceDoc::V1(i) => &i.currency,
+            InvoiceDoc::V2(i) => &i.currency,
+        }
+    }
+    /// What the `invoice_issued` entry records: the sum of the amounts (v1) or of the gross
+    /// amounts (v2).
+    pub fn total(&self) -> Decimal {
+        match self {
+            InvoiceDoc::V1(i) => i.total,
+            InvoiceDoc::V2(i) => i.total,
+        }
+    }
+    pub fn issued_at(&self) -> Timestamp {
+        match self {
+            InvoiceDoc::V1(i) => i.issued_at,
+            InvoiceDoc::V2(i) => i.issued_at,
+        }
+    }
+    pub fn log_origin(&self) -> &str {
+        match self {
+            InvoiceDoc::V1(i) => &i.log_origin,
+            InvoiceDoc::V2(i) => &i.log_origin,
+        }
+    }
+    pub fn checkpoint_size(&self) -> u64 {
+        match self {
+            InvoiceDoc::V1(i) => i.checkpoint_size,
+            InvoiceDoc::V2(i) => i.checkpoint_size,
+        }
+    }
+    pub fn checkpoint_root(&self) -> &str {
+        match self {
+            InvoiceDoc::V1(i) => &i.checkpoint_root,
+            InvoiceDoc::V2(i) => &i.checkpoint_root,
+        }
+    }
+    pub fn line_count(&self) -> usize {
+        match self {
+            InvoiceDoc::V1(i) => i.lines.len(),
+            InvoiceDoc::V2(i) => i.lines.len(),
+        }
+    }
+
+    /// The document as a version 2 view, for rendering and exports (never for hashing): a
+    /// version 2 document as it is; a version 1 document with its lines in the version 2
+    /// schema (GPU-hours with the GPU-seconds alongside, billed kWh with the measured kWh and
+    /// PUE, `net` = its amount, no tax), `format` [`INVOICE_FORMAT_V1`], no issuer (empty
+    /// name), the tenant id as bill-to name, and no payment terms (`due_at` = `issued_at`).
+    pub fn view(&self) -> std::borrow::Cow<'_, Invoice> {
+        match self {
+            InvoiceDoc::V2(i) => std::borrow::Cow::Borrowed(i),
+            InvoiceDoc::V1(i) => std::borrow::Cow::Owned(i.view()),
+        }
+    }
+
+    /// The version 2 document, if it is one.
+    pub fn into_v2(self) -> Option<Invoice> {
+        match self {
+            InvoiceDoc::V2(i) => Some(i),
+            InvoiceDoc::V1(_) => None,
+        }
+    }
+
+    /// The document's JSON value, exactly as it serialises.
+    pub fn to_value(&self) -> serde_json::Value {
+        match self {
+            InvoiceDoc::V1(i) => serde_json::to_value(i),
+            InvoiceDoc::V2(i) => serde_json::to_value(i),
+        }
+        .expect("invoices serialise: string keys, strings and integers only")
+    }
+}
+
+/// Reads an invoice document of either version back from its JSON (as stored and served):
+/// with `"format": "gpuledger-invoice/v2"` version 2 (unknown members refused); without a
+/// `format` member version 1, read exactly as before; any other `format` refused.
+pub fn from_json(json: &str) -> Result<InvoiceDoc, String> {
+    let value: serde_json::Value =
+        crate::json::parse_strict(json.as_bytes()).map_err(|e| e.to_string())?;
+    match value.get("format") {
+        None => v1::from_value(value).map(InvoiceDoc::V1),
+        Some(serde_json::Value::String(f)) if f == INVOICE_FORMAT_V2 => {
+            let inv: Invoice = serde_json::from_value(value).map_err(|e| e.to_string())?;
+            Ok(InvoiceDoc::V2(inv))
+        }
+        Some(f) => Err(format!(
+            "unknown invoice format {f}; this verifier reads {INVOICE_FORMAT_V2} and version 1"
+        )),
+    }
+}
+
+/// Canonical decimal strings (`core::decimal`), read strictly.
+mod decimal_str {
+    use rust_decimal::Decimal;
+    pub fn serialize<S: serde::Serializer>(d: &Decimal, s: S) -> Result<S::Ok, S::Error> {
+        crate::decimal::serialize(d, s)
+    }
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Decimal, D::Error> {
+        let s: String = serde::Deserialize::deserialize(d)?;
+        crate::decimal::parse_canonical(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Optional canonical decimal strings.
+mod opt_decimal_str {
+    use rust_decimal::Decimal;
+    pub fn serialize<S: serde::Serializer>(d: &Option<Decimal>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => crate::decimal::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Decimal>, D::Error> {
+        let s: Option<String> = serde::Deserialize::deserialize(d)?;
+        s.map(|s| crate::decimal::parse_canonical(&s).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+/// Amounts: every digit of the currency's minor unit (`148.00`), read with their scale.
+mod money_str {
+    use rust_decimal::Decimal;
+    pub fn serialize<S: serde::Serializer>(d: &Decimal, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(d)
+    }
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Decimal, D::Error> {
+        let s: String = serde::Deserialize::deserialize(d)?;
+        if s.is_empty()
+            || !s
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-')
+        {
+            return Err(serde::de::Error::custom(format!("not an amount: {s:?}")));
+        }
+        s.parse::<Decimal>().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Rated lines of one group (the period's, or one earlier period's late records).
+fn rated_lines(lines: Vec<Line>, adjustment_for: Option<Period>) -> Vec<RatedLine> {
     lines
         .into_iter()
-        .map(|l| match l.key {
-            LineKey::Gpu {
-                region,
-                gpu_model,
-                class,
-                unit_price_per_gpu_hour,
-                tier: _,
-            } => InvoiceLine {
-                kind: "gpu",
-                region,
-                gpu_model: Some(gpu_model),
-                class: Some(class),
-                quantity: l.quantity,
-                unit: "GPU-s",
-                unit_price: unit_price_per_gpu_hour,
-                pue: None,
-                amount: l.amount,
-                records: l.records,
-                adjustment_for,
-            },
-            LineKey::Energy {
-                region,
-                unit_price_per_kwh,
-                pue,
-            } => InvoiceLine {
-                kind: "energy",
-                region,
-                gpu_model: None,
-                class: None,
-                quantity: l.quantity,
-                unit: "kWh",
-                unit_price: unit_price_per_kwh,
-                pue: Some(pue),
-                amount: l.amount,
-                records: l.records,
-                adjustment_for,
-            },
+        .map(|line| RatedLine {
+            line,
+            adjustment_for,
         })
         .collect()
 }
 
-/// Recomputes an issued invoice from an evidence bundle (docs/PROTOCOL.md §15, last
-/// paragraph): prices from the context's pricing entries, the tenant's earlier invoices from its
-/// `invoice_issued` entries, lines from the records, exactly as the ledger rated them.
+/// Recomputes an issued invoice (either version) from an evidence bundle (docs/PROTOCOL.md
+/// §15, last paragraph): prices from the context's pricing entries, the tenant's earlier
+/// invoices from its `invoice_issued` entries, lines from the records, exactly as the ledger
+/// rated them; for version 2, then each line's declared tax rate applied by [`apply_tax`].
 pub struct InvoiceCheck {
-    invoice: Invoice,
+    invoice: InvoiceDoc,
     book: PriceBook,
     earlier: Vec<(Period, u64)>,
     /// Set by the first record: the scope is known once the context (the earlier invoices)
@@ -391,18 +916,19 @@ pub struct InvoiceCheck {
 impl InvoiceCheck {
     /// Checks that the bundle is the invoice's (subject, checkpoint size and root) and starts.
     pub fn start(
-        invoice: Invoice,
+        invoice: impl Into<InvoiceDoc>,
         header: &super::bundle::Header,
         anchor: &super::bundle::Anchor,
     ) -> Result<Self, super::bundle::Failure> {
         use super::bundle::{BundleSubject, Failure, Reason};
+        let invoice = invoice.into();
         let mismatch = |m: &str| Err(Failure::new(Reason::CheckpointMismatch, "invoice", m));
-        if header.subject != BundleSubject::Invoice(invoice.number.clone()) {
+        if header.subject != BundleSubject::Invoice(invoice.number().to_owned()) {
             return mismatch("the bundle is not for this invoice");
         }
-        if invoice.checkpoint_size != anchor.size()
-            || invoice.checkpoint_root != super::merkle::encode_hash(&anchor.root())
-            || invoice.log_origin != anchor.checkpoint.origin()
+        if invoice.checkpoint_size() != anchor.size()
+            || invoice.checkpoint_root() != super::merkle::encode_hash(&anchor.root())
+            || invoice.log_origin() != anchor.checkpoint.origin()
         {
             return mismatch("its checkpoint is not the bundle's");
         }
@@ -414,8 +940,9 @@ impl InvoiceCheck {
         })
     }
 
-    /// The invoice's lines and total, recomputed, must equal the invoice's.
-    pub fn finish(mut self) -> Result<Invoice, super::bundle::Failure> {
+    /// The invoice's lines and totals, recomputed, must equal the invoice's; `claim_mismatch`
+    /// names the first field that differs (`lines[3].tax`, `tax_total`, `due_at`, ...).
+    pub fn finish(mut self) -> Result<InvoiceDoc, super::bundle::Failure> {
         use super::bundle::{Failure, Reason};
         let fail = |item: String, m: &str| Failure::new(Reason::ClaimMismatch, item, m);
         let rating = self.rating.take().unwrap_or_else(|| self.start_rating());
@@ -426,36 +953,81 @@ impl InvoiceCheck {
                 "the bundle's prices leave some of the period's usage unpriced",
             ));
         }
-        let c = &self.invoice.currency;
-        let mut lines = rated.lines.remove(c).unwrap_or_default();
-        lines.extend(rated.adjustments.remove(c).unwrap_or_default());
-        let total: Decimal = lines.iter().map(|l| l.amount).sum();
-        let recomputed = Invoice {
-            lines,
-            total,
-            ..self.invoice.clone()
+        let c = self.invoice.currency().to_owned();
+        let mut lines = rated.lines.remove(&c).unwrap_or_default();
+        lines.extend(rated.adjustments.remove(&c).unwrap_or_default());
+        let recomputed = match &self.invoice {
+            InvoiceDoc::V1(inv) => InvoiceDoc::V1(inv.recomputed(lines)),
+            InvoiceDoc::V2(inv) => {
+                let mut lines = lines_v2(lines, &|_| Tax::none());
+                // The rates are the issuer's declaration; the log proves usage and net prices.
+                for (l, claimed) in lines.iter_mut().zip(&inv.lines) {
+                    l.tax_name.clone_from(&claimed.tax_name);
+                    l.tax_rate = claimed.tax_rate;
+                }
+                let t = apply_tax(&mut lines, &c);
+                InvoiceDoc::V2(Invoice {
+                    lines,
+                    net_total: t.net,
+                    tax_total: t.tax,
+                    total: t.gross,
+                    due_at: due_at(inv.issued_at, inv.payment_terms_days).ok_or_else(|| {
+                        fail("due_at".into(), "the payment terms run past year 9999")
+                    })?,
+                    format: INVOICE_FORMAT_V2.to_owned(),
+                    ..inv.clone()
+                })
+            }
         };
-        let json = |i: &Invoice| serde_json::to_value(i).expect("invoices serialise");
-        let (claimed, computed) = (json(&self.invoice), json(&recomputed));
-        if claimed != computed {
-            let lines = |v: &serde_json::Value| v["lines"].as_array().cloned().unwrap_or_default();
-            let (a, b) = (lines(&claimed), lines(&computed));
-            let item = (0..a.len().max(b.len()))
-                .find(|&i| a.get(i) != b.get(i))
-                .map_or("total".to_owned(), |i| format!("lines[{i}]"));
+        let (claimed, computed) = (self.invoice.to_value(), recomputed.to_value());
+        if let Some(item) = first_difference(&claimed, &computed) {
             return Err(fail(
                 item,
-                "the invoice differs from the lines recomputed from the bundle",
+                "the invoice differs from what the bundle recomputes",
             ));
         }
         Ok(recomputed)
     }
 }
 
+/// The path of the first member where two invoice values differ: `lines[i].member` (or
+/// `lines[i]`, or `lines` when the counts differ), else the first differing top-level member.
+fn first_difference(a: &serde_json::Value, b: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    if a == b {
+        return None;
+    }
+    let empty = Vec::new();
+    let lines = |v: &Value| v["lines"].as_array().unwrap_or(&empty).clone();
+    let (la, lb) = (lines(a), lines(b));
+    if let Some(i) = (0..la.len().max(lb.len())).find(|&i| la.get(i) != lb.get(i)) {
+        return Some(match (la.get(i), lb.get(i)) {
+            (Some(Value::Object(x)), Some(Value::Object(y))) => {
+                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                keys.into_iter()
+                    .find(|k| x.get(*k) != y.get(*k))
+                    .map_or(format!("lines[{i}]"), |k| format!("lines[{i}].{k}"))
+            }
+            _ => format!("lines[{i}]"),
+        });
+    }
+    // Totals first (the fields the rules compute), then any other member.
+    let order = ["net_total", "tax_total", "total", "due_at"];
+    let (Value::Object(x), Value::Object(y)) = (a, b) else {
+        return Some("invoice".into());
+    };
+    let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+    order
+        .iter()
+        .map(|k| k.to_string())
+        .find(|k| x.get(k) != y.get(k))
+        .or_else(|| keys.into_iter().find(|k| x.get(*k) != y.get(*k)).cloned())
+}
+
 impl InvoiceCheck {
     fn start_rating(&self) -> InvoiceRating {
         InvoiceRating::new(InvoiceScope::new(
-            self.invoice.period,
+            self.invoice.period(),
             self.earlier.iter().copied(),
         ))
     }
@@ -463,7 +1035,7 @@ impl InvoiceCheck {
 
 impl super::bundle::Subject for InvoiceCheck {
     fn tenant(&self) -> Option<&str> {
-        Some(&self.invoice.tenant)
+        Some(self.invoice.tenant())
     }
 
     fn context(
@@ -474,7 +1046,7 @@ impl super::bundle::Subject for InvoiceCheck {
         use super::record::Body;
         match body {
             Body::InvoiceIssued(i)
-                if i.tenant == self.invoice.tenant && i.number != self.invoice.number =>
+                if i.tenant == self.invoice.tenant() && i.number != self.invoice.number() =>
             {
                 let p = Period {
                     from: i.period_from,
@@ -500,11 +1072,11 @@ impl super::bundle::Subject for InvoiceCheck {
             Body::Energy(e) => e.tenant.as_deref(),
             _ => return Ok(()),
         };
-        if tenant != Some(self.invoice.tenant.as_str()) {
+        if tenant != Some(self.invoice.tenant()) {
             return Err(Failure::new(
                 Reason::WrongTenant,
                 format!("entry {index}"),
-                format!("the record is not {}'s", self.invoice.tenant),
+                format!("the record is not {}'s", self.invoice.tenant()),
             ));
         }
         if self.rating.is_none() {
@@ -519,5 +1091,161 @@ impl super::bundle::Subject for InvoiceCheck {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    fn d(s: &str) -> Decimal {
+        Decimal::from_str(s).unwrap()
+    }
+
+    fn line(net: &str, rate: &str) -> InvoiceLine {
+        InvoiceLine {
+            kind: LineKind::Gpu,
+            description: "GPU compute, H100, cn-east, on-demand".into(),
+            region: "cn-east".into(),
+            gpu_model: Some("H100".into()),
+            class: Some(LeaseClass::OnDemand),
+            plan: None,
+            tier: None,
+            quantity: d("1"),
+            unit: Unit::GpuHour,
+            gpu_seconds: Some(d("3600")),
+            measured_kwh: None,
+            pue: None,
+            unit_price: d(net),
+            net: d(net),
+            tax_name: Some("VAT".into()),
+            tax_rate: d(rate),
+            tax: Decimal::ZERO,
+            gross: Decimal::ZERO,
+            records: 1,
+            adjustment_for: None,
+        }
+    }
+
+    #[test]
+    fn tax_is_rounded_half_even_per_line_and_totals_are_exact_sums() {
+        // 0.25 × 0.06 = 0.015 → 0.02 (half-even: 1 is odd), 0.75 × 0.06 = 0.045 → 0.04.
+        let mut lines = vec![
+            line("0.25", "0.06"),
+            line("0.75", "0.06"),
+            line("10.00", "0"),
+        ];
+        let t = apply_tax(&mut lines, "CNY");
+        let taxes: Vec<String> = lines.iter().map(|l| l.tax.to_string()).collect();
+        assert_eq!(taxes, ["0.02", "0.04", "0.00"]);
+        assert_eq!(lines[0].gross.to_string(), "0.27");
+        assert_eq!(
+            (t.net.to_string(), t.tax.to_string(), t.gross.to_string()),
+            ("11.00".into(), "0.06".into(), "11.06".into())
+        );
+        let t = apply_tax(&mut [], "JPY");
+        assert_eq!(t.gross.to_string(), "0");
+        let t = apply_tax(&mut [], "CNY");
+        assert_eq!(t.gross.to_string(), "0.00");
+    }
+
+    /// Lines in the unit they are priced in, with the measured quantities alongside; a
+    /// zero-quantity line (an energy record of 0 kWh) is left out.
+    #[test]
+    fn lines_are_priced_in_their_units_and_zero_lines_are_left_out() {
+        let rated = |key: LineKey, quantity: &str, amount: &str| RatedLine {
+            line: Line {
+                key,
+                currency: "CNY".into(),
+                quantity: d(quantity),
+                exact_amount: d(amount),
+                amount: d(amount),
+                records: 1,
+            },
+            adjustment_for: None,
+        };
+        let energy = LineKey::Energy {
+            region: "west".into(),
+            unit_price_per_kwh: d("0.28"),
+            pue: d("1.08"),
+        };
+        let gpu = LineKey::Gpu {
+            region: "west".into(),
+            gpu_model: "H100".into(),
+            class: LeaseClass::OnDemand,
+            tier: None,
+            unit_price_per_gpu_hour: d("18.5"),
+        };
+        let lines = lines_v2(
+            vec![
+                rated(gpu, "656", "3.37"),
+                rated(energy.clone(), "12.5", "3.78"),
+                rated(energy, "0", "0.00"),
+            ],
+            &|_| Tax::none(),
+        );
+        assert_eq!(lines.len(), 2, "no zero line");
+        assert_eq!(
+            (lines[0].quantity, lines[0].unit, lines[0].gpu_seconds),
+            (d("0.182222"), Unit::GpuHour, Some(d("656")))
+        );
+        assert_eq!(lines[0].description, "GPU compute, H100, west, on-demand");
+        assert_eq!(
+            (lines[1].quantity, lines[1].unit, lines[1].measured_kwh),
+            (d("13.5"), Unit::Kwh, Some(d("12.5")))
+        );
+        assert_eq!(lines[1].description, "Electricity, west, PUE 1.08");
+        assert_eq!(lines[1].tax_name, None);
+    }
+
+    #[test]
+    fn billed_kwh_rounds_half_even_to_six_places_and_always_parses_back() {
+        // 9 places × 2 places = 11 places: more than a wire decimal may have.
+        let q = billed_kwh(d("0.123456789"), d("1.35"));
+        assert_eq!(q.to_string(), "0.166667");
+        assert_eq!(crate::decimal::parse_canonical(&q.to_string()), Ok(q));
+        assert_eq!(billed_kwh(d("2"), d("1.5")).to_string(), "3");
+        // 0.0000025 half-even is 0.000002.
+        assert_eq!(billed_kwh(d("0.0000025"), d("1")).to_string(), "0.000002");
+    }
+
+    #[test]
+    fn gpu_hours_round_half_even_to_six_places() {
+        assert_eq!(gpu_hours(d("656")).to_string(), "0.182222");
+        assert_eq!(gpu_hours(d("3600")).to_string(), "1");
+        // 0.0000005 h = 0.0018 s: half-even to 0.
+        assert_eq!(gpu_hours(d("0.0018")).to_string(), "0");
+        assert_eq!(gpu_hours(d("0.0054")).to_string(), "0.000002");
+    }
+
+    #[test]
+    fn taxes_per_region_fall_back_to_the_default_then_to_none() {
+        let vat = Tax {
+            name: Some("VAT".into()),
+            rate: d("0.06"),
+        };
+        let mut t = TaxTable::default();
+        assert_eq!(t.for_region("cn-east"), Tax::none());
+        t.by_region.insert("cn-east".into(), vat.clone());
+        assert_eq!(t.for_region("cn-east"), vat);
+        assert_eq!(t.for_region("eu-west"), Tax::none());
+        t.default = Some(Tax {
+            name: Some("GST".into()),
+            rate: d("0.1"),
+        });
+        assert_eq!(t.for_region("eu-west").name.as_deref(), Some("GST"));
+    }
+
+    #[test]
+    fn first_difference_names_the_field() {
+        let a = serde_json::json!({"lines": [{"net": "1.00", "tax": "0.06"}], "total": "1.06"});
+        let mut b = a.clone();
+        b["lines"][0]["tax"] = "0.07".into();
+        assert_eq!(first_difference(&a, &b).as_deref(), Some("lines[0].tax"));
+        let mut b = a.clone();
+        b["total"] = "1.07".into();
+        assert_eq!(first_difference(&a, &b).as_deref(), Some("total"));
+        assert_eq!(first_difference(&a, &a), None);
     }
 }

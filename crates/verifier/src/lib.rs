@@ -67,7 +67,18 @@ pub fn read_verifier_key(arg: &str) -> Result<String, String> {
         arg.to_owned()
     };
     let s = s.trim().to_owned();
-    bundle::verifier_public_key(&s).map_err(|e| format!("--log-key: {e}"))?;
+    bundle::verifier_public_key(&s).map_err(|e| {
+        if gpuledger_core::keys::decode_public(&s).is_ok() {
+            // The raw key alone names no origin, and a checkpoint is signed under its origin.
+            format!(
+                "--log-key: {s} is a raw public key; give the log's verifier key instead \
+                 (<origin>+<key id>+<key>: `verifier_key` in GET /v1/log, or what \
+                 `gpuledger init` printed)"
+            )
+        } else {
+            format!("--log-key: {e}")
+        }
+    })?;
     Ok(s)
 }
 
@@ -195,19 +206,37 @@ pub fn invoice(invoice_path: &Path, bundle_file: &BundleFile) -> Report {
             .verify(|h, a| gpuledger_core::invoice::InvoiceCheck::start(inv.clone(), h, a))?;
         let inv = check.finish()?;
         let mut summary = summary_of(&verified);
-        summary["invoice"] = inv.number.clone().into();
-        summary["total"] = inv.total.to_string().into();
-        summary["currency"] = inv.currency.clone().into();
+        summary["invoice"] = inv.number().into();
+        summary["total"] = inv.total().to_string().into();
+        summary["currency"] = inv.currency().into();
+        let format = match &inv {
+            gpuledger_core::invoice::InvoiceDoc::V1(_) => "version 1".to_owned(),
+            gpuledger_core::invoice::InvoiceDoc::V2(i) => {
+                summary["net_total"] = i.net_total.to_string().into();
+                summary["tax_total"] = i.tax_total.to_string().into();
+                format!(
+                    "net {}, tax {} at the rates it declares",
+                    i.net_total, i.tax_total
+                )
+            }
+        };
+        summary["format"] = match &inv {
+            gpuledger_core::invoice::InvoiceDoc::V1(_) => "gpuledger-invoice/v1",
+            gpuledger_core::invoice::InvoiceDoc::V2(_) => {
+                gpuledger_core::invoice::INVOICE_FORMAT_V2
+            }
+        }
+        .into();
         Ok(Report::pass(
             format!(
-                "invoice {} of {} for [{}, {}): {} lines, total {} {}, recomputed exactly from {} signed records and the prices in checkpoint {} of {}",
-                inv.number,
-                inv.tenant,
-                inv.period.from,
-                inv.period.to,
-                inv.lines.len(),
-                inv.total,
-                inv.currency,
+                "invoice {} of {} for [{}, {}): {} lines, total {} {} ({format}), recomputed exactly from {} signed records and the prices in checkpoint {} of {}",
+                inv.number(),
+                inv.tenant(),
+                inv.period().from,
+                inv.period().to,
+                inv.line_count(),
+                inv.total(),
+                inv.currency(),
                 verified.records,
                 verified.anchor.size(),
                 verified.anchor.checkpoint.origin()
