@@ -228,6 +228,8 @@ pub fn store(
                 cosignatures::created_at.eq(now.unix()),
             ))
             .execute(c)?;
+        // Webhooks: `checkpoint.cosigned`, once per checkpoint and witness.
+        super::webhooks::enqueue_cosignature(c, size, witness, now)?;
         set_size(c, witness, size, now)
     })
 }

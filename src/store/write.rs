@@ -390,6 +390,17 @@ impl<'a> Group<'a> {
                 .values(chunk)
                 .execute(c))?;
         }
+        for c in &self.conflicts {
+            // Webhooks: `record.conflict`, in the transaction that refused the record.
+            super::webhooks::enqueue_conflict(
+                conn,
+                &c.signer,
+                c.seq,
+                c.existing_idx,
+                &c.envelope,
+                self.now,
+            )?;
+        }
         Ok(())
     }
 }
@@ -695,7 +706,10 @@ pub(crate) fn push_ledger_entry(
     diesel::update(signers::table.find(LEDGER_SIGNER))
         .set(signers::last_seq.eq(seq as i64))
         .execute(conn)?;
-    Ok(app.push(&checked))
+    let index = app.push(&checked);
+    // Webhooks: the event this entry causes, if any, in the entry's transaction.
+    super::webhooks::enqueue_entry(conn, index, body, app.received_at)?;
+    Ok(index)
 }
 
 /// The admission rules a ledger-written entry must pass (the same functions `verify-log`

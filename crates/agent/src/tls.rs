@@ -359,20 +359,33 @@ impl<In: Transport> Connector<In> for LedgerTls {
                 },
             );
         }
-        Ok(Some(Either::B(TlsTransport {
+        Ok(Some(Either::B(TlsTransport::new(conn, sock, details))))
+    }
+}
+
+/// An established TLS connection, as ureq's transport: also what the server's webhook
+/// connector hands ureq after its own handshake.
+pub struct TlsTransport {
+    buffers: LazyBuffers,
+    stream: StreamOwned<ClientConnection, TransportAdapter>,
+}
+
+impl TlsTransport {
+    /// The transport over `conn` (handshake done) on `sock`, with the buffer sizes of
+    /// `details`' configuration.
+    pub fn new(
+        conn: ClientConnection,
+        sock: TransportAdapter,
+        details: &ConnectionDetails,
+    ) -> Self {
+        TlsTransport {
             buffers: LazyBuffers::new(
                 details.config.input_buffer_size(),
                 details.config.output_buffer_size(),
             ),
             stream: StreamOwned { conn, sock },
-        })))
+        }
     }
-}
-
-/// An established TLS connection, as ureq's transport.
-struct TlsTransport {
-    buffers: LazyBuffers,
-    stream: StreamOwned<ClientConnection, TransportAdapter>,
 }
 
 impl fmt::Debug for TlsTransport {
