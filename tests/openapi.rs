@@ -491,10 +491,13 @@ fn decimals_are_documented_as_decimal_strings() {
         ("Balance", "invoiced"),
         ("CurrencyLines", "total"),
         ("Invoice", "total"),
-        ("InvoiceLine", "amount"),
+        ("InvoiceLine", "net"),
+        ("InvoiceLine", "tax"),
+        ("InvoiceLine", "gross"),
+        ("InvoiceLine", "tax_rate"),
         ("InvoiceLine", "quantity"),
         ("InvoiceLine", "unit_price"),
-        ("Line", "amount"),
+        ("InvoiceAccount", "balance_due"),
         ("RateCard", "price_per_gpu_hour"),
         ("RegionParameters", "pue"),
         ("Settlement", "amount"),
@@ -505,8 +508,9 @@ fn decimals_are_documented_as_decimal_strings() {
         ("GpuClaim", "gpu_seconds"),
         ("EnergyClaim", "kwh"),
         ("Unpriced", "quantity"),
-        ("Line", "exact_amount"),
-        ("Line", "quantity"),
+        ("InvoiceLine", "gpu_seconds"),
+        ("InvoiceLine", "measured_kwh"),
+        ("Balance", "credit"),
         ("Balance", "paid"),
         ("Balance", "credited"),
         ("Totals", "carbon_kg"),
@@ -634,7 +638,9 @@ fn served_answers_match_their_documented_schemas() {
             &k,
             3,
             Some("tenant-a"),
-            records::dec("1.25"),
+            // 9 places × PUE 1.2: billed kWh of 10 places, shown rounded to 6 (the invoice
+            // read back below once answered 500 for a quantity of more places than 9).
+            records::dec("1.234567891"),
             end(3),
         ),
     ];
@@ -675,10 +681,22 @@ fn served_answers_match_their_documented_schemas() {
         )
         .ok_json(201);
     let number = issued[0]["number"].as_str().unwrap().to_owned();
+    let energy: Vec<&Value> = issued[0]["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["kind"] == "energy")
+        .collect();
+    assert_eq!(energy.len(), 1, "{issued}");
+    assert_eq!(
+        (&energy[0]["measured_kwh"], &energy[0]["quantity"]),
+        (&json!("1.234567891"), &json!("1.481481")),
+        "{issued}"
+    );
     h.post(
         "/v1/payments",
         a,
-        &json!({"tenant": "tenant-a", "invoice": number, "currency": "CNY", "amount": "1.00"}),
+        &json!({"tenant": "tenant-a", "invoice": number, "currency": "CNY", "amount": "0.50"}),
     )
     .ok_json(201);
     let cert = h
@@ -698,6 +716,7 @@ fn served_answers_match_their_documented_schemas() {
         ("/v1/usage", format!("/v1/usage?from={from}&to={to}"), t),
         ("/v1/invoices", "/v1/invoices".into(), a),
         ("/v1/invoices/{number}", format!("/v1/invoices/{number}"), t),
+        ("/v1/invoices/{number}/account", format!("/v1/invoices/{number}/account"), t),
         ("/v1/invoices/preview", preview_path, a),
         ("/v1/certificates", "/v1/certificates".into(), a),
         ("/v1/certificates/{id}", format!("/v1/certificates/{cert_id}"), t),
@@ -749,4 +768,72 @@ fn served_answers_match_their_documented_schemas() {
     let schema = &doc["paths"]["/v1/invoices/{number}"]["get"]["responses"]["200"]["content"]
         ["application/json"]["schema"];
     assert!(!validator_of(&doc, schema).is_valid(&wrong));
+}
+
+/// Every kind of outcome the server answers to a batch (accepted, duplicate, rejected) is valid
+/// against the documented `IngestResponse`, and matches the one `Outcome` alternative that its
+/// `status` names: one flat object each, which client generators can read (the rejected
+/// alternative was once an `allOf` that openapi-python-client dropped, and with it the answer).
+#[test]
+fn served_outcomes_match_their_documented_alternatives() {
+    use gpuledger::sample;
+    let db = common::sqlite();
+    let log = init(&db);
+    let srv = log.serve();
+    let h = srv.http();
+    h.parties(&log.admin, &["tenant-a"]);
+    let k = sample::key("openapi-node");
+    h.register(&log.admin, "node-1", "node", &k);
+    let end = records::base_day().plus(600);
+    let first = sample::usage("node-1", &k, 1, "tenant-a", records::dec("2"), end);
+    let second = sample::usage(
+        "node-1",
+        &k,
+        2,
+        "tenant-a",
+        records::dec("1"),
+        end.plus(600),
+    );
+    assert_eq!(h.post_records(std::slice::from_ref(&first))["accepted"], 1);
+    // The seq of a signed record changed: its signature no longer verifies.
+    let mut forged = serde_json::to_value(&second).unwrap();
+    forged["seq"] = json!(3);
+    let batch = json!([second, first, forged]);
+    let ans = h.post("/v1/records", None, &batch).ok_json(200);
+    let statuses: Vec<&str> = ans["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["accepted", "duplicate", "rejected"], "{ans}");
+    assert_eq!(ans["outcomes"][2]["reason"], "bad_signature", "{ans}");
+
+    let doc: Value = serde_json::from_str(&gpuledger::api::openapi_json()).unwrap();
+    let schema = &doc["paths"]["/v1/records"]["post"]["responses"]["200"]["content"]
+        ["application/json"]["schema"];
+    let errors: Vec<String> = validator_of(&doc, schema)
+        .iter_errors(&ans)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    let alternatives = doc["components"]["schemas"]["Outcome"]["oneOf"]
+        .as_array()
+        .expect("Outcome is a oneOf");
+    assert_eq!(alternatives.len(), 3);
+    for (outcome, status) in ans["outcomes"].as_array().unwrap().iter().zip(&statuses) {
+        for alt in alternatives {
+            assert_eq!(
+                alt["type"], "object",
+                "a flat object, not a composition: {alt}"
+            );
+            let named = alt["properties"]["status"]["enum"] == json!([status]);
+            assert_eq!(
+                validator_of(&doc, alt).is_valid(outcome),
+                named,
+                "{outcome} against {}",
+                alt["title"]
+            );
+        }
+    }
 }
