@@ -12,6 +12,7 @@ pub mod agent;
 pub mod forge;
 pub mod http;
 pub mod records;
+pub mod webdriver;
 
 #[allow(unused_imports)]
 pub use agent::*;

@@ -1,0 +1,121 @@
+// Charts drawn as SVG by our own small code: stacked bars (one bar per time bucket, one colour
+// per series) and a horizontal share bar. Heights use floats for drawing only; every bar keeps
+// its exact decimal in `data-value` and in its tooltip.
+
+import { h, fmtNumber } from "./dom.js";
+
+/** Series colours (contrast ≥ 3:1 against the white plot). */
+export const PALETTE = ["#1f5fa8", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#4d4d4d"];
+
+const W = 720;
+const H = 300;
+const PAD = { left: 64, right: 12, top: 12, bottom: 56 };
+
+/**
+ * A stacked bar chart. `buckets`: `[{key, label}]`; `series`: `[{name, values: {bucketKey:
+ * decimalString}}]`; `title`: its accessible name (a string). Returns an `<svg>`.
+ */
+export function stackedBars({ buckets, series, title, unit }) {
+  const totals = buckets.map((b) =>
+    series.reduce((acc, s) => acc + Number(s.values[b.key] || 0), 0),
+  );
+  const max = niceMax(Math.max(0, ...totals));
+  const plotW = W - PAD.left - PAD.right;
+  const plotH = H - PAD.top - PAD.bottom;
+  const slot = plotW / Math.max(1, buckets.length);
+  const barW = Math.max(2, Math.min(48, slot * 0.7));
+  const y = (v) => PAD.top + plotH - (max === 0 ? 0 : (v / max) * plotH);
+  const svg = h("svg", {
+    class: "chart",
+    viewBox: `0 0 ${W} ${H}`,
+    role: "img",
+    "aria-label": title,
+    preserveAspectRatio: "xMidYMid meet",
+  });
+  // Grid and axis labels (numbers: data).
+  for (let i = 0; i <= 4; i++) {
+    const v = (max * i) / 4;
+    const gy = y(v);
+    svg.appendChild(h("line", { x1: PAD.left, x2: W - PAD.right, y1: gy, y2: gy, class: "grid" }));
+    svg.appendChild(
+      h("text", { x: PAD.left - 6, y: gy + 4, "text-anchor": "end", class: "axis" }, fmtNumber(v, 2)),
+    );
+  }
+  const labelEvery = Math.ceil(buckets.length / 12);
+  buckets.forEach((b, i) => {
+    const x = PAD.left + i * slot + (slot - barW) / 2;
+    let acc = 0;
+    series.forEach((s, si) => {
+      const exact = s.values[b.key];
+      const v = Number(exact || 0);
+      if (!(v > 0)) return;
+      const top = y(acc + v);
+      const height = y(acc) - top;
+      acc += v;
+      svg.appendChild(
+        h(
+          "rect",
+          {
+            x,
+            y: top,
+            width: barW,
+            height: Math.max(0.5, height),
+            fill: PALETTE[si % PALETTE.length],
+            class: "bar",
+            dataset: { value: exact, series: s.name, bucket: b.key },
+          },
+          h("title", {}, `${b.label} · ${s.name}: ${fmtNumber(exact, 4)} ${unit}`),
+        ),
+      );
+    });
+    if (i % labelEvery === 0) {
+      svg.appendChild(
+        h(
+          "text",
+          { x: x + barW / 2, y: H - PAD.bottom + 16, "text-anchor": "middle", class: "axis" },
+          b.label,
+        ),
+      );
+    }
+  });
+  return svg;
+}
+
+/** A legend for `series` names. */
+export function legend(names) {
+  return h(
+    "ul",
+    { class: "legend" },
+    names.map((n, i) =>
+      h("li", {}, h("span", { class: "swatch", "aria-hidden": "true", dataset: { color: i % PALETTE.length } }), n),
+    ),
+  );
+}
+
+/** One horizontal bar split into parts `[{name, value}]` (exact decimal strings). */
+export function shareBar(parts, title) {
+  const total = parts.reduce((a, p) => a + Number(p.value || 0), 0);
+  const svg = h("svg", { class: "share", viewBox: "0 0 720 28", role: "img", "aria-label": title, preserveAspectRatio: "none" });
+  let x = 0;
+  parts.forEach((p, i) => {
+    const w = total === 0 ? 0 : (Number(p.value) / total) * 720;
+    if (w > 0) {
+      svg.appendChild(
+        h(
+          "rect",
+          { x, y: 0, width: w, height: 28, fill: PALETTE[i % PALETTE.length], dataset: { value: p.value, series: p.name } },
+          h("title", {}, `${p.name}: ${fmtNumber(p.value, 4)}`),
+        ),
+      );
+    }
+    x += w;
+  });
+  return svg;
+}
+
+function niceMax(v) {
+  if (v <= 0) return 1;
+  const p = 10 ** Math.floor(Math.log10(v));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}

@@ -1,0 +1,138 @@
+// What the in-browser checks trust: the log's verifier key (fetched from `GET /v1/log`, or one
+// the user pasted), witness keys and a quorum; and the verifier module, loaded only when a
+// check runs (assets/console/verify/index.js).
+
+import { h, t, tOr, replace } from "./dom.js";
+import { getJson } from "./api.js";
+
+const TRUST_KEY = "gpuledger.console.trust";
+
+/** The saved trust settings: `{logKey, witnesses: [vkey], quorum}` (pasted by the user). */
+export function savedTrust() {
+  try {
+    const v = JSON.parse(localStorage.getItem(TRUST_KEY) || "null");
+    return v && typeof v === "object" ? v : { logKey: "", witnesses: [], quorum: 0 };
+  } catch {
+    return { logKey: "", witnesses: [], quorum: 0 };
+  }
+}
+
+function saveTrust(v) {
+  localStorage.setItem(TRUST_KEY, JSON.stringify(v));
+}
+
+/** The key id of a signed-note verifier key `<name>+<hex id>+<base64>`, or null. */
+export function keyId(vkey) {
+  const parts = String(vkey || "").trim().split("+");
+  return parts.length === 3 && /^[0-9a-f]{8}$/.test(parts[1]) ? parts[1] : null;
+}
+
+/**
+ * What a check uses: `{logKey, source: "pasted"|"server", witnesses, quorum}`. A pasted key
+ * wins over the server's.
+ */
+export async function trustForChecks() {
+  const saved = savedTrust();
+  if (saved.logKey && keyId(saved.logKey)) {
+    return { logKey: saved.logKey.trim(), source: "pasted", witnesses: saved.witnesses || [], quorum: saved.quorum || 0 };
+  }
+  const log = await getJson("/v1/log");
+  return { logKey: log.verifier_key, source: "server", witnesses: saved.witnesses || [], quorum: saved.quorum || 0 };
+}
+
+let verifier = null;
+
+/** The verifier module, imported on first use; a clear error when it is not installed. */
+export async function loadVerifier() {
+  if (!verifier) {
+    verifier = import("../verify/index.js").catch((e) => {
+      verifier = null;
+      throw new Error(`verifier module unavailable: ${e.message}`);
+    });
+  }
+  return verifier;
+}
+
+/** The panel that shows the key in use and lets the user paste the ones they trust. */
+export function trustPanel() {
+  const saved = savedTrust();
+  const status = h("p", { class: "muted", "aria-live": "polite" });
+  const serverKey = h("code", { class: "vkey" }, "…");
+  getJson("/v1/log")
+    .then((log) => replace(serverKey, `${log.verifier_key} (${t("trust_key_id")}: ${keyId(log.verifier_key) ?? "?"})`))
+    .catch(() => replace(serverKey, t("error_generic")));
+  const keyInput = h("textarea", { id: "trust-log-key", rows: 2, spellcheck: "false", placeholder: t("trust_paste_placeholder") });
+  keyInput.value = saved.logKey || "";
+  const witnessInput = h("textarea", { id: "trust-witnesses", rows: 3, spellcheck: "false", placeholder: t("trust_witnesses_placeholder") });
+  witnessInput.value = (saved.witnesses || []).join("\n");
+  const quorumInput = h("input", { id: "trust-quorum", type: "number", min: 0, step: 1, value: saved.quorum || 0 });
+  const form = h(
+    "form",
+    {
+      class: "trust",
+      onsubmit: (ev) => {
+        ev.preventDefault();
+        const logKey = keyInput.value.trim();
+        if (logKey && !keyId(logKey)) {
+          replace(status, t("trust_bad_key"));
+          return;
+        }
+        const witnesses = witnessInput.value.split("\n").map((s) => s.trim()).filter(Boolean);
+        const quorum = Math.max(0, Math.min(witnesses.length, Number(quorumInput.value) || 0));
+        saveTrust({ logKey, witnesses, quorum });
+        replace(status, t("trust_saved"));
+      },
+    },
+    h("h3", {}, t("trust_title")),
+    h("p", {}, t("trust_explain")),
+    h("p", {}, h("strong", {}, t("trust_server_key")), " ", serverKey),
+    h("label", { for: "trust-log-key" }, t("trust_paste_label")),
+    keyInput,
+    h("label", { for: "trust-witnesses" }, t("trust_witnesses_label")),
+    witnessInput,
+    h("label", { for: "trust-quorum" }, t("trust_quorum_label")),
+    quorumInput,
+    h("div", { class: "actions" }, h("button", { type: "submit" }, t("save"))),
+    status,
+  );
+  return h("details", { class: "card" }, h("summary", {}, t("trust_summary")), form);
+}
+
+/**
+ * Shows a verifier result `{ok, steps, failure}` in `el`: PASS, or FAIL with the failing item
+ * and reason (`data-result`, `data-reason` for tests and scripts), then the steps.
+ */
+export function showResult(el, result, { source } = {}) {
+  const ok = !!result.ok;
+  const f = result.failure || {};
+  replace(
+    el,
+    h(
+      "div",
+      { class: `verdict ${ok ? "pass" : "fail"}`, role: "status", dataset: { result: ok ? "PASS" : "FAIL" } },
+      h("strong", {}, ok ? t("verdict_pass") : t("verdict_fail")),
+      ok ? null : h("p", {}, h("span", {}, t("failure_reason")), " ", h("code", { dataset: { reason: f.reason || "" } }, f.reason || "?")),
+      ok || !f.item ? null : h("p", {}, h("span", {}, t("failure_item")), " ", h("code", {}, String(f.item))),
+      ok || !f.message ? null : h("p", { class: "message" }, String(f.message)),
+      source === "server" ? h("p", { class: "muted" }, t("trust_server_caveat")) : null,
+    ),
+    result.steps && result.steps.length
+      ? h(
+          "ol",
+          { class: "steps" },
+          result.steps.map((s) =>
+            h(
+              "li",
+              { class: s.ok ? "ok" : "bad" },
+              h("span", { class: "mark", "aria-hidden": "true" }, s.ok ? "✓" : "✗"),
+              " ",
+              h("span", {}, s.ok ? t("step_ok") : t("step_failed")),
+              " ",
+              tOr(`stepname_${String(s.name).replace(/ /g, "_")}`, s.name),
+              s.detail ? h("span", { class: "muted" }, ` — ${s.detail}`) : null,
+            ),
+          ),
+        )
+      : null,
+  );
+}

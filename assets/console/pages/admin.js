@@ -1,0 +1,361 @@
+// Admin pages: tenants, signers (register from a pasted key, rotate, revoke), tokens, prices in
+// force, ingest rate and rejections (the Prometheus text of /metrics), witness status.
+
+import { h, t, tOr, replace, fmtNumber, fmtMoney, fmtDateTime } from "../lib/dom.js";
+import { getJson, getText, postJson, del, ApiError } from "../lib/api.js";
+import { table } from "./tenant.js";
+
+/** Seconds between the two /metrics samples the ingest rate is computed from. */
+export const RATE_SAMPLE_SECONDS = 5;
+
+function problemText(e) {
+  return e instanceof ApiError && e.problem ? `${e.status} ${e.problem.detail || e.problem.title || ""}` : e.message;
+}
+
+function field(id, label, input) {
+  input.id = id;
+  input.name = id;
+  return h("div", { class: "field" }, h("label", { for: id }, label), input);
+}
+
+/** A form that posts, shows the outcome in its status line, and then calls `done`. */
+function actionForm(title, fields, submitLabel, act) {
+  const status = h("p", { role: "status", "aria-live": "polite" });
+  const button = h("button", { type: "submit" }, submitLabel);
+  const form = h(
+    "form",
+    {
+      class: "card filters",
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        button.disabled = true;
+        replace(status);
+        try {
+          const msg = await act();
+          replace(status, msg || t("done"));
+        } catch (e) {
+          replace(status, h("span", { class: "error" }, t("error_with", { message: problemText(e) })));
+        } finally {
+          button.disabled = false;
+        }
+      },
+    },
+    h("h2", { class: "wide" }, title),
+    fields,
+    h("div", { class: "actions" }, button),
+    status,
+  );
+  return form;
+}
+
+const list = (s) => s.split(",").map((x) => x.trim()).filter(Boolean);
+
+/** `#/tenants`. */
+export async function tenantsPage(main) {
+  const tenants = await getJson("/v1/tenants");
+  const id = h("input", { required: true, autocomplete: "off" });
+  const name = h("input", { required: true, autocomplete: "off" });
+  replace(
+    main,
+    h("h1", {}, t("tenants_title")),
+    actionForm(t("create_tenant"), [field("tenant-id", t("tenant_id"), id), field("tenant-name", t("tenant_name"), name)], t("create"), async () => {
+      await postJson("/v1/tenants", { id: id.value.trim(), name: name.value.trim() });
+      setTimeout(() => tenantsPage(main), 0);
+      return t("created");
+    }),
+    h(
+      "section",
+      { class: "card" },
+      table([t("tenant_id"), t("tenant_name"), t("created_at")], tenants.map((x) => [x.id, x.name, fmtDateTime(x.created_at)]), { id: "tenants" }),
+    ),
+  );
+}
+
+/** `#/signers`: every key with its scope; register, add a key (rotate), revoke. */
+export async function signersPage(main) {
+  const keys = await getJson("/v1/signers");
+  const sid = h("input", { required: true, autocomplete: "off" });
+  const role = h("select", {}, h("option", { value: "node" }, t("signer_role_node")), h("option", { value: "market" }, t("signer_role_market")));
+  const pub = h("textarea", { required: true, rows: 2, spellcheck: "false" });
+  const nodes = h("input", { autocomplete: "off" });
+  const regions = h("input", { required: true, autocomplete: "off" });
+  const rotId = h("input", { required: true, autocomplete: "off" });
+  const rotPub = h("textarea", { required: true, rows: 2, spellcheck: "false" });
+  const reload = () => setTimeout(() => signersPage(main), 0);
+  const rows = keys.map((k) => [
+    k.signer,
+    tOr(`signer_role_${k.role}`, k.role),
+    h("code", {}, k.key_id),
+    (k.regions || []).join(", "),
+    (k.nodes || []).join(", ") || "—",
+    fmtNumber(k.registered_index),
+    k.revoked_index !== null && k.revoked_index !== undefined
+      ? h("span", { class: "badge ev-revoked" }, t("revoked_at_index", { index: k.revoked_index }))
+      : h(
+          "button",
+          {
+            type: "button",
+            class: "danger",
+            dataset: { revoke: k.key_id },
+            onclick: async (ev) => {
+              if (!confirm(String(t("confirm_revoke", { key: k.key_id, signer: k.signer })))) return;
+              ev.target.disabled = true;
+              try {
+                await postJson(`/v1/signers/${encodeURIComponent(k.signer)}/keys/${encodeURIComponent(k.key_id)}/revoke`, {});
+                reload();
+              } catch (e) {
+                ev.target.disabled = false;
+                alert(String(t("error_with", { message: problemText(e) })));
+              }
+            },
+          },
+          t("revoke"),
+        ),
+  ]);
+  replace(
+    main,
+    h("h1", {}, t("signers_title")),
+    actionForm(
+      t("register_signer"),
+      [
+        field("signer-id", t("signer"), sid),
+        field("signer-role", t("role"), role),
+        field("signer-key", t("public_key_pasted"), pub),
+        field("signer-nodes", t("nodes_comma"), nodes),
+        field("signer-regions", t("regions_comma"), regions),
+      ],
+      t("register"),
+      async () => {
+        const body = { id: sid.value.trim(), role: role.value, public_key: pub.value.trim(), regions: list(regions.value) };
+        if (role.value === "node") body.nodes = list(nodes.value);
+        await postJson("/v1/signers", body);
+        reload();
+        return t("created");
+      },
+    ),
+    actionForm(t("rotate_key"), [field("rotate-id", t("signer"), rotId), field("rotate-key", t("public_key_pasted"), rotPub)], t("add_key"), async () => {
+      await postJson(`/v1/signers/${encodeURIComponent(rotId.value.trim())}/keys`, { public_key: rotPub.value.trim() });
+      reload();
+      return t("created");
+    }),
+    h(
+      "section",
+      { class: "card" },
+      table([t("signer"), t("role"), t("key_id"), t("regions"), t("nodes"), t("registered_index"), t("state")], rows, { id: "signers" }),
+    ),
+  );
+}
+
+/** `#/tokens`: list, create (the secret shown once), revoke. */
+export async function tokensPage(main) {
+  const tokens = await getJson("/v1/tokens");
+  const role = h("select", {}, ["tenant", "auditor", "admin"].map((r) => h("option", { value: r }, t(`role_${r}`))));
+  const tenant = h("input", { autocomplete: "off" });
+  const label = h("input", { required: true, autocomplete: "off" });
+  const expires = h("input", { type: "date" });
+  const secretBox = h("div", { "aria-live": "polite" });
+  const reload = () => setTimeout(() => tokensPage(main), 0);
+  const rows = tokens.map((k) => [
+    h("code", {}, k.id),
+    t(`role_${k.role}`),
+    k.tenant || "—",
+    k.label,
+    fmtDateTime(k.created_at),
+    k.expires_at ? fmtDateTime(k.expires_at) : "—",
+    k.revoked_at
+      ? h("span", { class: "badge ev-revoked" }, t("revoked"))
+      : h(
+          "button",
+          {
+            type: "button",
+            class: "danger",
+            dataset: { revokeToken: k.id },
+            onclick: async (ev) => {
+              if (!confirm(String(t("confirm_revoke_token", { id: k.id })))) return;
+              ev.target.disabled = true;
+              try {
+                await del(`/v1/tokens/${encodeURIComponent(k.id)}`);
+                reload();
+              } catch (e) {
+                ev.target.disabled = false;
+                alert(String(t("error_with", { message: problemText(e) })));
+              }
+            },
+          },
+          t("revoke"),
+        ),
+  ]);
+  const form = actionForm(
+    t("create_token"),
+    [field("token-role", t("role"), role), field("token-tenant", t("tenant_for_tenant_tokens"), tenant), field("token-label", t("label"), label), field("token-expires", t("expires_optional"), expires)],
+    t("create"),
+    async () => {
+      const body = { role: role.value, label: label.value.trim() };
+      if (role.value === "tenant") body.tenant = tenant.value.trim();
+      if (expires.value) body.expires_at = `${expires.value}T00:00:00Z`;
+      const made = await postJson("/v1/tokens", body);
+      replace(secretBox, h("div", { class: "card secret" }, h("p", {}, t("token_secret_once")), h("code", { class: "vkey", id: "new-token" }, made.token)));
+      return t("created");
+    },
+  );
+  replace(
+    main,
+    h("h1", {}, t("tokens_title")),
+    form,
+    secretBox,
+    h("section", { class: "card" }, h("button", { type: "button", class: "secondary", onclick: reload }, t("refresh")), table([t("token_id"), t("role"), t("tenant"), t("label"), t("created_at"), t("expires_at"), t("state")], rows, { id: "tokens" })),
+  );
+}
+
+/** The entries of `kind` in force now: the latest `effective_from` ≤ now per `key(body)`. */
+function inForce(entries, kind, key) {
+  const now = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+  const best = new Map();
+  for (const e of entries) {
+    if (e.kind !== kind || !(e.body.effective_from <= now)) continue;
+    const k = key(e.body);
+    const cur = best.get(k);
+    if (!cur || cur.body.effective_from <= e.body.effective_from) best.set(k, e);
+  }
+  return [...best.values()].sort((a, b) => key(a.body).localeCompare(key(b.body)));
+}
+
+/** `#/prices`: rate cards, region parameters and spot prices in force; plans and tiers. */
+export async function pricesPage(main) {
+  const entries = await getJson("/v1/prices");
+  const cards = inForce(entries, "rate_card", (b) => `${b.region}/${b.gpu_model}/${b.lease_class}`);
+  const params = inForce(entries, "region_params", (b) => b.region);
+  const spots = inForce(entries, "spot_price", (b) => `${b.region}/${b.gpu_model}`);
+  const others = entries.filter((e) => ["volume_tiers", "tenant_plan"].includes(e.kind));
+  replace(
+    main,
+    h("h1", {}, t("prices_title")),
+    h(
+      "section",
+      { class: "card" },
+      h("h2", {}, t("rate_cards_in_force")),
+      table(
+        [t("region"), t("gpu_model"), t("lease_class"), t("price_per_gpu_hour"), t("effective_from"), t("index")],
+        cards.map((e) => [e.body.region, e.body.gpu_model, tOr(`class_${e.body.lease_class}`, e.body.lease_class), fmtMoney(e.body.price_per_gpu_hour, e.body.currency), fmtDateTime(e.body.effective_from), fmtNumber(e.index)]),
+        { id: "rate-cards", numeric: [3, 5] },
+      ),
+    ),
+    h(
+      "section",
+      { class: "card" },
+      h("h2", {}, t("region_params_in_force")),
+      table(
+        [t("region"), t("electricity_price"), t("pue"), t("carbon_intensity"), t("effective_from")],
+        params.map((e) => [e.body.region, fmtMoney(e.body.electricity_price_per_kwh, e.body.currency), fmtNumber(e.body.pue), fmtNumber(e.body.carbon_g_per_kwh), fmtDateTime(e.body.effective_from)]),
+        { numeric: [1, 2, 3] },
+      ),
+    ),
+    h(
+      "section",
+      { class: "card" },
+      h("h2", {}, t("spot_in_force")),
+      table(
+        [t("region"), t("gpu_model"), t("price_per_gpu_hour"), t("effective_from")],
+        spots.map((e) => [e.body.region, e.body.gpu_model, fmtMoney(e.body.price_per_gpu_hour, e.body.currency), fmtDateTime(e.body.effective_from)]),
+        { numeric: [2] },
+      ),
+    ),
+    h(
+      "section",
+      { class: "card" },
+      h("h2", {}, t("plans_and_tiers")),
+      table(
+        [t("index"), t("kind"), t("body")],
+        others.map((e) => [fmtNumber(e.index), tOr(`kind_${e.kind}`, e.kind), h("pre", { class: "json" }, JSON.stringify(e.body, null, 2))]),
+        { numeric: [0] },
+      ),
+    ),
+  );
+}
+
+/**
+ * Parses Prometheus text: the samples of `name` as `[{labels, value}]` (labels unescaped).
+ */
+export function samples(text, name) {
+  const out = [];
+  const re = new RegExp(`^${name}(?:\\{(.*)\\})?\\s+(\\S+)`);
+  for (const line of text.split("\n")) {
+    const m = re.exec(line);
+    if (!m) continue;
+    const labels = {};
+    for (const l of (m[1] || "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]] = l[2].replace(/\\(.)/g, "$1");
+    out.push({ labels, value: Number(m[2]) });
+  }
+  return out;
+}
+
+function recordCounts(text) {
+  const by = { accepted: 0, duplicate: 0, rejected: 0, reasons: new Map() };
+  for (const s of samples(text, "gpuledger_records_total")) {
+    const o = s.labels.outcome;
+    if (o in by) by[o] += s.value;
+    if (o === "rejected") by.reasons.set(s.labels.reason || "?", (by.reasons.get(s.labels.reason || "?") || 0) + s.value);
+  }
+  return by;
+}
+
+/** `#/ingest`: records per second (two samples of /metrics) and rejections by reason. */
+export async function ingestPage(main, _arg, _query, alive) {
+  const first = recordCounts(await getText("/metrics"));
+  const rate = h("p", { id: "ingest-rate", "aria-live": "polite" }, t("measuring", { s: RATE_SAMPLE_SECONDS }));
+  const reasons = [...first.reasons.entries()].sort((a, b) => b[1] - a[1]);
+  replace(
+    main,
+    h("h1", {}, t("ingest_title")),
+    h("p", { class: "muted" }, t("ingest_explain")),
+    h(
+      "section",
+      { class: "card" },
+      rate,
+      h(
+        "dl",
+        { class: "facts" },
+        h("dt", {}, t("accepted_total")),
+        h("dd", {}, fmtNumber(first.accepted)),
+        h("dt", {}, t("duplicate_total")),
+        h("dd", {}, fmtNumber(first.duplicate)),
+        h("dt", {}, t("rejected_total")),
+        h("dd", {}, fmtNumber(first.rejected)),
+      ),
+    ),
+    h("section", { class: "card" }, h("h2", {}, t("rejections_by_reason")), table([t("reason"), t("count")], reasons.map(([r, n]) => [h("code", {}, r), fmtNumber(n)]), { id: "rejections", numeric: [1] })),
+  );
+  const started = performance.now();
+  await new Promise((r) => setTimeout(r, RATE_SAMPLE_SECONDS * 1000));
+  if (alive && !alive()) return;
+  const second = recordCounts(await getText("/metrics"));
+  const secs = (performance.now() - started) / 1000;
+  const perSec = (second.accepted - first.accepted) / secs;
+  replace(rate, t("ingest_rate", { rate: fmtNumber(perSec, 1), s: fmtNumber(secs, 1) }));
+}
+
+/** `#/witnesses`: each configured witness, its cosigned size, lag and last error. */
+export async function witnessesPage(main) {
+  const w = await getJson("/v1/witnesses");
+  replace(
+    main,
+    h("h1", {}, t("witnesses_title")),
+    h("p", {}, t("witness_quorum", { quorum: w.quorum })),
+    h(
+      "section",
+      { class: "card" },
+      table(
+        [t("witness"), t("url"), t("cosigned_size"), t("lag_entries"), t("last_cosigned_at"), t("last_error")],
+        (w.witnesses || []).map((x) => [
+          x.name,
+          h("code", {}, x.url),
+          x.cosigned_size === null || x.cosigned_size === undefined ? "—" : fmtNumber(x.cosigned_size),
+          fmtNumber(x.lag_entries),
+          x.last_cosigned_at ? fmtDateTime(x.last_cosigned_at) : "—",
+          x.last_error ? h("span", { class: "error" }, `${x.last_error.reason}: ${x.last_error.message}`) : "—",
+        ]),
+        { id: "witnesses", numeric: [2, 3] },
+      ),
+    ),
+  );
+}

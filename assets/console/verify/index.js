@@ -1,0 +1,221 @@
+// The console's in-browser verifier: gpuledger's evidence checked with WebCrypto (Ed25519,
+// SHA-256) by code written from docs/PROTOCOL.md, with no third-party code and no network.
+// Plain ES modules with relative imports: they run in Chromium ≥ 137 and Node ≥ 20 alike.
+//
+// Every function resolves to {ok: true, steps, summary} or
+// {ok: false, steps, failure: {reason, item, message}}; `steps` is [{name, ok, detail}] for
+// display, `reason` one of the protocol's stable codes (§15, §16.6), the ones
+// `gpuledger verify` reports for the same input.
+//
+// WHAT THE BROWSER CHECK PROVES, compared with `gpuledger verify` (the offline verifier):
+//
+// Checked here, exactly as the offline verifier does:
+// - the checkpoint note's Ed25519 signature by the log's verifier key, and that its origin is
+//   the key's name (§9); witness cosignatures (cosignature/v1) and the quorum when witness
+//   keys are given (§16.6);
+// - the certificate's signature under its own tag (§13.4), and that its checkpoint, origin
+//   and id are the bundle's;
+// - the bundle's form, line by line: header, canonical lines in v3, end-line counts, order
+//   (context before records, increasing indexes), no repeated member names (§14, §15 step 1);
+// - every leaf: canonical version-2 leaf bytes at its index, the hash chain (`prev`) where the
+//   bundle holds the entry before, the envelope's shape (§4) and the signed message for the
+//   verifier key's origin (§4.1);
+// - the key of every entry by log position (§6.1, §6.2): ledger entries by the log key, other
+//   records by a key registered earlier in the context, to that signer, with a role that may
+//   sign the kind, not revoked, and within its nodes and regions (§5.4); registered keys valid
+//   by §3.1 (canonical, not of small order, torsion-free);
+// - every signature, strictly (§3.3: WebCrypto's cofactorless equation with S < L, plus the
+//   small-order R refusal done here);
+// - inclusion: each v2 entry's proof (RFC 9162 §2.1.3.2), or the v3 multi-proof (§14.2);
+//   consistency of two checkpoints (RFC 9162 §2.1.4.2);
+// - the certificate's arithmetic: each record the tenant's, in the period and scope, the
+//   covered-entries commitment (§13.3), and every line and total recomputed exactly (§13.2).
+//
+// NOT checked here (the offline verifier, `gpuledger verify`, does):
+// - the admission rules of §6.7 that need more than the key registry: tenants and leases
+//   registered (`unknown_tenant`, `unknown_lease`, `lease_tenant_mismatch`,
+//   `already_registered`), the time policy (`too_old`, `in_future`), and the price rules
+//   (`price_in_past`, `price_conflict`, `price_in_invoiced_period`, `price_not_forward`);
+// - the field rules of §5 for kinds other than gpu_usage, energy, signer_key_registered,
+//   signer_key_revoked and region_params (their bodies must be objects; their fields are not
+//   checked one by one);
+// - invoices (the recomputation of docs/RATING.md).
+// A bundle that passes here but breaks one of those rules would still fail
+// `gpuledger verify`; for a certificate the ledger issued, both agree. The browser check is a
+// convenience for people without the command line, not a replacement for it.
+//
+// Memory: the bundle is read as a stream (Blob.stream()); the verifier keeps the context
+// entries and 40 bytes per entry (index and leaf hash, §14.2), never the whole file or the
+// multi-proof's nodes, so a bundle of 100 MB or more verifies in a browser tab.
+
+import { b64decode } from './jcs.js';
+import { PublicKey } from './ed25519.js';
+import { checkQuorum, envelopeKeyId, parseVerifierKey, verifyCheckpointNote, noteText } from './note.js';
+import { verifyConsistency as consistencyProof } from './merkle.js';
+import { checkBundle } from './bundle.js';
+import { CertificateCheck, checkCertificateSignature, parseCertificate } from './certificate.js';
+import { Failure, run } from './result.js';
+
+export { Failure } from './result.js';
+
+/** Parses the log's verifier key (§9); a bad one is `malformed` (item `log key`). */
+async function logKeyOf(text, steps) {
+  return steps.step(
+    'log key',
+    async () => {
+      try {
+        const k = await parseVerifierKey(text);
+        k.envelopeKeyId = await envelopeKeyId(k.key.bytes);
+        return k;
+      } catch (e) {
+        throw new Failure('malformed', 'log key', e.message);
+      }
+    },
+    (k) => `${k.name} (key id ${k.keyId.toString(16).padStart(8, '0')})`,
+  );
+}
+
+/** The witness step (§16.6), when witness keys are given. */
+async function witnessStep(steps, note, witnesses, quorum, item) {
+  if (!witnesses || witnesses.length === 0) return null;
+  return steps.step(
+    'witness cosignatures',
+    () => checkQuorum(note, witnesses, quorum, item),
+    (found) => `${found.length} of ${witnesses.length} witnesses cosigned (quorum ${quorum || 1}): ${found.map((f) => f.name).join(', ')}`,
+  );
+}
+
+/** A cache of imported signer keys (checked by §3.1), by their base64. */
+function keyImporter() {
+  const cache = new Map();
+  return (b64) => {
+    if (!cache.has(b64)) cache.set(b64, PublicKey.fromBase64(b64));
+    return cache.get(b64);
+  };
+}
+
+async function bundleSteps(steps, { bundle, logKey, onProgress, makeSubject, witnesses }) {
+  const { subject, summary } = await checkBundle({
+    input: bundle,
+    logKey,
+    logKeyId: logKey.envelopeKeyId,
+    importKey: keyImporter(),
+    makeSubject,
+    onProgress,
+    steps,
+    witnesses,
+  });
+  steps.pass(
+    'entries',
+    `${summary.entries} entries (${summary.records} records): canonical leaves, hash chain, keys registered and not revoked, every signature valid`,
+  );
+  steps.pass(
+    'inclusion',
+    summary.bundle_format.endsWith('v3')
+      ? `the multi-proof (${summary.multiproof_nodes} nodes) and the leaves give the checkpoint's root`
+      : "every entry's inclusion proof leads to the checkpoint's root",
+  );
+  return { subject, summary };
+}
+
+/**
+ * Verifies a certificate with its evidence bundle (§15, §16.6).
+ * @param {{certificateText: string, bundle: Blob|string|Uint8Array|ReadableStream, logKey: string,
+ *   witnesses?: string[], quorum?: number, onProgress?: (done: number, total: number|null) => void}} args
+ */
+export async function verifyCertificate({ certificateText, bundle, logKey, witnesses, quorum, onProgress }) {
+  return run(async (steps) => {
+    const key = await logKeyOf(logKey, steps);
+    const cert = parseCertificate(noteText(certificateText, 'certificate'));
+    await witnessStep(steps, cert.checkpoint, witnesses, quorum, 'checkpoint');
+    const { subject, summary } = await bundleSteps(steps, {
+      bundle,
+      logKey: key,
+      onProgress,
+      makeSubject: async (header, anchor) => {
+        await steps.step('certificate signature', () => checkCertificateSignature(cert, key), () => `${cert.id} signed by the log key`);
+        const check = new CertificateCheck(cert);
+        await steps.step('certificate matches bundle', () => check.checkHeader(header, anchor), () => 'same checkpoint, origin and subject');
+        return check;
+      },
+    });
+    const computed = await steps.step(
+      'claims',
+      () => subject.finish(),
+      (c) =>
+        `${c.entries.count} covered entries (commitment matches); ${c.totals.gpu_seconds} GPU-s, ${c.totals.kwh} kWh ` +
+        `(${c.totals.kwh_with_pue} kWh with PUE, ${c.totals.carbon_kg} kgCO2e), recomputed exactly`,
+    );
+    return { ...summary, certificate: cert.id, tenant: cert.tenant, totals: computed.totals };
+  });
+}
+
+/** Verifies an evidence bundle alone (§15 steps 1, 2 and 4; §16.6 on its header's checkpoint). */
+export async function verifyBundle({ bundle, logKey, witnesses, quorum, onProgress }) {
+  return run(async (steps) => {
+    const key = await logKeyOf(logKey, steps);
+    const witnessCheck = witnesses && witnesses.length ? (note) => witnessStep(steps, note, witnesses, quorum, 'checkpoint') : null;
+    const { summary } = await bundleSteps(steps, { bundle, logKey: key, onProgress, witnesses: witnessCheck });
+    return summary;
+  });
+}
+
+/** Verifies a signed checkpoint note (§9) and, given witnesses, its cosignatures (§16.6). */
+export async function verifyCheckpoint({ noteText: note, logKey, witnesses, quorum }) {
+  return run(async (steps) => {
+    const key = await logKeyOf(logKey, steps);
+    const text = noteText(note, 'checkpoint');
+    await witnessStep(steps, text, witnesses, quorum, 'checkpoint');
+    const cp = await steps.step(
+      'checkpoint',
+      () => verifyCheckpointNote(text, key, 'checkpoint'),
+      (c) => `signed by the log key ${key.name}: size ${c.size}, root ${c.rootB64}`,
+    );
+    return { origin: cp.origin, size: cp.size, root: cp.rootB64 };
+  });
+}
+
+/**
+ * Verifies that the log of `newNote` extends the log of `oldNote` (§15 "Consistency"):
+ * both notes' signatures and the RFC 9162 §2.1.4.2 proof (`proof`: base64 hashes, or the
+ * object {hashes} that GET /v1/proofs/consistency answers). Given witnesses, the NEW
+ * checkpoint must carry the quorum (§16.6).
+ */
+export async function verifyConsistency({ oldNote, newNote, proof, logKey, witnesses, quorum }) {
+  return run(async (steps) => {
+    const key = await logKeyOf(logKey, steps);
+    const newText = noteText(newNote, 'new checkpoint');
+    await witnessStep(steps, newText, witnesses, quorum, 'new checkpoint');
+    const old = await steps.step(
+      'old checkpoint',
+      () => verifyCheckpointNote(noteText(oldNote, 'old checkpoint'), key, 'old checkpoint'),
+      (c) => `size ${c.size}, root ${c.rootB64}`,
+    );
+    const neu = await steps.step(
+      'new checkpoint',
+      () => verifyCheckpointNote(newText, key, 'new checkpoint'),
+      (c) => `size ${c.size}, root ${c.rootB64}`,
+    );
+    await steps.step(
+      'consistency proof',
+      async () => {
+        if (old.size > neu.size) {
+          throw new Failure('order', 'old checkpoint', `size ${old.size} is above the new size ${neu.size}`);
+        }
+        const list = Array.isArray(proof) ? proof : proof && Array.isArray(proof.hashes) ? proof.hashes : null;
+        if (!list) throw new Failure('malformed', 'proof', 'not a list of hashes');
+        const hashes = list.map((h) => b64decode(h));
+        if (hashes.some((h) => !h || h.length !== 32)) throw new Failure('malformed', 'proof', 'hashes are not base64 of 32 bytes');
+        if (!(await consistencyProof(old.size, neu.size, old.root, neu.root, hashes))) {
+          throw new Failure(
+            'consistency_proof',
+            'proof',
+            `the tree of size ${neu.size} is not an extension of the tree of size ${old.size}: the log was rewritten, or the proof is wrong`,
+          );
+        }
+      },
+      () => `the log only grew from size ${old.size} to size ${neu.size}`,
+    );
+    return { old_size: old.size, new_size: neu.size };
+  });
+}

@@ -1,0 +1,238 @@
+// Leaves (docs/PROTOCOL.md §7) and the envelope checks that need no registry (§4, and of §5
+// the fields this verifier uses), with the signed message of §4.1.
+//
+// What is checked of a body: for `gpu_usage`, `energy`, `signer_key_registered`,
+// `signer_key_revoked` and `region_params`, every member's presence and form, no other
+// member, and the rules the certificate's sums and the key registry rely on (gpu_seconds =
+// gpu_count × duration, interval limits, the key id and §3.1 validity of a registered key).
+// Every other kind's body must be an object; its fields are not checked here (they are by
+// `gpuledger verify`; see the module docs of index.js).
+
+import { b64decode, canonicalize, parseStrict, utf8 } from './jcs.js';
+import { Dec } from './decimal.js';
+import { keyProblem } from './ed25519.js';
+import { envelopeKeyId } from './note.js';
+
+/** `MAX_ENVELOPE_BYTES` (§4.2). */
+export const MAX_ENVELOPE_BYTES = 8192;
+/** `MAX_INTERVAL_SECONDS` (§5.1). */
+export const MAX_INTERVAL_SECONDS = 86400;
+/** `MAX_GPU_COUNT` (§5.1). */
+export const MAX_GPU_COUNT = Dec.int(1024);
+/** `MAX_KWH_PER_RECORD` (§5.2). */
+export const MAX_KWH_PER_RECORD = Dec.int(100000);
+/** `prev` of entry 0: base64 of 32 zero bytes (§7). */
+export const GENESIS_PREV = 'AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=';
+
+/** The ledger kinds (§6.1): signed by the log key, signer `ledger`. */
+export const LEDGER_KINDS = new Set([
+  'signer_key_registered', 'signer_key_revoked', 'rate_card', 'region_params',
+  'lease_registered', 'invoice_issued', 'payment', 'credit_note', 'volume_tiers',
+  'tenant_plan', 'certificate_issued', 'tenant_registered', 'log_policy',
+]);
+/** What each signer role may sign (§6.1). */
+export const ROLE_KINDS = { node: new Set(['gpu_usage', 'energy']), market: new Set(['spot_price']) };
+/** Every kind of §5. */
+export const KINDS = new Set([...LEDGER_KINDS, 'gpu_usage', 'energy', 'spot_price']);
+/** Record kinds: the second part of a bundle (§14). */
+export const isRecordKind = (k) => k === 'gpu_usage' || k === 'energy';
+
+const ID = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/;
+const TIMESTAMP = /^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})Z$/;
+
+/** An envelope or leaf that fails a check: the caller reports it as `leaf_invalid`. */
+export class LeafError extends Error {}
+
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+const leap = (y) => (y % 4 === 0 && y % 100 !== 0) || y % 400 === 0;
+const DAYS_IN_MONTH = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
+/** Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's days_from_civil). */
+function daysFromCivil(y, m, d) {
+  const yy = m <= 2 ? y - 1 : y;
+  const era = Math.floor(yy / 400);
+  const yoe = yy - era * 400;
+  const doy = Math.floor((153 * (m + (m > 2 ? -3 : 9)) + 2) / 5) + d - 1;
+  const doe = yoe * 365 + Math.floor(yoe / 4) - Math.floor(yoe / 100) + doy;
+  return era * 146097 + doe - 719468;
+}
+
+/** Seconds since the epoch of a §2.2 timestamp, or null when it is not one. */
+export function timestampSeconds(s) {
+  if (typeof s !== 'string') return null;
+  const m = TIMESTAMP.exec(s);
+  if (!m) return null;
+  const y = +m[1];
+  const mo = +m[2];
+  const d = +m[3];
+  const h = +m[4];
+  const mi = +m[5];
+  const se = +m[6];
+  if (mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || se > 59) return null;
+  if (d > (mo === 2 && leap(y) ? 29 : DAYS_IN_MONTH[mo - 1])) return null;
+  const secs = daysFromCivil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se;
+  if (secs < 946684800 || secs > 253402300799) return null;
+  return secs;
+}
+
+function members(obj, where, required, optional = []) {
+  if (!isObject(obj)) throw new LeafError(`${where} is not an object`);
+  for (const k of required) if (!(k in obj)) throw new LeafError(`${where} has no member ${k}`);
+  const allowed = new Set([...required, ...optional]);
+  for (const k of Object.keys(obj)) if (!allowed.has(k)) throw new LeafError(`${where} has an unknown member ${k}`);
+}
+
+const check = (ok, m) => {
+  if (!ok) throw new LeafError(m);
+};
+const id = (v, f) => check(typeof v === 'string' && ID.test(v), `${f} is not an identifier`);
+const ts = (v, f) => check(timestampSeconds(v) !== null, `${f} is not a timestamp`);
+function dec(v, f) {
+  const d = Dec.parseCanonical(v);
+  check(d !== null, `${f} is not a canonical decimal`);
+  return d;
+}
+function idList(v, f, max) {
+  check(Array.isArray(v) && v.length >= 1 && v.length <= max, `${f} must hold 1 to ${max} identifiers`);
+  v.forEach((x, k) => id(x, `${f}[${k}]`));
+  for (let k = 1; k < v.length; k++) check(v[k - 1] < v[k], `${f} is not strictly increasing`);
+}
+function interval(b) {
+  ts(b.start, 'body.start');
+  ts(b.end, 'body.end');
+  const secs = timestampSeconds(b.end) - timestampSeconds(b.start);
+  check(secs > 0, 'empty_interval: body.end is not after body.start');
+  check(secs <= MAX_INTERVAL_SECONDS, 'interval_too_long: body.end − body.start is over 86400 s');
+  return secs;
+}
+
+/** The body checks this verifier makes (see the module docs). */
+async function checkBody(kind, b) {
+  switch (kind) {
+    case 'gpu_usage': {
+      members(b, 'body', ['tenant', 'region', 'node', 'gpu_model', 'gpu_count', 'start', 'end', 'gpu_seconds'], ['lease']);
+      id(b.tenant, 'body.tenant');
+      if ('lease' in b) id(b.lease, 'body.lease');
+      id(b.region, 'body.region');
+      id(b.node, 'body.node');
+      id(b.gpu_model, 'body.gpu_model');
+      const count = dec(b.gpu_count, 'body.gpu_count');
+      check(count.cmp(Dec.zero()) > 0 && count.cmp(MAX_GPU_COUNT) <= 0, 'body.gpu_count is out of range');
+      const secs = interval(b);
+      const gs = dec(b.gpu_seconds, 'body.gpu_seconds');
+      check(gs.cmp(count.mul(Dec.int(secs))) === 0, 'gpu_seconds_mismatch: body.gpu_seconds is not gpu_count × (end − start)');
+      return;
+    }
+    case 'energy': {
+      members(b, 'body', ['region', 'node', 'start', 'end', 'kwh'], ['tenant']);
+      if ('tenant' in b) id(b.tenant, 'body.tenant');
+      id(b.region, 'body.region');
+      id(b.node, 'body.node');
+      interval(b);
+      const kwh = dec(b.kwh, 'body.kwh');
+      check(kwh.cmp(MAX_KWH_PER_RECORD) <= 0, 'body.kwh is out of range');
+      return;
+    }
+    case 'signer_key_registered': {
+      members(b, 'body', ['signer', 'role', 'key_id', 'public_key', 'regions'], ['nodes']);
+      id(b.signer, 'body.signer');
+      check(b.role === 'node' || b.role === 'market', 'body.role is not node or market');
+      const pk = b64decode(b.public_key);
+      check(pk !== null && pk.length === 32, 'body.public_key is not base64 of 32 bytes');
+      const problem = keyProblem(pk);
+      check(problem === null, `body.public_key is not a valid key: ${problem}`);
+      check(b.key_id === (await envelopeKeyId(pk)), 'body.key_id is not the key id of body.public_key');
+      if (b.role === 'node') {
+        check('nodes' in b, 'body.nodes is required for a node key');
+        idList(b.nodes, 'body.nodes', 256);
+      } else {
+        check(!('nodes' in b), 'body.nodes must be absent for a market key');
+      }
+      idList(b.regions, 'body.regions', 64);
+      return;
+    }
+    case 'signer_key_revoked':
+      members(b, 'body', ['signer', 'key_id'], ['reason']);
+      id(b.signer, 'body.signer');
+      check(typeof b.key_id === 'string' && /^[0-9a-f]{16}$/.test(b.key_id), 'body.key_id is not a key id');
+      if ('reason' in b) check(typeof b.reason === 'string', 'body.reason is not a string');
+      return;
+    case 'region_params':
+      members(b, 'body', ['region', 'currency', 'electricity_price_per_kwh', 'pue', 'carbon_g_per_kwh', 'effective_from']);
+      id(b.region, 'body.region');
+      check(typeof b.currency === 'string' && /^[A-Z]{3}$/.test(b.currency), 'body.currency is not an ISO 4217 code');
+      dec(b.electricity_price_per_kwh, 'body.electricity_price_per_kwh');
+      dec(b.pue, 'body.pue');
+      dec(b.carbon_g_per_kwh, 'body.carbon_g_per_kwh');
+      ts(b.effective_from, 'body.effective_from');
+      return;
+    default:
+      check(isObject(b), 'body is not an object');
+  }
+}
+
+/**
+ * Checks an envelope (§4, the body checks above) and builds its signed message for `origin`
+ * (§4.1). `envText`, when given, is the envelope's canonical text (cut from canonical leaf
+ * bytes), which saves encoding it again. Returns {kind, signer, keyId, seq, body, sig: Uint8Array, message: Uint8Array}.
+ * Throws LeafError.
+ */
+export async function checkEnvelope(env, origin, envText = null) {
+  members(env, 'the envelope', ['v', 'kind', 'signer', 'key_id', 'seq', 'body', 'sig']);
+  check(env.v === 2, 'unsupported_version: v is not 2');
+  check(typeof env.kind === 'string' && KINDS.has(env.kind), `unknown_kind: ${JSON.stringify(env.kind)}`);
+  id(env.signer, 'signer');
+  check(typeof env.key_id === 'string' && /^[0-9a-f]{16}$/.test(env.key_id), 'key_id is not a key id');
+  check(Number.isSafeInteger(env.seq) && env.seq >= 1, 'seq is not 1 to 2^53 − 1');
+  check(isObject(env.body), 'body is not an object');
+  await checkBody(env.kind, env.body);
+  const sig = b64decode(env.sig);
+  check(sig !== null && sig.length === 64, 'sig is not base64 of 64 bytes');
+  const text = envText ?? canonicalize(env);
+  // A UTF-16 code unit is at most 3 UTF-8 bytes: short texts need no count.
+  check(text.length * 3 <= MAX_ENVELOPE_BYTES || utf8(text).length <= MAX_ENVELOPE_BYTES, 'too_large: the canonical envelope is over 8192 bytes');
+  // JCS of the envelope without `sig`: its canonical text less the member `,"sig":"<base64>"`
+  // (members are sorted: `sig` follows `seq` and precedes `signer`, so it is never first, and
+  // nothing after it can hold that text).
+  const member = `,"sig":"${env.sig}"`;
+  const at = text.lastIndexOf(member);
+  check(at > 0, 'the envelope text has no sig member');
+  const unsignedText = text.slice(0, at) + text.slice(at + member.length);
+  const message = utf8(`gpuledger/v2/${env.kind}\n${origin}\n${unsignedText}`);
+  return { kind: env.kind, signer: env.signer, keyId: env.key_id, seq: env.seq, body: env.body, sig, message };
+}
+
+/** The members and forms of a leaf (§7), without the canonical-bytes check. */
+function checkLeaf(leaf) {
+  members(leaf, 'the leaf', ['envelope', 'index', 'prev', 'received_at', 'v']);
+  check(leaf.v === 2, 'the leaf is not version 2');
+  check(Number.isSafeInteger(leaf.index), 'the leaf index is not an integer');
+  check(typeof leaf.prev === 'string', 'prev is not a string');
+  ts(leaf.received_at, 'received_at');
+  return leaf;
+}
+
+/**
+ * A leaf already parsed from a version-3 line that was checked canonical, so that the leaf's
+ * text in it is canonical too (§14.2). Throws LeafError.
+ */
+export function leafFromObject(leaf) {
+  return checkLeaf(leaf);
+}
+
+/**
+ * Parses leaf bytes' text (§7): canonical JSON of {envelope, index, prev, received_at, v:2}.
+ * Returns the leaf object. Throws LeafError.
+ */
+export function parseLeaf(text) {
+  let leaf;
+  try {
+    leaf = parseStrict(text);
+  } catch (e) {
+    throw new LeafError(`the leaf is not JSON: ${e.message}`);
+  }
+  checkLeaf(leaf);
+  check(canonicalize(leaf) === text, 'the leaf bytes are not canonical JSON (RFC 8785)');
+  return leaf;
+}

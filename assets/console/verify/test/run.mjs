@@ -1,0 +1,725 @@
+// Tests of the console's in-browser verifier, run with Node ≥ 20 and no npm packages:
+//
+//     node assets/console/verify/test/run.mjs
+//
+// They run the verifier on the committed artefacts in tests/fixtures/certificate/ (written by
+// tests/certificates.rs) and on tampered copies made here, expecting PASS on the originals and
+// FAIL with the reason `gpuledger verify` gives on each copy; and on the vectors in
+// tests/vectors/ (leaf hashes, signed messages, the tree's proofs, the checkpoint, the
+// adversarial Ed25519 cases, the witness cosignature vectors).
+//
+// With GPULEDGER_BIN set to the `gpuledger` binary (tests/console_verify.rs sets it), every
+// certificate, bundle, checkpoint and consistency case is also run through
+// `gpuledger verify --json`, and its verdict and reason (and, for certificates and bundles,
+// the failing item) must equal the browser verifier's.
+// Exit status 0 when every test passed, 1 otherwise.
+
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import * as verify from '../index.js';
+import { b64decode, b64encode, canonicalize, concat, hex, parseStrict, utf8, fromUtf8 } from '../jcs.js';
+import { PublicKey, keyProblem, isSmallOrderPoint, SMALL_ORDER_ENCODINGS } from '../ed25519.js';
+import { leafHash, verifyInclusion, verifyConsistency, nodeHash, splitPoint } from '../merkle.js';
+import { checkEnvelope } from '../leaf.js';
+import { envelopeKeyId, parseVerifierKey, ALG_COSIGNATURE_V1, validCosignatures } from '../note.js';
+import { signedMessage } from '../certificate.js';
+import { Dec } from '../decimal.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../../../..');
+const fixtures = path.join(root, 'tests/fixtures/certificate');
+const vectors = path.join(root, 'tests/vectors');
+const read = (p) => fs.readFileSync(p, 'utf8');
+const readBytes = (p) => new Uint8Array(fs.readFileSync(p));
+const bin = process.env.GPULEDGER_BIN || null;
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'console-verify-'));
+
+let passed = 0;
+const failures = [];
+let binaryChecks = 0;
+/** The last report of `gpuledger verify`. */
+let lastReport = null;
+/** Where both verifiers failed for the same reason: the items each named. */
+const itemsCompared = [];
+
+/** The browser verifier's failing item must be the one `gpuledger verify` names. */
+function compareItems(r, what) {
+  if (!r.ok && lastReport && lastReport.result !== 'PASS') {
+    itemsCompared.push({ what, ours: r.failure.item, theirs: lastReport.item });
+    eq(r.failure.item, lastReport.item, `the failing item (gpuledger verify: ${lastReport.message})`);
+  }
+}
+
+async function test(name, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    failures.push(name);
+    console.log(`FAIL ${name}\n     ${e && e.stack ? e.stack.split('\n').slice(0, 3).join('\n     ') : e}`);
+  }
+}
+
+function assert(cond, message) {
+  if (!cond) throw new Error(message);
+}
+
+function eq(actual, expected, what) {
+  const a = JSON.stringify(actual);
+  const b = JSON.stringify(expected);
+  if (a !== b) throw new Error(`${what}: expected ${b}, got ${a}`);
+}
+
+/** The verdict of a result: 'PASS' or the reason. */
+const verdict = (r) => (r.ok ? 'PASS' : r.failure.reason);
+
+function expectVerdict(r, expected, item) {
+  if (verdict(r) !== expected) {
+    throw new Error(`expected ${expected}, got ${verdict(r)}${r.ok ? '' : ` (${r.failure.item}: ${r.failure.message})`}`);
+  }
+  if (item !== undefined) eq(r.failure.item, item, 'failure item');
+  // Every answer has display steps; a failed one ends in its failed step.
+  assert(Array.isArray(r.steps) && r.steps.every((s) => typeof s.name === 'string' && typeof s.ok === 'boolean'), 'steps');
+  if (!r.ok) assert(r.steps.length && !r.steps.at(-1).ok && r.steps.slice(0, -1).every((s) => s.ok), 'the last step, only, failed');
+}
+
+/** Runs `gpuledger verify` (when GPULEDGER_BIN is set) and returns 'PASS' or its reason. */
+function binaryVerdict(args) {
+  let out;
+  try {
+    out = execFileSync(bin, ['verify', ...args, '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (e) {
+    if (e.status !== 1) throw new Error(`gpuledger verify exited ${e.status}: ${e.stderr}`);
+    out = e.stdout;
+  }
+  const report = JSON.parse(out.trim().split('\n').pop());
+  lastReport = report;
+  binaryChecks++;
+  return report.result === 'PASS' ? 'PASS' : report.reason;
+}
+
+let fileNo = 0;
+function writeTmp(name, content) {
+  const p = path.join(tmp, `${fileNo++}-${name}`);
+  fs.writeFileSync(p, content);
+  return p;
+}
+
+// ---------------------------------------------------------------- fixtures and tampering
+
+const logKey = read(path.join(fixtures, 'verifier_key.txt')).trim();
+const certText = read(path.join(fixtures, 'certificate.json'));
+const bundleV3 = read(path.join(fixtures, 'bundle.v3.ndjson'));
+const bundleV2 = read(path.join(fixtures, 'bundle.ndjson'));
+const BUNDLES = { v3: bundleV3, v2: bundleV2 };
+
+const linesOf = (text) => text.split('\n').slice(0, -1);
+const joinLines = (lines) => `${lines.join('\n')}\n`;
+
+/** The bundle's lines parsed, with each entry's leaf as an object (both formats). */
+function parsed(text) {
+  return linesOf(text).map((l) => {
+    const o = parseStrict(l);
+    if (o.type === 'entry' && typeof o.leaf === 'string') o.leafObject = parseStrict(fromUtf8(b64decode(o.leaf)));
+    else if (o.type === 'entry') o.leafObject = o.leaf;
+    return o;
+  });
+}
+
+/** Writes a parsed line back in its format (v3 canonical; v2 keeps its proof, re-encodes the leaf). */
+function unparse(o, v3) {
+  const copy = Object.assign(Object.create(null), o);
+  const leafObject = copy.leafObject;
+  delete copy.leafObject;
+  if (copy.type === 'entry') copy.leaf = v3 ? leafObject : b64encode(utf8(canonicalize(leafObject)));
+  return v3 ? canonicalize(copy) : JSON.stringify(copy);
+}
+
+/** A copy of a bundle with `edit(lines)` applied to its parsed lines. */
+function tamper(format, edit) {
+  const v3 = format === 'v3';
+  const lines = parsed(BUNDLES[format]);
+  const out = edit(lines) ?? lines;
+  return joinLines(out.map((o) => (typeof o === 'string' ? o : unparse(o, v3))));
+}
+
+const entryLines = (lines) => lines.filter((o) => o.type === 'entry');
+const records = (lines) => entryLines(lines).filter((o) => ['gpu_usage', 'energy'].includes(o.leafObject.envelope.kind));
+const lastRecord = (lines) => records(lines).at(-1);
+const firstUsage = (lines) => records(lines).find((o) => o.leafObject.envelope.kind === 'gpu_usage');
+const endCount = (lines) => lines.find((o) => o.type === 'end');
+
+/** Flips one base64 character of `s` at position `at` (from the start), keeping it base64. */
+function flipB64(s, at = 10) {
+  const c = s[at] === 'A' ? 'B' : 'A';
+  return s.slice(0, at) + c + s.slice(at + 1);
+}
+
+/** The certificate's log key, from the fixture's seed, to re-sign tampered certificates. */
+async function fixtureSigningKey() {
+  const seed = b64decode(read(path.join(fixtures, 'log_key.seed.b64')).trim());
+  const pkcs8 = concat(Uint8Array.from([0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20]), seed);
+  return crypto.subtle.importKey('pkcs8', pkcs8, { name: 'Ed25519' }, false, ['sign']);
+}
+
+/** The certificate with `edit` applied; re-signed with the log key when `resign`. */
+async function certificateWith(edit, resign) {
+  const c = parseStrict(certText);
+  edit(c);
+  if (resign) {
+    const sig = await crypto.subtle.sign({ name: 'Ed25519' }, await fixtureSigningKey(), signedMessage(c));
+    c.sig = b64encode(new Uint8Array(sig));
+  }
+  return canonicalize(c);
+}
+
+/** Checks a certificate both ways (and with the binary) and expects `expected`. */
+async function certificateCase(certificateText, bundle, expected, { key = logKey, item } = {}) {
+  const r = await verify.verifyCertificate({ certificateText, bundle: new Blob([bundle]), logKey: key });
+  expectVerdict(r, expected, item);
+  if (bin) {
+    const theirs = binaryVerdict(['--certificate', writeTmp('cert.json', certificateText), '--bundle', writeTmp('bundle.ndjson', bundle), '--log-key', key]);
+    eq(theirs, expected, 'gpuledger verify');
+    compareItems(r, 'certificate');
+  }
+  return r;
+}
+
+async function bundleCase(bundle, expected, { key = logKey, item } = {}) {
+  const r = await verify.verifyBundle({ bundle, logKey: key });
+  expectVerdict(r, expected, item);
+  if (bin) {
+    eq(binaryVerdict(['--bundle', writeTmp('bundle.ndjson', bundle), '--log-key', key]), expected, 'gpuledger verify');
+    compareItems(r, 'bundle');
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------- the originals
+
+for (const format of ['v3', 'v2']) {
+  await test(`${format}: the committed certificate and bundle PASS`, async () => {
+    let calls = 0;
+    let last = null;
+    const r = await verify.verifyCertificate({
+      certificateText: certText,
+      bundle: new Blob([BUNDLES[format]]),
+      logKey,
+      onProgress: (done, total) => {
+        calls++;
+        last = [done, total];
+      },
+    });
+    expectVerdict(r, 'PASS');
+    const cert = parseStrict(certText);
+    eq(r.summary.totals, Object.assign({}, cert.totals), 'totals');
+    eq(r.summary.bundle_format, `gpuledger-bundle/${format}`, 'format');
+    assert(calls >= 1, 'onProgress was called');
+    const bytes = utf8(BUNDLES[format]).length;
+    eq(last, [bytes, bytes], 'progress at the end');
+    assert(r.steps.every((s) => s.ok), 'every step passed');
+    if (bin) {
+      const theirs = binaryVerdict(['--certificate', path.join(fixtures, 'certificate.json'), '--bundle', writeTmp('b', BUNDLES[format]), '--log-key', logKey]);
+      eq(theirs, 'PASS', 'gpuledger verify');
+    }
+  });
+  await test(`${format}: the committed bundle alone PASSes, from a string and from a ReadableStream`, async () => {
+    await bundleCase(BUNDLES[format], 'PASS');
+    const stream = new Blob([BUNDLES[format]]).stream();
+    expectVerdict(await verify.verifyBundle({ bundle: stream, logKey }), 'PASS');
+    expectVerdict(await verify.verifyBundle({ bundle: utf8(BUNDLES[format]), logKey }), 'PASS');
+  });
+}
+
+await test('the committed invoice bundles (v3, v2) PASS as bundles alone', async () => {
+  for (const name of ['invoice_bundle.v3.ndjson', 'invoice_bundle.ndjson']) {
+    const r = await bundleCase(read(path.join(fixtures, name)), 'PASS');
+    eq(r.summary.records > 0, true, 'records');
+  }
+});
+
+// ---------------------------------------------------------------- tampered bundles
+
+const CASES = [
+  ['a signed field of a record leaf changed', 'both', (l) => { firstUsage(l).leafObject.envelope.body.gpu_model = 'H200'; }, 'entry_signature'],
+  ['a record leaf\'s received_at changed (not signed; only the tree notices)', 'both', (l) => {
+    const e = lastRecord(l);
+    e.leafObject.received_at = e.leafObject.received_at.replace(/:(\d)(\d)Z$/, (_, a, b) => `:${a}${(Number(b) + 1) % 10}Z`);
+  }, 'inclusion_proof'],
+  ['a record\'s tenant changed', 'both', (l) => { firstUsage(l).leafObject.envelope.body.tenant = 'beta'; }, 'wrong_tenant'],
+  ['a node line hash changed', 'v3', (l) => { const n = l.find((o) => o.type === 'nodes'); n.hashes[1] = flipB64(n.hashes[1]); }, 'inclusion_proof'],
+  ['an entry\'s inclusion proof changed', 'v2', (l) => { const e = lastRecord(l); e.proof[0] = flipB64(e.proof[0]); }, 'inclusion_proof'],
+  ['the checkpoint signature in the header changed', 'both', (l) => {
+    const h = l[0];
+    const lines = h.checkpoint.split('\n');
+    const sig = lines[lines.length - 2];
+    lines[lines.length - 2] = sig.slice(0, -10) + flipB64(sig.slice(-10), 2);
+    h.checkpoint = lines.join('\n');
+  }, 'checkpoint_signature'],
+  ['the end line dropped', 'both', (l) => l.filter((o) => o.type !== 'end'), 'truncated'],
+  ['the end line counting one entry less', 'both', (l) => { endCount(l).entries -= 1; }, 'truncated'],
+  ['two context lines swapped', 'both', (l) => { const t = l[1]; l[1] = l[2]; l[2] = t; }, 'order'],
+  ['a context line moved after the first record', 'both', (l) => { const r = records(l)[0]; const c = l[l.indexOf(r) - 1]; l.splice(l.indexOf(c), 1); l.splice(l.indexOf(r) + 1, 0, c); }, 'order'],
+  ['a record dropped (end count fixed)', 'v3', (l) => { const r = lastRecord(l); endCount(l).entries -= 1; return l.filter((o) => o !== r); }, 'inclusion_proof'],
+  ['a record dropped (end count fixed)', 'v2', (l) => { const r = lastRecord(l); endCount(l).entries -= 1; return l.filter((o) => o !== r); }, 'entries_mismatch'],
+  ['an extra node (end count fixed)', 'v3', (l) => { const n = l.find((o) => o.type === 'nodes'); n.hashes.push(n.hashes[0]); endCount(l).nodes += 1; }, 'inclusion_proof'],
+  ['a node missing (end count fixed)', 'v3', (l) => { const n = l.find((o) => o.type === 'nodes'); n.hashes.pop(); endCount(l).nodes -= 1; }, 'inclusion_proof'],
+  ['the header subject names another certificate', 'both', (l) => { l[0].subject = { certificate: 'CERT-000002' }; }, 'checkpoint_mismatch'],
+  ['the header log_origin changed', 'both', (l) => { l[0].log_origin = 'other.example/log'; }, 'checkpoint_mismatch'],
+  ['a line after the end line', 'both', (l) => [...l, l.find((o) => o.type === 'end')], 'malformed'],
+  ['an unknown bundle format', 'both', (l) => { l[0].format = 'gpuledger-bundle/v1'; }, 'malformed'],
+  ['a record\'s index beyond the checkpoint', 'both', (l) => { const r = lastRecord(l); r.index = 1000; r.leafObject.index = 1000; }, 'not_in_checkpoint'],
+  ['a leaf whose index differs from the line\'s', 'both', (l) => { lastRecord(l).leafObject.index += 1; }, 'leaf_invalid'],
+  ['a record whose prev is not the entry before', 'both', (l) => { const r = records(l)[1]; r.leafObject.prev = records(l)[0].leafObject.prev; }, 'leaf_invalid'],
+  ['gpu_seconds that is not gpu_count × duration', 'both', (l) => { firstUsage(l).leafObject.envelope.body.gpu_seconds = '1'; }, 'leaf_invalid'],
+  ['a record signed under an unregistered key id', 'both', (l) => { firstUsage(l).leafObject.envelope.key_id = '0000000000000000'; }, 'unknown_key'],
+  ['a record of a node outside its key\'s scope', 'both', (l) => { firstUsage(l).leafObject.envelope.body.node = 'node-9'; }, 'node_not_allowed'],
+  ['a ledger entry signed by another signer', 'both', (l) => { entryLines(l)[0].leafObject.envelope.signer = 'node-1'; }, 'key_not_allowed'],
+  ['the registered key of the records\' signer changed', 'both', (l) => {
+    const reg = entryLines(l).find((o) => o.leafObject.envelope.kind === 'signer_key_registered');
+    reg.leafObject.envelope.body.public_key = 'iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w=';
+  }, 'leaf_invalid'],
+];
+
+// In v2 each entry's own inclusion proof is checked before its envelope (§15 step 4), so any
+// change to a leaf's bytes is `inclusion_proof` there, whatever else it breaks.
+const LEAF_EDITS = new Set([
+  'a signed field of a record leaf changed', "a record's tenant changed", 'a record whose prev is not the entry before',
+  'gpu_seconds that is not gpu_count × duration', 'a record signed under an unregistered key id',
+  "a record of a node outside its key's scope", 'a ledger entry signed by another signer',
+  "the registered key of the records' signer changed",
+]);
+for (const [name, formats, edit, expectedV3] of CASES) {
+  for (const format of formats === 'both' ? ['v3', 'v2'] : [formats]) {
+    const expected = format === 'v2' && LEAF_EDITS.has(name) ? 'inclusion_proof' : expectedV3;
+    await test(`${format}: ${name} → ${expected}`, async () => {
+      await certificateCase(certText, tamper(format, edit), expected);
+    });
+  }
+}
+
+await test('v3: a line that is not canonical JSON → malformed', async () => {
+  const lines = linesOf(bundleV3);
+  lines[1] = lines[1].replace('{"index":', '{ "index":');
+  await certificateCase(certText, joinLines(lines), 'malformed');
+});
+
+await test('v2: a line with a repeated member name → malformed', async () => {
+  const lines = linesOf(bundleV2);
+  lines[1] = lines[1].replace('{"index":', '{"type":"entry","index":');
+  await certificateCase(certText, joinLines(lines), 'malformed');
+});
+
+await test('v2: a leaf with a repeated member name → leaf_invalid', async () => {
+  const lines = parsed(bundleV2);
+  const r = lastRecord(lines);
+  const text = canonicalize(r.leafObject).replace('{"envelope":', '{"v":2,"envelope":');
+  const raw = Object.assign(Object.create(null), r);
+  delete raw.leafObject;
+  raw.leaf = b64encode(utf8(text));
+  lines[lines.indexOf(r)] = JSON.stringify(raw);
+  await certificateCase(certText, joinLines(lines.map((o) => (typeof o === 'string' ? o : unparse(o, false)))), 'leaf_invalid');
+});
+
+await test('an empty bundle → truncated', async () => {
+  await certificateCase(certText, '', 'truncated');
+});
+
+await test('a bundle that is not UTF-8 → malformed', async () => {
+  const r = await verify.verifyBundle({ bundle: new Blob([Uint8Array.from([0xff, 0xfe, 0x0a])]), logKey });
+  expectVerdict(r, 'malformed');
+});
+
+// ---------------------------------------------------------------- tampered certificates
+
+await test('the certificate\'s totals changed (not re-signed) → certificate_signature', async () => {
+  const c = await certificateWith((c) => { c.totals.gpu_seconds = '36301'; }, false);
+  await certificateCase(c, bundleV3, 'certificate_signature', { item: 'certificate' });
+});
+
+for (const [what, edit, expected, item] of [
+  ['totals.gpu_seconds', (c) => { c.totals.gpu_seconds = '36301'; }, 'claim_mismatch', 'totals.gpu_seconds'],
+  ['a gpu line', (c) => { c.gpu[0].gpu_seconds = '301'; }, 'claim_mismatch', 'gpu[0].gpu_seconds'],
+  ['an energy line\'s carbon', (c) => { c.energy[0].carbon_kg = '7.4251'; }, 'claim_mismatch', 'energy[0].carbon_kg'],
+  ['a gpu line dropped', (c) => { c.gpu.pop(); }, 'claim_mismatch', 'gpu (length)'],
+  ['entries.count', (c) => { c.entries.count += 1; }, 'entries_mismatch', 'entries.count'],
+  ['entries.commitment', (c) => { c.entries.commitment = flipB64(c.entries.commitment); }, 'entries_mismatch', 'entries.commitment'],
+  ['the period (a record falls outside)', (c) => { c.period_to = '2026-11-28T00:30:00Z'; }, 'outside_period', undefined],
+  ['the scope (another region)', (c) => { c.scope = { region: 'east' }; }, 'outside_scope', undefined],
+  ['the tenant', (c) => { c.tenant = 'beta'; }, 'wrong_tenant', undefined],
+  ['the checkpoint', (c) => { c.checkpoint = read(path.join(fixtures, 'older_checkpoint.txt')); }, 'checkpoint_mismatch', 'certificate'],
+]) {
+  await test(`the certificate's ${what} changed and re-signed → ${expected}`, async () => {
+    for (const format of ['v3', 'v2']) {
+      await certificateCase(await certificateWith(edit, true), BUNDLES[format], expected, { item });
+    }
+  });
+}
+
+await test('claims compare as numbers, member by member, in sorted order (§15 step 7)', async () => {
+  const { firstDifference } = await import('../certificate.js');
+  eq(firstDifference('', { totals: { kwh: '12.50' } }, { totals: { kwh: '12.5' } }), null, 'equal as numbers');
+  eq(firstDifference('', { gpu: [{ b: '1', a: '2' }] }, { gpu: [{ b: '2', a: '3' }] }), 'gpu[0].a', 'first member by name');
+  eq(firstDifference('', { energy: [], gpu: [] }, { energy: [{}], gpu: [{}] }), 'energy (length)', 'lengths');
+  eq(firstDifference('', { e: [{ pue: '1' }] }, { e: [{}] }), 'e[0].pue', 'a member missing');
+});
+
+await test('a certificate that is not JSON → malformed', async () => {
+  await certificateCase('{"v":1,', bundleV3, 'malformed');
+});
+
+await test('the wrong log key → checkpoint_signature (both formats), naming the keys', async () => {
+  const other = read(path.join(vectors, 'cosignature/log.vkey')).trim();
+  for (const format of ['v3', 'v2']) {
+    const r = await certificateCase(certText, BUNDLES[format], 'checkpoint_signature', { key: other });
+    assert(r.failure.message.includes('test.gpuledger/log'), r.failure.message);
+  }
+  // The same origin, another key: the key id differs.
+  const vk = await parseVerifierKey(logKey);
+  const otherKey = b64decode(JSON.parse(read(path.join(vectors, 'keys.json'))).node?.public_key ?? 'iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w=');
+  const { noteKeyId } = await import('../note.js');
+  const id = (await noteKeyId(vk.name, 1, otherKey)).toString(16).padStart(8, '0');
+  const sameName = `${vk.name}+${id}+${b64encode(concat(Uint8Array.from([1]), otherKey))}`;
+  await certificateCase(certText, bundleV3, 'checkpoint_signature', { key: sameName });
+});
+
+await test('a verifier key that is not one → malformed (item log key)', async () => {
+  const r = await verify.verifyCertificate({ certificateText: certText, bundle: bundleV3, logKey: 'not a key' });
+  expectVerdict(r, 'malformed', 'log key');
+  const badId = logKey.replace(/\+[0-9a-f]{8}\+/, '+00000000+');
+  expectVerdict(await verify.verifyCheckpoint({ noteText: read(path.join(fixtures, 'older_checkpoint.txt')), logKey: badId }), 'malformed', 'log key');
+});
+
+// ---------------------------------------------------------------- checkpoints and consistency
+
+const older = read(path.join(fixtures, 'older_checkpoint.txt'));
+const oldNote = read(path.join(fixtures, 'consistency/old.txt'));
+const newNote = read(path.join(fixtures, 'consistency/new.txt'));
+const proof = JSON.parse(read(path.join(fixtures, 'consistency/proof.json')));
+
+async function checkpointCase(note, expected, key = logKey) {
+  const r = await verify.verifyCheckpoint({ noteText: note, logKey: key });
+  expectVerdict(r, expected);
+  if (bin) eq(binaryVerdict(['--checkpoint', writeTmp('cp.txt', note), '--log-key', key]), expected, 'gpuledger verify');
+  return r;
+}
+
+async function consistencyCase(o, n, p, expected) {
+  const r = await verify.verifyConsistency({ oldNote: o, newNote: n, proof: p, logKey });
+  expectVerdict(r, expected);
+  if (bin) {
+    const args = ['consistency', '--old', writeTmp('old.txt', o), '--new', writeTmp('new.txt', n), '--proof', writeTmp('proof.json', JSON.stringify(p)), '--log-key', logKey];
+    eq(binaryVerdict(args), expected, 'gpuledger verify consistency');
+  }
+  return r;
+}
+
+await test('checkpoints: the committed ones PASS; a changed signature, size or root → checkpoint_signature', async () => {
+  for (const note of [older, oldNote, newNote, parseStrict(certText).checkpoint]) await checkpointCase(note, 'PASS');
+  const lines = older.split('\n');
+  await checkpointCase(older.replace(lines[4], lines[4].slice(0, -8) + flipB64(lines[4].slice(-8), 1)), 'checkpoint_signature');
+  await checkpointCase(older.replace(`\n${lines[1]}\n`, `\n${Number(lines[1]) + 1}\n`), 'checkpoint_signature');
+  await checkpointCase(older.replace(lines[2], flipB64(lines[2])), 'checkpoint_signature');
+  await checkpointCase(older.replace('\n\n', '\n'), 'checkpoint_signature');
+  await checkpointCase(older, 'checkpoint_signature', read(path.join(vectors, 'cosignature/log.vkey')).trim());
+});
+
+await test('consistency: the committed proof PASSes; tampered → consistency_proof, order, malformed', async () => {
+  await consistencyCase(oldNote, newNote, proof, 'PASS');
+  await consistencyCase(oldNote, newNote, { hashes: proof }, 'PASS');
+  await consistencyCase(older, older, [], 'PASS');
+  const bad = [...proof];
+  bad[1] = flipB64(bad[1]);
+  await consistencyCase(oldNote, newNote, bad, 'consistency_proof');
+  await consistencyCase(oldNote, newNote, proof.slice(0, -1), 'consistency_proof');
+  await consistencyCase(older, newNote, proof, 'consistency_proof');
+  await consistencyCase(newNote, oldNote, proof, 'order');
+  await consistencyCase(oldNote, newNote, ['not base64'], 'malformed');
+  const r = await verify.verifyConsistency({ oldNote, newNote: newNote.replace('\n\n', '\n'), proof, logKey });
+  expectVerdict(r, 'checkpoint_signature', 'new checkpoint');
+});
+
+// ---------------------------------------------------------------- witness cosignatures (tests/vectors/cosignature)
+
+const cos = (f) => read(path.join(vectors, 'cosignature', f));
+const cosLogKey = cos('log.vkey').trim();
+const witness = cos('witness.vkey').trim();
+
+await test('cosignature vectors: key id, signed message, and the cosigned checkpoint PASSes with quorum 1', async () => {
+  const w = await parseVerifierKey(witness, ALG_COSIGNATURE_V1);
+  eq(w.keyId.toString(16).padStart(8, '0'), JSON.parse(cos('witness.json')).key_id, 'witness key id');
+  const found = await validCosignatures(cos('cosigned.note'), [w]);
+  eq(found.length, 1, 'cosignatures found');
+  eq(String(found[0].timestamp), cos('timestamp.txt').trim(), 'timestamp');
+  const body = cos('checkpoint.note').split('\n\n')[0] + '\n';
+  eq(hex(utf8(`cosignature/v1\ntime ${found[0].timestamp}\n${body}`)), hex(readBytes(path.join(vectors, 'cosignature/signed_message.bin'))), 'signed message');
+  eq(cos('cosigned.note'), cos('checkpoint.note') + cos('signature_line.txt'), 'the cosigned note is the note plus the line');
+  const r = await verify.verifyCheckpoint({ noteText: cos('cosigned.note'), logKey: cosLogKey, witnesses: [witness], quorum: 1 });
+  expectVerdict(r, 'PASS');
+  assert(r.steps.some((s) => s.name === 'witness cosignatures' && s.ok), 'a witness step');
+  if (bin) eq(binaryVerdict(['--checkpoint', path.join(vectors, 'cosignature/cosigned.note'), '--log-key', cosLogKey, '--witness', witness, '--quorum', '1']), 'PASS', 'gpuledger verify');
+});
+
+await test('cosignature vectors: no cosignature, a changed one, or another witness → witness_quorum', async () => {
+  const plain = await verify.verifyCheckpoint({ noteText: cos('checkpoint.note'), logKey: cosLogKey, witnesses: [witness] });
+  expectVerdict(plain, 'witness_quorum', 'checkpoint');
+  const line = cos('signature_line.txt');
+  const changed = cos('checkpoint.note') + line.slice(0, -20) + flipB64(line.slice(-20, -1), 3) + '\n';
+  expectVerdict(await verify.verifyCheckpoint({ noteText: changed, logKey: cosLogKey, witnesses: [witness] }), 'witness_quorum');
+  // A line of the same name with another timestamp: the signature covers the time.
+  const raw = b64decode(line.trim().split(' ').pop());
+  raw[11] ^= 1;
+  const retimed = `${cos('checkpoint.note')}\u2014 witness.gpuledger.example/w1 ${b64encode(raw)}\n`;
+  expectVerdict(await verify.verifyCheckpoint({ noteText: retimed, logKey: cosLogKey, witnesses: [witness] }), 'witness_quorum');
+  // The log signature still verifies with the cosignature line present and no witnesses asked.
+  expectVerdict(await verify.verifyCheckpoint({ noteText: cos('cosigned.note'), logKey: cosLogKey }), 'PASS');
+  if (bin) eq(binaryVerdict(['--checkpoint', path.join(vectors, 'cosignature/checkpoint.note'), '--log-key', cosLogKey, '--witness', witness]), 'witness_quorum', 'gpuledger verify');
+});
+
+await test('cosignature vectors: a quorum above the witnesses given → malformed (usage)', async () => {
+  const r = await verify.verifyCheckpoint({ noteText: cos('cosigned.note'), logKey: cosLogKey, witnesses: [witness, witness], quorum: 2 });
+  expectVerdict(r, 'malformed', 'quorum');
+});
+
+await test('cosignature vectors: the add-checkpoint proof from 6 to 11 is a consistency proof; witnessed new checkpoint', async () => {
+  const body = cos('add_checkpoint.body');
+  const [head] = body.split('\n\n');
+  const hashes = head.split('\n').slice(1);
+  eq(head.split('\n')[0], 'old 6', 'old size line');
+  const r = await verify.verifyConsistency({ oldNote: cos('old_checkpoint.note'), newNote: cos('cosigned.note'), proof: hashes, logKey: cosLogKey, witnesses: [witness], quorum: 1 });
+  expectVerdict(r, 'PASS');
+  const w = await verify.verifyConsistency({ oldNote: cos('old_checkpoint.note'), newNote: cos('checkpoint.note'), proof: hashes, logKey: cosLogKey, witnesses: [witness] });
+  expectVerdict(w, 'witness_quorum', 'new checkpoint');
+});
+
+await test('a certificate whose checkpoint the vector witness cosigned: PASS with the quorum, witness_quorum without', async () => {
+  // Cosign the fixture's checkpoint with the vector witness (seed 32 × 0x04, witness.json).
+  const w = JSON.parse(cos('witness.json'));
+  const seed = Uint8Array.from(w.seed_hex.match(/../g), (x) => parseInt(x, 16));
+  const pkcs8 = concat(Uint8Array.from([0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20]), seed);
+  const wkey = await crypto.subtle.importKey('pkcs8', pkcs8, { name: 'Ed25519' }, false, ['sign']);
+  const note = parseStrict(certText).checkpoint;
+  const body = note.split('\n\n')[0] + '\n';
+  const time = 1796126400n;
+  const sig = new Uint8Array(await crypto.subtle.sign({ name: 'Ed25519' }, wkey, utf8(`cosignature/v1\ntime ${time}\n${body}`)));
+  const prefix = new Uint8Array(12);
+  prefix.set(Uint8Array.from(w.key_id.match(/../g), (x) => parseInt(x, 16)));
+  new DataView(prefix.buffer).setBigUint64(4, time);
+  const cosigned = `${note}\u2014 ${w.name} ${b64encode(concat(prefix, sig))}\n`;
+  const cert = await certificateWith((c) => { c.checkpoint = cosigned; }, true);
+  const bundle = tamper('v3', (l) => { l[0].checkpoint = cosigned; });
+  const withQuorum = await verify.verifyCertificate({ certificateText: cert, bundle, logKey, witnesses: [witness], quorum: 1 });
+  expectVerdict(withQuorum, 'PASS');
+  // The bundle alone, from a stream, with the witness rule.
+  expectVerdict(await verify.verifyBundle({ bundle: new Blob([bundle]).stream(), logKey, witnesses: [witness] }), 'PASS');
+  // The original (not cosigned) fails the rule; so does a cosigned bundle asked for 2 of 2.
+  const plain = await verify.verifyCertificate({ certificateText: certText, bundle: bundleV3, logKey, witnesses: [witness] });
+  expectVerdict(plain, 'witness_quorum', 'checkpoint');
+  expectVerdict(await verify.verifyBundle({ bundle: bundleV3, logKey, witnesses: [witness] }), 'witness_quorum');
+  if (bin) {
+    const c = writeTmp('cert.json', cert);
+    const b = writeTmp('bundle.ndjson', bundle);
+    eq(binaryVerdict(['--certificate', c, '--bundle', b, '--log-key', logKey, '--witness', witness, '--quorum', '1']), 'PASS', 'gpuledger verify');
+    eq(binaryVerdict(['--bundle', b, '--log-key', logKey, '--witness', witness]), 'PASS', 'gpuledger verify (bundle)');
+    eq(binaryVerdict(['--certificate', path.join(fixtures, 'certificate.json'), '--bundle', writeTmp('b.ndjson', bundleV3), '--log-key', logKey, '--witness', witness]), 'witness_quorum', 'gpuledger verify (not cosigned)');
+  }
+});
+
+// ---------------------------------------------------------------- protocol vectors (tests/vectors)
+
+const keys = JSON.parse(read(path.join(vectors, 'keys.json')));
+const vkeyOfVectors = Object.values(keys).find((k) => k.verifier_key)?.verifier_key;
+
+await test('vectors: key ids (§3.2, §9) and the verifier key', async () => {
+  for (const k of Object.values(keys)) {
+    const pk = b64decode(k.public_key);
+    eq(await envelopeKeyId(pk), k.key_id, `key id of ${k.signer}`);
+    eq(keyProblem(pk), null, `key ${k.signer} is valid`);
+  }
+  const vk = await parseVerifierKey(vkeyOfVectors);
+  eq(vk.name, 'gpuledger.example/vectors', 'name');
+  eq(vk.keyId.toString(16).padStart(8, '0'), '8fc7e056', 'note key id');
+});
+
+await test('vectors: signed messages, leaf hashes and the small-order R signature', async () => {
+  for (const kind of ['gpu_usage', 'energy', 'spot_price']) {
+    const env = parseStrict(read(path.join(vectors, `${kind}.envelope.json`)));
+    const e = await checkEnvelope(env, 'gpuledger.example/vectors');
+    eq(hex(e.message), hex(readBytes(path.join(vectors, `${kind}.message.bin`))), `${kind} message`);
+    eq(canonicalize(parseStrict(read(path.join(vectors, `${kind}.body.json`)))), read(path.join(vectors, `${kind}.body.json`)), `${kind} body is canonical`);
+    const leafBytes = readBytes(path.join(vectors, `${kind}.leaf.json`));
+    eq(hex(await leafHash(leafBytes)), read(path.join(vectors, `${kind}.leaf_hash.hex`)).trim(), `${kind} leaf hash`);
+    const signer = Object.values(keys).find((k) => k.key_id === env.key_id);
+    const key = await PublicKey.fromBase64(signer.public_key);
+    assert(await key.verify(e.message, e.sig), `${kind} signature verifies`);
+    assert(!(await key.verify(e.message.subarray(1), e.sig)), `${kind} signature over other bytes`);
+  }
+  const nodeKey = await PublicKey.fromBase64(keys.node?.public_key ?? 'iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w=');
+  const sig = b64decode(read(path.join(vectors, 'gpu_usage.small_order_r.sig.b64')).trim());
+  assert(!(await nodeKey.verify(readBytes(path.join(vectors, 'gpu_usage.message.bin')), sig)), 'the small-order R signature is refused');
+});
+
+await test('vectors: the tree, its inclusion and consistency proofs (RFC 9162), the checkpoint', async () => {
+  const tree = JSON.parse(read(path.join(vectors, 'tree.json')));
+  const leaves = read(path.join(vectors, 'log.jsonl')).split('\n').filter(Boolean);
+  const hashes = [];
+  for (const l of leaves) hashes.push(await leafHash(utf8(l)));
+  eq(hashes.map(b64encode), tree.leaf_hashes, 'leaf hashes');
+  const mth = async (lo, hi) => (hi - lo === 1 ? hashes[lo] : nodeHash(await mth(lo, lo + splitPoint(hi - lo)), await mth(lo + splitPoint(hi - lo), hi)));
+  eq(b64encode(await mth(0, hashes.length)), tree.root, 'root');
+  for (const p of tree.inclusion) {
+    const ok = await verifyInclusion(p.leaf_index, p.tree_size, b64decode(p.leaf_hash), p.proof.map(b64decode), b64decode(p.root));
+    assert(ok, `inclusion of ${p.leaf_index} in ${p.tree_size}`);
+    if (p.proof.length) {
+      const bad = p.proof.map(b64decode);
+      bad[0] = bad[0].slice().reverse();
+      assert(!(await verifyInclusion(p.leaf_index, p.tree_size, b64decode(p.leaf_hash), bad, b64decode(p.root))), 'a bad inclusion proof');
+    }
+    assert(!(await verifyInclusion(p.leaf_index + 1, p.tree_size, b64decode(p.leaf_hash), p.proof.map(b64decode), b64decode(p.root))), 'another index');
+  }
+  for (const c of tree.consistency) {
+    const ok = await verifyConsistency(c.old_size, c.new_size, b64decode(c.old_root), b64decode(c.new_root), c.proof.map(b64decode));
+    assert(ok, `consistency ${c.old_size} → ${c.new_size}`);
+    if (c.proof.length) {
+      assert(!(await verifyConsistency(c.old_size, c.new_size, b64decode(c.new_root), b64decode(c.new_root), c.proof.map(b64decode))), 'another old root');
+    }
+  }
+  const r = await verify.verifyCheckpoint({ noteText: read(path.join(vectors, 'checkpoint.txt')), logKey: vkeyOfVectors });
+  expectVerdict(r, 'PASS');
+  eq(r.summary.root, tree.root, 'checkpoint root');
+  eq(r.summary.size, tree.size, 'checkpoint size');
+});
+
+await test('vectors: the vector log as a v3 bundle (empty multi-proof) PASSes; a changed leaf fails', async () => {
+  const leaves = read(path.join(vectors, 'log.jsonl')).split('\n').filter(Boolean);
+  const note = read(path.join(vectors, 'checkpoint.txt'));
+  const header = canonicalize({ checkpoint: note, format: 'gpuledger-bundle/v3', log_origin: 'gpuledger.example/vectors', subject: { certificate: 'CERT-000000' }, type: 'header' });
+  const entry = (l) => `{"index":${parseStrict(l).index},"leaf":${l},"type":"entry"}`;
+  const isRecord = (l) => ['gpu_usage', 'energy'].includes(parseStrict(l).envelope.kind);
+  const body = [...leaves.filter((l) => !isRecord(l)), ...leaves.filter(isRecord)].map(entry);
+  const bundle = joinLines([header, ...body, `{"entries":${leaves.length},"nodes":0,"type":"end"}`]);
+  const r = await verify.verifyBundle({ bundle, logKey: vkeyOfVectors });
+  expectVerdict(r, 'PASS');
+  eq(r.summary.records, 3, 'records');
+  if (bin) eq(binaryVerdict(['--bundle', writeTmp('vectors.ndjson', bundle), '--log-key', vkeyOfVectors]), 'PASS', 'gpuledger verify');
+  const changed = bundle.replace('"gpu_count":"8"', '"gpu_count":"8","gpu_countx":"1"');
+  expectVerdict(await verify.verifyBundle({ bundle: changed, logKey: vkeyOfVectors }), 'leaf_invalid');
+});
+
+await test('vectors: the adversarial Ed25519 cases (§3.1, §3.3) get the protocol\'s verdicts', async () => {
+  const { cases } = JSON.parse(read(path.join(vectors, 'ed25519/cases.json')));
+  const fromHex = (h) => Uint8Array.from(h.match(/../g) ?? [], (x) => parseInt(x, 16));
+  assert(cases.length >= 10, 'cases');
+  for (const c of cases) {
+    const kb = b64decode(c.public_key);
+    const valid = keyProblem(kb) === null;
+    eq(valid, c.key_valid, `${c.name}: key_valid`);
+    let accepted = false;
+    if (valid) accepted = await (await PublicKey.fromBytes(kb)).verify(fromHex(c.message), b64decode(c.signature));
+    eq(accepted ? 'accept' : 'refuse', c.verdict, `${c.name}: verdict`);
+  }
+  eq(SMALL_ORDER_ENCODINGS.length, 8, 'eight small-order points');
+  for (const h of SMALL_ORDER_ENCODINGS) assert(isSmallOrderPoint(fromHex(h)), `${h} is of small order`);
+});
+
+// ---------------------------------------------------------------- JCS and decimals
+
+await test('jcs: canonical form, repeated names, big numbers, surrogates', async () => {
+  eq(canonicalize(parseStrict('{"b":1,"a":[true,null,"\\u00e9\\n\\u001f"]}')), '{"a":[true,null,"é\\n\\u001f"],"b":1}', 'canonical');
+  eq(canonicalize(parseStrict('{"\\u20ac":1,"\\ud83d\\ude00":2,"z":3}')), '{"z":3,"€":1,"😀":2}', 'UTF-16 order');
+  for (const bad of ['{"a":1,"a":2}', '{"a":1,"\\u0061":2}', '{"x":{"a":1,"a":1}}', '9007199254740992', '1.0', '1e3', '-1', '"\\ud800"', '{"a":1} x', '01']) {
+    let threw = false;
+    try {
+      parseStrict(bad);
+    } catch {
+      threw = true;
+    }
+    assert(threw, `refuses ${bad}`);
+  }
+  eq(parseStrict('9007199254740991'), 9007199254740991, 'the largest integer');
+  eq(b64decode('AB=='), null, 'non-canonical padding bits');
+  eq(b64decode('AA=='), Uint8Array.from([0]), 'canonical');
+});
+
+await test('timestamps (§2.2): real dates in range only', async () => {
+  const { timestampSeconds } = await import('../leaf.js');
+  eq(timestampSeconds('2000-01-01T00:00:00Z'), 946684800, 'the first');
+  eq(timestampSeconds('9999-12-31T23:59:59Z'), 253402300799, 'the last');
+  eq(timestampSeconds('2026-11-28T01:00:00Z'), Date.UTC(2026, 10, 28, 1) / 1000, 'a date');
+  eq(timestampSeconds('2000-02-29T12:00:00Z'), Date.UTC(2000, 1, 29, 12) / 1000, 'a leap day');
+  for (const bad of ['1999-12-31T23:59:59Z', '2100-02-29T00:00:00Z', '2026-02-30T00:00:00Z', '2026-04-31T00:00:00Z', '2026-01-01T24:00:00Z',
+    '2026-01-01T00:00:60Z', '2026-13-01T00:00:00Z', '2026-01-01T00:00:00', '2026-01-01 00:00:00Z', '2026-01-01T00:00:00.5Z']) {
+    eq(timestampSeconds(bad), null, bad);
+  }
+});
+
+await test('an envelope over 8192 canonical bytes → leaf_invalid (too_large), counted in UTF-8 bytes', async () => {
+  const env = parseStrict(read(path.join(vectors, 'gpu_usage.envelope.json')));
+  const revoke = { body: { key_id: '0000000000000000', reason: '\u00e9'.repeat(3000), signer: 'x' }, key_id: env.key_id, kind: 'signer_key_revoked', seq: 1, sig: env.sig, signer: 'ledger', v: 2 };
+  revoke.body.reason = '\u00e9'.repeat(3000);
+  let refused = null;
+  try {
+    await checkEnvelope(revoke, 'gpuledger.example/vectors');
+  } catch (e) {
+    refused = e.message;
+  }
+  assert(refused === null, `3000 two-byte characters fit: ${refused}`);
+  revoke.body.reason = '\u00e9'.repeat(4100);
+  try {
+    await checkEnvelope(revoke, 'gpuledger.example/vectors');
+  } catch (e) {
+    refused = e.message;
+  }
+  assert(refused && refused.startsWith('too_large'), `4100 two-byte characters (8200 bytes) do not: ${refused}`);
+});
+
+await test('decimals: exact sums and products, numeric comparison', async () => {
+  eq(Dec.parse('12.5').mul(Dec.parse('1.08')).toString(), '13.5', 'kwh × pue');
+  eq(Dec.parse('13.5').mul(Dec.parse('550')).shift(3).toString(), '7.425', 'carbon');
+  eq(Dec.parse('0.1').add(Dec.parse('0.2')).toString(), '0.3', 'no floating point');
+  eq(Dec.parse('1.50').cmp(Dec.parse('1.5')), 0, 'equal as numbers');
+  eq(Dec.parseCanonical('1.50'), null, 'not canonical');
+  eq(Dec.parse('123456789012345678901234567890.123456789').mul(Dec.parse('1.000000001')).toString(), '123456789135802467913580246791.358024679123456789', 'beyond 28 digits, exact');
+});
+
+// ---------------------------------------------------------------- the shipped files run in a browser
+
+await test('the shipped modules use relative imports and no Node-only API', async () => {
+  const dir = path.resolve(here, '..');
+  for (const f of fs.readdirSync(dir).filter((f) => f.endsWith('.js'))) {
+    const src = read(path.join(dir, f));
+    for (const m of src.matchAll(/^import .* from '([^']+)';$/gm)) assert(m[1].startsWith('./'), `${f} imports ${m[1]}`);
+    for (const nodeOnly of [/\brequire\(/, /\bprocess\./, /\bBuffer\b/, /from 'node:/, /\bfs\./, /__dirname/]) {
+      assert(!nodeOnly.test(src), `${f} uses ${nodeOnly}`);
+    }
+  }
+});
+
+// ---------------------------------------------------------------- the same in Chromium
+
+const { findChromium, runInBrowser } = await import('./browser.mjs');
+const chromium = findChromium();
+if (chromium) {
+  await test(`in Chromium (${chromium}): PASS on the originals, the right reason on tampered copies`, async () => {
+    const r = await runInBrowser(chromium);
+    assert(r.ok, r.message);
+  });
+} else {
+  console.log('skip in Chromium: no chromium on PATH (set CHROMIUM to its path to run the browser check)');
+}
+
+if (itemsCompared.length) {
+  const differ = itemsCompared.filter((x) => x.ours !== x.theirs);
+  console.log(`items: ${itemsCompared.length - differ.length} of ${itemsCompared.length} failing items named as gpuledger verify names them`);
+  for (const d of differ) console.log(`  item differs (${d.what}): ours ${JSON.stringify(d.ours)}, gpuledger verify ${JSON.stringify(d.theirs)}`);
+}
+fs.rmSync(tmp, { recursive: true, force: true });
+console.log(`\n${passed} passed, ${failures.length} failed${bin ? `; ${binaryChecks} verdicts compared with ${bin}` : '; GPULEDGER_BIN not set: verdicts not compared with gpuledger verify'}`);
+if (failures.length) {
+  console.log(`failed:\n  ${failures.join('\n  ')}`);
+  process.exit(1);
+}

@@ -1,0 +1,79 @@
+//! The console's in-browser verifier (`assets/console/verify/`, issue #17) run under Node:
+//! `node assets/console/verify/test/run.mjs` checks it against the committed certificate
+//! artefacts, tampered copies and the protocol vectors, and compares every verdict with this
+//! build's `gpuledger verify` (through `GPULEDGER_BIN`). The test fails when that script fails.
+//!
+//! Without `node` (version 20 or later, for WebCrypto's Ed25519) the test is skipped with a
+//! loud message, unless `GPULEDGER_REQUIRE_NODE=1`, which CI sets: then it fails.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+
+/// The oldest Node major version whose WebCrypto has Ed25519 without flags.
+const MIN_NODE_MAJOR: u32 = 20;
+
+/// Whether a missing or too old `node` must fail the test rather than skip it.
+fn node_required() -> bool {
+    std::env::var("GPULEDGER_REQUIRE_NODE").is_ok_and(|v| v == "1")
+}
+
+/// Skips (or, when Node is required, fails) with `why`.
+fn skip_or_fail(why: &str) {
+    assert!(
+        !node_required(),
+        "GPULEDGER_REQUIRE_NODE=1 but {why}: install Node.js {MIN_NODE_MAJOR} or later"
+    );
+    // Straight to stderr: the test harness captures `eprintln!` of passing tests.
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n*** SKIPPED console_verify: {why}; the in-browser verifier was NOT tested. \
+         Install Node.js {MIN_NODE_MAJOR}+ (or set GPULEDGER_REQUIRE_NODE=1 to make this fail). ***\n"
+    );
+}
+
+/// The major version of `node`, or why it cannot be run.
+fn node_major() -> Result<u32, String> {
+    let out = Command::new("node")
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("`node` cannot be run ({e})"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .ok_or_else(|| format!("`node --version` printed {text:?}"))
+}
+
+#[test]
+fn browser_verifier_passes_its_tests_under_node() {
+    match node_major() {
+        Err(why) => return skip_or_fail(&why),
+        Ok(major) if major < MIN_NODE_MAJOR => {
+            return skip_or_fail(&format!("node is version {major}"));
+        }
+        Ok(_) => {}
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("node")
+        .arg(root.join("assets/console/verify/test/run.mjs"))
+        .current_dir(root)
+        .env("GPULEDGER_BIN", env!("CARGO_BIN_EXE_gpuledger"))
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    assert!(
+        out.status.success(),
+        "the in-browser verifier's tests failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains("verdicts compared with"),
+        "the verdicts were not compared with gpuledger verify:\n{stdout}"
+    );
+}
