@@ -4,6 +4,7 @@
 //! the filesystem gauges.
 
 pub mod publish;
+pub mod request_log;
 pub mod witnessing;
 
 use crate::api::{self, AppState};
@@ -81,6 +82,87 @@ pub struct ServeSettings {
     /// `witness_wait_seconds`: how long an issuance waits for a checkpoint to reach the
     /// quorum before answering 503 `witnesses_behind`; default 10.
     pub witness_wait_seconds: Option<u64>,
+    /// `[issuer]` (settings file only): who issues the invoices (`name`, `address` lines,
+    /// `tax_id`, `email`); default none (the log's origin names the issuer).
+    pub issuer: Option<crate::core::invoice::Issuer>,
+    /// `payment_terms_days`: an invoice is due this many days after it is issued; default 30.
+    pub payment_terms_days: Option<u32>,
+    /// `[[tax]]` (settings file only): the tax of each region (`region`, `name`, `rate` as a
+    /// decimal string; `region = "*"` for every other region); default none (rate 0).
+    pub tax: Option<Vec<TaxSetting>>,
+    /// `public_url`: the service's base URL as tenants reach it, for the links in invoice PDFs;
+    /// default none.
+    pub public_url: Option<String>,
+    /// `[webhooks]` (settings file only): the webhook delivery worker, its signing key, retry
+    /// schedule and target rule (docs/WEBHOOKS.md); default: on, with the defaults.
+    pub webhooks: Option<crate::webhooks::WebhookSettingsFile>,
+}
+
+/// One `[[tax]]` entry of the settings file.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TaxSetting {
+    /// A region id, or `*`: every region without an entry of its own.
+    pub region: String,
+    /// The tax's name printed on invoices (`VAT`).
+    pub name: String,
+    /// The rate as a decimal fraction in a string (`"0.06"` for 6 %), from 0 to 1.
+    pub rate: String,
+}
+
+/// The invoice settings of `issuer`, `payment_terms_days`, `[[tax]]` and `public_url`; refused
+/// when a tax rate is not a decimal from 0 to 1, a region is listed twice, or the URL is not
+/// `http(s)://`.
+pub fn invoice_settings(
+    issuer: Option<crate::core::invoice::Issuer>,
+    payment_terms_days: Option<u32>,
+    tax: Option<Vec<TaxSetting>>,
+    public_url: Option<String>,
+) -> Result<store::invoices::InvoiceSettings, String> {
+    use crate::core::invoice::{Tax, TaxTable};
+    let mut taxes = TaxTable::default();
+    for t in tax.unwrap_or_default() {
+        let rate = crate::core::decimal::parse_lenient(&t.rate)
+            .filter(|r| *r >= rust_decimal::Decimal::ZERO && *r <= rust_decimal::Decimal::ONE)
+            .ok_or_else(|| {
+                format!(
+                    "[[tax]] region {:?}: rate {:?} must be a decimal fraction from 0 to 1 (\"0.06\" for 6 %)",
+                    t.region, t.rate
+                )
+            })?;
+        if t.name.trim().is_empty() {
+            return Err(format!("[[tax]] region {:?}: name is empty", t.region));
+        }
+        let tax = Tax {
+            name: Some(t.name),
+            rate: rate.normalize(),
+        };
+        let dup = if t.region == "*" {
+            taxes.default.replace(tax).is_some()
+        } else {
+            taxes.by_region.insert(t.region.clone(), tax).is_some()
+        };
+        if dup {
+            return Err(format!("[[tax]] region {:?} is listed twice", t.region));
+        }
+    }
+    if let Some(u) = &public_url {
+        if !(u.starts_with("http://") || u.starts_with("https://")) {
+            return Err(format!(
+                "public_url {u:?} must start with http:// or https://"
+            ));
+        }
+    }
+    let days = payment_terms_days.unwrap_or(store::invoices::DEFAULT_PAYMENT_TERMS_DAYS);
+    if days > 3650 {
+        return Err(format!("payment_terms_days {days} is above 3650"));
+    }
+    Ok(store::invoices::InvoiceSettings {
+        issuer: issuer.unwrap_or_default(),
+        payment_terms_days: days,
+        taxes,
+        public_url: public_url.map(|u| u.trim_end_matches('/').to_owned()),
+    })
 }
 
 /// Resolved settings.
@@ -95,6 +177,8 @@ pub struct Resolved {
     pub publish_dir: Option<PathBuf>,
     /// The witnesses checkpoints are sent to, and the quorum issuances wait for.
     pub witnesses: witnessing::WitnessSettings,
+    /// Issuer, payment terms, taxes and public URL of the invoices.
+    pub invoicing: store::invoices::InvoiceSettings,
 }
 
 /// How the HTTP server treats its clients: timeouts, connection limits, body and rate limits,
@@ -115,6 +199,8 @@ pub struct HttpSettings {
     pub max_connections: usize,
     /// Body timeouts, the ingest cap and the rates.
     pub limits: api::limits::LimitSettings,
+    /// The `[webhooks]` settings (the delivery worker runs next to the HTTP server).
+    pub webhooks: crate::webhooks::WebhookSettingsFile,
 }
 
 /// Default [`HttpSettings::client_request_timeout`].
@@ -135,6 +221,7 @@ impl Default for HttpSettings {
             keep_alive: DEFAULT_KEEP_ALIVE,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             limits: api::limits::LimitSettings::default(),
+            webhooks: Default::default(),
         }
     }
 }
@@ -142,7 +229,16 @@ impl Default for HttpSettings {
 /// Reads a TOML settings file.
 pub fn read_config(path: &Path) -> Result<ServeSettings, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let s: ServeSettings = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    // The invoice settings are checked here, so a bad tax rate stops the start.
+    invoice_settings(
+        s.issuer.clone(),
+        s.payment_terms_days,
+        s.tax.clone(),
+        s.public_url.clone(),
+    )
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(s)
 }
 
 impl ServeSettings {
@@ -172,6 +268,18 @@ impl ServeSettings {
                 .or(file.workers)
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
             publish_dir: self.publish_dir.or(file.publish_dir),
+            // Checked by `read_config`; settings built in code that break a rule are reported
+            // and replaced by the defaults.
+            invoicing: invoice_settings(
+                self.issuer.or(file.issuer),
+                self.payment_terms_days.or(file.payment_terms_days),
+                self.tax.or(file.tax),
+                self.public_url.or(file.public_url),
+            )
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "invoice settings refused; using the defaults");
+                Default::default()
+            }),
             witnesses: witnessing::WitnessSettings {
                 witnesses: self.witnesses.or(file.witnesses).unwrap_or_default(),
                 quorum: self.witness_quorum.or(file.witness_quorum).unwrap_or(0),
@@ -247,6 +355,11 @@ impl ServeSettings {
                     .or(file.tenant_certificates_per_minute)
                     .unwrap_or(l.tenant_certificates_per_minute),
             },
+            webhooks: self
+                .webhooks
+                .clone()
+                .or_else(|| file.webhooks.clone())
+                .unwrap_or_default(),
         }
     }
 }
@@ -268,6 +381,8 @@ pub enum ServeError {
     Publish(#[from] publish::PublishError),
     #[error(transparent)]
     Witness(#[from] witnessing::StartError),
+    #[error("webhooks: {0}")]
+    Webhooks(String),
 }
 
 /// Runs the server until SIGTERM or Ctrl-C. Prints `listening on http://ADDR` once bound, then
@@ -317,15 +432,73 @@ pub fn serve_ledger_with(
         .install_recorder()
         .map_err(|e| ServeError::Metrics(e.to_string()))?;
     describe_metrics();
+    ledger.set_invoicing(settings.invoicing.clone());
     // Witness settings that cannot be used stop the start; the threads run until shutdown.
     let witnesses = witnessing::start(&ledger, &settings.witnesses)?;
-    let served = serve_with_witnesses(ledger.clone(), settings, http, metrics, on_bound);
+    let (webhook_api, webhooks) = match start_webhooks(&ledger, settings, http) {
+        Ok(started) => started,
+        Err(e) => {
+            witnesses.stop();
+            return Err(e);
+        }
+    };
+    let served = serve_with_witnesses(
+        ledger.clone(),
+        settings,
+        http,
+        metrics,
+        webhook_api,
+        on_bound,
+    );
+    if let Some(w) = webhooks {
+        w.stop();
+    }
     witnesses.stop();
     served?;
     // Dropping the last handle stops the sequencer after it has committed what was queued.
     drop(ledger);
     tracing::info!("ledger closed");
     Ok(())
+}
+
+/// What [`start_webhooks`] starts: the API's view of the settings and the worker, if enabled.
+type Webhooks = (
+    web::Data<crate::webhooks::WebhookApi>,
+    Option<crate::webhooks::deliver::Worker>,
+);
+
+/// The webhook signing key (read, or created on first start, 0600; never logged), what the API
+/// publishes of it, and the delivery worker when `[webhooks] enabled` (the default).
+fn start_webhooks(
+    ledger: &Ledger,
+    settings: &Resolved,
+    http: &HttpSettings,
+) -> Result<Webhooks, ServeError> {
+    let w = http
+        .webhooks
+        .resolve(&settings.log_key)
+        .map_err(ServeError::Webhooks)?;
+    let (key, created) = crate::webhooks::sign::read_or_create_key(&w.signing_key)
+        .map_err(|e| ServeError::Webhooks(e.to_string()))?;
+    if created {
+        tracing::info!(path = %w.signing_key.display(), "created the webhook signing key");
+    }
+    if w.allow_private_targets {
+        tracing::warn!("[webhooks] allow_private_targets is set: endpoints may reach loopback and private addresses (unsafe)");
+    }
+    let api = web::Data::new(crate::webhooks::WebhookApi {
+        allow_private_targets: w.allow_private_targets,
+        public_key: Some(crate::webhooks::sign::public_key_text(&key)),
+    });
+    let worker = if w.enabled {
+        Some(
+            crate::webhooks::deliver::start(ledger.database_url(), key, w)
+                .map_err(ServeError::Webhooks)?,
+        )
+    } else {
+        None
+    };
+    Ok((api, worker))
 }
 
 /// The rest of [`serve_ledger_with`], once the metrics recorder is installed and the witness
@@ -335,6 +508,7 @@ fn serve_with_witnesses(
     settings: &Resolved,
     http: &HttpSettings,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
+    webhook_api: web::Data<crate::webhooks::WebhookApi>,
     on_bound: impl FnOnce(&[SocketAddr], &[SocketAddr]),
 ) -> Result<(), ServeError> {
     // A publish directory that cannot be created stops the start, rather than a silent gap.
@@ -375,10 +549,11 @@ fn serve_with_witnesses(
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(api_state.clone())
+                .app_data(webhook_api.clone())
                 .wrap(middleware::from_fn(api::limits::per_client))
                 .wrap(middleware::from_fn(api::close_unread_bodies))
                 .wrap(middleware::from_fn(api::record_metrics))
-                .wrap(tracing_actix_web::TracingLogger::default())
+                .wrap(tracing_actix_web::TracingLogger::<request_log::RequestSpan>::new())
                 .into_utoipa_app()
                 .configure(|c| api::served_routes(c, metrics_here))
                 .into_app()

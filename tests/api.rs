@@ -726,6 +726,7 @@ static ACCESS: &[Access] = &[
     get("unknown tenant's usage",        "/v1/usage?tenant=tenant-z&{period}",                    [404, 404, 404, 404, 401, 401]),
     post("create tenant",                "/v1/tenants", |w| json!({"id": format!("new-{w}"), "name": "n"}), [201, 403, 403, 403, 401, 401]),
     get("list tenants",                  "/v1/tenants",                                           [200, 200, 403, 403, 401, 401]),
+    Access { what: "change tenant", method: "PATCH", path: "/v1/tenants/tenant-a", body: Some(|w| json!({"address": [format!("{w} street")]})), want: [200, 403, 403, 403, 401, 401] },
     post("register signer",              "/v1/signers", |w| json!({"id": format!("node-{w}"), "role": "node", "public_key": public(&sample::key(w)), "nodes": [format!("node-{w}")], "regions": ["west"]}), [201, 403, 403, 403, 401, 401]),
     get("list signers",                  "/v1/signers",                                           [200, 200, 403, 403, 401, 401]),
     post("add key",                      "/v1/signers/node-1/keys", |w| json!({"public_key": public(&sample::key(&format!("extra-{w}")))}), [201, 403, 403, 403, 401, 401]),
@@ -756,6 +757,9 @@ static ACCESS: &[Access] = &[
     get("A's invoice as JSON",           "/v1/invoices/{inv_a}/json",                             [200, 200, 200, 404, 401, 401]),
     get("A's invoice as CSV",            "/v1/invoices/{inv_a}/csv",                              [200, 200, 200, 404, 401, 401]),
     get("A's invoice as PDF",            "/v1/invoices/{inv_a}/pdf",                              [200, 200, 200, 404, 401, 401]),
+    get("A's invoice account",           "/v1/invoices/{inv_a}/account",                          [200, 200, 200, 404, 401, 401]),
+    get("B's invoice account",           "/v1/invoices/{inv_b}/account",                          [200, 200, 404, 200, 401, 401]),
+    get("unknown invoice's account",     "/v1/invoices/INV-999999/account",                       [404, 404, 404, 404, 401, 401]),
     get("A's invoice bundle",            "/v1/invoices/{inv_a}/bundle",                           [200, 200, 200, 404, 401, 401]),
     get("B's invoice bundle",            "/v1/invoices/{inv_b}/bundle",                           [200, 200, 404, 200, 401, 401]),
     // The format is checked before the invoice is looked up: the same 400 for any number.
@@ -764,6 +768,9 @@ static ACCESS: &[Access] = &[
     post("credit note",                  "/v1/credit-notes", |w| json!({"tenant": "tenant-a", "invoice": "INV-000001", "currency": "CNY", "amount": "0.01", "note": w}), [201, 403, 403, 403, 401, 401]),
     get("A's balance",                   "/v1/balance?tenant=tenant-a",                           [200, 200, 200, 404, 401, 401]),
     get("own balance (admins name one)", "/v1/balance",                                           [400, 400, 200, 200, 401, 401]),
+    get("FOCUS export (own, or all)",    "/v1/exports/focus?{period}",                            [200, 200, 200, 200, 401, 401]),
+    get("A's FOCUS export",              "/v1/exports/focus?tenant=tenant-a&{period}",            [200, 200, 200, 404, 401, 401]),
+    get("unknown tenant's FOCUS export", "/v1/exports/focus?tenant=tenant-z&{period}",            [404, 404, 404, 404, 401, 401]),
     // Certificates: a tenant for itself, an admin for anyone; auditors read, not issue.
     post("certificate for A",            "/v1/certificates", |_| json!({"tenant": "tenant-a", "from": base().to_string(), "to": base().plus(86_400).to_string()}), [201, 403, 201, 404, 401, 401]),
     post("own certificate (admins name one)", "/v1/certificates", |_| json!({"from": base().to_string(), "to": base().plus(86_400).to_string()}), [400, 403, 201, 201, 401, 401]),
@@ -793,6 +800,16 @@ static ACCESS: &[Access] = &[
     head("HEAD tiles: tile past the end","/tile/0/999",                                           [404, 404, 404, 404, 404, 404]),
     head("HEAD tiles: entry bundle",     "/tile/entries/000.p/1",                                 [200, 200, 403, 403, 401, 401]),
     head("HEAD tiles: bundle past end",  "/tile/entries/999",                                     [404, 404, 403, 403, 401, 401]),
+    // Webhooks: admin only; the public key is public.
+    get("webhooks: event types",         "/v1/webhooks/event-types",                              [200, 403, 403, 403, 401, 401]),
+    get("webhooks: public key",          "/v1/webhooks/public-key",                               [200, 200, 200, 200, 200, 200]),
+    post("webhooks: new endpoint",       "/v1/webhooks/endpoints", |_| json!({"url": "http://93.184.215.14/hook", "event_types": ["invoice.issued"]}), [201, 403, 403, 403, 401, 401]),
+    get("webhooks: endpoints",           "/v1/webhooks/endpoints",                                [200, 403, 403, 403, 401, 401]),
+    get("webhooks: unknown endpoint",    "/v1/webhooks/endpoints/ep_none",                        [404, 403, 403, 403, 401, 401]),
+    Access { what: "webhooks: change endpoint", method: "PATCH", path: "/v1/webhooks/endpoints/ep_none", body: Some(|_| json!({"enabled": false})), want: [404, 403, 403, 403, 401, 401] },
+    delete("webhooks: delete endpoint",  "/v1/webhooks/endpoints/ep_none",                        [404, 403, 403, 403, 401, 401]),
+    get("webhooks: delivery log",        "/v1/webhooks/endpoints/ep_none/deliveries",             [404, 403, 403, 403, 401, 401]),
+    post("webhooks: redeliver",          "/v1/webhooks/deliveries/msg_none/redeliver", |_| json!({}), [404, 403, 403, 403, 401, 401]),
 ];
 
 /// `path` with each `{name}` of `values` replaced; every placeholder must be filled.
@@ -819,6 +836,11 @@ impl Access {
                 Http::read(req.call()).unwrap_or_else(|e| panic!("HEAD {path}: {e}"))
             }
             ("POST", Some(body)) => h.post(path, token, &body(&format!("{who:?}").to_lowercase())),
+            ("PATCH", Some(body)) => {
+                let bytes = serde_json::to_vec(&body(&format!("{who:?}").to_lowercase())).unwrap();
+                h.try_request("PATCH", path, token, Some("application/json"), &bytes)
+                    .unwrap_or_else(|e| panic!("PATCH {path}: {e}"))
+            }
             (m, b) => panic!("{}: {m} with a body: {}", self.what, b.is_some()),
         }
     }
@@ -1438,6 +1460,8 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         // Administration bodies.
         Bad { body: b"{\"id\":".to_vec(), ..admin_post("tenant: malformed JSON", "/v1/tenants", json!(null), Problem(400, "malformed_json")) },
         admin_post("tenant: unknown member",         "/v1/tenants", json!({"id": "t2", "name": "n", "x": 1}), Problem(400, "malformed_json")),
+        admin_post("tenant: fields as an array",     "/v1/tenants", json!(["t6", "n"]), Problem(400, "malformed_json")),
+        Bad { method: "PATCH", ..admin_post("tenant patch: array of nulls", "/v1/tenants/tenant-a", json!([null, null]), Problem(400, "malformed_json")) },
         Bad { body: br#"{"id":"t9","id":"t10","name":"n"}"#.to_vec(), ..admin_post("tenant: repeated member name", "/v1/tenants", json!(null), Problem(400, "malformed_json")) },
         Bad { body: br#"{"lease":"l9","tenant":"tenant-a","class":"reserved","class":"spot"}"#.to_vec(), ..admin_post("lease: repeated member name", "/v1/leases", json!(null), Problem(400, "malformed_json")) },
         admin_post("lease: unregistered tenant",     "/v1/leases", json!({"lease": "l10", "tenant": "tenant-z", "class": "reserved"}), Problem(400, "refused")),
@@ -1451,6 +1475,7 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         admin_post("tenant: bad id",                 "/v1/tenants", json!({"id": "bad id!", "name": "n"}), Problem(400, "refused")),
         admin_post("tenant: name over 200 bytes",    "/v1/tenants", json!({"id": "t5", "name": "x".repeat(201)}), Problem(400, "refused")),
         admin_post("tenant: duplicate",              "/v1/tenants", json!({"id": "tenant-a", "name": "n"}), Problem(409, "conflict")),
+        admin_post("invoice: period not ended",      "/v1/invoices", json!({"tenant": "tenant-a", "from": "2099-01-01T00:00:00Z", "to": "2099-01-02T00:00:00Z"}), Problem(422, "period_not_ended")),
         admin_post("signer: unknown role",           "/v1/signers", json!({"id": "n2", "role": "boss", "public_key": public(&sample::key("n2"))}), Problem(400, "invalid_parameter")),
         admin_post("signer: key not base64",         "/v1/signers", json!({"id": "n3", "role": "node", "public_key": "not a key"}), Problem(400, "refused")),
         admin_post("signer: weak key",               "/v1/signers", json!({"id": "n4", "role": "node", "public_key": BASE64_STANDARD.encode([0u8; 32])}), Problem(400, "refused")),

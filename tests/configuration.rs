@@ -71,6 +71,11 @@ fn documented_example_file_sets_every_key() {
         witnesses,
         witness_quorum,
         witness_wait_seconds,
+        issuer,
+        payment_terms_days,
+        tax,
+        public_url,
+        webhooks,
     } = s.clone();
     assert!(listen.is_some() && database_url.is_some() && log_key.is_some());
     assert!(checkpoint_interval_seconds.is_some() && workers.is_some());
@@ -85,6 +90,25 @@ fn documented_example_file_sets_every_key() {
     assert!(signer_rate_per_second.is_some() && signer_rate_burst.is_some());
     assert!(tenant_certificates_per_minute.is_some());
     assert!(witness_quorum.is_some() && witness_wait_seconds.is_some());
+    assert!(issuer.is_some() && payment_terms_days.is_some());
+    assert!(tax.is_some() && public_url.is_some());
+    // The example's [webhooks] table sets every key and resolves.
+    let webhooks = webhooks.expect("the example has a [webhooks] table");
+    let gpuledger::webhooks::WebhookSettingsFile {
+        enabled,
+        signing_key,
+        allow_private_targets,
+        timeout_seconds,
+        retry_schedule_seconds,
+        max_retry_after_seconds,
+        concurrency,
+    } = webhooks.clone();
+    assert!(enabled.is_some() && signing_key.is_some() && allow_private_targets.is_some());
+    assert!(timeout_seconds.is_some() && retry_schedule_seconds.is_some());
+    assert!(max_retry_after_seconds.is_some() && concurrency.is_some());
+    webhooks
+        .resolve(std::path::Path::new("/var/lib/gpuledger/log.key"))
+        .expect("the example's [webhooks] settings");
     // The example's witness is usable: its vkey parses and names it.
     let witnesses = witnesses.expect("the example lists a witness");
     assert_eq!(witnesses.len(), 1);

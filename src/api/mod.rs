@@ -7,7 +7,9 @@
 pub mod admin;
 pub mod auth;
 pub mod certificates;
+pub mod console;
 pub mod error;
+pub mod exports;
 pub mod invoices;
 pub mod limits;
 pub mod log;
@@ -16,6 +18,7 @@ pub mod pricing;
 pub mod records;
 pub mod tiles;
 pub mod usage;
+pub mod webhooks;
 pub mod witnesses;
 
 use crate::core::time::Timestamp;
@@ -60,7 +63,9 @@ pub struct AppState {
         (name = "pricing", description = "Rate cards, region parameters, leases, volume tiers, tenant plans and invoice previews"),
         (name = "invoices", description = "Issued invoices, downloads, payments, credit notes and balances"),
         (name = "certificates", description = "Compute-usage certificates and their evidence bundles"),
+        (name = "exports", description = "FinOps FOCUS 1.2 cost-and-usage exports of issued invoices"),
         (name = "admin", description = "Tenants, signers and tokens"),
+        (name = "webhooks", description = "Standard Webhooks: endpoints, delivery logs, redelivery, event types and the signing public key"),
         (name = "ops", description = "Health and metrics"),
         (name = "tiles", description = "C2SP tlog-tiles: the checkpoint and hash tiles (public), entry bundles (auditors)"),
     )
@@ -282,8 +287,16 @@ pub async fn optional_json_body<T: DeserializeOwned + Default>(
 }
 
 /// Every admin body is read here: strictly (a repeated member name at any depth is refused,
-/// docs/PROTOCOL.md §2.6), then into `T`; any failure is one `malformed_json` problem.
+/// docs/PROTOCOL.md §2.6), then into `T`; any failure is one `malformed_json` problem. Every
+/// body is a JSON object: serde would otherwise read a struct from an array of its fields in
+/// order (`["t1", "name"]` as a tenant, `[null, null]` as an empty patch).
 fn json_from<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::bad_request(
+            "malformed_json",
+            "the body is not valid: it must be a JSON object",
+        ));
+    }
     crate::core::json::from_slice_strict(body)
         .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid: {e}")))
 }
@@ -332,6 +345,28 @@ pub fn period(from: &str, to: &str) -> Result<(Timestamp, Timestamp), ApiError> 
     Ok((from, to))
 }
 
+/// The problem for a query string that does not deserialise, naming the parameter in
+/// `errors` where serde says which (`missing field `from``, `unknown field `x``), else `query`.
+fn query_problem(e: &actix_web::error::QueryPayloadError) -> ApiError {
+    let text = match e {
+        actix_web::error::QueryPayloadError::Deserialize(inner) => inner.to_string(),
+        other => other.to_string(),
+    };
+    let named = |prefix: &str| {
+        text.strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix('`'))
+            .and_then(|rest| rest.split_once('`'))
+            .map(|(name, _)| name.to_owned())
+    };
+    match (named("missing field "), named("unknown field ")) {
+        (Some(name), _) => ApiError::invalid_parameter(&name, "is required"),
+        (None, Some(name)) => {
+            ApiError::invalid_parameter(&name, "is not a parameter of this operation")
+        }
+        (None, None) => ApiError::invalid_parameter("query", text),
+    }
+}
+
 /// Registers every route, each with its OpenAPI operation (the handler's `#[utoipa::path]`
 /// and its actix method and path attribute): the one list of routes the server serves and the
 /// OpenAPI document describes. Order matters where paths overlap (`/invoices/preview` before
@@ -344,10 +379,7 @@ pub fn routes(cfg: &mut ServiceConfig) {
 /// any unknown path) when the metrics have a listener of their own (`metrics_listen`).
 pub fn served_routes(cfg: &mut ServiceConfig, with_metrics: bool) {
     // A query string that does not deserialise (missing or mistyped member) is a problem too.
-    cfg.app_data(
-        web::QueryConfig::default()
-            .error_handler(|e, _| ApiError::bad_request("invalid_parameter", e.to_string()).into()),
-    );
+    cfg.app_data(web::QueryConfig::default().error_handler(|e, _| query_problem(&e).into()));
     cfg.service(ops::healthz).service(ops::readyz);
     if with_metrics {
         cfg.service(ops::metrics);
@@ -362,6 +394,8 @@ pub fn served_routes(cfg: &mut ServiceConfig, with_metrics: bool) {
                 .guard(actix_web::guard::Any(actix_web::guard::Get()).or(actix_web::guard::Head()))
                 .to(tiles::malformed),
         );
+    // The web console (`/`, `/console/...`): plain routes, not API operations.
+    console::register(cfg);
     cfg.service(ops::openapi)
         .service(ops::docs)
         .service(ops::docs_file)
@@ -387,23 +421,36 @@ pub fn served_routes(cfg: &mut ServiceConfig, with_metrics: bool) {
                 .service(invoices::issue)
                 .service(invoices::list)
                 .service(invoices::get)
+                // Before `download`, whose `{format}` would take `account`.
+                .service(invoices::account)
                 .service(invoices::download)
                 .service(invoices::payment)
                 .service(invoices::credit_note)
                 .service(invoices::balance)
+                .service(exports::focus_export)
                 .service(certificates::issue)
                 .service(certificates::list)
                 .service(certificates::get)
                 .service(certificates::bundle)
                 .service(admin::create_tenant)
                 .service(admin::list_tenants)
+                .service(admin::update_tenant)
                 .service(admin::create_signer)
                 .service(admin::list_signers)
                 .service(admin::add_key)
                 .service(admin::revoke_key)
                 .service(admin::create_token)
                 .service(admin::list_tokens)
-                .service(admin::revoke_token),
+                .service(admin::revoke_token)
+                .service(webhooks::list_event_types)
+                .service(webhooks::public_key)
+                .service(webhooks::create_endpoint)
+                .service(webhooks::list_endpoints)
+                .service(webhooks::get_endpoint)
+                .service(webhooks::update_endpoint)
+                .service(webhooks::delete_endpoint)
+                .service(webhooks::list_deliveries)
+                .service(webhooks::redeliver),
         )
         .default_service(web::to(error::no_route));
 }

@@ -18,6 +18,7 @@ pub mod read;
 pub mod schema;
 pub mod usage;
 pub mod verify;
+pub mod webhooks;
 mod write;
 
 pub use conn::{connect, DbConn, DEFAULT_DATABASE_URL};

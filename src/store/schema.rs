@@ -84,6 +84,7 @@ diesel::table! {
         id -> Text,
         name -> Text,
         created_at -> BigInt,
+        billing_address -> Nullable<Text>,
     }
 }
 
@@ -142,3 +143,69 @@ diesel::table! {
         updated_at -> BigInt,
     }
 }
+
+// Webhooks (store::webhooks, docs/WEBHOOKS.md).
+diesel::table! {
+    webhook_endpoints (id) {
+        id -> Text,
+        url -> Text,
+        tenant -> Nullable<Text>,
+        event_types -> Text,
+        signing -> Text,
+        secret -> Nullable<Text>,
+        description -> Text,
+        enabled -> Bool,
+        disabled_reason -> Nullable<Text>,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    webhook_events (id) {
+        id -> Text,
+        event_type -> Text,
+        tenant -> Nullable<Text>,
+        log_index -> Nullable<BigInt>,
+        dedupe -> Text,
+        payload -> Text,
+        created_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    webhook_deliveries (id) {
+        id -> Text,
+        event_id -> Text,
+        endpoint_id -> Text,
+        state -> Text,
+        attempts -> BigInt,
+        schedule_step -> BigInt,
+        next_attempt_at -> BigInt,
+        lease_owner -> Nullable<Text>,
+        lease_until -> Nullable<BigInt>,
+        last_status -> Nullable<BigInt>,
+        last_error -> Nullable<Text>,
+        created_at -> BigInt,
+        updated_at -> BigInt,
+    }
+}
+
+diesel::table! {
+    webhook_attempts (delivery_id, attempt) {
+        delivery_id -> Text,
+        attempt -> BigInt,
+        started_at -> BigInt,
+        duration_ms -> BigInt,
+        status -> Nullable<BigInt>,
+        error -> Nullable<Text>,
+    }
+}
+
+diesel::joinable!(webhook_deliveries -> webhook_events (event_id));
+diesel::joinable!(webhook_deliveries -> webhook_endpoints (endpoint_id));
+diesel::allow_tables_to_appear_in_same_query!(
+    webhook_deliveries,
+    webhook_events,
+    webhook_endpoints
+);
