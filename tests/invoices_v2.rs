@@ -359,6 +359,17 @@ both_backends!(
             listed.iter().map(|s| s.status).collect::<Vec<_>>(),
             [AccountStatus::Overpaid, AccountStatus::Paid]
         );
+        // The admin's list of every tenant reads the same accounts.
+        let all = ledger.with_reader(|c| invoices::list(c, None)).unwrap();
+        assert_eq!(
+            all.iter()
+                .map(|s| (s.number.clone(), s.paid, s.balance_due, s.status))
+                .collect::<Vec<_>>(),
+            listed
+                .iter()
+                .map(|s| (s.number.clone(), s.paid, s.balance_due, s.status))
+                .collect::<Vec<_>>()
+        );
         verified(&db.url);
     }
 );

@@ -8,7 +8,6 @@ use super::AppState;
 use crate::core::certificate::Certificate;
 use crate::core::invoice::{self, InvoiceDoc, Period};
 use crate::core::record::{Body, Kind};
-use crate::core::time::Timestamp;
 use crate::focus::{self, Context, Covering, CreditNote, RegionEntry};
 use crate::store::{access, certificates, invoices, read, usage, DbConn, StoreError};
 use actix_web::get;
@@ -92,16 +91,7 @@ fn export(
             return Ok(Err(ApiError::NotFound(format!("tenant {t}"))));
         }
     }
-    let mut numbers = Vec::new();
-    for s in invoices::list(c, tenant)? {
-        let p = Period {
-            from: stored_time(&s.number, &s.period_from)?,
-            to: stored_time(&s.number, &s.period_to)?,
-        };
-        if p.overlaps(&period) {
-            numbers.push(s.number);
-        }
-    }
+    let numbers = invoices::overlapping(c, tenant, period)?;
     if numbers.len() > MAX_EXPORT_INVOICES {
         return Ok(Err(ApiError::TooLarge {
             slug: "export_too_large",
@@ -176,8 +166,4 @@ fn context(
         }
     }
     Ok(ctx)
-}
-
-fn stored_time(number: &str, s: &str) -> Result<Timestamp, StoreError> {
-    Timestamp::parse(s).map_err(|e| StoreError::Corrupt(format!("invoice {number} period: {e}")))
 }

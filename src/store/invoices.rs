@@ -36,7 +36,7 @@ use diesel::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// How many times an invoice or a certificate is computed outside the head lock before the
 /// request is answered busy ([`StoreError::Busy`]): each attempt after the first follows a
@@ -662,13 +662,14 @@ pub(crate) fn settle(
 }
 
 fn body_at(conn: &mut DbConn, idx: i64) -> Result<Body, StoreError> {
-    Ok(leaf_at(conn, idx)?.1)
+    let bytes: Vec<u8> = entries::table.find(idx).select(entries::leaf).first(conn)?;
+    Ok(decode_leaf(idx, &bytes)?.1)
 }
 
-fn leaf_at(conn: &mut DbConn, idx: i64) -> Result<(Timestamp, Body), StoreError> {
-    let bytes: Vec<u8> = entries::table.find(idx).select(entries::leaf).first(conn)?;
+/// The time an entry was logged and its body, from its leaf bytes.
+fn decode_leaf(idx: i64, bytes: &[u8]) -> Result<(Timestamp, Body), StoreError> {
     let leaf =
-        Leaf::from_bytes(&bytes).map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
+        Leaf::from_bytes(bytes).map_err(|e| StoreError::Corrupt(format!("entry {idx}: {e}")))?;
     let kind = Kind::parse(&leaf.envelope.kind)
         .ok_or_else(|| StoreError::Corrupt(format!("entry {idx}: kind")))?;
     let body = Body::from_value(kind, &leaf.envelope.body)
@@ -827,38 +828,63 @@ pub fn account(
             "entry {idx} is not invoice {number}"
         )));
     };
+    let mut settled = settlements(conn, Some(&tenant))?;
+    let mine = settled.remove(number).unwrap_or_default();
+    Ok(account_of(&inv, tenant, mine, now))
+}
+
+/// The payment and credit-note entries of `tenant` (or of every tenant), by the invoice they
+/// settle, oldest first: one read of their leaves, however many invoices are asked about.
+fn settlements(
+    conn: &mut DbConn,
+    tenant: Option<&str>,
+) -> Result<HashMap<String, Vec<SettlementView>>, StoreError> {
     let kinds = [Kind::Payment.as_str(), Kind::CreditNote.as_str()];
-    let idxs: Vec<i64> = entries::table
-        .filter(entries::tenant.eq(&tenant))
+    let mut q = entries::table
         .filter(entries::kind.eq_any(kinds))
-        .filter(entries::idx.gt(idx))
         .order(entries::idx.asc())
-        .select(entries::idx)
-        .load(conn)?;
-    let zero = crate::core::rating::round_amount(Decimal::ZERO, &inv.currency);
-    let (mut paid, mut credited) = (zero, zero);
-    let mut settlements = Vec::new();
-    for i in idxs {
-        let (date, body) = leaf_at(conn, i)?;
-        let (kind, s) = match &body {
+        .select((entries::idx, entries::leaf))
+        .into_boxed();
+    if let Some(t) = tenant {
+        q = q.filter(entries::tenant.eq(t));
+    }
+    let rows: Vec<(i64, Vec<u8>)> = q.load(conn)?;
+    let mut by_invoice: HashMap<String, Vec<SettlementView>> = HashMap::new();
+    for (i, bytes) in rows {
+        let (date, body) = decode_leaf(i, &bytes)?;
+        let (kind, s) = match body {
             Body::Payment(s) => ("payment", s),
             Body::CreditNote(s) => ("credit_note", s),
             _ => continue,
         };
-        if s.invoice != number {
-            continue;
-        }
-        match body {
-            Body::Payment(_) => paid += s.amount,
+        by_invoice
+            .entry(s.invoice)
+            .or_default()
+            .push(SettlementView {
+                index: i as u64,
+                kind: kind.to_owned(),
+                date,
+                amount: s.amount,
+                note: s.note,
+            });
+    }
+    Ok(by_invoice)
+}
+
+/// The account of invoice `inv` (owned by `tenant`) with its `settlements`, as of `now`.
+fn account_of(
+    inv: &InvoiceIssued,
+    tenant: String,
+    settlements: Vec<SettlementView>,
+    now: Timestamp,
+) -> InvoiceAccount {
+    let zero = crate::core::rating::round_amount(Decimal::ZERO, &inv.currency);
+    let (mut paid, mut credited) = (zero, zero);
+    for s in &settlements {
+        match s.kind.as_str() {
+            "payment" => paid += s.amount,
             _ => credited += s.amount,
         }
-        settlements.push(SettlementView {
-            index: i as u64,
-            kind: kind.to_owned(),
-            date,
-            amount: s.amount,
-            note: s.note.clone(),
-        });
     }
     let open = inv.total - paid - credited;
     let status = match open.cmp(&Decimal::ZERO) {
@@ -866,10 +892,10 @@ pub fn account(
         std::cmp::Ordering::Equal => AccountStatus::Paid,
         std::cmp::Ordering::Less => AccountStatus::Overpaid,
     };
-    Ok(InvoiceAccount {
-        number: number.to_owned(),
+    InvoiceAccount {
+        number: inv.number.clone(),
         tenant,
-        currency: inv.currency,
+        currency: inv.currency.clone(),
         total: inv.total,
         paid,
         credited,
@@ -878,7 +904,7 @@ pub fn account(
         status,
         as_of: now,
         settlements,
-    })
+    }
 }
 
 /// A listed invoice, with its payments and balance as of now.
@@ -903,7 +929,9 @@ pub struct InvoiceSummary {
     pub status: AccountStatus,
 }
 
-/// Invoices, of one tenant or all, oldest first.
+/// Invoices, of one tenant or all, oldest first, each with its payments and balance: three
+/// reads (the invoices, their `invoice_issued` leaves, the settlement leaves), not a read per
+/// invoice.
 pub fn list(conn: &mut DbConn, tenant: Option<&str>) -> Result<Vec<InvoiceSummary>, StoreError> {
     let mut q = invoices::table
         .select((
@@ -920,6 +948,8 @@ pub fn list(conn: &mut DbConn, tenant: Option<&str>) -> Result<Vec<InvoiceSummar
         q = q.filter(invoices::tenant.eq(t));
     }
     let rows: Vec<(String, String, String, i64, i64, i64)> = q.load(conn)?;
+    let mut issued = issued_entries(conn, tenant)?;
+    let mut settled = settlements(conn, tenant)?;
     let ts = |x: i64| {
         Timestamp::from_unix(x)
             .map(|t| t.to_string())
@@ -928,7 +958,15 @@ pub fn list(conn: &mut DbConn, tenant: Option<&str>) -> Result<Vec<InvoiceSummar
     let now = Timestamp::now();
     rows.into_iter()
         .map(|(number, tenant, currency, f, t, i)| {
-            let a = account(conn, &number, now)?;
+            let inv = issued
+                .remove(&i)
+                .ok_or_else(|| StoreError::Corrupt(format!("entry {i} is not invoice {number}")))?;
+            let a = account_of(
+                &inv,
+                tenant.clone(),
+                settled.remove(&number).unwrap_or_default(),
+                now,
+            );
             Ok(InvoiceSummary {
                 number,
                 tenant,
@@ -944,6 +982,47 @@ pub fn list(conn: &mut DbConn, tenant: Option<&str>) -> Result<Vec<InvoiceSummar
             })
         })
         .collect()
+}
+
+/// The `invoice_issued` entries of `tenant` (or of every tenant) by log index, in one read.
+fn issued_entries(
+    conn: &mut DbConn,
+    tenant: Option<&str>,
+) -> Result<HashMap<i64, InvoiceIssued>, StoreError> {
+    let mut q = entries::table
+        .filter(entries::kind.eq(Kind::InvoiceIssued.as_str()))
+        .select((entries::idx, entries::leaf))
+        .into_boxed();
+    if let Some(t) = tenant {
+        q = q.filter(entries::tenant.eq(t));
+    }
+    let rows: Vec<(i64, Vec<u8>)> = q.load(conn)?;
+    let mut out = HashMap::with_capacity(rows.len());
+    for (i, bytes) in rows {
+        if let (_, Body::InvoiceIssued(inv)) = decode_leaf(i, &bytes)? {
+            out.insert(i, inv);
+        }
+    }
+    Ok(out)
+}
+
+/// The numbers of the invoices of `tenant` (or of every tenant) whose period overlaps
+/// `period`, oldest first.
+pub fn overlapping(
+    conn: &mut DbConn,
+    tenant: Option<&str>,
+    period: Period,
+) -> Result<Vec<String>, StoreError> {
+    let mut q = invoices::table
+        .filter(invoices::period_from.lt(period.to.unix()))
+        .filter(invoices::period_to.gt(period.from.unix()))
+        .select(invoices::number)
+        .order(invoices::number.asc())
+        .into_boxed();
+    if let Some(t) = tenant {
+        q = q.filter(invoices::tenant.eq(t));
+    }
+    Ok(q.load(conn)?)
 }
 
 /// An invoice's tenant and stored JSON.
