@@ -731,3 +731,29 @@ both_backends!(one_group_may_start_hundreds_of_streams, |db: &TestDb| {
     );
     assert_verifies(&ledger);
 });
+
+// With no webhook endpoint subscribed, events write nothing: the outbox does not grow for
+// nobody (a witness cosigns every checkpoint; a revocation, an invoice, a conflict happen).
+both_backends!(events_without_subscribers_write_nothing, |db: &TestDb| {
+    use diesel::prelude::*;
+    use gpuledger::store::schema::{webhook_deliveries, webhook_events};
+    let ledger = open(db);
+    let k = signer(&ledger, "node-1", Role::Node);
+    ledger
+        .revoke_key(
+            "node-1",
+            &gpuledger::core::keys::key_id(&k.verifying_key()),
+            None,
+        )
+        .unwrap();
+    let (events, deliveries): (i64, i64) = ledger
+        .with_reader(|c| {
+            Ok((
+                webhook_events::table.count().get_result(c)?,
+                webhook_deliveries::table.count().get_result(c)?,
+            ))
+        })
+        .unwrap();
+    assert_eq!((events, deliveries), (0, 0));
+    assert_verifies(&ledger);
+});

@@ -66,9 +66,31 @@ fn to_i64(n: u64) -> i64 {
 }
 
 /// Writes `event` and one delivery per subscribed enabled endpoint, in the caller's
-/// transaction, unless an event with the same `dedupe` exists. `at` is the transaction's
+/// transaction, unless an event with the same `dedupe` exists; nothing at all when no
+/// endpoint subscribes to it. `at` is the transaction's
 /// clock reading: the payload's `timestamp`.
 pub(crate) fn enqueue(conn: &mut DbConn, event: &Event, at: Timestamp) -> Result<(), StoreError> {
+    // Only endpoints that exist now receive it; with none, nothing is written (a witness's
+    // cosignature every checkpoint would otherwise fill the outbox for nobody).
+    let endpoints: Vec<(String, Option<String>, String)> = webhook_endpoints::table
+        .filter(webhook_endpoints::enabled.eq(true))
+        .select((
+            webhook_endpoints::id,
+            webhook_endpoints::tenant,
+            webhook_endpoints::event_types,
+        ))
+        .load(conn)?;
+    let subscribed: Vec<String> = endpoints
+        .into_iter()
+        .filter(|(_, tenant, types)| {
+            types.split(',').any(|t| t == event.kind.as_str())
+                && (tenant.is_none() || *tenant == event.tenant)
+        })
+        .map(|(endpoint, _, _)| endpoint)
+        .collect();
+    if subscribed.is_empty() {
+        return Ok(());
+    }
     let exists: Option<String> = webhook_events::table
         .filter(webhook_events::dedupe.eq(&event.dedupe))
         .select(webhook_events::id)
@@ -98,20 +120,7 @@ pub(crate) fn enqueue(conn: &mut DbConn, event: &Event, at: Timestamp) -> Result
             webhook_events::created_at.eq(at.unix()),
         ))
         .execute(conn)?;
-    let endpoints: Vec<(String, Option<String>, String)> = webhook_endpoints::table
-        .filter(webhook_endpoints::enabled.eq(true))
-        .select((
-            webhook_endpoints::id,
-            webhook_endpoints::tenant,
-            webhook_endpoints::event_types,
-        ))
-        .load(conn)?;
-    for (endpoint, tenant, types) in endpoints {
-        let wants = types.split(',').any(|t| t == event.kind.as_str());
-        let for_it = tenant.is_none() || tenant == event.tenant;
-        if !(wants && for_it) {
-            continue;
-        }
+    for endpoint in subscribed {
         diesel::insert_into(webhook_deliveries::table)
             .values((
                 webhook_deliveries::id.eq(random_id("msg_")),
