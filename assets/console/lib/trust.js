@@ -21,23 +21,36 @@ function saveTrust(v) {
   localStorage.setItem(TRUST_KEY, JSON.stringify(v));
 }
 
+/**
+ * A signed-note verifier key `<name>+<key id>+<base64 key>` split into its parts, or null:
+ * the name holds no `+` or white space, the key id is 8 lower-case hex digits, and the rest
+ * is base64, which may itself hold `+` (so the text is split at its first two `+` only).
+ */
+export function parseKeyText(vkey) {
+  const m = /^([^+\s]+)\+([0-9a-f]{8})\+([A-Za-z0-9+/]+={0,2})$/.exec(String(vkey ?? "").trim());
+  return m && m[3].length % 4 === 0 ? { name: m[1], keyId: m[2], key: m[3] } : null;
+}
+
 /** The key id of a signed-note verifier key `<name>+<hex id>+<base64>`, or null. */
 export function keyId(vkey) {
-  const parts = String(vkey || "").trim().split("+");
-  return parts.length === 3 && /^[0-9a-f]{8}$/.test(parts[1]) ? parts[1] : null;
+  return parseKeyText(vkey)?.keyId ?? null;
 }
 
 /**
  * What a check uses: `{logKey, source: "pasted"|"server", witnesses, quorum}`. A pasted key
- * wins over the server's.
+ * wins over the server's; a pasted key that is not a verifier key is an error, never a silent
+ * fall back to the server's key.
  */
 export async function trustForChecks() {
   const saved = savedTrust();
-  if (saved.logKey && keyId(saved.logKey)) {
-    return { logKey: saved.logKey.trim(), source: "pasted", witnesses: saved.witnesses || [], quorum: saved.quorum || 0 };
+  const witnesses = saved.witnesses || [];
+  const quorum = saved.quorum || 0;
+  if (saved.logKey) {
+    if (!keyId(saved.logKey)) throw new Error(t("trust_bad_saved_key"));
+    return { logKey: saved.logKey.trim(), source: "pasted", witnesses, quorum };
   }
   const log = await getJson("/v1/log");
-  return { logKey: log.verifier_key, source: "server", witnesses: saved.witnesses || [], quorum: saved.quorum || 0 };
+  return { logKey: log.verifier_key, source: "server", witnesses, quorum };
 }
 
 let verifier = null;
@@ -63,6 +76,7 @@ export function trustPanel() {
     .catch(() => replace(serverKey, t("error_generic")));
   const keyInput = h("textarea", { id: "trust-log-key", rows: 2, spellcheck: "false", placeholder: t("trust_paste_placeholder") });
   keyInput.value = saved.logKey || "";
+  if (saved.logKey && !keyId(saved.logKey)) replace(status, t("trust_bad_saved_key"));
   const witnessInput = h("textarea", { id: "trust-witnesses", rows: 3, spellcheck: "false", placeholder: t("trust_witnesses_placeholder") });
   witnessInput.value = (saved.witnesses || []).join("\n");
   const quorumInput = h("input", { id: "trust-quorum", type: "number", min: 0, step: 1, value: saved.quorum || 0 });
@@ -102,7 +116,7 @@ export function trustPanel() {
  * Shows a verifier result `{ok, steps, failure}` in `el`: PASS, or FAIL with the failing item
  * and reason (`data-result`, `data-reason` for tests and scripts), then the steps.
  */
-export function showResult(el, result, { source } = {}) {
+export function showResult(el, result, { source, evidence = false } = {}) {
   const ok = !!result.ok;
   const f = result.failure || {};
   replace(
@@ -115,6 +129,8 @@ export function showResult(el, result, { source } = {}) {
       ok || !f.item ? null : h("p", {}, h("span", {}, t("failure_item")), " ", h("code", {}, String(f.item))),
       ok || !f.message ? null : h("p", { class: "message" }, String(f.message)),
       source === "server" ? h("p", { class: "muted" }, t("trust_server_caveat")) : null,
+      evidence ? h("p", { class: "muted", dataset: { notChecked: "" } }, t("verify_not_checked")) : null,
+      h("p", { class: "muted" }, t("verify_code_caveat")),
     ),
     result.steps && result.steps.length
       ? h(

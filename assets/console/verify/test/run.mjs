@@ -334,6 +334,133 @@ await test('a bundle that is not UTF-8 → malformed', async () => {
   expectVerdict(r, 'malformed');
 });
 
+// ---------------------------------------------------------------- a log-key holder's rewrites (§6.7)
+
+// What only whoever holds the log key can do: change a leaf, then sign a new checkpoint over
+// the tree that holds it and a new certificate over that checkpoint. Signatures, proofs and
+// sums all hold; the admission rules of §6.7 must still refuse the entry.
+
+/** Signs a checkpoint note `origin / size / root` with the fixture's log key (§9). */
+async function signCheckpoint(origin, size, root) {
+  const { noteKeyId } = await import('../note.js');
+  const vk = await parseVerifierKey(logKey);
+  const body = `${origin}\n${size}\n${b64encode(root)}\n`;
+  const sig = new Uint8Array(await crypto.subtle.sign({ name: 'Ed25519' }, await fixtureSigningKey(), utf8(body)));
+  const id = await noteKeyId(vk.name, 1, vk.key.bytes);
+  const idBytes = Uint8Array.from([id >>> 24, (id >>> 16) & 0xff, (id >>> 8) & 0xff, id & 0xff]);
+  return `${body}\n\u2014 ${vk.name} ${b64encode(concat(idBytes, sig))}\n`;
+}
+
+/**
+ * A v3 bundle with `edit` applied to its parsed lines, sealed again as the log-key holder
+ * would: the root recomputed from its leaves and multi-proof, a new checkpoint signed over it
+ * in the header, and the certificate's checkpoint and covered-entries commitment re-signed.
+ * Returns {bundle, certificate}.
+ */
+async function resealed(edit, text = bundleV3) {
+  const { multiProofRoot, Frontier } = await import('../merkle.js');
+  const lines = parsed(text);
+  await edit(lines);
+  // The hash chain mended where the bundle holds the entry before (§7).
+  const byIndex = new Map(entryLines(lines).map((o) => [o.index, o]));
+  for (const i of [...byIndex.keys()].sort((a, b) => a - b)) {
+    const before = byIndex.get(i - 1);
+    if (before) byIndex.get(i).leafObject.prev = b64encode(await leafHash(utf8(canonicalize(before.leafObject))));
+  }
+  const leaves = [];
+  for (const o of entryLines(lines)) leaves.push({ index: o.index, hash: await leafHash(utf8(canonicalize(o.leafObject))), record: records(lines).includes(o) });
+  const sorted = [...leaves].sort((a, b) => a.index - b.index);
+  const nodes = lines.filter((o) => o.type === 'nodes').flatMap((o) => o.hashes.map((h) => b64decode(h)));
+  let k = 0;
+  let n = 0;
+  const old = lines[0].checkpoint.split('\n');
+  const size = Number(old[1]);
+  const root = await multiProofRoot(size, { peek: () => (k < sorted.length ? sorted[k].index : Infinity), take: () => sorted[k++].hash }, async () => (n < nodes.length ? nodes[n++] : null));
+  const note = await signCheckpoint(old[0], size, root);
+  lines[0].checkpoint = note;
+  const commitment = new Frontier();
+  for (const l of leaves.filter((x) => x.record)) {
+    const item = new Uint8Array(40);
+    new DataView(item.buffer).setBigUint64(0, BigInt(l.index));
+    item.set(l.hash, 8);
+    await commitment.push(await leafHash(item));
+  }
+  const commitmentB64 = b64encode(await commitment.root());
+  const certificate = await certificateWith((c) => {
+    c.checkpoint = note;
+    c.entries.commitment = commitmentB64;
+  }, true);
+  return { bundle: joinLines(lines.map((o) => unparse(o, true))), certificate };
+}
+
+/** Re-signs a ledger entry's envelope with the log key (as a log-key holder can). */
+async function resignLedgerEntry(o) {
+  const env = o.leafObject.envelope;
+  const unsigned = Object.assign(Object.create(null), env);
+  delete unsigned.sig;
+  const message = utf8(`gpuledger/v2/${env.kind}\n${(await parseVerifierKey(logKey)).name}\n${canonicalize(unsigned)}`);
+  env.sig = b64encode(new Uint8Array(await crypto.subtle.sign({ name: 'Ed25519' }, await fixtureSigningKey(), message)));
+}
+
+/** The bundle's entry line of `kind` (the first, or the one `pick` chooses). */
+const entryOf = (l, kind, pick = () => true) => entryLines(l).find((o) => o.leafObject.envelope.kind === kind && pick(o));
+
+const plusSeconds = (t, secs) => new Date(Date.parse(t) + secs * 1000).toISOString().replace(/\.000Z$/, 'Z');
+
+await test('a re-signed checkpoint and certificate over unchanged leaves still PASS (the sealing is sound)', async () => {
+  const { bundle, certificate } = await resealed(() => {});
+  await certificateCase(certificate, bundle, 'PASS');
+});
+
+for (const [name, edit, expected] of [
+  ["a record's received_at moved 40 days after its start", (l) => {
+    const e = lastRecord(l);
+    e.leafObject.received_at = plusSeconds(e.leafObject.envelope.body.start, 40 * 86400);
+  }, 'too_old'],
+  ["a record's received_at moved to before its end, past the skew", (l) => {
+    const e = lastRecord(l);
+    e.leafObject.received_at = plusSeconds(e.leafObject.envelope.body.end, -3600);
+  }, 'in_future'],
+  ['the log policy in force cut to one day (re-signed)', async (l) => {
+    const p = entryOf(l, 'log_policy');
+    p.leafObject.envelope.body.max_record_age_seconds = 86400;
+    await resignLedgerEntry(p);
+  }, 'too_old'],
+  ['the tenant registration renamed (re-signed)', async (l) => {
+    const t = entryOf(l, 'tenant_registered');
+    t.leafObject.envelope.body.tenant = 'acme2';
+    await resignLedgerEntry(t);
+  }, 'unknown_tenant'],
+  ['a lease registered twice (re-signed)', async (l) => {
+    const t = entryOf(l, 'lease_registered', (o) => o.leafObject.envelope.body.lease === 'l1');
+    t.leafObject.envelope.body.lease = 'lease-acme';
+    await resignLedgerEntry(t);
+  }, 'already_registered'],
+  ["a record's lease renamed in its registration (re-signed)", async (l) => {
+    const t = entryOf(l, 'lease_registered', (o) => o.leafObject.envelope.body.lease === 'l1');
+    t.leafObject.envelope.body.lease = 'l2';
+    await resignLedgerEntry(t);
+  }, 'unknown_lease'],
+]) {
+  await test(`v3, checkpoint and certificate re-signed: ${name} → ${expected}`, async () => {
+    const { bundle, certificate } = await resealed(edit);
+    const r = await certificateCase(certificate, bundle, expected);
+    await bundleCase(bundle, expected);
+    return r;
+  });
+}
+
+await test('v3 invoice bundle, checkpoint re-signed: a rate card that does not move its series forward → price_not_forward', async () => {
+  const text = read(path.join(fixtures, 'invoice_bundle.v3.ndjson'));
+  const { bundle } = await resealed(async (l) => {
+    const cards = entryLines(l).filter((o) => o.leafObject.envelope.kind === 'rate_card');
+    const [a, b] = cards.map((o) => o.leafObject.envelope.body);
+    for (const k of ['region', 'gpu_model', 'lease_class']) b[k] = a[k];
+    await resignLedgerEntry(cards[1]);
+  }, text);
+  await bundleCase(bundle, 'price_not_forward');
+});
+
 // ---------------------------------------------------------------- tampered certificates
 
 await test('the certificate\'s totals changed (not re-signed) → certificate_signature', async () => {
@@ -697,6 +824,39 @@ await test('the shipped modules use relative imports and no Node-only API', asyn
       assert(!nodeOnly.test(src), `${f} uses ${nodeOnly}`);
     }
   }
+});
+
+// ---------------------------------------------------------------- the console's trust settings (lib/trust.js)
+
+/** A Storage-like map for Node (the console keeps its settings in Web Storage). */
+function memoryStorage() {
+  const m = new Map();
+  return { getItem: (k) => (m.has(k) ? m.get(k) : null), setItem: (k, v) => m.set(k, String(v)), removeItem: (k) => m.delete(k) };
+}
+
+await test("the console parses verifier keys whose base64 holds '+', and refuses a malformed pasted key", async () => {
+  globalThis.localStorage ??= memoryStorage();
+  globalThis.sessionStorage ??= memoryStorage();
+  if (globalThis.navigator === undefined) globalThis.navigator = { language: 'en' };
+  const trust = await import('../../lib/trust.js');
+  assert(logKey.split('+').length > 3, "the fixture key's base64 holds a '+'");
+  eq(trust.keyId(logKey), 'f75d5658', 'key id of the fixture key');
+  eq(trust.parseKeyText(logKey), { name: 'test.gpuledger/log', keyId: 'f75d5658', key: logKey.split('+').slice(2).join('+') }, 'parts');
+  for (const bad of ['', 'name', 'a+b+c', 'na me+f75d5658+AAAA', '+f75d5658+AAAA', 'n+F75D5658+AAAA', 'n+f75d5658+', 'n+f75d5658+AAA', 'n+f75d5658+AA AA']) {
+    eq(trust.keyId(bad), null, `key id of ${JSON.stringify(bad)}`);
+  }
+  // A pasted key that is not one is an error, never a silent fall back to the server's key.
+  localStorage.setItem('gpuledger.console.trust', JSON.stringify({ logKey: 'test.gpuledger/log+f75d565+AAAA', witnesses: [], quorum: 0 }));
+  let threw = null;
+  try {
+    await trust.trustForChecks();
+  } catch (e) {
+    threw = e;
+  }
+  assert(threw && /not a verifier key/.test(threw.message), `trustForChecks with a malformed pasted key: ${threw}`);
+  localStorage.setItem('gpuledger.console.trust', JSON.stringify({ logKey, witnesses: [], quorum: 0 }));
+  eq((await trust.trustForChecks()).source, 'pasted', 'a good pasted key is used');
+  localStorage.removeItem('gpuledger.console.trust');
 });
 
 // ---------------------------------------------------------------- the same in Chromium
