@@ -216,7 +216,7 @@ export default {
   "signer_role_node": "Node",
   "signer_role_market": "Market",
   "verify_title": "Verify a bundle in the browser",
-  "verify_explain": "Drop an evidence bundle you downloaded (from a certificate or an invoice). It is read here, in streaming fashion, and never sent anywhere: the checkpoint and every signature, the hash chain, which key may sign each entry, and the inclusion of every entry (the multi-proof) are checked in this browser. The admission rules about tenants, leases, times and prices are checked only by `gpuledger verify`.",
+  "verify_explain": "Drop an evidence bundle you downloaded (from a certificate or an invoice). It is read here, in streaming fashion, and never sent anywhere: the checkpoint and every signature, the hash chain, which key may sign each entry, the admission rules (tenants and leases registered, times under the log policy in force, prices), and the inclusion of every entry (the multi-proof) are checked in this browser.",
   "dropzone_text": "Drop a bundle file here",
   "choose_file": "or choose a file",
   "checking_file": "Checking {name}…",
@@ -290,4 +290,7 @@ export default {
   "stepname_new_checkpoint": "new checkpoint",
   "stepname_consistency_proof": "consistency proof",
   "stepname_entries": "entries",
+  "trust_bad_saved_key": "The verifier key you pasted in \"Which keys the checks trust\" is not a verifier key (name+keyid+base64): fix or clear it. Nothing was checked.",
+  "verify_not_checked": "Not checked in the browser: the field-by-field rules of §5 for entry kinds other than GPU usage, energy, key registrations and revocations and region parameters (their bodies are checked only in the members the rules above use), and invoice amounts. `gpuledger-verify` checks all of them.",
+  "verify_code_caveat": "The checking code is itself served by this server, so it cannot protect you against this server: for evidence you rely on, run `gpuledger-verify`, or this page saved to your computer, on the downloaded files.",
 };

@@ -216,7 +216,7 @@ export default {
   "signer_role_node": "节点",
   "signer_role_market": "市场",
   "verify_title": "在浏览器中验证证据包",
-  "verify_explain": "拖入您下载的证据包（来自证书或账单）。文件在本地以流式方式读取，不会上传：检查点和每个签名、哈希链、各条目签名密钥的有效性，以及每个条目的包含证明（多重证明）都在本浏览器中验证。关于租户、租约、时间和价格的准入规则仅由 `gpuledger verify` 检查。",
+  "verify_explain": "拖入您下载的证据包（来自证书或账单）。文件在本地以流式方式读取，不会上传：检查点和每个签名、哈希链、各条目签名密钥的有效性、准入规则（租户和租约已注册、在当时生效的日志策略下的时间规则、价格规则），以及每个条目的包含证明（多重证明）都在本浏览器中验证。",
   "dropzone_text": "将证据包文件拖到这里",
   "choose_file": "或选择文件",
   "checking_file": "正在验证 {name}…",
@@ -290,4 +290,7 @@ export default {
   "stepname_new_checkpoint": "新检查点",
   "stepname_consistency_proof": "一致性证明",
   "stepname_entries": "条目",
+  "trust_bad_saved_key": "您在“检查信任哪些密钥”中粘贴的验证密钥格式不正确（名称+密钥ID+base64）：请修正或清除。未进行任何检查。",
+  "verify_not_checked": "浏览器中未检查：除 GPU 用量、能耗、密钥注册与吊销、区域参数以外的条目类型，其 §5 逐字段规则（这些条目只检查上述规则用到的成员），以及发票金额。`gpuledger-verify` 会检查全部内容。",
+  "verify_code_caveat": "执行检查的代码本身也由本服务器提供，因此无法防范本服务器本身：对于您要依赖的证据，请在下载的文件上运行 `gpuledger-verify`，或使用保存到本机的本页面。",
 };

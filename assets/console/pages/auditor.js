@@ -241,7 +241,7 @@ export async function verifyPage(main) {
           replace(progressText, `${fmtNumber(done)} / ${fmtNumber(total)}`);
         },
       });
-      showResult(out, r, { source: trust.source });
+      showResult(out, r, { source: trust.source, evidence: true });
     } catch (e) {
       replace(out, h("p", { class: "error", role: "alert" }, t("error_with", { message: e.message })));
     }

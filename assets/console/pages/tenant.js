@@ -467,7 +467,7 @@ export async function checkCertificate(id, out) {
         bar.value = done;
       },
     });
-    showResult(out, result, { source: trust.source });
+    showResult(out, result, { source: trust.source, evidence: true });
   } catch (e) {
     replace(out, h("p", { class: "error", role: "alert" }, t("error_with", { message: e.message })));
   }

@@ -11,6 +11,7 @@ import { b64decode, b64encode, bytesEqual, canonicalize, fromUtf8, parseStrict, 
 import { leafHash, multiProofRoot, MultiProofError, verifyInclusion } from './merkle.js';
 import { verifyCheckpointNote } from './note.js';
 import { Failure } from './result.js';
+import { Admission } from './admission.js';
 import { checkEnvelope, GENESIS_PREV, isRecordKind, LeafError, LEDGER_KINDS, leafFromObject, parseLeaf, ROLE_KINDS } from './leaf.js';
 
 /** The header `format` of version 2: an inclusion proof per entry (§14.1). */
@@ -299,6 +300,7 @@ export async function checkBundle({ input, logKey, logKeyId, importKey, makeSubj
   const subject = makeSubject ? await makeSubject(header, anchor) : null;
   const origin = anchor.origin;
   const registry = new Registry(logKey.key, logKeyId);
+  const admission = new Admission();
   const contextHashes = new Map();
   const contextList = new LeafList();
   const records = new LeafList();
@@ -542,6 +544,8 @@ export async function checkBundle({ input, logKey, logKeyId, importKey, makeSubj
       contextList.push(index, hash);
     }
     const key = registry.keyFor(index, e);
+    // Parties, time under the policy in force, spot series, prices forward (§6.7).
+    admission.check(index, e, leaf.received_at);
     if (!record) {
       await registry.checkChange(index, e);
       // Context changes the registry only once its signature holds.
@@ -549,8 +553,10 @@ export async function checkBundle({ input, logKey, logKeyId, importKey, makeSubj
         throw new Failure('entry_signature', item, 'the signature does not verify (Ed25519)');
       }
       await registry.apply(index, e, importKey);
+      admission.apply(index, e);
       if (subject) await subject.context(index, e);
     } else {
+      admission.apply(index, e);
       pendingSigs.push({ index, promise: key.verify(e.message, e.sig) });
       if (pendingSigs.length > SIGNATURE_WINDOW) await drain(SIGNATURE_WINDOW / 2);
       if (subject) await subject.record(index, hash, e);

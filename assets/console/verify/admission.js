@@ -1,0 +1,195 @@
+// The admission rules of docs/PROTOCOL.md §6.7 that need more than the key registry, checked
+// at each entry's position against the state the bundle's own context records, in the order
+// and with the reason codes of `gpuledger verify` (crates/core/src/admission.rs,
+// `Registry::admit`): parties (tenants and leases registered before the records that name
+// them), time (the log policy in force at the entry's index), the spot series and prices that
+// only move forward. Key validity and scope are bundle.js's Registry.
+
+import { Failure } from './result.js';
+import { timestampSeconds } from './leaf.js';
+
+/** `DEFAULT_MAX_RECORD_AGE_SECONDS` (§6.7): a record may start at most 35 days before it arrives. */
+export const DEFAULT_MAX_RECORD_AGE_SECONDS = 35 * 86400;
+/** `DEFAULT_MAX_FUTURE_SKEW_SECONDS` (§6.7). */
+export const DEFAULT_MAX_FUTURE_SKEW_SECONDS = 300;
+/** `MAX_SPOT_SCHEDULE_AHEAD_SECONDS` (§6.7): a spot price is scheduled at most 7 days ahead. */
+export const MAX_SPOT_SCHEDULE_AHEAD_SECONDS = 7 * 86400;
+
+/** The tenant an entry's body names, for the parties rule, or undefined. */
+function tenantOf(kind, b) {
+  switch (kind) {
+    case 'gpu_usage':
+    case 'lease_registered':
+    case 'tenant_plan':
+    case 'invoice_issued':
+    case 'payment':
+    case 'credit_note':
+    case 'certificate_issued':
+      return b.tenant;
+    case 'energy':
+      return 'tenant' in b ? b.tenant : undefined;
+    default:
+      return undefined;
+  }
+}
+
+/** The price series a ledger-written pricing entry belongs to, and when it takes effect. */
+function seriesOf(kind, b) {
+  switch (kind) {
+    case 'rate_card':
+      return [`rate_card|${b.region}|${b.gpu_model}|${b.lease_class}`, b.effective_from];
+    case 'region_params':
+      return [`region_params|${b.region}`, b.effective_from];
+    case 'volume_tiers':
+      return [`volume_tiers|${b.plan}|${b.region}|${b.gpu_model}|${b.lease_class}`, b.effective_from];
+    case 'tenant_plan':
+      return [`tenant_plan|${b.tenant}`, b.effective_from];
+    default:
+      return null;
+  }
+}
+
+/** Seconds of a timestamp the envelope checks may not have looked at; a bad one is leaf_invalid. */
+function secondsOf(v, item, field) {
+  const s = timestampSeconds(v);
+  if (s === null) throw new Failure('leaf_invalid', item, `${field} is not a timestamp`);
+  return s;
+}
+
+/**
+ * Tenants, leases, log policies, spot prices, invoiced periods and price series, as the
+ * bundle's context records them, by index.
+ */
+export class Admission {
+  constructor() {
+    /** tenant → index of its tenant_registered */
+    this.tenants = new Map();
+    /** lease → {tenant, at} */
+    this.leases = new Map();
+    /** [{at, maxAge, skew}] in index order */
+    this.policies = [];
+    /** "region|gpu_model|effective_from" → index */
+    this.spotInstants = new Map();
+    /** [{at, from, to}] (seconds) */
+    this.invoiced = [];
+    /** series → {at (seconds), text, index} */
+    this.latest = new Map();
+  }
+
+  /** The policy in force at `index`: the latest log_policy entry before it, or the defaults. */
+  policyAt(index) {
+    for (let k = this.policies.length - 1; k >= 0; k--) {
+      if (this.policies[k].at < index) return this.policies[k];
+    }
+    return { maxAge: DEFAULT_MAX_RECORD_AGE_SECONDS, skew: DEFAULT_MAX_FUTURE_SKEW_SECONDS };
+  }
+
+  /**
+   * Every rule of §6.7 beyond the key and its scope, for entry `e` ({kind, body}) at `index`,
+   * received at `receivedAt`; throws Failure with `gpuledger verify`'s reason.
+   */
+  check(index, e, receivedAt) {
+    const item = `entry ${index}`;
+    const b = e.body;
+    this.checkParties(index, e.kind, b, item);
+    this.checkTime(index, e.kind, b, receivedAt, item);
+    if (e.kind === 'spot_price') this.checkSpot(index, b, item);
+    this.checkForward(e.kind, b, item);
+  }
+
+  checkParties(index, kind, b, item) {
+    const tenant = tenantOf(kind, b);
+    if (tenant !== undefined) {
+      const at = this.tenants.get(tenant);
+      if (at === undefined || at >= index) throw new Failure('unknown_tenant', item, `${tenant} is not a registered tenant`);
+    }
+    if (kind === 'gpu_usage' && 'lease' in b) {
+      const l = this.leases.get(b.lease);
+      if (!l || l.at >= index) throw new Failure('unknown_lease', item, `${b.lease} is not a registered lease`);
+      if (l.tenant !== b.tenant) throw new Failure('lease_tenant_mismatch', item, `${b.lease} is not a lease of tenant ${b.tenant}`);
+    } else if (kind === 'lease_registered') {
+      const l = this.leases.get(b.lease);
+      if (l && l.at < index) throw new Failure('already_registered', item, `${b.lease} is already registered (entry ${l.at})`);
+    } else if (kind === 'tenant_registered') {
+      const at = this.tenants.get(b.tenant);
+      if (at !== undefined && at < index) throw new Failure('already_registered', item, `${b.tenant} is already registered (entry ${at})`);
+    }
+  }
+
+  checkTime(index, kind, b, receivedAt, item) {
+    const now = secondsOf(receivedAt, item, 'received_at');
+    const { maxAge, skew } = this.policyAt(index);
+    if (kind === 'spot_price') {
+      const ahead = secondsOf(b.effective_from, item, 'body.effective_from') - now;
+      if (ahead > MAX_SPOT_SCHEDULE_AHEAD_SECONDS) {
+        throw new Failure('in_future', item, `effective_from is ${ahead} s after the ledger's clock; prices may be scheduled at most ${MAX_SPOT_SCHEDULE_AHEAD_SECONDS} s ahead`);
+      }
+      if (-ahead > skew) {
+        throw new Failure('price_in_past', item, `effective_from (${b.effective_from}) is ${-ahead} s before the ledger's clock (${receivedAt}); a spot price may take effect at most ${skew} s in the past`);
+      }
+      return;
+    }
+    if (kind !== 'gpu_usage' && kind !== 'energy') return;
+    const age = now - secondsOf(b.start, item, 'body.start');
+    if (age > maxAge) {
+      throw new Failure('too_old', item, `start (${b.start}) is ${age} s before the ledger's clock (${receivedAt}); the log's policy allows ${maxAge} s`);
+    }
+    const ahead = secondsOf(b.end, item, 'body.end') - now;
+    if (ahead > skew) {
+      throw new Failure('in_future', item, `end (${b.end}) is ${ahead} s after the ledger's clock (${receivedAt}); the log's policy allows ${skew} s`);
+    }
+  }
+
+  checkSpot(index, b, item) {
+    const at = this.spotInstants.get(`${b.region}|${b.gpu_model}|${b.effective_from}`);
+    if (at !== undefined && at < index) {
+      throw new Failure('price_conflict', item, `a spot price for ${b.region} ${b.gpu_model} already takes effect at ${b.effective_from} (entry ${at})`);
+    }
+    const from = secondsOf(b.effective_from, item, 'body.effective_from');
+    const hit = this.invoiced.find((p) => p.at < index && p.from <= from && from < p.to);
+    if (hit) {
+      throw new Failure('price_in_invoiced_period', item, `effective_from (${b.effective_from}) is inside the period invoiced at entry ${hit.at}`);
+    }
+  }
+
+  checkForward(kind, b, item) {
+    const s = seriesOf(kind, b);
+    if (!s) return;
+    const at = secondsOf(s[1], item, 'body.effective_from');
+    const latest = this.latest.get(s[0]);
+    if (latest && at <= latest.at) {
+      throw new Failure('price_not_forward', item, `effective_from (${s[1]}) is not after ${latest.text}, when the ${kind} series already takes effect (entry ${latest.index}); prices change only forward`);
+    }
+  }
+
+  /** Takes in the entry at `index` once it was admitted (in increasing index order). */
+  apply(index, e) {
+    const b = e.body;
+    switch (e.kind) {
+      case 'tenant_registered':
+        if (!this.tenants.has(b.tenant)) this.tenants.set(b.tenant, index);
+        break;
+      case 'lease_registered':
+        if (!this.leases.has(b.lease)) this.leases.set(b.lease, { tenant: b.tenant, at: index });
+        break;
+      case 'log_policy':
+        this.policies.push({ at: index, maxAge: Number(b.max_record_age_seconds), skew: Number(b.max_future_skew_seconds) });
+        break;
+      case 'spot_price': {
+        const k = `${b.region}|${b.gpu_model}|${b.effective_from}`;
+        if (!this.spotInstants.has(k)) this.spotInstants.set(k, index);
+        break;
+      }
+      case 'invoice_issued':
+        this.invoiced.push({ at: index, from: timestampSeconds(b.period_from), to: timestampSeconds(b.period_to) });
+        break;
+      default:
+    }
+    const s = seriesOf(e.kind, b);
+    if (s) {
+      const at = timestampSeconds(s[1]);
+      const latest = this.latest.get(s[0]);
+      if (!latest || at > latest.at) this.latest.set(s[0], { at, text: s[1], index });
+    }
+  }
+}
