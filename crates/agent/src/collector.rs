@@ -60,9 +60,11 @@ pub enum CollectorError {
         command: String,
         source: std::io::Error,
     },
-    #[error("{command} read no GPU (exit status {status}): {detail}")]
+    #[error("{command} read no GPU ({status}): {detail}")]
     NoGpus {
         command: String,
+        /// How the reading ended, as said in full: `exit status: 1` (a program's exit status
+        /// as the standard library writes it), `0 devices`.
         status: String,
         detail: String,
     },
@@ -73,8 +75,10 @@ pub enum CollectorError {
 }
 
 /// The message for `kind = "nvml"` in a binary built without the `nvml` feature.
+/// The command is the lean agent's (`-p gpuledger-agent`), as docs/AGENT.md gives it.
 pub const NVML_NOT_BUILT: &str = "collector kind \"nvml\" is not in this build of gpuledger: \
-     rebuild with `cargo build --release --features nvml`, or use kind = \"nvidia-smi\"";
+     rebuild with `cargo build --release -p gpuledger-agent --features nvml` (or, for \
+     `gpuledger agent`, `cargo build --release --features nvml`), or use kind = \"nvidia-smi\"";
 
 /// A source of GPU readings.
 pub trait Collector: Send {
@@ -559,6 +563,36 @@ mod tests {
         m.insert("NVIDIA H100 80GB HBM3".into(), "H100-SXM-80G".into());
         assert_eq!(model_id("NVIDIA H100 80GB HBM3", &m), "H100-SXM-80G");
         assert_eq!(model_id("  ", &m), "unknown-gpu");
+    }
+
+    /// The exit status is said once: `(exit status: 1)`, not `(exit status exit status: 1)`.
+    #[test]
+    fn a_failed_program_names_its_exit_status_once() {
+        let e = NvidiaSmi {
+            command: PathBuf::from("false"),
+            models: BTreeMap::new(),
+            processes: false,
+        }
+        .read(Timestamp::from_unix(1_800_000_000).unwrap())
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("false read no GPU (exit status: 1)"), "{e}");
+        assert!(!e.contains("exit status exit status"), "{e}");
+    }
+
+    /// The nvml refusal gives the lean agent's build command, the one docs/AGENT.md gives.
+    #[test]
+    fn the_nvml_refusal_gives_the_agents_build_command() {
+        let command = "cargo build --release -p gpuledger-agent --features nvml";
+        assert!(
+            NVML_NOT_BUILT.contains(&format!("`{command}`")),
+            "{NVML_NOT_BUILT}"
+        );
+        let docs = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/AGENT.md"),
+        )
+        .unwrap();
+        assert!(docs.contains(&format!("`{command}`")));
     }
 
     #[test]

@@ -261,6 +261,12 @@ pub fn resolve_paths<'a>(file: &Path, paths: impl IntoIterator<Item = &'a mut Pa
     }
 }
 
+/// Whether a program setting is a relative path (it holds a `/`) rather than a bare name,
+/// which `std::process::Command` looks up in `PATH`.
+fn is_relative_path(program: &Path) -> bool {
+    program.is_relative() && program.as_os_str().as_encoded_bytes().contains(&b'/')
+}
+
 /// A configuration error naming its file.
 pub fn in_file(file: &Path) -> impl FnOnce(AgentError) -> AgentError + '_ {
     move |e| AgentError::Config(format!("{}: {e}", file.display()))
@@ -291,14 +297,23 @@ pub fn check_url(v: &str) -> Result<(), AgentError> {
 
 impl AgentConfig {
     /// Reads and validates `agent.toml`. Relative paths in it are taken relative to the
-    /// file's directory.
+    /// file's directory; so is `[collector] command` when it is a relative path (it holds a
+    /// `/`, as `bin/nvidia-smi` or `./nvidia-smi` do), while a bare program name such as
+    /// `nvidia-smi` stays a name looked up in `PATH`.
     pub fn read(path: &Path) -> Result<AgentConfig, AgentError> {
         let mut c: AgentConfig = read_toml(path)?;
+        let command = match &mut c.collector {
+            CollectorConfig::NvidiaSmi { command, .. } if is_relative_path(command) => {
+                Some(command)
+            }
+            _ => None,
+        };
         resolve_paths(
             path,
             [&mut c.key_file, &mut c.lease_file, &mut c.spool_dir]
                 .into_iter()
-                .chain(c.tls.ca_file.as_mut()),
+                .chain(c.tls.ca_file.as_mut())
+                .chain(command),
         );
         c.validate().map_err(in_file(path))?;
         Ok(c)
@@ -421,6 +436,42 @@ gpus = [{ model = "H100-SXM-80G", count = 1, idle_watts = 70, max_watts = 700 }]
         let file = dir.join("agent.toml");
         std::fs::write(&file, format!("{}{tls}", TLS_AGENT.replace("URL", url))).unwrap();
         AgentConfig::read(&file)
+    }
+
+    /// `[collector] command` is relative to the file like the other paths, unless it is a bare
+    /// name, which is looked up in `PATH`.
+    #[test]
+    fn a_relative_collector_command_is_relative_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.toml");
+        let command = |setting: &str| {
+            let text = TLS_AGENT.replace("URL", "http://ledger:8080").replace(
+                "kind = \"simulated\"\ngpus = [{ model = \"H100-SXM-80G\", count = 1, idle_watts = 70, max_watts = 700 }]",
+                &format!("kind = \"nvidia-smi\"\n{setting}"),
+            );
+            std::fs::write(&file, text).unwrap();
+            match AgentConfig::read(&file).unwrap().collector {
+                CollectorConfig::NvidiaSmi { command, .. } => command,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(
+            command("command = \"bin/fake-smi\""),
+            dir.path().join("bin/fake-smi")
+        );
+        assert_eq!(
+            command("command = \"./fake-smi\""),
+            dir.path().join("./fake-smi")
+        );
+        assert_eq!(
+            command("command = \"nvidia-smi\""),
+            PathBuf::from("nvidia-smi")
+        );
+        assert_eq!(command(""), PathBuf::from("nvidia-smi"));
+        assert_eq!(
+            command("command = \"/usr/bin/nvidia-smi\""),
+            PathBuf::from("/usr/bin/nvidia-smi")
+        );
     }
 
     #[test]
