@@ -12,7 +12,9 @@
 //! - A record is sent only after the line holding it is fsynced in the spool, so a record the
 //!   ledger has seen is always in the spool (or acknowledged), and its seq is never reused.
 //! - The acknowledged prefix only grows: it moves past a record when the ledger answered
-//!   `accepted` or `duplicate`, or after the record was fsynced to the dead-letter file.
+//!   `accepted` or `duplicate`, or after the record was fsynced to the dead-letter file or to
+//!   the held queue (refused for the registration or configuration; retried from there until
+//!   accepted, see [`sender::disposition`]).
 //! - When the spool holds its bound of unacknowledged records the agent stops measuring (and
 //!   says so at error level); it never drops a record to make room.
 //! - Intervals never overlap, across restarts too: an interval starts no earlier than the end

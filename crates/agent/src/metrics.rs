@@ -55,6 +55,9 @@ pub struct AgentMetrics {
     /// 1 while measuring is stopped because the spool is full.
     pub spool_full: Gauge,
     spool_available: Gauge,
+    spool_held: Gauge,
+    /// `gpuledger_agent_refused_total{reason}`, one counter per reason that holds a record.
+    refused: Vec<(gpuledger_core::rejection::Reason, Counter)>,
 }
 
 /// The kinds of metric, for their `# HELP` text.
@@ -117,6 +120,25 @@ impl AgentMetrics {
         };
         describe(
             &recorder,
+            Kind::Counter,
+            "gpuledger_agent_refused_total",
+            None,
+            "Refusals of a record because of the signer's registration or configuration, by reason; the record is held and retried (a retry refused again counts again)",
+        );
+        let refused = super::sender::HELD_REASONS
+            .iter()
+            .map(|r| {
+                let key = Key::from_parts(
+                    "gpuledger_agent_refused_total",
+                    vec![Label::from_static_parts("reason", r.code())],
+                );
+                let c = recorder.register_counter(&key, &METADATA);
+                c.absolute(0);
+                (*r, c)
+            })
+            .collect();
+        describe(
+            &recorder,
             Kind::Histogram,
             "gpuledger_agent_send_seconds",
             Some(Unit::Seconds),
@@ -176,7 +198,21 @@ impl AgentMetrics {
                 Some(Unit::Bytes),
                 "Bytes free on the spool's filesystem",
             ),
+            spool_held: gauge(
+                "gpuledger_agent_spool_held_records",
+                None,
+                "Records held in the spool because the ledger refused them for the signer's registration or configuration; retried until accepted",
+            ),
+            refused,
             recorder,
+        }
+    }
+
+    /// Counts one refusal for `reason` in `gpuledger_agent_refused_total` (a reason that does
+    /// not hold a record has no counter there).
+    pub fn refused(&self, reason: gpuledger_core::rejection::Reason) {
+        if let Some((_, c)) = self.refused.iter().find(|(r, _)| *r == reason) {
+            c.increment(1);
         }
     }
 
@@ -195,6 +231,7 @@ impl AgentMetrics {
     pub fn render(&self, shared: &Shared, spool_dir: &std::path::Path) -> String {
         if let Ok(spool) = shared.spool.lock() {
             self.spool_pending.set(spool.pending() as f64);
+            self.spool_held.set(spool.held() as f64);
             self.spool_max.set(spool.max_pending() as f64);
         }
         if let Some(free) = gpuledger_shell::disk::available_bytes(spool_dir) {

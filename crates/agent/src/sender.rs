@@ -3,31 +3,126 @@
 //!
 //! - `accepted` and `duplicate` acknowledge a record (a duplicate is a resend after a crash or
 //!   a lost answer: the ledger already holds exactly this record).
-//! - `rejected` with a reason that can clear by itself ([`TRANSIENT_REASONS`]: the signer,
-//!   key, tenant or lease is not registered yet, the interval is ahead of the ledger's clock)
-//!   stops the batch
-//!   there; it is retried with backoff. Any other rejection is permanent: the record and the
-//!   reason go to the dead-letter file, an error is logged, and the rest flows on.
+//! - `rejected`: what follows is the reason's [`Disposition`] ([`disposition`], one row per
+//!   reason of core's [`Reason`]):
+//!   - [`Disposition::Retry`] (the interval is ahead of the ledger's clock) stops the batch
+//!     there; it is retried with backoff.
+//!   - [`Disposition::Hold`]: the refusal comes from the signer's registration or
+//!     configuration (an unregistered signer, key, tenant or lease, a revoked key, a node or
+//!     region outside the key's scope, a role that may not sign it). The record goes to the
+//!     spool's held queue ([`Spool::hold`]) and the rest flows on: the ledger accepts a later
+//!     seq while an earlier one is missing (PROTOCOL.md §6.4), so one unregistered lease does
+//!     not hold back the node's other records. Held records are retried from the front of the
+//!     queue, one batch at a time, with their own backoff (reset when a held record is
+//!     delivered), so they are delivered once the operator fixes what the error log names.
+//!     Each batch's refusals are logged at error level, one line per reason with a hint
+//!     ([`hint`]), and counted in `gpuledger_agent_refused_total{reason}`.
+//!   - [`Disposition::DeadLetter`]: the record itself is wrong or can never be logged; the
+//!     record and the reason go to the dead-letter file, an error is logged, and the rest flows
+//!     on. So does a reason this agent does not know (a newer ledger's).
 //! - Network errors (TLS refusals among them), 5xx and other unexpected answers are retried
 //!   with exponential backoff and jitter; 429, 503 and 507 ([`WAIT_STATUSES`]) wait for
 //!   `Retry-After` when the server sends one.
 
 use super::spool::{Pending, Spool};
+use gpuledger_core::outcome::Outcome;
+use gpuledger_core::rejection::{Reason, Rejection};
 use rand_core::RngCore;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// Rejection reasons that may clear without a change to the record: retried, not dead-lettered.
-/// A registration the ledger lacks (the signer's key, the tenant, the lease) is the operator's
-/// to add; the record waits for it rather than being lost.
-pub const TRANSIENT_REASONS: [&str; 5] = [
-    "unknown_signer",
-    "unknown_key",
-    "unknown_tenant",
-    "unknown_lease",
-    "in_future",
+/// What the sender does with a record the ledger refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Clears by itself (the clock): the batch stops there and is retried with backoff.
+    Retry,
+    /// Caused by the signer's registration or configuration, which the operator can fix: kept
+    /// in the spool's held queue and retried with backoff, while the rest flows on.
+    Hold,
+    /// The record itself is wrong, or can never be logged: written to the dead-letter file.
+    DeadLetter,
+}
+
+/// The reasons whose disposition is [`Disposition::Hold`], each with a
+/// `gpuledger_agent_refused_total{reason}` counter.
+pub const HELD_REASONS: [Reason; 9] = [
+    Reason::UnknownSigner,
+    Reason::UnknownKey,
+    Reason::KeySignerMismatch,
+    Reason::RevokedKey,
+    Reason::RoleNotAllowed,
+    Reason::NodeNotAllowed,
+    Reason::RegionNotAllowed,
+    Reason::UnknownTenant,
+    Reason::UnknownLease,
 ];
+
+/// The disposition of each rejection reason. Every reason is named, so a reason added to core
+/// cannot pass here unclassified.
+pub fn disposition(r: Reason) -> Disposition {
+    use Disposition::*;
+    match r {
+        Reason::InFuture => Retry,
+        // The registration: the ledger does not know the signer, its key, the tenant or the
+        // lease (yet), or knows the key under another signer or as revoked, or the key's scope
+        // or the signer's role does not cover the record. The operator registers or rotates;
+        // nothing about the record is wrong in itself.
+        Reason::UnknownSigner
+        | Reason::UnknownKey
+        | Reason::KeySignerMismatch
+        | Reason::RevokedKey
+        | Reason::RoleNotAllowed
+        | Reason::NodeNotAllowed
+        | Reason::RegionNotAllowed
+        | Reason::UnknownTenant
+        | Reason::UnknownLease => Hold,
+        // The record: its shape, numbers, signature, or its place in the log.
+        Reason::Malformed
+        | Reason::UnsupportedVersion
+        | Reason::UnknownKind
+        | Reason::InvalidField
+        | Reason::NegativeQuantity
+        | Reason::QuantityOutOfRange
+        | Reason::GpuSecondsMismatch
+        | Reason::EmptyInterval
+        | Reason::IntervalTooLong
+        | Reason::TooLarge
+        | Reason::BadSignature
+        | Reason::Conflict
+        | Reason::OverlappingInterval
+        // A lease is registered once, for one tenant: a record naming it for another tenant
+        // can never be logged, whatever the operator registers next.
+        | Reason::LeaseTenantMismatch
+        | Reason::TooOld
+        | Reason::PriceInPast
+        | Reason::PriceConflict
+        | Reason::PriceInInvoicedPeriod
+        | Reason::PriceNotForward
+        | Reason::AlreadyRegistered => DeadLetter,
+    }
+}
+
+/// What the operator should fix, for a reason whose disposition is [`Disposition::Hold`] (and
+/// a few others that point at the configuration).
+pub fn hint(r: Reason) -> &'static str {
+    match r {
+        Reason::UnknownSigner => "register this signer id with the ledger (POST /v1/signers), or fix `signer` in the config",
+        Reason::UnknownKey => "register this key_file's public key for the signer (POST /v1/signers, or /v1/signers/{id}/keys), or point key_file at the registered key",
+        Reason::KeySignerMismatch => "key_file holds the key of another signer: fix key_file or `signer`",
+        Reason::RevokedKey => "the key was revoked: records signed with it stay held until you move the held queue aside; register a new key and point key_file at it (ops/runbooks/rotate-agent-key.md)",
+        Reason::RoleNotAllowed => "the signer is registered with a role that may not sign this kind of record: register the node agent as role `node`, the market signer as `market`",
+        Reason::NodeNotAllowed => "the record's `node` is outside the key's scope: fix `node` in the config, or register a new key whose `nodes` include it and point key_file at it; records already signed under this key and `node` are kept held (a key's scope never changes), see ops/runbooks/alerts.md#gpuledgeragentrecordsheld",
+        Reason::RegionNotAllowed => "the record's `region` is outside the key's scope: fix `region` in the config, or register a new key whose `regions` include it and point key_file at it; records already signed under this key and `region` are kept held (a key's scope never changes), see ops/runbooks/alerts.md#gpuledgeragentrecordsheld",
+        Reason::UnknownTenant => "register the tenant (POST /v1/tenants) before the lease file names it",
+        Reason::UnknownLease => "register the lease for its tenant (POST /v1/leases) before the lease file names it",
+        Reason::LeaseTenantMismatch => "the lease file names this lease for another tenant than its registration: fix the lease file",
+        Reason::Conflict => "another record holds this seq: was the spool directory deleted? register a new signer id and start with an empty spool",
+        Reason::InFuture => "the node's clock is ahead of the ledger's: check NTP",
+        _ => "see the dead-letter file",
+    }
+}
 /// First retry delay.
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
 /// Longest `Retry-After` honoured, in seconds; a longer one waits this long.
@@ -127,9 +222,19 @@ impl SenderConfig {
     }
 }
 
+/// The queue of the spool a batch was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Queue {
+    /// The records in seq order ([`Spool::peek`]).
+    Spool,
+    /// The held queue ([`Spool::peek_held`]).
+    Held,
+}
+
 enum Attempt {
-    /// Some or all records were resolved and nothing asks to wait.
-    Progress,
+    /// Some or all records were resolved and nothing asks to wait: `delivered` of them were
+    /// accepted or duplicates, `held` were put (back) in the held queue.
+    Progress { delivered: u64, held: u64 },
     /// Wait, then try again: `Some` is the server's Retry-After.
     Retry(Option<Duration>),
 }
@@ -139,20 +244,31 @@ enum Attempt {
 pub fn run(shared: Arc<Shared>, cfg: SenderConfig, http: ureq::Agent) {
     let url = format!("{}/v1/records", cfg.server_url.trim_end_matches('/'));
     let mut backoff = INITIAL_BACKOFF;
+    // When the held queue is tried next, and the wait after a try that delivered none of it.
+    let (mut held_due, mut held_backoff) = (Instant::now(), INITIAL_BACKOFF);
     // Whether the ledger said it is our log since the last failed request.
     let mut same_log = false;
     while !shared.stopping() {
-        let batch = {
+        let (batch, queue, held_before) = {
             let spool = shared.spool.lock().expect("spool lock");
-            match spool.peek(cfg.max_batch) {
-                Ok(b) if b.is_empty() => {
-                    let _unused = shared
-                        .wake
-                        .wait_timeout(spool, Duration::from_millis(500))
-                        .expect("spool lock");
+            let held_before = spool.held();
+            let now = Instant::now();
+            let next = match spool.peek(cfg.max_batch) {
+                Ok(b) if b.is_empty() && held_before > 0 && now >= held_due => {
+                    spool.peek_held(cfg.max_batch).map(|b| (b, Queue::Held))
+                }
+                other => other.map(|b| (b, Queue::Spool)),
+            };
+            match next {
+                Ok((b, _)) if b.is_empty() => {
+                    let mut wait = Duration::from_millis(500);
+                    if held_before > 0 {
+                        wait = wait.min(held_due.saturating_duration_since(now));
+                    }
+                    let _unused = shared.wake.wait_timeout(spool, wait).expect("spool lock");
                     continue;
                 }
-                Ok(b) => b,
+                Ok((b, q)) => (b, q, held_before),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot read the spool; retrying");
                     drop(spool);
@@ -179,12 +295,35 @@ pub fn run(shared: Arc<Shared>, cfg: SenderConfig, http: ureq::Agent) {
             }
         }
         let result = if same_log {
-            attempt(&http, &url, &shared, &batch, &cfg)
+            attempt(&http, &url, &shared, &batch, queue, &cfg)
         } else {
             Attempt::Retry(None)
         };
         match result {
-            Attempt::Progress => backoff = INITIAL_BACKOFF,
+            Attempt::Progress { delivered, held } => {
+                backoff = INITIAL_BACKOFF;
+                match queue {
+                    // The first records held wait a backoff before their first retry.
+                    Queue::Spool if held_before == 0 && held > 0 => {
+                        held_backoff = INITIAL_BACKOFF;
+                        held_due = Instant::now() + jitter(held_backoff);
+                    }
+                    Queue::Spool => {}
+                    Queue::Held if delivered > 0 => {
+                        held_backoff = INITIAL_BACKOFF;
+                        held_due = Instant::now();
+                    }
+                    Queue::Held => {
+                        held_backoff = (held_backoff * 2).min(cfg.max_backoff);
+                        held_due = Instant::now() + jitter(held_backoff);
+                        tracing::debug!(
+                            held = held_before,
+                            wait_ms = held_backoff.as_millis() as u64,
+                            "held records refused again"
+                        );
+                    }
+                }
+            }
             Attempt::Retry(after) => {
                 same_log = false;
                 let wait = after.unwrap_or_else(|| jitter(backoff));
@@ -229,10 +368,11 @@ fn attempt(
     url: &str,
     shared: &Shared,
     batch: &[Pending],
+    queue: Queue,
     cfg: &SenderConfig,
 ) -> Attempt {
     match post(http, url, shared, batch, cfg) {
-        Ok(outcomes) => apply_outcomes(shared, batch, &outcomes, cfg),
+        Ok(outcomes) => apply_outcomes(shared, batch, queue, &outcomes, cfg),
         Err(retry) => {
             shared.metrics.send_failures.increment(1);
             retry
@@ -290,10 +430,11 @@ fn post(
 }
 
 /// Takes the ledger's answer into the spool: the records up to the first that must be retried
-/// are acknowledged (delivered, or written to the dead-letter file when refused for good).
+/// are acknowledged (delivered, held, or written to the dead-letter file when refused for good).
 fn apply_outcomes(
     shared: &Shared,
     batch: &[Pending],
+    queue: Queue,
     outcomes: &[serde_json::Value],
     cfg: &SenderConfig,
 ) -> Attempt {
@@ -302,26 +443,57 @@ fn apply_outcomes(
         .set(gpuledger_core::time::Timestamp::now().unix() as f64);
     let mut spool = shared.spool.lock().expect("spool lock");
     let (mut done, mut delivered, mut dead) = (0usize, 0u64, 0u64);
+    // The records to hold, written together before the acknowledgement.
+    let mut hold: Vec<(&Pending, &'static str)> = Vec::new();
+    // The held records of this batch by reason: how many, and the first one's seq and message.
+    let mut refusals: BTreeMap<&'static str, (Reason, u64, u64, String)> = BTreeMap::new();
     let mut blocked = false;
     for (p, o) in batch.iter().zip(outcomes) {
-        match o["status"].as_str() {
-            Some("accepted") => {
+        match serde_json::from_value::<Outcome>(o.clone()) {
+            Ok(Outcome::Accepted { .. }) => {
                 m.records_accepted.increment(1);
                 delivered += 1
             }
-            Some("duplicate") => {
+            Ok(Outcome::Duplicate { .. }) => {
                 m.records_duplicate.increment(1);
                 delivered += 1
             }
-            Some("rejected") => {
+            Ok(Outcome::Rejected(r)) => {
                 m.records_rejected.increment(1);
-                if !refused(&mut spool, p, o, cfg) {
+                match disposition(r.reason) {
+                    Disposition::Retry => {
+                        tracing::warn!(signer = %cfg.signer, seq = p.seq, reason = %r.reason, message = %r.message, hint = hint(r.reason), "record refused for now; will retry");
+                        blocked = true;
+                        break;
+                    }
+                    Disposition::Hold => {
+                        m.refused(r.reason);
+                        hold.push((p, r.reason.code()));
+                        refusals
+                            .entry(r.reason.code())
+                            .or_insert((r.reason, 0, p.seq, r.message))
+                            .1 += 1;
+                    }
+                    Disposition::DeadLetter => {
+                        if !dead_letter(&mut spool, p, o, Some(&r), cfg) {
+                            blocked = true;
+                            break;
+                        }
+                        dead += 1;
+                    }
+                }
+            }
+            // A status or reason this agent does not know: a rejection is kept in the
+            // dead-letter file, as one refused for good; anything else is retried.
+            Err(_) if o["status"] == "rejected" => {
+                m.records_rejected.increment(1);
+                if !dead_letter(&mut spool, p, o, None, cfg) {
                     blocked = true;
                     break;
                 }
                 dead += 1;
             }
-            _ => {
+            Err(_) => {
                 tracing::error!(signer = %cfg.signer, "unknown outcome {o}; will retry");
                 blocked = true;
                 break;
@@ -329,8 +501,17 @@ fn apply_outcomes(
         }
         done += 1;
     }
+    let held = hold.len() as u64;
+    if let Err(e) = spool.hold(&hold) {
+        tracing::error!(error = %e, "cannot write the held queue; the batch will be sent again");
+        return Attempt::Retry(None);
+    }
     if done > 0 {
-        if let Err(e) = spool.ack(&batch[done - 1], done as u64) {
+        let acked = match queue {
+            Queue::Spool => spool.ack(&batch[done - 1], done as u64),
+            Queue::Held => spool.ack_held(&batch[done - 1], done as u64),
+        };
+        if let Err(e) = acked {
             tracing::error!(error = %e, "cannot record acknowledgements; they will be resent (the ledger answers duplicate)");
             return Attempt::Retry(None);
         }
@@ -338,27 +519,43 @@ fn apply_outcomes(
         shared.dead_lettered.fetch_add(dead, Ordering::Relaxed);
         m.dead_letters.increment(dead);
     }
+    let held_now = spool.held();
     drop(spool);
+    for (code, (reason, records, seq, message)) in refusals {
+        tracing::error!(
+            signer = %cfg.signer,
+            reason = code,
+            records,
+            seq,
+            message = %message,
+            held = held_now,
+            "records refused because of this signer's registration or configuration; they are held in the spool and retried until the ledger accepts them. To fix: {}",
+            hint(reason)
+        );
+    }
     if blocked {
         Attempt::Retry(None)
     } else {
-        Attempt::Progress
+        Attempt::Progress { delivered, held }
     }
 }
 
-/// A record the ledger refused: `false` when it must be retried (a reason that may pass later,
-/// or a dead-letter file that cannot be written), `true` once it is in the dead-letter file.
-fn refused(spool: &mut Spool, p: &Pending, o: &serde_json::Value, cfg: &SenderConfig) -> bool {
-    let reason = o["reason"].as_str().unwrap_or("");
-    if TRANSIENT_REASONS.contains(&reason) {
-        tracing::warn!(signer = %cfg.signer, seq = p.seq, reason, message = %o["message"], "record refused for now; will retry");
-        return false;
-    }
+/// A record refused for good: `true` once it is in the dead-letter file, `false` when that
+/// file cannot be written (it is retried).
+fn dead_letter(
+    spool: &mut Spool,
+    p: &Pending,
+    o: &serde_json::Value,
+    r: Option<&Rejection>,
+    cfg: &SenderConfig,
+) -> bool {
     if let Err(e) = spool.dead_letter(p, o) {
         tracing::error!(error = %e, "cannot write the dead-letter file; will retry");
         return false;
     }
-    tracing::error!(signer = %cfg.signer, seq = p.seq, reason, message = %o["message"], "record refused for good; written to the dead-letter file");
+    let reason = r.map_or_else(|| o["reason"].to_string(), |r| r.reason.to_string());
+    let hint = r.map_or("", |r| hint(r.reason));
+    tracing::error!(signer = %cfg.signer, seq = p.seq, reason, message = %o["message"], hint, "record refused for good; written to the dead-letter file");
     true
 }
 
@@ -394,5 +591,76 @@ pub fn drain_with(
             return pending;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Disposition::*;
+
+    /// Every rejection reason of the protocol, by its wire code, and what the agent does with
+    /// it. A reason that core adds fails to compile in [`disposition`]; one renamed fails here.
+    const TABLE: [(&str, Disposition); 30] = [
+        ("malformed", DeadLetter),
+        ("unsupported_version", DeadLetter),
+        ("unknown_kind", DeadLetter),
+        ("invalid_field", DeadLetter),
+        ("negative_quantity", DeadLetter),
+        ("quantity_out_of_range", DeadLetter),
+        ("gpu_seconds_mismatch", DeadLetter),
+        ("empty_interval", DeadLetter),
+        ("interval_too_long", DeadLetter),
+        ("in_future", Retry),
+        ("too_large", DeadLetter),
+        ("unknown_signer", Hold),
+        ("unknown_key", Hold),
+        ("key_signer_mismatch", Hold),
+        ("revoked_key", Hold),
+        ("role_not_allowed", Hold),
+        ("bad_signature", DeadLetter),
+        ("conflict", DeadLetter),
+        ("overlapping_interval", DeadLetter),
+        ("node_not_allowed", Hold),
+        ("region_not_allowed", Hold),
+        ("unknown_tenant", Hold),
+        ("unknown_lease", Hold),
+        ("lease_tenant_mismatch", DeadLetter),
+        ("too_old", DeadLetter),
+        ("price_in_past", DeadLetter),
+        ("price_conflict", DeadLetter),
+        ("price_in_invoiced_period", DeadLetter),
+        ("price_not_forward", DeadLetter),
+        ("already_registered", DeadLetter),
+    ];
+
+    #[test]
+    fn each_reason_is_retried_held_or_dead_lettered_as_the_table_says() {
+        let mut held = Vec::new();
+        for (code, want) in TABLE {
+            let outcome: Outcome = serde_json::from_value(serde_json::json!(
+                {"status": "rejected", "reason": code, "message": "m"}
+            ))
+            .unwrap_or_else(|e| panic!("{code}: {e}"));
+            let Outcome::Rejected(r) = outcome else {
+                panic!("{code}")
+            };
+            assert_eq!(r.reason.code(), code);
+            assert_eq!(disposition(r.reason), want, "{code}");
+            if want == Hold {
+                held.push(r.reason);
+                // Every held reason says what to fix.
+                assert_ne!(hint(r.reason), hint(Reason::Malformed), "{code}");
+            }
+        }
+        assert_eq!(held, HELD_REASONS, "one refusal counter per held reason");
+    }
+
+    /// An answer whose reason this agent does not know (a newer ledger's) is not an `Outcome`;
+    /// [`apply_outcomes`] then dead-letters the record, as before there were dispositions.
+    #[test]
+    fn an_unknown_reason_is_not_read_as_a_known_one() {
+        let o = serde_json::json!({"status": "rejected", "reason": "brand_new", "message": "m"});
+        assert!(serde_json::from_value::<Outcome>(o).is_err());
     }
 }

@@ -12,6 +12,13 @@
 //!   `file` are acknowledged. `last_seq` and `last_cursor` survive compaction.
 //! - `dead-letter.jsonl`: records the ledger refused for good, with the reason, fsynced before
 //!   the marker moves past them.
+//! - `held/`: the held queue, records the ledger refused because of the signer's registration
+//!   or configuration (an unregistered lease, a region outside the key's scope: see
+//!   [`super::sender::disposition`]). It is a spool of its own (the same files, the same
+//!   fsyncs), but in no seq order: a record is appended there, fsynced, before the main marker
+//!   moves past it, so the records after it flow on while it waits; it is retried from the front
+//!   and, refused again, appended again at the back before its old line is acknowledged.
+//!   Held records count towards the spool's bound, and are never dropped.
 //!
 //! Compaction (once the acknowledged prefix is at least `compact_after` bytes and at least as
 //! long as the unacknowledged tail) copies the tail to the next `spool-*.jsonl`, fsyncs it,
@@ -29,6 +36,10 @@ use std::path::{Path, PathBuf};
 pub const MARKER_FILE: &str = "acked.json";
 /// Name of the dead-letter file.
 pub const DEAD_LETTER_FILE: &str = "dead-letter.jsonl";
+/// Name of the held queue's folder in the spool directory.
+pub const HELD_DIR: &str = "held";
+/// The cursor of every line of the held queue: each line is an append of its own.
+const HELD_CURSOR: &str = "held";
 
 /// Spool failures.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +91,8 @@ pub struct Pending {
     /// Offset just past its line in the current spool file.
     end: u64,
     generation: u64,
+    /// Read from the held queue.
+    held: bool,
 }
 
 /// The spool of one signer.
@@ -92,6 +105,8 @@ pub struct Spool {
     pending: u64,
     max_pending: u64,
     compact_after: u64,
+    /// The held queue (`None` in the held queue itself, whose seqs are in no order).
+    held: Option<Box<Spool>>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
@@ -132,6 +147,19 @@ impl Spool {
     /// records and compacting once `compact_after` acknowledged bytes precede the first
     /// unacknowledged one.
     pub fn open(dir: &Path, max_pending: u64, compact_after: u64) -> Result<Spool, SpoolError> {
+        let mut s = Spool::open_queue(dir, max_pending, compact_after, true)?;
+        let held = Spool::open_queue(&dir.join(HELD_DIR), u64::MAX, compact_after, false)?;
+        s.held = Some(Box::new(held));
+        Ok(s)
+    }
+
+    /// Opens one queue: the spool (`ordered`, seqs strictly increasing) or the held queue.
+    fn open_queue(
+        dir: &Path,
+        max_pending: u64,
+        compact_after: u64,
+        ordered: bool,
+    ) -> Result<Spool, SpoolError> {
         fs::create_dir_all(dir).map_err(io(dir))?;
         let marker_path = dir.join(MARKER_FILE);
         let marker = match fs::read(&marker_path) {
@@ -177,8 +205,9 @@ impl Spool {
             pending: 0,
             max_pending,
             compact_after,
+            held: None,
         };
-        s.recover()?;
+        s.recover(ordered)?;
         Ok(s)
     }
 
@@ -186,7 +215,7 @@ impl Spool {
     /// off a torn append. Every append ends with a line carrying the cursor, so lines after the
     /// last such line (or a partial line) are an append that never completed its fsync, and
     /// so was never sent: they are removed, all or nothing.
-    fn recover(&mut self) -> Result<(), SpoolError> {
+    fn recover(&mut self, ordered: bool) -> Result<(), SpoolError> {
         let path = self.path();
         let mut data = Vec::new();
         File::open(&path)
@@ -207,13 +236,13 @@ impl Spool {
                 bad = Some(pos);
                 break;
             };
-            if l.seq <= file_seq {
+            if ordered && l.seq <= file_seq {
                 return Err(SpoolError::Corrupt {
                     path,
                     detail: format!("seq {} after seq {file_seq}", l.seq),
                 });
             }
-            file_seq = l.seq;
+            file_seq = file_seq.max(l.seq);
             if pos as u64 >= self.marker.offset {
                 pending += 1;
             }
@@ -275,9 +304,14 @@ impl Spool {
         self.marker.last_cursor.as_deref()
     }
 
-    /// Records not yet acknowledged.
+    /// Records not yet acknowledged by the ledger: those to send and those held.
     pub fn pending(&self) -> u64 {
-        self.pending
+        self.pending + self.held()
+    }
+
+    /// Records in the held queue.
+    pub fn held(&self) -> u64 {
+        self.held.as_ref().map_or(0, |h| h.pending)
     }
 
     /// The bound on unacknowledged records.
@@ -287,7 +321,7 @@ impl Spool {
 
     /// Whether `n` more records fit.
     pub fn has_room_for(&self, n: u64) -> bool {
-        self.pending + n <= self.max_pending
+        self.pending() + n <= self.max_pending
     }
 
     /// Appends signed records (whose seqs must be consecutive from [`Spool::next_seq`]) and
@@ -298,7 +332,7 @@ impl Spool {
         }
         if !self.has_room_for(envelopes.len() as u64) {
             return Err(SpoolError::Full {
-                pending: self.pending,
+                pending: self.pending(),
                 max: self.max_pending,
             });
         }
@@ -333,7 +367,7 @@ impl Spool {
         Ok(())
     }
 
-    /// Up to `max` unacknowledged records, oldest first.
+    /// Up to `max` unacknowledged records to send, oldest first (not the held ones).
     pub fn peek(&self, max: usize) -> Result<Vec<Pending>, SpoolError> {
         let path = self.path();
         let mut f = File::open(&path).map_err(io(&path))?;
@@ -360,6 +394,7 @@ impl Spool {
                 envelope: l.envelope.get().to_owned(),
                 end: pos,
                 generation: self.generation,
+                held: self.held.is_none(),
             });
         }
         Ok(out)
@@ -389,12 +424,64 @@ impl Spool {
             .map_err(io(&path))
     }
 
-    /// Marks every record up to and including `through` (from the latest [`Spool::peek`]) as
-    /// acknowledged, durably; compacts when the acknowledged prefix is large.
+    /// Up to `max` held records, the longest held first.
+    pub fn peek_held(&self, max: usize) -> Result<Vec<Pending>, SpoolError> {
+        self.held.as_ref().map_or(Ok(Vec::new()), |h| h.peek(max))
+    }
+
+    /// Appends `records` (from [`Spool::peek`] or [`Spool::peek_held`]), each with the reason
+    /// it was refused for, to the back of the held queue, in one write and one fsync. All or
+    /// nothing. Call before acknowledging them.
+    pub fn hold(&mut self, records: &[(&Pending, &str)]) -> Result<(), SpoolError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let h = self.held.as_mut().expect("the spool has a held queue");
+        let mut buf = String::new();
+        for (p, reason) in records {
+            buf.push_str(&format!(
+                "{{\"seq\":{},\"cursor\":\"{HELD_CURSOR}\",\"reason\":{},\"envelope\":{}}}\n",
+                p.seq,
+                serde_json::Value::from(*reason),
+                p.envelope
+            ));
+        }
+        let path = h.path();
+        let written = h
+            .file
+            .write_all(buf.as_bytes())
+            .and_then(|_| h.file.sync_data());
+        if let Err(e) = written {
+            let _ = h.file.set_len(h.len);
+            return Err(io(&path)(e));
+        }
+        h.len += buf.len() as u64;
+        h.pending += records.len() as u64;
+        let top = records.iter().map(|(p, _)| p.seq).max().unwrap_or(0);
+        h.marker.last_seq = h.marker.last_seq.max(top);
+        Ok(())
+    }
+
+    /// Acknowledges the records from the front of the held queue through `through` (from the
+    /// latest [`Spool::peek_held`]): delivered, dead-lettered or held again at the back.
+    pub fn ack_held(&mut self, through: &Pending, count: u64) -> Result<(), SpoolError> {
+        self.held
+            .as_mut()
+            .expect("the spool has a held queue")
+            .ack(through, count)
+    }
+
+    /// Marks every record up to and including `through` (from the latest [`Spool::peek`], or
+    /// from [`Spool::peek_held`] for [`Spool::ack_held`]) as acknowledged, durably; compacts
+    /// when the acknowledged prefix is large.
     pub fn ack(&mut self, through: &Pending, count: u64) -> Result<(), SpoolError> {
+        assert_eq!(through.held, self.held.is_none(), "ack of the other queue");
         assert_eq!(through.generation, self.generation, "ack from a stale peek");
         assert!(through.end > self.marker.offset && through.end <= self.len);
-        assert!(count >= 1 && count <= self.pending);
+        assert!(
+            count >= 1 && count <= self.pending,
+            "acks no more than is pending"
+        );
         self.marker.offset = through.end;
         self.pending -= count;
         // Compact only once the acknowledged prefix is also at least as long as the pending
@@ -515,5 +602,44 @@ mod tests {
         assert!(s.peek(10).unwrap().is_empty());
         assert!(dir.path().join(file_name(3)).exists());
         assert!(!dir.path().join(file_name(1)).exists());
+    }
+
+    /// A held record leaves the spool's order, survives a reopen, counts towards the bound,
+    /// goes to the back when held again, and is gone only once acknowledged from the queue.
+    #[test]
+    fn held_records_wait_in_their_own_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Spool::open(dir.path(), 4, 1 << 20).unwrap();
+        s.append(&[rec(1), rec(2), rec(3)], "c3").unwrap();
+        let p = s.peek(10).unwrap();
+        s.hold(&[(&p[0], "unknown_lease"), (&p[1], "region_not_allowed")])
+            .unwrap();
+        s.ack(&p[2], 3).unwrap();
+        assert_eq!((s.pending(), s.held()), (2, 2));
+        assert!(
+            s.has_room_for(2) && !s.has_room_for(3),
+            "held records are in the bound"
+        );
+        drop(s);
+        let mut s = Spool::open(dir.path(), 4, 1 << 20).unwrap();
+        assert_eq!((s.next_seq(), s.pending(), s.held()), (4, 2, 2));
+        assert!(s.peek(10).unwrap().is_empty(), "nothing to send in order");
+        let h = s.peek_held(1).unwrap();
+        assert_eq!(h[0].seq, 1);
+        assert_eq!(h[0].envelope, p[0].envelope, "byte for byte");
+        // Refused again: to the back of the queue, then acknowledged at the front.
+        s.hold(&[(&h[0], "unknown_lease")]).unwrap();
+        s.ack_held(&h[0], 1).unwrap();
+        let line = std::fs::read_to_string(dir.path().join(HELD_DIR).join(file_name(1))).unwrap();
+        assert!(line.contains("\"reason\":\"region_not_allowed\""), "{line}");
+        drop(s);
+        let mut s = Spool::open(dir.path(), 4, 1 << 20).unwrap();
+        let h = s.peek_held(10).unwrap();
+        assert_eq!(h.iter().map(|p| p.seq).collect::<Vec<_>>(), vec![2, 1]);
+        s.ack_held(&h[1], 2).unwrap();
+        assert_eq!((s.pending(), s.held()), (0, 0));
+        drop(s);
+        let s = Spool::open(dir.path(), 4, 1 << 20).unwrap();
+        assert_eq!((s.next_seq(), s.pending(), s.held()), (4, 0, 0));
     }
 }
