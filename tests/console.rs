@@ -349,6 +349,32 @@ fn demo(db: &TestDb) -> Demo<'_> {
             spot += Decimal::from(4);
         }
     }
+    // Today's usage, in the hour before the last whole hour: inside both pages' default period
+    // (the last 30 days ending at the last whole hour), which a period ending at today's
+    // midnight would miss. Two GPUs for half an hour: exactly one GPU-hour.
+    let now = Timestamp::now().unix();
+    let hour = Timestamp::from_unix(now - now % 3600).unwrap();
+    let today = GpuUsage {
+        tenant: "tenant-a".into(),
+        lease: Some("lease-tenant-a".into()),
+        region: NORTH.into(),
+        node: NODE.into(),
+        gpu_model: H100.into(),
+        gpu_count: Decimal::from(2),
+        start: hour.plus(-2700),
+        end: hour.plus(-900),
+        gpu_seconds: Decimal::from(2 * 1800),
+    };
+    let seq = next();
+    batch.push(Envelope::sign(
+        sample::ORIGIN,
+        Kind::GpuUsage,
+        NODE,
+        &key,
+        seq,
+        &Body::GpuUsage(today),
+    ));
+    on_demand += Decimal::ONE;
     batch.push(gpu(
         &key,
         next(),
@@ -525,6 +551,59 @@ fn tenant_sees_usage_and_downloads_an_invoice_pdf(b: &Browser, d: &Demo, base: &
             ("Spot".to_owned(), d.a_spot_hours)
         ]
     );
+    // One row per region and GPU model, with GPU-hours and kWh together (energy records name
+    // a node, whose only GPU model they are shown with).
+    let totals: Vec<Vec<String>> = serde_json::from_value(b.execute(
+        "return [...document.querySelectorAll('#usage-totals tbody tr')]\
+           .map(r => [...r.cells].map(c => c.innerText.trim()))",
+        json!([]),
+    ))
+    .unwrap();
+    assert_eq!(
+        totals
+            .iter()
+            .map(|r| (r[0].as_str(), r[1].as_str()))
+            .collect::<Vec<_>>(),
+        vec![(EAST, A800), (NORTH, H100)],
+        "one row per region and GPU model: {totals:?}"
+    );
+    for r in &totals {
+        assert!(
+            r[2] != "0" && r[4] != "0",
+            "GPU-hours and kWh on the same row: {r:?}"
+        );
+    }
+    // The period-to-date estimate is the invoice preview's, labelled as an estimate.
+    let period = attr(
+        b,
+        &b.find("#estimate [data-estimate-period]"),
+        "data-estimate-period",
+    );
+    let (from, to) = period.split_once('/').unwrap();
+    let preview =
+        d.h.get(
+            &format!("/v1/invoices/preview?from={from}&to={to}"),
+            Some(&d.tenant_a),
+        )
+        .ok_json(200);
+    let shown: Vec<(String, String)> = b
+        .find_all("#estimate [data-estimate]")
+        .iter()
+        .map(|e| (attr(b, e, "data-currency"), attr(b, e, "data-estimate")))
+        .collect();
+    let want: Vec<(String, String)> = items(&preview["currencies"])
+        .iter()
+        .map(|c| {
+            (
+                c["currency"].as_str().unwrap().to_owned(),
+                c["total"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown, want,
+        "the estimate is the preview's total per currency"
+    );
     shot(b, "tenant-usage");
     // By GPU model, kWh, hourly: the page follows the picker.
     open(b, base, "usage?window=hour&metric=kwh&by=gpu_model");
@@ -595,9 +674,26 @@ fn tenant_issues_a_certificate_and_checks_it_in_the_browser(b: &Browser, d: &Dem
         );
         return;
     }
+    // The default period (the last 30 days ending at the last whole hour) holds all of A's
+    // usage, today's included.
+    let cert =
+        d.h.get(&format!("/v1/certificates/{id}"), Some(&d.tenant_a))
+            .ok_json(200);
+    assert_eq!(
+        dec(cert["totals"]["gpu_seconds"].as_str().unwrap()),
+        (d.a_on_demand_hours + d.a_spot_hours) * Decimal::from(3600),
+        "the default certificate period covers today's usage: {}",
+        cert["period_to"]
+    );
     b.click(&b.find(&format!("button[data-check=\"{id}\"]")));
     let (result, reason) = verdict(b, &format!("[id=\"check-{id}\"]"));
     assert_eq!(result, "PASS", "the in-browser check: reason {reason:?}");
+    // The verdict says what the browser did not check, and that its code came from the server.
+    let scope = format!("[id=\"check-{id}\"]");
+    assert!(
+        b.try_find(&format!("{scope} [data-not-checked]")).is_some(),
+        "the verdict names what was not checked"
+    );
     shot(b, "tenant-certificates");
     sign_out(b);
 }
@@ -649,6 +745,13 @@ fn auditor_browses_entries_and_sees_consistency(b: &Browser, d: &Demo, base: &st
     assert!(b
         .find_all("#checkpoints [data-consistency=\"FAIL\"]")
         .is_empty());
+    // The key id of the served key, whatever its base64 holds ('+' included).
+    let want_id = d.verifier_key.split('+').nth(1).unwrap();
+    assert_eq!(
+        b.text(&b.find("#log-key-id")),
+        want_id,
+        "the log page's key id"
+    );
     let (cp, _) = verdict(b, "#checkpoint-result");
     assert_eq!(cp, "PASS", "the latest checkpoint's signature");
     shot(b, "auditor-log");
@@ -713,6 +816,32 @@ fn tampered_bundle_fails_with_the_verifiers_reason(b: &Browser, d: &Demo, base: 
     );
     shot(b, "auditor-verify-fail");
     sign_out(b);
+
+    // The offline page (a copy of the console's files on the user's computer, or served here)
+    // checks the certificate and bundle against a pasted key, with no sign-in.
+    let cert =
+        d.h.get(&format!("/v1/certificates/{id}"), Some(&d.tenant_a))
+            .text();
+    let cert_file = dir.join("certificate.json");
+    std::fs::write(&cert_file, &cert).unwrap();
+    b.navigate(&format!("{base}/console/offline.html"));
+    b.find("main[data-ready=\"offline\"]");
+    b.send_keys(&b.find("#offline-certificate"), cert_file.to_str().unwrap());
+    b.send_keys(&b.find("#offline-bundle"), good.to_str().unwrap());
+    b.send_keys(&b.find("#offline-key"), &d.verifier_key);
+    b.click(&b.find("#offline-check"));
+    let (result, reason) = verdict(b, "#offline-result");
+    assert_eq!(result, "PASS", "the offline page: {reason:?}");
+    shot(b, "offline");
+    b.send_keys(&b.find("#offline-bundle"), bad.to_str().unwrap());
+    b.execute(
+        "document.getElementById('offline-result').replaceChildren()",
+        json!([]),
+    );
+    b.click(&b.find("#offline-check"));
+    let (result, reason) = verdict(b, "#offline-result");
+    assert_eq!(result, "FAIL");
+    assert_eq!(reason.as_deref(), Some(want.as_str()));
 }
 
 /// The admin's pages load and show the log's data.
@@ -737,6 +866,7 @@ fn admin_pages(b: &Browser, d: &Demo, base: &str) {
         b.find(table);
         shot(b, &format!("admin-{route}"));
     }
+    admin_billing(b, d, base);
     open(b, base, "prices");
     assert_eq!(
         b.find_all("#rate-cards tbody tr").len(),
@@ -750,6 +880,86 @@ fn admin_pages(b: &Browser, d: &Demo, base: &str) {
     b.navigate(&format!("{base}/console/#/usage"));
     b.find("#not-found");
     sign_out(b);
+}
+
+/// Sets a form control's value as a person would (the date pickers take no typed keys in
+/// every locale).
+fn set_value(b: &Browser, selector: &str, value: &str) {
+    b.execute(
+        "const el = document.querySelector(arguments[0]); el.value = arguments[1]; \
+         el.dispatchEvent(new Event('change', {bubbles: true}));",
+        json!([selector, value]),
+    );
+}
+
+/// The admin issues a sub-day invoice, records a payment, sees an overpayment refused with the
+/// API's problem, and grants a credit note, all from the billing page; the tenant's list shows
+/// the sub-day period with its times.
+fn admin_billing(b: &Browser, d: &Demo, base: &str) {
+    open(b, base, "billing");
+    shot(b, "admin-billing");
+    // Twelve hours of the second day: its on-demand usage is priced.
+    let from = first_day().plus(86_400);
+    let to = from.plus(12 * 3600);
+    let local = |t: Timestamp| t.to_string()[..16].to_owned();
+    set_value(b, "#issue-tenant", "tenant-a");
+    set_value(b, "#issue-from", &local(from));
+    set_value(b, "#issue-to", &local(to));
+    b.click(&b.find("form:has(#issue-tenant) button[type=submit]"));
+    let issued = b.find("[data-issued-invoices]");
+    let number = attr(b, &issued, "data-issued-invoices");
+    assert!(number.starts_with("INV-"), "issued {number}");
+    // The page reloads its lists; the new invoice is then in the payment form.
+    b.wait_for("the new invoice in the payment form", || {
+        b.try_find(&format!("#payment-invoice option[value=\"{number}\"]"))
+    });
+    // A period of twelve hours reads with its times, not "Dec 1 – Dec 1".
+    let row: String = serde_json::from_value(b.execute(
+        "return [...document.querySelectorAll('#billing-invoices tbody tr')]\
+           .find(r => r.cells[0].innerText.trim() === arguments[0]).cells[2].innerText",
+        json!([number]),
+    ))
+    .unwrap();
+    assert!(
+        row.contains("UTC") && row.contains("12:00"),
+        "the period with its times: {row}"
+    );
+    let inv =
+        d.h.get(&format!("/v1/invoices/{number}"), Some(&d.log.admin))
+            .ok_json(200);
+    let total = dec(inv["total"].as_str().unwrap());
+    assert!(total > Decimal::ONE, "a priced invoice: {total}");
+    set_value(b, "#payment-invoice", &number);
+    set_value(b, "#payment-amount", "1");
+    b.click(&b.find("form:has(#payment-invoice) button[type=submit]"));
+    b.find("[data-recorded=\"payment\"]");
+    // More than the open balance, without "excess becomes credit": the API's problem shows.
+    set_value(
+        b,
+        "#payment-amount",
+        &(total * Decimal::from(10)).to_string(),
+    );
+    b.click(&b.find("form:has(#payment-invoice) button[type=submit]"));
+    let problem = b.find("form:has(#payment-invoice) [data-problem]");
+    assert_eq!(attr(b, &problem, "data-problem"), "overpayment");
+    assert_eq!(attr(b, &problem, "data-status"), "422");
+    shot(b, "admin-billing-problem");
+    set_value(b, "#credit-invoice", &number);
+    set_value(b, "#credit-amount", "0.5");
+    b.click(&b.find("form:has(#credit-invoice) button[type=submit]"));
+    b.find("[data-recorded=\"credit\"]");
+    let acct =
+        d.h.get(
+            &format!("/v1/invoices/{number}/account"),
+            Some(&d.log.admin),
+        )
+        .ok_json(200);
+    assert_eq!(dec(acct["paid"].as_str().unwrap()), Decimal::ONE, "{acct}");
+    assert_eq!(
+        dec(acct["credited"].as_str().unwrap()),
+        dec("0.5"),
+        "{acct}"
+    );
 }
 
 /// The check run in the page: every visible text node (and placeholder, label, title) is marked
@@ -837,6 +1047,7 @@ fn chinese_has_no_untranslated_string(b: &Browser, d: &Demo, base: &str) {
                 "signers",
                 "tokens",
                 "prices",
+                "billing",
                 "witnesses",
                 "ingest",
             ],
@@ -866,6 +1077,7 @@ fn chinese_has_no_untranslated_string(b: &Browser, d: &Demo, base: &str) {
                 b.find(&format!("main[data-ready=\"{name}\"]"));
             }
             assert_translated(b, route);
+            shot(b, &format!("{role}-{}-zh", route.replace('/', "-")));
         }
         sign_out(b);
     }
@@ -887,6 +1099,22 @@ fn phone_width(b: &Browser, d: &Demo, base: &str) {
         overflow.as_i64().unwrap() <= 0,
         "no horizontal scrolling at 390 px: {overflow}"
     );
+    // The chart is drawn again for the phone: few bucket labels, each readable (its glyphs at
+    // least 9 px tall on the screen, not the wide drawing's 11 px shrunk by half).
+    let chart: Value = b.execute(
+        "const svg = document.querySelector('svg.chart');\
+         const labels = [...svg.querySelectorAll('text.axis')];\
+         return {layout: svg.dataset.layout, labels: labels.length,\
+                 minHeight: Math.min(...labels.map(l => l.getBoundingClientRect().height))};",
+        json!([]),
+    );
+    assert_eq!(chart["layout"], "compact", "{chart}");
+    assert!(chart["labels"].as_u64().unwrap() <= 5 + 4, "{chart}");
+    assert!(chart["minHeight"].as_f64().unwrap() >= 9.0, "{chart}");
     shot(b, "tenant-usage-phone");
+    open(b, base, "certificates");
+    shot(b, "tenant-certificates-phone");
+    open(b, base, "invoices");
+    shot(b, "tenant-invoices-phone");
     b.resize(1366, 900);
 }

@@ -28,6 +28,7 @@ const ROUTES = {
     signers: { nav: "nav_signers", render: admin.signersPage },
     tokens: { nav: "nav_tokens", render: admin.tokensPage },
     prices: { nav: "nav_prices", render: admin.pricesPage },
+    billing: { nav: "nav_billing", render: admin.billingPage },
     ingest: { nav: "nav_ingest", render: admin.ingestPage },
     witnesses: { nav: "nav_witnesses", render: admin.witnessesPage },
     log: { nav: "nav_log", render: auditor.logPage },

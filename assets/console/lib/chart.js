@@ -2,20 +2,65 @@
 // per series) and a horizontal share bar. Heights use floats for drawing only; every bar keeps
 // its exact decimal in `data-value` and in its tooltip.
 
-import { h, fmtNumber } from "./dom.js";
+import { h, fmtNumber, fmtCompact } from "./dom.js";
 
 /** Series colours (contrast ≥ 3:1 against the white plot). */
 export const PALETTE = ["#1f5fa8", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#4d4d4d"];
 
-const W = 720;
-const H = 300;
-const PAD = { left: 64, right: 12, top: 12, bottom: 56 };
+/** Below this viewport width the chart is drawn for a phone (see `GEOMETRY`). */
+export const COMPACT_MAX_WIDTH = 640;
 
 /**
- * A stacked bar chart. `buckets`: `[{key, label}]`; `series`: `[{name, values: {bucketKey:
- * decimalString}}]`; `title`: its accessible name (a string). Returns an `<svg>`.
+ * The drawing's size in SVG units. The SVG scales to its card's width, so at a phone's width
+ * the wide drawing would shrink its 11 px labels to about 5 px: the compact one is drawn about
+ * as wide as a phone's card, with at most 4 bucket labels, slanted, and short axis numbers.
+ */
+const GEOMETRY = {
+  wide: { W: 720, H: 300, pad: { left: 64, right: 12, top: 12, bottom: 56 }, labels: 12, slant: false },
+  compact: { W: 360, H: 250, pad: { left: 44, right: 8, top: 10, bottom: 58 }, labels: 4, slant: true },
+};
+
+const compactQuery = () =>
+  typeof matchMedia === "function" ? matchMedia(`(max-width: ${COMPACT_MAX_WIDTH}px)`) : null;
+
+/** An axis number: compact notation (1.2K, 1.2万) on a phone. */
+function axisNumber(v, compact) {
+  return compact ? fmtCompact(v) : fmtNumber(v, 2);
+}
+
+/**
+ * A stacked bar chart. `buckets`: `[{key, label, short?}]` (`short`: the label at a phone's
+ * width); `series`: `[{name, values: {bucketKey: decimalString}}]`; `title`: its accessible
+ * name (a string). Returns an `<svg>`, drawn again when the viewport crosses the phone width.
  */
 export function stackedBars({ buckets, series, title, unit }) {
+  const svg = h("svg", {
+    class: "chart",
+    role: "img",
+    "aria-label": title,
+    preserveAspectRatio: "xMidYMid meet",
+  });
+  const mq = compactQuery();
+  const draw = () => drawBars(svg, { buckets, series, unit }, mq?.matches ? GEOMETRY.compact : GEOMETRY.wide);
+  draw();
+  if (mq) {
+    const onChange = () => {
+      // The page moved on: forget this chart.
+      if (!svg.isConnected && svg.dataset.drawn) return mq.removeEventListener("change", onChange);
+      draw();
+    };
+    mq.addEventListener("change", onChange);
+  }
+  return svg;
+}
+
+function drawBars(svg, { buckets, series, unit }, g) {
+  const { W, H, pad: PAD } = g;
+  const compact = g === GEOMETRY.compact;
+  svg.replaceChildren();
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.dataset.layout = compact ? "compact" : "wide";
+  svg.dataset.drawn = "1";
   const totals = buckets.map((b) =>
     series.reduce((acc, s) => acc + Number(s.values[b.key] || 0), 0),
   );
@@ -23,25 +68,18 @@ export function stackedBars({ buckets, series, title, unit }) {
   const plotW = W - PAD.left - PAD.right;
   const plotH = H - PAD.top - PAD.bottom;
   const slot = plotW / Math.max(1, buckets.length);
-  const barW = Math.max(2, Math.min(48, slot * 0.7));
+  const barW = Math.max(compact ? 1 : 2, Math.min(48, slot * 0.7));
   const y = (v) => PAD.top + plotH - (max === 0 ? 0 : (v / max) * plotH);
-  const svg = h("svg", {
-    class: "chart",
-    viewBox: `0 0 ${W} ${H}`,
-    role: "img",
-    "aria-label": title,
-    preserveAspectRatio: "xMidYMid meet",
-  });
   // Grid and axis labels (numbers: data).
   for (let i = 0; i <= 4; i++) {
     const v = (max * i) / 4;
     const gy = y(v);
     svg.appendChild(h("line", { x1: PAD.left, x2: W - PAD.right, y1: gy, y2: gy, class: "grid" }));
     svg.appendChild(
-      h("text", { x: PAD.left - 6, y: gy + 4, "text-anchor": "end", class: "axis" }, fmtNumber(v, 2)),
+      h("text", { x: PAD.left - 6, y: gy + 4, "text-anchor": "end", class: "axis" }, axisNumber(v, compact)),
     );
   }
-  const labelEvery = Math.ceil(buckets.length / 12);
+  const labelEvery = Math.ceil(buckets.length / g.labels);
   buckets.forEach((b, i) => {
     const x = PAD.left + i * slot + (slot - barW) / 2;
     let acc = 0;
@@ -69,16 +107,19 @@ export function stackedBars({ buckets, series, title, unit }) {
       );
     });
     if (i % labelEvery === 0) {
+      const lx = x + barW / 2;
+      const ly = H - PAD.bottom + 16;
       svg.appendChild(
         h(
           "text",
-          { x: x + barW / 2, y: H - PAD.bottom + 16, "text-anchor": "middle", class: "axis" },
-          b.label,
+          g.slant
+            ? { x: lx, y: ly, "text-anchor": "end", class: "axis", transform: `rotate(-35 ${lx} ${ly})` }
+            : { x: lx, y: ly, "text-anchor": "middle", class: "axis" },
+          compact && b.short ? b.short : b.label,
         ),
       );
     }
   });
-  return svg;
 }
 
 /** A legend for `series` names. */

@@ -169,17 +169,42 @@ export function fmtDate(ts) {
   return new Intl.DateTimeFormat(locale, { dateStyle: "medium", timeZone: "UTC" }).format(d);
 }
 
-/** The label of a time bucket starting at `ts` for a window of `hour`, `day` or `month`. */
-export function fmtBucket(ts, window) {
+/** A number in the locale's compact notation (axis labels on a phone: 1.2K, 1.2万). */
+export function fmtCompact(value) {
+  return new Intl.NumberFormat(locale, { notation: "compact", maximumFractionDigits: 1 }).format(value);
+}
+
+/**
+ * The label of a time bucket starting at `ts` for a window of `hour`, `day` or `month`;
+ * `short`, for a phone's chart: numeric (12/1, 12/1 14h, 12/26).
+ */
+export function fmtBucket(ts, window, { short = false } = {}) {
   const d = new Date(ts);
   if (Number.isNaN(d.getTime())) return String(ts);
-  const opts =
-    window === "hour"
+  const opts = short
+    ? window === "hour"
+      ? { month: "numeric", day: "numeric", hour: "2-digit", hourCycle: "h23", timeZone: "UTC" }
+      : window === "month"
+        ? { year: "2-digit", month: "numeric", timeZone: "UTC" }
+        : { month: "numeric", day: "numeric", timeZone: "UTC" }
+    : window === "hour"
       ? { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", timeZone: "UTC" }
       : window === "month"
         ? { year: "numeric", month: "short", timeZone: "UTC" }
         : { month: "short", day: "numeric", timeZone: "UTC" };
   return new Intl.DateTimeFormat(locale, opts).format(d);
+}
+
+/** Whether a protocol timestamp is 00:00:00 UTC. */
+const atMidnight = (ts) => typeof ts === "string" && ts.endsWith("T00:00:00Z");
+
+/**
+ * A period [from, to): dates when both ends are whole days (UTC), otherwise dates with their
+ * times, so that a period of a few hours does not read "Dec 1, 2026 – Dec 1, 2026".
+ */
+export function fmtPeriod(from, to) {
+  if (atMidnight(from) && atMidnight(to)) return `${fmtDate(from)} – ${fmtDate(to)}`;
+  return `${fmtDateTime(from)} – ${fmtDateTime(to)}`;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -116,7 +116,7 @@ export function trustPanel() {
  * Shows a verifier result `{ok, steps, failure}` in `el`: PASS, or FAIL with the failing item
  * and reason (`data-result`, `data-reason` for tests and scripts), then the steps.
  */
-export function showResult(el, result, { source, evidence = false } = {}) {
+export function showResult(el, result, { source, evidence = false, servedCode = true } = {}) {
   const ok = !!result.ok;
   const f = result.failure || {};
   replace(
@@ -130,7 +130,7 @@ export function showResult(el, result, { source, evidence = false } = {}) {
       ok || !f.message ? null : h("p", { class: "message" }, String(f.message)),
       source === "server" ? h("p", { class: "muted" }, t("trust_server_caveat")) : null,
       evidence ? h("p", { class: "muted", dataset: { notChecked: "" } }, t("verify_not_checked")) : null,
-      h("p", { class: "muted" }, t("verify_code_caveat")),
+      servedCode ? h("p", { class: "muted" }, t("verify_code_caveat")) : null,
     ),
     result.steps && result.steps.length
       ? h(

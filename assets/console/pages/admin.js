@@ -1,15 +1,38 @@
 // Admin pages: tenants, signers (register from a pasted key, rotate, revoke), tokens, prices in
 // force, ingest rate and rejections (the Prometheus text of /metrics), witness status.
 
-import { h, t, tOr, replace, fmtNumber, fmtMoney, fmtDateTime } from "../lib/dom.js";
+import { h, t, tOr, replace, fmtNumber, fmtMoney, fmtDateTime, fmtPeriod } from "../lib/dom.js";
 import { getJson, getText, postJson, del, ApiError } from "../lib/api.js";
-import { table } from "./tenant.js";
+import { table, inputValue, toTimestamp } from "./tenant.js";
 
 /** Seconds between the two /metrics samples the ingest rate is computed from. */
 export const RATE_SAMPLE_SECONDS = 5;
 
 function problemText(e) {
   return e instanceof ApiError && e.problem ? `${e.status} ${e.problem.detail || e.problem.title || ""}` : e.message;
+}
+
+/**
+ * An API error as people read it: the problem's status and title, its detail, its type's slug
+ * (`urn:gpuledger:problem:<slug>`) and each of its `errors` (field: message), all data from the
+ * server (marked `data-problem` with the slug for tests).
+ */
+export function problemView(e) {
+  if (!(e instanceof ApiError) || !e.problem) return h("span", { class: "error" }, t("error_with", { message: e.message }));
+  const p = e.problem;
+  const slug = String(p.type || "").replace(/^urn:gpuledger:problem:/, "");
+  return h(
+    "div",
+    { class: "problem error", role: "alert", dataset: { problem: slug, status: e.status } },
+    h("strong", {}, t("api_refused")),
+    " ",
+    `${e.status} ${p.title || ""}`,
+    slug ? [" ", h("code", {}, slug)] : null,
+    p.detail ? h("p", {}, String(p.detail)) : null,
+    Array.isArray(p.errors) && p.errors.length
+      ? h("ul", {}, p.errors.map((x) => h("li", {}, h("code", {}, String(x.field ?? "")), `: ${x.message ?? ""}`, x.reason ? ` (${x.reason})` : "")))
+      : null,
+  );
 }
 
 function field(id, label, input) {
@@ -34,7 +57,7 @@ function actionForm(title, fields, submitLabel, act) {
           const msg = await act();
           replace(status, msg || t("done"));
         } catch (e) {
-          replace(status, h("span", { class: "error" }, t("error_with", { message: problemText(e) })));
+          replace(status, problemView(e));
         } finally {
           button.disabled = false;
         }
@@ -357,5 +380,139 @@ export async function witnessesPage(main) {
         { id: "witnesses", numeric: [2, 3] },
       ),
     ),
+  );
+}
+
+/** The last whole calendar month (UTC) as `datetime-local` values: the usual invoice period. */
+function lastMonth(now = new Date()) {
+  const start = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() - 1, 1));
+  const end = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
+  return [inputValue(start), inputValue(end)];
+}
+
+/**
+ * `#/billing`: issue a tenant's invoices for a period (`POST /v1/invoices`), record a payment
+ * (`POST /v1/payments`, optionally `excess=credit`) or grant a credit note
+ * (`POST /v1/credit-notes`) against an invoice, and the invoices with their balances. The
+ * API's refusals (problem+json) are shown as they come: status, title, detail, field errors.
+ */
+export async function billingPage(main) {
+  const tenants = await getJson("/v1/tenants");
+  let invoices = await getJson("/v1/invoices");
+  let byNumber = new Map();
+  const tenantSelect = () => h("select", { required: true }, tenants.map((x) => h("option", { value: x.id }, x.id)));
+  const selects = [];
+  const fillOptions = (sel) => {
+    const keep = sel.value;
+    replace(
+      sel,
+      invoices.length
+        ? invoices
+            .slice()
+            .reverse()
+            .map((i) => h("option", { value: i.number, selected: i.number === keep }, `${i.number} · ${i.tenant} · ${i.currency} ${i.total} (${i.status})`))
+        : h("option", { value: "" }, t("empty")),
+    );
+  };
+  const invoiceSelect = () => {
+    const sel = h("select", { required: true });
+    selects.push(sel);
+    return sel;
+  };
+  const listBox = h("div", {});
+  const drawList = () =>
+    replace(
+      listBox,
+      table(
+        [t("invoice_number"), t("tenant"), t("period"), t("status"), t("total"), t("paid"), t("credited"), t("balance_due")],
+        invoices
+          .slice()
+          .reverse()
+          .map((i) => [
+            i.number,
+            i.tenant,
+            fmtPeriod(i.period_from, i.period_to),
+            h("span", { class: `badge status-${i.status}` }, tOr(`status_${i.status}`, i.status)),
+            fmtMoney(i.total, i.currency),
+            fmtMoney(i.paid, i.currency),
+            fmtMoney(i.credited, i.currency),
+            fmtMoney(i.balance_due, i.currency),
+          ]),
+        { id: "billing-invoices", numeric: [4, 5, 6, 7] },
+      ),
+    );
+  const show = () => {
+    byNumber = new Map(invoices.map((i) => [i.number, i]));
+    selects.forEach(fillOptions);
+    drawList();
+  };
+  // After an action: the invoices again, the forms left as they are.
+  const reload = async () => {
+    invoices = await getJson("/v1/invoices");
+    show();
+  };
+
+  const [f0, t0] = lastMonth();
+  const issueTenant = tenantSelect();
+  const issueFrom = h("input", { type: "datetime-local", step: 3600, value: f0, required: true });
+  const issueTo = h("input", { type: "datetime-local", step: 3600, value: t0, required: true });
+  const issue = actionForm(
+    t("billing_issue_title"),
+    [field("issue-tenant", t("tenant"), issueTenant), field("issue-from", t("from_utc"), issueFrom), field("issue-to", t("to_exclusive_utc"), issueTo)],
+    t("billing_issue"),
+    async () => {
+      const issued = await postJson("/v1/invoices", { tenant: issueTenant.value, from: toTimestamp(issueFrom.value), to: toTimestamp(issueTo.value) });
+      await reload();
+      const numbers = (issued || []).map((i) => i.number).join(", ");
+      return h("span", { dataset: { issuedInvoices: numbers } }, t("billing_issued", { numbers }));
+    },
+  );
+
+  const settlementForm = (kind) => {
+    const inv = invoiceSelect();
+    const amount = h("input", { required: true, inputmode: "decimal", autocomplete: "off", pattern: "[0-9]+(\\.[0-9]+)?" });
+    const note = h("input", { autocomplete: "off" });
+    const excess = h("input", { type: "checkbox" });
+    const fields = [
+      field(`${kind}-invoice`, t("invoice_number"), inv),
+      field(`${kind}-amount`, t("billing_amount"), amount),
+      field(`${kind}-note`, t(kind === "payment" ? "billing_payment_note" : "billing_credit_note_reason"), note),
+    ];
+    if (kind === "payment") {
+      excess.id = "payment-excess";
+      fields.push(h("div", { class: "field check" }, excess, h("label", { for: "payment-excess" }, t("billing_excess_credit"))));
+    }
+    return actionForm(
+      t(kind === "payment" ? "billing_payment_title" : "billing_credit_title"),
+      fields,
+      t(kind === "payment" ? "billing_record_payment" : "billing_grant_credit"),
+      async () => {
+        const i = byNumber.get(inv.value);
+        if (!i) throw new Error(String(t("billing_pick_invoice")));
+        const body = { tenant: i.tenant, invoice: i.number, currency: i.currency, amount: amount.value.trim() };
+        if (note.value.trim()) body.note = note.value.trim();
+        const path = kind === "payment" ? `/v1/payments${excess.checked ? "?excess=credit" : ""}` : "/v1/credit-notes";
+        const ans = await postJson(path, body);
+        await reload();
+        return h(
+          "span",
+          { dataset: { recorded: kind } },
+          t(kind === "payment" ? "billing_payment_recorded" : "billing_credit_recorded", { invoice: i.number, amount: fmtMoney(body.amount, i.currency) }),
+          ans && ans.index !== undefined ? ` (#${ans.index})` : "",
+        );
+      },
+    );
+  };
+
+  const payment = settlementForm("payment");
+  const credit = settlementForm("credit");
+  show();
+  replace(
+    main,
+    h("h1", {}, t("billing_title")),
+    issue,
+    payment,
+    credit,
+    h("section", { class: "card" }, h("h2", {}, t("invoices_list")), listBox),
   );
 }

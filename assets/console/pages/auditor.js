@@ -51,7 +51,7 @@ export async function logPage(main) {
         h("dt", {}, t("verifier_key")),
         h("dd", {}, h("code", { class: "vkey" }, log.verifier_key)),
         h("dt", {}, t("trust_key_id")),
-        h("dd", {}, h("code", {}, keyId(log.verifier_key) ?? "?")),
+        h("dd", {}, h("code", { id: "log-key-id" }, keyId(log.verifier_key) ?? "?")),
       ),
       h("p", { class: "muted" }, t("trust_server_caveat")),
     ),

@@ -1,11 +1,12 @@
 // Tenant pages: usage charts, invoices (with downloads), certificates (issue, list, download,
 // check in the browser).
 
-import { h, t, tOr, replace, append, fmtNumber, fmtMoney, fmtDate, fmtDateTime, fmtBucket, decSum, gpuHours } from "../lib/dom.js";
+import { h, t, tOr, replace, append, fmtNumber, fmtMoney, fmtDate, fmtDateTime, fmtBucket, fmtPeriod, decSum, gpuHours } from "../lib/dom.js";
 import { getJson, getText, getBlob, postJson, download, mapLimited, ApiError } from "../lib/api.js";
 import { stackedBars, legend, shareBar } from "../lib/chart.js";
 import { trustForChecks, loadVerifier, showResult, trustPanel } from "../lib/trust.js";
 
+const HOUR = 3_600_000;
 const DAY = 86_400_000;
 /** Most buckets one chart draws (a longer period asks for a coarser window). */
 export const MAX_BUCKETS = 1000;
@@ -14,42 +15,66 @@ function utcMidnight(d) {
   return new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate()));
 }
 
-/** `YYYY-MM-DD` of a Date (UTC). */
-export function isoDay(d) {
-  return d.toISOString().slice(0, 10);
+/** The current time rounded down to the whole hour (UTC): where the default periods end. */
+export function lastWholeHour(now = new Date()) {
+  return new Date(Math.floor(now.getTime() / HOUR) * HOUR);
 }
 
-/** A `YYYY-MM-DD` date as the protocol's timestamp of its 00:00 UTC. */
-export function dayStart(s) {
-  return `${s}T00:00:00Z`;
+/** A Date as the value of a `datetime-local` input, in UTC (`YYYY-MM-DDTHH:MM`). */
+export function inputValue(d) {
+  return d.toISOString().slice(0, 16);
 }
 
-/** The period presets of the picker: name → [from, to) as `YYYY-MM-DD`. */
-function presets() {
-  const today = utcMidnight(new Date());
-  const tomorrow = new Date(today.getTime() + DAY);
+/**
+ * What a period input or URL holds (`YYYY-MM-DD`, `YYYY-MM-DDTHH:MM`, with seconds, with or
+ * without `Z`), read as UTC, as the protocol's timestamp; null when it is none of these.
+ */
+export function toTimestamp(v) {
+  const s = String(v ?? "").trim().replace(/Z$/, "");
+  if (/^\d{4}-\d{2}-\d{2}$/.test(s)) return `${s}T00:00:00Z`;
+  if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/.test(s)) return `${s}:00Z`;
+  if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$/.test(s)) return `${s}Z`;
+  return null;
+}
+
+/**
+ * The period presets of both period pickers (usage and certificates), as `datetime-local`
+ * values [from, to): each ends at the last whole hour, so it is a period that has ended, and
+ * the default ("last 30 days") is the same on both pages.
+ */
+export function presets(now = new Date()) {
+  const end = lastWholeHour(now);
+  const today = utcMidnight(end);
   const monthStart = new Date(Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), 1));
   const lastMonthStart = new Date(Date.UTC(today.getUTCFullYear(), today.getUTCMonth() - 1, 1));
+  const back = (ms) => inputValue(new Date(end.getTime() - ms));
   return {
-    last_1d: [isoDay(today), isoDay(tomorrow)],
-    last_7d: [isoDay(new Date(tomorrow.getTime() - 7 * DAY)), isoDay(tomorrow)],
-    last_30d: [isoDay(new Date(tomorrow.getTime() - 30 * DAY)), isoDay(tomorrow)],
-    this_month: [isoDay(monthStart), isoDay(tomorrow)],
-    last_month: [isoDay(lastMonthStart), isoDay(monthStart)],
+    last_1d: [back(DAY), inputValue(end)],
+    last_7d: [back(7 * DAY), inputValue(end)],
+    last_30d: [back(30 * DAY), inputValue(end)],
+    // In the first hour of a month "this month" is that hour, not an empty period.
+    this_month: [inputValue(monthStart), inputValue(end > monthStart ? end : new Date(end.getTime() + HOUR))],
+    last_month: [inputValue(lastMonthStart), inputValue(monthStart)],
   };
 }
 
-/** Every bucket start in [from, to) for `window`, as protocol timestamps. */
+/** The start of the `window` (hour, day, month; UTC) that holds `d`, as the API counts them. */
+function windowStart(d, window) {
+  if (window === "hour") return new Date(Math.floor(d.getTime() / HOUR) * HOUR);
+  if (window === "month") return new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1));
+  return utcMidnight(d);
+}
+
+/** Every bucket start for `window` of the period [from, to), as protocol timestamps. */
 function bucketsOf(from, to, window) {
   const out = [];
-  let d = new Date(from);
+  let d = windowStart(new Date(from), window);
   const end = new Date(to);
-  if (window === "month") d = new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1));
   while (d < end && out.length < MAX_BUCKETS) {
     out.push(d.toISOString().replace(".000Z", "Z"));
     d =
       window === "hour"
-        ? new Date(d.getTime() + 3_600_000)
+        ? new Date(d.getTime() + HOUR)
         : window === "month"
           ? new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1))
           : new Date(d.getTime() + DAY);
@@ -65,17 +90,54 @@ function select(id, value, options) {
   );
 }
 
+/**
+ * The usage API's rows (grouped by region, node, GPU model and lease) merged so that GPU time
+ * and energy of the same place are one row. Energy records name no GPU model or lease, so the
+ * API answers them in rows of their own (GPU model ""): a node's energy goes to the GPU model
+ * that node ran in the period when it ran exactly one (bare-metal nodes do), and stays "—"
+ * otherwise. Returns rows {window_start, region, gpu_model, gpu_seconds, kwh, records,
+ * classes: Map(class → GPU-seconds)}, one per (window, region, GPU model).
+ */
+export function mergeUsage(rows, classOf) {
+  const models = new Map();
+  for (const r of rows) {
+    if (!r.gpu_model) continue;
+    const k = `${r.region}\u0000${r.node}`;
+    if (!models.has(k)) models.set(k, new Set());
+    models.get(k).add(r.gpu_model);
+  }
+  const out = new Map();
+  for (const r of rows) {
+    let model = r.gpu_model || "";
+    if (!model) {
+      const m = models.get(`${r.region}\u0000${r.node}`);
+      if (m && m.size === 1) model = [...m][0];
+    }
+    const key = `${r.window_start ?? ""}\u0000${r.region}\u0000${model}`;
+    const acc = out.get(key) || { window_start: r.window_start, region: r.region || "—", gpu_model: model || "—", gpu: [], kwh: [], records: 0, classes: new Map() };
+    acc.gpu.push(r.gpu_seconds);
+    acc.kwh.push(r.kwh);
+    acc.records += (r.usage_records || 0) + (r.energy_records || 0);
+    if (r.lease && r.usage_records) {
+      const cls = classOf.get(r.lease) || "unknown";
+      acc.classes.set(cls, decSum([acc.classes.get(cls) || "0", r.gpu_seconds]));
+    }
+    out.set(key, acc);
+  }
+  return [...out.values()].map((a) => ({ ...a, gpu_seconds: decSum(a.gpu), kwh: decSum(a.kwh) }));
+}
+
 /** `#/usage?from&to&window&metric&by`: GPU-hours or kWh by region or GPU model over time. */
 export async function usagePage(main, _arg, query) {
   const p = presets();
-  const from = query.get("from") || p.last_30d[0];
-  const to = query.get("to") || p.last_30d[1];
+  const from = toTimestamp(query.get("from")) ? query.get("from") : p.last_30d[0];
+  const to = toTimestamp(query.get("to")) ? query.get("to") : p.last_30d[1];
   const window = ["hour", "day", "month"].includes(query.get("window")) ? query.get("window") : "day";
   const metric = query.get("metric") === "kwh" ? "kwh" : "gpu";
   const by = query.get("by") === "gpu_model" ? "gpu_model" : "region";
-  const fromInput = h("input", { id: "from", name: "from", type: "date", value: from, required: true });
-  const toInput = h("input", { id: "to", name: "to", type: "date", value: to, required: true });
-  const current = Object.keys(p).find((k) => p[k][0] === from && p[k][1] === to) || "";
+  const fromInput = h("input", { id: "from", name: "from", type: "datetime-local", step: 3600, value: inputValue(new Date(toTimestamp(from))), required: true });
+  const toInput = h("input", { id: "to", name: "to", type: "datetime-local", step: 3600, value: inputValue(new Date(toTimestamp(to))), required: true });
+  const current = Object.keys(p).find((k) => p[k][0] === fromInput.value && p[k][1] === toInput.value) || "";
   const preset = select("preset", current, [["", t("preset_custom")], ...Object.keys(p).map((k) => [k, t(`preset_${k}`)])]);
   preset.addEventListener("change", () => {
     const v = p[preset.value];
@@ -93,27 +155,33 @@ export async function usagePage(main, _arg, query) {
       },
     },
     h("div", { class: "field" }, h("label", { for: "preset" }, t("period")), preset),
-    h("div", { class: "field" }, h("label", { for: "from" }, t("from")), fromInput),
-    h("div", { class: "field" }, h("label", { for: "to" }, t("to_exclusive")), toInput),
+    h("div", { class: "field" }, h("label", { for: "from" }, t("from_utc")), fromInput),
+    h("div", { class: "field" }, h("label", { for: "to" }, t("to_exclusive_utc")), toInput),
     h("div", { class: "field" }, h("label", { for: "window" }, t("bucket")), select("window", window, [["hour", t("window_hour")], ["day", t("window_day")], ["month", t("window_month")]])),
     h("div", { class: "field" }, h("label", { for: "metric" }, t("metric")), select("metric", metric, [["gpu", t("metric_gpu_hours")], ["kwh", t("metric_kwh")]])),
     h("div", { class: "field" }, h("label", { for: "by" }, t("group_by")), select("by", by, [["region", t("region")], ["gpu_model", t("gpu_model")]])),
     h("div", { class: "actions" }, h("button", { type: "submit" }, t("show"))),
   );
+  const estimate = h("section", { class: "card", id: "estimate", "aria-live": "polite" }, h("h2", {}, t("estimate_title")), h("p", { class: "muted" }, t("loading")));
   const results = h("div", { "aria-live": "polite" }, h("p", { class: "muted" }, t("loading")));
-  replace(main, h("h1", {}, t("usage_title")), form, results);
+  replace(main, h("h1", {}, t("usage_title")), estimate, form, results);
+  periodToDate(estimate).catch((e) => replace(estimate, h("h2", {}, t("estimate_title")), h("p", { class: "error" }, t("error_with", { message: e.message }))));
 
-  const [f, tt] = [dayStart(from), dayStart(to)];
+  const [f, tt] = [toTimestamp(from), toTimestamp(to)];
   const base = `from=${encodeURIComponent(f)}&to=${encodeURIComponent(tt)}`;
-  const [usage, byLease, prices] = await Promise.all([
-    getJson(`/v1/usage?${base}&group_by=region,gpu_model&window=${window}`),
-    getJson(`/v1/usage?${base}&group_by=lease`),
+  const [usage, prices] = await Promise.all([
+    getJson(`/v1/usage?${base}&group_by=region,node,gpu_model,lease&window=${window}`),
     getJson("/v1/prices"),
   ]);
-  const buckets = bucketsOf(f, tt, window).map((k) => ({ key: k, label: fmtBucket(k, window) }));
+  const classOf = new Map(
+    prices.filter((e) => e.kind === "lease_registered").map((e) => [e.body.lease, e.body.class]),
+  );
+  const rows = mergeUsage(usage.rows, classOf);
+  const buckets = bucketsOf(f, tt, window).map((k) => ({ key: k, label: fmtBucket(k, window), short: fmtBucket(k, window, { short: true }) }));
   const value = (r) => (metric === "gpu" ? gpuHours(r.gpu_seconds) : r.kwh);
   const seriesMap = new Map();
-  for (const r of usage.rows) {
+  for (const r of rows) {
+    if (Number(value(r)) === 0) continue;
     const name = r[by] || "—";
     if (!seriesMap.has(name)) seriesMap.set(name, {});
     const vals = seriesMap.get(name);
@@ -123,27 +191,29 @@ export async function usagePage(main, _arg, query) {
   const series = [...seriesMap.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([name, values]) => ({ name, values }));
   const unit = metric === "gpu" ? t("unit_gpu_hours") : t("unit_kwh");
   const chartTitle = String(t(metric === "gpu" ? "chart_gpu_title" : "chart_kwh_title", { by: String(t(by)) }));
-  // Totals per region and GPU model, exact.
+  // Totals per region and GPU model over the period, exact: GPU-hours (by lease class) and kWh.
   const totals = new Map();
-  for (const r of usage.rows) {
-    const key = `${r.region || "—"}\u0000${r.gpu_model || "—"}`;
-    const acc = totals.get(key) || { region: r.region || "—", gpu_model: r.gpu_model || "—", gpu: [], kwh: [], records: 0 };
+  for (const r of rows) {
+    const key = `${r.region}\u0000${r.gpu_model}`;
+    const acc = totals.get(key) || { region: r.region, gpu_model: r.gpu_model, gpu: [], kwh: [], records: 0, classes: new Map() };
     acc.gpu.push(r.gpu_seconds);
     acc.kwh.push(r.kwh);
-    acc.records += (r.usage_records || 0) + (r.energy_records || 0);
+    acc.records += r.records;
+    for (const [c, v] of r.classes) acc.classes.set(c, decSum([acc.classes.get(c) || "0", v]));
     totals.set(key, acc);
   }
-  const classOf = new Map(
-    prices.filter((e) => e.kind === "lease_registered").map((e) => [e.body.lease, e.body.class]),
-  );
   const byClass = new Map();
-  for (const r of byLease.rows) {
-    if (!r.lease) continue;
-    const cls = classOf.get(r.lease) || "unknown";
-    byClass.set(cls, decSum([byClass.get(cls) || "0", gpuHours(r.gpu_seconds)]));
-  }
-  const classes = [...byClass.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([name, value]) => ({ name, value }));
+  for (const r of rows) for (const [c, v] of r.classes) byClass.set(c, decSum([byClass.get(c) || "0", v]));
+  const classes = [...byClass.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([name, v]) => ({ name, value: gpuHours(v) }));
   const classesLabelled = classes.map((c) => ({ name: String(tOr(`class_${c.name}`, c.name)), value: c.value }));
+  const classCell = (m) =>
+    m.size
+      ? h(
+          "span",
+          { class: "classes" },
+          [...m.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([c, v], i) => [i ? " · " : null, tOr(`class_${c}`, c), " ", fmtNumber(gpuHours(v), 4)]),
+        )
+      : "—";
 
   replace(
     results,
@@ -160,10 +230,13 @@ export async function usagePage(main, _arg, query) {
       { class: "card" },
       h("h2", {}, t("totals_title")),
       table(
-        [t("region"), t("gpu_model"), t("metric_gpu_hours"), t("metric_kwh"), t("records")],
-        [...totals.values()].map((a) => [a.region, a.gpu_model, fmtNumber(gpuHours(decSum(a.gpu)), 4), fmtNumber(decSum(a.kwh), 6), fmtNumber(a.records)]),
-        { numeric: [2, 3, 4], id: "usage-totals" },
+        [t("region"), t("gpu_model"), t("metric_gpu_hours"), t("by_lease_class"), t("metric_kwh"), t("records")],
+        [...totals.values()]
+          .sort((a, b) => a.region.localeCompare(b.region) || a.gpu_model.localeCompare(b.gpu_model))
+          .map((a) => [a.region, a.gpu_model, fmtNumber(gpuHours(decSum(a.gpu)), 4), classCell(a.classes), fmtNumber(decSum(a.kwh), 6), fmtNumber(a.records)]),
+        { numeric: [2, 4, 5], id: "usage-totals" },
       ),
+      h("p", { class: "muted" }, t("energy_attribution")),
     ),
     h(
       "section",
@@ -181,6 +254,43 @@ export async function usagePage(main, _arg, query) {
           ]
         : h("p", { class: "muted" }, t("no_usage")),
     ),
+  );
+}
+
+/**
+ * The open period: from the end of the tenant's latest invoice, or the start of this month
+ * when that is later (or there is none), to the next whole hour (so it holds the usage so far).
+ */
+export function openPeriod(invoices, now = new Date()) {
+  const monthStart = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
+  let from = monthStart;
+  for (const i of invoices) {
+    const end = new Date(i.period_to);
+    if (!Number.isNaN(end.getTime()) && end > from && end <= now) from = end;
+  }
+  const to = new Date(lastWholeHour(now).getTime() + HOUR);
+  return [from.toISOString().replace(".000Z", "Z"), to.toISOString().replace(".000Z", "Z")];
+}
+
+/** The period-to-date estimate: `GET /v1/invoices/preview` for the open period, per currency. */
+async function periodToDate(box) {
+  const invoices = await getJson("/v1/invoices");
+  const [from, to] = openPeriod(invoices);
+  const preview = await getJson(`/v1/invoices/preview?from=${encodeURIComponent(from)}&to=${encodeURIComponent(to)}`);
+  const cur = preview.currencies || [];
+  replace(
+    box,
+    h("h2", {}, t("estimate_title")),
+    h("p", {}, t("estimate_period"), " ", h("span", { dataset: { estimatePeriod: `${from}/${to}` } }, fmtPeriod(from, to))),
+    cur.length
+      ? table(
+          [t("currency"), t("net_total"), t("tax_total"), t("estimate_total")],
+          cur.map((c) => [c.currency, fmtMoney(c.net_total, c.currency), fmtMoney(c.tax_total, c.currency), h("strong", { dataset: { estimate: c.total, currency: c.currency } }, fmtMoney(c.total, c.currency))]),
+          { numeric: [1, 2, 3], id: "estimate-totals" },
+        )
+      : h("p", { class: "muted", id: "no-estimate" }, t("estimate_none")),
+    (preview.unpriced || []).length ? h("p", { class: "error" }, t("estimate_unpriced", { n: preview.unpriced.length })) : null,
+    h("p", { class: "muted" }, t("estimate_caveat")),
   );
 }
 
@@ -292,7 +402,7 @@ export async function invoicesPage(main, number) {
   const rows = list.map((i) => {
     const r = [
       h("a", { href: `#/invoices/${encodeURIComponent(i.number)}`, dataset: { invoice: i.number } }, i.number),
-      `${fmtDate(i.period_from)} – ${fmtDate(i.period_to)}`,
+      fmtPeriod(i.period_from, i.period_to),
       i.currency,
     ];
     if (has("status")) r.push(statusCell(i.status));
@@ -336,7 +446,7 @@ async function invoicePage(main, number) {
   const account = acct || inv.account || inv;
   const facts = [
     [t("tenant"), inv.tenant],
-    [t("period"), `${fmtDate(inv.period?.from ?? inv.period_from)} – ${fmtDate(inv.period?.to ?? inv.period_to)}`],
+    [t("period"), fmtPeriod(inv.period?.from ?? inv.period_from, inv.period?.to ?? inv.period_to)],
     [t("issued_at"), fmtDateTime(inv.issued_at)],
     [t("currency"), cur],
     [t("bill_to"), inv.bill_to ? [inv.bill_to.name, ...(inv.bill_to.address || [])].join(", ") : null],
@@ -368,8 +478,9 @@ async function invoicePage(main, number) {
 export async function certificatesPage(main, id) {
   if (id) return certificatePage(main, id);
   const p = presets();
-  const fromInput = h("input", { id: "cert-from", type: "date", value: p.last_30d[0], required: true });
-  const toInput = h("input", { id: "cert-to", type: "date", value: p.last_1d[0], required: true });
+  // The same default period as the usage page: the last 30 days, ending at the last whole hour.
+  const fromInput = h("input", { id: "cert-from", type: "datetime-local", step: 3600, value: p.last_30d[0], required: true });
+  const toInput = h("input", { id: "cert-to", type: "datetime-local", step: 3600, value: p.last_30d[1], required: true });
   const status = h("p", { role: "status", "aria-live": "polite" });
   const listBox = h("div", {}, h("p", { class: "muted" }, t("loading")));
   const issueButton = h("button", { type: "submit", id: "issue-certificate" }, t("issue_certificate"));
@@ -382,7 +493,7 @@ export async function certificatesPage(main, id) {
         issueButton.disabled = true;
         replace(status, t("issuing"));
         try {
-          const cert = await postJson("/v1/certificates", { from: dayStart(fromInput.value), to: dayStart(toInput.value) });
+          const cert = await postJson("/v1/certificates", { from: toTimestamp(fromInput.value), to: toTimestamp(toInput.value) });
           replace(status, h("span", { dataset: { issued: cert.id } }, t("certificate_issued", { id: cert.id })));
           await fillList();
         } catch (e) {
@@ -393,8 +504,8 @@ export async function certificatesPage(main, id) {
       },
     },
     h("h2", { class: "wide" }, t("issue_title")),
-    h("div", { class: "field" }, h("label", { for: "cert-from" }, t("from")), fromInput),
-    h("div", { class: "field" }, h("label", { for: "cert-to" }, t("to_exclusive")), toInput),
+    h("div", { class: "field" }, h("label", { for: "cert-from" }, t("from_utc")), fromInput),
+    h("div", { class: "field" }, h("label", { for: "cert-to" }, t("to_exclusive_utc")), toInput),
     h("div", { class: "actions" }, issueButton),
     status,
   );
@@ -407,7 +518,7 @@ export async function certificatesPage(main, id) {
         const out = h("div", { class: "check-result", id: `check-${c.id}`, "aria-live": "polite" });
         return [
           h("a", { href: `#/certificates/${encodeURIComponent(c.id)}` }, c.id),
-          `${fmtDate(c.period_from)} – ${fmtDate(c.period_to)}`,
+          fmtPeriod(c.period_from, c.period_to),
           fmtNumber(c.checkpoint_size),
           h(
             "div",
@@ -489,7 +600,7 @@ async function certificatePage(main, id) {
         { class: "facts" },
         [
           [t("tenant"), c.tenant],
-          [t("period"), `${fmtDate(c.period_from)} – ${fmtDate(c.period_to)}`],
+          [t("period"), fmtPeriod(c.period_from, c.period_to)],
           [t("issued_at"), fmtDateTime(c.issued_at)],
           [t("records"), fmtNumber(totals.records)],
           [t("metric_gpu_hours"), totals.gpu_seconds !== undefined ? fmtNumber(gpuHours(totals.gpu_seconds), 4) : "—"],

@@ -31,18 +31,20 @@
 // - the certificate's arithmetic: each record the tenant's, in the period and scope, the
 //   covered-entries commitment (§13.3), and every line and total recomputed exactly (§13.2).
 //
-// NOT checked here (the offline verifier, `gpuledger verify`, does):
-// - the admission rules of §6.7 that need more than the key registry: tenants and leases
-//   registered (`unknown_tenant`, `unknown_lease`, `lease_tenant_mismatch`,
-//   `already_registered`), the time policy (`too_old`, `in_future`), and the price rules
-//   (`price_in_past`, `price_conflict`, `price_in_invoiced_period`, `price_not_forward`);
+// - the admission rules of §6.7 beyond the key registry, at each entry's position against the
+//   context (admission.js): tenants and leases registered (`unknown_tenant`, `unknown_lease`,
+//   `lease_tenant_mismatch`, `already_registered`), the time rules under the log policy in
+//   force (`too_old`, `in_future`, `price_in_past`), the spot series (`price_conflict`,
+//   `price_in_invoiced_period`) and prices that only move forward (`price_not_forward`).
+//
+// NOT checked here (the offline verifier, `gpuledger verify`, does; every verdict on evidence
+// says so, lib/trust.js `showResult`):
 // - the field rules of §5 for kinds other than gpu_usage, energy, signer_key_registered,
-//   signer_key_revoked and region_params (their bodies must be objects; their fields are not
-//   checked one by one);
+//   signer_key_revoked and region_params (their bodies must be objects; only the members the
+//   rules above use are read);
 // - invoices (the recomputation of docs/RATING.md).
-// A bundle that passes here but breaks one of those rules would still fail
-// `gpuledger verify`; for a certificate the ledger issued, both agree. The browser check is a
-// convenience for people without the command line, not a replacement for it.
+// And whatever it checks, code served by the log's own server cannot protect against that
+// server: docs/CONSOLE.md says how to run it from a copy you trust (offline.html).
 //
 // Memory: the bundle is read as a stream (Blob.stream()); the verifier keeps the context
 // entries and 40 bytes per entry (index and leaf hash, §14.2), never the whole file or the
