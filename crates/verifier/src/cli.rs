@@ -211,7 +211,10 @@ fn files(args: VerifyArgs) -> Result<ExitCode> {
     };
     let report = match (args.certificate, args.invoice, args.bundle, args.checkpoint) {
         (Some(c), None, Some(b), _) => crate::certificate(&c, &file(&b)),
-        (None, Some(i), Some(b), _) => crate::invoice(&i, &file(&b)),
+        (None, Some(i), Some(b), _) => {
+            crate::invoice_file_shape(&i).map_err(anyhow::Error::msg)?;
+            crate::invoice(&i, &file(&b))
+        }
         (None, None, Some(b), _) => crate::bundle_only(&file(&b)),
         (None, None, None, Some(cp)) => crate::checkpoint(&cp, &log_key),
         _ => bail!(
@@ -220,7 +223,7 @@ fn files(args: VerifyArgs) -> Result<ExitCode> {
     };
     let report = match cosigned {
         Some((found, p)) => report.with_witnesses(&found, p),
-        None => report,
+        None => report.operator_alone(),
     };
     Ok(print_report(&report, args.json))
 }
@@ -263,7 +266,7 @@ fn consistency(args: ConsistencyArgs) -> Result<ExitCode> {
     let report = crate::consistency(&args.old, &new_note, &hashes, &log_key);
     let report = match cosigned {
         Some((found, p)) => report.with_witnesses(&found, p),
-        None => report,
+        None => report.operator_alone(),
     };
     Ok(print_report(&report, args.json))
 }

@@ -195,13 +195,55 @@ pub fn certificate(cert: &Path, bundle_file: &BundleFile) -> Report {
     run().unwrap_or_else(Report::fail)
 }
 
+/// That an `--invoice` file holds one invoice document, not the array `POST /v1/invoices`
+/// answers (one invoice per currency): a usage error naming what to save instead.
+pub fn invoice_file_shape(path: &Path) -> Result<(), String> {
+    let Ok(bytes) = std::fs::read(path) else {
+        return Ok(()); // the check itself reports an unreadable file
+    };
+    let Ok(serde_json::Value::Array(items)) = serde_json::from_slice(&bytes) else {
+        return Ok(());
+    };
+    if items.len() == 1 {
+        return Ok(()); // `invoice` reads the one document it holds
+    }
+    let numbers: Vec<&str> = items
+        .iter()
+        .filter_map(|i| i.get("number").and_then(|n| n.as_str()))
+        .collect();
+    Err(format!(
+        "--invoice {}: this file is a JSON array of {} invoice(s) ({}), as `POST /v1/invoices` \
+         answers; give one invoice document: save `GET /v1/invoices/NUMBER` (or `jq '.[0]'` of \
+         this file) and its bundle `GET /v1/invoices/NUMBER/bundle`",
+        path.display(),
+        items.len(),
+        if numbers.is_empty() {
+            "no numbers".to_owned()
+        } else {
+            numbers.join(", ")
+        }
+    ))
+}
+
+/// The invoice document of an `--invoice` file: the document itself, or the one element of
+/// an array of one (`POST /v1/invoices` answers an array, one invoice per currency). The whole
+/// text is read strictly (repeated member names refused) before the element is taken out.
+fn invoice_document(text: &str) -> Result<gpuledger_core::invoice::InvoiceDoc, String> {
+    match gpuledger_core::json::parse_strict(text.as_bytes()) {
+        Ok(serde_json::Value::Array(items)) if items.len() == 1 => {
+            gpuledger_core::invoice::from_json(&items[0].to_string())
+        }
+        _ => gpuledger_core::invoice::from_json(text),
+    }
+}
+
 /// Recomputes an invoice (as `GET /v1/invoices/{number}` serves it) from its bundle.
 pub fn invoice(invoice_path: &Path, bundle_file: &BundleFile) -> Report {
     let run = || -> Result<Report, Failure> {
         let text = String::from_utf8(read_file(invoice_path, "invoice")?)
             .map_err(|_| Failure::new(Reason::Malformed, "invoice", "not UTF-8"))?;
-        let inv = gpuledger_core::invoice::from_json(&text)
-            .map_err(|e| Failure::new(Reason::Malformed, "invoice", e))?;
+        let inv =
+            invoice_document(&text).map_err(|e| Failure::new(Reason::Malformed, "invoice", e))?;
         let (verified, check) = bundle_file
             .verify(|h, a| gpuledger_core::invoice::InvoiceCheck::start(inv.clone(), h, a))?;
         let inv = check.finish()?;
@@ -433,7 +475,31 @@ pub fn witness_quorum(
     })
 }
 
+/// What a passing verdict without any required witness adds to its message: the checkpoint is
+/// signed by the log key alone, so nobody but the operator vouches that it is the history
+/// everybody else was shown (docs/PROTOCOL.md §16).
+pub const OPERATOR_ALONE: &str = "no witness was required, so only the log operator vouches \
+     that this checkpoint is on the history everybody else sees; require independent \
+     cosigners with --witness VKEY (and --quorum K)";
+
 impl Report {
+    /// A passing report that required no witness, saying so in the verdict itself (message and
+    /// `summary.witnesses.required` = 0).
+    pub fn operator_alone(mut self) -> Report {
+        if !self.passed() {
+            return self;
+        }
+        self.message.push_str("; ");
+        self.message.push_str(OPERATOR_ALONE);
+        let witnesses = serde_json::json!({"required": 0, "found": null, "operator_alone": true});
+        if let serde_json::Value::Object(map) = &mut self.summary {
+            map.insert("witnesses".into(), witnesses);
+        } else {
+            self.summary = serde_json::json!({ "witnesses": witnesses });
+        }
+        self
+    }
+
     /// A passing report with the witnesses that cosigned its checkpoint added.
     pub fn with_witnesses(
         mut self,
