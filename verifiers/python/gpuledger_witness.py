@@ -235,12 +235,25 @@ def anchored_note(args, usage_error) -> Optional[str]:
     return None
 
 
+# What a PASS without any required witness adds to its message, as `gpuledger verify` does:
+# the checkpoint is signed by the log key alone (docs/PROTOCOL.md section 16).
+OPERATOR_ALONE = ("no witness was required, so only the log operator vouches that this "
+                  "checkpoint is on the history everybody else sees; require independent "
+                  "cosigners with --witness VKEY (and --quorum K)")
+
+
 def apply(policy: Optional[Policy], args, result):
     """The verdict with the witness rule: `witness_quorum` when the checkpoint carries fewer than
     the quorum's valid cosignatures (whatever else was found), else the result, with the
-    witnesses that cosigned added to a PASS."""
+    witnesses that cosigned added to a PASS; a PASS without a policy says that the operator
+    alone vouches for it."""
     if policy is None:
-        return result
+        if not result.ok:
+            return result
+        summary = dict(result.summary) if isinstance(result.summary, dict) else {}
+        summary["witnesses"] = {"required": 0, "found": None, "operator_alone": True}
+        return dataclasses.replace(result, message=f"{result.message}; {OPERATOR_ALONE}",
+                                   summary=summary)
     found = valid_cosignatures(anchored_note(args, policy.usage_error), policy.witnesses)
     if len(found) < policy.quorum:
         names = ", ".join(c.witness for c in found)
