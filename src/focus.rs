@@ -66,20 +66,36 @@ pub enum FocusError {
     },
 }
 
-/// One cell of the CSV: empty for null.
+/// One cell of the CSV: empty for null. Text goes through
+/// [`crate::invoice_render::csv_text`] (formula injection: a name beginning with `=` is
+/// written `'=`); decimals, timestamps and counts are written as they are, so a negative
+/// `BilledCost` stays a number.
 trait Cell {
     fn cell(&self) -> String;
 }
 
 impl Cell for String {
     fn cell(&self) -> String {
-        self.clone()
+        crate::invoice_render::csv_text(self).into_owned()
     }
 }
 
 impl Cell for Option<String> {
     fn cell(&self) -> String {
-        self.clone().unwrap_or_default()
+        self.as_deref()
+            .map(|s| crate::invoice_render::csv_text(s).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// A hash in base64, as the log writes it: ours, not people's text, so it is written as it is
+/// (one beginning with `+` is not given a quote: a verifier compares it byte for byte).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Base64(pub String);
+
+impl Cell for Base64 {
+    fn cell(&self) -> String {
+        self.0.clone()
     }
 }
 
@@ -209,7 +225,7 @@ focus_columns! {
     x_log_origin: String => "x_LogOrigin",
     /// The checkpoint the invoice was computed at (its evidence bundle's).
     x_log_checkpoint_size: Option<u64> => "x_LogCheckpointSize",
-    x_log_checkpoint_root: String => "x_LogCheckpointRoot",
+    x_log_checkpoint_root: Base64 => "x_LogCheckpointRoot",
 }
 
 /// A certificate as far as the export needs it: whom and what it counts.
@@ -387,7 +403,7 @@ fn base_row(inv: &Invoice, charge: Period, billed: Decimal) -> Row {
         x_certificate_id: None,
         x_log_origin: inv.log_origin.clone(),
         x_log_checkpoint_size: Some(inv.checkpoint_size),
-        x_log_checkpoint_root: inv.checkpoint_root.clone(),
+        x_log_checkpoint_root: Base64(inv.checkpoint_root.clone()),
     }
 }
 

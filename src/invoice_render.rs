@@ -25,6 +25,7 @@ use printpdf::{
     PdfSaveOptions, Point, Pt, TextItem,
 };
 use rust_decimal::Decimal;
+use std::borrow::Cow;
 use std::sync::OnceLock;
 
 /// Most invoice lines a PDF is rendered for (about 350 pages). Larger invoices are refused with
@@ -146,6 +147,25 @@ fn class_name(line: &InvoiceLine) -> &'static str {
     line.class.map_or("", |c| c.as_str())
 }
 
+/// A text cell of a CSV export (invoice CSV and FOCUS), neutralised against formula injection
+/// as OWASP's "CSV Injection" page recommends: a cell that begins with `=`, `+`, `-`, `@`, a tab
+/// or a carriage return (or their full-width forms `＝＋－＠`, which some spreadsheets read
+/// the same way) gets a single quote in front, so a spreadsheet shows it as text instead of
+/// running it. Quotes, commas and line breaks inside a cell are the CSV writer's business
+/// (RFC 4180 quoting).
+///
+/// Only for text that can come from people (names, addresses, descriptions, regions, GPU
+/// models, tax names, notes, ids): the numbers, decimals, timestamps and hashes the exports
+/// write themselves keep their spelling, so a credit of `-1.50` stays the number −1.50.
+pub fn csv_text(s: &str) -> Cow<'_, str> {
+    match s.chars().next() {
+        Some(
+            '=' | '+' | '-' | '@' | '\t' | '\r' | '\u{ff1d}' | '\u{ff0b}' | '\u{ff0d}' | '\u{ff20}',
+        ) => Cow::Owned(format!("'{s}")),
+        _ => Cow::Borrowed(s),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // JSON
 
@@ -164,7 +184,8 @@ pub fn to_json(invoice: &InvoiceDoc) -> Vec<u8> {
 /// The invoice as CSV: the [`CSV_HEADER`] row, one row per line in the invoice's order with
 /// the line's members of the JSON document, and a final row of kind `total` whose `net`,
 /// `tax` and `gross` are the invoice's `net_total`, `tax_total` and `total`. Empty cells for
-/// what a line does not have.
+/// what a line does not have. Text cells go through [`csv_text`] (a name beginning with `=`
+/// is written `'=`); the numeric and timestamp columns are written as the JSON has them.
 pub fn to_csv(invoice: &InvoiceDoc) -> Vec<u8> {
     write_csv(&invoice.view()).expect("writing CSV into memory cannot fail")
 }
@@ -176,17 +197,18 @@ fn write_csv(invoice: &Invoice) -> Result<Vec<u8>, csv::Error> {
     let to = invoice.period.to.to_string();
     let issued = invoice.issued_at.to_string();
     let due = invoice.due_at.to_string();
+    let text = |s: &str| csv_text(s).into_owned();
     let common = [
-        invoice.number.as_str(),
-        &invoice.format,
-        &invoice.tenant,
-        &invoice.bill_to.name,
-        &invoice.issuer.name,
-        &from,
-        &to,
-        &invoice.currency,
-        &issued,
-        &due,
+        text(&invoice.number),
+        text(&invoice.format),
+        text(&invoice.tenant),
+        text(&invoice.bill_to.name),
+        text(&invoice.issuer.name),
+        from,
+        to,
+        text(&invoice.currency),
+        issued,
+        due,
     ];
     let opt = |d: Option<Decimal>| d.map(exact).unwrap_or_default();
     for line in &invoice.lines {
@@ -194,12 +216,12 @@ fn write_csv(invoice: &Invoice) -> Result<Vec<u8>, csv::Error> {
             Some(p) => (p.from.to_string(), p.to.to_string()),
             None => (String::new(), String::new()),
         };
-        let mut row: Vec<String> = common.iter().map(|s| s.to_string()).collect();
+        let mut row: Vec<String> = common.to_vec();
         row.extend([
             line.kind.as_str().to_owned(),
-            line.description.clone(),
-            line.region.clone(),
-            line.gpu_model.clone().unwrap_or_default(),
+            text(&line.description),
+            text(&line.region),
+            text(line.gpu_model.as_deref().unwrap_or_default()),
             class_name(line).to_owned(),
             exact(line.quantity),
             line.unit.as_str().to_owned(),
@@ -208,7 +230,7 @@ fn write_csv(invoice: &Invoice) -> Result<Vec<u8>, csv::Error> {
             opt(line.pue),
             exact(line.unit_price),
             money(line.net),
-            line.tax_name.clone().unwrap_or_default(),
+            text(line.tax_name.as_deref().unwrap_or_default()),
             exact(line.tax_rate),
             money(line.tax),
             money(line.gross),
@@ -218,7 +240,7 @@ fn write_csv(invoice: &Invoice) -> Result<Vec<u8>, csv::Error> {
         ]);
         w.write_record(&row)?;
     }
-    let mut row: Vec<String> = common.iter().map(|s| s.to_string()).collect();
+    let mut row: Vec<String> = common.to_vec();
     row.push("total".into());
     row.extend(std::iter::repeat_n(String::new(), 10)); // description .. unit_price
     row.push(money(invoice.net_total));

@@ -709,3 +709,116 @@ fn failures_in(report: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// Formula injection (OWASP "CSV Injection"): the tenant's name, the issuer's, a line's
+/// description and region, and a credit note's text reach the FOCUS CSV with a single quote in
+/// front when a spreadsheet would run them; the negative `BilledCost` of a credit, which we
+/// write, stays a number. The same function as the invoice CSV's
+/// (`invoice_render::csv_text`).
+#[test]
+fn text_a_spreadsheet_would_run_is_neutralised_and_credits_stay_numbers() {
+    use gpuledger::core::invoice::{
+        apply_tax, BillTo, Invoice, InvoiceLine, Issuer, LineKind, Unit,
+    };
+    use gpuledger::focus::{credit_row, invoice_rows, write_csv, Context, CreditNote, COLUMNS};
+    let ts = |s: &str| Timestamp::parse(s).unwrap();
+    let mut lines = vec![InvoiceLine {
+        kind: LineKind::Gpu,
+        description: "=cmd|' /C calc'!A0".into(),
+        region: "@west".into(),
+        gpu_model: Some("+H100".into()),
+        class: Some(LeaseClass::OnDemand),
+        plan: None,
+        tier: None,
+        quantity: dec("8"),
+        unit: Unit::GpuHour,
+        gpu_seconds: Some(dec("28800")),
+        measured_kwh: None,
+        pue: None,
+        unit_price: dec("18.5"),
+        net: dec("148.00"),
+        tax_name: Some("VAT".into()),
+        tax_rate: dec("0.06"),
+        tax: Decimal::ZERO,
+        gross: Decimal::ZERO,
+        records: 1,
+        adjustment_for: None,
+    }];
+    let t = apply_tax(&mut lines, "CNY");
+    let inv = Invoice {
+        format: gpuledger::core::invoice::INVOICE_FORMAT_V2.into(),
+        number: "INV-000001".into(),
+        tenant: "acme".into(),
+        period: Period {
+            from: ts("2026-11-01T00:00:00Z"),
+            to: ts("2026-12-01T00:00:00Z"),
+        },
+        currency: "CNY".into(),
+        issued_at: ts("2026-12-01T00:00:00Z"),
+        log_origin: "ledger.example/log".into(),
+        checkpoint_size: 40,
+        checkpoint_root: "+47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuF=".into(),
+        issuer: Issuer {
+            name: "-Provider".into(),
+            ..Default::default()
+        },
+        bill_to: BillTo {
+            tenant: "acme".into(),
+            name: "=HYPERLINK(\"https://evil.example\")".into(),
+            address: vec![],
+        },
+        payment_terms_days: 30,
+        due_at: ts("2026-12-31T00:00:00Z"),
+        lines,
+        net_total: t.net,
+        tax_total: t.tax,
+        total: t.gross,
+    };
+    let mut rows = invoice_rows(&inv, &Context::default()).unwrap();
+    rows.push(
+        credit_row(
+            &inv,
+            &CreditNote {
+                index: 77,
+                body: Settlement {
+                    tenant: "acme".into(),
+                    invoice: "INV-000001".into(),
+                    currency: "CNY".into(),
+                    amount: dec("1.50"),
+                    note: "@SUM(1+1)".into(),
+                },
+            },
+        )
+        .unwrap(),
+    );
+    let mut out = Vec::new();
+    write_csv(rows, &mut out).unwrap();
+    let mut reader = csv::Reader::from_reader(out.as_slice());
+    let records: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let col = |name: &str| COLUMNS.iter().position(|h| *h == name).unwrap();
+    let mut cells: BTreeSet<String> = BTreeSet::new();
+    for r in &records {
+        assert_eq!(
+            &r[col("BillingAccountName")],
+            "'=HYPERLINK(\"https://evil.example\")"
+        );
+        assert_eq!(&r[col("InvoiceIssuerName")], "'-Provider");
+        // Our hash keeps its spelling (a verifier compares it byte for byte).
+        assert_eq!(
+            &r[col("x_LogCheckpointRoot")],
+            "+47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuF="
+        );
+        cells.extend(r.iter().map(str::to_owned));
+    }
+    assert_eq!(&records[0][col("ChargeDescription")], "'=cmd|' /C calc'!A0");
+    assert_eq!(&records[0][col("RegionId")], "'@west");
+    let credit = records.last().unwrap();
+    assert_eq!(&credit[col("ChargeCategory")], "Credit");
+    assert_eq!(&credit[col("BilledCost")], "-1.50");
+    // No cell a spreadsheet would run is left, but for the numbers and the hash.
+    for c in &cells {
+        let danger = c.starts_with(['=', '+', '-', '@', '\t', '\r']);
+        let number = c.parse::<Decimal>().is_ok();
+        assert!(!danger || number || c.starts_with("+47DEQ"), "{c:?}");
+    }
+}

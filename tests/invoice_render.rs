@@ -485,3 +485,41 @@ fn a_version_1_invoice_still_renders() {
         assert!(text.contains(needle), "{needle:?} not in:\n{text}");
     }
 }
+
+/// Formula injection (OWASP "CSV Injection"): a name, description, region or tax name that a
+/// spreadsheet would run (`=`, `+`, `-`, `@`, tab, CR) is written with a single quote in front;
+/// the amounts we write stay numbers, negative ones too.
+#[test]
+fn csv_text_cells_a_spreadsheet_would_run_are_neutralised() {
+    let mut inv = golden();
+    inv.bill_to.name = "=HYPERLINK(\"https://evil.example\",\"click\")".into();
+    inv.issuer.name = "+SUM(1,2)".into();
+    inv.lines[0].description = "-2+3".into();
+    inv.lines[0].region = "@west".into();
+    inv.lines[0].gpu_model = Some("\tH100".into());
+    inv.lines[0].tax_name = Some("\rVAT".into());
+    inv.lines[1].description = "＝1+1".into();
+    let csv_bytes = to_csv(&doc(&inv));
+    let mut reader = csv::Reader::from_reader(csv_bytes.as_slice());
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let col = |name: &str| CSV_HEADER.iter().position(|h| *h == name).unwrap();
+    for row in &rows {
+        assert_eq!(
+            &row[col("bill_to_name")],
+            "'=HYPERLINK(\"https://evil.example\",\"click\")"
+        );
+        assert_eq!(&row[col("issuer_name")], "'+SUM(1,2)");
+    }
+    assert_eq!(&rows[0][col("description")], "'-2+3");
+    assert_eq!(&rows[0][col("region")], "'@west");
+    assert_eq!(&rows[0][col("gpu_model")], "'\tH100");
+    assert_eq!(&rows[0][col("tax_name")], "'\rVAT");
+    assert_eq!(&rows[1][col("description")], "'＝1+1");
+    // Ordinary text and the numbers are untouched.
+    assert_eq!(&rows[2][col("description")], &inv.lines[2].description);
+    assert_eq!(&rows[0][col("net")], "148.00");
+    // A negative amount we write stays a number.
+    assert_eq!(gpuledger::invoice_render::csv_text("plain"), "plain");
+    assert_eq!(gpuledger::invoice_render::csv_text("-x"), "'-x");
+    assert_eq!(gpuledger::invoice_render::csv_text(""), "");
+}
