@@ -604,7 +604,10 @@ fn tenant_sees_usage_and_downloads_an_invoice_pdf(b: &Browser, d: &Demo, base: &
         shown, want,
         "the estimate is the preview's total per currency"
     );
+    // Tall enough for the estimate, the chart and the totals (docs/console.png is this one).
+    b.resize(1366, 1500);
     shot(b, "tenant-usage");
+    b.resize(1366, 900);
     // By GPU model, kWh, hourly: the page follows the picker.
     open(b, base, "usage?window=hour&metric=kwh&by=gpu_model");
     assert!(!b.find_all("svg.chart rect[data-value]").is_empty());
@@ -1112,6 +1115,11 @@ fn phone_width(b: &Browser, d: &Demo, base: &str) {
     assert!(chart["labels"].as_u64().unwrap() <= 5 + 4, "{chart}");
     assert!(chart["minHeight"].as_f64().unwrap() >= 9.0, "{chart}");
     shot(b, "tenant-usage-phone");
+    b.execute(
+        "document.querySelector('svg.chart').scrollIntoView()",
+        json!([]),
+    );
+    shot(b, "tenant-usage-phone-chart");
     open(b, base, "certificates");
     shot(b, "tenant-certificates-phone");
     open(b, base, "invoices");

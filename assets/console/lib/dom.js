@@ -204,7 +204,8 @@ const atMidnight = (ts) => typeof ts === "string" && ts.endsWith("T00:00:00Z");
  */
 export function fmtPeriod(from, to) {
   if (atMidnight(from) && atMidnight(to)) return `${fmtDate(from)} – ${fmtDate(to)}`;
-  return `${fmtDateTime(from)} – ${fmtDateTime(to)}`;
+  // One "UTC", at the end: "Nov 1, 2026, 9:00 PM – Dec 1, 2026, 9:00 PM UTC".
+  return `${fmtDateTime(from).replace(/ UTC$/, "")} – ${fmtDateTime(to)}`;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -281,14 +281,22 @@ async function periodToDate(box) {
   replace(
     box,
     h("h2", {}, t("estimate_title")),
-    h("p", {}, t("estimate_period"), " ", h("span", { dataset: { estimatePeriod: `${from}/${to}` } }, fmtPeriod(from, to))),
     cur.length
-      ? table(
-          [t("currency"), t("net_total"), t("tax_total"), t("estimate_total")],
-          cur.map((c) => [c.currency, fmtMoney(c.net_total, c.currency), fmtMoney(c.tax_total, c.currency), h("strong", { dataset: { estimate: c.total, currency: c.currency } }, fmtMoney(c.total, c.currency))]),
-          { numeric: [1, 2, 3], id: "estimate-totals" },
+      ? h(
+          "ul",
+          { class: "estimate", id: "estimate-totals" },
+          cur.map((c) =>
+            h(
+              "li",
+              {},
+              h("strong", { dataset: { estimate: c.total, currency: c.currency } }, fmtMoney(c.total, c.currency)),
+              " ",
+              h("span", { class: "muted" }, t("estimate_net_tax", { net: fmtMoney(c.net_total, c.currency), tax: fmtMoney(c.tax_total, c.currency) })),
+            ),
+          ),
         )
       : h("p", { class: "muted", id: "no-estimate" }, t("estimate_none")),
+    h("p", {}, t("estimate_period"), " ", h("span", { dataset: { estimatePeriod: `${from}/${to}` } }, fmtPeriod(from, to))),
     (preview.unpriced || []).length ? h("p", { class: "error" }, t("estimate_unpriced", { n: preview.unpriced.length })) : null,
     h("p", { class: "muted" }, t("estimate_caveat")),
   );
