@@ -11,7 +11,7 @@
 //! (`bodies!`).
 
 use super::decimal::{self, DecimalError};
-use super::ids::check_id;
+use super::ids::check_new_id;
 use super::keys;
 use super::limits::*;
 use super::rejection::{Reason, Rejection};
@@ -1201,8 +1201,10 @@ fn id_list(field: &str, list: &[String], max: usize) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// A body's identifier: [`check_new_id`], so no body names a thing by a reserved id (§2.3;
+/// only the envelope `signer` of the ledger's own entries is `ledger`).
 fn id(field: &str, s: &str) -> Result<String, Rejection> {
-    check_id(s).map_err(|m| Rejection::field(Reason::InvalidField, field, m))?;
+    check_new_id(s).map_err(|m| Rejection::field(Reason::InvalidField, field, m))?;
     Ok(s.to_owned())
 }
 
