@@ -2,7 +2,8 @@
 // the fields this verifier uses), with the signed message of §4.1.
 //
 // What is checked of a body: for `gpu_usage`, `energy`, `signer_key_registered`,
-// `signer_key_revoked` and `region_params`, every member's presence and form, no other
+// `signer_key_revoked`, `region_params`, `tenant_registered`, `lease_registered` and
+// `log_policy`, every member's presence and form, no other
 // member, and the rules the certificate's sums and the key registry rely on (gpu_seconds =
 // gpu_count × duration, interval limits, the key id and §3.1 validity of a registered key).
 // Every other kind's body must be an object; its fields are not checked here (they are by
@@ -21,6 +22,12 @@ export const MAX_INTERVAL_SECONDS = 86400;
 export const MAX_GPU_COUNT = Dec.int(1024);
 /** `MAX_KWH_PER_RECORD` (§5.2). */
 export const MAX_KWH_PER_RECORD = Dec.int(100000);
+/** Bounds of `log_policy.max_record_age_seconds` (§6.7): 1 hour to 365 days. */
+export const POLICY_RECORD_AGE_SECONDS = [3600, 365 * 86400];
+/** Bounds of `log_policy.max_future_skew_seconds` (§6.7): 0 to 1 hour. */
+export const POLICY_FUTURE_SKEW_SECONDS = [0, 3600];
+/** The lease classes (§5). */
+export const LEASE_CLASSES = new Set(['on_demand', 'reserved', 'spot']);
 /** `prev` of entry 0: base64 of 32 zero bytes (§7). */
 export const GENESIS_PREV = 'AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=';
 
@@ -167,6 +174,25 @@ async function checkBody(kind, b) {
       dec(b.carbon_g_per_kwh, 'body.carbon_g_per_kwh');
       ts(b.effective_from, 'body.effective_from');
       return;
+    case 'tenant_registered':
+      members(b, 'body', ['tenant']);
+      id(b.tenant, 'body.tenant');
+      return;
+    case 'lease_registered':
+      members(b, 'body', ['lease', 'tenant', 'class']);
+      id(b.lease, 'body.lease');
+      id(b.tenant, 'body.tenant');
+      check(LEASE_CLASSES.has(b.class), 'body.class must be on_demand, reserved or spot');
+      return;
+    case 'log_policy': {
+      // The time rules of §6.7 read these: whole seconds within the policy's bounds.
+      members(b, 'body', ['max_record_age_seconds', 'max_future_skew_seconds']);
+      const within = (v, [lo, hi], f) =>
+        check(Number.isSafeInteger(v) && v >= lo && v <= hi, `quantity_out_of_range: ${f} must be between ${lo} and ${hi}`);
+      within(b.max_record_age_seconds, POLICY_RECORD_AGE_SECONDS, 'body.max_record_age_seconds');
+      within(b.max_future_skew_seconds, POLICY_FUTURE_SKEW_SECONDS, 'body.max_future_skew_seconds');
+      return;
+    }
     default:
       check(isObject(b), 'body is not an object');
   }

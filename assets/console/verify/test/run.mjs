@@ -426,6 +426,21 @@ for (const [name, edit, expected] of [
     p.leafObject.envelope.body.max_record_age_seconds = 86400;
     await resignLedgerEntry(p);
   }, 'too_old'],
+  ['the log policy in force out of its bounds (re-signed)', async (l) => {
+    const p = entryOf(l, 'log_policy');
+    p.leafObject.envelope.body.max_record_age_seconds = 60;
+    await resignLedgerEntry(p);
+  }, 'leaf_invalid'],
+  ['a log policy with a member more (re-signed)', async (l) => {
+    const p = entryOf(l, 'log_policy');
+    p.leafObject.envelope.body.max_record_age_days = 35;
+    await resignLedgerEntry(p);
+  }, 'leaf_invalid'],
+  ['a lease registration of an unknown class (re-signed)', async (l) => {
+    const t = entryOf(l, 'lease_registered');
+    t.leafObject.envelope.body.class = 'preemptible';
+    await resignLedgerEntry(t);
+  }, 'leaf_invalid'],
   ['the tenant registration renamed (re-signed)', async (l) => {
     const t = entryOf(l, 'tenant_registered');
     t.leafObject.envelope.body.tenant = 'acme2';
