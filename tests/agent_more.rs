@@ -2,7 +2,8 @@
 //! collector running a real program (a fixture shell script) in-process and inside a
 //! `gpuledger agent` child; the `nvml` collector's configuration with and without the cargo
 //! feature; the sender honouring 429 and 503 with `Retry-After` (a small fake proxy in front of
-//! a real `gpuledger serve`); and the market signer's CSV source end to end. Everything runs
+//! a real `gpuledger serve`); the market signer's CSV source end to end; and (#23) records
+//! refused for the registration or configuration held while the rest flows. Everything runs
 //! on 127.0.0.1 and is bounded in time.
 
 mod common;
@@ -631,4 +632,119 @@ fn bench_agent_runs_small() {
     assert!(v["steady"]["peak_rss_mb"].as_f64().unwrap() > 1.0, "{v}");
     assert!(v["steady"]["cpu_percent_of_one_core"].as_f64().unwrap() >= 0.0);
     assert!(v["server_peak_rss_mb"].as_f64().unwrap() > 1.0, "{v}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// #23: refusals for the registration or configuration are held, not dead-lettered.
+
+/// Against a real ledger: records of a lease the log does not know yet wait alone in the
+/// spool's held queue while the node's other records (before and after them) are logged, as the
+/// ledger takes a later seq while an earlier one is missing; once the lease is registered they
+/// follow without a restart of the agent. A record of a region outside the key's scope is held
+/// too (loudly, counted), never dead-lettered.
+#[test]
+fn an_unregistered_lease_waits_alone_and_follows_once_registered() {
+    use gpuledger::core::envelope::Envelope;
+    use gpuledger::core::record::{Body, GpuUsage, Kind};
+    const NODE: &str = "node-held";
+    let db = sqlite();
+    let s = setup(&db, &[(NODE, Role::Node)]);
+    // The tenant is registered, its lease not yet.
+    let [tenant, lease] = sample::parties("tenant-late");
+    open(&db).append_ledger_entry(tenant).unwrap();
+    let (server, base) = s.serve(0);
+    let key = sample::key(NODE);
+    let t = Timestamp::now().plus(-3_600);
+    let tenants = [
+        "tenant-a",
+        "tenant-late",
+        "tenant-b",
+        "tenant-late",
+        "tenant-a",
+    ];
+    let mut records: Vec<_> = tenants
+        .iter()
+        .zip(1u64..)
+        .map(|(tenant, q)| {
+            sample::usage(NODE, &key, q, tenant, Decimal::ONE, t.plus(10 * q as i64))
+        })
+        .collect();
+    let end = t.plus(100);
+    let wrong_region = Body::GpuUsage(GpuUsage {
+        tenant: "tenant-b".into(),
+        lease: Some(sample::lease("tenant-b")),
+        region: "eu-west".into(),
+        node: NODE.into(),
+        gpu_model: "H100-SXM-80G".into(),
+        gpu_count: Decimal::ONE,
+        start: end.plus(-10),
+        end,
+        gpu_seconds: Decimal::from(10),
+    });
+    records.push(Envelope::sign(
+        sample::ORIGIN,
+        Kind::GpuUsage,
+        NODE,
+        &key,
+        6,
+        &wrong_region,
+    ));
+    let dir = s.dir.path().join("spool");
+    let mut spool = gpuledger::agent::spool::Spool::open(&dir, 1_000, 4096).unwrap();
+    spool.append(&records, "test").unwrap();
+    let shared = Shared::new(spool);
+    let sender = {
+        let (shared, cfg) = (shared.clone(), sender_config(&base, NODE, 2));
+        let http =
+            gpuledger::agent::tls::client(&base, &Default::default(), cfg.request_timeout).unwrap();
+        std::thread::spawn(move || sender::run(shared, cfg, http))
+    };
+    let seqs = || logged(&s.url, NODE).iter().map(|r| r.0).collect::<Vec<_>>();
+    let held = || shared.spool.lock().unwrap().held();
+    let wait = |what: &str, f: &dyn Fn() -> bool| {
+        let t = Instant::now();
+        while !f() {
+            assert!(t.elapsed() < Duration::from_secs(30), "timed out: {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait("the other leases' records logged", &|| seqs() == [1, 3, 5]);
+    wait("the late lease's and the wrong region's held", &|| {
+        held() == 3
+    });
+
+    // Register the lease (the ledger stopped meanwhile: the sender waits for it, on the same
+    // port), and the held records of it follow.
+    let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
+    drop(server);
+    open(&db).append_ledger_entry(lease).unwrap();
+    let (_server, again) = s.serve(port);
+    assert_eq!(again, base);
+    wait("the held records logged", &|| seqs().len() == 5);
+    assert_seqs_once(&s.url, NODE, 5);
+    wait("only the wrong region's record held", &|| held() == 1);
+    let page = shared.metrics.render(&shared, &dir);
+    for (line, at_least) in [
+        (
+            "gpuledger_agent_refused_total{reason=\"unknown_lease\"} ",
+            2.0,
+        ),
+        (
+            "gpuledger_agent_refused_total{reason=\"region_not_allowed\"} ",
+            1.0,
+        ),
+        ("gpuledger_agent_spool_held_records ", 1.0),
+    ] {
+        let v: f64 = page
+            .lines()
+            .find_map(|l| l.strip_prefix(line)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {line} in {page}"));
+        assert!(v >= at_least, "{line}{v}");
+    }
+    shared.request_stop();
+    sender.join().unwrap();
+    assert!(
+        !dir.join(DEAD_LETTER_FILE).exists(),
+        "nothing dead-lettered"
+    );
 }
