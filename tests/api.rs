@@ -1192,6 +1192,8 @@ both_backends!(access_matrix, |db: &TestDb| {
 enum Want {
     /// This status and problem slug.
     Problem(u16, &'static str),
+    /// This status and problem slug, its first `errors` item naming this field.
+    Field(u16, &'static str, &'static str),
     /// 200, the single record rejected with this reason (and field, when given).
     Reason(&'static str, Option<&'static str>),
     /// 200, the single record a duplicate of this index.
@@ -1345,7 +1347,7 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     huge[0] = b'[';
     huge[MAX_BODY] = b']';
 
-    use Want::{Duplicate, Problem, Reason};
+    use Want::{Duplicate, Field, Problem, Reason};
     let ct = |content_type: Option<&'static str>, b: Bad| Bad { content_type, ..b };
     let method = |method: &'static str, b: Bad| Bad { method, ..b };
     let future = |seq: u64| {
@@ -1472,8 +1474,24 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         admin_post("signer: small-order key",        "/v1/signers", json!({"id": "n13", "role": "node", "public_key": ed25519_case("a_small_order"), "nodes": ["n13"], "regions": ["west"]}), Problem(400, "refused")),
         ct(Some("text/plain"), admin_post("tenant: wrong content type", "/v1/tenants", json!({"id": "t3", "name": "n"}), Problem(415, "unsupported_media_type"))),
         admin_post("tenant: body over 64 KiB",       "/v1/tenants", json!({"id": "t4", "name": "x".repeat(64 * 1024)}), Problem(413, "body_too_large")),
-        admin_post("tenant: bad id",                 "/v1/tenants", json!({"id": "bad id!", "name": "n"}), Problem(400, "refused")),
-        admin_post("tenant: name over 200 bytes",    "/v1/tenants", json!({"id": "t5", "name": "x".repeat(201)}), Problem(400, "refused")),
+        admin_post("tenant: bad id",                 "/v1/tenants", json!({"id": "bad id!", "name": "n"}), Field(400, "invalid_parameter", "id")),
+        admin_post("tenant: name over 200 bytes",    "/v1/tenants", json!({"id": "t5", "name": "x".repeat(201)}), Field(400, "invalid_parameter", "name")),
+        // Reserved ids (PROTOCOL §2.3) and text that spoofs people (issue #23).
+        admin_post("tenant: the reserved id",        "/v1/tenants", json!({"id": "ledger", "name": "n"}), Field(400, "invalid_parameter", "id")),
+        admin_post("lease: the reserved id",         "/v1/leases", json!({"lease": "ledger", "tenant": "tenant-a", "class": "reserved"}), Field(400, "invalid_field", "body.lease")),
+        admin_post("tenant: name with NUL",          "/v1/tenants", json!({"id": "t11", "name": "Acme\u{0}Ltd"}), Field(400, "invalid_parameter", "name")),
+        admin_post("tenant: name with LF",           "/v1/tenants", json!({"id": "t12", "name": "Acme\nTotal due: 0.00"}), Field(400, "invalid_parameter", "name")),
+        admin_post("tenant: name with RLO",          "/v1/tenants", json!({"id": "t13", "name": "Acme \u{202E}dtL"}), Field(400, "invalid_parameter", "name")),
+        admin_post("tenant: name with an isolate",   "/v1/tenants", json!({"id": "t14", "name": "\u{2067}Acme"}), Field(400, "invalid_parameter", "name")),
+        admin_post("tenant: name zero-width space",  "/v1/tenants", json!({"id": "t15", "name": "Ac\u{200B}me"}), Field(400, "invalid_parameter", "name")),
+        admin_post("tenant: name only blanks",       "/v1/tenants", json!({"id": "t16", "name": "   "}), Field(400, "invalid_parameter", "name")),
+        admin_post("tenant: address line with LRM",  "/v1/tenants", json!({"id": "t17", "name": "n", "address": ["1 Main St", "\u{200E}Berlin"]}), Field(400, "invalid_parameter", "address[1]")),
+        admin_post("tenant: address line with CR",   "/v1/tenants", json!({"id": "t18", "name": "n", "address": ["1 Main St\rX"]}), Field(400, "invalid_parameter", "address[0]")),
+        admin_post("tenant: nine address lines",     "/v1/tenants", json!({"id": "t19", "name": "n", "address": vec!["x"; 9]}), Field(400, "invalid_parameter", "address")),
+        Bad { method: "PATCH", ..admin_post("tenant patch: name with PDF", "/v1/tenants/tenant-a", json!({"name": "Acme\u{202C}"}), Field(400, "invalid_parameter", "name")) },
+        Bad { method: "PATCH", ..admin_post("tenant patch: address with BOM", "/v1/tenants/tenant-a", json!({"address": ["\u{FEFF}x"]}), Field(400, "invalid_parameter", "address[0]")) },
+        admin_post("token: label with RLO",          "/v1/tokens", json!({"role": "auditor", "label": "ci\u{202E}nimda"}), Field(400, "invalid_parameter", "label")),
+        admin_post("revoke: reason with ALM",        &format!("/v1/signers/node-1/keys/{}/revoke", key_id(&k)), json!({"reason": "rotated\u{061C}"}), Field(400, "invalid_parameter", "reason")),
         admin_post("tenant: duplicate",              "/v1/tenants", json!({"id": "tenant-a", "name": "n"}), Problem(409, "conflict")),
         admin_post("invoice: period not ended",      "/v1/invoices", json!({"tenant": "tenant-a", "from": "2099-01-01T00:00:00Z", "to": "2099-01-02T00:00:00Z"}), Problem(422, "period_not_ended")),
         admin_post("signer: unknown role",           "/v1/signers", json!({"id": "n2", "role": "boss", "public_key": public(&sample::key("n2"))}), Problem(400, "invalid_parameter")),
@@ -1490,7 +1508,7 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         admin_post("token: tenant token, no tenant", "/v1/tokens", json!({"role": "tenant"}), Problem(400, "refused")),
         admin_post("token: admin token with tenant", "/v1/tokens", json!({"role": "admin", "tenant": "tenant-a"}), Problem(400, "refused")),
         admin_post("token: unknown tenant",          "/v1/tokens", json!({"role": "tenant", "tenant": "tenant-z"}), Problem(404, "not_found")),
-        admin_post("token: label over 200 bytes",    "/v1/tokens", json!({"role": "auditor", "label": "x".repeat(201)}), Problem(400, "refused")),
+        admin_post("token: label over 200 bytes",    "/v1/tokens", json!({"role": "auditor", "label": "x".repeat(201)}), Field(400, "invalid_parameter", "label")),
     ];
 
     let mut conn = gpuledger::store::connect(&db.url).unwrap();
@@ -1506,6 +1524,10 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         match c.want {
             Want::Problem(status, slug) => {
                 r.assert_problem(status, slug, c.what);
+            }
+            Want::Field(status, slug, field) => {
+                let p = r.assert_problem(status, slug, c.what);
+                assert_eq!(p["errors"][0]["field"], json!(field), "{}: {p}", c.what);
             }
             Want::Reason(reason, field) => {
                 let ans = r.ok_json(200);
@@ -1848,3 +1870,92 @@ both_backends!(a_long_revocation_reason_is_a_400, |db: &TestDb| {
         .assert_problem(400, "invalid_parameter", "long reason");
     assert_eq!(h.size(), size);
 });
+
+// `/docs` (Swagger UI) is served on the console's origin: a strict Content-Security-Policy,
+// no framing, no sniffing and no referrer on the page and each of its files (issue #23); and
+// Swagger UI still renders the document under that policy in a real browser, with no policy
+// violation while it is used.
+#[test]
+fn docs_are_locked_down_and_still_work() {
+    let db = sqlite();
+    let log = init(&db);
+    let srv = log.serve();
+    for path in [
+        "/docs",
+        "/docs/",
+        "/docs/swagger-ui-bundle.js",
+        "/docs/swagger-initializer.js",
+        "/docs/swagger-ui.css",
+    ] {
+        let r = ureq::get(&format!("{}{path}", srv.base)).call().unwrap();
+        let header = |name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_else(|| panic!("{path}: no {name}"))
+                .to_owned()
+        };
+        let csp = header("content-security-policy");
+        for directive in [
+            "default-src 'none'",
+            "script-src 'self'",
+            "frame-ancestors 'none'",
+            "object-src 'none'",
+            "base-uri 'none'",
+            "connect-src 'self'",
+        ] {
+            assert!(csp.contains(directive), "{path}: {csp} lacks {directive}");
+        }
+        let script_src = csp
+            .split(';')
+            .map(str::trim)
+            .find(|d| d.starts_with("script-src"))
+            .unwrap();
+        assert!(
+            !script_src.contains("unsafe"),
+            "{path}: scripts must not be inline or eval: {script_src}"
+        );
+        assert_eq!(header("x-frame-options"), "DENY", "{path}");
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(header("referrer-policy"), "no-referrer", "{path}");
+    }
+    // The page itself has no inline script or style element for the policy to refuse.
+    let page = ureq::get(&format!("{}/docs", srv.base))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    assert!(!page.contains("<style"), "inline style element");
+    for script in page.split("<script").skip(1) {
+        assert!(
+            script.trim_start().starts_with("src="),
+            "inline script: {script}"
+        );
+    }
+
+    let Some(b) = common::webdriver::Browser::start() else {
+        return;
+    };
+    b.navigate(&format!("{}/docs", srv.base));
+    b.execute(
+        "window.__violations = [];
+         document.addEventListener('securitypolicyviolation',
+           e => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));",
+        json!([]),
+    );
+    // Swagger UI fetched /openapi.json and rendered its operations.
+    let op = b.wait_for("Swagger UI renders the operations", || {
+        b.try_find(".opblock-summary")
+    });
+    assert!(b
+        .try_find(".info .title")
+        .is_some_and(|t| b.text(&t).contains("gpuledger")));
+    // Open an operation and its "Try it out" form: no violation on the way.
+    b.click(&op);
+    let try_it = b.wait_for("Try it out", || b.try_find(".try-out__btn"));
+    b.click(&try_it);
+    b.wait_for("the form opens", || b.try_find(".execute"));
+    let violations = b.execute("return window.__violations;", json!([]));
+    assert_eq!(violations, json!([]), "CSP violations");
+}

@@ -1,6 +1,8 @@
 //! Optional token expiry, on both backends: `gpuledger token create --expires` and
-//! `POST /v1/tokens` with `expires_at`; an expired token is answered 401 exactly like an
-//! unknown one; listings show the expiry.
+//! `POST /v1/tokens` with `expires_at`; an expired token is answered 401 `token_expired` and a
+//! revoked one 401 `token_revoked`, but only to the holder of the whole token: an unknown token,
+//! or a real token id with a wrong secret, stays the generic 401 `unauthorized`; listings show
+//! the expiry.
 
 mod common;
 
@@ -41,7 +43,7 @@ both_backends!(store_refuses_expired_tokens, |db: &TestDb| {
     assert_eq!(info.expires_at, Some(now.plus(3600)));
     let principal = access::authenticate_at(&mut c, &secret, now).unwrap();
     assert_eq!(principal.map(|p| p.token_id), Some(info.id.clone()));
-    // One second before the expiry it works; at the expiry it is unknown.
+    // One second before the expiry it works; at the expiry it is expired.
     assert!(access::authenticate_at(&mut c, &secret, now.plus(3599))
         .unwrap()
         .is_some());
@@ -49,6 +51,43 @@ both_backends!(store_refuses_expired_tokens, |db: &TestDb| {
         access::authenticate_at(&mut c, &secret, now.plus(3600)).unwrap(),
         None
     );
+    assert_eq!(
+        access::authenticate_token_at(&mut c, &secret, now.plus(3600)).unwrap(),
+        access::Authentication::Expired
+    );
+    // The same id with another secret says nothing about the token.
+    let forged = format!("glt_{}_{}", info.id, "A".repeat(43));
+    for at in [now, now.plus(3600)] {
+        assert_eq!(
+            access::authenticate_token_at(&mut c, &forged, at).unwrap(),
+            access::Authentication::Unknown
+        );
+    }
+    // Revoked (and expired too): revoked, to the holder only.
+    access::revoke_token(&mut c, &info.id).unwrap();
+    for at in [now, now.plus(3600)] {
+        assert_eq!(
+            access::authenticate_token_at(&mut c, &secret, at).unwrap(),
+            access::Authentication::Revoked
+        );
+        assert_eq!(
+            access::authenticate_token_at(&mut c, &forged, at).unwrap(),
+            access::Authentication::Unknown
+        );
+    }
+    for junk in [
+        "",
+        "glt_",
+        "glt_0123456789ab_x",
+        "Bearer",
+        "glt_zzzzzzzzzzzz_x",
+    ] {
+        assert_eq!(
+            access::authenticate_token_at(&mut c, junk, now).unwrap(),
+            access::Authentication::Unknown,
+            "{junk:?}"
+        );
+    }
     // A token without expiry never expires.
     let (_, forever) = access::create_token(&mut c, access::ApiRole::Auditor, None, "").unwrap();
     assert!(
@@ -68,7 +107,7 @@ both_backends!(store_refuses_expired_tokens, |db: &TestDb| {
     assert!(!short.expired(now) && short.expired(now.plus(3600)));
 });
 
-both_backends!(expired_tokens_get_401_like_unknown_ones, |db: &TestDb| {
+both_backends!(expired_and_revoked_tokens_are_told_apart, |db: &TestDb| {
     let log = init(db);
     // From the command line: a duration, and an RFC 3339 time.
     let (code, secret, err) =
@@ -122,12 +161,51 @@ both_backends!(expired_tokens_get_401_like_unknown_ones, |db: &TestDb| {
     std::thread::sleep(Duration::from_secs(3));
     let unknown = h.get("/v1/tenants", Some("glt_0123456789ab_notatoken"));
     let unknown_problem = unknown.assert_problem(401, "unauthorized", "an unknown token");
+    assert_eq!(unknown.www_authenticate.as_deref(), Some("Bearer"));
     for (what, t) in [("CLI", &soon), ("API", &api_soon)] {
         let r = h.get("/v1/tenants", Some(t));
-        let p = r.assert_problem(401, "unauthorized", what);
-        assert_eq!(p, unknown_problem, "{what}: an expired token is told apart");
+        let p = r.assert_problem(401, "token_expired", what);
+        assert!(p["detail"].as_str().unwrap().contains("expired"), "{p}");
+        let challenge = r.www_authenticate.clone().unwrap_or_default();
+        assert!(
+            challenge.contains(r#"error="invalid_token""#) && challenge.contains("expired"),
+            "{what}: {challenge}"
+        );
+        // Its id with a wrong secret is merely unknown: the id alone tells nothing.
+        let id = t.split('_').nth(1).unwrap();
+        let forged = h.get("/v1/tenants", Some(&format!("glt_{id}_{}", "A".repeat(43))));
+        assert_eq!(
+            forged.assert_problem(401, "unauthorized", "forged"),
+            unknown_problem
+        );
+        assert_eq!(forged.www_authenticate.as_deref(), Some("Bearer"));
     }
     assert_eq!(h.get("/v1/tenants", Some(&later)).status, 200);
+
+    // A revoked token: 401 token_revoked, to its holder only.
+    let made = h.token(&log.admin, json!({"role": "auditor", "label": "to revoke"}));
+    let revoked = made["token"].as_str().unwrap().to_owned();
+    let id = made["info"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(h.get("/v1/tenants", Some(&revoked)).status, 200);
+    assert_eq!(
+        h.delete(&format!("/v1/tokens/{id}"), Some(&log.admin))
+            .status
+            / 100,
+        2
+    );
+    let r = h.get("/v1/tenants", Some(&revoked));
+    let p = r.assert_problem(401, "token_revoked", "revoked");
+    assert!(p["detail"].as_str().unwrap().contains("revoked"), "{p}");
+    let challenge = r.www_authenticate.clone().unwrap_or_default();
+    assert!(
+        challenge.contains(r#"error="invalid_token""#) && challenge.contains("revoked"),
+        "{challenge}"
+    );
+    let forged = h.get("/v1/tenants", Some(&format!("glt_{id}_{}", "A".repeat(43))));
+    assert_eq!(
+        forged.assert_problem(401, "unauthorized", "forged revoked"),
+        unknown_problem
+    );
 
     // Listings show the expiry.
     let listed = h.get("/v1/tokens", Some(&log.admin)).ok_json(200);

@@ -47,8 +47,8 @@ pub async fn create_tenant(
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
     let t: NewTenant = json_body(&req, body).await?;
-    access::check_new_tenant(&t.id, &t.name)?;
-    access::check_address(&t.address)?;
+    crate::core::ids::check_new_id(&t.id).map_err(|m| ApiError::invalid_parameter("id", m))?;
+    check_tenant_fields(Some(&t.name), Some(&t.address))?;
     let ledger = state.ledger.clone();
     let tenant = web::block(move || -> Result<Tenant, ApiError> {
         // The log registers the tenant first (a `tenant_registered` entry, which records
@@ -81,6 +81,7 @@ pub async fn update_tenant(
     caller.require_admin()?;
     let id = path.into_inner();
     let t: TenantChange = json_body(&req, body).await?;
+    check_tenant_fields(t.name.as_deref(), t.address.as_deref())?;
     let ledger = state.ledger.clone();
     let tenant = web::block(move || {
         ledger.with_account_writer(|c| {
@@ -89,6 +90,32 @@ pub async fn update_tenant(
     })
     .await??;
     Ok(HttpResponse::Ok().json(tenant))
+}
+
+/// A tenant's display name and address lines, as given: a 400 `invalid_parameter` naming the
+/// field (`name`, `address`, `address[i]`) and why. The rules are the store's
+/// ([`access::check_tenant_name`], [`access::check_address`]), which checks them again.
+fn check_tenant_fields(name: Option<&str>, address: Option<&[String]>) -> Result<(), ApiError> {
+    if let Some(n) = name {
+        access::check_tenant_name(n).map_err(|m| ApiError::invalid_parameter("name", m))?;
+    }
+    if let Some(a) = address {
+        if a.len() > access::MAX_ADDRESS_LINES {
+            return Err(ApiError::invalid_parameter(
+                "address",
+                format!(
+                    "has {} lines; at most {}",
+                    a.len(),
+                    access::MAX_ADDRESS_LINES
+                ),
+            ));
+        }
+        for (i, l) in a.iter().enumerate() {
+            crate::core::ids::check_display_text(l, access::MAX_ADDRESS_LINE_BYTES)
+                .map_err(|m| ApiError::invalid_parameter(&format!("address[{i}]"), m))?;
+        }
+    }
+    Ok(())
 }
 
 /// Lists tenants (admin, auditor).
@@ -271,12 +298,15 @@ pub async fn revoke_key(
     caller.require_admin()?;
     let r: Revocation = super::optional_json_body(&req, body).await?;
     if let Some(reason) = &r.reason {
-        if reason.len() > MAX_REVOCATION_REASON_BYTES || reason.chars().any(char::is_control) {
+        if reason.len() > MAX_REVOCATION_REASON_BYTES {
             return Err(ApiError::invalid_parameter(
                 "reason",
-                format!("at most {MAX_REVOCATION_REASON_BYTES} bytes without control characters"),
+                format!("is longer than {MAX_REVOCATION_REASON_BYTES} bytes"),
             ));
         }
+        // New revocations only: the log's own rule for `reason` is unchanged (§5).
+        crate::core::ids::check_display_chars(reason)
+            .map_err(|m| ApiError::invalid_parameter("reason", m))?;
     }
     let (signer, key_id) = path.into_inner();
     let view = web::block(move || -> Result<KeyView, ApiError> {
@@ -338,7 +368,7 @@ pub struct NewToken {
     #[serde(default)]
     pub label: String,
     /// When the token stops working (`YYYY-MM-DDTHH:MM:SSZ`, in the future); absent, it does
-    /// not expire. An expired token is answered 401, exactly like an unknown one.
+    /// not expire. An expired token is answered 401 `token_expired`.
     #[serde(default)]
     #[schema(example = "2027-01-01T00:00:00Z")]
     pub expires_at: Option<String>,
@@ -364,6 +394,7 @@ pub async fn create_token(
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
     let t: NewToken = json_body(&req, body).await?;
+    access::check_token_label(&t.label).map_err(|m| ApiError::invalid_parameter("label", m))?;
     let role = ApiRole::parse(&t.role)
         .ok_or_else(|| ApiError::invalid_parameter("role", "must be admin, auditor or tenant"))?;
     let expires_at = t

@@ -2,12 +2,14 @@
 
 use super::error::ApiError;
 use super::AppState;
-use crate::store::access::{self, ApiRole, Principal};
+use crate::store::access::{self, ApiRole, Authentication, Principal};
 use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
 use std::future::Future;
 use std::pin::Pin;
 
-/// An authenticated caller (any role). Extracting it answers 401 without a valid token.
+/// An authenticated caller (any role). Extracting it answers 401 without a valid token:
+/// `token_expired` or `token_revoked` to the holder of a whole token that expired or was
+/// revoked, `unauthorized` for anything else.
 pub struct Caller(pub Principal);
 
 impl FromRequest for Caller {
@@ -27,9 +29,15 @@ impl FromRequest for Caller {
             let token = token.ok_or(ApiError::Unauthorized)?;
             let state = state.ok_or_else(|| ApiError::Internal("no app state".into()))?;
             let ledger = state.ledger.clone();
-            let p = web::block(move || ledger.with_reader(|c| access::authenticate(c, &token)))
-                .await??;
-            p.map(Caller).ok_or(ApiError::Unauthorized)
+            let found =
+                web::block(move || ledger.with_reader(|c| access::authenticate_token(c, &token)))
+                    .await??;
+            match found {
+                Authentication::Valid(p) => Ok(Caller(p)),
+                Authentication::Expired => Err(ApiError::TokenExpired),
+                Authentication::Revoked => Err(ApiError::TokenRevoked),
+                Authentication::Unknown => Err(ApiError::Unauthorized),
+            }
         })
     }
 }

@@ -49,9 +49,15 @@ pub enum ApiError {
         detail: String,
         errors: Option<Vec<ProblemItem>>,
     },
-    /// 401: no, malformed, unknown or revoked token.
+    /// 401: no, malformed or unknown token (nothing is said about a token id alone).
     #[error("a valid bearer token is required")]
     Unauthorized,
+    /// 401 `token_expired`: the whole token was presented, and it is past its expiry.
+    #[error("the bearer token has expired; ask an admin for a new one")]
+    TokenExpired,
+    /// 401 `token_revoked`: the whole token was presented, and it was revoked.
+    #[error("the bearer token has been revoked; ask an admin for a new one")]
+    TokenRevoked,
     /// 403: authenticated, but the role may not do this (never used to hide tenants' data).
     #[error("{0}")]
     Forbidden(String),
@@ -130,6 +136,22 @@ impl ApiError {
         }
     }
 
+    /// The `WWW-Authenticate` challenge of a 401 (RFC 6750 §3): plain `Bearer` for a missing or
+    /// unknown token, with `error="invalid_token"` and a description for an expired or revoked
+    /// one.
+    pub fn www_authenticate(&self) -> Option<&'static str> {
+        match self {
+            ApiError::Unauthorized => Some("Bearer"),
+            ApiError::TokenExpired => Some(
+                "Bearer error=\"invalid_token\", error_description=\"The access token expired\"",
+            ),
+            ApiError::TokenRevoked => Some(
+                "Bearer error=\"invalid_token\", error_description=\"The access token was revoked\"",
+            ),
+            _ => None,
+        }
+    }
+
     /// A 400 about one query or body parameter.
     pub fn invalid_parameter(name: &str, detail: impl Into<String>) -> Self {
         let detail = detail.into();
@@ -148,6 +170,8 @@ impl ApiError {
         match self {
             ApiError::BadRequest { slug, .. } => (slug, "Bad request"),
             ApiError::Unauthorized => ("unauthorized", "Unauthorized"),
+            ApiError::TokenExpired => ("token_expired", "Unauthorized"),
+            ApiError::TokenRevoked => ("token_revoked", "Unauthorized"),
             ApiError::Forbidden(_) => ("forbidden", "Forbidden"),
             ApiError::NotFound(_) => ("not_found", "Not found"),
             ApiError::MethodNotAllowed { .. } => ("method_not_allowed", "Method not allowed"),
@@ -170,7 +194,9 @@ impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized | ApiError::TokenExpired | ApiError::TokenRevoked => {
+                StatusCode::UNAUTHORIZED
+            }
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -205,8 +231,8 @@ impl ResponseError for ApiError {
         };
         let mut resp = HttpResponse::build(status);
         resp.content_type("application/problem+json");
-        if matches!(self, ApiError::Unauthorized) {
-            resp.insert_header(("WWW-Authenticate", "Bearer"));
+        if let Some(challenge) = self.www_authenticate() {
+            resp.insert_header(("WWW-Authenticate", challenge));
         }
         if let ApiError::MethodNotAllowed { allow, .. } = self {
             resp.insert_header(("Allow", allow.join(", ")));
@@ -440,8 +466,10 @@ pub fn document_problems(doc: &mut OpenApi) {
             if secured {
                 implied.push((
                     "401",
-                    "No bearer token, or one that is malformed, unknown, expired or revoked \
-                     (`unauthorized`, with `WWW-Authenticate: Bearer`)",
+                    "No bearer token, or one that is malformed or unknown (`unauthorized`, with \
+                     `WWW-Authenticate: Bearer`); the token has expired (`token_expired`) or \
+                     was revoked (`token_revoked`), each with `WWW-Authenticate: Bearer \
+                     error=\"invalid_token\"` and an `error_description`",
                 ));
             }
             if !params.is_empty() || has_body {

@@ -107,7 +107,12 @@ fn description(d: Option<String>) -> Result<Option<String>, ApiError> {
             "description",
             format!("at most {MAX_DESCRIPTION_CHARS} characters"),
         )),
-        d => Ok(d),
+        // Shown to people in the console: no control, bidirectional or invisible characters.
+        Some(d) => match crate::core::ids::check_display_chars(&d) {
+            Ok(()) => Ok(Some(d)),
+            Err(m) => Err(ApiError::invalid_parameter("description", m)),
+        },
+        None => Ok(None),
     }
 }
 

@@ -1,11 +1,13 @@
 //! Tenants and API tokens. A token is `glt_<id>_<secret>`; only SHA-256 of the whole token is
 //! stored, looked up by its public id and compared in constant time. A token may expire: from
-//! its `expires_at` on it is refused exactly like an unknown one.
+//! its `expires_at` on it is refused. Only a caller who presents the whole token (its secret
+//! included) learns that it expired or was revoked ([`Authentication`]); anything else (a
+//! malformed token, an unknown id, a wrong secret) is simply unknown.
 
 use super::conn::DbConn;
 use super::error::StoreError;
 use super::schema::{api_tokens, tenants};
-use crate::core::ids::check_id;
+use crate::core::ids::{check_display_chars, check_display_text, check_new_id};
 use crate::core::time::Timestamp;
 use base64::prelude::{Engine, BASE64_URL_SAFE_NO_PAD};
 use diesel::prelude::*;
@@ -97,7 +99,7 @@ pub const MAX_ADDRESS_LINES: usize = 8;
 pub const MAX_ADDRESS_LINE_BYTES: usize = 200;
 
 /// The rules of a billing address: at most [`MAX_ADDRESS_LINES`] lines of 1 to
-/// [`MAX_ADDRESS_LINE_BYTES`] bytes, without control characters.
+/// [`MAX_ADDRESS_LINE_BYTES`] bytes of text shown to people ([`check_display_text`]).
 pub fn check_address(address: &[String]) -> Result<(), StoreError> {
     if address.len() > MAX_ADDRESS_LINES {
         return Err(StoreError::Refused(format!(
@@ -106,18 +108,30 @@ pub fn check_address(address: &[String]) -> Result<(), StoreError> {
         )));
     }
     for (i, l) in address.iter().enumerate() {
-        if l.trim().is_empty()
-            || l.len() > MAX_ADDRESS_LINE_BYTES
-            || l.chars().any(char::is_control)
-        {
-            return Err(StoreError::Refused(format!(
-                "address line {} must be 1 to {MAX_ADDRESS_LINE_BYTES} bytes of text without \
-                 control characters",
-                i + 1
-            )));
-        }
+        check_display_text(l, MAX_ADDRESS_LINE_BYTES)
+            .map_err(|m| StoreError::Refused(format!("address line {} {m}", i + 1)))?;
     }
     Ok(())
+}
+
+/// Longest tenant display name, in bytes.
+pub const MAX_TENANT_NAME_BYTES: usize = 200;
+/// Longest token label, in bytes.
+pub const MAX_TOKEN_LABEL_BYTES: usize = 200;
+
+/// The rules of a tenant's display name: 1 to [`MAX_TENANT_NAME_BYTES`] bytes of text shown to
+/// people ([`check_display_text`]: no control, bidirectional or invisible format characters).
+pub fn check_tenant_name(name: &str) -> Result<(), String> {
+    check_display_text(name, MAX_TENANT_NAME_BYTES)
+}
+
+/// The rules of a token label: at most [`MAX_TOKEN_LABEL_BYTES`] bytes, possibly empty, of text
+/// shown to people.
+pub fn check_token_label(label: &str) -> Result<(), String> {
+    if label.len() > MAX_TOKEN_LABEL_BYTES {
+        return Err(format!("is longer than {MAX_TOKEN_LABEL_BYTES} bytes"));
+    }
+    check_display_chars(label)
 }
 
 fn address_column(address: &[String]) -> Option<String> {
@@ -138,13 +152,8 @@ fn ts(secs: i64) -> Timestamp {
 
 /// The rules of a new tenant's id and name (checked before anything is written).
 pub fn check_new_tenant(id: &str, name: &str) -> Result<(), StoreError> {
-    check_id(id).map_err(|m| StoreError::Refused(format!("tenant id {m}")))?;
-    if name.is_empty() || name.len() > 200 {
-        return Err(StoreError::Refused(
-            "tenant name must be 1 to 200 bytes".into(),
-        ));
-    }
-    Ok(())
+    check_new_id(id).map_err(|m| StoreError::Refused(format!("tenant id {m}")))?;
+    check_tenant_name(name).map_err(|m| StoreError::Refused(format!("tenant name {m}")))
 }
 
 /// Creates a tenant row without a billing address; refuses a duplicate id (the API registers
@@ -211,7 +220,7 @@ pub fn update_tenant(
     address: Option<&[String]>,
 ) -> Result<Tenant, StoreError> {
     if let Some(n) = name {
-        check_new_tenant(id, n)?;
+        check_tenant_name(n).map_err(|m| StoreError::Refused(format!("tenant name {m}")))?;
     }
     if let Some(a) = address {
         check_address(a)?;
@@ -353,9 +362,7 @@ pub fn create_token_expiring(
         }
         (_, None) => {}
     }
-    if label.len() > 200 {
-        return Err(StoreError::Refused("label is longer than 200 bytes".into()));
-    }
+    check_token_label(label).map_err(|m| StoreError::Refused(format!("label {m}")))?;
     let mut id_bytes = [0u8; 6];
     let mut secret = [0u8; 32];
     rand_core::OsRng.fill_bytes(&mut id_bytes);
@@ -440,8 +447,33 @@ pub fn revoke_token(conn: &mut DbConn, id: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// What a presented token turned out to be. `Expired` and `Revoked` are answered only to a
+/// caller who presented the whole token, secret included: without it nothing is learnt about
+/// a token id, so an id alone cannot be probed for whether it exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authentication {
+    /// A valid token and whom it speaks for.
+    Valid(Principal),
+    /// A real token, past its `expires_at`.
+    Expired,
+    /// A real token, revoked.
+    Revoked,
+    /// Malformed, unknown, or a known id with the wrong secret.
+    Unknown,
+}
+
+impl Authentication {
+    /// The principal of a valid token.
+    pub fn principal(self) -> Option<Principal> {
+        match self {
+            Authentication::Valid(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
 /// The principal a presented token speaks for, or `None` for a malformed, unknown, revoked or
-/// expired token (callers answer all four the same way).
+/// expired token ([`authenticate_token`] tells the last two apart).
 pub fn authenticate(conn: &mut DbConn, token: &str) -> Result<Option<Principal>, StoreError> {
     authenticate_at(conn, token, Timestamp::now())
 }
@@ -452,15 +484,30 @@ pub fn authenticate_at(
     token: &str,
     now: Timestamp,
 ) -> Result<Option<Principal>, StoreError> {
+    Ok(authenticate_token_at(conn, token, now)?.principal())
+}
+
+/// What a presented token is, now.
+pub fn authenticate_token(conn: &mut DbConn, token: &str) -> Result<Authentication, StoreError> {
+    authenticate_token_at(conn, token, Timestamp::now())
+}
+
+/// [`authenticate_token`] at the time `now`. A revoked token that has also expired is
+/// `Revoked` (revocation is the deliberate act, and it is final).
+pub fn authenticate_token_at(
+    conn: &mut DbConn,
+    token: &str,
+    now: Timestamp,
+) -> Result<Authentication, StoreError> {
     let Some(id) = token
         .strip_prefix("glt_")
         .and_then(|r| r.split_once('_'))
         .map(|(id, _)| id)
     else {
-        return Ok(None);
+        return Ok(Authentication::Unknown);
     };
     if id.len() != 12 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Ok(None);
+        return Ok(Authentication::Unknown);
     }
     type Row = (Vec<u8>, String, Option<String>, Option<i64>, Option<i64>);
     let row: Option<Row> = api_tokens::table
@@ -475,15 +522,21 @@ pub fn authenticate_at(
         .first(conn)
         .optional()?;
     let Some((stored, role, tenant, revoked, expires)) = row else {
-        return Ok(None);
+        return Ok(Authentication::Unknown);
     };
-    let expired = expires.is_some_and(|e| e <= now.unix());
-    if !bool::from(stored.ct_eq(&hash(token))) || revoked.is_some() || expired {
-        return Ok(None);
+    // The secret is checked first: only its holder learns more than "unknown".
+    if !bool::from(stored.ct_eq(&hash(token))) {
+        return Ok(Authentication::Unknown);
+    }
+    if revoked.is_some() {
+        return Ok(Authentication::Revoked);
+    }
+    if expires.is_some_and(|e| e <= now.unix()) {
+        return Ok(Authentication::Expired);
     }
     let role =
         ApiRole::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("token role {role:?}")))?;
-    Ok(Some(Principal {
+    Ok(Authentication::Valid(Principal {
         token_id: id.to_owned(),
         role,
         tenant,

@@ -248,7 +248,9 @@ impl Reply {
                 return Err(format!("problem without {member}: {p}"));
             }
         }
-        if status == 401 && self.www_authenticate.as_deref() != Some("Bearer") {
+        // `Bearer`, or `Bearer error="invalid_token", …` for an expired or revoked token.
+        let bearer = |w: &str| w == "Bearer" || w.starts_with("Bearer ");
+        if status == 401 && !self.www_authenticate.as_deref().is_some_and(bearer) {
             return Err("401 without WWW-Authenticate: Bearer".into());
         }
         Ok(p)
