@@ -574,6 +574,20 @@ both_backends!(
             ("http://[::1]:9/x", "loopback"),
             ("http://[fd00::1]/x", "private"),
             ("http://0.0.0.0:9/x", "unspecified"),
+            // Issue #23: ranges the first filter let through, and IPv4 inside IPv6.
+            ("http://[::ffff:0:7f00:1]/x", "loopback"), // IPv4-translated 127.0.0.1
+            ("http://[::ffff:0:808:808]/x", "IPv4-translated"),
+            ("http://[::ffff:8.8.8.8]/x", "IPv4-mapped"),
+            ("http://[64:ff9b:1::808:808]/x", "Globally Reachable False"),
+            ("http://[2002:7f00:1::1]/x", "loopback"), // 6to4 of 127.0.0.1
+            ("http://[2002:808:808::1]/x", "6to4"),
+            ("http://[2001:0:808:808::f7f7:f7f7]/x", "Teredo"),
+            ("http://[100::1]/x", "Discard-Only"),
+            ("http://192.88.99.1/x", "6to4 Relay Anycast"),
+            ("http://198.18.0.1/x", "benchmarking"),
+            ("http://203.0.113.9/x", "documentation"),
+            ("http://[2001:db8::1]/x", "documentation"),
+            ("http://[3fff::1]/x", "documentation"),
         ] {
             let p = h
                 .post(
@@ -590,6 +604,22 @@ both_backends!(
             &json!({"url": "http://user:pw@93.184.215.14/", "event_types": ["signer.revoked"]}),
         )
         .assert_problem(400, "invalid_parameter", "credentials");
+        // A description is shown to people: no control, bidirectional or invisible characters.
+        for bad in [
+            "ops\nteam",
+            "billing \u{202E}gnp.exe",
+            "\u{2066}x",
+            "a\u{200B}b",
+        ] {
+            let p = h
+                .post(
+                    "/v1/webhooks/endpoints",
+                    a,
+                    &json!({"url": "http://93.184.215.14/", "event_types": ["signer.revoked"], "description": bad}),
+                )
+                .assert_problem(400, "invalid_parameter", bad);
+            assert_eq!(p["errors"][0]["field"], json!("description"), "{p}");
+        }
         // And delivery to the loopback endpoint registered before is refused on the address.
         let kr = sample::key("wh-ssrf");
         h.register(&admin, "node-s", "node", &kr);
@@ -945,3 +975,85 @@ both_backends!(
         assert_eq!(logged, ["record.conflict"], "{tenant_log}");
     }
 );
+
+/// The Python `v1a` sample of docs/WEBHOOKS.md, run as written (with PyNaCl) on headers with
+/// several signatures: a non-matching or malformed one must not stop the next from being
+/// tried (PyNaCl's `verify` raises instead of returning false). Skipped, saying so, without
+/// python3 and PyNaCl.
+#[test]
+fn the_python_v1a_sample_tries_every_signature() {
+    use base64::prelude::{Engine, BASE64_STANDARD};
+    use ed25519_dalek::Signer as _;
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/WEBHOOKS.md")).unwrap();
+    let block = doc
+        .split("```python\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a python block");
+    let sample: String = block
+        .lines()
+        .skip_while(|l| !l.contains("v1a (Ed25519)"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(sample.contains("ok = "), "{block}");
+    let have_nacl = std::process::Command::new("python3")
+        .args(["-c", "import nacl.signing"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_nacl {
+        eprintln!("\n*** SKIPPED: python3 with PyNaCl is needed to run the WEBHOOKS.md sample ***");
+        return;
+    }
+    let key = sample::key("doc-sample");
+    let other = sample::key("doc-sample-old");
+    let public = format!(
+        "whpk_{}",
+        BASE64_STANDARD.encode(key.verifying_key().to_bytes())
+    );
+    let (id, ts, body) = ("msg_0123", "1700000000", br#"{"type":"invoice.issued"}"#);
+    let signed = [format!("{id}.{ts}.").as_bytes(), &body[..]].concat();
+    let good = format!(
+        "v1a,{}",
+        BASE64_STANDARD.encode(key.sign(&signed).to_bytes())
+    );
+    let wrong_key = format!(
+        "v1a,{}",
+        BASE64_STANDARD.encode(other.sign(&signed).to_bytes())
+    );
+    let short = "v1a,AAAA".to_owned();
+    let not_base64 = "v1a,!!!".to_owned();
+    for (header, want) in [
+        (vec![good.clone()], "True"),
+        (vec![wrong_key.clone(), good.clone()], "True"),
+        (
+            vec![short.clone(), not_base64.clone(), good.clone()],
+            "True",
+        ),
+        (vec!["v1,abc".to_owned(), good.clone()], "True"),
+        (vec![wrong_key.clone()], "False"),
+        (vec![short, not_base64], "False"),
+        (vec![], "False"),
+    ] {
+        let program = format!(
+            "public_key = {public:?}\nbody = {body:?}.encode()\nheaders = {{'webhook-id': {id:?}, \
+             'webhook-timestamp': {ts:?}, 'webhook-signature': {sig:?}}}\n{sample}\nprint(ok)\n",
+            body = std::str::from_utf8(body).unwrap(),
+            sig = header.join(" "),
+        );
+        let out = std::process::Command::new("python3")
+            .args(["-c", &program])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{header:?}: the sample raised:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            want,
+            "{header:?}"
+        );
+    }
+}
