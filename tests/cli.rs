@@ -89,10 +89,31 @@ fn init_defaults_then_verify_log_passes_and_names_a_tampered_entry() {
     assert!(o.status.success(), "{}", text(&o));
     // The policy entry, the key, tenant t and its lease, 20 records.
     assert!(text(&o).starts_with("PASS: 24 entries"), "{}", text(&o));
+    // Without --log-key the PASS is against the database's own key, and says so.
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        text(&o).contains("(UNANCHORED: no --log-key given")
+            && stderr.contains("WARNING: no --log-key given"),
+        "{}{stderr}",
+        text(&o)
+    );
     let o = gpuledger(dir.path(), &["verify-log", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["ok"], true);
+    assert_eq!(v["log_key"], "database");
     assert_eq!(v["report"]["size"], 24);
+    let vkey = gpuledger::store::Ledger::open(&url, gpuledger::keyfile::read(&key).unwrap())
+        .unwrap()
+        .info()
+        .verifier_key
+        .clone();
+    let o = gpuledger(dir.path(), &["verify-log", "--log-key", &vkey]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !text(&o).contains("UNANCHORED") && !String::from_utf8_lossy(&o.stderr).contains("WARNING"),
+        "{}",
+        text(&o)
+    );
 
     let mut conn = gpuledger::store::connect(&url).unwrap();
     diesel::update(entries::table.find(7i64))

@@ -105,7 +105,10 @@ pub fn verify_log(args: VerifyLogArgs) -> Result<ExitCode> {
             k,
             &store::ledger::log_info(&mut conn)?.origin,
         )?),
-        None => None,
+        None => {
+            eprintln!("WARNING: {SELF_KEY_CAVEAT}");
+            None
+        }
     };
     let bar = (!args.json && std::io::stderr().is_terminal()).then(progress_bar);
     let result = verify::verify_log(&mut conn, trusted.as_deref(), &mut |done, total| {
@@ -119,7 +122,7 @@ pub fn verify_log(args: VerifyLogArgs) -> Result<ExitCode> {
     }
     match result {
         Ok(report) => {
-            print_pass(&report, args.json);
+            print_pass(&report, args.json, trusted.is_some());
             Ok(ExitCode::SUCCESS)
         }
         Err(verify::VerifyError::Store(e)) => Err(e.into()),
@@ -159,19 +162,34 @@ fn progress_bar() -> indicatif::ProgressBar {
     b
 }
 
-fn print_pass(report: &verify::Report, json: bool) {
+/// What `verify-log` says when no `--log-key` was given: it then checks the checkpoints
+/// against the key the database itself records, which whoever controls the database controls.
+const SELF_KEY_CAVEAT: &str = "no --log-key given: the checkpoints are checked against the \
+    log key this database records, which proves only that the log is consistent with itself; \
+    give --log-key with the verifier key the operator published";
+
+fn print_pass(report: &verify::Report, json: bool, key_given: bool) {
     if json {
-        println!("{}", serde_json::json!({"ok": true, "report": report}));
+        let key = if key_given { "given" } else { "database" };
+        println!(
+            "{}",
+            serde_json::json!({"ok": true, "log_key": key, "report": report})
+        );
     } else {
         println!(
-            "PASS: {} entries, root {}, {} checkpoints (latest at size {}), {} keys",
+            "PASS: {} entries, root {}, {} checkpoints (latest at size {}), {} keys{}",
             report.size,
             report.root,
             report.checkpoints,
             report
                 .latest_checkpoint_size
                 .map_or("none".into(), |s| s.to_string()),
-            report.keys
+            report.keys,
+            if key_given {
+                String::new()
+            } else {
+                format!(" (UNANCHORED: {SELF_KEY_CAVEAT})")
+            }
         );
     }
 }
