@@ -394,8 +394,33 @@ struct DemoTokens {
 /// The tenant whose token the demo prints and whose commands it suggests.
 const DEMO_TENANT: &str = "acme-ai";
 
+/// The labels of the tokens a demo run creates; a new run revokes the earlier runs' tokens of
+/// these labels, so "new for this run" is true: only the tokens printed last work.
+const DEMO_TOKEN_LABELS: [&str; 3] = [
+    "gpuledger demo",
+    "gpuledger demo auditor",
+    "gpuledger demo tenant",
+];
+
+/// How long a demo token works, should the demo be left running: a week.
+const DEMO_TOKEN_LIFETIME_SECONDS: i64 = 7 * 86_400;
+
+/// Revokes the active tokens that earlier demo runs created (by their labels); returns how
+/// many. Tokens made by hand (`gpuledger token create`, `POST /v1/tokens`) are left alone.
+fn revoke_earlier_demo_tokens(c: &mut store::DbConn) -> Result<usize, store::StoreError> {
+    let mut revoked = 0;
+    for t in access::list_tokens(c)? {
+        if t.revoked_at.is_none() && DEMO_TOKEN_LABELS.contains(&t.label.as_str()) {
+            access::revoke_token(c, &t.id)?;
+            revoked += 1;
+        }
+    }
+    Ok(revoked)
+}
+
 /// Creates the demo tenants' accounts (once) and new admin, auditor and tenant tokens for this
-/// run, then puts the demo prices, tenants and leases on the log (once); returns the tokens.
+/// run (revoking the earlier runs'), then puts the demo prices, tenants and leases on the log
+/// (once); returns the tokens.
 fn prepare_log(ledger: &Ledger) -> Result<DemoTokens, DemoError> {
     let tokens = ledger.with_account_writer(|c| {
         for (id, name, address) in TENANTS {
@@ -404,15 +429,18 @@ fn prepare_log(ledger: &Ledger) -> Result<DemoTokens, DemoError> {
                 access::create_tenant_with_address(c, id, name, &address)?;
             }
         }
-        let (_, admin) = access::create_token(c, access::ApiRole::Admin, None, "gpuledger demo")?;
-        let (_, auditor) =
-            access::create_token(c, access::ApiRole::Auditor, None, "gpuledger demo auditor")?;
-        let (_, tenant) = access::create_token(
-            c,
-            access::ApiRole::Tenant,
-            Some(DEMO_TENANT),
-            "gpuledger demo tenant",
-        )?;
+        let revoked = revoke_earlier_demo_tokens(c)?;
+        if revoked > 0 {
+            println!("revoked {revoked} token(s) printed by earlier demo runs");
+        }
+        let expires = Some(Timestamp::now().plus(DEMO_TOKEN_LIFETIME_SECONDS));
+        let [admin_label, auditor_label, tenant_label] = DEMO_TOKEN_LABELS;
+        let new = |c: &mut store::DbConn, role, tenant, label| {
+            access::create_token_expiring(c, role, tenant, label, expires).map(|(_, t)| t)
+        };
+        let admin = new(c, access::ApiRole::Admin, None, admin_label)?;
+        let auditor = new(c, access::ApiRole::Auditor, None, auditor_label)?;
+        let tenant = new(c, access::ApiRole::Tenant, Some(DEMO_TENANT), tenant_label)?;
         Ok(DemoTokens {
             admin,
             auditor,
@@ -571,7 +599,8 @@ fn market_config(base: &str, dir: &Path, interval_seconds: u64) -> MarketConfig 
 }
 
 /// Prints the console's address with a token for each role, then commands to try against the
-/// server at `base` (today's usage, an invoice for this hour once it has ended, proofs, a
+/// server at `base` (today's usage, an invoice from this run's start until the command runs,
+/// proofs against the latest checkpoint, a
 /// certificate checked offline with the log's verifier key `vkey` and a quorum of one
 /// cosignature of the demo's `witness`).
 fn print_try(
@@ -589,9 +618,10 @@ fn print_try(
     let today = now / 86_400 * 86_400;
     let from = Timestamp::from_unix(today).expect("in range");
     let to = from.plus(86_400);
-    // An invoice is for a period that has ended: this hour, once it is over.
-    let hour = Timestamp::from_unix(now / 3_600 * 3_600).expect("in range");
-    let hour_end = hour.plus(3_600);
+    // An invoice is for a period that has ended: from this run's start (whole minute) to the
+    // moment the command is run (`$(date …)`, evaluated then), so it works when first tried.
+    let run_start = Timestamp::from_unix(now / 60 * 60).expect("in range");
+    let until_now = "$(date -u +%Y-%m-%dT%H:%M:%SZ)";
     let _ = writeln!(out, "\nOpen the console in a browser: {base}/console/");
     let _ = writeln!(out, "  sign in as tenant {DEMO_TENANT}: {}", tokens.tenant);
     let _ = writeln!(out, "  sign in as auditor:         {}", tokens.auditor);
@@ -624,14 +654,25 @@ fn print_try(
         "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/entries?start=0&end=20'"
     );
     let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/invoices/preview?tenant=acme-ai&from={from}&to={to}'");
-    let _ = writeln!(out, "An invoice for this hour, once it has ended (after {hour_end}; an invoice is for a closed period):");
-    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{\"tenant\":\"acme-ai\",\"from\":\"{hour}\",\"to\":\"{hour_end}\"}}' {base}/v1/invoices");
-    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -o invoice.pdf {base}/v1/invoices/INV-000001/pdf   # after issuing it");
-    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/proofs/inclusion?index=10&size=100'");
-    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/proofs/consistency?from=10&to=100'");
-    let _ = writeln!(out, "A compute-usage certificate for acme-ai today, its evidence bundle, and the offline check:");
-    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{\"tenant\":\"acme-ai\",\"from\":\"{from}\",\"to\":\"{to}\"}}' -o cert.json {base}/v1/certificates");
-    let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" -o bundle.jsonl {base}/v1/certificates/$(sed 's/.*\"id\":\"\\([^\"]*\\)\".*/\\1/' cert.json)/bundle");
+    let _ = writeln!(out, "An invoice for acme-ai from this run's start until now (a period that has ended), its PDF and its offline check:");
+    let _ = writeln!(out, "  curl -sS -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d \"{{\\\"tenant\\\":\\\"acme-ai\\\",\\\"from\\\":\\\"{run_start}\\\",\\\"to\\\":\\\"{until_now}\\\"}}\" {base}/v1/invoices | tee invoice.json");
+    let _ = writeln!(
+        out,
+        "  N=$(sed 's/.*\"number\":\"\\([^\"]*\\)\".*/\\1/' invoice.json)   # its number, INV-…"
+    );
+    let _ = writeln!(out, "  curl -fsS -H \"Authorization: Bearer $TOKEN\" -o \"$N.pdf\" {base}/v1/invoices/$N/pdf        # also /json and /csv");
+    let _ = writeln!(out, "  curl -fsS -H \"Authorization: Bearer $TOKEN\" -o \"$N.bundle.jsonl\" {base}/v1/invoices/$N/bundle");
+    let _ = writeln!(out, "  cargo run -q --release -- verify --invoice invoice.json --bundle \"$N.bundle.jsonl\" --log-key '{vkey}' --witness '{wkey}'");
+    let _ = writeln!(
+        out,
+        "Proofs against the latest checkpoint (its second line is the tree size):"
+    );
+    let _ = writeln!(out, "  S=$(curl -fsS {base}/v1/checkpoint | sed -n 2p)");
+    let _ = writeln!(out, "  curl -sS -H \"Authorization: Bearer $TOKEN\" \"{base}/v1/proofs/inclusion?index=$((S - 1))&size=$S\"");
+    let _ = writeln!(out, "  curl -sS -H \"Authorization: Bearer $TOKEN\" \"{base}/v1/proofs/consistency?from=1&to=$S\"");
+    let _ = writeln!(out, "A compute-usage certificate for acme-ai from the start of today until now, its evidence bundle, and the offline check:");
+    let _ = writeln!(out, "  curl -sS -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d \"{{\\\"tenant\\\":\\\"acme-ai\\\",\\\"from\\\":\\\"{from}\\\",\\\"to\\\":\\\"{until_now}\\\"}}\" {base}/v1/certificates | tee cert.json");
+    let _ = writeln!(out, "  curl -fsS -H \"Authorization: Bearer $TOKEN\" -o bundle.jsonl {base}/v1/certificates/$(sed 's/.*\"id\":\"\\([^\"]*\\)\".*/\\1/' cert.json)/bundle");
     let _ = writeln!(out, "  cargo run -q --release -- verify --certificate cert.json --bundle bundle.jsonl --log-key '{vkey}' --witness '{wkey}' --quorum 1");
     let _ = writeln!(
         out,
@@ -679,5 +720,34 @@ fn progress_line(ledger: &Ledger, stop: &AtomicBool) {
             eprintln!("{line}");
             printed = Instant::now();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new demo run revokes the tokens of earlier runs (by their labels) and only those:
+    /// a token made by hand keeps working.
+    #[test]
+    fn a_new_run_revokes_the_earlier_runs_tokens_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("ledger.db").display());
+        store::init(&url, &keyfile::generate(), DEMO_ORIGIN).unwrap();
+        let mut c = store::connect(&url).unwrap();
+        let (_, by_hand) =
+            access::create_token(&mut c, access::ApiRole::Admin, None, "ops").unwrap();
+        let (_, earlier) =
+            access::create_token(&mut c, access::ApiRole::Admin, None, DEMO_TOKEN_LABELS[0])
+                .unwrap();
+        let (_, auditor) =
+            access::create_token(&mut c, access::ApiRole::Auditor, None, DEMO_TOKEN_LABELS[1])
+                .unwrap();
+        assert_eq!(revoke_earlier_demo_tokens(&mut c).unwrap(), 2);
+        let works = |c: &mut store::DbConn, t: &str| access::authenticate(c, t).unwrap().is_some();
+        assert!(works(&mut c, &by_hand));
+        assert!(!works(&mut c, &earlier) && !works(&mut c, &auditor));
+        // Nothing left to revoke: a second call changes nothing.
+        assert_eq!(revoke_earlier_demo_tokens(&mut c).unwrap(), 0);
     }
 }

@@ -562,12 +562,19 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
     // The demo's witness: its cosignature is on the certificate's checkpoint (quorum 1).
     let wkey = quoted("--witness");
     assert!(text.contains(&format!("witness vkey: {wkey}")), "{text}");
+    // The printed command's body is in double quotes (its `to` is `$(date …)`, the moment the
+    // command runs), so its inner quotes are escaped.
     let from_to = text
         .lines()
-        .find(|l| l.contains("/v1/certificates") && l.contains("\"from\""))
+        .find(|l| l.contains("/v1/certificates") && l.contains("\\\"from\\\""))
         .unwrap();
-    let field = |k: &str| from_to.split(&format!("\"{k}\":\"")).nth(1).unwrap()[..20].to_owned();
-    let body = serde_json::json!({"tenant": "acme-ai", "from": field("from"), "to": field("to")});
+    let field = |k: &str| from_to.split(&format!("\\\"{k}\\\":\\\"")).nth(1).unwrap();
+    assert!(
+        field("to").starts_with("$(date -u +%Y-%m-%dT%H:%M:%SZ)"),
+        "{from_to}"
+    );
+    let now = gpuledger::core::time::Timestamp::now().to_string();
+    let body = serde_json::json!({"tenant": "acme-ai", "from": &field("from")[..20], "to": now});
     let r = h.post("/v1/certificates", Some(&token), &body);
     assert_eq!(r.status, 201, "{}", r.lossy());
     let id = r.json()["id"].as_str().unwrap().to_owned();
