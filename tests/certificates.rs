@@ -818,6 +818,30 @@ fn both_verifiers_pass_the_services_artefacts_and_fail_a_tampered_one() {
         "bundle.ndjson",
     ];
     assert_verify_passes(d, &files, &key, "PASS: certificate CERT-000001 of acme");
+    // Without --witness, the PASS itself says that only the operator vouches for the history,
+    // in text and in JSON.
+    let verify = |extra: &[&str]| {
+        let out = common::bin()
+            .arg("verify")
+            .args(files)
+            .args(["--log-key", &key])
+            .args(extra)
+            .current_dir(d)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = verify(&[]);
+    assert!(
+        said.starts_with("PASS") && said.contains("only the log operator vouches"),
+        "{said}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&verify(&["--json"])).unwrap();
+    assert_eq!(
+        json["summary"]["witnesses"]["operator_alone"], true,
+        "{json}"
+    );
+    assert_eq!(json["summary"]["witnesses"]["required"], 0, "{json}");
     // The same certificate with its version-3 bundle, and the invoice's bundles in both formats.
     let v3 = [
         "--certificate",

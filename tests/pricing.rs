@@ -450,6 +450,26 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         .to_owned();
     let files = ["--invoice", "inv.json", "--bundle", "inv.bundle"];
     assert_verify_passes(dir.path(), &files, &vkey, "PASS: invoice");
+    // The answer of POST /v1/invoices (an array) holding that one invoice verifies too; an
+    // array of two is a usage error (exit 2) naming both numbers, not a FAIL of the evidence.
+    let one: serde_json::Value = serde_json::from_slice(&fetch("json")).unwrap();
+    let array = |n: usize| serde_json::Value::Array(vec![one.clone(); n]).to_string();
+    std::fs::write(dir.path().join("issued.json"), array(1)).unwrap();
+    let files = ["--invoice", "issued.json", "--bundle", "inv.bundle"];
+    assert_verify_passes(dir.path(), &files, &vkey, "PASS: invoice");
+    std::fs::write(dir.path().join("two.json"), array(2)).unwrap();
+    let out = common::bin()
+        .args(["verify", "--invoice", "two.json", "--bundle", "inv.bundle"])
+        .args(["--log-key", &vkey])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("array of 2 invoice(s)") && err.contains(&format!("{number}, {number}")),
+        "{err}"
+    );
     assert_eq!(
         h.call(
             "GET",
