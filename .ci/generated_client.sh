@@ -43,7 +43,7 @@ python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install -q --disable-pip-version-check "$work/client"
 
 cargo build --locked -q --bin gpuledger
-bin="$PWD/target/debug/gpuledger"
+bin="${CARGO_TARGET_DIR:-$PWD/target}/debug/gpuledger"
 "$bin" demo --fresh --dir "$work/demo" --listen 127.0.0.1:0 >"$work/demo.log" 2>&1 &
 pid=$!
 base=""

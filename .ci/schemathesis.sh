@@ -21,7 +21,7 @@ cleanup() {
 trap cleanup EXIT
 
 cargo build --locked -q --bin gpuledger
-bin="$PWD/target/debug/gpuledger"
+bin="${CARGO_TARGET_DIR:-$PWD/target}/debug/gpuledger"
 
 "$bin" demo --fresh --dir "$work/demo" --listen 127.0.0.1:0 >"$work/demo.log" 2>&1 &
 pid=$!
