@@ -542,7 +542,7 @@ both_backends!(every_endpoint, |db: &TestDb| {
     let r = h.delete(&format!("/v1/tokens/{tid}"), admin);
     assert_eq!((r.status, r.body.len()), (204, 0));
     h.get("/v1/tenants", Some(&secret))
-        .assert_problem(401, "unauthorized", "revoked token");
+        .assert_problem(401, "token_revoked", "revoked token");
     h.delete(&format!("/v1/tokens/{tid}"), admin)
         .assert_problem(404, "not_found", "revoking twice");
     let listed = h.get("/v1/tokens", admin).ok_json(200);
@@ -854,6 +854,8 @@ impl Access {
                 r.status,
                 r.body.len()
             )),
+            // Column 5 is a revoked token, which its holder is told (issue #23).
+            401 if col == 5 => r.problem(401, "token_revoked").map(drop),
             401 => r.problem(401, "unauthorized").map(drop),
             403 => r.problem(403, "forbidden").map(drop),
             404 => r.problem(404, "not_found").map(drop),
