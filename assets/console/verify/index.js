@@ -39,9 +39,8 @@
 //
 // NOT checked here (the offline verifier, `gpuledger verify`, does; every verdict on evidence
 // says so, lib/trust.js `showResult`):
-// - the field rules of §5 for kinds other than gpu_usage, energy, signer_key_registered,
-//   signer_key_revoked, region_params, tenant_registered, lease_registered and log_policy
-//   (their bodies must be objects; only the members the rules above use are read);
+// - the field rules of §5 for volume_tiers (its body must be an object; only the members the
+//   prices-forward rule uses are read); every other kind's are checked (leaf.js);
 // - invoices (the recomputation of docs/RATING.md).
 // And whatever it checks, code served by the log's own server cannot protect against that
 // server: docs/CONSOLE.md says how to run it from a copy you trust (offline.html).

@@ -2,11 +2,12 @@
 // the fields this verifier uses), with the signed message of §4.1.
 //
 // What is checked of a body: for `gpu_usage`, `energy`, `signer_key_registered`,
-// `signer_key_revoked`, `region_params`, `tenant_registered`, `lease_registered` and
-// `log_policy`, every member's presence and form, no other
+// `signer_key_revoked`, `region_params`, `tenant_registered`, `lease_registered`,
+// `log_policy`, `spot_price`, `rate_card`, `tenant_plan`, `invoice_issued`,
+// `certificate_issued`, `payment` and `credit_note`, every member's presence and form, no other
 // member, and the rules the certificate's sums and the key registry rely on (gpu_seconds =
 // gpu_count × duration, interval limits, the key id and §3.1 validity of a registered key).
-// Every other kind's body must be an object; its fields are not checked here (they are by
+// `volume_tiers` bodies must be objects; their fields are not checked here (they are by
 // `gpuledger verify`; see the module docs of index.js).
 
 import { b64decode, canonicalize, parseStrict, utf8 } from './jcs.js';
@@ -26,6 +27,12 @@ export const MAX_KWH_PER_RECORD = Dec.int(100000);
 export const POLICY_RECORD_AGE_SECONDS = [3600, 365 * 86400];
 /** Bounds of `log_policy.max_future_skew_seconds` (§6.7): 0 to 1 hour. */
 export const POLICY_FUTURE_SKEW_SECONDS = [0, 3600];
+/** Identifiers no body may name (§2.3). */
+export const RESERVED_IDS = new Set(['ledger']);
+/** `MAX_PRICE_PER_GPU_HOUR` (§5). */
+export const MAX_PRICE_PER_GPU_HOUR = Dec.int(1000000);
+/** `MAX_MONEY_AMOUNT` (§5). */
+export const MAX_MONEY_AMOUNT = Dec.int(1000000000000);
 /** The lease classes (§5). */
 export const LEASE_CLASSES = new Set(['on_demand', 'reserved', 'spot']);
 /** `prev` of entry 0: base64 of 32 zero bytes (§7). */
@@ -94,15 +101,35 @@ const check = (ok, m) => {
   if (!ok) throw new LeafError(m);
 };
 const id = (v, f) => check(typeof v === 'string' && ID.test(v), `${f} is not an identifier`);
+/** An identifier a body names (§2.3): not one reserved for the ledger itself. */
+const bodyId = (v, f) => {
+  id(v, f);
+  check(!RESERVED_IDS.has(v), `${f} ${JSON.stringify(v)} is reserved for the ledger itself`);
+};
 const ts = (v, f) => check(timestampSeconds(v) !== null, `${f} is not a timestamp`);
 function dec(v, f) {
   const d = Dec.parseCanonical(v);
   check(d !== null, `${f} is not a canonical decimal`);
   return d;
 }
+function quantity(v, max, f) {
+  const d = dec(v, f);
+  check(d.cmp(max) <= 0, `quantity_out_of_range: ${f} is above the limit`);
+  return d;
+}
+const currency = (v, f) => check(typeof v === 'string' && /^[A-Z]{3}$/.test(v), `${f} is not an ISO 4217 code`);
+const sha256Hex = (v, f) => check(typeof v === 'string' && /^[0-9a-f]{64}$/.test(v), `${f} must be 64 lower-case hex digits`);
+const size = (v, f) => check(Number.isSafeInteger(v) && v >= 0, `${f} is not a size`);
+/** A money amount (§5): digits with at most 4 after the point, trailing zeros kept, at most MAX_MONEY_AMOUNT. */
+function money(v, f) {
+  check(typeof v === 'string' && v.length <= 24 && /^(0|[1-9][0-9]*)(\.[0-9]{1,4})?$/.test(v), `${f} is not an amount (digits, at most 4 after the point)`);
+  const d = Dec.parse(v);
+  check(d.cmp(MAX_MONEY_AMOUNT) <= 0, `quantity_out_of_range: ${f} is above ${MAX_MONEY_AMOUNT}`);
+  return d;
+}
 function idList(v, f, max) {
   check(Array.isArray(v) && v.length >= 1 && v.length <= max, `${f} must hold 1 to ${max} identifiers`);
-  v.forEach((x, k) => id(x, `${f}[${k}]`));
+  v.forEach((x, k) => bodyId(x, `${f}[${k}]`));
   for (let k = 1; k < v.length; k++) check(v[k - 1] < v[k], `${f} is not strictly increasing`);
 }
 function interval(b) {
@@ -119,11 +146,11 @@ async function checkBody(kind, b) {
   switch (kind) {
     case 'gpu_usage': {
       members(b, 'body', ['tenant', 'region', 'node', 'gpu_model', 'gpu_count', 'start', 'end', 'gpu_seconds'], ['lease']);
-      id(b.tenant, 'body.tenant');
-      if ('lease' in b) id(b.lease, 'body.lease');
-      id(b.region, 'body.region');
-      id(b.node, 'body.node');
-      id(b.gpu_model, 'body.gpu_model');
+      bodyId(b.tenant, 'body.tenant');
+      if ('lease' in b) bodyId(b.lease, 'body.lease');
+      bodyId(b.region, 'body.region');
+      bodyId(b.node, 'body.node');
+      bodyId(b.gpu_model, 'body.gpu_model');
       const count = dec(b.gpu_count, 'body.gpu_count');
       check(count.cmp(Dec.zero()) > 0 && count.cmp(MAX_GPU_COUNT) <= 0, 'body.gpu_count is out of range');
       const secs = interval(b);
@@ -133,9 +160,9 @@ async function checkBody(kind, b) {
     }
     case 'energy': {
       members(b, 'body', ['region', 'node', 'start', 'end', 'kwh'], ['tenant']);
-      if ('tenant' in b) id(b.tenant, 'body.tenant');
-      id(b.region, 'body.region');
-      id(b.node, 'body.node');
+      if ('tenant' in b) bodyId(b.tenant, 'body.tenant');
+      bodyId(b.region, 'body.region');
+      bodyId(b.node, 'body.node');
       interval(b);
       const kwh = dec(b.kwh, 'body.kwh');
       check(kwh.cmp(MAX_KWH_PER_RECORD) <= 0, 'body.kwh is out of range');
@@ -143,7 +170,7 @@ async function checkBody(kind, b) {
     }
     case 'signer_key_registered': {
       members(b, 'body', ['signer', 'role', 'key_id', 'public_key', 'regions'], ['nodes']);
-      id(b.signer, 'body.signer');
+      bodyId(b.signer, 'body.signer');
       check(b.role === 'node' || b.role === 'market', 'body.role is not node or market');
       const pk = b64decode(b.public_key);
       check(pk !== null && pk.length === 32, 'body.public_key is not base64 of 32 bytes');
@@ -161,27 +188,27 @@ async function checkBody(kind, b) {
     }
     case 'signer_key_revoked':
       members(b, 'body', ['signer', 'key_id'], ['reason']);
-      id(b.signer, 'body.signer');
+      bodyId(b.signer, 'body.signer');
       check(typeof b.key_id === 'string' && /^[0-9a-f]{16}$/.test(b.key_id), 'body.key_id is not a key id');
       if ('reason' in b) check(typeof b.reason === 'string', 'body.reason is not a string');
       return;
     case 'region_params':
       members(b, 'body', ['region', 'currency', 'electricity_price_per_kwh', 'pue', 'carbon_g_per_kwh', 'effective_from']);
-      id(b.region, 'body.region');
+      bodyId(b.region, 'body.region');
       check(typeof b.currency === 'string' && /^[A-Z]{3}$/.test(b.currency), 'body.currency is not an ISO 4217 code');
-      dec(b.electricity_price_per_kwh, 'body.electricity_price_per_kwh');
-      dec(b.pue, 'body.pue');
-      dec(b.carbon_g_per_kwh, 'body.carbon_g_per_kwh');
+      quantity(b.electricity_price_per_kwh, Dec.int(1000), 'body.electricity_price_per_kwh');
+      check(quantity(b.pue, Dec.int(5), 'body.pue').cmp(Dec.int(1)) >= 0, 'quantity_out_of_range: body.pue must be at least 1');
+      quantity(b.carbon_g_per_kwh, Dec.int(5000), 'body.carbon_g_per_kwh');
       ts(b.effective_from, 'body.effective_from');
       return;
     case 'tenant_registered':
       members(b, 'body', ['tenant']);
-      id(b.tenant, 'body.tenant');
+      bodyId(b.tenant, 'body.tenant');
       return;
     case 'lease_registered':
       members(b, 'body', ['lease', 'tenant', 'class']);
-      id(b.lease, 'body.lease');
-      id(b.tenant, 'body.tenant');
+      bodyId(b.lease, 'body.lease');
+      bodyId(b.tenant, 'body.tenant');
       check(LEASE_CLASSES.has(b.class), 'body.class must be on_demand, reserved or spot');
       return;
     case 'log_policy': {
@@ -191,6 +218,64 @@ async function checkBody(kind, b) {
         check(Number.isSafeInteger(v) && v >= lo && v <= hi, `quantity_out_of_range: ${f} must be between ${lo} and ${hi}`);
       within(b.max_record_age_seconds, POLICY_RECORD_AGE_SECONDS, 'body.max_record_age_seconds');
       within(b.max_future_skew_seconds, POLICY_FUTURE_SKEW_SECONDS, 'body.max_future_skew_seconds');
+      return;
+    }
+    case 'spot_price':
+      members(b, 'body', ['region', 'gpu_model', 'price_per_gpu_hour', 'currency', 'effective_from']);
+      bodyId(b.region, 'body.region');
+      bodyId(b.gpu_model, 'body.gpu_model');
+      quantity(b.price_per_gpu_hour, MAX_PRICE_PER_GPU_HOUR, 'body.price_per_gpu_hour');
+      currency(b.currency, 'body.currency');
+      ts(b.effective_from, 'body.effective_from');
+      return;
+    case 'rate_card':
+      members(b, 'body', ['region', 'gpu_model', 'lease_class', 'currency', 'price_per_gpu_hour', 'effective_from']);
+      check(b.lease_class === 'on_demand' || b.lease_class === 'reserved', 'body.lease_class must be on_demand or reserved');
+      bodyId(b.region, 'body.region');
+      bodyId(b.gpu_model, 'body.gpu_model');
+      currency(b.currency, 'body.currency');
+      quantity(b.price_per_gpu_hour, MAX_PRICE_PER_GPU_HOUR, 'body.price_per_gpu_hour');
+      ts(b.effective_from, 'body.effective_from');
+      return;
+    case 'tenant_plan':
+      members(b, 'body', ['tenant', 'plan', 'effective_from']);
+      bodyId(b.tenant, 'body.tenant');
+      bodyId(b.plan, 'body.plan');
+      ts(b.effective_from, 'body.effective_from');
+      return;
+    case 'invoice_issued':
+      members(b, 'body', ['number', 'tenant', 'period_from', 'period_to', 'currency', 'total', 'checkpoint_size', 'invoice_sha256']);
+      sha256Hex(b.invoice_sha256, 'body.invoice_sha256');
+      bodyId(b.number, 'body.number');
+      bodyId(b.tenant, 'body.tenant');
+      ts(b.period_from, 'body.period_from');
+      ts(b.period_to, 'body.period_to');
+      currency(b.currency, 'body.currency');
+      money(b.total, 'body.total');
+      size(b.checkpoint_size, 'body.checkpoint_size');
+      return;
+    case 'certificate_issued':
+      members(b, 'body', ['id', 'tenant', 'period_from', 'period_to', 'checkpoint_size', 'certificate_sha256']);
+      sha256Hex(b.certificate_sha256, 'body.certificate_sha256');
+      check(typeof b.id === 'string' && /^CERT-[0-9]{6,20}$/.test(b.id), 'body.id must be CERT- and six or more digits');
+      ts(b.period_from, 'body.period_from');
+      ts(b.period_to, 'body.period_to');
+      check(timestampSeconds(b.period_from) < timestampSeconds(b.period_to), 'empty_interval: body.period_to must be after period_from');
+      bodyId(b.tenant, 'body.tenant');
+      size(b.checkpoint_size, 'body.checkpoint_size');
+      return;
+    case 'payment':
+    case 'credit_note': {
+      members(b, 'body', ['tenant', 'invoice', 'currency', 'amount'], ['note']);
+      const amount = money(b.amount, 'body.amount');
+      check(amount.cmp(Dec.zero()) > 0, 'quantity_out_of_range: body.amount must be above 0');
+      if ('note' in b) {
+        check(typeof b.note === 'string', 'body.note is not a string');
+        check(utf8(b.note).length <= 500 && !/[\u0000-\u001f\u007f-\u009f]/u.test(b.note), 'body.note: at most 500 bytes without control characters');
+      }
+      bodyId(b.tenant, 'body.tenant');
+      bodyId(b.invoice, 'body.invoice');
+      currency(b.currency, 'body.currency');
       return;
     }
     default:

@@ -465,6 +465,41 @@ for (const [name, edit, expected] of [
   });
 }
 
+for (const [name, edit] of [
+  ['a rate card for the spot class', (b) => { b.lease_class = 'spot'; }],
+  ['a rate card price that is not a canonical decimal', (b) => { b.price_per_gpu_hour = `${b.price_per_gpu_hour}0`; }],
+  ['a rate card with a member more', (b) => { b.note = 'x'; }],
+  ['a rate card in a currency that is not ISO 4217', (b) => { b.currency = 'cny'; }],
+]) {
+  await test(`v3 invoice bundle, checkpoint re-signed: ${name} → leaf_invalid`, async () => {
+    const text = read(path.join(fixtures, 'invoice_bundle.v3.ndjson'));
+    const { bundle } = await resealed(async (l) => {
+      const card = entryOf(l, 'rate_card');
+      edit(card.leafObject.envelope.body);
+      await resignLedgerEntry(card);
+    }, text);
+    await bundleCase(bundle, 'leaf_invalid');
+  });
+}
+
+await test('v3, re-signed: region parameters with a PUE below 1 → leaf_invalid', async () => {
+  const { bundle, certificate } = await resealed(async (l) => {
+    const r = entryOf(l, 'region_params');
+    r.leafObject.envelope.body.pue = '0.9';
+    await resignLedgerEntry(r);
+  });
+  await certificateCase(certificate, bundle, 'leaf_invalid');
+});
+
+await test('v3, re-signed: a tenant registered under the reserved id "ledger" → leaf_invalid', async () => {
+  const { bundle, certificate } = await resealed(async (l) => {
+    const t = entryOf(l, 'tenant_registered');
+    t.leafObject.envelope.body.tenant = 'ledger';
+    await resignLedgerEntry(t);
+  });
+  await certificateCase(certificate, bundle, 'leaf_invalid');
+});
+
 await test('v3 invoice bundle, checkpoint re-signed: a rate card that does not move its series forward → price_not_forward', async () => {
   const text = read(path.join(fixtures, 'invoice_bundle.v3.ndjson'));
   const { bundle } = await resealed(async (l) => {
