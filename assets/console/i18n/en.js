@@ -291,7 +291,7 @@ export default {
   "stepname_consistency_proof": "consistency proof",
   "stepname_entries": "entries",
   "trust_bad_saved_key": "The verifier key you pasted in \"Which keys the checks trust\" is not a verifier key (name+keyid+base64): fix or clear it. Nothing was checked.",
-  "verify_not_checked": "Not checked in the browser: the field-by-field rules of §5 for volume tiers (only the members the rules above use are read), and invoice amounts. `gpuledger-verify` checks them.",
+  "verify_not_checked": "Not checked in the browser: invoice amounts (an invoice's lines are not recomputed from the bundle). `gpuledger-verify --invoice` checks them.",
   "verify_code_caveat": "The checking code is itself served by this server, so it cannot protect you against this server: for evidence you rely on, run `gpuledger-verify` on the downloaded files, or the offline page from a copy of the console's files you trust (docs/CONSOLE.md).",
   "from_utc": "From (UTC)",
   "to_exclusive_utc": "To, not included (UTC)",

@@ -291,7 +291,7 @@ export default {
   "stepname_consistency_proof": "一致性证明",
   "stepname_entries": "条目",
   "trust_bad_saved_key": "您在“检查信任哪些密钥”中粘贴的验证密钥格式不正确（名称+密钥ID+base64）：请修正或清除。未进行任何检查。",
-  "verify_not_checked": "浏览器中未检查：阶梯价条目的 §5 逐字段规则（只读取上述规则用到的成员），以及发票金额。`gpuledger-verify` 会检查这些内容。",
+  "verify_not_checked": "浏览器中未检查：账单金额（不会根据证据包重新计算账单明细）。`gpuledger-verify --invoice` 会检查这些内容。",
   "verify_code_caveat": "执行检查的代码本身也由本服务器提供，因此无法防范本服务器本身：对于您要依赖的证据，请在下载的文件上运行 `gpuledger-verify`，或使用您信任的控制台文件副本中的离线检查页面（参见 docs/CONSOLE.md）。",
   "from_utc": "开始（UTC）",
   "to_exclusive_utc": "结束，不含（UTC）",

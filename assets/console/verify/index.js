@@ -31,6 +31,7 @@
 // - the certificate's arithmetic: each record the tenant's, in the period and scope, the
 //   covered-entries commitment (§13.3), and every line and total recomputed exactly (§13.2).
 //
+// - the field rules of §5 of every kind (leaf.js);
 // - the admission rules of §6.7 beyond the key registry, at each entry's position against the
 //   context (admission.js): tenants and leases registered (`unknown_tenant`, `unknown_lease`,
 //   `lease_tenant_mismatch`, `already_registered`), the time rules under the log policy in
@@ -39,8 +40,6 @@
 //
 // NOT checked here (the offline verifier, `gpuledger verify`, does; every verdict on evidence
 // says so, lib/trust.js `showResult`):
-// - the field rules of §5 for volume_tiers (its body must be an object; only the members the
-//   prices-forward rule uses are read); every other kind's are checked (leaf.js);
 // - invoices (the recomputation of docs/RATING.md).
 // And whatever it checks, code served by the log's own server cannot protect against that
 // server: docs/CONSOLE.md says how to run it from a copy you trust (offline.html).

@@ -1,14 +1,12 @@
-// Leaves (docs/PROTOCOL.md §7) and the envelope checks that need no registry (§4, and of §5
-// the fields this verifier uses), with the signed message of §4.1.
+// Leaves (docs/PROTOCOL.md §7) and the envelope checks that need no registry (§4, and the
+// field rules of §5), with the signed message of §4.1.
 //
-// What is checked of a body: for `gpu_usage`, `energy`, `signer_key_registered`,
-// `signer_key_revoked`, `region_params`, `tenant_registered`, `lease_registered`,
-// `log_policy`, `spot_price`, `rate_card`, `tenant_plan`, `invoice_issued`,
-// `certificate_issued`, `payment` and `credit_note`, every member's presence and form, no other
-// member, and the rules the certificate's sums and the key registry rely on (gpu_seconds =
-// gpu_count × duration, interval limits, the key id and §3.1 validity of a registered key).
-// `volume_tiers` bodies must be objects; their fields are not checked here (they are by
-// `gpuledger verify`; see the module docs of index.js).
+// Every kind's body is checked as `gpuledger verify` checks it (crates/core/src/record.rs):
+// every member's presence and form and no other member, identifiers (not the reserved
+// `ledger`), timestamps, canonical decimals within their limits, money amounts, currencies,
+// and the rules the certificate's sums and the key registry rely on (gpu_seconds = gpu_count ×
+// duration, interval limits, the key id and §3.1 validity of a registered key). Any failure
+// here is `leaf_invalid`.
 
 import { b64decode, canonicalize, parseStrict, utf8 } from './jcs.js';
 import { Dec } from './decimal.js';
@@ -33,6 +31,10 @@ export const RESERVED_IDS = new Set(['ledger']);
 export const MAX_PRICE_PER_GPU_HOUR = Dec.int(1000000);
 /** `MAX_MONEY_AMOUNT` (§5). */
 export const MAX_MONEY_AMOUNT = Dec.int(1000000000000);
+/** `MAX_VOLUME_TIERS` (§5). */
+export const MAX_VOLUME_TIERS = 16;
+/** `MAX_TIER_BOUND_GPU_HOURS` (§5). */
+export const MAX_TIER_BOUND_GPU_HOURS = Dec.int(1000000000);
 /** The lease classes (§5). */
 export const LEASE_CLASSES = new Set(['on_demand', 'reserved', 'spot']);
 /** `prev` of entry 0: base64 of 32 zero bytes (§7). */
@@ -237,6 +239,33 @@ async function checkBody(kind, b) {
       quantity(b.price_per_gpu_hour, MAX_PRICE_PER_GPU_HOUR, 'body.price_per_gpu_hour');
       ts(b.effective_from, 'body.effective_from');
       return;
+    case 'volume_tiers': {
+      members(b, 'body', ['plan', 'region', 'gpu_model', 'lease_class', 'currency', 'tiers', 'effective_from']);
+      bodyId(b.plan, 'body.plan');
+      bodyId(b.region, 'body.region');
+      bodyId(b.gpu_model, 'body.gpu_model');
+      check(b.lease_class === 'on_demand' || b.lease_class === 'reserved', 'body.lease_class must be on_demand or reserved');
+      currency(b.currency, 'body.currency');
+      // 1 to MAX_VOLUME_TIERS tiers; bounds strictly increasing; only the last tier open.
+      check(Array.isArray(b.tiers) && b.tiers.length >= 1 && b.tiers.length <= MAX_VOLUME_TIERS, `body.tiers must hold 1 to ${MAX_VOLUME_TIERS} tiers`);
+      let below = Dec.zero();
+      b.tiers.forEach((tier, i) => {
+        const f = `body.tiers[${i}]`;
+        members(tier, f, ['price_per_gpu_hour'], ['up_to_gpu_hours']);
+        const last = i === b.tiers.length - 1;
+        if (last) {
+          check(!('up_to_gpu_hours' in tier), `${f}.up_to_gpu_hours must be absent: the last tier is open`);
+        } else {
+          check('up_to_gpu_hours' in tier, `${f}.up_to_gpu_hours is required on every tier but the last`);
+          const bound = quantity(tier.up_to_gpu_hours, MAX_TIER_BOUND_GPU_HOURS, `${f}.up_to_gpu_hours`);
+          check(bound.cmp(below) > 0, `${f}.up_to_gpu_hours: bounds must increase strictly`);
+          below = bound;
+        }
+        quantity(tier.price_per_gpu_hour, MAX_PRICE_PER_GPU_HOUR, `${f}.price_per_gpu_hour`);
+      });
+      ts(b.effective_from, 'body.effective_from');
+      return;
+    }
     case 'tenant_plan':
       members(b, 'body', ['tenant', 'plan', 'effective_from']);
       bodyId(b.tenant, 'body.tenant');

@@ -491,6 +491,28 @@ await test('v3, re-signed: region parameters with a PUE below 1 → leaf_invalid
   await certificateCase(certificate, bundle, 'leaf_invalid');
 });
 
+const asVolumeTiers = (tiers) => (card) => {
+  const b = card.leafObject.envelope.body;
+  card.leafObject.envelope.kind = 'volume_tiers';
+  card.leafObject.envelope.body = { plan: 'standard', region: b.region, gpu_model: b.gpu_model, lease_class: 'on_demand', currency: b.currency, tiers, effective_from: b.effective_from };
+};
+for (const [name, tiers, expected] of [
+  ['well-formed volume tiers', [{ up_to_gpu_hours: '100', price_per_gpu_hour: '2' }, { price_per_gpu_hour: '1.5' }], 'PASS'],
+  ['volume tiers whose bounds do not increase', [{ up_to_gpu_hours: '100', price_per_gpu_hour: '2' }, { up_to_gpu_hours: '100', price_per_gpu_hour: '1.8' }, { price_per_gpu_hour: '1.5' }], 'leaf_invalid'],
+  ['volume tiers whose last tier has a bound', [{ up_to_gpu_hours: '100', price_per_gpu_hour: '2' }], 'leaf_invalid'],
+  ['volume tiers with no tier', [], 'leaf_invalid'],
+]) {
+  await test(`v3 invoice bundle, re-signed: a rate card turned into ${name} → ${expected}`, async () => {
+    const text = read(path.join(fixtures, 'invoice_bundle.v3.ndjson'));
+    const { bundle } = await resealed(async (l) => {
+      const card = entryOf(l, 'rate_card');
+      asVolumeTiers(tiers)(card);
+      await resignLedgerEntry(card);
+    }, text);
+    await bundleCase(bundle, expected);
+  });
+}
+
 await test('v3, re-signed: a tenant registered under the reserved id "ledger" → leaf_invalid', async () => {
   const { bundle, certificate } = await resealed(async (l) => {
     const t = entryOf(l, 'tenant_registered');
