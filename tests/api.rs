@@ -1496,6 +1496,7 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         admin_post("revoke: reason with ALM",        &format!("/v1/signers/node-1/keys/{}/revoke", key_id(&k)), json!({"reason": "rotated\u{061C}"}), Field(400, "invalid_parameter", "reason")),
         admin_post("tenant: duplicate",              "/v1/tenants", json!({"id": "tenant-a", "name": "n"}), Problem(409, "conflict")),
         admin_post("invoice: period not ended",      "/v1/invoices", json!({"tenant": "tenant-a", "from": "2099-01-01T00:00:00Z", "to": "2099-01-02T00:00:00Z"}), Problem(422, "period_not_ended")),
+        admin_post("certificate: period not ended",  "/v1/certificates", json!({"tenant": "tenant-a", "from": "2099-01-01T00:00:00Z", "to": "2099-01-02T00:00:00Z"}), Problem(422, "period_not_ended")),
         admin_post("signer: unknown role",           "/v1/signers", json!({"id": "n2", "role": "boss", "public_key": public(&sample::key("n2"))}), Problem(400, "invalid_parameter")),
         admin_post("signer: key not base64",         "/v1/signers", json!({"id": "n3", "role": "node", "public_key": "not a key"}), Problem(400, "refused")),
         admin_post("signer: weak key",               "/v1/signers", json!({"id": "n4", "role": "node", "public_key": BASE64_STANDARD.encode([0u8; 32])}), Problem(400, "refused")),
@@ -1953,6 +1954,21 @@ fn docs_are_locked_down_and_still_work() {
     assert!(b
         .try_find(".info .title")
         .is_some_and(|t| b.text(&t).contains("gpuledger")));
+    // The one inline style Swagger UI renders (its logo's colours) is allowed by its hash:
+    // refused, the logo would be black.
+    let fill = b.execute(
+        "const e = document.querySelector('.logo_small_svg__cls-3');
+         return e ? getComputedStyle(e).fill : 'no logo';",
+        json!([]),
+    );
+    assert_eq!(
+        fill,
+        json!("rgb(133, 234, 45)"),
+        "Swagger UI's logo style was refused"
+    );
+    let csp = gpuledger::api::ops::DOCS_CONTENT_SECURITY_POLICY;
+    assert!(csp.contains(gpuledger::api::ops::DOCS_LOGO_STYLE_SHA256));
+    assert!(!csp.contains("unsafe"), "{csp}");
     // Open an operation and its "Try it out" form: no violation on the way.
     b.click(&op);
     let try_it = b.wait_for("Try it out", || b.try_find(".try-out__btn"));

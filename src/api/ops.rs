@@ -143,15 +143,22 @@ fn docs_page() -> HttpResponse {
 
 /// The Content-Security-Policy of the API reference and its files. The page is served on the
 /// console's origin, so it may do no more than Swagger UI needs: its scripts and style sheets
-/// from this origin only (the page has no inline script or style element; its settings are
-/// the file `swagger-initializer.js`), style attributes that Swagger UI's components set
-/// (`'unsafe-inline'` for styles only: no script runs from them), the `data:` SVG icons of its
-/// style sheet, requests to this origin only (the document and "Try it out"), no plugins, no
-/// `<base>`, no form posts and no framing.
+/// from this origin only (the page has no inline script; its settings are the file
+/// `swagger-initializer.js`), one inline style element allowed by its hash (the `<style>` of
+/// the Swagger logo SVG that Swagger UI renders, [`DOCS_LOGO_STYLE_SHA256`]), the `data:` SVG
+/// icons of its style sheet, requests to this origin only (the document and "Try it out"), no
+/// plugins, no `<base>`, no form posts and no framing. Style attributes in markup (as opposed
+/// to styles its scripts set) stay refused.
 pub const DOCS_CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
-     style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self'; \
-     connect-src 'self'; manifest-src 'self'; object-src 'none'; base-uri 'none'; \
-     form-action 'none'; frame-ancestors 'none'";
+     style-src 'self' 'sha256-RL3ie0nH+Lzz2YNqQN83mnU0J1ot4QL7b99vMdIX99w='; \
+     img-src 'self' data:; font-src 'self'; connect-src 'self'; manifest-src 'self'; \
+     object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// SHA-256 (base64) of the one inline style element Swagger UI renders, the colours of its
+/// logo: `.logo_small_svg__cls-2{fill:#fff}.logo_small_svg__cls-3{fill:#85ea2d}…` in the
+/// vendored Swagger UI 5 of utoipa-swagger-ui 9. A new Swagger UI may change it: the browser
+/// test in tests/api.rs (`docs_are_locked_down_and_still_work`) checks the logo is coloured.
+pub const DOCS_LOGO_STYLE_SHA256: &str = "RL3ie0nH+Lzz2YNqQN83mnU0J1ot4QL7b99vMdIX99w=";
 
 /// The security headers of every `/docs` answer: [`DOCS_CONTENT_SECURITY_POLICY`], no
 /// framing (`X-Frame-Options` for browsers without `frame-ancestors`), no content sniffing,
