@@ -216,7 +216,8 @@ class Registry {
     const item = `entry ${index}`;
     if (LEDGER_KINDS.has(e.kind)) {
       if (e.signer !== 'ledger') throw new Failure('key_not_allowed', item, `a ${e.kind} entry is signed by the ledger, not ${e.signer}`);
-      if (e.keyId !== this.logKeyId) throw new Failure('unknown_key', item, `key ${e.keyId} is not the log key ${this.logKeyId}`);
+      // As admission.rs has it: a ledger kind under any other key is a key not allowed to sign it.
+      if (e.keyId !== this.logKeyId) throw new Failure('key_not_allowed', item, `a ${e.kind} entry is signed by the log key ${this.logKeyId} only, not ${e.keyId}`);
       return this.logKey;
     }
     const k = this.keys.get(e.keyId);
@@ -224,10 +225,11 @@ class Registry {
       throw new Failure('unknown_key', item, `key ${e.keyId} of ${e.signer} is not registered before entry ${index} in the bundle's context`);
     }
     if (k.signer !== e.signer) throw new Failure('key_not_allowed', item, `key ${e.keyId} is registered to ${k.signer}, not ${e.signer}`);
+    // The order of admission.rs's check_key: signer, role, then revocation.
+    if (!ROLE_KINDS[k.role]?.has(e.kind)) throw new Failure('key_not_allowed', item, `a ${k.role} key may not sign ${e.kind}`);
     if (k.revokedAt !== undefined && k.revokedAt < index) {
       throw new Failure('key_revoked', item, `key ${e.keyId} was revoked at entry ${k.revokedAt}`);
     }
-    if (!ROLE_KINDS[k.role]?.has(e.kind)) throw new Failure('key_not_allowed', item, `a ${k.role} key may not sign ${e.kind}`);
     if ('node' in e.body && k.nodes && !k.nodes.includes(e.body.node)) {
       throw new Failure('node_not_allowed', item, `node ${e.body.node} is outside key ${e.keyId}'s scope`);
     }

@@ -278,6 +278,7 @@ const CASES = [
   ['gpu_seconds that is not gpu_count × duration', 'both', (l) => { firstUsage(l).leafObject.envelope.body.gpu_seconds = '1'; }, 'leaf_invalid'],
   ['a record signed under an unregistered key id', 'both', (l) => { firstUsage(l).leafObject.envelope.key_id = '0000000000000000'; }, 'unknown_key'],
   ['a record of a node outside its key\'s scope', 'both', (l) => { firstUsage(l).leafObject.envelope.body.node = 'node-9'; }, 'node_not_allowed'],
+  ['a ledger entry under another key id', 'both', (l) => { entryLines(l)[0].leafObject.envelope.key_id = '0000000000000000'; }, 'key_not_allowed'],
   ['a ledger entry signed by another signer', 'both', (l) => { entryLines(l)[0].leafObject.envelope.signer = 'node-1'; }, 'key_not_allowed'],
   ['the registered key of the records\' signer changed', 'both', (l) => {
     const reg = entryLines(l).find((o) => o.leafObject.envelope.kind === 'signer_key_registered');
@@ -290,7 +291,7 @@ const CASES = [
 const LEAF_EDITS = new Set([
   'a signed field of a record leaf changed', "a record's tenant changed", 'a record whose prev is not the entry before',
   'gpu_seconds that is not gpu_count × duration', 'a record signed under an unregistered key id',
-  "a record of a node outside its key's scope", 'a ledger entry signed by another signer',
+  "a record of a node outside its key's scope", 'a ledger entry signed by another signer', 'a ledger entry under another key id',
   "the registered key of the records' signer changed",
 ]);
 for (const [name, formats, edit, expectedV3] of CASES) {
