@@ -7,65 +7,123 @@
 //! invoices issued before it); CSV and PDF render the version 2 view of either
 //! ([`InvoiceDoc::view`]).
 //!
-//! Pure: no I/O and no clock. The PDF's dates are the invoice's `issued_at` (and, for the
-//! payments block, the `as_of` of the account it is given); only its trailer `/ID` (which
-//! printpdf draws at random) differs between two renderings.
+//! Pure: no I/O and no clock. A PDF is a function of the invoice document and its
+//! [`PdfNotes`] (language, payment instructions, the buyer's tax id, links): every download of
+//! an issued invoice with the same settings is the same bytes. Its dates are the invoice's own
+//! (the document's creation date is `issued_at`), its trailer `/ID` is derived from the
+//! invoice's SHA-256, and its font resources have fixed names. Payments and the balance, which
+//! change, are not on it: they are the invoice's account (`GET /v1/invoices/{number}/account`).
 //!
-//! The PDF writes all its text as real text objects (so it can be searched, copied and
-//! extracted) and runs onto as many A4 pages as the lines need. Printable ASCII is set in the
-//! built-in Helvetica faces; any other text (Chinese names and addresses) in Droid Sans
-//! Fallback (assets/fonts/, Apache-2.0), embedded as a subset of the glyphs drawn, with a
-//! ToUnicode CMap so it extracts back. A character that font lacks becomes `?`.
+//! Labels and dates are in English or Simplified Chinese ([`Lang`]); dates as people write them
+//! ("1 December 2026", "2026年12月1日"), in UTC, with the time of day only where a period does
+//! not start or end at midnight. Every font is embedded (archivable, no standard-14 font):
+//! Arimo Regular and Bold (OFL-1.1) for Latin, Greek and Cyrillic text, Droid Sans Fallback
+//! (Apache-2.0) for Chinese (assets/fonts/), each as a subset of the glyphs drawn, with a
+//! ToUnicode CMap so the text extracts back. All text is real text (searchable, copyable) on as
+//! many A4 pages as it needs. A character no font has (a control character) becomes `?`.
 
 use crate::core::decimal::to_canonical;
 use crate::core::invoice::{class_label, Invoice, InvoiceDoc, InvoiceLine, LineKind, Period};
-use crate::store::invoices::{AccountStatus, InvoiceAccount};
+use crate::core::time::Timestamp;
 use printpdf::{
-    BuiltinFont, FontId, Line, LinePoint, Mm, Op, ParsedFont, PdfDocument, PdfFontHandle, PdfPage,
-    PdfSaveOptions, Point, Pt, TextItem,
+    FontId, Line, LinePoint, Mm, Op, ParsedFont, PdfDocument, PdfFont, PdfFontHandle, PdfPage,
+    PdfSaveOptions, Point, Pt, TextItem, TextRenderingMode,
 };
 use rust_decimal::Decimal;
+use sha2::{Digest, Sha256};
 use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
 /// Most invoice lines a PDF is rendered for (about 350 pages). Larger invoices are refused with
 /// [`RenderError::TooManyLines`]; their JSON and CSV downloads have no such limit.
 pub const MAX_PDF_LINES: usize = 20_000;
 
-/// The font for text that is not printable ASCII: Droid Sans Fallback (CJK), Apache-2.0.
-const CJK_FONT: &[u8] = include_bytes!("../assets/fonts/DroidSansFallbackFull.ttf");
-
-/// The CJK font, parsed once per process.
-fn cjk_font() -> Option<&'static ParsedFont> {
-    static FONT: OnceLock<Option<ParsedFont>> = OnceLock::new();
-    FONT.get_or_init(|| ParsedFont::from_bytes(CJK_FONT, 0, &mut Vec::new()))
-        .as_ref()
+/// The fonts a PDF embeds (subsets of), in assets/fonts/.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Slot {
+    /// Arimo Regular (OFL-1.1): Latin, Greek, Cyrillic.
+    Regular,
+    /// Arimo Bold (OFL-1.1).
+    Bold,
+    /// Droid Sans Fallback (Apache-2.0): Chinese; bold is drawn by stroking it.
+    Cjk,
 }
 
-/// The CJK font cut down to the glyphs of the characters of `text` it has (and `.notdef`),
-/// with a Unicode cmap: what a PDF embeds, a few kB instead of 4 MB. `None` if allsorts
-/// cannot subset it.
-fn subset_cjk(font: &ParsedFont, text: &str) -> Option<ParsedFont> {
-    use allsorts::binary::read::ReadScope;
-    use allsorts::font_data::FontData;
-    use allsorts::subset::{subset, CmapTarget, SubsetProfile};
-    let mut gids: std::collections::BTreeSet<u16> = text
-        .chars()
-        .filter(|c| !(' '..='~').contains(c))
-        .filter_map(|c| font.lookup_glyph_index(c as u32))
-        .collect();
-    gids.remove(&0);
-    let ids: Vec<u16> = std::iter::once(0).chain(gids).collect();
-    let data = ReadScope::new(CJK_FONT).read::<FontData<'_>>().ok()?;
-    let provider = data.table_provider(0).ok()?;
-    let bytes = subset(
-        &provider,
-        &ids,
-        &SubsetProfile::Minimal,
-        CmapTarget::Unicode,
-    )
-    .ok()?;
-    ParsedFont::from_bytes(&bytes, 0, &mut Vec::new())
+const SLOTS: [Slot; 3] = [Slot::Regular, Slot::Bold, Slot::Cjk];
+
+impl Slot {
+    fn bytes(self) -> &'static [u8] {
+        match self {
+            Slot::Regular => include_bytes!("../assets/fonts/Arimo-Regular.ttf"),
+            Slot::Bold => include_bytes!("../assets/fonts/Arimo-Bold.ttf"),
+            Slot::Cjk => include_bytes!("../assets/fonts/DroidSansFallbackFull.ttf"),
+        }
+    }
+
+    /// The font's resource name: fixed, so two renderings are the same bytes; its first six
+    /// letters are the subset tag of ISO 32000-1 9.6.4.
+    fn id(self) -> FontId {
+        FontId(
+            match self {
+                Slot::Regular => "GLARIR",
+                Slot::Bold => "GLARIB",
+                Slot::Cjk => "GLDSFB",
+            }
+            .to_owned(),
+        )
+    }
+
+    /// The font's PostScript name.
+    fn name(self) -> &'static str {
+        match self {
+            Slot::Regular => "Arimo-Regular",
+            Slot::Bold => "Arimo-Bold",
+            Slot::Cjk => "DroidSansFallbackFull",
+        }
+    }
+
+    /// The whole font, parsed once per process (for glyph lookups and widths).
+    fn font(self) -> &'static ParsedFont {
+        static FONTS: [OnceLock<ParsedFont>; 3] =
+            [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        FONTS[self as usize].get_or_init(|| {
+            ParsedFont::from_bytes(self.bytes(), 0, &mut Vec::new())
+                .expect("the fonts in assets/fonts parse")
+        })
+    }
+
+    /// Whether the font has a glyph for `c`.
+    fn has(self, c: char) -> bool {
+        self.font()
+            .lookup_glyph_index(c as u32)
+            .is_some_and(|g| g != 0)
+    }
+
+    /// The font cut down to the glyphs of `chars` (and `.notdef`), with a Unicode cmap: what a
+    /// PDF embeds, a few kB instead of 0.5 to 4 MB. `None` if allsorts cannot subset it.
+    fn subset(self, chars: &BTreeSet<char>) -> Option<ParsedFont> {
+        use allsorts::binary::read::ReadScope;
+        use allsorts::font_data::FontData;
+        use allsorts::subset::{subset, CmapTarget, SubsetProfile};
+        let font = self.font();
+        let gids: BTreeSet<u16> = chars
+            .iter()
+            .filter_map(|c| font.lookup_glyph_index(*c as u32))
+            .filter(|g| *g != 0)
+            .collect();
+        let ids: Vec<u16> = std::iter::once(0).chain(gids).collect();
+        let data = ReadScope::new(self.bytes()).read::<FontData<'_>>().ok()?;
+        let provider = data.table_provider(0).ok()?;
+        let bytes = subset(
+            &provider,
+            &ids,
+            &SubsetProfile::Minimal,
+            CmapTarget::Unicode,
+        )
+        .ok()?;
+        ParsedFont::from_bytes(&bytes, 0, &mut Vec::new())
+    }
 }
 
 /// The CSV columns, in order.
@@ -113,13 +171,67 @@ pub enum RenderError {
     TooManyLines { number: String, lines: usize },
 }
 
-/// What a PDF shows besides the invoice document: the payments and balance as of a time, and
-/// where and how to verify it.
+/// The language of a PDF's labels and dates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lang {
+    #[default]
+    En,
+    /// Simplified Chinese.
+    ZhCn,
+}
+
+impl Lang {
+    /// `en`, `en-GB`, ... → English; `zh`, `zh-CN`, `zh-Hans`, `zh-Hans-CN` → Simplified
+    /// Chinese (case-insensitive); anything else (`zh-TW`, `fr`) `None`.
+    pub fn parse(tag: &str) -> Option<Lang> {
+        let t = tag.trim().to_ascii_lowercase();
+        let mut parts = t.split(['-', '_']);
+        match (parts.next(), parts.next()) {
+            (Some("en"), _) => Some(Lang::En),
+            (Some("zh"), None | Some("cn" | "hans" | "sg")) => Some(Lang::ZhCn),
+            _ => None,
+        }
+    }
+
+    /// The language an invoice is rendered in when none is asked for: Simplified Chinese when
+    /// the bill-to name or address is written in Chinese characters, else English. The
+    /// invoice's own language, not the reader's: everyone who downloads it gets the same
+    /// document.
+    pub fn of_invoice(invoice: &Invoice) -> Lang {
+        let han = |s: &str| s.chars().any(is_han);
+        if han(&invoice.bill_to.name) || invoice.bill_to.address.iter().any(|l| han(l)) {
+            Lang::ZhCn
+        } else {
+            Lang::En
+        }
+    }
+
+    /// The BCP 47 tag: `en`, `zh-CN`.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::ZhCn => "zh-CN",
+        }
+    }
+}
+
+/// A CJK unified ideograph (the basic block and extension A).
+fn is_han(c: char) -> bool {
+    matches!(c, '\u{4e00}'..='\u{9fff}' | '\u{3400}'..='\u{4dbf}')
+}
+
+/// What a PDF shows besides the invoice document: its language, the buyer's tax id, how to
+/// pay, and where and how to verify it. All of it comes from the settings, so a PDF is the same
+/// bytes on every download while they stay the same.
 #[derive(Debug, Clone, Default)]
 pub struct PdfNotes {
-    /// The invoice's payments and balance (`store::invoices::account`); none: no such block.
-    pub account: Option<InvoiceAccount>,
-    /// The service's public base URL (`public_url`), for the JSON and bundle links.
+    /// The labels' language; none: [`Lang::of_invoice`].
+    pub lang: Option<Lang>,
+    /// The buyer's tax registration number (`[issuer.bill_to_tax_ids]`), shown in the bill-to block.
+    pub buyer_tax_id: Option<String>,
+    /// How to pay (`[issuer]` `payment_instructions`): bank, account, reference; one line each.
+    pub payment_instructions: Vec<String>,
+    /// The service's public base URL (`public_url`), for the JSON, bundle and account links.
     pub public_url: Option<String>,
     /// The log's verifier key (`<origin>+<key id>+<key>`), for `--log-key`.
     pub verifier_key: String,
@@ -257,10 +369,276 @@ fn write_csv(invoice: &Invoice) -> Result<Vec<u8>, csv::Error> {
 // ---------------------------------------------------------------------------------------------
 // PDF
 
-/// The invoice as a PDF on A4 pages: the issuer and bill-to blocks, the invoice's number,
-/// dates and terms, its lines (description, quantity and unit, unit price, net, tax rate, tax,
-/// gross) with adjustments for earlier periods apart, the net, tax and gross totals, the
-/// payments and balance as of `notes.account`'s time, and how to verify it all.
+/// The words a PDF is written in, per [`Lang`].
+struct Labels {
+    title: &'static str,
+    from: &'static str,
+    bill_to: &'static str,
+    tax_id: &'static str,
+    email: &'static str,
+    tenant_id: &'static str,
+    no_address: &'static str,
+    not_fapiao: Option<&'static str>,
+    number: &'static str,
+    issue_date: &'static str,
+    due_date: &'static str,
+    terms: &'static str,
+    period: &'static str,
+    currency: &'static str,
+    log: &'static str,
+    checkpoint: &'static str,
+    description: &'static str,
+    quantity: &'static str,
+    unit_price: &'static str,
+    net: &'static str,
+    tax_rate: &'static str,
+    tax: &'static str,
+    gross: &'static str,
+    net_total: &'static str,
+    tax_total: &'static str,
+    total: &'static str,
+    payment: &'static str,
+    verify: &'static str,
+    continued: &'static str,
+    colon: &'static str,
+}
+
+const EN: Labels = Labels {
+    title: "Invoice",
+    from: "From",
+    bill_to: "Bill to",
+    tax_id: "Tax ID",
+    email: "Email",
+    tenant_id: "Tenant ID",
+    no_address: "No billing address is on file for this customer; ask the issuer to add it \
+                 where this invoice must serve as a tax invoice.",
+    not_fapiao: None,
+    number: "Invoice number",
+    issue_date: "Issue date",
+    due_date: "Due date",
+    terms: "Payment terms",
+    period: "Period",
+    currency: "Currency",
+    log: "Log",
+    checkpoint: "Checkpoint",
+    description: "Description",
+    quantity: "Quantity",
+    unit_price: "Unit price",
+    net: "Net",
+    tax_rate: "Tax rate",
+    tax: "Tax",
+    gross: "Gross",
+    net_total: "Net total",
+    tax_total: "Tax total",
+    total: "Total",
+    payment: "How to pay",
+    verify: "How to verify",
+    continued: "(continued)",
+    colon: ": ",
+};
+
+const ZH: Labels = Labels {
+    title: "账单",
+    from: "销售方",
+    bill_to: "购买方",
+    tax_id: "纳税人识别号",
+    email: "邮箱",
+    tenant_id: "租户 ID",
+    no_address: "购买方未登记账单地址；如需将本账单用作税务凭证，请联系销售方补充。",
+    not_fapiao: Some("本文件为服务账单，不是增值税发票。"),
+    number: "账单编号",
+    issue_date: "开具日期",
+    due_date: "付款截止日期",
+    terms: "付款期限",
+    period: "计费周期",
+    currency: "币种",
+    log: "账本日志",
+    checkpoint: "检查点",
+    description: "项目",
+    quantity: "数量",
+    unit_price: "单价",
+    net: "不含税金额",
+    tax_rate: "税率",
+    tax: "税额",
+    gross: "价税合计",
+    net_total: "不含税合计",
+    tax_total: "税额合计",
+    total: "价税合计",
+    payment: "付款方式",
+    verify: "如何验证",
+    continued: "（续）",
+    colon: "：",
+};
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+
+const DAY: i64 = 86_400;
+
+impl Lang {
+    fn labels(self) -> &'static Labels {
+        match self {
+            Lang::En => &EN,
+            Lang::ZhCn => &ZH,
+        }
+    }
+
+    /// A date as people write it, in UTC: `1 December 2026`, `2026年12月1日`.
+    fn date(self, t: Timestamp) -> String {
+        let d = civil(t);
+        match self {
+            Lang::En => format!(
+                "{} {} {}",
+                d.day(),
+                MONTHS[usize::from(u8::from(d.month())) - 1],
+                d.year()
+            ),
+            Lang::ZhCn => format!("{}年{}月{}日", d.year(), u8::from(d.month()), d.day()),
+        }
+    }
+
+    /// A date and time of day (UTC; seconds only where there are some).
+    fn date_time(self, t: Timestamp) -> String {
+        match self {
+            Lang::En => format!("{}, {}", self.date(t), clock(t)),
+            Lang::ZhCn => format!("{} {}", self.date(t), clock(t)),
+        }
+    }
+
+    /// A period `[from, to)`: whole days as the first and last day (`1 November 2026 to
+    /// 30 November 2026`), anything else with the times of day (`1 December 2026, 08:00 to
+    /// 14:00 UTC`, the end excluded).
+    fn period(self, p: Period) -> String {
+        let midnight = |t: Timestamp| t.unix().rem_euclid(DAY) == 0;
+        let (to_word, utc) = match self {
+            Lang::En => (" to ", " UTC"),
+            Lang::ZhCn => ("至", "（UTC）"),
+        };
+        if midnight(p.from) && midnight(p.to) && p.to.unix() > p.from.unix() {
+            let last = Timestamp::from_unix(p.to.unix() - DAY).unwrap_or(p.from);
+            if last.unix() <= p.from.unix() {
+                return self.date(p.from);
+            }
+            return format!("{}{to_word}{}", self.date(p.from), self.date(last));
+        }
+        let same_day = p.from.unix().div_euclid(DAY) == p.to.unix().div_euclid(DAY);
+        let end = if same_day {
+            clock(p.to)
+        } else {
+            self.date_time(p.to)
+        };
+        match self {
+            Lang::En => format!("{}{to_word}{end}{utc}", self.date_time(p.from)),
+            Lang::ZhCn => format!("{} {to_word} {end}{utc}", self.date_time(p.from)),
+        }
+    }
+
+    fn terms(self, days: u32) -> String {
+        match (self, days) {
+            (Lang::En, 0) => "due on issue".to_owned(),
+            (Lang::En, 1) => "1 day".to_owned(),
+            (Lang::En, n) => format!("{n} days"),
+            (Lang::ZhCn, 0) => "开具即付".to_owned(),
+            (Lang::ZhCn, n) => format!("{n} 天"),
+        }
+    }
+
+    fn records(self, n: u64) -> String {
+        match (self, n) {
+            (Lang::En, 1) => "1 record".to_owned(),
+            (Lang::En, n) => format!("{n} records"),
+            (Lang::ZhCn, n) => format!("{n} 条记录"),
+        }
+    }
+
+    /// A line's description for people. The document's description is English in a fixed
+    /// grammar (`core::invoice::describe`): `GPU compute, H100, west, on-demand[, volume tier
+    /// 2 of plan P]`, `Electricity, west, PUE 1.08`; in Chinese it is said again from its
+    /// parts. A description in another shape is shown as it is.
+    fn describe(self, line: &InvoiceLine) -> String {
+        let d = &line.description;
+        match self {
+            Lang::En => match line.class {
+                // The description names the class in lower case; the label is for people.
+                Some(c) => d.replacen(&class_label(c).to_lowercase(), class_label(c), 1),
+                None => d.clone(),
+            },
+            Lang::ZhCn => describe_zh(d).unwrap_or_else(|| d.clone()),
+        }
+    }
+}
+
+fn describe_zh(d: &str) -> Option<String> {
+    let parts: Vec<&str> = d.split(", ").collect();
+    match parts.as_slice() {
+        ["GPU compute", model, region, class, rest @ ..] => {
+            let class = match *class {
+                "on-demand" => "按需",
+                "reserved" => "预留",
+                "spot" => "竞价",
+                _ => return None,
+            };
+            let mut s = format!("GPU 算力，{model}，{region}，{class}");
+            match rest {
+                [] => {}
+                [tier] => {
+                    let (n, plan) = tier.strip_prefix("volume tier ")?.split_once(" of plan ")?;
+                    s.push_str(&format!("，套餐 {plan} 第 {n} 档"));
+                }
+                _ => return None,
+            }
+            Some(s)
+        }
+        ["Electricity", region, pue] => {
+            let pue = pue.strip_prefix("PUE ")?;
+            Some(format!("电力，{region}，PUE {pue}"))
+        }
+        _ => None,
+    }
+}
+
+/// A timestamp's date and time of day in UTC.
+fn civil(t: Timestamp) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp(t.unix()).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+}
+
+/// `08:00`, or `08:00:30` where there are seconds.
+fn clock(t: Timestamp) -> String {
+    let d = civil(t);
+    match d.second() {
+        0 => format!("{:02}:{:02}", d.hour(), d.minute()),
+        s => format!("{:02}:{:02}:{s:02}", d.hour(), d.minute()),
+    }
+}
+
+/// The SHA-256 of the invoice's RFC 8785 JSON: the hash its `invoice_issued` entry records.
+fn document_hash(doc: &InvoiceDoc) -> [u8; 32] {
+    let bytes = crate::core::canonical::to_vec(&doc.to_value())
+        .expect("an invoice always serialises: string keys, strings and integers only");
+    Sha256::digest(&bytes).into()
+}
+
+/// The invoice as a PDF on A4 pages, in `notes.lang` (else [`Lang::of_invoice`]): the issuer
+/// and bill-to blocks (with the buyer's tax id, and a warning where the bill-to has no
+/// address), the invoice's number, dates and terms, its lines (description, quantity and unit,
+/// unit price, net, tax rate, tax, gross) with adjustments for earlier periods apart, the net,
+/// tax and gross totals, how to pay, where the balance is, and how to verify it all.
+///
+/// The same document and notes always give the same bytes: the creation date is `issued_at`,
+/// the trailer `/ID` is derived from the invoice's SHA-256 (and the language), and the font
+/// resources have fixed names.
 pub fn to_pdf(doc: &InvoiceDoc, notes: &PdfNotes) -> Result<Vec<u8>, RenderError> {
     let view = doc.view();
     let invoice: &Invoice = &view;
@@ -277,44 +655,62 @@ pub fn to_pdf(doc: &InvoiceDoc, notes: &PdfNotes) -> Result<Vec<u8>, RenderError
             lines: invoice.lines.len(),
         });
     }
+    let lang = notes.lang.unwrap_or_else(|| Lang::of_invoice(invoice));
 
-    let title = format!("Invoice {}", invoice.number);
-    let mut doc = PdfDocument::new(&safe(&title));
-    // The CJK font goes in only when some text needs it.
-    let needs_cjk = !serde_json::to_string(invoice)
-        .expect("invoices serialise")
-        .is_ascii()
-        || notes
-            .account
-            .as_ref()
-            .is_some_and(|a| a.settlements.iter().any(|s| !s.note.is_ascii()));
-    let cjk = match (needs_cjk, cjk_font()) {
-        (true, Some(font)) => {
-            let mut text = serde_json::to_string(invoice).expect("invoices serialise");
-            if let Some(a) = &notes.account {
-                text.extend(a.settlements.iter().map(|s| s.note.as_str()));
-            }
-            // Only the glyphs drawn go into the PDF; the full font if subsetting fails.
-            let id = match subset_cjk(font, &text) {
-                Some(subset) => doc.add_font(&subset),
-                None => doc.add_font(font),
-            };
-            Some((id, font))
-        }
-        _ => None,
-    };
-    let mut pdf = Pages::new(invoice, cjk);
-    pdf.heading(invoice);
+    let mut pdf = Pages::new(invoice, lang);
+    pdf.heading(invoice, notes);
     pdf.table(invoice);
-    if let Some(a) = &notes.account {
-        pdf.payments(a);
-    }
+    pdf.payment(invoice, notes);
     pdf.verification_note(invoice, notes);
     let pages = pdf.finish();
 
+    // Each font that is drawn goes in, as the subset of the characters drawn in it.
+    let mut used: BTreeMap<FontId, BTreeSet<char>> = BTreeMap::new();
+    for page in &pages {
+        let mut font = None;
+        for op in &page.ops {
+            match op {
+                Op::SetFont {
+                    font: PdfFontHandle::External(id),
+                    ..
+                } => font = Some(id.clone()),
+                Op::ShowText { items } => {
+                    let set = used
+                        .entry(font.clone().expect("text follows its font"))
+                        .or_default();
+                    for item in items {
+                        if let TextItem::Text(t) = item {
+                            set.extend(t.chars());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut document = PdfDocument::new(&safe(&format!("{} {}", EN.title, invoice.number)));
+    for slot in SLOTS {
+        if let Some(chars) = used.get(&slot.id()) {
+            // The whole font if subsetting fails. A subset is named `<tag>+<PostScript name>`
+            // (ISO 32000-1 9.6.4); allsorts' minimal subset has no name table of its own.
+            let font = match slot.subset(chars) {
+                Some(mut subset) => {
+                    subset.font_name = Some(format!("{}+{}", slot.id().0, slot.name()));
+                    subset
+                }
+                None => slot.font().clone(),
+            };
+            document
+                .resources
+                .fonts
+                .map
+                .insert(slot.id(), PdfFont::new(font));
+        }
+    }
+
     let issued = printpdf::DateTime::from_unix_timestamp(invoice.issued_at.unix())
         .unwrap_or(printpdf::DateTime::epoch());
-    let info = &mut doc.metadata.info;
+    let info = &mut document.metadata.info;
     info.creation_date = issued;
     info.modification_date = issued;
     info.metadata_date = issued;
@@ -322,9 +718,30 @@ pub fn to_pdf(doc: &InvoiceDoc, notes: &PdfNotes) -> Result<Vec<u8>, RenderError
     info.producer = "gpuledger".into();
     info.identifier = safe(&invoice.number);
     let mut warnings = Vec::new();
-    Ok(doc
+    let mut lo = document
         .with_pages(pages)
-        .save(&PdfSaveOptions::default(), &mut warnings))
+        .to_lopdf_document(&PdfSaveOptions::default(), &mut warnings);
+    // The trailer's /ID (ISO 32000-1 14.4): the first half of the invoice's SHA-256 names the
+    // document, the second half of SHA-256(hash, language) this rendering of it. printpdf
+    // draws both at random.
+    let hash = document_hash(doc);
+    let rendering: [u8; 32] = Sha256::new()
+        .chain_update(hash)
+        .chain_update(lang.tag())
+        .finalize()
+        .into();
+    if let Ok(ids) = lo.trailer.get_mut(b"ID").and_then(|id| id.as_array_mut()) {
+        for (id, bytes) in ids.iter_mut().zip([&hash[..16], &rendering[16..]]) {
+            if let Ok(s) = id.as_str_mut() {
+                *s = hex::encode(bytes).into_bytes();
+            }
+        }
+    }
+    lo.compress();
+    let mut out = Vec::new();
+    lo.save_to(&mut out)
+        .expect("writing a PDF into memory cannot fail");
+    Ok(out)
 }
 
 // Page geometry, in points (A4 is 595.28 × 841.89 pt).
@@ -361,84 +778,61 @@ enum Face {
 }
 
 impl Face {
-    fn builtin(self) -> BuiltinFont {
+    fn latin(self) -> Slot {
         match self {
-            Face::Regular => BuiltinFont::Helvetica,
-            Face::Bold => BuiltinFont::HelveticaBold,
+            Face::Regular => Slot::Regular,
+            Face::Bold => Slot::Bold,
         }
     }
 }
 
-/// The fonts text is set in: Helvetica for printable ASCII, the CJK font (when embedded) for
-/// the rest.
-#[derive(Clone)]
-struct Fonts {
-    cjk: Option<(FontId, &'static ParsedFont)>,
-}
-
-/// A run of text in one font.
-enum Run {
-    Latin(String),
-    Cjk(String),
-}
-
-impl Fonts {
-    /// Whether the CJK font has a glyph for `c`.
-    fn cjk_has(&self, c: char) -> bool {
-        self.cjk
-            .as_ref()
-            .and_then(|(_, f)| f.lookup_glyph_index(c as u32))
-            .is_some_and(|g| g != 0)
-    }
-
-    /// `s` split into runs: printable ASCII in Helvetica, characters the CJK font has in it,
-    /// anything else as `?` in Helvetica.
-    fn runs(&self, s: &str) -> Vec<Run> {
-        let mut runs: Vec<Run> = Vec::new();
-        for c in s.chars() {
-            let cjk = !(' '..='~').contains(&c) && self.cjk_has(c);
-            let c = if cjk || (' '..='~').contains(&c) {
-                c
-            } else {
-                '?'
-            };
-            match (runs.last_mut(), cjk) {
-                (Some(Run::Cjk(r)), true) | (Some(Run::Latin(r)), false) => r.push(c),
-                (_, true) => runs.push(Run::Cjk(c.to_string())),
-                (_, false) => runs.push(Run::Latin(c.to_string())),
-            }
+/// `s` split into runs of one font each: what Arimo (in `face`) has in it, what only the CJK
+/// font has in that, and anything else (control characters, scripts neither has) as `?`.
+fn runs(s: &str, face: Face) -> Vec<(Slot, String)> {
+    let mut runs: Vec<(Slot, String)> = Vec::new();
+    for c in s.chars() {
+        let latin = face.latin();
+        let (slot, c) = if c.is_control() {
+            (latin, '?')
+        } else if latin.has(c) {
+            (latin, c)
+        } else if Slot::Cjk.has(c) {
+            (Slot::Cjk, c)
+        } else {
+            (latin, '?')
+        };
+        match runs.last_mut() {
+            Some((last, r)) if *last == slot => r.push(c),
+            _ => runs.push((slot, c.to_string())),
         }
-        runs
     }
+    runs
+}
 
-    /// Width of `s` in points.
-    fn width(&self, s: &str, size: f32, face: Face) -> f32 {
-        self.runs(s)
-            .iter()
-            .map(|r| match r {
-                Run::Latin(t) => text_width(t, size, face),
-                Run::Cjk(t) => {
-                    let (_, f) = self.cjk.as_ref().expect("CJK runs need the font");
-                    let em = f32::from(f.units_per_em.max(1));
-                    t.chars()
-                        .map(|c| {
-                            f.lookup_glyph_index(c as u32)
-                                .and_then(|g| f.get_glyph_width(g))
-                                .map_or(1000.0, |w| f32::from(w) * 1000.0 / em)
-                        })
-                        .sum::<f32>()
-                        * size
-                        / 1000.0
-                }
-            })
-            .sum()
-    }
+/// Width of `s` in points, from the fonts' advance widths.
+fn width(s: &str, size: f32, face: Face) -> f32 {
+    runs(s, face)
+        .iter()
+        .map(|(slot, t)| {
+            let f = slot.font();
+            let em = f32::from(f.units_per_em.max(1));
+            t.chars()
+                .map(|c| {
+                    f.lookup_glyph_index(c as u32)
+                        .and_then(|g| f.get_glyph_width(g))
+                        .map_or(em, f32::from)
+                })
+                .sum::<f32>()
+                * size
+                / em
+        })
+        .sum()
 }
 
 /// The body of the document as pages of drawing operations, with a cursor that moves down and
 /// starts a new page when the next block does not fit.
 struct Pages {
-    fonts: Fonts,
+    lang: Lang,
     footer: String,
     currency: String,
     pages: Vec<Vec<Op>>,
@@ -448,15 +842,24 @@ struct Pages {
 }
 
 impl Pages {
-    fn new(invoice: &Invoice, cjk: Option<(FontId, &'static ParsedFont)>) -> Self {
+    fn new(invoice: &Invoice, lang: Lang) -> Self {
         Pages {
-            fonts: Fonts { cjk },
-            footer: format!("Invoice {} - {}", invoice.number, invoice.bill_to.name),
+            lang,
+            footer: format!(
+                "{} {} - {}",
+                lang.labels().title,
+                invoice.number,
+                invoice.bill_to.name
+            ),
             currency: invoice.currency.clone(),
             pages: vec![Vec::new()],
             y: TOP,
             in_table: false,
         }
+    }
+
+    fn l(&self) -> &'static Labels {
+        self.lang.labels()
     }
 
     fn ops(&mut self) -> &mut Vec<Op> {
@@ -470,13 +873,8 @@ impl Pages {
         }
         self.pages.push(Vec::new());
         self.y = TOP;
-        let footer = self.footer.clone();
-        self.text_wrapped(
-            &format!("{footer} (continued)"),
-            MARGIN_X,
-            RIGHT - MARGIN_X,
-            8.0,
-        );
+        let continued = format!("{} {}", self.footer, self.l().continued);
+        self.text_wrapped(&continued, MARGIN_X, RIGHT - MARGIN_X, 8.0);
         self.y -= 6.0;
         if self.in_table {
             self.column_headings();
@@ -484,15 +882,13 @@ impl Pages {
     }
 
     fn text(&mut self, s: &str, x: f32, y: f32, size: f32, face: Face) {
-        let fonts = self.fonts.clone();
-        push_text(self.ops(), &fonts, s, x, y, size, face, None);
+        push_text(self.ops(), s, x, y, size, face, None);
     }
 
     /// One line of text on the cursor's baseline, ending at `right` (see [`push_text_right`]).
     fn text_right(&mut self, s: &str, right: f32, max_w: f32, size: f32, face: Face) {
         let y = self.y;
-        let fonts = self.fonts.clone();
-        push_text_right(self.ops(), &fonts, s, right, y, max_w, size, face);
+        push_text_right(self.ops(), s, right, y, max_w, size, face);
     }
 
     /// Writes `s` wrapped into lines of at most `width` points, moving the cursor down.
@@ -502,7 +898,7 @@ impl Pages {
 
     fn text_wrapped_face(&mut self, s: &str, x: f32, width: f32, size: f32, face: Face) {
         let leading = size * 1.35;
-        for line in wrap(&self.fonts, s, width, size, face) {
+        for line in wrap(s, width, size, face) {
             self.ensure(leading);
             self.y -= leading;
             let y = self.y;
@@ -531,7 +927,7 @@ impl Pages {
         for (label, value) in fields {
             self.ensure(LEADING + 2.0);
             let label_y = self.y - 10.0 * 1.35;
-            self.text(&format!("{label}:"), MARGIN_X, label_y, 9.5, Face::Bold);
+            self.text(label, MARGIN_X, label_y, 9.5, Face::Bold);
             self.text_wrapped_face(value, value_x, RIGHT - value_x, 9.5, Face::Regular);
         }
     }
@@ -545,14 +941,19 @@ impl Pages {
         self.y -= 6.0;
     }
 
-    fn heading(&mut self, invoice: &Invoice) {
+    fn heading(&mut self, invoice: &Invoice, notes: &PdfNotes) {
+        let l = self.l();
+        let lang = self.lang;
         self.text_wrapped_face(
-            &format!("Invoice {}", invoice.number),
+            &format!("{} {}", l.title, invoice.number),
             MARGIN_X,
             RIGHT - MARGIN_X,
             18.0,
             Face::Bold,
         );
+        if let Some(n) = l.not_fapiao {
+            self.text_wrapped(n, MARGIN_X, RIGHT - MARGIN_X, 8.0);
+        }
         self.y -= 6.0;
         // Issuer.
         if !invoice.issuer.name.is_empty() {
@@ -560,66 +961,78 @@ impl Pages {
             let mut lines = vec![i.name.clone()];
             lines.extend(i.address.iter().cloned());
             if let Some(t) = &i.tax_id {
-                lines.push(format!("Tax ID: {t}"));
+                lines.push(format!("{}{}{t}", l.tax_id, l.colon));
             }
             if let Some(e) = &i.email {
-                lines.push(format!("Email: {e}"));
+                lines.push(format!("{}{}{e}", l.email, l.colon));
             }
-            self.block("From", &lines);
+            self.block(l.from, &lines);
         }
         // Bill to.
         let b = &invoice.bill_to;
         let mut lines = vec![b.name.clone()];
         lines.extend(b.address.iter().cloned());
-        lines.push(format!("Tenant ID: {}", b.tenant));
-        self.block("Bill to", &lines);
+        if let Some(t) = notes
+            .buyer_tax_id
+            .as_deref()
+            .filter(|t| !t.trim().is_empty())
+        {
+            lines.push(format!("{}{}{t}", l.tax_id, l.colon));
+        }
+        lines.push(format!("{}{}{}", l.tenant_id, l.colon, b.tenant));
+        self.block(l.bill_to, &lines);
+        if b.address.iter().all(|a| a.trim().is_empty()) {
+            self.y += 4.0;
+            self.text_wrapped_face(l.no_address, MARGIN_X, RIGHT - MARGIN_X, 8.5, Face::Bold);
+            self.y -= 8.0;
+        }
 
-        let terms = match invoice.payment_terms_days {
-            0 => "due on issue".to_owned(),
-            1 => "1 day".to_owned(),
-            n => format!("{n} days"),
-        };
         let mut fields = vec![
-            ("Invoice number", invoice.number.clone()),
-            ("Issue date", invoice.issued_at.to_string()),
+            (l.number, invoice.number.clone()),
+            (l.issue_date, lang.date(invoice.issued_at)),
         ];
         if invoice.format != crate::core::invoice::INVOICE_FORMAT_V1 {
-            fields.push(("Due date", invoice.due_at.to_string()));
-            fields.push(("Payment terms", terms));
+            fields.push((l.due_date, lang.date(invoice.due_at)));
+            fields.push((l.terms, lang.terms(invoice.payment_terms_days)));
         }
-        fields.extend([
-            ("Period", period_text(invoice.period)),
-            ("Currency", invoice.currency.clone()),
-            ("Log", invoice.log_origin.clone()),
-            (
-                "Checkpoint",
-                format!(
-                    "size {}, root {}",
-                    invoice.checkpoint_size, invoice.checkpoint_root
-                ),
+        let checkpoint = match lang {
+            Lang::En => format!(
+                "size {}, root {}",
+                invoice.checkpoint_size, invoice.checkpoint_root
             ),
+            Lang::ZhCn => format!(
+                "大小 {}，根哈希 {}",
+                invoice.checkpoint_size, invoice.checkpoint_root
+            ),
+        };
+        fields.extend([
+            (l.period, lang.period(invoice.period)),
+            (l.currency, invoice.currency.clone()),
+            (l.log, invoice.log_origin.clone()),
+            (l.checkpoint, checkpoint),
         ]);
         self.fields(&fields, MARGIN_X + 90.0);
         self.y -= 14.0;
     }
 
     fn column_headings(&mut self) {
+        let l = self.l();
         self.y -= LEADING;
         let y = self.y;
-        self.text("Description", MARGIN_X, y, BODY, Face::Bold);
-        self.text_right("Quantity", QTY_RIGHT, QTY_W, BODY, Face::Bold);
-        self.text_right("Unit price", PRICE_RIGHT, PRICE_W, BODY, Face::Bold);
-        self.text_right("Net", NET_RIGHT, AMOUNT_W, BODY, Face::Bold);
-        self.text_right("Tax rate", RATE_RIGHT, RATE_W, BODY, Face::Bold);
-        self.text_right("Tax", TAX_RIGHT, AMOUNT_W, BODY, Face::Bold);
-        self.text_right("Gross", RIGHT, AMOUNT_W, BODY, Face::Bold);
+        self.text(l.description, MARGIN_X, y, BODY, Face::Bold);
+        self.text_right(l.quantity, QTY_RIGHT, QTY_W, BODY, Face::Bold);
+        self.text_right(l.unit_price, PRICE_RIGHT, PRICE_W, BODY, Face::Bold);
+        self.text_right(l.net, NET_RIGHT, AMOUNT_W, BODY, Face::Bold);
+        self.text_right(l.tax_rate, RATE_RIGHT, RATE_W, BODY, Face::Bold);
+        self.text_right(l.tax, TAX_RIGHT, AMOUNT_W, BODY, Face::Bold);
+        self.text_right(l.gross, RIGHT, AMOUNT_W, BODY, Face::Bold);
         self.rule(y - 4.0, 0.6);
         self.y -= 6.0;
     }
 
     /// A group or section title, kept on the same page as the row after it.
     fn group_title(&mut self, title: &str, size: f32) {
-        let lines = wrap(&self.fonts, title, RIGHT - MARGIN_X, size, Face::Bold);
+        let lines = wrap(title, RIGHT - MARGIN_X, size, Face::Bold);
         self.ensure(lines.len() as f32 * LEADING + 6.0 + LEADING);
         self.y -= 4.0;
         for line in lines {
@@ -630,32 +1043,30 @@ impl Pages {
     }
 
     fn row(&mut self, line: &InvoiceLine) {
-        let mut item = line.description.clone();
-        if let Some(c) = line.class {
-            // The description names the class in lower case; the label is for people.
-            let lower = class_label(c).to_lowercase();
-            item = item.replacen(&lower, class_label(c), 1);
-        }
-        let measured = match line.kind {
-            LineKind::Gpu => line
+        let lang = self.lang;
+        let item = lang.describe(line);
+        let measured = match (line.kind, lang) {
+            (LineKind::Gpu, Lang::En) => line
                 .gpu_seconds
                 .map(|s| format!("{} GPU-seconds", exact(s))),
-            LineKind::Energy => line
+            (LineKind::Gpu, Lang::ZhCn) => line.gpu_seconds.map(|s| format!("{} GPU 秒", exact(s))),
+            (LineKind::Energy, Lang::En) => line
                 .measured_kwh
                 .map(|k| format!("{} kWh measured", exact(k))),
+            (LineKind::Energy, Lang::ZhCn) => {
+                line.measured_kwh.map(|k| format!("实测 {} kWh", exact(k)))
+            }
+        };
+        let sep = match lang {
+            Lang::En => ", ",
+            Lang::ZhCn => "，",
         };
         let detail = match measured {
-            Some(m) => format!("{m}, {}", records(line.records)),
-            None => records(line.records),
+            Some(m) => format!("{m}{sep}{}", lang.records(line.records)),
+            None => lang.records(line.records),
         };
-        let mut item_lines = wrap(&self.fonts, &item, ITEM_W, BODY, Face::Regular);
-        item_lines.extend(wrap(
-            &self.fonts,
-            &detail,
-            ITEM_W,
-            BODY - 1.0,
-            Face::Regular,
-        ));
+        let mut item_lines = wrap(&item, ITEM_W, BODY, Face::Regular);
+        item_lines.extend(wrap(&detail, ITEM_W, BODY - 1.0, Face::Regular));
         self.ensure(item_lines.len() as f32 * LEADING);
         self.y -= LEADING;
         let top = self.y;
@@ -695,6 +1106,8 @@ impl Pages {
     }
 
     fn table(&mut self, invoice: &Invoice) {
+        let l = self.l();
+        let lang = self.lang;
         self.ensure(4.0 * LEADING);
         self.in_table = true;
         self.column_headings();
@@ -715,13 +1128,14 @@ impl Pages {
         for period_lines in adjustments.chunk_by(|a, b| a.adjustment_for == b.adjustment_for) {
             let period = period_lines[0].adjustment_for.expect("filtered on Some");
             self.y -= 6.0;
-            self.group_title(
-                &format!(
+            let title = match lang {
+                Lang::En => format!(
                     "Adjustments: late records of the period {}",
-                    period_text(period)
+                    lang.period(period)
                 ),
-                9.0,
-            );
+                Lang::ZhCn => format!("调整：计费周期 {} 的迟到记录", lang.period(period)),
+            };
+            self.group_title(&title, 9.0);
             self.lines(period_lines);
         }
 
@@ -731,18 +1145,23 @@ impl Pages {
         let cur = self.currency.clone();
         for (label, amount, face, size) in [
             (
-                format!("Net total ({cur})"),
+                format!("{} ({cur})", l.net_total),
                 invoice.net_total,
                 Face::Regular,
                 9.5,
             ),
             (
-                format!("Tax total ({cur})"),
+                format!("{} ({cur})", l.tax_total),
                 invoice.tax_total,
                 Face::Regular,
                 9.5,
             ),
-            (format!("Total ({cur})"), invoice.total, Face::Bold, 11.0),
+            (
+                format!("{} ({cur})", l.total),
+                invoice.total,
+                Face::Bold,
+                11.0,
+            ),
         ] {
             self.y -= LEADING + 2.0;
             let y = self.y;
@@ -764,98 +1183,69 @@ impl Pages {
         }
     }
 
-    /// "Payments and balance as of <time>": each payment and credit note, then paid,
-    /// credited and the balance due (or the excess that became the tenant's credit).
-    fn payments(&mut self, a: &InvoiceAccount) {
+    /// "How to pay": the amount and the due date, the issuer's payment instructions and the
+    /// reference to quote; and where the payments and the balance are (not on this document,
+    /// which never changes).
+    fn payment(&mut self, invoice: &Invoice, notes: &PdfNotes) {
+        let l = self.l();
+        let lang = self.lang;
+        let n = &invoice.number;
+        let cur = &invoice.currency;
+        let total = money(invoice.total);
+        let base = notes
+            .public_url
+            .as_deref()
+            .unwrap_or("<the service's URL>")
+            .trim_end_matches('/');
         self.ensure(6.0 * LEADING);
-        self.text_wrapped_face(
-            &format!("Payments and balance as of {}", a.as_of),
-            MARGIN_X,
-            RIGHT - MARGIN_X,
-            11.0,
-            Face::Bold,
-        );
-        self.y -= 2.0;
-        if a.settlements.is_empty() {
-            self.text_wrapped(
-                "No payments or credit notes yet.",
-                MARGIN_X,
-                RIGHT - MARGIN_X,
-                9.0,
-            );
-        }
-        for s in &a.settlements {
-            let kind = if s.kind == "payment" {
-                "Payment"
-            } else {
-                "Credit note"
-            };
-            let text = match s.note.as_str() {
-                "" => format!("{} {kind} (log entry {})", s.date, s.index),
-                n => format!("{} {kind} (log entry {}): {n}", s.date, s.index),
-            };
-            let lines = wrap(
-                &self.fonts,
-                &text,
-                RIGHT - MARGIN_X - 100.0,
-                9.0,
-                Face::Regular,
-            );
-            self.ensure(lines.len() as f32 * LEADING);
-            self.y -= LEADING;
-            self.text_right(&money(s.amount), RIGHT, 90.0, 9.0, Face::Regular);
-            for (i, l) in lines.iter().enumerate() {
-                if i > 0 {
-                    self.y -= LEADING;
-                }
-                let y = self.y;
-                self.text(l, MARGIN_X, y, 9.0, Face::Regular);
+        self.text_wrapped_face(l.payment, MARGIN_X, RIGHT - MARGIN_X, 11.0, Face::Bold);
+        let v1 = invoice.format == crate::core::invoice::INVOICE_FORMAT_V1;
+        let mut paragraphs = Vec::new();
+        paragraphs.push(match (lang, v1) {
+            (Lang::En, false) => format!("{total} {cur}, due by {}.", lang.date(invoice.due_at)),
+            (Lang::En, true) => format!("{total} {cur}."),
+            (Lang::ZhCn, false) => {
+                format!(
+                    "应付 {total} {cur}，请于 {} 前支付。",
+                    lang.date(invoice.due_at)
+                )
             }
+            (Lang::ZhCn, true) => format!("应付 {total} {cur}。"),
+        });
+        let instructions: Vec<&String> = notes
+            .payment_instructions
+            .iter()
+            .filter(|p| !p.trim().is_empty())
+            .collect();
+        if !instructions.is_empty() {
+            paragraphs.extend(instructions.iter().map(|p| p.to_string()));
+            paragraphs.push(match lang {
+                Lang::En => format!("Please quote {n} as the payment reference."),
+                Lang::ZhCn => format!("付款时请在附言中注明账单编号 {n}。"),
+            });
         }
-        let cur = &a.currency;
-        let status = match a.status {
-            AccountStatus::Open => "open",
-            AccountStatus::Paid => "paid",
-            AccountStatus::Overpaid => "overpaid (the excess is the tenant's credit)",
-        };
-        let mut rows = vec![
-            (format!("Invoice total ({cur})"), a.total, Face::Regular),
-            (format!("Paid ({cur})"), a.paid, Face::Regular),
-            (format!("Credited ({cur})"), a.credited, Face::Regular),
-        ];
-        if a.excess > Decimal::ZERO {
-            rows.push((
-                format!("Excess credited to the tenant ({cur})"),
-                a.excess,
-                Face::Regular,
-            ));
+        paragraphs.push(match lang {
+            Lang::En => format!(
+                "Payments received and the balance due are not on this document, which never \
+                 changes once issued: see {base}/v1/invoices/{n}/account."
+            ),
+            Lang::ZhCn => format!(
+                "已收款项及未付余额不在本账单上（账单开具后不再改变），请见 \
+                 {base}/v1/invoices/{n}/account。"
+            ),
+        });
+        for p in paragraphs {
+            self.y -= 1.0;
+            self.text_wrapped(&p, MARGIN_X, RIGHT - MARGIN_X, 9.0);
         }
-        rows.push((
-            format!("Balance due ({cur}), {status}"),
-            a.balance_due,
-            Face::Bold,
-        ));
-        self.ensure(rows.len() as f32 * (LEADING + 1.0) + 4.0);
-        self.y -= 4.0;
-        for (label, amount, face) in rows {
-            self.y -= LEADING + 1.0;
-            let y = self.y;
-            self.text(&label, MARGIN_X, y, 9.5, face);
-            self.text_right(&money(amount), RIGHT, 90.0, 9.5, face);
-        }
-        self.y -= 16.0;
+        self.y -= 14.0;
     }
 
     fn verification_note(&mut self, invoice: &Invoice, notes: &PdfNotes) {
+        let l = self.l();
         self.ensure(6.0 * LEADING);
         self.y -= 4.0;
-        self.text_wrapped_face(
-            "How to verify",
-            MARGIN_X,
-            RIGHT - MARGIN_X,
-            11.0,
-            Face::Bold,
-        );
+        self.text_wrapped_face(l.verify, MARGIN_X, RIGHT - MARGIN_X, 11.0, Face::Bold);
         let n = &invoice.number;
         let base = notes
             .public_url
@@ -867,24 +1257,46 @@ impl Pages {
         } else {
             &notes.verifier_key
         };
-        let paragraphs = [
-            format!(
-                "This invoice was computed from the log {} at checkpoint size {}, root hash {}. \
-                 Every quantity and net amount on it can be recomputed from the log's signed \
-                 entries (usage, rate cards, spot prices, region parameters) by the rules of \
-                 docs/RATING.md; tax is each line's net times its rate, rounded half-even to \
-                 the currency's minor unit, and the totals are the sums of the lines.",
-                invoice.log_origin, invoice.checkpoint_size, invoice.checkpoint_root
-            ),
-            format!(
-                "Download the invoice and its evidence bundle: {base}/v1/invoices/{n} \
-                 (save as {n}.json) and {base}/v1/invoices/{n}/bundle (save as \
-                 {n}.bundle.jsonl), then run:"
-            ),
-            format!(
-                "gpuledger verify --invoice {n}.json --bundle {n}.bundle.jsonl --log-key '{key}'"
-            ),
-        ];
+        let (origin, size, root) = (
+            &invoice.log_origin,
+            invoice.checkpoint_size,
+            &invoice.checkpoint_root,
+        );
+        let paragraphs = match self.lang {
+            Lang::En => [
+                format!(
+                    "This invoice was computed from the log {origin} at checkpoint size {size}, \
+                     root hash {root}. Every quantity and net amount on it can be recomputed \
+                     from the log's signed entries (usage, rate cards, spot prices, region \
+                     parameters) by the rules of docs/RATING.md; tax is each line's net times \
+                     its rate, rounded half-even to the currency's minor unit, and the totals \
+                     are the sums of the lines."
+                ),
+                format!(
+                    "Download the invoice and its evidence bundle: {base}/v1/invoices/{n} \
+                     (save as {n}.json) and {base}/v1/invoices/{n}/bundle (save as \
+                     {n}.bundle.jsonl), then run:"
+                ),
+                format!(
+                    "gpuledger verify --invoice {n}.json --bundle {n}.bundle.jsonl --log-key '{key}'"
+                ),
+            ],
+            Lang::ZhCn => [
+                format!(
+                    "本账单依据账本日志 {origin} 在检查点（大小 {size}，根哈希 {root}）时的记录计算。\
+                     账单上的每个数量和不含税金额都可以按 docs/RATING.md 的规则，由日志中已签名的条目\
+                     （用量、价目表、竞价价格、区域参数）重新算出；每行税额为不含税金额乘以税率，按币种\
+                     最小单位四舍六入五成双，合计为各行之和。"
+                ),
+                format!(
+                    "下载账单及其证据包：{base}/v1/invoices/{n}（保存为 {n}.json）和 \
+                     {base}/v1/invoices/{n}/bundle（保存为 {n}.bundle.jsonl），然后运行："
+                ),
+                format!(
+                    "gpuledger verify --invoice {n}.json --bundle {n}.bundle.jsonl --log-key '{key}'"
+                ),
+            ],
+        };
         for p in paragraphs {
             self.y -= 3.0;
             self.text_wrapped(&p, MARGIN_X, RIGHT - MARGIN_X, BODY);
@@ -894,32 +1306,18 @@ impl Pages {
     /// Adds the page footers ("page i of n") and returns the pages.
     fn finish(self) -> Vec<PdfPage> {
         let n = self.pages.len();
-        let fonts = self.fonts.clone();
+        let lang = self.lang;
+        let footer = self.footer;
         self.pages
             .into_iter()
             .enumerate()
             .map(|(i, mut ops)| {
-                push_text(
-                    &mut ops,
-                    &fonts,
-                    &self.footer,
-                    MARGIN_X,
-                    35.0,
-                    8.0,
-                    Face::Regular,
-                    None,
-                );
-                let page = format!("Page {} of {n}", i + 1);
-                push_text_right(
-                    &mut ops,
-                    &fonts,
-                    &page,
-                    RIGHT,
-                    35.0,
-                    120.0,
-                    8.0,
-                    Face::Regular,
-                );
+                push_text(&mut ops, &footer, MARGIN_X, 35.0, 8.0, Face::Regular, None);
+                let page = match lang {
+                    Lang::En => format!("Page {} of {n}", i + 1),
+                    Lang::ZhCn => format!("第 {} 页，共 {n} 页", i + 1),
+                };
+                push_text_right(&mut ops, &page, RIGHT, 35.0, 120.0, 8.0, Face::Regular);
                 PdfPage::new(Mm(PAGE_W_MM), Mm(PAGE_H_MM), ops)
             })
             .collect()
@@ -927,11 +1325,9 @@ impl Pages {
 }
 
 /// One text object at (`x`, `y`), a run per font; `squeeze` narrows it to that percentage of
-/// its natural width.
-#[allow(clippy::too_many_arguments)]
+/// its natural width. Bold Chinese (the CJK font has no bold face) is filled and stroked.
 fn push_text(
     ops: &mut Vec<Op>,
-    fonts: &Fonts,
     s: &str,
     x: f32,
     y: f32,
@@ -946,30 +1342,30 @@ fn push_text(
     ops.push(Op::SetTextCursor {
         pos: Point { x: Pt(x), y: Pt(y) },
     });
-    for run in fonts.runs(s) {
-        let (font, text) = match run {
-            Run::Latin(t) => (PdfFontHandle::Builtin(face.builtin()), t),
-            Run::Cjk(t) => (
-                PdfFontHandle::External(
-                    fonts
-                        .cjk
-                        .as_ref()
-                        .expect("CJK runs need the font")
-                        .0
-                        .clone(),
-                ),
-                t,
-            ),
-        };
+    for (slot, text) in runs(s, face) {
+        let stroke = slot == Slot::Cjk && face == Face::Bold;
+        if stroke {
+            ops.push(Op::SetOutlineThickness {
+                pt: Pt(size * 0.035),
+            });
+            ops.push(Op::SetTextRenderingMode {
+                mode: TextRenderingMode::FillStroke,
+            });
+        }
         ops.extend([
             Op::SetFont {
-                font,
+                font: PdfFontHandle::External(slot.id()),
                 size: Pt(size),
             },
             Op::ShowText {
                 items: vec![TextItem::Text(text)],
             },
         ]);
+        if stroke {
+            ops.push(Op::SetTextRenderingMode {
+                mode: TextRenderingMode::Fill,
+            });
+        }
     }
     if squeeze.is_some() {
         // Horizontal scaling is text state, which outlives the text object: reset it.
@@ -980,10 +1376,8 @@ fn push_text(
 
 /// One line of text ending at `right`, squeezed horizontally when wider than `max_w` (a very
 /// long quantity keeps every digit, narrower).
-#[allow(clippy::too_many_arguments)]
 fn push_text_right(
     ops: &mut Vec<Op>,
-    fonts: &Fonts,
     s: &str,
     right: f32,
     y: f32,
@@ -991,24 +1385,13 @@ fn push_text_right(
     size: f32,
     face: Face,
 ) {
-    let w = fonts.width(s, size, face);
+    let w = width(s, size, face);
     if w <= max_w {
-        push_text(ops, fonts, s, right - w, y, size, face, None);
+        push_text(ops, s, right - w, y, size, face, None);
     } else {
         let percent = (max_w / w * 100.0).max(1.0);
-        push_text(ops, fonts, s, right - max_w, y, size, face, Some(percent));
+        push_text(ops, s, right - max_w, y, size, face, Some(percent));
     }
-}
-
-fn records(n: u64) -> String {
-    match n {
-        1 => "1 record".to_owned(),
-        n => format!("{n} records"),
-    }
-}
-
-fn period_text(p: Period) -> String {
-    format!("{} to {} (the end excluded)", p.from, p.to)
 }
 
 /// Printable ASCII only, for the document's metadata: anything else becomes `?`.
@@ -1018,50 +1401,9 @@ fn safe(s: &str) -> String {
         .collect()
 }
 
-/// Width of printable ASCII `s` in points, from the standard Helvetica metrics (thousandths of
-/// the size).
-fn text_width(s: &str, size: f32, face: Face) -> f32 {
-    let units: u32 = s.chars().map(|c| glyph_width(c, face)).sum();
-    units as f32 * size / 1000.0
-}
-
-fn glyph_width(c: char, face: Face) -> u32 {
-    let table = match face {
-        Face::Regular => &HELVETICA_WIDTHS,
-        Face::Bold => &HELVETICA_BOLD_WIDTHS,
-    };
-    // Only printable ASCII is set in Helvetica (`Fonts::runs`); anything else is measured as
-    // a wide glyph.
-    let w = table
-        .get((c as usize).wrapping_sub(32))
-        .copied()
-        .unwrap_or(1000);
-    u32::from(w)
-}
-
-/// Helvetica advance widths of ASCII 32..=126, in thousandths of the font size.
-const HELVETICA_WIDTHS: [u16; 95] = [
-    278, 278, 355, 556, 556, 889, 667, 191, 333, 333, 389, 584, 278, 333, 278, 278, // ' '../
-    556, 556, 556, 556, 556, 556, 556, 556, 556, 556, 278, 278, 584, 584, 584, 556, // 0..?
-    1015, 667, 667, 722, 722, 667, 611, 778, 722, 278, 500, 667, 556, 833, 722, 778, // @..O
-    667, 778, 722, 667, 611, 722, 667, 944, 667, 667, 611, 278, 278, 278, 469, 556, // P.._
-    333, 556, 556, 500, 556, 556, 278, 556, 556, 222, 222, 500, 222, 833, 556, 556, // `..o
-    556, 556, 333, 500, 278, 556, 500, 722, 500, 500, 500, 334, 260, 334, 584, // p..~
-];
-
-/// Helvetica-Bold advance widths of ASCII 32..=126, in thousandths of the font size.
-const HELVETICA_BOLD_WIDTHS: [u16; 95] = [
-    278, 333, 474, 556, 556, 889, 722, 238, 333, 333, 389, 584, 278, 333, 278, 278, // ' '../
-    556, 556, 556, 556, 556, 556, 556, 556, 556, 556, 333, 333, 584, 584, 584, 611, // 0..?
-    975, 722, 722, 722, 722, 667, 611, 778, 722, 278, 556, 722, 611, 833, 722, 778, // @..O
-    667, 778, 722, 667, 611, 722, 667, 944, 667, 667, 611, 333, 278, 333, 584, 556, // P.._
-    333, 556, 611, 556, 611, 556, 333, 611, 611, 278, 278, 556, 278, 889, 611, 611, // `..o
-    611, 611, 389, 556, 333, 611, 556, 778, 556, 556, 500, 389, 280, 389, 584, // p..~
-];
-
 /// Splits `s` into lines no wider than `width` points: at spaces where it can, inside a word
 /// (an id, a hash, a run of Chinese text) where the word alone is too wide.
-fn wrap(fonts: &Fonts, s: &str, width: f32, size: f32, face: Face) -> Vec<String> {
+fn wrap(s: &str, width: f32, size: f32, face: Face) -> Vec<String> {
     let mut lines = Vec::new();
     let mut line = String::new();
     for word in s.split(' ') {
@@ -1070,7 +1412,7 @@ fn wrap(fonts: &Fonts, s: &str, width: f32, size: f32, face: Face) -> Vec<String
         } else {
             format!("{line} {word}")
         };
-        if fonts.width(&candidate, size, face) <= width {
+        if self::width(&candidate, size, face) <= width {
             line = candidate;
             continue;
         }
@@ -1080,7 +1422,7 @@ fn wrap(fonts: &Fonts, s: &str, width: f32, size: f32, face: Face) -> Vec<String
         // The word alone: break it wherever it reaches the width.
         for c in word.chars() {
             line.push(c);
-            if fonts.width(&line, size, face) > width && line.chars().count() > 1 {
+            if self::width(&line, size, face) > width && line.chars().count() > 1 {
                 let last = line.pop().expect("just pushed");
                 lines.push(std::mem::take(&mut line));
                 line.push(last);
@@ -1097,74 +1439,107 @@ fn wrap(fonts: &Fonts, s: &str, width: f32, size: f32, face: Face) -> Vec<String
 mod tests {
     use super::*;
 
-    /// Our width tables against the metrics of the faces printpdf ships for the built-in fonts
-    /// (which have no glyph for the space; its width is 278 in both).
-    #[test]
-    fn helvetica_widths_match_the_built_in_fonts() {
-        for (face, builtin) in [
-            (Face::Regular, BuiltinFont::Helvetica),
-            (Face::Bold, BuiltinFont::HelveticaBold),
-        ] {
-            let font = builtin.get_parsed_font().expect("built-in font parses");
-            let em = f32::from(font.units_per_em);
-            let mut checked = 0;
-            for c in '!'..='~' {
-                let gid = font.lookup_glyph_index(c as u32).expect("glyph");
-                let actual = f32::from(font.get_glyph_width(gid).expect("width")) * 1000.0 / em;
-                let ours = glyph_width(c, face) as f32;
-                assert!((actual - ours).abs() <= 1.0, "{c:?}: {actual} vs {ours}");
-                checked += 1;
-            }
-            assert_eq!(checked, 94);
-        }
-    }
-
     #[test]
     fn wraps_at_spaces_and_inside_long_words() {
-        let fonts = Fonts { cjk: None };
         let lines = wrap(
-            &fonts,
             "aaa bbb ccc",
-            text_width("aaa bbb", 10.0, Face::Regular),
+            width("aaa bbb", 10.0, Face::Regular),
             10.0,
             Face::Regular,
         );
         assert_eq!(lines, ["aaa bbb", "ccc"]);
         let long = "x".repeat(300);
-        let lines = wrap(&fonts, &long, 100.0, 10.0, Face::Regular);
+        let lines = wrap(&long, 100.0, 10.0, Face::Regular);
         assert!(lines.len() > 1);
         assert_eq!(lines.concat(), long);
         for l in &lines {
-            assert!(text_width(l, 10.0, Face::Regular) <= 100.0);
+            assert!(width(l, 10.0, Face::Regular) <= 100.0);
         }
-        assert_eq!(wrap(&fonts, "", 100.0, 10.0, Face::Regular), [""]);
+        assert_eq!(wrap("", 100.0, 10.0, Face::Regular), [""]);
         assert_eq!(safe("caf\u{e9}\n"), "caf??");
     }
 
-    /// Chinese text goes to the CJK font in runs, Latin text stays in Helvetica, and
-    /// characters neither has become `?`.
+    /// Latin text goes to Arimo, Chinese text to the CJK font in runs, and characters neither
+    /// has become `?`; widths come from the fonts (Arimo has Helvetica's metrics).
     #[test]
     fn text_is_split_into_runs_per_font() {
-        let font = cjk_font().expect("the embedded CJK font parses");
-        let fonts = Fonts {
-            cjk: Some((FontId::new(), font)),
-        };
-        let runs = fonts.runs("VAT 北京市 6%\u{1}");
+        let runs = runs("VAT 北京市 6% café\u{1}", Face::Regular);
         let spelled: Vec<String> = runs
             .iter()
-            .map(|r| match r {
-                Run::Latin(t) => format!("L:{t}"),
-                Run::Cjk(t) => format!("C:{t}"),
-            })
+            .map(|(slot, t)| format!("{slot:?}:{t}"))
             .collect();
-        assert_eq!(spelled, ["L:VAT ", "C:北京市", "L: 6%?"]);
-        // Chinese glyphs are wide (about one em), and measured from the font.
-        let w = fonts.width("北京", 10.0, Face::Regular);
+        assert_eq!(spelled, ["Regular:VAT ", "Cjk:北京市", "Regular: 6% café?"]);
+        // Helvetica's widths: "0" is 556/1000 em, "i" 222 (regular) and 278 (bold).
+        assert!((width("0", 10.0, Face::Regular) - 5.56).abs() < 0.01);
+        assert!((width("i", 10.0, Face::Regular) - 2.22).abs() < 0.01);
+        assert!((width("i", 10.0, Face::Bold) - 2.78).abs() < 0.01);
+        // Chinese glyphs are wide (about one em).
+        let w = width("北京", 10.0, Face::Regular);
         assert!((15.0..=22.0).contains(&w), "{w}");
-        let lines = wrap(&fonts, &"北京".repeat(40), 100.0, 10.0, Face::Regular);
+        let lines = wrap(&"北京".repeat(40), 100.0, 10.0, Face::Regular);
         assert!(lines.len() > 1);
         for l in &lines {
-            assert!(fonts.width(l, 10.0, Face::Regular) <= 100.0);
+            assert!(width(l, 10.0, Face::Regular) <= 100.0);
         }
+    }
+
+    #[test]
+    fn dates_are_written_as_people_write_them() {
+        let t = |s: &str| Timestamp::parse(s).unwrap();
+        let month = Period {
+            from: t("2026-11-01T00:00:00Z"),
+            to: t("2026-12-01T00:00:00Z"),
+        };
+        assert_eq!(Lang::En.date(t("2026-12-01T00:05:00Z")), "1 December 2026");
+        assert_eq!(Lang::ZhCn.date(t("2026-12-01T00:05:00Z")), "2026年12月1日");
+        assert_eq!(
+            Lang::En.period(month),
+            "1 November 2026 to 30 November 2026"
+        );
+        assert_eq!(Lang::ZhCn.period(month), "2026年11月1日至2026年11月30日");
+        let day = Period {
+            from: t("2026-11-05T00:00:00Z"),
+            to: t("2026-11-06T00:00:00Z"),
+        };
+        assert_eq!(Lang::En.period(day), "5 November 2026");
+        let hours = Period {
+            from: t("2026-11-05T08:00:00Z"),
+            to: t("2026-11-05T14:30:00Z"),
+        };
+        assert_eq!(
+            Lang::En.period(hours),
+            "5 November 2026, 08:00 to 14:30 UTC"
+        );
+        assert_eq!(
+            Lang::ZhCn.period(hours),
+            "2026年11月5日 08:00 至 14:30（UTC）"
+        );
+        let across = Period {
+            from: t("2026-11-05T22:00:00Z"),
+            to: t("2026-11-06T02:00:05Z"),
+        };
+        assert_eq!(
+            Lang::En.period(across),
+            "5 November 2026, 22:00 to 6 November 2026, 02:00:05 UTC"
+        );
+    }
+
+    #[test]
+    fn languages_parse_and_lines_are_described_in_chinese() {
+        assert_eq!(Lang::parse("zh-CN"), Some(Lang::ZhCn));
+        assert_eq!(Lang::parse("zh-Hans"), Some(Lang::ZhCn));
+        assert_eq!(Lang::parse("ZH"), Some(Lang::ZhCn));
+        assert_eq!(Lang::parse("en-GB"), Some(Lang::En));
+        assert_eq!(Lang::parse("zh-TW"), None);
+        assert_eq!(Lang::parse("fr"), None);
+        assert_eq!(
+            describe_zh("GPU compute, H100, west, spot, volume tier 2 of plan P1").as_deref(),
+            Some("GPU 算力，H100，west，竞价，套餐 P1 第 2 档")
+        );
+        assert_eq!(
+            describe_zh("Electricity, west, PUE 1.08").as_deref(),
+            Some("电力，west，PUE 1.08")
+        );
+        assert_eq!(describe_zh("Something else"), None);
     }
 }

@@ -83,8 +83,9 @@ pub struct ServeSettings {
     /// quorum before answering 503 `witnesses_behind`; default 10.
     pub witness_wait_seconds: Option<u64>,
     /// `[issuer]` (settings file only): who issues the invoices (`name`, `address` lines,
-    /// `tax_id`, `email`); default none (the log's origin names the issuer).
-    pub issuer: Option<crate::core::invoice::Issuer>,
+    /// `tax_id`, `email`), how to pay them (`payment_instructions`) and the buyers' tax ids
+    /// (`[issuer.bill_to_tax_ids]`); default none (the log's origin names the issuer).
+    pub issuer: Option<IssuerSetting>,
     /// `payment_terms_days`: an invoice is due this many days after it is issued; default 30.
     pub payment_terms_days: Option<u32>,
     /// `[[tax]]` (settings file only): the tax of each region (`region`, `name`, `rate` as a
@@ -96,6 +97,82 @@ pub struct ServeSettings {
     /// `[webhooks]` (settings file only): the webhook delivery worker, its signing key, retry
     /// schedule and target rule (docs/WEBHOOKS.md); default: on, with the defaults.
     pub webhooks: Option<crate::webhooks::WebhookSettingsFile>,
+}
+
+/// The `[issuer]` table: the invoice document's `issuer` block, and what invoice PDFs show
+/// besides the document.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct IssuerSetting {
+    pub name: String,
+    /// Postal address, one line per element.
+    #[serde(default)]
+    pub address: Vec<String>,
+    /// Tax registration number (e.g. a unified social credit code, a VAT id).
+    pub tax_id: Option<String>,
+    pub email: Option<String>,
+    /// How to pay, one line per element (bank, account name and number, SWIFT/BIC), shown on
+    /// invoice PDFs; at most [`MAX_PAYMENT_INSTRUCTION_LINES`] lines of at most
+    /// [`MAX_SETTING_LINE_CHARS`] characters.
+    #[serde(default)]
+    pub payment_instructions: Vec<String>,
+    /// The buyers' tax registration numbers, tenant id = tax id, shown in the bill-to block of
+    /// their invoice PDFs.
+    #[serde(default)]
+    pub bill_to_tax_ids: std::collections::BTreeMap<String, String>,
+}
+
+/// Most lines of `[issuer]` `payment_instructions`.
+pub const MAX_PAYMENT_INSTRUCTION_LINES: usize = 12;
+/// Most characters of one payment instruction line or buyer tax id.
+pub const MAX_SETTING_LINE_CHARS: usize = 200;
+
+impl IssuerSetting {
+    /// The document's `issuer` block.
+    pub fn issuer(&self) -> crate::core::invoice::Issuer {
+        crate::core::invoice::Issuer {
+            name: self.name.clone(),
+            address: self.address.clone(),
+            tax_id: self.tax_id.clone(),
+            email: self.email.clone(),
+        }
+    }
+}
+
+/// What invoice PDFs show besides the document, from `[issuer]`; refused when there are more
+/// than [`MAX_PAYMENT_INSTRUCTION_LINES`] instruction lines, a line or tax id is longer than
+/// [`MAX_SETTING_LINE_CHARS`], or a tax id names no valid tenant id or is empty.
+pub fn invoice_pdf_settings(
+    issuer: Option<&IssuerSetting>,
+) -> Result<store::invoices::InvoicePdfSettings, String> {
+    let Some(i) = issuer else {
+        return Ok(Default::default());
+    };
+    if i.payment_instructions.len() > MAX_PAYMENT_INSTRUCTION_LINES {
+        return Err(format!(
+            "[issuer] payment_instructions has {} lines; at most {MAX_PAYMENT_INSTRUCTION_LINES}",
+            i.payment_instructions.len()
+        ));
+    }
+    let long = |s: &String| s.chars().count() > MAX_SETTING_LINE_CHARS;
+    if let Some(l) = i.payment_instructions.iter().find(|l| long(l)) {
+        return Err(format!(
+            "[issuer] payment_instructions line {l:?} is longer than {MAX_SETTING_LINE_CHARS} characters"
+        ));
+    }
+    for (tenant, id) in &i.bill_to_tax_ids {
+        crate::core::ids::check_id(tenant)
+            .map_err(|m| format!("[issuer.bill_to_tax_ids] tenant {tenant:?}: {m}"))?;
+        if id.trim().is_empty() || long(id) {
+            return Err(format!(
+                "[issuer.bill_to_tax_ids] tenant {tenant:?}: the tax id must be 1 to {MAX_SETTING_LINE_CHARS} characters"
+            ));
+        }
+    }
+    Ok(store::invoices::InvoicePdfSettings {
+        payment_instructions: i.payment_instructions.clone(),
+        bill_to_tax_ids: i.bill_to_tax_ids.clone(),
+    })
 }
 
 /// One `[[tax]]` entry of the settings file.
@@ -114,7 +191,7 @@ pub struct TaxSetting {
 /// when a tax rate is not a decimal from 0 to 1, a region is listed twice, or the URL is not
 /// `http(s)://`.
 pub fn invoice_settings(
-    issuer: Option<crate::core::invoice::Issuer>,
+    issuer: Option<IssuerSetting>,
     payment_terms_days: Option<u32>,
     tax: Option<Vec<TaxSetting>>,
     public_url: Option<String>,
@@ -158,7 +235,7 @@ pub fn invoice_settings(
         return Err(format!("payment_terms_days {days} is above 3650"));
     }
     Ok(store::invoices::InvoiceSettings {
-        issuer: issuer.unwrap_or_default(),
+        issuer: issuer.map(|i| i.issuer()).unwrap_or_default(),
         payment_terms_days: days,
         taxes,
         public_url: public_url.map(|u| u.trim_end_matches('/').to_owned()),
@@ -238,6 +315,7 @@ pub fn read_config(path: &Path) -> Result<ServeSettings, String> {
         s.public_url.clone(),
     )
     .map_err(|e| format!("{}: {e}", path.display()))?;
+    invoice_pdf_settings(s.issuer.as_ref()).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(s)
 }
 
@@ -289,6 +367,16 @@ impl ServeSettings {
                     .map_or(witnessing::DEFAULT_WAIT, Duration::from_secs),
             },
         }
+    }
+
+    /// What invoice PDFs show besides the document (`[issuer]`, settings file only). Checked
+    /// by `read_config`; settings built in code that break a rule are reported and replaced by
+    /// the defaults.
+    pub fn resolve_invoice_pdf(&self, file: &ServeSettings) -> store::invoices::InvoicePdfSettings {
+        invoice_pdf_settings(self.issuer.as_ref().or(file.issuer.as_ref())).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "invoice PDF settings refused; using the defaults");
+            Default::default()
+        })
     }
 
     /// The HTTP settings of `self` (flags and environment) over `file` over defaults.
@@ -387,9 +475,16 @@ pub enum ServeError {
 
 /// Runs the server until SIGTERM or Ctrl-C. Prints `listening on http://ADDR` once bound, then
 /// `metrics on http://ADDR/metrics` when `/metrics` has its own listener.
-pub fn serve(settings: Resolved, http: HttpSettings) -> Result<(), ServeError> {
+/// `invoice_pdf`: what invoice PDFs show besides the document
+/// ([`ServeSettings::resolve_invoice_pdf`]).
+pub fn serve(
+    settings: Resolved,
+    http: HttpSettings,
+    invoice_pdf: store::invoices::InvoicePdfSettings,
+) -> Result<(), ServeError> {
     let key = keyfile::read(&settings.log_key)?;
     let ledger = Arc::new(Ledger::open(&settings.database_url, key)?);
+    ledger.set_invoice_pdf(invoice_pdf);
     serve_ledger_with(ledger, &settings, &http, |addrs, metrics_addrs| {
         for a in addrs {
             println!("listening on http://{a}");

@@ -577,6 +577,33 @@ both_backends!(focus_export_reconciles_with_invoices, |db: &TestDb| {
     assert!(none.rows.is_empty());
     assert_eq!(none.header, export.header);
 
+    // The invoice PDF is the same bytes on every download, also after a payment: the balance
+    // is the invoice's account, not the PDF's. `lang` picks the labels.
+    let pdf = format!("/v1/invoices/{}/pdf", issued.acme_day0);
+    let first = h.get(&pdf, Some(&acme));
+    assert_eq!(first.status, 200, "{}", first.lossy());
+    let payment = serde_json::json!({"tenant": "acme", "invoice": issued.acme_day0,
+        "currency": "CNY", "amount": "1.00", "note": "bank transfer"});
+    let paid = h.post("/v1/payments", Some(&token), &payment);
+    assert_eq!(paid.status, 201, "{}", paid.lossy());
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let second = h.get(&pdf, Some(&acme));
+    assert!(first.body == second.body, "two downloads differ");
+    let account = h.get(
+        &format!("/v1/invoices/{}/account", issued.acme_day0),
+        Some(&acme),
+    );
+    assert!(
+        account.text().contains("bank transfer"),
+        "{}",
+        account.text()
+    );
+    let zh = h.get(&format!("{pdf}?lang=zh-CN"), Some(&acme));
+    assert_eq!(zh.status, 200);
+    assert!(zh.body != first.body);
+    assert!(zh.body == h.get(&format!("{pdf}?lang=zh-CN"), Some(&acme)).body);
+    assert_eq!(h.get(&format!("{pdf}?lang=fr"), Some(&acme)).status, 400);
+
     validate(&all.body);
 });
 

@@ -12,9 +12,8 @@ use gpuledger::core::invoice::{
 use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::time::Timestamp;
 use gpuledger::invoice_render::{
-    to_csv, to_json, to_pdf, PdfNotes, RenderError, CSV_HEADER, MAX_PDF_LINES,
+    to_csv, to_json, to_pdf, Lang, PdfNotes, RenderError, CSV_HEADER, MAX_PDF_LINES,
 };
-use gpuledger::store::invoices::{AccountStatus, InvoiceAccount, SettlementView};
 use rust_decimal::Decimal;
 use serde_json::Value;
 
@@ -139,25 +138,12 @@ fn doc(inv: &Invoice) -> InvoiceDoc {
 
 fn notes() -> PdfNotes {
     PdfNotes {
-        account: Some(InvoiceAccount {
-            number: "INV-000042".into(),
-            tenant: "acme".into(),
-            currency: "CNY".into(),
-            total: dec("197.58"),
-            paid: dec("100.00"),
-            credited: dec("0.00"),
-            balance_due: dec("97.58"),
-            excess: dec("0.00"),
-            status: AccountStatus::Open,
-            as_of: ts("2026-12-05T08:00:00Z"),
-            settlements: vec![SettlementView {
-                index: 4300,
-                kind: "payment".into(),
-                date: ts("2026-12-04T10:00:00Z"),
-                amount: dec("100.00"),
-                note: "bank transfer 7731".into(),
-            }],
-        }),
+        lang: None,
+        buyer_tax_id: Some("91310115000000000Y".into()),
+        payment_instructions: vec![
+            "Bank transfer to Example Bank, Beijing branch".into(),
+            "Account number: 1100 2233 4455 6677 889".into(),
+        ],
         public_url: Some("https://ledger.example.org".into()),
         verifier_key: "ledger.example/gpuledger+2c02504d+AAAA".into(),
     }
@@ -297,7 +283,7 @@ fn csv_parses_back_and_agrees_with_json_line_for_line() {
 }
 
 #[test]
-fn pdf_text_has_issuer_bill_to_terms_taxes_payments_and_how_to_verify() {
+fn pdf_text_has_issuer_bill_to_terms_taxes_how_to_pay_and_how_to_verify() {
     let inv = golden();
     let pdf = to_pdf(&doc(&inv), &notes()).unwrap();
     assert!(pdf.starts_with(b"%PDF-"));
@@ -311,12 +297,14 @@ fn pdf_text_has_issuer_bill_to_terms_taxes_payments_and_how_to_verify() {
         "Bill to",
         "Acme AI",
         "9 Harbour Street",
+        "Tax ID: 91310115000000000Y",
         "Tenant ID: acme",
         "Issue date",
-        "2026-12-01T00:05:00Z",
+        "1 December 2026",
         "Due date",
-        "2026-12-31T00:05:00Z",
+        "31 December 2026",
         "30 days",
+        "1 November 2026 to 30 November 2026",
         "GPU compute, H100, west,\nOn-demand",
         "GPU compute, H100, west, Spot",
         "8 GPU-h",
@@ -332,10 +320,13 @@ fn pdf_text_has_issuer_bill_to_terms_taxes_payments_and_how_to_verify() {
         "Tax total (CNY)",
         "11.19",
         "197.58",
-        "2026-10-01T00:00:00Z",
-        "Payments and balance as of 2026-12-05T08:00:00Z",
-        "bank transfer 7731",
-        "97.58",
+        "Adjustments: late records of the period 1 October 2026 to 31 October 2026",
+        "How to pay",
+        "197.58 CNY, due by 31 December 2026.",
+        "Bank transfer to Example Bank, Beijing branch",
+        "Account number: 1100 2233 4455 6677 889",
+        "Please quote INV-000042 as the payment reference.",
+        "https://ledger.example.org/v1/invoices/INV-000042/account",
         "How to verify",
         "https://ledger.example.org/v1/invoices/INV-000042/bundle",
         "gpuledger verify --invoice INV-000042.json --bundle INV-000042.bundle.jsonl",
@@ -347,9 +338,12 @@ fn pdf_text_has_issuer_bill_to_terms_taxes_payments_and_how_to_verify() {
             "{needle:?} not in the PDF text:\n{text}"
         );
     }
-    // Raw wire names and a zero energy line are not shown.
+    // Raw wire names, wire timestamps and the balance (which changes) are not shown.
     assert!(!text.contains("on_demand"), "{text}");
     assert!(!text.contains("verify-log"), "{text}");
+    assert!(!text.contains("2026-12-01T00:05:00Z"), "{text}");
+    assert!(!text.contains("as of"), "{text}");
+    assert!(!text.contains("No billing address"), "{text}");
 }
 
 /// A tenant with a Chinese name and address: the CJK font is embedded (a subset, not 4 MB),
@@ -386,9 +380,10 @@ fn chinese_names_and_addresses_render_and_extract_back() {
             "{needle:?} not in the PDF text:\n{text}"
         );
     }
-    // Without Chinese text no font file goes in.
+    // Without Chinese text the CJK font does not go in.
     let latin = to_pdf(&doc(&golden()), &notes()).unwrap();
-    assert!(latin.len() < pdf.len());
+    assert!(!String::from_utf8_lossy(&latin).contains("GLDSFB"));
+    assert!(String::from_utf8_lossy(&pdf).contains("GLDSFB"));
 }
 
 #[test]
@@ -430,7 +425,8 @@ fn odd_text_is_kept_safe_and_long_ids_wrap() {
     inv.lines[0].description = format!("GPU compute, {}, west, on-demand", "M".repeat(128));
     inv.lines[0].quantity = dec("79228162514264337593543950.335");
     let (_, text) = pdf_text(&to_pdf(&doc(&inv), &PdfNotes::default()).unwrap());
-    assert!(text.contains("t?nant?"), "{text}");
+    // Accented Latin is in the Latin font; a control character becomes `?`.
+    assert!(text.contains("ténant?"), "{text}");
     assert!(text.contains("MMMMMMMMMM"));
     assert!(text.contains("79228162514264337593543950.335 GPU-h"));
 }
@@ -522,4 +518,210 @@ fn csv_text_cells_a_spreadsheet_would_run_are_neutralised() {
     assert_eq!(gpuledger::invoice_render::csv_text("plain"), "plain");
     assert_eq!(gpuledger::invoice_render::csv_text("-x"), "'-x");
     assert_eq!(gpuledger::invoice_render::csv_text(""), "");
+}
+
+/// Every download of an issued invoice is the same bytes: no time of download, no balance, no
+/// random ids. The creation date is the issue time and the trailer /ID is the invoice's
+/// SHA-256 (its first 16 bytes, hex), so a PDF names the document it renders.
+#[test]
+fn two_downloads_are_the_same_bytes_and_the_id_is_the_invoice_hash() {
+    use sha2::{Digest, Sha256};
+    let inv = golden();
+    let first = to_pdf(&doc(&inv), &notes()).unwrap();
+    let second = to_pdf(&doc(&inv), &notes()).unwrap();
+    assert!(first == second, "two renderings differ");
+    let zh = PdfNotes {
+        lang: Some(Lang::ZhCn),
+        ..notes()
+    };
+    let zh1 = to_pdf(&doc(&inv), &zh).unwrap();
+    assert!(
+        zh1 == to_pdf(&doc(&inv), &zh).unwrap(),
+        "two zh renderings differ"
+    );
+    assert!(zh1 != first);
+
+    let parsed = lopdf::Document::load_mem(&first).unwrap();
+    let ids = parsed.trailer.get(b"ID").unwrap().as_array().unwrap();
+    let canonical = serde_jcs::to_vec(&doc(&inv).to_value()).unwrap();
+    let hash = Sha256::digest(&canonical);
+    assert_eq!(
+        ids[0].as_str().unwrap(),
+        hex::encode(&hash[..16]).as_bytes(),
+        "the document id is the invoice's hash"
+    );
+    let zh_ids = lopdf::Document::load_mem(&zh1)
+        .unwrap()
+        .trailer
+        .get(b"ID")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(zh_ids[0], ids[0], "one document, two renderings");
+    assert_ne!(zh_ids[1], ids[1]);
+    let info = parsed
+        .get_dictionary(parsed.trailer.get(b"Info").unwrap().as_reference().unwrap())
+        .unwrap();
+    let created = info.get(b"CreationDate").unwrap().as_str().unwrap();
+    assert!(
+        String::from_utf8_lossy(created).starts_with("D:20261201000500"),
+        "{}",
+        String::from_utf8_lossy(created)
+    );
+}
+
+/// No font is left to the reader: every font is a Type0 font whose descriptor embeds the font
+/// program (FontFile2 or FontFile3); no standard-14 font (Helvetica) is named.
+#[test]
+fn every_font_is_embedded() {
+    let mut inv = golden();
+    inv.bill_to.name = "蓝鳍实验室".into();
+    for lang in [Lang::En, Lang::ZhCn] {
+        let pdf = to_pdf(
+            &doc(&inv),
+            &PdfNotes {
+                lang: Some(lang),
+                ..notes()
+            },
+        )
+        .unwrap();
+        let parsed = lopdf::Document::load_mem(&pdf).unwrap();
+        let mut fonts = 0;
+        let mut descriptors = 0;
+        for o in parsed.objects.values() {
+            let Ok(d) = o.as_dict() else { continue };
+            let is = |k: &[u8], v: &[u8]| d.get(k).ok().and_then(|x| x.as_name().ok()) == Some(v);
+            if is(b"Type", b"Font")
+                && !is(b"Subtype", b"CIDFontType2")
+                && !is(b"Subtype", b"CIDFontType0")
+            {
+                fonts += 1;
+                assert!(is(b"Subtype", b"Type0"), "{lang:?}: a simple font: {d:?}");
+            }
+            if is(b"Type", b"FontDescriptor") {
+                descriptors += 1;
+                assert!(
+                    d.get(b"FontFile2").is_ok() || d.get(b"FontFile3").is_ok(),
+                    "{lang:?}: a font descriptor without its font program: {d:?}"
+                );
+            }
+        }
+        // Arimo Regular and Bold, Droid Sans Fallback.
+        assert_eq!((fonts, descriptors), (3, 3), "{lang:?}");
+        assert!(!String::from_utf8_lossy(&pdf).contains("Helvetica"));
+    }
+}
+
+/// A tenant whose name is in Chinese gets a Chinese invoice: labels, dates and line
+/// descriptions, which extract back; `lang` asks for the other language.
+#[test]
+fn a_chinese_tenant_gets_chinese_labels_and_dates() {
+    let mut inv = golden();
+    inv.bill_to.name = "蓝鳍实验室".into();
+    let pdf = to_pdf(&doc(&inv), &notes()).unwrap();
+    let (pages, text) = pdf_text(&pdf);
+    for needle in [
+        "账单 INV-000042",
+        "不是增值税发票",
+        "销售方",
+        "购买方",
+        "蓝鳍实验室",
+        "纳税人识别号：91110108000000000X",
+        "纳税人识别号：91310115000000000Y",
+        "租户 ID：acme",
+        "账单编号",
+        "开具日期",
+        "2026年12月1日",
+        "付款截止日期",
+        "2026年12月31日",
+        "30 天",
+        "计费周期",
+        "2026年11月1日至2026年11月30日",
+        "项目",
+        "数量",
+        "单价",
+        "不含税金额",
+        "税率",
+        "税额",
+        "价税合计",
+        "GPU 算力，H100，west，按需",
+        "28800 GPU 秒",
+        "电力，west，PUE 1.08",
+        "调整：计费周期 2026年10月1日至2026年10月31日 的迟到记录",
+        "不含税合计 (CNY)",
+        "186.39",
+        "付款方式",
+        "应付 197.58 CNY，请于 2026年12月31日 前支付。",
+        "付款时请在附言中注明账单编号 INV-000042。",
+        "如何验证",
+        &format!("第 {pages} 页，共 {pages} 页"),
+    ] {
+        assert!(
+            text.contains(needle),
+            "{needle:?} not in the PDF text:\n{text}"
+        );
+    }
+    assert!(!text.contains("Invoice number"), "{text}");
+    // Asked for in English, the same invoice has English labels.
+    let en = to_pdf(
+        &doc(&inv),
+        &PdfNotes {
+            lang: Some(Lang::En),
+            ..notes()
+        },
+    )
+    .unwrap();
+    let (_, text) = pdf_text(&en);
+    assert!(
+        text.contains("Invoice number") && text.contains("蓝鳍实验室"),
+        "{text}"
+    );
+    assert!(!text.contains("开具日期"), "{text}");
+}
+
+/// A bill-to without an address is said on the PDF (the issue answers a `Warning` too).
+#[test]
+fn a_bill_to_without_an_address_is_warned_about() {
+    let mut inv = golden();
+    inv.bill_to.address = vec![];
+    let (_, text) = pdf_text(&to_pdf(&doc(&inv), &notes()).unwrap());
+    assert!(text.contains("No billing address is on file"), "{text}");
+    let mut zh = golden();
+    zh.bill_to.name = "蓝鳍实验室".into();
+    zh.bill_to.address = vec![];
+    let (_, text) = pdf_text(&to_pdf(&doc(&zh), &notes()).unwrap());
+    assert!(text.contains("购买方未登记账单地址"), "{text}");
+}
+
+/// Sub-day periods show their times; whole days show dates only.
+#[test]
+fn a_period_within_a_day_shows_its_times() {
+    let mut inv = golden();
+    inv.period = Period {
+        from: ts("2026-11-05T08:00:00Z"),
+        to: ts("2026-11-05T14:30:00Z"),
+    };
+    let (_, text) = pdf_text(&to_pdf(&doc(&inv), &notes()).unwrap());
+    assert!(
+        text.contains("5 November 2026, 08:00 to 14:30 UTC"),
+        "{text}"
+    );
+}
+
+/// Writes an English and a Chinese invoice PDF into `$GPULEDGER_WRITE_PDFS`, to look at
+/// (`pdftoppm -png -r 80 en.pdf en`); does nothing without it.
+#[test]
+fn write_sample_pdfs_when_asked() {
+    let Some(dir) = std::env::var_os("GPULEDGER_WRITE_PDFS") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    std::fs::write(dir.join("en.pdf"), to_pdf(&doc(&golden()), &notes()).unwrap()).unwrap();
+    let mut zh = golden();
+    zh.bill_to.name = "蓝鳍实验室".into();
+    zh.bill_to.address = vec!["上海市浦东新区张江路 88 号".into(), "200120 中国".into()];
+    zh.issuer.name = "示例算力科技有限公司".into();
+    zh.issuer.address = vec!["北京市海淀区中关村大街 1 号".into(), "100080 中国".into()];
+    std::fs::write(dir.join("zh.pdf"), to_pdf(&doc(&zh), &notes()).unwrap()).unwrap();
 }

@@ -142,7 +142,7 @@ fn query_structs_are_documented_as_the_handlers_read_them() {
         row!("/v1/balance", invoices::ListQuery),
         row!("/v1/certificates", certificates::ListQuery),
         row!("/v1/certificates/{id}/bundle", certificates::BundleQuery),
-        row!("/v1/invoices/{number}/{format}", certificates::BundleQuery),
+        row!("/v1/invoices/{number}/{format}", invoices::DownloadQuery),
     ];
     let doc: Value = serde_json::from_str(&gpuledger::api::openapi_json()).unwrap();
     let mut wrong = Vec::new();

@@ -27,6 +27,8 @@ pub struct IssueRequest {
 
 /// Issues a tenant's invoices for a period, one per currency (admin). Refused while any usage
 /// is unpriced, for a period overlapping an invoiced one, and for a period that has not ended.
+/// A tenant without a billing address is invoiced all the same, with a `Warning: 299` header
+/// saying so (and a note on the PDF).
 #[utoipa::path(operation_id = "issue_invoice", tag = "invoices", request_body = IssueRequest,
     responses(super::error::RoleForbidden, (status = 201, description = "The issued invoices", body = Vec<Invoice>),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
@@ -62,7 +64,22 @@ pub async fn issue(
     }
     let issued =
         web::block(move || state.ledger.issue_invoices(&tenant, Period { from, to })).await??;
-    Ok(HttpResponse::Created().json(issued))
+    let mut response = HttpResponse::Created();
+    // Issued all the same (the account may get its address later), but said: an invoice
+    // without the buyer's address may not serve as a tax invoice. The PDF says it too.
+    if issued
+        .iter()
+        .any(|i| i.bill_to.address.iter().all(|l| l.trim().is_empty()))
+    {
+        response.insert_header((
+            "Warning",
+            format!(
+                "299 gpuledger \"tenant {} has no billing address: the invoice names none                  (PATCH /v1/tenants/{} to add one before issuing)\"",
+                r.tenant, r.tenant
+            ),
+        ));
+    }
+    Ok(response.json(issued))
 }
 
 /// Query of the list.
@@ -72,15 +89,58 @@ pub struct ListQuery {
     pub tenant: Option<String>,
 }
 
-/// Lists invoices (tenants: their own).
-#[utoipa::path(operation_id = "list_invoices", tag = "invoices", params(ListQuery), responses((status = 200, body = Vec<InvoiceSummary>)), security(("bearer" = [])))]
+/// Query of the invoice list: a tenant, a date filter and paging.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct InvoiceListQuery {
+    /// Tenant id (tenant tokens: their own, and may omit it).
+    pub tenant: Option<String>,
+    /// Only invoices whose period ends after this instant (`YYYY-MM-DDTHH:MM:SSZ`).
+    pub from: Option<String>,
+    /// Only invoices whose period starts before this instant: with `from`, those whose period
+    /// overlaps `[from, to)`.
+    pub to: Option<String>,
+    /// Page size, from 1 to 1000 (`paging::MAX_LIMIT`); 100 if left out.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    pub limit: Option<String>,
+    /// Where to continue: the previous page's `X-Next-Cursor`, as is.
+    pub cursor: Option<String>,
+}
+
+/// Lists invoices in issue order, oldest first (tenants: their own), a page at a time: the
+/// body is a JSON array of at most `limit` invoices; when more follow, `Link` (rel="next") and
+/// `X-Next-Cursor` say how to get them.
+#[utoipa::path(operation_id = "list_invoices", tag = "invoices", params(InvoiceListQuery),
+    responses((status = 200, body = Vec<InvoiceSummary>, headers(
+                  ("Link" = String, description = "`<…>; rel=\"next\"` (RFC 8288): the next page, when there is one"),
+                  ("X-Next-Cursor" = String, description = "The `cursor` of the next page, when there is one"))),
+              (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
 #[get("/invoices")]
 pub async fn list(
     state: web::Data<AppState>,
     caller: Caller,
-    q: web::Query<ListQuery>,
+    req: HttpRequest,
+    q: web::Query<InvoiceListQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    super::scoped_list(state, caller, q.into_inner().tenant, store_invoices::list).await
+    let q = q.into_inner();
+    let tenant = caller.tenant_scope(q.tenant)?;
+    let period = super::paging::date_range(q.from.as_deref(), q.to.as_deref())?;
+    let page = super::paging::Paging::parse(
+        "invoices",
+        tenant.as_deref(),
+        q.limit.as_deref(),
+        q.cursor.as_deref(),
+    )?;
+    let (after, fetch) = (page.after_index()?, page.fetch());
+    let rows = web::block(move || {
+        state.ledger.with_reader(|c| {
+            store_invoices::list_page(c, tenant.as_deref(), period, after, fetch)
+        })
+    })
+    .await??;
+    Ok(page.respond(&req, rows, |i| i.entry_index.to_string()))
 }
 
 async fn load(
@@ -115,11 +175,26 @@ pub async fn get(
         .body(json))
 }
 
+/// Query of the downloads.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DownloadQuery {
+    /// The bundle format: `v3` (the default: leaves as JSON, one multi-proof) or `v2` (an
+    /// inclusion proof per entry, for verifiers that read only version 2). docs/PROTOCOL.md §14.
+    pub bundle_format: Option<String>,
+    /// The PDF's language: `en` or `zh-CN` (also `zh`, `zh-Hans`). Default: the invoice's
+    /// own, Chinese when the bill-to name or address is written in Chinese characters, else
+    /// English (docs/RATING.md, "Downloads").
+    pub lang: Option<String>,
+}
+
 /// Downloads an invoice as `json`, `csv` or `pdf`, or its evidence `bundle` (version 3 by
 /// default, version 2 with `?bundle_format=v2`). Gzip-compressed when the request accepts it
-/// (`Accept-Encoding: gzip`).
+/// (`Accept-Encoding: gzip`). Every download of an issued invoice is the same bytes (for the
+/// PDF: per language, while the `[issuer]` settings it shows stay the same); payments and the
+/// balance are `GET /v1/invoices/{number}/account`.
 #[utoipa::path(tag = "invoices",
-    params(("number" = String, Path), ("format" = String, Path, description = "json, csv, pdf, or bundle: the evidence bundle (JSON Lines, docs/PROTOCOL.md §14) to recompute it offline"), super::certificates::BundleQuery),
+    params(("number" = String, Path), ("format" = String, Path, description = "json, csv, pdf, or bundle: the evidence bundle (JSON Lines, docs/PROTOCOL.md §14) to recompute it offline"), DownloadQuery),
     responses((status = 200, description = "The document"), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[get(
@@ -130,10 +205,21 @@ pub async fn download(
     state: web::Data<AppState>,
     caller: Caller,
     path: web::Path<(String, String)>,
-    q: web::Query<super::certificates::BundleQuery>,
+    q: web::Query<DownloadQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let (number, format) = path.into_inner();
-    let bundle_format = q.format()?;
+    let q = q.into_inner();
+    let bundle_format = super::certificates::BundleQuery {
+        bundle_format: q.bundle_format,
+    }
+    .format()?;
+    let lang = q
+        .lang
+        .map(|l| {
+            crate::invoice_render::Lang::parse(&l)
+                .ok_or_else(|| ApiError::invalid_parameter("lang", "must be en or zh-CN"))
+        })
+        .transpose()?;
     if !matches!(format.as_str(), "json" | "csv" | "pdf" | "bundle") {
         return Err(ApiError::invalid_parameter(
             "format",
@@ -161,18 +247,20 @@ pub async fn download(
         _ => (
             "application/pdf",
             web::block(move || {
-                let n = inv.number().to_owned();
-                let now = ledger.now();
-                let acct = ledger.with_reader(|c| store_invoices::account(c, &n, now))?;
+                // Nothing that changes after the issue (the clock, payments) goes in: the
+                // same invoice is the same bytes on every download.
                 let settings = ledger.invoicing();
+                let pdf = ledger.invoice_pdf();
                 let notes = crate::invoice_render::PdfNotes {
-                    account: Some(acct),
+                    lang,
+                    buyer_tax_id: pdf.bill_to_tax_ids.get(inv.tenant()).cloned(),
+                    payment_instructions: pdf.payment_instructions.clone(),
                     public_url: settings.public_url.clone(),
                     verifier_key: ledger.info().verifier_key.clone(),
                 };
-                Ok::<_, ApiError>(crate::invoice_render::to_pdf(&inv, &notes))
+                crate::invoice_render::to_pdf(&inv, &notes)
             })
-            .await??
+            .await?
             .map_err(|e| match e {
                 crate::invoice_render::RenderError::TooManyLines { .. } => ApiError::TooLarge {
                     slug: "too_many_lines",

@@ -124,7 +124,8 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     };
     gpuledger_shell::logging::init();
     let http = flags.resolve_http(&file);
-    server::serve(flags.resolve(file), http)?;
+    let invoice_pdf = flags.resolve_invoice_pdf(&file);
+    server::serve(flags.resolve(file), http, invoice_pdf)?;
     Ok(ExitCode::SUCCESS)
 }
 

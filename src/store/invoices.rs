@@ -61,6 +61,17 @@ pub struct InvoiceSettings {
     pub public_url: Option<String>,
 }
 
+/// What an invoice PDF shows besides the document (`[issuer]` `payment_instructions` and
+/// `[issuer.bill_to_tax_ids]`): read when a PDF is rendered, never part of the document or its
+/// hash.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InvoicePdfSettings {
+    /// How to pay, one line each (bank, account, SWIFT/BIC, a payment link).
+    pub payment_instructions: Vec<String>,
+    /// The buyers' tax registration numbers, by tenant id.
+    pub bill_to_tax_ids: std::collections::BTreeMap<String, String>,
+}
+
 impl Default for InvoiceSettings {
     fn default() -> Self {
         InvoiceSettings {
@@ -933,6 +944,19 @@ pub struct InvoiceSummary {
 /// reads (the invoices, their `invoice_issued` leaves, the settlement leaves), not a read per
 /// invoice.
 pub fn list(conn: &mut DbConn, tenant: Option<&str>) -> Result<Vec<InvoiceSummary>, StoreError> {
+    list_page(conn, tenant, (None, None), None, usize::MAX)
+}
+
+/// One page of [`list`], in issue order (the `invoice_issued` entry's index): at most `limit`
+/// invoices whose entry index is above `after` and whose period overlaps `[from, to)` (either
+/// bound may be open).
+pub fn list_page(
+    conn: &mut DbConn,
+    tenant: Option<&str>,
+    (from, to): (Option<Timestamp>, Option<Timestamp>),
+    after: Option<u64>,
+    limit: usize,
+) -> Result<Vec<InvoiceSummary>, StoreError> {
     let mut q = invoices::table
         .select((
             invoices::number,
@@ -942,10 +966,20 @@ pub fn list(conn: &mut DbConn, tenant: Option<&str>) -> Result<Vec<InvoiceSummar
             invoices::period_to,
             invoices::entry_idx,
         ))
-        .order(invoices::number.asc())
+        .order(invoices::entry_idx.asc())
+        .limit(i64::try_from(limit).unwrap_or(i64::MAX))
         .into_boxed();
     if let Some(t) = tenant {
         q = q.filter(invoices::tenant.eq(t));
+    }
+    if let Some(a) = after {
+        q = q.filter(invoices::entry_idx.gt(a as i64));
+    }
+    if let Some(f) = from {
+        q = q.filter(invoices::period_to.gt(f.unix()));
+    }
+    if let Some(t) = to {
+        q = q.filter(invoices::period_from.lt(t.unix()));
     }
     let rows: Vec<(String, String, String, i64, i64, i64)> = q.load(conn)?;
     let mut issued = issued_entries(conn, tenant)?;

@@ -135,6 +135,8 @@ pub struct Ledger {
     witnessing: std::sync::OnceLock<Arc<super::cosignatures::Witnessing>>,
     /// Issuer, payment terms and taxes of the invoices issued ([`Ledger::set_invoicing`]).
     invoicing: RwLock<Arc<super::invoices::InvoiceSettings>>,
+    /// What invoice PDFs show besides the document ([`Ledger::set_invoice_pdf`]).
+    invoice_pdf: RwLock<Arc<super::invoices::InvoicePdfSettings>>,
 }
 
 /// Creates or migrates the database and records the log's origin and public key. Idempotent:
@@ -251,6 +253,7 @@ impl Ledger {
             url: url.to_owned(),
             witnessing: std::sync::OnceLock::new(),
             invoicing: RwLock::new(Arc::default()),
+            invoice_pdf: RwLock::new(Arc::default()),
         })
         .and_then(|l| {
             // A log without a policy entry gets the defaults written down, so verifiers read
@@ -296,6 +299,17 @@ impl Ledger {
     /// origin, 30 days, no tax).
     pub fn set_invoicing(&self, settings: super::invoices::InvoiceSettings) {
         *self.invoicing.write().expect("invoicing lock") = Arc::new(settings);
+    }
+
+    /// Sets what invoice PDFs show besides the document (payment instructions, buyers' tax
+    /// ids); the default: nothing.
+    pub fn set_invoice_pdf(&self, settings: super::invoices::InvoicePdfSettings) {
+        *self.invoice_pdf.write().expect("invoice_pdf lock") = Arc::new(settings);
+    }
+
+    /// What invoice PDFs show besides the document.
+    pub fn invoice_pdf(&self) -> Arc<super::invoices::InvoicePdfSettings> {
+        self.invoice_pdf.read().expect("invoice_pdf lock").clone()
     }
 
     /// The invoice settings in force.
@@ -644,7 +658,11 @@ impl Ledger {
     ) -> Result<Vec<crate::core::invoice::Invoice>, StoreError> {
         let now = self.now();
         if period.to > now {
-            return Err(StoreError::PeriodNotEnded { to: period.to, now });
+            return Err(StoreError::PeriodNotEnded {
+                what: "an invoice",
+                to: period.to,
+                now,
+            });
         }
         self.issue_drafted(
             |c, w| super::invoices::draft(c, tenant, period, w, self.invoicing()),
@@ -687,7 +705,8 @@ impl Ledger {
         )))
     }
 
-    /// Issues a compute-usage certificate (docs/PROTOCOL.md §13). The tally is computed in this
+    /// Issues a compute-usage certificate (docs/PROTOCOL.md §13) for a period that has ended
+    /// (`PeriodNotEnded` otherwise, by the ledger's clock). The tally is computed in this
     /// thread on a read connection, outside the head lock; the sequencer only rechecks that
     /// nothing logged since changes it, and appends (`store::certificates`). After
     /// [`super::invoices::MAX_ISSUE_ATTEMPTS`] computations overtaken by the log, `Busy`.
@@ -695,6 +714,15 @@ impl Ledger {
         &self,
         req: super::certificates::CertificateRequest,
     ) -> Result<crate::core::certificate::Certificate, StoreError> {
+        // A certificate states totals; for a period still open they would not be final.
+        let now = self.now();
+        if req.period.to > now {
+            return Err(StoreError::PeriodNotEnded {
+                what: "a certificate",
+                to: req.period.to,
+                now,
+            });
+        }
         self.issue_drafted(
             |c, w| super::certificates::draft(c, &req, w),
             |draft, reply| Job::Certify(Box::new(draft), reply),
