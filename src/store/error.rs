@@ -36,10 +36,13 @@ pub enum StoreError {
         open: rust_decimal::Decimal,
         currency: String,
     },
-    /// An invoice for a period that has not ended yet: records of its rest would all arrive
-    /// late (as adjustments of the next invoice) and no spot price could be scheduled in it.
-    #[error("the period ends at {to}, which is after now ({now}); an invoice is issued for a period that has ended")]
+    /// An invoice or certificate for a period that has not ended yet: records of its rest
+    /// would all arrive late (as adjustments of the next invoice), no spot price could be
+    /// scheduled in it, and a certificate would read like a final total that is not one.
+    #[error("the period ends at {to}, which is after now ({now}); {what} is issued only for a period that has ended")]
     PeriodNotEnded {
+        /// "an invoice" or "a certificate".
+        what: &'static str,
         to: crate::core::time::Timestamp,
         now: crate::core::time::Timestamp,
     },
