@@ -926,7 +926,7 @@ impl Pages {
     fn fields(&mut self, fields: &[(&str, String)], value_x: f32) {
         for (label, value) in fields {
             self.ensure(LEADING + 2.0);
-            let label_y = self.y - 10.0 * 1.35;
+            let label_y = self.y - 9.5 * 1.35; // the value's first baseline
             self.text(label, MARGIN_X, label_y, 9.5, Face::Bold);
             self.text_wrapped_face(value, value_x, RIGHT - value_x, 9.5, Face::Regular);
         }
