@@ -155,6 +155,12 @@ pub fn invoice_pdf_settings(
         ));
     }
     let long = |s: &String| s.chars().count() > MAX_SETTING_LINE_CHARS;
+    for l in &i.payment_instructions {
+        shown_text("[issuer] payment_instructions line", l)?;
+    }
+    for id in i.bill_to_tax_ids.values() {
+        shown_text("[issuer.bill_to_tax_ids] tax id", id)?;
+    }
     if let Some(l) = i.payment_instructions.iter().find(|l| long(l)) {
         return Err(format!(
             "[issuer] payment_instructions line {l:?} is longer than {MAX_SETTING_LINE_CHARS} characters"
@@ -173,6 +179,13 @@ pub fn invoice_pdf_settings(
         payment_instructions: i.payment_instructions.clone(),
         bill_to_tax_ids: i.bill_to_tax_ids.clone(),
     })
+}
+
+/// A setting printed on invoices (PDF, CSV, the console): refused when it holds a control,
+/// bidi or invisible format character (`core::ids::check_display_chars`, the rule tenant names
+/// and addresses follow), which could make one text read as another.
+fn shown_text(what: &str, s: &str) -> Result<(), String> {
+    crate::core::ids::check_display_chars(s).map_err(|m| format!("{what} {s:?}: {m}"))
 }
 
 /// One `[[tax]]` entry of the settings file.
@@ -210,6 +223,7 @@ pub fn invoice_settings(
         if t.name.trim().is_empty() {
             return Err(format!("[[tax]] region {:?}: name is empty", t.region));
         }
+        shown_text("[[tax]] name", &t.name)?;
         let tax = Tax {
             name: Some(t.name),
             rate: rate.normalize(),
@@ -228,6 +242,17 @@ pub fn invoice_settings(
             return Err(format!(
                 "public_url {u:?} must start with http:// or https://"
             ));
+        }
+    }
+    if let Some(i) = &issuer {
+        shown_text("[issuer] name", &i.name)?;
+        for line in &i.address {
+            shown_text("[issuer] address line", line)?;
+        }
+        for (what, v) in [("[issuer] tax_id", &i.tax_id), ("[issuer] email", &i.email)] {
+            if let Some(v) = v {
+                shown_text(what, v)?;
+            }
         }
     }
     let days = payment_terms_days.unwrap_or(store::invoices::DEFAULT_PAYMENT_TERMS_DAYS);
@@ -889,6 +914,56 @@ async fn checkpoint_loop(
                 metrics::gauge!("gpuledger_filesystem_available_bytes", "volume" => *volume)
                     .set(free as f64);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn issuer(name: &str) -> IssuerSetting {
+        IssuerSetting {
+            name: name.into(),
+            address: vec![],
+            tax_id: None,
+            email: None,
+            payment_instructions: vec![],
+            bill_to_tax_ids: Default::default(),
+        }
+    }
+
+    /// Every issuer text printed on invoices refuses spoofing characters, as tenant names do.
+    #[test]
+    fn issuer_settings_refuse_control_and_bidi_characters() {
+        assert!(invoice_settings(Some(issuer("算力云 Compute Ltd")), None, None, None).is_ok());
+        for bad in [
+            "Evil\u{202E}dL",
+            "two\nlines",
+            "nul\u{0}",
+            "zero\u{200B}width",
+        ] {
+            let e = invoice_settings(Some(issuer(bad)), None, None, None).unwrap_err();
+            assert!(e.starts_with("[issuer] name"), "{bad:?}: {e}");
+            let mut i = issuer("ok");
+            i.address = vec!["line 1".into(), bad.into()];
+            assert!(
+                invoice_settings(Some(i), None, None, None).is_err(),
+                "{bad:?}"
+            );
+            let mut i = issuer("ok");
+            i.payment_instructions = vec![bad.into()];
+            let e = invoice_pdf_settings(Some(&i)).unwrap_err();
+            assert!(e.contains("payment_instructions"), "{bad:?}: {e}");
+            let tax = TaxSetting {
+                region: "*".into(),
+                name: bad.into(),
+                rate: "0.06".into(),
+            };
+            assert!(
+                invoice_settings(None, None, Some(vec![tax]), None).is_err(),
+                "{bad:?}"
+            );
         }
     }
 }
