@@ -90,6 +90,24 @@ const TENANTS: [(&str, &str, &[&str]); 3] = [
     ("corvid-research", "Corvid Research (demo tenant)", &[]),
 ];
 
+/// What the demo's invoice PDFs show besides the document: synthetic payment instructions and
+/// the demo tenant's (synthetic) tax id, labelled as such.
+fn demo_invoice_pdf() -> store::invoices::InvoicePdfSettings {
+    store::invoices::InvoicePdfSettings {
+        payment_instructions: vec![
+            "Bank transfer (DEMO DATA, not a real account)".into(),
+            "Bank: Demo Bank of Inner Mongolia · Account: 6222 0000 0000 0000".into(),
+            "SWIFT/BIC: DEMOCNBJ · Reference: the invoice number".into(),
+        ],
+        bill_to_tax_ids: [(
+            DEMO_TENANT.to_owned(),
+            "91110000DEMO000000 (demo)".to_owned(),
+        )]
+        .into_iter()
+        .collect(),
+    }
+}
+
 /// The demo's invoice settings: a synthetic issuer with a Chinese name and address, 30 days'
 /// terms, and VAT of 6 % (IT services in China) in every region.
 fn demo_invoicing(public_url: String) -> store::invoices::InvoiceSettings {
@@ -271,6 +289,7 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
     let (log_key, _) = keyfile::read_or_create(&log_key_path)?;
     store::init(&url, &log_key, DEMO_ORIGIN)?;
     let ledger = Arc::new(Ledger::open(&url, log_key)?);
+    ledger.set_invoice_pdf(demo_invoice_pdf());
     print_banner(dir, resumed, ledger.head()?.0);
     let tokens = prepare_log(&ledger)?;
     let signers = ensure_signers(&ledger, dir)?;
