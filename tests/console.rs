@@ -507,6 +507,34 @@ fn verdict(b: &Browser, scope: &str) -> (String, Option<String>) {
     (result, reason)
 }
 
+/// The witness named in tests/vectors/cosignature (its verifier key): cosigned none of the
+/// demo's checkpoints.
+fn vector_witness() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/cosignature/witness.vkey");
+    std::fs::read_to_string(path).unwrap().trim().to_owned()
+}
+
+/// That the PASS in `scope` says, in the verdict itself, that no witness was required and so
+/// only the log operator vouches for the checkpoint's history, and how to require witnesses
+/// (`hint`: the message key, the console's trust settings or the offline page's fields).
+fn says_operator_alone(b: &Browser, scope: &str, hint: &str) {
+    let el = b.find(&format!(
+        "{scope} [data-result=\"PASS\"] [data-witnesses=\"operator_alone\"]"
+    ));
+    let text = b.text(&el);
+    assert!(
+        text.contains("only the log operator vouches") || text.contains("只有日志运营方担保"),
+        "{scope}: the operator-alone caveat: {text:?}"
+    );
+    assert!(
+        b.try_find(&format!(
+            "{scope} [data-witnesses=\"operator_alone\"] [data-i18n=\"{hint}\"]"
+        ))
+        .is_some(),
+        "{scope}: how to require witnesses ({hint}): {text:?}"
+    );
+}
+
 #[test]
 fn console_in_a_real_browser() {
     let Some(b) = Browser::start() else { return };
@@ -697,6 +725,17 @@ fn tenant_issues_a_certificate_and_checks_it_in_the_browser(b: &Browser, d: &Dem
         b.try_find(&format!("{scope} [data-not-checked]")).is_some(),
         "the verdict names what was not checked"
     );
+    // No witness in the trust settings: the PASS says the operator alone vouches (#23).
+    says_operator_alone(b, &scope, "verdict_require_witnesses");
+    // The certificate's own page says the same.
+    open(b, base, &format!("certificates/{id}"));
+    b.click(&b.find(&format!("button[data-check=\"{id}\"]")));
+    let (result, reason) = verdict(b, &scope);
+    assert_eq!(
+        result, "PASS",
+        "the certificate page's check: reason {reason:?}"
+    );
+    says_operator_alone(b, &scope, "verdict_require_witnesses");
     shot(b, "tenant-certificates");
     sign_out(b);
 }
@@ -757,6 +796,16 @@ fn auditor_browses_entries_and_sees_consistency(b: &Browser, d: &Demo, base: &st
     );
     let (cp, _) = verdict(b, "#checkpoint-result");
     assert_eq!(cp, "PASS", "the latest checkpoint's signature");
+    // No witness required: the checkpoint's PASS, every consistency PASS and the history's
+    // verdict say that the operator alone vouches.
+    says_operator_alone(b, "#checkpoint-result", "verdict_require_witnesses");
+    says_operator_alone(b, "#consistency-summary", "verdict_require_witnesses");
+    assert_eq!(
+        b.find_all("#checkpoints [data-consistency=\"PASS\"][data-witnesses=\"operator_alone\"]")
+            .len(),
+        proven.len(),
+        "every consistency PASS was checked with no witness required"
+    );
     shot(b, "auditor-log");
 }
 
@@ -797,12 +846,60 @@ fn tampered_bundle_fails_with_the_verifiers_reason(b: &Browser, d: &Demo, base: 
     b.send_keys(&input, good.to_str().unwrap());
     let (result, reason) = verdict(b, "#verify-result");
     assert_eq!(result, "PASS", "the untouched bundle: {reason:?}");
+    says_operator_alone(b, "#verify-result", "verdict_require_witnesses");
     let progress = b.find("#verify-progress");
     assert_eq!(
         attr(b, &progress, "value"),
         attr(b, &progress, "max"),
         "progress reached the end"
     );
+    // A witness in the trust settings that cosigned nothing here: the same bundle fails the
+    // quorum (witness_quorum, as `gpuledger verify --witness` says), never a PASS.
+    b.execute(
+        "localStorage.setItem('gpuledger.console.trust', JSON.stringify({logKey: '', witnesses: [arguments[0]], quorum: 1}))",
+        json!([vector_witness()]),
+    );
+    b.execute(
+        "document.getElementById('verify-result').replaceChildren()",
+        json!([]),
+    );
+    // (Another file name: choosing the same file again changes nothing, so checks nothing.)
+    let again = dir.join("good-again.bundle.jsonl");
+    std::fs::write(&again, &bundle).unwrap();
+    let input = b.find("#bundle-file");
+    b.send_keys(&input, again.to_str().unwrap());
+    let (result, reason) = verdict(b, "#verify-result");
+    assert_eq!(result, "FAIL", "a required witness that did not cosign");
+    assert_eq!(reason.as_deref(), Some("witness_quorum"));
+    assert!(b.try_find("#verify-result [data-witnesses]").is_none());
+    b.execute(
+        "localStorage.removeItem('gpuledger.console.trust')",
+        json!([]),
+    );
+    // With the quorum met, a PASS names the witnesses that cosigned, and no operator-alone
+    // caveat (the verdict as shown for a verifier result of that shape).
+    let shown = b.execute_async(
+        r#"const done = arguments[arguments.length - 1];
+import('/console/lib/trust.js').then((trust) => {
+  const el = document.createElement('div');
+  trust.showResult(el, {ok: true, steps: [], summary: {witnesses: {required: 1, found: 1,
+    cosigned_by: [{name: 'witness.example/w1', key_id: '0a1b2c3d', timestamp: 1}]}}}, {source: 'pasted'});
+  const w = el.querySelector('[data-witnesses]');
+  done({witnesses: w && w.dataset.witnesses, by: w && w.dataset.cosignedBy, text: w && w.textContent,
+        alone: el.textContent.includes('only the log operator')});
+}).catch((e) => done({error: String(e)}));"#,
+        json!([]),
+    );
+    assert_eq!(shown["witnesses"], "cosigned", "{shown}");
+    assert_eq!(shown["by"], "witness.example/w1", "{shown}");
+    assert!(
+        shown["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("witness.example/w1"),
+        "the verdict names the witness: {shown}"
+    );
+    assert_eq!(shown["alone"], false, "{shown}");
     // Choose the tampered file (the page clears the old verdict first).
     b.execute(
         "document.getElementById('verify-result').replaceChildren()",
@@ -835,6 +932,7 @@ fn tampered_bundle_fails_with_the_verifiers_reason(b: &Browser, d: &Demo, base: 
     b.click(&b.find("#offline-check"));
     let (result, reason) = verdict(b, "#offline-result");
     assert_eq!(result, "PASS", "the offline page: {reason:?}");
+    says_operator_alone(b, "#offline-result", "verdict_require_witnesses_offline");
     shot(b, "offline");
     b.send_keys(&b.find("#offline-bundle"), bad.to_str().unwrap());
     b.execute(
@@ -1064,6 +1162,14 @@ fn chinese_has_no_untranslated_string(b: &Browser, d: &Demo, base: &str) {
         for route in routes {
             if route == &home {
                 // Already shown (a hash that does not change loads nothing).
+                if *route == "log" && verifier_present() {
+                    // The checkpoint's PASS says, in Chinese, that the operator alone vouches.
+                    says_operator_alone(b, "#checkpoint-result", "verdict_require_witnesses");
+                    let el = b.find("#checkpoint-result [data-witnesses=\"operator_alone\"]");
+                    let text = b.text(&el);
+                    assert!(text.contains("只有日志运营方担保"), "in Chinese: {text:?}");
+                    says_operator_alone(b, "#consistency-summary", "verdict_require_witnesses");
+                }
                 assert_translated(b, route);
                 shot(b, &format!("{role}-{route}-zh"));
                 continue;

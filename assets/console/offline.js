@@ -48,7 +48,7 @@ function render() {
           const r = cert.files[0]
             ? await verifyCertificate({ ...args, certificateText: await cert.files[0].text() })
             : await verifyBundle(args);
-          showResult(out, r, { source: "pasted", evidence: true, servedCode: false });
+          showResult(out, r, { source: "pasted", evidence: true, servedCode: false, witnessHint: "offline" });
         } catch (e) {
           replace(out, h("p", { class: "error", role: "alert" }, t("error_with", { message: e.message })));
         }

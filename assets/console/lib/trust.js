@@ -113,10 +113,37 @@ export function trustPanel() {
 }
 
 /**
- * Shows a verifier result `{ok, steps, failure}` in `el`: PASS, or FAIL with the failing item
- * and reason (`data-result`, `data-reason` for tests and scripts), then the steps.
+ * What a PASS says about witnesses (`summary.witnesses` of the verifier, the shape of
+ * `gpuledger verify --json`): none required, so only the log operator vouches that the
+ * checkpoint is on the history everybody else sees, and how to require witnesses
+ * (`where`: "trust" for the trust settings on the page, "offline" for the offline page's
+ * fields); or which witnesses cosigned. `data-witnesses` is "operator_alone" or "cosigned".
  */
-export function showResult(el, result, { source, evidence = false, servedCode = true } = {}) {
+export function witnessNote(w, where = "trust") {
+  if (!w) return null;
+  if (w.operator_alone) {
+    return h(
+      "p",
+      { class: "caveat", dataset: { witnesses: "operator_alone" } },
+      t("verdict_operator_alone"),
+      " ",
+      t(where === "offline" ? "verdict_require_witnesses_offline" : "verdict_require_witnesses"),
+    );
+  }
+  const names = (w.cosigned_by || []).map((c) => c.name);
+  return h(
+    "p",
+    { class: "muted", dataset: { witnesses: "cosigned", cosignedBy: names.join(" ") } },
+    t("verdict_cosigned", { found: w.found, required: w.required, names: names.join(", ") }),
+  );
+}
+
+/**
+ * Shows a verifier result `{ok, steps, failure}` in `el`: PASS, or FAIL with the failing item
+ * and reason (`data-result`, `data-reason` for tests and scripts), then the steps. A PASS says
+ * who vouches for the checkpoint's history (`witnessNote`; `witnessHint` is its `where`).
+ */
+export function showResult(el, result, { source, evidence = false, servedCode = true, witnessHint = "trust" } = {}) {
   const ok = !!result.ok;
   const f = result.failure || {};
   replace(
@@ -128,6 +155,7 @@ export function showResult(el, result, { source, evidence = false, servedCode = 
       ok ? null : h("p", {}, h("span", {}, t("failure_reason")), " ", h("code", { dataset: { reason: f.reason || "" } }, f.reason || "?")),
       ok || !f.item ? null : h("p", {}, h("span", {}, t("failure_item")), " ", h("code", {}, String(f.item))),
       ok || !f.message ? null : h("p", { class: "message" }, String(f.message)),
+      ok ? witnessNote(result.summary?.witnesses, witnessHint) : null,
       source === "server" ? h("p", { class: "muted" }, t("trust_server_caveat")) : null,
       evidence ? h("p", { class: "muted", dataset: { notChecked: "" } }, t("verify_not_checked")) : null,
       servedCode ? h("p", { class: "muted" }, t("verify_code_caveat")) : null,

@@ -3,7 +3,7 @@
 
 import { h, t, tOr, replace, fmtNumber, fmtDateTime } from "../lib/dom.js";
 import { getJson, getText, mapLimited } from "../lib/api.js";
-import { trustForChecks, loadVerifier, showResult, trustPanel, keyId } from "../lib/trust.js";
+import { trustForChecks, loadVerifier, showResult, trustPanel, keyId, witnessNote } from "../lib/trust.js";
 import { table } from "./tenant.js";
 
 /** Checkpoints the history shows (and checks pairwise). */
@@ -76,27 +76,43 @@ export async function logPage(main) {
     return;
   }
   verifyNote(v, trust, note, noteResult);
-  // Each checkpoint against the next older one: a consistency proof from the server, checked here.
+  // Each checkpoint against the next older one: a consistency proof from the server, checked
+  // here (an empty one where the older tree is empty or the same size), with the witnesses the
+  // user requires on the newer checkpoint, as `gpuledger verify consistency --witness` does.
   const results = await mapLimited(cps, 4, async (c, i) => {
     const older = cps[i + 1];
     if (!older) return replace(cells[i], t("oldest_shown")), null;
-    if (older.size === 0 || older.size === c.size) {
-      replace(cells[i], h("span", { dataset: { consistency: "PASS" } }, t("trivially_consistent")));
-      return true;
-    }
+    const trivial = older.size === 0 || older.size === c.size;
     try {
-      const proof = await getJson(`/v1/proofs/consistency?from=${older.size}&to=${c.size}`);
-      const r = await v.verifyConsistency({ oldNote: older.note, newNote: c.note, proof: proof.hashes, logKey: trust.logKey });
+      const proof = trivial ? { hashes: [] } : await getJson(`/v1/proofs/consistency?from=${older.size}&to=${c.size}`);
+      const r = await v.verifyConsistency({
+        oldNote: older.note,
+        newNote: c.note,
+        proof: proof.hashes,
+        logKey: trust.logKey,
+        witnesses: trust.witnesses,
+        quorum: trust.quorum,
+      });
+      const w = r.ok ? r.summary?.witnesses : null;
+      const names = (w?.cosigned_by || []).map((x) => x.name).join(", ");
       replace(
         cells[i],
         h(
           "span",
-          { class: r.ok ? "ok" : "bad", dataset: { consistency: r.ok ? "PASS" : "FAIL", reason: r.failure?.reason || "" } },
-          r.ok ? t("verdict_pass") : t("verdict_fail"),
+          {
+            class: r.ok ? "ok" : "bad",
+            dataset: {
+              consistency: r.ok ? "PASS" : "FAIL",
+              reason: r.failure?.reason || "",
+              witnesses: w ? (w.operator_alone ? "operator_alone" : "cosigned") : "",
+            },
+          },
+          r.ok ? (trivial ? t("trivially_consistent") : t("verdict_pass")) : t("verdict_fail"),
           r.ok ? null : ` ${r.failure?.reason || ""}`,
+          names ? h("span", { class: "muted" }, ` (${names})`) : null,
         ),
       );
-      return r.ok;
+      return r.ok ? w : false;
     } catch (e) {
       replace(cells[i], h("span", { class: "bad", dataset: { consistency: "ERROR" } }, t("error_with", { message: e.message })));
       return false;
@@ -112,7 +128,23 @@ export async function logPage(main) {
       h("strong", {}, ok ? t("verdict_pass") : t("verdict_fail")),
       " ",
       h("span", {}, t("consistency_summary", { n: checked.length })),
+      ok ? consistencyWitnesses(checked, trust) : null,
     ),
+  );
+}
+
+/**
+ * What the history's PASS says about witnesses: none required (the operator alone vouches),
+ * or the witnesses that cosigned the newer checkpoints (each carried the quorum).
+ */
+function consistencyWitnesses(checked, trust) {
+  if (!trust.witnesses || trust.witnesses.length === 0) return witnessNote({ required: 0, found: null, operator_alone: true });
+  if (checked.length === 0) return null;
+  const names = [...new Set(checked.flatMap((w) => (w.cosigned_by || []).map((c) => c.name)))];
+  return h(
+    "p",
+    { class: "muted", dataset: { witnesses: "cosigned", cosignedBy: names.join(" ") } },
+    t("consistency_cosigned", { required: checked[0]?.required ?? (trust.quorum || 1), names: names.join(", ") }),
   );
 }
 

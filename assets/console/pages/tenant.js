@@ -1,7 +1,7 @@
 // Tenant pages: usage charts, invoices (with downloads), certificates (issue, list, download,
 // check in the browser).
 
-import { h, t, tOr, replace, append, fmtNumber, fmtMoney, fmtDate, fmtDateTime, fmtBucket, fmtPeriod, decSum, gpuHours } from "../lib/dom.js";
+import { h, t, tOr, replace, fmtNumber, fmtMoney, fmtDate, fmtDateTime, fmtBucket, fmtPeriod, decSum, gpuHours } from "../lib/dom.js";
 import { getJson, getText, getBlob, postJson, download, mapLimited, ApiError } from "../lib/api.js";
 import { stackedBars, legend, shareBar } from "../lib/chart.js";
 import { trustForChecks, loadVerifier, showResult, trustPanel } from "../lib/trust.js";
@@ -644,5 +644,4 @@ async function certificatePage(main, id) {
     ),
     trustPanel(),
   );
-  append(main);
 }

@@ -5,7 +5,10 @@
 // Every function resolves to {ok: true, steps, summary} or
 // {ok: false, steps, failure: {reason, item, message}}; `steps` is [{name, ok, detail}] for
 // display, `reason` one of the protocol's stable codes (§15, §16.6), the ones
-// `gpuledger verify` reports for the same input.
+// `gpuledger verify` reports for the same input. Every PASS's summary has `witnesses`, as
+// `gpuledger verify --json` does: `{required: 0, found: null, operator_alone: true}` when no
+// witness was required (only the log operator vouches for the checkpoint's history), else
+// `{required, found, cosigned_by}`.
 //
 // WHAT THE BROWSER CHECK PROVES, compared with `gpuledger verify` (the offline verifier):
 //
@@ -75,6 +78,35 @@ async function logKeyOf(text, steps) {
   );
 }
 
+/**
+ * What a passing verdict without any required witness says (as `gpuledger verify` and the
+ * Python verifier do, crates/verifier `OPERATOR_ALONE`): the checkpoint is signed by the log
+ * key alone. The console shows its own words for it (lib/trust.js `witnessNote`, in the
+ * user's language, with how to require witnesses in its trust settings).
+ */
+export const OPERATOR_ALONE =
+  'no witness was required, so only the log operator vouches that this checkpoint is on the history everybody else sees; ' +
+  'require independent cosigners with --witness VKEY (and --quorum K)';
+
+/**
+ * `summary.witnesses` of a PASS, in the shape `gpuledger verify --json` gives it: without
+ * witnesses `{required: 0, found: null, operator_alone: true}`; with them
+ * `{required, found, cosigned_by: [{name, key_id, timestamp}]}`.
+ */
+function witnessSummary(found, witnesses, quorum) {
+  if (!witnesses || witnesses.length === 0) return { required: 0, found: null, operator_alone: true };
+  const list = found || [];
+  return {
+    required: quorum || 1,
+    found: list.length,
+    cosigned_by: list.map((c) => ({
+      name: c.name,
+      key_id: c.keyId.toString(16).padStart(8, '0'),
+      timestamp: c.timestamp <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(c.timestamp) : String(c.timestamp),
+    })),
+  };
+}
+
 /** The witness step (§16.6), when witness keys are given. */
 async function witnessStep(steps, note, witnesses, quorum, item) {
   if (!witnesses || witnesses.length === 0) return null;
@@ -127,7 +159,7 @@ export async function verifyCertificate({ certificateText, bundle, logKey, witne
   return run(async (steps) => {
     const key = await logKeyOf(logKey, steps);
     const cert = parseCertificate(noteText(certificateText, 'certificate'));
-    await witnessStep(steps, cert.checkpoint, witnesses, quorum, 'checkpoint');
+    const found = await witnessStep(steps, cert.checkpoint, witnesses, quorum, 'checkpoint');
     const { subject, summary } = await bundleSteps(steps, {
       bundle,
       logKey: key,
@@ -146,7 +178,13 @@ export async function verifyCertificate({ certificateText, bundle, logKey, witne
         `${c.entries.count} covered entries (commitment matches); ${c.totals.gpu_seconds} GPU-s, ${c.totals.kwh} kWh ` +
         `(${c.totals.kwh_with_pue} kWh with PUE, ${c.totals.carbon_kg} kgCO2e), recomputed exactly`,
     );
-    return { ...summary, certificate: cert.id, tenant: cert.tenant, totals: computed.totals };
+    return {
+      ...summary,
+      certificate: cert.id,
+      tenant: cert.tenant,
+      totals: computed.totals,
+      witnesses: witnessSummary(found, witnesses, quorum),
+    };
   });
 }
 
@@ -154,9 +192,16 @@ export async function verifyCertificate({ certificateText, bundle, logKey, witne
 export async function verifyBundle({ bundle, logKey, witnesses, quorum, onProgress }) {
   return run(async (steps) => {
     const key = await logKeyOf(logKey, steps);
-    const witnessCheck = witnesses && witnesses.length ? (note) => witnessStep(steps, note, witnesses, quorum, 'checkpoint') : null;
+    let found = null;
+    const witnessCheck =
+      witnesses && witnesses.length
+        ? async (note) => {
+            found = await witnessStep(steps, note, witnesses, quorum, 'checkpoint');
+            return found;
+          }
+        : null;
     const { summary } = await bundleSteps(steps, { bundle, logKey: key, onProgress, witnesses: witnessCheck });
-    return summary;
+    return { ...summary, witnesses: witnessSummary(found, witnesses, quorum) };
   });
 }
 
@@ -165,13 +210,13 @@ export async function verifyCheckpoint({ noteText: note, logKey, witnesses, quor
   return run(async (steps) => {
     const key = await logKeyOf(logKey, steps);
     const text = noteText(note, 'checkpoint');
-    await witnessStep(steps, text, witnesses, quorum, 'checkpoint');
+    const found = await witnessStep(steps, text, witnesses, quorum, 'checkpoint');
     const cp = await steps.step(
       'checkpoint',
       () => verifyCheckpointNote(text, key, 'checkpoint'),
       (c) => `signed by the log key ${key.name}: size ${c.size}, root ${c.rootB64}`,
     );
-    return { origin: cp.origin, size: cp.size, root: cp.rootB64 };
+    return { origin: cp.origin, size: cp.size, root: cp.rootB64, witnesses: witnessSummary(found, witnesses, quorum) };
   });
 }
 
@@ -185,7 +230,7 @@ export async function verifyConsistency({ oldNote, newNote, proof, logKey, witne
   return run(async (steps) => {
     const key = await logKeyOf(logKey, steps);
     const newText = noteText(newNote, 'new checkpoint');
-    await witnessStep(steps, newText, witnesses, quorum, 'new checkpoint');
+    const found = await witnessStep(steps, newText, witnesses, quorum, 'new checkpoint');
     const old = await steps.step(
       'old checkpoint',
       () => verifyCheckpointNote(noteText(oldNote, 'old checkpoint'), key, 'old checkpoint'),
@@ -216,6 +261,6 @@ export async function verifyConsistency({ oldNote, newNote, proof, logKey, witne
       },
       () => `the log only grew from size ${old.size} to size ${neu.size}`,
     );
-    return { old_size: old.size, new_size: neu.size };
+    return { old_size: old.size, new_size: neu.size, witnesses: witnessSummary(found, witnesses, quorum) };
   });
 }

@@ -85,6 +85,38 @@ function expectVerdict(r, expected, item) {
   // Every answer has display steps; a failed one ends in its failed step.
   assert(Array.isArray(r.steps) && r.steps.every((s) => typeof s.name === 'string' && typeof s.ok === 'boolean'), 'steps');
   if (!r.ok) assert(r.steps.length && !r.steps.at(-1).ok && r.steps.slice(0, -1).every((s) => s.ok), 'the last step, only, failed');
+  // Every PASS says who vouches for the checkpoint's history (summary.witnesses, the shape of
+  // `gpuledger verify --json`): the operator alone when no witness was required.
+  if (r.ok) {
+    const w = r.summary && r.summary.witnesses;
+    assert(w && typeof w === 'object', `a PASS without summary.witnesses: ${JSON.stringify(r.summary)}`);
+    if (w.required === 0) eq(w, { required: 0, found: null, operator_alone: true }, 'summary.witnesses without witnesses');
+    else {
+      assert(w.operator_alone === undefined && w.found >= w.required && Array.isArray(w.cosigned_by), `summary.witnesses with witnesses: ${JSON.stringify(w)}`);
+      eq(w.cosigned_by.length, w.found, 'one cosigned_by per witness found');
+    }
+  }
+}
+
+/** Witness verdicts compared: how many PASSes agreed with `gpuledger verify` on summary.witnesses. */
+let witnessChecks = 0;
+
+/**
+ * Where both verifiers passed, the browser's summary.witnesses must say what the last
+ * `gpuledger verify --json` report says: operator alone (and its message the caveat), or the
+ * same quorum and the same witnesses.
+ */
+function sameWitnesses(r) {
+  if (!bin || !r.ok || !lastReport || lastReport.result !== 'PASS') return;
+  const ours = r.summary.witnesses;
+  const theirs = lastReport.summary && lastReport.summary.witnesses;
+  assert(theirs, `gpuledger verify's PASS has no summary.witnesses: ${JSON.stringify(lastReport.summary)}`);
+  eq(ours.operator_alone === true, theirs.operator_alone === true, 'summary.witnesses.operator_alone (gpuledger verify)');
+  eq(ours.required, theirs.required, 'summary.witnesses.required (gpuledger verify)');
+  eq(ours.found, theirs.found, 'summary.witnesses.found (gpuledger verify)');
+  eq((ours.cosigned_by || []).map((c) => [c.name, c.key_id, c.timestamp]), (theirs.cosigned_by || []).map((c) => [c.name, c.key_id, c.timestamp]), 'summary.witnesses.cosigned_by (gpuledger verify)');
+  eq(lastReport.message.endsWith(`; ${verify.OPERATOR_ALONE}`), ours.operator_alone === true, `the operator-alone caveat in gpuledger verify's message: ${lastReport.message}`);
+  witnessChecks++;
 }
 
 /** Runs `gpuledger verify` (when GPULEDGER_BIN is set) and returns 'PASS' or its reason. */
@@ -185,6 +217,7 @@ async function certificateCase(certificateText, bundle, expected, { key = logKey
     const theirs = binaryVerdict(['--certificate', writeTmp('cert.json', certificateText), '--bundle', writeTmp('bundle.ndjson', bundle), '--log-key', key]);
     eq(theirs, expected, 'gpuledger verify');
     compareItems(r, 'certificate');
+    sameWitnesses(r);
   }
   return r;
 }
@@ -195,6 +228,7 @@ async function bundleCase(bundle, expected, { key = logKey, item } = {}) {
   if (bin) {
     eq(binaryVerdict(['--bundle', writeTmp('bundle.ndjson', bundle), '--log-key', key]), expected, 'gpuledger verify');
     compareItems(r, 'bundle');
+    sameWitnesses(r);
   }
   return r;
 }
@@ -225,6 +259,7 @@ for (const format of ['v3', 'v2']) {
     if (bin) {
       const theirs = binaryVerdict(['--certificate', path.join(fixtures, 'certificate.json'), '--bundle', writeTmp('b', BUNDLES[format]), '--log-key', logKey]);
       eq(theirs, 'PASS', 'gpuledger verify');
+      sameWitnesses(r);
     }
   });
   await test(`${format}: the committed bundle alone PASSes, from a string and from a ReadableStream`, async () => {
@@ -604,7 +639,10 @@ const proof = JSON.parse(read(path.join(fixtures, 'consistency/proof.json')));
 async function checkpointCase(note, expected, key = logKey) {
   const r = await verify.verifyCheckpoint({ noteText: note, logKey: key });
   expectVerdict(r, expected);
-  if (bin) eq(binaryVerdict(['--checkpoint', writeTmp('cp.txt', note), '--log-key', key]), expected, 'gpuledger verify');
+  if (bin) {
+    eq(binaryVerdict(['--checkpoint', writeTmp('cp.txt', note), '--log-key', key]), expected, 'gpuledger verify');
+    sameWitnesses(r);
+  }
   return r;
 }
 
@@ -614,6 +652,7 @@ async function consistencyCase(o, n, p, expected) {
   if (bin) {
     const args = ['consistency', '--old', writeTmp('old.txt', o), '--new', writeTmp('new.txt', n), '--proof', writeTmp('proof.json', JSON.stringify(p)), '--log-key', logKey];
     eq(binaryVerdict(args), expected, 'gpuledger verify consistency');
+    sameWitnesses(r);
   }
   return r;
 }
@@ -661,7 +700,19 @@ await test('cosignature vectors: key id, signed message, and the cosigned checkp
   const r = await verify.verifyCheckpoint({ noteText: cos('cosigned.note'), logKey: cosLogKey, witnesses: [witness], quorum: 1 });
   expectVerdict(r, 'PASS');
   assert(r.steps.some((s) => s.name === 'witness cosignatures' && s.ok), 'a witness step');
-  if (bin) eq(binaryVerdict(['--checkpoint', path.join(vectors, 'cosignature/cosigned.note'), '--log-key', cosLogKey, '--witness', witness, '--quorum', '1']), 'PASS', 'gpuledger verify');
+  eq(r.summary.witnesses, { required: 1, found: 1, cosigned_by: [{ name: w.name, key_id: JSON.parse(cos('witness.json')).key_id, timestamp: Number(cos('timestamp.txt').trim()) }] }, 'summary.witnesses');
+  if (bin) {
+    eq(binaryVerdict(['--checkpoint', path.join(vectors, 'cosignature/cosigned.note'), '--log-key', cosLogKey, '--witness', witness, '--quorum', '1']), 'PASS', 'gpuledger verify');
+    sameWitnesses(r);
+  }
+  // The same note with no witness asked: PASS, the operator alone vouching, as gpuledger verify says.
+  const alone = await verify.verifyCheckpoint({ noteText: cos('cosigned.note'), logKey: cosLogKey });
+  expectVerdict(alone, 'PASS');
+  eq(alone.summary.witnesses.operator_alone, true, 'operator_alone without witnesses');
+  if (bin) {
+    eq(binaryVerdict(['--checkpoint', path.join(vectors, 'cosignature/cosigned.note'), '--log-key', cosLogKey]), 'PASS', 'gpuledger verify');
+    sameWitnesses(alone);
+  }
 });
 
 await test('cosignature vectors: no cosignature, a changed one, or another witness → witness_quorum', async () => {
@@ -692,6 +743,15 @@ await test('cosignature vectors: the add-checkpoint proof from 6 to 11 is a cons
   eq(head.split('\n')[0], 'old 6', 'old size line');
   const r = await verify.verifyConsistency({ oldNote: cos('old_checkpoint.note'), newNote: cos('cosigned.note'), proof: hashes, logKey: cosLogKey, witnesses: [witness], quorum: 1 });
   expectVerdict(r, 'PASS');
+  eq(r.summary.witnesses.cosigned_by.map((c) => c.name), ['witness.gpuledger.example/w1'], 'the witness that cosigned the new checkpoint');
+  if (bin) {
+    const args = ['consistency', '--old', path.join(vectors, 'cosignature/old_checkpoint.note'), '--new', path.join(vectors, 'cosignature/cosigned.note'), '--proof', writeTmp('proof.json', JSON.stringify(hashes)), '--log-key', cosLogKey];
+    eq(binaryVerdict([...args, '--witness', witness, '--quorum', '1']), 'PASS', 'gpuledger verify consistency --witness');
+    sameWitnesses(r);
+    const alone = await verify.verifyConsistency({ oldNote: cos('old_checkpoint.note'), newNote: cos('cosigned.note'), proof: hashes, logKey: cosLogKey });
+    eq(binaryVerdict(args), 'PASS', 'gpuledger verify consistency');
+    sameWitnesses(alone);
+  }
   const w = await verify.verifyConsistency({ oldNote: cos('old_checkpoint.note'), newNote: cos('checkpoint.note'), proof: hashes, logKey: cosLogKey, witnesses: [witness] });
   expectVerdict(w, 'witness_quorum', 'new checkpoint');
 });
@@ -724,7 +784,9 @@ await test('a certificate whose checkpoint the vector witness cosigned: PASS wit
     const c = writeTmp('cert.json', cert);
     const b = writeTmp('bundle.ndjson', bundle);
     eq(binaryVerdict(['--certificate', c, '--bundle', b, '--log-key', logKey, '--witness', witness, '--quorum', '1']), 'PASS', 'gpuledger verify');
+    sameWitnesses(withQuorum);
     eq(binaryVerdict(['--bundle', b, '--log-key', logKey, '--witness', witness]), 'PASS', 'gpuledger verify (bundle)');
+    sameWitnesses(await verify.verifyBundle({ bundle, logKey, witnesses: [witness] }));
     eq(binaryVerdict(['--certificate', path.join(fixtures, 'certificate.json'), '--bundle', writeTmp('b.ndjson', bundleV3), '--log-key', logKey, '--witness', witness]), 'witness_quorum', 'gpuledger verify (not cosigned)');
   }
 });
@@ -951,7 +1013,7 @@ if (itemsCompared.length) {
   for (const d of differ) console.log(`  item differs (${d.what}): ours ${JSON.stringify(d.ours)}, gpuledger verify ${JSON.stringify(d.theirs)}`);
 }
 fs.rmSync(tmp, { recursive: true, force: true });
-console.log(`\n${passed} passed, ${failures.length} failed${bin ? `; ${binaryChecks} verdicts compared with ${bin}` : '; GPULEDGER_BIN not set: verdicts not compared with gpuledger verify'}`);
+console.log(`\n${passed} passed, ${failures.length} failed${bin ? `; ${binaryChecks} verdicts compared with ${bin} (${witnessChecks} PASSes with the same summary.witnesses)` : '; GPULEDGER_BIN not set: verdicts not compared with gpuledger verify'}`);
 if (failures.length) {
   console.log(`failed:\n  ${failures.join('\n  ')}`);
   process.exit(1);
