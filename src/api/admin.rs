@@ -118,17 +118,48 @@ fn check_tenant_fields(name: Option<&str>, address: Option<&[String]>) -> Result
     Ok(())
 }
 
-/// Lists tenants (admin, auditor).
-#[utoipa::path(tag = "admin", responses(super::error::RoleForbidden, (status = 200, body = Vec<Tenant>)), security(("bearer" = [])))]
+/// Query of the tenant list: a date filter and paging.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TenantListQuery {
+    /// Only tenants created at or after this instant (`YYYY-MM-DDTHH:MM:SSZ`).
+    pub from: Option<String>,
+    /// Only tenants created before this instant.
+    pub to: Option<String>,
+    /// Page size, from 1 to 1000 (`paging::MAX_LIMIT`); 100 if left out.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    pub limit: Option<String>,
+    /// Where to continue: the previous page's `X-Next-Cursor`, as is.
+    pub cursor: Option<String>,
+}
+
+/// Lists tenants by id (admin, auditor), a page at a time: the body is a JSON array of at most
+/// `limit` tenants; when more follow, `Link` (rel="next") and `X-Next-Cursor` say how to get
+/// them.
+#[utoipa::path(tag = "admin", params(TenantListQuery),
+    responses(super::error::RoleForbidden, (status = 200, body = Vec<Tenant>, headers(
+                  ("Link" = String, description = "`<…>; rel=\"next\"` (RFC 8288): the next page, when there is one"),
+                  ("X-Next-Cursor" = String, description = "The `cursor` of the next page, when there is one")))),
+    security(("bearer" = [])))]
 #[get("/tenants")]
 pub async fn list_tenants(
     state: web::Data<AppState>,
     caller: Caller,
+    req: HttpRequest,
+    q: web::Query<TenantListQuery>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require_reader_of_all()?;
+    let q = q.into_inner();
+    let created = super::paging::date_range(q.from.as_deref(), q.to.as_deref())?;
+    let page =
+        super::paging::Paging::parse("tenants", None, q.limit.as_deref(), q.cursor.as_deref())?;
+    let (after, fetch) = (page.after.clone(), page.fetch());
     let ledger = state.ledger.clone();
-    let list = web::block(move || ledger.with_reader(access::list_tenants)).await??;
-    Ok(HttpResponse::Ok().json(list))
+    let list = web::block(move || {
+        ledger.with_reader(|c| access::list_tenants_page(c, created, after.as_deref(), fetch))
+    })
+    .await??;
+    Ok(page.respond(&req, list, |t| t.id.clone()))
 }
 
 /// Body of `POST /v1/signers`.

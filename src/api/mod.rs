@@ -14,6 +14,7 @@ pub mod invoices;
 pub mod limits;
 pub mod log;
 pub mod ops;
+pub mod paging;
 pub mod pricing;
 pub mod records;
 pub mod tiles;

@@ -229,18 +229,129 @@ impl ToSchema for PricingEntry {
     }
 }
 
-/// Every rate card, region parameter set, spot price, lease, volume tiers and tenant plan in
-/// the log, oldest first. Tenants see prices and tiers, and their own leases and plans only.
-#[utoipa::path(tag = "pricing", responses((status = 200, body = Vec<PricingEntry>)), security(("bearer" = [])))]
+/// Query of `GET /v1/prices`: the series filters, a date filter or an instant, and paging.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PricesQuery {
+    /// Only entries of these kinds, comma-separated: `rate_card`, `region_params`,
+    /// `lease_registered`, `spot_price`, `volume_tiers`, `tenant_plan`.
+    pub kind: Option<String>,
+    /// Only entries of this region (rate cards, spot prices, region parameters, volume tiers).
+    pub region: Option<String>,
+    /// Only entries of this GPU model (rate cards, spot prices, volume tiers).
+    pub gpu_model: Option<String>,
+    /// Only entries of this lease class, `on_demand`, `reserved` or `spot`: rate cards' and
+    /// volume tiers' `lease_class`, leases' `class`; `spot` takes every spot price.
+    pub lease_class: Option<String>,
+    /// Only entries in force at this instant (`YYYY-MM-DDTHH:MM:SSZ`): of each series (a rate
+    /// card's region, GPU model and lease class; a spot price's region and GPU model; a
+    /// region's parameters; a plan's tiers for a series; a tenant's plan) the one with the
+    /// latest `effective_from` at or before it, and every lease. Not with `from` or `to`.
+    pub as_of: Option<String>,
+    /// Only entries whose `effective_from` is at or after this instant (leases, which have
+    /// none, are left out).
+    pub from: Option<String>,
+    /// Only entries whose `effective_from` is before this instant.
+    pub to: Option<String>,
+    /// Page size, from 1 to 1000 (`paging::MAX_LIMIT`); 100 if left out.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    pub limit: Option<String>,
+    /// Where to continue: the previous page's `X-Next-Cursor`, as is.
+    pub cursor: Option<String>,
+}
+
+impl PricesQuery {
+    /// The filter the query names, and its instant.
+    fn filter(
+        &self,
+    ) -> Result<(pricing::PriceFilter, Option<crate::core::time::Timestamp>), ApiError> {
+        use crate::core::record::LeaseClass;
+        let mut kinds = Vec::new();
+        if let Some(list) = &self.kind {
+            for name in list.split(',') {
+                let kind = Kind::parse(name)
+                    .filter(|k| pricing::PRICING_KINDS.contains(k))
+                    .ok_or_else(|| {
+                        ApiError::invalid_parameter(
+                            "kind",
+                            format!("{name:?} is not a pricing kind"),
+                        )
+                    })?;
+                if !kinds.contains(&kind) {
+                    kinds.push(kind);
+                }
+            }
+        }
+        let lease_class = match self.lease_class.as_deref() {
+            None => None,
+            Some(s) => Some(
+                [LeaseClass::OnDemand, LeaseClass::Reserved, LeaseClass::Spot]
+                    .into_iter()
+                    .find(|c| c.as_str() == s)
+                    .ok_or_else(|| {
+                        ApiError::invalid_parameter(
+                            "lease_class",
+                            format!("{s:?} is not on_demand, reserved or spot"),
+                        )
+                    })?,
+            ),
+        };
+        let (from, to) = super::paging::date_range(self.from.as_deref(), self.to.as_deref())?;
+        let as_of = super::paging::timestamp("as_of", self.as_of.as_deref())?;
+        if as_of.is_some() && (from.is_some() || to.is_some()) {
+            return Err(ApiError::invalid_parameter(
+                "as_of",
+                "is an instant: leave out from and to with it",
+            ));
+        }
+        let filter = pricing::PriceFilter {
+            kinds,
+            region: self.region.clone(),
+            gpu_model: self.gpu_model.clone(),
+            lease_class,
+            from,
+            to,
+        };
+        Ok((filter, as_of))
+    }
+}
+
+/// Rate cards, region parameter sets, spot prices, leases, volume tiers and tenant plans of
+/// the log, oldest first, a page at a time; tenants see prices and tiers, and their own leases
+/// and plans only. The body is a JSON array of at most `limit` entries; when more follow,
+/// `Link` (rel="next") and `X-Next-Cursor` say how to get them. Filters narrow it to series
+/// (`kind`, `region`, `gpu_model`, `lease_class`), to effective instants (`from`, `to`), or to
+/// the entries in force at one instant (`as_of`: one entry per series).
+#[utoipa::path(tag = "pricing", params(PricesQuery),
+    responses((status = 200, body = Vec<PricingEntry>, headers(
+                  ("Link" = String, description = "`<…>; rel=\"next\"` (RFC 8288): the next page, when there is one"),
+                  ("X-Next-Cursor" = String, description = "The `cursor` of the next page, when there is one")))),
+    security(("bearer" = [])))]
 #[get("/prices")]
 pub async fn get_prices(
     state: web::Data<AppState>,
     caller: Caller,
+    req: HttpRequest,
+    q: web::Query<PricesQuery>,
 ) -> Result<HttpResponse, ApiError> {
+    let q = q.into_inner();
+    let (filter, as_of) = q.filter()?;
+    let tenant = caller.confined_to().map(str::to_owned);
+    let page = super::paging::Paging::parse(
+        "prices",
+        tenant.as_deref(),
+        q.limit.as_deref(),
+        q.cursor.as_deref(),
+    )?;
+    let (after, fetch) = (page.after_index()?, page.fetch());
     let entries = web::block(move || {
         state.ledger.with_reader(|c| {
             let size = crate::store::read::head(c)?.0;
-            pricing::pricing_entries(c, size)
+            let t = tenant.as_deref();
+            match as_of {
+                Some(at) => pricing::in_force(c, &filter, t, at, after, size, fetch),
+                None => pricing::pricing_page(c, &filter, t, after, size, fetch),
+            }
         })
     })
     .await??;
@@ -256,7 +367,7 @@ pub async fn get_prices(
             body: b.to_value(),
         })
         .collect();
-    Ok(HttpResponse::Ok().json(list))
+    Ok(page.respond(&req, list, |e| e.index.to_string()))
 }
 
 /// Query of the preview.

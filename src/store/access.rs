@@ -285,7 +285,18 @@ pub fn bill_to(conn: &mut DbConn, id: &str) -> Result<crate::core::invoice::Bill
 
 /// Every tenant, by id.
 pub fn list_tenants(conn: &mut DbConn) -> Result<Vec<Tenant>, StoreError> {
-    let rows: Vec<(String, String, i64, Option<String>)> = tenants::table
+    list_tenants_page(conn, (None, None), None, usize::MAX)
+}
+
+/// One page of [`list_tenants`]: at most `limit` tenants, by id, whose id sorts after `after`
+/// and that were created in `[from, to)` (either bound may be open).
+pub fn list_tenants_page(
+    conn: &mut DbConn,
+    (from, to): (Option<Timestamp>, Option<Timestamp>),
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<Tenant>, StoreError> {
+    let mut q = tenants::table
         .order(tenants::id.asc())
         .select((
             tenants::id,
@@ -293,7 +304,18 @@ pub fn list_tenants(conn: &mut DbConn) -> Result<Vec<Tenant>, StoreError> {
             tenants::created_at,
             tenants::billing_address,
         ))
-        .load(conn)?;
+        .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+        .into_boxed();
+    if let Some(a) = after {
+        q = q.filter(tenants::id.gt(a.to_owned()));
+    }
+    if let Some(f) = from {
+        q = q.filter(tenants::created_at.ge(f.unix()));
+    }
+    if let Some(t) = to {
+        q = q.filter(tenants::created_at.lt(t.unix()));
+    }
+    let rows: Vec<(String, String, i64, Option<String>)> = q.load(conn)?;
     rows.into_iter()
         .map(|(id, name, c, a)| {
             Ok(Tenant {

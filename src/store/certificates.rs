@@ -209,8 +209,21 @@ pub fn list(
     conn: &mut DbConn,
     tenant: Option<&str>,
 ) -> Result<Vec<CertificateSummary>, StoreError> {
+    list_page(conn, tenant, (None, None), None, usize::MAX)
+}
+
+/// One page of certificates in issue order (their `certificate_issued` entry's index), of
+/// `tenant` if given: at most `limit` whose entry index is above `after` and whose period
+/// overlaps `[from, to)` (either bound may be open).
+pub fn list_page(
+    conn: &mut DbConn,
+    tenant: Option<&str>,
+    (from, to): (Option<Timestamp>, Option<Timestamp>),
+    after: Option<u64>,
+    limit: usize,
+) -> Result<Vec<CertificateSummary>, StoreError> {
     let mut q = certificates::table
-        .order(certificates::id.asc())
+        .order(certificates::entry_idx.asc())
         .select((
             certificates::id,
             certificates::tenant,
@@ -219,9 +232,19 @@ pub fn list(
             certificates::checkpoint_size,
             certificates::entry_idx,
         ))
+        .limit(i64::try_from(limit).unwrap_or(i64::MAX))
         .into_boxed();
     if let Some(t) = tenant {
         q = q.filter(certificates::tenant.eq(t));
+    }
+    if let Some(a) = after {
+        q = q.filter(certificates::entry_idx.gt(a as i64));
+    }
+    if let Some(f) = from {
+        q = q.filter(certificates::period_to.gt(f.unix()));
+    }
+    if let Some(t) = to {
+        q = q.filter(certificates::period_from.lt(t.unix()));
     }
     let rows: Vec<(String, String, i64, i64, i64, i64)> = q.load(conn)?;
     rows.into_iter()
