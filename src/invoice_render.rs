@@ -23,7 +23,9 @@
 //! many A4 pages as it needs. A character no font has (a control character) becomes `?`.
 
 use crate::core::decimal::to_canonical;
-use crate::core::invoice::{class_label, Invoice, InvoiceDoc, InvoiceLine, LineKind, Period};
+use crate::core::invoice::{
+    class_label, CreditNoteDoc, Invoice, InvoiceDoc, InvoiceLine, LineKind, Period,
+};
 use crate::core::time::Timestamp;
 use printpdf::{
     FontId, Line, LinePoint, Mm, Op, ParsedFont, PdfDocument, PdfFont, PdfFontHandle, PdfPage,
@@ -367,6 +369,60 @@ fn write_csv(invoice: &Invoice) -> Result<Vec<u8>, csv::Error> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Credit notes: JSON and CSV
+
+/// The CSV columns of a credit note, in order: its document's members.
+pub const CREDIT_NOTE_CSV_HEADER: [&str; 13] = [
+    "number",
+    "format",
+    "index",
+    "tenant",
+    "invoice",
+    "currency",
+    "amount",
+    "note",
+    "recorded_at",
+    "invoice_period_from",
+    "invoice_period_to",
+    "invoice_total",
+    "log_origin",
+];
+
+/// The credit-note document as pretty-printed JSON, decimals as strings; ends with a newline.
+pub fn credit_note_to_json(note: &CreditNoteDoc) -> Vec<u8> {
+    let mut out = serde_json::to_vec_pretty(note)
+        .expect("a credit note always serialises: string keys, strings and integers only");
+    out.push(b'\n');
+    out
+}
+
+/// The credit note as CSV: the [`CREDIT_NOTE_CSV_HEADER`] row and one row with the document's
+/// members, spelled as its JSON spells them; text cells through [`csv_text`].
+pub fn credit_note_to_csv(note: &CreditNoteDoc) -> Vec<u8> {
+    let text = |s: &str| csv_text(s).into_owned();
+    let row = [
+        text(&note.number),
+        text(&note.format),
+        note.index.to_string(),
+        text(&note.tenant),
+        text(&note.invoice),
+        text(&note.currency),
+        money(note.amount),
+        text(&note.note),
+        note.recorded_at.to_string(),
+        note.invoice_period.from.to_string(),
+        note.invoice_period.to.to_string(),
+        money(note.invoice_total),
+        text(&note.log_origin),
+    ];
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(CREDIT_NOTE_CSV_HEADER)
+        .and_then(|()| w.write_record(&row))
+        .expect("writing CSV into memory cannot fail");
+    w.into_inner().expect("writing CSV into memory cannot fail")
+}
+
+// ---------------------------------------------------------------------------------------------
 // PDF
 
 /// The words a PDF is written in, per [`Lang`].
@@ -663,7 +719,28 @@ pub fn to_pdf(doc: &InvoiceDoc, notes: &PdfNotes) -> Result<Vec<u8>, RenderError
     pdf.payment(invoice, notes);
     pdf.verification_note(invoice, notes);
     let pages = pdf.finish();
+    let hash = document_hash(doc);
+    Ok(save(
+        pages,
+        &format!("{} {}", EN.title, invoice.number),
+        &invoice.number,
+        invoice.issued_at,
+        hash,
+        lang,
+    ))
+}
 
+/// The PDF of `pages`: each font drawn embedded as the subset of the characters drawn in it,
+/// the metadata dates all `created`, and the trailer's `/ID` from `hash` (the document's
+/// SHA-256) and the language, so the same pages are the same bytes.
+fn save(
+    pages: Vec<PdfPage>,
+    title: &str,
+    identifier: &str,
+    created: Timestamp,
+    hash: [u8; 32],
+    lang: Lang,
+) -> Vec<u8> {
     // Each font that is drawn goes in, as the subset of the characters drawn in it.
     let mut used: BTreeMap<FontId, BTreeSet<char>> = BTreeMap::new();
     for page in &pages {
@@ -688,7 +765,7 @@ pub fn to_pdf(doc: &InvoiceDoc, notes: &PdfNotes) -> Result<Vec<u8>, RenderError
             }
         }
     }
-    let mut document = PdfDocument::new(&safe(&format!("{} {}", EN.title, invoice.number)));
+    let mut document = PdfDocument::new(&safe(title));
     for slot in SLOTS {
         if let Some(chars) = used.get(&slot.id()) {
             // The whole font if subsetting fails. A subset is named `<tag>+<PostScript name>`
@@ -708,7 +785,7 @@ pub fn to_pdf(doc: &InvoiceDoc, notes: &PdfNotes) -> Result<Vec<u8>, RenderError
         }
     }
 
-    let issued = printpdf::DateTime::from_unix_timestamp(invoice.issued_at.unix())
+    let issued = printpdf::DateTime::from_unix_timestamp(created.unix())
         .unwrap_or(printpdf::DateTime::epoch());
     let info = &mut document.metadata.info;
     info.creation_date = issued;
@@ -716,15 +793,14 @@ pub fn to_pdf(doc: &InvoiceDoc, notes: &PdfNotes) -> Result<Vec<u8>, RenderError
     info.metadata_date = issued;
     info.creator = "gpuledger".into();
     info.producer = "gpuledger".into();
-    info.identifier = safe(&invoice.number);
+    info.identifier = safe(identifier);
     let mut warnings = Vec::new();
     let mut lo = document
         .with_pages(pages)
         .to_lopdf_document(&PdfSaveOptions::default(), &mut warnings);
-    // The trailer's /ID (ISO 32000-1 14.4): the first half of the invoice's SHA-256 names the
-    // document, the second half of SHA-256(hash, language) this rendering of it. printpdf
+    // The trailer's /ID (ISO 32000-1 14.4): the first half of the document's SHA-256 names
+    // the document, the second half of SHA-256(hash, language) this rendering of it. printpdf
     // draws both at random.
-    let hash = document_hash(doc);
     let rendering: [u8; 32] = Sha256::new()
         .chain_update(hash)
         .chain_update(lang.tag())
@@ -741,7 +817,133 @@ pub fn to_pdf(doc: &InvoiceDoc, notes: &PdfNotes) -> Result<Vec<u8>, RenderError
     let mut out = Vec::new();
     lo.save_to(&mut out)
         .expect("writing a PDF into memory cannot fail");
-    Ok(out)
+    out
+}
+
+/// The words of a credit note's PDF that an invoice's has not, per [`Lang`].
+struct CreditLabels {
+    title: &'static str,
+    not_fapiao: Option<&'static str>,
+    number: &'static str,
+    date: &'static str,
+    credits: &'static str,
+    invoice_period: &'static str,
+    invoice_total: &'static str,
+    entry: &'static str,
+    amount: &'static str,
+    reason: &'static str,
+}
+
+const EN_CREDIT: CreditLabels = CreditLabels {
+    title: "Credit note",
+    not_fapiao: None,
+    number: "Credit note number",
+    date: "Date",
+    credits: "Credits invoice",
+    invoice_period: "Invoice period",
+    invoice_total: "Invoice total",
+    entry: "Log entry",
+    amount: "Amount credited",
+    reason: "Reason",
+};
+
+const ZH_CREDIT: CreditLabels = CreditLabels {
+    title: "贷项通知单",
+    not_fapiao: Some("本文件为贷项通知单，不是红字增值税发票。"),
+    number: "贷项通知单编号",
+    date: "日期",
+    credits: "冲减账单",
+    invoice_period: "账单计费周期",
+    invoice_total: "账单价税合计",
+    entry: "日志条目",
+    amount: "冲减金额",
+    reason: "原因",
+};
+
+impl Lang {
+    fn credit_labels(self) -> &'static CreditLabels {
+        match self {
+            Lang::En => &EN_CREDIT,
+            Lang::ZhCn => &ZH_CREDIT,
+        }
+    }
+}
+
+/// A credit note as a PDF on A4 pages, in `notes.lang` (else the language of the invoice it
+/// credits, [`Lang::of_invoice`], so the two documents read alike): the issuer and bill-to
+/// blocks of that invoice, the credit note's number and date, the invoice it credits (number,
+/// period, total), the log entry, the amount credited and the reason, and how to verify it.
+///
+/// The same credit note, invoice and notes always give the same bytes, as [`to_pdf`] does: the
+/// creation date is the time the entry was recorded, the trailer `/ID` is derived from the
+/// SHA-256 of the credit note's RFC 8785 JSON (and the language), the fonts are embedded
+/// subsets with fixed names.
+pub fn credit_note_to_pdf(note: &CreditNoteDoc, invoice: &Invoice, notes: &PdfNotes) -> Vec<u8> {
+    let lang = notes.lang.unwrap_or_else(|| Lang::of_invoice(invoice));
+    let (l, c) = (lang.labels(), lang.credit_labels());
+    let footer = format!("{} {} - {}", c.title, note.number, invoice.bill_to.name);
+    let mut pdf = Pages::with_footer(lang, footer, &note.currency);
+    pdf.text_wrapped_face(
+        &format!("{} {}", c.title, note.number),
+        MARGIN_X,
+        RIGHT - MARGIN_X,
+        18.0,
+        Face::Bold,
+    );
+    if let Some(n) = c.not_fapiao {
+        pdf.text_wrapped(n, MARGIN_X, RIGHT - MARGIN_X, 8.0);
+    }
+    pdf.y -= 6.0;
+    pdf.parties(invoice, notes, false);
+    let cur = &note.currency;
+    let fields = [
+        (c.number, note.number.clone()),
+        (c.date, lang.date(note.recorded_at)),
+        (c.credits, note.invoice.clone()),
+        (c.invoice_period, lang.period(note.invoice_period)),
+        (
+            c.invoice_total,
+            format!("{} {cur}", money(note.invoice_total)),
+        ),
+        (l.currency, cur.clone()),
+        (l.log, note.log_origin.clone()),
+        (c.entry, note.index.to_string()),
+    ];
+    pdf.fields(&fields, MARGIN_X + 110.0);
+    pdf.y -= 14.0;
+
+    pdf.ensure(3.0 * LEADING + 12.0);
+    pdf.rule(pdf.y, 0.8);
+    pdf.y -= LEADING + 2.0;
+    let y = pdf.y;
+    pdf.text(
+        &format!("{} ({cur})", c.amount),
+        MARGIN_X,
+        y,
+        11.0,
+        Face::Bold,
+    );
+    pdf.text_right(&money(note.amount), RIGHT, 90.0, 11.0, Face::Bold);
+    if !note.note.trim().is_empty() {
+        pdf.y -= 6.0;
+        pdf.fields(&[(c.reason, note.note.clone())], MARGIN_X + 110.0);
+    }
+    pdf.y -= 20.0;
+    pdf.credit_verification_note(note, notes);
+    let pages = pdf.finish();
+
+    let json = serde_json::to_value(note).expect("a credit note serialises: strings and integers");
+    let bytes = crate::core::canonical::to_vec(&json)
+        .expect("a credit note serialises: string keys, strings and integers only");
+    let hash: [u8; 32] = Sha256::digest(&bytes).into();
+    save(
+        pages,
+        &format!("{} {}", EN_CREDIT.title, note.number),
+        &note.number,
+        note.recorded_at,
+        hash,
+        lang,
+    )
 }
 
 // Page geometry, in points (A4 is 595.28 × 841.89 pt).
@@ -843,15 +1045,21 @@ struct Pages {
 
 impl Pages {
     fn new(invoice: &Invoice, lang: Lang) -> Self {
+        let footer = format!(
+            "{} {} - {}",
+            lang.labels().title,
+            invoice.number,
+            invoice.bill_to.name
+        );
+        Self::with_footer(lang, footer, &invoice.currency)
+    }
+
+    /// Empty pages whose footer (and a new page's heading) is `footer`.
+    fn with_footer(lang: Lang, footer: String, currency: &str) -> Self {
         Pages {
             lang,
-            footer: format!(
-                "{} {} - {}",
-                lang.labels().title,
-                invoice.number,
-                invoice.bill_to.name
-            ),
-            currency: invoice.currency.clone(),
+            footer,
+            currency: currency.to_owned(),
             pages: vec![Vec::new()],
             y: TOP,
             in_table: false,
@@ -955,37 +1163,7 @@ impl Pages {
             self.text_wrapped(n, MARGIN_X, RIGHT - MARGIN_X, 8.0);
         }
         self.y -= 6.0;
-        // Issuer.
-        if !invoice.issuer.name.is_empty() {
-            let i = &invoice.issuer;
-            let mut lines = vec![i.name.clone()];
-            lines.extend(i.address.iter().cloned());
-            if let Some(t) = &i.tax_id {
-                lines.push(format!("{}{}{t}", l.tax_id, l.colon));
-            }
-            if let Some(e) = &i.email {
-                lines.push(format!("{}{}{e}", l.email, l.colon));
-            }
-            self.block(l.from, &lines);
-        }
-        // Bill to.
-        let b = &invoice.bill_to;
-        let mut lines = vec![b.name.clone()];
-        lines.extend(b.address.iter().cloned());
-        if let Some(t) = notes
-            .buyer_tax_id
-            .as_deref()
-            .filter(|t| !t.trim().is_empty())
-        {
-            lines.push(format!("{}{}{t}", l.tax_id, l.colon));
-        }
-        lines.push(format!("{}{}{}", l.tenant_id, l.colon, b.tenant));
-        self.block(l.bill_to, &lines);
-        if b.address.iter().all(|a| a.trim().is_empty()) {
-            self.y += 4.0;
-            self.text_wrapped_face(l.no_address, MARGIN_X, RIGHT - MARGIN_X, 8.5, Face::Bold);
-            self.y -= 8.0;
-        }
+        self.parties(invoice, notes, true);
 
         let mut fields = vec![
             (l.number, invoice.number.clone()),
@@ -1013,6 +1191,43 @@ impl Pages {
         ]);
         self.fields(&fields, MARGIN_X + 90.0);
         self.y -= 14.0;
+    }
+
+    /// The issuer ("From", when it has a name) and bill-to blocks of `invoice`, with the buyer's
+    /// tax id, and (`warn`) a warning where the bill-to has no address.
+    fn parties(&mut self, invoice: &Invoice, notes: &PdfNotes, warn: bool) {
+        let l = self.l();
+        // Issuer.
+        if !invoice.issuer.name.is_empty() {
+            let i = &invoice.issuer;
+            let mut lines = vec![i.name.clone()];
+            lines.extend(i.address.iter().cloned());
+            if let Some(t) = &i.tax_id {
+                lines.push(format!("{}{}{t}", l.tax_id, l.colon));
+            }
+            if let Some(e) = &i.email {
+                lines.push(format!("{}{}{e}", l.email, l.colon));
+            }
+            self.block(l.from, &lines);
+        }
+        // Bill to.
+        let b = &invoice.bill_to;
+        let mut lines = vec![b.name.clone()];
+        lines.extend(b.address.iter().cloned());
+        if let Some(t) = notes
+            .buyer_tax_id
+            .as_deref()
+            .filter(|t| !t.trim().is_empty())
+        {
+            lines.push(format!("{}{}{t}", l.tax_id, l.colon));
+        }
+        lines.push(format!("{}{}{}", l.tenant_id, l.colon, b.tenant));
+        self.block(l.bill_to, &lines);
+        if warn && b.address.iter().all(|a| a.trim().is_empty()) {
+            self.y += 4.0;
+            self.text_wrapped_face(l.no_address, MARGIN_X, RIGHT - MARGIN_X, 8.5, Face::Bold);
+            self.y -= 8.0;
+        }
     }
 
     fn column_headings(&mut self) {
@@ -1294,6 +1509,60 @@ impl Pages {
                 ),
                 format!(
                     "gpuledger verify --invoice {n}.json --bundle {n}.bundle.jsonl --log-key '{key}'"
+                ),
+            ],
+        };
+        for p in paragraphs {
+            self.y -= 3.0;
+            self.text_wrapped(&p, MARGIN_X, RIGHT - MARGIN_X, BODY);
+        }
+    }
+
+    /// "How to verify" a credit note: the log entry it is, its inclusion proof and the signed
+    /// checkpoint, the invoice balance it counts in, and its row in the FOCUS export.
+    fn credit_verification_note(&mut self, note: &CreditNoteDoc, notes: &PdfNotes) {
+        let l = self.l();
+        self.ensure(6.0 * LEADING);
+        self.y -= 4.0;
+        self.text_wrapped_face(l.verify, MARGIN_X, RIGHT - MARGIN_X, 11.0, Face::Bold);
+        let base = notes
+            .public_url
+            .as_deref()
+            .unwrap_or("<the service's URL>")
+            .trim_end_matches('/');
+        let key = if notes.verifier_key.is_empty() {
+            "<the log's verifier key>"
+        } else {
+            &notes.verifier_key
+        };
+        let (n, i, inv, origin) = (&note.number, note.index, &note.invoice, &note.log_origin);
+        let when = self.lang.date_time(note.recorded_at);
+        let paragraphs = match self.lang {
+            Lang::En => [
+                format!(
+                    "This credit note is entry {i} of the log {origin}: a credit_note entry that \
+                     the ledger signed and recorded on {when} UTC. Invoice {inv} never changes \
+                     once issued; the amount credited counts in its balance: \
+                     {base}/v1/invoices/{inv}/account."
+                ),
+                format!(
+                    "The entry is {base}/v1/log/entries/{i}; {base}/v1/proofs/inclusion?index={i} \
+                     proves it is in the log (RFC 6962) under a signed checkpoint \
+                     ({base}/v1/checkpoint), which the log's key verifies: '{key}'. In the FOCUS \
+                     export (docs/FOCUS.md) it is the Credit row with InvoiceId {n}."
+                ),
+            ],
+            Lang::ZhCn => [
+                format!(
+                    "本贷项通知单即账本日志 {origin} 的第 {i} 号条目：由账本签名、于 {when}（UTC）\
+                     记录的 credit_note 条目。账单 {inv} 开具后不再改变；冲减金额计入该账单的余额，\
+                     请见 {base}/v1/invoices/{inv}/account。"
+                ),
+                format!(
+                    "该条目见 {base}/v1/log/entries/{i}；{base}/v1/proofs/inclusion?index={i} \
+                     证明它在日志中（RFC 6962），对应已签名的检查点（{base}/v1/checkpoint），可用日志\
+                     公钥验证：'{key}'。在 FOCUS 导出（docs/FOCUS.md）中，它是 InvoiceId 为 {n} \
+                     的 Credit 行。"
                 ),
             ],
         };

@@ -529,6 +529,11 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         (200, Some("100.00")),
         "{bal}"
     );
+    // Every figure with the currency's two digits, as accounts write them (not `0`).
+    let cny = &bal["currencies"]["CNY"];
+    for (k, v) in [("credited", "0.00"), ("credit", "0.00"), ("paid", "60.00")] {
+        assert_eq!(cny[k].as_str(), Some(v), "{k}: {bal}");
+    }
     assert_eq!(
         h.call("GET", "/v1/balance?tenant=beta", Some(&acme), None)
             .0,

@@ -18,10 +18,13 @@ use std::collections::BTreeMap;
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IssueRequest {
+    #[schema(value_type = crate::core::ids::IdString)]
     pub tenant: String,
     /// Start of the period (inclusive), `YYYY-MM-DDTHH:MM:SSZ`.
+    #[schema(value_type = crate::core::time::Timestamp)]
     pub from: String,
-    /// End of the period (exclusive).
+    /// End of the period (exclusive): after `from`, at most 400 days after it.
+    #[schema(value_type = crate::core::time::Timestamp)]
     pub to: String,
 }
 
@@ -86,6 +89,8 @@ pub async fn issue(
 #[derive(Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Tenant id: required of admins and auditors; tenant tokens may omit it (their own).
+    #[param(value_type = crate::core::ids::IdString, inline, required = true)]
     pub tenant: Option<String>,
 }
 
@@ -113,9 +118,7 @@ pub struct InvoiceListQuery {
 #[utoipa::path(operation_id = "list_invoices", tag = "invoices", params(InvoiceListQuery),
     responses((status = 200, body = Vec<InvoiceSummary>, headers(
                   ("Link" = String, description = "`<…>; rel=\"next\"` (RFC 8288): the next page, when there is one"),
-                  ("X-Next-Cursor" = String, description = "The `cursor` of the next page, when there is one"))),
-              (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
-              (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+                  ("X-Next-Cursor" = String, description = "The `cursor` of the next page, when there is one")))),
     security(("bearer" = [])))]
 #[get("/invoices")]
 pub async fn list(
@@ -135,9 +138,9 @@ pub async fn list(
     )?;
     let (after, fetch) = (page.after_index()?, page.fetch());
     let rows = web::block(move || {
-        state.ledger.with_reader(|c| {
-            store_invoices::list_page(c, tenant.as_deref(), period, after, fetch)
-        })
+        state
+            .ledger
+            .with_reader(|c| store_invoices::list_page(c, tenant.as_deref(), period, after, fetch))
     })
     .await??;
     Ok(page.respond(&req, rows, |i| i.entry_index.to_string()))
@@ -160,7 +163,7 @@ async fn load(
 /// One invoice as JSON (its SHA-256 is in the log's `invoice_issued` entry): version 2
 /// (`"format": "gpuledger-invoice/v2"`) for invoices issued now; invoices issued before are
 /// served as they were issued (version 1, no `format` member).
-#[utoipa::path(operation_id = "get_invoice", tag = "invoices", params(("number" = String, Path)),
+#[utoipa::path(operation_id = "get_invoice", tag = "invoices", params(("number" = String, Path, pattern = "^INV-[0-9]{6,20}$", description = "`INV-` and 6 or more digits")),
     responses((status = 200, body = Invoice), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[get("/invoices/{number}")]
@@ -282,7 +285,7 @@ pub async fn download(
 /// The payments and balance of one invoice: total, paid, credited, balance due, status
 /// (`open`, `paid`, `overpaid`) and the payment and credit-note entries. Tenants: their own
 /// invoices (others' answer 404).
-#[utoipa::path(operation_id = "get_invoice_account", tag = "invoices", params(("number" = String, Path)),
+#[utoipa::path(operation_id = "get_invoice_account", tag = "invoices", params(("number" = String, Path, pattern = "^INV-[0-9]{6,20}$", description = "`INV-` and 6 or more digits")),
     responses((status = 200, body = InvoiceAccount), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[get("/invoices/{number}/account")]
@@ -317,6 +320,7 @@ pub struct PaymentQuery {
     /// `credit`: a payment above the invoice's open balance is accepted and the excess
     /// becomes the tenant's credit (`GET /v1/balance`). Without it such a payment is refused
     /// with 422 `overpayment`.
+    #[param(pattern = "^credit$")]
     pub excess: Option<String>,
 }
 
@@ -350,27 +354,7 @@ pub async fn payment(
     super::pricing::append_entry(state, caller, req, payload, Kind::Payment, op).await
 }
 
-/// Grants a credit note against an invoice (admin); credits may not exceed the invoice total.
-#[utoipa::path(tag = "invoices", request_body = crate::core::record::Settlement,
-    responses(super::error::RoleForbidden, (status = 201, body = super::pricing::Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
-#[post("/credit-notes")]
-pub async fn credit_note(
-    state: web::Data<AppState>,
-    caller: Caller,
-    req: HttpRequest,
-    payload: web::Payload,
-) -> Result<HttpResponse, ApiError> {
-    super::pricing::append_entry(
-        state,
-        caller,
-        req,
-        payload,
-        Kind::CreditNote,
-        Ledger::settle,
-    )
-    .await
-}
+// Credit notes (`POST /v1/credit-notes` and their documents) are `super::credit_notes`.
 
 /// A tenant's balances per currency.
 #[derive(Serialize, utoipa::ToSchema)]

@@ -8,6 +8,7 @@ pub mod admin;
 pub mod auth;
 pub mod certificates;
 pub mod console;
+pub mod credit_notes;
 pub mod error;
 pub mod exports;
 pub mod invoices;
@@ -426,7 +427,9 @@ pub fn served_routes(cfg: &mut ServiceConfig, with_metrics: bool) {
                 .service(invoices::account)
                 .service(invoices::download)
                 .service(invoices::payment)
-                .service(invoices::credit_note)
+                .service(credit_notes::create)
+                .service(credit_notes::get)
+                .service(credit_notes::download)
                 .service(invoices::balance)
                 .service(exports::focus_export)
                 .service(certificates::issue)

@@ -30,7 +30,7 @@ use crate::core::invoice::{
 };
 use crate::core::leaf::Leaf;
 use crate::core::rating::{self, PriceBook, Rater};
-use crate::core::record::{Body, InvoiceIssued, Kind};
+use crate::core::record::{Body, InvoiceIssued, Kind, Settlement};
 use crate::core::time::Timestamp;
 use diesel::prelude::*;
 use rust_decimal::Decimal;
@@ -760,10 +760,23 @@ pub fn balances(conn: &mut DbConn, tenant: &str) -> Result<Balances, StoreError>
             out.by_currency.entry(currency).or_default().credit += settled - total;
         }
     }
+    // Every figure with at least the currency's minor unit's digits (`0.00`, not `0`), as the
+    // invoices and their accounts write amounts.
     for (c, b) in out.by_currency.iter_mut() {
         b.due = b.invoiced - b.paid - b.credited;
-        let zero = crate::core::rating::round_amount(Decimal::ZERO, c);
-        b.credit += zero;
+        let digits = crate::core::rating::minor_units(c);
+        for d in [
+            &mut b.invoiced,
+            &mut b.paid,
+            &mut b.credited,
+            &mut b.due,
+            &mut b.credit,
+        ] {
+            // Padded, never rounded: an amount with more digits keeps them all.
+            if d.scale() < digits {
+                d.rescale(digits);
+            }
+        }
     }
     Ok(out)
 }
@@ -785,6 +798,11 @@ pub struct SettlementView {
     pub index: u64,
     /// `payment` or `credit_note`.
     pub kind: String,
+    /// A credit note's number, `CN-<index>` (`GET /v1/credit-notes/{number}`); payments have
+    /// none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "CN-197")]
+    pub number: Option<String>,
     /// When the ledger recorded it.
     #[schema(value_type = String, example = "2026-11-30T12:00:00Z")]
     pub date: Timestamp,
@@ -874,6 +892,8 @@ fn settlements(
             .push(SettlementView {
                 index: i as u64,
                 kind: kind.to_owned(),
+                number: (kind == "credit_note")
+                    .then(|| crate::core::invoice::credit_note_number(i as u64)),
                 date,
                 amount: s.amount,
                 note: s.note,
@@ -1057,6 +1077,38 @@ pub fn overlapping(
         q = q.filter(invoices::tenant.eq(t));
     }
     Ok(q.load(conn)?)
+}
+
+/// The `credit_note` entry at log index `index`: when the ledger recorded it and its body, and
+/// the stored JSON of the invoice it credits. `None` when the entry there is not a credit note
+/// (or there is none).
+pub fn credit_note(
+    conn: &mut DbConn,
+    index: u64,
+) -> Result<Option<(Timestamp, Settlement, String)>, StoreError> {
+    let Ok(idx) = i64::try_from(index) else {
+        return Ok(None);
+    };
+    let row: Option<(String, Vec<u8>)> = entries::table
+        .find(idx)
+        .select((entries::kind, entries::leaf))
+        .first(conn)
+        .optional()?;
+    let Some((kind, bytes)) = row.filter(|(k, _)| k == Kind::CreditNote.as_str()) else {
+        return Ok(None);
+    };
+    let (recorded_at, body) = decode_leaf(idx, &bytes)?;
+    let Body::CreditNote(note) = body else {
+        return Err(StoreError::Corrupt(format!("entry {idx} is not a {kind}")));
+    };
+    // Settling checks that the invoice exists: a credit note without one is corrupt.
+    let (_, json) = get(conn, &note.invoice)?.ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "entry {idx} credits {}, which is not stored",
+            note.invoice
+        ))
+    })?;
+    Ok(Some((recorded_at, note, json)))
 }
 
 /// An invoice's tenant and stored JSON.

@@ -1094,10 +1094,133 @@ impl super::bundle::Subject for InvoiceCheck {
     }
 }
 
+/// What a credit note's number starts with.
+pub const CREDIT_NOTE_PREFIX: &str = "CN-";
+
+/// The `format` member of a credit-note document.
+pub const CREDIT_NOTE_FORMAT_V1: &str = "gpuledger-credit-note/v1";
+
+/// A credit note's number: `CN-` and the log index of its `credit_note` entry (`CN-197`). A
+/// credit note is a log entry and nothing else, so its number is derived from the log, never
+/// stored: the API, the FOCUS export (`InvoiceId`) and a verifier name it the same way.
+pub fn credit_note_number(index: u64) -> String {
+    format!("{CREDIT_NOTE_PREFIX}{index}")
+}
+
+/// The log index a credit-note number names: `CN-` (upper case) and the index in decimal, no
+/// sign, no leading zero, at most [`super::limits::MAX_SEQ`]. Exactly the strings
+/// [`credit_note_number`] writes, so each credit note has one number.
+pub fn parse_credit_note_number(s: &str) -> Option<u64> {
+    let digits = s.strip_prefix(CREDIT_NOTE_PREFIX)?;
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    if !canonical || digits.len() > 16 {
+        return None;
+    }
+    digits
+        .parse::<u64>()
+        .ok()
+        .filter(|i| *i <= super::limits::MAX_SEQ)
+}
+
+/// A credit note as a document (`GET /v1/credit-notes/{number}`): its `credit_note` entry
+/// (amount, reason, the time the ledger recorded it) with its number, and what the credited
+/// invoice says that the entry does not (its period, total and log). Everything in it comes from
+/// the log and the immutable invoice, so it never changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CreditNoteDoc {
+    /// `gpuledger-credit-note/v1`.
+    pub format: String,
+    /// `CN-<log index>` ([`credit_note_number`]).
+    #[cfg_attr(feature = "openapi", schema(example = "CN-197"))]
+    pub number: String,
+    /// The log index of its `credit_note` entry.
+    pub index: u64,
+    pub tenant: String,
+    /// The number of the invoice it credits.
+    pub invoice: String,
+    pub currency: String,
+    /// What is credited, with the currency's minor digits.
+    #[serde(with = "money_str")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub amount: Decimal,
+    /// The reason given for it, for people (the entry's `note`).
+    pub note: String,
+    /// When the ledger recorded the entry (its leaf's `received_at`).
+    pub recorded_at: Timestamp,
+    /// The credited invoice's period.
+    pub invoice_period: Period,
+    /// The credited invoice's total (gross).
+    #[serde(with = "money_str")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub invoice_total: Decimal,
+    /// The credited invoice's issue time.
+    pub invoice_issued_at: Timestamp,
+    /// The log the entry is in (its origin).
+    pub log_origin: String,
+}
+
+impl CreditNoteDoc {
+    /// The document of the `credit_note` entry at `index`, recorded at `recorded_at`, against
+    /// `invoice` (`None` when the entry credits another invoice, or another tenant's).
+    pub fn new(
+        index: u64,
+        recorded_at: Timestamp,
+        entry: &super::record::Settlement,
+        invoice: &Invoice,
+    ) -> Option<CreditNoteDoc> {
+        if entry.invoice != invoice.number || entry.tenant != invoice.tenant {
+            return None;
+        }
+        Some(CreditNoteDoc {
+            format: CREDIT_NOTE_FORMAT_V1.to_owned(),
+            number: credit_note_number(index),
+            index,
+            tenant: entry.tenant.clone(),
+            invoice: entry.invoice.clone(),
+            currency: entry.currency.clone(),
+            amount: entry.amount,
+            note: entry.note.clone(),
+            recorded_at,
+            invoice_period: invoice.period,
+            invoice_total: invoice.total,
+            invoice_issued_at: invoice.issued_at,
+            log_origin: invoice.log_origin.clone(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::str::FromStr;
+
+    #[test]
+    fn credit_note_numbers_round_trip_and_only_canonical_ones_parse() {
+        for i in [0, 1, 197, crate::limits::MAX_SEQ] {
+            assert_eq!(parse_credit_note_number(&credit_note_number(i)), Some(i));
+        }
+        assert_eq!(credit_note_number(197), "CN-197");
+        for bad in [
+            "",
+            "CN-",
+            "CN-01",
+            "CN-+1",
+            "CN--1",
+            "cn-1",
+            "CN 1",
+            "CN-1 ",
+            "CN-1a",
+            "INV-000001",
+            "CN-9007199254740992",
+            "CN-99999999999999999999",
+            "CN-١",
+        ] {
+            assert_eq!(parse_credit_note_number(bad), None, "{bad:?}");
+        }
+    }
 
     fn d(s: &str) -> Decimal {
         Decimal::from_str(s).unwrap()
