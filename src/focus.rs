@@ -510,10 +510,11 @@ pub fn invoice_rows(inv: &Invoice, ctx: &Context) -> Result<Vec<Row>, FocusError
     Ok(rows)
 }
 
-/// The `InvoiceId` of a credit note: `CN-` and its log index (credit notes have no number of
-/// their own; the entry is the document).
+/// The `InvoiceId` of a credit note: its number, `CN-` and its log index
+/// ([`crate::core::invoice::credit_note_number`], the one the API answers with; the entry is
+/// the document).
 pub fn credit_note_id(index: u64) -> String {
-    format!("CN-{index}")
+    crate::core::invoice::credit_note_number(index)
 }
 
 /// The `Credit` row of a credit note against `inv`: `BilledCost` = minus its amount, for the

@@ -702,7 +702,8 @@ const fn delete(what: &'static str, path: &'static str, want: [u16; 6]) -> Acces
 /// The matrix. The placeholders: `ia`, `ib` (a usage record of tenant A, of tenant B), `ie`
 /// (energy of no tenant), `size` (the log before the matrix runs), `period` (`from=…&to=…`,
 /// the day of the records), `inv_a`, `inv_b`, `cert_a`, `cert_b` (each tenant's invoice and
-/// certificate), `disposable_key` (a key id of node-1) and `disposable_token` (a token id).
+/// certificate), `cn_a` (a credit note of A's invoice), `disposable_key` (a key id of node-1)
+/// and `disposable_token` (a token id).
 #[rustfmt::skip]
 static ACCESS: &[Access] = &[
     // Columns: admin, auditor, tenant A, tenant B, no token, revoked token.
@@ -766,6 +767,12 @@ static ACCESS: &[Access] = &[
     get("an invoice in no format",       "/v1/invoices/{inv_a}/xml",                              [400, 400, 400, 400, 401, 401]),
     post("payment",                      "/v1/payments", |w| json!({"tenant": "tenant-a", "invoice": "INV-000001", "currency": "CNY", "amount": "0.01", "note": w}), [201, 403, 403, 403, 401, 401]),
     post("credit note",                  "/v1/credit-notes", |w| json!({"tenant": "tenant-a", "invoice": "INV-000001", "currency": "CNY", "amount": "0.01", "note": w}), [201, 403, 403, 403, 401, 401]),
+    get("A's credit note",               "/v1/credit-notes/{cn_a}",                               [200, 200, 200, 404, 401, 401]),
+    get("A's credit note as PDF",        "/v1/credit-notes/{cn_a}/pdf",                           [200, 200, 200, 404, 401, 401]),
+    get("unknown credit note",           "/v1/credit-notes/CN-999999",                            [404, 404, 404, 404, 401, 401]),
+    get("a usage record as credit note", "/v1/credit-notes/CN-{ia}",                              [404, 404, 404, 404, 401, 401]),
+    // The number is checked before anything is looked up: the same 400 for anyone.
+    get("malformed credit note number",  "/v1/credit-notes/CN-01",                                [400, 400, 400, 400, 401, 401]),
     get("A's balance",                   "/v1/balance?tenant=tenant-a",                           [200, 200, 200, 404, 401, 401]),
     get("own balance (admins name one)", "/v1/balance",                                           [400, 400, 200, 200, 401, 401]),
     get("FOCUS export (own, or all)",    "/v1/exports/focus?{period}",                            [200, 200, 200, 200, 401, 401]),
@@ -988,6 +995,19 @@ both_backends!(access_matrix, |db: &TestDb| {
             .ok_json(201);
         certificate_of.push(cert["id"].as_str().unwrap().to_owned());
     }
+    // A credit note of A's invoice, for the rows that read one.
+    of_a.push(h.size()); // A's credit_note entry
+    let cn_a = h
+        .post(
+            "/v1/credit-notes",
+            a,
+            &json!({"tenant": "tenant-a", "invoice": "INV-000001", "currency": "CNY",
+                    "amount": "0.01", "note": "matrix"}),
+        )
+        .ok_json(201)["number"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let size = h.size();
     let values = [
         ("ia", ia.to_string()),
@@ -999,6 +1019,7 @@ both_backends!(access_matrix, |db: &TestDb| {
         ("inv_b", "INV-000002".to_owned()),
         ("cert_a", certificate_of[0].clone()),
         ("cert_b", certificate_of[1].clone()),
+        ("cn_a", cn_a),
         ("disposable_key", key_id(&disposable_key)),
         ("disposable_token", disposable_token),
     ];

@@ -717,7 +717,11 @@ fn write_sample_pdfs_when_asked() {
         return;
     };
     let dir = std::path::PathBuf::from(dir);
-    std::fs::write(dir.join("en.pdf"), to_pdf(&doc(&golden()), &notes()).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("en.pdf"),
+        to_pdf(&doc(&golden()), &notes()).unwrap(),
+    )
+    .unwrap();
     let mut zh = golden();
     zh.bill_to.name = "蓝鳍实验室".into();
     zh.bill_to.address = vec!["上海市浦东新区张江路 88 号".into(), "200120 中国".into()];

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewTenant {
+    /// The tenant's id, not one reserved for the ledger (`ledger`).
+    #[schema(value_type = crate::core::ids::NewIdString)]
     pub id: String,
     /// Display name: the bill-to name of its invoices.
     pub name: String,
@@ -67,7 +69,7 @@ pub async fn create_tenant(
 
 /// Changes a tenant's display name or billing address (admin). Account data, not the log:
 /// invoices issued before keep what they say; later ones use the new values.
-#[utoipa::path(tag = "admin", params(("id" = String, Path)), request_body = TenantChange,
+#[utoipa::path(tag = "admin", params(("id" = inline(crate::core::ids::IdString), Path)), request_body = TenantChange,
     responses(super::error::RoleForbidden, (status = 200, body = Tenant), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[patch("/tenants/{id}")]
@@ -166,8 +168,11 @@ pub async fn list_tenants(
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewSigner {
+    /// The signer's id, not one reserved for the ledger (`ledger`).
+    #[schema(value_type = crate::core::ids::NewIdString)]
     pub id: String,
     /// `node` or `market`.
+    #[schema(value_type = String, pattern = "^(?:node|market)$")]
     pub role: String,
     /// Standard base64 of the 32-byte Ed25519 public key (as `gpuledger keygen` prints it).
     pub public_key: String,
@@ -270,7 +275,7 @@ pub async fn create_signer(
 
 /// Adds a key to an existing signer, for rotation (admin); revoke the old key afterwards.
 #[utoipa::path(tag = "admin", request_body = NewKey,
-    params(("id" = String, Path)),
+    params(("id" = inline(crate::core::ids::IdString), Path)),
     responses(super::error::RoleForbidden, (status = 201, body = KeyView), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/signers/{id}/keys")]
@@ -315,7 +320,7 @@ pub struct Revocation {
 
 /// Revokes a key (admin): records signed with it are refused from the next entry on.
 #[utoipa::path(tag = "admin", request_body = Revocation,
-    params(("id" = String, Path), ("key_id" = String, Path)),
+    params(("id" = inline(crate::core::ids::IdString), Path), ("key_id" = String, Path, pattern = "^[0-9a-f]{16}$", description = "16 lower-case hex digits")),
     responses(super::error::RoleForbidden, (status = 200, body = KeyView), (status = 404, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/signers/{id}/keys/{key_id}/revoke")]
@@ -393,6 +398,7 @@ pub async fn list_signers(
 #[serde(deny_unknown_fields)]
 pub struct NewToken {
     /// `admin`, `auditor` or `tenant`.
+    #[schema(value_type = String, pattern = "^(?:admin|auditor|tenant)$")]
     pub role: String,
     /// Required for, and only for, tenant tokens.
     pub tenant: Option<String>,
@@ -456,7 +462,7 @@ pub async fn list_tokens(
 }
 
 /// Revokes an API token (admin).
-#[utoipa::path(tag = "admin", params(("id" = String, Path)),
+#[utoipa::path(tag = "admin", params(("id" = String, Path, pattern = "^[0-9a-f]{12}$", description = "The token's id: the 12 lower-case hex digits after `glt_`")),
     responses(super::error::RoleForbidden, (status = 204), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[delete("/tokens/{id}")]

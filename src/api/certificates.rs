@@ -19,10 +19,13 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub struct CertificateOrder {
     /// The tenant; a tenant token may leave it out (it can only certify itself).
+    #[schema(value_type = Option<crate::core::ids::IdString>)]
     pub tenant: Option<String>,
     /// Start of the period (inclusive), `YYYY-MM-DDTHH:MM:SSZ`.
+    #[schema(value_type = crate::core::time::Timestamp)]
     pub from: String,
-    /// End of the period (exclusive).
+    /// End of the period (exclusive): after `from`, at most 400 days after it.
+    #[schema(value_type = crate::core::time::Timestamp)]
     pub to: String,
     /// Optional narrowing to a lease, nodes or a region.
     #[serde(default)]
@@ -35,6 +38,7 @@ pub struct CertificateOrder {
     responses(super::error::RoleForbidden, (status = 201, description = "The signed certificate", body = Certificate),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 422, description = "`period_not_ended`: the period ends after now; a certificate states final totals, so it is issued only for a period that has ended", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 429, description = "The tenant asked for more certificates than `tenant_certificates_per_minute` allows; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 503, description = "`busy`: the log changed under the computation three times; `witnesses_behind`: with `witness_quorum`, no checkpoint reached the quorum within `witness_wait_seconds` (nothing written); or `database_unavailable`; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -157,7 +161,7 @@ async fn load(
 }
 
 /// One certificate, its signed JSON exactly as issued (its SHA-256 is in the log).
-#[utoipa::path(operation_id = "get_certificate", tag = "certificates", params(("id" = String, Path)),
+#[utoipa::path(operation_id = "get_certificate", tag = "certificates", params(("id" = String, Path, pattern = "^CERT-[0-9]{6,20}$", description = "`CERT-` and 6 to 20 digits")),
     responses((status = 200, body = Certificate), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[get("/certificates/{id}")]
@@ -179,6 +183,7 @@ pub async fn get(
 pub struct BundleQuery {
     /// The bundle format: `v3` (the default: leaves as JSON, one multi-proof) or `v2` (an
     /// inclusion proof per entry, for verifiers that read only version 2). docs/PROTOCOL.md §14.
+    #[param(pattern = "^v[23]$")]
     pub bundle_format: Option<String>,
 }
 
@@ -199,7 +204,7 @@ impl BundleQuery {
 /// The certificate's evidence bundle (docs/PROTOCOL.md §14), streamed as JSON Lines: version 3
 /// by default, version 2 with `?bundle_format=v2`; gzip-compressed when the request accepts it
 /// (`Accept-Encoding: gzip`).
-#[utoipa::path(tag = "certificates", params(("id" = String, Path), BundleQuery),
+#[utoipa::path(tag = "certificates", params(("id" = String, Path, pattern = "^CERT-[0-9]{6,20}$", description = "`CERT-` and 6 to 20 digits"), BundleQuery),
     responses((status = 200, description = "JSON Lines", body = String, content_type = "application/x-ndjson"),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 404, body = super::error::Problem, content_type = "application/problem+json")),

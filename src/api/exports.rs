@@ -25,11 +25,14 @@ pub const MAX_EXPORT_INVOICES: usize = 10_000;
 pub struct FocusQuery {
     /// Start of the period (inclusive), `YYYY-MM-DDTHH:MM:SSZ`: invoices whose period overlaps
     /// `[from, to)` are exported.
+    #[param(value_type = crate::core::time::Timestamp, inline)]
     pub from: String,
-    /// End of the period (exclusive).
+    /// End of the period (exclusive): after `from`, at most 400 days after it.
+    #[param(value_type = crate::core::time::Timestamp, inline)]
     pub to: String,
     /// Tenant id. Tenant tokens may omit it (their own) and may not name another; admins and
     /// auditors omit it for every tenant.
+    #[param(value_type = Option<crate::core::ids::IdString>, inline)]
     pub tenant: Option<String>,
 }
 

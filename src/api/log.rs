@@ -103,10 +103,14 @@ pub struct CheckpointsPage {
 #[into_params(parameter_in = Query)]
 pub struct CheckpointsQuery {
     /// Only checkpoints with a size above this one, oldest first (for following the log).
+    #[param(value_type = Option<u64>, maximum = 9007199254740991.0)]
     pub after: Option<String>,
     /// Only checkpoints with a size below this one, newest first (for paging back in time).
+    /// Not together with `after`.
+    #[param(value_type = Option<u64>, maximum = 9007199254740991.0)]
     pub before: Option<String>,
     /// Checkpoints per page, 1 to 1000; default 100.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     pub limit: Option<String>,
 }
 
@@ -192,7 +196,7 @@ fn view(row: &EntryRow) -> Result<EntryView, ApiError> {
 
 /// One entry. Tenants see only their own entries; others' are 404.
 #[utoipa::path(tag = "log",
-    params(("index" = u64, Path, description = "Entry index")),
+    params(("index" = u64, Path, maximum = 9007199254740991.0, description = "Entry index")),
     responses((status = 200, body = EntryView), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[get("/entries/{index}")]
@@ -225,8 +229,10 @@ pub struct EntriesPage {
 #[into_params(parameter_in = Query)]
 pub struct RangeQuery {
     /// First index (inclusive).
+    #[param(value_type = Option<u64>, maximum = 9007199254740991.0)]
     pub start: Option<String>,
     /// Last index (exclusive); at most start + 1000.
+    #[param(value_type = Option<u64>, maximum = 9007199254740991.0)]
     pub end: Option<String>,
 }
 
@@ -283,8 +289,11 @@ pub struct ProofView {
 #[derive(Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct InclusionQuery {
+    /// Entry index.
+    #[param(value_type = u64, maximum = 9007199254740991.0)]
     pub index: String,
     /// Tree size; defaults to the latest checkpoint's.
+    #[param(value_type = Option<u64>, maximum = 9007199254740991.0)]
     pub size: Option<String>,
 }
 
@@ -339,7 +348,11 @@ pub async fn get_inclusion(
 #[derive(Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ConsistencyQuery {
+    /// The earlier tree size.
+    #[param(value_type = u64, maximum = 9007199254740991.0)]
     pub from: String,
+    /// The later tree size, at most the latest checkpoint's.
+    #[param(value_type = u64, maximum = 9007199254740991.0)]
     pub to: String,
 }
 

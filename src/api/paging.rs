@@ -76,7 +76,7 @@ impl Paging {
                 k.parse::<u64>()
                     .ok()
                     .filter(|i| *i <= crate::core::limits::MAX_SEQ)
-                    .ok_or_else(|| malformed_cursor())
+                    .ok_or_else(malformed_cursor)
             })
             .transpose()
     }

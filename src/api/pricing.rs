@@ -374,11 +374,14 @@ pub async fn get_prices(
 #[derive(Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PreviewQuery {
-    /// Tenant id (tenant tokens: their own, and may omit it).
+    /// Tenant id: required of admins and auditors; tenant tokens may omit it (their own).
+    #[param(value_type = crate::core::ids::IdString, inline, required = true)]
     pub tenant: Option<String>,
     /// Start of the period (inclusive).
+    #[param(value_type = crate::core::time::Timestamp, inline)]
     pub from: String,
-    /// End of the period (exclusive).
+    /// End of the period (exclusive): after `from`, at most 400 days after it.
+    #[param(value_type = crate::core::time::Timestamp, inline)]
     pub to: String,
 }
 

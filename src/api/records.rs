@@ -26,6 +26,48 @@ pub struct IngestResponse {
     pub outcomes: Vec<Outcome>,
 }
 
+/// The body of `POST /v1/records` as the server reads it (docs/PROTOCOL.md §6.5): a JSON
+/// array of at most [`MAX_APPEND_BATCH`] elements, each meant to be a signed [`Envelope`].
+/// An element that is not one (another shape, or not an object at all) does not fail the
+/// request: it is rejected `malformed` in its own outcome of the 200 answer. So the document
+/// allows any element, naming the envelope as the one that can be accepted; only a body that
+/// is not such an array is refused (400, 413). A schema only.
+pub struct RecordBatch;
+
+impl utoipa::PartialSchema for RecordBatch {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder, ObjectBuilder, SchemaType};
+        use utoipa::ToSchema;
+        let other = ObjectBuilder::new()
+            .schema_type(SchemaType::AnyValue)
+            .description(Some(
+                "Any other JSON value: answered with a `rejected` outcome (`malformed`), the \
+                 rest of the batch going on.",
+            ));
+        ArrayBuilder::new()
+            .items(
+                AnyOfBuilder::new()
+                    .item(utoipa::openapi::Ref::from_schema_name(Envelope::name()))
+                    .item(other),
+            )
+            .max_items(Some(MAX_APPEND_BATCH))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for RecordBatch {
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        use utoipa::{PartialSchema, ToSchema};
+        schemas.push((Envelope::name().into(), Envelope::schema()));
+        <Envelope as ToSchema>::schemas(schemas);
+    }
+}
+
 /// Appends signed records. Authenticated by the records' own signatures; the answer comes
 /// only after the accepted records are committed.
 ///
@@ -35,7 +77,7 @@ pub struct IngestResponse {
 /// and each signer has a rate (429 with `Retry-After`; a batch over any of its signers'
 /// budgets is refused whole and nothing is appended).
 #[utoipa::path(tag = "records",
-    request_body(content = Vec<crate::core::envelope::Envelope>, content_type = "application/json", description = "A JSON array of signed envelopes (docs/PROTOCOL.md §4), at most 10000, body at most 8 MiB."),
+    request_body(content = inline(RecordBatch), content_type = "application/json", description = "A JSON array of signed envelopes (docs/PROTOCOL.md §4), at most 10000, body at most 8 MiB. An element that is not a signed envelope is rejected in its own outcome, not by failing the request."),
     responses(
         (status = 200, description = "One outcome per record, in order", body = IngestResponse),
         (status = 400, description = "Malformed JSON or not an array", body = super::error::Problem, content_type = "application/problem+json"),

@@ -75,8 +75,8 @@ async fn read_tile(state: &web::Data<AppState>, tile: TilePath) -> Result<TileDa
 /// max-age=31536000, immutable`, a partial one for 60 seconds. A malformed or non-canonical
 /// path is 400 `malformed_tile_path`; a tile the latest checkpoint does not cover, 404.
 #[utoipa::path(tag = "tiles", operation_id = "hash_tile",
-    params(("level" = String, Path, description = "`<L>`, 0 to 63, e.g. `0`"),
-           ("index" = String, Path, description = "`<N>[.p/<W>]`, which may span several segments, e.g. `x001/234` or `005.p/17`")),
+    params(("level" = String, Path, pattern = "^(?:[0-9]|[1-5][0-9]|6[0-3])$", description = "`<L>`, 0 to 63 without leading zeros, e.g. `0`"),
+           ("index" = String, Path, pattern = "^[0-9]{3}$", description = "`<N>` of a tile below 1000, e.g. `005`. The server also serves the forms with several segments (`x001/234`) and partial tiles (`005.p/17`), which hold a `/` and so cannot be one path parameter")),
     responses((status = 200, description = "The tile's hashes, 32 bytes each", content_type = "application/octet-stream"),
               (status = 400, description = "`malformed_tile_path`", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 404, description = "The latest checkpoint does not cover this tile", body = super::error::Problem, content_type = "application/problem+json")))]
@@ -112,7 +112,7 @@ pub async fn hash_tile(
 /// Served once the latest checkpoint covers it, with `Cache-Control: private`; gzip-compressed
 /// when the client accepts it (C2SP: bundles SHOULD be compressed at the HTTP layer).
 #[utoipa::path(tag = "tiles", operation_id = "entry_bundle",
-    params(("index" = String, Path, description = "`<N>[.p/<W>]`, which may span several segments, e.g. `x001/234` or `005.p/17`")),
+    params(("index" = String, Path, pattern = "^[0-9]{3}$", description = "`<N>` of a bundle below 1000, e.g. `005`. The server also serves the forms with several segments (`x001/234`) and partial bundles (`005.p/17`), which hold a `/` and so cannot be one path parameter")),
     responses((status = 200, description = "Length-prefixed leaves", content_type = "application/octet-stream"),
               (status = 400, description = "`malformed_tile_path`", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 401, description = "No valid token", body = super::error::Problem, content_type = "application/problem+json"),

@@ -14,14 +14,21 @@ use serde::{Deserialize, Serialize};
 #[into_params(parameter_in = Query)]
 pub struct UsageQuery {
     /// Tenant id. Tenant tokens may omit it (their own) and may not name another.
+    #[param(value_type = Option<crate::core::ids::IdString>, inline)]
     pub tenant: Option<String>,
     /// Start of the period (inclusive), `YYYY-MM-DDTHH:MM:SSZ`.
+    #[param(value_type = crate::core::time::Timestamp, inline)]
     pub from: String,
-    /// End of the period (exclusive).
+    /// End of the period (exclusive): after `from`, at most 400 days after it.
+    #[param(value_type = crate::core::time::Timestamp, inline)]
     pub to: String,
-    /// Comma-separated: region, node, gpu_model, lease.
+    /// Comma-separated: region, node, gpu_model, lease (a repeat counts once).
+    #[param(
+        pattern = "^(?:(?:region|node|gpu_model|lease)(?:,(?:region|node|gpu_model|lease))*)?$"
+    )]
     pub group_by: Option<String>,
     /// hour, day or month.
+    #[param(value_type = Option<crate::core::usage::Window>)]
     pub window: Option<String>,
 }
 

@@ -230,7 +230,7 @@ pub async fn list_endpoints(
 }
 
 /// One endpoint (admin).
-#[utoipa::path(tag = "webhooks", params(("id" = String, Path)),
+#[utoipa::path(tag = "webhooks", params(("id" = String, Path, pattern = "^ep_[0-9a-f]{32}$", description = "`ep_` and 32 lower-case hex digits")),
     responses(super::error::RoleForbidden, (status = 200, body = Endpoint)), security(("bearer" = [])))]
 #[get("/webhooks/endpoints/{id}")]
 pub async fn get_endpoint(
@@ -250,7 +250,7 @@ pub async fn get_endpoint(
 }
 
 /// Changes an endpoint (admin): enable or disable it, its event types, its description.
-#[utoipa::path(tag = "webhooks", params(("id" = String, Path)), request_body = EndpointChange,
+#[utoipa::path(tag = "webhooks", params(("id" = String, Path, pattern = "^ep_[0-9a-f]{32}$", description = "`ep_` and 32 lower-case hex digits")), request_body = EndpointChange,
     responses(super::error::RoleForbidden, (status = 200, body = Endpoint)), security(("bearer" = [])))]
 #[patch("/webhooks/endpoints/{id}")]
 pub async fn update_endpoint(
@@ -290,7 +290,7 @@ pub async fn update_endpoint(
 }
 
 /// Deletes an endpoint with its delivery log (admin).
-#[utoipa::path(tag = "webhooks", params(("id" = String, Path)),
+#[utoipa::path(tag = "webhooks", params(("id" = String, Path, pattern = "^ep_[0-9a-f]{32}$", description = "`ep_` and 32 lower-case hex digits")),
     responses(super::error::RoleForbidden, (status = 204, description = "Deleted")), security(("bearer" = [])))]
 #[delete("/webhooks/endpoints/{id}")]
 pub async fn delete_endpoint(
@@ -313,7 +313,7 @@ pub async fn delete_endpoint(
 }
 
 /// An endpoint's delivery log, newest first, each delivery with every attempt (admin).
-#[utoipa::path(tag = "webhooks", params(("id" = String, Path)),
+#[utoipa::path(tag = "webhooks", params(("id" = String, Path, pattern = "^ep_[0-9a-f]{32}$", description = "`ep_` and 32 lower-case hex digits")),
     responses(super::error::RoleForbidden, (status = 200, body = Vec<Delivery>)), security(("bearer" = [])))]
 #[get("/webhooks/endpoints/{id}/deliveries")]
 pub async fn list_deliveries(
@@ -340,7 +340,7 @@ pub async fn list_deliveries(
 
 /// Sends a delivery again, with the same `webhook-id` and payload, its retry schedule
 /// restarted (admin).
-#[utoipa::path(tag = "webhooks", params(("id" = String, Path)),
+#[utoipa::path(tag = "webhooks", params(("id" = String, Path, pattern = "^msg_[0-9a-f]{32}$", description = "The delivery's `webhook-id`: `msg_` and 32 lower-case hex digits")),
     responses(super::error::RoleForbidden, (status = 202, body = Delivery)), security(("bearer" = [])))]
 #[post("/webhooks/deliveries/{id}/redeliver")]
 pub async fn redeliver(

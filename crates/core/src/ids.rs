@@ -10,6 +10,71 @@ pub const LEDGER_SIGNER: &str = "ledger";
 /// still carry [`LEDGER_SIGNER`] as their envelope `signer`.
 pub const RESERVED_IDS: &[&str] = &[LEDGER_SIGNER];
 
+/// [`check_id`]'s grammar as an ECMA-262 regular expression (docs/PROTOCOL.md §2.3): the
+/// `pattern` of every id the OpenAPI document describes ([`IdString`]), so the document and
+/// the check say one thing. `{0,127}` is [`MAX_ID_LEN`] − 1 (asserted in the tests).
+pub const ID_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$";
+
+/// [`check_new_id`]'s grammar: [`ID_PATTERN`] without the [`RESERVED_IDS`] (the lookahead
+/// names each of them), the `pattern` of an id that names a new thing ([`NewIdString`]).
+pub const NEW_ID_PATTERN: &str = "^(?!ledger$)[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$";
+
+/// The OpenAPI schema of an id ([`check_id`], component `Id`): a string of [`ID_PATTERN`].
+/// A schema only; values stay `String`.
+#[cfg(feature = "openapi")]
+pub struct IdString;
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for IdString {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(ID_PATTERN))
+            .description(Some(
+                "An identifier (docs/PROTOCOL.md §2.3): 1 to 128 bytes of A-Z a-z 0-9 . _ : / -, \
+                 starting with a letter or digit.",
+            ))
+            .examples(["acme-ai"])
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for IdString {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "Id".into()
+    }
+}
+
+/// The OpenAPI schema of the id of a thing being named ([`check_new_id`], component `NewId`):
+/// a string of [`NEW_ID_PATTERN`].
+#[cfg(feature = "openapi")]
+pub struct NewIdString;
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for NewIdString {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(NEW_ID_PATTERN))
+            .description(Some(
+                "The identifier of a new thing (docs/PROTOCOL.md §2.3): an `Id` that is not \
+                 reserved for the ledger itself (`ledger`).",
+            ))
+            .examples(["acme-ai"])
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for NewIdString {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "NewId".into()
+    }
+}
+
 /// Whether `s` is a reserved identifier ([`RESERVED_IDS`]).
 pub fn is_reserved_id(s: &str) -> bool {
     RESERVED_IDS.contains(&s)
@@ -127,6 +192,15 @@ mod tests {
         assert!(check_id("-x").is_err());
         assert!(check_id("a b").is_err());
         assert!(check_id("é").is_err());
+    }
+
+    #[test]
+    fn the_patterns_state_the_checks_limits() {
+        assert!(ID_PATTERN.ends_with(&format!("{{0,{}}}$", MAX_ID_LEN - 1)));
+        assert!(NEW_ID_PATTERN.ends_with(&ID_PATTERN[1..]));
+        for r in RESERVED_IDS {
+            assert!(NEW_ID_PATTERN.contains(&format!("(?!{r}$)")), "{r}");
+        }
     }
 
     #[test]

@@ -20,14 +20,25 @@ pub const MAX_UNIX: i64 = 253_402_300_799;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(i64);
 
+/// What [`Timestamp::parse`] accepts, as an ECMA-262 regular expression (the OpenAPI
+/// `pattern` of a timestamp): `YYYY-MM-DDTHH:MM:SSZ` from 2000 to 9999, each month with its
+/// own days and 29 February only in leap years, so that a request the document calls valid
+/// is one the server reads.
+pub const TIMESTAMP_PATTERN: &str = concat!(
+    "^(?:[2-9][0-9]{3}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])",
+    "|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))",
+    "|(?:[2-9][0-9](?:0[48]|[2468][048]|[13579][26])|(?:[2468][048]|[3579][26])00)-02-29)",
+    "T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z$"
+);
+
 /// On the wire a timestamp is a string `YYYY-MM-DDTHH:MM:SSZ` (RFC 3339, whole seconds, UTC).
 #[cfg(feature = "openapi")]
 impl utoipa::PartialSchema for Timestamp {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
         ObjectBuilder::new()
             .schema_type(Type::String)
-            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+            .pattern(Some(TIMESTAMP_PATTERN))
             .examples(["2026-11-01T00:00:00Z"])
             .into()
     }
