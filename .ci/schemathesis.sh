@@ -63,10 +63,13 @@ bearer = "\${ST_TOKEN}"
 
 [checks]
 # Every check Schemathesis has (5xx; status codes, content types, headers and bodies as
-# documented; 405 for other methods; bad input and missing auth refused; ...) but one:
-# a request schema looser than the server (an enum or a pattern the document does not state)
-# is a documentation gap, not a fault of the answer; reported by a run with --checks all.
-positive_data_acceptance.enabled = true
+# documented; 405 for other methods; bad input and missing auth refused; ...) but one,
+# positive data acceptance. The document states every parameter's grammar (id and timestamp
+# patterns, integer bounds, enums), but not the rules between fields or against the log's
+# state, which OpenAPI cannot express: `to` after `from`, `after` or `before` not both, a
+# page of at most 1000 entries, sizes within the log, a period that has ended. A schema-valid request that breaks one is rightly 400 or 422; with the check on, a
+# run on 2026-12-01 reported 31 such cases (and nothing else). A run with --checks all lists them.
+positive_data_acceptance.enabled = false
 
 [warnings]
 # A run whose token stopped working tested nothing.
@@ -104,6 +107,14 @@ values = ["json", "pdf", "bundle", "v2", "v3"]
 include-path = "/v1/records"
 include-method = "POST"
 checks.negative_data_rejection.expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429", "5xx"]
+
+# PATCH /v1/tenants/{id}: every member of the body is optional (TenantChange lists none as
+# required; the members given change), yet Schemathesis 4.32.5's coverage phase calls a body
+# without `name` "schema-violating" and expects it refused: a false positive of the tool.
+[[operations]]
+include-path = "/v1/tenants/{id}"
+include-method = "PATCH"
+checks.negative_data_rejection.enabled = false
 EOF
 # The revocation run may revoke its own token: 401 answers are expected there.
 { sed -e 's/^\[parameters\]$/&\n"path.id" = { dictionary = "victims", probability = 0.5 }/' \

@@ -72,6 +72,11 @@ impl Caller {
     /// The tenant a tenant-scoped query is about: a tenant caller's own (another tenant's id is
     /// 404, as if it did not exist); for admins and auditors the one asked for, if any.
     pub fn tenant_scope(&self, asked: Option<String>) -> Result<Option<String>, ApiError> {
+        // A tenant that is no identifier (`tenant=`) names nothing: 400, never an empty view.
+        if let Some(t) = &asked {
+            crate::core::ids::check_id(t)
+                .map_err(|e| ApiError::invalid_parameter("tenant", e.to_string()))?;
+        }
         match (self.confined_to(), asked) {
             (Some(own), Some(t)) if t != own => Err(ApiError::NotFound(format!("tenant {t}"))),
             (Some(own), _) => Ok(Some(own.to_owned())),

@@ -35,6 +35,7 @@ pub struct IssueRequest {
 #[utoipa::path(operation_id = "issue_invoice", tag = "invoices", request_body = IssueRequest,
     responses(super::error::RoleForbidden, (status = 201, description = "The issued invoices", body = Vec<Invoice>),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 404, description = "The tenant is not registered", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 409, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 422, description = "`period_not_ended`: the period ends after now; an invoice is issued for a period that has ended", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 503, description = "`busy`: the log changed under the computation three times; `witnesses_behind`: with `witness_quorum`, no checkpoint reached the quorum within `witness_wait_seconds` (nothing written); or `database_unavailable`; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
