@@ -298,10 +298,13 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
     let settings = Resolved {
         listen: opts.listen,
         database_url: url.clone(),
-        log_key: log_key_path,
+        log_key: log_key_path.clone(),
         checkpoint_interval: Duration::from_secs(5),
         workers: 2,
         publish_dir: None,
+        // The demo's ledger keeps its mark in memory (`Ledger::open`).
+        high_water_file: store::high_water::default_file(&log_key_path),
+        allow_async_standbys: false,
         invoicing: demo_invoicing(format!("http://{}", opts.listen)),
         witnesses: server::witnessing::WitnessSettings {
             witnesses: vec![witness.setting()],

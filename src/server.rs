@@ -38,6 +38,12 @@ pub struct ServeSettings {
     /// `publish_dir`: a directory each new checkpoint is written to (`checkpoint`, and
     /// `checkpoints/<size>`); default none.
     pub publish_dir: Option<PathBuf>,
+    /// `high_water_file`: where the largest signed checkpoint is kept outside the database
+    /// (module `store::high_water`); default the log key's path with `.high-water` appended.
+    pub high_water_file: Option<PathBuf>,
+    /// `allow_async_standbys`: start on a PostgreSQL primary that has standbys none of which
+    /// is synchronous (an acknowledged record may then be lost in a failover); default false.
+    pub allow_async_standbys: Option<bool>,
     /// `metrics_listen`: serve `/metrics` on this address alone (and answer 404 for it on
     /// `listen`); default none (`/metrics` on `listen`).
     pub metrics_listen: Option<SocketAddr>,
@@ -277,6 +283,10 @@ pub struct Resolved {
     pub workers: usize,
     /// Where checkpoints are published, if anywhere.
     pub publish_dir: Option<PathBuf>,
+    /// The high-water file (`store::high_water`).
+    pub high_water_file: PathBuf,
+    /// Whether a primary with only asynchronous standbys is accepted.
+    pub allow_async_standbys: bool,
     /// The witnesses checkpoints are sent to, and the quorum issuances wait for.
     pub witnesses: witnessing::WitnessSettings,
     /// Issuer, payment terms, taxes and public URL of the invoices.
@@ -347,6 +357,11 @@ pub fn read_config(path: &Path) -> Result<ServeSettings, String> {
 impl ServeSettings {
     /// `self` (flags and environment) over `file` over defaults.
     pub fn resolve(self, file: ServeSettings) -> Resolved {
+        let log_key = self
+            .log_key
+            .clone()
+            .or(file.log_key.clone())
+            .unwrap_or_else(|| PathBuf::from("gpuledger-log.key"));
         Resolved {
             listen: self
                 .listen
@@ -356,10 +371,7 @@ impl ServeSettings {
                 .database_url
                 .or(file.database_url)
                 .unwrap_or_else(|| store::DEFAULT_DATABASE_URL.to_owned()),
-            log_key: self
-                .log_key
-                .or(file.log_key)
-                .unwrap_or_else(|| PathBuf::from("gpuledger-log.key")),
+            log_key: log_key.clone(),
             checkpoint_interval: Duration::from_secs(
                 self.checkpoint_interval_seconds
                     .or(file.checkpoint_interval_seconds)
@@ -371,6 +383,14 @@ impl ServeSettings {
                 .or(file.workers)
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
             publish_dir: self.publish_dir.or(file.publish_dir),
+            high_water_file: self
+                .high_water_file
+                .or(file.high_water_file)
+                .unwrap_or_else(|| store::high_water::default_file(&log_key)),
+            allow_async_standbys: self
+                .allow_async_standbys
+                .or(file.allow_async_standbys)
+                .unwrap_or(false),
             // Checked by `read_config`; settings built in code that break a rule are reported
             // and replaced by the defaults.
             invoicing: invoice_settings(
@@ -508,7 +528,17 @@ pub fn serve(
     invoice_pdf: store::invoices::InvoicePdfSettings,
 ) -> Result<(), ServeError> {
     let key = keyfile::read(&settings.log_key)?;
-    let ledger = Arc::new(Ledger::open(&settings.database_url, key)?);
+    if !settings.allow_async_standbys {
+        store::replication::refuse_async_standbys(&settings.database_url)?;
+    }
+    let ledger = Arc::new(Ledger::open_with_high_water(
+        &settings.database_url,
+        key,
+        Some(settings.high_water_file.clone()),
+    )?);
+    if let Some(r) = ledger.rewound() {
+        tracing::error!(%r, "serving reads only");
+    }
     ledger.set_invoice_pdf(invoice_pdf);
     serve_ledger_with(ledger, &settings, &http, |addrs, metrics_addrs| {
         for a in addrs {
@@ -640,6 +670,12 @@ fn serve_with_witnesses(
     if let Some(p) = &publisher {
         metrics::counter!("gpuledger_checkpoint_publish_errors_total").absolute(0);
         tracing::info!(dir = %p.dir().display(), "publishing checkpoints");
+        // What was published is what the database must hold: the high-water mark learns it,
+        // so a database restored or failed over behind it is noticed before the next write.
+        if let Some(note) = p.published_note() {
+            let source = format!("publish directory {}", p.dir().display());
+            ledger.high_water().raise(&note, &source)?;
+        }
     }
     let mut watched = Vec::new();
     if let Some(path) = sqlite_path(&settings.database_url) {
@@ -788,6 +824,10 @@ fn sqlite_path(url: &str) -> Option<PathBuf> {
 
 /// Help text of the metrics this module sets.
 fn describe_metrics() {
+    metrics::describe_gauge!(
+        "gpuledger_log_rewound",
+        "1 while the database does not hold the largest checkpoint this server signed or found published (log_rewound: no writes, no signatures)"
+    );
     metrics::describe_gauge!(
         "gpuledger_write_path_up",
         "1 while the write probe (a small transaction every second) succeeds, 0 while it fails"

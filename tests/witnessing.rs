@@ -14,7 +14,6 @@ mod common;
 
 use common::http::Http;
 use common::{bin, setup, slot, spawn_serve, Proc, Setup, TestDb};
-use diesel::RunQueryDsl;
 use gpuledger::core::checkpoint;
 use gpuledger::core::cosignature::{valid_cosignatures, WitnessKey};
 use gpuledger::core::record::Role;
@@ -69,7 +68,17 @@ fn serve(
     quorum: usize,
     wait: u64,
 ) -> (Proc, Http) {
-    let mut cfg = format!("witness_quorum = {quorum}\nwitness_wait_seconds = {wait}\n");
+    // Each database its own high-water file, as each server keeps its own: the fork below
+    // is someone else's server on a copy, not this one failed over.
+    let hw: String = url
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let hw = s.dir.path().join(format!("{hw}.high-water"));
+    let mut cfg = format!(
+        "witness_quorum = {quorum}\nwitness_wait_seconds = {wait}\nhigh_water_file = {:?}\n",
+        hw.to_str().unwrap()
+    );
     for (name, vkey, wurl) in witnesses {
         cfg.push_str(&format!(
             "\n[[witnesses]]\nname = {name:?}\nvkey = {vkey:?}\nurl = {wurl:?}\n"
@@ -114,14 +123,7 @@ fn admin(url: &str) -> String {
 
 /// Usage records of the node for seqs `seqs`, `count` GPUs each, posted and accepted.
 fn post_usage(h: &Http, seqs: std::ops::Range<u64>, count: i64) {
-    let key = sample::key(NODE);
-    let batch: Vec<_> = seqs
-        .map(|seq| sample::usage(NODE, &key, seq, TENANT, Decimal::from(count), slot(seq)))
-        .collect();
-    let r = h.post_records(&batch);
-    for o in r["outcomes"].as_array().unwrap() {
-        assert_eq!(o["status"], "accepted", "{r}");
-    }
+    h.post_usage(NODE, TENANT, seqs, count);
 }
 
 /// The served checkpoint: its size and the number of valid cosignatures of `w` on it.
@@ -239,62 +241,6 @@ fn ready(db: &TestDb) -> Setup {
     setup(db, &[(NODE, Role::Node)])
 }
 
-/// A copy of the log's database, dropped (PostgreSQL) or deleted (SQLite) with it.
-struct DbCopy {
-    url: String,
-    /// (admin URL, database name) of a PostgreSQL copy.
-    pg: Option<(String, String)>,
-}
-
-impl Drop for DbCopy {
-    fn drop(&mut self) {
-        use diesel::{Connection, PgConnection, RunQueryDsl};
-        if let Some((admin, name)) = self.pg.take() {
-            if let Ok(mut c) = PgConnection::establish(&admin) {
-                let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .execute(&mut c);
-            }
-        }
-    }
-}
-
-/// Copies the database of `db` (no server may be connected to a PostgreSQL one): SQLite with
-/// `VACUUM INTO` a file in `dir`, PostgreSQL with `CREATE DATABASE .. TEMPLATE`.
-fn copy_database(db: &TestDb, dir: &Path) -> DbCopy {
-    use diesel::{Connection, PgConnection};
-    if db.backend == "sqlite" {
-        let copy = dir.join("copy.db");
-        let mut c = store::connect(&db.url).unwrap();
-        let store::DbConn::Sqlite(sq) = &mut c else {
-            unreachable!("a SQLite test database")
-        };
-        diesel::sql_query(format!("VACUUM INTO '{}'", copy.display()))
-            .execute(sq)
-            .unwrap();
-        return DbCopy {
-            url: format!("sqlite://{}", copy.display()),
-            pg: None,
-        };
-    }
-    let admin = std::env::var("GPULEDGER_TEST_DATABASE_URL").unwrap();
-    let (base, name) = db.url.rsplit_once('/').unwrap();
-    let copy = format!("{name}_fork");
-    let mut c = PgConnection::establish(&admin).unwrap();
-    // The killed server's sessions end a moment after its sockets close.
-    let mut tries = 0;
-    while let Err(e) =
-        diesel::sql_query(format!("CREATE DATABASE {copy} TEMPLATE {name}")).execute(&mut c)
-    {
-        tries += 1;
-        assert!(tries < 50, "cannot copy the database: {e}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    DbCopy {
-        url: format!("{base}/{copy}"),
-        pg: Some((admin, copy)),
-    }
-}
-
 both_backends!(
     a_split_view_is_refused_by_the_witness_and_by_verify_with_a_quorum,
     |db: &TestDb| split_view(db)
@@ -312,7 +258,7 @@ fn split_view(db: &TestDb) {
     let copied_at = wait_cosigned(&h, &wk);
     // Someone copies the database (and has the key)...
     drop(honest);
-    let copy = copy_database(db, s.dir.path());
+    let copy = db.copy();
     // ... while the honest log grows and the witness cosigns its new checkpoint.
     let (_honest, h) = serve(&s, &s.url, &[entry(&w)], 1, 10);
     assert_eq!(h.size(), copied_at);
@@ -322,11 +268,15 @@ fn split_view(db: &TestDb) {
     let r = certify(&h, &token);
     let (honest_cert, honest_bundle) = save_certificate(&h, &token, &r, s.dir.path(), "honest");
 
-    // The copy appends other entries, with the same key, and asks the same witness.
-    let (_fork, f) = serve(&s, &copy.url, &[entry(&w)], 0, 10);
+    // The copy appends other entries, with the same key, then asks the same witness. (Had it
+    // asked first, the witness's 409 naming a size above the copy's would have stopped its
+    // writes: `log_rewound`, tests/high_water.rs.)
+    let (fork, f) = serve(&s, &copy.url, &[], 0, 10);
     assert_eq!(f.size(), copied_at);
     post_usage(&f, 6..12, 3);
     assert!(f.size() > honest_size);
+    drop(fork);
+    let (_fork, f) = serve(&s, &copy.url, &[entry(&w)], 0, 10);
     wait_for(
         "the fork's witness failure",
         Duration::from_secs(30),

@@ -309,6 +309,19 @@ impl From<StoreError> for ApiError {
                 e.to_string(),
                 WITNESSES_BEHIND_RETRY_AFTER_SECONDS,
             ),
+            e @ StoreError::HighWater(_) => {
+                tracing::error!(error = %e, "answering high_water_unsaved");
+                ApiError::unavailable(
+                    "high_water_unsaved",
+                    "the ledger cannot save its high-water mark; no checkpoint is signed until it can",
+                    RETRY_AFTER_UNAVAILABLE_SECONDS,
+                )
+            }
+            e @ StoreError::LogRewound(_) => ApiError::unavailable(
+                "log_rewound",
+                e.to_string(),
+                RETRY_AFTER_UNAVAILABLE_SECONDS,
+            ),
             StoreError::WriterStopped => ApiError::unavailable(
                 "shutting_down",
                 "the ledger is shutting down",

@@ -47,7 +47,8 @@ pub async fn get_log(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
 
 /// The latest signed checkpoint as a C2SP signed note (public, `text/plain`); `HEAD` gives its
 /// headers only.
-#[utoipa::path(tag = "log", responses((status = 200, description = "C2SP signed note", content_type = "text/plain", body = String)))]
+#[utoipa::path(tag = "log", responses((status = 200, description = "C2SP signed note", content_type = "text/plain", body = String),
+    (status = 503, description = "`no_checkpoint`: none has been signed yet; `log_rewound`: the database does not hold the largest checkpoint this log published (ops/runbooks/log-rewound.md)", body = super::error::Problem, content_type = "application/problem+json")))]
 #[route("/checkpoint", method = "GET", method = "HEAD")]
 pub async fn get_checkpoint(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok()
@@ -59,6 +60,11 @@ pub async fn get_checkpoint(state: web::Data<AppState>) -> Result<HttpResponse, 
 /// root's `/checkpoint`). A public GET only reads: the ledger signs its first checkpoint when
 /// it opens.
 pub(crate) async fn latest_note(state: &web::Data<AppState>) -> Result<String, ApiError> {
+    // A rewound database's latest checkpoint is older than what was published (or of another
+    // history): the log serves no checkpoint until it holds the published tree again.
+    if let Some(r) = state.ledger.rewound() {
+        return Err(StoreError::LogRewound(Box::new(r)).into());
+    }
     let ledger = state.ledger.clone();
     let (_, note) = web::block(move || ledger.latest_checkpoint())
         .await??

@@ -16,8 +16,10 @@ pub async fn healthz() -> HttpResponse {
 
 /// Ready to take writes: the database answers reads with current migrations, and the write
 /// path's latest transaction (the server probes it every second, see `serve`) did not fail.
-/// Not ready answers 503 with `Retry-After` and says which: `database_unavailable`,
-/// `disk_full`, `write_failing` or `migrations_pending`. Reads only; never writes.
+/// Not ready answers 503 with `Retry-After` and says which: `log_rewound` (the database does
+/// not hold the largest checkpoint this server signed or found published: nothing is written
+/// or signed, see ops/runbooks/log-rewound.md), `database_unavailable`, `disk_full`,
+/// `write_failing` or `migrations_pending`. Reads only; never writes.
 #[utoipa::path(tag = "ops", responses((status = 200, description = "ready", body = String), (status = 503, body = super::error::Problem, content_type = "application/problem+json")))]
 #[get("/readyz")]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
@@ -41,6 +43,9 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
                 "the ledger's database is unavailable",
             ));
         }
+    }
+    if let Some(r) = state.ledger.rewound() {
+        return Err(not_ready("log_rewound", &r.to_string()));
     }
     match state.ledger.write_state() {
         Some(WriteState::Failed(Some(Outage::DiskFull))) => Err(ApiError::unavailable(
@@ -71,6 +76,8 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         ::metrics::gauge!("gpuledger_log_size").set(size as f64);
     }
     ::metrics::gauge!("gpuledger_sequencer_queue_depth").set(state.ledger.queue_depth() as f64);
+    let rewound = state.ledger.rewound().is_some();
+    ::metrics::gauge!("gpuledger_log_rewound").set(if rewound { 1.0 } else { 0.0 });
     let ledger = state.ledger.clone();
     if let Ok(Ok(Some(age))) = web::block(move || ledger.latest_checkpoint_age_seconds()).await {
         ::metrics::gauge!("gpuledger_checkpoint_age_seconds").set(age as f64);

@@ -35,7 +35,7 @@ pub const PARTIAL_BUNDLE_CACHE_CONTROL: &str = "private, max-age=60";
 /// allows a few seconds.
 #[utoipa::path(tag = "tiles", operation_id = "tiles_checkpoint",
     responses((status = 200, description = "C2SP signed note", content_type = "text/plain; charset=utf-8", body = String),
-              (status = 503, description = "`no_checkpoint`: none has been signed yet", body = super::error::Problem, content_type = "application/problem+json")))]
+              (status = 503, description = "`no_checkpoint`: none has been signed yet; `log_rewound`: the database does not hold the largest checkpoint this log published (ops/runbooks/log-rewound.md)", body = super::error::Problem, content_type = "application/problem+json")))]
 #[route("/checkpoint", method = "GET", method = "HEAD")]
 pub async fn checkpoint(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let note = super::log::latest_note(&state).await?;

@@ -28,6 +28,14 @@ pub struct ServeArgs {
     /// Write each new checkpoint to DIR/checkpoint and DIR/checkpoints/<size> [default: none].
     #[arg(long, env = "GPULEDGER_PUBLISH_DIR", value_name = "DIR")]
     publish_dir: Option<PathBuf>,
+    /// Where the largest signed checkpoint is kept outside the database; a database that does
+    /// not hold it is not written to [default: the log key's path with `.high-water` appended].
+    #[arg(long, env = "GPULEDGER_HIGH_WATER_FILE", value_name = "FILE")]
+    high_water_file: Option<PathBuf>,
+    /// Start on a PostgreSQL primary whose standbys are all asynchronous (acknowledged records
+    /// may be lost in a failover) [default: refuse].
+    #[arg(long, env = "GPULEDGER_ALLOW_ASYNC_STANDBYS")]
+    allow_async_standbys: bool,
     /// Serve /metrics on this address alone, and answer 404 for it on --listen [default: none,
     /// /metrics on --listen].
     #[arg(long, env = "GPULEDGER_METRICS_LISTEN", value_name = "ADDR")]
@@ -97,6 +105,8 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         checkpoint_interval_seconds: args.checkpoint_interval_seconds,
         workers: args.workers,
         publish_dir: args.publish_dir,
+        high_water_file: args.high_water_file,
+        allow_async_standbys: args.allow_async_standbys.then_some(true),
         metrics_listen: args.metrics_listen,
         client_request_timeout_seconds: args.client_request_timeout_seconds,
         client_disconnect_timeout_seconds: args.client_disconnect_timeout_seconds,

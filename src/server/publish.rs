@@ -8,11 +8,19 @@
 //! Every file is written to a temporary name in the same directory, fsynced, renamed over the
 //! final name and the directory fsynced: a reader sees the old file or the new one, never part
 //! of one. Files are mode 0644 (they are public), and directories this module creates 0755.
+//!
+//! What is published is never contradicted: `checkpoints/<size>` is never replaced by a note
+//! with another root, and `checkpoint` only by a larger checkpoint proven consistent with it
+//! (a consistency proof from the store, checked here) or by the same one with more
+//! cosignatures. A store that would make it do otherwise (a database rewound by a failover)
+//! gets [`PublishError::Contradicts`], and the published checkpoint raises the ledger's
+//! high-water mark at start (`serve`).
 
+use crate::core::checkpoint;
+use crate::core::merkle::{self, Hash};
 use crate::store::read::{self, CheckpointPage};
 use crate::store::{Ledger, StoreError};
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -38,6 +46,9 @@ pub enum PublishError {
     /// The checkpoints could not be read.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The store's checkpoint contradicts one already published: not written.
+    #[error("publish directory: {0}; not published")]
+    Contradicts(String),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PublishError + '_ {
@@ -47,30 +58,21 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PublishError + '_ {
     }
 }
 
-/// Writes `bytes` to `path` atomically: temporary file in the same directory, fsync, rename,
-/// fsync of the directory. The file ends with mode 0644.
+/// Writes `bytes` to `path` atomically (`gpuledger_shell::atomic_file`): the file ends with
+/// mode 0644, whatever the umask (the systemd unit's 0077).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PublishError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    // The process id keeps two servers publishing into one shared directory apart.
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(io(&tmp))?;
-    f.write_all(bytes).map_err(io(&tmp))?;
-    // Set after creating, so a restrictive umask (the systemd unit's 0077) does not hide it.
-    f.set_permissions(fs::Permissions::from_mode(0o644))
-        .map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(io(path))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))?;
-    Ok(())
+    gpuledger_shell::atomic_file::write(path, bytes, 0o644)
+        .map_err(|(path, source)| PublishError::Io { path, source })
+}
+
+/// The size and root of a note (signed here or by this log earlier).
+fn size_root(note: &str) -> Option<(u64, Hash)> {
+    checkpoint::unverified(note).map(|c| (c.size(), *c.hash()))
+}
+
+fn b64(h: &Hash) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(h.0)
 }
 
 /// Writes new checkpoints to a publish directory; remembers what it wrote.
@@ -84,6 +86,8 @@ pub struct Publisher {
     /// The note last written to `checkpoint`: rewritten when the witnesses' cosignatures of
     /// the same checkpoint arrive.
     latest_note: Option<String>,
+    /// The size and root of what `checkpoint` holds (from an earlier run, or written here).
+    published: Option<(u64, Hash)>,
 }
 
 impl Publisher {
@@ -105,12 +109,55 @@ impl Publisher {
                 last_kept = last_kept.max(Some(size));
             }
         }
+        let published = match fs::read_to_string(dir.join(CHECKPOINT_FILE)) {
+            Ok(note) => size_root(&note),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io(&dir.join(CHECKPOINT_FILE))(e)),
+        };
         Ok(Publisher {
             dir: dir.to_owned(),
             last_kept,
             latest: None,
             latest_note: None,
+            published,
         })
+    }
+
+    /// The note `checkpoint` holds, if any: what this directory has published, which the
+    /// ledger's database must hold (`serve` raises the high-water mark with it).
+    pub fn published_note(&self) -> Option<String> {
+        fs::read_to_string(self.dir.join(CHECKPOINT_FILE)).ok()
+    }
+
+    /// Refuses a note of `size` and `root` for `checkpoint` unless it extends what is there.
+    fn extends_published(
+        &self,
+        ledger: &Ledger,
+        size: u64,
+        root: Hash,
+    ) -> Result<(), PublishError> {
+        let Some((old, old_root)) = self.published else {
+            return Ok(());
+        };
+        let consistent = if size < old {
+            false
+        } else if size == old {
+            root == old_root
+        } else if old == 0 {
+            true
+        } else {
+            let proof = ledger.consistency_proof(old, size)?;
+            merkle::check_tree(&proof, size, root, old, old_root).is_ok()
+        };
+        if consistent {
+            Ok(())
+        } else {
+            Err(PublishError::Contradicts(format!(
+                "the store's latest checkpoint (size {size}, root {}) does not extend the published                  one (size {old}, root {})",
+                b64(&root),
+                b64(&old_root)
+            )))
+        }
     }
 
     /// The directory published to.
@@ -128,14 +175,34 @@ impl Publisher {
         })?;
         let kept = self.dir.join(CHECKPOINTS_DIR);
         for r in &rows {
-            write_atomic(&kept.join(r.size.to_string()), r.note.as_bytes())?;
+            let path = kept.join(r.size.to_string());
+            match fs::read_to_string(&path) {
+                // Kept from an earlier run: the same checkpoint or a contradiction.
+                Ok(there) => {
+                    if size_root(&there).map(|(_, h)| h) != size_root(&r.note).map(|(_, h)| h) {
+                        return Err(PublishError::Contradicts(format!(
+                            "{} holds another root for size {}",
+                            path.display(),
+                            r.size
+                        )));
+                    }
+                }
+                Err(_) => write_atomic(&path, r.note.as_bytes())?,
+            }
             self.last_kept = Some(r.size);
         }
         if let Some((size, note)) = ledger.latest_checkpoint()? {
             if self.latest_note.as_deref() != Some(note.as_str()) {
+                let (s, root) = size_root(&note).ok_or_else(|| {
+                    PublishError::Contradicts(format!(
+                        "the store's checkpoint of size {size} does not parse"
+                    ))
+                })?;
+                self.extends_published(ledger, s, root)?;
                 write_atomic(&self.dir.join(CHECKPOINT_FILE), note.as_bytes())?;
                 self.latest = Some(size);
                 self.latest_note = Some(note);
+                self.published = Some((s, root));
             }
         }
         Ok(self.latest)

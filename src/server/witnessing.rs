@@ -397,7 +397,10 @@ impl Sender {
                     if !found {
                         return Err((
                             Failure::BadResponse,
-                            format!("200 without a valid cosignature of {} for size {size}", self.name()),
+                            format!(
+                                "200 without a valid cosignature of {} for size {size}",
+                                self.name()
+                            ),
                         ));
                     }
                     self.believed = size;
@@ -411,10 +414,15 @@ impl Sender {
                     resent = true;
                 }
                 Answer::Holds(held) => {
+                    // A witness that cosigned more than the database's latest checkpoint:
+                    // the database lost checkpoints that were published.
+                    if held > size {
+                        self.ledger.high_water().witness_holds(self.name(), held);
+                    }
                     return Err((
                         Failure::Conflict,
                         format!("the witness holds size {held}; the log's latest checkpoint has size {size} (sent from {old})"),
-                    ))
+                    ));
                 }
                 Answer::Failed(f, m) => return Err((f, m)),
             }

@@ -18,7 +18,6 @@ use super::write::{checkpoint_locked, push_ledger_entry, Appender};
 use super::{pricing, read, usage};
 use crate::core::bundle::{self, BundleSubject, Header};
 use crate::core::certificate::{self, coverage, Certificate, Claims, Coverage, Tally};
-use crate::core::checkpoint::LogSigner;
 use crate::core::invoice::Period;
 use crate::core::record::{Body, CertificateIssued, Kind};
 use crate::core::time::Timestamp;
@@ -150,7 +149,7 @@ impl Draft {
 /// in it.
 pub(crate) fn issue(
     conn: &mut DbConn,
-    log: &LogSigner,
+    log: &super::write::Signer,
     draft: &Draft,
     now: Timestamp,
 ) -> Result<Option<Certificate>, StoreError> {

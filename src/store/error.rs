@@ -48,6 +48,13 @@ pub enum StoreError {
     },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// The database no longer holds the tree of the high-water mark (the largest checkpoint
+    /// this server signed or found published): nothing is written or signed until it does.
+    #[error("{0}")]
+    LogRewound(Box<super::high_water::Rewound>),
+    /// The high-water file cannot be read or written.
+    #[error("high-water mark: {0}")]
+    HighWater(String),
     #[error("the ledger's writer has stopped")]
     WriterStopped,
     /// A bug: answered as an internal error, logged, never shown.

@@ -497,7 +497,7 @@ pub fn set_issue_hook(f: Option<Box<dyn FnMut(u32)>>) {
 /// caller waits for a newer cosigned checkpoint.
 pub(crate) fn issue(
     conn: &mut DbConn,
-    log: &LogSigner,
+    log: &super::write::Signer,
     draft: &Draft,
     now: Timestamp,
 ) -> Result<Option<Vec<Invoice>>, StoreError> {

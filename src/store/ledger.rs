@@ -4,6 +4,7 @@
 
 use super::conn::{self, DbConn};
 use super::error::StoreError;
+use super::high_water::HighWater;
 use super::read::{self, DbHashReader, EntryRow};
 use super::schema::*;
 use super::write::{self, Verified};
@@ -137,6 +138,8 @@ pub struct Ledger {
     invoicing: RwLock<Arc<super::invoices::InvoiceSettings>>,
     /// What invoice PDFs show besides the document ([`Ledger::set_invoice_pdf`]).
     invoice_pdf: RwLock<Arc<super::invoices::InvoicePdfSettings>>,
+    /// The largest checkpoint signed or found published, which the database must hold.
+    high_water: Arc<HighWater>,
 }
 
 /// Creates or migrates the database and records the log's origin and public key. Idempotent:
@@ -209,8 +212,22 @@ pub fn log_info(conn: &mut DbConn) -> Result<LogInfo, StoreError> {
 
 impl Ledger {
     /// Opens an initialised database with the log's private key, runs pending migrations, and
-    /// starts the sequencer thread.
+    /// starts the sequencer thread. The high-water mark is kept in memory only: it guards
+    /// this handle's lifetime ([`Ledger::open_with_high_water`] keeps it in a file).
     pub fn open(url: &str, key: SigningKey) -> Result<Ledger, StoreError> {
+        Ledger::open_with_high_water(url, key, None)
+    }
+
+    /// [`Ledger::open`] with the high-water mark in `high_water_file` (module
+    /// [`super::high_water`]): read at start (a file that is there must be a checkpoint signed
+    /// by this log's key), replaced after every checkpoint signed. A database that does not
+    /// hold the marked tree opens, for reads, but is not written to: writes answer
+    /// [`StoreError::LogRewound`] and [`Ledger::rewound`] says why.
+    pub fn open_with_high_water(
+        url: &str,
+        key: SigningKey,
+        high_water_file: Option<std::path::PathBuf>,
+    ) -> Result<Ledger, StoreError> {
         let mut reader = conn::connect(url)?;
         conn::migrate(&mut reader)?;
         let info = log_info(&mut reader)?;
@@ -221,7 +238,11 @@ impl Ledger {
                 found,
             });
         }
-        let log = LogSigner::new(&info.origin, key)?;
+        let high_water = Arc::new(HighWater::load(high_water_file, &info.verifier_key)?);
+        let log = write::Signer {
+            log: LogSigner::new(&info.origin, key)?,
+            high_water: high_water.clone(),
+        };
         let writer_conn = conn::connect(url)?;
         let (tx, rx) = mpsc::channel::<Job>();
         let queued = Arc::new(AtomicUsize::new(0));
@@ -234,6 +255,8 @@ impl Ledger {
             clock: clock.clone(),
             caches: Default::default(),
             health: health.clone(),
+            high_water: high_water.clone(),
+            checked: false,
         };
         let writer = std::thread::Builder::new()
             .name("gpuledger-sequencer".into())
@@ -254,14 +277,20 @@ impl Ledger {
             witnessing: std::sync::OnceLock::new(),
             invoicing: RwLock::new(Arc::default()),
             invoice_pdf: RwLock::new(Arc::default()),
+            high_water,
         })
         .and_then(|l| {
             // A log without a policy entry gets the defaults written down, so verifiers read
             // them from the log rather than from this code.
-            l.submit(Job::EnsurePolicy)?;
             // And a checkpoint of it, so there always is one: public reads never sign.
-            l.submit(Job::Checkpoint)?;
-            Ok(l)
+            // A rewound log opens all the same (for reads, `/readyz` and recovery).
+            match l
+                .submit(Job::EnsurePolicy)
+                .and_then(|_| l.submit(Job::Checkpoint))
+            {
+                Ok(_) | Err(StoreError::LogRewound(_)) => Ok(l),
+                Err(e) => Err(e),
+            }
         })
     }
 
@@ -834,6 +863,17 @@ impl Ledger {
         })
     }
 
+    /// Why the log is rewound (the database does not hold the high-water mark's tree), if it
+    /// is: no write or signature is made meanwhile.
+    pub fn rewound(&self) -> Option<super::high_water::Rewound> {
+        self.high_water.rewound()
+    }
+
+    /// The high-water mark: raise it from a published checkpoint, learn a witness's size.
+    pub fn high_water(&self) -> &HighWater {
+        &self.high_water
+    }
+
     /// Seconds since the latest checkpoint was signed, if there is one.
     pub fn latest_checkpoint_age_seconds(&self) -> Result<Option<i64>, StoreError> {
         use super::schema::checkpoints;
@@ -970,7 +1010,7 @@ type QueuedAppend = (Vec<write::Verified>, Reply<Vec<Outcome>>);
 
 /// The write thread: takes queued jobs in groups (up to [`MAX_GROUP_RECORDS`] records), runs
 /// each non-append job in its own transaction, and every append of the group in one.
-fn sequencer(mut w: Writer, log: &LogSigner, rx: mpsc::Receiver<Job>, queued: &AtomicUsize) {
+fn sequencer(mut w: Writer, log: &write::Signer, rx: mpsc::Receiver<Job>, queued: &AtomicUsize) {
     while let Ok(first) = rx.recv() {
         let mut n = first.records();
         let mut jobs = vec![first];
@@ -1015,12 +1055,17 @@ struct Writer {
     clock: Clock,
     caches: (write::StreamCache, write::SpotCache),
     health: Arc<WriteHealth>,
+    high_water: Arc<HighWater>,
+    /// Whether the connection was checked against the high-water mark.
+    checked: bool,
 }
 
 impl Writer {
     /// Runs one write on the connection, opening one first if the last was discarded; a
     /// result that says the connection is broken discards it (and the caches) so the next
-    /// write starts afresh. Every outcome is reported to the write health.
+    /// write starts afresh. Every outcome is reported to the write health. A new connection
+    /// (and, while the log is rewound, every write) is first checked against the high-water
+    /// mark: a database that does not hold the marked tree is not written to.
     fn run<T>(
         &mut self,
         f: impl FnOnce(
@@ -1031,14 +1076,36 @@ impl Writer {
         let conn = match self.conn.as_mut() {
             Some(c) => c,
             None => match conn::connect(&self.url) {
-                Ok(c) => self.conn.insert(c),
+                Ok(c) => {
+                    self.checked = false;
+                    self.conn.insert(c)
+                }
                 Err(e) => {
                     self.health.record(Err(&e));
                     return Err(e);
                 }
             },
         };
+        if !self.checked || self.high_water.take_recheck() || self.high_water.rewound().is_some() {
+            if let Err(e) = self.high_water.check(conn) {
+                if e.discards_connection() {
+                    self.conn = None;
+                }
+                self.health.record(Err(&e));
+                return Err(e);
+            }
+            self.checked = true;
+        }
         let r = f(conn, &mut self.caches);
+        // The checkpoint this write signed (if it committed) becomes the mark, saved before
+        // its caller is answered.
+        let saved = self.high_water.settle(r.is_ok());
+        let r = match (r, saved) {
+            (Ok(v), Ok(())) => Ok(v),
+            // Committed, so answered as done: the unsaved mark stops the next signature.
+            (Ok(v), Err(_)) => Ok(v),
+            (Err(e), _) => Err(e),
+        };
         match &r {
             Err(e) if e.discards_connection() => {
                 tracing::warn!(error = %e, "write failed; the sequencer will reconnect");
@@ -1085,7 +1152,7 @@ impl WriteHealth {
 }
 
 /// Runs one job that is not an append and answers it; an append is handed back to be grouped.
-fn run_job(w: &mut Writer, log: &LogSigner, job: Job, now: Timestamp) -> Option<QueuedAppend> {
+fn run_job(w: &mut Writer, log: &write::Signer, job: Job, now: Timestamp) -> Option<QueuedAppend> {
     match job {
         Job::Append(v, reply) => return Some((v, reply)),
         Job::Register {

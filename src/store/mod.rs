@@ -4,6 +4,8 @@
 //! - [`ledger`]: the [`Ledger`] handle with its sequencer (group commit).
 //! - [`write`]: write transactions (append, key registry, checkpoints), each locking the head.
 //! - [`read`]: queries and a database-backed `HashReader`.
+//! - [`high_water`]: the largest signed checkpoint, kept outside the database; a database
+//!   that no longer holds it is not written to (a failover that lost entries).
 
 pub mod access;
 pub mod bundle;
@@ -11,10 +13,12 @@ pub mod certificates;
 pub mod conn;
 pub mod cosignatures;
 pub mod error;
+pub mod high_water;
 pub mod invoices;
 pub mod ledger;
 pub mod pricing;
 pub mod read;
+pub mod replication;
 pub mod schema;
 pub mod usage;
 pub mod verify;

@@ -914,11 +914,25 @@ pub(crate) fn revoke_key(
     })
 }
 
+/// The sequencer's signing side: the log key and the high-water mark every checkpoint it
+/// signs must extend. Dereferences to the [`LogSigner`], which signs everything else.
+pub(crate) struct Signer {
+    pub log: LogSigner,
+    pub high_water: std::sync::Arc<super::high_water::HighWater>,
+}
+
+impl std::ops::Deref for Signer {
+    type Target = LogSigner;
+    fn deref(&self) -> &LogSigner {
+        &self.log
+    }
+}
+
 /// Signs and stores a checkpoint of the current head, unless the latest checkpoint already
 /// covers it. Refuses to sign a tree that is not consistent with the latest checkpoint.
 pub(crate) fn checkpoint(
     conn: &mut DbConn,
-    log: &LogSigner,
+    log: &Signer,
     now: Timestamp,
 ) -> Result<(u64, String), StoreError> {
     conn.transaction(|conn| {
@@ -928,10 +942,13 @@ pub(crate) fn checkpoint(
 }
 
 /// Signs and stores a checkpoint of `size` entries (the caller holds the head lock and `size`
-/// is the current size), unless the latest checkpoint has that size already.
+/// is the current size), unless the latest checkpoint has that size already. Refuses to sign
+/// a tree that does not extend the latest checkpoint and the high-water mark
+/// ([`super::high_water::HighWater::check_extends`]); the checkpoint signed becomes the mark
+/// once the transaction commits.
 pub(crate) fn checkpoint_locked(
     conn: &mut DbConn,
-    log: &LogSigner,
+    log: &Signer,
     size: u64,
     now: Timestamp,
 ) -> Result<(u64, String), StoreError> {
@@ -958,7 +975,9 @@ pub(crate) fn checkpoint_locked(
             })?;
         }
     }
+    log.high_water.check_extends(size, root, &reader)?;
     let note = log.sign_checkpoint(size, &root);
+    log.high_water.stage(size, root, &note);
     diesel::insert_into(checkpoints::table)
         .values((
             checkpoints::size.eq(size as i64),

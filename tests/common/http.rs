@@ -118,12 +118,18 @@ impl Server {
     /// Starts `gpuledger serve` on `url` with the log key `key`, checkpointing every second;
     /// its stderr goes to `dir/serve-N.log`.
     pub fn start(url: &str, key: &Path, dir: &Path, n: u32) -> Server {
+        Server::start_with(url, key, dir, n, &[])
+    }
+
+    /// [`Server::start`] with more arguments for `serve`.
+    pub fn start_with(url: &str, key: &Path, dir: &Path, n: u32, extra: &[&str]) -> Server {
         let log_path = dir.join(format!("serve-{n}.log"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_gpuledger"))
             .args(["serve", "--listen", "127.0.0.1:0", "--database-url", url])
             .args(["--checkpoint-interval-seconds", "1", "--workers", "2"])
             .arg("--log-key")
             .arg(key)
+            .args(extra)
             .env_remove("GPULEDGER_DATABASE_URL")
             .env_remove("GPULEDGER_CONFIG")
             .env("GPULEDGER_LOG", "warn")
@@ -481,6 +487,22 @@ impl Http {
                 &json!({"lease": sample::lease(t), "tenant": t, "class": "on_demand"}),
             )
             .ok_json(201);
+        }
+    }
+
+    /// Posts `count`-GPU sample usage records of `node` (its sample key) for `tenant`, seqs
+    /// `seqs` (10-second slots, `super::slot`), and asserts each was accepted.
+    pub fn post_usage(&self, node: &str, tenant: &str, seqs: std::ops::Range<u64>, count: i64) {
+        let key = sample::key(node);
+        let batch: Vec<_> = seqs
+            .map(|seq| {
+                let n = rust_decimal::Decimal::from(count);
+                sample::usage(node, &key, seq, tenant, n, super::slot(seq))
+            })
+            .collect();
+        let r = self.post_records(&batch);
+        for o in r["outcomes"].as_array().unwrap() {
+            assert_eq!(o["status"], "accepted", "{r}");
         }
     }
 

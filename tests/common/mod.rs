@@ -104,6 +104,50 @@ pub fn postgres() -> Option<TestDb> {
     })
 }
 
+impl TestDb {
+    /// A copy of this database as it is now (`VACUUM INTO` on SQLite, `CREATE DATABASE ..
+    /// TEMPLATE` on PostgreSQL, which needs no other session on it: a killed server's sessions
+    /// end a moment after its sockets close, so this retries for a few seconds), dropped or
+    /// deleted with the copy. A snapshot: a standby that fell behind, an old backup, a fork.
+    pub fn copy(&self) -> TestDb {
+        if self.backend == "sqlite" {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("copy.db");
+            let mut c = gpuledger::store::connect(&self.url).unwrap();
+            let gpuledger::store::DbConn::Sqlite(sq) = &mut c else {
+                unreachable!("a SQLite test database")
+            };
+            diesel::RunQueryDsl::execute(
+                diesel::sql_query(format!("VACUUM INTO '{}'", path.display())),
+                sq,
+            )
+            .unwrap();
+            return TestDb {
+                url: format!("sqlite://{}", path.display()),
+                backend: "sqlite",
+                drop_pg: None,
+                _dir: Some(dir),
+            };
+        }
+        let (admin, name) = self.drop_pg.clone().expect("a PostgreSQL test database");
+        let copy = format!("{name}_c{}", COUNTER.fetch_add(1, Ordering::Relaxed));
+        let mut c = PgConnection::establish(&admin).unwrap();
+        let mut tries = 0;
+        while let Err(e) = c.batch_execute(&format!("CREATE DATABASE {copy} TEMPLATE {name}")) {
+            tries += 1;
+            assert!(tries < 100, "cannot copy the database: {e}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let base = self.url.rsplit_once('/').map(|(b, _)| b).unwrap();
+        TestDb {
+            url: format!("{base}/{copy}"),
+            backend: "postgres",
+            drop_pg: Some((admin, copy)),
+            _dir: None,
+        }
+    }
+}
+
 /// Defines `NAME_sqlite` and `NAME_postgres` tests that call `body(&TestDb)`.
 #[macro_export]
 macro_rules! both_backends {

@@ -1,0 +1,238 @@
+//! Never fork (issue #24): `serve` keeps the largest checkpoint it signed outside the database
+//! (`<log key>.high-water`) and refuses to write or sign on a database that does not hold it.
+//!
+//! The failover is played with snapshots of real databases (`TestDb::copy`: `VACUUM INTO` on
+//! SQLite, `CREATE DATABASE .. TEMPLATE` on PostgreSQL) and real `serve` processes killed
+//! with SIGKILL: the snapshot is the standby that fell behind, or an old backup, or another
+//! history signed with the same key.
+//! - behind: `/readyz` 503 `log_rewound`, a write 503 `log_rewound` (nothing appended), no
+//!   checkpoint served, `gpuledger_log_rewound 1`, the log line naming both sizes; the
+//!   database that holds the published tree takes writes again;
+//! - another history past the mark's size: refused the same way, naming both roots;
+//! - a publish directory that holds a larger checkpoint than the high-water file raises it;
+//!   the publisher never replaces a published checkpoint with a contradicting one.
+
+mod common;
+
+use common::http::{init, Http, Log, Server};
+use common::{slot, TestDb};
+use gpuledger::core::checkpoint;
+use gpuledger::sample;
+use rust_decimal::Decimal;
+use std::path::Path;
+
+const NODE: &str = "node-hw";
+const TENANT: &str = "tenant-hw";
+
+fn post_usage(h: &Http, seqs: std::ops::Range<u64>, count: i64) {
+    h.post_usage(NODE, TENANT, seqs, count);
+}
+
+/// The verifier key of the log.
+fn vkey(h: &Http) -> String {
+    h.get("/v1/log", None).ok_json(200)["verifier_key"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Serves `db` with the log's key (and so its high-water file), plus `extra` arguments.
+fn serve_on(log: &Log, db: &TestDb, n: u32, extra: &[&str]) -> (Server, Http) {
+    let s = Server::start_with(&db.url, &log.key_path(), log.dir.path(), n, extra);
+    let h = s.http();
+    (s, h)
+}
+
+/// The size of the note in the high-water file beside the log key.
+fn marked_size(log: &Log) -> u64 {
+    let path = gpuledger::store::high_water::default_file(&log.key_path());
+    let note = std::fs::read_to_string(&path).expect("the high-water file is written");
+    checkpoint::unverified(&note).unwrap().size()
+}
+
+/// What a rewound server answers: every check the issue names.
+fn assert_rewound(h: &Http, log: &Log, n: u32, wants: &[&str]) {
+    // Found at start, or by the write probe (every second) after the mark was raised.
+    let t = std::time::Instant::now();
+    let r = loop {
+        let r = h.get("/readyz", None);
+        if r.status != 200 || t.elapsed().as_secs() > 15 {
+            break r;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let p = r.assert_problem(503, "log_rewound", "readyz");
+    let detail = p["detail"].as_str().unwrap().to_owned();
+    for w in wants {
+        assert!(detail.contains(w), "{w:?} not in {detail}");
+    }
+    // A write changes nothing.
+    let before = h.size();
+    let key = sample::key(NODE);
+    let rec = sample::usage(NODE, &key, 900, TENANT, Decimal::ONE, slot(900));
+    let r = h.try_post_records(&[rec]).unwrap();
+    r.assert_problem(503, "log_rewound", "POST /v1/records");
+    assert_eq!(h.size(), before, "nothing appended");
+    // No checkpoint is served: the database's is behind what was published, or another's.
+    for path in ["/checkpoint", "/v1/checkpoint"] {
+        h.get(path, None).assert_problem(503, "log_rewound", path);
+    }
+    let metrics = h.get("/metrics", None).text();
+    assert!(
+        metrics.lines().any(|l| l == "gpuledger_log_rewound 1"),
+        "{metrics}"
+    );
+    let said = std::fs::read_to_string(log.dir.path().join(format!("serve-{n}.log"))).unwrap();
+    assert!(said.contains("log rewound"), "{said}");
+}
+
+both_backends!(
+    a_database_behind_the_published_checkpoint_is_not_written_to,
+    |db: &TestDb| {
+        let log = init(db);
+        let (srv, h) = serve_on(&log, db, 0, &[]);
+        h.parties(&log.admin, &[TENANT]);
+        h.register(&log.admin, NODE, "node", &sample::key(NODE));
+        post_usage(&h, 1..4, 1);
+        let vk = vkey(&h);
+        let behind_size = h.size();
+        h.checkpoint_at(behind_size, &vk);
+        drop(srv);
+        // The standby that stops receiving here.
+        let standby = db.copy();
+        let (srv, h) = serve_on(&log, db, 1, &[]);
+        post_usage(&h, 4..9, 2);
+        let published = h.size();
+        h.checkpoint_at(published, &vk);
+        // The mark is saved before the checkpoint's signer is answered; the periodic checkpoint
+        // has no caller, so wait for the file too.
+        let t = std::time::Instant::now();
+        while marked_size(&log) != published {
+            assert!(
+                t.elapsed().as_secs() < 30,
+                "the mark did not reach {published}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        drop(srv);
+
+        // Failover to the standby that was behind.
+        let (srv, h) = serve_on(&log, &standby, 2, &[]);
+        assert_eq!(h.size(), behind_size);
+        assert_rewound(
+            &h,
+            &log,
+            2,
+            &[
+                &format!("size {published}"),
+                &format!("holds only {behind_size} entries"),
+            ],
+        );
+        drop(srv);
+        // Reads still work there (`verify-log` would pass: it cannot know what was published).
+        // The database that holds the published tree takes writes again, and the mark grows.
+        let (_srv, h) = serve_on(&log, db, 3, &[]);
+        let r = h.get("/readyz", None);
+        assert_eq!(r.status, 200, "{}", r.lossy());
+        post_usage(&h, 9..11, 1);
+        h.checkpoint_at(published + 2, &vk);
+    }
+);
+
+both_backends!(
+    another_history_past_the_mark_is_refused_naming_both_roots,
+    |db: &TestDb| {
+        let log = init(db);
+        let (srv, h) = serve_on(&log, db, 0, &[]);
+        h.parties(&log.admin, &[TENANT]);
+        h.register(&log.admin, NODE, "node", &sample::key(NODE));
+        let vk = vkey(&h);
+        let base = h.size();
+        h.checkpoint_at(base, &vk);
+        drop(srv);
+        let other = db.copy();
+        let (srv, h) = serve_on(&log, db, 1, &[]);
+        post_usage(&h, 1..4, 1);
+        let published = h.size();
+        let note = h.checkpoint_at(published, &vk);
+        drop(srv);
+        let root = note.lines().nth(2).unwrap().to_owned();
+
+        // The copy grows other entries past the published size, under a server that keeps its
+        // mark elsewhere (or none: someone else's server with the same key).
+        let elsewhere = log.dir.path().join("elsewhere.high-water");
+        let (srv, h) = serve_on(
+            &log,
+            &other,
+            2,
+            &["--high-water-file", elsewhere.to_str().unwrap()],
+        );
+        post_usage(&h, 1..7, 3);
+        assert!(h.size() > published);
+        h.checkpoint_at(h.size(), &vk);
+        drop(srv);
+
+        // This server, on that database, refuses it: another root at the published size.
+        let (_srv, h) = serve_on(&log, &other, 3, &[]);
+        assert_rewound(
+            &h,
+            &log,
+            3,
+            &[&format!("size {published} with root {root}")],
+        );
+    }
+);
+
+/// The note `checkpoint` in `dir`.
+fn published_at(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("checkpoint")).unwrap()
+}
+
+#[test]
+fn the_publish_directory_raises_the_mark_and_is_never_contradicted() {
+    let db = common::sqlite();
+    let log = init(&db);
+    let publish = log.dir.path().join("public");
+    let pd = publish.to_str().unwrap();
+    let (srv, h) = serve_on(&log, &db, 0, &["--publish-dir", pd]);
+    h.parties(&log.admin, &[TENANT]);
+    h.register(&log.admin, NODE, "node", &sample::key(NODE));
+    let vk = vkey(&h);
+    let behind_size = h.size();
+    h.checkpoint_at(behind_size, &vk);
+    drop(srv);
+    let standby = db.copy();
+    let (srv, h) = serve_on(&log, &db, 1, &["--publish-dir", pd]);
+    post_usage(&h, 1..5, 1);
+    let published = h.size();
+    h.checkpoint_at(published, &vk);
+    let t = std::time::Instant::now();
+    while checkpoint::unverified(&published_at(&publish)).map(|c| c.size()) != Some(published) {
+        assert!(t.elapsed().as_secs() < 30, "not published");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    drop(srv);
+    let kept = published_at(&publish);
+
+    // The high-water file is lost (a new machine, the key restored from its backup): the
+    // publish directory still knows what was published.
+    std::fs::remove_file(gpuledger::store::high_water::default_file(&log.key_path())).unwrap();
+    let (srv, h) = serve_on(&log, &standby, 2, &["--publish-dir", pd]);
+    assert_rewound(
+        &h,
+        &log,
+        2,
+        &[&format!("size {published}"), "publish directory"],
+    );
+    drop(srv);
+    assert_eq!(
+        published_at(&publish),
+        kept,
+        "the published checkpoint stays"
+    );
+    for e in std::fs::read_dir(publish.join("checkpoints")).unwrap() {
+        let e = e.unwrap();
+        let size: u64 = e.file_name().to_str().unwrap().parse().unwrap();
+        assert!(size <= published);
+    }
+}
