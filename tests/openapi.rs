@@ -100,12 +100,6 @@ fn path_templates_name_only_documented_path_parameters() {
     assert!(missing.is_empty(), "{missing:#?}");
 }
 
-/// Query parameters the extractor reads without but the handler requires of some roles.
-const REQUIRED_OF_SOME_ROLES: &[(&str, &str)] = &[
-    ("/v1/invoices/preview", "tenant"),
-    ("/v1/balance", "tenant"),
-];
-
 /// Each handler's query struct is documented on its operation as exactly its fields, each
 /// `in: query`, and `required` exactly when the handler's extractor refuses a query string
 /// without it (tried here through actix's own `web::Query`, not through the derive).
@@ -168,11 +162,7 @@ fn query_structs_are_documented_as_the_handlers_read_them() {
         }
         for p in query {
             let name = p["name"].as_str().unwrap();
-            // Documented as required, which it is of admins and auditors, though a tenant's
-            // token may leave it out (its own tenant): a request the document calls valid is
-            // then one the server answers for every role.
-            let required =
-                !reads_without(fields, name) || REQUIRED_OF_SOME_ROLES.contains(&(*path, name));
+            let required = !reads_without(fields, name);
             if p["required"].as_bool().unwrap_or(false) != required {
                 wrong.push(format!(
                     "GET {path}: {name} documented required={}, read as required={required}",

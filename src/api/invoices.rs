@@ -91,7 +91,7 @@ pub async fn issue(
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Tenant id: required of admins and auditors; tenant tokens may omit it (their own).
-    #[param(value_type = crate::core::ids::IdString, inline, required = true)]
+    #[param(value_type = Option<crate::core::ids::IdString>, inline)]
     pub tenant: Option<String>,
 }
 

@@ -375,7 +375,7 @@ pub async fn get_prices(
 #[into_params(parameter_in = Query)]
 pub struct PreviewQuery {
     /// Tenant id: required of admins and auditors; tenant tokens may omit it (their own).
-    #[param(value_type = crate::core::ids::IdString, inline, required = true)]
+    #[param(value_type = Option<crate::core::ids::IdString>, inline)]
     pub tenant: Option<String>,
     /// Start of the period (inclusive).
     #[param(value_type = crate::core::time::Timestamp, inline)]
