@@ -619,3 +619,48 @@ both_backends!(
         assert_eq!(valid_cosignatures(latest.as_bytes(), &keys).len(), 0);
     }
 );
+
+both_backends!(
+    a_witness_holding_more_than_the_database_stops_its_writes,
+    |db: &TestDb| {
+        // The log grows and is cosigned; the database is then replaced by an older copy of
+        // itself, on a machine whose high-water file is gone (each URL gets its own file
+        // here, so the copy's server has none): only the witness knows what was published.
+        let s = ready(db);
+        let w = witness(s.dir.path(), "witness.test/w4");
+        let wk = w.witness_key().clone();
+        let (log, h) = serve(&s, &s.url, &[entry(&w)], 0, 10);
+        post_usage(&h, 1..3, 1);
+        wait_cosigned(&h, &wk);
+        drop(log);
+        let old = db.copy();
+        let (log, h) = serve(&s, &s.url, &[entry(&w)], 0, 10);
+        post_usage(&h, 3..8, 1);
+        let cosigned = wait_cosigned(&h, &wk);
+        drop(log);
+
+        let (_old_log, o) = serve(&s, &old.url, &[entry(&w)], 0, 10);
+        assert!(o.size() < cosigned);
+        let t = Instant::now();
+        let r = loop {
+            let r = o.get("/readyz", None);
+            if r.lossy().contains("log_rewound") || t.elapsed() > Duration::from_secs(30) {
+                break r;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let p = r.assert_problem(503, "log_rewound", "readyz of the old copy");
+        let detail = p["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(&format!("size {cosigned}")) && detail.contains("witness.test/w4"),
+            "{detail}"
+        );
+        let key = sample::key(NODE);
+        let rec = sample::usage(NODE, &key, 8, TENANT, Decimal::ONE, slot(8));
+        o.try_post_records(&[rec]).unwrap().assert_problem(
+            503,
+            "log_rewound",
+            "a write to the old copy",
+        );
+    }
+);

@@ -224,6 +224,7 @@ pub fn start(ledger: &Arc<Ledger>, settings: &WitnessSettings) -> Result<Running
             http,
             believed: 0,
             cosigned: None,
+            probed: false,
         };
         let t = std::thread::Builder::new()
             .name(format!("witness-{name}"))
@@ -263,6 +264,11 @@ struct Sender {
     believed: u64,
     /// The size of the latest checkpoint of which a cosignature by this witness is stored.
     cosigned: Option<u64>,
+    /// Whether a round reached the witness since start. The first round sends the latest
+    /// checkpoint even when its cosignature is stored: a witness that holds more than this
+    /// database (restored or failed over behind what was published) says so at once, with a
+    /// 409 that stops writes (`log_rewound`), before anything is signed on it.
+    probed: bool,
 }
 
 /// An answer to one `add-checkpoint`.
@@ -384,7 +390,7 @@ impl Sender {
             return Ok(());
         };
         self.report_lag(size);
-        if self.cosigned == Some(size) {
+        if self.probed && self.cosigned == Some(size) {
             return Ok(());
         }
         let mut old = self.believed;
@@ -405,6 +411,7 @@ impl Sender {
                     }
                     self.believed = size;
                     self.cosigned = Some(size);
+                    self.probed = true;
                     self.report_lag(size);
                     return Ok(());
                 }
