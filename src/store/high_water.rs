@@ -101,6 +101,10 @@ struct State {
     unsaved: Option<Mark>,
     /// The largest size a witness holds, with its name (a size without a root).
     witness_floor: Option<(u64, String)>,
+    /// Two roots for one size, both signed by the log key (the mark's and a published
+    /// note's): a fork already out. Unlike a database that is behind, no database can mend
+    /// it, so it stays until the operator resolves it and restarts (log-rewound.md).
+    fork: Option<Rewound>,
     rewound: Option<Rewound>,
 }
 
@@ -159,7 +163,8 @@ impl HighWater {
 
     /// Why the log is rewound, if it is.
     pub fn rewound(&self) -> Option<Rewound> {
-        self.state().rewound.clone()
+        let s = self.state();
+        s.fork.clone().or_else(|| s.rewound.clone())
     }
 
     /// Raises the mark to the checkpoint `note` (which must verify under the log's key) if
@@ -182,6 +187,7 @@ impl HighWater {
                         found_root: Some(m.root),
                     };
                     tracing::error!(%r, other = source, "two roots for one size");
+                    s.fork = Some(r.clone());
                     set_rewound(&mut s, Some(r));
                 }
                 return Ok(());
@@ -227,6 +233,9 @@ impl HighWater {
     pub fn check(&self, conn: &mut DbConn) -> Result<(), StoreError> {
         let (mark, floor) = {
             let s = self.state();
+            if let Some(f) = &s.fork {
+                return Err(StoreError::LogRewound(Box::new(f.clone())));
+            }
             (s.mark.clone(), s.witness_floor.clone())
         };
         let (size, _) = read::head(conn)?;
@@ -398,4 +407,61 @@ fn parse(note: &str, verifier_key: &str) -> Result<Mark, String> {
         root: *cp.hash(),
         note: note.to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::checkpoint::LogSigner;
+
+    fn signer() -> LogSigner {
+        LogSigner::new("test.example/log", crate::sample::key("high-water test")).unwrap()
+    }
+
+    #[test]
+    fn two_roots_for_one_size_stay_refused_whatever_the_database_holds() {
+        let log = signer();
+        let hw = HighWater::load(None, &log.verifier_key()).unwrap();
+        hw.raise(&log.sign_checkpoint(5, &Hash([1; 32])), "here")
+            .unwrap();
+        assert!(hw.rewound().is_none());
+        hw.raise(&log.sign_checkpoint(5, &Hash([2; 32])), "publish directory")
+            .unwrap();
+        let r = hw.rewound().expect("a fork is found");
+        assert_eq!((r.size, r.found_root), (5, Some(Hash([2; 32]))));
+        // The check refuses before it reads the database: no database mends a fork.
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("x.db").display());
+        let mut conn = crate::store::connect(&url).unwrap();
+        assert!(matches!(
+            hw.check(&mut conn),
+            Err(StoreError::LogRewound(_))
+        ));
+        assert!(hw.rewound().is_some(), "still refused");
+    }
+
+    #[test]
+    fn a_note_not_signed_by_the_log_key_is_refused() {
+        let log = signer();
+        let other = LogSigner::new("test.example/log", crate::sample::key("another")).unwrap();
+        let hw = HighWater::load(None, &log.verifier_key()).unwrap();
+        let e = hw
+            .raise(
+                &other.sign_checkpoint(3, &Hash([1; 32])),
+                "publish directory",
+            )
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("not a checkpoint signed by the log key"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("log.key.high-water");
+        std::fs::write(&file, other.sign_checkpoint(3, &Hash([1; 32]))).unwrap();
+        assert!(matches!(
+            HighWater::load(Some(file), &log.verifier_key()),
+            Err(StoreError::HighWater(_))
+        ));
+    }
 }
