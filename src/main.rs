@@ -36,6 +36,10 @@ enum Command {
     /// Verify a certificate, an invoice or a bundle offline, or that the log only grew between
     /// two checkpoints (docs/PROTOCOL.md §15). Needs no database, network or server.
     Verify(gpuledger_verify::cli::VerifyArgs),
+    /// Restore into a database that lost entries (a standby promoted while behind) what
+    /// another copy of the log holds, checked against the largest published checkpoint
+    /// (ops/runbooks/log-rewound.md).
+    Recover(cli::recover::RecoverArgs),
     /// Run the HTTP API (see docs/CONFIGURATION.md for every setting).
     Serve(cli::serve::ServeArgs),
     /// API tokens, offline against the database.
@@ -77,6 +81,7 @@ fn run(parsed: Cli) -> Result<ExitCode> {
         Command::Init(args) => cli::log::init(args),
         Command::Verify(args) => gpuledger_verify::cli::run(args),
         Command::VerifyLog(args) => cli::log::verify_log(args),
+        Command::Recover(args) => cli::recover::run(args),
         Command::Serve(args) => cli::serve::serve(args),
         Command::Token(cmd) => cli::token::run(cmd),
         Command::Openapi => {

@@ -6,8 +6,9 @@
 //!   between two sites stalls, then killed with what it had buffered): `serve` refuses to start on such a primary unless told
 //!   `--allow-async-standbys`; told so, after the primary is killed (`-m immediate`) and the
 //!   standby promoted, `serve` finds the promoted database behind its high-water mark and says
-//!   `log_rewound`: no write, no checkpoint signed or served. The old primary's data, started
-//!   again, holds every acknowledged record and takes writes.
+//!   `log_rewound`: no write, no checkpoint signed or served. `gpuledger recover` restores
+//!   from the old primary's data every acknowledged record into the promoted standby, under
+//!   the published root, and writes resume there.
 //! - **synchronous** (`synchronous_standby_names = '*'`): nothing acknowledged is lost, no
 //!   refusal, writes back within 5 s of the promotion; the old primary, revived as a primary
 //!   and first in the URL, is never written to again (`log_rewound`).
@@ -199,17 +200,43 @@ fn an_asynchronous_standby_that_was_behind_is_never_signed_on_and_nothing_acknow
     assert!(signed <= promoted, "a checkpoint beyond the promoted log");
     drop(server);
 
-    // Recovery: the promoted standby is fenced (stopped); the old primary's data holds every
-    // acknowledged record, and serve takes writes there again.
-    standby.stop_immediate();
+    // Recovery (`gpuledger recover`): the old primary's data, started again on its own port
+    // as a source only, restores what the promoted standby lacks, checked against the
+    // published checkpoint; then the old primary is fenced (stopped for good) and serve
+    // follows the URL to the promoted standby, which now holds every acknowledged record.
     primary.start_again().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuledger"))
+        .args([
+            "recover",
+            "--database-url",
+            &standby.url(),
+            "--from",
+            &primary.url(),
+        ])
+        .arg("--log-key")
+        .arg(&key)
+        .env_remove("GPULEDGER_DATABASE_URL")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "recover: {said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains(&format!("restored {} entries", published - promoted)),
+        "{said}"
+    );
+    primary.stop_immediate();
     let server = Server::start_with(&url, &key, dir.path(), 1, &["--allow-async-standbys"]);
     let h = server.http();
     wait_status(&h, "/readyz", 200, Duration::from_secs(20));
-    let logged = logged_seqs(&primary.url());
+    let logged = logged_seqs(&standby.url());
     assert_eq!(logged.len(), 150, "every acknowledged record");
     assert_eq!(acked.len(), 150);
     post(&h, 151..161);
+    // Signed only because it extends the high-water mark (the published checkpoint).
     h.checkpoint_at(h.size(), &vk);
 }
 

@@ -236,3 +236,210 @@ fn the_publish_directory_raises_the_mark_and_is_never_contradicted() {
         assert!(size <= published);
     }
 }
+
+/// Runs `gpuledger recover` into `target` from `from` with the log's key (and so its
+/// high-water file); returns the exit code and what it printed.
+fn recover(log: &Log, target: &TestDb, from: &TestDb, extra: &[&str]) -> (Option<i32>, String) {
+    let out = common::bin()
+        .args([
+            "recover",
+            "--database-url",
+            &target.url,
+            "--from",
+            &from.url,
+        ])
+        .arg("--log-key")
+        .arg(log.key_path())
+        .args(extra)
+        .env_remove("GPULEDGER_DATABASE_URL")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The size of the log in `db`.
+fn size_of(db: &TestDb) -> u64 {
+    let mut c = gpuledger::store::connect(&db.url).unwrap();
+    gpuledger::store::read::head(&mut c).unwrap().0
+}
+
+both_backends!(
+    recover_restores_what_a_promoted_copy_lost_and_nothing_else,
+    |db: &TestDb| {
+        let log = init(db);
+        let (srv, h) = serve_on(&log, db, 0, &[]);
+        h.parties(&log.admin, &[TENANT]);
+        h.register(&log.admin, NODE, "node", &sample::key(NODE));
+        post_usage(&h, 1..4, 1);
+        let old_token = h.token(
+            &log.admin,
+            serde_json::json!({"role": "tenant", "tenant": TENANT, "label": "before"}),
+        );
+        let vk = vkey(&h);
+        let behind = h.size();
+        h.checkpoint_at(behind, &vk);
+        drop(srv);
+        // The standby stops receiving here; `fork` will be another history from the same point.
+        let standby = db.copy();
+        let fork = db.copy();
+        let behind_too = db.copy();
+        let (srv, h) = serve_on(&log, db, 1, &[]);
+        // What only the old primary then gets: records, a new signer, a revoked token and a
+        // new one, a checkpoint published.
+        post_usage(&h, 4..9, 2);
+        h.register(&log.admin, "node-hw2", "node", &sample::key("node-hw2"));
+        h.post_usage("node-hw2", TENANT, 1..3, 1);
+        let old_id = old_token["info"]["id"].as_str().unwrap().to_owned();
+        let old_secret = old_token["token"].as_str().unwrap().to_owned();
+        assert_eq!(
+            h.delete(&format!("/v1/tokens/{old_id}"), Some(&log.admin))
+                .status,
+            204
+        );
+        let new_secret = h.secret(
+            &log.admin,
+            serde_json::json!({"role": "tenant", "tenant": TENANT, "label": "after"}),
+        );
+        let published = h.size();
+        h.checkpoint_at(published, &vk);
+        let t = std::time::Instant::now();
+        while marked_size(&log) != published {
+            assert!(
+                t.elapsed().as_secs() < 30,
+                "the mark did not reach {published}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        // Acknowledged after the last checkpoint: restored too.
+        post_usage(&h, 9..11, 1);
+        let acknowledged = h.size();
+        drop(srv);
+
+        // The fork grows other entries past the published size under another server's mark.
+        let elsewhere = log.dir.path().join("elsewhere.high-water");
+        let (srv, h) = serve_on(
+            &log,
+            &fork,
+            2,
+            &["--high-water-file", elsewhere.to_str().unwrap()],
+        );
+        post_usage(&h, 4..12, 3);
+        h.checkpoint_at(h.size(), &vk);
+        drop(srv);
+
+        // Serve on the promoted standby: rewound, and it stays running through the recovery.
+        let (_srv, h) = serve_on(&log, &standby, 3, &[]);
+        assert_rewound(&h, &log, 3, &[&format!("size {published}")]);
+
+        // Refused, nothing written: a source that is another history, a source that is behind.
+        let (code, said) = recover(&log, &standby, &fork, &[]);
+        assert_eq!(code, Some(1), "{said}");
+        assert!(said.contains("another history"), "{said}");
+        let (code, said) = recover(&log, &standby, &behind_too, &[]);
+        assert_eq!(code, Some(1), "{said}");
+        assert!(
+            said.contains("fewer than the published checkpoint"),
+            "{said}"
+        );
+        // A source whose stored leaf was changed (its stored tree hashes left as they were):
+        // the leaves no longer make the published root.
+        let tampered = db.copy();
+        {
+            let mut c = gpuledger::store::connect(&tampered.url).unwrap();
+            // One more byte (a space after the JSON) in one leaf.
+            let sql = format!(
+                "UPDATE entries SET leaf = leaf || {} WHERE idx = {}",
+                if tampered.backend == "sqlite" {
+                    "X'20'"
+                } else {
+                    "'\\x20'::bytea"
+                },
+                behind + 1
+            );
+            let n = diesel::RunQueryDsl::execute(diesel::sql_query(sql), &mut c).unwrap();
+            assert_eq!(n, 1);
+        }
+        let (code, said) = recover(&log, &standby, &tampered, &[]);
+        assert_eq!(code, Some(1), "{said}");
+        assert!(
+            said.contains("does not verify") || said.contains("not the published"),
+            "{said}"
+        );
+        assert_eq!(
+            size_of(&standby),
+            behind,
+            "nothing written by a refused recovery"
+        );
+        // A dry run checks everything and writes nothing.
+        let (code, said) = recover(&log, &standby, db, &["--dry-run"]);
+        assert_eq!(code, Some(0), "{said}");
+        assert!(
+            said.contains(&format!("would restore {} entries", acknowledged - behind)),
+            "{said}"
+        );
+        assert_eq!(size_of(&standby), behind, "a dry run writes nothing");
+
+        // The real one: every acknowledged entry at its index, the published root, verify-log
+        // passes with the published key, and the running serve resumes writes by itself.
+        let (code, said) = recover(&log, &standby, db, &[]);
+        assert_eq!(code, Some(0), "{said}");
+        assert!(
+            said.contains(&format!("restored {} entries", acknowledged - behind)),
+            "{said}"
+        );
+        assert_eq!(size_of(&standby), acknowledged);
+        // Run again: nothing left to restore.
+        let (code, said) = recover(&log, &standby, db, &[]);
+        assert_eq!(code, Some(0), "{said}");
+        assert!(said.contains("nothing to restore"), "{said}");
+        assert_eq!(
+            common::verified_rows(&standby.url)
+                .iter()
+                .map(|r| r.leaf.clone())
+                .collect::<Vec<_>>(),
+            common::verified_rows(&db.url)
+                .iter()
+                .map(|r| r.leaf.clone())
+                .collect::<Vec<_>>(),
+            "the same entries at the same indices"
+        );
+        let out = common::bin()
+            .args([
+                "verify-log",
+                "--database-url",
+                &standby.url,
+                "--log-key",
+                &vk,
+            ])
+            .output()
+            .unwrap();
+        let v = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && v.starts_with(&format!("PASS: {acknowledged} entries")),
+            "{v}"
+        );
+        let t = std::time::Instant::now();
+        while h.get("/readyz", None).status != 200 {
+            assert!(
+                t.elapsed().as_secs() < 15,
+                "serve did not resume after recovery"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        // The token revoked on the old primary stays revoked; the one made there works.
+        h.get("/v1/invoices", Some(&old_secret))
+            .assert_problem(401, "token_revoked", "old token");
+        h.get("/v1/invoices", Some(&new_secret)).ok_json(200);
+        // The restored signer's seqs go on; new writes extend the published checkpoint.
+        h.post_usage("node-hw2", TENANT, 3..4, 1);
+        post_usage(&h, 11..12, 1);
+        h.checkpoint_at(acknowledged + 2, &vk);
+    }
+);

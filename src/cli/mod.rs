@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod log;
+pub mod recover;
 pub mod serve;
 pub mod token;
 pub mod witness;

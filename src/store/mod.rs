@@ -18,6 +18,7 @@ pub mod invoices;
 pub mod ledger;
 pub mod pricing;
 pub mod read;
+pub mod recover;
 pub mod replication;
 pub mod schema;
 pub mod usage;

@@ -124,8 +124,8 @@ struct Run<'a> {
     found: Failures,
 }
 
-/// [`verify_log`] inside its transaction.
-fn verify_snapshot(
+/// [`verify_log`] inside its transaction (also run by `recover` inside its own).
+pub(crate) fn verify_snapshot(
     conn: &mut DbConn,
     log_key: Option<&str>,
     progress: &mut dyn FnMut(u64, u64),

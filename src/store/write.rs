@@ -23,9 +23,10 @@ use std::collections::HashMap;
 /// Rows per multi-row INSERT (keeps bound parameters well under both backends' limits).
 const INSERT_CHUNK: usize = 1_000;
 
+/// An `entries` row to insert (what [`read::EntryRow`] reads back).
 #[derive(Insertable)]
 #[diesel(table_name = entries, treat_none_as_default_value = false)]
-struct NewEntry {
+pub(crate) struct NewEntry {
     idx: i64,
     kind: String,
     signer: String,
@@ -40,6 +41,25 @@ struct NewEntry {
     end_at: Option<i64>,
 }
 
+impl From<read::EntryRow> for NewEntry {
+    fn from(r: read::EntryRow) -> NewEntry {
+        NewEntry {
+            idx: r.idx,
+            kind: r.kind,
+            signer: r.signer,
+            seq: r.seq,
+            tenant: r.tenant,
+            received_at: r.received_at,
+            content_hash: r.content_hash,
+            leaf: r.leaf,
+            leaf_hash: r.leaf_hash,
+            stream: r.stream,
+            start_at: r.start_at,
+            end_at: r.end_at,
+        }
+    }
+}
+
 #[derive(Insertable)]
 #[diesel(table_name = tree_hashes)]
 struct NewTreeHash {
@@ -47,14 +67,15 @@ struct NewTreeHash {
     hash: Vec<u8>,
 }
 
+/// A `conflicts` row to insert (its id is the database's).
 #[derive(Insertable)]
 #[diesel(table_name = conflicts)]
-struct NewConflict {
-    signer: String,
-    seq: i64,
-    existing_idx: i64,
-    received_at: i64,
-    envelope: String,
+pub(crate) struct NewConflict {
+    pub signer: String,
+    pub seq: i64,
+    pub existing_idx: i64,
+    pub received_at: i64,
+    pub envelope: String,
 }
 
 /// Most OR terms in one query: SQLite refuses an expression tree deeper than 1,000.
@@ -128,49 +149,62 @@ impl Appender {
 
     /// Writes the entries, their tree hashes and the new head.
     pub(crate) fn finish(self, conn: &mut DbConn) -> Result<(), StoreError> {
-        if self.rows.is_empty() {
-            return Ok(());
-        }
-        let mut mem = MemoryHashes(read::hashes(conn, &merkle::root_indexes(self.size))?);
-        let new = merkle::append_leaves(self.size, &self.leaf_hashes, &mut mem)?;
-        let base = merkle::stored_hash_index(0, self.size) as i64;
-        let tree: Vec<NewTreeHash> = new
-            .iter()
-            .enumerate()
-            .map(|(i, h)| NewTreeHash {
-                id: base + i as i64,
-                hash: h.0.to_vec(),
-            })
-            .collect();
-        let new_size = self.next_index();
-        assert_eq!(
-            base as u64 + tree.len() as u64,
-            merkle::stored_hash_count(new_size),
-            "stored hash count must match the tree size"
-        );
-        for chunk in self.rows.chunks(INSERT_CHUNK) {
-            per_backend!(conn, |c| diesel::insert_into(entries::table)
-                .values(chunk)
-                .execute(c))?;
-        }
-        for chunk in tree.chunks(INSERT_CHUNK) {
-            per_backend!(conn, |c| diesel::insert_into(tree_hashes::table)
-                .values(chunk)
-                .execute(c))?;
-        }
-        let head = self.leaf_hashes.last().expect("rows is not empty");
-        let n = diesel::update(log_head::table.find(1i64))
-            .filter(log_head::size.eq(self.size as i64))
-            .set((
-                log_head::size.eq(new_size as i64),
-                log_head::head_hash.eq(head.0.to_vec()),
-            ))
-            .execute(conn)?;
-        if n != 1 {
-            return Err(StoreError::Corrupt("log head moved while locked".into()));
-        }
-        Ok(())
+        store_entries(conn, self.size, &self.rows, &self.leaf_hashes)
     }
+}
+
+/// Writes `rows` (whose leaf hashes are `leaf_hashes`, in order) at the end of a log of `size`
+/// entries whose head the caller has locked: the entries, the tree hashes they complete
+/// (computed here from the leaf hashes) and the new head. The one place entries are stored,
+/// for appends and for `gpuledger recover`.
+pub(crate) fn store_entries(
+    conn: &mut DbConn,
+    size: u64,
+    rows: &[NewEntry],
+    leaf_hashes: &[Hash],
+) -> Result<(), StoreError> {
+    assert_eq!(rows.len(), leaf_hashes.len(), "one leaf hash per entry");
+    let Some(head) = leaf_hashes.last() else {
+        return Ok(());
+    };
+    let mut mem = MemoryHashes(read::hashes(conn, &merkle::root_indexes(size))?);
+    let new = merkle::append_leaves(size, leaf_hashes, &mut mem)?;
+    let base = merkle::stored_hash_index(0, size) as i64;
+    let tree: Vec<NewTreeHash> = new
+        .iter()
+        .enumerate()
+        .map(|(i, h)| NewTreeHash {
+            id: base + i as i64,
+            hash: h.0.to_vec(),
+        })
+        .collect();
+    let new_size = size + rows.len() as u64;
+    assert_eq!(
+        base as u64 + tree.len() as u64,
+        merkle::stored_hash_count(new_size),
+        "stored hash count must match the tree size"
+    );
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        per_backend!(conn, |c| diesel::insert_into(entries::table)
+            .values(chunk)
+            .execute(c))?;
+    }
+    for chunk in tree.chunks(INSERT_CHUNK) {
+        per_backend!(conn, |c| diesel::insert_into(tree_hashes::table)
+            .values(chunk)
+            .execute(c))?;
+    }
+    let n = diesel::update(log_head::table.find(1i64))
+        .filter(log_head::size.eq(size as i64))
+        .set((
+            log_head::size.eq(new_size as i64),
+            log_head::head_hash.eq(head.0.to_vec()),
+        ))
+        .execute(conn)?;
+    if n != 1 {
+        return Err(StoreError::Corrupt("log head moved while locked".into()));
+    }
+    Ok(())
 }
 
 /// A record that passed every check that needs no transaction, including its signature.

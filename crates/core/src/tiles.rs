@@ -317,6 +317,39 @@ pub fn tiles_of_tree(size: u64) -> Vec<TilePath> {
     out
 }
 
+/// The tiles and entry bundles of a tree of `to` entries that a copy holding the tree of
+/// `from` entries lacks: at each level (and for the entry bundles, alongside level 0) the tile
+/// that was partial at `from` (now wider or full) and every tile after it. A copy that adds
+/// these to what it has holds every tile of `to` ([`tiles_of_tree`]) plus partial tiles that a
+/// wider one now supersedes. Empty when `to <= from`.
+pub fn tiles_grown(from: u64, to: u64) -> Vec<TilePath> {
+    let mut out = Vec::new();
+    if to <= from {
+        return out;
+    }
+    let full = u64::from(FULL_WIDTH);
+    let mut push_level = |old: u64, new: u64, make: &dyn Fn(u64, u32) -> Option<TilePath>| {
+        if new <= old {
+            return;
+        }
+        for index in old / full..new.div_ceil(full) {
+            let width = (new - index * full).min(full) as u32;
+            out.extend(make(index, width));
+        }
+    };
+    push_level(from, to, &|i, w| TilePath::entries(i, w));
+    for level in 0..=MAX_LEVEL {
+        let shift = u32::from(TILE_HEIGHT) * u32::from(level);
+        if shift >= 64 || to >> shift == 0 {
+            break;
+        }
+        push_level(from >> shift, to >> shift, &|i, w| {
+            TilePath::hashes(level, i, w)
+        });
+    }
+    out
+}
+
 /// Writes an entry bundle: each leaf as a big-endian `uint16` length and its bytes.
 pub fn encode_bundle<'a>(
     leaves: impl IntoIterator<Item = &'a [u8]>,
@@ -581,5 +614,56 @@ mod tests {
             "a leaf frame is {frame} bytes"
         );
         assert!(MAX_ENVELOPE_BYTES + frame <= MAX_BUNDLE_ENTRY_BYTES);
+    }
+
+    #[test]
+    fn tiles_grown_adds_exactly_what_a_smaller_tree_lacks() {
+        use std::collections::BTreeSet;
+        let all = |size: u64| -> BTreeSet<String> {
+            let mut v: BTreeSet<String> = tiles_of_tree(size).iter().map(TilePath::path).collect();
+            let full = u64::from(FULL_WIDTH);
+            for i in 0..size.div_ceil(full) {
+                let w = (size - i * full).min(full) as u32;
+                v.insert(TilePath::entries(i, w).unwrap().path());
+            }
+            v
+        };
+        assert!(tiles_grown(5, 5).is_empty());
+        assert!(tiles_grown(9, 5).is_empty());
+        for (from, to) in [
+            (0, 1),
+            (0, 256),
+            (1, 256),
+            (255, 257),
+            (256, 512),
+            (300, 70_000),
+            (65_535, 65_537),
+            (0, 70_000),
+        ] {
+            let grown: BTreeSet<String> =
+                tiles_grown(from, to).iter().map(TilePath::path).collect();
+            // Everything the larger tree has that the smaller one did not is added...
+            for p in all(to).difference(&all(from)) {
+                assert!(grown.contains(p), "{from}..{to}: {p} missing");
+            }
+            // ...and nothing the larger tree does not have.
+            for p in &grown {
+                assert!(
+                    all(to).contains(p),
+                    "{from}..{to}: {p} is not a tile of {to}"
+                );
+            }
+        }
+        let p: Vec<String> = tiles_grown(255, 257).iter().map(TilePath::path).collect();
+        assert_eq!(
+            p,
+            [
+                "tile/entries/000",
+                "tile/entries/001.p/1",
+                "tile/0/000",
+                "tile/0/001.p/1",
+                "tile/1/000.p/1"
+            ]
+        );
     }
 }
