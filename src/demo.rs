@@ -302,6 +302,7 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
         checkpoint_interval: Duration::from_secs(5),
         workers: 2,
         publish_dir: None,
+        mirror_dir: None,
         // The demo's ledger keeps its mark in memory (`Ledger::open`).
         high_water_file: store::high_water::default_file(&log_key_path),
         allow_async_standbys: false,

@@ -3,6 +3,7 @@
 //! [`publish`] writes each new checkpoint to `--publish-dir`; [`crate::disk`] reads free space for
 //! the filesystem gauges.
 
+pub mod mirror;
 pub mod publish;
 pub mod request_log;
 pub mod witnessing;
@@ -38,6 +39,10 @@ pub struct ServeSettings {
     /// `publish_dir`: a directory each new checkpoint is written to (`checkpoint`, and
     /// `checkpoints/<size>`); default none.
     pub publish_dir: Option<PathBuf>,
+    /// `mirror_dir`: a private copy of the whole log (C2SP tiles, entry bundles, issued
+    /// documents) kept up to date as checkpoints are signed, for `gpuledger recover --from
+    /// DIR` (module `server::mirror`); default none.
+    pub mirror_dir: Option<PathBuf>,
     /// `high_water_file`: where the largest signed checkpoint is kept outside the database
     /// (module `store::high_water`); default the log key's path with `.high-water` appended.
     pub high_water_file: Option<PathBuf>,
@@ -283,6 +288,8 @@ pub struct Resolved {
     pub workers: usize,
     /// Where checkpoints are published, if anywhere.
     pub publish_dir: Option<PathBuf>,
+    /// Where the log is mirrored, if anywhere.
+    pub mirror_dir: Option<PathBuf>,
     /// The high-water file (`store::high_water`).
     pub high_water_file: PathBuf,
     /// Whether a primary with only asynchronous standbys is accepted.
@@ -383,6 +390,7 @@ impl ServeSettings {
                 .or(file.workers)
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
             publish_dir: self.publish_dir.or(file.publish_dir),
+            mirror_dir: self.mirror_dir.or(file.mirror_dir),
             high_water_file: self
                 .high_water_file
                 .or(file.high_water_file)
@@ -677,6 +685,15 @@ fn serve_with_witnesses(
             ledger.high_water().raise(&note, &source)?;
         }
     }
+    let mirror = settings
+        .mirror_dir
+        .as_deref()
+        .map(mirror::Mirror::open)
+        .transpose()?;
+    if let Some(m) = &mirror {
+        metrics::counter!("gpuledger_mirror_errors_total").absolute(0);
+        tracing::info!(dir = %m.dir().display(), "mirroring the log");
+    }
     let mut watched = Vec::new();
     if let Some(path) = sqlite_path(&settings.database_url) {
         watched.push((
@@ -686,6 +703,9 @@ fn serve_with_witnesses(
     }
     if let Some(p) = &publisher {
         watched.push(("publish_dir", p.dir().to_owned()));
+    }
+    if let Some(m) = &mirror {
+        watched.push(("mirror_dir", m.dir().to_owned()));
     }
     let state = web::Data::new(AppState {
         ledger: ledger.clone(),
@@ -776,6 +796,7 @@ fn serve_with_witnesses(
             ledger.clone(),
             settings.checkpoint_interval,
             publisher,
+            mirror,
             watched,
         ));
         running.await?;
@@ -857,8 +878,16 @@ fn describe_metrics() {
         "Rounds in which writing checkpoints to the publish directory failed"
     );
     metrics::describe_gauge!(
+        "gpuledger_mirror_size",
+        "Tree size whose tiles, entry bundles and documents the mirror directory holds"
+    );
+    metrics::describe_counter!(
+        "gpuledger_mirror_errors_total",
+        "Rounds in which mirroring the log to the mirror directory failed"
+    );
+    metrics::describe_gauge!(
         "gpuledger_filesystem_available_bytes",
-        "Bytes free on the filesystem of the SQLite database (volume=database) or of the publish directory (volume=publish_dir)"
+        "Bytes free on the filesystem of the SQLite database (volume=database), of the publish directory (volume=publish_dir) or of the mirror directory (volume=mirror_dir)"
     );
 }
 
@@ -908,11 +937,13 @@ async fn probe_loop(ledger: Arc<Ledger>) {
 }
 
 /// Every `every`: signs a checkpoint if the log grew, publishes new checkpoints when a
-/// publish directory is set, and refreshes the free-space gauges of `watched` directories.
+/// publish directory is set, mirrors the log when a mirror directory is set, and refreshes the
+/// free-space gauges of `watched` directories.
 async fn checkpoint_loop(
     ledger: Arc<Ledger>,
     every: Duration,
     mut publisher: Option<publish::Publisher>,
+    mut mirror: Option<mirror::Mirror>,
     watched: Vec<(&'static str, PathBuf)>,
 ) {
     let mut tick = tokio::time::interval(every);
@@ -924,29 +955,24 @@ async fn checkpoint_loop(
             Ok(Err(e)) => tracing::error!(error = %e, "signing a checkpoint failed"),
             Err(e) => tracing::error!(error = %e, "checkpoint task failed"),
         }
-        if let Some(mut p) = publisher.take() {
-            let l = ledger.clone();
-            let done = tokio::task::spawn_blocking(move || {
-                let r = p.publish(&l);
-                (p, r)
-            })
-            .await;
-            match done {
-                Ok((p, r)) => {
-                    match r {
-                        Ok(Some(size)) => {
-                            metrics::gauge!("gpuledger_checkpoint_published_size").set(size as f64)
-                        }
-                        Ok(None) => {}
-                        Err(e) => {
-                            metrics::counter!("gpuledger_checkpoint_publish_errors_total")
-                                .increment(1);
-                            tracing::error!(error = %e, "publishing checkpoints failed; will retry");
-                        }
-                    }
-                    publisher = Some(p);
-                }
-                Err(e) => tracing::error!(error = %e, "publish task failed; publishing stopped"),
+        let l = ledger.clone();
+        match off_thread(&mut publisher, move |p| p.publish(&l)).await {
+            Some(Ok(Some(size))) => {
+                metrics::gauge!("gpuledger_checkpoint_published_size").set(size as f64)
+            }
+            Some(Ok(None)) | None => {}
+            Some(Err(e)) => {
+                metrics::counter!("gpuledger_checkpoint_publish_errors_total").increment(1);
+                tracing::error!(error = %e, "publishing checkpoints failed; will retry");
+            }
+        }
+        let l = ledger.clone();
+        match off_thread(&mut mirror, move |m| m.mirror(&l)).await {
+            Some(Ok(size)) => metrics::gauge!("gpuledger_mirror_size").set(size as f64),
+            None => {}
+            Some(Err(e)) => {
+                metrics::counter!("gpuledger_mirror_errors_total").increment(1);
+                tracing::error!(error = %e, "mirroring the log failed; will retry");
             }
         }
         for (volume, dir) in &watched {
@@ -954,6 +980,30 @@ async fn checkpoint_loop(
                 metrics::gauge!("gpuledger_filesystem_available_bytes", "volume" => *volume)
                     .set(free as f64);
             }
+        }
+    }
+}
+
+/// Runs `f` on the value in `slot` on a blocking thread and puts the value back; `None` when
+/// the slot is empty, or (said in the log) when the task panicked, which empties the slot.
+async fn off_thread<T: Send + 'static, R: Send + 'static>(
+    slot: &mut Option<T>,
+    f: impl FnOnce(&mut T) -> R + Send + 'static,
+) -> Option<R> {
+    let mut value = slot.take()?;
+    match tokio::task::spawn_blocking(move || {
+        let r = f(&mut value);
+        (value, r)
+    })
+    .await
+    {
+        Ok((value, r)) => {
+            *slot = Some(value);
+            Some(r)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "a checkpoint side task failed; it is stopped");
+            None
         }
     }
 }

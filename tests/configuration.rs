@@ -55,6 +55,7 @@ fn documented_example_file_sets_every_key() {
         checkpoint_interval_seconds,
         workers,
         publish_dir,
+        mirror_dir,
         high_water_file,
         allow_async_standbys,
         metrics_listen,
@@ -81,7 +82,7 @@ fn documented_example_file_sets_every_key() {
     } = s.clone();
     assert!(listen.is_some() && database_url.is_some() && log_key.is_some());
     assert!(checkpoint_interval_seconds.is_some() && workers.is_some());
-    assert!(publish_dir.is_some() && metrics_listen.is_some());
+    assert!(publish_dir.is_some() && metrics_listen.is_some() && mirror_dir.is_some());
     assert!(high_water_file.is_some() && allow_async_standbys.is_some());
     assert!(
         client_request_timeout_seconds.is_some() && client_disconnect_timeout_seconds.is_some()

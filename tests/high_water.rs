@@ -240,14 +240,13 @@ fn the_publish_directory_raises_the_mark_and_is_never_contradicted() {
 /// Runs `gpuledger recover` into `target` from `from` with the log's key (and so its
 /// high-water file); returns the exit code and what it printed.
 fn recover(log: &Log, target: &TestDb, from: &TestDb, extra: &[&str]) -> (Option<i32>, String) {
+    recover_from(log, target, &from.url, extra)
+}
+
+/// [`recover`] from `from`, a database URL or a mirror directory.
+fn recover_from(log: &Log, target: &TestDb, from: &str, extra: &[&str]) -> (Option<i32>, String) {
     let out = common::bin()
-        .args([
-            "recover",
-            "--database-url",
-            &target.url,
-            "--from",
-            &from.url,
-        ])
+        .args(["recover", "--database-url", &target.url, "--from", from])
         .arg("--log-key")
         .arg(log.key_path())
         .args(extra)
@@ -441,5 +440,122 @@ both_backends!(
         h.post_usage("node-hw2", TENANT, 3..4, 1);
         post_usage(&h, 11..12, 1);
         h.checkpoint_at(acknowledged + 2, &vk);
+    }
+);
+
+both_backends!(
+    a_mirror_directory_restores_the_log_when_no_database_holds_it,
+    |db: &TestDb| {
+        use std::os::unix::fs::PermissionsExt;
+        let log = init(db);
+        let mirror = log.dir.path().join("mirror");
+        let md = mirror.to_str().unwrap();
+        let (srv, h) = serve_on(&log, db, 0, &["--mirror-dir", md]);
+        h.parties(&log.admin, &[TENANT]);
+        h.register(&log.admin, NODE, "node", &sample::key(NODE));
+        post_usage(&h, 1..4, 1);
+        let vk = vkey(&h);
+        let behind = h.size();
+        h.checkpoint_at(behind, &vk);
+        drop(srv);
+        let standby = db.copy();
+        let (srv, h) = serve_on(&log, db, 1, &["--mirror-dir", md]);
+        // Past two full tiles, a new signer, and a certificate (whose document the log holds
+        // only by its hash).
+        post_usage(&h, 4..300, 1);
+        post_usage(&h, 300..600, 1);
+        h.register(&log.admin, "node-hw2", "node", &sample::key("node-hw2"));
+        h.post_usage("node-hw2", TENANT, 1..3, 1);
+        let from = common::slot(0).plus(-3_600).to_string();
+        let to = common::slot(0).plus(86_400).to_string();
+        let cert = h
+            .post(
+                "/v1/certificates",
+                Some(&log.admin),
+                &serde_json::json!({"tenant": TENANT, "from": from, "to": to}),
+            )
+            .ok_json(201);
+        let cert_id = cert["id"].as_str().unwrap().to_owned();
+        let published = h.size();
+        h.checkpoint_at(published, &vk);
+        let t = std::time::Instant::now();
+        let mirrored = |m: &Path| {
+            std::fs::read_to_string(m.join("checkpoint"))
+                .ok()
+                .and_then(|n| checkpoint::unverified(&n).map(|c| c.size()))
+        };
+        while mirrored(&mirror) != Some(published) {
+            assert!(t.elapsed().as_secs() < 30, "not mirrored up to {published}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        drop(srv);
+
+        // Private, full tiles kept, the partial ones they replaced gone.
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&mirror), 0o700);
+        assert_eq!(mode(&mirror.join("tile/entries/000")), 0o600);
+        assert!(mirror.join("tile/entries/001").is_file());
+        assert!(
+            !mirror.join("tile/entries/000.p").exists(),
+            "superseded partials are deleted"
+        );
+        let doc = mirror.join(format!("documents/certificates/{cert_id}.json"));
+        assert!(doc.is_file());
+
+        // A document changed in the copy: refused, nothing written.
+        let kept = std::fs::read(&doc).unwrap();
+        std::fs::write(
+            &doc,
+            String::from_utf8_lossy(&kept).replace(TENANT, "tenant-xx"),
+        )
+        .unwrap();
+        let (code, said) = recover_from(&log, &standby, md, &[]);
+        assert_eq!(code, Some(1), "{said}");
+        assert!(said.contains("is not the one entry"), "{said}");
+        std::fs::write(&doc, &kept).unwrap();
+        // An entry changed in a bundle: refused.
+        let bundle = mirror.join("tile/entries/001");
+        let good = std::fs::read(&bundle).unwrap();
+        let mut bad = good.clone();
+        let at = bad.len() / 2;
+        bad[at] ^= 1;
+        std::fs::write(&bundle, &bad).unwrap();
+        let (code, said) = recover_from(&log, &standby, md, &[]);
+        assert_eq!(code, Some(1), "{said}");
+        std::fs::write(&bundle, &good).unwrap();
+        assert_eq!(
+            size_of(&standby),
+            behind,
+            "nothing written by a refused recovery"
+        );
+
+        // Restored from the mirror alone: the same entries at the same indices, the
+        // certificate, the new signer's key, and the log goes on from there.
+        let (code, said) = recover_from(&log, &standby, md, &[]);
+        assert_eq!(code, Some(0), "{said}");
+        assert!(
+            said.contains(&format!("restored {} entries", published - behind)),
+            "{said}"
+        );
+        assert_eq!(
+            common::verified_rows(&standby.url)
+                .iter()
+                .map(|r| r.leaf.clone())
+                .collect::<Vec<_>>(),
+            common::verified_rows(&db.url)[..published as usize]
+                .iter()
+                .map(|r| r.leaf.clone())
+                .collect::<Vec<_>>(),
+        );
+        let (_srv, h) = serve_on(&log, &standby, 2, &["--mirror-dir", md]);
+        let r = h.get("/readyz", None);
+        assert_eq!(r.status, 200, "{}", r.lossy());
+        let got = h
+            .get(&format!("/v1/certificates/{cert_id}"), Some(&log.admin))
+            .ok_json(200);
+        assert_eq!(got["id"], cert["id"]);
+        h.post_usage("node-hw2", TENANT, 3..4, 1);
+        post_usage(&h, 600..601, 1);
+        h.checkpoint_at(published + 2, &vk);
     }
 );

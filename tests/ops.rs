@@ -743,6 +743,8 @@ fn serve_publishing_with(url: &str, log_key: &Path, publish: &Path, more: &str) 
         ),
     )
     .unwrap();
+    // A mirror too, so its metrics are served.
+    let mirror = publish.with_extension("mirror");
     let args = [
         "--checkpoint-interval-seconds",
         "1",
@@ -750,6 +752,8 @@ fn serve_publishing_with(url: &str, log_key: &Path, publish: &Path, more: &str) 
         "1",
         "--publish-dir",
         publish.to_str().unwrap(),
+        "--mirror-dir",
+        mirror.to_str().unwrap(),
         "--config",
         config.to_str().unwrap(),
     ];
@@ -889,6 +893,7 @@ fn every_metric_of_the_alerts_and_dashboard_is_served() {
             let m = metrics(&ledger);
             m.contains("gpuledger_checkpoint_age_seconds ")
                 && value(&m, "gpuledger_checkpoint_published_size").unwrap_or(0.0) > 0.0
+                && value(&m, "gpuledger_mirror_size").unwrap_or(0.0) > 0.0
         },
     );
 

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use gpuledger::core::{checkpoint, keys};
 use gpuledger::keyfile;
-use gpuledger::server::publish;
+use gpuledger::server::{mirror, publish};
 use gpuledger::store::{self, high_water::HighWater, recover};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,9 +18,10 @@ pub struct RecoverArgs {
     /// The database to restore into (the one `serve` says `log_rewound` on).
     #[command(flatten)]
     db: DbArgs,
-    /// The copy that still holds the published tree: the old primary started on a private
-    /// port, or a restored backup (sqlite://PATH or postgres://…). Only read.
-    #[arg(long, value_name = "URL")]
+    /// The copy that still holds the published tree, only read: a database (the old primary
+    /// started on a private port, a restored backup: sqlite://PATH or postgres://…) or the
+    /// mirror directory `serve --mirror-dir` keeps.
+    #[arg(long, value_name = "URL|DIR")]
     from: String,
     /// The log's private key file, as `serve` uses it (only its public half is used, to check
     /// notes and the databases) [default: gpuledger-log.key].
@@ -51,12 +52,20 @@ pub fn run(args: RecoverArgs) -> Result<ExitCode> {
     let key = keyfile::read(&args.log_key)?;
     let url = &args.db.database_url;
     let mut target = store::connect(url).with_context(|| store::conn::redact(url))?;
-    let mut source = store::connect(&args.from).with_context(|| store::conn::redact(&args.from))?;
     let info = store::ledger::log_info(&mut target)?;
     let public = keys::encode_public(&key.verifying_key());
     let vkey = checkpoint::verifier_key(&info.origin, &key.verifying_key());
     let required = published(&args, &vkey)?;
-    let result = recover::recover(&mut target, &mut source, &public, &required, args.dry_run);
+    let result = if store::conn::backend_of(&args.from).is_ok() {
+        let mut source =
+            store::connect(&args.from).with_context(|| store::conn::redact(&args.from))?;
+        recover::recover(&mut target, &mut source, &public, &required, args.dry_run)
+    } else {
+        let mirror = mirror::MirrorReader::open(std::path::Path::new(&args.from))
+            .map_err(anyhow::Error::msg)
+            .context("--from is neither a database URL nor a mirror directory")?;
+        recover::recover_from_copy(&mut target, &mirror, &public, &required, args.dry_run)
+    };
     match result {
         Ok(r) => {
             if args.json {

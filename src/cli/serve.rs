@@ -28,6 +28,10 @@ pub struct ServeArgs {
     /// Write each new checkpoint to DIR/checkpoint and DIR/checkpoints/<size> [default: none].
     #[arg(long, env = "GPULEDGER_PUBLISH_DIR", value_name = "DIR")]
     publish_dir: Option<PathBuf>,
+    /// Keep a private copy of the whole log in DIR (C2SP tiles, entry bundles, issued
+    /// documents) for `gpuledger recover --from DIR` [default: none].
+    #[arg(long, env = "GPULEDGER_MIRROR_DIR", value_name = "DIR")]
+    mirror_dir: Option<PathBuf>,
     /// Where the largest signed checkpoint is kept outside the database; a database that does
     /// not hold it is not written to [default: the log key's path with `.high-water` appended].
     #[arg(long, env = "GPULEDGER_HIGH_WATER_FILE", value_name = "FILE")]
@@ -105,6 +109,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         checkpoint_interval_seconds: args.checkpoint_interval_seconds,
         workers: args.workers,
         publish_dir: args.publish_dir,
+        mirror_dir: args.mirror_dir,
         high_water_file: args.high_water_file,
         allow_async_standbys: args.allow_async_standbys.then_some(true),
         metrics_listen: args.metrics_listen,

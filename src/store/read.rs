@@ -451,3 +451,29 @@ pub fn tenant_entries_since(
             .collect(),
     ))
 }
+
+/// Issued invoices whose `invoice_issued` entry has `start <= idx < end`: number and JSON.
+pub fn invoice_documents(
+    conn: &mut DbConn,
+    start: u64,
+    end: u64,
+) -> Result<Vec<(String, String)>, StoreError> {
+    Ok(invoices::table
+        .filter(invoices::entry_idx.ge(start as i64))
+        .filter(invoices::entry_idx.lt(end as i64))
+        .select((invoices::number, invoices::json))
+        .load(conn)?)
+}
+
+/// Issued certificates whose `certificate_issued` entry has `start <= idx < end`: id and JSON.
+pub fn certificate_documents(
+    conn: &mut DbConn,
+    start: u64,
+    end: u64,
+) -> Result<Vec<(String, String)>, StoreError> {
+    Ok(certificates::table
+        .filter(certificates::entry_idx.ge(start as i64))
+        .filter(certificates::entry_idx.lt(end as i64))
+        .select((certificates::id, certificates::json))
+        .load(conn)?)
+}

@@ -160,19 +160,31 @@ pub fn recover(
              nothing was written"
         )));
     }
+    committed_unless(target, dry_run, |conn| {
+        restore(conn, source, log_key, required, n, m)
+    })
+}
+
+/// Runs `restore` in one transaction of `target`: committed, or on `dry_run` rolled back after
+/// everything was done and checked, with the report marked `dry_run`.
+fn committed_unless(
+    target: &mut DbConn,
+    dry_run: bool,
+    restore: impl FnOnce(&mut DbConn) -> Result<Recovered, RecoverError>,
+) -> Result<Recovered, RecoverError> {
     let result = target.transaction::<_, DryRunOr, _>(|conn| {
-        let report = restore(conn, source, log_key, required, n, m)?;
+        let report = restore(conn)?;
         if dry_run {
-            return Err(DryRunOr::DryRun(report));
+            return Err(DryRunOr::DryRun(Box::new(report)));
         }
         Ok(report)
     });
     match result {
         Ok(r) => Ok(r),
-        Err(DryRunOr::DryRun(mut r)) => {
-            r.dry_run = true;
-            Ok(r)
-        }
+        Err(DryRunOr::DryRun(r)) => Ok(Recovered {
+            dry_run: true,
+            ..*r
+        }),
         Err(DryRunOr::Err(e)) => Err(e),
     }
 }
@@ -180,7 +192,7 @@ pub fn recover(
 /// The recovery transaction's error: a dry run's report (returned as an error so that the
 /// transaction rolls back) or a real failure.
 enum DryRunOr {
-    DryRun(Recovered),
+    DryRun(Box<Recovered>),
     Err(RecoverError),
 }
 
@@ -657,5 +669,296 @@ fn copy_accounts(
                 .execute(conn)?;
         }
     }
+    Ok(())
+}
+
+/// What kind of issued document a copy holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DocumentKind {
+    /// An invoice, by number.
+    Invoice,
+    /// A certificate, by id.
+    Certificate,
+}
+
+/// A copy of the log kept outside any database: the mirror directory `serve` writes
+/// (`server::mirror`). Errors are messages for the operator.
+pub trait EntrySource {
+    /// The signed checkpoint note whose every entry the copy holds.
+    fn checkpoint(&self) -> Result<String, String>;
+    /// The leaf bytes of entries `start..end`, in order.
+    fn leaves(&self, start: u64, end: u64) -> Result<Vec<Vec<u8>>, String>;
+    /// An issued document by its number or id, if the copy holds it.
+    fn document(&self, kind: DocumentKind, name: &str) -> Result<Option<String>, String>;
+}
+
+/// Restores into `target` the entries a copy outside the database holds beyond it, as
+/// [`recover`] does from a database: the copy's checkpoint must be signed by the log key and
+/// reach the published checkpoint, the entries are written through the one append path, and
+/// `verify-log`'s run and both roots (the published one, the copy's) are checked before the
+/// commit. What derives from the entries is derived from them: the key registry, the signers'
+/// sequence numbers, invoices and certificates (their documents from the copy, each checked
+/// against the SHA-256 its entry holds), the copy's checkpoint, and the webhook events of the
+/// restored entries. Account rows and conflict evidence are not in such a copy.
+pub fn recover_from_copy(
+    target: &mut DbConn,
+    copy: &dyn EntrySource,
+    log_key: &str,
+    required: &Required,
+    dry_run: bool,
+) -> Result<Recovered, RecoverError> {
+    if !super::conn::migrations_current(target)? {
+        return Err(refused(
+            "the database's schema is not this version's: run `gpuledger init` on it first",
+        ));
+    }
+    let info = log_info(target)?;
+    if info.public_key != log_key {
+        return Err(refused(format!(
+            "the database records log key {}, not {log_key}",
+            info.public_key
+        )));
+    }
+    let note = copy.checkpoint().map_err(refused)?;
+    let cp = crate::core::checkpoint::verify_checkpoint(note.as_bytes(), &info.verifier_key)
+        .map_err(|e| refused(format!("the copy's checkpoint: {e}")))?;
+    let (m, copy_root) = (cp.size(), *cp.hash());
+    if m < required.size {
+        return Err(refused(format!(
+            "the copy holds {m} entries, fewer than the published checkpoint's {} ({}): it \
+             cannot restore it",
+            required.size, required.source
+        )));
+    }
+    if m == required.size && copy_root != required.root {
+        return Err(refused(format!(
+            "the copy's root at size {m} is {}, not the published {}: it is another history",
+            b64(&copy_root),
+            b64(&required.root)
+        )));
+    }
+    let (n, _) = read::head(target)?;
+    let copied = CopyCheckpoint {
+        size: m,
+        root: copy_root,
+        note,
+    };
+    committed_unless(target, dry_run, |conn| {
+        restore_copy(conn, copy, &info.origin, log_key, required, n, &copied)
+    })
+}
+
+/// The copy's own checkpoint: its tree must be what the restored entries make.
+struct CopyCheckpoint {
+    size: u64,
+    root: Hash,
+    note: String,
+}
+
+/// Inside the target's transaction: the entries `n..` of the copy and what derives from them.
+fn restore_copy(
+    conn: &mut DbConn,
+    copy: &dyn EntrySource,
+    origin: &str,
+    log_key: &str,
+    required: &Required,
+    n: u64,
+    cp: &CopyCheckpoint,
+) -> Result<Recovered, RecoverError> {
+    use crate::core::leaf::Leaf;
+    let app = write::Appender::lock(conn, Timestamp::now())?;
+    if app.next_index() != n {
+        return Err(refused(
+            "the database grew while recovery was checking it: is a server writing to it?",
+        ));
+    }
+    let mut r = Recovered {
+        from_size: n,
+        to_size: n.max(cp.size),
+        published_size: required.size,
+        entries: cp.size.saturating_sub(n),
+        ..Recovered::default()
+    };
+    let mut last_seq: std::collections::HashMap<String, u64> = Default::default();
+    let events_before: i64 = webhook_events::table.count().get_result(conn)?;
+    let mut size = n;
+    while size < cp.size {
+        let end = (size + PAGE).min(cp.size);
+        let leaves = copy.leaves(size, end).map_err(refused)?;
+        if leaves.len() as u64 != end - size {
+            return Err(refused(format!(
+                "the copy holds {} of the entries {size}..{end}",
+                leaves.len()
+            )));
+        }
+        let mut rows = Vec::with_capacity(leaves.len());
+        let mut hashes = Vec::with_capacity(leaves.len());
+        let mut records = Vec::with_capacity(leaves.len());
+        for (index, bytes) in (size..).zip(leaves) {
+            let bad = |m: String| refused(format!("entry {index} in the copy: {m}"));
+            let leaf = Leaf::from_bytes(&bytes).map_err(bad)?;
+            if leaf.index != index {
+                return Err(bad(format!("its leaf says index {}", leaf.index)));
+            }
+            let checked = leaf
+                .envelope
+                .check(origin)
+                .map_err(|e| bad(e.to_string()))?;
+            let hash = merkle::leaf_hash(&bytes);
+            rows.push(NewEntry::derive(
+                index,
+                leaf.received_at,
+                &checked,
+                bytes,
+                &hash,
+            ));
+            hashes.push(hash);
+            let seq = last_seq.entry(checked.envelope.signer.clone()).or_default();
+            *seq = (*seq).max(checked.envelope.seq);
+            records.push((index, leaf.received_at, checked.body));
+        }
+        write::store_entries(conn, size, &rows, &hashes)?;
+        for (index, at, body) in &records {
+            derive_from_body(conn, copy, *index, *at, body, &mut r)?;
+        }
+        size = end;
+    }
+    let events_after: i64 = webhook_events::table.count().get_result(conn)?;
+    r.webhook_events = (events_after - events_before) as u64;
+    for (signer, seq) in last_seq {
+        diesel::update(signers::table.find(&signer))
+            .filter(signers::last_seq.lt(seq as i64))
+            .set(signers::last_seq.eq(seq as i64))
+            .execute(conn)?;
+    }
+    if read::latest_checkpoint(conn)?.is_none_or(|(s, _, _)| s < cp.size) {
+        diesel::insert_into(checkpoints::table)
+            .values((
+                checkpoints::size.eq(cp.size as i64),
+                checkpoints::root.eq(cp.root.0.to_vec()),
+                checkpoints::note.eq(&cp.note),
+                checkpoints::created_at.eq(Timestamp::now().unix()),
+            ))
+            .execute(conn)?;
+        r.checkpoints = 1;
+    }
+    let report = match verify::verify_snapshot(conn, Some(log_key), &mut |_, _| {}) {
+        Ok(report) => report,
+        Err(verify::VerifyError::Bad(f)) => return Err(RecoverError::Verify(f)),
+        Err(verify::VerifyError::Log(m)) => return Err(refused(m)),
+        Err(verify::VerifyError::Store(e)) => return Err(e.into()),
+    };
+    for (size, root, whose) in [
+        (required.size, required.root, "the published"),
+        (cp.size, cp.root, "the copy's checkpoint's"),
+    ] {
+        let ours = root_at(conn, size)?;
+        if ours != root {
+            return Err(refused(format!(
+                "after recovery the root at size {size} is {}, not {whose} {}: the database and \
+                 the copy are not one history; nothing was written",
+                b64(&ours),
+                b64(&root)
+            )));
+        }
+    }
+    r.root = report.root;
+    Ok(r)
+}
+
+/// The rows an entry restored from a copy implies (what `write` stores beside the entry when
+/// it is appended), and its webhook event.
+fn derive_from_body(
+    conn: &mut DbConn,
+    copy: &dyn EntrySource,
+    index: u64,
+    at: Timestamp,
+    body: &crate::core::record::Body,
+    r: &mut Recovered,
+) -> Result<(), RecoverError> {
+    use crate::core::record::Body;
+    use sha2::{Digest, Sha256};
+    let document = |kind: DocumentKind, name: &str, sha256: &str| {
+        let doc = copy.document(kind, name).map_err(refused)?.ok_or_else(|| {
+            refused(format!(
+                "the copy lacks the document of {name} (entry {index})"
+            ))
+        })?;
+        if hex::encode(Sha256::digest(doc.as_bytes())) != sha256 {
+            return Err(refused(format!(
+                "the copy's document of {name} is not the one entry {index} issued (SHA-256)"
+            )));
+        }
+        Ok(doc)
+    };
+    match body {
+        Body::SignerKeyRegistered(k) => {
+            let key = crate::core::keys::decode_public(&k.public_key)
+                .map_err(|e| refused(format!("entry {index}: {e}")))?;
+            let known: Option<String> = signers::table
+                .find(&k.signer)
+                .select(signers::id)
+                .first(conn)
+                .optional()?;
+            if known.is_none() {
+                diesel::insert_into(signers::table)
+                    .values((
+                        signers::id.eq(&k.signer),
+                        signers::role.eq(k.role.as_str()),
+                        signers::last_seq.eq(0i64),
+                    ))
+                    .execute(conn)?;
+                r.signers += 1;
+            }
+            diesel::insert_into(signer_keys::table)
+                .values((
+                    signer_keys::key_id.eq(&k.key_id),
+                    signer_keys::signer_id.eq(&k.signer),
+                    signer_keys::public_key.eq(key.as_bytes().to_vec()),
+                    signer_keys::registered_idx.eq(index as i64),
+                ))
+                .execute(conn)?;
+            r.keys_registered += 1;
+        }
+        Body::SignerKeyRevoked(k) => {
+            diesel::update(signer_keys::table.find(&k.key_id))
+                .set(signer_keys::revoked_idx.eq(Some(index as i64)))
+                .execute(conn)?;
+            r.keys_revoked += 1;
+        }
+        Body::InvoiceIssued(b) => {
+            let json = document(DocumentKind::Invoice, &b.number, &b.invoice_sha256)?;
+            diesel::insert_into(invoices::table)
+                .values(&InvoiceRow {
+                    number: b.number.clone(),
+                    tenant: b.tenant.clone(),
+                    currency: b.currency.clone(),
+                    period_from: b.period_from.unix(),
+                    period_to: b.period_to.unix(),
+                    checkpoint_size: b.checkpoint_size as i64,
+                    entry_idx: index as i64,
+                    json,
+                })
+                .execute(conn)?;
+            r.invoices += 1;
+        }
+        Body::CertificateIssued(b) => {
+            let json = document(DocumentKind::Certificate, &b.id, &b.certificate_sha256)?;
+            diesel::insert_into(certificates::table)
+                .values(&CertificateRow {
+                    id: b.id.clone(),
+                    tenant: b.tenant.clone(),
+                    period_from: b.period_from.unix(),
+                    period_to: b.period_to.unix(),
+                    checkpoint_size: b.checkpoint_size as i64,
+                    entry_idx: index as i64,
+                    json,
+                })
+                .execute(conn)?;
+            r.certificates += 1;
+        }
+        _ => {}
+    }
+    super::webhooks::enqueue_entry(conn, index, body, at)?;
     Ok(())
 }

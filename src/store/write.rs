@@ -41,6 +41,37 @@ pub(crate) struct NewEntry {
     end_at: Option<i64>,
 }
 
+impl NewEntry {
+    /// The row of entry `index` (leaf bytes `leaf`, leaf hash `hash`) holding the record `c`
+    /// received at `received_at`: every column but the leaf derives from the record.
+    pub(crate) fn derive(
+        index: u64,
+        received_at: Timestamp,
+        c: &Checked,
+        leaf: Vec<u8>,
+        hash: &Hash,
+    ) -> NewEntry {
+        let (stream, start_at, end_at) = match &c.stream {
+            Some((s, a, b)) => (Some(s.clone()), Some(a.unix()), Some(b.unix())),
+            None => (None, None, None),
+        };
+        NewEntry {
+            stream,
+            start_at,
+            end_at,
+            idx: index as i64,
+            kind: c.envelope.kind.clone(),
+            signer: c.envelope.signer.clone(),
+            seq: c.envelope.seq as i64,
+            tenant: c.body.tenant().map(str::to_owned),
+            received_at: received_at.unix(),
+            content_hash: c.content_hash.to_vec(),
+            leaf,
+            leaf_hash: hash.0.to_vec(),
+        }
+    }
+}
+
 impl From<read::EntryRow> for NewEntry {
     fn from(r: read::EntryRow) -> NewEntry {
         NewEntry {
@@ -125,24 +156,8 @@ impl Appender {
             &c.canonical,
         );
         let h = merkle::leaf_hash(&leaf);
-        let (stream, start_at, end_at) = match &c.stream {
-            Some((s, a, b)) => (Some(s.clone()), Some(a.unix()), Some(b.unix())),
-            None => (None, None, None),
-        };
-        self.rows.push(NewEntry {
-            stream,
-            start_at,
-            end_at,
-            idx: index as i64,
-            kind: c.envelope.kind.clone(),
-            signer: c.envelope.signer.clone(),
-            seq: c.envelope.seq as i64,
-            tenant: c.body.tenant().map(str::to_owned),
-            received_at: self.received_at.unix(),
-            content_hash: c.content_hash.to_vec(),
-            leaf,
-            leaf_hash: h.0.to_vec(),
-        });
+        self.rows
+            .push(NewEntry::derive(index, self.received_at, c, leaf, &h));
         self.leaf_hashes.push(h);
         index
     }
