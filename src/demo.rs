@@ -303,6 +303,7 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
         workers: 2,
         publish_dir: None,
         mirror_dir: None,
+        clock: Default::default(),
         // The demo's ledger keeps its mark in memory (`Ledger::open`).
         high_water_file: store::high_water::default_file(&log_key_path),
         allow_async_standbys: false,

@@ -46,6 +46,12 @@ pub struct ServeSettings {
     /// `high_water_file`: where the largest signed checkpoint is kept outside the database
     /// (module `store::high_water`); default the log key's path with `.high-water` appended.
     pub high_water_file: Option<PathBuf>,
+    /// `clock_step_seconds`: the largest disagreement between the wall clock and the monotonic
+    /// clock that is not a step of the ledger's clock (`store::clock`); default 30.
+    pub clock_step_seconds: Option<u64>,
+    /// `clock_settle_seconds`: how long a stepped clock must run steadily, synchronised,
+    /// before it is trusted again; default 120.
+    pub clock_settle_seconds: Option<u64>,
     /// `allow_async_standbys`: start on a PostgreSQL primary that has standbys none of which
     /// is synchronous (an acknowledged record may then be lost in a failover); default false.
     pub allow_async_standbys: Option<bool>,
@@ -292,6 +298,8 @@ pub struct Resolved {
     pub mirror_dir: Option<PathBuf>,
     /// The high-water file (`store::high_water`).
     pub high_water_file: PathBuf,
+    /// The ledger clock's check.
+    pub clock: gpuledger_core::clock::ClockPolicy,
     /// Whether a primary with only asynchronous standbys is accepted.
     pub allow_async_standbys: bool,
     /// The witnesses checkpoints are sent to, and the quorum issuances wait for.
@@ -391,6 +399,20 @@ impl ServeSettings {
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
             publish_dir: self.publish_dir.or(file.publish_dir),
             mirror_dir: self.mirror_dir.or(file.mirror_dir),
+            clock: gpuledger_core::clock::ClockPolicy {
+                step_seconds: self
+                    .clock_step_seconds
+                    .or(file.clock_step_seconds)
+                    .map_or(gpuledger_core::clock::DEFAULT_STEP_SECONDS, |s| {
+                        s.clamp(1, 86_400) as i64
+                    }),
+                settle_seconds: self
+                    .clock_settle_seconds
+                    .or(file.clock_settle_seconds)
+                    .map_or(gpuledger_core::clock::DEFAULT_SETTLE_SECONDS, |s| {
+                        s.min(86_400) as i64
+                    }),
+            },
             high_water_file: self
                 .high_water_file
                 .or(file.high_water_file)
@@ -543,7 +565,11 @@ pub fn serve(
         &settings.database_url,
         key,
         Some(settings.high_water_file.clone()),
+        settings.clock,
     )?);
+    if let Some(u) = ledger.clock_fault() {
+        tracing::error!(reason = %u, "the ledger's clock is unreliable: serving reads only until it is");
+    }
     if let Some(r) = ledger.rewound() {
         tracing::error!(%r, "serving reads only");
     }

@@ -56,6 +56,8 @@ fn documented_example_file_sets_every_key() {
         workers,
         publish_dir,
         mirror_dir,
+        clock_step_seconds,
+        clock_settle_seconds,
         high_water_file,
         allow_async_standbys,
         metrics_listen,
@@ -84,6 +86,7 @@ fn documented_example_file_sets_every_key() {
     assert!(checkpoint_interval_seconds.is_some() && workers.is_some());
     assert!(publish_dir.is_some() && metrics_listen.is_some() && mirror_dir.is_some());
     assert!(high_water_file.is_some() && allow_async_standbys.is_some());
+    assert!(clock_step_seconds.is_some() && clock_settle_seconds.is_some());
     assert!(
         client_request_timeout_seconds.is_some() && client_disconnect_timeout_seconds.is_some()
     );

@@ -247,6 +247,9 @@ impl ResponseError for ApiError {
 /// `Retry-After` of a 503 for an unreachable database, in seconds: short, because writes
 /// resume as soon as it is back.
 pub const RETRY_AFTER_UNAVAILABLE_SECONDS: u64 = 2;
+/// `Retry-After` of `clock_unreliable`: a stepped clock is back or settled in seconds to
+/// minutes; agents keep their records meanwhile.
+pub const RETRY_AFTER_CLOCK_SECONDS: u64 = 5;
 
 /// `Retry-After` of a 507 for a full disk, in seconds: space is freed by a person or a job.
 pub const RETRY_AFTER_DISK_FULL_SECONDS: u64 = 30;
@@ -316,6 +319,9 @@ impl From<StoreError> for ApiError {
                     "the ledger cannot save its high-water mark; no checkpoint is signed until it can",
                     RETRY_AFTER_UNAVAILABLE_SECONDS,
                 )
+            }
+            e @ StoreError::ClockUnreliable(_) => {
+                ApiError::unavailable("clock_unreliable", e.to_string(), RETRY_AFTER_CLOCK_SECONDS)
             }
             e @ StoreError::LogRewound(_) => ApiError::unavailable(
                 "log_rewound",

@@ -18,7 +18,8 @@ pub async fn healthz() -> HttpResponse {
 /// path's latest transaction (the server probes it every second, see `serve`) did not fail.
 /// Not ready answers 503 with `Retry-After` and says which: `log_rewound` (the database does
 /// not hold the largest checkpoint this server signed or found published: nothing is written
-/// or signed, see ops/runbooks/log-rewound.md), `database_unavailable`, `disk_full`,
+/// or signed, see ops/runbooks/log-rewound.md), `clock_unreliable` (the ledger's clock stepped
+/// or is behind the log, see ops/runbooks/clock.md), `database_unavailable`, `disk_full`,
 /// `write_failing` or `migrations_pending`. Reads only; never writes.
 #[utoipa::path(tag = "ops", responses((status = 200, description = "ready", body = String), (status = 503, body = super::error::Problem, content_type = "application/problem+json")))]
 #[get("/readyz")]
@@ -46,6 +47,13 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     }
     if let Some(r) = state.ledger.rewound() {
         return Err(not_ready("log_rewound", &r.to_string()));
+    }
+    if let Some(u) = state.ledger.clock_fault() {
+        return Err(ApiError::unavailable(
+            "clock_unreliable",
+            u.to_string(),
+            error::RETRY_AFTER_CLOCK_SECONDS,
+        ));
     }
     match state.ledger.write_state() {
         Some(WriteState::Failed(Some(Outage::DiskFull))) => Err(ApiError::unavailable(

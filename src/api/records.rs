@@ -85,7 +85,7 @@ impl utoipa::ToSchema for RecordBatch {
         (status = 413, description = "Body (declared or read) or record count over its limit", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 415, description = "Content type is not application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 429, description = "The client's or a signer's rate is exceeded; nothing was appended; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Too many batches are being received (`busy`) or the database is unavailable; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Too many batches are being received (`busy`), the database is unavailable, the log is rewound (`log_rewound`) or the ledger's clock is unreliable (`clock_unreliable`, ops/runbooks/clock.md): nothing was written; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
 #[post("/records")]

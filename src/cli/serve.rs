@@ -36,6 +36,14 @@ pub struct ServeArgs {
     /// not hold it is not written to [default: the log key's path with `.high-water` appended].
     #[arg(long, env = "GPULEDGER_HIGH_WATER_FILE", value_name = "FILE")]
     high_water_file: Option<PathBuf>,
+    /// Largest disagreement, in seconds, between the wall clock and the monotonic clock that
+    /// is not a step of the ledger's clock [default: 30].
+    #[arg(long, env = "GPULEDGER_CLOCK_STEP_SECONDS")]
+    clock_step_seconds: Option<u64>,
+    /// Seconds a stepped clock must run steadily, synchronised, before it is trusted again
+    /// [default: 120].
+    #[arg(long, env = "GPULEDGER_CLOCK_SETTLE_SECONDS")]
+    clock_settle_seconds: Option<u64>,
     /// Start on a PostgreSQL primary whose standbys are all asynchronous (acknowledged records
     /// may be lost in a failover) [default: refuse].
     #[arg(long, env = "GPULEDGER_ALLOW_ASYNC_STANDBYS")]
@@ -110,6 +118,8 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         workers: args.workers,
         publish_dir: args.publish_dir,
         mirror_dir: args.mirror_dir,
+        clock_step_seconds: args.clock_step_seconds,
+        clock_settle_seconds: args.clock_settle_seconds,
         high_water_file: args.high_water_file,
         allow_async_standbys: args.allow_async_standbys.then_some(true),
         metrics_listen: args.metrics_listen,

@@ -52,6 +52,10 @@ pub enum StoreError {
     /// this server signed or found published): nothing is written or signed until it does.
     #[error("{0}")]
     LogRewound(Box<super::high_water::Rewound>),
+    /// The ledger's clock stepped or is behind what the log already used
+    /// (`store::clock`): nothing is written, signed or invoiced until it is reliable again.
+    #[error("{0}")]
+    ClockUnreliable(String),
     /// The high-water file cannot be read or written.
     #[error("high-water mark: {0}")]
     HighWater(String),

@@ -2,6 +2,7 @@
 //! sequencer thread per process that commits everything queued in one transaction (group
 //! commit) and answers only after the commit.
 
+use super::clock::ClockGuard;
 use super::conn::{self, DbConn};
 use super::error::StoreError;
 use super::high_water::HighWater;
@@ -10,6 +11,7 @@ use super::schema::*;
 use super::write::{self, Verified};
 use crate::core::admission;
 use crate::core::checkpoint::LogSigner;
+use crate::core::clock::ClockPolicy;
 use crate::core::envelope::{self, Checked, Envelope};
 use crate::core::ids::LEDGER_SIGNER;
 use crate::core::keys;
@@ -107,10 +109,20 @@ struct Clock(Arc<Mutex<Option<Timestamp>>>);
 
 impl Clock {
     fn now(&self) -> Timestamp {
-        self.0
-            .lock()
-            .expect("clock lock")
-            .unwrap_or_else(Timestamp::now)
+        self.fixed().unwrap_or_else(Timestamp::now)
+    }
+
+    /// The time a test set, if one did.
+    fn fixed(&self) -> Option<Timestamp> {
+        *self.0.lock().expect("clock lock")
+    }
+
+    /// The time to use, judged by `guard` (a time a test set is used as it is).
+    fn checked(&self, guard: &ClockGuard) -> Result<Timestamp, StoreError> {
+        match self.fixed() {
+            Some(t) => Ok(t),
+            None => guard.check(),
+        }
     }
 }
 
@@ -140,6 +152,7 @@ pub struct Ledger {
     invoice_pdf: RwLock<Arc<super::invoices::InvoicePdfSettings>>,
     /// The largest checkpoint signed or found published, which the database must hold.
     high_water: Arc<HighWater>,
+    guard: Arc<ClockGuard>,
 }
 
 /// Creates or migrates the database and records the log's origin and public key. Idempotent:
@@ -215,18 +228,21 @@ impl Ledger {
     /// starts the sequencer thread. The high-water mark is kept in memory only: it guards
     /// this handle's lifetime ([`Ledger::open_with_high_water`] keeps it in a file).
     pub fn open(url: &str, key: SigningKey) -> Result<Ledger, StoreError> {
-        Ledger::open_with_high_water(url, key, None)
+        Ledger::open_with_high_water(url, key, None, ClockPolicy::default())
     }
 
     /// [`Ledger::open`] with the high-water mark in `high_water_file` (module
     /// [`super::high_water`]): read at start (a file that is there must be a checkpoint signed
     /// by this log's key), replaced after every checkpoint signed. A database that does not
     /// hold the marked tree opens, for reads, but is not written to: writes answer
-    /// [`StoreError::LogRewound`] and [`Ledger::rewound`] says why.
+    /// [`StoreError::LogRewound`] and [`Ledger::rewound`] says why. The ledger's clock is
+    /// judged under `clock` (module [`super::clock`]); a log opened while it is unreliable
+    /// opens too, for reads, and writes wait for it.
     pub fn open_with_high_water(
         url: &str,
         key: SigningKey,
         high_water_file: Option<std::path::PathBuf>,
+        clock: ClockPolicy,
     ) -> Result<Ledger, StoreError> {
         let mut reader = conn::connect(url)?;
         conn::migrate(&mut reader)?;
@@ -239,6 +255,7 @@ impl Ledger {
             });
         }
         let high_water = Arc::new(HighWater::load(high_water_file, &info.verifier_key)?);
+        let guard = Arc::new(ClockGuard::new(clock, read::last_received_at(&mut reader)?));
         let log = write::Signer {
             log: LogSigner::new(&info.origin, key)?,
             high_water: high_water.clone(),
@@ -257,6 +274,8 @@ impl Ledger {
             health: health.clone(),
             high_water: high_water.clone(),
             checked: false,
+            guard: guard.clone(),
+            clock_fault: None,
         };
         let writer = std::thread::Builder::new()
             .name("gpuledger-sequencer".into())
@@ -278,6 +297,7 @@ impl Ledger {
             invoicing: RwLock::new(Arc::default()),
             invoice_pdf: RwLock::new(Arc::default()),
             high_water,
+            guard,
         })
         .and_then(|l| {
             // A log without a policy entry gets the defaults written down, so verifiers read
@@ -288,7 +308,9 @@ impl Ledger {
                 .submit(Job::EnsurePolicy)
                 .and_then(|_| l.submit(Job::Checkpoint))
             {
-                Ok(_) | Err(StoreError::LogRewound(_)) => Ok(l),
+                Ok(_) | Err(StoreError::LogRewound(_)) | Err(StoreError::ClockUnreliable(_)) => {
+                    Ok(l)
+                }
                 Err(e) => Err(e),
             }
         })
@@ -318,9 +340,21 @@ impl Ledger {
         self.witnessing.get()
     }
 
-    /// The ledger clock's time now (the system clock unless a test set it).
+    /// The ledger clock's time now (the system clock unless a test set it), unchecked: for
+    /// what only reads (a balance as of now).
     pub fn now(&self) -> Timestamp {
         self.clock.now()
+    }
+
+    /// The ledger clock's time now, judged reliable ([`super::clock`]): what every time rule
+    /// and every write uses. [`StoreError::ClockUnreliable`] when it is not.
+    pub fn checked_now(&self) -> Result<Timestamp, StoreError> {
+        self.clock.checked(&self.guard)
+    }
+
+    /// Why the ledger's clock was unreliable at its last check, if it was.
+    pub fn clock_fault(&self) -> Option<crate::core::clock::Unreliable> {
+        self.guard.fault()
     }
 
     /// Sets the issuer, payment terms, taxes and public URL of the invoices issued from now on
@@ -685,7 +719,7 @@ impl Ledger {
         tenant: &str,
         period: crate::core::invoice::Period,
     ) -> Result<Vec<crate::core::invoice::Invoice>, StoreError> {
-        let now = self.now();
+        let now = self.checked_now()?;
         if period.to > now {
             return Err(StoreError::PeriodNotEnded {
                 what: "an invoice",
@@ -744,7 +778,7 @@ impl Ledger {
         req: super::certificates::CertificateRequest,
     ) -> Result<crate::core::certificate::Certificate, StoreError> {
         // A certificate states totals; for a period still open they would not be final.
-        let now = self.now();
+        let now = self.checked_now()?;
         if req.period.to > now {
             return Err(StoreError::PeriodNotEnded {
                 what: "a certificate",
@@ -1023,7 +1057,13 @@ fn sequencer(mut w: Writer, log: &write::Signer, rx: mpsc::Receiver<Job>, queued
                 Err(_) => break,
             }
         }
-        let now = w.clock.now();
+        // Every job of the group is stamped with one reading of the clock, judged first: while
+        // it is unreliable every job is answered `ClockUnreliable` (Writer::run).
+        let (now, fault) = match w.clock.checked(&w.guard) {
+            Ok(t) => (t, None),
+            Err(e) => (w.clock.now(), Some(e.to_string())),
+        };
+        w.clock_fault = fault;
         // A panic (a bug) fails the jobs of this group only: their callers get an internal
         // error, the connection and caches are discarded, and the sequencer goes on.
         let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -1058,6 +1098,9 @@ struct Writer {
     high_water: Arc<HighWater>,
     /// Whether the connection was checked against the high-water mark.
     checked: bool,
+    /// The ledger clock's guard, and why the current group's reading was refused, if it was.
+    guard: Arc<ClockGuard>,
+    clock_fault: Option<String>,
 }
 
 impl Writer {
@@ -1073,6 +1116,9 @@ impl Writer {
             &mut (write::StreamCache, write::SpotCache),
         ) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        if let Some(why) = &self.clock_fault {
+            return Err(StoreError::ClockUnreliable(why.clone()));
+        }
         let conn = match self.conn.as_mut() {
             Some(c) => c,
             None => match conn::connect(&self.url) {

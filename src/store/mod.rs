@@ -10,6 +10,7 @@
 pub mod access;
 pub mod bundle;
 pub mod certificates;
+pub mod clock;
 pub mod conn;
 pub mod cosignatures;
 pub mod error;

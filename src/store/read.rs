@@ -477,3 +477,15 @@ pub fn certificate_documents(
         .select((certificates::id, certificates::json))
         .load(conn)?)
 }
+
+/// When the log's last entry was received, if it has any.
+pub fn last_received_at(
+    conn: &mut DbConn,
+) -> Result<Option<crate::core::time::Timestamp>, StoreError> {
+    let t: Option<i64> = entries::table
+        .order(entries::idx.desc())
+        .select(entries::received_at)
+        .first(conn)
+        .optional()?;
+    Ok(t.and_then(crate::core::time::Timestamp::from_unix))
+}

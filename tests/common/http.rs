@@ -123,6 +123,18 @@ impl Server {
 
     /// [`Server::start`] with more arguments for `serve`.
     pub fn start_with(url: &str, key: &Path, dir: &Path, n: u32, extra: &[&str]) -> Server {
+        Server::start_env(url, key, dir, n, extra, &[])
+    }
+
+    /// [`Server::start_with`] with more environment variables (a faked clock).
+    pub fn start_env(
+        url: &str,
+        key: &Path,
+        dir: &Path,
+        n: u32,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Server {
         let log_path = dir.join(format!("serve-{n}.log"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_gpuledger"))
             .args(["serve", "--listen", "127.0.0.1:0", "--database-url", url])
@@ -133,6 +145,7 @@ impl Server {
             .env_remove("GPULEDGER_DATABASE_URL")
             .env_remove("GPULEDGER_CONFIG")
             .env("GPULEDGER_LOG", "warn")
+            .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log_path).unwrap())
             .spawn()

@@ -10,6 +10,7 @@ pub mod bundle;
 pub mod canonical;
 pub mod certificate;
 pub mod checkpoint;
+pub mod clock;
 pub mod cosignature;
 pub mod decimal;
 pub mod envelope;

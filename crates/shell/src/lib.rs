@@ -5,6 +5,7 @@
 //! of the log lines). No database, no HTTP.
 
 pub mod atomic_file;
+pub mod clock;
 pub mod disk;
 pub mod keyfile;
 pub mod logging;
