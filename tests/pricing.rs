@@ -111,7 +111,8 @@ const GOLDEN_TOTAL: &str = "167.89";
 /// lease with four spot prices (three changes inside its interval), west region parameters,
 /// and the four records of day 1: a fresh log of `db` holding them.
 fn golden_log(db: &TestDb) -> gpuledger::store::Ledger {
-    let log = open(db);
+    // Set up before the first price takes effect (receive times never decrease).
+    let log = open_at(db, at(-3_600));
     let ledger = &log;
     let node = signer_for(ledger, "node-1", Role::Node, &NODES);
     let market = signer(ledger, "market-1", Role::Market);
@@ -791,7 +792,8 @@ fn tenant_plan(tenant: &str, plan: &str, from: Timestamp) -> Body {
 both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
     use gpuledger::core::invoice::Period;
     use gpuledger::core::rating::LineKey;
-    let ledger = open(db);
+    // Set up before the spot price takes effect (receive times never decrease).
+    let ledger = open_at(db, at(-90_000));
     let node = signer_for(&ledger, "node-1", Role::Node, &NODES);
     let market = signer(&ledger, "market-1", Role::Market);
     parties(&ledger, &["acme", "beta"]);

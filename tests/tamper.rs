@@ -765,3 +765,53 @@ fn a_multiproof_over_several_node_lines() {
         &["inclusion_proof"],
     );
 }
+
+// A ledger whose clock went back (a test clock, which the clock guard does not judge) stamps a
+// record before the entry logged just before it: verify-log names it, and both bundle
+// verifiers refuse a certificate over it, with the same reason.
+both_backends!(
+    a_log_whose_receive_times_decrease_is_named_by_every_verifier,
+    |db: &TestDb| {
+        let ledger = open_at(db, at(11_000));
+        certified(&ledger);
+        let n1 = gpuledger::sample::key("node-1");
+        ledger.set_clock(Some(at(7_300)));
+        let late = h100_usage("acme", "node-1", "west", None, "1", 7_260, 7_290);
+        assert_accepted(
+            &ledger
+                .append(vec![signed("node-1", &n1, 4, &late)])
+                .unwrap(),
+        );
+        let cert = ledger
+            .issue_certificate(CertificateRequest {
+                tenant: "acme".into(),
+                period: Period {
+                    from: at(0),
+                    to: at(7_300),
+                },
+                scope: Scope::default(),
+            })
+            .unwrap();
+        let back = ledger.with_reader(|c| read::head(c)).unwrap().0 - 2;
+        let mut conn = gpuledger::store::connect(&db.url).unwrap();
+        match verify_log(&mut conn, None, &mut |_, _| {}) {
+            Err(VerifyError::Bad(f)) => {
+                let first = f.first();
+                assert_eq!(
+                    (first.index, first.reason),
+                    (back, "received_at_decreased"),
+                    "{f}"
+                );
+            }
+            other => panic!("verify-log: {other:?}"),
+        }
+        let v = Verdicts::new(&cert);
+        for format in [Format::V2, Format::V3] {
+            v.expect(
+                &format!("{format:?}: a record received before the entry before it"),
+                &bundle_lines(&ledger, &cert, format),
+                &["received_at_decreased"],
+            );
+        }
+    }
+);

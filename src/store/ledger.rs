@@ -244,6 +244,23 @@ impl Ledger {
         high_water_file: Option<std::path::PathBuf>,
         clock: ClockPolicy,
     ) -> Result<Ledger, StoreError> {
+        Ledger::open_inner(url, key, high_water_file, clock, None)
+    }
+
+    /// [`Ledger::open`] with the ledger clock set to `now` from the start, so even the
+    /// entries written on opening (the default policy) are received then. Tests only.
+    #[cfg(feature = "test-clock")]
+    pub fn open_at(url: &str, key: SigningKey, now: Timestamp) -> Result<Ledger, StoreError> {
+        Ledger::open_inner(url, key, None, ClockPolicy::default(), Some(now))
+    }
+
+    fn open_inner(
+        url: &str,
+        key: SigningKey,
+        high_water_file: Option<std::path::PathBuf>,
+        clock: ClockPolicy,
+        fixed: Option<Timestamp>,
+    ) -> Result<Ledger, StoreError> {
         let mut reader = conn::connect(url)?;
         conn::migrate(&mut reader)?;
         let info = log_info(&mut reader)?;
@@ -264,7 +281,7 @@ impl Ledger {
         let (tx, rx) = mpsc::channel::<Job>();
         let queued = Arc::new(AtomicUsize::new(0));
         let q = queued.clone();
-        let clock = Clock::default();
+        let clock = Clock(Arc::new(Mutex::new(fixed)));
         let health = Arc::new(WriteHealth::default());
         let w = Writer {
             url: url.to_owned(),

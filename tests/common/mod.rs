@@ -192,6 +192,14 @@ pub fn open(db: &TestDb) -> Ledger {
     Ledger::open(&db.url, log_key()).expect("open")
 }
 
+/// [`open`] with the ledger clock at `now` from the first entry on (the log's receive times
+/// never decrease, so a log whose entries a test dates in the past starts there).
+#[allow(dead_code)]
+pub fn open_at(db: &TestDb, now: gpuledger::core::time::Timestamp) -> Ledger {
+    store::init(&db.url, &log_key(), gpuledger::sample::ORIGIN).expect("init");
+    Ledger::open_at(&db.url, log_key(), now).expect("open")
+}
+
 /// The regions test keys are registered for.
 pub const TEST_REGIONS: [&str; 4] = ["cn-east-sh", "cn-north-imx", "east", "west"];
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import bisect
 import calendar
 import contextlib
 import datetime
@@ -99,6 +100,8 @@ REASONS = (
     "outside_scope",
     "entries_mismatch",
     "claim_mismatch",
+    # Section 7: the log's receive times never decrease.
+    "received_at_decreased",
     # Version 2: the admission rules (issue #12, section 6) rechecked from the bundle's entries,
     # with the same names as the ledger's rejection codes (section 8 of the change list).
     "node_not_allowed",
@@ -246,6 +249,11 @@ def b64decode_canonical(value: Any, length: Optional[int] = None) -> bytes:
 
 def b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
+
+
+def format_ts(unix: int) -> str:
+    """Section 2.2's form of Unix seconds."""
+    return datetime.datetime.fromtimestamp(unix, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_timestamp(value: Any) -> int:
@@ -1556,6 +1564,32 @@ class LogView:
         self.invoice_periods: Dict[str, List[Tuple[int, int]]] = {}
         self.context_seqs: set = set()  # (signer, seq) of the context entries (section 6.3)
         self.context_leaf_hashes: Dict[int, bytes] = {}
+        # Receive times (section 7: they never decrease in index order): the context entries'
+        # by index (in increasing order, context comes first) and the last record's.
+        self.context_times: List[Tuple[int, int]] = []
+        self.last_record_time: Optional[Tuple[int, int]] = None
+
+    # section 7: the receive times of the entries held never decrease in index order
+    def check_received_in_order(self, index: int, received_at: int, record: bool) -> None:
+        keys = [i for i, _ in self.context_times]
+        at = bisect.bisect_left(keys, index)
+        before = self.context_times[at - 1] if at > 0 else None
+        if self.last_record_time is not None and self.last_record_time[0] < index and (
+                before is None or self.last_record_time[0] > before[0]):
+            before = self.last_record_time
+        if before is not None and received_at < before[1]:
+            raise Failure("received_at_decreased", f"entry {index}",
+                          f"received_at {format_ts(received_at)} is before {format_ts(before[1])}, the received_at "
+                          f"of entry {before[0]}: the log's receive times never decrease")
+        after = self.context_times[at] if at < len(self.context_times) and keys[at] > index else None
+        if after is not None and after[1] < received_at:
+            raise Failure("received_at_decreased", f"entry {after[0]}",
+                          f"received_at {format_ts(after[1])} is before {format_ts(received_at)}, the received_at "
+                          f"of entry {index}: the log's receive times never decrease")
+        if record:
+            self.last_record_time = (index, received_at)
+        else:
+            self.context_times.insert(at, (index, received_at))
 
     # step 4: key validity (sections 6.1, 6.2)
     def key_for(self, env: Dict[str, Any], index: int, item: str) -> bytes:
@@ -1821,6 +1855,7 @@ def check_entry(e: EntryLine, cp: Checkpoint, view: LogView, prev_known: Dict[in
     expected_prev = ZERO_HASH if e.index == 0 else prev_known.get(e.index - 1)
     if expected_prev is not None and prev != expected_prev:
         raise Failure("leaf_invalid", item, f"prev is not the leaf hash of entry {e.index - 1}")
+    view.check_received_in_order(e.index, now, env["kind"] in RECORD_KINDS)
     if env["kind"] not in RECORD_KINDS:
         try:
             view.check_context_rules(env, e.index, parsed)

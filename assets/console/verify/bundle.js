@@ -307,6 +307,31 @@ export async function checkBundle({ input, logKey, logKeyId, importKey, makeSubj
   const contextList = new LeafList();
   const records = new LeafList();
   let lastRecord = null;
+  // Receive times (§7: they never decrease in index order): the context entries' [index, time]
+  // in index order (context comes first), and the last record's.
+  const contextTimes = [];
+  let lastRecordTime = null;
+  const receivedInOrder = (index, t, record) => {
+    let lo = 0;
+    let hi = contextTimes.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (contextTimes[mid][0] < index) lo = mid + 1;
+      else hi = mid;
+    }
+    let before = lo > 0 ? contextTimes[lo - 1] : null;
+    if (lastRecordTime && lastRecordTime[0] < index && (!before || lastRecordTime[0] > before[0])) before = lastRecordTime;
+    // Timestamps are fixed-width YYYY-MM-DDTHH:MM:SSZ text: they compare as strings.
+    if (before && t < before[1]) {
+      throw new Failure('received_at_decreased', `entry ${index}`, `received_at ${t} is before ${before[1]}, the received_at of entry ${before[0]}: the log's receive times never decrease`);
+    }
+    const after = lo < contextTimes.length && contextTimes[lo][0] > index ? contextTimes[lo] : null;
+    if (after && after[1] < t) {
+      throw new Failure('received_at_decreased', `entry ${after[0]}`, `received_at ${after[1]} is before ${t}, the received_at of entry ${index}: the log's receive times never decrease`);
+    }
+    if (record) lastRecordTime = [index, t];
+    else contextTimes.splice(lo, 0, [index, t]);
+  };
   let inRecords = false;
   let lastIndex = -1;
   let entries = 0;
@@ -538,6 +563,7 @@ export async function checkBundle({ input, logKey, logKeyId, importKey, makeSubj
     if (expected !== null && expected !== leaf.prev) {
       throw new Failure('leaf_invalid', item, index === 0 ? "the first entry's prev is not 32 zero bytes" : `prev is not the leaf hash of entry ${index - 1}`);
     }
+    receivedInOrder(index, leaf.received_at, record);
     if (record) {
       lastRecord = { index, hash };
       records.push(index, hash);

@@ -95,6 +95,8 @@ pub enum Reason {
     EntriesMismatch,
     ClaimMismatch,
     ConsistencyProof,
+    /// An entry's `received_at` is before that of an entry earlier in the log (§7).
+    ReceivedAtDecreased,
     /// An entry breaks an admission rule (§6.7); the code is the ledger's rejection code
     /// (`node_not_allowed`, `unknown_tenant`, `too_old`, `price_conflict`, ...).
     Admission(rejection::Reason),
@@ -144,6 +146,7 @@ impl Reason {
             Reason::EntriesMismatch => "entries_mismatch",
             Reason::ClaimMismatch => "claim_mismatch",
             Reason::ConsistencyProof => "consistency_proof",
+            Reason::ReceivedAtDecreased => super::leaf::RECEIVED_AT_DECREASED,
             Reason::Admission(r) => r.code(),
         }
     }
@@ -723,6 +726,10 @@ pub struct BundleChecker {
     /// chain is checked where the bundle holds the entry before (§15 step 4).
     context_hashes: HashMap<u64, Hash>,
     last_record: Option<(u64, Hash)>,
+    /// The context entries' receive times by index, and the last record's: the receive times
+    /// of the entries the bundle holds must not decrease in index order.
+    context_times: std::collections::BTreeMap<u64, Timestamp>,
+    last_record_time: Option<(u64, Timestamp)>,
 }
 
 impl BundleChecker {
@@ -745,6 +752,8 @@ impl BundleChecker {
             proof_failure: None,
             context_hashes: HashMap::new(),
             last_record: None,
+            context_times: std::collections::BTreeMap::new(),
+            last_record_time: None,
         }
     }
 
@@ -850,6 +859,7 @@ impl BundleChecker {
         };
         self.place(e)?;
         self.chain(e)?;
+        self.received_in_order(e)?;
         let key = self.admit(e)?;
         if e.checked.kind.signed_by() == super::record::Role::Ledger {
             // Context that changes the registry counts only once its signature holds.
@@ -1001,6 +1011,33 @@ impl BundleChecker {
             self.last_record = Some((e.index, e.leaf_hash));
         } else {
             self.context_hashes.insert(e.index, e.leaf_hash);
+        }
+        Ok(())
+    }
+
+    /// The receive times never decrease (§7, `leaf::check_received_in_order`): the entry's is
+    /// not before that of the entry the bundle holds just before it in the log, nor after that
+    /// of the one just after it (context comes first, so a record's only later neighbours are
+    /// context entries).
+    fn received_in_order(&mut self, e: &PreparedEntry) -> Result<(), Failure> {
+        let context_before = self.context_times.range(..e.index).next_back();
+        let before = match (context_before, self.last_record_time) {
+            (Some((&i, &t)), Some((r, _))) if i > r => Some((i, t)),
+            (_, Some(r)) if r.0 < e.index => Some(r),
+            (Some((&i, &t)), _) => Some((i, t)),
+            (None, _) => None,
+        };
+        super::leaf::check_received_in_order(before, e.received_at).map_err(|m| {
+            Failure::new(Reason::ReceivedAtDecreased, format!("entry {}", e.index), m)
+        })?;
+        if let Some((&i, &t)) = self.context_times.range(e.index + 1..).next() {
+            super::leaf::check_received_in_order(Some((e.index, e.received_at)), t)
+                .map_err(|m| Failure::new(Reason::ReceivedAtDecreased, format!("entry {i}"), m))?;
+        }
+        if is_record_kind(e.checked.kind) {
+            self.last_record_time = Some((e.index, e.received_at));
+        } else {
+            self.context_times.insert(e.index, e.received_at);
         }
         Ok(())
     }

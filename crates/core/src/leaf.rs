@@ -80,6 +80,26 @@ impl Leaf {
     }
 }
 
+/// The reason code of an entry received before an entry earlier in the log.
+pub const RECEIVED_AT_DECREASED: &str = "received_at_decreased";
+
+/// The log's receive times never decrease (§7): an entry's `received_at` is not before that of
+/// any entry earlier in the log. `earlier` is the latest (largest) receive time of the entries
+/// before it that the checker has seen, with that entry's index. The ledger guarantees it by
+/// checking its clock (`store::clock`); `verify-log` and the bundle verifiers recheck it here.
+pub fn check_received_in_order(
+    earlier: Option<(u64, Timestamp)>,
+    received_at: Timestamp,
+) -> Result<(), String> {
+    match earlier {
+        Some((index, t)) if received_at < t => Err(format!(
+            "received_at {received_at} is before {t}, the received_at of entry {index}: the \
+             log's receive times never decrease"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Leaf bytes from the canonical envelope, without re-serialising it. RFC 8785 orders the
 /// members `envelope, index, prev, received_at, v`; every value but the envelope is ASCII that
 /// needs no escaping, so concatenation gives exactly the canonical form.
@@ -102,6 +122,16 @@ pub fn leaf_bytes(
 mod tests {
     use super::*;
     use crate::merkle::Hash;
+
+    #[test]
+    fn receive_times_never_decrease() {
+        let t = |s: i64| Timestamp::from_unix(1_800_000_000 + s).unwrap();
+        assert!(check_received_in_order(None, t(0)).is_ok());
+        assert!(check_received_in_order(Some((4, t(0))), t(0)).is_ok());
+        assert!(check_received_in_order(Some((4, t(0))), t(1)).is_ok());
+        let e = check_received_in_order(Some((4, t(10))), t(9)).unwrap_err();
+        assert!(e.contains("entry 4"), "{e}");
+    }
 
     #[test]
     fn fast_leaf_bytes_equal_the_generic_canonical_form() {

@@ -20,7 +20,7 @@ pub const MAX_REPORTED_FAILURES: usize = 100;
 
 /// A problem found, at the index of the entry it concerns, with a stable reason code: the
 /// ingest rejection code where the entry breaks an admission rule (docs/PROTOCOL.md §6.6),
-/// otherwise one of `leaf_invalid`, `index_mismatch`, `chain_broken`, `duplicate_seq`,
+/// otherwise one of `leaf_invalid`, `index_mismatch`, `chain_broken`, `received_at_decreased`, `duplicate_seq`,
 /// `bad_signature`, `tree`, `checkpoint`, `stored_column`, `missing_entry`, `key_table`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Failure {
@@ -65,6 +65,8 @@ pub struct LogChecker {
     origin: String,
     size: u64,
     prev: Hash,
+    /// The latest `received_at` so far, with its entry's index.
+    received: Option<(u64, crate::time::Timestamp)>,
     tree: MemoryHashes,
     registry: Registry,
     max_seq: HashMap<String, u64>,
@@ -82,6 +84,7 @@ impl LogChecker {
             origin: origin.to_owned(),
             size: 0,
             prev: GENESIS_PREV,
+            received: None,
             tree: MemoryHashes::default(),
             registry: Registry::new(log_key),
             max_seq: HashMap::new(),
@@ -172,6 +175,16 @@ impl LogChecker {
         if !chained {
             let what = "hash chain broken: prev is not the previous entry's leaf hash".to_owned();
             return (Some((leaf, checked)), fail("chain_broken", what));
+        }
+        let earlier = self.received;
+        if earlier.is_none_or(|(_, t)| leaf.received_at >= t) {
+            self.received = Some((index, leaf.received_at));
+        }
+        if let Err(what) = crate::leaf::check_received_in_order(earlier, leaf.received_at) {
+            return (
+                Some((leaf, checked)),
+                fail(crate::leaf::RECEIVED_AT_DECREASED, what),
+            );
         }
         let env = &checked.envelope;
         let admitted = self.registry.admit(

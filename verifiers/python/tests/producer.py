@@ -225,6 +225,14 @@ class Log:
         envelope = dict(unsigned, sig=b64(sig))
         return self.append_envelope(envelope, received_at, version=version)
 
+    def received_after(self, end: str) -> str:
+        """A record's default received_at: 2 s after it ends, but never before the last entry's
+        (section 7: the log's receive times never decrease)."""
+        t = unix(end) + 2
+        if self.entries:
+            t = max(t, unix(self.entries[-1].received_at))
+        return _ts(t)
+
     def append_envelope(self, envelope: Dict[str, Any], received_at: str, version: int = 2) -> int:
         index = len(self.entries)
         prev = self.entries[-1].leaf_hash if self.entries else bytes(32)
@@ -325,7 +333,7 @@ class Log:
                 "gpu_seconds": dec(Decimal(count) * seconds)}
         if lease is not None:
             body["lease"] = lease
-        return self.append("gpu_usage", signer, key, body, received_at or _ts(unix(end) + 2), **kw)
+        return self.append("gpu_usage", signer, key, body, received_at or self.received_after(end), **kw)
 
     def energy(self, signer: str, key: Key, tenant: Optional[str], region: str, kwh: str, start: str,
                seconds: int, received_at: Optional[str] = None, node: Optional[str] = None, **kw) -> int:
@@ -333,7 +341,7 @@ class Log:
         body = {"region": region, "node": node or signer, "start": start, "end": end, "kwh": kwh}
         if tenant is not None:
             body["tenant"] = tenant
-        return self.append("energy", signer, key, body, received_at or _ts(unix(end) + 2), **kw)
+        return self.append("energy", signer, key, body, received_at or self.received_after(end), **kw)
 
     # tree
     def leaf_hashes(self, size: Optional[int] = None) -> List[bytes]:
@@ -558,7 +566,7 @@ class Scenario:
         log.region_params("cn-nmg-1", "1.2", "500", "2026-11-15T00:00:00Z", "2026-11-10T00:00:00Z")    # 13
         log.energy("node-a", na, TENANT, "cn-nmg-1", "2.25", "2026-11-20T00:00:00Z", 3600)              # 14
         log.energy("node-b", nb, TENANT, "eu-west-1", "0.75", "2026-11-04T00:00:00Z", 3600)             # 15
-        log.revoke("node-b", nb, "2026-11-25T00:00:00Z")                                                # 16
+        log.revoke("node-b", nb, "2026-11-21T00:00:00Z")                                                # 16
         log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1", "2026-10-20T00:00:00Z", 60)  # 17
         kw: Dict[str, Any] = {}
         if variant == "bad_signature":

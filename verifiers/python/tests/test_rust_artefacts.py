@@ -309,7 +309,19 @@ def v3_tampers(lines):
     raw[0] ^= 1
     node["hashes"][0] = gv.b64(bytes(raw))
     leaf = copy.deepcopy(objs[last])
-    leaf["leaf"]["received_at"] = mutate_string(leaf["leaf"]["received_at"][:-1]) + "Z"
+    # One second earlier or later, between the receive times of the entries around it (they
+    # never decrease): within every rule the entry is checked against, so only the tree notices.
+    t = gv.parse_timestamp(leaf["leaf"]["received_at"])
+    times = [(o["leaf"]["index"], gv.parse_timestamp(o["leaf"]["received_at"]))
+             for o in objs if o.get("type") == "entry"]
+    i = leaf["leaf"]["index"]
+    before = max((u for j, u in times if j < i), default=t - 1)
+    after = min((u for j, u in times if j > i), default=t + 1)
+    moved = t - 1 if t - 1 >= before else t + 1
+    leaf["leaf"]["received_at"] = gv.format_ts(moved)
+    # Where the entries around it were received in the same second, any move breaks the order
+    # of receive times, which is checked first.
+    moved_reason = "inclusion_proof" if before <= moved <= after else "received_at_decreased"
     end = dict(objs[-1], nodes=objs[-1]["nodes"] + 1)
     swapped = list(lines)
     swapped[last - 1], swapped[last] = swapped[last], swapped[last - 1]
@@ -317,7 +329,7 @@ def v3_tampers(lines):
     spaced[last] = lines[last].replace(b'{"index"', b'{ "index"', 1)
     return [
         ("a bit of a multi-proof node flipped", file(replaced(nodes, node)), "inclusion_proof"),
-        ("a record's received_at changed", file(replaced(last, leaf)), "inclusion_proof"),
+        ("a record's received_at changed", file(replaced(last, leaf)), moved_reason),
         ("an entry line not canonical JSON", file(spaced), "malformed"),
         ("the end line counting one node more", file(replaced(len(lines) - 1, end)), "truncated"),
         ("the end line cut off", file(lines[:-1]), "truncated"),

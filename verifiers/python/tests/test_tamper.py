@@ -443,8 +443,8 @@ class AdmissionRules(VerifierTestCase):
         self.assertPass(result_and_lines[0])
 
     def test_baseline(self):
-        self.usage(lease="lease-1")
         self.spot("2026-11-03T00:00:00Z", "2026-11-02T00:00:00Z")
+        self.usage(lease="lease-1")
         self.passes(self.bundle())
         self.passes(self.cert())
 

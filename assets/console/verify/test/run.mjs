@@ -453,9 +453,18 @@ for (const [name, edit, expected] of [
     const e = lastRecord(l);
     e.leafObject.received_at = plusSeconds(e.leafObject.envelope.body.start, 40 * 86400);
   }, 'too_old'],
-  ["a record's received_at moved to before its end, past the skew", (l) => {
+  ["a record's received_at moved before the entry before it, within its own time rules", (l) => {
+    const rs = records(l);
+    const e = rs[rs.length - 1];
+    const before = entryLines(l).filter((o) => o.index < e.index).sort((a, b) => b.index - a.index)[0];
+    e.leafObject.received_at = plusSeconds(before.leafObject.received_at, -1);
+  }, 'received_at_decreased'],
+  ["a record's received_at moved to before its end, past the skew (earlier entries' no later)", (l) => {
     const e = lastRecord(l);
-    e.leafObject.received_at = plusSeconds(e.leafObject.envelope.body.end, -3600);
+    const t = plusSeconds(e.leafObject.envelope.body.end, -3600);
+    e.leafObject.received_at = t;
+    // Receive times never decrease (§7): the entries before it are received no later.
+    for (const o of entryLines(l)) if (o.index < e.index && o.leafObject.received_at > t) o.leafObject.received_at = t;
   }, 'in_future'],
   ['the log policy in force cut to one day (re-signed)', async (l) => {
     const p = entryOf(l, 'log_policy');
