@@ -904,6 +904,18 @@ fn describe_metrics() {
         "Rounds in which writing checkpoints to the publish directory failed"
     );
     metrics::describe_gauge!(
+        "gpuledger_clock_unreliable",
+        "1 while the ledger's clock is unreliable (stepped, or behind the log): nothing is written, signed or invoiced"
+    );
+    metrics::describe_counter!(
+        "gpuledger_clock_steps_total",
+        "Steps of the ledger's wall clock against its monotonic clock"
+    );
+    metrics::describe_gauge!(
+        "gpuledger_clock_synchronized",
+        "1 when the kernel says the wall clock is synchronised (adjtimex), 0 when not"
+    );
+    metrics::describe_gauge!(
         "gpuledger_mirror_size",
         "Tree size whose tiles, entry bundles and documents the mirror directory holds"
     );

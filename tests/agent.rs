@@ -626,3 +626,34 @@ fn a_missing_lease_file_is_said_once() {
     assert!(err.contains("billed to nobody"), "{err}");
     assert!(err.contains("lease file found"), "{err}");
 }
+
+// An agent whose wall clock steps back an hour mid-run (libfaketime on the agent alone, its
+// monotonic clock real) keeps measuring: intervals follow the monotonic clock from the last
+// recorded end, the step is logged, nothing overlaps, nothing is dead-lettered.
+both_backends!(
+    an_agent_whose_clock_steps_back_keeps_measuring,
+    |db: &TestDb| {
+        let (s, _server, base, cfg) = served_node(db, "node-clock");
+        let offset = s.dir.path().join("faketime");
+        std::fs::write(&offset, "+0\n").unwrap();
+        let Some(env) = faketime_env(&offset) else {
+            return;
+        };
+        let mut cmd = bin();
+        cmd.args(["agent", "--config"]).arg(&cfg);
+        cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+        cmd.env("GPULEDGER_LOG", "info");
+        let a = watched(cmd);
+        a.wait_lines(3, Duration::from_secs(30));
+        std::fs::write(&offset, "-1h\n").unwrap();
+        let before = a.lines();
+        // Before the fix it waited an hour for the wall clock, silently.
+        a.wait_lines(before + 4, Duration::from_secs(30));
+        a.wait_for("the step in the log", Duration::from_secs(10), |w| {
+            w.stderr.lock().unwrap().contains("stepped")
+        });
+        a.kill();
+        let last = drain_spool(&s, "node-clock", &base);
+        assert_exactly_once(&s, "node-clock", last);
+    }
+);

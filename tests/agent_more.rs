@@ -748,3 +748,61 @@ fn an_unregistered_lease_waits_alone_and_follows_once_registered() {
         "nothing dead-lettered"
     );
 }
+
+// A market signer whose clock runs 10 minutes behind the ledger's signs a price the ledger
+// finds in the past: the refusal is the clock's, not the price's, so the price is held and
+// retried (never dead-lettered), the skew is measured, and the log says why.
+both_backends!(
+    a_market_signer_behind_the_ledger_holds_its_refused_prices,
+    |db: &TestDb| {
+        let s = setup(db, &[("market-late", Role::Market)]);
+        let (_server, base) = s.serve(0);
+        let d = s.dir.path().join("market");
+        std::fs::create_dir_all(&d).unwrap();
+        let offset = d.join("faketime");
+        std::fs::write(&offset, "-10m\n").unwrap();
+        let Some(env) = faketime_env(&offset) else {
+            return;
+        };
+        keyfile::write_new(&d.join("market.key"), &sample::key("market-late")).unwrap();
+        // 400 s before the ledger's now (past its 300 s skew), 200 s after the signer's.
+        let effective = Timestamp::now().plus(-400);
+        std::fs::write(
+            d.join("prices.csv"),
+            format!(
+                "effective_from,region,gpu_model,price_per_gpu_hour,currency\n\
+                 {effective},cn-north-imx,H100-SXM-80G,9.80,CNY\n"
+            ),
+        )
+        .unwrap();
+        let cfg = d.join("market.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "signer = \"market-late\"\nkey_file = \"market.key\"\nserver_url = \"{base}\"\n\
+                 spool_dir = \"spool\"\n\n[source]\nkind = \"csv\"\npath = \"prices.csv\"\n"
+            ),
+        )
+        .unwrap();
+        let mut cmd = bin();
+        cmd.args(["market", "--config"]).arg(&cfg);
+        cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+        cmd.env("GPULEDGER_LOG", "info");
+        let m = watched(cmd);
+        m.wait_for("the refusal held", Duration::from_secs(30), |w| {
+            w.stderr.lock().unwrap().contains("clock disagrees")
+        });
+        drop(m);
+        let spool = d.join("spool");
+        assert!(
+            !spool.join(DEAD_LETTER_FILE).exists(),
+            "dead-lettered: {}",
+            std::fs::read_to_string(spool.join(DEAD_LETTER_FILE)).unwrap_or_default()
+        );
+        let held = gpuledger::agent::spool::Spool::open(&spool, 1_000, 4096)
+            .unwrap()
+            .held();
+        assert_eq!(held, 1, "the price is held for retry");
+        assert!(logged(&s.url, "market-late").is_empty());
+    }
+);

@@ -21,42 +21,14 @@ use std::time::{Duration, Instant};
 
 const NODE: &str = "node-clock";
 const TENANT: &str = "tenant-clock";
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-
-/// libfaketime, or `None` after saying loudly that the test is skipped.
-fn faketime() -> Option<&'static str> {
-    if Path::new(LIBFAKETIME).exists() {
-        return Some(LIBFAKETIME);
-    }
-    if std::env::var("GPULEDGER_REQUIRE_FAKETIME").as_deref() == Ok("1") {
-        panic!("GPULEDGER_REQUIRE_FAKETIME=1 but {LIBFAKETIME} is missing (apt-get install libfaketime)");
-    }
-    eprintln!(
-        "\n*** SKIPPED the clock test: {LIBFAKETIME} is missing (apt-get install libfaketime) ***"
-    );
-    None
-}
-
-/// A `serve` whose wall clock is what the file `offset` says (libfaketime's `+40d`, `-1h`,
-/// `+0`), re-read at most every second; its monotonic clocks are real.
-fn serve_faked(log: &Log, db: &TestDb, n: u32, offset: &Path) -> (Server, Http) {
-    let lib = faketime().expect("checked by the caller");
-    let s = Server::start_env(
-        &db.url,
-        &log.key_path(),
-        log.dir.path(),
-        n,
-        &[],
-        &[
-            ("LD_PRELOAD", lib),
-            ("FAKETIME_TIMESTAMP_FILE", offset.to_str().unwrap()),
-            ("FAKETIME_CACHE_DURATION", "1"),
-            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-            ("FAKETIME_DONT_RESET", "1"),
-        ],
-    );
+/// A `serve` whose wall clock is what the file `offset` says, or `None` (skipped) without
+/// libfaketime.
+fn serve_faked(log: &Log, db: &TestDb, n: u32, offset: &Path) -> Option<(Server, Http)> {
+    let env = common::faketime_env(offset)?;
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let s = Server::start_env(&db.url, &log.key_path(), log.dir.path(), n, &[], &env);
     let h = s.http();
-    (s, h)
+    Some((s, h))
 }
 
 fn set_offset(file: &Path, offset: &str) {
@@ -138,13 +110,12 @@ fn metric(h: &Http, name: &str) -> f64 {
 both_backends!(
     a_stepped_ledger_clock_stops_writes_until_it_is_back,
     |db: &TestDb| {
-        if faketime().is_none() {
-            return;
-        }
         let log = init(db);
         let offset: PathBuf = log.dir.path().join("faketime");
         set_offset(&offset, "+0");
-        let (_srv, h) = serve_faked(&log, db, 0, &offset);
+        let Some((_srv, h)) = serve_faked(&log, db, 0, &offset) else {
+            return;
+        };
         h.parties(&log.admin, &[TENANT]);
         h.register(&log.admin, NODE, "node", &sample::key(NODE));
         h.post_usage(NODE, TENANT, 1..3, 1);
@@ -175,19 +146,18 @@ both_backends!(
 both_backends!(
     a_ledger_started_with_a_clock_behind_its_log_writes_nothing,
     |db: &TestDb| {
-        if faketime().is_none() {
-            return;
-        }
         let log = init(db);
         let offset: PathBuf = log.dir.path().join("faketime");
         set_offset(&offset, "+0");
-        let (srv, h) = serve_faked(&log, db, 0, &offset);
+        let Some((srv, h)) = serve_faked(&log, db, 0, &offset) else {
+            return;
+        };
         h.parties(&log.admin, &[TENANT]);
         h.register(&log.admin, NODE, "node", &sample::key(NODE));
         h.post_usage(NODE, TENANT, 1..3, 1);
         drop(srv);
         set_offset(&offset, "-1h");
-        let (_srv, h) = serve_faked(&log, db, 1, &offset);
+        let (_srv, h) = serve_faked(&log, db, 1, &offset).expect("libfaketime is there");
         ready_becomes(&h, 503);
         writes_refused(&h, &log.admin, 3);
         // Reads go on.

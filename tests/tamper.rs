@@ -792,7 +792,7 @@ both_backends!(
                 scope: Scope::default(),
             })
             .unwrap();
-        let back = ledger.with_reader(|c| read::head(c)).unwrap().0 - 2;
+        let back = ledger.with_reader(read::head).unwrap().0 - 2;
         let mut conn = gpuledger::store::connect(&db.url).unwrap();
         match verify_log(&mut conn, None, &mut |_, _| {}) {
             Err(VerifyError::Bad(f)) => {

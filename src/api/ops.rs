@@ -86,6 +86,9 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     ::metrics::gauge!("gpuledger_sequencer_queue_depth").set(state.ledger.queue_depth() as f64);
     let rewound = state.ledger.rewound().is_some();
     ::metrics::gauge!("gpuledger_log_rewound").set(if rewound { 1.0 } else { 0.0 });
+    let unreliable = state.ledger.clock_fault().is_some();
+    ::metrics::gauge!("gpuledger_clock_unreliable").set(if unreliable { 1.0 } else { 0.0 });
+    ::metrics::counter!("gpuledger_clock_steps_total").absolute(state.ledger.clock_steps());
     let ledger = state.ledger.clone();
     if let Ok(Ok(Some(age))) = web::block(move || ledger.latest_checkpoint_age_seconds()).await {
         ::metrics::gauge!("gpuledger_checkpoint_age_seconds").set(age as f64);

@@ -24,6 +24,11 @@ pub struct IngestResponse {
     /// `{"status":"duplicate","index":N}` or
     /// `{"status":"rejected","reason":"…","field":"…","message":"…"}`.
     pub outcomes: Vec<Outcome>,
+    /// The ledger's clock when it answered (§2.2 form): what a signer compares its own clock
+    /// with, so that a refusal its clock caused (`too_old`, `in_future`, `price_in_past`) is
+    /// told from one its record caused (docs/AGENT.md, "Clocks").
+    #[schema(value_type = String, example = "2026-11-30T12:00:00Z")]
+    pub ledger_now: crate::core::time::Timestamp,
 }
 
 /// The body of `POST /v1/records` as the server reads it (docs/PROTOCOL.md §6.5): a JSON
@@ -178,6 +183,7 @@ pub async fn post_records(
         duplicates: 0,
         rejected: 0,
         outcomes: Vec::new(),
+        ledger_now: state.ledger.now(),
     };
     for o in &outcomes {
         match o {

@@ -3,8 +3,9 @@
 //! log's last entry and the monotonic clock. While the clock is unreliable (stepped, or behind
 //! what the log already used) nothing is written, no checkpoint is signed and nothing is
 //! invoiced: [`StoreError::ClockUnreliable`], answered 503 `clock_unreliable` with
-//! `Retry-After`, and `/readyz` is not ready. Metrics: `gpuledger_clock_unreliable`,
-//! `gpuledger_clock_steps_total`, `gpuledger_clock_synchronized`.
+//! `Retry-After`, and `/readyz` is not ready. Metrics: `gpuledger_clock_synchronized` here;
+//! `gpuledger_clock_unreliable` and `gpuledger_clock_steps_total` from [`ClockGuard::fault`]
+//! and [`ClockGuard::steps`] when `/metrics` is read.
 
 use super::StoreError;
 use crate::core::clock::{ClockPolicy, ClockWatch, Reading, Unreliable};
@@ -20,8 +21,6 @@ pub struct ClockGuard {
 impl ClockGuard {
     /// A guard for a log whose last entry was received at `latest`.
     pub fn new(policy: ClockPolicy, latest: Option<Timestamp>) -> ClockGuard {
-        metrics::gauge!("gpuledger_clock_unreliable").set(0.0);
-        metrics::counter!("gpuledger_clock_steps_total").absolute(0);
         ClockGuard {
             policy,
             state: Mutex::new((ClockWatch::new(latest), None)),
@@ -44,16 +43,11 @@ impl ClockGuard {
             synchronised,
         };
         let (watch, fault) = &mut *state;
-        let steps = watch.steps();
         let verdict = watch.observe(reading, &self.policy);
-        if watch.steps() > steps {
-            metrics::counter!("gpuledger_clock_steps_total").increment(watch.steps() - steps);
-        }
         match verdict {
             Ok(t) => {
                 if let Some(was) = fault.take() {
                     tracing::warn!(%was, "the ledger's clock is reliable again; writes resume");
-                    metrics::gauge!("gpuledger_clock_unreliable").set(0.0);
                 }
                 Ok(t)
             }
@@ -68,7 +62,6 @@ impl ClockGuard {
                         tracing::error!(reason = %u, "the ledger's clock is unreliable");
                     }
                 }
-                metrics::gauge!("gpuledger_clock_unreliable").set(1.0);
                 *fault = Some(u.clone());
                 Err(StoreError::ClockUnreliable(u.to_string()))
             }
@@ -78,5 +71,10 @@ impl ClockGuard {
     /// Why the clock was unreliable at its last check, if it was.
     pub fn fault(&self) -> Option<Unreliable> {
         self.state.lock().expect("clock guard lock").1.clone()
+    }
+
+    /// Steps seen since start.
+    pub fn steps(&self) -> u64 {
+        self.state.lock().expect("clock guard lock").0.steps()
     }
 }

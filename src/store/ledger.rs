@@ -374,6 +374,11 @@ impl Ledger {
         self.guard.fault()
     }
 
+    /// Steps of the ledger's clock seen since it opened.
+    pub fn clock_steps(&self) -> u64 {
+        self.guard.steps()
+    }
+
     /// Sets the issuer, payment terms, taxes and public URL of the invoices issued from now on
     /// (`serve`'s settings; without them: no issuer name, which issuance replaces by the log's
     /// origin, 30 days, no tax).

@@ -441,3 +441,31 @@ pub fn not_in_backticks<'a>(doc: &str, words: impl IntoIterator<Item = &'a str>)
         .filter(|w| !doc.contains(&format!("`{w}`")))
         .collect()
 }
+
+/// libfaketime's library (Debian `libfaketime`).
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The environment that gives a spawned process the wall clock the file `offset` says
+/// (libfaketime's `+40d`, `-1h`, `+0`, re-read at most every second), its monotonic clocks
+/// real; `None`, after saying loudly that the test is skipped, without libfaketime (which
+/// `GPULEDGER_REQUIRE_FAKETIME=1`, set by `.ci/run`, turns into a failure).
+#[allow(dead_code)]
+pub fn faketime_env(offset: &Path) -> Option<Vec<(&'static str, String)>> {
+    if !Path::new(LIBFAKETIME).exists() {
+        if std::env::var("GPULEDGER_REQUIRE_FAKETIME").as_deref() == Ok("1") {
+            panic!("GPULEDGER_REQUIRE_FAKETIME=1 but {LIBFAKETIME} is missing (apt-get install libfaketime)");
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n*** SKIPPED a faked-clock test: {LIBFAKETIME} is missing (apt-get install libfaketime) ***"
+        );
+        return None;
+    }
+    Some(vec![
+        ("LD_PRELOAD", LIBFAKETIME.to_owned()),
+        ("FAKETIME_TIMESTAMP_FILE", offset.display().to_string()),
+        ("FAKETIME_CACHE_DURATION", "1".to_owned()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
+        ("FAKETIME_DONT_RESET", "1".to_owned()),
+    ])
+}

@@ -46,8 +46,16 @@ pub struct AgentMetrics {
     pub send_failures: Counter,
     /// Intervals not recorded because the GPUs could not be read or the spool not written.
     pub measurement_errors: Counter,
-    /// Unix time of the last POST answered with one outcome per record.
+    /// Unix time of the last POST whose answer accepted (or found duplicate) a record.
     pub last_success: Gauge,
+    /// This machine's clock minus the ledger's, in seconds, as the last answer said.
+    pub clock_skew: Gauge,
+    /// Steps of this machine's wall clock against its monotonic clock.
+    pub clock_steps: Counter,
+    /// Unix time of the last interval the measurer closed (recorded or not).
+    pub last_measurement: Gauge,
+    /// The measurement interval, in seconds.
+    pub interval: Gauge,
     /// Time of one POST, in seconds.
     pub send_seconds: Histogram,
     spool_pending: Gauge,
@@ -175,7 +183,26 @@ impl AgentMetrics {
             last_success: gauge(
                 "gpuledger_agent_last_success_timestamp_seconds",
                 Some(Unit::Seconds),
-                "Unix time of the last POST the ledger answered with one outcome per record (0: none yet)",
+                "Unix time of the last POST whose answer accepted a record or found it a duplicate (0: none yet); refusals do not count",
+            ),
+            clock_skew: gauge(
+                "gpuledger_agent_clock_skew_seconds",
+                Some(Unit::Seconds),
+                "This machine's clock minus the ledger's (its answer's ledger_now), in seconds",
+            ),
+            clock_steps: counter(
+                "gpuledger_agent_clock_steps_total",
+                "Steps of this machine's wall clock against its monotonic clock seen while measuring",
+            ),
+            last_measurement: gauge(
+                "gpuledger_agent_last_measurement_timestamp_seconds",
+                Some(Unit::Seconds),
+                "Unix time of the last measurement interval the agent closed (0: none yet)",
+            ),
+            interval: gauge(
+                "gpuledger_agent_interval_seconds",
+                Some(Unit::Seconds),
+                "The agent's measurement interval, in seconds",
             ),
             send_seconds,
             spool_pending: gauge(

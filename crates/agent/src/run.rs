@@ -20,6 +20,7 @@ use ed25519_dalek::SigningKey;
 use gpuledger_core::envelope::Envelope;
 use gpuledger_core::keys;
 use gpuledger_core::time::Timestamp;
+use gpuledger_shell::clock::monotonic_ms;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -154,20 +155,28 @@ pub fn next_boundary(t: Timestamp, interval: i64) -> Timestamp {
     Timestamp::from_unix((t.unix().div_euclid(interval) + 1) * interval).unwrap_or(t)
 }
 
-/// Sleeps until the wall clock reaches `t` (or stop).
-fn sleep_until(shared: &Shared, t: Timestamp) {
+/// A disagreement larger than this, in seconds, between the wall clock and the monotonic clock
+/// over one wait is a step of the wall clock (an NTP step, a manual `date -s`, a VM resumed with
+/// a wrong clock): reported, and the interval is recorded as the monotonic clock measured it.
+pub const CLOCK_STEP_SECONDS: i64 = 5;
+
+/// The wall clock, in milliseconds since the Unix epoch.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Sleeps `ms` milliseconds by the monotonic clock (which counts time suspended), or until
+/// stop: a wall clock stepped back cannot stretch the wait, nor one stepped forward cut it.
+fn sleep_monotonic(shared: &Shared, ms: i64) {
+    let deadline = monotonic_ms() + ms.max(0) as u64;
     loop {
-        let now = Timestamp::now();
-        if now >= t || shared.stopping() {
+        let now = monotonic_ms();
+        if now >= deadline || shared.stopping() {
             return;
         }
-        // Wake just after the second turns, so the boundary's second is reached.
-        let ms = 1000
-            - (std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_millis()) as u64)
-                .min(999);
-        shared.sleep(Duration::from_millis(ms.min(1000) + 5));
+        shared.sleep(Duration::from_millis((deadline - now).min(1000)));
     }
 }
 
@@ -264,18 +273,24 @@ impl Measurer {
             .last_cursor()
             .and_then(|c| c.strip_prefix(CURSOR_PREFIX)?.parse::<i64>().ok())
             .and_then(Timestamp::from_unix);
-        if let Some(e) = last_end {
-            if Timestamp::now() < e {
-                tracing::warn!(last_end = %e, "the clock is behind the last recorded interval; waiting for it");
-                sleep_until(shared, e);
-            }
-        }
         self.reload_leases();
+        shared.metrics.interval.set(interval as f64);
         let mut start = Timestamp::now();
-        if let Some(e) = last_end {
-            if e < start {
+        // After the wall clock went back (before this start, or during a wait), intervals follow
+        // the monotonic clock from the last recorded end until the wall clock has caught up:
+        // measuring never waits silently, and no interval overlaps one already signed.
+        let mut ahead_of_wall = false;
+        match last_end {
+            Some(e) if start < e => {
+                tracing::warn!(node = %self.cfg.node, last_end = %e, now = %start, "the clock is behind the last recorded interval (it stepped back); measuring goes on from that interval by the monotonic clock until the clock catches up");
+                shared.metrics.clock_steps.increment(1);
+                start = e;
+                ahead_of_wall = true;
+            }
+            Some(e) if e < start => {
                 tracing::info!(from = %e, to = %start, "not recording the time the agent was down");
             }
+            _ => {}
         }
         let mut baseline_needed = match self.read(start) {
             Some(r) => {
@@ -285,16 +300,35 @@ impl Measurer {
             None => true,
         };
         while !shared.stopping() {
-            let end = next_boundary(start, interval);
-            sleep_until(shared, end);
+            let end = if ahead_of_wall {
+                start.plus(interval)
+            } else {
+                next_boundary(start, interval)
+            };
+            let (wall0, mono0) = (wall_ms(), monotonic_ms());
+            let wait = if ahead_of_wall {
+                interval * 1000
+            } else {
+                // Just after the boundary's second turns.
+                end.unix() * 1000 - wall0 + 5
+            };
+            sleep_monotonic(shared, wait);
             if shared.stopping() {
                 break;
             }
-            let now = Timestamp::now();
-            if now.unix() >= end.unix() + interval {
+            let (wall1, mono1) = (wall_ms(), monotonic_ms());
+            let elapsed = (mono1 - mono0) as i64;
+            let step = ((wall1 - wall0) - elapsed) / 1000;
+            let now = Timestamp::from_unix(wall1.div_euclid(1000)).unwrap_or(end);
+            if step.abs() > CLOCK_STEP_SECONDS {
+                shared.metrics.clock_steps.increment(1);
+                tracing::warn!(node = %self.cfg.node, step_seconds = step, from = %start, to = %end, now = %now, "the wall clock stepped against the monotonic clock; the interval is recorded as the monotonic clock measured it");
+            }
+            if elapsed >= wait + interval * 1000 {
                 // Suspended or stalled past a whole interval: a gap, not an invented interval.
                 tracing::warn!(from = %start, to = %now, "missed interval boundaries; this time is not recorded");
                 start = now;
+                ahead_of_wall = false;
                 baseline_needed = true;
                 if let Some(r) = self.read(now) {
                     self.meter.baseline(&r.gpus);
@@ -302,6 +336,7 @@ impl Measurer {
                 }
                 continue;
             }
+            shared.metrics.last_measurement.set(now.unix() as f64);
             let Some(reading) = self.read(end) else {
                 baseline_needed = true;
                 start = end;
@@ -310,12 +345,22 @@ impl Measurer {
             if baseline_needed {
                 self.meter.baseline(&reading.gpus);
                 baseline_needed = false;
-                start = end;
-                continue;
+            } else {
+                self.reload_leases();
+                self.record(shared, start, end, &reading);
             }
-            self.reload_leases();
-            self.record(shared, start, end, &reading);
             start = end;
+            if step > CLOCK_STEP_SECONDS && now > end {
+                // Stepped forward: the time between did not pass; the next interval starts now.
+                start = now;
+            }
+            let behind = now < start;
+            if behind && !ahead_of_wall {
+                tracing::warn!(node = %self.cfg.node, clock = %now, last_end = %start, "the wall clock is behind the last recorded interval; intervals follow the monotonic clock until it catches up");
+            } else if !behind && ahead_of_wall {
+                tracing::info!(node = %self.cfg.node, "the wall clock has caught up; intervals are aligned to it again");
+            }
+            ahead_of_wall = behind;
         }
     }
 

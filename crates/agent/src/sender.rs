@@ -59,6 +59,16 @@ pub const HELD_REASONS: [Reason; 9] = [
     Reason::UnknownLease,
 ];
 
+/// Largest difference, in seconds, between this signer's clock and the ledger's (as its last
+/// answer said) under which a clock-caused refusal is taken as the record's own fault.
+pub const CLOCK_SKEW_TOLERANCE_SECONDS: i64 = 60;
+
+/// Refusals a wrong clock (the signer's or, before the ledger checked its own, the ledger's)
+/// can cause: the record's times against the ledger's receive time.
+pub fn clock_caused(r: Reason) -> bool {
+    matches!(r, Reason::TooOld | Reason::InFuture | Reason::PriceInPast)
+}
+
 /// The disposition of each rejection reason. Every reason is named, so a reason added to core
 /// cannot pass here unclassified.
 pub fn disposition(r: Reason) -> Disposition {
@@ -146,6 +156,8 @@ pub struct Shared {
     pub dead_lettered: AtomicU64,
     /// Prometheus metrics (served when the agent has a metrics listener).
     pub metrics: super::metrics::AgentMetrics,
+    /// This machine's clock minus the ledger's, in seconds, as the last answer said.
+    pub clock_skew: std::sync::atomic::AtomicI64,
 }
 
 impl Shared {
@@ -158,6 +170,7 @@ impl Shared {
             delivered: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
             metrics: super::metrics::AgentMetrics::new(),
+            clock_skew: std::sync::atomic::AtomicI64::new(0),
         })
     }
 
@@ -420,6 +433,15 @@ fn post(
         tracing::error!(signer = %cfg.signer, error = %e, "unreadable answer; will retry");
         Attempt::Retry(None)
     })?;
+    // The ledger's clock, against this signer's: what tells a refusal this clock caused.
+    if let Some(ledger_now) = answer["ledger_now"]
+        .as_str()
+        .and_then(|t| gpuledger_core::time::Timestamp::parse(t).ok())
+    {
+        let skew = gpuledger_core::time::Timestamp::now().unix() - ledger_now.unix();
+        m.clock_skew.set(skew as f64);
+        shared.clock_skew.store(skew, Ordering::Relaxed);
+    }
     match answer["outcomes"].take() {
         serde_json::Value::Array(o) if o.len() == batch.len() => Ok(o),
         _ => {
@@ -439,8 +461,6 @@ fn apply_outcomes(
     cfg: &SenderConfig,
 ) -> Attempt {
     let m = &shared.metrics;
-    m.last_success
-        .set(gpuledger_core::time::Timestamp::now().unix() as f64);
     let mut spool = shared.spool.lock().expect("spool lock");
     let (mut done, mut delivered, mut dead) = (0usize, 0u64, 0u64);
     // The records to hold, written together before the acknowledgement.
@@ -460,7 +480,20 @@ fn apply_outcomes(
             }
             Ok(Outcome::Rejected(r)) => {
                 m.records_rejected.increment(1);
-                match disposition(r.reason) {
+                let skew = shared.clock_skew.load(Ordering::Relaxed);
+                let disposition = match disposition(r.reason) {
+                    // This signer's clock disagrees with the ledger's: the refusal says more
+                    // about the clock than about the record. Kept and retried, never
+                    // dead-lettered; the skew gauge and its alert say why.
+                    Disposition::DeadLetter
+                        if clock_caused(r.reason) && skew.abs() > CLOCK_SKEW_TOLERANCE_SECONDS =>
+                    {
+                        tracing::error!(signer = %cfg.signer, seq = p.seq, reason = %r.reason, skew_seconds = skew, "record refused while this machine's clock disagrees with the ledger's; it is held and retried, not dead-lettered: fix the clock (docs/AGENT.md, Clocks)");
+                        Disposition::Hold
+                    }
+                    d => d,
+                };
+                match disposition {
                     Disposition::Retry => {
                         tracing::warn!(signer = %cfg.signer, seq = p.seq, reason = %r.reason, message = %r.message, hint = hint(r.reason), "record refused for now; will retry");
                         blocked = true;
@@ -521,6 +554,11 @@ fn apply_outcomes(
     }
     let held_now = spool.held();
     drop(spool);
+    // Alive means records got in: a refusal is an answer, not a delivery.
+    if delivered > 0 {
+        m.last_success
+            .set(gpuledger_core::time::Timestamp::now().unix() as f64);
+    }
     for (code, (reason, records, seq, message)) in refusals {
         tracing::error!(
             signer = %cfg.signer,
