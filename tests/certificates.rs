@@ -514,6 +514,9 @@ struct HandLog {
     leaves: Vec<Vec<u8>>,
     hashes: MemoryHashes,
     ledger_seq: u64,
+    /// The latest receive time so far: the ledger's own entries are received then (receive
+    /// times never decrease, PROTOCOL §7).
+    received: Option<Timestamp>,
 }
 
 impl HandLog {
@@ -524,6 +527,7 @@ impl HandLog {
             leaves: Vec::new(),
             hashes: MemoryHashes::default(),
             ledger_seq: 0,
+            received: None,
         };
         log.ledger(Body::TenantRegistered(TenantRegistered {
             tenant: "acme".into(),
@@ -539,6 +543,7 @@ impl HandLog {
             .map(|l| merkle::leaf_hash(l))
             .unwrap_or(GENESIS_PREV);
         let bytes = Leaf::new(index, received_at, &prev, env).to_bytes();
+        self.received = self.received.max(Some(received_at));
         merkle::append_leaves(index, &[merkle::leaf_hash(&bytes)], &mut self.hashes).unwrap();
         self.leaves.push(bytes);
         index
@@ -547,7 +552,7 @@ impl HandLog {
     fn ledger(&mut self, body: Body) -> u64 {
         self.ledger_seq += 1;
         let env = signed(LEDGER_SIGNER, &log_key(), self.ledger_seq, &body);
-        self.push(env, at(7300))
+        self.push(env, self.received.unwrap_or(at(0)))
     }
 
     fn note(&self) -> String {
