@@ -757,3 +757,50 @@ both_backends!(events_without_subscribers_write_nothing, |db: &TestDb| {
     assert_eq!((events, deliveries), (0, 0));
     assert_verifies(&ledger);
 });
+
+// An account write (a transaction that reads, then writes) overtaken by another connection's
+// commit between its read and its write: on SQLite that is "database is locked" at once, with
+// no busy wait (WAL cannot upgrade an outdated read snapshot). The ledger runs the
+// transaction again instead of answering an outage (Schemathesis once got a 503 for
+// PATCH /v1/tenants/{id} this way while the demo was ingesting).
+both_backends!(
+    an_account_write_overtaken_by_a_commit_is_run_again,
+    |db: &TestDb| {
+        use diesel::prelude::*;
+        use gpuledger::store::schema::meta;
+        let ledger = open(db);
+        parties(&ledger, &["acme"]);
+        let mut attempts = 0;
+        let t = ledger
+            .with_account_writer(|conn| {
+                attempts += 1;
+                conn.transaction(|conn| {
+                    let before: i64 = meta::table.count().get_result(conn)?;
+                    if attempts == 1 {
+                        // Another connection commits between this transaction's read and
+                        // its write.
+                        let mut other = gpuledger::store::connect(&db.url).unwrap();
+                        diesel::insert_into(meta::table)
+                            .values((meta::key.eq("overtaker"), meta::value.eq("1")))
+                            .execute(&mut other)
+                            .unwrap();
+                    }
+                    diesel::insert_into(meta::table)
+                        .values((
+                            meta::key.eq(format!("account-write-{before}")),
+                            meta::value.eq("x"),
+                        ))
+                        .execute(conn)?;
+                    Ok(before)
+                })
+            })
+            .expect("the account write succeeds");
+        if db.backend == "sqlite" {
+            assert_eq!(
+                attempts, 2,
+                "SQLite refused the first attempt, the second ran"
+            );
+        }
+        assert!(t > 0);
+    }
+);

@@ -146,6 +146,18 @@ impl StoreError {
         }
     }
 
+    /// Whether this is SQLite's `SQLITE_BUSY` ("database is locked"): another connection held
+    /// or took the write lock; the transaction may simply be run again.
+    pub fn is_sqlite_busy(&self) -> bool {
+        use diesel::result::Error;
+        match self {
+            StoreError::Database(Error::DatabaseError(_, info)) => {
+                info.message().to_lowercase().contains("database is locked")
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the connection that returned this error must be discarded and a new one made:
     /// any database-level failure (a connection is cheap to re-make; a broken one, reused,
     /// fails every later call).

@@ -126,6 +126,10 @@ impl Clock {
     }
 }
 
+/// Times an account write is run again after SQLite's "database is locked" (a read-then-write
+/// transaction overtaken by a commit of the sequencer).
+const ACCOUNT_WRITE_RETRIES: u32 = 5;
+
 /// An open ledger. Cheap to share between threads (`Arc<Ledger>`).
 pub struct Ledger {
     // Read by `set_clock` (test builds); the sequencer holds its own handle.
@@ -882,18 +886,29 @@ impl Ledger {
     /// call failed is reopened next time.
     pub fn with_account_writer<T>(
         &self,
-        f: impl FnOnce(&mut DbConn) -> Result<T, StoreError>,
+        mut f: impl FnMut(&mut DbConn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut slot = self.account_writer.lock().expect("account writer lock");
-        let conn = match slot.as_mut() {
-            Some(c) => c,
-            None => slot.insert(conn::connect(&self.url)?),
-        };
-        let r = f(conn);
-        if matches!(&r, Err(e) if e.discards_connection()) {
-            *slot = None;
+        let mut attempt = 0;
+        loop {
+            let conn = match slot.as_mut() {
+                Some(c) => c,
+                None => slot.insert(conn::connect(&self.url)?),
+            };
+            let r = f(conn);
+            // SQLite in WAL mode answers "database is locked" at once, without waiting, when a
+            // transaction that read first then writes finds that another connection (the
+            // sequencer) committed since its read: the whole transaction is run again.
+            if attempt < ACCOUNT_WRITE_RETRIES && matches!(&r, Err(e) if e.is_sqlite_busy()) {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20 * attempt as u64));
+                continue;
+            }
+            if matches!(&r, Err(e) if e.discards_connection()) {
+                *slot = None;
+            }
+            return r;
         }
-        r
     }
 
     /// The log size.

@@ -257,23 +257,40 @@ fn restore(
     r.to_size = n.max(m);
     copy_derived(conn, source, n, &mut r)?;
     copy_accounts(conn, source, n, &mut r)?;
+    r.root = verified(
+        conn,
+        log_key,
+        &[(required.size, required.root, "the published")],
+    )?;
+    Ok(r)
+}
+
+/// The last check before a recovery commits: `verify-log`'s run over the whole database (in
+/// the recovery's transaction) and the roots it must have at `roots`' sizes; the report's
+/// root.
+fn verified(
+    conn: &mut DbConn,
+    log_key: &str,
+    roots: &[(u64, Hash, &str)],
+) -> Result<String, RecoverError> {
     let report = match verify::verify_snapshot(conn, Some(log_key), &mut |_, _| {}) {
         Ok(report) => report,
         Err(verify::VerifyError::Bad(f)) => return Err(RecoverError::Verify(f)),
         Err(verify::VerifyError::Log(m)) => return Err(refused(m)),
         Err(verify::VerifyError::Store(e)) => return Err(e.into()),
     };
-    let root = root_at(conn, required.size)?;
-    if root != required.root {
-        return Err(refused(format!(
-            "after recovery the root at size {} is {}, not the published {}; nothing was written",
-            required.size,
-            b64(&root),
-            b64(&required.root)
-        )));
+    for (size, root, whose) in roots {
+        let ours = root_at(conn, *size)?;
+        if ours != *root {
+            return Err(refused(format!(
+                "after recovery the root at size {size} is {}, not {whose} {}: the database and \
+                 the source are not one history; nothing was written",
+                b64(&ours),
+                b64(root)
+            )));
+        }
     }
-    r.root = report.root;
-    Ok(r)
+    Ok(report.root)
 }
 
 #[derive(Queryable, Insertable)]
@@ -842,27 +859,14 @@ fn restore_copy(
             .execute(conn)?;
         r.checkpoints = 1;
     }
-    let report = match verify::verify_snapshot(conn, Some(log_key), &mut |_, _| {}) {
-        Ok(report) => report,
-        Err(verify::VerifyError::Bad(f)) => return Err(RecoverError::Verify(f)),
-        Err(verify::VerifyError::Log(m)) => return Err(refused(m)),
-        Err(verify::VerifyError::Store(e)) => return Err(e.into()),
-    };
-    for (size, root, whose) in [
-        (required.size, required.root, "the published"),
-        (cp.size, cp.root, "the copy's checkpoint's"),
-    ] {
-        let ours = root_at(conn, size)?;
-        if ours != root {
-            return Err(refused(format!(
-                "after recovery the root at size {size} is {}, not {whose} {}: the database and \
-                 the copy are not one history; nothing was written",
-                b64(&ours),
-                b64(&root)
-            )));
-        }
-    }
-    r.root = report.root;
+    r.root = verified(
+        conn,
+        log_key,
+        &[
+            (required.size, required.root, "the published"),
+            (cp.size, cp.root, "the copy's checkpoint's"),
+        ],
+    )?;
     Ok(r)
 }
 
