@@ -1567,11 +1567,12 @@ class LogView:
         # Receive times (section 7: they never decrease in index order): the context entries'
         # by index (in increasing order, context comes first) and the last record's.
         self.context_times: List[Tuple[int, int]] = []
+        self.context_time_indexes: List[int] = []
         self.last_record_time: Optional[Tuple[int, int]] = None
 
     # section 7: the receive times of the entries held never decrease in index order
     def check_received_in_order(self, index: int, received_at: int, record: bool) -> None:
-        keys = [i for i, _ in self.context_times]
+        keys = self.context_time_indexes
         at = bisect.bisect_left(keys, index)
         before = self.context_times[at - 1] if at > 0 else None
         if self.last_record_time is not None and self.last_record_time[0] < index and (
@@ -1590,6 +1591,7 @@ class LogView:
             self.last_record_time = (index, received_at)
         else:
             self.context_times.insert(at, (index, received_at))
+            keys.insert(at, index)
 
     # step 4: key validity (sections 6.1, 6.2)
     def key_for(self, env: Dict[str, Any], index: int, item: str) -> bytes:
