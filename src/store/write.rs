@@ -768,6 +768,7 @@ fn admit_ledger_entry(conn: &mut DbConn, app: &Appender, body: &Body) -> Result<
     let size = app.next_index();
     let parties = read::DbParties::load(conn, size, body)?;
     admission::check_parties(body, u64::MAX, &parties).map_err(refusal)?;
+    admission::check_issued(body, app.received_at).map_err(refusal)?;
     if matches!(
         body,
         Body::RateCard(_) | Body::RegionParams(_) | Body::VolumeTiers(_) | Body::TenantPlan(_)

@@ -1717,6 +1717,11 @@ class LogView:
 
         # Time, with the log policy in force at this index (now = received_at).
         policy = self.policy_at(index)
+        if kind in ("invoice_issued", "certificate_issued"):
+            to = parse_timestamp(body["period_to"])
+            if to > now:
+                raise fail("in_future", "body.period_to",
+                           f"the period ends {to - now} s after received_at: it had not ended when it was issued")
         if kind in NODE_KINDS:
             start, end = parsed["start"], parsed["end"]
             if start < now - policy.max_record_age_seconds:

@@ -119,6 +119,11 @@ export class Admission {
   checkTime(index, kind, b, receivedAt, item) {
     const now = secondsOf(receivedAt, item, 'received_at');
     const { maxAge, skew } = this.policyAt(index);
+    if (kind === 'invoice_issued' || kind === 'certificate_issued') {
+      const ends = secondsOf(b.period_to, item, 'body.period_to') - now;
+      if (ends > 0) throw new Failure('in_future', item, `the period ends ${ends} s after the ledger's clock (${receivedAt}): it had not ended when it was issued`);
+      return;
+    }
     if (kind === 'spot_price') {
       const ahead = secondsOf(b.effective_from, item, 'body.effective_from') - now;
       if (ahead > MAX_SPOT_SCHEDULE_AHEAD_SECONDS) {

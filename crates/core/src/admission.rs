@@ -193,11 +193,34 @@ pub fn check_parties(body: &Body, index: u64, parties: &dyn Parties) -> Result<(
     Ok(())
 }
 
+/// An invoice or a certificate is issued only for a period that has ended (§6.7, time): its
+/// `period_to` is not after the entry's `received_at` (`now`). The ledger refuses to issue one
+/// otherwise (its clock checked first, `store::clock`), and every verifier rechecks it.
+pub fn check_issued(body: &Body, now: Timestamp) -> Result<(), Rejection> {
+    let to = match body {
+        Body::InvoiceIssued(b) => b.period_to,
+        Body::CertificateIssued(b) => b.period_to,
+        _ => return Ok(()),
+    };
+    if to > now {
+        return Err(Rejection::field(
+            Reason::InFuture,
+            "body.period_to",
+            format!(
+                "the period ends at {to}, after the entry was received ({now}): it had not ended when it was issued"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The time rules against the ledger clock `now` (the entry's `received_at`) and the policy in
 /// force (§6.7, time): a record may start at most `max_record_age_seconds` before `now` and end
 /// at most `max_future_skew_seconds` after it; a spot price may take effect at most the skew
-/// before `now` and at most 7 days after it.
+/// before `now` and at most 7 days after it; an invoice or certificate covers an ended period
+/// ([`check_issued`]).
 pub fn check_time(body: &Body, now: Timestamp, policy: &LogPolicy) -> Result<(), Rejection> {
+    check_issued(body, now)?;
     let skew = i64::try_from(policy.max_future_skew_seconds).unwrap_or(i64::MAX);
     let max_age = i64::try_from(policy.max_record_age_seconds).unwrap_or(i64::MAX);
     let (start, end) = match body {
@@ -586,5 +609,70 @@ impl Registry {
         }
         self.spot.apply(index, body);
         self.prices.apply(index, body);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{CertificateIssued, InvoiceIssued};
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_unix(1_800_000_000 + s).unwrap()
+    }
+
+    /// An invoice or certificate whose period ends at `to`, received at 0: issued only once the
+    /// period has ended; other kinds are not concerned.
+    #[test]
+    fn issued_only_for_ended_periods() {
+        let invoice = |to: i64| {
+            Body::InvoiceIssued(InvoiceIssued {
+                number: "INV-000001".into(),
+                tenant: "acme".into(),
+                period_from: t(-3_600),
+                period_to: t(to),
+                currency: "CNY".into(),
+                total: rust_decimal::Decimal::ONE,
+                checkpoint_size: 1,
+                invoice_sha256: "00".repeat(32),
+            })
+        };
+        let certificate = |to: i64| {
+            Body::CertificateIssued(CertificateIssued {
+                id: "CERT-000001".into(),
+                tenant: "acme".into(),
+                period_from: t(-3_600),
+                period_to: t(to),
+                checkpoint_size: 1,
+                certificate_sha256: "00".repeat(32),
+            })
+        };
+        for (name, body, ok) in [
+            ("invoice, ended before", invoice(-1), true),
+            ("invoice, ends as received", invoice(0), true),
+            ("invoice, ends a second later", invoice(1), false),
+            ("certificate, ended", certificate(-60), true),
+            ("certificate, ends an hour later", certificate(3_600), false),
+            (
+                "a tenant registration",
+                Body::TenantRegistered(crate::record::TenantRegistered {
+                    tenant: "acme".into(),
+                }),
+                true,
+            ),
+        ] {
+            let r = check_issued(&body, t(0));
+            assert_eq!(r.is_ok(), ok, "{name}: {r:?}");
+            if let Err(e) = r {
+                assert_eq!(e.reason, Reason::InFuture, "{name}");
+                assert_eq!(e.field.as_deref(), Some("body.period_to"), "{name}");
+            }
+            // check_time applies it too, whatever the policy.
+            assert_eq!(
+                check_time(&body, t(0), &LogPolicy::default()).is_ok(),
+                ok,
+                "{name}"
+            );
+        }
     }
 }

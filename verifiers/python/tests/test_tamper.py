@@ -448,6 +448,27 @@ class AdmissionRules(VerifierTestCase):
         self.passes(self.bundle())
         self.passes(self.cert())
 
+    # an invoice or certificate issued before its period ended (section 6.7, time): in_future
+
+    def issued(self, kind, period_to, received_at):
+        body = {"tenant": "t", "period_from": "2026-11-01T00:00:00Z", "period_to": period_to,
+                "checkpoint_size": 5}
+        if kind == "invoice_issued":
+            body.update(number="INV-000001", currency="CNY", total="1.00", invoice_sha256="ab" * 32)
+        else:
+            body.update(id="CERT-000001", certificate_sha256="ab" * 32)
+        return self.log.ledger(kind, body, received_at)
+
+    def test_issued_documents_cover_ended_periods(self):
+        for kind in ("invoice_issued", "certificate_issued"):
+            with self.subTest(kind=kind):
+                self.setUp()
+                self.issued(kind, "2026-11-02T00:00:00Z", "2026-11-02T00:00:00Z")
+                self.passes(self.bundle())
+                self.setUp()
+                i = self.issued(kind, "2026-11-02T00:00:00Z", "2026-11-01T23:59:59Z")
+                self.refused(self.bundle(), "in_future", i, "body.period_to")
+
     # key registrations (section 3.1): leaf_invalid, invalid_field in body.public_key
 
     def registration_refused(self, pub, what):
@@ -632,11 +653,12 @@ class AdmissionRules(VerifierTestCase):
         self.refused(self.bundle(), "price_conflict", i, "body.effective_from")
 
     def test_spot_price_inside_an_invoiced_period(self):
+        # Issued once the period ended (section 6.7); a price then inside it, within the skew.
         self.log.invoice("INV-000001", "t", "2026-10-01T00:00:00Z", "2026-11-01T00:00:00Z", 5,
-                         "2026-10-31T23:50:00Z")
-        self.spot("2026-11-01T00:00:00Z", "2026-10-31T23:55:00Z")  # period_to is outside [from, to)
+                         "2026-11-01T00:00:00Z")
+        self.spot("2026-11-01T00:00:00Z", "2026-11-01T00:01:00Z")  # period_to is outside [from, to)
         self.passes(self.bundle())
-        i = self.spot("2026-10-31T23:59:59Z", "2026-10-31T23:56:00Z", model="m2")
+        i = self.spot("2026-10-31T23:59:59Z", "2026-11-01T00:02:00Z", model="m2")
         self.refused(self.bundle(), "price_in_invoiced_period", i, "body.effective_from")
 
     # prices only move forward
