@@ -299,7 +299,35 @@ impl Measurer {
             }
             None => true,
         };
+        let mut waiting_logged = false;
         while !shared.stopping() {
+            // Behind the last recorded end, and the ledger's clock agrees with this one: the
+            // wall clock is right and the recorded times were ahead (a clock corrected back).
+            // Following the monotonic clock would keep every record ahead for good, refused
+            // `in_future`; so wait until the clock reaches the last end (logged, and
+            // GpuledgerAgentNotMeasuring fires if that is long). When the ledger disagrees,
+            // this clock is the wrong one: follow the monotonic clock.
+            if ahead_of_wall
+                && Timestamp::now() < start
+                && shared
+                    .clock_skew
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    .abs()
+                    <= sender::CLOCK_SKEW_TOLERANCE_SECONDS
+            {
+                if !waiting_logged {
+                    tracing::error!(node = %self.cfg.node, last_end = %start, now = %Timestamp::now(), "the clock is behind the last recorded interval and agrees with the ledger's: the recorded times were ahead; measuring waits until the clock reaches the last recorded end");
+                    waiting_logged = true;
+                }
+                shared.sleep(Duration::from_secs(1));
+                if Timestamp::now() >= start {
+                    ahead_of_wall = false;
+                    baseline_needed = true;
+                    start = Timestamp::now();
+                }
+                continue;
+            }
+            waiting_logged = false;
             let end = if ahead_of_wall {
                 start.plus(interval)
             } else {
