@@ -293,6 +293,17 @@ both_backends!(
         // What only the old primary then gets: records, a new signer, a revoked token and a
         // new one, a checkpoint published.
         post_usage(&h, 4..9, 2);
+        // Conflict evidence: another record under a (signer, seq) already logged.
+        let other = sample::usage(
+            NODE,
+            &sample::key(NODE),
+            4,
+            TENANT,
+            Decimal::from(3),
+            common::slot(4),
+        );
+        let r = h.post_records(&[other]);
+        assert_eq!(r["outcomes"][0]["reason"], "conflict", "{r}");
         h.register(&log.admin, "node-hw2", "node", &sample::key("node-hw2"));
         h.post_usage("node-hw2", TENANT, 1..3, 1);
         let old_id = old_token["info"]["id"].as_str().unwrap().to_owned();
@@ -398,6 +409,13 @@ both_backends!(
         let (code, said) = recover(&log, &standby, db, &[]);
         assert_eq!(code, Some(0), "{said}");
         assert!(said.contains("nothing to restore"), "{said}");
+        // The conflict evidence came along, once, and a second run copied it no more.
+        let conflicts = |d: &TestDb| {
+            let mut c = gpuledger::store::connect(&d.url).unwrap();
+            gpuledger::store::read::conflict_count(&mut c).unwrap()
+        };
+        assert_eq!(conflicts(&standby), conflicts(db));
+        assert_eq!(conflicts(db), 1);
         assert_eq!(
             common::verified_rows(&standby.url)
                 .iter()

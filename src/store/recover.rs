@@ -503,23 +503,29 @@ fn copy_derived(
             Some(_) => {}
         }
     }
-    // Conflict evidence received after the target's last: kept once, with new row ids.
-    let ours_max: i64 = conflicts::table
-        .select(diesel::dsl::max(conflicts::id))
+    // Conflict evidence received since the target's latest: kept once, with new row ids (ids
+    // are not comparable between the two databases; the evidence itself is).
+    let since: i64 = conflicts::table
+        .select(diesel::dsl::max(conflicts::received_at))
         .first::<Option<i64>>(conn)?
-        .unwrap_or(0);
-    let seen: HashSet<(String, i64, String)> = conflicts::table
-        .filter(conflicts::id.gt(ours_max.saturating_sub(i64::from(u16::MAX))))
-        .select((conflicts::signer, conflicts::seq, conflicts::envelope))
-        .load::<(String, i64, String)>(conn)?
+        .unwrap_or(i64::MIN);
+    let seen: HashSet<(String, i64, String, i64)> = conflicts::table
+        .filter(conflicts::received_at.ge(since))
+        .select((
+            conflicts::signer,
+            conflicts::seq,
+            conflicts::envelope,
+            conflicts::received_at,
+        ))
+        .load::<(String, i64, String, i64)>(conn)?
         .into_iter()
         .collect();
     let theirs: Vec<ConflictRow> = conflicts::table
-        .filter(conflicts::id.gt(ours_max))
+        .filter(conflicts::received_at.ge(since))
         .order(conflicts::id.asc())
         .load(source)?;
     for c in theirs {
-        if seen.contains(&(c.signer.clone(), c.seq, c.envelope.clone())) {
+        if seen.contains(&(c.signer.clone(), c.seq, c.envelope.clone(), c.received_at)) {
             continue;
         }
         let row = NewConflict {
