@@ -288,7 +288,13 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
     let log_key_path = dir.join("log.key");
     let (log_key, _) = keyfile::read_or_create(&log_key_path)?;
     store::init(&url, &log_key, DEMO_ORIGIN)?;
-    let ledger = Arc::new(Ledger::open(&url, log_key)?);
+    // The demo's periods end "now" (its printed commands invoice and certify until the moment
+    // they run), so they close at once instead of the log policy's skew later.
+    let clock = crate::core::clock::ClockPolicy {
+        close_seconds: Some(0),
+        ..Default::default()
+    };
+    let ledger = Arc::new(Ledger::open_with_high_water(&url, log_key, None, clock)?);
     ledger.set_invoice_pdf(demo_invoice_pdf());
     print_banner(dir, resumed, ledger.head()?.0);
     let tokens = prepare_log(&ledger)?;
@@ -303,8 +309,8 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
         workers: 2,
         publish_dir: None,
         mirror_dir: None,
-        clock: Default::default(),
-        // The demo's ledger keeps its mark in memory (`Ledger::open`).
+        clock,
+        // The demo's ledger keeps its mark in memory (no high-water file).
         high_water_file: store::high_water::default_file(&log_key_path),
         allow_async_standbys: false,
         invoicing: demo_invoicing(format!("http://{}", opts.listen)),

@@ -52,6 +52,9 @@ pub struct ServeSettings {
     /// `clock_settle_seconds`: how long a stepped clock must run steadily, synchronised,
     /// before it is trusted again; default 120.
     pub clock_settle_seconds: Option<u64>,
+    /// `invoice_close_seconds`: how long after its end a period may be invoiced or certified;
+    /// default the log policy's `max_future_skew_seconds` (300).
+    pub invoice_close_seconds: Option<u64>,
     /// `allow_async_standbys`: start on a PostgreSQL primary that has standbys none of which
     /// is synchronous (an acknowledged record may then be lost in a failover); default false.
     pub allow_async_standbys: Option<bool>,
@@ -143,6 +146,9 @@ pub struct IssuerSetting {
 pub const MAX_PAYMENT_INSTRUCTION_LINES: usize = 12;
 /// Most characters of one payment instruction line or buyer tax id.
 pub const MAX_SETTING_LINE_CHARS: usize = 200;
+
+/// Longest `invoice_close_seconds` accepted (a day); larger values are clamped to it.
+pub const MAX_INVOICE_CLOSE_SECONDS: u64 = 86_400;
 
 impl IssuerSetting {
     /// The document's `issuer` block.
@@ -412,6 +418,10 @@ impl ServeSettings {
                     .map_or(gpuledger_core::clock::DEFAULT_SETTLE_SECONDS, |s| {
                         s.min(86_400) as i64
                     }),
+                close_seconds: self
+                    .invoice_close_seconds
+                    .or(file.invoice_close_seconds)
+                    .map(|s| s.min(MAX_INVOICE_CLOSE_SECONDS)),
             },
             high_water_file: self
                 .high_water_file

@@ -657,3 +657,109 @@ both_backends!(
         assert_exactly_once(&s, "node-clock", last);
     }
 );
+
+/// Starts the agent of `cfg` with its wall clock at `offset` (libfaketime's syntax, e.g.
+/// `+10m`) and its metrics on a listener of their own; the child and that listener's base URL.
+/// `None` (said loudly) without libfaketime.
+fn agent_with_clock(s: &Setup, cfg: &std::path::Path, offset: &str) -> Option<(Watched, String)> {
+    let file = s.dir.path().join("faketime");
+    std::fs::write(&file, format!("{offset}\n")).unwrap();
+    let env = faketime_env(&file)?;
+    let mut cmd = bin();
+    cmd.args(["agent", "--config"])
+        .arg(cfg)
+        .args(["--metrics-listen", "127.0.0.1:0"]);
+    cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    cmd.env("GPULEDGER_LOG", "info");
+    let a = watched(cmd);
+    let listening = |w: &Watched| {
+        w.stdout
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|l| l.strip_prefix("metrics listening on ").map(str::to_owned))
+    };
+    a.wait_for("the metrics listener", Duration::from_secs(30), |w| {
+        listening(w).is_some()
+    });
+    let base = listening(&a).unwrap();
+    Some((a, base))
+}
+
+/// The value of the sample `name` (with its labels, if any) on a Prometheus page.
+fn sample_value(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} on the page:\n{page}"))
+}
+
+// An agent whose clock runs 10 minutes ahead of the ledger's signs intervals that end in the
+// ledger's future: they are refused `in_future`, which is not final, so they stay in the spool
+// and are sent again (never dead-lettered); the skew is measured, and a refusal is not counted
+// as a delivery, so the not-delivering alert can fire.
+#[test]
+fn an_agent_ahead_of_the_ledger_keeps_its_records_and_is_not_counted_alive() {
+    let db = sqlite();
+    let (s, _server, _base, cfg) = served_node(&db, "node-ahead");
+    let Some((a, metrics)) = agent_with_clock(&s, &cfg, "+10m") else {
+        return;
+    };
+    a.wait_for("an in_future refusal", Duration::from_secs(30), |w| {
+        w.stderr.lock().unwrap().contains("in_future")
+    });
+    a.wait_lines(4, Duration::from_secs(30));
+    let page = Http::new(&metrics).get("/metrics", None).text();
+    let skew = sample_value(&page, "gpuledger_agent_clock_skew_seconds");
+    assert!((590.0..=610.0).contains(&skew), "skew {skew}");
+    assert_eq!(
+        sample_value(&page, "gpuledger_agent_last_success_timestamp_seconds"),
+        0.0,
+        "a refusal is not a delivery"
+    );
+    assert!(sample_value(&page, "gpuledger_agent_records_total{outcome=\"rejected\"}") >= 1.0);
+    assert!(sample_value(&page, "gpuledger_agent_spool_pending_records") >= 1.0);
+    a.kill();
+    let spool = s.dir.path().join("node-ahead").join("spool");
+    assert!(
+        !spool.join(DEAD_LETTER_FILE).exists(),
+        "nothing dead-lettered"
+    );
+    assert!(
+        logged(&db.url, "node-ahead").is_empty(),
+        "nothing accepted early"
+    );
+}
+
+// An agent whose clock runs steadily 2 hours behind the ledger's is within every rule (a record
+// may arrive late), so its records are accepted with times 2 hours early; what must not happen
+// is that nobody notices: the skew gauge says -7200 (the GpuledgerAgentClockSkew alert), and
+// the times logged are the agent's, not silently shifted.
+#[test]
+fn an_agent_behind_the_ledger_is_accepted_and_its_skew_is_seen() {
+    let db = sqlite();
+    let (s, _server, _base, cfg) = served_node(&db, "node-behind");
+    let Some((a, metrics)) = agent_with_clock(&s, &cfg, "-2h") else {
+        return;
+    };
+    a.wait_lines(4, Duration::from_secs(30));
+    let http = Http::new(&metrics);
+    a.wait_for("a delivery", Duration::from_secs(30), |_| {
+        let page = http.get("/metrics", None).text();
+        sample_value(&page, "gpuledger_agent_last_success_timestamp_seconds") > 0.0
+    });
+    let page = http.get("/metrics", None).text();
+    let skew = sample_value(&page, "gpuledger_agent_clock_skew_seconds");
+    assert!((-7210.0..=-7190.0).contains(&skew), "skew {skew}");
+    a.kill();
+    let rows = logged(&db.url, "node-behind");
+    assert!(!rows.is_empty());
+    let now = Timestamp::now();
+    for (_, b) in &rows {
+        let end = Timestamp::parse(b["end"].as_str().unwrap()).unwrap();
+        let early = end.seconds_until(now);
+        assert!(
+            (7_100..7_300).contains(&early),
+            "an end {early} s before now"
+        );
+    }
+}

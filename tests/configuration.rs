@@ -58,6 +58,7 @@ fn documented_example_file_sets_every_key() {
         mirror_dir,
         clock_step_seconds,
         clock_settle_seconds,
+        invoice_close_seconds,
         high_water_file,
         allow_async_standbys,
         metrics_listen,
@@ -87,6 +88,7 @@ fn documented_example_file_sets_every_key() {
     assert!(publish_dir.is_some() && metrics_listen.is_some() && mirror_dir.is_some());
     assert!(high_water_file.is_some() && allow_async_standbys.is_some());
     assert!(clock_step_seconds.is_some() && clock_settle_seconds.is_some());
+    assert!(invoice_close_seconds.is_some());
     assert!(
         client_request_timeout_seconds.is_some() && client_disconnect_timeout_seconds.is_some()
     );

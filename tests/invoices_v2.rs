@@ -475,8 +475,9 @@ both_backends!(
     }
 );
 
-// An invoice is for a period that has ended: one still open is refused (and writes nothing),
-// since its rest would arrive late and no spot price could be scheduled into it any more.
+// An invoice is for a period that has closed (ended by the log policy's skew): one still open,
+// or ended by less than the skew, is refused (and writes nothing), since its rest would arrive
+// late and a spot price published on time inside it would be refused.
 both_backends!(an_open_period_is_not_invoiced, |db: &TestDb| {
     let (ledger, node) = ledger_with(db, &["acme"]);
     use_gpu(&ledger, &node, "acme", 1, 0, 656);
@@ -492,10 +493,24 @@ both_backends!(an_open_period_is_not_invoiced, |db: &TestDb| {
     }
     assert_eq!(ledger.size().unwrap(), size, "nothing written");
     assert!(numbers(&ledger).is_empty());
-    // Ending now or before is a closed period.
+    // Ended, but less than the policy's skew (300 s) ago: a spot price of its last minutes may
+    // still be published on time, so it is not closed yet, and says from when it is.
+    let ending = Period {
+        from: at(0),
+        to: ledger.now().plus(-299),
+    };
+    match ledger.issue_invoices("acme", ending) {
+        Err(StoreError::PeriodNotEnded { to, closes_at, .. }) => {
+            assert_eq!(to, ending.to);
+            assert_eq!(closes_at, ending.to.plus(300));
+        }
+        other => panic!("a period ended 299 s ago was invoiced: {other:?}"),
+    }
+    assert_eq!(ledger.size().unwrap(), size, "nothing written");
+    // Ended by the skew or more: closed.
     let closed = Period {
         from: at(0),
-        to: ledger.now(),
+        to: ledger.now().plus(-300),
     };
     assert_eq!(ledger.issue_invoices("acme", closed).unwrap().len(), 1);
     verified(&db.url);

@@ -38,7 +38,7 @@ pub struct CertificateOrder {
     responses(super::error::RoleForbidden, (status = 201, description = "The signed certificate", body = Certificate),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
-              (status = 422, description = "`period_not_ended`: the period ends after now; a certificate states final totals, so it is issued only for a period that has ended", body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 422, description = "`period_not_ended`: the period has not closed (ended by the log policy max_future_skew_seconds, 300 s by default); a certificate states final totals, so it is issued only for a closed period", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 429, description = "The tenant asked for more certificates than `tenant_certificates_per_minute` allows; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 503, description = "`busy`: the log changed under the computation three times; `witnesses_behind`: with `witness_quorum`, no checkpoint reached the quorum within `witness_wait_seconds` (nothing written); or `database_unavailable`; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]

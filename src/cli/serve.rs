@@ -44,6 +44,11 @@ pub struct ServeArgs {
     /// [default: 120].
     #[arg(long, env = "GPULEDGER_CLOCK_SETTLE_SECONDS")]
     clock_settle_seconds: Option<u64>,
+    /// Seconds after its end before a period may be invoiced or certified, so that records
+    /// and spot prices within the allowed clock skew land first [default: the log policy's
+    /// max_future_skew_seconds, 300].
+    #[arg(long, env = "GPULEDGER_INVOICE_CLOSE_SECONDS")]
+    invoice_close_seconds: Option<u64>,
     /// Start on a PostgreSQL primary whose standbys are all asynchronous (acknowledged records
     /// may be lost in a failover) [default: refuse].
     #[arg(long, env = "GPULEDGER_ALLOW_ASYNC_STANDBYS")]
@@ -120,6 +125,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         mirror_dir: args.mirror_dir,
         clock_step_seconds: args.clock_step_seconds,
         clock_settle_seconds: args.clock_settle_seconds,
+        invoice_close_seconds: args.invoice_close_seconds,
         high_water_file: args.high_water_file,
         allow_async_standbys: args.allow_async_standbys.then_some(true),
         metrics_listen: args.metrics_listen,

@@ -27,6 +27,12 @@ impl ClockGuard {
         }
     }
 
+    /// How long after its end a period may be invoiced or certified, if configured
+    /// (`serve`'s `invoice_close_seconds`; `None`: the log policy's skew).
+    pub fn close_seconds(&self) -> Option<u64> {
+        self.policy.close_seconds
+    }
+
     /// Reads the clocks and judges the reading: the time to use, or
     /// [`StoreError::ClockUnreliable`]. Logs each change between reliable and not. The clocks
     /// are read under the guard's lock, so readings from several threads reach the check in

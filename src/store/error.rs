@@ -36,14 +36,17 @@ pub enum StoreError {
         open: rust_decimal::Decimal,
         currency: String,
     },
-    /// An invoice or certificate for a period that has not ended yet: records of its rest
-    /// would all arrive late (as adjustments of the next invoice), no spot price could be
-    /// scheduled in it, and a certificate would read like a final total that is not one.
-    #[error("the period ends at {to}, which is after now ({now}); {what} is issued only for a period that has ended")]
+    /// An invoice or certificate for a period that has not closed yet (ended by the log
+    /// policy's skew, `core::admission::period_closes_at`): records of its rest would all
+    /// arrive late (as adjustments of the next invoice), a spot price published within the
+    /// allowed skew would be refused, and a certificate would read like a final total that is
+    /// not one.
+    #[error("the period ends at {to} and closes at {closes_at} (the log policy's max_future_skew_seconds later), after now ({now}); {what} is issued only for a closed period: retry from {closes_at}")]
     PeriodNotEnded {
         /// "an invoice" or "a certificate".
         what: &'static str,
         to: crate::core::time::Timestamp,
+        closes_at: crate::core::time::Timestamp,
         now: crate::core::time::Timestamp,
     },
     #[error(transparent)]

@@ -735,8 +735,8 @@ impl Ledger {
         self.submit(|reply| Job::LedgerEntry(Box::new(body), reply))
     }
 
-    /// Issues the invoices (one per currency) of `tenant` for `period`, which must have ended
-    /// (`PeriodNotEnded` otherwise, by the ledger's clock). The rating is computed
+    /// Issues the invoices (one per currency) of `tenant` for `period`, which must have closed
+    /// (`PeriodNotEnded` otherwise, by the ledger's clock: ended by the policy's skew). The rating is computed
     /// in this thread on a read connection, outside the head lock; the sequencer only rechecks
     /// that nothing logged since changes it, and appends (`store::invoices`). After
     /// [`super::invoices::MAX_ISSUE_ATTEMPTS`] computations overtaken by the log, `Busy`.
@@ -745,14 +745,7 @@ impl Ledger {
         tenant: &str,
         period: crate::core::invoice::Period,
     ) -> Result<Vec<crate::core::invoice::Invoice>, StoreError> {
-        let now = self.checked_now()?;
-        if period.to > now {
-            return Err(StoreError::PeriodNotEnded {
-                what: "an invoice",
-                to: period.to,
-                now,
-            });
-        }
+        self.check_closed("an invoice", period.to)?;
         self.issue_drafted(
             |c, w| super::invoices::draft(c, tenant, period, w, self.invoicing()),
             |draft, reply| Job::Issue(Box::new(draft), reply),
@@ -763,6 +756,25 @@ impl Ledger {
                 )
             },
         )
+    }
+
+    /// `PeriodNotEnded` unless a period ending at `to` has closed by the ledger's checked clock
+    /// (`core::admission::period_closes_at`: the configured `close_seconds`, or the skew of
+    /// the log policy in force), checked before the draft is computed. Time only moves forward
+    /// (`store::clock`), so a period closed now is still closed when the sequencer writes.
+    fn check_closed(&self, what: &'static str, to: Timestamp) -> Result<(), StoreError> {
+        let now = self.checked_now()?;
+        let policy = self.with_reader(|c| read::policy(c, i64::MAX as u64))?;
+        let closes_at = admission::period_closes_at(to, &policy, self.guard.close_seconds());
+        if now < closes_at {
+            return Err(StoreError::PeriodNotEnded {
+                what,
+                to,
+                closes_at,
+                now,
+            });
+        }
+        Ok(())
     }
 
     /// Computes a draft on a read connection, outside the head lock, and submits it; the
@@ -794,8 +806,8 @@ impl Ledger {
         )))
     }
 
-    /// Issues a compute-usage certificate (docs/PROTOCOL.md §13) for a period that has ended
-    /// (`PeriodNotEnded` otherwise, by the ledger's clock). The tally is computed in this
+    /// Issues a compute-usage certificate (docs/PROTOCOL.md §13) for a period that has closed
+    /// (`PeriodNotEnded` otherwise, by the ledger's clock: ended by the policy's skew). The tally is computed in this
     /// thread on a read connection, outside the head lock; the sequencer only rechecks that
     /// nothing logged since changes it, and appends (`store::certificates`). After
     /// [`super::invoices::MAX_ISSUE_ATTEMPTS`] computations overtaken by the log, `Busy`.
@@ -804,14 +816,7 @@ impl Ledger {
         req: super::certificates::CertificateRequest,
     ) -> Result<crate::core::certificate::Certificate, StoreError> {
         // A certificate states totals; for a period still open they would not be final.
-        let now = self.checked_now()?;
-        if req.period.to > now {
-            return Err(StoreError::PeriodNotEnded {
-                what: "a certificate",
-                to: req.period.to,
-                now,
-            });
-        }
+        self.check_closed("a certificate", req.period.to)?;
         self.issue_drafted(
             |c, w| super::certificates::draft(c, &req, w),
             |draft, reply| Job::Certify(Box::new(draft), reply),

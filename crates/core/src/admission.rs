@@ -214,6 +214,23 @@ pub fn check_issued(body: &Body, now: Timestamp) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// When the ledger may issue an invoice or certificate of a period ending at `period_to`:
+/// `close_seconds` after it (`serve`'s `invoice_close_seconds`), by default the log policy's
+/// `max_future_skew_seconds` (§6.7, time). Until then a spot price taking effect inside the
+/// period may still be published within the allowed skew, and a record ending in it may still
+/// arrive on time from a signer whose clock is within the skew; issuing earlier would refuse
+/// the first (`price_in_invoiced_period`) and turn the second into a late adjustment. This is
+/// the ledger's issuing policy: a log only promises the weaker [`check_issued`], which is what
+/// verifiers recheck (logs written before the margin, or with another, stay valid).
+pub fn period_closes_at(
+    period_to: Timestamp,
+    policy: &LogPolicy,
+    close_seconds: Option<u64>,
+) -> Timestamp {
+    let margin = close_seconds.unwrap_or(policy.max_future_skew_seconds);
+    period_to.plus(i64::try_from(margin).unwrap_or(i64::MAX))
+}
+
 /// The time rules against the ledger clock `now` (the entry's `received_at`) and the policy in
 /// force (§6.7, time): a record may start at most `max_record_age_seconds` before `now` and end
 /// at most `max_future_skew_seconds` after it; a spot price may take effect at most the skew
@@ -674,5 +691,31 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn a_period_closes_the_policy_skew_after_it_ends() {
+        let p = |skew| LogPolicy {
+            max_record_age_seconds: 3_600,
+            max_future_skew_seconds: skew,
+        };
+        let default = crate::limits::DEFAULT_MAX_FUTURE_SKEW_SECONDS;
+        for (name, skew, configured, closes) in [
+            ("the default skew", default, None, t(300)),
+            ("no skew", 0, None, t(0)),
+            ("a day of skew", 86_400, None, t(86_400)),
+            ("configured: at once", default, Some(0), t(0)),
+            ("configured: an hour", default, Some(3_600), t(3_600)),
+        ] {
+            assert_eq!(
+                period_closes_at(t(0), &p(skew), configured),
+                closes,
+                "{name}"
+            );
+        }
+        // Beyond the end of time it saturates rather than wrapping into the past.
+        let end = Timestamp::parse("9999-12-31T23:59:59Z").unwrap();
+        assert_eq!(period_closes_at(end, &p(u64::MAX), None), end);
+        assert_eq!(period_closes_at(end, &p(0), Some(u64::MAX)), end);
     }
 }

@@ -28,6 +28,10 @@ pub struct ClockPolicy {
     /// How long a stepped clock must run in step with the monotonic clock (with the kernel
     /// synchronised) before it is trusted as the new reference.
     pub settle_seconds: i64,
+    /// How long after its end a period may be invoiced or certified
+    /// ([`crate::admission::period_closes_at`]); `None`: the log policy's
+    /// `max_future_skew_seconds`.
+    pub close_seconds: Option<u64>,
 }
 
 impl Default for ClockPolicy {
@@ -35,6 +39,7 @@ impl Default for ClockPolicy {
         ClockPolicy {
             step_seconds: DEFAULT_STEP_SECONDS,
             settle_seconds: DEFAULT_SETTLE_SECONDS,
+            close_seconds: None,
         }
     }
 }
@@ -182,6 +187,7 @@ mod tests {
         let p = ClockPolicy {
             step_seconds: 30,
             settle_seconds: 120,
+            close_seconds: None,
         };
         type Case = (&'static str, Option<i64>, &'static [(i64, u64, bool)]);
         let cases: &[Case] = &[
