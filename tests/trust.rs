@@ -15,7 +15,9 @@ use gpuledger::core::keys;
 use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
 use gpuledger::core::logcheck::LogChecker;
 use gpuledger::core::merkle::{self, MemoryHashes};
-use gpuledger::core::record::{Body, LogPolicy, Role, SignerKeyRegistered};
+use gpuledger::core::record::{
+    Body, InvoiceIssued, LogPolicy, Role, Settlement, SignerKeyRegistered,
+};
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
 use rust_decimal::Decimal;
@@ -274,6 +276,24 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
         }
     }
     context.push(ledger(card(now.plus(-86_400))));
+    // An invoice of t1 for an hour that ended an hour ago, 100.00 CNY, for the settlement rules.
+    context.push(ledger(Body::InvoiceIssued(InvoiceIssued {
+        number: "INV-000001".into(),
+        tenant: "t1".into(),
+        period_from: now.plus(-7_200),
+        period_to: now.plus(-3_600),
+        currency: "CNY".into(),
+        total: Decimal::new(10_000, 2),
+        checkpoint_size: 1,
+        invoice_sha256: "00".repeat(32),
+    })));
+    let settlement = |invoice: &str, currency: &str, cents: i64| Settlement {
+        tenant: "t1".into(),
+        invoice: invoice.into(),
+        currency: currency.into(),
+        amount: Decimal::new(cents, 2),
+        note: String::new(),
+    };
     let spot_at = now.plus(600);
     let good_spot = sample::spot("market-f", &market, 1, Decimal::ONE, spot_at);
     let usage = sample::usage("node-f", &node, 1, "t1", Decimal::ONE, now.plus(-60));
@@ -334,6 +354,29 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
         (
             "price_not_forward",
             vec![ledger(card(now.plus(-2 * 86_400)))],
+        ),
+        (
+            "unknown_invoice",
+            vec![ledger(Body::Payment(settlement("INV-000009", "CNY", 100)))],
+        ),
+        (
+            "currency_mismatch",
+            vec![ledger(Body::Payment(settlement("INV-000001", "USD", 100)))],
+        ),
+        (
+            "credit_above_total",
+            vec![
+                ledger(Body::CreditNote(settlement("INV-000001", "CNY", 6_000))),
+                ledger(Body::CreditNote(settlement("INV-000001", "CNY", 4_001))),
+            ],
+        ),
+        (
+            // Five seconds of the first record's stream claimed again (§6.4a).
+            "overlapping_interval",
+            vec![
+                usage.clone(),
+                sample::usage("node-f", &node, 2, "t1", Decimal::ONE, now.plus(-55)),
+            ],
         ),
     ];
     let dir = tempfile::tempdir().unwrap();

@@ -116,6 +116,13 @@ REASONS = (
     "price_in_invoiced_period",
     "price_not_forward",
     "already_registered",
+    # Section 6.4a: a stream never claims a second twice.
+    "overlapping_interval",
+    # Section 5.10: settlements name an issued invoice of their tenant, in its currency, and
+    # credit notes never total more than the invoice.
+    "unknown_invoice",
+    "currency_mismatch",
+    "credit_above_total",
 )
 ADMISSION_REASONS = REASONS[REASONS.index("node_not_allowed"):]
 CONSISTENCY_REASON = "consistency_proof"  # not in section 15: see README "Where the document was unclear"
@@ -1522,6 +1529,15 @@ TENANT_LEDGER_KINDS = ("lease_registered", "tenant_plan", "invoice_issued", "pay
                        "certificate_issued")
 
 
+def _stream(kind: str, body: Dict[str, Any]) -> Optional[str]:
+    """Section 6.4a: the measurement stream of a gpu_usage or energy record, else None."""
+    if kind == "gpu_usage":
+        return f"gpu_usage|{body['node']}|{body['tenant']}|{body.get('lease', '')}|{body['gpu_model']}"
+    if kind == "energy":
+        return f"energy|{body['node']}|{body.get('tenant', '')}"
+    return None
+
+
 def _price_series(kind: str, body: Dict[str, Any]) -> Optional[Tuple[str, ...]]:
     """Version 2, section 6 "Prices only move forward": the series of a pricing entry."""
     if kind == "rate_card":
@@ -1559,6 +1575,10 @@ class LogView:
         self.region_params: Dict[str, List[RegionParams]] = {}
         self.series_latest: Dict[Tuple[str, ...], int] = {}  # price series -> latest effective_from
         self.spot_prices: Dict[Tuple[str, str, int], int] = {}  # (region, gpu_model, effective_from) -> index
+        # Section 5.10: invoice number -> [tenant, currency, total, credited so far].
+        self.accounts: Dict[str, List[Any]] = {}
+        # Section 6.4a: stream -> (starts, [(end, index)]) of the intervals held so far, by start.
+        self.intervals: Dict[str, Tuple[List[int], List[Tuple[int, int]]]] = {}
         self.invoices: List[Tuple[int, str, int, int]] = []  # (index, tenant, period_from, period_to)
         self.invoice_numbers: List[str] = []
         self.invoice_periods: Dict[str, List[Tuple[int, int]]] = {}
@@ -1753,6 +1773,17 @@ class LogView:
                                f"{body['effective_from']} is inside the period invoiced at entry {inv_index} "
                                f"(tenant {tenant})")
 
+        # Section 6.4a: no second of a stream claimed twice. The intervals of one stream never
+        # overlap each other, so the one starting last before this end is the only candidate.
+        stream = _stream(kind, body)
+        if stream is not None and stream in self.intervals:
+            starts, ends = self.intervals[stream]
+            i = bisect.bisect_left(starts, parsed["end"]) - 1
+            if i >= 0 and ends[i][0] > parsed["start"]:
+                raise fail("overlapping_interval", "body.start",
+                           f"[{body['start']}, {body['end']}) overlaps the interval of entry {ends[i][1]} "
+                           f"for the same {kind} stream")
+
         # Prices only move forward.
         series = _price_series(kind, body)
         if series is not None:
@@ -1762,8 +1793,37 @@ class LogView:
                            f"{body['effective_from']} is not later than the latest effective_from of the series "
                            f"{'/'.join(series[1:])} earlier in the log")
 
+    def check_settlement(self, env: Dict[str, Any], item: str) -> None:
+        """Section 5.10: a payment or credit note names an invoice issued earlier to its tenant, in
+        its currency; credit notes on an invoice never total more than it."""
+        kind, body = env["kind"], env["body"]
+        if kind not in ("payment", "credit_note"):
+            return
+        account = self.accounts.get(body["invoice"])
+        if account is None or account[0] != body["tenant"]:
+            raise Failure("unknown_invoice", item,
+                          f"body.invoice: {body['invoice']} is not an invoice issued to {body['tenant']}")
+        if account[1] != body["currency"]:
+            raise Failure("currency_mismatch", item,
+                          f"body.currency: invoice {body['invoice']} is in {account[1]}, not {body['currency']}")
+        if kind == "credit_note" and DEC.add(account[3], Decimal(body["amount"])) > account[2]:
+            raise Failure("credit_above_total", item,
+                          f"body.amount: credit notes on {body['invoice']} would total "
+                          f"{DEC.add(account[3], Decimal(body['amount']))}, above its total {account[2]}")
+
+    def claim_interval(self, env: Dict[str, Any], index: int, parsed: Dict[str, Any]) -> None:
+        """Section 6.4a: the interval of a record that passed is claimed for its stream."""
+        stream = _stream(env["kind"], env["body"])
+        if stream is None:
+            return
+        starts, ends = self.intervals.setdefault(stream, ([], []))
+        at = bisect.bisect_left(starts, parsed["start"])
+        starts.insert(at, parsed["start"])
+        ends.insert(at, (parsed["end"], index))
+
     def apply(self, env: Dict[str, Any], index: int, parsed: Dict[str, Any]) -> None:
         kind, body = env["kind"], env["body"]
+        self.claim_interval(env, index, parsed)
         self.context_seqs.add((env["signer"], env["seq"]))
         if kind == "signer_key_registered":
             self.keys[body["key_id"]] = KeyInfo(body["signer"], body["role"], parsed["public_key"], index,
@@ -1786,7 +1846,10 @@ class LogView:
             self.policies.append(Policy(index, parsed["max_record_age_seconds"], parsed["max_future_skew_seconds"]))
         elif kind == "spot_price":
             self.spot_prices.setdefault((body["region"], body["gpu_model"], parsed["effective_from"]), index)
+        elif kind == "credit_note" and body["invoice"] in self.accounts:
+            self.accounts[body["invoice"]][3] = DEC.add(self.accounts[body["invoice"]][3], Decimal(body["amount"]))
         elif kind == "invoice_issued":
+            self.accounts.setdefault(body["number"], [body["tenant"], body["currency"], Decimal(body["total"]), Decimal(0)])
             self.invoice_numbers.append(body["number"])
             self.invoice_periods.setdefault(body["tenant"], []).append((parsed["period_from"], parsed["period_to"]))
             self.invoices.append((index, body["tenant"], parsed["period_from"], parsed["period_to"]))
@@ -1870,6 +1933,7 @@ def check_entry(e: EntryLine, cp: Checkpoint, view: LogView, prev_known: Dict[in
             raise Failure("leaf_invalid", item, f"{err.code}: {err.field}: {err.message}") from None
     pub = view.key_for(env, e.index, item)
     view.check_admission(env, e.index, parsed, now, item)
+    view.check_settlement(env, item)
     if not verify_strict(pub, parsed["message"], parsed["sig"]):
         raise Failure("entry_signature", item, f"the signature of {env['signer']} (key {env['key_id']}) does not "
                       f"verify strictly over the signed message (origin {view.origin})")
@@ -2038,6 +2102,7 @@ def _run_bundle(path: str, key: VerifierKey, cert: Optional[CertInfo]) -> Tuple[
         kinds[kind] = kinds.get(kind, 0) + 1
         if kind in RECORD_KINDS:
             last_record = (e.index, ce.leaf_hash)
+            view.claim_interval(ce.envelope, e.index, ce.parsed)
             if cert is not None:
                 if first_subject_failure is None:
                     first_subject_failure = _check_record_subject(ce, cert, e.item)

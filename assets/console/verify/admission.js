@@ -2,11 +2,12 @@
 // at each entry's position against the state the bundle's own context records, in the order
 // and with the reason codes of `gpuledger verify` (crates/core/src/admission.rs,
 // `Registry::admit`): parties (tenants and leases registered before the records that name
-// them), time (the log policy in force at the entry's index), the spot series and prices that
-// only move forward. Key validity and scope are bundle.js's Registry.
+// them), time (the log policy in force at the entry's index), the spot series, no stream
+// claiming a second twice (§6.4a) and prices that only move forward. Key validity and scope are bundle.js's Registry.
 
 import { Failure } from './result.js';
 import { timestampSeconds } from './leaf.js';
+import { Dec } from './decimal.js';
 
 /** `DEFAULT_MAX_RECORD_AGE_SECONDS` (§6.7): a record may start at most 35 days before it arrives. */
 export const DEFAULT_MAX_RECORD_AGE_SECONDS = 35 * 86400;
@@ -49,6 +50,25 @@ function seriesOf(kind, b) {
   }
 }
 
+/** The measurement stream of a gpu_usage or energy record (§6.4a), or null. */
+function streamOf(kind, b) {
+  if (kind === 'gpu_usage') return `gpu_usage|${b.node}|${b.tenant}|${'lease' in b ? b.lease : ''}|${b.gpu_model}`;
+  if (kind === 'energy') return `energy|${b.node}|${'tenant' in b ? b.tenant : ''}`;
+  return null;
+}
+
+/** The position of the first element of the ascending array `a` that is not below `x`. */
+function lowerBound(a, x) {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (a[mid] < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /** Seconds of a timestamp the envelope checks may not have looked at; a bad one is leaf_invalid. */
 function secondsOf(v, item, field) {
   const s = timestampSeconds(v);
@@ -74,6 +94,10 @@ export class Admission {
     this.invoiced = [];
     /** series → {at (seconds), text, index} */
     this.latest = new Map();
+    /** stream → {starts: [seconds], ends: [{end, index}]}, ordered by start (§6.4a) */
+    this.intervals = new Map();
+    /** invoice number → {tenant, currency, total: Dec, credited: Dec} (§5.10) */
+    this.accounts = new Map();
   }
 
   /** The policy in force at `index`: the latest log_policy entry before it, or the defaults. */
@@ -94,7 +118,42 @@ export class Admission {
     this.checkParties(index, e.kind, b, item);
     this.checkTime(index, e.kind, b, receivedAt, item);
     if (e.kind === 'spot_price') this.checkSpot(index, b, item);
+    this.checkOverlap(e.kind, b, item);
     this.checkForward(e.kind, b, item);
+    this.checkSettlement(e.kind, b, item);
+  }
+
+  /**
+   * §5.10: a payment or credit note names an invoice issued earlier to its tenant, in its
+   * currency, and credit notes never total more than the invoice (crates/core/src/admission.rs,
+   * `Settlements`). Bundles the service writes hold no settlements; a bundle that does is checked.
+   */
+  checkSettlement(kind, b, item) {
+    if (kind !== 'payment' && kind !== 'credit_note') return;
+    const a = this.accounts.get(b.invoice);
+    if (!a || a.tenant !== b.tenant) throw new Failure('unknown_invoice', item, `${b.invoice} is not an invoice issued to ${b.tenant}`);
+    if (a.currency !== b.currency) throw new Failure('currency_mismatch', item, `invoice ${b.invoice} is in ${a.currency}, not ${b.currency}`);
+    if (kind === 'credit_note') {
+      const after = a.credited.add(Dec.parse(b.amount));
+      if (after.cmp(a.total) > 0) throw new Failure('credit_above_total', item, `credit notes on ${b.invoice} would total ${after}, above its total ${a.total}`);
+    }
+  }
+
+  /**
+   * §6.4a: a record's [start, end) intersects no earlier interval of its stream. The intervals
+   * of one stream never overlap each other, so the one starting last before `end` is the only
+   * candidate (crates/core/src/admission.rs, `Intervals::check`).
+   */
+  checkOverlap(kind, b, item) {
+    const stream = streamOf(kind, b);
+    const held = stream === null ? undefined : this.intervals.get(stream);
+    if (!held) return;
+    const start = secondsOf(b.start, item, 'body.start');
+    const end = secondsOf(b.end, item, 'body.end');
+    const i = lowerBound(held.starts, end) - 1;
+    if (i >= 0 && held.ends[i].end > start) {
+      throw new Failure('overlapping_interval', item, `[${b.start}, ${b.end}) overlaps the interval of entry ${held.ends[i].index} for the same ${kind} stream`);
+    }
   }
 
   checkParties(index, kind, b, item) {
@@ -170,6 +229,18 @@ export class Admission {
   /** Takes in the entry at `index` once it was admitted (in increasing index order). */
   apply(index, e) {
     const b = e.body;
+    const stream = streamOf(e.kind, b);
+    if (stream !== null) {
+      let held = this.intervals.get(stream);
+      if (!held) {
+        held = { starts: [], ends: [] };
+        this.intervals.set(stream, held);
+      }
+      const start = timestampSeconds(b.start);
+      const at = lowerBound(held.starts, start);
+      held.starts.splice(at, 0, start);
+      held.ends.splice(at, 0, { end: timestampSeconds(b.end), index });
+    }
     switch (e.kind) {
       case 'tenant_registered':
         if (!this.tenants.has(b.tenant)) this.tenants.set(b.tenant, index);
@@ -185,7 +256,13 @@ export class Admission {
         if (!this.spotInstants.has(k)) this.spotInstants.set(k, index);
         break;
       }
+      case 'credit_note': {
+        const a = this.accounts.get(b.invoice);
+        if (a) a.credited = a.credited.add(Dec.parse(b.amount));
+        break;
+      }
       case 'invoice_issued':
+        if (!this.accounts.has(b.number)) this.accounts.set(b.number, { tenant: b.tenant, currency: b.currency, total: Dec.parse(b.total), credited: Dec.zero() });
         this.invoiced.push({ at: index, from: timestampSeconds(b.period_from), to: timestampSeconds(b.period_to) });
         break;
       default:

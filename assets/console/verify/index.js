@@ -39,7 +39,8 @@
 //   context (admission.js): tenants and leases registered (`unknown_tenant`, `unknown_lease`,
 //   `lease_tenant_mismatch`, `already_registered`), the time rules under the log policy in
 //   force (`too_old`, `in_future`, `price_in_past`), the spot series (`price_conflict`,
-//   `price_in_invoiced_period`) and prices that only move forward (`price_not_forward`).
+//   `price_in_invoiced_period`), no stream claiming a second twice (`overlapping_interval`,
+//   §6.4a) and prices that only move forward (`price_not_forward`).
 //
 // NOT checked here (the offline verifier, `gpuledger verify`, does; every verdict on evidence
 // says so, lib/trust.js `showResult`):

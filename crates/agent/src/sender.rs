@@ -26,7 +26,7 @@
 
 use super::spool::{Pending, Spool};
 use gpuledger_core::outcome::Outcome;
-use gpuledger_core::rejection::{Reason, Rejection};
+use gpuledger_core::rejection::{Reason, ReasonClass, Rejection};
 use rand_core::RngCore;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,54 +63,13 @@ pub const HELD_REASONS: [Reason; 9] = [
 /// answer said) under which a clock-caused refusal is taken as the record's own fault.
 pub const CLOCK_SKEW_TOLERANCE_SECONDS: i64 = 60;
 
-/// Refusals a wrong clock (the signer's or, before the ledger checked its own, the ledger's)
-/// can cause: the record's times against the ledger's receive time.
-pub fn clock_caused(r: Reason) -> bool {
-    matches!(r, Reason::TooOld | Reason::InFuture | Reason::PriceInPast)
-}
-
-/// The disposition of each rejection reason. Every reason is named, so a reason added to core
-/// cannot pass here unclassified.
+/// The disposition of each rejection reason, from its class in core
+/// ([`gpuledger_core::rejection::ReasonClass`], where every reason is classified once).
 pub fn disposition(r: Reason) -> Disposition {
-    use Disposition::*;
-    match r {
-        Reason::InFuture => Retry,
-        // The registration: the ledger does not know the signer, its key, the tenant or the
-        // lease (yet), or knows the key under another signer or as revoked, or the key's scope
-        // or the signer's role does not cover the record. The operator registers or rotates;
-        // nothing about the record is wrong in itself.
-        Reason::UnknownSigner
-        | Reason::UnknownKey
-        | Reason::KeySignerMismatch
-        | Reason::RevokedKey
-        | Reason::RoleNotAllowed
-        | Reason::NodeNotAllowed
-        | Reason::RegionNotAllowed
-        | Reason::UnknownTenant
-        | Reason::UnknownLease => Hold,
-        // The record: its shape, numbers, signature, or its place in the log.
-        Reason::Malformed
-        | Reason::UnsupportedVersion
-        | Reason::UnknownKind
-        | Reason::InvalidField
-        | Reason::NegativeQuantity
-        | Reason::QuantityOutOfRange
-        | Reason::GpuSecondsMismatch
-        | Reason::EmptyInterval
-        | Reason::IntervalTooLong
-        | Reason::TooLarge
-        | Reason::BadSignature
-        | Reason::Conflict
-        | Reason::OverlappingInterval
-        // A lease is registered once, for one tenant: a record naming it for another tenant
-        // can never be logged, whatever the operator registers next.
-        | Reason::LeaseTenantMismatch
-        | Reason::TooOld
-        | Reason::PriceInPast
-        | Reason::PriceConflict
-        | Reason::PriceInInvoicedPeriod
-        | Reason::PriceNotForward
-        | Reason::AlreadyRegistered => DeadLetter,
+    match r.class() {
+        ReasonClass::Transient => Disposition::Retry,
+        ReasonClass::Registration => Disposition::Hold,
+        ReasonClass::Final => Disposition::DeadLetter,
     }
 }
 
@@ -486,7 +445,8 @@ fn apply_outcomes(
                     // about the clock than about the record. Kept and retried, never
                     // dead-lettered; the skew gauge and its alert say why.
                     Disposition::DeadLetter
-                        if clock_caused(r.reason) && skew.abs() > CLOCK_SKEW_TOLERANCE_SECONDS =>
+                        if r.reason.depends_on_clock()
+                            && skew.abs() > CLOCK_SKEW_TOLERANCE_SECONDS =>
                     {
                         tracing::error!(signer = %cfg.signer, seq = p.seq, reason = %r.reason, skew_seconds = skew, "record refused while this machine's clock disagrees with the ledger's; it is held and retried, not dead-lettered: fix the clock (docs/AGENT.md, Clocks)");
                         Disposition::Hold
@@ -638,8 +598,9 @@ mod tests {
     use Disposition::*;
 
     /// Every rejection reason of the protocol, by its wire code, and what the agent does with
-    /// it. A reason that core adds fails to compile in [`disposition`]; one renamed fails here.
-    const TABLE: [(&str, Disposition); 30] = [
+    /// it. A reason that core adds fails to compile in core's `Reason::class`; one renamed
+    /// fails here.
+    const TABLE: [(&str, Disposition); 33] = [
         ("malformed", DeadLetter),
         ("unsupported_version", DeadLetter),
         ("unknown_kind", DeadLetter),
@@ -670,6 +631,9 @@ mod tests {
         ("price_in_invoiced_period", DeadLetter),
         ("price_not_forward", DeadLetter),
         ("already_registered", DeadLetter),
+        ("unknown_invoice", DeadLetter),
+        ("currency_mismatch", DeadLetter),
+        ("credit_above_total", DeadLetter),
     ];
 
     #[test]

@@ -11,7 +11,8 @@ use super::record::{Body, Kind, LogPolicy, Role, SignerKeyRegistered, SpotPrice}
 use super::rejection::{Reason, Rejection};
 use super::time::Timestamp;
 use ed25519_dalek::VerifyingKey;
-use std::collections::HashMap;
+use rust_decimal::Decimal;
+use std::collections::{BTreeMap, HashMap};
 
 /// A key as the log records it: its registration (signer, role, scope) and when it was
 /// registered and revoked.
@@ -64,14 +65,22 @@ pub fn check_key(
             ),
         ));
     }
-    if let Some(r) = revoked_at {
-        return Err(Rejection::field(
+    check_not_revoked(&registration.key_id, revoked_at)
+}
+
+/// A key signs nothing after its revocation (§6.2): `revoked_at` is the index of a revocation
+/// of `key_id` that precedes the record, if there is one. The ledger applies it under the write
+/// lock (after the duplicate check, so a record logged before the revocation still answers
+/// `duplicate`); verifiers through [`check_key`].
+pub fn check_not_revoked(key_id: &str, revoked_at: Option<u64>) -> Result<(), Rejection> {
+    match revoked_at {
+        Some(r) => Err(Rejection::field(
             Reason::RevokedKey,
             "key_id",
-            format!("{} was revoked at entry {r}", registration.key_id),
-        ));
+            format!("{key_id} was revoked at entry {r}"),
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// A submitted record of a kind only the ledger writes.
@@ -212,6 +221,169 @@ pub fn check_issued(body: &Body, now: Timestamp) -> Result<(), Rejection> {
         ));
     }
     Ok(())
+}
+
+/// The intervals each measurement stream has claimed (PROTOCOL §6.4a): a `gpu_usage` or
+/// `energy` record's `[start, end)` may not intersect an interval of an earlier entry of the
+/// same stream (`Body::stream`). The ledger loads the intervals near a group's own from the
+/// database (`store::write`), `Registry` keeps every admitted one; both ask [`Intervals::check`].
+/// Intervals of one stream never overlap each other, so they are kept ordered by start and a
+/// new one is compared with its neighbours only: O(log n) per record.
+#[derive(Debug, Clone, Default)]
+pub struct Intervals {
+    /// stream → start → (end, index), in Unix seconds.
+    by_stream: HashMap<String, BTreeMap<i64, (i64, u64)>>,
+}
+
+impl Intervals {
+    /// `overlapping_interval` (field `body.start`) if `[start, end)` of a record of `kind` in
+    /// `stream` intersects an interval claimed before, naming that entry. Adjacent intervals
+    /// (one's end the other's start) do not intersect.
+    pub fn check(
+        &self,
+        kind: Kind,
+        stream: &str,
+        start: Timestamp,
+        end: Timestamp,
+    ) -> Result<(), Rejection> {
+        let Some(claimed) = self.by_stream.get(stream) else {
+            return Ok(());
+        };
+        let (s, e) = (start.unix(), end.unix());
+        // The claimed interval starting last before `end` ends last of those that could
+        // intersect (they are disjoint); if it ends by `start`, none does.
+        match claimed.range(..e).next_back() {
+            Some((_, &(claimed_end, idx))) if claimed_end > s => Err(Rejection::field(
+                Reason::OverlappingInterval,
+                "body.start",
+                format!(
+                    "[{start}, {end}) overlaps the interval of entry {idx} for the same {} stream",
+                    kind.as_str()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Intervals::check`] for a body, if it is of a measured kind.
+    pub fn check_body(&self, body: &Body) -> Result<(), Rejection> {
+        match body.stream() {
+            Some((stream, start, end)) => self.check(body.kind(), &stream, start, end),
+            None => Ok(()),
+        }
+    }
+
+    /// Records that the entry at `index` claimed `[start, end)` of `stream`.
+    pub fn claim(&mut self, stream: &str, start: Timestamp, end: Timestamp, index: u64) {
+        let claimed = match self.by_stream.get_mut(stream) {
+            Some(c) => c,
+            None => self.by_stream.entry(stream.to_owned()).or_default(),
+        };
+        claimed.insert(start.unix(), (end.unix(), index));
+    }
+
+    /// [`Intervals::claim`] for an admitted body, if it is of a measured kind.
+    pub fn apply(&mut self, index: u64, body: &Body) {
+        if let Some((stream, start, end)) = body.stream() {
+            self.claim(&stream, start, end, index);
+        }
+    }
+}
+
+/// What settlement needs to know of one issued invoice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvoiceAccount {
+    pub tenant: String,
+    pub currency: String,
+    /// The invoice's total (gross).
+    pub total: Decimal,
+    /// Σ the credit notes on it so far.
+    pub credited: Decimal,
+}
+
+/// The settlement rules (PROTOCOL §5.10): a `payment` or `credit_note` names an invoice issued
+/// earlier to its tenant (`unknown_invoice`), in its currency (`currency_mismatch`), and credit
+/// notes on an invoice never total more than the invoice (`credit_above_total`). The ledger
+/// loads the one invoice a settlement names (`store::invoices::settle`); `Registry` keeps every
+/// invoice of the log, so `verify-log` rechecks each settlement. (Bundles hold no settlements.)
+/// A payment above the open balance is not a log rule: the excess may become the tenant's credit.
+#[derive(Debug, Clone, Default)]
+pub struct Settlements {
+    invoices: HashMap<String, InvoiceAccount>,
+}
+
+impl Settlements {
+    /// Settlements of one invoice, as the ledger reads it under the head lock.
+    pub fn of(number: &str, account: InvoiceAccount) -> Self {
+        Settlements {
+            invoices: HashMap::from([(number.to_owned(), account)]),
+        }
+    }
+
+    /// Whether a payment or credit note may be written after what was applied so far.
+    pub fn check(&self, body: &Body) -> Result<(), Rejection> {
+        let (s, credit) = match body {
+            Body::Payment(s) => (s, false),
+            Body::CreditNote(s) => (s, true),
+            _ => return Ok(()),
+        };
+        let Some(inv) = self
+            .invoices
+            .get(&s.invoice)
+            .filter(|i| i.tenant == s.tenant)
+        else {
+            return Err(Rejection::field(
+                Reason::UnknownInvoice,
+                "body.invoice",
+                format!("{} is not an invoice issued to {}", s.invoice, s.tenant),
+            ));
+        };
+        if inv.currency != s.currency {
+            return Err(Rejection::field(
+                Reason::CurrencyMismatch,
+                "body.currency",
+                format!(
+                    "invoice {} is in {}, not {}",
+                    s.invoice, inv.currency, s.currency
+                ),
+            ));
+        }
+        if credit && inv.credited + s.amount > inv.total {
+            return Err(Rejection::field(
+                Reason::CreditAboveTotal,
+                "body.amount",
+                format!(
+                    "credit notes on {} would total {}, above its total {}",
+                    s.invoice,
+                    inv.credited + s.amount,
+                    inv.total
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Takes in an admitted entry: an issued invoice opens an account, a credit note adds to it.
+    pub fn apply(&mut self, body: &Body) {
+        match body {
+            Body::InvoiceIssued(i) => {
+                self.invoices
+                    .entry(i.number.clone())
+                    .or_insert_with(|| InvoiceAccount {
+                        tenant: i.tenant.clone(),
+                        currency: i.currency.clone(),
+                        total: i.total,
+                        credited: Decimal::ZERO,
+                    });
+            }
+            Body::CreditNote(s) => {
+                if let Some(a) = self.invoices.get_mut(&s.invoice) {
+                    a.credited += s.amount;
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// When the ledger may issue an invoice or certificate of a period ending at `period_to`:
@@ -423,6 +595,8 @@ pub struct Registry {
     policies: Vec<(u64, LogPolicy)>,
     spot: SpotHistory,
     prices: PriceSeries,
+    intervals: Intervals,
+    settlements: Settlements,
 }
 
 impl Parties for Registry {
@@ -446,6 +620,8 @@ impl Registry {
             policies: Vec::new(),
             spot: SpotHistory::default(),
             prices: PriceSeries::default(),
+            intervals: Intervals::default(),
+            settlements: Settlements::default(),
         }
     }
 
@@ -530,7 +706,9 @@ impl Registry {
         if let Body::SpotPrice(p) = body {
             self.spot.check(index, p)?;
         }
+        self.intervals.check_body(body)?;
         self.prices.check(body)?;
+        self.settlements.check(body)?;
         self.check_registry_entry(index, body)?;
         Ok(key)
     }
@@ -626,6 +804,8 @@ impl Registry {
         }
         self.spot.apply(index, body);
         self.prices.apply(index, body);
+        self.intervals.apply(index, body);
+        self.settlements.apply(body);
     }
 }
 
@@ -717,5 +897,170 @@ mod tests {
         let end = Timestamp::parse("9999-12-31T23:59:59Z").unwrap();
         assert_eq!(period_closes_at(end, &p(u64::MAX), None), end);
         assert_eq!(period_closes_at(end, &p(0), Some(u64::MAX)), end);
+    }
+
+    #[test]
+    fn a_key_signs_only_as_its_signer_in_its_role_until_revoked() {
+        let reg = SignerKeyRegistered {
+            signer: "node-1".into(),
+            role: crate::record::Role::Node,
+            key_id: "k1".into(),
+            public_key: String::new(),
+            nodes: Some(vec!["node-1".into()]),
+            regions: vec!["west".into()],
+        };
+        for (name, kind, signer, revoked_at, want) in [
+            ("its own record", Kind::GpuUsage, "node-1", None, None),
+            ("energy too", Kind::Energy, "node-1", None, None),
+            (
+                "as another signer",
+                Kind::GpuUsage,
+                "node-2",
+                None,
+                Some((Reason::KeySignerMismatch, "key_id")),
+            ),
+            (
+                "a market kind",
+                Kind::SpotPrice,
+                "node-1",
+                None,
+                Some((Reason::RoleNotAllowed, "kind")),
+            ),
+            (
+                "after its revocation",
+                Kind::GpuUsage,
+                "node-1",
+                Some(7),
+                Some((Reason::RevokedKey, "key_id")),
+            ),
+        ] {
+            let got = check_key(&reg, kind, signer, revoked_at)
+                .err()
+                .map(|r| (r.reason, r.field.unwrap_or_default()));
+            let want = want.map(|(r, f)| (r, f.to_owned()));
+            assert_eq!(got, want, "{name}");
+        }
+        // The store's check under the lock is the same rule, with the same reason and field.
+        let r = check_not_revoked("k1", Some(7)).unwrap_err();
+        assert_eq!(
+            (r.reason, r.field.as_deref()),
+            (Reason::RevokedKey, Some("key_id"))
+        );
+        assert!(r.message.contains("entry 7"), "{}", r.message);
+        assert!(check_not_revoked("k1", None).is_ok());
+    }
+
+    #[test]
+    fn a_stream_never_claims_a_second_twice() {
+        let mut iv = Intervals::default();
+        iv.claim("s", t(100), t(200), 5);
+        iv.claim("s", t(300), t(400), 9);
+        for (name, stream, start, end, overlaps) in [
+            ("before all", "s", 0, 100, None),
+            ("between, touching both", "s", 200, 300, None),
+            ("after all", "s", 400, 500, None),
+            ("inside the first", "s", 150, 160, Some(5)),
+            ("across the first's end", "s", 199, 250, Some(5)),
+            ("across the second's start", "s", 250, 301, Some(9)),
+            ("covering both", "s", 0, 1_000, Some(9)),
+            ("the same interval", "s", 300, 400, Some(9)),
+            ("another stream", "t", 150, 160, None),
+        ] {
+            let got = iv.check(Kind::GpuUsage, stream, t(start), t(end)).err();
+            match overlaps {
+                None => assert!(got.is_none(), "{name}: {got:?}"),
+                Some(idx) => {
+                    let r = got.unwrap_or_else(|| panic!("{name}: accepted"));
+                    assert_eq!(r.reason, Reason::OverlappingInterval, "{name}");
+                    assert_eq!(r.field.as_deref(), Some("body.start"), "{name}");
+                    assert!(
+                        r.message.contains(&format!("entry {idx}")),
+                        "{name}: {}",
+                        r.message
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_settlement_names_an_issued_invoice_of_its_tenant_in_its_currency() {
+        use crate::record::Settlement;
+        let mut st = Settlements::default();
+        st.apply(&Body::InvoiceIssued(InvoiceIssued {
+            number: "INV-000001".into(),
+            tenant: "acme".into(),
+            period_from: t(-3_600),
+            period_to: t(0),
+            currency: "CNY".into(),
+            total: Decimal::new(10_000, 2),
+            checkpoint_size: 1,
+            invoice_sha256: "00".repeat(32),
+        }));
+        let s = |tenant: &str, invoice: &str, currency: &str, cents: i64| Settlement {
+            tenant: tenant.into(),
+            invoice: invoice.into(),
+            currency: currency.into(),
+            amount: Decimal::new(cents, 2),
+            note: String::new(),
+        };
+        for (name, body, want) in [
+            (
+                "a payment",
+                Body::Payment(s("acme", "INV-000001", "CNY", 5_000)),
+                None,
+            ),
+            (
+                "a payment above the total (excess credit)",
+                Body::Payment(s("acme", "INV-000001", "CNY", 20_000)),
+                None,
+            ),
+            (
+                "a credit of the whole total",
+                Body::CreditNote(s("acme", "INV-000001", "CNY", 10_000)),
+                None,
+            ),
+            (
+                "an unknown invoice",
+                Body::Payment(s("acme", "INV-000002", "CNY", 1)),
+                Some((Reason::UnknownInvoice, "body.invoice")),
+            ),
+            (
+                "another tenant's invoice",
+                Body::CreditNote(s("beta", "INV-000001", "CNY", 1)),
+                Some((Reason::UnknownInvoice, "body.invoice")),
+            ),
+            (
+                "another currency",
+                Body::Payment(s("acme", "INV-000001", "USD", 1)),
+                Some((Reason::CurrencyMismatch, "body.currency")),
+            ),
+            (
+                "a credit above the total",
+                Body::CreditNote(s("acme", "INV-000001", "CNY", 10_001)),
+                Some((Reason::CreditAboveTotal, "body.amount")),
+            ),
+        ] {
+            let got = st
+                .check(&body)
+                .err()
+                .map(|r| (r.reason, r.field.unwrap_or_default()));
+            assert_eq!(got, want.map(|(r, f)| (r, f.to_owned())), "{name}");
+        }
+        // Credits add up: 60.00 then 40.00 is the whole total, one cent more is not.
+        st.apply(&Body::CreditNote(s("acme", "INV-000001", "CNY", 6_000)));
+        assert!(st
+            .check(&Body::CreditNote(s("acme", "INV-000001", "CNY", 4_000)))
+            .is_ok());
+        st.apply(&Body::CreditNote(s("acme", "INV-000001", "CNY", 4_000)));
+        let r = st
+            .check(&Body::CreditNote(s("acme", "INV-000001", "CNY", 1)))
+            .unwrap_err();
+        assert_eq!(r.reason, Reason::CreditAboveTotal);
+        // Payments never count as credit.
+        st.apply(&Body::Payment(s("acme", "INV-000001", "CNY", 10_000)));
+        assert!(st
+            .check(&Body::Payment(s("acme", "INV-000001", "CNY", 1)))
+            .is_ok());
     }
 }

@@ -44,6 +44,32 @@ impl Default for ClockPolicy {
     }
 }
 
+/// Longest a writer's clock reading may trail the log's last `received_at` and still be
+/// stamped, raised to it: another process appending to the same log (two `serve`s on one
+/// database) read its clock after this one did and committed first, while this one waited for
+/// the head lock. Beyond it the two writers' clocks disagree, and the write is refused.
+pub const MAX_WRITER_LAG_SECONDS: i64 = 60;
+
+/// The `received_at` a transaction stamps, under the head lock: its clock `reading`, raised to
+/// the log's last `received_at` (`last`) when it trails it by at most
+/// [`MAX_WRITER_LAG_SECONDS`], so that receive times never decrease (PROTOCOL §7); a reading
+/// further behind is [`Unreliable::Behind`].
+pub fn stamp(reading: Timestamp, last: Option<Timestamp>) -> Result<Timestamp, Unreliable> {
+    match last {
+        Some(last) if reading < last => {
+            if reading.seconds_until(last) <= MAX_WRITER_LAG_SECONDS {
+                Ok(last)
+            } else {
+                Err(Unreliable::Behind {
+                    wall: reading,
+                    latest: last,
+                })
+            }
+        }
+        _ => Ok(reading),
+    }
+}
+
 /// One reading of the clocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reading {
@@ -292,5 +318,28 @@ mod tests {
         r.synchronised = Some(true);
         assert!(w.observe(r, &p).is_ok());
         assert_eq!(w.latest(), Some(r.wall));
+    }
+
+    #[test]
+    fn a_stamp_never_goes_behind_the_log() {
+        let t = |s: i64| Timestamp::from_unix(1_800_000_000 + s).unwrap();
+        for (name, reading, last, want) in [
+            ("an empty log", t(0), None, Ok(t(0))),
+            ("after the last entry", t(5), Some(t(0)), Ok(t(5))),
+            ("the same second", t(0), Some(t(0)), Ok(t(0))),
+            ("a second behind: raised", t(0), Some(t(1)), Ok(t(1))),
+            ("the lag exactly: raised", t(0), Some(t(60)), Ok(t(60))),
+            (
+                "beyond the lag: refused",
+                t(0),
+                Some(t(61)),
+                Err(Unreliable::Behind {
+                    wall: t(0),
+                    latest: t(61),
+                }),
+            ),
+        ] {
+            assert_eq!(stamp(reading, last), want, "{name}");
+        }
     }
 }

@@ -70,6 +70,12 @@ pub enum Reason {
     PriceNotForward,
     /// A tenant or lease registered a second time.
     AlreadyRegistered,
+    /// A payment or credit note names no invoice issued earlier to its tenant.
+    UnknownInvoice,
+    /// A payment or credit note is in another currency than its invoice.
+    CurrencyMismatch,
+    /// Credit notes on an invoice would total more than the invoice.
+    CreditAboveTotal,
 }
 
 impl Reason {
@@ -106,7 +112,86 @@ impl Reason {
             Reason::PriceInInvoicedPeriod => "price_in_invoiced_period",
             Reason::PriceNotForward => "price_not_forward",
             Reason::AlreadyRegistered => "already_registered",
+            Reason::UnknownInvoice => "unknown_invoice",
+            Reason::CurrencyMismatch => "currency_mismatch",
+            Reason::CreditAboveTotal => "credit_above_total",
         }
+    }
+}
+
+/// What a refusal says about the record, for a signer deciding what to do with it (the agent,
+/// the market signer, any client written from docs/PROTOCOL.md §6.6). Every reason has exactly
+/// one class; a reason added later must be classified here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasonClass {
+    /// Not final: the same record may be accepted later without change (`in_future`: once the
+    /// ledger's clock has caught up).
+    Transient,
+    /// The signer's registration (its key, scope, role, the tenant or lease it names) does not
+    /// cover the record yet; an operator can register what is missing, and the same record is
+    /// then accepted.
+    Registration,
+    /// The record itself can never be logged as it is.
+    Final,
+}
+
+impl Reason {
+    /// Its class (see [`ReasonClass`]).
+    pub fn class(self) -> ReasonClass {
+        use ReasonClass::*;
+        match self {
+            Reason::InFuture => Transient,
+            Reason::UnknownSigner
+            | Reason::UnknownKey
+            | Reason::KeySignerMismatch
+            | Reason::RevokedKey
+            | Reason::RoleNotAllowed
+            | Reason::NodeNotAllowed
+            | Reason::RegionNotAllowed
+            | Reason::UnknownTenant
+            | Reason::UnknownLease => Registration,
+            Reason::Malformed
+            | Reason::UnsupportedVersion
+            | Reason::UnknownKind
+            | Reason::InvalidField
+            | Reason::NegativeQuantity
+            | Reason::QuantityOutOfRange
+            | Reason::GpuSecondsMismatch
+            | Reason::EmptyInterval
+            | Reason::IntervalTooLong
+            | Reason::TooLarge
+            | Reason::BadSignature
+            | Reason::Conflict
+            | Reason::OverlappingInterval
+            // A lease is registered once, for one tenant: a record naming it for another
+            // tenant can never be logged, whatever is registered next.
+            | Reason::LeaseTenantMismatch
+            | Reason::TooOld
+            | Reason::PriceInPast
+            | Reason::PriceConflict
+            | Reason::PriceInInvoicedPeriod
+            | Reason::PriceNotForward
+            | Reason::AlreadyRegistered
+            // Settlement entries are the ledger's own; no signer sends them.
+            | Reason::UnknownInvoice
+            | Reason::CurrencyMismatch
+            | Reason::CreditAboveTotal => Final,
+        }
+    }
+
+    /// Not final: the same record may be sent again and accepted ([`ReasonClass::Transient`]).
+    pub fn is_transient(self) -> bool {
+        self.class() == ReasonClass::Transient
+    }
+
+    /// A refusal the record's times against the ledger's receive time decide (§6.7, time), so
+    /// a wrong clock (the signer's, or the ledger's) can cause it: a signer whose clock
+    /// disagrees with the ledger's `ledger_now` should keep such a record, not drop it.
+    pub fn depends_on_clock(self) -> bool {
+        matches!(
+            self,
+            Reason::TooOld | Reason::InFuture | Reason::PriceInPast
+        )
     }
 }
 

@@ -661,6 +661,19 @@ class AdmissionRules(VerifierTestCase):
         i = self.spot("2026-10-31T23:59:59Z", "2026-11-01T00:02:00Z", model="m2")
         self.refused(self.bundle(), "price_in_invoiced_period", i, "body.effective_from")
 
+    # section 6.4a: a stream never claims a second twice
+
+    def test_overlapping_intervals_of_one_stream(self):
+        self.usage(start="2026-11-05T00:00:00Z", seconds=60)
+        self.usage(start="2026-11-05T00:01:00Z", seconds=60)  # adjacent: no overlap
+        self.usage(start="2026-11-05T00:00:30Z", seconds=60, lease="lease-1")  # another stream
+        self.passes(self.bundle())
+        self.passes(self.cert())
+        # Late, out of order, and one second into the first interval.
+        i = self.usage(start="2026-11-04T23:59:01Z", seconds=60)
+        self.refused(self.bundle(), "overlapping_interval", i, "body.start")
+        self.refused(self.cert(), "overlapping_interval", i, "body.start")
+
     # prices only move forward
 
     def test_rate_card_not_moving_forward(self):

@@ -27,6 +27,7 @@ import { checkEnvelope } from '../leaf.js';
 import { envelopeKeyId, parseVerifierKey, ALG_COSIGNATURE_V1, validCosignatures } from '../note.js';
 import { signedMessage } from '../certificate.js';
 import { Dec } from '../decimal.js';
+import { Admission } from '../admission.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../../../..');
@@ -438,6 +439,22 @@ async function resignLedgerEntry(o) {
   env.sig = b64encode(new Uint8Array(await crypto.subtle.sign({ name: 'Ed25519' }, await fixtureSigningKey(), message)));
 }
 
+/** A sample signer's key (crates/core/src/sample.rs `key`): seed SHA-256("gpuledger sample key <label>"). */
+async function sampleSigningKey(label) {
+  const seed = new Uint8Array(await crypto.subtle.digest('SHA-256', utf8(`gpuledger sample key ${label}`)));
+  const pkcs8 = concat(Uint8Array.from([0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20]), seed);
+  return crypto.subtle.importKey('pkcs8', pkcs8, { name: 'Ed25519' }, false, ['sign']);
+}
+
+/** Re-signs a record's envelope with its signer's sample key (as that node's key holder can). */
+async function resignRecord(o) {
+  const env = o.leafObject.envelope;
+  const unsigned = Object.assign(Object.create(null), env);
+  delete unsigned.sig;
+  const message = utf8(`gpuledger/v2/${env.kind}\n${(await parseVerifierKey(logKey)).name}\n${canonicalize(unsigned)}`);
+  env.sig = b64encode(new Uint8Array(await crypto.subtle.sign({ name: 'Ed25519' }, await sampleSigningKey(env.signer), message)));
+}
+
 /** The bundle's entry line of `kind` (the first, or the one `pick` chooses). */
 const entryOf = (l, kind, pick = () => true) => entryLines(l).find((o) => o.leafObject.envelope.kind === kind && pick(o));
 
@@ -466,6 +483,19 @@ for (const [name, edit, expected] of [
     // Receive times never decrease (§7): the entries before it are received no later.
     for (const o of entryLines(l)) if (o.index < e.index && o.leafObject.received_at > t) o.leafObject.received_at = t;
   }, 'in_future'],
+  ["a record moved into the stream and the second half-hour of an earlier one (re-signed by its node)", async (l) => {
+    // The fixture's node-1 records: 8 GPUs for 00:00-01:00 without a lease, then 2 GPUs for
+    // 01:00-02:00 under lease l1. The second, without its lease and half an hour earlier,
+    // claims 00:30-01:00 of the first one's stream again (§6.4a).
+    const usage = records(l).filter((o) => o.leafObject.envelope.kind === 'gpu_usage' && o.leafObject.envelope.signer === 'node-1');
+    const [first, later] = [usage.find((o) => !('lease' in o.leafObject.envelope.body)), usage.find((o) => 'lease' in o.leafObject.envelope.body)];
+    const b = later.leafObject.envelope.body;
+    const length = (Date.parse(b.end) - Date.parse(b.start)) / 1000;
+    delete b.lease;
+    b.start = plusSeconds(first.leafObject.envelope.body.start, 1800);
+    b.end = plusSeconds(b.start, length);
+    await resignRecord(later);
+  }, 'overlapping_interval'],
   ['the log policy in force cut to one day (re-signed)', async (l) => {
     const p = entryOf(l, 'log_policy');
     p.leafObject.envelope.body.max_record_age_seconds = 86400;
@@ -946,6 +976,28 @@ await test('an envelope over 8192 canonical bytes → leaf_invalid (too_large), 
     refused = e.message;
   }
   assert(refused && refused.startsWith('too_large'), `4100 two-byte characters (8200 bytes) do not: ${refused}`);
+});
+
+await test('admission: a settlement names an invoice issued to its tenant, in its currency; credits stay within its total (§5.10)', async () => {
+  const a = new Admission();
+  a.apply(1, { kind: 'invoice_issued', body: { number: 'INV-000001', tenant: 't1', currency: 'CNY', total: '100.00', period_from: '2026-11-01T00:00:00Z', period_to: '2026-11-02T00:00:00Z' } });
+  const verdictOf = (kind, invoice, tenant, currency, amount) => {
+    try {
+      a.checkSettlement(kind, { tenant, invoice, currency, amount, note: '' }, 'entry 9');
+      return 'PASS';
+    } catch (e) {
+      return e.reason;
+    }
+  };
+  eq(verdictOf('payment', 'INV-000001', 't1', 'CNY', '150.00'), 'PASS', 'a payment above the total (the excess is credit)');
+  eq(verdictOf('payment', 'INV-000002', 't1', 'CNY', '1'), 'unknown_invoice', 'an unknown invoice');
+  eq(verdictOf('credit_note', 'INV-000001', 't2', 'CNY', '1'), 'unknown_invoice', "another tenant's invoice");
+  eq(verdictOf('payment', 'INV-000001', 't1', 'USD', '1'), 'currency_mismatch', 'another currency');
+  eq(verdictOf('credit_note', 'INV-000001', 't1', 'CNY', '100.00'), 'PASS', 'a credit of the whole total');
+  eq(verdictOf('credit_note', 'INV-000001', 't1', 'CNY', '100.01'), 'credit_above_total', 'a credit above the total');
+  a.apply(2, { kind: 'credit_note', body: { tenant: 't1', invoice: 'INV-000001', currency: 'CNY', amount: '60.00', note: '' } });
+  eq(verdictOf('credit_note', 'INV-000001', 't1', 'CNY', '40.00'), 'PASS', 'credits adding up to the total');
+  eq(verdictOf('credit_note', 'INV-000001', 't1', 'CNY', '40.01'), 'credit_above_total', 'credits adding up past the total');
 });
 
 await test('decimals: exact sums and products, numeric comparison', async () => {
