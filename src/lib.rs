@@ -4,8 +4,9 @@
 //! The workspace's other crates are re-exported under the names they had when this was one
 //! crate, so `gpuledger::core::…` still reads as before:
 //! [`core`] (`gpuledger-core`: pure, no I/O), [`agent`] (`gpuledger-agent`), [`verifier`]
-//! (`gpuledger-verify`), [`keyfile`] and [`disk`] (`gpuledger-shell`). This crate adds
-//! [`store`] (the log on SQLite or PostgreSQL, diesel), [`api`] (actix-web), [`server`],
+//! (`gpuledger-verify`), [`keyfile`] and [`disk`] (`gpuledger-shell`), [`store`]
+//! (`gpuledger-store`: the log on SQLite or PostgreSQL, diesel). This crate adds [`api`]
+//! (actix-web), [`server`],
 //! [`demo`], [`invoice_render`], [`bench`] and [`witness`] (a C2SP tlog-witness). See
 //! ARCHITECTURE.md.
 
@@ -13,6 +14,7 @@ pub use gpuledger_agent as agent;
 pub use gpuledger_core as core;
 pub use gpuledger_core::sample;
 pub use gpuledger_shell::{disk, keyfile};
+pub use gpuledger_store as store;
 pub use gpuledger_verify as verifier;
 
 pub mod api;
@@ -21,6 +23,5 @@ pub mod demo;
 pub mod focus;
 pub mod invoice_render;
 pub mod server;
-pub mod store;
 pub mod webhooks;
 pub mod witness;

@@ -1217,6 +1217,9 @@ enum Want {
     Problem(u16, &'static str),
     /// This status and problem slug, its first `errors` item naming this field.
     Field(u16, &'static str, &'static str),
+    /// 400 `refused` by an admission rule: its first `errors` item names this reason code and
+    /// field (PROTOCOL §6.7), as a refused record's outcome would.
+    Refused(&'static str, &'static str),
     /// 200, the single record rejected with this reason (and field, when given).
     Reason(&'static str, Option<&'static str>),
     /// 200, the single record a duplicate of this index.
@@ -1370,7 +1373,7 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     huge[0] = b'[';
     huge[MAX_BODY] = b']';
 
-    use Want::{Duplicate, Field, Problem, Reason};
+    use Want::{Duplicate, Field, Problem, Reason, Refused};
     let ct = |content_type: Option<&'static str>, b: Bad| Bad { content_type, ..b };
     let method = |method: &'static str, b: Bad| Bad { method, ..b };
     let future = |seq: u64| {
@@ -1489,7 +1492,7 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         Bad { method: "PATCH", ..admin_post("tenant patch: array of nulls", "/v1/tenants/tenant-a", json!([null, null]), Problem(400, "malformed_json")) },
         Bad { body: br#"{"id":"t9","id":"t10","name":"n"}"#.to_vec(), ..admin_post("tenant: repeated member name", "/v1/tenants", json!(null), Problem(400, "malformed_json")) },
         Bad { body: br#"{"lease":"l9","tenant":"tenant-a","class":"reserved","class":"spot"}"#.to_vec(), ..admin_post("lease: repeated member name", "/v1/leases", json!(null), Problem(400, "malformed_json")) },
-        admin_post("lease: unregistered tenant",     "/v1/leases", json!({"lease": "l10", "tenant": "tenant-z", "class": "reserved"}), Problem(400, "refused")),
+        admin_post("lease: unregistered tenant",     "/v1/leases", json!({"lease": "l10", "tenant": "tenant-z", "class": "reserved"}), Refused("unknown_tenant", "body.tenant")),
         admin_post("signer: no regions",             "/v1/signers", json!({"id": "n9", "role": "node", "public_key": public(&sample::key("n9")), "nodes": ["n9"]}), Problem(400, "refused")),
         admin_post("signer: node key without nodes", "/v1/signers", json!({"id": "n10", "role": "node", "public_key": public(&sample::key("n10")), "regions": ["west"]}), Problem(400, "refused")),
         admin_post("signer: mixed-order key",        "/v1/signers", json!({"id": "n11", "role": "node", "public_key": ed25519_case("a_mixed_order"), "nodes": ["n11"], "regions": ["west"]}), Problem(400, "refused")),
@@ -1552,6 +1555,15 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
             Want::Field(status, slug, field) => {
                 let p = r.assert_problem(status, slug, c.what);
                 assert_eq!(p["errors"][0]["field"], json!(field), "{}: {p}", c.what);
+            }
+            Want::Refused(reason, field) => {
+                let p = r.assert_problem(400, "refused", c.what);
+                assert_eq!(
+                    (&p["errors"][0]["reason"], &p["errors"][0]["field"]),
+                    (&json!(reason), &json!(field)),
+                    "{}: {p}",
+                    c.what
+                );
             }
             Want::Reason(reason, field) => {
                 let ans = r.ok_json(200);

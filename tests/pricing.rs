@@ -15,6 +15,7 @@ use gpuledger::core::record::{
     Body, LeaseRegistered, RateCard, RegionParameters, Role, SpotPrice, TenantPlan, Tier,
     VolumeTiers,
 };
+use gpuledger::core::rejection::Reason;
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::{pricing, StoreError};
 use rust_decimal::Decimal;
@@ -206,11 +207,15 @@ both_backends!(prices_change_only_forward, |db: &TestDb| {
     let same_time =
         ledger.append_ledger_entry(rate_card("west", LeaseClass::OnDemand, "19", at(0)));
     assert!(
-        matches!(same_time, Err(StoreError::Refused(m)) if m.contains("prices change only forward"))
+        matches!(&same_time, Err(StoreError::Rejected(r)) if r.reason == Reason::PriceNotForward && r.field.as_deref() == Some("body.effective_from") && r.message.contains("prices change only forward")),
+        "{same_time:?}"
     );
     let earlier =
         ledger.append_ledger_entry(rate_card("west", LeaseClass::OnDemand, "19", at(-10)));
-    assert!(matches!(earlier, Err(StoreError::Refused(_))));
+    assert!(
+        matches!(&earlier, Err(StoreError::Rejected(r)) if r.reason == Reason::PriceNotForward),
+        "{earlier:?}"
+    );
     // Another series is independent; a later change is fine.
     ledger
         .append_ledger_entry(rate_card("west", LeaseClass::Reserved, "12", at(0)))
@@ -613,7 +618,7 @@ both_backends!(
         assert!(
             matches!(
                 ledger.settle(Body::CreditNote(settle("INV-000001", "100.01"))),
-                Err(StoreError::Refused(_))
+                Err(StoreError::Rejected(r)) if r.reason == Reason::CreditAboveTotal && r.field.as_deref() == Some("body.amount")
             ),
             "credits above the total"
         );
@@ -625,7 +630,7 @@ both_backends!(
         wrong.currency = "USD".into();
         assert!(matches!(
             ledger.settle(Body::Payment(wrong)),
-            Err(StoreError::Refused(_))
+            Err(StoreError::Rejected(r)) if r.reason == Reason::CurrencyMismatch
         ));
         let b = ledger
             .with_reader(|c| gpuledger::store::invoices::balances(c, "acme"))
@@ -918,7 +923,7 @@ both_backends!(tiers_and_plans_change_only_forward, |db: &TestDb| {
     ledger.append_ledger_entry(t(at(0))).unwrap();
     for from in [at(0), at(-1)] {
         assert!(
-            matches!(ledger.append_ledger_entry(t(from)), Err(StoreError::Refused(m)) if m.contains("prices change only forward"))
+            matches!(ledger.append_ledger_entry(t(from)), Err(StoreError::Rejected(r)) if r.reason == Reason::PriceNotForward && r.message.contains("prices change only forward"))
         );
     }
     // Another plan is another series; a later change is fine.
@@ -931,7 +936,7 @@ both_backends!(tiers_and_plans_change_only_forward, |db: &TestDb| {
         .unwrap();
     assert!(matches!(
         ledger.append_ledger_entry(tenant_plan("acme", "other", at(0))),
-        Err(StoreError::Refused(_))
+        Err(StoreError::Rejected(r)) if r.reason == Reason::PriceNotForward
     ));
     // A plan nobody has defined tiers for is a plan whose series all use the rate card.
     ledger

@@ -156,11 +156,9 @@ pub async fn list_tenants(
     let page =
         super::paging::Paging::parse("tenants", None, q.limit.as_deref(), q.cursor.as_deref())?;
     let (after, fetch) = (page.after.clone(), page.fetch());
-    let ledger = state.ledger.clone();
-    let list = web::block(move || {
-        ledger.with_reader(|c| access::list_tenants_page(c, created, after.as_deref(), fetch))
-    })
-    .await??;
+    let list = state
+        .read(move |c| access::list_tenants_page(c, created, after.as_deref(), fetch))
+        .await?;
     Ok(page.respond(&req, list, |t| t.id.clone()))
 }
 
@@ -457,7 +455,7 @@ pub async fn list_tokens(
     caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
-    let list = web::block(move || state.ledger.with_reader(access::list_tokens)).await??;
+    let list = state.read(access::list_tokens).await?;
     Ok(HttpResponse::Ok().json(list))
 }
 

@@ -69,20 +69,10 @@ pub async fn issue(
         .unwrap_or_default()
         .normalise()
         .map_err(|m| ApiError::invalid_parameter("scope", m))?;
-    let exists = {
-        let l = state.ledger.clone();
-        let t = tenant.clone();
-        web::block(move || {
-            l.with_reader(|c| {
-                Ok(crate::store::access::tenant_exists(c, &t)?
-                    || crate::store::usage::tenant_has_entries(c, &t)?)
-            })
-        })
-        .await??
-    };
-    if !exists {
-        return Err(ApiError::NotFound(format!("tenant {tenant}")));
-    }
+    let t = tenant.clone();
+    state
+        .read(move |c| crate::store::access::require_tenant(c, &t))
+        .await?;
     let request = CertificateRequest {
         tenant,
         period: Period { from, to },
@@ -137,12 +127,9 @@ pub async fn list(
         q.cursor.as_deref(),
     )?;
     let (after, fetch) = (page.after_index()?, page.fetch());
-    let rows = web::block(move || {
-        state
-            .ledger
-            .with_reader(|c| store_certs::list_page(c, tenant.as_deref(), period, after, fetch))
-    })
-    .await??;
+    let rows = state
+        .read(move |c| store_certs::list_page(c, tenant.as_deref(), period, after, fetch))
+        .await?;
     Ok(page.respond(&req, rows, |c| c.entry_index.to_string()))
 }
 
@@ -152,8 +139,7 @@ async fn load(
     id: String,
 ) -> Result<(Certificate, String), ApiError> {
     let i = id.clone();
-    let l = state.ledger.clone();
-    let row = web::block(move || l.with_reader(|c| store_certs::get(c, &i))).await??;
+    let row = state.read(move |c| store_certs::get(c, &i)).await?;
     let json = caller.visible(row, || format!("certificate {id}"))?;
     let cert = Certificate::from_json(json.as_bytes())
         .map_err(|e| ApiError::Internal(format!("certificate {id}: {e}")))?;

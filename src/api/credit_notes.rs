@@ -77,9 +77,9 @@ async fn load(
     number: &str,
 ) -> Result<(CreditNoteDoc, Invoice), ApiError> {
     let index = index_of(number)?;
-    let ledger = state.ledger.clone();
-    let found =
-        web::block(move || ledger.with_reader(|c| store_invoices::credit_note(c, index))).await??;
+    let found = state
+        .read(move |c| store_invoices::credit_note(c, index))
+        .await?;
     let not_found = || ApiError::NotFound(format!("credit note {number}"));
     let (recorded_at, entry, json) = found
         .filter(|(_, s, _)| caller.may_see(Some(&s.tenant)))

@@ -33,7 +33,8 @@ pub struct Problem {
 pub struct ProblemItem {
     /// The field path (`body.gpu_count`) or query parameter.
     pub field: String,
-    /// The rejection reason code, where the problem is a refused field.
+    /// The rejection reason code (PROTOCOL §6.6) where the problem is a refused field: a bad
+    /// record's, or an admin write's that an admission rule refused (problem `refused`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub message: String,
@@ -290,6 +291,17 @@ impl From<StoreError> for ApiError {
             e @ StoreError::Overpayment { .. } => ApiError::Unprocessable {
                 slug: "overpayment",
                 detail: e.to_string(),
+            },
+            // The admission rule's own reason code and field (PROTOCOL §6.6, §6.7), under the
+            // same `refused` problem type as the store's other refusals.
+            StoreError::Rejected(r) => ApiError::BadRequest {
+                slug: "refused",
+                errors: Some(vec![ProblemItem {
+                    field: r.field.clone().unwrap_or_else(|| "body".to_owned()),
+                    reason: Some(r.reason.code().to_owned()),
+                    message: r.message.clone(),
+                }]),
+                detail: r.message,
             },
             e @ StoreError::PeriodNotEnded { .. } => ApiError::Unprocessable {
                 slug: "period_not_ended",

@@ -9,7 +9,7 @@ use crate::core::certificate::Certificate;
 use crate::core::invoice::{self, InvoiceDoc, Period};
 use crate::core::record::{Body, Kind};
 use crate::focus::{self, Context, Covering, CreditNote, RegionEntry};
-use crate::store::{access, certificates, invoices, read, usage, DbConn, StoreError};
+use crate::store::{access, certificates, invoices, read, DbConn, StoreError};
 use actix_web::get;
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
@@ -90,8 +90,11 @@ fn export(
     period: Period,
 ) -> Result<Result<Vec<u8>, ApiError>, StoreError> {
     if let Some(t) = tenant {
-        if !access::tenant_exists(c, t)? && !usage::tenant_has_entries(c, t)? {
-            return Ok(Err(ApiError::NotFound(format!("tenant {t}"))));
+        if let Err(e) = access::require_tenant(c, t) {
+            return match e {
+                StoreError::NotFound(_) => Ok(Err(e.into())),
+                e => Err(e),
+            };
         }
     }
     let numbers = invoices::overlapping(c, tenant, period)?;

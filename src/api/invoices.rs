@@ -52,20 +52,10 @@ pub async fn issue(
     let (from, to) = super::period(&r.from, &r.to)?;
     crate::core::ids::check_id(&r.tenant).map_err(|m| ApiError::invalid_parameter("tenant", m))?;
     let tenant = r.tenant.clone();
-    let exists = {
-        let l = state.ledger.clone();
-        let t = tenant.clone();
-        web::block(move || {
-            l.with_reader(|c| {
-                Ok(crate::store::access::tenant_exists(c, &t)?
-                    || crate::store::usage::tenant_has_entries(c, &t)?)
-            })
-        })
-        .await??
-    };
-    if !exists {
-        return Err(ApiError::NotFound(format!("tenant {tenant}")));
-    }
+    let t = tenant.clone();
+    state
+        .read(move |c| crate::store::access::require_tenant(c, &t))
+        .await?;
     let issued =
         web::block(move || state.ledger.issue_invoices(&tenant, Period { from, to })).await??;
     let mut response = HttpResponse::Created();
@@ -138,12 +128,9 @@ pub async fn list(
         q.cursor.as_deref(),
     )?;
     let (after, fetch) = (page.after_index()?, page.fetch());
-    let rows = web::block(move || {
-        state
-            .ledger
-            .with_reader(|c| store_invoices::list_page(c, tenant.as_deref(), period, after, fetch))
-    })
-    .await??;
+    let rows = state
+        .read(move |c| store_invoices::list_page(c, tenant.as_deref(), period, after, fetch))
+        .await?;
     Ok(page.respond(&req, rows, |i| i.entry_index.to_string()))
 }
 
@@ -153,8 +140,7 @@ async fn load(
     number: String,
 ) -> Result<(InvoiceDoc, String), ApiError> {
     let n = number.clone();
-    let row =
-        web::block(move || state.ledger.with_reader(|c| store_invoices::get(c, &n))).await??;
+    let row = state.read(move |c| store_invoices::get(c, &n)).await?;
     let json = caller.visible(row, || format!("invoice {number}"))?;
     let inv = invoice::from_json(&json)
         .map_err(|e| ApiError::Internal(format!("invoice {number}: {e}")))?;
@@ -378,12 +364,9 @@ pub async fn balance(
         .tenant_scope(q.into_inner().tenant)?
         .ok_or_else(|| ApiError::invalid_parameter("tenant", "is required"))?;
     let t = tenant.clone();
-    let b = web::block(move || {
-        state
-            .ledger
-            .with_reader(|c| store_invoices::balances(c, &t))
-    })
-    .await??;
+    let b = state
+        .read(move |c| store_invoices::balances(c, &t))
+        .await?;
     Ok(HttpResponse::Ok().json(BalanceView {
         tenant,
         currencies: b.by_currency,

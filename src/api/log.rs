@@ -150,9 +150,9 @@ pub async fn get_checkpoints(
         (None, Some(b)) => CheckpointPage::Before(parse_u64("before", b)?),
         (None, None) => CheckpointPage::Newest,
     };
-    let ledger = state.ledger.clone();
-    let rows = web::block(move || ledger.with_reader(|c| read::checkpoints_page(c, page, limit)))
-        .await??;
+    let rows = state
+        .read(move |c| read::checkpoints_page(c, page, limit))
+        .await?;
     let next = match (rows.last(), rows.len() as u64 == limit) {
         (Some(last), true) => Some(match page {
             CheckpointPage::From(_) => {

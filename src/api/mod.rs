@@ -51,6 +51,21 @@ pub struct AppState {
     pub limits: limits::Limits,
 }
 
+impl AppState {
+    /// Runs `f` on one of the ledger's read connections, on actix's blocking pool (a store
+    /// read blocks on the database): how a handler reads the store. Writes go through the
+    /// ledger's sequencer instead (`Ledger::append`, `append_ledger_entry`, `issue_*`).
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut crate::store::DbConn) -> Result<T, crate::store::StoreError>
+            + Send
+            + 'static,
+    ) -> Result<T, ApiError> {
+        let ledger = self.ledger.clone();
+        Ok(web::block(move || ledger.with_reader(f)).await??)
+    }
+}
+
 /// The OpenAPI document's frame: title, security scheme and tags. The paths are collected from
 /// the routes as [`routes`] registers them (utoipa-actix-web), so each route is written once,
 /// next to its handler.
@@ -313,8 +328,7 @@ pub async fn scoped_list<T: serde::Serialize + Send + 'static>(
     list: fn(&mut crate::store::DbConn, Option<&str>) -> Result<Vec<T>, crate::store::StoreError>,
 ) -> Result<actix_web::HttpResponse, ApiError> {
     let tenant = caller.tenant_scope(tenant)?;
-    let rows =
-        web::block(move || state.ledger.with_reader(|c| list(c, tenant.as_deref()))).await??;
+    let rows = state.read(move |c| list(c, tenant.as_deref())).await?;
     Ok(actix_web::HttpResponse::Ok().json(rows))
 }
 

@@ -80,7 +80,7 @@ async fn append(
 /// Appends a rate card (admin): `{region, gpu_model, lease_class: on_demand|reserved, currency,
 /// price_per_gpu_hour, effective_from}`; a change must take effect after the series' latest.
 #[utoipa::path(tag = "pricing", request_body = crate::core::record::RateCard,
-    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, or `refused`: an admission rule refused the entry (PROTOCOL §6.7); `errors[0]` names its reason code (`price_not_forward`, `unknown_tenant`, …) and field", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/rate-cards")]
 pub async fn post_rate_card(
@@ -95,7 +95,7 @@ pub async fn post_rate_card(
 /// Appends region parameters (admin): `{region, currency, electricity_price_per_kwh, pue,
 /// carbon_g_per_kwh, effective_from}`.
 #[utoipa::path(tag = "pricing", request_body = crate::core::record::RegionParameters,
-    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, or `refused`: an admission rule refused the entry (PROTOCOL §6.7); `errors[0]` names its reason code (`price_not_forward`, `unknown_tenant`, …) and field", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/region-params")]
 pub async fn post_region_params(
@@ -109,7 +109,7 @@ pub async fn post_region_params(
 
 /// Declares a lease and its billing class (admin): `{lease, tenant, class: on_demand|reserved|spot}`.
 #[utoipa::path(tag = "pricing", request_body = crate::core::record::LeaseRegistered,
-    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, or `refused`: an admission rule refused the entry (PROTOCOL §6.7); `errors[0]` names its reason code (`price_not_forward`, `unknown_tenant`, …) and field", body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/leases")]
 pub async fn post_lease(
@@ -128,7 +128,7 @@ pub async fn post_lease(
 /// the tiers replace the series' rate card; a change must take effect after the latest tiers
 /// of the same plan and series.
 #[utoipa::path(tag = "pricing", request_body = crate::core::record::VolumeTiers,
-    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, or `refused`: an admission rule refused the entry (PROTOCOL §6.7); `errors[0]` names its reason code (`price_not_forward`, `unknown_tenant`, …) and field", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/volume-tiers")]
 pub async fn post_volume_tiers(
@@ -144,7 +144,7 @@ pub async fn post_volume_tiers(
 /// a series leaves that series on the rate card, so a plan may be assigned before (or without)
 /// its tiers; a change must take effect after the tenant's latest plan.
 #[utoipa::path(tag = "pricing", request_body = crate::core::record::TenantPlan,
-    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, or `refused`: an admission rule refused the entry (PROTOCOL §6.7); `errors[0]` names its reason code (`price_not_forward`, `unknown_tenant`, …) and field", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/tenant-plans")]
 pub async fn post_tenant_plan(
@@ -435,11 +435,7 @@ pub async fn get_preview(
     let settings = state.ledger.invoicing();
     let (size, rater) = web::block(move || {
         state.ledger.with_reader(|c| {
-            if !crate::store::access::tenant_exists(c, &t)?
-                && !crate::store::usage::tenant_has_entries(c, &t)?
-            {
-                return Err(crate::store::StoreError::NotFound(format!("tenant {t}")));
-            }
+            crate::store::access::require_tenant(c, &t)?;
             let size = crate::store::read::head(c)?.0;
             Ok((size, pricing::rate_period(c, &t, from, to, size)?))
         })

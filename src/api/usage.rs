@@ -92,9 +92,7 @@ pub async fn get_usage(
             .ledger
             .with_reader(|c| {
                 if let Some(t) = &t {
-                    if !access::tenant_exists(c, t)? && !usage::tenant_has_entries(c, t)? {
-                        return Err(crate::store::StoreError::NotFound(format!("tenant {t}")));
-                    }
+                    access::require_tenant(c, t)?;
                 }
                 let mut agg = Aggregator::new(from, to, g, window);
                 usage::aggregate(c, t.as_deref(), from, to, &mut agg)?;

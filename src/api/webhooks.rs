@@ -224,8 +224,7 @@ pub async fn list_endpoints(
     caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
-    let ledger = state.ledger.clone();
-    let list = web::block(move || ledger.with_reader(outbox::list_endpoints)).await??;
+    let list = state.read(outbox::list_endpoints).await?;
     Ok(HttpResponse::Ok().json(list))
 }
 
@@ -240,11 +239,8 @@ pub async fn get_endpoint(
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
     let id = path.into_inner();
-    let ledger = state.ledger.clone();
-    let found = {
-        let id = id.clone();
-        web::block(move || ledger.with_reader(|c| outbox::get_endpoint(c, &id))).await??
-    };
+    let i = id.clone();
+    let found = state.read(move |c| outbox::get_endpoint(c, &i)).await?;
     let e = found.ok_or_else(|| ApiError::NotFound(format!("webhook endpoint {id}")))?;
     Ok(HttpResponse::Ok().json(e))
 }

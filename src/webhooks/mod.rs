@@ -19,96 +19,13 @@ pub mod sign;
 pub mod ssrf;
 pub mod tls;
 
+// The event vocabulary and the endpoint cap belong to the outbox (`store::webhooks`), which
+// writes events in the transaction of their cause; the worker here delivers them.
+pub use gpuledger_store::webhooks::{EventType, MAX_ENDPOINTS};
+
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// The event types an endpoint may subscribe to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum EventType {
-    /// An `invoice_issued` entry was appended.
-    InvoiceIssued,
-    /// A `credit_note` entry was appended.
-    CreditNoteCreated,
-    /// A `payment` entry was appended.
-    PaymentRecorded,
-    /// A `certificate_issued` entry was appended.
-    CertificateIssued,
-    /// A witness cosignature of a checkpoint was stored (one event per checkpoint and witness).
-    CheckpointCosigned,
-    /// A record was refused as a conflict: its (signer, seq) is logged with other content.
-    RecordConflict,
-    /// A `signer_key_revoked` entry was appended.
-    SignerRevoked,
-}
-
-impl EventType {
-    /// Every event type, in the order the documentation lists them.
-    pub const ALL: [EventType; 7] = [
-        EventType::InvoiceIssued,
-        EventType::CreditNoteCreated,
-        EventType::PaymentRecorded,
-        EventType::CertificateIssued,
-        EventType::CheckpointCosigned,
-        EventType::RecordConflict,
-        EventType::SignerRevoked,
-    ];
-
-    /// The type's name on the wire (`type` of the payload).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::InvoiceIssued => "invoice.issued",
-            EventType::CreditNoteCreated => "credit_note.created",
-            EventType::PaymentRecorded => "payment.recorded",
-            EventType::CertificateIssued => "certificate.issued",
-            EventType::CheckpointCosigned => "checkpoint.cosigned",
-            EventType::RecordConflict => "record.conflict",
-            EventType::SignerRevoked => "signer.revoked",
-        }
-    }
-
-    /// The type named `s`, if any.
-    pub fn parse(s: &str) -> Option<EventType> {
-        EventType::ALL.into_iter().find(|t| t.as_str() == s)
-    }
-
-    /// What causes an event of this type, for people.
-    pub fn description(self) -> &'static str {
-        match self {
-            EventType::InvoiceIssued => "An invoice was issued (its `invoice_issued` log entry)",
-            EventType::CreditNoteCreated => {
-                "A credit note was recorded against an invoice (its `credit_note` log entry)"
-            }
-            EventType::PaymentRecorded => {
-                "A payment was recorded against an invoice (its `payment` log entry)"
-            }
-            EventType::CertificateIssued => {
-                "A compute-usage certificate was issued (its `certificate_issued` log entry)"
-            }
-            EventType::CheckpointCosigned => {
-                "A witness cosignature of a checkpoint was stored: one event per checkpoint and witness"
-            }
-            EventType::RecordConflict => {
-                "A record was refused as a conflict (its signer and seq are logged with other content) and kept as evidence"
-            }
-            EventType::SignerRevoked => {
-                "A signer's key was revoked (its `signer_key_revoked` log entry)"
-            }
-        }
-    }
-
-    /// Whether events of this type belong to a tenant (and reach that tenant's endpoints).
-    pub fn per_tenant(self) -> bool {
-        matches!(
-            self,
-            EventType::InvoiceIssued
-                | EventType::CreditNoteCreated
-                | EventType::PaymentRecorded
-                | EventType::CertificateIssued
-                | EventType::RecordConflict
-        )
-    }
-}
 
 /// The default retry schedule: the wait before each retry after a failed attempt, in seconds
 /// (5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, 14 h, 14 h, 14 h, 14 h: 83.6 h in all, so a
@@ -135,9 +52,6 @@ pub const MAX_CONCURRENCY: usize = 64;
 
 /// Longest retry schedule accepted (`retry_schedule_seconds`), in retries.
 pub const MAX_RETRIES: usize = 50;
-
-/// Most endpoints that may be registered.
-pub const MAX_ENDPOINTS: usize = 1_000;
 
 /// Default file name of the webhook signing key, next to the log key.
 pub const DEFAULT_KEY_FILE: &str = "gpuledger-webhook.key";

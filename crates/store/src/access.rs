@@ -7,10 +7,10 @@
 use super::conn::DbConn;
 use super::error::StoreError;
 use super::schema::{api_tokens, tenants};
-use crate::core::ids::{check_display_chars, check_display_text, check_new_id};
-use crate::core::time::Timestamp;
 use base64::prelude::{Engine, BASE64_URL_SAFE_NO_PAD};
 use diesel::prelude::*;
+use gpuledger_core::ids::{check_display_chars, check_display_text, check_new_id};
+use gpuledger_core::time::Timestamp;
 use rand_core::RngCore;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -268,14 +268,14 @@ pub fn get_tenant(conn: &mut DbConn, id: &str) -> Result<Option<Tenant>, StoreEr
 
 /// The bill-to block of a tenant's invoices: its display name and billing address; a tenant
 /// known to the log but without an account row is billed under its id.
-pub fn bill_to(conn: &mut DbConn, id: &str) -> Result<crate::core::invoice::BillTo, StoreError> {
+pub fn bill_to(conn: &mut DbConn, id: &str) -> Result<gpuledger_core::invoice::BillTo, StoreError> {
     Ok(match get_tenant(conn, id)? {
-        Some(t) => crate::core::invoice::BillTo {
+        Some(t) => gpuledger_core::invoice::BillTo {
             tenant: t.id,
             name: t.name,
             address: t.address,
         },
-        None => crate::core::invoice::BillTo {
+        None => gpuledger_core::invoice::BillTo {
             tenant: id.to_owned(),
             name: id.to_owned(),
             address: Vec::new(),
@@ -328,7 +328,19 @@ pub fn list_tenants_page(
         .collect()
 }
 
-/// Whether a tenant exists.
+/// `NotFound` unless the ledger knows tenant `id`: registered (a tenant row) or named by an
+/// entry (agents may report a tenant before an admin registers it). The one test every read
+/// of a tenant's data makes before answering, so an unknown tenant and another tenant's data
+/// read the same: 404.
+pub fn require_tenant(conn: &mut DbConn, id: &str) -> Result<(), StoreError> {
+    if tenant_exists(conn, id)? || super::usage::tenant_has_entries(conn, id)? {
+        Ok(())
+    } else {
+        Err(StoreError::NotFound(format!("tenant {id}")))
+    }
+}
+
+/// Whether a tenant is registered.
 pub fn tenant_exists(conn: &mut DbConn, id: &str) -> Result<bool, StoreError> {
     Ok(tenants::table
         .find(id)

@@ -9,11 +9,11 @@ use super::error::StoreError;
 use super::read;
 use super::schema::entries;
 use super::usage::parse_body;
-use crate::core::bundle::{self, Format, Header};
-use crate::core::merkle::{self, Hash, HashReader, MemoryHashes};
-use crate::core::multiproof;
-use crate::core::record::{Body, Kind};
 use diesel::prelude::*;
+use gpuledger_core::bundle::{self, Format, Header};
+use gpuledger_core::merkle::{self, Hash, HashReader, MemoryHashes};
+use gpuledger_core::multiproof;
+use gpuledger_core::record::{Body, Kind};
 use std::cell::RefCell;
 use std::collections::HashSet;
 

@@ -16,14 +16,14 @@ use super::error::StoreError;
 use super::schema::certificates;
 use super::write::{checkpoint_locked, push_ledger_entry, Appender};
 use super::{pricing, read, usage};
-use crate::core::bundle::{self, BundleSubject, Header};
-use crate::core::certificate::{self, coverage, Certificate, Claims, Coverage, Tally};
-use crate::core::invoice::Period;
-use crate::core::record::{Body, CertificateIssued, Kind};
-use crate::core::time::Timestamp;
 use diesel::prelude::*;
+use gpuledger_core::bundle::{self, BundleSubject, Header};
+use gpuledger_core::certificate::{self, coverage, Certificate, Claims, Coverage, Tally};
+use gpuledger_core::invoice::Period;
+use gpuledger_core::record::{Body, CertificateIssued, Kind};
+use gpuledger_core::time::Timestamp;
 
-pub use crate::core::certificate::CertificateRequest;
+pub use gpuledger_core::certificate::CertificateRequest;
 
 /// A certificate as listed.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
@@ -155,6 +155,8 @@ pub(crate) fn issue(
 ) -> Result<Option<Certificate>, StoreError> {
     conn.transaction(|conn| {
         let mut app = Appender::lock(conn, now)?;
+        // Stamped under the lock: never behind the log (`core::clock::stamp`).
+        let now = app.received_at;
         let (size, note) = match &draft.witnessed {
             Some(w) => (w.size, w.note.clone()),
             None => {
@@ -283,7 +285,7 @@ pub fn write_certificate_bundle_as(
     format: bundle::Format,
     sink: &mut Sink,
 ) -> Result<(), StoreError> {
-    let size = crate::core::checkpoint::unverified(&cert.checkpoint)
+    let size = gpuledger_core::checkpoint::unverified(&cert.checkpoint)
         .ok_or_else(|| StoreError::Corrupt(format!("certificate {} checkpoint", cert.id)))?
         .size();
     let header = Header::new(

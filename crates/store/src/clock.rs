@@ -8,8 +8,8 @@
 //! and [`ClockGuard::steps`] when `/metrics` is read.
 
 use super::StoreError;
-use crate::core::clock::{ClockPolicy, ClockWatch, Reading, Unreliable};
-use crate::core::time::Timestamp;
+use gpuledger_core::clock::{ClockPolicy, ClockWatch, Reading, Unreliable};
+use gpuledger_core::time::Timestamp;
 use std::sync::Mutex;
 
 /// The check and what it last found.

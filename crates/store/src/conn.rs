@@ -27,15 +27,16 @@ pub enum DbConn {
 
 /// Runs the same diesel expression on the concrete connection of either backend. Used in the
 /// few places where diesel's `MultiConnection` cannot express a query (multi-row INSERT).
+#[macro_export]
 macro_rules! per_backend {
     ($conn:expr, |$c:ident| $body:expr) => {
         match $conn {
-            $crate::store::conn::DbConn::Sqlite($c) => $body,
-            $crate::store::conn::DbConn::Pg($c) => $body,
+            $crate::conn::DbConn::Sqlite($c) => $body,
+            $crate::conn::DbConn::Pg($c) => $body,
         }
     };
 }
-pub(crate) use per_backend;
+pub use crate::per_backend;
 
 /// Which backend a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,9 +14,9 @@
 use super::conn::DbConn;
 use super::error::StoreError;
 use super::schema::{checkpoints, cosignatures, witness_state};
-use crate::core::cosignature::{self, WitnessKey};
-use crate::core::time::Timestamp;
 use diesel::prelude::*;
+use gpuledger_core::cosignature::{self, WitnessKey};
+use gpuledger_core::time::Timestamp;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The store layer's one error type.
 
-use crate::core::checkpoint::CheckpointError;
+use gpuledger_core::checkpoint::CheckpointError;
 
 /// Everything that can go wrong below the API: database, configuration, corruption, and
 /// refused administrative operations.
@@ -22,8 +22,14 @@ pub enum StoreError {
     Corrupt(String),
     #[error("batch of {0} records is over the limit of {1}")]
     BatchTooLarge(usize, usize),
+    /// A write the store refuses for a reason of its own (a malformed id, a limit): nothing
+    /// written.
     #[error("{0}")]
     Refused(String),
+    /// A ledger-written entry an admission rule of core refuses (PROTOCOL §6.7): its reason
+    /// code and field reach the client as they are. Nothing written.
+    #[error("{}", .0.message)]
+    Rejected(gpuledger_core::rejection::Rejection),
     #[error("{0}")]
     AlreadyExists(String),
     #[error("not found: {0}")]
@@ -45,9 +51,9 @@ pub enum StoreError {
     PeriodNotEnded {
         /// "an invoice" or "a certificate".
         what: &'static str,
-        to: crate::core::time::Timestamp,
-        closes_at: crate::core::time::Timestamp,
-        now: crate::core::time::Timestamp,
+        to: gpuledger_core::time::Timestamp,
+        closes_at: gpuledger_core::time::Timestamp,
+        now: gpuledger_core::time::Timestamp,
     },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),

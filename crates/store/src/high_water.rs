@@ -17,9 +17,9 @@
 use super::conn::DbConn;
 use super::read::{self, DbHashReader};
 use super::StoreError;
-use crate::core::checkpoint;
-use crate::core::merkle::{self, Hash};
 use base64::Engine;
+use gpuledger_core::checkpoint;
+use gpuledger_core::merkle::{self, Hash};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -412,10 +412,14 @@ fn parse(note: &str, verifier_key: &str) -> Result<Mark, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::checkpoint::LogSigner;
+    use gpuledger_core::checkpoint::LogSigner;
 
     fn signer() -> LogSigner {
-        LogSigner::new("test.example/log", crate::sample::key("high-water test")).unwrap()
+        LogSigner::new(
+            "test.example/log",
+            gpuledger_core::sample::key("high-water test"),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -432,7 +436,7 @@ mod tests {
         // The check refuses before it reads the database: no database mends a fork.
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("x.db").display());
-        let mut conn = crate::store::connect(&url).unwrap();
+        let mut conn = crate::connect(&url).unwrap();
         assert!(matches!(
             hw.check(&mut conn),
             Err(StoreError::LogRewound(_))
@@ -443,7 +447,8 @@ mod tests {
     #[test]
     fn a_note_not_signed_by_the_log_key_is_refused() {
         let log = signer();
-        let other = LogSigner::new("test.example/log", crate::sample::key("another")).unwrap();
+        let other =
+            LogSigner::new("test.example/log", gpuledger_core::sample::key("another")).unwrap();
         let hw = HighWater::load(None, &log.verifier_key()).unwrap();
         let e = hw
             .raise(

@@ -22,17 +22,18 @@ use super::schema::{entries, invoices};
 use super::usage::{self, Selected};
 use super::write::{checkpoint_locked, push_ledger_entry, Appender};
 use super::{pricing, read};
-use crate::core::canonical;
-use crate::core::checkpoint::LogSigner;
-use crate::core::invoice::{
+use diesel::prelude::*;
+use gpuledger_core::admission;
+use gpuledger_core::canonical;
+use gpuledger_core::checkpoint::LogSigner;
+use gpuledger_core::invoice::{
     self as core_invoice, record_start, BillTo, Invoice, InvoiceDoc, InvoiceLine, InvoiceRating,
     InvoiceScope, Issuer, Period, Placement, Rated, TaxTable, INVOICE_FORMAT_V2,
 };
-use crate::core::leaf::Leaf;
-use crate::core::rating::{self, PriceBook, Rater};
-use crate::core::record::{Body, InvoiceIssued, Kind, Settlement};
-use crate::core::time::Timestamp;
-use diesel::prelude::*;
+use gpuledger_core::leaf::Leaf;
+use gpuledger_core::rating::{self, PriceBook, Rater};
+use gpuledger_core::record::{Body, InvoiceIssued, Kind, Settlement};
+use gpuledger_core::time::Timestamp;
 use rust_decimal::Decimal;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -503,6 +504,8 @@ pub(crate) fn issue(
 ) -> Result<Option<Vec<Invoice>>, StoreError> {
     conn.transaction(|conn| {
         let mut app = Appender::lock(conn, now)?;
+        // Stamped under the lock: never behind the log (`core::clock::stamp`).
+        let now = app.received_at;
         let head = app.next_index();
         let size = match &draft.witnessed {
             Some(w) => {
@@ -524,7 +527,7 @@ pub(crate) fn issue(
                 head
             }
         };
-        let root = crate::core::merkle::tree_hash(size, &super::read::DbHashReader::new(conn))?;
+        let root = gpuledger_core::merkle::tree_hash(size, &super::read::DbHashReader::new(conn))?;
         // Numbers are gapless per issuer (this log): the count of invoices, read under the
         // head lock, in the transaction that inserts the next ones.
         let count: i64 = invoices::table.count().get_result(conn)?;
@@ -550,7 +553,7 @@ pub(crate) fn issue(
                 issued_at: now,
                 log_origin: log.origin().to_owned(),
                 checkpoint_size: size,
-                checkpoint_root: crate::core::merkle::encode_hash(&root),
+                checkpoint_root: gpuledger_core::merkle::encode_hash(&root),
                 issuer: issuer.clone(),
                 bill_to: draft.bill_to.clone(),
                 payment_terms_days: s.payment_terms_days,
@@ -624,47 +627,38 @@ pub(crate) fn settle(
     };
     conn.transaction(|conn| {
         let mut app = Appender::lock(conn, now)?;
-        let row: Option<(String, String)> = invoices::table
-            .find(&s.invoice)
-            .select((invoices::tenant, invoices::currency))
-            .first(conn)
-            .optional()?;
-        match row {
-            Some((t, _)) if t != s.tenant => {
+        // Stamped under the lock: never behind the log (`core::clock::stamp`).
+        let now = app.received_at;
+        // Read under the head lock: no other settlement can change it before this commits.
+        // An invoice unknown, or another tenant's, reads as not found (as over the API).
+        let account = match account(conn, &s.invoice, now) {
+            Ok(a) if a.tenant == s.tenant => a,
+            Ok(_) => {
                 return Err(StoreError::NotFound(format!(
                     "invoice {} of {}",
                     s.invoice, s.tenant
                 )))
             }
-            None => return Err(StoreError::NotFound(format!("invoice {}", s.invoice))),
-            Some((_, c)) if c != s.currency => {
-                return Err(StoreError::Refused(format!(
-                    "invoice {} is in {c}, not {}",
-                    s.invoice, s.currency
-                )))
-            }
-            Some(_) => {}
-        }
-        // Read under the head lock: no other settlement can change it before this commits.
-        let account = account(conn, &s.invoice, now)?;
-        match body {
-            Body::CreditNote(_) if account.credited + s.amount > account.total => {
-                return Err(StoreError::Refused(format!(
-                    "credit notes on {} would total {}, above its total {}",
-                    s.invoice,
-                    account.credited + s.amount,
-                    account.total
-                )));
-            }
-            Body::Payment(_) if s.amount > account.balance_due && !excess_credit => {
-                return Err(StoreError::Overpayment {
-                    invoice: s.invoice.clone(),
-                    amount: s.amount,
-                    open: account.balance_due,
-                    currency: s.currency.clone(),
-                });
-            }
-            _ => {}
+            Err(e) => return Err(e),
+        };
+        // The settlement rules, as verify-log rechecks them (core::admission::Settlements).
+        let rules = admission::Settlements::of(
+            &s.invoice,
+            admission::InvoiceAccount {
+                tenant: account.tenant.clone(),
+                currency: account.currency.clone(),
+                total: account.total,
+                credited: account.credited,
+            },
+        );
+        rules.check(body).map_err(StoreError::Rejected)?;
+        if matches!(body, Body::Payment(_)) && s.amount > account.balance_due && !excess_credit {
+            return Err(StoreError::Overpayment {
+                invoice: s.invoice.clone(),
+                amount: s.amount,
+                open: account.balance_due,
+                currency: s.currency.clone(),
+            });
         }
         let idx = push_ledger_entry(conn, &mut app, log, body)?;
         app.finish(conn)?;
@@ -693,18 +687,18 @@ fn decode_leaf(idx: i64, bytes: &[u8]) -> Result<(Timestamp, Body), StoreError> 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Balance {
     /// Σ invoice totals (gross).
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub invoiced: Decimal,
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub paid: Decimal,
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub credited: Decimal,
     /// invoiced − paid − credited: what the tenant owes (negative: in credit).
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub due: Decimal,
     /// The tenant's credit: what was paid (and credited) above invoices' totals, accepted
     /// explicitly as credit (`POST /v1/payments?excess=credit`), summed over its invoices.
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub credit: Decimal,
 }
 
@@ -764,7 +758,7 @@ pub fn balances(conn: &mut DbConn, tenant: &str) -> Result<Balances, StoreError>
     // invoices and their accounts write amounts.
     for (c, b) in out.by_currency.iter_mut() {
         b.due = b.invoiced - b.paid - b.credited;
-        let digits = crate::core::rating::minor_units(c);
+        let digits = gpuledger_core::rating::minor_units(c);
         for d in [
             &mut b.invoiced,
             &mut b.paid,
@@ -806,7 +800,7 @@ pub struct SettlementView {
     /// When the ledger recorded it.
     #[schema(value_type = String, example = "2026-11-30T12:00:00Z")]
     pub date: Timestamp,
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub amount: Decimal,
     pub note: String,
 }
@@ -819,17 +813,17 @@ pub struct InvoiceAccount {
     pub tenant: String,
     pub currency: String,
     /// The invoice's total (gross), as its `invoice_issued` entry records it.
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub total: Decimal,
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub paid: Decimal,
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub credited: Decimal,
     /// max(0, total − paid − credited).
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub balance_due: Decimal,
     /// max(0, paid + credited − total): what became the tenant's credit.
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub excess: Decimal,
     pub status: AccountStatus,
     /// The time this view was computed at.
@@ -893,7 +887,7 @@ fn settlements(
                 index: i as u64,
                 kind: kind.to_owned(),
                 number: (kind == "credit_note")
-                    .then(|| crate::core::invoice::credit_note_number(i as u64)),
+                    .then(|| gpuledger_core::invoice::credit_note_number(i as u64)),
                 date,
                 amount: s.amount,
                 note: s.note,
@@ -909,7 +903,7 @@ fn account_of(
     settlements: Vec<SettlementView>,
     now: Timestamp,
 ) -> InvoiceAccount {
-    let zero = crate::core::rating::round_amount(Decimal::ZERO, &inv.currency);
+    let zero = gpuledger_core::rating::round_amount(Decimal::ZERO, &inv.currency);
     let (mut paid, mut credited) = (zero, zero);
     for s in &settlements {
         match s.kind.as_str() {
@@ -948,14 +942,14 @@ pub struct InvoiceSummary {
     pub period_to: String,
     pub entry_index: u64,
     /// The invoice's total (gross).
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub total: Decimal,
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub paid: Decimal,
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub credited: Decimal,
     /// max(0, total − paid − credited).
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub balance_due: Decimal,
     pub status: AccountStatus,
 }
@@ -1133,18 +1127,18 @@ pub fn write_invoice_bundle(
     invoice: &impl core_invoice::InvoiceHeader,
     sink: &mut super::bundle::Sink,
 ) -> Result<(), StoreError> {
-    write_invoice_bundle_as(conn, invoice, crate::core::bundle::Format::V2, sink)
+    write_invoice_bundle_as(conn, invoice, gpuledger_core::bundle::Format::V2, sink)
 }
 
 /// Writes the evidence bundle of an issued invoice (see [`write_invoice_bundle`]) in `format`.
 pub fn write_invoice_bundle_as(
     conn: &mut DbConn,
     invoice: &impl core_invoice::InvoiceHeader,
-    format: crate::core::bundle::Format,
+    format: gpuledger_core::bundle::Format,
     sink: &mut super::bundle::Sink,
 ) -> Result<(), StoreError> {
     use super::schema::checkpoints;
-    use crate::core::bundle::{BundleSubject, Header};
+    use gpuledger_core::bundle::{BundleSubject, Header};
     let size = invoice.checkpoint_size();
     let note: String = checkpoints::table
         .find(size as i64)

@@ -9,20 +9,20 @@ use super::high_water::HighWater;
 use super::read::{self, DbHashReader, EntryRow};
 use super::schema::*;
 use super::write::{self, Verified};
-use crate::core::admission;
-use crate::core::checkpoint::LogSigner;
-use crate::core::clock::ClockPolicy;
-use crate::core::envelope::{self, Checked, Envelope};
-use crate::core::ids::LEDGER_SIGNER;
-use crate::core::keys;
-use crate::core::limits::MAX_APPEND_BATCH;
-use crate::core::merkle::{self, Hash};
-use crate::core::outcome::Outcome;
-use crate::core::record::{KeyScope, Role, SignerKeyRegistered};
-use crate::core::rejection::{Reason, Rejection};
-use crate::core::time::Timestamp;
 use diesel::prelude::*;
 use ed25519_dalek::{SigningKey, VerifyingKey};
+use gpuledger_core::admission;
+use gpuledger_core::checkpoint::LogSigner;
+use gpuledger_core::clock::ClockPolicy;
+use gpuledger_core::envelope::{self, Checked, Envelope};
+use gpuledger_core::ids::LEDGER_SIGNER;
+use gpuledger_core::keys;
+use gpuledger_core::limits::MAX_APPEND_BATCH;
+use gpuledger_core::merkle::{self, Hash};
+use gpuledger_core::outcome::Outcome;
+use gpuledger_core::record::{KeyScope, Role, SignerKeyRegistered};
+use gpuledger_core::rejection::{Reason, Rejection};
+use gpuledger_core::time::Timestamp;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,6 +31,12 @@ use std::thread::JoinHandle;
 
 /// Most records the sequencer commits in one transaction.
 pub const MAX_GROUP_RECORDS: usize = 20_000;
+
+/// Most write jobs waiting for the sequencer (each an append batch of at most
+/// [`MAX_APPEND_BATCH`] records, or one ledger entry, issuance or checkpoint). Past it a write
+/// is refused at once with [`StoreError::Busy`] (503 `busy`) instead of queueing without
+/// bound; `serve` caps concurrent ingest well below it (`max_concurrent_ingest`).
+pub const MAX_QUEUED_JOBS: usize = 1_024;
 
 /// Idle read connections kept open per ledger.
 pub const MAX_IDLE_READERS: usize = 8;
@@ -59,18 +65,18 @@ enum Job {
         reply: Reply<u64>,
     },
     Checkpoint(Reply<(u64, String)>),
-    LedgerEntry(Box<crate::core::record::Body>, Reply<u64>),
+    LedgerEntry(Box<gpuledger_core::record::Body>, Reply<u64>),
     /// Issues an invoice computed outside the lock (`None`: the log changed under it).
     Issue(
         Box<super::invoices::Draft>,
-        Reply<Option<Vec<crate::core::invoice::Invoice>>>,
+        Reply<Option<Vec<gpuledger_core::invoice::Invoice>>>,
     ),
     /// A payment or credit note; `true`: a payment's excess becomes the tenant's credit.
-    Settle(Box<crate::core::record::Body>, bool, Reply<u64>),
+    Settle(Box<gpuledger_core::record::Body>, bool, Reply<u64>),
     /// Issues a certificate computed outside the lock (`None`: the log changed under it).
     Certify(
         Box<super::certificates::Draft>,
-        Reply<Option<crate::core::certificate::Certificate>>,
+        Reply<Option<gpuledger_core::certificate::Certificate>>,
     ),
 }
 
@@ -136,7 +142,7 @@ pub struct Ledger {
     #[cfg_attr(not(feature = "test-clock"), allow(dead_code))]
     clock: Clock,
     info: LogInfo,
-    jobs: Option<mpsc::Sender<Job>>,
+    jobs: Option<mpsc::SyncSender<Job>>,
     writer: Option<JoinHandle<()>>,
     readers: Mutex<Vec<DbConn>>,
     /// The connection for writes outside the log (tenant accounts, API tokens), opened on
@@ -219,7 +225,7 @@ pub fn log_info(conn: &mut DbConn) -> Result<LogInfo, StoreError> {
     let public_key = read::meta(conn, "log_public_key")?.ok_or(StoreError::NotInitialised)?;
     let key = keys::decode_public(&public_key)
         .map_err(|e| StoreError::Corrupt(format!("log public key: {e}")))?;
-    let verifier_key = crate::core::checkpoint::verifier_key(&origin, &key);
+    let verifier_key = gpuledger_core::checkpoint::verifier_key(&origin, &key);
     Ok(LogInfo {
         origin,
         public_key,
@@ -282,7 +288,7 @@ impl Ledger {
             high_water: high_water.clone(),
         };
         let writer_conn = conn::connect(url)?;
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, rx) = mpsc::sync_channel::<Job>(MAX_QUEUED_JOBS);
         let queued = Arc::new(AtomicUsize::new(0));
         let q = queued.clone();
         let clock = Clock(Arc::new(Mutex::new(fixed)));
@@ -374,7 +380,7 @@ impl Ledger {
     }
 
     /// Why the ledger's clock was unreliable at its last check, if it was.
-    pub fn clock_fault(&self) -> Option<crate::core::clock::Unreliable> {
+    pub fn clock_fault(&self) -> Option<gpuledger_core::clock::Unreliable> {
         self.guard.fault()
     }
 
@@ -463,12 +469,21 @@ impl Ledger {
     fn submit<T>(&self, make: impl FnOnce(Reply<T>) -> Job) -> Result<T, StoreError> {
         let (tx, rx) = mpsc::sync_channel(1);
         let job = make(tx);
-        self.queued.fetch_add(job.records(), Ordering::Relaxed);
-        self.jobs
-            .as_ref()
-            .ok_or(StoreError::WriterStopped)?
-            .send(job)
-            .map_err(|_| StoreError::WriterStopped)?;
+        let records = job.records();
+        self.queued.fetch_add(records, Ordering::Relaxed);
+        let sent = match self.jobs.as_ref() {
+            None => Err(StoreError::WriterStopped),
+            Some(jobs) => jobs.try_send(job).map_err(|e| match e {
+                mpsc::TrySendError::Full(_) => StoreError::Busy(format!(
+                    "{MAX_QUEUED_JOBS} writes are already waiting for the log; nothing was written; retry"
+                )),
+                mpsc::TrySendError::Disconnected(_) => StoreError::WriterStopped,
+            }),
+        };
+        if let Err(e) = sent {
+            self.queued.fetch_sub(records, Ordering::Relaxed);
+            return Err(e);
+        }
         // The sequencer dropped the reply without answering: the job panicked.
         rx.recv()
             .map_err(|_| StoreError::Internal("the write job failed unexpectedly".into()))?
@@ -662,7 +677,7 @@ impl Ledger {
                 if let Some(t) = c.body.tenant().filter(|t| !known.tenants.contains_key(*t)) {
                     tenants.push(t);
                 }
-                if let crate::core::record::Body::GpuUsage(u) = &c.body {
+                if let gpuledger_core::record::Body::GpuUsage(u) = &c.body {
                     if let Some(l) = u
                         .lease
                         .as_deref()
@@ -707,8 +722,8 @@ impl Ledger {
 
     /// Registers a tenant (a `tenant_registered` entry); returns its index.
     pub fn register_tenant(&self, tenant: &str) -> Result<u64, StoreError> {
-        self.append_ledger_entry(crate::core::record::Body::TenantRegistered(
-            crate::core::record::TenantRegistered {
+        self.append_ledger_entry(gpuledger_core::record::Body::TenantRegistered(
+            gpuledger_core::record::TenantRegistered {
                 tenant: tenant.to_owned(),
             },
         ))
@@ -731,7 +746,10 @@ impl Ledger {
 
     /// Appends a rate card, region parameters or a lease declaration as an entry signed by the
     /// log key; returns its index.
-    pub fn append_ledger_entry(&self, body: crate::core::record::Body) -> Result<u64, StoreError> {
+    pub fn append_ledger_entry(
+        &self,
+        body: gpuledger_core::record::Body,
+    ) -> Result<u64, StoreError> {
         self.submit(|reply| Job::LedgerEntry(Box::new(body), reply))
     }
 
@@ -743,8 +761,8 @@ impl Ledger {
     pub fn issue_invoices(
         &self,
         tenant: &str,
-        period: crate::core::invoice::Period,
-    ) -> Result<Vec<crate::core::invoice::Invoice>, StoreError> {
+        period: gpuledger_core::invoice::Period,
+    ) -> Result<Vec<gpuledger_core::invoice::Invoice>, StoreError> {
         self.check_closed("an invoice", period.to)?;
         self.issue_drafted(
             |c, w| super::invoices::draft(c, tenant, period, w, self.invoicing()),
@@ -814,7 +832,7 @@ impl Ledger {
     pub fn issue_certificate(
         &self,
         req: super::certificates::CertificateRequest,
-    ) -> Result<crate::core::certificate::Certificate, StoreError> {
+    ) -> Result<gpuledger_core::certificate::Certificate, StoreError> {
         // A certificate states totals; for a period still open they would not be final.
         self.check_closed("a certificate", req.period.to)?;
         self.issue_drafted(
@@ -831,7 +849,7 @@ impl Ledger {
 
     /// Records a payment or credit note (a `Body::Payment` or `Body::CreditNote`); a payment
     /// above the invoice's open balance is refused (`StoreError::Overpayment`).
-    pub fn settle(&self, body: crate::core::record::Body) -> Result<u64, StoreError> {
+    pub fn settle(&self, body: gpuledger_core::record::Body) -> Result<u64, StoreError> {
         self.settle_with_excess(body, false)
     }
 
@@ -839,7 +857,7 @@ impl Ledger {
     /// balance is accepted and its excess becomes the tenant's credit.
     pub fn settle_with_excess(
         &self,
-        body: crate::core::record::Body,
+        body: gpuledger_core::record::Body,
         excess_credit: bool,
     ) -> Result<u64, StoreError> {
         self.submit(|reply| Job::Settle(Box::new(body), excess_credit, reply))
@@ -1000,14 +1018,14 @@ impl Ledger {
     }
 
     /// A C2SP tile (docs/PROTOCOL.md §17) if the latest checkpoint covers it
-    /// ([`TilePath::within`](crate::core::tiles::TilePath::within)), else `None`: a hash tile's
+    /// ([`TilePath::within`](gpuledger_core::tiles::TilePath::within)), else `None`: a hash tile's
     /// hashes concatenated (one query), or an entry bundle's leaves in order. The checkpoint
     /// and the tile are read on one connection.
     pub fn tile(
         &self,
-        tile: &crate::core::tiles::TilePath,
+        tile: &gpuledger_core::tiles::TilePath,
     ) -> Result<Option<TileData>, StoreError> {
-        use crate::core::tiles::TileKind;
+        use gpuledger_core::tiles::TileKind;
         self.with_reader(|c| {
             let size = read::latest_checkpoint(c)?.map_or(0, |(s, _, _)| s);
             if !tile.within(size) {

@@ -4,10 +4,10 @@
 use super::conn::DbConn;
 use super::error::StoreError;
 use super::schema::entries;
-use crate::core::rating::{PriceBook, Rater};
-use crate::core::record::{Body, Kind, LeaseClass};
-use crate::core::time::Timestamp;
 use diesel::prelude::*;
+use gpuledger_core::rating::{PriceBook, Rater};
+use gpuledger_core::record::{Body, Kind, LeaseClass};
+use gpuledger_core::time::Timestamp;
 use std::collections::HashMap;
 
 /// The kinds that carry prices or billing classes.
@@ -276,7 +276,7 @@ pub fn rate_period(
     super::invoices::preview(
         conn,
         tenant,
-        crate::core::invoice::Period { from, to },
+        gpuledger_core::invoice::Period { from, to },
         size,
     )
 }

@@ -3,10 +3,10 @@
 use super::conn::DbConn;
 use super::error::StoreError;
 use super::schema::*;
-use crate::core::admission;
-use crate::core::merkle::{Hash, HashReader};
-use crate::core::record::{Body, KeyScope, Kind, LogPolicy, SignerKeyRegistered};
 use diesel::prelude::*;
+use gpuledger_core::admission;
+use gpuledger_core::merkle::{Hash, HashReader};
+use gpuledger_core::record::{Body, KeyScope, Kind, LogPolicy, SignerKeyRegistered};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -87,7 +87,7 @@ impl HashReader for DbHashReader<'_> {
 /// query. The tile must be within the stored tree; a missing hash is `Corrupt`.
 pub fn tile_hashes(
     conn: &mut DbConn,
-    tile: &crate::core::tiles::TilePath,
+    tile: &gpuledger_core::tiles::TilePath,
 ) -> Result<Vec<u8>, StoreError> {
     let ids = tile.stored_hash_indexes();
     let map = hashes(conn, &ids)?;
@@ -277,7 +277,7 @@ pub fn conflict_count(conn: &mut DbConn) -> Result<u64, StoreError> {
 }
 
 /// The bodies of the entries of `kinds` below `size`, in index order.
-pub(crate) fn bodies_of(
+pub fn bodies_of(
     conn: &mut DbConn,
     kinds: &[Kind],
     size: u64,
@@ -481,11 +481,11 @@ pub fn certificate_documents(
 /// When the log's last entry was received, if it has any.
 pub fn last_received_at(
     conn: &mut DbConn,
-) -> Result<Option<crate::core::time::Timestamp>, StoreError> {
+) -> Result<Option<gpuledger_core::time::Timestamp>, StoreError> {
     let t: Option<i64> = entries::table
         .order(entries::idx.desc())
         .select(entries::received_at)
         .first(conn)
         .optional()?;
-    Ok(t.and_then(crate::core::time::Timestamp::from_unix))
+    Ok(t.and_then(gpuledger_core::time::Timestamp::from_unix))
 }

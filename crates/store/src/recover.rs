@@ -28,9 +28,9 @@ use super::read::{self, DbHashReader};
 use super::schema::*;
 use super::verify::{self, Failures};
 use super::write::{self, NewConflict, NewEntry};
-use crate::core::merkle::{self, Hash};
-use crate::core::time::Timestamp;
 use diesel::prelude::*;
+use gpuledger_core::merkle::{self, Hash};
+use gpuledger_core::time::Timestamp;
 use serde::Serialize;
 use std::collections::HashSet;
 
@@ -743,7 +743,7 @@ pub fn recover_from_copy(
         )));
     }
     let note = copy.checkpoint().map_err(refused)?;
-    let cp = crate::core::checkpoint::verify_checkpoint(note.as_bytes(), &info.verifier_key)
+    let cp = gpuledger_core::checkpoint::verify_checkpoint(note.as_bytes(), &info.verifier_key)
         .map_err(|e| refused(format!("the copy's checkpoint: {e}")))?;
     let (m, copy_root) = (cp.size(), *cp.hash());
     if m < required.size {
@@ -788,7 +788,7 @@ fn restore_copy(
     n: u64,
     cp: &CopyCheckpoint,
 ) -> Result<Recovered, RecoverError> {
-    use crate::core::leaf::Leaf;
+    use gpuledger_core::leaf::Leaf;
     let app = write::Appender::lock(conn, Timestamp::now())?;
     if app.next_index() != n {
         return Err(refused(
@@ -883,10 +883,10 @@ fn derive_from_body(
     copy: &dyn EntrySource,
     index: u64,
     at: Timestamp,
-    body: &crate::core::record::Body,
+    body: &gpuledger_core::record::Body,
     r: &mut Recovered,
 ) -> Result<(), RecoverError> {
-    use crate::core::record::Body;
+    use gpuledger_core::record::Body;
     use sha2::{Digest, Sha256};
     let document = |kind: DocumentKind, name: &str, sha256: &str| {
         let doc = copy.document(kind, name).map_err(refused)?.ok_or_else(|| {
@@ -903,7 +903,7 @@ fn derive_from_body(
     };
     match body {
         Body::SignerKeyRegistered(k) => {
-            let key = crate::core::keys::decode_public(&k.public_key)
+            let key = gpuledger_core::keys::decode_public(&k.public_key)
                 .map_err(|e| refused(format!("entry {index}: {e}")))?;
             let known: Option<String> = signers::table
                 .find(&k.signer)

@@ -12,12 +12,12 @@
 use super::conn::DbConn;
 use super::error::StoreError;
 use super::schema::entries;
-use crate::core::merkle::Hash;
-use crate::core::record::{Body, Kind};
-use crate::core::time::Timestamp;
-use crate::core::usage::Aggregator;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool};
+use gpuledger_core::merkle::Hash;
+use gpuledger_core::record::{Body, Kind};
+use gpuledger_core::time::Timestamp;
+use gpuledger_core::usage::Aggregator;
 
 /// The parts of a leaf a usage reader needs; the rest (signature, chain link) is skipped.
 #[derive(serde::Deserialize)]
@@ -451,8 +451,8 @@ fn present<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(
 /// [`parse_body`], with no JSON tree and no re-formatting of timestamps. `None` for anything
 /// else, which [`parse_body`] then reads; both give the same body (tested).
 fn usage_body(bytes: &[u8], start: i64, end: i64) -> Option<Body> {
-    use crate::core::decimal::parse_canonical;
-    use crate::core::record::{Energy, GpuUsage};
+    use gpuledger_core::decimal::parse_canonical;
+    use gpuledger_core::record::{Energy, GpuUsage};
     let leaf: UsageLeaf = serde_json::from_slice(bytes).ok()?;
     let b = leaf.envelope.body;
     let start = Timestamp::from_unix(start)?;
@@ -512,11 +512,11 @@ pub fn tenant_has_entries(conn: &mut DbConn, tenant: &str) -> Result<bool, Store
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::envelope::Envelope;
-    use crate::core::leaf::leaf_bytes;
-    use crate::core::merkle::{encode_hash, Hash};
-    use crate::core::record::{Energy, GpuUsage, RateCard};
-    use crate::sample;
+    use gpuledger_core::envelope::Envelope;
+    use gpuledger_core::leaf::leaf_bytes;
+    use gpuledger_core::merkle::{encode_hash, Hash};
+    use gpuledger_core::record::{Energy, GpuUsage, RateCard};
+    use gpuledger_core::sample;
     use rust_decimal::Decimal;
     use std::str::FromStr;
 
@@ -579,7 +579,7 @@ mod tests {
         let card = Body::RateCard(RateCard {
             region: "west".into(),
             gpu_model: "H100".into(),
-            lease_class: crate::core::rating::LeaseClass::OnDemand,
+            lease_class: gpuledger_core::rating::LeaseClass::OnDemand,
             currency: "CNY".into(),
             price_per_gpu_hour: d("18.5"),
             effective_from: t("2026-11-30T00:00:00Z"),

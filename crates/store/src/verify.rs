@@ -8,14 +8,14 @@ use super::conn::DbConn;
 use super::error::StoreError;
 use super::ledger::log_info;
 use super::read;
-use crate::core::checkpoint::verify_checkpoint;
-use crate::core::envelope::Checked;
-use crate::core::keys;
-use crate::core::leaf::Leaf;
-use crate::core::logcheck::{Failure, LogChecker, MAX_REPORTED_FAILURES};
-use crate::core::merkle::{self, Hash};
 use diesel::prelude::*;
 use ed25519_dalek::VerifyingKey;
+use gpuledger_core::checkpoint::verify_checkpoint;
+use gpuledger_core::envelope::Checked;
+use gpuledger_core::keys;
+use gpuledger_core::leaf::Leaf;
+use gpuledger_core::logcheck::{Failure, LogChecker, MAX_REPORTED_FAILURES};
+use gpuledger_core::merkle::{self, Hash};
 use serde::Serialize;
 
 /// Entries read per query.
@@ -135,7 +135,7 @@ pub(crate) fn verify_snapshot(
     let (size, head_hash) = read::head(conn)?;
     let cps = read::checkpoints_all(conn)?;
     let mut run = Run {
-        vkey: crate::core::checkpoint::verifier_key(&info.origin, &key),
+        vkey: gpuledger_core::checkpoint::verifier_key(&info.origin, &key),
         checker: LogChecker::new(&info.origin, key),
         checkpoints: cps.iter().peekable(),
         found: Failures {

@@ -21,13 +21,102 @@
 use super::conn::DbConn;
 use super::error::StoreError;
 use super::schema::{webhook_attempts, webhook_deliveries, webhook_endpoints, webhook_events};
-use crate::core::record::Body;
-use crate::core::time::Timestamp;
-use crate::webhooks::EventType;
 use diesel::prelude::*;
+use gpuledger_core::record::Body;
+use gpuledger_core::time::Timestamp;
 use rand_core::RngCore;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
+
+/// Most endpoints that may be registered.
+pub const MAX_ENDPOINTS: usize = 1_000;
+
+/// The event types an endpoint may subscribe to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventType {
+    /// An `invoice_issued` entry was appended.
+    InvoiceIssued,
+    /// A `credit_note` entry was appended.
+    CreditNoteCreated,
+    /// A `payment` entry was appended.
+    PaymentRecorded,
+    /// A `certificate_issued` entry was appended.
+    CertificateIssued,
+    /// A witness cosignature of a checkpoint was stored (one event per checkpoint and witness).
+    CheckpointCosigned,
+    /// A record was refused as a conflict: its (signer, seq) is logged with other content.
+    RecordConflict,
+    /// A `signer_key_revoked` entry was appended.
+    SignerRevoked,
+}
+
+impl EventType {
+    /// Every event type, in the order the documentation lists them.
+    pub const ALL: [EventType; 7] = [
+        EventType::InvoiceIssued,
+        EventType::CreditNoteCreated,
+        EventType::PaymentRecorded,
+        EventType::CertificateIssued,
+        EventType::CheckpointCosigned,
+        EventType::RecordConflict,
+        EventType::SignerRevoked,
+    ];
+
+    /// The type's name on the wire (`type` of the payload).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::InvoiceIssued => "invoice.issued",
+            EventType::CreditNoteCreated => "credit_note.created",
+            EventType::PaymentRecorded => "payment.recorded",
+            EventType::CertificateIssued => "certificate.issued",
+            EventType::CheckpointCosigned => "checkpoint.cosigned",
+            EventType::RecordConflict => "record.conflict",
+            EventType::SignerRevoked => "signer.revoked",
+        }
+    }
+
+    /// The type named `s`, if any.
+    pub fn parse(s: &str) -> Option<EventType> {
+        EventType::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    /// What causes an event of this type, for people.
+    pub fn description(self) -> &'static str {
+        match self {
+            EventType::InvoiceIssued => "An invoice was issued (its `invoice_issued` log entry)",
+            EventType::CreditNoteCreated => {
+                "A credit note was recorded against an invoice (its `credit_note` log entry)"
+            }
+            EventType::PaymentRecorded => {
+                "A payment was recorded against an invoice (its `payment` log entry)"
+            }
+            EventType::CertificateIssued => {
+                "A compute-usage certificate was issued (its `certificate_issued` log entry)"
+            }
+            EventType::CheckpointCosigned => {
+                "A witness cosignature of a checkpoint was stored: one event per checkpoint and witness"
+            }
+            EventType::RecordConflict => {
+                "A record was refused as a conflict (its signer and seq are logged with other content) and kept as evidence"
+            }
+            EventType::SignerRevoked => {
+                "A signer's key was revoked (its `signer_key_revoked` log entry)"
+            }
+        }
+    }
+
+    /// Whether events of this type belong to a tenant (and reach that tenant's endpoints).
+    pub fn per_tenant(self) -> bool {
+        matches!(
+            self,
+            EventType::InvoiceIssued
+                | EventType::CreditNoteCreated
+                | EventType::PaymentRecorded
+                | EventType::CertificateIssued
+                | EventType::RecordConflict
+        )
+    }
+}
 
 /// A delivery waiting for its next attempt.
 pub const PENDING: &str = "pending";
@@ -327,17 +416,17 @@ fn types_text(types: &[EventType]) -> String {
     t.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(",")
 }
 
-/// Registers an endpoint; at most [`crate::webhooks::MAX_ENDPOINTS`].
+/// Registers an endpoint; at most [`MAX_ENDPOINTS`].
 pub fn create_endpoint(
     conn: &mut DbConn,
     new: &NewEndpoint,
     now: Timestamp,
 ) -> Result<Endpoint, StoreError> {
     let count: i64 = webhook_endpoints::table.count().get_result(conn)?;
-    if count as usize >= crate::webhooks::MAX_ENDPOINTS {
+    if count as usize >= MAX_ENDPOINTS {
         return Err(StoreError::Refused(format!(
             "at most {} webhook endpoints may be registered",
-            crate::webhooks::MAX_ENDPOINTS
+            MAX_ENDPOINTS
         )));
     }
     let id = random_id("ep_");

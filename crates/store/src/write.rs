@@ -6,18 +6,18 @@ use super::conn::{per_backend, DbConn};
 use super::error::StoreError;
 use super::read;
 use super::schema::*;
-use crate::core::admission;
-use crate::core::checkpoint::LogSigner;
-use crate::core::envelope::{Checked, Envelope};
-use crate::core::ids::LEDGER_SIGNER;
-use crate::core::keys;
-use crate::core::leaf::leaf_bytes;
-use crate::core::merkle::{self, Hash, MemoryHashes};
-use crate::core::outcome::{Outcome, SeqGap};
-use crate::core::record::{Body, KeyScope, Kind, Role, SignerKeyRegistered, SignerKeyRevoked};
-use crate::core::rejection::{Reason, Rejection};
-use crate::core::time::Timestamp;
 use diesel::prelude::*;
+use gpuledger_core::admission;
+use gpuledger_core::checkpoint::LogSigner;
+use gpuledger_core::envelope::{Checked, Envelope};
+use gpuledger_core::ids::LEDGER_SIGNER;
+use gpuledger_core::keys;
+use gpuledger_core::leaf::leaf_bytes;
+use gpuledger_core::merkle::{self, Hash, MemoryHashes};
+use gpuledger_core::outcome::{Outcome, SeqGap};
+use gpuledger_core::record::{Body, KeyScope, Kind, Role, SignerKeyRegistered, SignerKeyRevoked};
+use gpuledger_core::rejection::{Reason, Rejection};
+use gpuledger_core::time::Timestamp;
 use std::collections::HashMap;
 
 /// Rows per multi-row INSERT (keeps bound parameters well under both backends' limits).
@@ -116,9 +116,26 @@ const MAX_OR_TERMS: usize = 300;
 pub(crate) struct Appender {
     size: u64,
     head: Hash,
-    received_at: Timestamp,
+    /// When the entries are received: the transaction's clock reading, never behind the log's
+    /// last entry (`stamp`).
+    pub(crate) received_at: Timestamp,
     rows: Vec<NewEntry>,
     leaf_hashes: Vec<Hash>,
+}
+
+/// The time a transaction stamps its entries with, under the head lock
+/// (`core::clock::stamp`): never behind the log's last `received_at`, which another process
+/// may have written while this one waited for the lock. A reading further behind than
+/// `core::clock::MAX_WRITER_LAG_SECONDS` is `ClockUnreliable`, except in builds with the
+/// `test-clock` feature, whose tests set the ledger's clock back on purpose to write logs that
+/// verifiers must refuse.
+fn stamp(conn: &mut DbConn, reading: Timestamp) -> Result<Timestamp, StoreError> {
+    let last = read::last_received_at(conn)?;
+    match gpuledger_core::clock::stamp(reading, last) {
+        Ok(t) => Ok(t),
+        Err(_) if cfg!(feature = "test-clock") => Ok(reading),
+        Err(e) => Err(StoreError::ClockUnreliable(e.to_string())),
+    }
 }
 
 impl Appender {
@@ -131,6 +148,7 @@ impl Appender {
             return Err(StoreError::NotInitialised);
         }
         let (size, head) = read::head(conn)?;
+        let received_at = stamp(conn, received_at)?;
         Ok(Appender {
             size,
             head,
@@ -232,12 +250,13 @@ pub(crate) struct Verified {
 /// streams' logged intervals, the policy in force; and what it has decided so far.
 struct Group<'a> {
     now: Timestamp,
-    revoked: std::collections::HashSet<String>,
+    /// Revoked keys among the group's, with the index of their revocation.
+    revoked: HashMap<String, u64>,
     existing: HashMap<(String, u64), (Vec<u8>, u64)>,
     last_seq: HashMap<String, u64>,
     before: HashMap<String, u64>,
     streams: Streams,
-    policy: crate::core::record::LogPolicy,
+    policy: gpuledger_core::record::LogPolicy,
     has_spot: bool,
     conflicts: Vec<NewConflict>,
     spots: &'a mut SpotCache,
@@ -248,7 +267,7 @@ struct Group<'a> {
 fn revoked_keys(
     conn: &mut DbConn,
     batches: &[Vec<Verified>],
-) -> Result<std::collections::HashSet<String>, StoreError> {
+) -> Result<HashMap<String, u64>, StoreError> {
     let mut key_ids: Vec<&str> = batches
         .iter()
         .flatten()
@@ -258,10 +277,10 @@ fn revoked_keys(
     key_ids.dedup();
     Ok(signer_keys::table
         .filter(signer_keys::key_id.eq_any(&key_ids))
-        .filter(signer_keys::revoked_idx.is_not_null())
-        .select(signer_keys::key_id)
-        .load::<String>(conn)?
+        .select((signer_keys::key_id, signer_keys::revoked_idx))
+        .load::<(String, Option<i64>)>(conn)?
         .into_iter()
+        .filter_map(|(k, at)| Some((k, at? as u64)))
         .collect())
 }
 
@@ -379,12 +398,9 @@ impl<'a> Group<'a> {
     /// The rules that need the transaction: revocation, time, spot prices, overlaps.
     fn refusal(&self, app: &Appender, v: &Verified) -> Option<Rejection> {
         let env = &v.checked.envelope;
-        if self.revoked.contains(&env.key_id) {
-            return Some(Rejection::field(
-                Reason::RevokedKey,
-                "key_id",
-                format!("{} of signer {} has been revoked", env.key_id, env.signer),
-            ));
+        let revoked_at = self.revoked.get(&env.key_id).copied();
+        if let Err(r) = admission::check_not_revoked(&env.key_id, revoked_at) {
+            return Some(r);
         }
         if let Err(r) = admission::check_time(&v.checked.body, self.now, &self.policy) {
             return Some(r);
@@ -469,6 +485,8 @@ pub(crate) fn append_group(
         if cache.head_size != Some(app.size) {
             cache.clear();
         }
+        // The time rules judge by the time the entries are stamped with.
+        let now = app.received_at;
         let mut group = Group::load(conn, &app, batches, now, cache, spots)?;
         let out: Vec<Vec<Outcome>> = batches
             .iter()
@@ -561,8 +579,8 @@ impl StreamCache {
 /// The logged intervals of the streams a group touches, near the group's own intervals, plus
 /// what the group adds. Loaded in one query; checked and extended in memory.
 struct Streams {
-    /// stream → (start, end, index), unordered; few per stream.
-    known: HashMap<String, Vec<(i64, i64, u64)>>,
+    /// The logged intervals near the group's, and the group's accepted ones: core's rule.
+    known: admission::Intervals,
     /// stream → its latest-starting interval (logged or accepted now), for the cache.
     latest: HashMap<String, (i64, i64, u64)>,
 }
@@ -651,33 +669,32 @@ impl Streams {
                 }
             }
         }
-        Ok(Streams { known, latest })
+        let mut intervals = admission::Intervals::default();
+        for (stream, ivs) in known {
+            for (s, e, i) in ivs {
+                if let (Some(s), Some(e)) = (Timestamp::from_unix(s), Timestamp::from_unix(e)) {
+                    intervals.claim(&stream, s, e, i);
+                }
+            }
+        }
+        Ok(Streams {
+            known: intervals,
+            latest,
+        })
     }
 
-    /// A rejection if the record's interval overlaps a logged or earlier-accepted one.
+    /// A rejection if the record's interval overlaps a logged or earlier-accepted one
+    /// (`core::admission::Intervals`, the rule verifiers recheck).
     fn overlap(&self, c: &Checked) -> Option<Rejection> {
         let (stream, start, end) = c.stream.as_ref()?;
-        let (s, e) = (start.unix(), end.unix());
-        let (_, _, idx) = self
-            .known
-            .get(stream)?
-            .iter()
-            .find(|(ks, ke, _)| *ks < e && *ke > s)?;
-        Some(Rejection::field(
-            Reason::OverlappingInterval,
-            "body.start",
-            format!(
-                "[{start}, {end}) overlaps the interval of entry {idx} for the same {} stream",
-                c.kind.as_str()
-            ),
-        ))
+        self.known.check(c.kind, stream, *start, *end).err()
     }
 
     /// Records an accepted record's interval.
     fn claim(&mut self, c: &Checked, index: u64) {
         if let Some((stream, start, end)) = &c.stream {
             let iv = (start.unix(), end.unix(), index);
-            self.known.entry(stream.clone()).or_default().push(iv);
+            self.known.claim(stream, *start, *end, index);
             let l = self.latest.entry(stream.clone()).or_insert(iv);
             if iv.0 >= l.0 {
                 *l = iv;
@@ -792,7 +809,7 @@ fn admit_ledger_entry(conn: &mut DbConn, app: &Appender, body: &Body) -> Result<
 fn refusal(r: Rejection) -> StoreError {
     match r.reason {
         Reason::AlreadyRegistered => StoreError::AlreadyExists(r.message),
-        _ => StoreError::Refused(r.message),
+        _ => StoreError::Rejected(r),
     }
 }
 
@@ -811,7 +828,7 @@ pub(crate) fn ensure_policy(
             .first(conn)
             .optional()?;
         if any.is_none() {
-            let body = Body::LogPolicy(crate::core::record::LogPolicy::default());
+            let body = Body::LogPolicy(gpuledger_core::record::LogPolicy::default());
             push_ledger_entry(conn, &mut app, log, &body)?;
             app.finish(conn)?;
         }
@@ -842,7 +859,7 @@ pub(crate) fn register_key(
     scope: Option<KeyScope>,
     now: Timestamp,
 ) -> Result<(String, u64), StoreError> {
-    crate::core::ids::check_id(signer)
+    gpuledger_core::ids::check_id(signer)
         .map_err(|m| StoreError::Refused(format!("signer id {m}")))?;
     if signer == LEDGER_SIGNER {
         return Err(StoreError::Refused(format!(
@@ -987,6 +1004,8 @@ pub(crate) fn checkpoint(
 ) -> Result<(u64, String), StoreError> {
     conn.transaction(|conn| {
         let app = Appender::lock(conn, now)?;
+        // Stamped under the lock: never behind the log (`core::clock::stamp`).
+        let now = app.received_at;
         checkpoint_locked(conn, log, app.next_index(), now)
     })
 }
