@@ -364,9 +364,7 @@ pub async fn balance(
         .tenant_scope(q.into_inner().tenant)?
         .ok_or_else(|| ApiError::invalid_parameter("tenant", "is required"))?;
     let t = tenant.clone();
-    let b = state
-        .read(move |c| store_invoices::balances(c, &t))
-        .await?;
+    let b = state.read(move |c| store_invoices::balances(c, &t)).await?;
     Ok(HttpResponse::Ok().json(BalanceView {
         tenant,
         currencies: b.by_currency,
