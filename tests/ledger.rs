@@ -804,3 +804,78 @@ both_backends!(
         assert!(t > 0);
     }
 );
+
+// The sequencer's queue is bounded: while the head is held (another transaction, a slow
+// disk), writes past MAX_QUEUED_JOBS waiting are answered `Busy` at once instead of queueing
+// without bound; every write that was not refused is committed once, and the log verifies.
+both_backends!(
+    a_full_write_queue_answers_busy_and_loses_nothing,
+    |db: &TestDb| {
+        use diesel::connection::SimpleConnection;
+        use gpuledger::store::ledger::MAX_QUEUED_JOBS;
+        let ledger = std::sync::Arc::new(open(db));
+        let k = signer(&ledger, "node-1", Role::Node);
+        parties(&ledger, &["t1"]);
+        let before = ledger.size().unwrap();
+        // Hold the log's head: the sequencer's first transaction waits for it.
+        let mut blocker = gpuledger::store::connect(&db.url).unwrap();
+        let hold = if db.backend == "sqlite" {
+            "BEGIN IMMEDIATE; UPDATE log_head SET size = size;"
+        } else {
+            "BEGIN; UPDATE log_head SET size = size;"
+        };
+        blocker.batch_execute(hold).unwrap();
+        let first = Timestamp::now().plus(-40_000);
+        let n = 2 * MAX_QUEUED_JOBS as u64;
+        let handles: Vec<_> = (1..=n)
+            .map(|seq| {
+                let (l, k) = (ledger.clone(), k.clone());
+                let rec = sample::usage(
+                    "node-1",
+                    &k,
+                    seq,
+                    "t1",
+                    Decimal::ONE,
+                    first.plus(10 * seq as i64),
+                );
+                std::thread::spawn(move || l.append(vec![rec]))
+            })
+            .collect();
+        // Wait until the queue is full (the ledger says how many records wait), then let go.
+        let t = std::time::Instant::now();
+        while ledger.queue_depth() < MAX_QUEUED_JOBS {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(60),
+                "queue depth {}",
+                ledger.queue_depth()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // The rest are answered busy at once, or join the queue as it drains.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        blocker.batch_execute("ROLLBACK;").unwrap();
+        let (mut accepted, mut busy) = (0u64, 0u64);
+        for h in handles {
+            match h.join().unwrap() {
+                Ok(out) => {
+                    assert_accepted(&out);
+                    accepted += 1;
+                }
+                Err(StoreError::Busy(m)) => {
+                    assert!(m.contains("waiting for the log"), "{m}");
+                    busy += 1;
+                }
+                Err(e) => panic!("neither written nor busy: {e}"),
+            }
+        }
+        assert!(busy >= 1, "nothing was answered busy ({accepted} accepted)");
+        assert_eq!(accepted + busy, n);
+        assert_eq!(
+            ledger.size().unwrap(),
+            before + accepted,
+            "each accepted write once"
+        );
+        assert_eq!(ledger.queue_depth(), 0);
+        verified(&db.url);
+    }
+);
