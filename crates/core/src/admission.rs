@@ -12,7 +12,7 @@ use super::rejection::{Reason, Rejection};
 use super::time::Timestamp;
 use ed25519_dalek::VerifyingKey;
 use rust_decimal::Decimal;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 /// A key as the log records it: its registration (signer, role, scope) and when it was
 /// registered and revoked.
@@ -228,11 +228,12 @@ pub fn check_issued(body: &Body, now: Timestamp) -> Result<(), Rejection> {
 /// same stream (`Body::stream`). The ledger loads the intervals near a group's own from the
 /// database (`store::write`), `Registry` keeps every admitted one; both ask [`Intervals::check`].
 /// Intervals of one stream never overlap each other, so they are kept ordered by start and a
-/// new one is compared with its neighbours only: O(log n) per record.
+/// new one is compared with its neighbour only: O(log n) per record, 24 bytes per interval,
+/// and an append at the end for records that arrive in order (nearly all of them).
 #[derive(Debug, Clone, Default)]
 pub struct Intervals {
-    /// stream → start → (end, index), in Unix seconds.
-    by_stream: HashMap<String, BTreeMap<i64, (i64, u64)>>,
+    /// stream → (start, end, index) ordered by start, in Unix seconds.
+    by_stream: HashMap<String, Vec<(i64, i64, u64)>>,
 }
 
 impl Intervals {
@@ -252,8 +253,9 @@ impl Intervals {
         let (s, e) = (start.unix(), end.unix());
         // The claimed interval starting last before `end` ends last of those that could
         // intersect (they are disjoint); if it ends by `start`, none does.
-        match claimed.range(..e).next_back() {
-            Some((_, &(claimed_end, idx))) if claimed_end > s => Err(Rejection::field(
+        let before_end = claimed.partition_point(|iv| iv.0 < e);
+        match before_end.checked_sub(1).map(|i| claimed[i]) {
+            Some((_, claimed_end, idx)) if claimed_end > s => Err(Rejection::field(
                 Reason::OverlappingInterval,
                 "body.start",
                 format!(
@@ -279,7 +281,14 @@ impl Intervals {
             Some(c) => c,
             None => self.by_stream.entry(stream.to_owned()).or_default(),
         };
-        claimed.insert(start.unix(), (end.unix(), index));
+        let (s, e) = (start.unix(), end.unix());
+        match claimed.last() {
+            Some(last) if last.0 > s => {
+                let at = claimed.partition_point(|iv| iv.0 < s);
+                claimed.insert(at, (s, e, index));
+            }
+            _ => claimed.push((s, e, index)),
+        }
     }
 
     /// [`Intervals::claim`] for an admitted body, if it is of a measured kind.
