@@ -138,11 +138,11 @@ fn query_structs_are_documented_as_the_handlers_read_them() {
         row!("/v1/proofs/inclusion", log::InclusionQuery),
         row!("/v1/proofs/consistency", log::ConsistencyQuery),
         row!("/v1/invoices/preview", pricing::PreviewQuery),
-        row!("/v1/invoices", invoices::InvoiceListQuery),
+        row!("/v1/invoices", gpuledger::api::paging::PeriodListQuery),
         row!("/v1/prices", pricing::PricesQuery),
         row!("/v1/tenants", gpuledger::api::admin::TenantListQuery),
         row!("/v1/balance", invoices::ListQuery),
-        row!("/v1/certificates", certificates::ListQuery),
+        row!("/v1/certificates", gpuledger::api::paging::PeriodListQuery),
         row!("/v1/certificates/{id}/bundle", certificates::BundleQuery),
         row!("/v1/invoices/{number}/{format}", invoices::DownloadQuery),
     ];

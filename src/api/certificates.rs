@@ -84,28 +84,10 @@ pub async fn issue(
         .body(cert.to_canonical_json()))
 }
 
-/// Query of the list.
-#[derive(Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct ListQuery {
-    /// Tenant id (tenant tokens: their own, and may omit it).
-    pub tenant: Option<String>,
-    /// Only certificates whose period ends after this instant (`YYYY-MM-DDTHH:MM:SSZ`).
-    pub from: Option<String>,
-    /// Only certificates whose period starts before this instant: with `from`, those whose
-    /// period overlaps `[from, to)`.
-    pub to: Option<String>,
-    /// Page size, from 1 to 1000 (`paging::MAX_LIMIT`); 100 if left out.
-    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
-    pub limit: Option<String>,
-    /// Where to continue: the previous page's `X-Next-Cursor`, as is.
-    pub cursor: Option<String>,
-}
-
 /// Lists certificates in issue order, oldest first (tenants: their own), a page at a time: the
 /// body is a JSON array of at most `limit` certificates; when more follow, `Link` (rel="next")
 /// and `X-Next-Cursor` say how to get them.
-#[utoipa::path(operation_id = "list_certificates", tag = "certificates", params(ListQuery),
+#[utoipa::path(operation_id = "list_certificates", tag = "certificates", params(super::paging::PeriodListQuery),
     responses((status = 200, body = Vec<CertificateSummary>, headers(
                   ("Link" = String, description = "`<…>; rel=\"next\"` (RFC 8288): the next page, when there is one"),
                   ("X-Next-Cursor" = String, description = "The `cursor` of the next page, when there is one")))),
@@ -115,17 +97,13 @@ pub async fn list(
     state: web::Data<AppState>,
     caller: Caller,
     req: HttpRequest,
-    q: web::Query<ListQuery>,
+    q: web::Query<super::paging::PeriodListQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let q = q.into_inner();
-    let tenant = caller.tenant_scope(q.tenant)?;
-    let period = super::paging::date_range(q.from.as_deref(), q.to.as_deref())?;
-    let page = super::paging::Paging::parse(
-        "certificates",
-        tenant.as_deref(),
-        q.limit.as_deref(),
-        q.cursor.as_deref(),
-    )?;
+    let super::paging::PeriodList {
+        tenant,
+        period,
+        page,
+    } = q.into_inner().read(&caller, "certificates")?;
     let (after, fetch) = (page.after_index()?, page.fetch());
     let rows = state
         .read(move |c| store_certs::list_page(c, tenant.as_deref(), period, after, fetch))

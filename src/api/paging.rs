@@ -189,6 +189,55 @@ pub fn timestamp(name: &str, s: Option<&str>) -> Result<Option<Timestamp>, ApiEr
 
 /// Reads the date filter `[from, to)` of a list: either bound may be left out; given both, `to`
 /// must be after `from`.
+/// The query of a list of issued documents (invoices, certificates): a tenant, a date filter
+/// and paging.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PeriodListQuery {
+    /// Tenant id (tenant tokens: their own, and may omit it).
+    pub tenant: Option<String>,
+    /// Only documents whose period ends after this instant (`YYYY-MM-DDTHH:MM:SSZ`).
+    pub from: Option<String>,
+    /// Only documents whose period starts before this instant: with `from`, those whose period
+    /// overlaps `[from, to)`.
+    pub to: Option<String>,
+    /// Page size, from 1 to 1000 (`paging::MAX_LIMIT`); 100 if left out.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    pub limit: Option<String>,
+    /// Where to continue: the previous page's `X-Next-Cursor`, as is.
+    pub cursor: Option<String>,
+}
+
+/// A [`PeriodListQuery`] read for `caller`: the tenant it may see, the date filter, the page.
+pub struct PeriodList {
+    pub tenant: Option<String>,
+    pub period: (Option<Timestamp>, Option<Timestamp>),
+    pub page: Paging,
+}
+
+impl PeriodListQuery {
+    /// Checks the query of list `list` ("invoices", "certificates") for `caller`.
+    pub fn read(
+        self,
+        caller: &super::auth::Caller,
+        list: &'static str,
+    ) -> Result<PeriodList, ApiError> {
+        let tenant = caller.tenant_scope(self.tenant)?;
+        let period = date_range(self.from.as_deref(), self.to.as_deref())?;
+        let page = Paging::parse(
+            list,
+            tenant.as_deref(),
+            self.limit.as_deref(),
+            self.cursor.as_deref(),
+        )?;
+        Ok(PeriodList {
+            tenant,
+            period,
+            page,
+        })
+    }
+}
+
 pub fn date_range(
     from: Option<&str>,
     to: Option<&str>,
