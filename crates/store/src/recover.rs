@@ -366,6 +366,21 @@ fn copy_derived(
     r: &mut Recovered,
 ) -> Result<(), RecoverError> {
     let n = n as i64;
+    copy_signers(conn, source, r)?;
+    copy_keys(conn, source, n, r)?;
+    copy_documents(conn, source, n, r)?;
+    copy_checkpoints(conn, source, r)?;
+    copy_cosignatures(conn, source, r)?;
+    copy_witness_state(conn, source)?;
+    copy_conflicts(conn, source, r)
+}
+
+/// The signers the source knows: new ones, and seqs that moved on.
+fn copy_signers(
+    conn: &mut DbConn,
+    source: &mut DbConn,
+    r: &mut Recovered,
+) -> Result<(), RecoverError> {
     // Signers: new ones, and seqs that moved on (a seq never goes back).
     let theirs: Vec<(String, String, i64)> = signers::table
         .select((signers::id, signers::role, signers::last_seq))
@@ -401,6 +416,16 @@ fn copy_derived(
             Some(_) => {}
         }
     }
+    Ok(())
+}
+
+/// Keys registered or revoked by the restored entries (from index `n`).
+fn copy_keys(
+    conn: &mut DbConn,
+    source: &mut DbConn,
+    n: i64,
+    r: &mut Recovered,
+) -> Result<(), RecoverError> {
     // Keys registered or revoked by the restored entries.
     let keys: Vec<SignerKeyRow> = signer_keys::table
         .filter(
@@ -423,6 +448,16 @@ fn copy_derived(
             r.keys_revoked += 1;
         }
     }
+    Ok(())
+}
+
+/// Invoices and certificates issued by the restored entries (from index `n`).
+fn copy_documents(
+    conn: &mut DbConn,
+    source: &mut DbConn,
+    n: i64,
+    r: &mut Recovered,
+) -> Result<(), RecoverError> {
     // Documents issued by the restored entries.
     let invs: Vec<InvoiceRow> = invoices::table
         .filter(invoices::entry_idx.ge(n))
@@ -442,6 +477,15 @@ fn copy_derived(
             .values(row)
             .execute(conn)?;
     }
+    Ok(())
+}
+
+/// Checkpoints the target lacks.
+fn copy_checkpoints(
+    conn: &mut DbConn,
+    source: &mut DbConn,
+    r: &mut Recovered,
+) -> Result<(), RecoverError> {
     // Checkpoints the target lacks (verify-log below checks each against the tree and key).
     let ours_latest: i64 = read::latest_checkpoint(conn)?.map_or(-1, |(s, _, _)| s as i64);
     let cps: Vec<CheckpointRow> = checkpoints::table
@@ -454,6 +498,15 @@ fn copy_derived(
             .values(cp)
             .execute(conn)?;
     }
+    Ok(())
+}
+
+/// Witness cosignatures the target lacks.
+fn copy_cosignatures(
+    conn: &mut DbConn,
+    source: &mut DbConn,
+    r: &mut Recovered,
+) -> Result<(), RecoverError> {
     let have: HashSet<(i64, String)> = cosignatures::table
         .select((cosignatures::size, cosignatures::witness))
         .load::<(i64, String)>(conn)?
@@ -469,6 +522,11 @@ fn copy_derived(
             .execute(conn)?;
         r.cosignatures += 1;
     }
+    Ok(())
+}
+
+/// Each witness's cosigned size, where the source's is further.
+fn copy_witness_state(conn: &mut DbConn, source: &mut DbConn) -> Result<(), RecoverError> {
     let states: Vec<(String, i64, i64)> = witness_state::table
         .select((
             witness_state::witness,
@@ -503,6 +561,15 @@ fn copy_derived(
             Some(_) => {}
         }
     }
+    Ok(())
+}
+
+/// Conflict evidence received since the target's latest.
+fn copy_conflicts(
+    conn: &mut DbConn,
+    source: &mut DbConn,
+    r: &mut Recovered,
+) -> Result<(), RecoverError> {
     // Conflict evidence received since the target's latest: kept once, with new row ids (ids
     // are not comparable between the two databases; the evidence itself is).
     let since: i64 = conflicts::table
