@@ -4,16 +4,16 @@
 //!
 //! Everything it measures is synthetic (the `simulated` collector), and it says so.
 
-use crate::agent::config::{AgentConfig, CollectorConfig, Limits, SimulatedGpus};
-use crate::agent::market::{self, MarketConfig, Series, Source};
-use crate::agent::run::{self, AgentOptions, Running};
-use crate::agent::AgentError;
-use crate::core::keys;
-use crate::core::record::{KeyScope, Role};
-use crate::core::time::Timestamp;
-use crate::keyfile;
-use crate::server::{self, Resolved};
-use crate::store::{self, access, read, Ledger};
+use gpuledger::agent::config::{AgentConfig, CollectorConfig, Limits, SimulatedGpus};
+use gpuledger::agent::market::{self, MarketConfig, Series, Source};
+use gpuledger::agent::run::{self, AgentOptions, Running};
+use gpuledger::agent::AgentError;
+use gpuledger::core::keys;
+use gpuledger::core::record::{KeyScope, Role};
+use gpuledger::core::time::Timestamp;
+use gpuledger::keyfile;
+use gpuledger::server::{self, Resolved};
+use gpuledger::store::{self, access, read, Ledger};
 use rust_decimal::Decimal;
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -111,7 +111,7 @@ fn demo_invoice_pdf() -> store::invoices::InvoicePdfSettings {
 /// The demo's invoice settings: a synthetic issuer with a Chinese name and address, 30 days'
 /// terms, and VAT of 6 % (IT services in China) in every region.
 fn demo_invoicing(public_url: String) -> store::invoices::InvoiceSettings {
-    use crate::core::invoice::{Issuer, Tax, TaxTable};
+    use gpuledger::core::invoice::{Issuer, Tax, TaxTable};
     store::invoices::InvoiceSettings {
         issuer: Issuer {
             name: "算力账本演示云计算有限公司 (gpuledger demo provider)".into(),
@@ -206,10 +206,10 @@ const LEASES: [(&str, &str); 7] = [
 
 /// Registers the demo tenants and leases on the log (once).
 fn ensure_parties(ledger: &Ledger) -> Result<(), DemoError> {
-    use crate::core::rating::LeaseClass;
-    use crate::core::record::{Body, LeaseRegistered};
-    let tolerate = |r: Result<u64, crate::store::StoreError>| match r {
-        Ok(_) | Err(crate::store::StoreError::AlreadyExists(_)) => Ok(()),
+    use gpuledger::core::rating::LeaseClass;
+    use gpuledger::core::record::{Body, LeaseRegistered};
+    let tolerate = |r: Result<u64, gpuledger::store::StoreError>| match r {
+        Ok(_) | Err(gpuledger::store::StoreError::AlreadyExists(_)) => Ok(()),
         Err(e) => Err(DemoError::from(e)),
     };
     for (id, _, _) in TENANTS {
@@ -231,11 +231,11 @@ fn ensure_parties(ledger: &Ledger) -> Result<(), DemoError> {
 /// region parameters (the western hub's green power at 0.28 CNY/kWh, PUE 1.08), in force from
 /// 30 days ago. Appended once, as ledger entries, on a fresh demo log.
 fn ensure_prices(ledger: &Ledger) -> Result<(), DemoError> {
-    use crate::core::rating::LeaseClass;
-    use crate::core::record::{Body, RateCard, RegionParameters};
+    use gpuledger::core::rating::LeaseClass;
+    use gpuledger::core::record::{Body, RateCard, RegionParameters};
     let size = ledger.head()?.0;
     if !ledger
-        .with_reader(|c| crate::store::pricing::pricing_entries(c, size))?
+        .with_reader(|c| gpuledger::store::pricing::pricing_entries(c, size))?
         .is_empty()
     {
         return Ok(());
@@ -290,7 +290,7 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
     store::init(&url, &log_key, DEMO_ORIGIN)?;
     // The demo's periods end "now" (its printed commands invoice and certify until the moment
     // they run), so they close at once instead of the log policy's skew later.
-    let clock = crate::core::clock::ClockPolicy {
+    let clock = gpuledger::core::clock::ClockPolicy {
         close_seconds: Some(0),
         ..Default::default()
     };
@@ -360,9 +360,9 @@ fn start_witness(
     log_vkey: &str,
 ) -> Result<server::witnessing::LocalWitness, DemoError> {
     let (key, _) = keyfile::read_or_create(&dir.join("witness.key"))?;
-    let logs = crate::witness::logs_from_vkeys([log_vkey])
+    let logs = gpuledger::witness::logs_from_vkeys([log_vkey])
         .map_err(|e| DemoError::Config(e.to_string()))?;
-    server::witnessing::LocalWitness::start(crate::witness::WitnessSettings {
+    server::witnessing::LocalWitness::start(gpuledger::witness::WitnessSettings {
         listen: "127.0.0.1:0".parse().expect("an address"),
         name: DEMO_WITNESS.into(),
         key,
@@ -525,7 +525,7 @@ impl Started {
     fn start_signers(&mut self, signers: &Signers, base: &str, dir: &Path, interval_seconds: u64) {
         for (i, (n, key, lease_file)) in signers.nodes.iter().enumerate() {
             let cfg = agent_config(n, i, base, lease_file, dir, interval_seconds);
-            let started = crate::agent::collector::from_config(&cfg.collector)
+            let started = gpuledger::agent::collector::from_config(&cfg.collector)
                 .map_err(AgentError::from)
                 .and_then(|c| run::start_agent(cfg, key.clone(), c, AgentOptions::default()));
             self.add(started);

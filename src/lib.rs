@@ -1,14 +1,13 @@
-//! gpuledger, the server: the ledger service, its store, its HTTP API, the CLI's server-side
-//! commands, the demo and the benchmarks.
+//! gpuledger, the server: the ledger service and its HTTP API. (The demo and the benchmarks are
+//! commands of the `gpuledger` binary, `src/demo.rs` and `src/bench/`, not part of this library.)
 //!
 //! The workspace's other crates are re-exported under the names they had when this was one
 //! crate, so `gpuledger::core::…` still reads as before:
 //! [`core`] (`gpuledger-core`: pure, no I/O), [`agent`] (`gpuledger-agent`), [`verifier`]
 //! (`gpuledger-verify`), [`keyfile`] and [`disk`] (`gpuledger-shell`), [`store`]
 //! (`gpuledger-store`: the log on SQLite or PostgreSQL, diesel). This crate adds [`api`]
-//! (actix-web), [`server`],
-//! [`demo`], [`invoice_render`], [`bench`] and [`witness`] (a C2SP tlog-witness). See
-//! ARCHITECTURE.md.
+//! (actix-web), [`server`], [`webhooks`], [`invoice_render`], [`focus`] and [`witness`] (a C2SP
+//! tlog-witness). See ARCHITECTURE.md.
 
 pub use gpuledger_agent as agent;
 pub use gpuledger_core as core;
@@ -18,8 +17,6 @@ pub use gpuledger_store as store;
 pub use gpuledger_verify as verifier;
 
 pub mod api;
-pub mod bench;
-pub mod demo;
 pub mod focus;
 pub mod invoice_render;
 pub mod server;

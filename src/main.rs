@@ -1,7 +1,10 @@
 //! The `gpuledger` binary: a dispatcher over the library; each command is a short function in
 //! `cli`. `anyhow` lives only here and in `cli`.
 
+// The benchmarks and the demo are commands of this binary, not part of the server library.
+mod bench;
 mod cli;
+mod demo;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

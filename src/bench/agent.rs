@@ -11,13 +11,13 @@
 
 use super::round;
 use super::server::{mb, Children};
-use crate::agent::config::{DEFAULT_MAX_BATCH, MAX_BATCH};
-use crate::agent::sender::{self, SenderConfig, Shared};
-use crate::agent::spool::Spool;
-use crate::core::envelope::Envelope;
-use crate::core::time::Timestamp;
-use crate::sample;
-use crate::store::{self, Ledger};
+use gpuledger::agent::config::{DEFAULT_MAX_BATCH, MAX_BATCH};
+use gpuledger::agent::sender::{self, SenderConfig, Shared};
+use gpuledger::agent::spool::Spool;
+use gpuledger::core::envelope::Envelope;
+use gpuledger::core::time::Timestamp;
+use gpuledger::sample;
+use gpuledger::store::{self, Ledger};
 use rayon::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;
@@ -116,9 +116,9 @@ pub enum AgentBenchError {
     #[error(transparent)]
     Store(#[from] store::StoreError),
     #[error(transparent)]
-    Agent(#[from] crate::agent::AgentError),
+    Agent(#[from] gpuledger::agent::AgentError),
     #[error(transparent)]
-    Spool(#[from] crate::agent::spool::SpoolError),
+    Spool(#[from] gpuledger::agent::spool::SpoolError),
 }
 
 fn setup_err(what: &str) -> impl FnOnce(std::io::Error) -> AgentBenchError + '_ {
@@ -152,7 +152,7 @@ fn cpu_seconds(pid: u32, ticks: f64) -> Option<f64> {
 fn start_server(dir: &Path, nodes: &[&str]) -> Result<(Child, String), AgentBenchError> {
     let url = format!("sqlite://{}", dir.join("ledger.db").display());
     let key_path = dir.join("log.key");
-    let (key, _) = crate::keyfile::read_or_create(&key_path)
+    let (key, _) = gpuledger::keyfile::read_or_create(&key_path)
         .map_err(|e| AgentBenchError::Setup(e.to_string()))?;
     store::init(&url, &key, sample::ORIGIN)?;
     let ledger = Ledger::open(&url, key)?;
@@ -163,11 +163,11 @@ fn start_server(dir: &Path, nodes: &[&str]) -> Result<(Child, String), AgentBenc
     super::register_nodes(&ledger, &nodes)?;
     super::register_sample_parties(&ledger, &["bench-tenant"])?;
     // The agents' lease file names `lease-bench`.
-    ledger.append_ledger_entry(crate::core::record::Body::LeaseRegistered(
-        crate::core::record::LeaseRegistered {
+    ledger.append_ledger_entry(gpuledger::core::record::Body::LeaseRegistered(
+        gpuledger::core::record::LeaseRegistered {
             lease: "lease-bench".into(),
             tenant: "bench-tenant".into(),
-            class: crate::core::rating::LeaseClass::OnDemand,
+            class: gpuledger::core::rating::LeaseClass::OnDemand,
         },
     ))?;
     drop(ledger);
@@ -181,7 +181,7 @@ fn fill_spool(dir: &Path, node: &str, records: u64) -> Result<Spool, AgentBenchE
     let mut spool = Spool::open(
         dir,
         records.max(1),
-        crate::agent::config::DEFAULT_COMPACT_AFTER_BYTES,
+        gpuledger::agent::config::DEFAULT_COMPACT_AFTER_BYTES,
     )?;
     let key = sample::key(node);
     let intervals = records.div_ceil(2) as i64;
@@ -245,7 +245,7 @@ fn drain_phase(
             max_backoff: Duration::from_secs(5),
             request_timeout: Duration::from_secs(60),
             signer: node.into(),
-            origin: crate::sample::ORIGIN.into(),
+            origin: gpuledger::sample::ORIGIN.into(),
         },
         MAX_DRAIN,
     );
@@ -312,7 +312,7 @@ fn write_agent_files(
     base: &str,
 ) -> Result<(), AgentBenchError> {
     std::fs::create_dir_all(d).map_err(setup_err("agent dir"))?;
-    crate::keyfile::write_new(&d.join("node.key"), &sample::key(node))
+    gpuledger::keyfile::write_new(&d.join("node.key"), &sample::key(node))
         .map_err(|e| AgentBenchError::Setup(e.to_string()))?;
     std::fs::write(
         d.join("leases.toml"),

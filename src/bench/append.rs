@@ -2,15 +2,15 @@
 //! same database and run. Four rates: signature verification alone, append without signature
 //! checks, the full append, and the same rows inserted raw (no hashing, no checks).
 
-use crate::core::envelope::{self, Envelope};
-use crate::core::outcome::Outcome;
-use crate::core::time::Timestamp;
-use crate::sample;
-use crate::store::conn::per_backend;
-use crate::store::{self, Ledger, StoreError};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use ed25519_dalek::SigningKey;
+use gpuledger::core::envelope::{self, Envelope};
+use gpuledger::core::outcome::Outcome;
+use gpuledger::core::time::Timestamp;
+use gpuledger::sample;
+use gpuledger::store::conn::per_backend;
+use gpuledger::store::{self, Ledger, StoreError};
 use rayon::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;

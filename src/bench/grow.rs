@@ -14,20 +14,20 @@
 //! full append otherwise); only the appends are timed.
 
 use super::round;
-use crate::core::certificate::Scope;
-use crate::core::envelope::Envelope;
-use crate::core::invoice::Period;
-use crate::core::limits::POLICY_RECORD_AGE_SECONDS;
-use crate::core::outcome::Outcome;
-use crate::core::rating::{self, LeaseClass};
-use crate::core::record::{Body, LogPolicy, RateCard};
-use crate::core::time::Timestamp;
-use crate::core::usage::{Aggregator, Window};
-use crate::sample;
-use crate::store::certificates::CertificateRequest;
-use crate::store::{self, invoices, usage, Ledger, StoreError};
 use diesel::prelude::*;
 use ed25519_dalek::SigningKey;
+use gpuledger::core::certificate::Scope;
+use gpuledger::core::envelope::Envelope;
+use gpuledger::core::invoice::Period;
+use gpuledger::core::limits::POLICY_RECORD_AGE_SECONDS;
+use gpuledger::core::outcome::Outcome;
+use gpuledger::core::rating::{self, LeaseClass};
+use gpuledger::core::record::{Body, LogPolicy, RateCard};
+use gpuledger::core::time::Timestamp;
+use gpuledger::core::usage::{Aggregator, Window};
+use gpuledger::sample;
+use gpuledger::store::certificates::CertificateRequest;
+use gpuledger::store::{self, invoices, usage, Ledger, StoreError};
 use rayon::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;

@@ -4,11 +4,11 @@
 
 use super::round;
 use super::server::{peak_rss_mb, Children};
-use crate::core::keys;
-use crate::core::time::Timestamp;
-use crate::sample;
-use crate::store::{self, access};
 use ed25519_dalek::SigningKey;
+use gpuledger::core::keys;
+use gpuledger::core::time::Timestamp;
+use gpuledger::sample;
+use gpuledger::store::{self, access};
 use rayon::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;
@@ -83,25 +83,27 @@ fn start_server(witnesses: usize, interval: Option<u64>) -> Result<Target, Inges
     std::fs::create_dir_all(&dir).map_err(|e| IngestError::Setup(e.to_string()))?;
     let url = format!("sqlite://{}", dir.join("bench.db").display());
     let key_path = dir.join("log.key");
-    let (key, _) =
-        crate::keyfile::read_or_create(&key_path).map_err(|e| IngestError::Setup(e.to_string()))?;
+    let (key, _) = gpuledger::keyfile::read_or_create(&key_path)
+        .map_err(|e| IngestError::Setup(e.to_string()))?;
     store::init(&url, &key, sample::ORIGIN)?;
     let mut conn = store::connect(&url)?;
     let (_, token) = access::create_token(&mut conn, access::ApiRole::Admin, None, "bench ingest")?;
-    let log_vkey = crate::core::checkpoint::verifier_key(sample::ORIGIN, &key.verifying_key());
+    let log_vkey = gpuledger::core::checkpoint::verifier_key(sample::ORIGIN, &key.verifying_key());
     let mut local = Vec::new();
     let mut config = String::new();
     for i in 0..witnesses {
         let name = format!("bench-witness-{i}.gpuledger.local");
-        let w = crate::server::witnessing::LocalWitness::start(crate::witness::WitnessSettings {
-            listen: "127.0.0.1:0".parse().expect("an address"),
-            name: name.clone(),
-            key: sample::key(&name),
-            state: dir.join(format!("{name}.db")),
-            logs: crate::witness::logs_from_vkeys([log_vkey.as_str()])
-                .map_err(|e| IngestError::Setup(e.to_string()))?,
-            workers: 1,
-        })
+        let w = gpuledger::server::witnessing::LocalWitness::start(
+            gpuledger::witness::WitnessSettings {
+                listen: "127.0.0.1:0".parse().expect("an address"),
+                name: name.clone(),
+                key: sample::key(&name),
+                state: dir.join(format!("{name}.db")),
+                logs: gpuledger::witness::logs_from_vkeys([log_vkey.as_str()])
+                    .map_err(|e| IngestError::Setup(e.to_string()))?,
+                workers: 1,
+            },
+        )
         .map_err(IngestError::Setup)?;
         let s = w.setting();
         config.push_str(&format!(
@@ -217,7 +219,7 @@ struct Target {
     /// The server the benchmark started itself (`None` with `--url`).
     own: Option<Children>,
     /// The witnesses attached to it (stopped after it).
-    witnesses: Vec<crate::server::witnessing::LocalWitness>,
+    witnesses: Vec<gpuledger::server::witnessing::LocalWitness>,
     base: String,
     token: String,
 }

@@ -14,13 +14,13 @@ pub mod preview;
 pub mod server;
 pub mod verify;
 
-pub use append::{run_append, AppendBench, AppendRates};
+pub use append::{run_append, AppendBench};
 
-use crate::core::keys;
-use crate::core::record::Role;
-use crate::sample;
-use crate::store::{Ledger, StoreError};
 use ed25519_dalek::SigningKey;
+use gpuledger::core::keys;
+use gpuledger::core::record::Role;
+use gpuledger::sample;
+use gpuledger::store::{Ledger, StoreError};
 
 /// Registers sample tenants and their leases on a benchmark's log, so its sample records are
 /// admitted (docs/PROTOCOL.md §6.7).

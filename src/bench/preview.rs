@@ -3,13 +3,13 @@
 //! The log is filled through the normal append path first (not timed).
 
 use super::round;
-use crate::core::outcome::Outcome;
-use crate::core::rating::{self, LeaseClass};
-use crate::core::record::{Body, RateCard};
-use crate::core::time::Timestamp;
-use crate::sample;
-use crate::store::{self, pricing, Ledger, StoreError};
 use ed25519_dalek::SigningKey;
+use gpuledger::core::outcome::Outcome;
+use gpuledger::core::rating::{self, LeaseClass};
+use gpuledger::core::record::{Body, RateCard};
+use gpuledger::core::time::Timestamp;
+use gpuledger::sample;
+use gpuledger::store::{self, pricing, Ledger, StoreError};
 use rayon::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;
@@ -108,7 +108,7 @@ fn fill(
                 })
             })
             .collect();
-        for part in batch.chunks(crate::core::limits::MAX_APPEND_BATCH) {
+        for part in batch.chunks(gpuledger::core::limits::MAX_APPEND_BATCH) {
             let outcomes = ledger.append(part.to_vec())?;
             if let Some(bad) = outcomes
                 .iter()

@@ -12,21 +12,21 @@
 //! (not in the bundle), so the multi-proof has nodes to give, as in a log many tenants share.
 
 use super::round;
-use crate::core::bundle::{self, BundleSubject, Format, Header};
-use crate::core::certificate::{Certificate, CertificateRequest, Scope, Tally};
-use crate::core::checkpoint::LogSigner;
-use crate::core::envelope::Envelope;
-use crate::core::ids::LEDGER_SIGNER;
-use crate::core::invoice::Period;
-use crate::core::keys;
-use crate::core::leaf::{Leaf, GENESIS_PREV};
-use crate::core::merkle::{self, MemoryHashes};
-use crate::core::multiproof;
-use crate::core::rating::{PriceBook, RegionParams};
-use crate::core::record::{Body, Kind, RegionParameters, Role, SignerKeyRegistered};
-use crate::core::time::Timestamp;
-use crate::sample;
 use ed25519_dalek::SigningKey;
+use gpuledger::core::bundle::{self, BundleSubject, Format, Header};
+use gpuledger::core::certificate::{Certificate, CertificateRequest, Scope, Tally};
+use gpuledger::core::checkpoint::LogSigner;
+use gpuledger::core::envelope::Envelope;
+use gpuledger::core::ids::LEDGER_SIGNER;
+use gpuledger::core::invoice::Period;
+use gpuledger::core::keys;
+use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
+use gpuledger::core::merkle::{self, MemoryHashes};
+use gpuledger::core::multiproof;
+use gpuledger::core::rating::{PriceBook, RegionParams};
+use gpuledger::core::record::{Body, Kind, RegionParameters, Role, SignerKeyRegistered};
+use gpuledger::core::time::Timestamp;
+use gpuledger::sample;
 use rayon::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;
@@ -513,7 +513,7 @@ fn strict_alone(
     leaves: &[Vec<u8>],
     nodes: &[(String, ed25519_dalek::SigningKey)],
 ) -> std::io::Result<f64> {
-    use crate::core::leaf::Leaf;
+    use gpuledger::core::leaf::Leaf;
     let keys: std::collections::HashMap<&str, ed25519_dalek::VerifyingKey> = nodes
         .iter()
         .map(|(n, k)| (n.as_str(), k.verifying_key()))
@@ -532,7 +532,7 @@ fn strict_alone(
         .map(|(c, k)| (c.message.as_slice(), &c.signature, k))
         .collect();
     let started = Instant::now();
-    let ok = crate::core::envelope::verify_strict_many(&items);
+    let ok = gpuledger::core::envelope::verify_strict_many(&items);
     let rate = items.len() as f64 / started.elapsed().as_secs_f64();
     if !ok.iter().all(|g| *g) {
         return Err(io("a sample signature does not verify"));

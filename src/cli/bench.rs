@@ -2,9 +2,9 @@
 //! as one JSON object with `--json`; progress goes to stderr.
 
 use super::print_json;
+use crate::bench;
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
-use gpuledger::bench;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

@@ -187,7 +187,7 @@ pub fn demo(args: DemoArgs) -> Result<ExitCode> {
         std::env::set_var("GPULEDGER_LOG", "warn");
     }
     gpuledger_shell::logging::init();
-    gpuledger::demo::run(gpuledger::demo::DemoOptions {
+    crate::demo::run(crate::demo::DemoOptions {
         dir: args.dir,
         fresh: args.fresh,
         listen: args.listen,
