@@ -349,11 +349,11 @@ fn demo(db: &TestDb) -> Demo<'_> {
             spot += Decimal::from(4);
         }
     }
-    // Today's usage, in the hour before the last whole hour: inside both pages' default period
-    // (the last 30 days ending at the last whole hour), which a period ending at today's
-    // midnight would miss. Two GPUs for half an hour: exactly one GPU-hour.
-    let now = Timestamp::now().unix();
-    let hour = Timestamp::from_unix(now - now % 3600).unwrap();
+    // Today's usage, in the hour before the last closed hour: inside both pages' default period
+    // (the last 30 days ending at the last whole hour at least the 300 s close margin ago), which
+    // a period ending at today's midnight would miss. Two GPUs for half an hour: one GPU-hour.
+    let closed = Timestamp::now().unix() - 300;
+    let hour = Timestamp::from_unix(closed - closed % 3600).unwrap();
     let today = GpuUsage {
         tenant: "tenant-a".into(),
         lease: Some("lease-tenant-a".into()),
@@ -705,7 +705,7 @@ fn tenant_issues_a_certificate_and_checks_it_in_the_browser(b: &Browser, d: &Dem
         );
         return;
     }
-    // The default period (the last 30 days ending at the last whole hour) holds all of A's
+    // The default period (the last 30 days ending at the last closed hour) holds all of A's
     // usage, today's included.
     let cert =
         d.h.get(&format!("/v1/certificates/{id}"), Some(&d.tenant_a))

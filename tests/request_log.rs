@@ -24,7 +24,10 @@ fn refused_requests_are_debug_lines_without_colours() {
         .env_remove("GPULEDGER_DATABASE_URL")
         .env_remove("GPULEDGER_CONFIG")
         .env_remove("NO_COLOR")
-        .env("GPULEDGER_LOG", "info,gpuledger::server::request_log=debug")
+        .env(
+            "GPULEDGER_LOG",
+            "info,gpuledger_server::server::request_log=debug",
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -15,9 +15,23 @@ function utcMidnight(d) {
   return new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate()));
 }
 
-/** The current time rounded down to the whole hour (UTC): where the default periods end. */
+/** The current time rounded down to the whole hour (UTC). */
 export function lastWholeHour(now = new Date()) {
   return new Date(Math.floor(now.getTime() / HOUR) * HOUR);
+}
+
+/**
+ * How long after its end the ledger waits before it certifies a period, by default: the log
+ * policy's max_future_skew_seconds (docs/CONFIGURATION.md, `invoice_close_seconds`).
+ */
+export const CLOSE_MARGIN_MS = 300 * 1000;
+
+/**
+ * The last whole hour (UTC) that ended at least `CLOSE_MARGIN_MS` ago: where the default
+ * periods end, so a certificate of the default period is not refused as not yet closed.
+ */
+export function lastClosedHour(now = new Date()) {
+  return lastWholeHour(new Date(now.getTime() - CLOSE_MARGIN_MS));
 }
 
 /** A Date as the value of a `datetime-local` input, in UTC (`YYYY-MM-DDTHH:MM`). */
@@ -39,11 +53,11 @@ export function toTimestamp(v) {
 
 /**
  * The period presets of both period pickers (usage and certificates), as `datetime-local`
- * values [from, to): each ends at the last whole hour, so it is a period that has ended, and
- * the default ("last 30 days") is the same on both pages.
+ * values [from, to): each ends at the last whole hour that has closed (`lastClosedHour`), so it
+ * is a period the ledger certifies, and the default ("last 30 days") is the same on both pages.
  */
 export function presets(now = new Date()) {
-  const end = lastWholeHour(now);
+  const end = lastClosedHour(now);
   const today = utcMidnight(end);
   const monthStart = new Date(Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), 1));
   const lastMonthStart = new Date(Date.UTC(today.getUTCFullYear(), today.getUTCMonth() - 1, 1));

@@ -5,13 +5,13 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::AppState;
-use crate::core::certificate::Certificate;
-use crate::core::invoice::{self, InvoiceDoc, Period};
-use crate::core::record::{Body, Kind};
 use crate::focus::{self, Context, Covering, CreditNote, RegionEntry};
-use crate::store::{access, certificates, invoices, read, DbConn, StoreError};
 use actix_web::get;
 use actix_web::{web, HttpResponse};
+use gpuledger_core::certificate::Certificate;
+use gpuledger_core::invoice::{self, InvoiceDoc, Period};
+use gpuledger_core::record::{Body, Kind};
+use gpuledger_store::{access, certificates, invoices, read, DbConn, StoreError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -25,14 +25,14 @@ pub const MAX_EXPORT_INVOICES: usize = 10_000;
 pub struct FocusQuery {
     /// Start of the period (inclusive), `YYYY-MM-DDTHH:MM:SSZ`: invoices whose period overlaps
     /// `[from, to)` are exported.
-    #[param(value_type = crate::core::time::Timestamp, inline)]
+    #[param(value_type = gpuledger_core::time::Timestamp, inline)]
     pub from: String,
     /// End of the period (exclusive): after `from`, at most 400 days after it.
-    #[param(value_type = crate::core::time::Timestamp, inline)]
+    #[param(value_type = gpuledger_core::time::Timestamp, inline)]
     pub to: String,
     /// Tenant id. Tenant tokens may omit it (their own) and may not name another; admins and
     /// auditors omit it for every tenant.
-    #[param(value_type = Option<crate::core::ids::IdString>, inline)]
+    #[param(value_type = Option<gpuledger_core::ids::IdString>, inline)]
     pub tenant: Option<String>,
 }
 
@@ -56,7 +56,7 @@ pub async fn focus_export(
     let q = q.into_inner();
     let (from, to) = super::period(&q.from, &q.to)?;
     if let Some(t) = &q.tenant {
-        crate::core::ids::check_id(t).map_err(|m| ApiError::invalid_parameter("tenant", m))?;
+        gpuledger_core::ids::check_id(t).map_err(|m| ApiError::invalid_parameter("tenant", m))?;
     }
     let tenant = caller.tenant_scope(q.tenant)?;
     let period = Period { from, to };

@@ -5,13 +5,13 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::{json_body, AppState};
-use crate::core::rating::Unpriced;
-use crate::core::record::{Body, Kind};
-use crate::core::rejection::Rejection;
 use actix_web::{get, post};
+use gpuledger_core::rating::Unpriced;
+use gpuledger_core::record::{Body, Kind};
+use gpuledger_core::rejection::Rejection;
 
-use crate::store::{pricing, Ledger, StoreError};
 use actix_web::{web, HttpRequest, HttpResponse};
+use gpuledger_store::{pricing, Ledger, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::openapi::{RefOr, Schema};
@@ -79,7 +79,7 @@ async fn append(
 
 /// Appends a rate card (admin): `{region, gpu_model, lease_class: on_demand|reserved, currency,
 /// price_per_gpu_hour, effective_from}`; a change must take effect after the series' latest.
-#[utoipa::path(tag = "pricing", request_body = crate::core::record::RateCard,
+#[utoipa::path(tag = "pricing", request_body = gpuledger_core::record::RateCard,
     responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, or `refused`: an admission rule refused the entry (PROTOCOL §6.7); `errors[0]` names its reason code (`price_not_forward`, `unknown_tenant`, …) and field", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/rate-cards")]
@@ -94,7 +94,7 @@ pub async fn post_rate_card(
 
 /// Appends region parameters (admin): `{region, currency, electricity_price_per_kwh, pue,
 /// carbon_g_per_kwh, effective_from}`.
-#[utoipa::path(tag = "pricing", request_body = crate::core::record::RegionParameters,
+#[utoipa::path(tag = "pricing", request_body = gpuledger_core::record::RegionParameters,
     responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, or `refused`: an admission rule refused the entry (PROTOCOL §6.7); `errors[0]` names its reason code (`price_not_forward`, `unknown_tenant`, …) and field", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/region-params")]
@@ -108,7 +108,7 @@ pub async fn post_region_params(
 }
 
 /// Declares a lease and its billing class (admin): `{lease, tenant, class: on_demand|reserved|spot}`.
-#[utoipa::path(tag = "pricing", request_body = crate::core::record::LeaseRegistered,
+#[utoipa::path(tag = "pricing", request_body = gpuledger_core::record::LeaseRegistered,
     responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, or `refused`: an admission rule refused the entry (PROTOCOL §6.7); `errors[0]` names its reason code (`price_not_forward`, `unknown_tenant`, …) and field", body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/leases")]
@@ -127,7 +127,7 @@ pub async fn post_lease(
 /// invoice period and increase strictly; the last tier has no bound. For tenants on the plan
 /// the tiers replace the series' rate card; a change must take effect after the latest tiers
 /// of the same plan and series.
-#[utoipa::path(tag = "pricing", request_body = crate::core::record::VolumeTiers,
+#[utoipa::path(tag = "pricing", request_body = gpuledger_core::record::VolumeTiers,
     responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, or `refused`: an admission rule refused the entry (PROTOCOL §6.7); `errors[0]` names its reason code (`price_not_forward`, `unknown_tenant`, …) and field", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/volume-tiers")]
@@ -143,7 +143,7 @@ pub async fn post_volume_tiers(
 /// Puts a tenant on a plan (admin): `{tenant, plan, effective_from}`. A plan without tiers for
 /// a series leaves that series on the rate card, so a plan may be assigned before (or without)
 /// its tiers; a change must take effect after the tenant's latest plan.
-#[utoipa::path(tag = "pricing", request_body = crate::core::record::TenantPlan,
+#[utoipa::path(tag = "pricing", request_body = gpuledger_core::record::TenantPlan,
     responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, or `refused`: an admission rule refused the entry (PROTOCOL §6.7); `errors[0]` names its reason code (`price_not_forward`, `unknown_tenant`, …) and field", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/tenant-plans")]
@@ -170,7 +170,7 @@ type Components = Vec<(String, RefOr<Schema>)>;
 
 /// Each pricing kind with the schema name of its body, and that schema with those it names.
 fn pricing_bodies() -> Vec<(Kind, String, Components)> {
-    use crate::core::record as r;
+    use gpuledger_core::record as r;
     fn named<T: ToSchema>() -> (String, Components) {
         let mut schemas = vec![(T::name().into_owned(), T::schema())];
         T::schemas(&mut schemas);
@@ -264,8 +264,14 @@ impl PricesQuery {
     /// The filter the query names, and its instant.
     fn filter(
         &self,
-    ) -> Result<(pricing::PriceFilter, Option<crate::core::time::Timestamp>), ApiError> {
-        use crate::core::record::LeaseClass;
+    ) -> Result<
+        (
+            pricing::PriceFilter,
+            Option<gpuledger_core::time::Timestamp>,
+        ),
+        ApiError,
+    > {
+        use gpuledger_core::record::LeaseClass;
         let mut kinds = Vec::new();
         if let Some(list) = &self.kind {
             for name in list.split(',') {
@@ -346,7 +352,7 @@ pub async fn get_prices(
     let (after, fetch) = (page.after_index()?, page.fetch());
     let entries = web::block(move || {
         state.ledger.with_reader(|c| {
-            let size = crate::store::read::head(c)?.0;
+            let size = gpuledger_store::read::head(c)?.0;
             let t = tenant.as_deref();
             match as_of {
                 Some(at) => pricing::in_force(c, &filter, t, at, after, size, fetch),
@@ -375,13 +381,13 @@ pub async fn get_prices(
 #[into_params(parameter_in = Query)]
 pub struct PreviewQuery {
     /// Tenant id: required of admins and auditors; tenant tokens may omit it (their own).
-    #[param(value_type = Option<crate::core::ids::IdString>, inline)]
+    #[param(value_type = Option<gpuledger_core::ids::IdString>, inline)]
     pub tenant: Option<String>,
     /// Start of the period (inclusive).
-    #[param(value_type = crate::core::time::Timestamp, inline)]
+    #[param(value_type = gpuledger_core::time::Timestamp, inline)]
     pub from: String,
     /// End of the period (exclusive): after `from`, at most 400 days after it.
-    #[param(value_type = crate::core::time::Timestamp, inline)]
+    #[param(value_type = gpuledger_core::time::Timestamp, inline)]
     pub to: String,
 }
 
@@ -390,15 +396,15 @@ pub struct PreviewQuery {
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct CurrencyLines {
     pub currency: String,
-    pub lines: Vec<crate::core::invoice::InvoiceLine>,
+    pub lines: Vec<gpuledger_core::invoice::InvoiceLine>,
     /// Σ net.
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub net_total: String,
     /// Σ tax.
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub tax_total: String,
     /// Σ gross: what the invoice's total would be.
-    #[schema(value_type = crate::core::decimal::DecimalString)]
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub total: String,
 }
 
@@ -435,8 +441,8 @@ pub async fn get_preview(
     let settings = state.ledger.invoicing();
     let (size, rater) = web::block(move || {
         state.ledger.with_reader(|c| {
-            crate::store::access::require_tenant(c, &t)?;
-            let size = crate::store::read::head(c)?.0;
+            gpuledger_store::access::require_tenant(c, &t)?;
+            let size = gpuledger_store::read::head(c)?.0;
             Ok((size, pricing::rate_period(c, &t, from, to, size)?))
         })
     })
@@ -447,13 +453,13 @@ pub async fn get_preview(
         .filter_map(|(currency, lines)| {
             let rated = lines
                 .into_iter()
-                .map(|line| crate::core::invoice::RatedLine {
+                .map(|line| gpuledger_core::invoice::RatedLine {
                     line,
                     adjustment_for: None,
                 })
                 .collect();
             let (lines, t) =
-                crate::store::invoices::priced_lines(rated, &currency, &settings.taxes);
+                gpuledger_store::invoices::priced_lines(rated, &currency, &settings.taxes);
             // A currency whose lines all have zero quantity would make no invoice.
             (!lines.is_empty()).then(|| CurrencyLines {
                 net_total: t.net.to_string(),

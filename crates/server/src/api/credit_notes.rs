@@ -7,11 +7,11 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::{json_body, AppState};
-use crate::core::invoice::{self, CreditNoteDoc, Invoice};
-use crate::core::record::{Body, Kind};
 use crate::invoice_render::{self, Lang, PdfNotes};
-use crate::store::invoices as store_invoices;
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
+use gpuledger_core::invoice::{self, CreditNoteDoc, Invoice};
+use gpuledger_core::record::{Body, Kind};
+use gpuledger_store::invoices as store_invoices;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -32,7 +32,7 @@ pub struct CreditNoteCreated {
 /// Grants a credit note against an invoice (admin); credits may not exceed the invoice total.
 /// Answers the entry's `index` and `kind` and the credit note's `number` (`CN-<index>`), with
 /// `Location: /v1/credit-notes/{number}`.
-#[utoipa::path(operation_id = "credit_note", tag = "invoices", request_body = crate::core::record::Settlement,
+#[utoipa::path(operation_id = "credit_note", tag = "invoices", request_body = gpuledger_core::record::Settlement,
     responses(super::error::RoleForbidden, (status = 201, body = CreditNoteCreated, headers(("Location" = String, description = "`/v1/credit-notes/{number}`"))),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]

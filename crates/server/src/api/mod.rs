@@ -23,13 +23,13 @@ pub mod usage;
 pub mod webhooks;
 pub mod witnesses;
 
-use crate::core::time::Timestamp;
-use crate::store::Ledger;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::{middleware, web, HttpRequest};
 use error::ApiError;
 use futures_util::StreamExt;
+use gpuledger_core::time::Timestamp;
+use gpuledger_store::Ledger;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::de::DeserializeOwned;
 use std::cell::RefCell;
@@ -57,7 +57,7 @@ impl AppState {
     /// ledger's sequencer instead (`Ledger::append`, `append_ledger_entry`, `issue_*`).
     pub async fn read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut crate::store::DbConn) -> Result<T, crate::store::StoreError>
+        f: impl FnOnce(&mut gpuledger_store::DbConn) -> Result<T, gpuledger_store::StoreError>
             + Send
             + 'static,
     ) -> Result<T, ApiError> {
@@ -314,7 +314,7 @@ fn json_from<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             "the body is not valid: it must be a JSON object",
         ));
     }
-    crate::core::json::from_slice_strict(body)
+    gpuledger_core::json::from_slice_strict(body)
         .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid: {e}")))
 }
 
@@ -325,7 +325,10 @@ pub async fn scoped_list<T: serde::Serialize + Send + 'static>(
     state: web::Data<AppState>,
     caller: auth::Caller,
     tenant: Option<String>,
-    list: fn(&mut crate::store::DbConn, Option<&str>) -> Result<Vec<T>, crate::store::StoreError>,
+    list: fn(
+        &mut gpuledger_store::DbConn,
+        Option<&str>,
+    ) -> Result<Vec<T>, gpuledger_store::StoreError>,
 ) -> Result<actix_web::HttpResponse, ApiError> {
     let tenant = caller.tenant_scope(tenant)?;
     let rows = state.read(move |c| list(c, tenant.as_deref())).await?;
@@ -334,7 +337,7 @@ pub async fn scoped_list<T: serde::Serialize + Send + 'static>(
 
 /// Parses a non-negative integer parameter.
 pub fn parse_u64(name: &str, s: &str) -> Result<u64, ApiError> {
-    let max = crate::core::limits::MAX_SEQ;
+    let max = gpuledger_core::limits::MAX_SEQ;
     s.parse::<u64>().ok().filter(|v| *v <= max).ok_or_else(|| {
         ApiError::invalid_parameter(name, format!("{s:?} is not an integer between 0 and {max}"))
     })

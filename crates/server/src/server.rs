@@ -1,6 +1,6 @@
 //! `gpuledger serve`: settings, logging, the actix server, periodic checkpoints and graceful
 //! shutdown (stop accepting, finish and commit what is in flight, then stop the sequencer).
-//! [`publish`] writes each new checkpoint to `--publish-dir`; [`crate::disk`] reads free space for
+//! [`publish`] writes each new checkpoint to `--publish-dir`; [`gpuledger_shell::disk`] reads free space for
 //! the filesystem gauges.
 
 pub mod mirror;
@@ -9,9 +9,9 @@ pub mod request_log;
 pub mod witnessing;
 
 use crate::api::{self, AppState};
-use crate::keyfile;
-use crate::store::{self, Ledger, StoreError};
 use actix_web::{middleware, web, App, HttpServer};
+use gpuledger_shell::keyfile;
+use gpuledger_store::{self as store, Ledger, StoreError};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -152,8 +152,8 @@ pub const MAX_INVOICE_CLOSE_SECONDS: u64 = 86_400;
 
 impl IssuerSetting {
     /// The document's `issuer` block.
-    pub fn issuer(&self) -> crate::core::invoice::Issuer {
-        crate::core::invoice::Issuer {
+    pub fn issuer(&self) -> gpuledger_core::invoice::Issuer {
+        gpuledger_core::invoice::Issuer {
             name: self.name.clone(),
             address: self.address.clone(),
             tax_id: self.tax_id.clone(),
@@ -190,7 +190,7 @@ pub fn invoice_pdf_settings(
         ));
     }
     for (tenant, id) in &i.bill_to_tax_ids {
-        crate::core::ids::check_id(tenant)
+        gpuledger_core::ids::check_id(tenant)
             .map_err(|m| format!("[issuer.bill_to_tax_ids] tenant {tenant:?}: {m}"))?;
         if id.trim().is_empty() || long(id) {
             return Err(format!(
@@ -208,7 +208,7 @@ pub fn invoice_pdf_settings(
 /// bidi or invisible format character (`core::ids::check_display_chars`, the rule tenant names
 /// and addresses follow), which could make one text read as another.
 fn shown_text(what: &str, s: &str) -> Result<(), String> {
-    crate::core::ids::check_display_chars(s).map_err(|m| format!("{what} {s:?}: {m}"))
+    gpuledger_core::ids::check_display_chars(s).map_err(|m| format!("{what} {s:?}: {m}"))
 }
 
 /// One `[[tax]]` entry of the settings file.
@@ -232,10 +232,10 @@ pub fn invoice_settings(
     tax: Option<Vec<TaxSetting>>,
     public_url: Option<String>,
 ) -> Result<store::invoices::InvoiceSettings, String> {
-    use crate::core::invoice::{Tax, TaxTable};
+    use gpuledger_core::invoice::{Tax, TaxTable};
     let mut taxes = TaxTable::default();
     for t in tax.unwrap_or_default() {
-        let rate = crate::core::decimal::parse_lenient(&t.rate)
+        let rate = gpuledger_core::decimal::parse_lenient(&t.rate)
             .filter(|r| *r >= rust_decimal::Decimal::ZERO && *r <= rust_decimal::Decimal::ONE)
             .ok_or_else(|| {
                 format!(
@@ -955,8 +955,8 @@ async fn probe_loop(ledger: Arc<Ledger>) {
         "Requests answered 503 database_unavailable or 507 disk_full, by kind"
     );
     for outage in [
-        crate::store::Outage::DatabaseUnavailable,
-        crate::store::Outage::DiskFull,
+        gpuledger_store::Outage::DatabaseUnavailable,
+        gpuledger_store::Outage::DiskFull,
     ] {
         ::metrics::counter!("gpuledger_outage_answers_total", "kind" => api::error::outage_kind(outage))
             .absolute(0);
@@ -1024,7 +1024,7 @@ async fn checkpoint_loop(
             }
         }
         for (volume, dir) in &watched {
-            if let Some(free) = crate::disk::available_bytes(dir) {
+            if let Some(free) = gpuledger_shell::disk::available_bytes(dir) {
                 metrics::gauge!("gpuledger_filesystem_available_bytes", "volume" => *volume)
                     .set(free as f64);
             }

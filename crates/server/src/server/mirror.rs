@@ -18,11 +18,11 @@
 //! sync moves only what is new.
 
 use super::publish::PublishError;
-use crate::core::checkpoint;
-use crate::core::tiles::{self, TilePath};
-use crate::store::ledger::TileData;
-use crate::store::recover::{DocumentKind, EntrySource};
-use crate::store::{read, Ledger};
+use gpuledger_core::checkpoint;
+use gpuledger_core::tiles::{self, TilePath};
+use gpuledger_store::ledger::TileData;
+use gpuledger_store::recover::{DocumentKind, EntrySource};
+use gpuledger_store::{read, Ledger};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

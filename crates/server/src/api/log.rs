@@ -3,14 +3,14 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::{parse_u64, AppState};
-use crate::core::leaf::Leaf;
-use crate::core::merkle;
-use crate::core::time::Timestamp;
-use crate::store::read::{self, CheckpointPage, EntryRow};
-use crate::store::StoreError;
 use actix_web::{get, route};
 use actix_web::{web, HttpResponse};
 use base64::prelude::{Engine, BASE64_STANDARD};
+use gpuledger_core::leaf::Leaf;
+use gpuledger_core::merkle;
+use gpuledger_core::time::Timestamp;
+use gpuledger_store::read::{self, CheckpointPage, EntryRow};
+use gpuledger_store::StoreError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

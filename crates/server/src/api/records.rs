@@ -2,12 +2,12 @@
 
 use super::error::ApiError;
 use super::{read_body, AppState};
-use crate::core::envelope::Envelope;
-use crate::core::limits::MAX_APPEND_BATCH;
-use crate::core::outcome::Outcome;
-use crate::core::rejection::{Reason, Rejection};
 use actix_web::post;
 use actix_web::{web, HttpRequest, HttpResponse};
+use gpuledger_core::envelope::Envelope;
+use gpuledger_core::limits::MAX_APPEND_BATCH;
+use gpuledger_core::outcome::Outcome;
+use gpuledger_core::rejection::{Reason, Rejection};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
@@ -28,7 +28,7 @@ pub struct IngestResponse {
     /// with, so that a refusal its clock caused (`too_old`, `in_future`, `price_in_past`) is
     /// told from one its record caused (docs/AGENT.md, "Clocks").
     #[schema(value_type = String, example = "2026-11-30T12:00:00Z")]
-    pub ledger_now: crate::core::time::Timestamp,
+    pub ledger_now: gpuledger_core::time::Timestamp,
 }
 
 /// The body of `POST /v1/records` as the server reads it (docs/PROTOCOL.md §6.5): a JSON
@@ -208,7 +208,7 @@ pub async fn post_records(
 /// the ledger rejects their records, and they could not be a key of the limiter's table.
 fn per_signer<'a>(signers: impl Iterator<Item = &'a str>) -> Vec<(&'a str, u64)> {
     let mut counts: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
-    for s in signers.filter(|s| crate::core::ids::check_id(s).is_ok()) {
+    for s in signers.filter(|s| gpuledger_core::ids::check_id(s).is_ok()) {
         *counts.entry(s).or_insert(0) += 1;
     }
     counts.into_iter().collect()

@@ -4,14 +4,14 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::{json_body, AppState};
-use crate::core::bundle::Format as BundleFormat;
-use crate::core::certificate::{Certificate, Scope};
-use crate::core::invoice::Period;
-use crate::store::access::ApiRole;
-use crate::store::certificates::{self as store_certs, CertificateRequest, CertificateSummary};
-use crate::store::StoreError;
 use actix_web::{get, post};
 use actix_web::{web, HttpRequest, HttpResponse};
+use gpuledger_core::bundle::Format as BundleFormat;
+use gpuledger_core::certificate::{Certificate, Scope};
+use gpuledger_core::invoice::Period;
+use gpuledger_store::access::ApiRole;
+use gpuledger_store::certificates::{self as store_certs, CertificateRequest, CertificateSummary};
+use gpuledger_store::StoreError;
 use serde::Deserialize;
 
 /// Body of `POST /v1/certificates`.
@@ -19,13 +19,13 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub struct CertificateOrder {
     /// The tenant; a tenant token may leave it out (it can only certify itself).
-    #[schema(value_type = Option<crate::core::ids::IdString>)]
+    #[schema(value_type = Option<gpuledger_core::ids::IdString>)]
     pub tenant: Option<String>,
     /// Start of the period (inclusive), `YYYY-MM-DDTHH:MM:SSZ`.
-    #[schema(value_type = crate::core::time::Timestamp)]
+    #[schema(value_type = gpuledger_core::time::Timestamp)]
     pub from: String,
     /// End of the period (exclusive): after `from`, at most 400 days after it.
-    #[schema(value_type = crate::core::time::Timestamp)]
+    #[schema(value_type = gpuledger_core::time::Timestamp)]
     pub to: String,
     /// Optional narrowing to a lease, nodes or a region.
     #[serde(default)]
@@ -63,7 +63,7 @@ pub async fn issue(
     let tenant = caller
         .tenant_scope(order.tenant)?
         .ok_or_else(|| ApiError::invalid_parameter("tenant", "an admin must name the tenant"))?;
-    crate::core::ids::check_id(&tenant).map_err(|m| ApiError::invalid_parameter("tenant", m))?;
+    gpuledger_core::ids::check_id(&tenant).map_err(|m| ApiError::invalid_parameter("tenant", m))?;
     let scope = order
         .scope
         .unwrap_or_default()
@@ -71,7 +71,7 @@ pub async fn issue(
         .map_err(|m| ApiError::invalid_parameter("scope", m))?;
     let t = tenant.clone();
     state
-        .read(move |c| crate::store::access::require_tenant(c, &t))
+        .read(move |c| gpuledger_store::access::require_tenant(c, &t))
         .await?;
     let request = CertificateRequest {
         tenant,
@@ -195,7 +195,7 @@ pub async fn bundle(
 /// Streams the lines a blocking writer produces; the writer stops when the client goes away.
 pub(super) fn stream_lines(
     filename: &str,
-    write: impl FnOnce(&mut crate::store::bundle::Sink) -> Result<(), StoreError> + Send + 'static,
+    write: impl FnOnce(&mut gpuledger_store::bundle::Sink) -> Result<(), StoreError> + Send + 'static,
 ) -> HttpResponse {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<web::Bytes, ApiError>>(64);
     std::thread::spawn(move || {

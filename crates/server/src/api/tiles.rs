@@ -11,10 +11,10 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::AppState;
-use crate::core::tiles::{self, TileKind, TilePath};
-use crate::store::ledger::TileData;
 use actix_web::http::header::{CACHE_CONTROL, VARY};
 use actix_web::{route, web, HttpRequest, HttpResponse};
+use gpuledger_core::tiles::{self, TileKind, TilePath};
+use gpuledger_store::ledger::TileData;
 
 /// `Cache-Control` of `/checkpoint`: it changes with every checkpoint, so caches keep it for
 /// a few seconds at most (C2SP tlog-tiles).

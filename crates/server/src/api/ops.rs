@@ -3,9 +3,9 @@
 
 use super::error::{self, ApiError};
 use super::AppState;
-use crate::store::{conn, Outage, WriteState};
 use actix_web::get;
 use actix_web::{web, HttpResponse};
+use gpuledger_store::{conn, Outage, WriteState};
 
 /// Process is up.
 #[utoipa::path(tag = "ops", responses((status = 200, description = "ok", body = String)))]

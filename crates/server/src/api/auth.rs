@@ -2,8 +2,8 @@
 
 use super::error::ApiError;
 use super::AppState;
-use crate::store::access::{self, ApiRole, Authentication, Principal};
 use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
+use gpuledger_store::access::{self, ApiRole, Authentication, Principal};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -74,7 +74,7 @@ impl Caller {
     pub fn tenant_scope(&self, asked: Option<String>) -> Result<Option<String>, ApiError> {
         // A tenant that is no identifier (`tenant=`) names nothing: 400, never an empty view.
         if let Some(t) = &asked {
-            crate::core::ids::check_id(t)
+            gpuledger_core::ids::check_id(t)
                 .map_err(|e| ApiError::invalid_parameter("tenant", e.to_string()))?;
         }
         match (self.confined_to(), asked) {

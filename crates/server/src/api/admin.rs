@@ -4,12 +4,12 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::{json_body, AppState};
-use crate::core::record::{KeyScope, Role};
-use crate::core::time::Timestamp;
-use crate::store::access::{self, ApiRole, Tenant, TokenInfo};
-use crate::store::read;
 use actix_web::{delete, get, patch, post};
 use actix_web::{web, HttpRequest, HttpResponse};
+use gpuledger_core::record::{KeyScope, Role};
+use gpuledger_core::time::Timestamp;
+use gpuledger_store::access::{self, ApiRole, Tenant, TokenInfo};
+use gpuledger_store::read;
 use serde::{Deserialize, Serialize};
 
 /// Body of `POST /v1/tenants`.
@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct NewTenant {
     /// The tenant's id, not one reserved for the ledger (`ledger`).
-    #[schema(value_type = crate::core::ids::NewIdString)]
+    #[schema(value_type = gpuledger_core::ids::NewIdString)]
     pub id: String,
     /// Display name: the bill-to name of its invoices.
     pub name: String,
@@ -49,14 +49,14 @@ pub async fn create_tenant(
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
     let t: NewTenant = json_body(&req, body).await?;
-    crate::core::ids::check_new_id(&t.id).map_err(|m| ApiError::invalid_parameter("id", m))?;
+    gpuledger_core::ids::check_new_id(&t.id).map_err(|m| ApiError::invalid_parameter("id", m))?;
     check_tenant_fields(Some(&t.name), Some(&t.address))?;
     let ledger = state.ledger.clone();
     let tenant = web::block(move || -> Result<Tenant, ApiError> {
         // The log registers the tenant first (a `tenant_registered` entry, which records
         // need); a retry after a failure below finds it registered and goes on.
         match ledger.register_tenant(&t.id) {
-            Ok(_) | Err(crate::store::StoreError::AlreadyExists(_)) => {}
+            Ok(_) | Err(gpuledger_store::StoreError::AlreadyExists(_)) => {}
             Err(e) => return Err(e.into()),
         }
         Ok(ledger.with_account_writer(|c| {
@@ -69,7 +69,7 @@ pub async fn create_tenant(
 
 /// Changes a tenant's display name or billing address (admin). Account data, not the log:
 /// invoices issued before keep what they say; later ones use the new values.
-#[utoipa::path(tag = "admin", params(("id" = inline(crate::core::ids::IdString), Path)), request_body = TenantChange,
+#[utoipa::path(tag = "admin", params(("id" = inline(gpuledger_core::ids::IdString), Path)), request_body = TenantChange,
     responses(super::error::RoleForbidden, (status = 200, body = Tenant), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[patch("/tenants/{id}")]
@@ -113,7 +113,7 @@ fn check_tenant_fields(name: Option<&str>, address: Option<&[String]>) -> Result
             ));
         }
         for (i, l) in a.iter().enumerate() {
-            crate::core::ids::check_display_text(l, access::MAX_ADDRESS_LINE_BYTES)
+            gpuledger_core::ids::check_display_text(l, access::MAX_ADDRESS_LINE_BYTES)
                 .map_err(|m| ApiError::invalid_parameter(&format!("address[{i}]"), m))?;
         }
     }
@@ -167,7 +167,7 @@ pub async fn list_tenants(
 #[serde(deny_unknown_fields)]
 pub struct NewSigner {
     /// The signer's id, not one reserved for the ledger (`ledger`).
-    #[schema(value_type = crate::core::ids::NewIdString)]
+    #[schema(value_type = gpuledger_core::ids::NewIdString)]
     pub id: String,
     /// `node` or `market`.
     #[schema(value_type = String, pattern = "^(?:node|market)$")]
@@ -273,7 +273,7 @@ pub async fn create_signer(
 
 /// Adds a key to an existing signer, for rotation (admin); revoke the old key afterwards.
 #[utoipa::path(tag = "admin", request_body = NewKey,
-    params(("id" = inline(crate::core::ids::IdString), Path)),
+    params(("id" = inline(gpuledger_core::ids::IdString), Path)),
     responses(super::error::RoleForbidden, (status = 201, body = KeyView), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/signers/{id}/keys")]
@@ -318,7 +318,7 @@ pub struct Revocation {
 
 /// Revokes a key (admin): records signed with it are refused from the next entry on.
 #[utoipa::path(tag = "admin", request_body = Revocation,
-    params(("id" = inline(crate::core::ids::IdString), Path), ("key_id" = String, Path, pattern = "^[0-9a-f]{16}$", description = "16 lower-case hex digits")),
+    params(("id" = inline(gpuledger_core::ids::IdString), Path), ("key_id" = String, Path, pattern = "^[0-9a-f]{16}$", description = "16 lower-case hex digits")),
     responses(super::error::RoleForbidden, (status = 200, body = KeyView), (status = 404, body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/signers/{id}/keys/{key_id}/revoke")]
@@ -339,7 +339,7 @@ pub async fn revoke_key(
             ));
         }
         // New revocations only: the log's own rule for `reason` is unchanged (§5).
-        crate::core::ids::check_display_chars(reason)
+        gpuledger_core::ids::check_display_chars(reason)
             .map_err(|m| ApiError::invalid_parameter("reason", m))?;
     }
     let (signer, key_id) = path.into_inner();
@@ -374,7 +374,7 @@ fn list_keys(state: &AppState) -> Result<Vec<KeyView>, ApiError> {
                         revoked_index: r.revoked_idx.map(|i| i as u64),
                     })
                 })
-                .collect::<Result<Vec<_>, crate::store::StoreError>>()
+                .collect::<Result<Vec<_>, gpuledger_store::StoreError>>()
         })
         .map_err(Into::into)
 }

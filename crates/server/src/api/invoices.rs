@@ -4,13 +4,13 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::{json_body, AppState};
-use crate::core::invoice::{self, Invoice, InvoiceDoc, Period};
-use crate::core::record::Kind;
 use actix_web::{get, post};
+use gpuledger_core::invoice::{self, Invoice, InvoiceDoc, Period};
+use gpuledger_core::record::Kind;
 
-use crate::store::invoices::{self as store_invoices, Balance, InvoiceAccount, InvoiceSummary};
-use crate::store::Ledger;
 use actix_web::{web, HttpRequest, HttpResponse};
+use gpuledger_store::invoices::{self as store_invoices, Balance, InvoiceAccount, InvoiceSummary};
+use gpuledger_store::Ledger;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -18,13 +18,13 @@ use std::collections::BTreeMap;
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IssueRequest {
-    #[schema(value_type = crate::core::ids::IdString)]
+    #[schema(value_type = gpuledger_core::ids::IdString)]
     pub tenant: String,
     /// Start of the period (inclusive), `YYYY-MM-DDTHH:MM:SSZ`.
-    #[schema(value_type = crate::core::time::Timestamp)]
+    #[schema(value_type = gpuledger_core::time::Timestamp)]
     pub from: String,
     /// End of the period (exclusive): after `from`, at most 400 days after it.
-    #[schema(value_type = crate::core::time::Timestamp)]
+    #[schema(value_type = gpuledger_core::time::Timestamp)]
     pub to: String,
 }
 
@@ -50,11 +50,12 @@ pub async fn issue(
     caller.require_admin()?;
     let r: IssueRequest = json_body(&req, payload).await?;
     let (from, to) = super::period(&r.from, &r.to)?;
-    crate::core::ids::check_id(&r.tenant).map_err(|m| ApiError::invalid_parameter("tenant", m))?;
+    gpuledger_core::ids::check_id(&r.tenant)
+        .map_err(|m| ApiError::invalid_parameter("tenant", m))?;
     let tenant = r.tenant.clone();
     let t = tenant.clone();
     state
-        .read(move |c| crate::store::access::require_tenant(c, &t))
+        .read(move |c| gpuledger_store::access::require_tenant(c, &t))
         .await?;
     let issued =
         web::block(move || state.ledger.issue_invoices(&tenant, Period { from, to })).await??;
@@ -81,7 +82,7 @@ pub async fn issue(
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Tenant id: required of admins and auditors; tenant tokens may omit it (their own).
-    #[param(value_type = Option<crate::core::ids::IdString>, inline)]
+    #[param(value_type = Option<gpuledger_core::ids::IdString>, inline)]
     pub tenant: Option<String>,
 }
 
@@ -266,7 +267,7 @@ pub async fn account(
     let found = web::block(move || {
         ledger.with_reader(|c| match store_invoices::account(c, &n, now) {
             Ok(a) => Ok(Some(a)),
-            Err(crate::store::StoreError::NotFound(_)) => Ok(None),
+            Err(gpuledger_store::StoreError::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
         })
     })
@@ -292,7 +293,7 @@ pub struct PaymentQuery {
 /// Records a payment against an invoice (admin): `{tenant, invoice, currency, amount, note}`.
 /// A payment above the invoice's open balance (total − paid − credited) is refused with 422
 /// `overpayment`, naming the open balance, unless the query says `excess=credit`.
-#[utoipa::path(tag = "invoices", request_body = crate::core::record::Settlement, params(PaymentQuery),
+#[utoipa::path(tag = "invoices", request_body = gpuledger_core::record::Settlement, params(PaymentQuery),
     responses(super::error::RoleForbidden, (status = 201, body = super::pricing::Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 422, description = "`overpayment`: above the open balance without `excess=credit`; nothing written", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -305,7 +306,7 @@ pub async fn payment(
 ) -> Result<HttpResponse, ApiError> {
     let q = web::Query::<PaymentQuery>::from_query(req.query_string())
         .map_err(|e| ApiError::invalid_parameter("excess", e.to_string()))?;
-    let op: fn(&Ledger, crate::core::record::Body) -> Result<u64, crate::store::StoreError> =
+    let op: fn(&Ledger, gpuledger_core::record::Body) -> Result<u64, gpuledger_store::StoreError> =
         match q.excess.as_deref() {
             None => Ledger::settle,
             Some("credit") => |l, b| l.settle_with_excess(b, true),

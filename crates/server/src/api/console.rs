@@ -17,7 +17,7 @@ use rust_embed::RustEmbed;
 /// The console's files, embedded from `assets/console/` (the verifier module in
 /// `assets/console/verify/` among them).
 #[derive(RustEmbed)]
-#[folder = "assets/console/"]
+#[folder = "../../assets/console/"]
 struct Assets;
 
 /// The Content-Security-Policy of every console answer: everything from this origin only, no

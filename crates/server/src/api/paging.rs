@@ -16,10 +16,10 @@
 //! naming `cursor`), like a malformed one.
 
 use super::error::ApiError;
-use crate::core::time::Timestamp;
 use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use gpuledger_core::time::Timestamp;
 
 /// Items per page when the request names no `limit`.
 pub const DEFAULT_LIMIT: usize = 100;
@@ -75,7 +75,7 @@ impl Paging {
             .map(|k| {
                 k.parse::<u64>()
                     .ok()
-                    .filter(|i| *i <= crate::core::limits::MAX_SEQ)
+                    .filter(|i| *i <= gpuledger_core::limits::MAX_SEQ)
                     .ok_or_else(malformed_cursor)
             })
             .transpose()

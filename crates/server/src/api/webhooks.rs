@@ -4,12 +4,12 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::{json_body, AppState};
-use crate::core::time::Timestamp;
-use crate::store::access;
-use crate::store::webhooks::{self as outbox, Delivery, Endpoint, NewEndpoint};
 use crate::webhooks::{sign, ssrf, EventType, WebhookApi};
 use actix_web::{delete, get, patch, post};
 use actix_web::{web, HttpRequest, HttpResponse};
+use gpuledger_core::time::Timestamp;
+use gpuledger_store::access;
+use gpuledger_store::webhooks::{self as outbox, Delivery, Endpoint, NewEndpoint};
 use serde::{Deserialize, Serialize};
 
 /// Longest endpoint description, in characters.
@@ -108,7 +108,7 @@ fn description(d: Option<String>) -> Result<Option<String>, ApiError> {
             format!("at most {MAX_DESCRIPTION_CHARS} characters"),
         )),
         // Shown to people in the console: no control, bidirectional or invisible characters.
-        Some(d) => match crate::core::ids::check_display_chars(&d) {
+        Some(d) => match gpuledger_core::ids::check_display_chars(&d) {
             Ok(()) => Ok(Some(d)),
             Err(m) => Err(ApiError::invalid_parameter("description", m)),
         },

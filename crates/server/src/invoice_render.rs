@@ -22,11 +22,11 @@
 //! ToUnicode CMap so the text extracts back. All text is real text (searchable, copyable) on as
 //! many A4 pages as it needs. A character no font has (a control character) becomes `?`.
 
-use crate::core::decimal::to_canonical;
-use crate::core::invoice::{
+use gpuledger_core::decimal::to_canonical;
+use gpuledger_core::invoice::{
     class_label, CreditNoteDoc, Invoice, InvoiceDoc, InvoiceLine, LineKind, Period,
 };
-use crate::core::time::Timestamp;
+use gpuledger_core::time::Timestamp;
 use printpdf::{
     FontId, Line, LinePoint, Mm, Op, ParsedFont, PdfDocument, PdfFont, PdfFontHandle, PdfPage,
     PdfSaveOptions, Point, Pt, TextItem, TextRenderingMode,
@@ -57,9 +57,9 @@ const SLOTS: [Slot; 3] = [Slot::Regular, Slot::Bold, Slot::Cjk];
 impl Slot {
     fn bytes(self) -> &'static [u8] {
         match self {
-            Slot::Regular => include_bytes!("../assets/fonts/Arimo-Regular.ttf"),
-            Slot::Bold => include_bytes!("../assets/fonts/Arimo-Bold.ttf"),
-            Slot::Cjk => include_bytes!("../assets/fonts/DroidSansFallbackFull.ttf"),
+            Slot::Regular => include_bytes!("../../../assets/fonts/Arimo-Regular.ttf"),
+            Slot::Bold => include_bytes!("../../../assets/fonts/Arimo-Bold.ttf"),
+            Slot::Cjk => include_bytes!("../../../assets/fonts/DroidSansFallbackFull.ttf"),
         }
     }
 
@@ -681,7 +681,7 @@ fn clock(t: Timestamp) -> String {
 
 /// The SHA-256 of the invoice's RFC 8785 JSON: the hash its `invoice_issued` entry records.
 fn document_hash(doc: &InvoiceDoc) -> [u8; 32] {
-    let bytes = crate::core::canonical::to_vec(&doc.to_value())
+    let bytes = gpuledger_core::canonical::to_vec(&doc.to_value())
         .expect("an invoice always serialises: string keys, strings and integers only");
     Sha256::digest(&bytes).into()
 }
@@ -933,7 +933,7 @@ pub fn credit_note_to_pdf(note: &CreditNoteDoc, invoice: &Invoice, notes: &PdfNo
     let pages = pdf.finish();
 
     let json = serde_json::to_value(note).expect("a credit note serialises: strings and integers");
-    let bytes = crate::core::canonical::to_vec(&json)
+    let bytes = gpuledger_core::canonical::to_vec(&json)
         .expect("a credit note serialises: string keys, strings and integers only");
     let hash: [u8; 32] = Sha256::digest(&bytes).into();
     save(
@@ -1169,7 +1169,7 @@ impl Pages {
             (l.number, invoice.number.clone()),
             (l.issue_date, lang.date(invoice.issued_at)),
         ];
-        if invoice.format != crate::core::invoice::INVOICE_FORMAT_V1 {
+        if invoice.format != gpuledger_core::invoice::INVOICE_FORMAT_V1 {
             fields.push((l.due_date, lang.date(invoice.due_at)));
             fields.push((l.terms, lang.terms(invoice.payment_terms_days)));
         }
@@ -1414,7 +1414,7 @@ impl Pages {
             .trim_end_matches('/');
         self.ensure(6.0 * LEADING);
         self.text_wrapped_face(l.payment, MARGIN_X, RIGHT - MARGIN_X, 11.0, Face::Bold);
-        let v1 = invoice.format == crate::core::invoice::INVOICE_FORMAT_V1;
+        let v1 = invoice.format == gpuledger_core::invoice::INVOICE_FORMAT_V1;
         let mut paragraphs = Vec::new();
         paragraphs.push(match (lang, v1) {
             (Lang::En, false) => format!("{total} {cur}, due by {}.", lang.date(invoice.due_at)),

@@ -16,10 +16,10 @@
 //! gets [`PublishError::Contradicts`], and the published checkpoint raises the ledger's
 //! high-water mark at start (`serve`).
 
-use crate::core::checkpoint;
-use crate::core::merkle::{self, Hash};
-use crate::store::read::{self, CheckpointPage};
-use crate::store::{Ledger, StoreError};
+use gpuledger_core::checkpoint;
+use gpuledger_core::merkle::{self, Hash};
+use gpuledger_store::read::{self, CheckpointPage};
+use gpuledger_store::{Ledger, StoreError};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

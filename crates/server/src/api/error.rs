@@ -2,9 +2,9 @@
 //! stable `type`, a `title`, the `status`, a `detail`, and `errors` where per-field or
 //! per-record reasons apply. Internal errors are logged with the request id and never shown.
 
-use crate::store::{Outage, StoreError};
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
+use gpuledger_store::{Outage, StoreError};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;

@@ -3,9 +3,9 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::AppState;
-use crate::core::time::Timestamp;
 use actix_web::get;
 use actix_web::{web, HttpResponse};
+use gpuledger_core::time::Timestamp;
 use serde::Serialize;
 
 /// The witnesses of this log and where each stands.

@@ -3,10 +3,10 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::AppState;
-use crate::core::usage::{Aggregator, GroupBy, UsageRow, Window};
-use crate::store::{access, usage};
 use actix_web::get;
 use actix_web::{web, HttpResponse};
+use gpuledger_core::usage::{Aggregator, GroupBy, UsageRow, Window};
+use gpuledger_store::{access, usage};
 use serde::{Deserialize, Serialize};
 
 /// Query of `GET /v1/usage`.
@@ -14,13 +14,13 @@ use serde::{Deserialize, Serialize};
 #[into_params(parameter_in = Query)]
 pub struct UsageQuery {
     /// Tenant id. Tenant tokens may omit it (their own) and may not name another.
-    #[param(value_type = Option<crate::core::ids::IdString>, inline)]
+    #[param(value_type = Option<gpuledger_core::ids::IdString>, inline)]
     pub tenant: Option<String>,
     /// Start of the period (inclusive), `YYYY-MM-DDTHH:MM:SSZ`.
-    #[param(value_type = crate::core::time::Timestamp, inline)]
+    #[param(value_type = gpuledger_core::time::Timestamp, inline)]
     pub from: String,
     /// End of the period (exclusive): after `from`, at most 400 days after it.
-    #[param(value_type = crate::core::time::Timestamp, inline)]
+    #[param(value_type = gpuledger_core::time::Timestamp, inline)]
     pub to: String,
     /// Comma-separated: region, node, gpu_model, lease (a repeat counts once).
     #[param(
@@ -28,7 +28,7 @@ pub struct UsageQuery {
     )]
     pub group_by: Option<String>,
     /// hour, day or month.
-    #[param(value_type = Option<crate::core::usage::Window>)]
+    #[param(value_type = Option<gpuledger_core::usage::Window>)]
     pub window: Option<String>,
 }
 

@@ -16,10 +16,10 @@
 use super::sign::{self, Signing};
 use super::ssrf::{self, PinnedResolver};
 use super::{EventType, WebhookSettings, JITTER_PERCENT};
-use crate::core::time::Timestamp;
-use crate::store::webhooks::{self as outbox, After, AttemptRecord, Claimed};
-use crate::store::{self, DbConn};
 use ed25519_dalek::SigningKey;
+use gpuledger_core::time::Timestamp;
+use gpuledger_store::webhooks::{self as outbox, After, AttemptRecord, Claimed};
+use gpuledger_store::{self as store, DbConn};
 use rand_core::RngCore;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! FinOps FOCUS 1.2 cost-and-usage rows from issued invoices and credit notes (docs/FOCUS.md).
 //!
 //! Presentation, not core: a pure mapping from an issued invoice document
-//! ([`crate::core::invoice::Invoice`], of either version through `InvoiceDoc::view`) and the
+//! ([`gpuledger_core::invoice::Invoice`], of either version through `InvoiceDoc::view`) and the
 //! credit notes against it to rows, and the CSV writer. The HTTP endpoint
 //! (`api::exports`) reads the documents; nothing here touches the database.
 //!
@@ -12,10 +12,10 @@
 //! its own document (`InvoiceId` `CN-<log index>`), naming the invoice it credits in
 //! `x_InvoiceNumber`. Payments are not charges and have no rows.
 
-use crate::core::certificate::Certificate;
-use crate::core::invoice::{Invoice, InvoiceLine, LineKind, Period};
-use crate::core::rating::LeaseClass;
-use crate::core::record::{RegionParameters, Settlement};
+use gpuledger_core::certificate::Certificate;
+use gpuledger_core::invoice::{Invoice, InvoiceLine, LineKind, Period};
+use gpuledger_core::rating::LeaseClass;
+use gpuledger_core::record::{RegionParameters, Settlement};
 use rust_decimal::Decimal;
 
 /// The FOCUS version the rows follow.
@@ -112,7 +112,7 @@ impl Cell for Option<Decimal> {
     }
 }
 
-impl Cell for crate::core::time::Timestamp {
+impl Cell for gpuledger_core::time::Timestamp {
     fn cell(&self) -> String {
         self.to_string()
     }
@@ -154,8 +154,8 @@ focus_columns! {
     billing_account_name: String => "BillingAccountName",
     billing_currency: String => "BillingCurrency",
     /// The invoice's period end (exclusive).
-    billing_period_end: crate::core::time::Timestamp => "BillingPeriodEnd",
-    billing_period_start: crate::core::time::Timestamp => "BillingPeriodStart",
+    billing_period_end: gpuledger_core::time::Timestamp => "BillingPeriodEnd",
+    billing_period_start: gpuledger_core::time::Timestamp => "BillingPeriodStart",
     /// `Usage`, `Tax` or `Credit`.
     charge_category: String => "ChargeCategory",
     /// `Correction` on rows of late records for an earlier invoiced period, else null.
@@ -164,8 +164,8 @@ focus_columns! {
     /// `Usage-Based` (usage and its tax) or `One-Time` (credits).
     charge_frequency: String => "ChargeFrequency",
     /// The period the charge is for: the invoice's, or an adjustment's earlier period.
-    charge_period_end: crate::core::time::Timestamp => "ChargePeriodEnd",
-    charge_period_start: crate::core::time::Timestamp => "ChargePeriodStart",
+    charge_period_end: gpuledger_core::time::Timestamp => "ChargePeriodEnd",
+    charge_period_start: gpuledger_core::time::Timestamp => "ChargePeriodStart",
     /// The measured quantity: GPU-seconds, or kWh before PUE. Usage rows only.
     consumed_quantity: Option<Decimal> => "ConsumedQuantity",
     consumed_unit: Option<String> => "ConsumedUnit",
@@ -511,10 +511,10 @@ pub fn invoice_rows(inv: &Invoice, ctx: &Context) -> Result<Vec<Row>, FocusError
 }
 
 /// The `InvoiceId` of a credit note: its number, `CN-` and its log index
-/// ([`crate::core::invoice::credit_note_number`], the one the API answers with; the entry is
+/// ([`gpuledger_core::invoice::credit_note_number`], the one the API answers with; the entry is
 /// the document).
 pub fn credit_note_id(index: u64) -> String {
-    crate::core::invoice::credit_note_number(index)
+    gpuledger_core::invoice::credit_note_number(index)
 }
 
 /// The `Credit` row of a credit note against `inv`: `BilledCost` = minus its amount, for the
@@ -562,8 +562,8 @@ pub fn write_csv<W: std::io::Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::invoice::{BillTo, Issuer, Unit, INVOICE_FORMAT_V2};
-    use crate::core::time::Timestamp;
+    use gpuledger_core::invoice::{BillTo, Issuer, Unit, INVOICE_FORMAT_V2};
+    use gpuledger_core::time::Timestamp;
 
     fn dec(s: &str) -> Decimal {
         s.parse().unwrap()
@@ -616,7 +616,7 @@ mod tests {
     }
 
     fn invoice(mut lines: Vec<InvoiceLine>) -> Invoice {
-        let t = crate::core::invoice::apply_tax(&mut lines, "CNY");
+        let t = gpuledger_core::invoice::apply_tax(&mut lines, "CNY");
         Invoice {
             format: INVOICE_FORMAT_V2.into(),
             number: "INV-000001".into(),

@@ -18,10 +18,10 @@
 //! size. The threads only read the log and write cosignatures, never through the sequencer,
 //! so a slow or failing witness never holds up ingest.
 
-use crate::core::cosignature::{self, AddCheckpoint, WitnessKey};
-use crate::core::time::Timestamp;
-use crate::store::cosignatures::{self, Witnessing};
-use crate::store::{read, Ledger, StoreError};
+use gpuledger_core::cosignature::{self, AddCheckpoint, WitnessKey};
+use gpuledger_core::time::Timestamp;
+use gpuledger_store::cosignatures::{self, Witnessing};
+use gpuledger_store::{read, Ledger, StoreError};
 use serde::Deserialize;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -215,7 +215,7 @@ pub fn start(ledger: &Arc<Ledger>, settings: &WitnessSettings) -> Result<Running
             metrics::counter!("gpuledger_witness_failures_total", "witness" => name.clone(), "reason" => f.label())
                 .absolute(0);
         }
-        let http = crate::agent::tls::client(&w.endpoint, &Default::default(), REQUEST_TIMEOUT)
+        let http = gpuledger_agent::tls::client(&w.endpoint, &Default::default(), REQUEST_TIMEOUT)
             .map_err(|e| WitnessConfigError(format!("witness {name}: {e}")))?;
         let sender = Sender {
             ledger: ledger.clone(),
