@@ -4,6 +4,7 @@
 //! verifier apply the same functions to a [`Registry`] rebuilt from the log's own entries, so a
 //! log the ledger wrote passes them, and one it could not have written does not.
 
+use super::envelope::Checked;
 use super::ids::LEDGER_SIGNER;
 use super::keys;
 use super::limits::MAX_SPOT_SCHEDULE_AHEAD_SECONDS;
@@ -267,14 +268,6 @@ impl Intervals {
         }
     }
 
-    /// [`Intervals::check`] for a body, if it is of a measured kind.
-    pub fn check_body(&self, body: &Body) -> Result<(), Rejection> {
-        match body.stream() {
-            Some((stream, start, end)) => self.check(body.kind(), &stream, start, end),
-            None => Ok(()),
-        }
-    }
-
     /// Records that the entry at `index` claimed `[start, end)` of `stream`.
     pub fn claim(&mut self, stream: &str, start: Timestamp, end: Timestamp, index: u64) {
         let claimed = match self.by_stream.get_mut(stream) {
@@ -290,18 +283,11 @@ impl Intervals {
             _ => claimed.push((s, e, index)),
         }
     }
-
-    /// [`Intervals::claim`] for an admitted body, if it is of a measured kind.
-    pub fn apply(&mut self, index: u64, body: &Body) {
-        if let Some((stream, start, end)) = body.stream() {
-            self.claim(&stream, start, end, index);
-        }
-    }
 }
 
 /// What settlement needs to know of one issued invoice.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvoiceAccount {
+pub struct IssuedInvoice {
     pub tenant: String,
     pub currency: String,
     /// The invoice's total (gross).
@@ -318,12 +304,12 @@ pub struct InvoiceAccount {
 /// A payment above the open balance is not a log rule: the excess may become the tenant's credit.
 #[derive(Debug, Clone, Default)]
 pub struct Settlements {
-    invoices: HashMap<String, InvoiceAccount>,
+    invoices: HashMap<String, IssuedInvoice>,
 }
 
 impl Settlements {
     /// Settlements of one invoice, as the ledger reads it under the head lock.
-    pub fn of(number: &str, account: InvoiceAccount) -> Self {
+    pub fn of(number: &str, account: IssuedInvoice) -> Self {
         Settlements {
             invoices: HashMap::from([(number.to_owned(), account)]),
         }
@@ -378,7 +364,7 @@ impl Settlements {
             Body::InvoiceIssued(i) => {
                 self.invoices
                     .entry(i.number.clone())
-                    .or_insert_with(|| InvoiceAccount {
+                    .or_insert_with(|| IssuedInvoice {
                         tenant: i.tenant.clone(),
                         currency: i.currency.clone(),
                         total: i.total,
@@ -695,18 +681,16 @@ impl Registry {
         Ok((k.key, Some(k)))
     }
 
-    /// Every admission rule for the entry at `index`, received at `received_at`, except the
-    /// signature: returns the key to verify it with.
+    /// Every admission rule for the checked entry at `index`, received at `received_at`, except
+    /// the signature: returns the key to verify it with.
     pub fn admit(
         &self,
         index: u64,
-        kind: Kind,
-        signer: &str,
-        key_id: &str,
-        body: &Body,
+        checked: &Checked,
         received_at: Timestamp,
     ) -> Result<VerifyingKey, Rejection> {
-        let (key, state) = self.signing_key(index, kind, signer, key_id)?;
+        let (kind, body, env) = (checked.kind, &checked.body, &checked.envelope);
+        let (key, state) = self.signing_key(index, kind, &env.signer, &env.key_id)?;
         if let Some(k) = state {
             check_scope(&k.registration, body)?;
         }
@@ -715,7 +699,10 @@ impl Registry {
         if let Body::SpotPrice(p) = body {
             self.spot.check(index, p)?;
         }
-        self.intervals.check_body(body)?;
+        // The stream was computed once, when the envelope was checked.
+        if let Some((stream, start, end)) = &checked.stream {
+            self.intervals.check(kind, stream, *start, *end)?;
+        }
         self.prices.check(body)?;
         self.settlements.check(body)?;
         self.check_registry_entry(index, body)?;
@@ -782,8 +769,12 @@ impl Registry {
         Ok(())
     }
 
-    /// Takes in the entry at `index` (after it was admitted), in increasing index order.
-    pub fn apply(&mut self, index: u64, body: &Body) {
+    /// Takes in the checked entry at `index` (after it was admitted), in increasing index order.
+    pub fn apply(&mut self, index: u64, checked: &Checked) {
+        let body = &checked.body;
+        if let Some((stream, start, end)) = &checked.stream {
+            self.intervals.claim(stream, *start, *end, index);
+        }
         match body {
             Body::SignerKeyRegistered(r) => {
                 if let Ok(key) = keys::decode_public(&r.public_key) {
@@ -813,7 +804,6 @@ impl Registry {
         }
         self.spot.apply(index, body);
         self.prices.apply(index, body);
-        self.intervals.apply(index, body);
         self.settlements.apply(body);
     }
 }

@@ -866,10 +866,10 @@ impl BundleChecker {
             if !e.checked.verify(&key) {
                 return Err(bad_signature(e.index));
             }
-            self.registry.apply(e.index, &e.checked.body);
+            self.registry.apply(e.index, &e.checked);
             return Ok(None);
         }
-        self.registry.apply(e.index, &e.checked.body);
+        self.registry.apply(e.index, &e.checked);
         Ok(Some(PendingSignature {
             index: e.index,
             message: &e.checked.message,
@@ -1044,17 +1044,9 @@ impl BundleChecker {
 
     /// Every admission rule at the entry's index (§15 step 4): the key to verify it with.
     fn admit(&self, e: &PreparedEntry) -> Result<VerifyingKey, Failure> {
-        let env = &e.checked.envelope;
         let body = &e.checked.body;
         self.registry
-            .admit(
-                e.index,
-                e.checked.kind,
-                &env.signer,
-                &env.key_id,
-                body,
-                e.received_at,
-            )
+            .admit(e.index, &e.checked, e.received_at)
             .map_err(|r| {
                 // A registration or revocation inconsistent with the keys before it: the leaf
                 // itself is wrong (§15 step 4).

@@ -187,14 +187,7 @@ impl LogChecker {
             );
         }
         let env = &checked.envelope;
-        let admitted = self.registry.admit(
-            index,
-            checked.kind,
-            &env.signer,
-            &env.key_id,
-            &checked.body,
-            leaf.received_at,
-        );
+        let admitted = self.registry.admit(index, &checked, leaf.received_at);
         let key = match admitted {
             Ok(k) => k,
             Err(r) => {
@@ -225,7 +218,7 @@ impl LogChecker {
             self.pending
                 .push((index, checked.message.clone(), checked.signature, key));
         }
-        self.registry.apply(index, &checked.body);
+        self.registry.apply(index, &checked);
         (Some((leaf, checked)), None)
     }
 
