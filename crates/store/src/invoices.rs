@@ -631,20 +631,17 @@ pub(crate) fn settle(
         let now = app.received_at;
         // Read under the head lock: no other settlement can change it before this commits.
         // An invoice unknown, or another tenant's, reads as not found (as over the API).
-        let account = match account(conn, &s.invoice, now) {
-            Ok(a) if a.tenant == s.tenant => a,
-            Ok(_) => {
-                return Err(StoreError::NotFound(format!(
-                    "invoice {} of {}",
-                    s.invoice, s.tenant
-                )))
-            }
-            Err(e) => return Err(e),
-        };
+        let account = account(conn, &s.invoice, now)?;
+        if account.tenant != s.tenant {
+            return Err(StoreError::NotFound(format!(
+                "invoice {} of {}",
+                s.invoice, s.tenant
+            )));
+        }
         // The settlement rules, as verify-log rechecks them (core::admission::Settlements).
         let rules = admission::Settlements::of(
             &s.invoice,
-            admission::InvoiceAccount {
+            admission::IssuedInvoice {
                 tenant: account.tenant.clone(),
                 currency: account.currency.clone(),
                 total: account.total,

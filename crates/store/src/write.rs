@@ -277,10 +277,14 @@ fn revoked_keys(
     key_ids.dedup();
     Ok(signer_keys::table
         .filter(signer_keys::key_id.eq_any(&key_ids))
-        .select((signer_keys::key_id, signer_keys::revoked_idx))
-        .load::<(String, Option<i64>)>(conn)?
+        .filter(signer_keys::revoked_idx.is_not_null())
+        .select((
+            signer_keys::key_id,
+            signer_keys::revoked_idx.assume_not_null(),
+        ))
+        .load::<(String, i64)>(conn)?
         .into_iter()
-        .filter_map(|(k, at)| Some((k, at? as u64)))
+        .map(|(k, at)| (k, at as u64))
         .collect())
 }
 
@@ -342,7 +346,6 @@ impl<'a> Group<'a> {
         conn: &mut DbConn,
         app: &Appender,
         batches: &[Vec<Verified>],
-        now: Timestamp,
         cache: &StreamCache,
         spots: &'a mut SpotCache,
     ) -> Result<Self, StoreError> {
@@ -350,15 +353,15 @@ impl<'a> Group<'a> {
         let (existing, last_seq) = logged_seqs(conn, batches)?;
         let all = batches.iter().flatten();
         let streams = Streams::load(conn, all.filter_map(|v| v.checked.stream.as_ref()), cache)?;
-        // The time rules use this transaction's clock (the entries' received_at) and the
-        // policy in force; spot prices also the spot prices and invoices logged so far.
+        // The time rules use the time the entries are stamped with (`app.received_at`, never
+        // behind the log) and the policy in force; spot prices also the spot prices and invoices logged so far.
         let policy = read::policy(conn, app.size)?;
         let has_spot = has_spot_group(batches);
         if has_spot {
             spots.catch_up(conn, app.size)?;
         }
         Ok(Group {
-            now,
+            now: app.received_at,
             revoked,
             existing,
             before: last_seq.clone(),
@@ -485,9 +488,7 @@ pub(crate) fn append_group(
         if cache.head_size != Some(app.size) {
             cache.clear();
         }
-        // The time rules judge by the time the entries are stamped with.
-        let now = app.received_at;
-        let mut group = Group::load(conn, &app, batches, now, cache, spots)?;
+        let mut group = Group::load(conn, &app, batches, cache, spots)?;
         let out: Vec<Vec<Outcome>> = batches
             .iter()
             .map(|batch| batch.iter().map(|v| group.admit(&mut app, v)).collect())
