@@ -1823,7 +1823,6 @@ class LogView:
 
     def apply(self, env: Dict[str, Any], index: int, parsed: Dict[str, Any]) -> None:
         kind, body = env["kind"], env["body"]
-        self.claim_interval(env, index, parsed)
         self.context_seqs.add((env["signer"], env["seq"]))
         if kind == "signer_key_registered":
             self.keys[body["key_id"]] = KeyInfo(body["signer"], body["role"], parsed["public_key"], index,
