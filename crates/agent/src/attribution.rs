@@ -103,6 +103,8 @@ pub struct Interval<'a> {
     pub end: Timestamp,
     /// GPUs present at the sample closing the interval.
     pub gpus: &'a [GpuSample],
+    /// As [`super::lease::parse`] validated them: a whole-node lease is the only lease, and
+    /// no GPU is leased more than once over.
     pub leases: &'a [Lease],
     /// The node's energy over the interval, at most 9 decimals.
     pub kwh: Decimal,
@@ -112,40 +114,46 @@ pub struct Interval<'a> {
 /// model, then `energy` by tenant id, then the unattributed part. Also notes on leased GPUs
 /// that are not present.
 pub fn attribute(iv: &Interval<'_>) -> (Vec<Body>, Vec<String>) {
-    let seconds = Decimal::from(iv.start.seconds_until(iv.end));
-    let present: BTreeMap<u32, &GpuSample> = iv.gpus.iter().map(|g| (g.index, g)).collect();
-    let mut bodies = Vec::new();
-    let mut notes = Vec::new();
-    // tenant → weight in units of 10⁻⁹ GPU.
-    let mut weights: BTreeMap<&str, i128> = BTreeMap::new();
-    let mut whole_node_tenant = None;
+    let mut a = Attribution::new(iv);
     for lease in iv.leases {
-        let mut by_model: BTreeMap<&str, Decimal> = BTreeMap::new();
-        match &lease.scope {
-            Scope::WholeNode => {
-                whole_node_tenant = Some(lease.tenant.as_str());
-                for g in iv.gpus {
-                    *by_model.entry(&g.model).or_default() += Decimal::ONE;
-                }
-            }
-            Scope::Gpus(shares) => {
-                for (idx, share) in shares {
-                    match present.get(idx) {
-                        Some(g) => {
-                            *by_model.entry(&g.model).or_default() += *share;
-                            *weights.entry(&lease.tenant).or_default() += units(*share);
-                        }
-                        None => notes.push(format!(
-                            "lease {}: GPU {idx} is not present; not counted",
-                            lease.id
-                        )),
-                    }
-                }
-            }
+        a.add_lease(lease);
+    }
+    a.finish()
+}
+
+/// One interval's attribution as it is built, lease by lease.
+struct Attribution<'a> {
+    iv: &'a Interval<'a>,
+    /// The GPUs present, by index.
+    present: BTreeMap<u32, &'a GpuSample>,
+    bodies: Vec<Body>,
+    notes: Vec<String>,
+    /// tenant → weight in units of 10⁻⁹ GPU (leases of [`Scope::Gpus`] with a GPU present).
+    weights: BTreeMap<&'a str, i128>,
+    /// The tenant of a whole-node lease, which takes all of the node's energy.
+    whole_node_tenant: Option<&'a str>,
+}
+
+impl<'a> Attribution<'a> {
+    fn new(iv: &'a Interval<'a>) -> Self {
+        Attribution {
+            iv,
+            present: iv.gpus.iter().map(|g| (g.index, g)).collect(),
+            bodies: Vec::new(),
+            notes: Vec::new(),
+            weights: BTreeMap::new(),
+            whole_node_tenant: None,
         }
-        for (model, count) in by_model {
+    }
+
+    /// The `gpu_usage` bodies of one lease, one per GPU model it holds, with `gpu_seconds` =
+    /// `gpu_count × (end − start)` exactly.
+    fn add_lease(&mut self, lease: &'a Lease) {
+        let iv = self.iv;
+        let seconds = Decimal::from(iv.start.seconds_until(iv.end));
+        for (model, count) in self.gpus_of(lease) {
             let count = count.normalize();
-            bodies.push(Body::GpuUsage(GpuUsage {
+            self.bodies.push(Body::GpuUsage(GpuUsage {
                 tenant: lease.tenant.clone(),
                 lease: Some(lease.id.clone()),
                 region: iv.region.to_owned(),
@@ -158,38 +166,88 @@ pub fn attribute(iv: &Interval<'_>) -> (Vec<Body>, Vec<String>) {
             }));
         }
     }
-    let energy = |tenant: Option<&str>, kwh: Decimal| {
+
+    /// The present GPUs `lease` holds, by model (a GPU counted at the lease's share of it);
+    /// adds the lease's weight to its tenant's, and a note for each of its GPUs not present.
+    fn gpus_of(&mut self, lease: &'a Lease) -> BTreeMap<&'a str, Decimal> {
+        let mut by_model: BTreeMap<&'a str, Decimal> = BTreeMap::new();
+        match &lease.scope {
+            Scope::WholeNode => {
+                debug_assert_eq!(self.iv.leases.len(), 1, "a whole-node lease is alone");
+                self.whole_node_tenant = Some(lease.tenant.as_str());
+                for g in self.iv.gpus {
+                    *by_model.entry(&g.model).or_default() += Decimal::ONE;
+                }
+            }
+            Scope::Gpus(shares) => {
+                for (idx, share) in shares {
+                    match self.present.get(idx) {
+                        Some(g) => {
+                            *by_model.entry(&g.model).or_default() += *share;
+                            *self.weights.entry(&lease.tenant).or_default() += units(*share);
+                        }
+                        None => self.notes.push(format!(
+                            "lease {}: GPU {idx} is not present; not counted",
+                            lease.id
+                        )),
+                    }
+                }
+            }
+        }
+        by_model
+    }
+
+    /// An `energy` body of this interval.
+    fn energy(&self, tenant: Option<&str>, kwh: Decimal) -> Body {
         Body::Energy(Energy {
             tenant: tenant.map(str::to_owned),
-            region: iv.region.to_owned(),
-            node: iv.node.to_owned(),
-            start: iv.start,
-            end: iv.end,
+            region: self.iv.region.to_owned(),
+            node: self.iv.node.to_owned(),
+            start: self.iv.start,
+            end: self.iv.end,
             kwh: kwh.normalize(),
         })
-    };
-    if let Some(t) = whole_node_tenant {
-        bodies.push(energy(Some(t), iv.kwh));
-        return (bodies, notes);
     }
-    let total_weight = iv.gpus.len() as i128 * NANO;
-    let leased: i128 = weights.values().sum();
-    let mut parts: Vec<(Option<&str>, i128)> =
-        weights.into_iter().map(|(t, w)| (Some(t), w)).collect();
-    if total_weight > leased {
-        parts.push((None, total_weight - leased));
+
+    /// Adds the `energy` bodies: all of it to a whole-node lease's tenant, else split by
+    /// weight ([`Attribution::energy_parts`]) by largest remainder.
+    fn finish(mut self) -> (Vec<Body>, Vec<String>) {
+        if let Some(t) = self.whole_node_tenant {
+            self.bodies.push(self.energy(Some(t), self.iv.kwh));
+            return (self.bodies, self.notes);
+        }
+        let parts = self.energy_parts();
+        let split = largest_remainder(
+            units(self.iv.kwh),
+            &parts.iter().map(|p| p.1).collect::<Vec<_>>(),
+        );
+        for ((tenant, _), u) in parts.iter().zip(split) {
+            let body = self.energy(*tenant, Decimal::from_i128_with_scale(u, 9));
+            self.bodies.push(body);
+        }
+        (self.bodies, self.notes)
     }
-    if parts.is_empty() {
-        parts.push((None, 1));
+
+    /// The weights the energy is split by: each tenant's (in tenant id order), then the
+    /// weight no lease holds, unattributed, when there is any; one unattributed part when
+    /// nothing has weight (no GPU present).
+    fn energy_parts(&self) -> Vec<(Option<&'a str>, i128)> {
+        let total_weight = self.iv.gpus.len() as i128 * NANO;
+        let leased: i128 = self.weights.values().sum();
+        debug_assert!(
+            leased <= total_weight,
+            "no present GPU is leased more than once over"
+        );
+        let mut parts: Vec<(Option<&'a str>, i128)> =
+            self.weights.iter().map(|(t, w)| (Some(*t), *w)).collect();
+        if total_weight > leased {
+            parts.push((None, total_weight - leased));
+        }
+        if parts.is_empty() {
+            parts.push((None, 1));
+        }
+        parts
     }
-    let split = largest_remainder(
-        units(iv.kwh),
-        &parts.iter().map(|p| p.1).collect::<Vec<_>>(),
-    );
-    for ((tenant, _), u) in parts.iter().zip(split) {
-        bodies.push(energy(*tenant, Decimal::from_i128_with_scale(u, 9)));
-    }
-    (bodies, notes)
 }
 
 /// A decimal with at most 9 decimals in units of 10⁻⁹.

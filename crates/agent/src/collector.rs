@@ -350,6 +350,7 @@ impl Collector for NvidiaSmi {
 pub mod nvml {
     use super::{model_id, Collector, CollectorError, GpuSample, Reading};
     use gpuledger_core::time::Timestamp;
+    use nvml_wrapper::error::NvmlError;
     use rust_decimal::Decimal;
     use std::collections::BTreeMap;
 
@@ -380,6 +381,80 @@ pub mod nvml {
         }
     }
 
+    impl Nvml {
+        /// Reads the GPU at `index`; `None` (and a note) when its handle or identity cannot be
+        /// read: as with nvidia-smi, a GPU that fell off the bus is absent from the reading,
+        /// never guessed. A field that cannot be read is unknown (and a note).
+        fn sample(&self, index: u32, notes: &mut Vec<String>) -> Option<GpuSample> {
+            let dev = match self.nvml.device_by_index(index) {
+                Ok(d) => d,
+                Err(e) => {
+                    notes.push(format!("GPU unreachable: GPU {index}: {e}"));
+                    return None;
+                }
+            };
+            let (uuid, name) = match (dev.uuid(), dev.name()) {
+                (Ok(u), Ok(n)) => (u, n),
+                (Err(e), _) | (_, Err(e)) => {
+                    notes.push(format!("GPU {index}: cannot read its UUID or name: {e}"));
+                    return None;
+                }
+            };
+            let utilization_pct = known(
+                notes,
+                index,
+                "utilization.gpu",
+                dev.utilization_rates().map(|u| Decimal::from(u.gpu)),
+            );
+            // NVML reports milliwatts.
+            let power_watts = known(
+                notes,
+                index,
+                "power.draw",
+                dev.power_usage()
+                    .map(|mw| Decimal::new(i64::from(mw), 3).normalize()),
+            );
+            let energy_mj = known(
+                notes,
+                index,
+                "total_energy_consumption",
+                dev.total_energy_consumption().map(Decimal::from),
+            );
+            let compute_processes = if self.processes {
+                known(
+                    notes,
+                    index,
+                    "the process list",
+                    dev.running_compute_processes().map(|p| p.len() as u32),
+                )
+            } else {
+                None
+            };
+            Some(GpuSample {
+                index,
+                uuid,
+                model: model_id(&name, &self.models),
+                utilization_pct,
+                power_watts,
+                energy_mj,
+                compute_processes,
+            })
+        }
+    }
+
+    /// `Some` of a field's `value`, or `None` and a note that the field `what` of the GPU at
+    /// `index` is unknown.
+    fn known<T>(
+        notes: &mut Vec<String>,
+        index: u32,
+        what: &str,
+        value: Result<T, NvmlError>,
+    ) -> Option<T> {
+        value
+            .map_err(|e| notes.push(format!("GPU {index}: {what} is unknown: {e}")))
+            .ok()
+    }
+
     impl Collector for Nvml {
         fn read(&mut self, _at: Timestamp) -> Result<Reading, CollectorError> {
             let count = self
@@ -392,68 +467,9 @@ pub mod nvml {
                 })?;
             let mut r = Reading::default();
             for index in 0..count {
-                // As with nvidia-smi: a GPU whose handle or identity cannot be read (fell off
-                // the bus) is absent from the reading, never guessed.
-                let dev = match self.nvml.device_by_index(index) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        r.notes.push(format!("GPU unreachable: GPU {index}: {e}"));
-                        continue;
-                    }
-                };
-                let (uuid, name) = match (dev.uuid(), dev.name()) {
-                    (Ok(u), Ok(n)) => (u, n),
-                    (Err(e), _) | (_, Err(e)) => {
-                        r.notes
-                            .push(format!("GPU {index}: cannot read its UUID or name: {e}"));
-                        continue;
-                    }
-                };
-                let mut unknown = |what: &str, e: nvml_wrapper::error::NvmlError| {
-                    r.notes.push(format!("GPU {index}: {what} is unknown: {e}"));
-                };
-                let utilization_pct = match dev.utilization_rates() {
-                    Ok(u) => Some(Decimal::from(u.gpu)),
-                    Err(e) => {
-                        unknown("utilization.gpu", e);
-                        None
-                    }
-                };
-                // NVML reports milliwatts.
-                let power_watts = match dev.power_usage() {
-                    Ok(mw) => Some(Decimal::new(i64::from(mw), 3).normalize()),
-                    Err(e) => {
-                        unknown("power.draw", e);
-                        None
-                    }
-                };
-                let energy_mj = match dev.total_energy_consumption() {
-                    Ok(mj) => Some(Decimal::from(mj)),
-                    Err(e) => {
-                        unknown("total_energy_consumption", e);
-                        None
-                    }
-                };
-                let compute_processes = if self.processes {
-                    match dev.running_compute_processes() {
-                        Ok(p) => Some(p.len() as u32),
-                        Err(e) => {
-                            unknown("the process list", e);
-                            None
-                        }
-                    }
-                } else {
-                    None
-                };
-                r.gpus.push(GpuSample {
-                    index,
-                    uuid,
-                    model: model_id(&name, &self.models),
-                    utilization_pct,
-                    power_watts,
-                    energy_mj,
-                    compute_processes,
-                });
+                if let Some(g) = self.sample(index, &mut r.notes) {
+                    r.gpus.push(g);
+                }
             }
             if r.gpus.is_empty() {
                 return Err(CollectorError::NoGpus {

@@ -76,18 +76,184 @@ enum Kind {
     Histogram,
 }
 
-fn describe(
-    r: &PrometheusRecorder,
+/// A metric family the agent serves: its kind, name, unit and `# HELP` text, stated once.
+struct Family {
     kind: Kind,
     name: &'static str,
     unit: Option<Unit>,
     help: &'static str,
-) {
-    let (k, h) = (KeyName::from_const_str(name), SharedString::const_str(help));
-    match kind {
-        Kind::Counter => r.describe_counter(k, unit, h),
-        Kind::Gauge => r.describe_gauge(k, unit, h),
-        Kind::Histogram => r.describe_histogram(k, unit, h),
+}
+
+/// A counter family without a unit.
+const fn counter(name: &'static str, help: &'static str) -> Family {
+    Family {
+        kind: Kind::Counter,
+        name,
+        unit: None,
+        help,
+    }
+}
+
+/// A gauge family.
+const fn gauge(name: &'static str, unit: Option<Unit>, help: &'static str) -> Family {
+    Family {
+        kind: Kind::Gauge,
+        name,
+        unit,
+        help,
+    }
+}
+
+// The agent's metric families, in the order of [`AgentMetrics`]' fields.
+
+const RECORDS_SPOOLED: Family = counter(
+    "gpuledger_agent_records_spooled_total",
+    "Records signed and fsynced to the spool",
+);
+const RECORDS_SENT: Family = counter(
+    "gpuledger_agent_records_sent_total",
+    "Records put in a POST /v1/records (resends count again)",
+);
+/// One counter per `outcome` label.
+const RECORDS: Family = counter(
+    "gpuledger_agent_records_total",
+    "Records the ledger answered, by outcome (accepted, duplicate, rejected)",
+);
+const DEAD_LETTERS: Family = counter(
+    "gpuledger_agent_dead_letters_total",
+    "Records refused for good and written to the dead-letter file",
+);
+const SEND_FAILURES: Family = counter(
+    "gpuledger_agent_send_failures_total",
+    "POSTs with no usable answer (unreachable, 429/503/507, other statuses, bad bodies)",
+);
+const MEASUREMENT_ERRORS: Family = counter(
+    "gpuledger_agent_measurement_errors_total",
+    "Intervals not recorded: the GPUs could not be read or the spool not written",
+);
+const LAST_SUCCESS: Family = gauge(
+    "gpuledger_agent_last_success_timestamp_seconds",
+    Some(Unit::Seconds),
+    "Unix time of the last POST whose answer accepted a record or found it a duplicate (0: none yet); refusals do not count",
+);
+const CLOCK_SKEW: Family = gauge(
+    "gpuledger_agent_clock_skew_seconds",
+    Some(Unit::Seconds),
+    "This machine's clock minus the ledger's (its answer's ledger_now), in seconds",
+);
+const CLOCK_STEPS: Family = counter(
+    "gpuledger_agent_clock_steps_total",
+    "Steps of this machine's wall clock against its monotonic clock seen while measuring",
+);
+const LAST_MEASUREMENT: Family = gauge(
+    "gpuledger_agent_last_measurement_timestamp_seconds",
+    Some(Unit::Seconds),
+    "Unix time of the last measurement interval the agent closed (0: none yet)",
+);
+const INTERVAL: Family = gauge(
+    "gpuledger_agent_interval_seconds",
+    Some(Unit::Seconds),
+    "The agent's measurement interval, in seconds",
+);
+const SEND_SECONDS: Family = Family {
+    kind: Kind::Histogram,
+    name: "gpuledger_agent_send_seconds",
+    unit: Some(Unit::Seconds),
+    help: "Time of one POST /v1/records, in seconds",
+};
+const SPOOL_PENDING: Family = gauge(
+    "gpuledger_agent_spool_pending_records",
+    None,
+    "Records in the spool not yet acknowledged by the ledger",
+);
+const SPOOL_MAX: Family = gauge(
+    "gpuledger_agent_spool_max_records",
+    None,
+    "The spool's bound (limits.max_spool_records); measuring stops when it is reached",
+);
+const SPOOL_FULL: Family = gauge(
+    "gpuledger_agent_spool_full",
+    None,
+    "1 while measuring is stopped because the spool is full",
+);
+const SPOOL_AVAILABLE: Family = gauge(
+    "gpuledger_agent_spool_filesystem_available_bytes",
+    Some(Unit::Bytes),
+    "Bytes free on the spool's filesystem",
+);
+const SPOOL_HELD: Family = gauge(
+    "gpuledger_agent_spool_held_records",
+    None,
+    "Records held in the spool because the ledger refused them for the signer's registration or configuration; retried until accepted",
+);
+/// One counter per `reason` label.
+const REFUSED: Family = counter(
+    "gpuledger_agent_refused_total",
+    "Refusals of a record because of the signer's registration or configuration, by reason; the record is held and retried (a retry refused again counts again)",
+);
+
+/// Registers metrics in the agent's recorder: counters and gauges at zero, so they show before they move.
+struct Registrar<'a>(&'a PrometheusRecorder);
+
+impl Registrar<'_> {
+    /// Writes the `# HELP` (and unit) of `f`.
+    fn describe(&self, f: &Family) {
+        let (k, h) = (
+            KeyName::from_const_str(f.name),
+            SharedString::const_str(f.help),
+        );
+        match f.kind {
+            Kind::Counter => self.0.describe_counter(k, f.unit, h),
+            Kind::Gauge => self.0.describe_gauge(k, f.unit, h),
+            Kind::Histogram => self.0.describe_histogram(k, f.unit, h),
+        }
+    }
+
+    /// Describes the counter family `f` and registers its one counter, at 0.
+    fn counter(&self, f: &Family) -> Counter {
+        self.describe(f);
+        self.at_zero(&Key::from_static_name(f.name))
+    }
+
+    /// The counter of `f` whose label `label` is `value`, at 0 (`f` is described once, apart).
+    fn labelled(&self, f: &Family, label: &'static str, value: &'static str) -> Counter {
+        self.at_zero(&Key::from_parts(
+            f.name,
+            vec![Label::from_static_parts(label, value)],
+        ))
+    }
+
+    /// Registers the counter `key` and sets it to 0, so that it shows before it moves.
+    fn at_zero(&self, key: &Key) -> Counter {
+        let c = self.0.register_counter(key, &METADATA);
+        c.absolute(0);
+        c
+    }
+
+    /// Describes the gauge family `f` and registers its gauge, at 0.
+    fn gauge(&self, f: &Family) -> Gauge {
+        self.describe(f);
+        let g = self
+            .0
+            .register_gauge(&Key::from_static_name(f.name), &METADATA);
+        g.set(0.0);
+        g
+    }
+
+    /// Describes the histogram family `f` and registers its histogram.
+    fn histogram(&self, f: &Family) -> Histogram {
+        self.describe(f);
+        self.0
+            .register_histogram(&Key::from_static_name(f.name), &METADATA)
+    }
+
+    /// `gpuledger_agent_refused_total{reason}`: one counter per reason that holds a record.
+    fn refused(&self) -> Vec<(gpuledger_core::rejection::Reason, Counter)> {
+        self.describe(&REFUSED);
+        super::sender::HELD_REASONS
+            .iter()
+            .map(|r| (*r, self.labelled(&REFUSED, "reason", r.code())))
+            .collect()
     }
 }
 
@@ -98,138 +264,31 @@ impl AgentMetrics {
             .set_buckets(&SEND_BUCKETS)
             .expect("the bucket list is not empty")
             .build_recorder();
-        let counter = |name: &'static str, help: &'static str| {
-            describe(&recorder, Kind::Counter, name, None, help);
-            let c = recorder.register_counter(&Key::from_static_name(name), &METADATA);
-            c.absolute(0);
-            c
-        };
-        let outcome = |value: &'static str| {
-            let key = Key::from_parts(
-                "gpuledger_agent_records_total",
-                vec![Label::from_static_parts("outcome", value)],
-            );
-            let c = recorder.register_counter(&key, &METADATA);
-            c.absolute(0);
-            c
-        };
-        describe(
-            &recorder,
-            Kind::Counter,
-            "gpuledger_agent_records_total",
-            None,
-            "Records the ledger answered, by outcome (accepted, duplicate, rejected)",
-        );
-        let gauge = |name: &'static str, unit: Option<Unit>, help: &'static str| {
-            describe(&recorder, Kind::Gauge, name, unit, help);
-            let g = recorder.register_gauge(&Key::from_static_name(name), &METADATA);
-            g.set(0.0);
-            g
-        };
-        describe(
-            &recorder,
-            Kind::Counter,
-            "gpuledger_agent_refused_total",
-            None,
-            "Refusals of a record because of the signer's registration or configuration, by reason; the record is held and retried (a retry refused again counts again)",
-        );
-        let refused = super::sender::HELD_REASONS
-            .iter()
-            .map(|r| {
-                let key = Key::from_parts(
-                    "gpuledger_agent_refused_total",
-                    vec![Label::from_static_parts("reason", r.code())],
-                );
-                let c = recorder.register_counter(&key, &METADATA);
-                c.absolute(0);
-                (*r, c)
-            })
-            .collect();
-        describe(
-            &recorder,
-            Kind::Histogram,
-            "gpuledger_agent_send_seconds",
-            Some(Unit::Seconds),
-            "Time of one POST /v1/records, in seconds",
-        );
-        let send_seconds = recorder.register_histogram(
-            &Key::from_static_name("gpuledger_agent_send_seconds"),
-            &METADATA,
-        );
+        let r = Registrar(&recorder);
+        r.describe(&RECORDS);
+        let refused = r.refused();
+        let send_seconds = r.histogram(&SEND_SECONDS);
+        let outcome = |value| r.labelled(&RECORDS, "outcome", value);
         AgentMetrics {
-            records_spooled: counter(
-                "gpuledger_agent_records_spooled_total",
-                "Records signed and fsynced to the spool",
-            ),
-            records_sent: counter(
-                "gpuledger_agent_records_sent_total",
-                "Records put in a POST /v1/records (resends count again)",
-            ),
+            records_spooled: r.counter(&RECORDS_SPOOLED),
+            records_sent: r.counter(&RECORDS_SENT),
             records_accepted: outcome("accepted"),
             records_duplicate: outcome("duplicate"),
             records_rejected: outcome("rejected"),
-            dead_letters: counter(
-                "gpuledger_agent_dead_letters_total",
-                "Records refused for good and written to the dead-letter file",
-            ),
-            send_failures: counter(
-                "gpuledger_agent_send_failures_total",
-                "POSTs with no usable answer (unreachable, 429/503/507, other statuses, bad bodies)",
-            ),
-            measurement_errors: counter(
-                "gpuledger_agent_measurement_errors_total",
-                "Intervals not recorded: the GPUs could not be read or the spool not written",
-            ),
-            last_success: gauge(
-                "gpuledger_agent_last_success_timestamp_seconds",
-                Some(Unit::Seconds),
-                "Unix time of the last POST whose answer accepted a record or found it a duplicate (0: none yet); refusals do not count",
-            ),
-            clock_skew: gauge(
-                "gpuledger_agent_clock_skew_seconds",
-                Some(Unit::Seconds),
-                "This machine's clock minus the ledger's (its answer's ledger_now), in seconds",
-            ),
-            clock_steps: counter(
-                "gpuledger_agent_clock_steps_total",
-                "Steps of this machine's wall clock against its monotonic clock seen while measuring",
-            ),
-            last_measurement: gauge(
-                "gpuledger_agent_last_measurement_timestamp_seconds",
-                Some(Unit::Seconds),
-                "Unix time of the last measurement interval the agent closed (0: none yet)",
-            ),
-            interval: gauge(
-                "gpuledger_agent_interval_seconds",
-                Some(Unit::Seconds),
-                "The agent's measurement interval, in seconds",
-            ),
+            dead_letters: r.counter(&DEAD_LETTERS),
+            send_failures: r.counter(&SEND_FAILURES),
+            measurement_errors: r.counter(&MEASUREMENT_ERRORS),
+            last_success: r.gauge(&LAST_SUCCESS),
+            clock_skew: r.gauge(&CLOCK_SKEW),
+            clock_steps: r.counter(&CLOCK_STEPS),
+            last_measurement: r.gauge(&LAST_MEASUREMENT),
+            interval: r.gauge(&INTERVAL),
             send_seconds,
-            spool_pending: gauge(
-                "gpuledger_agent_spool_pending_records",
-                None,
-                "Records in the spool not yet acknowledged by the ledger",
-            ),
-            spool_max: gauge(
-                "gpuledger_agent_spool_max_records",
-                None,
-                "The spool's bound (limits.max_spool_records); measuring stops when it is reached",
-            ),
-            spool_full: gauge(
-                "gpuledger_agent_spool_full",
-                None,
-                "1 while measuring is stopped because the spool is full",
-            ),
-            spool_available: gauge(
-                "gpuledger_agent_spool_filesystem_available_bytes",
-                Some(Unit::Bytes),
-                "Bytes free on the spool's filesystem",
-            ),
-            spool_held: gauge(
-                "gpuledger_agent_spool_held_records",
-                None,
-                "Records held in the spool because the ledger refused them for the signer's registration or configuration; retried until accepted",
-            ),
+            spool_pending: r.gauge(&SPOOL_PENDING),
+            spool_max: r.gauge(&SPOOL_MAX),
+            spool_full: r.gauge(&SPOOL_FULL),
+            spool_available: r.gauge(&SPOOL_AVAILABLE),
+            spool_held: r.gauge(&SPOOL_HELD),
             refused,
             recorder,
         }

@@ -19,6 +19,7 @@ use super::AgentError;
 use ed25519_dalek::SigningKey;
 use gpuledger_core::envelope::Envelope;
 use gpuledger_core::keys;
+use gpuledger_core::record::Body;
 use gpuledger_core::time::Timestamp;
 use gpuledger_shell::clock::monotonic_ms;
 use std::sync::Arc;
@@ -218,12 +219,17 @@ impl Measurer {
         }
     }
 
+    /// Logs each of `notes` as a warning of this node.
+    fn warn(&self, notes: &[String]) {
+        for n in notes {
+            tracing::warn!(node = %self.cfg.node, "{n}");
+        }
+    }
+
     fn read(&mut self, at: Timestamp) -> Option<Reading> {
         match self.collector.read(at) {
             Ok(r) => {
-                for n in &r.notes {
-                    tracing::warn!(node = %self.cfg.node, "{n}");
-                }
+                self.warn(&r.notes);
                 Some(r)
             }
             Err(e) => {
@@ -264,141 +270,202 @@ impl Measurer {
         }
     }
 
+    /// Measures interval after interval until stop: each interval is waited for, read, and
+    /// recorded (or skipped as a gap, or used as the energy baseline).
     fn run(mut self, shared: &Shared) {
         let interval = self.cfg.interval_seconds as i64;
-        let last_end = shared
-            .spool
-            .lock()
-            .expect("spool lock")
-            .last_cursor()
-            .and_then(|c| c.strip_prefix(CURSOR_PREFIX)?.parse::<i64>().ok())
-            .and_then(Timestamp::from_unix);
+        let last_end = last_recorded_end(shared);
         self.reload_leases();
         shared.metrics.interval.set(interval as f64);
-        let mut start = Timestamp::now();
-        // After the wall clock went back (before this start, or during a wait), intervals follow
-        // the monotonic clock from the last recorded end until the wall clock has caught up:
-        // measuring never waits silently, and no interval overlaps one already signed.
-        let mut ahead_of_wall = false;
-        match last_end {
-            Some(e) if start < e => {
-                tracing::warn!(node = %self.cfg.node, last_end = %e, now = %start, "the clock is behind the last recorded interval (it stepped back); measuring goes on from that interval by the monotonic clock until the clock catches up");
-                shared.metrics.clock_steps.increment(1);
-                start = e;
-                ahead_of_wall = true;
-            }
-            Some(e) if e < start => {
-                tracing::info!(from = %e, to = %start, "not recording the time the agent was down");
-            }
-            _ => {}
-        }
-        let mut baseline_needed = match self.read(start) {
-            Some(r) => {
-                self.meter.baseline(&r.gpus);
-                false
-            }
-            None => true,
-        };
-        let mut waiting_logged = false;
+        let mut at = self.resume(shared, last_end);
         while !shared.stopping() {
-            // Behind the last recorded end, and the ledger's clock agrees with this one: the
-            // wall clock is right and the recorded times were ahead (a clock corrected back).
-            // Following the monotonic clock would keep every record ahead for good, refused
-            // `in_future`; so wait until the clock reaches the last end (logged, and
-            // GpuledgerAgentNotMeasuring fires if that is long). When the ledger disagrees,
-            // this clock is the wrong one: follow the monotonic clock.
-            if ahead_of_wall
-                && Timestamp::now() < start
-                && shared
-                    .clock_skew
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    .abs()
-                    <= sender::CLOCK_SKEW_TOLERANCE_SECONDS
-            {
-                if !waiting_logged {
-                    tracing::error!(node = %self.cfg.node, last_end = %start, now = %Timestamp::now(), "the clock is behind the last recorded interval and agrees with the ledger's: the recorded times were ahead; measuring waits until the clock reaches the last recorded end");
-                    waiting_logged = true;
-                }
-                shared.sleep(Duration::from_secs(1));
-                if Timestamp::now() >= start {
-                    ahead_of_wall = false;
-                    baseline_needed = true;
-                    start = Timestamp::now();
-                }
+            if self.wait_for_wall_clock(shared, &mut at) {
                 continue;
             }
-            waiting_logged = false;
-            let end = if ahead_of_wall {
-                start.plus(interval)
-            } else {
-                next_boundary(start, interval)
-            };
-            let (wall0, mono0) = (wall_ms(), monotonic_ms());
-            let wait = if ahead_of_wall {
-                interval * 1000
-            } else {
-                // Just after the boundary's second turns.
-                end.unix() * 1000 - wall0 + 5
-            };
-            sleep_monotonic(shared, wait);
-            if shared.stopping() {
+            at.waiting_logged = false;
+            let Some(waited) = self.wait_for_end(shared, &at, interval) else {
                 break;
-            }
-            let (wall1, mono1) = (wall_ms(), monotonic_ms());
-            let elapsed = (mono1 - mono0) as i64;
-            let step = ((wall1 - wall0) - elapsed) / 1000;
-            let now = Timestamp::from_unix(wall1.div_euclid(1000)).unwrap_or(end);
-            if step.abs() > CLOCK_STEP_SECONDS {
-                shared.metrics.clock_steps.increment(1);
-                tracing::warn!(node = %self.cfg.node, step_seconds = step, from = %start, to = %end, now = %now, "the wall clock stepped against the monotonic clock; the interval is recorded as the monotonic clock measured it");
-            }
-            if elapsed >= wait + interval * 1000 {
-                // Suspended or stalled past a whole interval: a gap, not an invented interval.
-                tracing::warn!(from = %start, to = %now, "missed interval boundaries; this time is not recorded");
-                start = now;
-                ahead_of_wall = false;
-                baseline_needed = true;
-                if let Some(r) = self.read(now) {
-                    self.meter.baseline(&r.gpus);
-                    baseline_needed = false;
-                }
-                continue;
-            }
-            shared.metrics.last_measurement.set(now.unix() as f64);
-            let Some(reading) = self.read(end) else {
-                baseline_needed = true;
-                start = end;
-                continue;
             };
-            if baseline_needed {
-                self.meter.baseline(&reading.gpus);
-                baseline_needed = false;
-            } else {
-                self.reload_leases();
-                self.record(shared, start, end, &reading);
+            if waited.missed {
+                self.skip_gap(&mut at, waited.now);
+                continue;
             }
-            start = end;
-            if step > CLOCK_STEP_SECONDS && now > end {
-                // Stepped forward: the time between did not pass; the next interval starts now.
-                start = now;
-            }
-            let behind = now < start;
-            if behind && !ahead_of_wall {
-                tracing::warn!(node = %self.cfg.node, clock = %now, last_end = %start, "the wall clock is behind the last recorded interval; intervals follow the monotonic clock until it catches up");
-            } else if !behind && ahead_of_wall {
-                tracing::info!(node = %self.cfg.node, "the wall clock has caught up; intervals are aligned to it again");
-            }
-            ahead_of_wall = behind;
+            shared
+                .metrics
+                .last_measurement
+                .set(waited.now.unix() as f64);
+            self.close(shared, &mut at, &waited);
         }
     }
 
+    /// Where measuring starts: now, or the last recorded end when the clock is behind it (it
+    /// stepped back; nothing is counted twice); the time the agent was down is not recorded.
+    /// The reading taken then is the energy baseline.
+    fn resume(&mut self, shared: &Shared, last_end: Option<Timestamp>) -> Position {
+        let mut at = Position {
+            start: Timestamp::now(),
+            ahead_of_wall: false,
+            baseline_needed: true,
+            waiting_logged: false,
+        };
+        match last_end {
+            Some(e) if at.start < e => {
+                tracing::warn!(node = %self.cfg.node, last_end = %e, now = %at.start, "the clock is behind the last recorded interval (it stepped back); measuring goes on from that interval by the monotonic clock until the clock catches up");
+                shared.metrics.clock_steps.increment(1);
+                at.start = e;
+                at.ahead_of_wall = true;
+            }
+            Some(e) if e < at.start => {
+                tracing::info!(from = %e, to = %at.start, "not recording the time the agent was down");
+            }
+            _ => {}
+        }
+        if let Some(r) = self.read(at.start) {
+            self.meter.baseline(&r.gpus);
+            at.baseline_needed = false;
+        }
+        at
+    }
+
+    /// Behind the last recorded end, and the ledger's clock agrees with this one: the wall
+    /// clock is right and the recorded times were ahead (a clock corrected back). Following
+    /// the monotonic clock would keep every record ahead for good, refused `in_future`; so
+    /// this waits (a second at a time) until the clock reaches the last end (logged, and
+    /// GpuledgerAgentNotMeasuring fires if that is long). When the ledger disagrees, this
+    /// clock is the wrong one: intervals follow the monotonic clock. `true` while waiting.
+    fn wait_for_wall_clock(&self, shared: &Shared, at: &mut Position) -> bool {
+        let ledger_agrees = || {
+            let skew = shared.clock_skew.load(std::sync::atomic::Ordering::Relaxed);
+            skew.abs() <= sender::CLOCK_SKEW_TOLERANCE_SECONDS
+        };
+        if !(at.ahead_of_wall && Timestamp::now() < at.start && ledger_agrees()) {
+            return false;
+        }
+        if !at.waiting_logged {
+            tracing::error!(node = %self.cfg.node, last_end = %at.start, now = %Timestamp::now(), "the clock is behind the last recorded interval and agrees with the ledger's: the recorded times were ahead; measuring waits until the clock reaches the last recorded end");
+            at.waiting_logged = true;
+        }
+        shared.sleep(Duration::from_secs(1));
+        if Timestamp::now() >= at.start {
+            at.ahead_of_wall = false;
+            at.baseline_needed = true;
+            at.start = Timestamp::now();
+        }
+        true
+    }
+
+    /// Waits for the end of the interval from `at.start` (the next boundary; an interval
+    /// later by the monotonic clock while the wall clock is behind), and says how both clocks
+    /// saw the wait, warning of a step of the wall clock. `None` on stop.
+    fn wait_for_end(&self, shared: &Shared, at: &Position, interval: i64) -> Option<Waited> {
+        let end = if at.ahead_of_wall {
+            at.start.plus(interval)
+        } else {
+            next_boundary(at.start, interval)
+        };
+        let (wall0, mono0) = (wall_ms(), monotonic_ms());
+        let wait = if at.ahead_of_wall {
+            interval * 1000
+        } else {
+            // Just after the boundary's second turns.
+            end.unix() * 1000 - wall0 + 5
+        };
+        sleep_monotonic(shared, wait);
+        if shared.stopping() {
+            return None;
+        }
+        let (wall1, mono1) = (wall_ms(), monotonic_ms());
+        let elapsed = (mono1 - mono0) as i64;
+        let step = ((wall1 - wall0) - elapsed) / 1000;
+        let now = Timestamp::from_unix(wall1.div_euclid(1000)).unwrap_or(end);
+        if step.abs() > CLOCK_STEP_SECONDS {
+            shared.metrics.clock_steps.increment(1);
+            tracing::warn!(node = %self.cfg.node, step_seconds = step, from = %at.start, to = %end, now = %now, "the wall clock stepped against the monotonic clock; the interval is recorded as the monotonic clock measured it");
+        }
+        Some(Waited {
+            end,
+            now,
+            step,
+            missed: elapsed >= wait + interval * 1000,
+        })
+    }
+
+    /// Suspended or stalled past a whole interval: a gap, not an invented interval. Measuring
+    /// starts again `now`, from a new baseline.
+    fn skip_gap(&mut self, at: &mut Position, now: Timestamp) {
+        tracing::warn!(from = %at.start, to = %now, "missed interval boundaries; this time is not recorded");
+        at.start = now;
+        at.ahead_of_wall = false;
+        at.baseline_needed = true;
+        if let Some(r) = self.read(now) {
+            self.meter.baseline(&r.gpus);
+            at.baseline_needed = false;
+        }
+    }
+
+    /// Reads the GPUs at the end of the interval `waited` closed and records it (or takes the
+    /// reading as the baseline), then moves `at` to the next interval's start.
+    fn close(&mut self, shared: &Shared, at: &mut Position, waited: &Waited) {
+        let Some(reading) = self.read(waited.end) else {
+            at.baseline_needed = true;
+            at.start = waited.end;
+            return;
+        };
+        if at.baseline_needed {
+            self.meter.baseline(&reading.gpus);
+            at.baseline_needed = false;
+        } else {
+            self.reload_leases();
+            self.record(shared, at.start, waited.end, &reading);
+        }
+        at.start = waited.end;
+        if waited.step > CLOCK_STEP_SECONDS && waited.now > waited.end {
+            // Stepped forward: the time between did not pass; the next interval starts now.
+            at.start = waited.now;
+        }
+        let behind = waited.now < at.start;
+        if behind && !at.ahead_of_wall {
+            tracing::warn!(node = %self.cfg.node, clock = %waited.now, last_end = %at.start, "the wall clock is behind the last recorded interval; intervals follow the monotonic clock until it catches up");
+        } else if !behind && at.ahead_of_wall {
+            tracing::info!(node = %self.cfg.node, "the wall clock has caught up; intervals are aligned to it again");
+        }
+        at.ahead_of_wall = behind;
+    }
+
+    /// Attributes, signs and spools the interval from `start` to `end` that `reading` closes,
+    /// unless the spool is full.
     fn record(&mut self, shared: &Shared, start: Timestamp, end: Timestamp, reading: &Reading) {
+        let bodies = self.bodies(start, end, reading);
+        let mut spool = shared.spool.lock().expect("spool lock");
+        if !self.has_room(shared, &spool, bodies.len() as u64, start) {
+            return;
+        }
+        let first = spool.next_seq();
+        let envelopes = self.sign(&bodies, first);
+        match spool.append(&envelopes, &format!("{CURSOR_PREFIX}{}", end.unix())) {
+            Ok(()) => {
+                debug_assert_eq!(
+                    spool.next_seq(),
+                    first + envelopes.len() as u64,
+                    "one seq per record, in order"
+                );
+                drop(spool);
+                self.spooled(shared, first, envelopes.len() as u64, start, end);
+            }
+            Err(e) => {
+                self.errors.increment(1);
+                tracing::error!(node = %self.cfg.node, error = %e, "cannot write the spool; this interval is not recorded")
+            }
+        }
+    }
+
+    /// The record bodies of the interval: its energy from the meter, attributed to the leases;
+    /// warns of the notes, and of GPUs no lease covers that run processes (on a change).
+    fn bodies(&mut self, start: Timestamp, end: Timestamp, reading: &Reading) -> Vec<Body> {
         let (kwh, notes) = self
             .meter
             .interval_kwh(&reading.gpus, start.seconds_until(end));
-        for n in notes {
-            tracing::warn!(node = %self.cfg.node, "{n}");
-        }
+        self.warn(&notes);
         let (bodies, notes) = attribute(&Interval {
             region: &self.cfg.region,
             node: &self.cfg.node,
@@ -408,9 +475,7 @@ impl Measurer {
             leases: &self.leases,
             kwh,
         });
-        for n in notes {
-            tracing::warn!(node = %self.cfg.node, "{n}");
-        }
+        self.warn(&notes);
         let busy = unleased_busy(&reading.gpus, &self.leases);
         if busy != self.unleased_busy {
             for (gpu, processes) in &busy {
@@ -418,8 +483,13 @@ impl Measurer {
             }
             self.unleased_busy = busy;
         }
-        let mut spool = shared.spool.lock().expect("spool lock");
-        if !spool.has_room_for(bodies.len() as u64) {
+        bodies
+    }
+
+    /// Whether `n` more records fit in `spool`; says so when measuring stops because it is
+    /// full (from the interval at `start`), and when it resumes.
+    fn has_room(&mut self, shared: &Shared, spool: &Spool, n: u64, start: Timestamp) -> bool {
+        if !spool.has_room_for(n) {
             if !self.full {
                 tracing::error!(
                     node = %self.cfg.node,
@@ -430,15 +500,19 @@ impl Measurer {
                 self.full = true;
                 shared.metrics.spool_full.set(1.0);
             }
-            return;
+            return false;
         }
         if self.full {
             tracing::warn!(node = %self.cfg.node, from = %start, "spool has room again; measuring resumes");
             self.full = false;
             shared.metrics.spool_full.set(0.0);
         }
-        let first = spool.next_seq();
-        let envelopes: Vec<Envelope> = bodies
+        true
+    }
+
+    /// Signs `bodies` as records of consecutive seqs from `first`.
+    fn sign(&self, bodies: &[Body], first: u64) -> Vec<Envelope> {
+        bodies
             .iter()
             .enumerate()
             .map(|(i, b)| {
@@ -451,32 +525,64 @@ impl Measurer {
                     b,
                 )
             })
-            .collect();
-        match spool.append(&envelopes, &format!("{CURSOR_PREFIX}{}", end.unix())) {
-            Ok(()) => {
-                drop(spool);
-                shared.wake.notify_all();
-                shared
-                    .metrics
-                    .records_spooled
-                    .increment(envelopes.len() as u64);
-                if self.opts.print_spooled && !envelopes.is_empty() {
-                    use std::io::Write;
-                    let mut out = std::io::stdout().lock();
-                    let _ = writeln!(
-                        out,
-                        "spooled seq {first}-{} interval {start}/{end}",
-                        first + envelopes.len() as u64 - 1
-                    );
-                    let _ = out.flush();
-                }
-            }
-            Err(e) => {
-                self.errors.increment(1);
-                tracing::error!(node = %self.cfg.node, error = %e, "cannot write the spool; this interval is not recorded")
-            }
+            .collect()
+    }
+
+    /// After `count` records from seq `first` were fsynced: wakes the sender, counts them,
+    /// and prints `spooled seq A-B interval START/END` when asked to.
+    fn spooled(&self, shared: &Shared, first: u64, count: u64, start: Timestamp, end: Timestamp) {
+        shared.wake.notify_all();
+        shared.metrics.records_spooled.increment(count);
+        if self.opts.print_spooled && count > 0 {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(
+                out,
+                "spooled seq {first}-{} interval {start}/{end}",
+                first + count - 1
+            );
+            let _ = out.flush();
         }
     }
+}
+
+/// The end of the last interval in the spool, from its cursor (`end:<unix seconds>`).
+fn last_recorded_end(shared: &Shared) -> Option<Timestamp> {
+    shared
+        .spool
+        .lock()
+        .expect("spool lock")
+        .last_cursor()
+        .and_then(|c| c.strip_prefix(CURSOR_PREFIX)?.parse::<i64>().ok())
+        .and_then(Timestamp::from_unix)
+}
+
+/// Where the measuring loop stands between two intervals.
+struct Position {
+    /// The start of the next interval.
+    start: Timestamp,
+    /// The wall clock is behind `start` (it went back, before this start or during a wait):
+    /// intervals follow the monotonic clock from the last recorded end until the wall clock
+    /// has caught up, so measuring never waits silently, and no interval overlaps one already
+    /// signed.
+    ahead_of_wall: bool,
+    /// The next reading only sets the energy baseline (after a start, a gap or a failed
+    /// reading).
+    baseline_needed: bool,
+    /// The wait for the wall clock to reach `start` was logged.
+    waiting_logged: bool,
+}
+
+/// One wait for an interval's end, as the two clocks saw it.
+struct Waited {
+    /// The interval's end.
+    end: Timestamp,
+    /// The wall clock when the wait ended.
+    now: Timestamp,
+    /// The wall clock's step against the monotonic clock over the wait, in whole seconds.
+    step: i64,
+    /// The wait overran by a whole interval or more (suspended or stalled).
+    missed: bool,
 }
 
 /// `gpuledger agent --config FILE [--metrics-listen ADDR] [--ca-file PEM] [--pin-sha256 HEX]`:

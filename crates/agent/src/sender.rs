@@ -215,96 +215,165 @@ enum Attempt {
 /// ([`super::tls::client`]).
 pub fn run(shared: Arc<Shared>, cfg: SenderConfig, http: ureq::Agent) {
     let url = format!("{}/v1/records", cfg.server_url.trim_end_matches('/'));
-    let mut backoff = INITIAL_BACKOFF;
-    // When the held queue is tried next, and the wait after a try that delivered none of it.
-    let (mut held_due, mut held_backoff) = (Instant::now(), INITIAL_BACKOFF);
-    // Whether the ledger said it is our log since the last failed request.
-    let mut same_log = false;
+    let mut pace = Pacing::new();
     while !shared.stopping() {
-        let (batch, queue, held_before) = {
-            let spool = shared.spool.lock().expect("spool lock");
-            let held_before = spool.held();
-            let now = Instant::now();
-            let next = match spool.peek(cfg.max_batch) {
-                Ok(b) if b.is_empty() && held_before > 0 && now >= held_due => {
-                    spool.peek_held(cfg.max_batch).map(|b| (b, Queue::Held))
-                }
-                other => other.map(|b| (b, Queue::Spool)),
-            };
-            match next {
-                Ok((b, _)) if b.is_empty() => {
-                    let mut wait = Duration::from_millis(500);
-                    if held_before > 0 {
-                        wait = wait.min(held_due.saturating_duration_since(now));
-                    }
-                    let _unused = shared.wake.wait_timeout(spool, wait).expect("spool lock");
-                    continue;
-                }
-                Ok((b, q)) => (b, q, held_before),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot read the spool; retrying");
-                    drop(spool);
-                    shared.sleep(Duration::from_secs(1));
-                    continue;
-                }
-            }
+        let Some((batch, queue, held_before)) = next_batch(&shared, &cfg, pace.held_due) else {
+            continue;
         };
-        if !same_log {
-            use super::origin::{check_ledger, LedgerOrigin};
-            match check_ledger(&http, &cfg.server_url, &cfg.origin) {
-                LedgerOrigin::Same => same_log = true,
-                LedgerOrigin::Other(o) => {
-                    tracing::error!(signer = %cfg.signer, ours = %cfg.origin, ledger = %o, "the ledger is another log than the one these records are signed for; nothing is sent (fix server_url, or start a new spool for the new log)");
-                    shared.sleep(jitter(backoff));
-                    backoff = (backoff * 2).min(cfg.max_backoff);
-                    continue;
-                }
-                // Not answering (unreachable, or its certificate refused): nothing is sent, and
-                // the loop backs off below. Said here, as nothing else says it.
-                LedgerOrigin::Unknown(e) => {
-                    tracing::warn!(signer = %cfg.signer, error = %e, pending = batch.len(), "ledger unreachable; will retry")
-                }
-            }
+        if !pace.same_log && !pace.check_log(&shared, &http, &cfg, batch.len()) {
+            continue;
         }
-        let result = if same_log {
+        let result = if pace.same_log {
             attempt(&http, &url, &shared, &batch, queue, &cfg)
         } else {
             Attempt::Retry(None)
         };
         match result {
             Attempt::Progress { delivered, held } => {
-                backoff = INITIAL_BACKOFF;
-                match queue {
-                    // The first records held wait a backoff before their first retry.
-                    Queue::Spool if held_before == 0 && held > 0 => {
-                        held_backoff = INITIAL_BACKOFF;
-                        held_due = Instant::now() + jitter(held_backoff);
-                    }
-                    Queue::Spool => {}
-                    Queue::Held if delivered > 0 => {
-                        held_backoff = INITIAL_BACKOFF;
-                        held_due = Instant::now();
-                    }
-                    Queue::Held => {
-                        held_backoff = (held_backoff * 2).min(cfg.max_backoff);
-                        held_due = Instant::now() + jitter(held_backoff);
-                        tracing::debug!(
-                            held = held_before,
-                            wait_ms = held_backoff.as_millis() as u64,
-                            "held records refused again"
-                        );
-                    }
-                }
+                pace.progressed(queue, held_before, delivered, held, &cfg)
             }
-            Attempt::Retry(after) => {
-                same_log = false;
-                let wait = after.unwrap_or_else(|| jitter(backoff));
-                tracing::debug!(wait_ms = wait.as_millis() as u64, "retrying");
-                shared.sleep(wait);
-                backoff = (backoff * 2).min(cfg.max_backoff);
+            Attempt::Retry(after) => pace.retry(&shared, after, &cfg),
+        }
+    }
+}
+
+/// The next batch to send, the queue it comes from, and how many records were held before
+/// it: the spool's records in seq order, else the held queue's once `held_due` has come.
+/// `None` after a wait when there is nothing to send yet (or the spool cannot be read).
+fn next_batch(
+    shared: &Shared,
+    cfg: &SenderConfig,
+    held_due: Instant,
+) -> Option<(Vec<Pending>, Queue, u64)> {
+    let spool = shared.spool.lock().expect("spool lock");
+    let held_before = spool.held();
+    let now = Instant::now();
+    let next = match spool.peek(cfg.max_batch) {
+        Ok(b) if b.is_empty() && held_before > 0 && now >= held_due => {
+            spool.peek_held(cfg.max_batch).map(|b| (b, Queue::Held))
+        }
+        other => other.map(|b| (b, Queue::Spool)),
+    };
+    match next {
+        Ok((b, _)) if b.is_empty() => {
+            let mut wait = Duration::from_millis(500);
+            if held_before > 0 {
+                wait = wait.min(held_due.saturating_duration_since(now));
+            }
+            let _unused = shared.wake.wait_timeout(spool, wait).expect("spool lock");
+            None
+        }
+        Ok((b, q)) => {
+            debug_assert!(b.len() <= cfg.max_batch, "a batch holds at most max_batch");
+            Some((b, q, held_before))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the spool; retrying");
+            drop(spool);
+            shared.sleep(Duration::from_secs(1));
+            None
+        }
+    }
+}
+
+/// The sender's waits between tries: its backoff, and when the held queue is tried next.
+struct Pacing {
+    /// The wait after a failed try (with jitter), doubled up to `max_backoff`.
+    backoff: Duration,
+    /// When the held queue is tried next.
+    held_due: Instant,
+    /// The wait after a try of the held queue that delivered none of it.
+    held_backoff: Duration,
+    /// Whether the ledger said it is our log since the last failed request.
+    same_log: bool,
+}
+
+impl Pacing {
+    fn new() -> Self {
+        Pacing {
+            backoff: INITIAL_BACKOFF,
+            held_due: Instant::now(),
+            held_backoff: INITIAL_BACKOFF,
+            same_log: false,
+        }
+    }
+
+    /// Asks the ledger whether it is the log the records are signed for. `false` when it is
+    /// another log (nothing is sent; this waits a backoff first). When it does not answer
+    /// (unreachable, or its certificate refused) that is said here, as nothing else says it,
+    /// and the try goes on to back off as a failed one.
+    fn check_log(
+        &mut self,
+        shared: &Shared,
+        http: &ureq::Agent,
+        cfg: &SenderConfig,
+        pending: usize,
+    ) -> bool {
+        use super::origin::{check_ledger, LedgerOrigin};
+        match check_ledger(http, &cfg.server_url, &cfg.origin) {
+            LedgerOrigin::Same => self.same_log = true,
+            LedgerOrigin::Other(o) => {
+                tracing::error!(signer = %cfg.signer, ours = %cfg.origin, ledger = %o, "the ledger is another log than the one these records are signed for; nothing is sent (fix server_url, or start a new spool for the new log)");
+                shared.sleep(jitter(self.backoff));
+                self.backoff = doubled(self.backoff, cfg);
+                return false;
+            }
+            LedgerOrigin::Unknown(e) => {
+                tracing::warn!(signer = %cfg.signer, error = %e, pending, "ledger unreachable; will retry")
+            }
+        }
+        true
+    }
+
+    /// After a try of `queue` (when `held_before` records were held) that resolved records:
+    /// `delivered` of them delivered, `held` held. The backoff starts again; the first records
+    /// held wait a backoff before their first retry; a held queue that delivered is tried
+    /// again at once, one refused again waits longer.
+    fn progressed(
+        &mut self,
+        queue: Queue,
+        held_before: u64,
+        delivered: u64,
+        held: u64,
+        cfg: &SenderConfig,
+    ) {
+        self.backoff = INITIAL_BACKOFF;
+        match queue {
+            Queue::Spool if held_before == 0 && held > 0 => {
+                self.held_backoff = INITIAL_BACKOFF;
+                self.held_due = Instant::now() + jitter(self.held_backoff);
+            }
+            Queue::Spool => {}
+            Queue::Held if delivered > 0 => {
+                self.held_backoff = INITIAL_BACKOFF;
+                self.held_due = Instant::now();
+            }
+            Queue::Held => {
+                self.held_backoff = doubled(self.held_backoff, cfg);
+                self.held_due = Instant::now() + jitter(self.held_backoff);
+                tracing::debug!(
+                    held = held_before,
+                    wait_ms = self.held_backoff.as_millis() as u64,
+                    "held records refused again"
+                );
             }
         }
     }
+
+    /// After a failed try: waits the server's `Retry-After` (else the backoff, with jitter)
+    /// and doubles the backoff; the ledger's log is asked again before the next try.
+    fn retry(&mut self, shared: &Shared, after: Option<Duration>, cfg: &SenderConfig) {
+        self.same_log = false;
+        let wait = after.unwrap_or_else(|| jitter(self.backoff));
+        tracing::debug!(wait_ms = wait.as_millis() as u64, "retrying");
+        shared.sleep(wait);
+        self.backoff = doubled(self.backoff, cfg);
+    }
+}
+
+/// The next backoff after `d`: twice as long, at most `max_backoff`.
+fn doubled(d: Duration, cfg: &SenderConfig) -> Duration {
+    (d * 2).min(cfg.max_backoff)
 }
 
 /// A random delay in [d/2, d].
@@ -419,122 +488,209 @@ fn apply_outcomes(
     outcomes: &[serde_json::Value],
     cfg: &SenderConfig,
 ) -> Attempt {
-    let m = &shared.metrics;
+    debug_assert_eq!(outcomes.len(), batch.len(), "one outcome per record");
     let mut spool = shared.spool.lock().expect("spool lock");
-    let (mut done, mut delivered, mut dead) = (0usize, 0u64, 0u64);
-    // The records to hold, written together before the acknowledgement.
-    let mut hold: Vec<(&Pending, &'static str)> = Vec::new();
-    // The held records of this batch by reason: how many, and the first one's seq and message.
-    let mut refusals: BTreeMap<&'static str, (Reason, u64, u64, String)> = BTreeMap::new();
+    let mut tally = Tally::default();
     let mut blocked = false;
     for (p, o) in batch.iter().zip(outcomes) {
-        match serde_json::from_value::<Outcome>(o.clone()) {
+        if !tally.take(&mut spool, shared, p, o, cfg) {
+            blocked = true;
+            break;
+        }
+    }
+    if !tally.commit(&mut spool, shared, batch, queue) {
+        return Attempt::Retry(None);
+    }
+    let held_now = spool.held();
+    drop(spool);
+    // Alive means records got in: a refusal is an answer, not a delivery.
+    if tally.delivered > 0 {
+        shared
+            .metrics
+            .last_success
+            .set(gpuledger_core::time::Timestamp::now().unix() as f64);
+    }
+    let (delivered, held) = (tally.delivered, tally.hold.len() as u64);
+    tally.log_refusals(cfg, held_now);
+    if blocked {
+        Attempt::Retry(None)
+    } else {
+        Attempt::Progress { delivered, held }
+    }
+}
+
+/// What the ledger's answer did to a batch, outcome by outcome from its front.
+#[derive(Default)]
+struct Tally<'a> {
+    /// Records resolved from the front of the batch: delivered, held or dead-lettered.
+    done: usize,
+    /// Of those, accepted or duplicates.
+    delivered: u64,
+    /// Of those, written to the dead-letter file.
+    dead: u64,
+    /// Of those, the records to hold, written together before the acknowledgement.
+    hold: Vec<(&'a Pending, &'static str)>,
+    /// The held records by reason: how many, and the first one's seq and message.
+    refusals: BTreeMap<&'static str, (Reason, u64, u64, String)>,
+}
+
+impl<'a> Tally<'a> {
+    /// Takes the outcome `o` of the record `p`: `false` when it must be retried, which stops
+    /// the batch there.
+    fn take(
+        &mut self,
+        spool: &mut Spool,
+        shared: &Shared,
+        p: &'a Pending,
+        o: &serde_json::Value,
+        cfg: &SenderConfig,
+    ) -> bool {
+        let m = &shared.metrics;
+        let resolved = match serde_json::from_value::<Outcome>(o.clone()) {
             Ok(Outcome::Accepted { .. }) => {
                 m.records_accepted.increment(1);
-                delivered += 1
+                self.delivered += 1;
+                true
             }
             Ok(Outcome::Duplicate { .. }) => {
                 m.records_duplicate.increment(1);
-                delivered += 1
+                self.delivered += 1;
+                true
             }
             Ok(Outcome::Rejected(r)) => {
                 m.records_rejected.increment(1);
-                let skew = shared.clock_skew.load(Ordering::Relaxed);
-                let disposition = match disposition(r.reason) {
-                    // This signer's clock disagrees with the ledger's: the refusal says more
-                    // about the clock than about the record. Kept and retried, never
-                    // dead-lettered; the skew gauge and its alert say why.
-                    Disposition::DeadLetter
-                        if r.reason.depends_on_clock()
-                            && skew.abs() > CLOCK_SKEW_TOLERANCE_SECONDS =>
-                    {
-                        tracing::error!(signer = %cfg.signer, seq = p.seq, reason = %r.reason, skew_seconds = skew, "record refused while this machine's clock disagrees with the ledger's; it is held and retried, not dead-lettered: fix the clock (docs/AGENT.md, Clocks)");
-                        Disposition::Hold
-                    }
-                    d => d,
-                };
-                match disposition {
-                    Disposition::Retry => {
-                        tracing::warn!(signer = %cfg.signer, seq = p.seq, reason = %r.reason, message = %r.message, hint = hint(r.reason), "record refused for now; will retry");
-                        blocked = true;
-                        break;
-                    }
-                    Disposition::Hold => {
-                        m.refused(r.reason);
-                        hold.push((p, r.reason.code()));
-                        refusals
-                            .entry(r.reason.code())
-                            .or_insert((r.reason, 0, p.seq, r.message))
-                            .1 += 1;
-                    }
-                    Disposition::DeadLetter => {
-                        if !dead_letter(&mut spool, p, o, Some(&r), cfg) {
-                            blocked = true;
-                            break;
-                        }
-                        dead += 1;
-                    }
-                }
+                self.rejected(spool, shared, p, o, r, cfg)
             }
             // A status or reason this agent does not know: a rejection is kept in the
             // dead-letter file, as one refused for good; anything else is retried.
             Err(_) if o["status"] == "rejected" => {
                 m.records_rejected.increment(1);
-                if !dead_letter(&mut spool, p, o, None, cfg) {
-                    blocked = true;
-                    break;
-                }
-                dead += 1;
+                self.dead_letter(spool, p, o, None, cfg)
             }
             Err(_) => {
                 tracing::error!(signer = %cfg.signer, "unknown outcome {o}; will retry");
-                blocked = true;
-                break;
+                false
             }
+        };
+        if resolved {
+            self.done += 1;
         }
-        done += 1;
+        debug_assert_eq!(
+            self.done as u64,
+            self.delivered + self.dead + self.hold.len() as u64,
+            "each record resolved was delivered, held or dead-lettered"
+        );
+        resolved
     }
-    let held = hold.len() as u64;
-    if let Err(e) = spool.hold(&hold) {
-        tracing::error!(error = %e, "cannot write the held queue; the batch will be sent again");
-        return Attempt::Retry(None);
+
+    /// Takes the rejection `r` of `p` as its disposition says: `false` when it must be retried.
+    fn rejected(
+        &mut self,
+        spool: &mut Spool,
+        shared: &Shared,
+        p: &'a Pending,
+        o: &serde_json::Value,
+        r: Rejection,
+        cfg: &SenderConfig,
+    ) -> bool {
+        match effective_disposition(shared, p, &r, cfg) {
+            Disposition::Retry => {
+                tracing::warn!(signer = %cfg.signer, seq = p.seq, reason = %r.reason, message = %r.message, hint = hint(r.reason), "record refused for now; will retry");
+                false
+            }
+            Disposition::Hold => {
+                shared.metrics.refused(r.reason);
+                self.hold.push((p, r.reason.code()));
+                self.refusals
+                    .entry(r.reason.code())
+                    .or_insert((r.reason, 0, p.seq, r.message))
+                    .1 += 1;
+                true
+            }
+            Disposition::DeadLetter => self.dead_letter(spool, p, o, Some(&r), cfg),
+        }
     }
-    if done > 0 {
+
+    /// Writes `p` to the dead-letter file ([`dead_letter`]): `false` when that failed.
+    fn dead_letter(
+        &mut self,
+        spool: &mut Spool,
+        p: &Pending,
+        o: &serde_json::Value,
+        r: Option<&Rejection>,
+        cfg: &SenderConfig,
+    ) -> bool {
+        let written = dead_letter(spool, p, o, r, cfg);
+        if written {
+            self.dead += 1;
+        }
+        written
+    }
+
+    /// Writes the records to hold, then acknowledges the resolved front of `batch` in `queue`
+    /// and counts it. `false` when the spool could not be written: the batch is sent again.
+    fn commit(&self, spool: &mut Spool, shared: &Shared, batch: &[Pending], queue: Queue) -> bool {
+        if let Err(e) = spool.hold(&self.hold) {
+            tracing::error!(error = %e, "cannot write the held queue; the batch will be sent again");
+            return false;
+        }
+        if self.done == 0 {
+            return true;
+        }
+        let (through, count) = (&batch[self.done - 1], self.done as u64);
         let acked = match queue {
-            Queue::Spool => spool.ack(&batch[done - 1], done as u64),
-            Queue::Held => spool.ack_held(&batch[done - 1], done as u64),
+            Queue::Spool => spool.ack(through, count),
+            Queue::Held => spool.ack_held(through, count),
         };
         if let Err(e) = acked {
             tracing::error!(error = %e, "cannot record acknowledgements; they will be resent (the ledger answers duplicate)");
-            return Attempt::Retry(None);
+            return false;
         }
-        shared.delivered.fetch_add(delivered, Ordering::Relaxed);
-        shared.dead_lettered.fetch_add(dead, Ordering::Relaxed);
-        m.dead_letters.increment(dead);
+        shared
+            .delivered
+            .fetch_add(self.delivered, Ordering::Relaxed);
+        shared.dead_lettered.fetch_add(self.dead, Ordering::Relaxed);
+        shared.metrics.dead_letters.increment(self.dead);
+        true
     }
-    let held_now = spool.held();
-    drop(spool);
-    // Alive means records got in: a refusal is an answer, not a delivery.
-    if delivered > 0 {
-        m.last_success
-            .set(gpuledger_core::time::Timestamp::now().unix() as f64);
+
+    /// Logs the batch's refusals that held records, one line per reason with its hint;
+    /// `held_now` records are held in all.
+    fn log_refusals(self, cfg: &SenderConfig, held_now: u64) {
+        for (code, (reason, records, seq, message)) in self.refusals {
+            tracing::error!(
+                signer = %cfg.signer,
+                reason = code,
+                records,
+                seq,
+                message = %message,
+                held = held_now,
+                "records refused because of this signer's registration or configuration; they are held in the spool and retried until the ledger accepts them. To fix: {}",
+                hint(reason)
+            );
+        }
     }
-    for (code, (reason, records, seq, message)) in refusals {
-        tracing::error!(
-            signer = %cfg.signer,
-            reason = code,
-            records,
-            seq,
-            message = %message,
-            held = held_now,
-            "records refused because of this signer's registration or configuration; they are held in the spool and retried until the ledger accepts them. To fix: {}",
-            hint(reason)
-        );
-    }
-    if blocked {
-        Attempt::Retry(None)
-    } else {
-        Attempt::Progress { delivered, held }
+}
+
+/// The disposition of the rejection `r` of `p`: its reason's ([`disposition`]), except that a
+/// refusal for good that depends on the clock is held while this signer's clock disagrees with
+/// the ledger's: it says more about the clock than about the record. Kept and retried, never
+/// dead-lettered; the skew gauge and its alert say why.
+fn effective_disposition(
+    shared: &Shared,
+    p: &Pending,
+    r: &Rejection,
+    cfg: &SenderConfig,
+) -> Disposition {
+    let skew = shared.clock_skew.load(Ordering::Relaxed);
+    match disposition(r.reason) {
+        Disposition::DeadLetter
+            if r.reason.depends_on_clock() && skew.abs() > CLOCK_SKEW_TOLERANCE_SECONDS =>
+        {
+            tracing::error!(signer = %cfg.signer, seq = p.seq, reason = %r.reason, skew_seconds = skew, "record refused while this machine's clock disagrees with the ledger's; it is held and retried, not dead-lettered: fix the clock (docs/AGENT.md, Clocks)");
+            Disposition::Hold
+        }
+        d => d,
     }
 }
 

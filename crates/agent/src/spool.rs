@@ -142,6 +142,79 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SpoolError> {
     sync_dir(dir)
 }
 
+/// What a scan of a spool file found: its last complete append.
+struct Scan {
+    /// The offset just past the last complete append; what follows it is torn.
+    end: usize,
+    /// The last seq and the cursor of that append.
+    seq: u64,
+    cursor: Option<String>,
+    /// Records from the acknowledged offset up to `end`.
+    pending: u64,
+}
+
+impl Scan {
+    /// Reads the lines of a spool file's bytes `data`, acknowledged up to `acked`, up to the
+    /// last line that carries a cursor (the end of an append). In an `ordered` queue seqs must
+    /// strictly increase; only the last line may be unreadable (torn by a crash), and anything
+    /// else damaged is [`SpoolError::Corrupt`].
+    fn of(data: &[u8], acked: u64, ordered: bool, path: &Path) -> Result<Scan, SpoolError> {
+        let corrupt = |detail| SpoolError::Corrupt {
+            path: path.to_owned(),
+            detail,
+        };
+        let mut complete = Scan {
+            end: 0,
+            seq: 0,
+            cursor: None,
+            pending: 0,
+        };
+        let (mut pos, mut file_seq, mut pending) = (0usize, 0u64, 0u64);
+        while pos < data.len() {
+            let Some((n, l)) = Scan::line(&data[pos..]) else {
+                Scan::check_torn_tail(&data[pos..], pos).map_err(corrupt)?;
+                break;
+            };
+            if ordered && l.seq <= file_seq {
+                return Err(corrupt(format!("seq {} after seq {file_seq}", l.seq)));
+            }
+            file_seq = file_seq.max(l.seq);
+            if pos as u64 >= acked {
+                pending += 1;
+            }
+            pos += n + 1;
+            if l.cursor.is_some() {
+                complete = Scan {
+                    end: pos,
+                    seq: l.seq,
+                    cursor: l.cursor,
+                    pending,
+                };
+            }
+        }
+        debug_assert!(complete.end <= data.len());
+        Ok(complete)
+    }
+
+    /// The line at the front of `rest` and its length without the newline; `None` when it has
+    /// no newline or cannot be read.
+    fn line(rest: &[u8]) -> Option<(usize, LineIn<'_>)> {
+        let n = rest.iter().position(|b| *b == b'\n')?;
+        let l = serde_json::from_slice::<LineIn<'_>>(&rest[..n]).ok()?;
+        Some((n, l))
+    }
+
+    /// Only the tail may be damaged: `rest`, from the unreadable line at byte `at`, must hold
+    /// no full line after that one.
+    fn check_torn_tail(rest: &[u8], at: usize) -> Result<(), String> {
+        let lines_after = rest.iter().filter(|b| **b == b'\n').count();
+        if lines_after > 1 || (lines_after == 1 && !rest.ends_with(b"\n")) {
+            return Err(format!("unreadable line at byte {at}"));
+        }
+        Ok(())
+    }
+}
+
 impl Spool {
     /// Opens (or creates) the spool in `dir`, holding at most `max_pending` unacknowledged
     /// records and compacting once `compact_after` acknowledged bytes precede the first
@@ -221,48 +294,12 @@ impl Spool {
         File::open(&path)
             .and_then(|mut f| f.read_to_end(&mut data))
             .map_err(io(&path))?;
-        let mut pos = 0usize;
-        // The end of the last complete append, its last seq and cursor, and pending records.
-        let mut complete = (0usize, 0u64, None::<String>, 0u64);
-        let mut file_seq = 0u64;
-        let mut pending = 0;
-        let mut bad = None;
-        while pos < data.len() {
-            let Some(n) = data[pos..].iter().position(|b| *b == b'\n') else {
-                bad = Some(pos);
-                break;
-            };
-            let Ok(l) = serde_json::from_slice::<LineIn<'_>>(&data[pos..pos + n]) else {
-                bad = Some(pos);
-                break;
-            };
-            if ordered && l.seq <= file_seq {
-                return Err(SpoolError::Corrupt {
-                    path,
-                    detail: format!("seq {} after seq {file_seq}", l.seq),
-                });
-            }
-            file_seq = file_seq.max(l.seq);
-            if pos as u64 >= self.marker.offset {
-                pending += 1;
-            }
-            pos += n + 1;
-            if l.cursor.is_some() {
-                complete = (pos, l.seq, l.cursor, pending);
-            }
-        }
-        if let Some(at) = bad {
-            // Only the tail may be damaged: a full line must not follow the bad one.
-            let rest = &data[at..];
-            let lines_after = rest.iter().filter(|b| **b == b'\n').count();
-            if lines_after > 1 || (lines_after == 1 && !rest.ends_with(b"\n")) {
-                return Err(SpoolError::Corrupt {
-                    path,
-                    detail: format!("unreadable line at byte {at}"),
-                });
-            }
-        }
-        let (end, seq, cursor, pending) = complete;
+        let Scan {
+            end,
+            seq,
+            cursor,
+            pending,
+        } = Scan::of(&data, self.marker.offset, ordered, &path)?;
         if (end as u64) < self.marker.offset {
             return Err(SpoolError::Corrupt {
                 path,
@@ -287,6 +324,10 @@ impl Spool {
             self.marker.last_seq = seq;
             self.marker.last_cursor = cursor;
         }
+        debug_assert!(
+            self.marker.offset <= self.len,
+            "acknowledged within the file"
+        );
         Ok(())
     }
 
@@ -360,10 +401,16 @@ impl Spool {
             let _ = self.file.set_len(self.len);
             return Err(io(&path)(e));
         }
+        let before = self.marker.last_seq;
         self.len += buf.len() as u64;
         self.pending += envelopes.len() as u64;
         self.marker.last_seq = envelopes.last().expect("not empty").seq;
         self.marker.last_cursor = Some(cursor.to_owned());
+        debug_assert!(self.marker.last_seq > before, "seqs only grow");
+        debug_assert!(
+            self.pending() <= self.max_pending,
+            "the spool holds no more than its bound"
+        );
         Ok(())
     }
 
