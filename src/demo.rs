@@ -180,7 +180,9 @@ fn ensure_signer(
 ) -> Result<ed25519_dalek::SigningKey, DemoError> {
     let (key, _) = keyfile::read_or_create(&dir.join("keys").join(format!("{signer}.key")))?;
     let id = keys::key_id(&key.verifying_key());
-    let known = ledger.with_reader(|c| read::keys(c, Some(&[id.as_str()])))?;
+    let known = ledger
+        .reads()
+        .run(|c| read::keys(c, Some(&[id.as_str()])))?;
     if !known.iter().any(|k| k.signer == signer) {
         ledger.register_key(
             signer,
@@ -233,9 +235,10 @@ fn ensure_parties(ledger: &Ledger) -> Result<(), DemoError> {
 fn ensure_prices(ledger: &Ledger) -> Result<(), DemoError> {
     use gpuledger::core::rating::LeaseClass;
     use gpuledger::core::record::{Body, RateCard, RegionParameters};
-    let size = ledger.head()?.0;
+    let size = ledger.reads().head()?.0;
     if !ledger
-        .with_reader(|c| gpuledger::store::pricing::pricing_entries(c, size))?
+        .reads()
+        .run(|c| gpuledger::store::pricing::pricing_entries(c, size))?
         .is_empty()
     {
         return Ok(());
@@ -296,7 +299,7 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
     };
     let ledger = Arc::new(Ledger::open_with_high_water(&url, log_key, None, clock)?);
     ledger.set_invoice_pdf(demo_invoice_pdf());
-    print_banner(dir, resumed, ledger.head()?.0);
+    print_banner(dir, resumed, ledger.reads().head()?.0);
     let tokens = prepare_log(&ledger)?;
     let signers = ensure_signers(&ledger, dir)?;
     let witness = start_witness(dir, &ledger.info().verifier_key)?;
@@ -340,7 +343,7 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
     stop_progress.store(true, Ordering::SeqCst);
     started.stop()?;
     result?;
-    let size = ledger.head()?.0;
+    let size = ledger.reads().head()?.0;
     drop(ledger);
     drop(witness);
     eprintln!(
@@ -724,18 +727,19 @@ fn print_try(
 fn progress_line(ledger: &Ledger, stop: &AtomicBool) {
     let tty = std::io::stderr().is_terminal();
     let started = Instant::now();
-    let first = ledger.head().map_or(0, |h| h.0);
+    let first = ledger.reads().head().map_or(0, |h| h.0);
     let mut last_size = first;
     let mut printed = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_secs(1));
-        let size = ledger.head().map_or(last_size, |h| h.0);
+        let size = ledger.reads().head().map_or(last_size, |h| h.0);
         // Averaged over the whole run: agents report once per interval, so a one-second
         // window would mostly read zero.
         let rate = (size - first) as f64 / started.elapsed().as_secs_f64();
         last_size = size;
         let cosigned = ledger
-            .with_reader(store::cosignatures::cosigned_sizes)
+            .reads()
+            .run(store::cosignatures::cosigned_sizes)
             .ok()
             .and_then(|m| m.get(DEMO_WITNESS).copied())
             .unwrap_or(0);

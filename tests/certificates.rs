@@ -87,7 +87,8 @@ fn request(scope: Scope) -> CertificateRequest {
 fn bundle_of(ledger: &Ledger, cert: &Certificate) -> Vec<Vec<u8>> {
     let mut lines = Vec::new();
     ledger
-        .with_reader(|c| {
+        .reads()
+        .run(|c| {
             store_certs::write_certificate_bundle(c, cert, &mut |l| {
                 lines.push(l);
                 Ok(())
@@ -123,8 +124,11 @@ both_backends!(
     |db: &TestDb| {
         let ledger = open(db);
         scenario(&ledger);
-        let size_before = ledger.size().unwrap();
-        let cert = ledger.issue_certificate(request(Scope::default())).unwrap();
+        let size_before = ledger.reads().size().unwrap();
+        let cert = ledger
+            .issuance()
+            .certificate(request(Scope::default()))
+            .unwrap();
         assert_eq!(cert.id, "CERT-000001");
         // 8 × 3600 + 2 × 3600 west; 0.5 × 600 east; 12.5 kWh × 1.08 = 13.5; × 550 g = 7.425 kg.
         assert_eq!(cert.entries.count, 4);
@@ -155,14 +159,18 @@ both_backends!(
         // The checkpoint is of the log before the certificate_issued entry, which holds its hash.
         let anchor = bundle::anchor(&cert.checkpoint, &verifier_key()).unwrap();
         assert_eq!(anchor.size(), size_before);
-        let entry = &ledger.entries(size_before, size_before + 1).unwrap()[0];
+        let entry = &ledger
+            .reads()
+            .entries(size_before, size_before + 1)
+            .unwrap()[0];
         assert_eq!(entry.kind, "certificate_issued");
         let leaf = Leaf::from_bytes(&entry.leaf).unwrap();
         assert_eq!(leaf.envelope.body["certificate_sha256"], cert.sha256_hex());
         assert_eq!(leaf.envelope.body["id"], "CERT-000001");
         // Served JSON reads back to the same certificate.
         let (tenant, json) = ledger
-            .with_reader(|c| store_certs::get(c, "CERT-000001"))
+            .reads()
+            .run(|c| store_certs::get(c, "CERT-000001"))
             .unwrap()
             .unwrap();
         assert_eq!(tenant, "acme");
@@ -193,7 +201,8 @@ both_backends!(
         let ledger = open(db);
         scenario(&ledger);
         let lease = ledger
-            .issue_certificate(request(Scope {
+            .issuance()
+            .certificate(request(Scope {
                 lease: Some("l1".into()),
                 ..Scope::default()
             }))
@@ -208,7 +217,8 @@ both_backends!(
         );
         verify(&lease, &bundle_of(&ledger, &lease)).unwrap();
         let nodes = ledger
-            .issue_certificate(request(Scope {
+            .issuance()
+            .certificate(request(Scope {
                 nodes: Some(vec!["node-2".into()]),
                 ..Scope::default()
             }))
@@ -218,15 +228,16 @@ both_backends!(
             (1, dec("300"))
         );
         let region = ledger
-            .issue_certificate(request(Scope {
+            .issuance()
+            .certificate(request(Scope {
                 region: Some("west".into()),
                 ..Scope::default()
             }))
             .unwrap();
         assert_eq!((region.entries.count, region.totals.kwh), (3, dec("12.5")));
         verify(&region, &bundle_of(&ledger, &region)).unwrap();
-        let size = ledger.size().unwrap();
-        let nothing = ledger.issue_certificate(request(Scope {
+        let size = ledger.reads().size().unwrap();
+        let nothing = ledger.issuance().certificate(request(Scope {
             region: Some("north".into()),
             ..Scope::default()
         }));
@@ -235,16 +246,18 @@ both_backends!(
             "{nothing:?}"
         );
         assert_eq!(
-            ledger.size().unwrap(),
+            ledger.reads().size().unwrap(),
             size,
             "a refused certificate changes nothing"
         );
         let list = ledger
-            .with_reader(|c| store_certs::list(c, Some("acme")))
+            .reads()
+            .run(|c| store_certs::list(c, Some("acme")))
             .unwrap();
         assert_eq!(list.len(), 3);
         assert!(ledger
-            .with_reader(|c| store_certs::list(c, Some("globex")))
+            .reads()
+            .run(|c| store_certs::list(c, Some("globex")))
             .unwrap()
             .is_empty());
     }
@@ -293,8 +306,8 @@ fn set_end(lines: &mut [Vec<u8>]) {
 
 /// The line of entry `index` of the ledger, with its proof in the tree of `size`.
 fn line_of(ledger: &Ledger, index: u64, size: u64) -> Vec<u8> {
-    let row = &ledger.entries(index, index + 1).unwrap()[0];
-    let proof = ledger.inclusion_proof(index, size).unwrap();
+    let row = &ledger.reads().entries(index, index + 1).unwrap()[0];
+    let proof = ledger.reads().inclusion_proof(index, size).unwrap();
     let mut l = bundle::entry_line(index, &row.leaf, &proof);
     l.pop();
     l
@@ -305,7 +318,10 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
     let db = sqlite();
     let ledger = open(&db);
     scenario(&ledger);
-    let cert = ledger.issue_certificate(request(Scope::default())).unwrap();
+    let cert = ledger
+        .issuance()
+        .certificate(request(Scope::default()))
+        .unwrap();
     let lines = bundle_of(&ledger, &cert);
     let key = log_key();
     let size = bundle::anchor(&cert.checkpoint, &verifier_key())
@@ -466,7 +482,7 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
     // Pointed at an older checkpoint (re-signed by the key holder): later records are not in it.
     let signer = LogSigner::new(ORIGIN, key.clone()).unwrap();
     let old_size = 12;
-    let old_note = signer.sign_checkpoint(old_size, &ledger.root_at(old_size).unwrap());
+    let old_note = signer.sign_checkpoint(old_size, &ledger.reads().root_at(old_size).unwrap());
     let mut c = cert.clone();
     c.checkpoint = old_note.clone();
     let c = resign(c, &key);
@@ -499,7 +515,7 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
     );
     let forged_note = LogSigner::new(ORIGIN, other)
         .unwrap()
-        .sign_checkpoint(size, &ledger.root_at(size).unwrap());
+        .sign_checkpoint(size, &ledger.reads().root_at(size).unwrap());
     let mut t = lines.clone();
     let mut h = parse(&t[0]);
     h["checkpoint"] = forged_note.into();
@@ -685,7 +701,8 @@ fn bundle_file(
 ) -> Vec<u8> {
     let mut file = Vec::new();
     ledger
-        .with_reader(|c| {
+        .reads()
+        .run(|c| {
             write(c, &mut |l| {
                 assert_eq!(l.last(), Some(&b'\n'), "every line ends with LF");
                 file.extend_from_slice(&l);
@@ -707,7 +724,10 @@ fn write_artefacts(dir: &std::path::Path) {
     let ledger = open(&db);
     scenario(&ledger);
     let old = ledger.checkpoint().unwrap().1;
-    let cert = ledger.issue_certificate(request(Scope::default())).unwrap();
+    let cert = ledger
+        .issuance()
+        .certificate(request(Scope::default()))
+        .unwrap();
     let lines = bundle_of(&ledger, &cert);
     std::fs::create_dir_all(dir.join("consistency")).unwrap();
     std::fs::write(dir.join("certificate.json"), cert.to_canonical_json()).unwrap();
@@ -743,7 +763,7 @@ fn write_artefacts(dir: &std::path::Path) {
             }))
             .unwrap();
     }
-    let invoices = ledger.issue_invoices("acme", period()).unwrap();
+    let invoices = ledger.issuance().invoices("acme", period()).unwrap();
     assert_eq!(invoices.len(), 1, "one currency, one invoice");
     let invoice = &invoices[0];
     let (json, _) = store_invoices::invoice_json(invoice).unwrap();
@@ -766,11 +786,16 @@ fn write_artefacts(dir: &std::path::Path) {
     )
     .unwrap();
     let signer = LogSigner::new(ORIGIN, log_key()).unwrap();
-    let older = signer.sign_checkpoint(6, &ledger.root_at(6).unwrap());
+    let older = signer.sign_checkpoint(6, &ledger.reads().root_at(6).unwrap());
     std::fs::write(dir.join("older_checkpoint.txt"), older).unwrap();
     let (new_size, new) = ledger.checkpoint().unwrap();
     let old_size = bundle::anchor(&old, &verifier_key()).unwrap().size();
-    let proof = merkle::encode_proof(&ledger.consistency_proof(old_size, new_size).unwrap());
+    let proof = merkle::encode_proof(
+        &ledger
+            .reads()
+            .consistency_proof(old_size, new_size)
+            .unwrap(),
+    );
     std::fs::write(dir.join("consistency/old.txt"), old).unwrap();
     std::fs::write(dir.join("consistency/new.txt"), new).unwrap();
     std::fs::write(
@@ -1004,7 +1029,8 @@ both_backends!(
             let ledger = open(db);
             scenario(&ledger);
             ledger
-                .with_reader(|c| {
+                .reads()
+                .run(|c| {
                     access::create_tenant(c, "acme", "Acme")?;
                     access::create_tenant(c, "globex", "Globex")?;
                     let t = |c: &mut _, r, t| access::create_token(c, r, t, "test").map(|x| x.1);

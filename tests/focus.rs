@@ -183,10 +183,11 @@ fn scenario(db: &TestDb) -> Issued {
             ])
             .unwrap(),
     );
-    let acme_day0 = ledger.issue_invoices("acme", day(0)).unwrap();
-    let beta_day0 = ledger.issue_invoices("beta", day(0)).unwrap();
+    let acme_day0 = ledger.issuance().invoices("acme", day(0)).unwrap();
+    let beta_day0 = ledger.issuance().invoices("beta", day(0)).unwrap();
     let certificate = ledger
-        .issue_certificate(CertificateRequest {
+        .issuance()
+        .certificate(CertificateRequest {
             tenant: "acme".into(),
             period: day(0),
             scope: Scope::default(),
@@ -207,8 +208,9 @@ fn scenario(db: &TestDb) -> Issued {
             ])
             .unwrap(),
     );
-    let acme_day1 = ledger.issue_invoices("acme", day(1)).unwrap();
+    let acme_day1 = ledger.issuance().invoices("acme", day(1)).unwrap();
     let credit_index = ledger
+        .issuance()
         .settle(Body::CreditNote(Settlement {
             tenant: "acme".into(),
             invoice: acme_day0[0].number.clone(),
@@ -218,6 +220,7 @@ fn scenario(db: &TestDb) -> Issued {
         }))
         .unwrap();
     ledger
+        .issuance()
         .settle(Body::Payment(Settlement {
             tenant: "acme".into(),
             invoice: acme_day0[0].number.clone(),

@@ -99,7 +99,8 @@ fn use_gpu(
 fn recomputed(ledger: &Ledger, inv: &InvoiceDoc) -> Result<InvoiceDoc, bundle::Failure> {
     let mut lines = Vec::new();
     ledger
-        .with_reader(|c| {
+        .reads()
+        .run(|c| {
             invoices::write_invoice_bundle_as(c, inv, bundle::Format::V3, &mut |mut l| {
                 l.pop();
                 lines.push(l);
@@ -142,7 +143,7 @@ both_backends!(
             .unwrap();
         // 656 GPU-seconds at 18.5 per GPU-hour: 0.182222 GPU-h, net 3.37, VAT 0.20, gross 3.57.
         use_gpu(&ledger, &node, "acme", 1, 0, 656);
-        let issued = ledger.issue_invoices("acme", day(0)).unwrap();
+        let issued = ledger.issuance().invoices("acme", day(0)).unwrap();
         let inv = &issued[0];
         assert_eq!(inv.format, "gpuledger-invoice/v2");
         let l = &inv.lines[0];
@@ -194,7 +195,8 @@ both_backends!(
         assert_eq!(inv.due_at.unix() - inv.issued_at.unix(), 14 * 86_400);
         // The log's entry records the gross total; the stored JSON reads back as this document.
         let (_, json) = ledger
-            .with_reader(|c| invoices::get(c, &inv.number))
+            .reads()
+            .run(|c| invoices::get(c, &inv.number))
             .unwrap()
             .unwrap();
         let doc = from_json(&json).unwrap();
@@ -253,7 +255,11 @@ both_backends!(
 both_backends!(version_1_invoices_still_verify, |db: &TestDb| {
     let (ledger, node) = ledger_with(db, &["acme"]);
     use_gpu(&ledger, &node, "acme", 1, 0, 656);
-    let inv = ledger.issue_invoices("acme", day(0)).unwrap().remove(0);
+    let inv = ledger
+        .issuance()
+        .invoices("acme", day(0))
+        .unwrap()
+        .remove(0);
     let v1 = format!(
         r#"{{"checkpoint_root":"{}","checkpoint_size":{},"currency":"CNY","issued_at":"{}","lines":[{{"amount":"3.37","class":"on_demand","gpu_model":"H100","kind":"gpu","quantity":"656","records":1,"region":"west","unit":"GPU-s","unit_price":"18.5"}}],"log_origin":"{}","number":"{}","period":{{"from":"{}","to":"{}"}},"tenant":"acme","total":"3.37"}}"#,
         inv.checkpoint_root,
@@ -276,7 +282,11 @@ both_backends!(
     |db: &TestDb| {
         let (ledger, node) = ledger_with(db, &["acme"]);
         use_gpu(&ledger, &node, "acme", 1, 0, 656);
-        let inv = ledger.issue_invoices("acme", day(0)).unwrap().remove(0);
+        let inv = ledger
+            .issuance()
+            .invoices("acme", day(0))
+            .unwrap()
+            .remove(0);
         assert_eq!(inv.total.to_string(), "3.37");
         let pay = |amount: &str| {
             Body::Payment(Settlement {
@@ -287,15 +297,16 @@ both_backends!(
                 note: "wire 7731".into(),
             })
         };
-        let size = ledger.head().unwrap().0;
-        match ledger.settle(pay("148.00")) {
+        let size = ledger.reads().head().unwrap().0;
+        match ledger.issuance().settle(pay("148.00")) {
             Err(StoreError::Overpayment { open, .. }) => assert_eq!(open.to_string(), "3.37"),
             other => panic!("{other:?}"),
         }
-        assert_eq!(ledger.head().unwrap().0, size, "nothing written");
-        ledger.settle(pay("1.00")).unwrap();
+        assert_eq!(ledger.reads().head().unwrap().0, size, "nothing written");
+        ledger.issuance().settle(pay("1.00")).unwrap();
         let account = |l: &Ledger| {
-            l.with_reader(|c| invoices::account(c, &inv.number, l.now()))
+            l.reads()
+                .run(|c| invoices::account(c, &inv.number, l.now()))
                 .unwrap()
         };
         let a = account(&ledger);
@@ -305,10 +316,13 @@ both_backends!(
         );
         // Above the open balance of 2.37: refused, naming it; with excess=credit recorded.
         assert!(matches!(
-            ledger.settle(pay("2.38")),
+            ledger.issuance().settle(pay("2.38")),
             Err(StoreError::Overpayment { open, .. }) if open == dec("2.37")
         ));
-        ledger.settle_with_excess(pay("5.00"), true).unwrap();
+        ledger
+            .issuance()
+            .settle_with_excess(pay("5.00"), true)
+            .unwrap();
         let a = account(&ledger);
         assert_eq!(
             (
@@ -327,7 +341,8 @@ both_backends!(
         assert_eq!(a.settlements.len(), 2);
         assert_eq!(a.settlements[1].note, "wire 7731");
         let b = ledger
-            .with_reader(|c| invoices::balances(c, "acme"))
+            .reads()
+            .run(|c| invoices::balances(c, "acme"))
             .unwrap();
         let cny = &b.by_currency["CNY"];
         assert_eq!(
@@ -337,7 +352,11 @@ both_backends!(
         // An exact payment of the rest is fine, and then the invoice is paid.
         let inv2 = {
             use_gpu(&ledger, &node, "acme", 2, 1, 3600);
-            ledger.issue_invoices("acme", day(1)).unwrap().remove(0)
+            ledger
+                .issuance()
+                .invoices("acme", day(1))
+                .unwrap()
+                .remove(0)
         };
         let pay2 = Body::Payment(Settlement {
             invoice: inv2.number.clone(),
@@ -347,20 +366,22 @@ both_backends!(
                 _ => unreachable!(),
             }
         });
-        ledger.settle(pay2).unwrap();
+        ledger.issuance().settle(pay2).unwrap();
         let a2 = ledger
-            .with_reader(|c| invoices::account(c, &inv2.number, ledger.now()))
+            .reads()
+            .run(|c| invoices::account(c, &inv2.number, ledger.now()))
             .unwrap();
         assert_eq!(a2.status, AccountStatus::Paid);
         let listed = ledger
-            .with_reader(|c| invoices::list(c, Some("acme")))
+            .reads()
+            .run(|c| invoices::list(c, Some("acme")))
             .unwrap();
         assert_eq!(
             listed.iter().map(|s| s.status).collect::<Vec<_>>(),
             [AccountStatus::Overpaid, AccountStatus::Paid]
         );
         // The admin's list of every tenant reads the same accounts.
-        let all = ledger.with_reader(|c| invoices::list(c, None)).unwrap();
+        let all = ledger.reads().run(|c| invoices::list(c, None)).unwrap();
         assert_eq!(
             all.iter()
                 .map(|s| (s.number.clone(), s.paid, s.balance_due, s.status))
@@ -376,7 +397,8 @@ both_backends!(
 
 fn numbers(ledger: &Ledger) -> Vec<String> {
     ledger
-        .with_reader(|c| invoices::list(c, None))
+        .reads()
+        .run(|c| invoices::list(c, None))
         .unwrap()
         .into_iter()
         .map(|s| s.number)
@@ -398,12 +420,12 @@ both_backends!(
         let mut far = vat();
         far.payment_terms_days = u32::MAX;
         ledger.set_invoicing(far);
-        let size = ledger.head().unwrap().0;
+        let size = ledger.reads().head().unwrap().0;
         assert!(matches!(
-            ledger.issue_invoices("acme", day(0)),
+            ledger.issuance().invoices("acme", day(0)),
             Err(StoreError::Refused(m)) if m.contains("9999")
         ));
-        assert_eq!(ledger.head().unwrap().0, size);
+        assert_eq!(ledger.reads().head().unwrap().0, size);
         ledger.set_invoicing(vat());
         // Between computing and issuing, another invoice is issued (the hook): the first attempt
         // is overtaken, recomputed, and takes the next number.
@@ -412,26 +434,26 @@ both_backends!(
         invoices::set_issue_hook(Some(Box::new(move |attempt| {
             if attempt == 1 {
                 invoices::set_issue_hook(None);
-                inner.issue_invoices("beta", day(0)).unwrap();
+                inner.issuance().invoices("beta", day(0)).unwrap();
             }
         })));
-        let acme = l2.issue_invoices("acme", day(0)).unwrap();
+        let acme = l2.issuance().invoices("acme", day(0)).unwrap();
         invoices::set_issue_hook(None);
         assert_eq!(acme[0].number, "INV-000002");
         // An issue refused (the period is invoiced already) uses no number either.
         assert!(matches!(
-            l2.issue_invoices("acme", day(0)),
+            l2.issuance().invoices("acme", day(0)),
             Err(StoreError::AlreadyExists(_))
         ));
         use_gpu(&l2, &node, "acme", 3, 1, 3600);
         assert_eq!(
-            l2.issue_invoices("acme", day(1)).unwrap()[0].number,
+            l2.issuance().invoices("acme", day(1)).unwrap()[0].number,
             "INV-000003"
         );
         assert_eq!(numbers(&l2), expected(3));
         // Each number's document names the number its log entry names.
         for n in expected(3) {
-            let (_, json) = l2.with_reader(|c| invoices::get(c, &n)).unwrap().unwrap();
+            let (_, json) = l2.reads().run(|c| invoices::get(c, &n)).unwrap().unwrap();
             assert_eq!(from_json(&json).unwrap().number(), n);
         }
         verified(&db.url);
@@ -455,7 +477,7 @@ both_backends!(
                 std::thread::spawn(move || {
                     // Busy (the log kept changing) is an answer to retry, as clients do.
                     loop {
-                        match l.issue_invoices(&t, day(0)) {
+                        match l.issuance().invoices(&t, day(0)) {
                             Err(StoreError::Busy(_)) => continue,
                             r => break r.unwrap(),
                         }
@@ -482,16 +504,16 @@ both_backends!(an_open_period_is_not_invoiced, |db: &TestDb| {
     let (ledger, node) = ledger_with(db, &["acme"]);
     use_gpu(&ledger, &node, "acme", 1, 0, 656);
     let now = Timestamp::now();
-    let size = ledger.size().unwrap();
+    let size = ledger.reads().size().unwrap();
     let open = Period {
         from: at(0),
         to: now.plus(3_600),
     };
-    match ledger.issue_invoices("acme", open) {
+    match ledger.issuance().invoices("acme", open) {
         Err(StoreError::PeriodNotEnded { to, .. }) => assert_eq!(to, open.to),
         other => panic!("an open period was invoiced: {other:?}"),
     }
-    assert_eq!(ledger.size().unwrap(), size, "nothing written");
+    assert_eq!(ledger.reads().size().unwrap(), size, "nothing written");
     assert!(numbers(&ledger).is_empty());
     // Ended, but less than the policy's skew (300 s) ago: a spot price of its last minutes may
     // still be published on time, so it is not closed yet, and says from when it is.
@@ -499,19 +521,19 @@ both_backends!(an_open_period_is_not_invoiced, |db: &TestDb| {
         from: at(0),
         to: ledger.now().plus(-299),
     };
-    match ledger.issue_invoices("acme", ending) {
+    match ledger.issuance().invoices("acme", ending) {
         Err(StoreError::PeriodNotEnded { to, closes_at, .. }) => {
             assert_eq!(to, ending.to);
             assert_eq!(closes_at, ending.to.plus(300));
         }
         other => panic!("a period ended 299 s ago was invoiced: {other:?}"),
     }
-    assert_eq!(ledger.size().unwrap(), size, "nothing written");
+    assert_eq!(ledger.reads().size().unwrap(), size, "nothing written");
     // Ended by the skew or more: closed.
     let closed = Period {
         from: at(0),
         to: ledger.now().plus(-300),
     };
-    assert_eq!(ledger.issue_invoices("acme", closed).unwrap().len(), 1);
+    assert_eq!(ledger.issuance().invoices("acme", closed).unwrap().len(), 1);
     verified(&db.url);
 });

@@ -44,7 +44,8 @@ fn append_one_by_one<const N: usize>(
 
 fn assert_verifies(ledger: &gpuledger::store::Ledger) -> verify::Report {
     ledger
-        .with_reader(|c| Ok(verify::verify_log(c, None, &mut |_, _| {})))
+        .reads()
+        .run(|c| Ok(verify::verify_log(c, None, &mut |_, _| {})))
         .unwrap()
         .unwrap_or_else(|e| panic!("verify-log failed: {e}"))
 }
@@ -54,7 +55,7 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
     let k = signer(&ledger, "node-1", Role::Node);
     parties(&ledger, &["t1", "t2", "t9"]);
     // Indexes below are relative to the entry before the first record.
-    let b0 = ledger.size().unwrap() - 1;
+    let b0 = ledger.reads().size().unwrap() - 1;
     let a = sample::usage("node-1", &k, 1, "t1", Decimal::from(8), slot(1));
     let b = sample::usage("node-1", &k, 2, "t1", Decimal::from(8), slot(2));
     let out = ledger.append(vec![a.clone(), b.clone()]).unwrap();
@@ -96,12 +97,12 @@ both_backends!(accepts_dedupes_and_keeps_conflicts, |db: &TestDb| {
     );
 
     // A different record under seq 2: conflict, kept as evidence, log unchanged.
-    let size_before = ledger.head().unwrap().0;
+    let size_before = ledger.reads().head().unwrap().0;
     let other = sample::usage("node-1", &k, 2, "t2", Decimal::from(4), slot(2));
     let out = ledger.append(vec![other]).unwrap();
     assert_eq!(reason(&out[0]), Reason::Conflict);
-    assert_eq!(ledger.head().unwrap().0, size_before);
-    assert_eq!(ledger.with_reader(read::conflict_count).unwrap(), 1);
+    assert_eq!(ledger.reads().head().unwrap().0, size_before);
+    assert_eq!(ledger.reads().run(read::conflict_count).unwrap(), 1);
 
     // Gaps are allowed and reported.
     let d = sample::usage("node-1", &k, 7, "t1", Decimal::from(1), slot(7));
@@ -387,7 +388,7 @@ both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
             Reason::InvalidField,
         ),
     ];
-    let size = ledger.head().unwrap().0;
+    let size = ledger.reads().head().unwrap().0;
     let (names, envs): (Vec<_>, Vec<_>) = cases.iter().map(|(n, e, _)| (*n, e.clone())).unzip();
     let outs = ledger.append(envs).unwrap();
     for ((name, (_, _, want)), out) in names.iter().zip(&cases).zip(&outs) {
@@ -396,7 +397,11 @@ both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
             "case {name}: want {want:?}, got {out:?}"
         );
     }
-    assert_eq!(ledger.head().unwrap().0, size, "rejections append nothing");
+    assert_eq!(
+        ledger.reads().head().unwrap().0,
+        size,
+        "rejections append nothing"
+    );
     // The valid record still goes in after all that.
     assert!(matches!(
         ledger.append(vec![good]).unwrap()[0],
@@ -494,15 +499,18 @@ both_backends!(batch_limit_is_enforced, |db: &TestDb| {
     let ledger = open(db);
     let k = signer(&ledger, "node-1", Role::Node);
     parties(&ledger, &["t"]);
-    let base = ledger.head().unwrap().0;
+    let base = ledger.reads().head().unwrap().0;
     let batch: Vec<_> = usage_run("node-1", &k, "t", 1..=MAX_APPEND_BATCH as u64 + 1);
     assert!(
         matches!(ledger.append(batch.clone()), Err(StoreError::BatchTooLarge(n, MAX_APPEND_BATCH)) if n == MAX_APPEND_BATCH + 1)
     );
-    assert_eq!(ledger.head().unwrap().0, base);
+    assert_eq!(ledger.reads().head().unwrap().0, base);
     let outs = ledger.append(batch[..MAX_APPEND_BATCH].to_vec()).unwrap();
     assert!(outs.iter().all(|o| matches!(o, Outcome::Accepted { .. })));
-    assert_eq!(ledger.head().unwrap().0, base + MAX_APPEND_BATCH as u64);
+    assert_eq!(
+        ledger.reads().head().unwrap().0,
+        base + MAX_APPEND_BATCH as u64
+    );
 });
 
 /// RFC 6962 §2.1 by recursion over leaf hashes.
@@ -523,37 +531,38 @@ both_backends!(stored_tree_matches_rfc6962_for_every_size, |db: &TestDb| {
     parties(&ledger, &["t"]);
     // Appends of varying batch sizes, so group boundaries fall everywhere.
     let mut seq = 0u64;
-    let mut sizes = vec![ledger.size().unwrap()];
+    let mut sizes = vec![ledger.reads().size().unwrap()];
     for n in [1u64, 2, 3, 1, 7, 16, 1, 33, 64, 5, 100, 30] {
         ledger
             .append(usage_run("node-1", &k, "t", seq + 1..=seq + n))
             .unwrap();
         seq += n;
-        sizes.push(ledger.head().unwrap().0);
+        sizes.push(ledger.reads().head().unwrap().0);
     }
-    let size = ledger.head().unwrap().0;
+    let size = ledger.reads().head().unwrap().0;
     let leaves: Vec<Hash> = ledger
+        .reads()
         .entries(0, size)
         .unwrap()
         .iter()
         .map(|r| merkle::leaf_hash(&r.leaf))
         .collect();
     for n in 1..=size {
-        let root = ledger.root_at(n).unwrap();
+        let root = ledger.reads().root_at(n).unwrap();
         assert_eq!(root, mth(&leaves[..n as usize]), "root at size {n}");
         for i in [0, n / 2, n - 1] {
-            let p = ledger.inclusion_proof(i, n).unwrap();
+            let p = ledger.reads().inclusion_proof(i, n).unwrap();
             merkle::check_record(&p, n, root, i, leaves[i as usize]).unwrap();
         }
         for m in [1, n / 3 + 1, n] {
-            let p = ledger.consistency_proof(m, n).unwrap();
+            let p = ledger.reads().consistency_proof(m, n).unwrap();
             merkle::check_tree(&p, n, root, m, mth(&leaves[..m as usize])).unwrap();
         }
     }
     assert!(sizes.windows(2).all(|w| w[0] < w[1]));
-    assert!(ledger.inclusion_proof(size, size).is_err());
-    assert!(ledger.consistency_proof(0, size).is_err());
-    assert!(ledger.consistency_proof(1, size + 1).is_err());
+    assert!(ledger.reads().inclusion_proof(size, size).is_err());
+    assert!(ledger.reads().consistency_proof(0, size).is_err());
+    assert!(ledger.reads().consistency_proof(1, size + 1).is_err());
 });
 
 both_backends!(checkpoints_are_signed_and_consistent, |db: &TestDb| {
@@ -572,9 +581,12 @@ both_backends!(checkpoints_are_signed_and_consistent, |db: &TestDb| {
     let c1 = gpuledger::core::checkpoint::verify_checkpoint(note1.as_bytes(), &vkey).unwrap();
     let c2 = gpuledger::core::checkpoint::verify_checkpoint(note2.as_bytes(), &vkey).unwrap();
     assert_eq!(c2.origin(), "test.gpuledger/log");
-    let p = ledger.consistency_proof(s1, s2).unwrap();
+    let p = ledger.reads().consistency_proof(s1, s2).unwrap();
     merkle::check_tree(&p, s2, *c2.hash(), s1, *c1.hash()).unwrap();
-    assert_eq!(ledger.latest_checkpoint().unwrap(), Some((s2, note2)));
+    assert_eq!(
+        ledger.reads().latest_checkpoint().unwrap(),
+        Some((s2, note2))
+    );
     let report = assert_verifies(&ledger);
     // The two signed here, and the one opening the log signed (of its log policy entry).
     assert_eq!(report.checkpoints, 3);
@@ -645,10 +657,11 @@ both_backends!(
         parties(&ledger, &["t1"]);
         let usage = |seq| sample::usage("node-1", &k, seq, "t1", Decimal::from(8), slot(seq));
         ledger.append(vec![usage(1), usage(2)]).unwrap();
-        let size = ledger.size().unwrap();
+        let size = ledger.reads().size().unwrap();
         let mut appended = 0;
         let report = ledger
-            .with_reader(|c| {
+            .reads()
+            .run(|c| {
                 Ok(verify::verify_log(c, None, &mut |_, _| {
                     // Between verify-log's pages: the ledger appends and commits.
                     let out = ledger.append(vec![usage(3 + appended)]).unwrap();
@@ -660,7 +673,7 @@ both_backends!(
             .unwrap_or_else(|e| panic!("verify-log on a live log: {e}"));
         assert!(appended > 0);
         assert_eq!(report.size, size);
-        assert_eq!(ledger.size().unwrap(), size + appended);
+        assert_eq!(ledger.reads().size().unwrap(), size + appended);
         assert_eq!(assert_verifies(&ledger).size, size + appended);
     }
 );
@@ -747,7 +760,8 @@ both_backends!(events_without_subscribers_write_nothing, |db: &TestDb| {
         )
         .unwrap();
     let (events, deliveries): (i64, i64) = ledger
-        .with_reader(|c| {
+        .reads()
+        .run(|c| {
             Ok((
                 webhook_events::table.count().get_result(c)?,
                 webhook_deliveries::table.count().get_result(c)?,
@@ -816,7 +830,7 @@ both_backends!(
         let ledger = std::sync::Arc::new(open(db));
         let k = signer(&ledger, "node-1", Role::Node);
         parties(&ledger, &["t1"]);
-        let before = ledger.size().unwrap();
+        let before = ledger.reads().size().unwrap();
         // Hold the log's head: the sequencer's first transaction waits for it.
         let mut blocker = gpuledger::store::connect(&db.url).unwrap();
         let hold = if db.backend == "sqlite" {
@@ -871,7 +885,7 @@ both_backends!(
         assert!(busy >= 1, "nothing was answered busy ({accepted} accepted)");
         assert_eq!(accepted + busy, n);
         assert_eq!(
-            ledger.size().unwrap(),
+            ledger.reads().size().unwrap(),
             before + accepted,
             "each accepted write once"
         );
@@ -879,3 +893,38 @@ both_backends!(
         verified(&db.url);
     }
 );
+
+// Every read outside the sequencer runs on a read-only connection: the database itself refuses
+// a write made through the read door, and nothing changes.
+both_backends!(the_read_door_cannot_write, |db: &TestDb| {
+    use diesel::connection::SimpleConnection;
+    let ledger = open(db);
+    parties(&ledger, &["t1"]);
+    let before = ledger.reads().head().unwrap();
+    for write in [
+        "UPDATE log_head SET size = size + 1",
+        "DELETE FROM entries",
+        "CREATE TABLE sneaky (x INTEGER)",
+    ] {
+        let r = ledger.reads().run(|c| Ok(c.batch_execute(write)?));
+        assert!(r.is_err(), "{write} succeeded on a read connection");
+    }
+    // A connection opened when the pool is empty is sealed too: nested reads each take
+    // another connection.
+    let refused = ledger
+        .reads()
+        .run(|_| {
+            ledger.reads().run(|_| {
+                ledger.reads().run(|c| {
+                    Ok(c.batch_execute("UPDATE log_head SET size = size + 1")
+                        .is_err())
+                })
+            })
+        })
+        .unwrap();
+    assert!(refused, "a newly opened read connection wrote");
+    assert_eq!(ledger.reads().head().unwrap(), before);
+    // Writes through the sequencer still work.
+    parties(&ledger, &["t2"]);
+    assert!(ledger.reads().size().unwrap() > before.0);
+});

@@ -1073,6 +1073,7 @@ both_backends!(checkpoints_are_listed_and_paged, |db: &TestDb| {
     let ledger = open(db);
     // Opening a new log signs its first checkpoint (of the log policy entry).
     let opened = ledger
+        .reads()
         .latest_checkpoint()
         .unwrap()
         .expect("signed on open")
@@ -1087,7 +1088,7 @@ both_backends!(checkpoints_are_listed_and_paged, |db: &TestDb| {
     let vkey = ledger.info().verifier_key.clone();
     let roots: Vec<String> = sizes
         .iter()
-        .map(|s| merkle::encode_hash(&ledger.root_at(*s).unwrap()))
+        .map(|s| merkle::encode_hash(&ledger.reads().root_at(*s).unwrap()))
         .collect();
     drop(ledger);
     let dir = tempfile::tempdir().unwrap();
@@ -1182,6 +1183,7 @@ both_backends!(publish_dir_gets_every_checkpoint, |db: &TestDb| {
     use std::os::unix::fs::PermissionsExt;
     let ledger = open(db);
     let opened = ledger
+        .reads()
         .latest_checkpoint()
         .unwrap()
         .expect("signed on open")
@@ -1208,7 +1210,7 @@ both_backends!(publish_dir_gets_every_checkpoint, |db: &TestDb| {
     for (size, note) in &files {
         let cp = verify_checkpoint(note.as_bytes(), &vkey).unwrap();
         assert_eq!(cp.size(), *size);
-        assert_eq!(*cp.hash(), ledger.root_at(*size).unwrap());
+        assert_eq!(*cp.hash(), ledger.reads().root_at(*size).unwrap());
     }
     let latest = read(&publish.join("checkpoint"));
     assert_eq!(

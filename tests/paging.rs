@@ -191,9 +191,13 @@ fn scenario(ledger: &Ledger) -> Tokens {
     }
     for (tenant, hours) in [("acme", 0..5), ("globex", 0..2)] {
         for h in hours {
-            assert_eq!(ledger.issue_invoices(tenant, hour(h)).unwrap().len(), 1);
+            assert_eq!(
+                ledger.issuance().invoices(tenant, hour(h)).unwrap().len(),
+                1
+            );
             ledger
-                .issue_certificate(CertificateRequest {
+                .issuance()
+                .certificate(CertificateRequest {
                     tenant: tenant.into(),
                     period: hour(h),
                     scope: Scope::default(),

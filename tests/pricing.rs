@@ -170,9 +170,10 @@ fn golden_log(db: &TestDb) -> gpuledger::store::Ledger {
 
 both_backends!(golden_scenario_rated_from_the_log, |db: &TestDb| {
     let ledger = golden_log(db);
-    let size = ledger.head().unwrap().0;
+    let size = ledger.reads().head().unwrap().0;
     let rater = ledger
-        .with_reader(|c| pricing::rate_period(c, "acme", at(0), at(86_400), size))
+        .reads()
+        .run(|c| pricing::rate_period(c, "acme", at(0), at(86_400), size))
         .unwrap();
     let (lines, unpriced) = rater.finish();
     let cny = &lines["CNY"];
@@ -188,7 +189,8 @@ both_backends!(golden_scenario_rated_from_the_log, |db: &TestDb| {
     assert_eq!(recomputed, rating::total(cny));
     // Prices as of an earlier log size (before the spot prices) leave the spot usage unpriced.
     let early = ledger
-        .with_reader(|c| pricing::rate_period(c, "acme", at(0), at(86_400), 7))
+        .reads()
+        .run(|c| pricing::rate_period(c, "acme", at(0), at(86_400), 7))
         .unwrap();
     // As of log size 7 no usage had been logged yet: a bound that leaked would rate it.
     let (lines, unpriced) = early.finish();
@@ -249,7 +251,7 @@ both_backends!(prices_change_only_forward, |db: &TestDb| {
     assert!(
         matches!(&out[0], Outcome::Rejected(r) if r.reason == gpuledger::core::rejection::Reason::RoleNotAllowed)
     );
-    let size = ledger.head().unwrap().0;
+    let size = ledger.reads().head().unwrap().0;
     verified(&db.url);
     assert_eq!(
         size, 8,
@@ -564,7 +566,7 @@ both_backends!(
         };
         // Not in the past? day2 must end before now: recent_day() is 3 days back, so both days are past.
         assert_accepted(&ledger.append(vec![rec(1, 0, "8")]).unwrap());
-        let first = ledger.issue_invoices("acme", day1).unwrap();
+        let first = ledger.issuance().invoices("acme", day1).unwrap();
         assert_eq!(first.len(), 1);
         let inv1 = &first[0];
         assert_eq!(
@@ -575,17 +577,18 @@ both_backends!(
         // The issued invoice is in the log, by hash, and the log still verifies.
         let (json, hash) = gpuledger::store::invoices::invoice_json(inv1).unwrap();
         let stored = ledger
-            .with_reader(|c| gpuledger::store::invoices::get(c, "INV-000001"))
+            .reads()
+            .run(|c| gpuledger::store::invoices::get(c, "INV-000001"))
             .unwrap()
             .unwrap();
         assert_eq!(stored.1, json);
-        let size = ledger.head().unwrap().0;
-        let entries = ledger.entries(0, size).unwrap();
+        let size = ledger.reads().head().unwrap().0;
+        let entries = ledger.reads().entries(0, size).unwrap();
         let issued = entries.iter().find(|e| e.kind == "invoice_issued").unwrap();
         assert!(String::from_utf8_lossy(&issued.leaf).contains(&hash));
         // Issuing an overlapping period again is refused.
         assert!(matches!(
-            ledger.issue_invoices("acme", day1),
+            ledger.issuance().invoices("acme", day1),
             Err(StoreError::AlreadyExists(_))
         ));
         // A late record for day 1 and usage on day 2: the next invoice has both, the late one as an
@@ -595,7 +598,7 @@ both_backends!(
                 .append(vec![rec(2, 7200, "2"), rec(3, 86_400, "1")])
                 .unwrap(),
         );
-        let second = ledger.issue_invoices("acme", day2).unwrap();
+        let second = ledger.issuance().invoices("acme", day2).unwrap();
         let inv2 = &second[0];
         assert_eq!(inv2.number, "INV-000002");
         assert_eq!(inv2.lines.len(), 2);
@@ -613,27 +616,30 @@ both_backends!(
             Body::Payment(settle("INV-000001", "100.00")),
             Body::CreditNote(settle("INV-000001", "48.00")),
         ] {
-            ledger.settle(body).unwrap();
+            ledger.issuance().settle(body).unwrap();
         }
         assert!(
             matches!(
-                ledger.settle(Body::CreditNote(settle("INV-000001", "100.01"))),
+                ledger.issuance().settle(Body::CreditNote(settle("INV-000001", "100.01"))),
                 Err(StoreError::Rejected(r)) if r.reason == Reason::CreditAboveTotal && r.field.as_deref() == Some("body.amount")
             ),
             "credits above the total"
         );
         assert!(matches!(
-            ledger.settle(Body::Payment(settle("INV-999999", "1"))),
+            ledger
+                .issuance()
+                .settle(Body::Payment(settle("INV-999999", "1"))),
             Err(StoreError::NotFound(_))
         ));
         let mut wrong = settle("INV-000002", "1");
         wrong.currency = "USD".into();
         assert!(matches!(
-            ledger.settle(Body::Payment(wrong)),
+            ledger.issuance().settle(Body::Payment(wrong)),
             Err(StoreError::Rejected(r)) if r.reason == Reason::CurrencyMismatch
         ));
         let b = ledger
-            .with_reader(|c| gpuledger::store::invoices::balances(c, "acme"))
+            .reads()
+            .run(|c| gpuledger::store::invoices::balances(c, "acme"))
             .unwrap();
         let cny = &b.by_currency["CNY"];
         assert_eq!(
@@ -645,10 +651,10 @@ both_backends!(
         ledger
             .append(vec![signed("node-1", &node, 4, &east)])
             .unwrap();
-        let before = ledger.head().unwrap().0;
+        let before = ledger.reads().head().unwrap().0;
         let day3 = day_period(2);
         assert!(
-            matches!(ledger.issue_invoices("acme", day3), Err(StoreError::Refused(m)) if m.contains("no rate card in force"))
+            matches!(ledger.issuance().invoices("acme", day3), Err(StoreError::Refused(m)) if m.contains("no rate card in force"))
         );
         assert_eq!(verified(&db.url).size, before, "nothing was logged");
     }
@@ -665,7 +671,7 @@ both_backends!(
         let ledger = golden_log(db);
         let day1 = day_period(0);
         let day2 = day_period(1);
-        let first = ledger.issue_invoices("acme", day1).unwrap();
+        let first = ledger.issuance().invoices("acme", day1).unwrap();
         assert_eq!(first.len(), 1);
         let amounts = |inv: &gpuledger::core::invoice::Invoice| {
             inv.lines
@@ -693,7 +699,7 @@ both_backends!(
             usage("node-2", 4, "east", None, "1", 86_400, 90_000),
         ];
         append_signed(&ledger, "node-2", &node2, &late);
-        let second = ledger.issue_invoices("acme", day2).unwrap();
+        let second = ledger.issuance().invoices("acme", day2).unwrap();
         let inv2 = &second[0];
         assert_eq!(inv2.number, "INV-000002");
         assert_eq!(
@@ -727,7 +733,7 @@ both_backends!(
             .append(vec![signed("node-2", &node2, 5, &east)])
             .unwrap();
         let day3 = day_period(2);
-        let third = ledger.issue_invoices("acme", day3).unwrap();
+        let third = ledger.issuance().invoices("acme", day3).unwrap();
         assert_eq!(amounts(&third[0]), [("24.00".to_owned(), None)]);
         // Each invoice recomputes offline from its evidence bundle; a changed amount does not.
         for inv in [&first[0], &second[0], &third[0]] {
@@ -749,10 +755,11 @@ both_backends!(
             Body::Payment(settle("INV-000001", "150.00")),
             Body::Payment(settle("INV-000002", "30.00")),
         ] {
-            ledger.settle(body).unwrap();
+            ledger.issuance().settle(body).unwrap();
         }
         let b = ledger
-            .with_reader(|c| gpuledger::store::invoices::balances(c, "acme"))
+            .reads()
+            .run(|c| gpuledger::store::invoices::balances(c, "acme"))
             .unwrap();
         let cny = &b.by_currency["CNY"];
         // Invoiced 167.89 + 35.47 + 24.00 = 227.36; paid 180.00; credited 17.89; due 29.47.
@@ -851,10 +858,11 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
     }
     records.push((5, beta));
     append_signed(&ledger, "node-1", &node, &records);
-    let size = ledger.head().unwrap().0;
+    let size = ledger.reads().head().unwrap().0;
     let rate = |tenant: &str| {
         let r = ledger
-            .with_reader(|c| pricing::rate_period(c, tenant, at(0), at(86_400), size))
+            .reads()
+            .run(|c| pricing::rate_period(c, tenant, at(0), at(86_400), size))
             .unwrap();
         let (lines, unpriced) = r.finish();
         assert!(unpriced.is_empty(), "{unpriced:?}");
@@ -888,14 +896,14 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
     // Issue day 1 (502.68), then a late record of day 1: 1 GPU for an hour continues the count
     // from 91600 GPU-s, all at tier 3: 3600 × 13.333 ÷ 3600 = 13.333 → 13.33.
     let day1 = day_period(0);
-    let first = ledger.issue_invoices("acme", day1).unwrap();
+    let first = ledger.issuance().invoices("acme", day1).unwrap();
     assert_eq!(first[0].total.to_string(), "502.68");
     assert_eq!(first[0].lines.len(), 5);
     let late = usage("node-2", 6, "west", None, "1", 36_000, 39_600);
     let next = usage("node-e", 7, "east", None, "1", 86_400, 90_000);
     append_signed(&ledger, "node-1", &node, &[late, next]);
     let day2 = day_period(1);
-    let second = ledger.issue_invoices("acme", day2).unwrap();
+    let second = ledger.issuance().invoices("acme", day2).unwrap();
     let lines: Vec<(String, Decimal, Option<Period>)> = second[0]
         .lines
         .iter()
@@ -946,7 +954,7 @@ both_backends!(tiers_and_plans_change_only_forward, |db: &TestDb| {
         .append_ledger_entry(tenant_plan("acme", "other", at(1)))
         .unwrap();
     // The policy, two tenants with a lease each, then the six entries of this test.
-    assert_eq!(ledger.head().unwrap().0, 5 + 6);
+    assert_eq!(ledger.reads().head().unwrap().0, 5 + 6);
     verified(&db.url);
 });
 
@@ -1113,7 +1121,8 @@ fn recomputed(
 ) -> Result<Invoice, bundle::Failure> {
     let mut lines = Vec::new();
     ledger
-        .with_reader(|c| {
+        .reads()
+        .run(|c| {
             gpuledger::store::invoices::write_invoice_bundle(c, inv, &mut |mut l| {
                 l.pop();
                 lines.push(l);

@@ -104,7 +104,8 @@ fn priced(ledger: &Ledger) -> SigningKey {
 fn recomputed(ledger: &Ledger, inv: &Invoice) -> Result<Invoice, bundle::Failure> {
     let mut lines = Vec::new();
     ledger
-        .with_reader(|c| {
+        .reads()
+        .run(|c| {
             invoices::write_invoice_bundle(c, inv, &mut |mut l| {
                 l.pop();
                 lines.push(l);
@@ -126,7 +127,8 @@ fn recomputed(ledger: &Ledger, inv: &Invoice) -> Result<Invoice, bundle::Failure
 fn recounted(ledger: &Ledger, cert: &Certificate) -> Result<Claims, bundle::Failure> {
     let mut lines = Vec::new();
     ledger
-        .with_reader(|c| {
+        .reads()
+        .run(|c| {
             gpuledger::store::certificates::write_certificate_bundle(c, cert, &mut |mut l| {
                 l.pop();
                 lines.push(l);
@@ -161,7 +163,8 @@ fn preview_from_history(
     size: u64,
 ) -> BTreeMap<String, Vec<Line>> {
     ledger
-        .with_reader(|c| {
+        .reads()
+        .run(|c| {
             let book = pricing::price_book(c, size)?;
             let mut rater = Rater::new(period.from);
             usage::for_each_usage(c, Some(tenant), size, &mut |b| match b {
@@ -175,9 +178,10 @@ fn preview_from_history(
 }
 
 fn preview(ledger: &Ledger, tenant: &str, period: Period) -> BTreeMap<String, Vec<Line>> {
-    let size = ledger.size().unwrap();
+    let size = ledger.reads().size().unwrap();
     ledger
-        .with_reader(|c| invoices::preview(c, tenant, period, size))
+        .reads()
+        .run(|c| invoices::preview(c, tenant, period, size))
         .unwrap()
         .finish()
         .0
@@ -193,14 +197,16 @@ fn usage_rows(ledger: &Ledger, tenant: Option<&str>, from: i64, to: i64) -> Vec<
         )
     };
     let selected = ledger
-        .with_reader(|c| {
+        .reads()
+        .run(|c| {
             let mut a = agg();
             usage::aggregate(c, tenant, at(from), at(to), &mut a)?;
             Ok(a.finish())
         })
         .unwrap();
     let whole = ledger
-        .with_reader(|c| {
+        .reads()
+        .run(|c| {
             let mut a = agg();
             usage::for_each_usage(c, tenant, u64::MAX >> 2, &mut |b| a.add(b))?;
             Ok(a.finish())
@@ -259,7 +265,7 @@ both_backends!(late_records_and_records_across_midnight, |db: &TestDb| {
             h100_usage("acme", "n1", "west", None, "1", DAY, DAY + 60),
         ],
     );
-    let first = ledger.issue_invoices("acme", day(0)).unwrap();
+    let first = ledger.issuance().invoices("acme", day(0)).unwrap();
     assert_eq!(
         amounts(&first[0]),
         [("40.00".into(), None), ("3.33".into(), None)]
@@ -273,7 +279,7 @@ both_backends!(late_records_and_records_across_midnight, |db: &TestDb| {
         &[west(DAY + 3600, DAY + 7200), west(7200, 9000)],
     );
     assert_eq!(preview(&ledger, "acme", day(1))["CNY"].len(), 1);
-    let second = ledger.issue_invoices("acme", day(1)).unwrap();
+    let second = ledger.issuance().invoices("acme", day(1)).unwrap();
     assert_eq!(
         amounts(&second[0]),
         [("20.33".into(), None), ("5.00".into(), Some(day(0)))]
@@ -283,12 +289,13 @@ both_backends!(late_records_and_records_across_midnight, |db: &TestDb| {
     }
     // The late record is adjusted once: day 2's invoice has nothing of day 0.
     append(&ledger, &key, &seq, &[west(2 * DAY, 2 * DAY + 3600)]);
-    let third = ledger.issue_invoices("acme", day(2)).unwrap();
+    let third = ledger.issuance().invoices("acme", day(2)).unwrap();
     assert_eq!(amounts(&third[0]), [("20.00".into(), None)]);
     // Certificates and usage: day 0 has three records (one across midnight), day 1 two.
     let cert = |d| {
         ledger
-            .issue_certificate(CertificateRequest {
+            .issuance()
+            .certificate(CertificateRequest {
                 tenant: "acme".into(),
                 period: day(d),
                 scope: Scope::default(),
@@ -371,7 +378,7 @@ both_backends!(selection_equals_the_whole_history, |db: &TestDb| {
         };
         append(&ledger, &key, &seq, &bodies);
         if let Some((t, d)) = invoice {
-            match ledger.issue_invoices(t, day(d)) {
+            match ledger.issuance().invoices(t, day(d)) {
                 Ok(issued) => {
                     for inv in &issued {
                         invoices_issued += 1;
@@ -392,7 +399,7 @@ both_backends!(selection_equals_the_whole_history, |db: &TestDb| {
                 period: day(d),
                 scope: Scope::default(),
             };
-            match ledger.issue_certificate(req) {
+            match ledger.issuance().certificate(req) {
                 Ok(cert) => {
                     certificates += 1;
                     assert_eq!(recounted(&ledger, &cert), Ok(claims_of(&cert)));
@@ -401,7 +408,7 @@ both_backends!(selection_equals_the_whole_history, |db: &TestDb| {
                 Err(e) => panic!("certificate of {tenant} for day {d}: {e}"),
             }
         }
-        let size = ledger.size().unwrap();
+        let size = ledger.reads().size().unwrap();
         assert_eq!(
             preview(&ledger, tenant, day(d)),
             preview_from_history(&ledger, tenant, day(d), size),
@@ -465,8 +472,8 @@ both_backends!(an_overtaken_invoice_is_recomputed, |db: &TestDb| {
             );
         }
     });
-    let size = ledger.size().unwrap();
-    let first = ledger.issue_invoices("acme", day(0)).unwrap();
+    let size = ledger.reads().size().unwrap();
+    let first = ledger.issuance().invoices("acme", day(0)).unwrap();
     assert_eq!(attempts.get(), 1, "nothing relevant changed");
     assert_eq!(
         first[0].checkpoint_size,
@@ -482,7 +489,7 @@ both_backends!(an_overtaken_invoice_is_recomputed, |db: &TestDb| {
             append(l, &k, &s, &[west("acme", DAY + 3600, DAY + 7200)]);
         }
     });
-    let second = ledger.issue_invoices("acme", day(1)).unwrap();
+    let second = ledger.issuance().invoices("acme", day(1)).unwrap();
     assert_eq!(attempts.get(), 2, "recomputed once");
     assert_eq!(second[0].lines[0].records, 2);
     assert_eq!(recomputed(&ledger, &second[0]), Ok(second[0].clone()));
@@ -504,10 +511,10 @@ both_backends!(an_overtaken_invoice_is_recomputed, |db: &TestDb| {
     let attempts = with_hook(&ledger, move |l, attempt| {
         if attempt == 1 {
             append(l, &k, &s, &[west("acme", 7200, 9000)]);
-            *o.borrow_mut() = Some(l.issue_invoices("acme", day(-1)).unwrap());
+            *o.borrow_mut() = Some(l.issuance().invoices("acme", day(-1)).unwrap());
         }
     });
-    let third = ledger.issue_invoices("acme", day(2)).unwrap();
+    let third = ledger.issuance().invoices("acme", day(2)).unwrap();
     assert_eq!(attempts.get(), 2);
     let other = other.borrow_mut().take().unwrap();
     assert_eq!(other[0].number, "INV-000003");
@@ -527,16 +534,17 @@ both_backends!(an_overtaken_invoice_is_recomputed, |db: &TestDb| {
         append(l, &k, &s, &[west("beta", start, start + 60)]);
     });
     append(&ledger, &key, &seq, &[west("beta", 2 * DAY, 2 * DAY + 60)]);
-    let busy = ledger.issue_invoices("beta", day(2));
+    let busy = ledger.issuance().invoices("beta", day(2));
     assert!(matches!(busy, Err(StoreError::Busy(_))), "{busy:?}");
     assert_eq!(attempts.get(), invoices::MAX_ISSUE_ATTEMPTS);
     invoices::set_issue_hook(None);
     let listed = ledger
-        .with_reader(|c| invoices::list(c, Some("beta")))
+        .reads()
+        .run(|c| invoices::list(c, Some("beta")))
         .unwrap();
     assert!(listed.is_empty(), "{listed:?}");
     // Once the log is quiet it is issued, with every record.
-    let beta = ledger.issue_invoices("beta", day(2)).unwrap();
+    let beta = ledger.issuance().invoices("beta", day(2)).unwrap();
     assert_eq!(
         beta[0].lines[0].records,
         1 + u64::from(invoices::MAX_ISSUE_ATTEMPTS)
@@ -578,7 +586,7 @@ both_backends!(an_overtaken_certificate_is_recomputed, |db: &TestDb| {
             );
         }
     });
-    let first = ledger.issue_certificate(request(0)).unwrap();
+    let first = ledger.issuance().certificate(request(0)).unwrap();
     assert_eq!(attempts.get(), 2);
     assert_eq!(first.entries.count, 3);
     assert_eq!(recounted(&ledger, &first), Ok(claims_of(&first)));
@@ -605,7 +613,7 @@ both_backends!(an_overtaken_certificate_is_recomputed, |db: &TestDb| {
             );
         }
     });
-    let second = ledger.issue_certificate(request(0)).unwrap();
+    let second = ledger.issuance().certificate(request(0)).unwrap();
     assert_eq!(attempts.get(), 2);
     assert_eq!(second.energy[0].pue, Some(dec("1.2")));
     assert_eq!(recounted(&ledger, &second), Ok(claims_of(&second)));
@@ -621,7 +629,7 @@ both_backends!(an_overtaken_certificate_is_recomputed, |db: &TestDb| {
             );
         }
     });
-    let third = ledger.issue_certificate(request(0)).unwrap();
+    let third = ledger.issuance().certificate(request(0)).unwrap();
     assert_eq!(attempts.get(), 1);
     assert_eq!(third.entries, second.entries);
     assert_eq!(recounted(&ledger, &third), Ok(claims_of(&third)));
@@ -675,12 +683,12 @@ both_backends!(concurrent_issues_are_gapless_and_exact, |db: &TestDb| {
         .map(|(d, t)| {
             let l = ledger.clone();
             std::thread::spawn(move || {
-                let cert = l.issue_certificate(CertificateRequest {
+                let cert = l.issuance().certificate(CertificateRequest {
                     tenant: t.into(),
                     period: day(d),
                     scope: Scope::default(),
                 });
-                let inv = l.issue_invoices(t, day(d));
+                let inv = l.issuance().invoices(t, day(d));
                 (cert.unwrap(), inv.unwrap())
             })
         })

@@ -121,7 +121,7 @@ fn tampered(row: &EntryRow, column: &str, at: usize) -> EntryRow {
 
 both_backends!(any_changed_byte_is_named, |db: &TestDb| {
     let ledger = build(db);
-    let size = ledger.head().unwrap().0;
+    let size = ledger.reads().head().unwrap().0;
     let mut conn = gpuledger::store::connect(&db.url).unwrap();
     assert_eq!(blamed(&mut conn), None);
     let rows = read::entries_range(&mut conn, 0, size).unwrap();
@@ -258,7 +258,8 @@ fn certified(ledger: &Ledger) -> Certificate {
         assert_accepted(&ledger.append(vec![signed(s, k, seq, &b)]).unwrap());
     }
     ledger
-        .issue_certificate(CertificateRequest {
+        .issuance()
+        .certificate(CertificateRequest {
             tenant: "acme".into(),
             period: Period {
                 from: at(0),
@@ -273,7 +274,8 @@ fn certified(ledger: &Ledger) -> Certificate {
 fn bundle_lines(ledger: &Ledger, cert: &Certificate, format: Format) -> Vec<Vec<u8>> {
     let mut lines = Vec::new();
     ledger
-        .with_reader(|c| {
+        .reads()
+        .run(|c| {
             store_certs::write_certificate_bundle_as(c, cert, format, &mut |mut l| {
                 assert_eq!(l.pop(), Some(b'\n'));
                 lines.push(l);
@@ -647,7 +649,8 @@ both_backends!(bundles_are_served_as_v3_v2_and_gzip, |db: &TestDb| {
         let ledger = open(db);
         let cert = certified(&ledger);
         let token = ledger
-            .with_reader(|c| {
+            .reads()
+            .run(|c| {
                 access::create_tenant(c, "acme", "Acme")?;
                 access::create_token(c, ApiRole::Tenant, Some("acme"), "test").map(|x| x.1)
             })
@@ -728,7 +731,8 @@ fn a_multiproof_over_several_node_lines() {
         assert_accepted(&ledger.append(chunk.to_vec()).unwrap());
     }
     let cert = ledger
-        .issue_certificate(CertificateRequest {
+        .issuance()
+        .certificate(CertificateRequest {
             tenant: "acme".into(),
             period: Period {
                 from: at(0),
@@ -785,7 +789,8 @@ both_backends!(
         // The period closes the policy's skew (300 s) after it ends.
         ledger.set_clock(Some(at(7_600)));
         let cert = ledger
-            .issue_certificate(CertificateRequest {
+            .issuance()
+            .certificate(CertificateRequest {
                 tenant: "acme".into(),
                 period: Period {
                     from: at(0),
@@ -794,7 +799,7 @@ both_backends!(
                 scope: Scope::default(),
             })
             .unwrap();
-        let back = ledger.with_reader(read::head).unwrap().0 - 2;
+        let back = ledger.reads().run(read::head).unwrap().0 - 2;
         let mut conn = gpuledger::store::connect(&db.url).unwrap();
         match verify_log(&mut conn, None, &mut |_, _| {}) {
             Err(VerifyError::Bad(f)) => {

@@ -698,7 +698,8 @@ fn certificate_files(dir: &Path) -> (String, String) {
             .unwrap(),
     );
     let cert = ledger
-        .issue_certificate(CertificateRequest {
+        .issuance()
+        .certificate(CertificateRequest {
             tenant: "acme".into(),
             period: Period {
                 from: at(0),
@@ -709,7 +710,8 @@ fn certificate_files(dir: &Path) -> (String, String) {
         .unwrap();
     let mut bundle = Vec::new();
     ledger
-        .with_reader(|c| {
+        .reads()
+        .run(|c| {
             store_certs::write_certificate_bundle(c, &cert, &mut |l| {
                 bundle.extend_from_slice(&l);
                 Ok(())

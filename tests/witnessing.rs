@@ -565,7 +565,8 @@ both_backends!(
         };
         let quorum = |k: usize| {
             ledger
-                .with_reader(|c| quorum_checkpoint(c, &keys, k, size))
+                .reads()
+                .run(|c| quorum_checkpoint(c, &keys, k, size))
                 .unwrap()
         };
         assert_eq!(quorum(1), None);
@@ -573,7 +574,7 @@ both_backends!(
         store("witness.test/b", &impostor.cosign(&body, 1_001), 1_001);
         // Served with the cosignatures: the log's signature still verifies, a's counts, the
         // impostor's does not.
-        let (s, served) = ledger.latest_checkpoint().unwrap().unwrap();
+        let (s, served) = ledger.reads().latest_checkpoint().unwrap().unwrap();
         assert_eq!(s, size);
         checkpoint::verify_checkpoint(served.as_bytes(), &log_vkey()).unwrap();
         let valid = valid_cosignatures(served.as_bytes(), &keys);
@@ -591,22 +592,24 @@ both_backends!(
             size
         );
         assert_eq!(
-            ledger.with_reader(|c| quorum_size(c, &keys, 2)).unwrap(),
+            ledger.reads().run(|c| quorum_size(c, &keys, 2)).unwrap(),
             size
         );
         // A checkpoint above the one cosigned does not have the quorum.
         assert_eq!(
             ledger
-                .with_reader(|c| quorum_checkpoint(c, &keys, 1, size + 1))
+                .reads()
+                .run(|c| quorum_checkpoint(c, &keys, 1, size + 1))
                 .unwrap(),
             None
         );
         // The stored sizes, and the listed checkpoints, carry the same.
-        let sizes = ledger.with_reader(cs::cosigned_sizes).unwrap();
+        let sizes = ledger.reads().run(cs::cosigned_sizes).unwrap();
         assert_eq!(sizes.get("witness.test/a"), Some(&size));
         assert_eq!(sizes.get("witness.test/b"), Some(&size));
         let page = ledger
-            .with_reader(|c| read::checkpoints_page(c, CheckpointPage::Newest, 10))
+            .reads()
+            .run(|c| read::checkpoints_page(c, CheckpointPage::Newest, 10))
             .unwrap();
         assert_eq!(page[0].note, witnessed.note);
         assert_eq!(valid_cosignatures(page[0].note.as_bytes(), &keys).len(), 2);
@@ -615,7 +618,7 @@ both_backends!(
         ledger.register_tenant("tenant-later").unwrap();
         let (later, _) = ledger.checkpoint().unwrap();
         assert_eq!(later, size + 1);
-        let (_, latest) = ledger.latest_checkpoint().unwrap().unwrap();
+        let (_, latest) = ledger.reads().latest_checkpoint().unwrap().unwrap();
         assert_eq!(valid_cosignatures(latest.as_bytes(), &keys).len(), 0);
     }
 );

@@ -208,7 +208,7 @@ fn open_empty_log(url: &str) -> Result<Ledger, StoreError> {
     let log_key = sample::key("bench-log");
     store::init(url, &log_key, sample::ORIGIN)?;
     let ledger = Ledger::open(url, log_key)?;
-    let (size, _) = ledger.head()?;
+    let (size, _) = ledger.reads().head()?;
     if size > 1 {
         return Err(StoreError::Refused(format!(
             "the benchmark needs an empty log; {} holds {size} entries",

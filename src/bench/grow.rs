@@ -214,7 +214,7 @@ fn open_log(
     let log_key = sample::key("bench-grow-log");
     store::init(url, &log_key, sample::ORIGIN)?;
     let ledger = Ledger::open(url, log_key)?;
-    let (size, _) = ledger.head()?;
+    let (size, _) = ledger.reads().head()?;
     if size > 1 {
         return Err(StoreError::Refused(format!(
             "the benchmark needs an empty log; {} holds {size} entries",
@@ -349,9 +349,11 @@ fn open_existing(url: &str) -> Result<Ledger, StoreError> {
 
 /// Times the reads of the measured tenant-month on `ledger`.
 fn reads(ledger: &Ledger, month: Period) -> Result<Reads, StoreError> {
-    let size = ledger.size()?;
+    let size = ledger.reads().size()?;
     let started = Instant::now();
-    let rater = ledger.with_reader(|c| invoices::preview(c, TENANT, month, size))?;
+    let rater = ledger
+        .reads()
+        .run(|c| invoices::preview(c, TENANT, month, size))?;
     let (lines, unpriced) = rater.finish();
     let preview_seconds = started.elapsed().as_secs_f64();
     if !unpriced.is_empty() {
@@ -361,7 +363,7 @@ fn reads(ledger: &Ledger, month: Period) -> Result<Reads, StoreError> {
     }
     let cny = lines.get("CNY").cloned().unwrap_or_default();
     let started = Instant::now();
-    let cert = ledger.issue_certificate(CertificateRequest {
+    let cert = ledger.issuance().certificate(CertificateRequest {
         tenant: TENANT.into(),
         period: month,
         scope: Scope::default(),
@@ -370,13 +372,13 @@ fn reads(ledger: &Ledger, month: Period) -> Result<Reads, StoreError> {
     // A day in the middle of the month, by hour.
     let day = month.from.plus(14 * 86_400);
     let started = Instant::now();
-    let rows = ledger.with_reader(|c| {
+    let rows = ledger.reads().run(|c| {
         let mut agg = Aggregator::new(day, day.plus(86_400), Vec::new(), Some(Window::Hour));
         usage::aggregate(c, Some(TENANT), day, day.plus(86_400), &mut agg)?;
         Ok(agg.finish())
     })?;
     let usage_day_seconds = started.elapsed().as_secs_f64();
-    let (select_seconds, fetch_and_parse_seconds) = ledger.with_reader(|c| {
+    let (select_seconds, fetch_and_parse_seconds) = ledger.reads().run(|c| {
         let started = Instant::now();
         let idxs = usage::starting_in(c, TENANT, month.from, month.to, size)?;
         let selected = started.elapsed().as_secs_f64();
@@ -480,14 +482,14 @@ pub fn run_grow(
     }
     let started = Instant::now();
     let mut whole_history_records = 0u64;
-    ledger.with_reader(|c| {
+    ledger.reads().run(|c| {
         usage::for_each_usage(c, Some(TENANT), u64::MAX >> 2, &mut |_| {
             whole_history_records += 1
         })
     })?;
     let whole_history_seconds = started.elapsed().as_secs_f64();
     let database_bytes = database_bytes(&cfg.database_url)?;
-    let size = ledger.size()?;
+    let size = ledger.reads().size()?;
     drop(ledger);
 
     let fresh_ledger = if cfg.reuse {

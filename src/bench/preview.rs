@@ -58,11 +58,12 @@ pub fn run_preview(
     let started = Instant::now();
     let per_node = fill(&ledger, &nodes, records, month_start)?;
     let fill_seconds = started.elapsed().as_secs_f64();
-    let size = ledger.head()?.0;
+    let size = ledger.reads().head()?.0;
     progress("previewing");
     let started = Instant::now();
     let rater = ledger
-        .with_reader(|c| pricing::rate_period(c, "bench-tenant", month_start, month_end, size))?;
+        .reads()
+        .run(|c| pricing::rate_period(c, "bench-tenant", month_start, month_end, size))?;
     let (lines, unpriced) = rater.finish();
     let preview_seconds = started.elapsed().as_secs_f64();
     if !unpriced.is_empty() {

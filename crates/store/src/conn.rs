@@ -103,6 +103,34 @@ pub fn connect(url: &str) -> Result<DbConn, StoreError> {
     }
 }
 
+/// A connection whose session cannot write: the reader pool ([`crate::reads::Reads`]) holds
+/// only these. The database enforces it (SQLite `PRAGMA query_only`, PostgreSQL
+/// `default_transaction_read_only`): an INSERT, UPDATE, DELETE or DDL statement on it fails.
+/// The only ways to make one are [`connect_read_only`] and [`ReadConn::seal`].
+pub struct ReadConn(DbConn);
+
+impl ReadConn {
+    /// Turns an open connection into a read-only one for the rest of its session.
+    pub fn seal(mut conn: DbConn) -> Result<ReadConn, StoreError> {
+        match &mut conn {
+            DbConn::Sqlite(c) => c.batch_execute("PRAGMA query_only = ON")?,
+            DbConn::Pg(c) => c.batch_execute("SET default_transaction_read_only = on")?,
+        }
+        Ok(ReadConn(conn))
+    }
+
+    /// The connection, for the query functions (every one takes a `DbConn`); what it runs
+    /// still cannot write.
+    pub fn db(&mut self) -> &mut DbConn {
+        &mut self.0
+    }
+}
+
+/// Opens a read-only connection ([`ReadConn`]).
+pub fn connect_read_only(url: &str) -> Result<ReadConn, StoreError> {
+    ReadConn::seal(connect(url)?)
+}
+
 /// Creates the SQLite file readable and writable by its owner only (0600) when it does not
 /// exist yet; SQLite gives its `-wal` and `-shm` files the same mode. An existing file is
 /// left as it is.

@@ -3,10 +3,12 @@
 //! commit) and answers only after the commit.
 
 use super::clock::ClockGuard;
-use super::conn::{self, DbConn};
+use super::conn::{self, DbConn, ReadConn};
 use super::error::StoreError;
 use super::high_water::HighWater;
-use super::read::{self, DbHashReader, EntryRow};
+use super::issuance::Issuance;
+use super::read;
+use super::reads::Reads;
 use super::schema::*;
 use super::write::{self, Verified};
 use diesel::prelude::*;
@@ -18,7 +20,7 @@ use gpuledger_core::envelope::{self, Checked, Envelope};
 use gpuledger_core::ids::LEDGER_SIGNER;
 use gpuledger_core::keys;
 use gpuledger_core::limits::MAX_APPEND_BATCH;
-use gpuledger_core::merkle::{self, Hash};
+
 use gpuledger_core::outcome::Outcome;
 use gpuledger_core::record::{KeyScope, Role, SignerKeyRegistered};
 use gpuledger_core::rejection::{Reason, Rejection};
@@ -38,15 +40,12 @@ pub const MAX_GROUP_RECORDS: usize = 20_000;
 /// bound; `serve` caps concurrent ingest well below it (`max_concurrent_ingest`).
 pub const MAX_QUEUED_JOBS: usize = 1_024;
 
-/// Idle read connections kept open per ledger.
-pub const MAX_IDLE_READERS: usize = 8;
-
 /// The checkpoint origin used when `init` is given none.
 pub const DEFAULT_ORIGIN: &str = "gpuledger.local/log";
 
-type Reply<T> = mpsc::SyncSender<Result<T, StoreError>>;
+pub(crate) type Reply<T> = mpsc::SyncSender<Result<T, StoreError>>;
 
-enum Job {
+pub(crate) enum Job {
     Append(Vec<Verified>, Reply<Vec<Outcome>>),
     Register {
         signer: String,
@@ -144,7 +143,7 @@ pub struct Ledger {
     info: LogInfo,
     jobs: Option<mpsc::SyncSender<Job>>,
     writer: Option<JoinHandle<()>>,
-    readers: Mutex<Vec<DbConn>>,
+    reads: Reads,
     /// The connection for writes outside the log (tenant accounts, API tokens), opened on
     /// first use; the reader pool only ever reads.
     account_writer: Mutex<Option<DbConn>>,
@@ -162,7 +161,7 @@ pub struct Ledger {
     invoice_pdf: RwLock<Arc<super::invoices::InvoicePdfSettings>>,
     /// The largest checkpoint signed or found published, which the database must hold.
     high_water: Arc<HighWater>,
-    guard: Arc<ClockGuard>,
+    pub(crate) guard: Arc<ClockGuard>,
 }
 
 /// Creates or migrates the database and records the log's origin and public key. Idempotent:
@@ -313,7 +312,7 @@ impl Ledger {
             info,
             jobs: Some(tx),
             writer: Some(writer),
-            readers: Mutex::new(vec![reader]),
+            reads: Reads::new(url, ReadConn::seal(reader)?),
             account_writer: Mutex::new(None),
             keys: RwLock::new(HashMap::new()),
             parties: RwLock::new(read::DbParties::default()),
@@ -407,47 +406,21 @@ impl Ledger {
         self.invoice_pdf.read().expect("invoice_pdf lock").clone()
     }
 
+    /// The issuing door: invoices, certificates and settlements, each drafted outside the
+    /// head lock and rechecked by the sequencer ([`Issuance`]).
+    pub fn issuance(&self) -> Issuance<'_> {
+        Issuance { ledger: self }
+    }
+
     /// The invoice settings in force.
     pub fn invoicing(&self) -> Arc<super::invoices::InvoiceSettings> {
         self.invoicing.read().expect("invoicing lock").clone()
     }
 
     /// Tells the witness threads that a checkpoint may have been signed.
-    fn signal_checkpoint(&self) {
+    pub(crate) fn signal_checkpoint(&self) {
         if let Some(w) = self.witnessing.get() {
             w.checkpoint_signed();
-        }
-    }
-
-    /// With a quorum: signs (or finds) a checkpoint of the current head, then waits up to
-    /// `witness_wait_seconds` for a checkpoint at least that large to carry the quorum's
-    /// cosignatures, and returns it; `WitnessesBehind` if none does in time. Without a quorum,
-    /// `None`: the issuance signs its own checkpoint under the head lock.
-    fn witnessed_checkpoint(&self) -> Result<Option<super::cosignatures::Witnessed>, StoreError> {
-        use super::cosignatures::{quorum_checkpoint, quorum_size};
-        let Some(w) = self.witnessing.get().filter(|w| w.quorum() > 0) else {
-            return Ok(None);
-        };
-        let deadline = std::time::Instant::now() + w.wait();
-        let (needed, _) = self.checkpoint()?;
-        loop {
-            let seen = w.cosignatures_stored();
-            if let Some(found) =
-                self.with_reader(|c| quorum_checkpoint(c, w.witnesses(), w.quorum(), needed))?
-            {
-                return Ok(Some(found));
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                let cosigned = self.with_reader(|c| quorum_size(c, w.witnesses(), w.quorum()))?;
-                metrics::counter!("gpuledger_witness_quorum_timeouts_total").increment(1);
-                return Err(StoreError::WitnessesBehind {
-                    cosigned,
-                    needed,
-                    quorum: w.quorum(),
-                });
-            }
-            w.wait_for_cosignature(seen, left.min(std::time::Duration::from_millis(250)));
         }
     }
 
@@ -466,7 +439,7 @@ impl Ledger {
         self.queued.load(Ordering::Relaxed)
     }
 
-    fn submit<T>(&self, make: impl FnOnce(Reply<T>) -> Job) -> Result<T, StoreError> {
+    pub(crate) fn submit<T>(&self, make: impl FnOnce(Reply<T>) -> Job) -> Result<T, StoreError> {
         let (tx, rx) = mpsc::sync_channel(1);
         let job = make(tx);
         let records = job.records();
@@ -543,7 +516,8 @@ impl Ledger {
             signers.sort_unstable();
             signers.dedup();
             let known: std::collections::HashSet<String> = self
-                .with_reader(|c| read::known_signers(c, &signers))?
+                .reads
+                .run(|c| read::known_signers(c, &signers))?
                 .into_iter()
                 .collect();
             for (i, r, signer) in unknown_keys {
@@ -639,7 +613,7 @@ impl Ledger {
         if missing.is_empty() {
             return Ok(out);
         }
-        let rows = self.with_reader(|c| read::keys(c, Some(&missing)))?;
+        let rows = self.reads.run(|c| read::keys(c, Some(&missing)))?;
         let mut cache = self.keys.write().expect("key cache lock");
         for r in rows {
             let key = VerifyingKey::from_bytes(
@@ -649,8 +623,9 @@ impl Ledger {
                     .map_err(|_| StoreError::Corrupt(format!("key {} length", r.key_id)))?,
             )
             .map_err(|_| StoreError::Corrupt(format!("key {} is not a point", r.key_id)))?;
-            let registration =
-                self.with_reader(|c| read::registration(c, r.registered_idx as u64))?;
+            let registration = self
+                .reads
+                .run(|c| read::registration(c, r.registered_idx as u64))?;
             if registration.key_id != r.key_id || registration.signer != r.signer {
                 return Err(StoreError::Corrupt(format!(
                     "key {} does not match its registration entry",
@@ -694,7 +669,8 @@ impl Ledger {
         tenants.sort_unstable();
         tenants.dedup();
         let mut found = read::DbParties::default();
-        self.with_reader(|c| found.fill(c, u64::MAX >> 1, &tenants, &leases))?;
+        self.reads
+            .run(|c| found.fill(c, u64::MAX >> 1, &tenants, &leases))?;
         let mut known = self.parties.write().expect("parties cache lock");
         known.tenants.extend(found.tenants);
         known.leases.extend(found.leases);
@@ -753,116 +729,6 @@ impl Ledger {
         self.submit(|reply| Job::LedgerEntry(Box::new(body), reply))
     }
 
-    /// Issues the invoices (one per currency) of `tenant` for `period`, which must have closed
-    /// (`PeriodNotEnded` otherwise, by the ledger's clock: ended by the policy's skew). The rating is computed
-    /// in this thread on a read connection, outside the head lock; the sequencer only rechecks
-    /// that nothing logged since changes it, and appends (`store::invoices`). After
-    /// [`super::invoices::MAX_ISSUE_ATTEMPTS`] computations overtaken by the log, `Busy`.
-    pub fn issue_invoices(
-        &self,
-        tenant: &str,
-        period: gpuledger_core::invoice::Period,
-    ) -> Result<Vec<gpuledger_core::invoice::Invoice>, StoreError> {
-        self.check_closed("an invoice", period.to)?;
-        self.issue_drafted(
-            |c, w| super::invoices::draft(c, tenant, period, w, self.invoicing()),
-            |draft, reply| Job::Issue(Box::new(draft), reply),
-            || {
-                format!(
-                    "the invoice of {tenant} for [{}, {})",
-                    period.from, period.to
-                )
-            },
-        )
-    }
-
-    /// `PeriodNotEnded` unless a period ending at `to` has closed by the ledger's checked clock
-    /// (`core::admission::period_closes_at`: the configured `close_seconds`, or the skew of
-    /// the log policy in force), checked before the draft is computed. Time only moves forward
-    /// (`store::clock`), so a period closed now is still closed when the sequencer writes.
-    fn check_closed(&self, what: &'static str, to: Timestamp) -> Result<(), StoreError> {
-        let now = self.checked_now()?;
-        let policy = self.with_reader(|c| read::policy(c, i64::MAX as u64))?;
-        let closes_at = admission::period_closes_at(to, &policy, self.guard.close_seconds());
-        if now < closes_at {
-            return Err(StoreError::PeriodNotEnded {
-                what,
-                to,
-                closes_at,
-                now,
-            });
-        }
-        Ok(())
-    }
-
-    /// Computes a draft on a read connection, outside the head lock, and submits it; the
-    /// sequencer answers `None` when the log changed it meanwhile, and it is computed again, at
-    /// most [`super::invoices::MAX_ISSUE_ATTEMPTS`] times, then `Busy` naming `what`.
-    ///
-    /// With a witness quorum, each attempt first waits for a checkpoint that reached it
-    /// ([`Ledger::witnessed_checkpoint`]) and drafts at that checkpoint's size.
-    fn issue_drafted<D, T>(
-        &self,
-        draft: impl Fn(&mut DbConn, Option<super::cosignatures::Witnessed>) -> Result<D, StoreError>,
-        job: impl Fn(D, Reply<Option<T>>) -> Job,
-        what: impl FnOnce() -> String,
-    ) -> Result<T, StoreError> {
-        for attempt in 1..=super::invoices::MAX_ISSUE_ATTEMPTS {
-            let witnessed = self.witnessed_checkpoint()?;
-            let d = self.with_reader(|c| draft(c, witnessed))?;
-            super::invoices::before_issue(attempt);
-            let issued = self.submit(|reply| job(d, reply));
-            // Without a quorum the issuance signed a checkpoint of its own.
-            self.signal_checkpoint();
-            if let Some(issued) = issued? {
-                return Ok(issued);
-            }
-        }
-        Err(StoreError::Busy(format!(
-            "the log kept changing while {} was computed; nothing was issued; retry",
-            what()
-        )))
-    }
-
-    /// Issues a compute-usage certificate (docs/PROTOCOL.md §13) for a period that has closed
-    /// (`PeriodNotEnded` otherwise, by the ledger's clock: ended by the policy's skew). The tally is computed in this
-    /// thread on a read connection, outside the head lock; the sequencer only rechecks that
-    /// nothing logged since changes it, and appends (`store::certificates`). After
-    /// [`super::invoices::MAX_ISSUE_ATTEMPTS`] computations overtaken by the log, `Busy`.
-    pub fn issue_certificate(
-        &self,
-        req: super::certificates::CertificateRequest,
-    ) -> Result<gpuledger_core::certificate::Certificate, StoreError> {
-        // A certificate states totals; for a period still open they would not be final.
-        self.check_closed("a certificate", req.period.to)?;
-        self.issue_drafted(
-            |c, w| super::certificates::draft(c, &req, w),
-            |draft, reply| Job::Certify(Box::new(draft), reply),
-            || {
-                format!(
-                    "the certificate of {} for [{}, {})",
-                    req.tenant, req.period.from, req.period.to
-                )
-            },
-        )
-    }
-
-    /// Records a payment or credit note (a `Body::Payment` or `Body::CreditNote`); a payment
-    /// above the invoice's open balance is refused (`StoreError::Overpayment`).
-    pub fn settle(&self, body: gpuledger_core::record::Body) -> Result<u64, StoreError> {
-        self.settle_with_excess(body, false)
-    }
-
-    /// [`Ledger::settle`], where with `excess_credit` a payment above the invoice's open
-    /// balance is accepted and its excess becomes the tenant's credit.
-    pub fn settle_with_excess(
-        &self,
-        body: gpuledger_core::record::Body,
-        excess_credit: bool,
-    ) -> Result<u64, StoreError> {
-        self.submit(|reply| Job::Settle(Box::new(body), excess_credit, reply))
-    }
-
     /// Runs the write probe: a small transaction through the sequencer that writes no log
     /// entry (it stamps the `write_probe` meta row), so readiness follows the write path.
     pub fn probe_write(&self) -> Result<(), StoreError> {
@@ -882,26 +748,20 @@ impl Ledger {
         Ok(signed)
     }
 
-    /// Runs `f` with a read connection from a small pool (opened on demand; at most
-    /// [`MAX_IDLE_READERS`] are kept).
-    pub fn with_reader<T>(
-        &self,
-        f: impl FnOnce(&mut DbConn) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let pooled = self.readers.lock().expect("reader pool lock").pop();
-        let mut conn = match pooled {
-            Some(c) => c,
-            None => conn::connect(&self.url)?,
-        };
-        let r = f(&mut conn);
-        // A connection whose database call failed is dropped rather than reused.
-        if !matches!(&r, Err(e) if e.discards_connection()) {
-            let mut pool = self.readers.lock().expect("reader pool lock");
-            if pool.len() < MAX_IDLE_READERS {
-                pool.push(conn);
-            }
-        }
-        r
+    /// The read door: read-only connections and the log's public reads.
+    pub fn reads(&self) -> &Reads {
+        &self.reads
+    }
+
+    /// Why the log is rewound (the database does not hold the high-water mark's tree), if it
+    /// is: no write or signature is made meanwhile.
+    pub fn rewound(&self) -> Option<super::high_water::Rewound> {
+        self.high_water.rewound()
+    }
+
+    /// The high-water mark: raise it from a published checkpoint, learn a witness's size.
+    pub fn high_water(&self) -> &HighWater {
+        &self.high_water
     }
 
     /// Runs `f` on the connection for writes outside the log: tenant accounts and API tokens
@@ -933,130 +793,6 @@ impl Ledger {
             return r;
         }
     }
-
-    /// The log size.
-    pub fn size(&self) -> Result<u64, StoreError> {
-        self.with_reader(|c| Ok(read::head(c)?.0))
-    }
-
-    /// The log size and its root hash.
-    pub fn head(&self) -> Result<(u64, Hash), StoreError> {
-        self.with_reader(|c| {
-            let (size, _) = read::head(c)?;
-            Ok((size, merkle::tree_hash(size, &DbHashReader::new(c))?))
-        })
-    }
-
-    /// The latest checkpoint's size and signed note, if any, with the witnesses'
-    /// cosignatures gathered for it appended.
-    pub fn latest_checkpoint(&self) -> Result<Option<(u64, String)>, StoreError> {
-        self.with_reader(|c| {
-            read::latest_checkpoint(c)?
-                .map(|(s, _, n)| Ok((s, super::cosignatures::with_cosignatures(c, s, n)?)))
-                .transpose()
-        })
-    }
-
-    /// Why the log is rewound (the database does not hold the high-water mark's tree), if it
-    /// is: no write or signature is made meanwhile.
-    pub fn rewound(&self) -> Option<super::high_water::Rewound> {
-        self.high_water.rewound()
-    }
-
-    /// The high-water mark: raise it from a published checkpoint, learn a witness's size.
-    pub fn high_water(&self) -> &HighWater {
-        &self.high_water
-    }
-
-    /// Seconds since the latest checkpoint was signed, if there is one.
-    pub fn latest_checkpoint_age_seconds(&self) -> Result<Option<i64>, StoreError> {
-        use super::schema::checkpoints;
-        let created: Option<i64> = self.with_reader(|c| {
-            Ok(checkpoints::table
-                .order(checkpoints::size.desc())
-                .select(checkpoints::created_at)
-                .first(c)
-                .optional()?)
-        })?;
-        Ok(created.map(|t| Timestamp::now().unix() - t))
-    }
-
-    /// Stored entries `start <= index < end`.
-    pub fn entries(&self, start: u64, end: u64) -> Result<Vec<EntryRow>, StoreError> {
-        self.with_reader(|c| read::entries_range(c, start, end))
-    }
-
-    /// RFC 6962 inclusion proof of entry `index` in the tree of `size` entries.
-    pub fn inclusion_proof(&self, index: u64, size: u64) -> Result<Vec<Hash>, StoreError> {
-        self.with_reader(|c| {
-            let (head, _) = read::head(c)?;
-            if index >= size || size > head {
-                return Err(StoreError::Refused(format!(
-                    "need index < size <= log size (index {index}, size {size}, log size {head})"
-                )));
-            }
-            Ok(merkle::prove_record(size, index, &DbHashReader::new(c))?)
-        })
-    }
-
-    /// RFC 6962 consistency proof between tree sizes `from` and `to`.
-    pub fn consistency_proof(&self, from: u64, to: u64) -> Result<Vec<Hash>, StoreError> {
-        self.with_reader(|c| {
-            let (head, _) = read::head(c)?;
-            if from == 0 || from > to || to > head {
-                return Err(StoreError::Refused(format!(
-                    "need 0 < from <= to <= log size (from {from}, to {to}, log size {head})"
-                )));
-            }
-            Ok(merkle::prove_tree(to, from, &DbHashReader::new(c))?)
-        })
-    }
-
-    /// The root hash of the tree of `size` entries.
-    pub fn root_at(&self, size: u64) -> Result<Hash, StoreError> {
-        self.with_reader(|c| Ok(merkle::tree_hash(size, &DbHashReader::new(c))?))
-    }
-
-    /// A C2SP tile (docs/PROTOCOL.md §17) if the latest checkpoint covers it
-    /// ([`TilePath::within`](gpuledger_core::tiles::TilePath::within)), else `None`: a hash tile's
-    /// hashes concatenated (one query), or an entry bundle's leaves in order. The checkpoint
-    /// and the tile are read on one connection.
-    pub fn tile(
-        &self,
-        tile: &gpuledger_core::tiles::TilePath,
-    ) -> Result<Option<TileData>, StoreError> {
-        use gpuledger_core::tiles::TileKind;
-        self.with_reader(|c| {
-            let size = read::latest_checkpoint(c)?.map_or(0, |(s, _, _)| s);
-            if !tile.within(size) {
-                return Ok(None);
-            }
-            Ok(Some(match tile.kind() {
-                TileKind::Hashes { .. } => TileData::Hashes(read::tile_hashes(c, tile)?),
-                TileKind::Entries => {
-                    let (start, end) = tile.start().zip(tile.end()).ok_or_else(|| {
-                        StoreError::Corrupt(format!("tile {} has no range", tile.path()))
-                    })?;
-                    let rows = read::entries_range(c, start, end)?;
-                    if rows.len() as u64 != end - start {
-                        return Err(StoreError::Corrupt(format!(
-                            "entries {start}..{end} of a checkpointed tree are missing"
-                        )));
-                    }
-                    TileData::Leaves(rows.into_iter().map(|r| r.leaf).collect())
-                }
-            }))
-        })
-    }
-}
-
-/// What [`Ledger::tile`] read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TileData {
-    /// A hash tile's bytes: its hashes, 32 bytes each, in order.
-    Hashes(Vec<u8>),
-    /// An entry bundle's leaves, in index order.
-    Leaves(Vec<Vec<u8>>),
 }
 
 /// Checks the signer, key, role and scope of a record against the registry (the rules of

@@ -227,7 +227,8 @@ fn register(
         .register_key(&signer, role, &public_key, scope)?;
     let scope = state
         .ledger
-        .with_reader(|c| read::registration(c, index))
+        .reads()
+        .run(|c| read::registration(c, index))
         .map(|r| KeyScope::of(&r))?;
     Ok(KeyView {
         signer,
@@ -287,22 +288,19 @@ pub async fn add_key(
     caller.require_admin()?;
     let k: NewKey = json_body(&req, body).await?;
     let signer = path.into_inner();
-    let view = web::block(move || -> Result<KeyView, ApiError> {
-        let role = state
-            .ledger
-            .with_reader(|c| read::keys(c, None))?
-            .into_iter()
-            .find(|r| r.signer == signer)
-            .map(|r| r.role)
-            .ok_or_else(|| ApiError::NotFound(format!("signer {signer}")))?;
-        let role = Role::parse(&role).ok_or_else(|| ApiError::Internal(format!("role {role}")))?;
-        let scope = match (k.nodes, k.regions) {
-            (None, None) => None,
-            (nodes, regions) => Some(KeyScope::new(nodes, regions.unwrap_or_default())),
-        };
-        register(&state, signer, role, k.public_key, scope)
-    })
-    .await??;
+    let role = state
+        .read(move |c| read::keys(c, None))
+        .await?
+        .into_iter()
+        .find(|r| r.signer == signer)
+        .map(|r| r.role)
+        .ok_or_else(|| ApiError::NotFound(format!("signer {signer}")))?;
+    let role = Role::parse(&role).ok_or_else(|| ApiError::Internal(format!("role {role}")))?;
+    let scope = match (k.nodes, k.regions) {
+        (None, None) => None,
+        (nodes, regions) => Some(KeyScope::new(nodes, regions.unwrap_or_default())),
+    };
+    let view = web::block(move || register(&state, signer, role, k.public_key, scope)).await??;
     Ok(HttpResponse::Created().json(view))
 }
 
@@ -358,7 +356,8 @@ fn list_keys(state: &AppState) -> Result<Vec<KeyView>, ApiError> {
     use base64::prelude::{Engine, BASE64_STANDARD};
     state
         .ledger
-        .with_reader(|c| {
+        .reads()
+        .run(|c| {
             read::keys(c, None)?
                 .into_iter()
                 .map(|r| {

@@ -28,10 +28,9 @@ impl FromRequest for Caller {
         Box::pin(async move {
             let token = token.ok_or(ApiError::Unauthorized)?;
             let state = state.ok_or_else(|| ApiError::Internal("no app state".into()))?;
-            let ledger = state.ledger.clone();
-            let found =
-                web::block(move || ledger.with_reader(|c| access::authenticate_token(c, &token)))
-                    .await??;
+            let found = state
+                .read(move |c| access::authenticate_token(c, &token))
+                .await?;
             match found {
                 Authentication::Valid(p) => Ok(Caller(p)),
                 Authentication::Expired => Err(ApiError::TokenExpired),

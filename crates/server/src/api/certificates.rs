@@ -78,7 +78,7 @@ pub async fn issue(
         period: Period { from, to },
         scope,
     };
-    let cert = web::block(move || state.ledger.issue_certificate(request)).await??;
+    let cert = web::block(move || state.ledger.issuance().certificate(request)).await??;
     Ok(HttpResponse::Created()
         .content_type("application/json")
         .body(cert.to_canonical_json()))
@@ -188,7 +188,9 @@ pub async fn bundle(
     let (cert, _) = load(&state, &caller, id.clone()).await?;
     let ledger = state.ledger.clone();
     Ok(stream_lines(&format!("{id}.bundle.jsonl"), move |sink| {
-        ledger.with_reader(|c| store_certs::write_certificate_bundle_as(c, &cert, format, sink))
+        ledger
+            .reads()
+            .run(|c| store_certs::write_certificate_bundle_as(c, &cert, format, sink))
     }))
 }
 

@@ -46,7 +46,7 @@ pub async fn create(
     caller.require_admin()?;
     let v: Value = json_body(&req, payload).await?;
     let body = Body::from_value(Kind::CreditNote, &v).map_err(super::pricing::rejection)?;
-    let index = web::block(move || state.ledger.settle(body)).await??;
+    let index = web::block(move || state.ledger.issuance().settle(body)).await??;
     let number = invoice::credit_note_number(index);
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/v1/credit-notes/{number}")))

@@ -61,12 +61,9 @@ pub async fn focus_export(
     let tenant = caller.tenant_scope(q.tenant)?;
     let period = Period { from, to };
     let t = tenant.clone();
-    let csv = web::block(move || -> Result<Vec<u8>, ApiError> {
-        state
-            .ledger
-            .with_reader(|c| export(c, t.as_deref(), period))?
-    })
-    .await??;
+    let csv = state
+        .read(move |c| export(c, t.as_deref(), period))
+        .await??;
     let name = format!(
         "focus-{}-{}-{}.csv",
         tenant.as_deref().unwrap_or("all"),

@@ -57,8 +57,13 @@ pub async fn issue(
     state
         .read(move |c| gpuledger_store::access::require_tenant(c, &t))
         .await?;
-    let issued =
-        web::block(move || state.ledger.issue_invoices(&tenant, Period { from, to })).await??;
+    let issued = web::block(move || {
+        state
+            .ledger
+            .issuance()
+            .invoices(&tenant, Period { from, to })
+    })
+    .await??;
     let mut response = HttpResponse::Created();
     // Issued all the same (the account may get its address later), but said: an invoice
     // without the buyer's address may not serve as a tax invoice. The PDF says it too.
@@ -201,9 +206,9 @@ pub async fn download(
         return Ok(super::certificates::stream_lines(
             &format!("{number}.bundle.jsonl"),
             move |sink| {
-                ledger.with_reader(|c| {
-                    store_invoices::write_invoice_bundle_as(c, &inv, bundle_format, sink)
-                })
+                ledger
+                    .reads()
+                    .run(|c| store_invoices::write_invoice_bundle_as(c, &inv, bundle_format, sink))
             },
         ));
     }
@@ -262,16 +267,14 @@ pub async fn account(
 ) -> Result<HttpResponse, ApiError> {
     let number = path.into_inner();
     let n = number.clone();
-    let ledger = state.ledger.clone();
-    let now = ledger.now();
-    let found = web::block(move || {
-        ledger.with_reader(|c| match store_invoices::account(c, &n, now) {
+    let now = state.ledger.now();
+    let found = state
+        .read(move |c| match store_invoices::account(c, &n, now) {
             Ok(a) => Ok(Some(a)),
             Err(gpuledger_store::StoreError::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
         })
-    })
-    .await??;
+        .await?;
     match found {
         Some(a) if caller.may_see(Some(&a.tenant)) => Ok(HttpResponse::Ok().json(a)),
         _ => Err(ApiError::NotFound(format!("invoice {number}"))),
@@ -308,8 +311,8 @@ pub async fn payment(
         .map_err(|e| ApiError::invalid_parameter("excess", e.to_string()))?;
     let op: fn(&Ledger, gpuledger_core::record::Body) -> Result<u64, gpuledger_store::StoreError> =
         match q.excess.as_deref() {
-            None => Ledger::settle,
-            Some("credit") => |l, b| l.settle_with_excess(b, true),
+            None => |l, b| l.issuance().settle(b),
+            Some("credit") => |l, b| l.issuance().settle_with_excess(b, true),
             Some(_) => {
                 return Err(ApiError::invalid_parameter(
                     "excess",

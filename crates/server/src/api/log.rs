@@ -35,7 +35,7 @@ pub struct LogInfoView {
 #[get("/log")]
 pub async fn get_log(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let ledger = state.ledger.clone();
-    let size = web::block(move || ledger.size()).await??;
+    let size = web::block(move || ledger.reads().size()).await??;
     let info = state.ledger.info();
     Ok(HttpResponse::Ok().json(LogInfoView {
         origin: info.origin.clone(),
@@ -66,7 +66,7 @@ pub(crate) async fn latest_note(state: &web::Data<AppState>) -> Result<String, A
         return Err(StoreError::LogRewound(Box::new(r)).into());
     }
     let ledger = state.ledger.clone();
-    let (_, note) = web::block(move || ledger.latest_checkpoint())
+    let (_, note) = web::block(move || ledger.reads().latest_checkpoint())
         .await??
         .ok_or_else(|| {
             ApiError::unavailable("no_checkpoint", "no checkpoint has been signed yet", 1)
@@ -213,7 +213,7 @@ pub async fn get_entry(
 ) -> Result<HttpResponse, ApiError> {
     let index = parse_u64("index", &path)?;
     let ledger = state.ledger.clone();
-    let rows = web::block(move || ledger.entries(index, index.saturating_add(1))).await??;
+    let rows = web::block(move || ledger.reads().entries(index, index.saturating_add(1))).await??;
     let row = rows
         .first()
         .filter(|r| caller.may_see(r.tenant.as_deref()))
@@ -270,7 +270,7 @@ pub async fn get_entries(
         ));
     }
     let ledger = state.ledger.clone();
-    let rows = web::block(move || ledger.entries(start, end)).await??;
+    let rows = web::block(move || ledger.reads().entries(start, end)).await??;
     let entries = rows
         .iter()
         .filter(|r| caller.may_see(r.tenant.as_deref()))
@@ -322,14 +322,18 @@ pub async fn get_inclusion(
         .transpose()?;
     let ledger = state.ledger.clone();
     let (proof, root) = web::block(move || -> Result<_, ApiError> {
-        let rows = ledger.entries(index, index.saturating_add(1))?;
+        let rows = ledger.reads().entries(index, index.saturating_add(1))?;
         let row = rows
             .first()
             .filter(|r| caller.may_see(r.tenant.as_deref()))
             .ok_or_else(|| ApiError::NotFound(format!("entry {index}")))?;
         let size = match size {
             Some(s) => s,
-            None => ledger.latest_checkpoint()?.map(|c| c.0).unwrap_or(0),
+            None => ledger
+                .reads()
+                .latest_checkpoint()?
+                .map(|c| c.0)
+                .unwrap_or(0),
         };
         if row.idx as u64 >= size {
             return Err(ApiError::invalid_parameter(
@@ -337,11 +341,14 @@ pub async fn get_inclusion(
                 format!("entry {index} is not in a tree of {size} entries"),
             ));
         }
-        let proof = ledger.inclusion_proof(index, size).map_err(|e| match e {
-            StoreError::Refused(m) => ApiError::invalid_parameter("size", m),
-            other => other.into(),
-        })?;
-        Ok((proof, ledger.root_at(size)?))
+        let proof = ledger
+            .reads()
+            .inclusion_proof(index, size)
+            .map_err(|e| match e {
+                StoreError::Refused(m) => ApiError::invalid_parameter("size", m),
+                other => other.into(),
+            })?;
+        Ok((proof, ledger.reads().root_at(size)?))
     })
     .await??;
     Ok(HttpResponse::Ok().json(ProofView {
@@ -376,11 +383,14 @@ pub async fn get_consistency(
     let to = parse_u64("to", &q.to)?;
     let ledger = state.ledger.clone();
     let (proof, root) = web::block(move || -> Result<_, ApiError> {
-        let proof = ledger.consistency_proof(from, to).map_err(|e| match e {
-            StoreError::Refused(m) => ApiError::invalid_parameter("to", m),
-            other => other.into(),
-        })?;
-        Ok((proof, ledger.root_at(to)?))
+        let proof = ledger
+            .reads()
+            .consistency_proof(from, to)
+            .map_err(|e| match e {
+                StoreError::Refused(m) => ApiError::invalid_parameter("to", m),
+                other => other.into(),
+            })?;
+        Ok((proof, ledger.reads().root_at(to)?))
     })
     .await??;
     Ok(HttpResponse::Ok().json(ProofView {

@@ -52,9 +52,10 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Runs `f` on one of the ledger's read connections, on actix's blocking pool (a store
-    /// read blocks on the database): how a handler reads the store. Writes go through the
-    /// ledger's sequencer instead (`Ledger::append`, `append_ledger_entry`, `issue_*`).
+    /// Runs `f` on one of the ledger's read-only connections (`Ledger::reads`), on actix's
+    /// blocking pool (a store read blocks on the database): how a handler reads the store.
+    /// Writes go through the ledger's sequencer instead (`Ledger::append`,
+    /// `append_ledger_entry`, and `Ledger::issuance` for invoices, certificates, settlements).
     pub async fn read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut gpuledger_store::DbConn) -> Result<T, gpuledger_store::StoreError>
@@ -62,7 +63,7 @@ impl AppState {
             + 'static,
     ) -> Result<T, ApiError> {
         let ledger = self.ledger.clone();
-        Ok(web::block(move || ledger.with_reader(f)).await??)
+        Ok(web::block(move || ledger.reads().run(f)).await??)
     }
 }
 

@@ -25,7 +25,7 @@ pub async fn healthz() -> HttpResponse {
 #[get("/readyz")]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let ledger = state.ledger.clone();
-    let current = web::block(move || ledger.with_reader(conn::migrations_current)).await?;
+    let current = web::block(move || ledger.reads().run(conn::migrations_current)).await?;
     let not_ready = |slug, detail: &str| {
         ApiError::unavailable(slug, detail, error::RETRY_AFTER_UNAVAILABLE_SECONDS)
     };
@@ -80,7 +80,7 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
 #[get("/metrics")]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let ledger = state.ledger.clone();
-    if let Ok(Ok((size, _))) = web::block(move || ledger.head()).await {
+    if let Ok(Ok((size, _))) = web::block(move || ledger.reads().head()).await {
         ::metrics::gauge!("gpuledger_log_size").set(size as f64);
     }
     ::metrics::gauge!("gpuledger_sequencer_queue_depth").set(state.ledger.queue_depth() as f64);
@@ -90,7 +90,9 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     ::metrics::gauge!("gpuledger_clock_unreliable").set(if unreliable { 1.0 } else { 0.0 });
     ::metrics::counter!("gpuledger_clock_steps_total").absolute(state.ledger.clock_steps());
     let ledger = state.ledger.clone();
-    if let Ok(Ok(Some(age))) = web::block(move || ledger.latest_checkpoint_age_seconds()).await {
+    if let Ok(Ok(Some(age))) =
+        web::block(move || ledger.reads().latest_checkpoint_age_seconds()).await
+    {
         ::metrics::gauge!("gpuledger_checkpoint_age_seconds").set(age as f64);
     }
     HttpResponse::Ok()

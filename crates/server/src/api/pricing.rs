@@ -350,8 +350,8 @@ pub async fn get_prices(
         q.cursor.as_deref(),
     )?;
     let (after, fetch) = (page.after_index()?, page.fetch());
-    let entries = web::block(move || {
-        state.ledger.with_reader(|c| {
+    let entries = state
+        .read(move |c| {
             let size = gpuledger_store::read::head(c)?.0;
             let t = tenant.as_deref();
             match as_of {
@@ -359,8 +359,7 @@ pub async fn get_prices(
                 None => pricing::pricing_page(c, &filter, t, after, size, fetch),
             }
         })
-    })
-    .await??;
+        .await?;
     let list: Vec<PricingEntry> = entries
         .into_iter()
         .filter(|(_, b)| {
@@ -439,14 +438,13 @@ pub async fn get_preview(
     let (from, to) = super::period(&q.from, &q.to)?;
     let t = tenant.clone();
     let settings = state.ledger.invoicing();
-    let (size, rater) = web::block(move || {
-        state.ledger.with_reader(|c| {
+    let (size, rater) = state
+        .read(move |c| {
             gpuledger_store::access::require_tenant(c, &t)?;
             let size = gpuledger_store::read::head(c)?.0;
             Ok((size, pricing::rate_period(c, &t, from, to, size)?))
         })
-    })
-    .await??;
+        .await?;
     let (by_currency, unpriced) = rater.finish();
     let currencies = by_currency
         .into_iter()

@@ -14,7 +14,7 @@ use super::AppState;
 use actix_web::http::header::{CACHE_CONTROL, VARY};
 use actix_web::{route, web, HttpRequest, HttpResponse};
 use gpuledger_core::tiles::{self, TileKind, TilePath};
-use gpuledger_store::ledger::TileData;
+use gpuledger_store::reads::TileData;
 
 /// `Cache-Control` of `/checkpoint`: it changes with every checkpoint, so caches keep it for
 /// a few seconds at most (C2SP tlog-tiles).
@@ -62,7 +62,7 @@ pub async fn malformed(req: HttpRequest) -> Result<HttpResponse, ApiError> {
 /// Reads `tile` if the latest checkpoint covers it; 404 if it does not (yet).
 async fn read_tile(state: &web::Data<AppState>, tile: TilePath) -> Result<TileData, ApiError> {
     let ledger = state.ledger.clone();
-    web::block(move || ledger.tile(&tile))
+    web::block(move || ledger.reads().tile(&tile))
         .await??
         .ok_or_else(|| ApiError::NotFound(tile.path()))
 }

@@ -87,20 +87,16 @@ pub async fn get_usage(
         .transpose()?;
     let t = tenant.clone();
     let g = group_by.clone();
-    let rows = web::block(move || -> Result<Vec<UsageRow>, ApiError> {
-        state
-            .ledger
-            .with_reader(|c| {
-                if let Some(t) = &t {
-                    access::require_tenant(c, t)?;
-                }
-                let mut agg = Aggregator::new(from, to, g, window);
-                usage::aggregate(c, t.as_deref(), from, to, &mut agg)?;
-                Ok(agg.finish())
-            })
-            .map_err(ApiError::from)
-    })
-    .await??;
+    let rows: Vec<UsageRow> = state
+        .read(move |c| {
+            if let Some(t) = &t {
+                access::require_tenant(c, t)?;
+            }
+            let mut agg = Aggregator::new(from, to, g, window);
+            usage::aggregate(c, t.as_deref(), from, to, &mut agg)?;
+            Ok(agg.finish())
+        })
+        .await?;
     Ok(HttpResponse::Ok().json(UsageResponse {
         tenant,
         from: from.to_string(),

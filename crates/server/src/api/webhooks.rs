@@ -193,7 +193,8 @@ pub async fn create_endpoint(
     let created = web::block(move || -> Result<Endpoint, ApiError> {
         if let Some(t) = &b.tenant {
             let known = ledger
-                .with_reader(access::list_tenants)?
+                .reads()
+                .run(access::list_tenants)?
                 .iter()
                 .any(|x| &x.id == t);
             if !known {
@@ -319,16 +320,14 @@ pub async fn list_deliveries(
 ) -> Result<HttpResponse, ApiError> {
     caller.require_admin()?;
     let id = path.into_inner();
-    let ledger = state.ledger.clone();
     let found = {
         let id = id.clone();
-        web::block(move || {
-            ledger.with_reader(|c| match outbox::get_endpoint(c, &id)? {
+        state
+            .read(move |c| match outbox::get_endpoint(c, &id)? {
                 Some(_) => Ok(Some(outbox::deliveries(c, &id)?)),
                 None => Ok(None),
             })
-        })
-        .await??
+            .await?
     };
     let list = found.ok_or_else(|| ApiError::NotFound(format!("webhook endpoint {id}")))?;
     Ok(HttpResponse::Ok().json(list))

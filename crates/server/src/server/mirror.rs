@@ -20,7 +20,7 @@
 use super::publish::PublishError;
 use gpuledger_core::checkpoint;
 use gpuledger_core::tiles::{self, TilePath};
-use gpuledger_store::ledger::TileData;
+use gpuledger_store::reads::TileData;
 use gpuledger_store::recover::{DocumentKind, EntrySource};
 use gpuledger_store::{read, Ledger};
 use std::fs;
@@ -103,7 +103,7 @@ impl Mirror {
     /// round): the tiles and bundles it grew, the documents its entries issued, then its note
     /// as `checkpoint` once all of it is there. Returns the size the directory holds.
     pub fn mirror(&mut self, ledger: &Ledger) -> Result<u64, PublishError> {
-        let Some((latest, note)) = ledger.latest_checkpoint()? else {
+        let Some((latest, note)) = ledger.reads().latest_checkpoint()? else {
             return Ok(self.size);
         };
         if latest <= self.size {
@@ -113,7 +113,7 @@ impl Mirror {
         let full = u64::from(tiles::FULL_WIDTH);
         let to = latest.min((self.size / full) * full + MAX_ENTRIES_PER_ROUND);
         for tile in tiles::tiles_grown(self.size, to) {
-            let bytes = match ledger.tile(&tile)? {
+            let bytes = match ledger.reads().tile(&tile)? {
                 Some(TileData::Hashes(b)) => b,
                 Some(TileData::Leaves(leaves)) => {
                     tiles::encode_bundle(leaves.iter().map(Vec::as_slice)).map_err(|e| {
@@ -130,7 +130,7 @@ impl Mirror {
             write_private(&self.dir.join(tile.path()), &bytes)?;
             self.drop_narrower(&tile)?;
         }
-        let (invoices, certificates) = ledger.with_reader(|c| {
+        let (invoices, certificates) = ledger.reads().run(|c| {
             Ok((
                 read::invoice_documents(c, self.size, to)?,
                 read::certificate_documents(c, self.size, to)?,

@@ -146,7 +146,7 @@ impl Publisher {
         } else if old == 0 {
             true
         } else {
-            let proof = ledger.consistency_proof(old, size)?;
+            let proof = ledger.reads().consistency_proof(old, size)?;
             merkle::check_tree(&proof, size, root, old, old_root).is_ok()
         };
         if consistent {
@@ -170,7 +170,7 @@ impl Publisher {
     /// the latest published checkpoint, if there is one.
     pub fn publish(&mut self, ledger: &Ledger) -> Result<Option<u64>, PublishError> {
         let from = self.last_kept.map_or(0, |s| s + 1);
-        let rows = ledger.with_reader(|c| {
+        let rows = ledger.reads().run(|c| {
             read::checkpoints_page(c, CheckpointPage::From(from), MAX_PUBLISH_PER_ROUND)
         })?;
         let kept = self.dir.join(CHECKPOINTS_DIR);
@@ -191,7 +191,7 @@ impl Publisher {
             }
             self.last_kept = Some(r.size);
         }
-        if let Some((size, note)) = ledger.latest_checkpoint()? {
+        if let Some((size, note)) = ledger.reads().latest_checkpoint()? {
             if self.latest_note.as_deref() != Some(note.as_str()) {
                 let (s, root) = size_root(&note).ok_or_else(|| {
                     PublishError::Contradicts(format!(

@@ -297,7 +297,8 @@ impl Sender {
             if !loaded {
                 match self
                     .ledger
-                    .with_reader(cosignatures::cosigned_sizes)
+                    .reads()
+                    .run(cosignatures::cosigned_sizes)
                     .map(|m| m.get(self.name()).copied())
                 {
                     Ok(size) => {
@@ -379,7 +380,8 @@ impl Sender {
         let store = |e: StoreError| (Failure::BadResponse, format!("store: {e}"));
         let latest = self
             .ledger
-            .with_reader(read::latest_checkpoint)
+            .reads()
+            .run(read::latest_checkpoint)
             .map_err(|e| {
                 (
                     Failure::Unreachable,
@@ -441,12 +443,15 @@ impl Sender {
         let proof = if old == 0 || old == size {
             Vec::new()
         } else {
-            self.ledger.consistency_proof(old, size).map_err(|e| {
-                (
-                    Failure::Unreachable,
-                    format!("consistency proof {old} → {size}: {e}"),
-                )
-            })?
+            self.ledger
+                .reads()
+                .consistency_proof(old, size)
+                .map_err(|e| {
+                    (
+                        Failure::Unreachable,
+                        format!("consistency proof {old} → {size}: {e}"),
+                    )
+                })?
         };
         let body = AddCheckpoint {
             old_size: old,
@@ -551,7 +556,8 @@ impl Sender {
             Ok(0)
         } else {
             self.ledger
-                .with_reader(|c| cosignatures::quorum_size(c, w.witnesses(), w.quorum()))
+                .reads()
+                .run(|c| cosignatures::quorum_size(c, w.witnesses(), w.quorum()))
                 .map(|q| size.saturating_sub(q))
         };
         if let Ok(lag) = quorum_lag {

@@ -1,0 +1,168 @@
+//! Every read of the log outside the sequencer goes through [`Reads`]: a pool of read-only
+//! connections ([`ReadConn`]: the database refuses a write on them) and the log's public
+//! reads (size, head, checkpoints, proofs, tiles). Handlers reach it as
+//! [`Ledger::reads`](crate::Ledger::reads); the query functions of `store::read`,
+//! `store::invoices`, `store::usage` and the rest run inside [`Reads::run`].
+
+use crate::conn::{self, ReadConn};
+use crate::error::StoreError;
+use crate::read::{self, DbHashReader, EntryRow};
+use diesel::prelude::*;
+use gpuledger_core::merkle::{self, Hash};
+use gpuledger_core::time::Timestamp;
+use std::sync::Mutex;
+
+/// Idle read connections kept open per ledger.
+pub const MAX_IDLE_READERS: usize = 8;
+
+/// The read door of a ledger: a bounded pool of read-only connections.
+pub struct Reads {
+    url: String,
+    pool: Mutex<Vec<ReadConn>>,
+}
+
+impl Reads {
+    /// A pool for `url`, starting with `first` (the connection that opened the ledger).
+    pub(crate) fn new(url: &str, first: ReadConn) -> Reads {
+        Reads {
+            url: url.to_owned(),
+            pool: Mutex::new(vec![first]),
+        }
+    }
+
+    /// Runs `f` with a read-only connection ([`ReadConn`]) from the pool (opened on demand;
+    /// at most [`MAX_IDLE_READERS`] are kept idle).
+    pub fn run<T>(
+        &self,
+        f: impl FnOnce(&mut crate::DbConn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let pooled = self.pool.lock().expect("reader pool lock").pop();
+        let mut conn = match pooled {
+            Some(c) => c,
+            None => conn::connect_read_only(&self.url)?,
+        };
+        let r = f(conn.db());
+        // A connection whose database call failed is dropped rather than reused.
+        if !matches!(&r, Err(e) if e.discards_connection()) {
+            let mut pool = self.pool.lock().expect("reader pool lock");
+            if pool.len() < MAX_IDLE_READERS {
+                pool.push(conn);
+            }
+            debug_assert!(pool.len() <= MAX_IDLE_READERS);
+        }
+        r
+    }
+
+    /// The log size.
+    pub fn size(&self) -> Result<u64, StoreError> {
+        self.run(|c| Ok(read::head(c)?.0))
+    }
+
+    /// The log size and its root hash.
+    pub fn head(&self) -> Result<(u64, Hash), StoreError> {
+        self.run(|c| {
+            let (size, _) = read::head(c)?;
+            Ok((size, merkle::tree_hash(size, &DbHashReader::new(c))?))
+        })
+    }
+
+    /// The latest checkpoint's size and signed note, if any, with the witnesses'
+    /// cosignatures gathered for it appended.
+    pub fn latest_checkpoint(&self) -> Result<Option<(u64, String)>, StoreError> {
+        self.run(|c| {
+            read::latest_checkpoint(c)?
+                .map(|(s, _, n)| Ok((s, crate::cosignatures::with_cosignatures(c, s, n)?)))
+                .transpose()
+        })
+    }
+
+    /// Seconds since the latest checkpoint was signed, if there is one.
+    pub fn latest_checkpoint_age_seconds(&self) -> Result<Option<i64>, StoreError> {
+        use super::schema::checkpoints;
+        let created: Option<i64> = self.run(|c| {
+            Ok(checkpoints::table
+                .order(checkpoints::size.desc())
+                .select(checkpoints::created_at)
+                .first(c)
+                .optional()?)
+        })?;
+        Ok(created.map(|t| Timestamp::now().unix() - t))
+    }
+
+    /// Stored entries `start <= index < end`.
+    pub fn entries(&self, start: u64, end: u64) -> Result<Vec<EntryRow>, StoreError> {
+        self.run(|c| read::entries_range(c, start, end))
+    }
+
+    /// RFC 6962 inclusion proof of entry `index` in the tree of `size` entries.
+    pub fn inclusion_proof(&self, index: u64, size: u64) -> Result<Vec<Hash>, StoreError> {
+        self.run(|c| {
+            let (head, _) = read::head(c)?;
+            if index >= size || size > head {
+                return Err(StoreError::Refused(format!(
+                    "need index < size <= log size (index {index}, size {size}, log size {head})"
+                )));
+            }
+            Ok(merkle::prove_record(size, index, &DbHashReader::new(c))?)
+        })
+    }
+
+    /// RFC 6962 consistency proof between tree sizes `from` and `to`.
+    pub fn consistency_proof(&self, from: u64, to: u64) -> Result<Vec<Hash>, StoreError> {
+        self.run(|c| {
+            let (head, _) = read::head(c)?;
+            if from == 0 || from > to || to > head {
+                return Err(StoreError::Refused(format!(
+                    "need 0 < from <= to <= log size (from {from}, to {to}, log size {head})"
+                )));
+            }
+            Ok(merkle::prove_tree(to, from, &DbHashReader::new(c))?)
+        })
+    }
+
+    /// The root hash of the tree of `size` entries.
+    pub fn root_at(&self, size: u64) -> Result<Hash, StoreError> {
+        self.run(|c| Ok(merkle::tree_hash(size, &DbHashReader::new(c))?))
+    }
+
+    /// A C2SP tile (docs/PROTOCOL.md §17) if the latest checkpoint covers it
+    /// ([`TilePath::within`](gpuledger_core::tiles::TilePath::within)), else `None`: a hash tile's
+    /// hashes concatenated (one query), or an entry bundle's leaves in order. The checkpoint
+    /// and the tile are read on one connection.
+    pub fn tile(
+        &self,
+        tile: &gpuledger_core::tiles::TilePath,
+    ) -> Result<Option<TileData>, StoreError> {
+        use gpuledger_core::tiles::TileKind;
+        self.run(|c| {
+            let size = read::latest_checkpoint(c)?.map_or(0, |(s, _, _)| s);
+            if !tile.within(size) {
+                return Ok(None);
+            }
+            Ok(Some(match tile.kind() {
+                TileKind::Hashes { .. } => TileData::Hashes(read::tile_hashes(c, tile)?),
+                TileKind::Entries => {
+                    let (start, end) = tile.start().zip(tile.end()).ok_or_else(|| {
+                        StoreError::Corrupt(format!("tile {} has no range", tile.path()))
+                    })?;
+                    let rows = read::entries_range(c, start, end)?;
+                    if rows.len() as u64 != end - start {
+                        return Err(StoreError::Corrupt(format!(
+                            "entries {start}..{end} of a checkpointed tree are missing"
+                        )));
+                    }
+                    TileData::Leaves(rows.into_iter().map(|r| r.leaf).collect())
+                }
+            }))
+        })
+    }
+}
+
+/// What [`Reads::tile`] read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TileData {
+    /// A hash tile's bytes: its hashes, 32 bytes each, in order.
+    Hashes(Vec<u8>),
+    /// An entry bundle's leaves, in index order.
+    Leaves(Vec<Vec<u8>>),
+}
