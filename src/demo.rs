@@ -655,6 +655,35 @@ fn print_try(
     // moment the command is run (`$(date …)`, evaluated then), so it works when first tried.
     let run_start = Timestamp::from_unix(now / 60 * 60).expect("in range");
     let until_now = "$(date -u +%Y-%m-%dT%H:%M:%SZ)";
+    print_sign_in(out, base, tokens, witness);
+    print_reads(out, base, token, (from, to));
+    let cmds = TryCommands {
+        base,
+        url,
+        vkey,
+        wkey: &wkey,
+        run_start,
+        from,
+        until_now,
+    };
+    cmds.print(out);
+    let _ = writeln!(out, "Nodes: {} in cn-north-imx (8×H100 bare metal), {} in cn-east-sh (shared H20 and L40S); leases in {}/leases/ (edit them while it runs; a new lease id must first be registered with POST /v1/leases).",
+        NODES.iter().filter(|n| n.region == "cn-north-imx").count(),
+        NODES.iter().filter(|n| n.region == "cn-east-sh").count(),
+        dir.display());
+    let _ = writeln!(out, "Ctrl-C stops.\n");
+    let _ = out.flush();
+}
+
+/// The console's address, a token for each role, and the demo's witness.
+fn print_sign_in(
+    out: &mut impl Write,
+    base: &str,
+    tokens: &DemoTokens,
+    witness: &server::witnessing::LocalWitness,
+) {
+    let wkey = witness.witness_key().vkey();
+    let token = &tokens.admin;
     let _ = writeln!(out, "\nOpen the console in a browser: {base}/console/");
     let _ = writeln!(out, "  sign in as tenant {DEMO_TENANT}: {}", tokens.tenant);
     let _ = writeln!(out, "  sign in as auditor:         {}", tokens.auditor);
@@ -671,6 +700,10 @@ fn print_try(
         witness.url()
     );
     let _ = writeln!(out, "witness vkey: {wkey}");
+}
+
+/// Public and authenticated reads to try with the admin token, over `(from, to)` (today).
+fn print_reads(out: &mut impl Write, base: &str, token: &str, (from, to): (Timestamp, Timestamp)) {
     let _ = writeln!(out, "\nTry, in another terminal:");
     let _ = writeln!(out, "  TOKEN={token}");
     let _ = writeln!(
@@ -687,40 +720,59 @@ fn print_try(
         "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/entries?start=0&end=20'"
     );
     let _ = writeln!(out, "  curl -s -H \"Authorization: Bearer $TOKEN\" '{base}/v1/invoices/preview?tenant=acme-ai&from={from}&to={to}'");
-    let _ = writeln!(out, "An invoice for acme-ai from this run's start until now (a period that has ended), its PDF and its offline check:");
-    let _ = writeln!(out, "  curl -sS -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d \"{{\\\"tenant\\\":\\\"acme-ai\\\",\\\"from\\\":\\\"{run_start}\\\",\\\"to\\\":\\\"{until_now}\\\"}}\" {base}/v1/invoices | tee invoice.json");
-    let _ = writeln!(
-        out,
-        "  N=$(sed 's/.*\"number\":\"\\([^\"]*\\)\".*/\\1/' invoice.json)   # its number, INV-…"
-    );
-    let _ = writeln!(out, "  curl -fsS -H \"Authorization: Bearer $TOKEN\" -o \"$N.pdf\" {base}/v1/invoices/$N/pdf        # also /json and /csv");
-    let _ = writeln!(out, "  curl -fsS -H \"Authorization: Bearer $TOKEN\" -o \"$N.bundle.jsonl\" {base}/v1/invoices/$N/bundle");
-    let _ = writeln!(out, "  cargo run -q --release -- verify --invoice invoice.json --bundle \"$N.bundle.jsonl\" --log-key '{vkey}' --witness '{wkey}'");
-    let _ = writeln!(
-        out,
-        "Proofs against the latest checkpoint (its second line is the tree size):"
-    );
-    let _ = writeln!(out, "  S=$(curl -fsS {base}/v1/checkpoint | sed -n 2p)");
-    let _ = writeln!(out, "  curl -sS -H \"Authorization: Bearer $TOKEN\" \"{base}/v1/proofs/inclusion?index=$((S - 1))&size=$S\"");
-    let _ = writeln!(out, "  curl -sS -H \"Authorization: Bearer $TOKEN\" \"{base}/v1/proofs/consistency?from=1&to=$S\"");
-    let _ = writeln!(out, "A compute-usage certificate for acme-ai from the start of today until now, its evidence bundle, and the offline check:");
-    let _ = writeln!(out, "  curl -sS -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d \"{{\\\"tenant\\\":\\\"acme-ai\\\",\\\"from\\\":\\\"{from}\\\",\\\"to\\\":\\\"{until_now}\\\"}}\" {base}/v1/certificates | tee cert.json");
-    let _ = writeln!(out, "  curl -fsS -H \"Authorization: Bearer $TOKEN\" -o bundle.jsonl {base}/v1/certificates/$(sed 's/.*\"id\":\"\\([^\"]*\\)\".*/\\1/' cert.json)/bundle");
-    let _ = writeln!(out, "  cargo run -q --release -- verify --certificate cert.json --bundle bundle.jsonl --log-key '{vkey}' --witness '{wkey}' --quorum 1");
-    let _ = writeln!(
-        out,
-        "  cargo run -q --release -- verify-log --database-url {url}   # after Ctrl-C, or while it runs"
-    );
-    let _ = writeln!(
-        out,
-        "  {base}/docs                                         # the API, browsable offline"
-    );
-    let _ = writeln!(out, "Nodes: {} in cn-north-imx (8×H100 bare metal), {} in cn-east-sh (shared H20 and L40S); leases in {}/leases/ (edit them while it runs; a new lease id must first be registered with POST /v1/leases).",
-        NODES.iter().filter(|n| n.region == "cn-north-imx").count(),
-        NODES.iter().filter(|n| n.region == "cn-east-sh").count(),
-        dir.display());
-    let _ = writeln!(out, "Ctrl-C stops.\n");
-    let _ = out.flush();
+}
+
+/// The invoice, proof and certificate commands of the demo, and their offline checks.
+struct TryCommands<'a> {
+    base: &'a str,
+    url: &'a str,
+    vkey: &'a str,
+    wkey: &'a str,
+    run_start: Timestamp,
+    from: Timestamp,
+    until_now: &'a str,
+}
+
+impl TryCommands<'_> {
+    fn print(&self, out: &mut impl Write) {
+        let TryCommands {
+            base,
+            url,
+            vkey,
+            wkey,
+            run_start,
+            from,
+            until_now,
+        } = *self;
+        let _ = writeln!(out, "An invoice for acme-ai from this run's start until now (a period that has ended), its PDF and its offline check:");
+        let _ = writeln!(out, "  curl -sS -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d \"{{\\\"tenant\\\":\\\"acme-ai\\\",\\\"from\\\":\\\"{run_start}\\\",\\\"to\\\":\\\"{until_now}\\\"}}\" {base}/v1/invoices | tee invoice.json");
+        let _ = writeln!(
+            out,
+            "  N=$(sed 's/.*\"number\":\"\\([^\"]*\\)\".*/\\1/' invoice.json)   # its number, INV-…"
+        );
+        let _ = writeln!(out, "  curl -fsS -H \"Authorization: Bearer $TOKEN\" -o \"$N.pdf\" {base}/v1/invoices/$N/pdf        # also /json and /csv");
+        let _ = writeln!(out, "  curl -fsS -H \"Authorization: Bearer $TOKEN\" -o \"$N.bundle.jsonl\" {base}/v1/invoices/$N/bundle");
+        let _ = writeln!(out, "  cargo run -q --release -- verify --invoice invoice.json --bundle \"$N.bundle.jsonl\" --log-key '{vkey}' --witness '{wkey}'");
+        let _ = writeln!(
+            out,
+            "Proofs against the latest checkpoint (its second line is the tree size):"
+        );
+        let _ = writeln!(out, "  S=$(curl -fsS {base}/v1/checkpoint | sed -n 2p)");
+        let _ = writeln!(out, "  curl -sS -H \"Authorization: Bearer $TOKEN\" \"{base}/v1/proofs/inclusion?index=$((S - 1))&size=$S\"");
+        let _ = writeln!(out, "  curl -sS -H \"Authorization: Bearer $TOKEN\" \"{base}/v1/proofs/consistency?from=1&to=$S\"");
+        let _ = writeln!(out, "A compute-usage certificate for acme-ai from the start of today until now, its evidence bundle, and the offline check:");
+        let _ = writeln!(out, "  curl -sS -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d \"{{\\\"tenant\\\":\\\"acme-ai\\\",\\\"from\\\":\\\"{from}\\\",\\\"to\\\":\\\"{until_now}\\\"}}\" {base}/v1/certificates | tee cert.json");
+        let _ = writeln!(out, "  curl -fsS -H \"Authorization: Bearer $TOKEN\" -o bundle.jsonl {base}/v1/certificates/$(sed 's/.*\"id\":\"\\([^\"]*\\)\".*/\\1/' cert.json)/bundle");
+        let _ = writeln!(out, "  cargo run -q --release -- verify --certificate cert.json --bundle bundle.jsonl --log-key '{vkey}' --witness '{wkey}' --quorum 1");
+        let _ = writeln!(
+            out,
+            "  cargo run -q --release -- verify-log --database-url {url}   # after Ctrl-C, or while it runs"
+        );
+        let _ = writeln!(
+            out,
+            "  {base}/docs                                         # the API, browsable offline"
+        );
+    }
 }
 
 /// Prints log size and records/s: one updating line on a terminal, else a line every 10 s.

@@ -702,7 +702,7 @@ fn bundle_file(
     let mut file = Vec::new();
     ledger
         .reads()
-        .run(|c| {
+        .run_once(|c| {
             write(c, &mut |l| {
                 assert_eq!(l.last(), Some(&b'\n'), "every line ends with LF");
                 file.extend_from_slice(&l);
@@ -1029,8 +1029,7 @@ both_backends!(
             let ledger = open(db);
             scenario(&ledger);
             ledger
-                .reads()
-                .run(|c| {
+                .with_account_writer(|c| {
                     access::create_tenant(c, "acme", "Acme")?;
                     access::create_tenant(c, "globex", "Globex")?;
                     let t = |c: &mut _, r, t| access::create_token(c, r, t, "test").map(|x| x.1);

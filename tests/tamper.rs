@@ -649,8 +649,7 @@ both_backends!(bundles_are_served_as_v3_v2_and_gzip, |db: &TestDb| {
         let ledger = open(db);
         let cert = certified(&ledger);
         let token = ledger
-            .reads()
-            .run(|c| {
+            .with_account_writer(|c| {
                 access::create_tenant(c, "acme", "Acme")?;
                 access::create_token(c, ApiRole::Tenant, Some("acme"), "test").map(|x| x.1)
             })

@@ -422,11 +422,8 @@ fn database_bytes(url: &str) -> Result<u64, StoreError> {
     }
 }
 
-/// Runs the benchmark; `progress` receives human-readable phase names.
-pub fn run_grow(
-    cfg: &GrowBench,
-    progress: &(dyn Fn(&str) + Sync),
-) -> Result<GrowResult, StoreError> {
+/// Refuses sizes the benchmark cannot lay out.
+fn check(cfg: &GrowBench) -> Result<(), StoreError> {
     if cfg.entries == 0 || !cfg.entries.is_multiple_of(CHUNK as u64) {
         return Err(StoreError::Refused(format!(
             "--entries must be a positive multiple of {CHUNK}"
@@ -438,6 +435,144 @@ pub fn run_grow(
                 .into(),
         ));
     }
+    Ok(())
+}
+
+/// Reads every usage record of the measured tenant in the whole history (no selection by
+/// period): how many, and in how many seconds.
+fn whole_history(ledger: &Ledger) -> Result<(u64, f64), StoreError> {
+    let started = Instant::now();
+    let mut records = 0u64;
+    ledger
+        .reads()
+        .run(|c| usage::for_each_usage(c, Some(TENANT), u64::MAX >> 2, &mut |_| records += 1))?;
+    Ok((records, started.elapsed().as_secs_f64()))
+}
+
+/// Appends to `ledger` the measured month laid out exactly as in the grown log, with the other
+/// months' records left out: the same records at the same times on the same nodes.
+fn fill_measured_month(
+    ledger: &Ledger,
+    cfg: &GrowBench,
+    measured: Month,
+    month_from: Timestamp,
+    (nodes, tenants): (&[(String, SigningKey)], &[String]),
+) -> Result<(), StoreError> {
+    let mut only = Records {
+        months: vec![measured],
+        year_start: month_from,
+        tenants: cfg.tenants,
+        month: 0,
+        j: 0,
+        seqs: vec![0; NODES],
+        only_measured: true,
+    };
+    loop {
+        let planned = only.next_chunk(CHUNK);
+        if planned.is_empty() {
+            return Ok(());
+        }
+        append(ledger, sign(&planned, nodes, tenants))?;
+    }
+}
+
+/// Refuses a reused log whose measured month is not the one this configuration lays out.
+fn check_grown(cfg: &GrowBench, grown: &Reads) -> Result<(), StoreError> {
+    if grown.certificate_records == cfg.month_records {
+        return Ok(());
+    }
+    Err(StoreError::Refused(format!(
+        "the measured month of {} holds {} records, not {}: grown on another day or with other settings",
+        store::conn::redact(&cfg.database_url),
+        grown.certificate_records,
+        cfg.month_records
+    )))
+}
+
+/// `sqlite` or `postgres`, for the report.
+fn backend_name(url: &str) -> Result<&'static str, StoreError> {
+    Ok(match store::conn::backend_of(url)? {
+        store::conn::Backend::Sqlite => "sqlite",
+        store::conn::Backend::Postgres => "postgres",
+    })
+}
+
+/// Where the benchmark's records fall: the months' plan, the year and the measured month, the
+/// signing nodes and the tenants.
+struct Layout<'a> {
+    months: &'a [Month],
+    year_start: Timestamp,
+    month_from: Timestamp,
+    nodes: &'a [(String, SigningKey)],
+    tenants: &'a [String],
+}
+
+impl Layout<'_> {
+    /// The grown log (reused as it is with `reuse`), with the append rate per million records,
+    /// and the seconds spent signing and appending.
+    fn grown(
+        &self,
+        cfg: &GrowBench,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<(Ledger, Vec<f64>, f64, f64), StoreError> {
+        if cfg.reuse {
+            return Ok((open_existing(&cfg.database_url)?, Vec::new(), 0.0, 0.0));
+        }
+        progress("opening the log to grow");
+        let ledger = open_log(&cfg.database_url, self.nodes, cfg.tenants, self.year_start)?;
+        let records = Records {
+            months: self.months.to_vec(),
+            year_start: self.year_start,
+            tenants: cfg.tenants,
+            month: 0,
+            j: 0,
+            seqs: vec![0; NODES],
+            only_measured: false,
+        };
+        let (rates, sign, append) = grow(
+            &ledger,
+            records,
+            cfg.entries,
+            self.nodes,
+            self.tenants,
+            progress,
+        )?;
+        Ok((ledger, rates, sign, append))
+    }
+
+    /// The fresh log holding only the measured month (reused as it is with `reuse`).
+    fn fresh(
+        &self,
+        cfg: &GrowBench,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<Ledger, StoreError> {
+        if cfg.reuse {
+            return open_existing(&cfg.fresh_database_url);
+        }
+        progress("filling a fresh log with the measured tenant-month only");
+        let fresh = open_log(
+            &cfg.fresh_database_url,
+            self.nodes,
+            cfg.tenants,
+            self.year_start,
+        )?;
+        fill_measured_month(
+            &fresh,
+            cfg,
+            self.months[MEASURED_MONTH],
+            self.month_from,
+            (self.nodes, self.tenants),
+        )?;
+        Ok(fresh)
+    }
+}
+
+/// Runs the benchmark; `progress` receives human-readable phase names.
+pub fn run_grow(
+    cfg: &GrowBench,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<GrowResult, StoreError> {
+    check(cfg)?;
     let now = Timestamp::now().unix();
     let year_end = Timestamp::from_unix(now - now % 86_400).expect("in range");
     let year_start = year_end.plus(-(MONTHS as i64) * MONTH_DAYS * 86_400);
@@ -451,83 +586,31 @@ pub fn run_grow(
     let months = plan(cfg);
     let tenant_records: u64 = months.iter().map(|m| m.tenant).sum();
 
-    let (ledger, rate_per_million, sign_seconds, append_seconds) = if cfg.reuse {
-        (open_existing(&cfg.database_url)?, Vec::new(), 0.0, 0.0)
-    } else {
-        progress("opening the log to grow");
-        let ledger = open_log(&cfg.database_url, &nodes, cfg.tenants, year_start)?;
-        let records = Records {
-            months: months.clone(),
-            year_start,
-            tenants: cfg.tenants,
-            month: 0,
-            j: 0,
-            seqs: vec![0; NODES],
-            only_measured: false,
-        };
-        let (rates, sign, append) =
-            grow(&ledger, records, cfg.entries, &nodes, &tenants, progress)?;
-        (ledger, rates, sign, append)
+    let layout = Layout {
+        months: &months,
+        year_start,
+        month_from,
+        nodes: &nodes,
+        tenants: &tenants,
     };
+    let (ledger, rate_per_million, sign_seconds, append_seconds) = layout.grown(cfg, progress)?;
     progress("measuring the grown log");
     let grown = reads(&ledger, month)?;
     let grown_again = reads(&ledger, month)?;
-    if grown.certificate_records != cfg.month_records {
-        return Err(StoreError::Refused(format!(
-            "the measured month of {} holds {} records, not {}: grown on another day or with other settings",
-            store::conn::redact(&cfg.database_url),
-            grown.certificate_records,
-            cfg.month_records
-        )));
-    }
-    let started = Instant::now();
-    let mut whole_history_records = 0u64;
-    ledger.reads().run(|c| {
-        usage::for_each_usage(c, Some(TENANT), u64::MAX >> 2, &mut |_| {
-            whole_history_records += 1
-        })
-    })?;
-    let whole_history_seconds = started.elapsed().as_secs_f64();
+    check_grown(cfg, &grown)?;
+    let (whole_history_records, whole_history_seconds) = whole_history(&ledger)?;
     let database_bytes = database_bytes(&cfg.database_url)?;
     let size = ledger.reads().size()?;
     drop(ledger);
 
-    let fresh_ledger = if cfg.reuse {
-        open_existing(&cfg.fresh_database_url)?
-    } else {
-        progress("filling a fresh log with the measured tenant-month only");
-        let fresh_ledger = open_log(&cfg.fresh_database_url, &nodes, cfg.tenants, year_start)?;
-        // The measured month laid out exactly as in the grown log, with the others' records
-        // left out: the same records at the same times on the same nodes.
-        let mut only = Records {
-            months: vec![months[MEASURED_MONTH]],
-            year_start: month_from,
-            tenants: cfg.tenants,
-            month: 0,
-            j: 0,
-            seqs: vec![0; NODES],
-            only_measured: true,
-        };
-        loop {
-            let planned = only.next_chunk(CHUNK);
-            if planned.is_empty() {
-                break;
-            }
-            append(&fresh_ledger, sign(&planned, &nodes, &tenants))?;
-        }
-        fresh_ledger
-    };
+    let fresh_ledger = layout.fresh(cfg, progress)?;
     progress("measuring the fresh log");
     let fresh = reads(&fresh_ledger, month)?;
     let fresh_again = reads(&fresh_ledger, month)?;
     let first = rate_per_million.first().copied();
     let last = rate_per_million.last().copied();
-    let backend = match store::conn::backend_of(&cfg.database_url)? {
-        store::conn::Backend::Sqlite => "sqlite",
-        store::conn::Backend::Postgres => "postgres",
-    };
     Ok(GrowResult {
-        backend: backend.into(),
+        backend: backend_name(&cfg.database_url)?.into(),
         signatures_checked: !cfg!(feature = "bench-unchecked-append"),
         records: cfg.entries,
         tenants: cfg.tenants,
@@ -549,6 +632,31 @@ pub fn run_grow(
         bytes_per_entry: round(database_bytes as f64 / size as f64, 1),
         peak_rss_mb: super::server::peak_rss_mb(std::process::id()),
     })
+}
+
+/// The reads measured on one log, for the report.
+fn write_reads(f: &mut std::fmt::Formatter<'_>, name: &str, r: &Reads) -> std::fmt::Result {
+    writeln!(f, "{name} ({} entries):", r.log_entries)?;
+    writeln!(
+        f,
+        "  invoice preview:      {} s, total {} CNY",
+        r.preview_seconds, r.preview_total
+    )?;
+    writeln!(
+        f,
+        "  certificate:          {} s, {} records",
+        r.certificate_seconds, r.certificate_records
+    )?;
+    writeln!(
+        f,
+        "  usage of one day:     {} s, {} records",
+        r.usage_day_seconds, r.usage_day_records
+    )?;
+    writeln!(
+        f,
+        "  the month's records:  selected in {} s, read and parsed in {} s",
+        r.select_seconds, r.fetch_and_parse_seconds
+    )
 }
 
 impl std::fmt::Display for GrowResult {
@@ -590,27 +698,7 @@ impl std::fmt::Display for GrowResult {
             ("fresh log", &self.fresh),
             ("fresh log, again", &self.fresh_again),
         ] {
-            writeln!(f, "{name} ({} entries):", r.log_entries)?;
-            writeln!(
-                f,
-                "  invoice preview:      {} s, total {} CNY",
-                r.preview_seconds, r.preview_total
-            )?;
-            writeln!(
-                f,
-                "  certificate:          {} s, {} records",
-                r.certificate_seconds, r.certificate_records
-            )?;
-            writeln!(
-                f,
-                "  usage of one day:     {} s, {} records",
-                r.usage_day_seconds, r.usage_day_records
-            )?;
-            writeln!(
-                f,
-                "  the month's records:  selected in {} s, read and parsed in {} s",
-                r.select_seconds, r.fetch_and_parse_seconds
-            )?;
+            write_reads(f, name, r)?;
         }
         writeln!(
             f,

@@ -119,29 +119,15 @@ pub fn run_verify_bench(
     drop(built);
     let prepare_seconds = started.elapsed().as_secs_f64();
 
-    let measure =
-        |bundle: &Path, hashes: u64, label: &str| -> std::io::Result<(FormatRun, String)> {
-            progress(&format!(
-            "verifying the {label} bundle: gpuledger verify --certificate … --bundle … --log-key …"
-        ));
-            let bytes = std::fs::metadata(bundle)?.len() as f64;
-            let run = run_verifier(exe, &files, bundle)?;
-            let records_per_s = records as f64 / run.seconds;
-            Ok((
-                FormatRun {
-                    bundle_mb: round(bytes / 1e6, 1),
-                    bytes_per_record: (bytes / records as f64).round(),
-                    proof_hashes: hashes,
-                    verify_seconds: round(run.seconds, 3),
-                    records_per_s: records_per_s.round(),
-                    verify_vs_strict: round(records_per_s / strict_verify_per_s, 2),
-                    verify_peak_rss_mb: run.peak_kb.map(super::server::mb),
-                },
-                run.verdict,
-            ))
-        };
-    let (v2, _) = measure(&files.bundle_v2, v2_hashes, "v2")?;
-    let (v3, verdict) = measure(&files.bundle, v3_hashes, "v3")?;
+    let measure = Measure {
+        exe,
+        files: &files,
+        records,
+        strict_verify_per_s,
+        progress,
+    };
+    let (v2, _) = measure.run(&files.bundle_v2, v2_hashes, "v2")?;
+    let (v3, verdict) = measure.run(&files.bundle, v3_hashes, "v3")?;
     let v2_bytes = std::fs::metadata(&files.bundle_v2)?.len() as f64;
     let v3_bytes = std::fs::metadata(&files.bundle)?.len() as f64;
     Ok(VerifyResult {
@@ -159,6 +145,40 @@ pub fn run_verify_bench(
         v3,
         verdict,
     })
+}
+
+/// What one verification of a bundle is measured against.
+struct Measure<'a> {
+    exe: &'a Path,
+    files: &'a Files,
+    records: u64,
+    strict_verify_per_s: f64,
+    progress: &'a (dyn Fn(&str) + Sync),
+}
+
+impl Measure<'_> {
+    /// Runs `gpuledger verify` on `bundle` (of `hashes` proof hashes); its figures and verdict.
+    fn run(&self, bundle: &Path, hashes: u64, label: &str) -> std::io::Result<(FormatRun, String)> {
+        (self.progress)(&format!(
+            "verifying the {label} bundle: gpuledger verify --certificate … --bundle … --log-key …"
+        ));
+        let bytes = std::fs::metadata(bundle)?.len() as f64;
+        let run = run_verifier(self.exe, self.files, bundle)?;
+        let records = self.records as f64;
+        let records_per_s = records / run.seconds;
+        Ok((
+            FormatRun {
+                bundle_mb: round(bytes / 1e6, 1),
+                bytes_per_record: (bytes / records).round(),
+                proof_hashes: hashes,
+                verify_seconds: round(run.seconds, 3),
+                records_per_s: records_per_s.round(),
+                verify_vs_strict: round(records_per_s / self.strict_verify_per_s, 2),
+                verify_peak_rss_mb: run.peak_kb.map(super::server::mb),
+            },
+            run.verdict,
+        ))
+    }
 }
 
 /// The size of `path` gzip-compressed at level "fast" (what actix-web's `Compress` uses).

@@ -39,38 +39,7 @@ pub enum BenchCommand {
         json: bool,
     },
     /// HTTP ingest: concurrent simulated agents post signed batches to a server.
-    Ingest {
-        /// A running server's base URL; without it a server is started on a fresh SQLite file.
-        #[arg(long)]
-        url: Option<String>,
-        /// Admin token of that server (to register the agents' keys).
-        #[arg(long, env = "GPULEDGER_TOKEN")]
-        token: Option<String>,
-        /// Concurrent agents.
-        #[arg(long, default_value_t = 8)]
-        agents: usize,
-        /// Records per POST.
-        #[arg(long, default_value_t = 500)]
-        batch: usize,
-        /// Longest run.
-        #[arg(long, default_value_t = 20)]
-        seconds: u64,
-        /// Records signed in advance (the run ends when all are sent).
-        #[arg(long, default_value_t = 400_000)]
-        records: usize,
-        /// Pace the agents to this many records/s in total (default: as fast as possible).
-        #[arg(long)]
-        rate: Option<f64>,
-        /// Attach this many witnesses (served in this process) to the server it starts.
-        #[arg(long, default_value_t = 0)]
-        witnesses: usize,
-        /// Checkpoint interval of the server it starts [default: serve's, 10].
-        #[arg(long)]
-        checkpoint_interval_seconds: Option<u64>,
-        /// Print one JSON object.
-        #[arg(long)]
-        json: bool,
-    },
+    Ingest(IngestArgs),
     /// Append throughput against a raw-insert baseline in the same database.
     Append {
         /// Database to use; it must hold an empty log. Default: a fresh SQLite file in a
@@ -148,6 +117,109 @@ pub enum BenchCommand {
     },
 }
 
+/// `gpuledger bench append`: a SQLite file in a temporary directory unless a database is named.
+fn append(
+    database_url: Option<String>,
+    records: usize,
+    signers: usize,
+    batch: usize,
+    clients: usize,
+    json: bool,
+) -> Result<ExitCode> {
+    if records == 0 || signers == 0 || batch == 0 || clients == 0 {
+        bail!("--records, --signers, --batch and --clients must be above 0");
+    }
+    in_temp_dir(|tmp| {
+        let cfg = bench::AppendBench {
+            database_url: database_url
+                .unwrap_or_else(|| format!("sqlite://{}", tmp.join("bench.db").display())),
+            records,
+            signers,
+            batch,
+            clients,
+        };
+        Ok(bench::run_append(&cfg, &progress(json))?)
+    })
+    .and_then(|r| report(r, json))
+}
+
+/// `gpuledger bench grow`: SQLite files in a temporary directory unless databases are named.
+fn grow(
+    (database_url, fresh_database_url): (Option<String>, Option<String>),
+    entries: u64,
+    month_records: Option<u64>,
+    tenants: usize,
+    reuse: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    in_temp_dir(|tmp| {
+        let sqlite = |name: &str| format!("sqlite://{}", tmp.join(name).display());
+        let cfg = bench::grow::GrowBench {
+            database_url: database_url.unwrap_or_else(|| sqlite("grow.db")),
+            fresh_database_url: fresh_database_url.unwrap_or_else(|| sqlite("fresh.db")),
+            entries,
+            month_records: month_records.unwrap_or((entries / 10).min(1_000_000)),
+            tenants,
+            reuse,
+        };
+        Ok(bench::grow::run_grow(&cfg, &progress(json))?)
+    })
+    .and_then(|r| report(r, json))
+}
+
+/// Flags of `gpuledger bench ingest`.
+#[derive(clap::Args)]
+pub struct IngestArgs {
+    /// A running server's base URL; without it a server is started on a fresh SQLite file.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Admin token of that server (to register the agents' keys).
+    #[arg(long, env = "GPULEDGER_TOKEN")]
+    pub token: Option<String>,
+    /// Concurrent agents.
+    #[arg(long, default_value_t = 8)]
+    pub agents: usize,
+    /// Records per POST.
+    #[arg(long, default_value_t = 500)]
+    pub batch: usize,
+    /// Longest run.
+    #[arg(long, default_value_t = 20)]
+    pub seconds: u64,
+    /// Records signed in advance (the run ends when all are sent).
+    #[arg(long, default_value_t = 400_000)]
+    pub records: usize,
+    /// Pace the agents to this many records/s in total (default: as fast as possible).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Attach this many witnesses (served in this process) to the server it starts.
+    #[arg(long, default_value_t = 0)]
+    pub witnesses: usize,
+    /// Checkpoint interval of the server it starts [default: serve's, 10].
+    #[arg(long)]
+    pub checkpoint_interval_seconds: Option<u64>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl IngestArgs {
+    fn run(self) -> Result<ExitCode> {
+        let json = self.json;
+        let cfg = bench::ingest::IngestBench {
+            url: self.url,
+            token: self.token,
+            agents: self.agents,
+            batch: self.batch,
+            seconds: self.seconds,
+            records: self.records,
+            rate: self.rate,
+            witnesses: self.witnesses,
+            checkpoint_interval_seconds: self.checkpoint_interval_seconds,
+        };
+        report(bench::ingest::run_ingest(&cfg, &progress(json))?, json)
+    }
+}
+
 /// Runs one benchmark.
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
@@ -158,31 +230,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             json,
         } => verify(records, interleave, keep, json),
         BenchCommand::Preview { records, json } => preview(records, json),
-        BenchCommand::Ingest {
-            url,
-            token,
-            agents,
-            batch,
-            seconds,
-            records,
-            rate,
-            witnesses,
-            checkpoint_interval_seconds,
-            json,
-        } => {
-            let cfg = bench::ingest::IngestBench {
-                url,
-                token,
-                agents,
-                batch,
-                seconds,
-                records,
-                rate,
-                witnesses,
-                checkpoint_interval_seconds,
-            };
-            report(bench::ingest::run_ingest(&cfg, &progress(json))?, json)
-        }
+        BenchCommand::Ingest(args) => args.run(),
         BenchCommand::Append {
             database_url,
             records,
@@ -190,23 +238,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             batch,
             clients,
             json,
-        } => {
-            if records == 0 || signers == 0 || batch == 0 || clients == 0 {
-                bail!("--records, --signers, --batch and --clients must be above 0");
-            }
-            in_temp_dir(|tmp| {
-                let cfg = bench::AppendBench {
-                    database_url: database_url
-                        .unwrap_or_else(|| format!("sqlite://{}", tmp.join("bench.db").display())),
-                    records,
-                    signers,
-                    batch,
-                    clients,
-                };
-                Ok(bench::run_append(&cfg, &progress(json))?)
-            })
-            .and_then(|r| report(r, json))
-        }
+        } => append(database_url, records, signers, batch, clients, json),
         BenchCommand::Grow {
             entries,
             month_records,
@@ -215,19 +247,14 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             fresh_database_url,
             reuse,
             json,
-        } => in_temp_dir(|tmp| {
-            let sqlite = |name: &str| format!("sqlite://{}", tmp.join(name).display());
-            let cfg = bench::grow::GrowBench {
-                database_url: database_url.unwrap_or_else(|| sqlite("grow.db")),
-                fresh_database_url: fresh_database_url.unwrap_or_else(|| sqlite("fresh.db")),
-                entries,
-                month_records: month_records.unwrap_or((entries / 10).min(1_000_000)),
-                tenants,
-                reuse,
-            };
-            Ok(bench::grow::run_grow(&cfg, &progress(json))?)
-        })
-        .and_then(|r| report(r, json)),
+        } => grow(
+            (database_url, fresh_database_url),
+            entries,
+            month_records,
+            tenants,
+            reuse,
+            json,
+        ),
         BenchCommand::Agent {
             records,
             batch,
@@ -235,16 +262,19 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             gpus,
             interval_seconds,
             json,
-        } => {
-            let cfg = bench::agent::AgentBench {
-                records,
-                batch,
-                seconds,
-                gpus,
-                interval_seconds,
-            };
-            report(bench::agent::run_agent_bench(&cfg, &progress(json))?, json)
-        }
+        } => report(
+            bench::agent::run_agent_bench(
+                &bench::agent::AgentBench {
+                    records,
+                    batch,
+                    seconds,
+                    gpus,
+                    interval_seconds,
+                },
+                &progress(json),
+            )?,
+            json,
+        ),
     }
 }
 

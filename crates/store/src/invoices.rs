@@ -506,73 +506,101 @@ pub(crate) fn issue(
         let mut app = Appender::lock(conn, now)?;
         // Stamped under the lock: never behind the log (`core::clock::stamp`).
         let now = app.received_at;
-        let head = app.next_index();
-        let size = match &draft.witnessed {
-            Some(w) => {
-                let since = read::tenant_entries_since(conn, &draft.tenant, w.size, head)?;
-                if since.is_some_and(|logged| {
-                    logged
-                        .iter()
-                        .any(|(_, kind, _)| kind == Kind::InvoiceIssued.as_str())
-                }) {
-                    return Ok(None);
-                }
-                w.size
-            }
-            None => {
-                if draft.changed(conn, head)? {
-                    return Ok(None);
-                }
-                checkpoint_locked(conn, log, head, now)?;
-                head
-            }
+        let Some(size) = issue_size(conn, log, draft, app.next_index(), now)? else {
+            return Ok(None);
         };
         let root = gpuledger_core::merkle::tree_hash(size, &super::read::DbHashReader::new(conn))?;
         // Numbers are gapless per issuer (this log): the count of invoices, read under the
         // head lock, in the transaction that inserts the next ones.
         let count: i64 = invoices::table.count().get_result(conn)?;
-        let s = &draft.settings;
-        let mut issuer = s.issuer.clone();
-        if issuer.name.is_empty() {
-            issuer.name = log.origin().to_owned();
-        }
-        let due_at = core_invoice::due_at(now, s.payment_terms_days).ok_or_else(|| {
-            StoreError::Refused(format!(
-                "payment terms of {} days run past year 9999",
-                s.payment_terms_days
-            ))
-        })?;
-        let mut out = Vec::new();
-        for (i, (currency, lines, totals)) in draft.lines.iter().enumerate() {
-            let invoice = Invoice {
-                format: INVOICE_FORMAT_V2.to_owned(),
-                number: format!("INV-{:06}", count as usize + i + 1),
-                tenant: draft.tenant.clone(),
-                period: draft.period,
-                currency: currency.clone(),
-                issued_at: now,
-                log_origin: log.origin().to_owned(),
-                checkpoint_size: size,
-                checkpoint_root: gpuledger_core::merkle::encode_hash(&root),
-                issuer: issuer.clone(),
-                bill_to: draft.bill_to.clone(),
-                payment_terms_days: s.payment_terms_days,
-                due_at,
-                lines: lines.clone(),
-                net_total: totals.net,
-                tax_total: totals.tax,
-                total: totals.gross,
-            };
-            assert!(
-                invoice.is_consistent(),
-                "tax, gross and totals are the sums of the lines"
-            );
-            record_invoice(conn, &mut app, log, &invoice)?;
-            out.push(invoice);
+        let out = documents(draft, log.origin(), now, (size, root), count as usize)?;
+        for invoice in &out {
+            record_invoice(conn, &mut app, log, invoice)?;
         }
         app.finish(conn)?;
         Ok(Some(out))
     })
+}
+
+/// The log size the draft's invoices are issued at, or `None` when the log changed the draft
+/// since it was computed: with a witness quorum, the witnessed checkpoint's size (unless an
+/// invoice of the tenant was issued since); without, the head (unless an entry logged since
+/// changes the draft), with a checkpoint of it signed now.
+fn issue_size(
+    conn: &mut DbConn,
+    log: &super::write::Signer,
+    draft: &Draft,
+    head: u64,
+    now: Timestamp,
+) -> Result<Option<u64>, StoreError> {
+    match &draft.witnessed {
+        Some(w) => {
+            let since = read::tenant_entries_since(conn, &draft.tenant, w.size, head)?;
+            let issued_since = since.is_some_and(|logged| {
+                logged
+                    .iter()
+                    .any(|(_, kind, _)| kind == Kind::InvoiceIssued.as_str())
+            });
+            Ok((!issued_since).then_some(w.size))
+        }
+        None => {
+            if draft.changed(conn, head)? {
+                return Ok(None);
+            }
+            checkpoint_locked(conn, log, head, now)?;
+            Ok(Some(head))
+        }
+    }
+}
+
+/// The invoices of a draft (one per currency), numbered on from `count`, issued at `now`
+/// against the tree `(size, root)` of the log `origin`.
+fn documents(
+    draft: &Draft,
+    origin: &str,
+    now: Timestamp,
+    (size, root): (u64, gpuledger_core::merkle::Hash),
+    count: usize,
+) -> Result<Vec<Invoice>, StoreError> {
+    let s = &draft.settings;
+    let mut issuer = s.issuer.clone();
+    if issuer.name.is_empty() {
+        issuer.name = origin.to_owned();
+    }
+    let due_at = core_invoice::due_at(now, s.payment_terms_days).ok_or_else(|| {
+        StoreError::Refused(format!(
+            "payment terms of {} days run past year 9999",
+            s.payment_terms_days
+        ))
+    })?;
+    let mut out = Vec::with_capacity(draft.lines.len());
+    for (i, (currency, lines, totals)) in draft.lines.iter().enumerate() {
+        let invoice = Invoice {
+            format: INVOICE_FORMAT_V2.to_owned(),
+            number: format!("INV-{:06}", count + i + 1),
+            tenant: draft.tenant.clone(),
+            period: draft.period,
+            currency: currency.clone(),
+            issued_at: now,
+            log_origin: origin.to_owned(),
+            checkpoint_size: size,
+            checkpoint_root: gpuledger_core::merkle::encode_hash(&root),
+            issuer: issuer.clone(),
+            bill_to: draft.bill_to.clone(),
+            payment_terms_days: s.payment_terms_days,
+            due_at,
+            lines: lines.clone(),
+            net_total: totals.net,
+            tax_total: totals.tax,
+            total: totals.gross,
+        };
+        assert!(
+            invoice.is_consistent(),
+            "tax, gross and totals are the sums of the lines"
+        );
+        out.push(invoice);
+    }
+    Ok(out)
 }
 
 /// Appends an issued invoice's `invoice_issued` entry (with its SHA-256) and keeps its JSON.

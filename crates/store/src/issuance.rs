@@ -76,7 +76,7 @@ impl Issuance<'_> {
     ) -> Result<T, StoreError> {
         for attempt in 1..=crate::invoices::MAX_ISSUE_ATTEMPTS {
             let witnessed = self.witnessed_checkpoint()?;
-            let d = self.ledger.reads().run(|c| draft(c, witnessed))?;
+            let d = self.ledger.reads().run(|c| draft(c, witnessed.clone()))?;
             crate::invoices::before_issue(attempt);
             let issued = self.ledger.submit(|reply| job(d, reply));
             // Without a quorum the issuance signed a checkpoint of its own.

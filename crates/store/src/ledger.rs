@@ -273,28 +273,18 @@ impl Ledger {
         let mut reader = conn::connect(url)?;
         conn::migrate(&mut reader)?;
         let info = log_info(&mut reader)?;
-        let found = keys::encode_public(&key.verifying_key());
-        if found != info.public_key {
-            return Err(StoreError::WrongLogKey {
-                expected: info.public_key,
-                found,
-            });
-        }
+        check_log_key(&info, &key)?;
         let high_water = Arc::new(HighWater::load(high_water_file, &info.verifier_key)?);
         let guard = Arc::new(ClockGuard::new(clock, read::last_received_at(&mut reader)?));
         let log = write::Signer {
             log: LogSigner::new(&info.origin, key)?,
             high_water: high_water.clone(),
         };
-        let writer_conn = conn::connect(url)?;
-        let (tx, rx) = mpsc::sync_channel::<Job>(MAX_QUEUED_JOBS);
-        let queued = Arc::new(AtomicUsize::new(0));
-        let q = queued.clone();
         let clock = Clock(Arc::new(Mutex::new(fixed)));
         let health = Arc::new(WriteHealth::default());
         let w = Writer {
             url: url.to_owned(),
-            conn: Some(writer_conn),
+            conn: Some(conn::connect(url)?),
             clock: clock.clone(),
             caches: Default::default(),
             health: health.clone(),
@@ -303,10 +293,7 @@ impl Ledger {
             guard: guard.clone(),
             clock_fault: None,
         };
-        let writer = std::thread::Builder::new()
-            .name("gpuledger-sequencer".into())
-            .spawn(move || sequencer(w, &log, rx, &q))
-            .map_err(|e| StoreError::Refused(format!("cannot start the sequencer thread: {e}")))?;
+        let (tx, writer, queued) = start_sequencer(w, log)?;
         Ok(Ledger {
             clock,
             info,
@@ -490,91 +477,18 @@ impl Ledger {
         let checked: Vec<Result<Checked, Rejection>> =
             batch.into_par_iter().map(|e| e.check(origin)).collect();
         let mut outcomes: Vec<Option<Outcome>> = vec![None; checked.len()];
-        let mut pending: Vec<(usize, Checked, VerifyingKey)> = Vec::with_capacity(checked.len());
         let cache = self.keys_for(&checked)?;
-        let mut unknown_keys: Vec<(usize, Rejection, String)> = Vec::new();
-        for (i, c) in checked.into_iter().enumerate() {
-            let c = match c {
-                Ok(c) => c,
-                Err(r) => {
-                    outcomes[i] = Some(Outcome::Rejected(r));
-                    continue;
-                }
-            };
-            match authorise(&c, &cache) {
-                Ok(key) => pending.push((i, c, key)),
-                Err(r) if r.reason == Reason::UnknownKey => {
-                    unknown_keys.push((i, r, c.envelope.signer))
-                }
-                Err(r) => outcomes[i] = Some(Outcome::Rejected(r)),
-            }
-        }
-        // Records with an unregistered key: one query for all their distinct signer ids, so a
-        // batch from strangers costs one lookup, not one per record.
-        if !unknown_keys.is_empty() {
-            let mut signers: Vec<&str> = unknown_keys.iter().map(|(_, _, s)| s.as_str()).collect();
-            signers.sort_unstable();
-            signers.dedup();
-            let known: std::collections::HashSet<String> = self
-                .reads
-                .run(|c| read::known_signers(c, &signers))?
-                .into_iter()
-                .collect();
-            for (i, r, signer) in unknown_keys {
-                outcomes[i] = Some(Outcome::Rejected(if known.contains(&signer) {
-                    r
-                } else {
-                    Rejection::field(
-                        Reason::UnknownSigner,
-                        "signer",
-                        format!("{signer} is not a registered signer"),
-                    )
-                }));
-            }
-        }
-        // Tenants and leases are looked up only for records whose key may sign them, so a
-        // stranger's records cost no database work here.
-        self.load_parties(pending.iter().map(|(_, c, _)| c))?;
-        {
-            let parties = self.parties.read().expect("parties cache lock");
-            pending.retain(|(i, c, _)| {
-                match admission::check_parties(&c.body, u64::MAX, &*parties) {
-                    Ok(()) => true,
-                    Err(r) => {
-                        outcomes[*i] = Some(Outcome::Rejected(r));
-                        false
-                    }
-                }
-            });
-        }
-        let ok = if verify {
-            let items: Vec<(&[u8], &ed25519_dalek::Signature, &VerifyingKey)> = pending
-                .iter()
-                .map(|(_, c, k)| (c.message.as_slice(), &c.signature, k))
-                .collect();
-            envelope::verify_strict_many(&items)
-        } else {
-            vec![true; pending.len()]
-        };
-        let mut positions = Vec::with_capacity(pending.len());
-        let mut verified = Vec::with_capacity(pending.len());
-        for ((i, c, _), good) in pending.into_iter().zip(ok) {
-            if good {
-                positions.push(i);
-                verified.push(Verified { checked: c });
-            } else {
-                outcomes[i] = Some(Outcome::Rejected(Rejection::field(
-                    Reason::BadSignature,
-                    "sig",
-                    format!(
-                        "does not verify with key {} over the canonical bytes",
-                        c.envelope.key_id
-                    ),
-                )));
-            }
-        }
+        let (mut pending, unknown_keys) = authorise_all(checked, &cache, &mut outcomes);
+        self.refuse_unknown_keys(unknown_keys, &mut outcomes)?;
+        self.check_parties(&mut pending, &mut outcomes)?;
+        let (positions, verified) = verify_signatures(pending, verify, &mut outcomes);
         if !verified.is_empty() {
             let committed = self.submit(|reply| Job::Append(verified, reply))?;
+            debug_assert_eq!(
+                committed.len(),
+                positions.len(),
+                "one outcome per record sent"
+            );
             for (i, o) in positions.into_iter().zip(committed) {
                 outcomes[i] = Some(o);
             }
@@ -583,6 +497,61 @@ impl Ledger {
             .into_iter()
             .map(|o| o.expect("every record has an outcome"))
             .collect())
+    }
+
+    /// Answers the records whose key is not registered: `unknown_signer` when their signer
+    /// has no key at all, else `unknown_key`. One query for all their distinct signer ids, so
+    /// a batch from strangers costs one lookup, not one per record.
+    fn refuse_unknown_keys(
+        &self,
+        unknown_keys: Vec<(usize, Rejection, String)>,
+        outcomes: &mut [Option<Outcome>],
+    ) -> Result<(), StoreError> {
+        if unknown_keys.is_empty() {
+            return Ok(());
+        }
+        let mut signers: Vec<&str> = unknown_keys.iter().map(|(_, _, s)| s.as_str()).collect();
+        signers.sort_unstable();
+        signers.dedup();
+        let known: std::collections::HashSet<String> = self
+            .reads
+            .run(|c| read::known_signers(c, &signers))?
+            .into_iter()
+            .collect();
+        for (i, r, signer) in unknown_keys {
+            outcomes[i] = Some(Outcome::Rejected(if known.contains(&signer) {
+                r
+            } else {
+                Rejection::field(
+                    Reason::UnknownSigner,
+                    "signer",
+                    format!("{signer} is not a registered signer"),
+                )
+            }));
+        }
+        Ok(())
+    }
+
+    /// Drops from `pending` (answering them) the records whose tenant or lease is not
+    /// registered (`admission::check_parties`). Tenants and leases are looked up only for
+    /// records whose key may sign them, so a stranger's records cost no database work here.
+    fn check_parties(
+        &self,
+        pending: &mut Vec<Pending>,
+        outcomes: &mut [Option<Outcome>],
+    ) -> Result<(), StoreError> {
+        self.load_parties(pending.iter().map(|(_, c, _)| c))?;
+        let parties = self.parties.read().expect("parties cache lock");
+        pending.retain(
+            |(i, c, _)| match admission::check_parties(&c.body, u64::MAX, &*parties) {
+                Ok(()) => true,
+                Err(r) => {
+                    outcomes[*i] = Some(Outcome::Rejected(r));
+                    false
+                }
+            },
+        );
+        Ok(())
     }
 
     /// The cached keys for a batch, loading any missing ones from the database.
@@ -764,6 +733,13 @@ impl Ledger {
         &self.high_water
     }
 
+    /// Whether every embedded migration has been applied (for `/readyz`). Not on the read
+    /// door: diesel's check first makes sure its migrations table exists (`CREATE TABLE IF
+    /// NOT EXISTS`), which a read-only PostgreSQL session refuses even when the table is there.
+    pub fn migrations_current(&self) -> Result<bool, StoreError> {
+        self.with_account_writer(conn::migrations_current)
+    }
+
     /// Runs `f` on the connection for writes outside the log: tenant accounts and API tokens
     /// (`store::access`), which are not log entries. One at a time; a connection whose database
     /// call failed is reopened next time.
@@ -793,6 +769,105 @@ impl Ledger {
             return r;
         }
     }
+}
+
+/// A record that passed its checks so far: its position in the batch, the checked envelope and
+/// the key to verify it with.
+type Pending = (usize, Checked, VerifyingKey);
+
+/// Sorts a checked batch: records refused by their checks or by [`authorise`] get their
+/// outcome; those whose key is not cached come back apart (position, rejection, signer) for
+/// [`Ledger::refuse_unknown_keys`]; the rest are pending, with their key.
+fn authorise_all(
+    checked: Vec<Result<Checked, Rejection>>,
+    cache: &HashMap<String, Option<CachedKey>>,
+    outcomes: &mut [Option<Outcome>],
+) -> (Vec<Pending>, Vec<(usize, Rejection, String)>) {
+    let mut pending: Vec<Pending> = Vec::with_capacity(checked.len());
+    let mut unknown_keys = Vec::new();
+    for (i, c) in checked.into_iter().enumerate() {
+        let c = match c {
+            Ok(c) => c,
+            Err(r) => {
+                outcomes[i] = Some(Outcome::Rejected(r));
+                continue;
+            }
+        };
+        match authorise(&c, cache) {
+            Ok(key) => pending.push((i, c, key)),
+            Err(r) if r.reason == Reason::UnknownKey => {
+                unknown_keys.push((i, r, c.envelope.signer))
+            }
+            Err(r) => outcomes[i] = Some(Outcome::Rejected(r)),
+        }
+    }
+    (pending, unknown_keys)
+}
+
+/// Verifies the pending records' signatures (in parallel; all trusted when `verify` is false,
+/// the benchmark's build only); answers `bad_signature` for those that fail and returns the
+/// others with their positions in the batch.
+fn verify_signatures(
+    pending: Vec<Pending>,
+    verify: bool,
+    outcomes: &mut [Option<Outcome>],
+) -> (Vec<usize>, Vec<Verified>) {
+    let ok = if verify {
+        let items: Vec<(&[u8], &ed25519_dalek::Signature, &VerifyingKey)> = pending
+            .iter()
+            .map(|(_, c, k)| (c.message.as_slice(), &c.signature, k))
+            .collect();
+        envelope::verify_strict_many(&items)
+    } else {
+        vec![true; pending.len()]
+    };
+    debug_assert_eq!(ok.len(), pending.len());
+    let mut positions = Vec::with_capacity(pending.len());
+    let mut verified = Vec::with_capacity(pending.len());
+    for ((i, c, _), good) in pending.into_iter().zip(ok) {
+        if good {
+            positions.push(i);
+            verified.push(Verified { checked: c });
+        } else {
+            outcomes[i] = Some(Outcome::Rejected(Rejection::field(
+                Reason::BadSignature,
+                "sig",
+                format!(
+                    "does not verify with key {} over the canonical bytes",
+                    c.envelope.key_id
+                ),
+            )));
+        }
+    }
+    (positions, verified)
+}
+
+/// `WrongLogKey` unless `key` is the log key recorded at `init`.
+fn check_log_key(info: &LogInfo, key: &SigningKey) -> Result<(), StoreError> {
+    let found = keys::encode_public(&key.verifying_key());
+    if found != info.public_key {
+        return Err(StoreError::WrongLogKey {
+            expected: info.public_key.clone(),
+            found,
+        });
+    }
+    Ok(())
+}
+
+/// Starts the sequencer thread with its bounded queue ([`MAX_QUEUED_JOBS`]); returns the
+/// queue's sender, the thread and the gauge of records waiting.
+fn start_sequencer(
+    w: Writer,
+    log: write::Signer,
+) -> Result<(mpsc::SyncSender<Job>, JoinHandle<()>, Arc<AtomicUsize>), StoreError> {
+    let (tx, rx) = mpsc::sync_channel::<Job>(MAX_QUEUED_JOBS);
+    let queued = Arc::new(AtomicUsize::new(0));
+    let q = queued.clone();
+    let writer = std::thread::Builder::new()
+        .name("gpuledger-sequencer".into())
+        .spawn(move || sequencer(w, &log, rx, &q))
+        .map_err(|e| StoreError::Refused(format!("cannot start the sequencer thread: {e}")))?;
+    Ok((tx, writer, queued))
 }
 
 /// Checks the signer, key, role and scope of a record against the registry (the rules of
@@ -853,6 +928,8 @@ fn sequencer(mut w: Writer, log: &write::Signer, rx: mpsc::Receiver<Job>, queued
                 Err(_) => break,
             }
         }
+        // A group stops taking jobs at MAX_GROUP_RECORDS; the last one taken is at most a batch.
+        debug_assert!(n < MAX_GROUP_RECORDS + MAX_APPEND_BATCH.max(1));
         // Every job of the group is stamped with one reading of the clock, judged first: while
         // it is unreliable every job is answered `ClockUnreliable` (Writer::run).
         let (now, fault) = match w.clock.checked(&w.guard) {

@@ -31,26 +31,62 @@ impl Reads {
     }
 
     /// Runs `f` with a read-only connection ([`ReadConn`]) from the pool (opened on demand;
-    /// at most [`MAX_IDLE_READERS`] are kept idle).
+    /// at most [`MAX_IDLE_READERS`] are kept idle). A connection whose database call failed is
+    /// dropped, and when the failure says the database was unreachable, every idle one with it
+    /// (they were opened to the same server). When the connection came from the pool and
+    /// failed so, `f` is run once more on a fresh connection: an idle connection that died
+    /// while the database restarted costs no failed read once the database is back.
     pub fn run<T>(
+        &self,
+        mut f: impl FnMut(&mut crate::DbConn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let (mut conn, pooled) = self.take()?;
+        let r = f(conn.db());
+        if self.give_back(conn, &r) && pooled {
+            let mut fresh = conn::connect_read_only(&self.url)?;
+            let again = f(fresh.db());
+            self.give_back(fresh, &again);
+            return again;
+        }
+        r
+    }
+
+    /// [`Reads::run`] without the second try, for an `f` whose effects outside the database
+    /// must happen once (a download streamed while it is read).
+    pub fn run_once<T>(
         &self,
         f: impl FnOnce(&mut crate::DbConn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let pooled = self.pool.lock().expect("reader pool lock").pop();
-        let mut conn = match pooled {
-            Some(c) => c,
-            None => conn::connect_read_only(&self.url)?,
-        };
+        let (mut conn, _) = self.take()?;
         let r = f(conn.db());
-        // A connection whose database call failed is dropped rather than reused.
-        if !matches!(&r, Err(e) if e.discards_connection()) {
-            let mut pool = self.pool.lock().expect("reader pool lock");
-            if pool.len() < MAX_IDLE_READERS {
-                pool.push(conn);
-            }
-            debug_assert!(pool.len() <= MAX_IDLE_READERS);
-        }
+        self.give_back(conn, &r);
         r
+    }
+
+    /// An idle connection (and `true`), or a new one.
+    fn take(&self) -> Result<(ReadConn, bool), StoreError> {
+        match self.pool.lock().expect("reader pool lock").pop() {
+            Some(c) => Ok((c, true)),
+            None => Ok((conn::connect_read_only(&self.url)?, false)),
+        }
+    }
+
+    /// Keeps `conn` for the next read unless its result `r` failed in the database, or
+    /// [`MAX_IDLE_READERS`] are idle already. Returns whether the database was unreachable,
+    /// in which case every idle connection is dropped too.
+    fn give_back<T>(&self, conn: ReadConn, r: &Result<T, StoreError>) -> bool {
+        let mut pool = self.pool.lock().expect("reader pool lock");
+        match r {
+            Err(e) if e.outage().is_some() => {
+                pool.clear();
+                return true;
+            }
+            Err(e) if e.discards_connection() => {}
+            _ if pool.len() < MAX_IDLE_READERS => pool.push(conn),
+            _ => {}
+        }
+        debug_assert!(pool.len() <= MAX_IDLE_READERS);
+        false
     }
 
     /// The log size.

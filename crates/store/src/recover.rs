@@ -855,7 +855,6 @@ fn restore_copy(
     n: u64,
     cp: &CopyCheckpoint,
 ) -> Result<Recovered, RecoverError> {
-    use gpuledger_core::leaf::Leaf;
     let app = write::Appender::lock(conn, Timestamp::now())?;
     if app.next_index() != n {
         return Err(refused(
@@ -874,62 +873,14 @@ fn restore_copy(
     let mut size = n;
     while size < cp.size {
         let end = (size + PAGE).min(cp.size);
-        let leaves = copy.leaves(size, end).map_err(refused)?;
-        if leaves.len() as u64 != end - size {
-            return Err(refused(format!(
-                "the copy holds {} of the entries {size}..{end}",
-                leaves.len()
-            )));
-        }
-        let mut rows = Vec::with_capacity(leaves.len());
-        let mut hashes = Vec::with_capacity(leaves.len());
-        let mut records = Vec::with_capacity(leaves.len());
-        for (index, bytes) in (size..).zip(leaves) {
-            let bad = |m: String| refused(format!("entry {index} in the copy: {m}"));
-            let leaf = Leaf::from_bytes(&bytes).map_err(bad)?;
-            if leaf.index != index {
-                return Err(bad(format!("its leaf says index {}", leaf.index)));
-            }
-            let checked = leaf
-                .envelope
-                .check(origin)
-                .map_err(|e| bad(e.to_string()))?;
-            let hash = merkle::leaf_hash(&bytes);
-            rows.push(NewEntry::derive(
-                index,
-                leaf.received_at,
-                &checked,
-                bytes,
-                &hash,
-            ));
-            hashes.push(hash);
-            let seq = last_seq.entry(checked.envelope.signer.clone()).or_default();
-            *seq = (*seq).max(checked.envelope.seq);
-            records.push((index, leaf.received_at, checked.body));
-        }
-        write::store_entries(conn, size, &rows, &hashes)?;
-        for (index, at, body) in &records {
-            derive_from_body(conn, copy, *index, *at, body, &mut r)?;
-        }
+        restore_page(conn, copy, origin, size..end, &mut last_seq, &mut r)?;
         size = end;
     }
     let events_after: i64 = webhook_events::table.count().get_result(conn)?;
     r.webhook_events = (events_after - events_before) as u64;
-    for (signer, seq) in last_seq {
-        diesel::update(signers::table.find(&signer))
-            .filter(signers::last_seq.lt(seq as i64))
-            .set(signers::last_seq.eq(seq as i64))
-            .execute(conn)?;
-    }
+    raise_last_seqs(conn, last_seq)?;
     if read::latest_checkpoint(conn)?.is_none_or(|(s, _, _)| s < cp.size) {
-        diesel::insert_into(checkpoints::table)
-            .values((
-                checkpoints::size.eq(cp.size as i64),
-                checkpoints::root.eq(cp.root.0.to_vec()),
-                checkpoints::note.eq(&cp.note),
-                checkpoints::created_at.eq(Timestamp::now().unix()),
-            ))
-            .execute(conn)?;
+        store_checkpoint(conn, cp)?;
         r.checkpoints = 1;
     }
     r.root = verified(
@@ -943,6 +894,145 @@ fn restore_copy(
     Ok(r)
 }
 
+/// Restores the copy's entries `range` (at the end of the database's log, whose head the caller
+/// holds): each leaf checked as a log entry, stored with its tree hashes, and the rows and
+/// webhook event it implies derived; each signer's highest seq noted in `last_seq`.
+fn restore_page(
+    conn: &mut DbConn,
+    copy: &dyn EntrySource,
+    origin: &str,
+    range: std::ops::Range<u64>,
+    last_seq: &mut std::collections::HashMap<String, u64>,
+    r: &mut Recovered,
+) -> Result<(), RecoverError> {
+    use gpuledger_core::leaf::Leaf;
+    let (size, end) = (range.start, range.end);
+    let leaves = copy.leaves(size, end).map_err(refused)?;
+    if leaves.len() as u64 != end - size {
+        return Err(refused(format!(
+            "the copy holds {} of the entries {size}..{end}",
+            leaves.len()
+        )));
+    }
+    let mut rows = Vec::with_capacity(leaves.len());
+    let mut hashes = Vec::with_capacity(leaves.len());
+    let mut records = Vec::with_capacity(leaves.len());
+    for (index, bytes) in (size..).zip(leaves) {
+        let bad = |m: String| refused(format!("entry {index} in the copy: {m}"));
+        let leaf = Leaf::from_bytes(&bytes).map_err(bad)?;
+        if leaf.index != index {
+            return Err(bad(format!("its leaf says index {}", leaf.index)));
+        }
+        let checked = leaf
+            .envelope
+            .check(origin)
+            .map_err(|e| bad(e.to_string()))?;
+        let hash = merkle::leaf_hash(&bytes);
+        rows.push(NewEntry::derive(
+            index,
+            leaf.received_at,
+            &checked,
+            bytes,
+            &hash,
+        ));
+        hashes.push(hash);
+        let seq = last_seq.entry(checked.envelope.signer.clone()).or_default();
+        *seq = (*seq).max(checked.envelope.seq);
+        records.push((index, leaf.received_at, checked.body));
+    }
+    write::store_entries(conn, size, &rows, &hashes)?;
+    for (index, at, body) in &records {
+        derive_from_body(conn, copy, *index, *at, body, r)?;
+    }
+    Ok(())
+}
+
+/// Raises each signer's last seq to the highest one restored (never lowers it).
+fn raise_last_seqs(
+    conn: &mut DbConn,
+    last_seq: std::collections::HashMap<String, u64>,
+) -> Result<(), RecoverError> {
+    for (signer, seq) in last_seq {
+        diesel::update(signers::table.find(&signer))
+            .filter(signers::last_seq.lt(seq as i64))
+            .set(signers::last_seq.eq(seq as i64))
+            .execute(conn)?;
+    }
+    Ok(())
+}
+
+/// Stores the copy's checkpoint (verified against the log key and the entries afterwards).
+fn store_checkpoint(conn: &mut DbConn, cp: &CopyCheckpoint) -> Result<(), RecoverError> {
+    diesel::insert_into(checkpoints::table)
+        .values((
+            checkpoints::size.eq(cp.size as i64),
+            checkpoints::root.eq(cp.root.0.to_vec()),
+            checkpoints::note.eq(&cp.note),
+            checkpoints::created_at.eq(Timestamp::now().unix()),
+        ))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// The copy's document `name` of `kind`, which entry `index` issued with SHA-256 `sha256`;
+/// refused if the copy lacks it or holds other bytes.
+fn copied_document(
+    copy: &dyn EntrySource,
+    kind: DocumentKind,
+    name: &str,
+    sha256: &str,
+    index: u64,
+) -> Result<String, RecoverError> {
+    use sha2::{Digest, Sha256};
+    let doc = copy.document(kind, name).map_err(refused)?.ok_or_else(|| {
+        refused(format!(
+            "the copy lacks the document of {name} (entry {index})"
+        ))
+    })?;
+    if hex::encode(Sha256::digest(doc.as_bytes())) != sha256 {
+        return Err(refused(format!(
+            "the copy's document of {name} is not the one entry {index} issued (SHA-256)"
+        )));
+    }
+    Ok(doc)
+}
+
+/// The signer (if new) and key rows of a restored `signer_key_registered` entry.
+fn restore_key(
+    conn: &mut DbConn,
+    k: &gpuledger_core::record::SignerKeyRegistered,
+    index: u64,
+    r: &mut Recovered,
+) -> Result<(), RecoverError> {
+    let key = gpuledger_core::keys::decode_public(&k.public_key)
+        .map_err(|e| refused(format!("entry {index}: {e}")))?;
+    let known: Option<String> = signers::table
+        .find(&k.signer)
+        .select(signers::id)
+        .first(conn)
+        .optional()?;
+    if known.is_none() {
+        diesel::insert_into(signers::table)
+            .values((
+                signers::id.eq(&k.signer),
+                signers::role.eq(k.role.as_str()),
+                signers::last_seq.eq(0i64),
+            ))
+            .execute(conn)?;
+        r.signers += 1;
+    }
+    diesel::insert_into(signer_keys::table)
+        .values((
+            signer_keys::key_id.eq(&k.key_id),
+            signer_keys::signer_id.eq(&k.signer),
+            signer_keys::public_key.eq(key.as_bytes().to_vec()),
+            signer_keys::registered_idx.eq(index as i64),
+        ))
+        .execute(conn)?;
+    r.keys_registered += 1;
+    Ok(())
+}
+
 /// The rows an entry restored from a copy implies (what `write` stores beside the entry when
 /// it is appended), and its webhook event.
 fn derive_from_body(
@@ -954,49 +1044,10 @@ fn derive_from_body(
     r: &mut Recovered,
 ) -> Result<(), RecoverError> {
     use gpuledger_core::record::Body;
-    use sha2::{Digest, Sha256};
-    let document = |kind: DocumentKind, name: &str, sha256: &str| {
-        let doc = copy.document(kind, name).map_err(refused)?.ok_or_else(|| {
-            refused(format!(
-                "the copy lacks the document of {name} (entry {index})"
-            ))
-        })?;
-        if hex::encode(Sha256::digest(doc.as_bytes())) != sha256 {
-            return Err(refused(format!(
-                "the copy's document of {name} is not the one entry {index} issued (SHA-256)"
-            )));
-        }
-        Ok(doc)
-    };
+    let document =
+        |kind, name: &str, sha256: &str| copied_document(copy, kind, name, sha256, index);
     match body {
-        Body::SignerKeyRegistered(k) => {
-            let key = gpuledger_core::keys::decode_public(&k.public_key)
-                .map_err(|e| refused(format!("entry {index}: {e}")))?;
-            let known: Option<String> = signers::table
-                .find(&k.signer)
-                .select(signers::id)
-                .first(conn)
-                .optional()?;
-            if known.is_none() {
-                diesel::insert_into(signers::table)
-                    .values((
-                        signers::id.eq(&k.signer),
-                        signers::role.eq(k.role.as_str()),
-                        signers::last_seq.eq(0i64),
-                    ))
-                    .execute(conn)?;
-                r.signers += 1;
-            }
-            diesel::insert_into(signer_keys::table)
-                .values((
-                    signer_keys::key_id.eq(&k.key_id),
-                    signer_keys::signer_id.eq(&k.signer),
-                    signer_keys::public_key.eq(key.as_bytes().to_vec()),
-                    signer_keys::registered_idx.eq(index as i64),
-                ))
-                .execute(conn)?;
-            r.keys_registered += 1;
-        }
+        Body::SignerKeyRegistered(k) => restore_key(conn, k, index, r)?,
         Body::SignerKeyRevoked(k) => {
             diesel::update(signer_keys::table.find(&k.key_id))
                 .set(signer_keys::revoked_idx.eq(Some(index as i64)))

@@ -237,66 +237,76 @@ pub fn for_each_of(
             let Some(page) = pages.next() else {
                 return Ok(None);
             };
-            let (first, last) = (page[0], page[page.len() - 1]);
-            let dense = last.idx - first.idx < DENSE_SPAN * page.len() as u64;
-            let located: Vec<i64> = page.iter().map(|s| s.row).collect();
-            let mut rows: Vec<Row> = match (&mut *conn, dense) {
-                (DbConn::Sqlite(c), true) => entries::table
-                    .filter(diesel::dsl::sql::<BigInt>("rowid").between(first.row, last.row))
-                    .filter(
-                        entries::tenant
-                            .eq(tenant)
-                            .or(tenant.is_none().into_sql::<Bool>()),
-                    )
-                    .select(row_columns!())
-                    .load(c)?,
-                (DbConn::Sqlite(c), false) => entries::table
-                    .filter(diesel::dsl::sql::<BigInt>("rowid").eq_any(&located))
-                    .select(row_columns!())
-                    .load(c)?,
-                (DbConn::Pg(c), true) => entries::table
-                    .filter(entries::idx.between(first.row, last.row))
-                    .filter(
-                        entries::tenant
-                            .eq(tenant)
-                            .or(tenant.is_none().into_sql::<Bool>()),
-                    )
-                    .select(row_columns!())
-                    .load(c)?,
-                (DbConn::Pg(c), false) => entries::table
-                    .filter(entries::idx.eq_any(&located))
-                    .select(row_columns!())
-                    .load(c)?,
-            };
-            rows.sort_unstable_by_key(|r| r.0);
-            if dense {
-                rows.retain(|r| page.binary_search_by_key(&(r.0 as u64), |s| s.idx).is_ok());
-            }
-            if !rows
-                .iter()
-                .map(|r| r.0 as u64)
-                .eq(page.iter().map(|s| s.idx))
-            {
-                // A row moved since it was selected (a SQLite VACUUM renumbers rowids): read the
-                // page by log index instead.
-                let wanted: Vec<i64> = page.iter().map(|s| s.idx as i64).collect();
-                rows = entries::table
-                    .filter(entries::idx.eq_any(&wanted))
-                    .order(entries::idx.asc())
-                    .select(row_columns!())
-                    .load(conn)?;
-                if rows.len() != wanted.len() {
-                    return Err(StoreError::Corrupt(format!(
-                        "{} of {} selected entries were not found",
-                        wanted.len() - rows.len(),
-                        wanted.len()
-                    )));
-                }
-            }
-            Ok(Some(rows))
+            Ok(Some(load_page(conn, tenant, page)?))
         },
         f,
     )
+}
+
+/// The rows of one page of selected entries, in log order: by row position (a range scan when
+/// the page is dense, else the rows themselves), or by log index when a row moved since it was
+/// selected (a SQLite VACUUM renumbers rowids).
+fn load_page(
+    conn: &mut DbConn,
+    tenant: Option<&str>,
+    page: &[Selected],
+) -> Result<Vec<Row>, StoreError> {
+    let (first, last) = (page[0], page[page.len() - 1]);
+    let dense = last.idx - first.idx < DENSE_SPAN * page.len() as u64;
+    let located: Vec<i64> = page.iter().map(|s| s.row).collect();
+    let mut rows: Vec<Row> = match (&mut *conn, dense) {
+        (DbConn::Sqlite(c), true) => entries::table
+            .filter(diesel::dsl::sql::<BigInt>("rowid").between(first.row, last.row))
+            .filter(
+                entries::tenant
+                    .eq(tenant)
+                    .or(tenant.is_none().into_sql::<Bool>()),
+            )
+            .select(row_columns!())
+            .load(c)?,
+        (DbConn::Sqlite(c), false) => entries::table
+            .filter(diesel::dsl::sql::<BigInt>("rowid").eq_any(&located))
+            .select(row_columns!())
+            .load(c)?,
+        (DbConn::Pg(c), true) => entries::table
+            .filter(entries::idx.between(first.row, last.row))
+            .filter(
+                entries::tenant
+                    .eq(tenant)
+                    .or(tenant.is_none().into_sql::<Bool>()),
+            )
+            .select(row_columns!())
+            .load(c)?,
+        (DbConn::Pg(c), false) => entries::table
+            .filter(entries::idx.eq_any(&located))
+            .select(row_columns!())
+            .load(c)?,
+    };
+    rows.sort_unstable_by_key(|r| r.0);
+    if dense {
+        rows.retain(|r| page.binary_search_by_key(&(r.0 as u64), |s| s.idx).is_ok());
+    }
+    if rows
+        .iter()
+        .map(|r| r.0 as u64)
+        .eq(page.iter().map(|s| s.idx))
+    {
+        return Ok(rows);
+    }
+    let wanted: Vec<i64> = page.iter().map(|s| s.idx as i64).collect();
+    let rows: Vec<Row> = entries::table
+        .filter(entries::idx.eq_any(&wanted))
+        .order(entries::idx.asc())
+        .select(row_columns!())
+        .load(conn)?;
+    if rows.len() != wanted.len() {
+        return Err(StoreError::Corrupt(format!(
+            "{} of {} selected entries were not found",
+            wanted.len() - rows.len(),
+            wanted.len()
+        )));
+    }
+    Ok(rows)
 }
 
 /// Calls `f` with every usage and energy entry below log size `size` (of `tenant`, if given),

@@ -726,79 +726,101 @@ pub fn claim(
                 .set(webhook_deliveries::updated_at.eq(webhook_deliveries::updated_at))
                 .execute(conn)?;
         }
-        macro_rules! due {
-            () => {
-                webhook_deliveries::table
-                    .filter(webhook_deliveries::state.eq(PENDING))
-                    .filter(webhook_deliveries::next_attempt_at.le(now_s))
-                    .filter(
-                        webhook_deliveries::lease_until
-                            .is_null()
-                            .or(webhook_deliveries::lease_until.lt(now_s)),
-                    )
-                    .filter(
-                        webhook_deliveries::endpoint_id.eq_any(
-                            webhook_endpoints::table
-                                .filter(webhook_endpoints::enabled.eq(true))
-                                .select(webhook_endpoints::id),
-                        ),
-                    )
-                    .order(webhook_deliveries::next_attempt_at)
-                    .select(webhook_deliveries::id)
-                    .limit(limit)
-            };
-        }
-        let ids: Vec<String> = match conn {
-            DbConn::Pg(c) => due!().for_update().skip_locked().load(c)?,
-            DbConn::Sqlite(c) => due!().load(c)?,
-        };
         let mut out = Vec::new();
-        for id in ids {
-            let won = diesel::update(
-                webhook_deliveries::table
-                    .find(&id)
-                    .filter(webhook_deliveries::state.eq(PENDING))
-                    .filter(
-                        webhook_deliveries::lease_until
-                            .is_null()
-                            .or(webhook_deliveries::lease_until.lt(now_s)),
-                    ),
-            )
-            .set((
-                webhook_deliveries::lease_owner.eq(owner),
-                webhook_deliveries::lease_until.eq(now_s + lease_seconds),
-            ))
-            .execute(conn)?;
-            if won != 1 {
-                continue;
+        for id in due_ids(conn, now_s, limit)? {
+            if take_lease(conn, &id, owner, now_s + lease_seconds, now_s)? {
+                out.push(claimed(conn, id)?);
             }
-            let (endpoint_id, attempts, step, event_type, payload, url, secret) =
-                webhook_deliveries::table
-                    .inner_join(webhook_events::table)
-                    .inner_join(webhook_endpoints::table)
-                    .filter(webhook_deliveries::id.eq(&id))
-                    .select((
-                        webhook_deliveries::endpoint_id,
-                        webhook_deliveries::attempts,
-                        webhook_deliveries::schedule_step,
-                        webhook_events::event_type,
-                        webhook_events::payload,
-                        webhook_endpoints::url,
-                        webhook_endpoints::secret,
-                    ))
-                    .first::<(String, i64, i64, String, String, String, Option<String>)>(conn)?;
-            out.push(Claimed {
-                id,
-                endpoint_id,
-                event_type,
-                url,
-                secret,
-                payload,
-                attempts: attempts.max(0) as u64,
-                schedule_step: step.max(0) as u64,
-            });
         }
+        debug_assert!(out.len() as i64 <= limit.max(0));
         Ok(out)
+    })
+}
+
+/// Up to `limit` deliveries due at `now_s` (pending, unleased or with a lapsed lease, to an
+/// enabled endpoint), earliest first; on PostgreSQL locked, skipping rows another claimer
+/// holds.
+fn due_ids(conn: &mut DbConn, now_s: i64, limit: i64) -> Result<Vec<String>, StoreError> {
+    macro_rules! due {
+        () => {
+            webhook_deliveries::table
+                .filter(webhook_deliveries::state.eq(PENDING))
+                .filter(webhook_deliveries::next_attempt_at.le(now_s))
+                .filter(
+                    webhook_deliveries::lease_until
+                        .is_null()
+                        .or(webhook_deliveries::lease_until.lt(now_s)),
+                )
+                .filter(
+                    webhook_deliveries::endpoint_id.eq_any(
+                        webhook_endpoints::table
+                            .filter(webhook_endpoints::enabled.eq(true))
+                            .select(webhook_endpoints::id),
+                    ),
+                )
+                .order(webhook_deliveries::next_attempt_at)
+                .select(webhook_deliveries::id)
+                .limit(limit)
+        };
+    }
+    Ok(match conn {
+        DbConn::Pg(c) => due!().for_update().skip_locked().load(c)?,
+        DbConn::Sqlite(c) => due!().load(c)?,
+    })
+}
+
+/// Leases delivery `id` to `owner` until `until`, if it is still pending and unleased (or its
+/// lease lapsed before `now_s`); whether this claimer won it.
+fn take_lease(
+    conn: &mut DbConn,
+    id: &str,
+    owner: &str,
+    until: i64,
+    now_s: i64,
+) -> Result<bool, StoreError> {
+    let won = diesel::update(
+        webhook_deliveries::table
+            .find(id)
+            .filter(webhook_deliveries::state.eq(PENDING))
+            .filter(
+                webhook_deliveries::lease_until
+                    .is_null()
+                    .or(webhook_deliveries::lease_until.lt(now_s)),
+            ),
+    )
+    .set((
+        webhook_deliveries::lease_owner.eq(owner),
+        webhook_deliveries::lease_until.eq(until),
+    ))
+    .execute(conn)?;
+    Ok(won == 1)
+}
+
+/// A claimed delivery with its event and endpoint.
+fn claimed(conn: &mut DbConn, id: String) -> Result<Claimed, StoreError> {
+    let (endpoint_id, attempts, step, event_type, payload, url, secret) = webhook_deliveries::table
+        .inner_join(webhook_events::table)
+        .inner_join(webhook_endpoints::table)
+        .filter(webhook_deliveries::id.eq(&id))
+        .select((
+            webhook_deliveries::endpoint_id,
+            webhook_deliveries::attempts,
+            webhook_deliveries::schedule_step,
+            webhook_events::event_type,
+            webhook_events::payload,
+            webhook_endpoints::url,
+            webhook_endpoints::secret,
+        ))
+        .first::<(String, i64, i64, String, String, String, Option<String>)>(conn)?;
+    Ok(Claimed {
+        id,
+        endpoint_id,
+        event_type,
+        url,
+        secret,
+        payload,
+        attempts: attempts.max(0) as u64,
+        schedule_step: step.max(0) as u64,
     })
 }
 

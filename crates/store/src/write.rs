@@ -177,6 +177,9 @@ impl Appender {
         self.rows
             .push(NewEntry::derive(index, self.received_at, c, leaf, &h));
         self.leaf_hashes.push(h);
+        // The entry is the head's next index, and the head moves by exactly one.
+        debug_assert_eq!(self.next_index(), index + 1);
+        debug_assert_eq!(self.rows.len(), self.leaf_hashes.len());
         index
     }
 
@@ -577,6 +580,124 @@ impl StreamCache {
     }
 }
 
+/// The intervals found so far while loading [`Streams`]: per stream the logged ones near the
+/// group's, and the latest-starting one.
+#[derive(Default)]
+struct Near {
+    known: HashMap<String, Vec<(i64, i64, u64)>>,
+    latest: HashMap<String, (i64, i64, u64)>,
+}
+
+impl Near {
+    /// Takes from the cache the streams the group continues in order (each starting at or
+    /// after the stream's cached latest interval ends); returns the span [lo, hi) of the group's
+    /// intervals on every other stream, which must be looked up.
+    fn from_cache<'a>(
+        &mut self,
+        streams: impl Iterator<Item = &'a (String, Timestamp, Timestamp)>,
+        cache: &StreamCache,
+    ) -> HashMap<String, (i64, i64)> {
+        let mut span: HashMap<String, (i64, i64)> = HashMap::new();
+        for (stream, start, end) in streams {
+            let stream = stream.clone();
+            let (s, e) = (start.unix(), end.unix());
+            if !span.contains_key(&stream) {
+                if let Some(last) = cache.last.get(&stream) {
+                    if s >= last.1 {
+                        // In order after the stream's latest interval: nothing to look up.
+                        self.known
+                            .entry(stream.clone())
+                            .or_insert_with(|| vec![*last]);
+                        self.latest.entry(stream).or_insert(*last);
+                        continue;
+                    }
+                }
+            }
+            self.known.remove(&stream);
+            self.latest.remove(&stream);
+            let e2 = span.entry(stream).or_insert((s, e));
+            e2.0 = e2.0.min(s);
+            e2.1 = e2.1.max(e);
+        }
+        span
+    }
+
+    /// Adds a logged interval (start, end, index) of `stream`.
+    fn add(&mut self, stream: String, iv: (i64, i64, u64)) {
+        let l = self.latest.entry(stream.clone()).or_insert(iv);
+        if iv.0 > l.0 {
+            *l = iv;
+        }
+        self.known.entry(stream).or_default().push(iv);
+    }
+
+    /// Core's interval set of everything found, and the latest interval per stream.
+    fn into_streams(self) -> Streams {
+        let mut intervals = admission::Intervals::default();
+        for (stream, ivs) in self.known {
+            for (s, e, i) in ivs {
+                if let (Some(s), Some(e)) = (Timestamp::from_unix(s), Timestamp::from_unix(e)) {
+                    intervals.claim(&stream, s, e, i);
+                }
+            }
+        }
+        Streams {
+            known: intervals,
+            latest: self.latest,
+        }
+    }
+}
+
+/// Loads the logged intervals that can overlap each stream's span [lo, hi), and each
+/// stream's latest interval overall. Logged intervals of one stream never overlap each other,
+/// so the only ones that can overlap [lo, hi) are those starting inside it and the last one
+/// starting before lo. All are index lookups on (stream, start_at).
+fn load_near(
+    conn: &mut DbConn,
+    chunk: &[(String, (i64, i64))],
+) -> Result<Vec<(String, i64, i64, i64)>, StoreError> {
+    let before = diesel::alias!(entries as before);
+    let mut q = entries::table
+        .select((
+            entries::stream.assume_not_null(),
+            entries::start_at.assume_not_null(),
+            entries::end_at.assume_not_null(),
+            entries::idx,
+        ))
+        .into_boxed();
+    for (stream, (lo, hi)) in chunk {
+        let last_before = before
+            .filter(before.field(entries::stream).eq(stream.clone()))
+            .filter(before.field(entries::start_at).lt(*lo))
+            .select(diesel::dsl::max(before.field(entries::start_at)))
+            .single_value();
+        q = q
+            .or_filter(
+                entries::stream
+                    .eq(stream.clone())
+                    .and(entries::start_at.ge(*lo))
+                    .and(entries::start_at.lt(*hi)),
+            )
+            .or_filter(
+                entries::stream
+                    .eq(stream.clone())
+                    .and(entries::start_at.eq(last_before))
+                    .and(entries::end_at.gt(*lo)),
+            );
+        // The stream's latest interval overall, so the cache knows where it ends.
+        let last_ever = before
+            .filter(before.field(entries::stream).eq(stream.clone()))
+            .select(diesel::dsl::max(before.field(entries::start_at)))
+            .single_value();
+        q = q.or_filter(
+            entries::stream
+                .eq(stream.clone())
+                .and(entries::start_at.eq(last_ever)),
+        );
+    }
+    Ok(q.load(conn)?)
+}
+
 /// The logged intervals of the streams a group touches, near the group's own intervals, plus
 /// what the group adds. Loaded in one query; checked and extended in memory.
 struct Streams {
@@ -587,101 +708,26 @@ struct Streams {
 }
 
 impl Streams {
+    /// The logged intervals near the group's `streams` (stream, start, end), from the cache
+    /// where the group continues a stream in order, else from one query per chunk of streams.
     fn load<'a>(
         conn: &mut DbConn,
         streams: impl Iterator<Item = &'a (String, Timestamp, Timestamp)>,
         cache: &StreamCache,
     ) -> Result<Streams, StoreError> {
-        let mut span: HashMap<String, (i64, i64)> = HashMap::new();
-        let mut known: HashMap<String, Vec<(i64, i64, u64)>> = HashMap::new();
-        let mut latest: HashMap<String, (i64, i64, u64)> = HashMap::new();
-        for (stream, start, end) in streams {
-            let stream = stream.clone();
-            let (s, e) = (start.unix(), end.unix());
-            if !span.contains_key(&stream) {
-                if let Some(last) = cache.last.get(&stream) {
-                    if s >= last.1 {
-                        // In order after the stream's latest interval: nothing to look up.
-                        known.entry(stream.clone()).or_insert_with(|| vec![*last]);
-                        latest.entry(stream).or_insert(*last);
-                        continue;
-                    }
-                }
-            }
-            known.remove(&stream);
-            latest.remove(&stream);
-            let e2 = span.entry(stream).or_insert((s, e));
-            e2.0 = e2.0.min(s);
-            e2.1 = e2.1.max(e);
-        }
+        let mut near = Near::default();
+        let span = near.from_cache(streams, cache);
         if !span.is_empty() {
-            // Logged intervals of one stream never overlap each other, so the only ones that
-            // can overlap [lo, hi) are those starting inside it and the last one starting
-            // before lo. Both are index lookups on (stream, start_at).
-            let before = diesel::alias!(entries as before);
             let span: Vec<_> = span.into_iter().collect();
             // Three OR terms per stream: in chunks, since SQLite refuses an expression tree
             // deeper than 1,000 and a group may start hundreds of new streams.
             for chunk in span.chunks(MAX_OR_TERMS / 3) {
-                let mut q = entries::table
-                    .select((
-                        entries::stream.assume_not_null(),
-                        entries::start_at.assume_not_null(),
-                        entries::end_at.assume_not_null(),
-                        entries::idx,
-                    ))
-                    .into_boxed();
-                for (stream, (lo, hi)) in chunk {
-                    let last_before = before
-                        .filter(before.field(entries::stream).eq(stream.clone()))
-                        .filter(before.field(entries::start_at).lt(*lo))
-                        .select(diesel::dsl::max(before.field(entries::start_at)))
-                        .single_value();
-                    q = q
-                        .or_filter(
-                            entries::stream
-                                .eq(stream.clone())
-                                .and(entries::start_at.ge(*lo))
-                                .and(entries::start_at.lt(*hi)),
-                        )
-                        .or_filter(
-                            entries::stream
-                                .eq(stream.clone())
-                                .and(entries::start_at.eq(last_before))
-                                .and(entries::end_at.gt(*lo)),
-                        );
-                    // The stream's latest interval overall, so the cache knows where it ends.
-                    let last_ever = before
-                        .filter(before.field(entries::stream).eq(stream.clone()))
-                        .select(diesel::dsl::max(before.field(entries::start_at)))
-                        .single_value();
-                    q = q.or_filter(
-                        entries::stream
-                            .eq(stream.clone())
-                            .and(entries::start_at.eq(last_ever)),
-                    );
-                }
-                for (stream, s, e, i) in q.load::<(String, i64, i64, i64)>(conn)? {
-                    let l = latest.entry(stream.clone()).or_insert((s, e, i as u64));
-                    if s > l.0 {
-                        *l = (s, e, i as u64);
-                    }
-                    known.entry(stream).or_default().push((s, e, i as u64));
+                for (stream, s, e, i) in load_near(conn, chunk)? {
+                    near.add(stream, (s, e, i as u64));
                 }
             }
         }
-        let mut intervals = admission::Intervals::default();
-        for (stream, ivs) in known {
-            for (s, e, i) in ivs {
-                if let (Some(s), Some(e)) = (Timestamp::from_unix(s), Timestamp::from_unix(e)) {
-                    intervals.claim(&stream, s, e, i);
-                }
-            }
-        }
-        Ok(Streams {
-            known: intervals,
-            latest,
-        })
+        Ok(near.into_streams())
     }
 
     /// A rejection if the record's interval overlaps a logged or earlier-accepted one
@@ -874,39 +920,8 @@ pub(crate) fn register_key(
     let key_id = keys::key_id(&key);
     conn.transaction(|conn| {
         let mut app = Appender::lock(conn, now)?;
-        let existing_role: Option<String> = signers::table
-            .find(signer)
-            .select(signers::role)
-            .first(conn)
-            .optional()?;
-        match existing_role {
-            Some(r) if r != role.as_str() => {
-                return Err(StoreError::Refused(format!(
-                    "signer {signer} is registered with role {r}, not {}",
-                    role.as_str()
-                )))
-            }
-            Some(_) => {}
-            None => {
-                diesel::insert_into(signers::table)
-                    .values((
-                        signers::id.eq(signer),
-                        signers::role.eq(role.as_str()),
-                        signers::last_seq.eq(0i64),
-                    ))
-                    .execute(conn)?;
-            }
-        }
-        let taken: Option<String> = signer_keys::table
-            .find(&key_id)
-            .select(signer_keys::signer_id)
-            .first(conn)
-            .optional()?;
-        if let Some(owner) = taken {
-            return Err(StoreError::AlreadyExists(format!(
-                "key {key_id} is already registered (to signer {owner})"
-            )));
-        }
+        claim_signer(conn, signer, role)?;
+        check_key_free(conn, &key_id)?;
         // A rotation without a scope keeps the scope of the signer's latest key.
         let scope = match scope {
             Some(s) => s,
@@ -936,6 +951,47 @@ pub(crate) fn register_key(
         app.finish(conn)?;
         Ok((key_id.clone(), index))
     })
+}
+
+/// Records `signer` with `role` if it is new; refused if it is registered with another role.
+fn claim_signer(conn: &mut DbConn, signer: &str, role: Role) -> Result<(), StoreError> {
+    let existing_role: Option<String> = signers::table
+        .find(signer)
+        .select(signers::role)
+        .first(conn)
+        .optional()?;
+    match existing_role {
+        Some(r) if r != role.as_str() => Err(StoreError::Refused(format!(
+            "signer {signer} is registered with role {r}, not {}",
+            role.as_str()
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            diesel::insert_into(signers::table)
+                .values((
+                    signers::id.eq(signer),
+                    signers::role.eq(role.as_str()),
+                    signers::last_seq.eq(0i64),
+                ))
+                .execute(conn)?;
+            Ok(())
+        }
+    }
+}
+
+/// `AlreadyExists` if the key is registered already (to any signer).
+fn check_key_free(conn: &mut DbConn, key_id: &str) -> Result<(), StoreError> {
+    let taken: Option<String> = signer_keys::table
+        .find(key_id)
+        .select(signer_keys::signer_id)
+        .first(conn)
+        .optional()?;
+    match taken {
+        Some(owner) => Err(StoreError::AlreadyExists(format!(
+            "key {key_id} is already registered (to signer {owner})"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Revokes a key, as a ledger-signed log entry; records after it signed by the key are refused.
@@ -1046,6 +1102,8 @@ pub(crate) fn checkpoint_locked(
         }
     }
     log.high_water.check_extends(size, root, &reader)?;
+    // A checkpoint is only ever signed for a tree larger than the latest one.
+    debug_assert!(latest.as_ref().is_none_or(|(s, _, _)| *s < size));
     let note = log.sign_checkpoint(size, &root);
     log.high_water.stage(size, root, &note);
     diesel::insert_into(checkpoints::table)

@@ -190,7 +190,7 @@ pub async fn bundle(
     Ok(stream_lines(&format!("{id}.bundle.jsonl"), move |sink| {
         ledger
             .reads()
-            .run(|c| store_certs::write_certificate_bundle_as(c, &cert, format, sink))
+            .run_once(|c| store_certs::write_certificate_bundle_as(c, &cert, format, sink))
     }))
 }
 

@@ -206,9 +206,9 @@ pub async fn download(
         return Ok(super::certificates::stream_lines(
             &format!("{number}.bundle.jsonl"),
             move |sink| {
-                ledger
-                    .reads()
-                    .run(|c| store_invoices::write_invoice_bundle_as(c, &inv, bundle_format, sink))
+                ledger.reads().run_once(|c| {
+                    store_invoices::write_invoice_bundle_as(c, &inv, bundle_format, sink)
+                })
             },
         ));
     }

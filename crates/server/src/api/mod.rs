@@ -58,7 +58,7 @@ impl AppState {
     /// `append_ledger_entry`, and `Ledger::issuance` for invoices, certificates, settlements).
     pub async fn read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut gpuledger_store::DbConn) -> Result<T, gpuledger_store::StoreError>
+        f: impl FnMut(&mut gpuledger_store::DbConn) -> Result<T, gpuledger_store::StoreError>
             + Send
             + 'static,
     ) -> Result<T, ApiError> {

@@ -5,7 +5,7 @@ use super::error::{self, ApiError};
 use super::AppState;
 use actix_web::get;
 use actix_web::{web, HttpResponse};
-use gpuledger_store::{conn, Outage, WriteState};
+use gpuledger_store::{Outage, WriteState};
 
 /// Process is up.
 #[utoipa::path(tag = "ops", responses((status = 200, description = "ok", body = String)))]
@@ -25,7 +25,7 @@ pub async fn healthz() -> HttpResponse {
 #[get("/readyz")]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let ledger = state.ledger.clone();
-    let current = web::block(move || ledger.reads().run(conn::migrations_current)).await?;
+    let current = web::block(move || ledger.migrations_current()).await?;
     let not_ready = |slug, detail: &str| {
         ApiError::unavailable(slug, detail, error::RETRY_AFTER_UNAVAILABLE_SECONDS)
     };

@@ -92,7 +92,7 @@ pub async fn get_usage(
             if let Some(t) = &t {
                 access::require_tenant(c, t)?;
             }
-            let mut agg = Aggregator::new(from, to, g, window);
+            let mut agg = Aggregator::new(from, to, g.clone(), window);
             usage::aggregate(c, t.as_deref(), from, to, &mut agg)?;
             Ok(agg.finish())
         })
