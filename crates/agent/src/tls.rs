@@ -21,7 +21,7 @@
 //! is of the leaf certificate, not of its key: renewing the ledger's certificate changes it.
 //!
 //! ureq 3 has no setting for a certificate verifier of one's own, so `https://` connections go
-//! through [`LedgerTls`], a connector written against ureq's `unversioned` transport API (the
+//! through [`RustlsConnector`], a connector written against ureq's `unversioned` transport API (the
 //! one ureq's own rustls connector is written against). That API is outside ureq's semver
 //! promise: a ureq upgrade may need this module adapted (tests/tls.rs exercises it end to end).
 //! `http://` URLs keep ureq's default connector.
@@ -141,9 +141,10 @@ pub fn client(
     let connector =
         ().chain(ConnectProxyConnector::default())
             .chain(TcpConnector::default())
-            .chain(LedgerTls {
-                config: Arc::new(tls_config),
-            });
+            .chain(RustlsConnector::new(
+                Arc::new(tls_config),
+                ledger_handshake_failed,
+            ));
     Ok(ureq::Agent::with_parts(
         config,
         connector,
@@ -309,19 +310,49 @@ fn handshake_failed(host: &str, e: &rustls::Error) -> ureq::Error {
     }))
 }
 
-/// The connector that wraps an `https://` connection in TLS with the agent's own rustls
-/// configuration ([`LedgerVerifier`]); other connections pass through.
-struct LedgerTls {
-    config: Arc<ClientConfig>,
+/// Why a TLS handshake failed, for the [`RustlsConnector`]'s owner to word.
+#[derive(Debug)]
+pub enum HandshakeError {
+    /// The host is not a DNS name or IP address rustls accepts.
+    Name(String),
+    /// rustls refused the handshake (a certificate, a protocol error).
+    Tls(rustls::Error),
+    /// The connection failed under it (a timeout, a closed socket).
+    Io(std::io::Error),
 }
 
-impl fmt::Debug for LedgerTls {
+impl fmt::Display for HandshakeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LedgerTls").finish_non_exhaustive()
+        match self {
+            HandshakeError::Name(m) => f.write_str(m),
+            HandshakeError::Tls(e) => e.fmt(f),
+            HandshakeError::Io(e) => e.fmt(f),
+        }
     }
 }
 
-impl<In: Transport> Connector<In> for LedgerTls {
+/// A ureq connector that wraps an `https://` connection in TLS with a rustls configuration of
+/// its owner's (the agent's [`LedgerVerifier`], the server's webhook client); other
+/// connections pass through. `fail` words a failed handshake with a host as ureq's error.
+pub struct RustlsConnector {
+    config: Arc<ClientConfig>,
+    fail: fn(&str, HandshakeError) -> ureq::Error,
+}
+
+impl RustlsConnector {
+    /// The connector for `config`, reporting failed handshakes through `fail`.
+    pub fn new(config: Arc<ClientConfig>, fail: fn(&str, HandshakeError) -> ureq::Error) -> Self {
+        RustlsConnector { config, fail }
+    }
+}
+
+impl fmt::Debug for RustlsConnector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RustlsConnector").finish_non_exhaustive()
+    }
+}
+
+impl<In: Transport> Connector<In> for RustlsConnector {
     type Out = Either<In, TlsTransport>;
 
     fn connect(
@@ -340,26 +371,35 @@ impl<In: Transport> Connector<In> for LedgerTls {
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host);
-        let name = ServerName::try_from(bare.to_owned()).map_err(|e| {
-            ureq::Error::Other(Box::new(HandshakeFailed {
-                host: host.to_owned(),
-                reason: e.to_string(),
-            }))
-        })?;
+        let fail = |e| (self.fail)(host, e);
+        let name = ServerName::try_from(bare.to_owned())
+            .map_err(|e| fail(HandshakeError::Name(e.to_string())))?;
         let mut conn = ClientConnection::new(self.config.clone(), name)
-            .map_err(|e| handshake_failed(host, &e))?;
+            .map_err(|e| fail(HandshakeError::Tls(e)))?;
         let mut sock = TransportAdapter::new(transport.boxed(), details.current_time.clone());
         sock.set_timeout(details.timeout);
         if let Err(e) = conn.complete_io(&mut sock) {
-            return Err(
+            return Err(fail(
                 match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-                    Some(tls) => handshake_failed(host, tls),
-                    // A timeout or a closed socket: ureq's own error, unwrapped.
-                    None => e.into(),
+                    Some(tls) => HandshakeError::Tls(tls.clone()),
+                    None => HandshakeError::Io(e),
                 },
-            );
+            ));
         }
         Ok(Some(Either::B(TlsTransport::new(conn, sock, details))))
+    }
+}
+
+/// How the agent words a failed handshake with the ledger: ureq's own error for a timeout or
+/// a closed socket, else [`HandshakeFailed`].
+fn ledger_handshake_failed(host: &str, e: HandshakeError) -> ureq::Error {
+    match e {
+        HandshakeError::Name(reason) => ureq::Error::Other(Box::new(HandshakeFailed {
+            host: host.to_owned(),
+            reason,
+        })),
+        HandshakeError::Tls(e) => handshake_failed(host, &e),
+        HandshakeError::Io(e) => e.into(),
     }
 }
 

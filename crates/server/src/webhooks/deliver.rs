@@ -296,9 +296,7 @@ impl Context {
         let resolver = PinnedResolver { addrs };
         let agent = if target.url.starts_with("https://") {
             let tls = super::tls::client_config()?;
-            let connector =
-                ().chain(TcpConnector::default())
-                    .chain(super::tls::WebhookTls { config: tls });
+            let connector = ().chain(TcpConnector::default()).chain(super::tls::connector(tls));
             ureq::Agent::with_parts(config, connector, resolver)
         } else {
             ureq::Agent::with_parts(config, ().chain(TcpConnector::default()), resolver)

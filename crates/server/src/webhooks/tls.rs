@@ -8,16 +8,12 @@
 //! chained after ureq's TCP connector, which connects to the addresses
 //! [`super::ssrf::PinnedResolver`] checked.
 
-use gpuledger_agent::tls::TlsTransport;
+use gpuledger_agent::tls::RustlsConnector;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, ClientConnection, RootCertStore};
-use std::fmt;
+use rustls::pki_types::CertificateDer;
+use rustls::{ClientConfig, RootCertStore};
 use std::io::Read;
 use std::sync::{Arc, OnceLock};
-use ureq::unversioned::transport::{
-    ConnectionDetails, Connector, Either, Transport, TransportAdapter,
-};
 
 /// Largest CA bundle read, in bytes.
 const MAX_CA_FILE_BYTES: u64 = 8 * 1024 * 1024;
@@ -52,49 +48,12 @@ pub fn client_config() -> Result<Arc<ClientConfig>, String> {
         .clone()
 }
 
-/// The TLS connector of webhook deliveries.
-pub struct WebhookTls {
-    /// The client configuration.
-    pub config: Arc<ClientConfig>,
-}
-
-impl fmt::Debug for WebhookTls {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WebhookTls").finish_non_exhaustive()
-    }
-}
-
-impl<In: Transport> Connector<In> for WebhookTls {
-    type Out = Either<In, TlsTransport>;
-
-    fn connect(
-        &self,
-        details: &ConnectionDetails,
-        chained: Option<In>,
-    ) -> Result<Option<Self::Out>, ureq::Error> {
-        let Some(transport) = chained else {
-            return Ok(None);
-        };
-        if !details.needs_tls() || transport.is_tls() {
-            return Ok(Some(Either::A(transport)));
-        }
-        let host = details.uri.authority().map_or("", |a| a.host());
-        let bare = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
-        let failed = |reason: String| {
-            ureq::Error::Io(std::io::Error::other(format!(
-                "TLS handshake with {host} failed: {reason}"
-            )))
-        };
-        let name = ServerName::try_from(bare.to_owned()).map_err(|e| failed(e.to_string()))?;
-        let mut conn =
-            ClientConnection::new(self.config.clone(), name).map_err(|e| failed(e.to_string()))?;
-        let mut sock = TransportAdapter::new(transport.boxed(), details.current_time.clone());
-        sock.set_timeout(details.timeout);
-        conn.complete_io(&mut sock)
-            .map_err(|e| failed(e.to_string()))?;
-        Ok(Some(Either::B(TlsTransport::new(conn, sock, details))))
-    }
+/// The TLS connector of webhook deliveries: the agent's connector (one implementation of
+/// ureq's transport API), its failures worded as webhook delivery errors.
+pub fn connector(config: Arc<ClientConfig>) -> RustlsConnector {
+    RustlsConnector::new(config, |host, e| {
+        ureq::Error::Io(std::io::Error::other(format!(
+            "TLS handshake with {host} failed: {e}"
+        )))
+    })
 }
