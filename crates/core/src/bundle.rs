@@ -447,108 +447,152 @@ pub struct PreparedEntry {
 /// Checks one line alone (§15 steps 1 and 4 up to key validity); `line_no` is 1-based. The
 /// line is read in the format of `anchor` (its header's).
 pub fn prepare_line(line_no: u64, line: &[u8], anchor: &Anchor) -> Result<Prepared, Failure> {
-    let at = || format!("line {line_no}");
-    let malformed = |m: String| Failure::new(Reason::Malformed, at(), m);
+    let malformed = |m: String| Failure::new(Reason::Malformed, format!("line {line_no}"), m);
     let raw: RawLine =
         serde_json::from_slice(line).map_err(|e| malformed(format!("not a bundle line: {e}")))?;
-    let v3 = anchor.format == Format::V3;
-    let only = |ok: bool| {
+    let line = LineCheck {
+        line_no,
+        bytes: line,
+        v3: anchor.format == Format::V3,
+        raw,
+    };
+    match line.raw.ty.as_ref() {
+        "header" => Ok(Prepared::Header),
+        "end" => line.end(),
+        "nodes" if line.v3 => line.nodes(),
+        "entry" => line.entry(anchor),
+        other => Err(malformed(format!("unknown line type {other:?}"))),
+    }
+}
+
+/// One line of a bundle being checked alone: its number (1-based), its bytes, its members,
+/// and whether the bundle is version 3 (whose lines must be canonical JSON).
+struct LineCheck<'a> {
+    line_no: u64,
+    bytes: &'a [u8],
+    v3: bool,
+    raw: RawLine<'a>,
+}
+
+impl LineCheck<'_> {
+    /// A `malformed` failure of this line.
+    fn malformed(&self, m: String) -> Failure {
+        Failure::new(Reason::Malformed, format!("line {}", self.line_no), m)
+    }
+
+    /// `Ok` when `ok` (the line has only the members of its type).
+    fn only(&self, ok: bool) -> Result<(), Failure> {
         if ok {
             Ok(())
         } else {
-            Err(malformed(format!("members do not fit a {:?} line", raw.ty)))
+            Err(self.malformed(format!("members do not fit a {:?} line", self.raw.ty)))
         }
-    };
-    let not_canonical = || malformed("a version-3 line must be canonical JSON (RFC 8785)".into());
-    let no_header_members = raw.format.is_none()
-        && raw.log_origin.is_none()
-        && raw.checkpoint.is_none()
-        && raw.subject.is_none();
-    match raw.ty.as_ref() {
-        "header" => Ok(Prepared::Header),
-        "end" => {
-            only(
-                no_header_members
-                    && raw.index.is_none()
-                    && raw.leaf.is_none()
-                    && raw.proof.is_none()
-                    && raw.hashes.is_none()
-                    && (v3 || raw.nodes.is_none()),
-            )?;
-            let entries = raw
-                .entries
-                .ok_or_else(|| malformed("the end line has no entry count".into()))?;
-            if v3 {
-                let nodes = raw
-                    .nodes
-                    .ok_or_else(|| malformed("the end line has no node count".into()))?;
-                if end_line_v3(entries, nodes).strip_suffix(b"\n") != Some(line) {
-                    return Err(not_canonical());
-                }
+    }
+
+    /// The failure of a version-3 line that is not in its canonical form.
+    fn not_canonical(&self) -> Failure {
+        self.malformed("a version-3 line must be canonical JSON (RFC 8785)".into())
+    }
+
+    /// Whether the line has none of the header's members.
+    fn no_header_members(&self) -> bool {
+        let raw = &self.raw;
+        raw.format.is_none()
+            && raw.log_origin.is_none()
+            && raw.checkpoint.is_none()
+            && raw.subject.is_none()
+    }
+
+    /// The end line: its entry count, and in v3 its node count.
+    fn end(&self) -> Result<Prepared, Failure> {
+        let raw = &self.raw;
+        self.only(
+            self.no_header_members()
+                && raw.index.is_none()
+                && raw.leaf.is_none()
+                && raw.proof.is_none()
+                && raw.hashes.is_none()
+                && (self.v3 || raw.nodes.is_none()),
+        )?;
+        let entries = raw
+            .entries
+            .ok_or_else(|| self.malformed("the end line has no entry count".into()))?;
+        if self.v3 {
+            let nodes = raw
+                .nodes
+                .ok_or_else(|| self.malformed("the end line has no node count".into()))?;
+            if end_line_v3(entries, nodes).strip_suffix(b"\n") != Some(self.bytes) {
+                return Err(self.not_canonical());
             }
-            Ok(Prepared::End {
-                entries,
-                nodes: raw.nodes,
-            })
         }
-        "nodes" if v3 => {
-            only(
-                no_header_members
-                    && raw.index.is_none()
-                    && raw.leaf.is_none()
-                    && raw.proof.is_none()
-                    && raw.entries.is_none()
-                    && raw.nodes.is_none(),
-            )?;
-            let hashes = raw
-                .hashes
-                .ok_or_else(|| malformed("a node line needs hashes".into()))?;
-            if hashes.is_empty() || hashes.len() > MAX_NODES_PER_LINE {
-                return Err(malformed(format!(
-                    "a node line holds 1 to {MAX_NODES_PER_LINE} hashes, not {}",
-                    hashes.len()
-                )));
-            }
-            if nodes_line_text(hashes.iter()) != line {
-                return Err(not_canonical());
-            }
-            let decoded: Option<Vec<Hash>> =
-                hashes.iter().map(|h| merkle::decode_hash(h)).collect();
-            decoded
-                .map(Prepared::Nodes)
-                .ok_or_else(|| malformed("node hashes are not base64 of 32 bytes".into()))
+        Ok(Prepared::End {
+            entries,
+            nodes: raw.nodes,
+        })
+    }
+
+    /// A node line of a version-3 bundle: some nodes of its multi-proof.
+    fn nodes(&self) -> Result<Prepared, Failure> {
+        let raw = &self.raw;
+        self.only(
+            self.no_header_members()
+                && raw.index.is_none()
+                && raw.leaf.is_none()
+                && raw.proof.is_none()
+                && raw.entries.is_none()
+                && raw.nodes.is_none(),
+        )?;
+        let hashes = raw
+            .hashes
+            .as_ref()
+            .ok_or_else(|| self.malformed("a node line needs hashes".into()))?;
+        if hashes.is_empty() || hashes.len() > MAX_NODES_PER_LINE {
+            return Err(self.malformed(format!(
+                "a node line holds 1 to {MAX_NODES_PER_LINE} hashes, not {}",
+                hashes.len()
+            )));
         }
-        "entry" => {
-            only(
-                no_header_members
-                    && raw.entries.is_none()
-                    && raw.nodes.is_none()
-                    && raw.hashes.is_none()
-                    && (!v3 || raw.proof.is_none()),
-            )?;
-            let (Some(index), Some(leaf)) = (raw.index, raw.leaf) else {
-                return Err(malformed("an entry needs index and leaf".into()));
-            };
-            if v3 {
-                if !leaf.get().starts_with('{') {
-                    return Err(malformed("a version-3 leaf is a JSON object".into()));
-                }
-                let mut canonical_line = Vec::with_capacity(line.len());
-                write_entry_v3(index, leaf.get().as_bytes(), &mut canonical_line);
-                if canonical_line != line {
-                    return Err(not_canonical());
-                }
-                return prepare_entry_v3(index, leaf.get().as_bytes(), anchor)
-                    .map(|e| Prepared::Entry(Box::new(e)));
-            }
-            let Some(proof) = raw.proof else {
-                return Err(malformed("an entry needs index, leaf and proof".into()));
-            };
-            let leaf: Cow<str> = serde_json::from_str(leaf.get())
-                .map_err(|_| malformed("a version-2 leaf is a base64 string".into()))?;
-            prepare_entry(index, &leaf, &proof, anchor).map(|e| Prepared::Entry(Box::new(e)))
+        if nodes_line_text(hashes.iter()) != self.bytes {
+            return Err(self.not_canonical());
         }
-        other => Err(malformed(format!("unknown line type {other:?}"))),
+        let decoded: Option<Vec<Hash>> = hashes.iter().map(|h| merkle::decode_hash(h)).collect();
+        decoded
+            .map(Prepared::Nodes)
+            .ok_or_else(|| self.malformed("node hashes are not base64 of 32 bytes".into()))
+    }
+
+    /// An entry line, checked alone in the bundle's format ([`prepare_entry_v3`],
+    /// [`prepare_entry`]).
+    fn entry(&self, anchor: &Anchor) -> Result<Prepared, Failure> {
+        let raw = &self.raw;
+        self.only(
+            self.no_header_members()
+                && raw.entries.is_none()
+                && raw.nodes.is_none()
+                && raw.hashes.is_none()
+                && (!self.v3 || raw.proof.is_none()),
+        )?;
+        let (Some(index), Some(leaf)) = (raw.index, raw.leaf) else {
+            return Err(self.malformed("an entry needs index and leaf".into()));
+        };
+        if self.v3 {
+            if !leaf.get().starts_with('{') {
+                return Err(self.malformed("a version-3 leaf is a JSON object".into()));
+            }
+            let mut canonical_line = Vec::with_capacity(self.bytes.len());
+            write_entry_v3(index, leaf.get().as_bytes(), &mut canonical_line);
+            if canonical_line != self.bytes {
+                return Err(self.not_canonical());
+            }
+            return prepare_entry_v3(index, leaf.get().as_bytes(), anchor)
+                .map(|e| Prepared::Entry(Box::new(e)));
+        }
+        let Some(proof) = &raw.proof else {
+            return Err(self.malformed("an entry needs index, leaf and proof".into()));
+        };
+        let leaf: Cow<str> = serde_json::from_str(leaf.get())
+            .map_err(|_| self.malformed("a version-2 leaf is a base64 string".into()))?;
+        prepare_entry(index, &leaf, proof, anchor).map(|e| Prepared::Entry(Box::new(e)))
     }
 }
 
@@ -573,6 +617,10 @@ pub fn prepare_entry<S: AsRef<str>>(
     let proof =
         proof.ok_or_else(|| fail(Reason::Malformed, "proof hashes are not base64 of 32 bytes"))?;
     let leaf_hash = merkle::leaf_hash(&bytes);
+    debug_assert!(
+        index < anchor.size(),
+        "an inclusion proof is checked only for an entry inside the checkpoint's tree"
+    );
     merkle::check_record(&proof, anchor.size(), anchor.root(), index, leaf_hash).map_err(|_| {
         fail(
             Reason::InclusionProof,

@@ -137,6 +137,38 @@ impl Envelope {
     /// message signed for the log `origin`. Time rules need the log's policy and are
     /// [`crate::admission::check_time`]'s.
     pub fn check(self, origin: &str) -> Result<Checked, Rejection> {
+        let kind = self.check_members()?;
+        let body = Body::from_value(kind, &self.body)?;
+        let signature = self.signature()?;
+        let (message, canonical) = self
+            .canonical_parts(origin)
+            .map_err(|e| Rejection::field(Reason::Malformed, "body", e))?;
+        if canonical.len() > MAX_ENVELOPE_BYTES {
+            return Err(Rejection::new(
+                Reason::TooLarge,
+                format!(
+                    "the canonical envelope is {} bytes, above the limit of {MAX_ENVELOPE_BYTES}",
+                    canonical.len()
+                ),
+            ));
+        }
+        let content_hash = Sha256::digest(&message).into();
+        let stream = body.stream();
+        Ok(Checked {
+            envelope: self,
+            kind,
+            body,
+            message,
+            signature,
+            content_hash,
+            canonical,
+            stream,
+        })
+    }
+
+    /// The envelope's own members, before its body: version, kind, signer and key
+    /// identifiers, and sequence number. Returns the kind.
+    fn check_members(&self) -> Result<Kind, Rejection> {
         if self.v != ENVELOPE_VERSION {
             return Err(Rejection::field(
                 Reason::UnsupportedVersion,
@@ -169,7 +201,11 @@ impl Envelope {
                 format!("must be between 1 and {MAX_SEQ}"),
             ));
         }
-        let body = Body::from_value(kind, &self.body)?;
+        Ok(kind)
+    }
+
+    /// The signature, which must be standard base64 of 64 bytes.
+    fn signature(&self) -> Result<Signature, Rejection> {
         let sig_bytes: [u8; 64] = BASE64_STANDARD
             .decode(&self.sig)
             .ok()
@@ -181,31 +217,7 @@ impl Envelope {
                     "is not standard base64 of 64 bytes",
                 )
             })?;
-        let signature = Signature::from_bytes(&sig_bytes);
-        let (message, canonical) = self
-            .canonical_parts(origin)
-            .map_err(|e| Rejection::field(Reason::Malformed, "body", e))?;
-        if canonical.len() > MAX_ENVELOPE_BYTES {
-            return Err(Rejection::new(
-                Reason::TooLarge,
-                format!(
-                    "the canonical envelope is {} bytes, above the limit of {MAX_ENVELOPE_BYTES}",
-                    canonical.len()
-                ),
-            ));
-        }
-        let content_hash = Sha256::digest(&message).into();
-        let stream = body.stream();
-        Ok(Checked {
-            envelope: self,
-            kind,
-            body,
-            message,
-            signature,
-            content_hash,
-            canonical,
-            stream,
-        })
+        Ok(Signature::from_bytes(&sig_bytes))
     }
 }
 

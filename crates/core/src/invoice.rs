@@ -269,6 +269,15 @@ pub fn apply_tax(lines: &mut [InvoiceLine], currency: &str) -> Totals {
         t.gross,
         "gross total = net total + tax total"
     );
+    debug_assert_eq!(
+        (t.net, t.tax, t.gross),
+        (
+            lines.iter().map(|l| l.net).sum::<Decimal>(),
+            lines.iter().map(|l| l.tax).sum::<Decimal>(),
+            lines.iter().map(|l| l.gross).sum::<Decimal>(),
+        ),
+        "an invoice's totals are the sums of its lines"
+    );
     t
 }
 
@@ -320,80 +329,77 @@ pub fn lines_v2(lines: Vec<RatedLine>, tax: &dyn Fn(&str) -> Tax) -> Vec<Invoice
     lines
         .into_iter()
         .filter(|r| !r.line.quantity.is_zero())
-        .map(
-            |RatedLine {
-                 line: l,
-                 adjustment_for,
-             }| {
-                let description = describe(&l.key);
-                let zero = Decimal::ZERO;
-                match l.key {
-                    LineKey::Gpu {
-                        region,
-                        gpu_model,
-                        class,
-                        unit_price_per_gpu_hour,
-                        tier,
-                    } => {
-                        let t = tax(&region);
-                        let (plan, tier) =
-                            tier.map_or((None, None), |t| (Some(t.plan), Some(t.tier)));
-                        InvoiceLine {
-                            kind: LineKind::Gpu,
-                            description,
-                            region,
-                            gpu_model: Some(gpu_model),
-                            class: Some(class),
-                            plan,
-                            tier,
-                            quantity: gpu_hours(l.quantity),
-                            unit: Unit::GpuHour,
-                            gpu_seconds: Some(l.quantity),
-                            measured_kwh: None,
-                            pue: None,
-                            unit_price: unit_price_per_gpu_hour,
-                            net: l.amount,
-                            tax_name: t.name,
-                            tax_rate: t.rate.normalize(),
-                            tax: zero,
-                            gross: zero,
-                            records: l.records,
-                            adjustment_for,
-                        }
-                    }
-                    LineKey::Energy {
-                        region,
-                        unit_price_per_kwh,
-                        pue,
-                    } => {
-                        let t = tax(&region);
-                        InvoiceLine {
-                            kind: LineKind::Energy,
-                            description,
-                            region,
-                            gpu_model: None,
-                            class: None,
-                            plan: None,
-                            tier: None,
-                            quantity: billed_kwh(l.quantity, pue),
-                            unit: Unit::Kwh,
-                            gpu_seconds: None,
-                            measured_kwh: Some(l.quantity),
-                            pue: Some(pue),
-                            unit_price: unit_price_per_kwh,
-                            net: l.amount,
-                            tax_name: t.name,
-                            tax_rate: t.rate.normalize(),
-                            tax: zero,
-                            gross: zero,
-                            records: l.records,
-                            adjustment_for,
-                        }
-                    }
-                }
-            },
-        )
+        .map(|r| line_v2(r, tax))
         .collect()
+}
+
+/// One version 2 line from a rated line, taxed by `tax` of its region (tax and gross still
+/// zero: [`apply_tax`] sets them): GPU lines in GPU-hours, energy lines in billed kWh.
+fn line_v2(rated: RatedLine, tax: &dyn Fn(&str) -> Tax) -> InvoiceLine {
+    let RatedLine {
+        line: l,
+        adjustment_for,
+    } = rated;
+    let description = describe(&l.key);
+    let (quantity, net, records) = (l.quantity, l.amount, l.records);
+    // The members every line has; each kind then sets what it measures and its price.
+    let line = |kind: LineKind, unit: Unit, region: String| {
+        let t = tax(&region);
+        InvoiceLine {
+            kind,
+            description,
+            region,
+            gpu_model: None,
+            class: None,
+            plan: None,
+            tier: None,
+            quantity: Decimal::ZERO,
+            unit,
+            gpu_seconds: None,
+            measured_kwh: None,
+            pue: None,
+            unit_price: Decimal::ZERO,
+            net,
+            tax_name: t.name,
+            tax_rate: t.rate.normalize(),
+            tax: Decimal::ZERO,
+            gross: Decimal::ZERO,
+            records,
+            adjustment_for,
+        }
+    };
+    match l.key {
+        LineKey::Gpu {
+            region,
+            gpu_model,
+            class,
+            unit_price_per_gpu_hour,
+            tier,
+        } => {
+            let (plan, tier) = tier.map_or((None, None), |t| (Some(t.plan), Some(t.tier)));
+            InvoiceLine {
+                gpu_model: Some(gpu_model),
+                class: Some(class),
+                plan,
+                tier,
+                quantity: gpu_hours(quantity),
+                gpu_seconds: Some(quantity),
+                unit_price: unit_price_per_gpu_hour,
+                ..line(LineKind::Gpu, Unit::GpuHour, region)
+            }
+        }
+        LineKey::Energy {
+            region,
+            unit_price_per_kwh,
+            pue,
+        } => InvoiceLine {
+            quantity: billed_kwh(quantity, pue),
+            measured_kwh: Some(quantity),
+            pue: Some(pue),
+            unit_price: unit_price_per_kwh,
+            ..line(LineKind::Energy, Unit::Kwh, region)
+        },
+    }
 }
 
 /// A rated line and, on adjustment lines, the earlier period its late records belong to.
@@ -966,7 +972,7 @@ impl InvoiceCheck {
                     l.tax_rate = claimed.tax_rate;
                 }
                 let t = apply_tax(&mut lines, &c);
-                InvoiceDoc::V2(Invoice {
+                let recomputed = Invoice {
                     lines,
                     net_total: t.net,
                     tax_total: t.tax,
@@ -976,7 +982,12 @@ impl InvoiceCheck {
                     })?,
                     format: INVOICE_FORMAT_V2.to_owned(),
                     ..inv.clone()
-                })
+                };
+                debug_assert!(
+                    recomputed.is_consistent(),
+                    "a recomputed invoice's totals are the sums of its lines"
+                );
+                InvoiceDoc::V2(recomputed)
             }
         };
         let (claimed, computed) = (self.invoice.to_value(), recomputed.to_value());

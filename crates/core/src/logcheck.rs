@@ -153,54 +153,59 @@ impl LogChecker {
         index: u64,
         leaf_bytes: &[u8],
     ) -> (Option<(Leaf, Checked)>, Option<Failure>) {
-        let fail = |reason: &'static str, what: String| Some(Failure::new(index, reason, what));
-        let leaf = match Leaf::from_bytes(leaf_bytes) {
-            Ok(l) => l,
-            Err(m) => return (None, fail("leaf_invalid", m)),
+        let (leaf, checked, chained) = match self.read_entry(index, leaf_bytes) {
+            Ok(read) => read,
+            Err(f) => return (None, Some(f)),
         };
+        let failure = if chained {
+            self.admit_entry(index, &leaf, &checked).err()
+        } else {
+            let what = "hash chain broken: prev is not the previous entry's leaf hash".to_owned();
+            Some(Failure::new(index, "chain_broken", what))
+        };
+        (Some((leaf, checked)), failure)
+    }
+
+    /// The entry's leaf (of index `index`) and its envelope checked alone, and whether the
+    /// leaf's `prev` is the previous entry's leaf hash.
+    fn read_entry(&self, index: u64, leaf_bytes: &[u8]) -> Result<(Leaf, Checked, bool), Failure> {
+        let leaf =
+            Leaf::from_bytes(leaf_bytes).map_err(|m| Failure::new(index, "leaf_invalid", m))?;
         if leaf.index != index {
             let what = format!("leaf says index {}, expected {index}", leaf.index);
-            return (None, fail("index_mismatch", what));
+            return Err(Failure::new(index, "index_mismatch", what));
         }
         let chained = leaf.prev_hash() == Some(self.prev);
-        let checked = match leaf.envelope.clone().check(&self.origin) {
-            Ok(c) => c,
-            Err(r) => {
-                return (
-                    None,
-                    fail(r.reason.code(), format!("envelope invalid: {r}")),
-                )
-            }
-        };
-        if !chained {
-            let what = "hash chain broken: prev is not the previous entry's leaf hash".to_owned();
-            return (Some((leaf, checked)), fail("chain_broken", what));
-        }
+        let checked =
+            leaf.envelope.clone().check(&self.origin).map_err(|r| {
+                Failure::new(index, r.reason.code(), format!("envelope invalid: {r}"))
+            })?;
+        Ok((leaf, checked, chained))
+    }
+
+    /// The rules of a chained entry against the entries before it: received times in order,
+    /// the key registry, one entry per signer and seq, and (for the ledger's own entries) the
+    /// signature; then the entry counts (its seq, its registry changes). Records' signatures
+    /// are queued for [`LogChecker::finish_signatures`].
+    fn admit_entry(&mut self, index: u64, leaf: &Leaf, checked: &Checked) -> Result<(), Failure> {
+        let fail = |reason: &'static str, what: String| Failure::new(index, reason, what);
         let earlier = self.received;
         if earlier.is_none_or(|(_, t)| leaf.received_at >= t) {
             self.received = Some((index, leaf.received_at));
         }
-        if let Err(what) = crate::leaf::check_received_in_order(earlier, leaf.received_at) {
-            return (
-                Some((leaf, checked)),
-                fail(crate::leaf::RECEIVED_AT_DECREASED, what),
-            );
-        }
+        crate::leaf::check_received_in_order(earlier, leaf.received_at)
+            .map_err(|what| fail(crate::leaf::RECEIVED_AT_DECREASED, what))?;
         let env = &checked.envelope;
-        let admitted = self.registry.admit(index, &checked, leaf.received_at);
-        let key = match admitted {
-            Ok(k) => k,
-            Err(r) => {
-                let f = fail(r.reason.code(), r.to_string());
-                return (Some((leaf, checked)), f);
-            }
-        };
+        let key = self
+            .registry
+            .admit(index, checked, leaf.received_at)
+            .map_err(|r| fail(r.reason.code(), r.to_string()))?;
         if let Some(first) = self.seen.get(&(env.signer.clone(), env.seq)) {
             let what = format!(
                 "seq {} of {} already used at entry {first}",
                 env.seq, env.signer
             );
-            return (Some((leaf, checked)), fail("duplicate_seq", what));
+            return Err(fail("duplicate_seq", what));
         }
         self.seen.insert((env.signer.clone(), env.seq), index);
         let m = self.max_seq.entry(env.signer.clone()).or_insert(0);
@@ -212,14 +217,14 @@ impl LogChecker {
             if !checked.verify(&key) {
                 let what =
                     "signature does not verify (strict Ed25519) over the message for this log";
-                return (Some((leaf, checked)), fail("bad_signature", what.into()));
+                return Err(fail("bad_signature", what.into()));
             }
         } else {
             self.pending
                 .push((index, checked.message.clone(), checked.signature, key));
         }
-        self.registry.apply(index, &checked);
-        (Some((leaf, checked)), None)
+        self.registry.apply(index, checked);
+        Ok(())
     }
 
     /// Verifies every queued signature (strictly, in parallel); one failure per bad one.

@@ -741,9 +741,42 @@ fn save(
     hash: [u8; 32],
     lang: Lang,
 ) -> Vec<u8> {
-    // Each font that is drawn goes in, as the subset of the characters drawn in it.
+    let used = chars_drawn(&pages);
+    let mut document = PdfDocument::new(&safe(title));
+    embed_fonts(&mut document, &used);
+
+    let issued = printpdf::DateTime::from_unix_timestamp(created.unix())
+        .unwrap_or(printpdf::DateTime::epoch());
+    let info = &mut document.metadata.info;
+    info.creation_date = issued;
+    info.modification_date = issued;
+    info.metadata_date = issued;
+    info.creator = "gpuledger".into();
+    info.producer = "gpuledger".into();
+    info.identifier = safe(identifier);
+    let mut warnings = Vec::new();
+    let mut lo = document
+        .with_pages(pages)
+        .to_lopdf_document(&PdfSaveOptions::default(), &mut warnings);
+    // The trailer's /ID: printpdf draws both halves at random.
+    if let Ok(ids) = lo.trailer.get_mut(b"ID").and_then(|id| id.as_array_mut()) {
+        for (id, half) in ids.iter_mut().zip(trailer_id(hash, lang)) {
+            if let Ok(s) = id.as_str_mut() {
+                *s = half.into_bytes();
+            }
+        }
+    }
+    lo.compress();
+    let mut out = Vec::new();
+    lo.save_to(&mut out)
+        .expect("writing a PDF into memory cannot fail");
+    out
+}
+
+/// The characters drawn in each font that is drawn on `pages`.
+fn chars_drawn(pages: &[PdfPage]) -> BTreeMap<FontId, BTreeSet<char>> {
     let mut used: BTreeMap<FontId, BTreeSet<char>> = BTreeMap::new();
-    for page in &pages {
+    for page in pages {
         let mut font = None;
         for op in &page.ops {
             match op {
@@ -765,7 +798,12 @@ fn save(
             }
         }
     }
-    let mut document = PdfDocument::new(&safe(title));
+    used
+}
+
+/// Embeds each font that is drawn (`used`: the characters drawn in it) in `document`, as the
+/// subset of those characters.
+fn embed_fonts(document: &mut PdfDocument, used: &BTreeMap<FontId, BTreeSet<char>>) {
     for slot in SLOTS {
         if let Some(chars) = used.get(&slot.id()) {
             // The whole font if subsetting fails. A subset is named `<tag>+<PostScript name>`
@@ -784,40 +822,18 @@ fn save(
                 .insert(slot.id(), PdfFont::new(font));
         }
     }
+}
 
-    let issued = printpdf::DateTime::from_unix_timestamp(created.unix())
-        .unwrap_or(printpdf::DateTime::epoch());
-    let info = &mut document.metadata.info;
-    info.creation_date = issued;
-    info.modification_date = issued;
-    info.metadata_date = issued;
-    info.creator = "gpuledger".into();
-    info.producer = "gpuledger".into();
-    info.identifier = safe(identifier);
-    let mut warnings = Vec::new();
-    let mut lo = document
-        .with_pages(pages)
-        .to_lopdf_document(&PdfSaveOptions::default(), &mut warnings);
-    // The trailer's /ID (ISO 32000-1 14.4): the first half of the document's SHA-256 names
-    // the document, the second half of SHA-256(hash, language) this rendering of it. printpdf
-    // draws both at random.
+/// The two halves of the trailer's /ID (ISO 32000-1 14.4), in hex: the first half of the
+/// document's SHA-256 (`hash`) names the document, the second half of SHA-256(hash, language)
+/// this rendering of it.
+fn trailer_id(hash: [u8; 32], lang: Lang) -> [String; 2] {
     let rendering: [u8; 32] = Sha256::new()
         .chain_update(hash)
         .chain_update(lang.tag())
         .finalize()
         .into();
-    if let Ok(ids) = lo.trailer.get_mut(b"ID").and_then(|id| id.as_array_mut()) {
-        for (id, bytes) in ids.iter_mut().zip([&hash[..16], &rendering[16..]]) {
-            if let Ok(s) = id.as_str_mut() {
-                *s = hex::encode(bytes).into_bytes();
-            }
-        }
-    }
-    lo.compress();
-    let mut out = Vec::new();
-    lo.save_to(&mut out)
-        .expect("writing a PDF into memory cannot fail");
-    out
+    [hex::encode(&hash[..16]), hex::encode(&rendering[16..])]
 }
 
 /// The words of a credit note's PDF that an invoice's has not, per [`Lang`].

@@ -383,6 +383,7 @@ impl ServeSettings {
             .clone()
             .or(file.log_key.clone())
             .unwrap_or_else(|| PathBuf::from("gpuledger-log.key"));
+        let clock = self.resolve_clock(&file);
         Resolved {
             listen: self
                 .listen
@@ -405,24 +406,7 @@ impl ServeSettings {
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
             publish_dir: self.publish_dir.or(file.publish_dir),
             mirror_dir: self.mirror_dir.or(file.mirror_dir),
-            clock: gpuledger_core::clock::ClockPolicy {
-                step_seconds: self
-                    .clock_step_seconds
-                    .or(file.clock_step_seconds)
-                    .map_or(gpuledger_core::clock::DEFAULT_STEP_SECONDS, |s| {
-                        s.clamp(1, 86_400) as i64
-                    }),
-                settle_seconds: self
-                    .clock_settle_seconds
-                    .or(file.clock_settle_seconds)
-                    .map_or(gpuledger_core::clock::DEFAULT_SETTLE_SECONDS, |s| {
-                        s.min(86_400) as i64
-                    }),
-                close_seconds: self
-                    .invoice_close_seconds
-                    .or(file.invoice_close_seconds)
-                    .map(|s| s.min(MAX_INVOICE_CLOSE_SECONDS)),
-            },
+            clock,
             high_water_file: self
                 .high_water_file
                 .or(file.high_water_file)
@@ -451,6 +435,30 @@ impl ServeSettings {
                     .or(file.witness_wait_seconds)
                     .map_or(witnessing::DEFAULT_WAIT, Duration::from_secs),
             },
+        }
+    }
+
+    /// The clock policy of `self` over `file` over the defaults: a step of 1 s to a day, a
+    /// settle time of at most a day, an invoice close time of at most
+    /// [`MAX_INVOICE_CLOSE_SECONDS`].
+    fn resolve_clock(&self, file: &ServeSettings) -> gpuledger_core::clock::ClockPolicy {
+        gpuledger_core::clock::ClockPolicy {
+            step_seconds: self
+                .clock_step_seconds
+                .or(file.clock_step_seconds)
+                .map_or(gpuledger_core::clock::DEFAULT_STEP_SECONDS, |s| {
+                    s.clamp(1, 86_400) as i64
+                }),
+            settle_seconds: self
+                .clock_settle_seconds
+                .or(file.clock_settle_seconds)
+                .map_or(gpuledger_core::clock::DEFAULT_SETTLE_SECONDS, |s| {
+                    s.min(86_400) as i64
+                }),
+            close_seconds: self
+                .invoice_close_seconds
+                .or(file.invoice_close_seconds)
+                .map(|s| s.min(MAX_INVOICE_CLOSE_SECONDS)),
         }
     }
 
@@ -705,44 +713,7 @@ fn serve_with_witnesses(
     webhook_api: web::Data<crate::webhooks::WebhookApi>,
     on_bound: impl FnOnce(&[SocketAddr], &[SocketAddr]),
 ) -> Result<(), ServeError> {
-    // A publish directory that cannot be created stops the start, rather than a silent gap.
-    let publisher = settings
-        .publish_dir
-        .as_deref()
-        .map(publish::Publisher::open)
-        .transpose()?;
-    if let Some(p) = &publisher {
-        metrics::counter!("gpuledger_checkpoint_publish_errors_total").absolute(0);
-        tracing::info!(dir = %p.dir().display(), "publishing checkpoints");
-        // What was published is what the database must hold: the high-water mark learns it,
-        // so a database restored or failed over behind it is noticed before the next write.
-        if let Some(note) = p.published_note() {
-            let source = format!("publish directory {}", p.dir().display());
-            ledger.high_water().raise(&note, &source)?;
-        }
-    }
-    let mirror = settings
-        .mirror_dir
-        .as_deref()
-        .map(mirror::Mirror::open)
-        .transpose()?;
-    if let Some(m) = &mirror {
-        metrics::counter!("gpuledger_mirror_errors_total").absolute(0);
-        tracing::info!(dir = %m.dir().display(), "mirroring the log");
-    }
-    let mut watched = Vec::new();
-    if let Some(path) = sqlite_path(&settings.database_url) {
-        watched.push((
-            "database",
-            path.parent().unwrap_or(Path::new(".")).to_owned(),
-        ));
-    }
-    if let Some(p) = &publisher {
-        watched.push(("publish_dir", p.dir().to_owned()));
-    }
-    if let Some(m) = &mirror {
-        watched.push(("mirror_dir", m.dir().to_owned()));
-    }
+    let outputs = Outputs::open(&ledger, settings)?;
     let state = web::Data::new(AppState {
         ledger: ledger.clone(),
         metrics,
@@ -779,61 +750,17 @@ fn serve_with_witnesses(
         .bind(settings.listen)
         .map_err(|e| ServeError::Bind(settings.listen, e))?;
         let addrs = server.addrs();
-        let metrics_server = match http.metrics_listen {
-            Some(at) => {
-                let state = state.clone();
-                let s = HttpServer::new(move || {
-                    App::new()
-                        .app_data(state.clone())
-                        .service(api::ops::metrics)
-                        .default_service(web::to(|| async {
-                            Err::<actix_web::HttpResponse, _>(api::error::ApiError::NotFound(
-                                "route".into(),
-                            ))
-                        }))
-                })
-                .workers(1)
-                .disable_signals()
-                .shutdown_timeout(1)
-                .client_request_timeout(http.client_request_timeout)
-                .client_disconnect_timeout(http.client_disconnect_timeout)
-                .keep_alive(http.keep_alive())
-                .max_connections(http.connections_per_worker())
-                .bind(at)
-                .map_err(|e| ServeError::Bind(at, e))?;
-                Some(s)
-            }
-            None => None,
-        };
-        let metrics_addrs = metrics_server
-            .as_ref()
-            .map(|s| s.addrs())
-            .unwrap_or_default();
-        let metrics_server = metrics_server.map(|s| s.run());
-        let metrics_handle = metrics_server.as_ref().map(|s| s.handle());
-        if let Some(s) = metrics_server {
-            tokio::spawn(s);
-        }
+        let (metrics_addrs, metrics_handle) = start_metrics_listener(http, &state)?;
         let running = server.run();
         on_bound(&addrs, &metrics_addrs);
-        tracing::info!(
-            database = %store::conn::redact(&settings.database_url),
-            origin = %ledger.info().origin,
-            max_connections = settings.workers * http.connections_per_worker(),
-            max_concurrent_ingest = http.limits.max_concurrent_ingest,
-            "gpuledger serving on {:?}",
-            addrs
-        );
-        if !metrics_addrs.is_empty() {
-            tracing::info!("metrics on {:?}", metrics_addrs);
-        }
+        log_serving(&ledger, settings, http, &addrs, &metrics_addrs);
         let prober = tokio::spawn(probe_loop(ledger.clone()));
         let checkpointer = tokio::spawn(checkpoint_loop(
             ledger.clone(),
             settings.checkpoint_interval,
-            publisher,
-            mirror,
-            watched,
+            outputs.publisher,
+            outputs.mirror,
+            outputs.watched,
         ));
         running.await?;
         if let Some(h) = metrics_handle {
@@ -844,6 +771,122 @@ fn serve_with_witnesses(
         tracing::info!("stopped accepting; in-flight requests finished");
         Ok::<_, ServeError>(())
     })
+}
+
+/// What the checkpoint loop writes besides the database, and the directories whose free space
+/// it watches.
+struct Outputs {
+    publisher: Option<publish::Publisher>,
+    mirror: Option<mirror::Mirror>,
+    /// `(name, directory)`: the database's (SQLite), the publish directory, the mirror.
+    watched: Vec<(&'static str, PathBuf)>,
+}
+
+impl Outputs {
+    /// Opens the publish directory and the mirror of `settings`, when set (what was published
+    /// raises the ledger's high-water mark), and lists the directories to watch.
+    fn open(ledger: &Ledger, settings: &Resolved) -> Result<Outputs, ServeError> {
+        // A publish directory that cannot be created stops the start, rather than a silent gap.
+        let publisher = settings
+            .publish_dir
+            .as_deref()
+            .map(publish::Publisher::open)
+            .transpose()?;
+        if let Some(p) = &publisher {
+            metrics::counter!("gpuledger_checkpoint_publish_errors_total").absolute(0);
+            tracing::info!(dir = %p.dir().display(), "publishing checkpoints");
+            // What was published is what the database must hold: the high-water mark learns it,
+            // so a database restored or failed over behind it is noticed before the next write.
+            if let Some(note) = p.published_note() {
+                let source = format!("publish directory {}", p.dir().display());
+                ledger.high_water().raise(&note, &source)?;
+            }
+        }
+        let mirror = settings
+            .mirror_dir
+            .as_deref()
+            .map(mirror::Mirror::open)
+            .transpose()?;
+        if let Some(m) = &mirror {
+            metrics::counter!("gpuledger_mirror_errors_total").absolute(0);
+            tracing::info!(dir = %m.dir().display(), "mirroring the log");
+        }
+        let mut watched = Vec::new();
+        if let Some(path) = sqlite_path(&settings.database_url) {
+            watched.push((
+                "database",
+                path.parent().unwrap_or(Path::new(".")).to_owned(),
+            ));
+        }
+        if let Some(p) = &publisher {
+            watched.push(("publish_dir", p.dir().to_owned()));
+        }
+        if let Some(m) = &mirror {
+            watched.push(("mirror_dir", m.dir().to_owned()));
+        }
+        Ok(Outputs {
+            publisher,
+            mirror,
+            watched,
+        })
+    }
+}
+
+/// Starts the metrics listener on `http.metrics_listen`, when set (`GET /metrics` only; any
+/// other path answers 404), on the current runtime: its bound addresses (none without one) and
+/// the handle that stops it.
+fn start_metrics_listener(
+    http: &HttpSettings,
+    state: &web::Data<AppState>,
+) -> Result<(Vec<SocketAddr>, Option<actix_web::dev::ServerHandle>), ServeError> {
+    let Some(at) = http.metrics_listen else {
+        return Ok((Vec::new(), None));
+    };
+    let state = state.clone();
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .service(api::ops::metrics)
+            .default_service(web::to(|| async {
+                Err::<actix_web::HttpResponse, _>(api::error::ApiError::NotFound("route".into()))
+            }))
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .client_request_timeout(http.client_request_timeout)
+    .client_disconnect_timeout(http.client_disconnect_timeout)
+    .keep_alive(http.keep_alive())
+    .max_connections(http.connections_per_worker())
+    .bind(at)
+    .map_err(|e| ServeError::Bind(at, e))?;
+    let addrs = server.addrs();
+    let running = server.run();
+    let handle = running.handle();
+    tokio::spawn(running);
+    Ok((addrs, Some(handle)))
+}
+
+/// Logs where the API (and the metrics, on a listener of their own) are served, and with what
+/// limits.
+fn log_serving(
+    ledger: &Ledger,
+    settings: &Resolved,
+    http: &HttpSettings,
+    addrs: &[SocketAddr],
+    metrics_addrs: &[SocketAddr],
+) {
+    tracing::info!(
+        database = %store::conn::redact(&settings.database_url),
+        origin = %ledger.info().origin,
+        max_connections = settings.workers * http.connections_per_worker(),
+        max_concurrent_ingest = http.limits.max_concurrent_ingest,
+        "gpuledger serving on {:?}",
+        addrs
+    );
+    if !metrics_addrs.is_empty() {
+        tracing::info!("metrics on {:?}", metrics_addrs);
+    }
 }
 
 /// Connections per worker when `max_connections` is 0: actix's own default.

@@ -81,68 +81,23 @@ impl InvoiceV1 {
     pub fn recomputed(&self, lines: Vec<RatedLine>) -> InvoiceV1 {
         let lines = legacy_lines(lines);
         let total = lines.iter().map(|l| l.amount).sum();
-        InvoiceV1 {
+        let recomputed = InvoiceV1 {
             lines,
             total,
             ..self.clone()
-        }
+        };
+        debug_assert_eq!(
+            recomputed.total,
+            recomputed.sum_of_lines(),
+            "a version 1 invoice's total is the sum of its lines"
+        );
+        recomputed
     }
 
     /// The document in the version 2 schema, for rendering ([`super::InvoiceDoc::view`]).
     pub fn view(&self) -> Invoice {
         let zero = crate::rating::round_amount(Decimal::ZERO, &self.currency);
-        let lines = self
-            .lines
-            .iter()
-            .map(|l| {
-                let energy = l.kind == "energy";
-                let pue = l.pue.unwrap_or(Decimal::ONE);
-                let description = match (energy, &l.gpu_model, l.class) {
-                    (true, ..) => format!(
-                        "Electricity, {}, PUE {}",
-                        l.region,
-                        crate::decimal::to_canonical(pue)
-                    ),
-                    (false, model, class) => format!(
-                        "GPU compute, {}, {}, {}",
-                        model.as_deref().unwrap_or("GPU"),
-                        l.region,
-                        class.map_or("on-demand".to_owned(), |c| super::class_label(c)
-                            .to_lowercase())
-                    ),
-                };
-                InvoiceLine {
-                    kind: if energy {
-                        LineKind::Energy
-                    } else {
-                        LineKind::Gpu
-                    },
-                    description,
-                    region: l.region.clone(),
-                    gpu_model: l.gpu_model.clone(),
-                    class: l.class,
-                    plan: None,
-                    tier: None,
-                    quantity: if energy {
-                        (l.quantity * pue).normalize()
-                    } else {
-                        gpu_hours(l.quantity)
-                    },
-                    unit: if energy { Unit::Kwh } else { Unit::GpuHour },
-                    gpu_seconds: (!energy).then_some(l.quantity),
-                    measured_kwh: energy.then_some(l.quantity),
-                    pue: l.pue,
-                    unit_price: l.unit_price,
-                    net: l.amount,
-                    tax_name: None,
-                    tax_rate: Decimal::ZERO,
-                    tax: zero,
-                    gross: l.amount,
-                    records: l.records,
-                    adjustment_for: l.adjustment_for,
-                }
-            })
-            .collect();
+        let lines = self.lines.iter().map(|l| l.view(zero)).collect();
         Invoice {
             format: super::INVOICE_FORMAT_V1.to_owned(),
             number: self.number.clone(),
@@ -165,6 +120,69 @@ impl InvoiceV1 {
             net_total: self.total,
             tax_total: zero,
             total: self.total,
+        }
+    }
+}
+
+impl LegacyLine {
+    /// Whether the line is an energy line (else a GPU line).
+    fn is_energy(&self) -> bool {
+        self.kind == "energy"
+    }
+
+    /// The description a version 2 line of the same usage has: "GPU compute, H100, cn-east,
+    /// on-demand" or "Electricity, cn-east, PUE 1.08".
+    fn description(&self) -> String {
+        match (self.is_energy(), &self.gpu_model, self.class) {
+            (true, ..) => format!(
+                "Electricity, {}, PUE {}",
+                self.region,
+                crate::decimal::to_canonical(self.pue.unwrap_or(Decimal::ONE))
+            ),
+            (false, model, class) => format!(
+                "GPU compute, {}, {}, {}",
+                model.as_deref().unwrap_or("GPU"),
+                self.region,
+                class.map_or("on-demand".to_owned(), |c| super::class_label(c)
+                    .to_lowercase())
+            ),
+        }
+    }
+
+    /// The line in the version 2 schema, untaxed (`zero`: the currency's zero tax), for
+    /// rendering ([`InvoiceV1::view`]).
+    fn view(&self, zero: Decimal) -> InvoiceLine {
+        let energy = self.is_energy();
+        let pue = self.pue.unwrap_or(Decimal::ONE);
+        InvoiceLine {
+            kind: if energy {
+                LineKind::Energy
+            } else {
+                LineKind::Gpu
+            },
+            description: self.description(),
+            region: self.region.clone(),
+            gpu_model: self.gpu_model.clone(),
+            class: self.class,
+            plan: None,
+            tier: None,
+            quantity: if energy {
+                (self.quantity * pue).normalize()
+            } else {
+                gpu_hours(self.quantity)
+            },
+            unit: if energy { Unit::Kwh } else { Unit::GpuHour },
+            gpu_seconds: (!energy).then_some(self.quantity),
+            measured_kwh: energy.then_some(self.quantity),
+            pue: self.pue,
+            unit_price: self.unit_price,
+            net: self.amount,
+            tax_name: None,
+            tax_rate: Decimal::ZERO,
+            tax: zero,
+            gross: self.amount,
+            records: self.records,
+            adjustment_for: self.adjustment_for,
         }
     }
 }

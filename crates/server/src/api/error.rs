@@ -311,49 +311,57 @@ impl From<StoreError> for ApiError {
                 slug: "too_many_records",
                 detail: format!("{n} records in one request; the limit is {max}"),
             },
-            StoreError::NotInitialised => ApiError::unavailable(
-                "not_initialised",
-                "the ledger's database is not initialised",
-                RETRY_AFTER_UNAVAILABLE_SECONDS,
-            ),
-            StoreError::Busy(m) => {
-                ApiError::unavailable("busy", m, super::limits::BUSY_RETRY_AFTER_SECONDS)
-            }
-            e @ StoreError::WitnessesBehind { .. } => ApiError::unavailable(
-                "witnesses_behind",
-                e.to_string(),
-                WITNESSES_BEHIND_RETRY_AFTER_SECONDS,
-            ),
-            e @ StoreError::HighWater(_) => {
-                tracing::error!(error = %e, "answering high_water_unsaved");
-                ApiError::unavailable(
-                    "high_water_unsaved",
-                    "the ledger cannot save its high-water mark; no checkpoint is signed until it can",
-                    RETRY_AFTER_UNAVAILABLE_SECONDS,
-                )
-            }
-            e @ StoreError::ClockUnreliable(_) => {
-                ApiError::unavailable("clock_unreliable", e.to_string(), RETRY_AFTER_CLOCK_SECONDS)
-            }
-            e @ StoreError::LogRewound(_) => ApiError::unavailable(
-                "log_rewound",
-                e.to_string(),
-                RETRY_AFTER_UNAVAILABLE_SECONDS,
-            ),
-            StoreError::WriterStopped => ApiError::unavailable(
-                "shutting_down",
-                "the ledger is shutting down",
-                RETRY_AFTER_UNAVAILABLE_SECONDS,
-            ),
-            other => match other.outage() {
-                // The cause is logged; callers learn only what kind of outage it is.
-                Some(outage) => {
-                    tracing::warn!(error = %other, "answering an outage");
-                    ApiError::outage(outage)
-                }
-                None => ApiError::Internal(other.to_string()),
-            },
+            other => store_unavailable(other),
         }
+    }
+}
+
+/// The answer to a store error that is not a refusal of the request: 503 while the ledger
+/// cannot serve it (with the `Retry-After` of the cause), an outage (503, 507) or 500.
+fn store_unavailable(e: StoreError) -> ApiError {
+    match e {
+        StoreError::NotInitialised => ApiError::unavailable(
+            "not_initialised",
+            "the ledger's database is not initialised",
+            RETRY_AFTER_UNAVAILABLE_SECONDS,
+        ),
+        StoreError::Busy(m) => {
+            ApiError::unavailable("busy", m, super::limits::BUSY_RETRY_AFTER_SECONDS)
+        }
+        e @ StoreError::WitnessesBehind { .. } => ApiError::unavailable(
+            "witnesses_behind",
+            e.to_string(),
+            WITNESSES_BEHIND_RETRY_AFTER_SECONDS,
+        ),
+        e @ StoreError::HighWater(_) => {
+            tracing::error!(error = %e, "answering high_water_unsaved");
+            ApiError::unavailable(
+                "high_water_unsaved",
+                "the ledger cannot save its high-water mark; no checkpoint is signed until it can",
+                RETRY_AFTER_UNAVAILABLE_SECONDS,
+            )
+        }
+        e @ StoreError::ClockUnreliable(_) => {
+            ApiError::unavailable("clock_unreliable", e.to_string(), RETRY_AFTER_CLOCK_SECONDS)
+        }
+        e @ StoreError::LogRewound(_) => ApiError::unavailable(
+            "log_rewound",
+            e.to_string(),
+            RETRY_AFTER_UNAVAILABLE_SECONDS,
+        ),
+        StoreError::WriterStopped => ApiError::unavailable(
+            "shutting_down",
+            "the ledger is shutting down",
+            RETRY_AFTER_UNAVAILABLE_SECONDS,
+        ),
+        other => match other.outage() {
+            // The cause is logged; callers learn only what kind of outage it is.
+            Some(outage) => {
+                tracing::warn!(error = %other, "answering an outage");
+                ApiError::outage(outage)
+            }
+            None => ApiError::Internal(other.to_string()),
+        },
     }
 }
 
@@ -483,58 +491,7 @@ pub fn document_problems(doc: &mut OpenApi) {
         ];
         for (op, writes) in operations {
             let Some(op) = op else { continue };
-            let params = op.parameters.as_deref().unwrap_or_default();
-            let has_body = op.request_body.is_some();
-            let json_body = op
-                .request_body
-                .as_ref()
-                .is_some_and(|b| b.content.contains_key("application/json"));
-            let by_tenant_or_path = params.iter().any(|p| {
-                p.parameter_in == utoipa::openapi::path::ParameterIn::Path || p.name == "tenant"
-            });
-            let secured = op.security.as_ref().is_some_and(|s| !s.is_empty());
-            let mut implied: Vec<(&str, &str)> = Vec::new();
-            if secured {
-                implied.push((
-                    "401",
-                    "No bearer token, or one that is malformed or unknown (`unauthorized`, with \
-                     `WWW-Authenticate: Bearer`); the token has expired (`token_expired`) or \
-                     was revoked (`token_revoked`), each with `WWW-Authenticate: Bearer \
-                     error=\"invalid_token\"` and an `error_description`",
-                ));
-            }
-            if !params.is_empty() || has_body {
-                implied.push((
-                    "400",
-                    "A parameter or the body is invalid; `errors` names each field and why",
-                ));
-            }
-            if by_tenant_or_path {
-                implied.push(("404", "Not found, or not the caller's to see (`not_found`)"));
-            }
-            if json_body {
-                implied.push(("408", "The body did not arrive in time (`body_timeout`)"));
-                implied.push(("413", "The body is over its limit (`body_too_large`)"));
-                implied.push((
-                    "415",
-                    "The body is not `application/json` (`unsupported_media_type`)",
-                ));
-            }
-            if uses_database {
-                implied.push((
-                    "503",
-                    "The database is unavailable (`database_unavailable`) or the service is busy \
-                     (`busy`); `Retry-After` says when to try again",
-                ));
-            }
-            if uses_database && writes {
-                implied.push((
-                    "507",
-                    "The database's disk is full (`disk_full`); nothing was written; \
-                     `Retry-After` says when to try again",
-                ));
-            }
-            for (status, description) in implied {
+            for (status, description) in implied_problems(op, uses_database, writes) {
                 op.responses
                     .responses
                     .entry(status.to_owned())
@@ -542,6 +499,68 @@ pub fn document_problems(doc: &mut OpenApi) {
             }
         }
     }
+}
+
+/// The problem answers (status, description) that the shape of `op` implies
+/// ([`document_problems`]); `uses_database`: its path reads the database, `writes`: its
+/// method writes.
+fn implied_problems(
+    op: &utoipa::openapi::path::Operation,
+    uses_database: bool,
+    writes: bool,
+) -> Vec<(&'static str, &'static str)> {
+    let params = op.parameters.as_deref().unwrap_or_default();
+    let has_body = op.request_body.is_some();
+    let json_body = op
+        .request_body
+        .as_ref()
+        .is_some_and(|b| b.content.contains_key("application/json"));
+    let by_tenant_or_path = params
+        .iter()
+        .any(|p| p.parameter_in == utoipa::openapi::path::ParameterIn::Path || p.name == "tenant");
+    let secured = op.security.as_ref().is_some_and(|s| !s.is_empty());
+    let mut implied: Vec<(&str, &str)> = Vec::new();
+    if secured {
+        implied.push((
+            "401",
+            "No bearer token, or one that is malformed or unknown (`unauthorized`, with \
+             `WWW-Authenticate: Bearer`); the token has expired (`token_expired`) or \
+             was revoked (`token_revoked`), each with `WWW-Authenticate: Bearer \
+             error=\"invalid_token\"` and an `error_description`",
+        ));
+    }
+    if !params.is_empty() || has_body {
+        implied.push((
+            "400",
+            "A parameter or the body is invalid; `errors` names each field and why",
+        ));
+    }
+    if by_tenant_or_path {
+        implied.push(("404", "Not found, or not the caller's to see (`not_found`)"));
+    }
+    if json_body {
+        implied.push(("408", "The body did not arrive in time (`body_timeout`)"));
+        implied.push(("413", "The body is over its limit (`body_too_large`)"));
+        implied.push((
+            "415",
+            "The body is not `application/json` (`unsupported_media_type`)",
+        ));
+    }
+    if uses_database {
+        implied.push((
+            "503",
+            "The database is unavailable (`database_unavailable`) or the service is busy \
+             (`busy`); `Retry-After` says when to try again",
+        ));
+    }
+    if uses_database && writes {
+        implied.push((
+            "507",
+            "The database's disk is full (`disk_full`); nothing was written; \
+             `Retry-After` says when to try again",
+        ));
+    }
+    implied
 }
 
 #[cfg(test)]

@@ -218,31 +218,7 @@ pub async fn download(
             "text/csv; charset=utf-8",
             crate::invoice_render::to_csv(&inv),
         ),
-        _ => (
-            "application/pdf",
-            web::block(move || {
-                // Nothing that changes after the issue (the clock, payments) goes in: the
-                // same invoice is the same bytes on every download.
-                let settings = ledger.invoicing();
-                let pdf = ledger.invoice_pdf();
-                let notes = crate::invoice_render::PdfNotes {
-                    lang,
-                    buyer_tax_id: pdf.bill_to_tax_ids.get(inv.tenant()).cloned(),
-                    payment_instructions: pdf.payment_instructions.clone(),
-                    public_url: settings.public_url.clone(),
-                    verifier_key: ledger.info().verifier_key.clone(),
-                };
-                crate::invoice_render::to_pdf(&inv, &notes)
-            })
-            .await?
-            .map_err(|e| match e {
-                crate::invoice_render::RenderError::TooManyLines { .. } => ApiError::TooLarge {
-                    slug: "too_many_lines",
-                    detail: e.to_string(),
-                },
-                e => ApiError::Internal(format!("pdf: {e}")),
-            })?,
-        ),
+        _ => ("application/pdf", render_pdf(ledger, inv, lang).await?),
     };
     Ok(HttpResponse::Ok()
         .content_type(ctype)
@@ -251,6 +227,37 @@ pub async fn download(
             format!("attachment; filename=\"{number}.{format}\""),
         ))
         .body(body))
+}
+
+/// The PDF of an issued invoice in `lang` (else its own), with what the `[issuer]` settings
+/// add; 413 `too_many_lines` for an invoice over the PDF's line limit.
+async fn render_pdf(
+    ledger: std::sync::Arc<Ledger>,
+    inv: InvoiceDoc,
+    lang: Option<crate::invoice_render::Lang>,
+) -> Result<Vec<u8>, ApiError> {
+    web::block(move || {
+        // Nothing that changes after the issue (the clock, payments) goes in: the
+        // same invoice is the same bytes on every download.
+        let settings = ledger.invoicing();
+        let pdf = ledger.invoice_pdf();
+        let notes = crate::invoice_render::PdfNotes {
+            lang,
+            buyer_tax_id: pdf.bill_to_tax_ids.get(inv.tenant()).cloned(),
+            payment_instructions: pdf.payment_instructions.clone(),
+            public_url: settings.public_url.clone(),
+            verifier_key: ledger.info().verifier_key.clone(),
+        };
+        crate::invoice_render::to_pdf(&inv, &notes)
+    })
+    .await?
+    .map_err(|e| match e {
+        crate::invoice_render::RenderError::TooManyLines { .. } => ApiError::TooLarge {
+            slug: "too_many_lines",
+            detail: e.to_string(),
+        },
+        e => ApiError::Internal(format!("pdf: {e}")),
+    })
 }
 
 /// The payments and balance of one invoice: total, paid, credited, balance due, status

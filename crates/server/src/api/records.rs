@@ -111,13 +111,49 @@ pub async fn post_records(
     // batches are in memory at once.
     let _slot = state.limits.ingest_slot()?;
     let body = read_body(&req, payload, MAX_RECORDS_BODY_BYTES).await?;
-    // Elements stay raw until each is read as an envelope, so one bad element is one
-    // rejection, not a failed request.
-    let values: Vec<&RawValue> = match serde_json::from_slice(&body) {
+    let (slots, envelopes) = read_envelopes(batch_elements(&body)?);
+    let n = slots.len();
+    // The envelopes own what they need: the body's memory goes back before the append.
+    drop(body);
+    state
+        .limits
+        .check_signers(per_signer(envelopes.iter().map(|e| e.signer.as_str())))?;
+    let signers: Vec<String> = envelopes.iter().map(|e| e.signer.clone()).collect();
+    let ledger = state.ledger.clone();
+    let started = std::time::Instant::now();
+    let results = web::block(move || ledger.append(envelopes)).await??;
+    debug_assert_eq!(
+        results.len(),
+        signers.len(),
+        "the ledger answers one outcome per envelope"
+    );
+    // Only accepted records spend a signer's budget: forged ones naming it cannot.
+    state.limits.charge_signers(per_signer(
+        signers
+            .iter()
+            .zip(&results)
+            .filter(|(_, o)| matches!(o, Outcome::Accepted { .. }))
+            .map(|(s, _)| s.as_str()),
+    ));
+    metrics::histogram!("gpuledger_append_seconds").record(started.elapsed().as_secs_f64());
+    metrics::histogram!("gpuledger_ingest_batch_records").record(n as f64);
+    let mut results = results.into_iter();
+    let outcomes: Vec<Outcome> = slots
+        .into_iter()
+        .map(|s| s.unwrap_or_else(|| results.next().expect("one outcome per envelope")))
+        .collect();
+    Ok(HttpResponse::Ok().json(IngestResponse::count(outcomes, state.ledger.now())))
+}
+
+/// The elements of a batch body, each still raw (so one bad element is one rejection, not a
+/// failed request): 400 when the body is not JSON or not an array, 413 over
+/// [`MAX_APPEND_BATCH`] elements.
+fn batch_elements(body: &[u8]) -> Result<Vec<&RawValue>, ApiError> {
+    let values: Vec<&RawValue> = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => {
             return Err(
-                match serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
+                match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
                     Ok(_) => ApiError::bad_request(
                         "not_an_array",
                         "the body must be a JSON array of signed envelopes",
@@ -139,9 +175,15 @@ pub async fn post_records(
             ),
         });
     }
-    let n = values.len();
-    let mut slots: Vec<Option<Outcome>> = Vec::with_capacity(n);
-    let mut envelopes = Vec::with_capacity(n);
+    Ok(values)
+}
+
+/// Each element read as an envelope: one slot per element, in order, `None` where an envelope
+/// goes to the ledger (the envelopes, in order) and the `malformed` rejection of an element
+/// that is not one.
+fn read_envelopes(values: Vec<&RawValue>) -> (Vec<Option<Outcome>>, Vec<Envelope>) {
+    let mut slots: Vec<Option<Outcome>> = Vec::with_capacity(values.len());
+    let mut envelopes = Vec::with_capacity(values.len());
     for v in values {
         match serde_json::from_str::<Envelope>(v.get()) {
             Ok(e) => {
@@ -154,54 +196,37 @@ pub async fn post_records(
             )))),
         }
     }
-    // The envelopes own what they need: the body's memory goes back before the append.
-    drop(body);
-    state
-        .limits
-        .check_signers(per_signer(envelopes.iter().map(|e| e.signer.as_str())))?;
-    let signers: Vec<String> = envelopes.iter().map(|e| e.signer.clone()).collect();
-    let ledger = state.ledger.clone();
-    let started = std::time::Instant::now();
-    let results = web::block(move || ledger.append(envelopes)).await??;
-    // Only accepted records spend a signer's budget: forged ones naming it cannot.
-    state.limits.charge_signers(per_signer(
-        signers
-            .iter()
-            .zip(&results)
-            .filter(|(_, o)| matches!(o, Outcome::Accepted { .. }))
-            .map(|(s, _)| s.as_str()),
-    ));
-    metrics::histogram!("gpuledger_append_seconds").record(started.elapsed().as_secs_f64());
-    metrics::histogram!("gpuledger_ingest_batch_records").record(n as f64);
-    let mut results = results.into_iter();
-    let outcomes: Vec<Outcome> = slots
-        .into_iter()
-        .map(|s| s.unwrap_or_else(|| results.next().expect("one outcome per envelope")))
-        .collect();
-    let mut resp = IngestResponse {
-        accepted: 0,
-        duplicates: 0,
-        rejected: 0,
-        outcomes: Vec::new(),
-        ledger_now: state.ledger.now(),
-    };
-    for o in &outcomes {
-        match o {
-            Outcome::Accepted { .. } => resp.accepted += 1,
-            Outcome::Duplicate { .. } => resp.duplicates += 1,
-            Outcome::Rejected(r) => {
-                resp.rejected += 1;
-                metrics::counter!("gpuledger_records_total", "outcome" => "rejected", "reason" => r.reason.code())
-                    .increment(1);
+    (slots, envelopes)
+}
+
+impl IngestResponse {
+    /// The answer to a batch of `outcomes`, counted (`gpuledger_records_total` too).
+    fn count(outcomes: Vec<Outcome>, ledger_now: gpuledger_core::time::Timestamp) -> Self {
+        let mut resp = IngestResponse {
+            accepted: 0,
+            duplicates: 0,
+            rejected: 0,
+            outcomes: Vec::new(),
+            ledger_now,
+        };
+        for o in &outcomes {
+            match o {
+                Outcome::Accepted { .. } => resp.accepted += 1,
+                Outcome::Duplicate { .. } => resp.duplicates += 1,
+                Outcome::Rejected(r) => {
+                    resp.rejected += 1;
+                    metrics::counter!("gpuledger_records_total", "outcome" => "rejected", "reason" => r.reason.code())
+                        .increment(1);
+                }
             }
         }
+        metrics::counter!("gpuledger_records_total", "outcome" => "accepted", "reason" => "")
+            .increment(resp.accepted as u64);
+        metrics::counter!("gpuledger_records_total", "outcome" => "duplicate", "reason" => "")
+            .increment(resp.duplicates as u64);
+        resp.outcomes = outcomes;
+        resp
     }
-    metrics::counter!("gpuledger_records_total", "outcome" => "accepted", "reason" => "")
-        .increment(resp.accepted as u64);
-    metrics::counter!("gpuledger_records_total", "outcome" => "duplicate", "reason" => "")
-        .increment(resp.duplicates as u64);
-    resp.outcomes = outcomes;
-    Ok(HttpResponse::Ok().json(resp))
 }
 
 /// Records per signer id, for the signer rate limit. Ids that are not valid ids are left out:

@@ -146,6 +146,10 @@ impl Publisher {
         } else if old == 0 {
             true
         } else {
+            debug_assert!(
+                0 < old && old < size,
+                "a consistency proof leads from a smaller, non-empty tree to a larger one"
+            );
             let proof = ledger.reads().consistency_proof(old, size)?;
             merkle::check_tree(&proof, size, root, old, old_root).is_ok()
         };

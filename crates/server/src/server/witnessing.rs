@@ -295,55 +295,14 @@ impl Sender {
         loop {
             let seen = self.witnessing.checkpoints_signalled();
             if !loaded {
-                match self
-                    .ledger
-                    .reads()
-                    .run(cosignatures::cosigned_sizes)
-                    .map(|m| m.get(self.name()).copied())
-                {
-                    Ok(size) => {
-                        self.believed = size.unwrap_or(0);
-                        self.cosigned = size;
-                        loaded = true;
-                    }
-                    Err(e) => {
-                        tracing::warn!(witness = %self.name(), error = %e, "cannot read the witness state; will retry")
-                    }
-                }
+                loaded = self.load();
             }
             if loaded {
                 match self.round() {
                     Ok(()) => backoff = None,
                     Err((failure, message)) => {
-                        metrics::counter!("gpuledger_witness_failures_total", "witness" => self.name().to_owned(), "reason" => failure.label()).increment(1);
-                        self.witnessing.report(self.name(), |r| {
-                            r.last_error = Some((
-                                failure.label().to_owned(),
-                                message.clone(),
-                                Timestamp::now().unix(),
-                            ))
-                        });
                         let next = backoff.map_or(MIN_BACKOFF, |b| (b * 2).min(MAX_BACKOFF));
-                        match failure {
-                            Failure::Conflict | Failure::Unprocessable => tracing::error!(
-                                witness = %self.name(),
-                                reason = failure.label(),
-                                retry_in_s = next.as_secs(),
-                                "the witness refused the checkpoint: it saw another history of this log (possible fork; investigate, see ops/runbooks/witness.md): {message}"
-                            ),
-                            Failure::Forbidden | Failure::NotFound => tracing::error!(
-                                witness = %self.name(),
-                                reason = failure.label(),
-                                retry_in_s = next.as_secs(),
-                                "the witness refused the checkpoint (check its configuration and ours): {message}"
-                            ),
-                            Failure::Unreachable | Failure::BadResponse => tracing::warn!(
-                                witness = %self.name(),
-                                reason = failure.label(),
-                                retry_in_s = next.as_secs(),
-                                "sending the checkpoint to the witness failed; will retry: {message}"
-                            ),
-                        }
+                        self.failed(failure, &message, next);
                         backoff = Some(next);
                     }
                 }
@@ -357,6 +316,59 @@ impl Sender {
             if stop {
                 return;
             }
+        }
+    }
+
+    /// Reads the size of the latest checkpoint this witness's cosignature of is stored (what
+    /// it is believed to hold); returns whether it was read (else a warning is logged).
+    fn load(&mut self) -> bool {
+        match self
+            .ledger
+            .reads()
+            .run(cosignatures::cosigned_sizes)
+            .map(|m| m.get(self.name()).copied())
+        {
+            Ok(size) => {
+                self.believed = size.unwrap_or(0);
+                self.cosigned = size;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(witness = %self.name(), error = %e, "cannot read the witness state; will retry");
+                false
+            }
+        }
+    }
+
+    /// Counts, reports and logs a failed round; the next is tried in `next`.
+    fn failed(&self, failure: Failure, message: &str, next: Duration) {
+        metrics::counter!("gpuledger_witness_failures_total", "witness" => self.name().to_owned(), "reason" => failure.label()).increment(1);
+        self.witnessing.report(self.name(), |r| {
+            r.last_error = Some((
+                failure.label().to_owned(),
+                message.to_owned(),
+                Timestamp::now().unix(),
+            ))
+        });
+        match failure {
+            Failure::Conflict | Failure::Unprocessable => tracing::error!(
+                witness = %self.name(),
+                reason = failure.label(),
+                retry_in_s = next.as_secs(),
+                "the witness refused the checkpoint: it saw another history of this log (possible fork; investigate, see ops/runbooks/witness.md): {message}"
+            ),
+            Failure::Forbidden | Failure::NotFound => tracing::error!(
+                witness = %self.name(),
+                reason = failure.label(),
+                retry_in_s = next.as_secs(),
+                "the witness refused the checkpoint (check its configuration and ours): {message}"
+            ),
+            Failure::Unreachable | Failure::BadResponse => tracing::warn!(
+                witness = %self.name(),
+                reason = failure.label(),
+                retry_in_s = next.as_secs(),
+                "sending the checkpoint to the witness failed; will retry: {message}"
+            ),
         }
     }
 

@@ -40,6 +40,34 @@ struct MetricsListener {
 }
 
 impl MetricsListener {
+    /// Binds `at` and serves `witness`'s metrics there, on the current tokio runtime.
+    fn start(witness: &web::Data<Witness>, at: SocketAddr) -> Result<Self, WitnessError> {
+        let data = witness.clone();
+        let s = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .route("/metrics", web::get().to(metrics))
+                .route("/healthz", web::get().to(healthz))
+        })
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(1)
+        .bind(at)
+        .map_err(|e| WitnessError::Bind(at, e))?;
+        let addr = *s
+            .addrs()
+            .first()
+            .ok_or(WitnessError::Missing("a bound metrics address"))?;
+        let s = s.run();
+        let handle = s.handle();
+        Ok(MetricsListener {
+            addr,
+            handle,
+            task: tokio::spawn(s),
+        })
+    }
+
+    /// Stops accepting, lets in-flight requests finish, and waits for the listener to end.
     async fn stop(self) {
         self.handle.stop(true).await;
         let _ = self.task.await;
@@ -143,34 +171,9 @@ pub async fn start_with_metrics(
         .addrs()
         .first()
         .ok_or(WitnessError::Missing("a bound address"))?;
-    let metrics = match metrics_listen {
-        Some(at) => {
-            let data = data.clone();
-            let s = HttpServer::new(move || {
-                App::new()
-                    .app_data(data.clone())
-                    .route("/metrics", web::get().to(metrics))
-                    .route("/healthz", web::get().to(healthz))
-            })
-            .workers(1)
-            .disable_signals()
-            .shutdown_timeout(1)
-            .bind(at)
-            .map_err(|e| WitnessError::Bind(at, e))?;
-            let addr = *s
-                .addrs()
-                .first()
-                .ok_or(WitnessError::Missing("a bound metrics address"))?;
-            let s = s.run();
-            let handle = s.handle();
-            Some(MetricsListener {
-                addr,
-                handle,
-                task: tokio::spawn(s),
-            })
-        }
-        None => None,
-    };
+    let metrics = metrics_listen
+        .map(|at| MetricsListener::start(&data, at))
+        .transpose()?;
     let server = server.run();
     let handle = server.handle();
     let task = tokio::spawn(server);

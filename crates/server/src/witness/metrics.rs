@@ -101,6 +101,71 @@ struct OriginMetrics {
     forks: Counter,
 }
 
+impl OriginMetrics {
+    /// Registers the series of `origin` in `recorder`, set from its `latest` cosigned
+    /// checkpoint (0 without one); its fork counter at 0.
+    fn register(recorder: &PrometheusRecorder, origin: &str, latest: Option<&Latest>) -> Self {
+        let size = recorder.register_gauge(
+            &labelled(COSIGNED_SIZE, "origin", origin.to_owned()),
+            &METADATA,
+        );
+        size.set(latest.map_or(0.0, |l| l.size as f64));
+        let last = recorder.register_gauge(
+            &labelled(LAST_COSIGNATURE, "origin", origin.to_owned()),
+            &METADATA,
+        );
+        last.set(latest.map_or(0.0, |l| l.updated_at as f64));
+        let forks = recorder.register_counter(
+            &labelled(FORK_EVIDENCE, "origin", origin.to_owned()),
+            &METADATA,
+        );
+        forks.absolute(0);
+        OriginMetrics { size, last, forks }
+    }
+}
+
+/// The key of series `name` with one label.
+fn labelled(name: &'static str, label: &'static str, value: String) -> Key {
+    Key::from_parts(name, vec![Label::new(label, value)])
+}
+
+/// The help text of every series, in `recorder`.
+fn describe(recorder: &PrometheusRecorder) {
+    let describe_counter = |name: &'static str, help: &'static str| {
+        recorder.describe_counter(
+            KeyName::from_const_str(name),
+            None,
+            SharedString::const_str(help),
+        )
+    };
+    let describe_gauge = |name: &'static str, help: &'static str| {
+        recorder.describe_gauge(
+            KeyName::from_const_str(name),
+            None,
+            SharedString::const_str(help),
+        )
+    };
+    describe_counter(
+        REQUESTS,
+        "add-checkpoint requests by answer (cosigned, conflict, unprocessable, forbidden, \
+         not_found, bad_request, too_large, error)",
+    );
+    describe_gauge(
+        COSIGNED_SIZE,
+        "The latest tree size the witness cosigned, per log origin (0: none yet)",
+    );
+    describe_gauge(
+        LAST_COSIGNATURE,
+        "Unix time of the last cosignature per log origin (at start: when the stored \
+         checkpoint was stored; 0: none yet)",
+    );
+    describe_counter(
+        FORK_EVIDENCE,
+        "Refusals of a checkpoint validly signed by the log (409 on another root, 422): \
+         possible evidence of a fork, kept in the state file",
+    );
+}
+
 /// One witness's metrics; updated from any thread.
 pub struct WitnessMetrics {
     recorder: PrometheusRecorder,
@@ -116,42 +181,7 @@ impl WitnessMetrics {
         stored: &[(String, Latest)],
     ) -> WitnessMetrics {
         let recorder = PrometheusBuilder::new().build_recorder();
-        let describe_counter = |name: &'static str, help: &'static str| {
-            recorder.describe_counter(
-                KeyName::from_const_str(name),
-                None,
-                SharedString::const_str(help),
-            )
-        };
-        let describe_gauge = |name: &'static str, help: &'static str| {
-            recorder.describe_gauge(
-                KeyName::from_const_str(name),
-                None,
-                SharedString::const_str(help),
-            )
-        };
-        describe_counter(
-            REQUESTS,
-            "add-checkpoint requests by answer (cosigned, conflict, unprocessable, forbidden, \
-             not_found, bad_request, too_large, error)",
-        );
-        describe_gauge(
-            COSIGNED_SIZE,
-            "The latest tree size the witness cosigned, per log origin (0: none yet)",
-        );
-        describe_gauge(
-            LAST_COSIGNATURE,
-            "Unix time of the last cosignature per log origin (at start: when the stored \
-             checkpoint was stored; 0: none yet)",
-        );
-        describe_counter(
-            FORK_EVIDENCE,
-            "Refusals of a checkpoint validly signed by the log (409 on another root, 422): \
-             possible evidence of a fork, kept in the state file",
-        );
-        let labelled = |name: &'static str, label: &'static str, value: String| {
-            Key::from_parts(name, vec![Label::new(label, value)])
-        };
+        describe(&recorder);
         let requests = Outcome::ALL
             .into_iter()
             .map(|o| {
@@ -167,22 +197,8 @@ impl WitnessMetrics {
             .into_iter()
             .map(|origin| {
                 let latest = stored.iter().find(|(o, _)| o == origin).map(|(_, l)| l);
-                let size = recorder.register_gauge(
-                    &labelled(COSIGNED_SIZE, "origin", origin.to_owned()),
-                    &METADATA,
-                );
-                size.set(latest.map_or(0.0, |l| l.size as f64));
-                let last = recorder.register_gauge(
-                    &labelled(LAST_COSIGNATURE, "origin", origin.to_owned()),
-                    &METADATA,
-                );
-                last.set(latest.map_or(0.0, |l| l.updated_at as f64));
-                let forks = recorder.register_counter(
-                    &labelled(FORK_EVIDENCE, "origin", origin.to_owned()),
-                    &METADATA,
-                );
-                forks.absolute(0);
-                (origin.to_owned(), OriginMetrics { size, last, forks })
+                let series = OriginMetrics::register(&recorder, origin, latest);
+                (origin.to_owned(), series)
             })
             .collect();
         WitnessMetrics {

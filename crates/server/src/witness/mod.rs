@@ -317,106 +317,13 @@ impl Witness {
     /// Handles one `add-checkpoint` body at time `now` (POSIX seconds). An `Err` is a failure
     /// of the state file (the caller answers 500 and nothing was cosigned).
     pub fn add_checkpoint(&self, body: &[u8], now: u64) -> Result<Answer, StateError> {
-        let req = match AddCheckpoint::parse(body) {
-            Ok(r) => r,
-            Err(e) => return Ok(Answer::BadRequest(e.to_string())),
+        let submitted = match self.read_submission(body) {
+            Ok(s) => s,
+            Err(answer) => return Ok(answer),
         };
-        let Ok(note) = Note::from_bytes(&req.checkpoint) else {
-            return Ok(Answer::BadRequest(
-                "the checkpoint is not a signed note".into(),
-            ));
-        };
-        let Ok(unverified) = Checkpoint::from_bytes(note.text()) else {
-            return Ok(Answer::BadRequest("the note is not a checkpoint".into()));
-        };
-        let origin = unverified.origin().to_owned();
-        let Some(vkeys) = self.logs.get(&origin) else {
-            return Ok(Answer::UnknownOrigin(format!(
-                "unknown log origin {origin:?}"
-            )));
-        };
-        let Some(cp) = vkeys
-            .iter()
-            .find_map(|vkey| checkpoint::verify_checkpoint(&req.checkpoint, vkey).ok())
-        else {
-            return Ok(Answer::Forbidden(format!(
-                "no signature of a trusted key of {origin:?} verifies"
-            )));
-        };
-        let (size, root) = (cp.size(), *cp.hash());
-        if req.old_size > size {
-            return Ok(Answer::BadRequest(format!(
-                "old size {} is above the checkpoint's size {size}",
-                req.old_size
-            )));
-        }
-        let note_text = String::from_utf8(req.checkpoint.clone()).expect("a parsed note is UTF-8");
-        let body_text = note.text().to_vec();
-        let decide = |stored: Option<&Latest>| {
-            // Never cosigned: the empty tree.
-            let (stored_size, stored_root) = stored.map_or((0, EMPTY_HASH), |l| (l.size, l.root));
-            let refuse = |status: u16, reason: String| Refusal {
-                origin: origin.clone(),
-                received_at: now,
-                status,
-                reason,
-                old_size: req.old_size,
-                size,
-                stored: stored.map(|l| (l.size, l.root)),
-                request: body.to_vec(),
-            };
-            let conflict = |refusal: Option<Refusal>| Decision {
-                store: None,
-                refusal,
-                answer: Answer::Conflict(stored_size),
-            };
-            // A checkpoint of the stored size with another root contradicts what was cosigned,
-            // whatever old size the request names.
-            if size == stored_size && root != stored_root {
-                let reason = format!(
-                    "checkpoint of size {size} has root {}, the cosigned one has {}: a fork",
-                    merkle::encode_hash(&root),
-                    merkle::encode_hash(&stored_root)
-                );
-                tracing::warn!(%origin, size, %reason, "refused a validly signed checkpoint: possible fork");
-                return conflict(Some(refuse(409, reason)));
-            }
-            if req.old_size != stored_size {
-                return conflict(None);
-            }
-            if size > stored_size {
-                let consistent = if stored_size == 0 {
-                    req.proof.is_empty()
-                } else {
-                    merkle::check_tree(&req.proof, size, root, stored_size, stored_root).is_ok()
-                };
-                if !consistent {
-                    let reason = format!(
-                        "consistency proof from the cosigned size {stored_size} to {size} does not verify"
-                    );
-                    tracing::warn!(%origin, size, stored_size, %reason, "refused a validly signed checkpoint: possible fork");
-                    return Decision {
-                        store: None,
-                        refusal: Some(refuse(422, reason.clone())),
-                        answer: Answer::BadProof(reason),
-                    };
-                }
-            }
-            // Cosign: the same checkpoint again, or consistent growth.
-            let line = self.cosigner.cosign(&body_text, now);
-            Decision {
-                store: (size > stored_size || stored.is_none()).then_some(Latest {
-                    size,
-                    root,
-                    checkpoint: note_text,
-                    updated_at: now,
-                }),
-                refusal: None,
-                answer: Answer::Cosigned(line),
-            }
-        };
+        let (origin, size) = (submitted.origin.clone(), submitted.size);
         let (answer, refused) = self.state.update(&origin, |stored| {
-            let d = decide(stored);
+            let d = self.decide(&submitted, stored, body, now);
             let refused = d.refusal.is_some();
             Decision {
                 store: d.store,
@@ -432,6 +339,162 @@ impl Witness {
             self.metrics.cosigned(&origin, size, now);
         }
         Ok(answer)
+    }
+
+    /// The request read and its checkpoint's log signature verified, before the stored state
+    /// is looked at; `Err` is the answer to a request refused on its own (400, 403, 404).
+    fn read_submission(&self, body: &[u8]) -> Result<Submission, Answer> {
+        let req = AddCheckpoint::parse(body).map_err(|e| Answer::BadRequest(e.to_string()))?;
+        let Ok(note) = Note::from_bytes(&req.checkpoint) else {
+            return Err(Answer::BadRequest(
+                "the checkpoint is not a signed note".into(),
+            ));
+        };
+        let Ok(unverified) = Checkpoint::from_bytes(note.text()) else {
+            return Err(Answer::BadRequest("the note is not a checkpoint".into()));
+        };
+        let origin = unverified.origin().to_owned();
+        let Some(vkeys) = self.logs.get(&origin) else {
+            return Err(Answer::UnknownOrigin(format!(
+                "unknown log origin {origin:?}"
+            )));
+        };
+        let Some(cp) = vkeys
+            .iter()
+            .find_map(|vkey| checkpoint::verify_checkpoint(&req.checkpoint, vkey).ok())
+        else {
+            return Err(Answer::Forbidden(format!(
+                "no signature of a trusted key of {origin:?} verifies"
+            )));
+        };
+        let (size, root) = (cp.size(), *cp.hash());
+        if req.old_size > size {
+            return Err(Answer::BadRequest(format!(
+                "old size {} is above the checkpoint's size {size}",
+                req.old_size
+            )));
+        }
+        let note_text = String::from_utf8(req.checkpoint.clone()).expect("a parsed note is UTF-8");
+        Ok(Submission {
+            origin,
+            size,
+            root,
+            note_text,
+            body_text: note.text().to_vec(),
+            req,
+        })
+    }
+
+    /// The decision on a verified submission against what is `stored` for its log (`body`:
+    /// the whole request, kept with a refusal): 409 on another root of the stored size or an
+    /// old size that is not the stored size, 422 when the proof does not verify, else the
+    /// cosignature (and the checkpoint stored where it grows the stored one).
+    fn decide(
+        &self,
+        sub: &Submission,
+        stored: Option<&Latest>,
+        body: &[u8],
+        now: u64,
+    ) -> Decision<Answer> {
+        let (origin, size, root) = (&sub.origin, sub.size, sub.root);
+        // Never cosigned: the empty tree.
+        let (stored_size, stored_root) = stored.map_or((0, EMPTY_HASH), |l| (l.size, l.root));
+        let refuse = |status: u16, reason: String| Refusal {
+            origin: origin.clone(),
+            received_at: now,
+            status,
+            reason,
+            old_size: sub.req.old_size,
+            size,
+            stored: stored.map(|l| (l.size, l.root)),
+            request: body.to_vec(),
+        };
+        let conflict = |refusal: Option<Refusal>| Decision {
+            store: None,
+            refusal,
+            answer: Answer::Conflict(stored_size),
+        };
+        // A checkpoint of the stored size with another root contradicts what was cosigned,
+        // whatever old size the request names.
+        if size == stored_size && root != stored_root {
+            let reason = format!(
+                "checkpoint of size {size} has root {}, the cosigned one has {}: a fork",
+                merkle::encode_hash(&root),
+                merkle::encode_hash(&stored_root)
+            );
+            tracing::warn!(%origin, size, %reason, "refused a validly signed checkpoint: possible fork");
+            return conflict(Some(refuse(409, reason)));
+        }
+        if sub.req.old_size != stored_size {
+            return conflict(None);
+        }
+        if size > stored_size && !sub.consistent_with(stored_size, stored_root) {
+            let reason = format!(
+                "consistency proof from the cosigned size {stored_size} to {size} does not verify"
+            );
+            tracing::warn!(%origin, size, stored_size, %reason, "refused a validly signed checkpoint: possible fork");
+            return Decision {
+                store: None,
+                refusal: Some(refuse(422, reason.clone())),
+                answer: Answer::BadProof(reason),
+            };
+        }
+        // Cosign: the same checkpoint again, or consistent growth.
+        let line = self.cosigner.cosign(&sub.body_text, now);
+        let store = (size > stored_size || stored.is_none()).then(|| Latest {
+            size,
+            root,
+            checkpoint: sub.note_text.clone(),
+            updated_at: now,
+        });
+        debug_assert!(
+            store.as_ref().is_none_or(|new| new.size >= stored_size),
+            "a witness's stored checkpoint only grows"
+        );
+        Decision {
+            store,
+            refusal: None,
+            answer: Answer::Cosigned(line),
+        }
+    }
+}
+
+/// An `add-checkpoint` request whose checkpoint a trusted key of its log signed, and whose old
+/// size is not above the checkpoint's.
+struct Submission {
+    /// The checkpoint's origin (a configured log).
+    origin: String,
+    /// The checkpoint's tree size and root.
+    size: u64,
+    root: merkle::Hash,
+    /// The signed note, as stored once cosigned.
+    note_text: String,
+    /// The note's text (what is cosigned).
+    body_text: Vec<u8>,
+    req: AddCheckpoint,
+}
+
+impl Submission {
+    /// Whether the request's consistency proof leads from the stored tree (`stored_size`,
+    /// below the checkpoint's size, and `stored_root`) to the checkpoint's: from the empty
+    /// tree, the proof must be empty.
+    fn consistent_with(&self, stored_size: u64, stored_root: merkle::Hash) -> bool {
+        debug_assert!(
+            stored_size < self.size,
+            "a consistency proof only leads from a smaller tree to a larger one"
+        );
+        if stored_size == 0 {
+            self.req.proof.is_empty()
+        } else {
+            merkle::check_tree(
+                &self.req.proof,
+                self.size,
+                self.root,
+                stored_size,
+                stored_root,
+            )
+            .is_ok()
+        }
     }
 }
 
