@@ -10,15 +10,32 @@ use crate::read::{self, DbHashReader, EntryRow};
 use diesel::prelude::*;
 use gpuledger_core::merkle::{self, Hash};
 use gpuledger_core::time::Timestamp;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// Idle read connections kept open per ledger.
 pub const MAX_IDLE_READERS: usize = 8;
 
+/// Most read connections open at once per ledger; a read past it waits for one to be given
+/// back. A burst of thousands of concurrent requests opens at most this many database
+/// connections (PostgreSQL refuses clients past its `max_connections`, 100 by default).
+pub const MAX_OPEN_READERS: usize = 32;
+
+/// Longest a read waits for a connection while [`MAX_OPEN_READERS`] are in use; then it is
+/// answered [`StoreError::Busy`] (503 `busy`).
+pub const READER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The read door of a ledger: a bounded pool of read-only connections.
 pub struct Reads {
     url: String,
-    pool: Mutex<Vec<ReadConn>>,
+    pool: Mutex<Pool>,
+    /// Signalled when a connection is given back or closed.
+    freed: Condvar,
+}
+
+/// The idle connections, and how many are open (idle or in use).
+struct Pool {
+    idle: Vec<ReadConn>,
+    open: usize,
 }
 
 impl Reads {
@@ -26,8 +43,16 @@ impl Reads {
     pub(crate) fn new(url: &str, first: ReadConn) -> Reads {
         Reads {
             url: url.to_owned(),
-            pool: Mutex::new(vec![first]),
+            pool: Mutex::new(Pool {
+                idle: vec![first],
+                open: 1,
+            }),
+            freed: Condvar::new(),
         }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Pool> {
+        self.pool.lock().expect("reader pool lock")
     }
 
     /// Runs `f` with a read-only connection ([`ReadConn`]) from the pool (opened on demand;
@@ -40,10 +65,10 @@ impl Reads {
         &self,
         mut f: impl FnMut(&mut crate::DbConn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let (mut conn, pooled) = self.take()?;
+        let (mut conn, pooled) = self.take(true)?;
         let r = f(conn.db());
         if self.give_back(conn, &r) && pooled {
-            let mut fresh = conn::connect_read_only(&self.url)?;
+            let (mut fresh, _) = self.take(false)?;
             let again = f(fresh.db());
             self.give_back(fresh, &again);
             return again;
@@ -57,36 +82,75 @@ impl Reads {
         &self,
         f: impl FnOnce(&mut crate::DbConn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let (mut conn, _) = self.take()?;
+        let (mut conn, _) = self.take(true)?;
         let r = f(conn.db());
         self.give_back(conn, &r);
         r
     }
 
-    /// An idle connection (and `true`), or a new one.
-    fn take(&self) -> Result<(ReadConn, bool), StoreError> {
-        match self.pool.lock().expect("reader pool lock").pop() {
-            Some(c) => Ok((c, true)),
-            None => Ok((conn::connect_read_only(&self.url)?, false)),
+    /// An idle connection (and `true`) when `idle_ok` and there is one, else a new one, once
+    /// fewer than [`MAX_OPEN_READERS`] are open (waiting until then, at most [`READER_WAIT`]).
+    fn take(&self, idle_ok: bool) -> Result<(ReadConn, bool), StoreError> {
+        let deadline = std::time::Instant::now() + READER_WAIT;
+        let mut pool = self.lock();
+        loop {
+            if idle_ok {
+                if let Some(c) = pool.idle.pop() {
+                    return Ok((c, true));
+                }
+            }
+            if pool.open < MAX_OPEN_READERS {
+                break;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(StoreError::Busy(format!(
+                    "all {MAX_OPEN_READERS} read connections stayed in use for {} s; retry",
+                    READER_WAIT.as_secs()
+                )));
+            }
+            pool = self
+                .freed
+                .wait_timeout(pool, left)
+                .expect("reader pool lock")
+                .0;
         }
+        pool.open += 1;
+        drop(pool);
+        conn::connect_read_only(&self.url)
+            .map(|c| (c, false))
+            .inspect_err(|_| self.closed(1))
+    }
+
+    /// Counts `n` connections closed, and wakes the reads waiting for one.
+    fn closed(&self, n: usize) {
+        let mut pool = self.lock();
+        pool.open -= n;
+        self.freed.notify_all();
     }
 
     /// Keeps `conn` for the next read unless its result `r` failed in the database, or
     /// [`MAX_IDLE_READERS`] are idle already. Returns whether the database was unreachable,
-    /// in which case every idle connection is dropped too.
+    /// in which case every idle connection is closed too.
     fn give_back<T>(&self, conn: ReadConn, r: &Result<T, StoreError>) -> bool {
-        let mut pool = self.pool.lock().expect("reader pool lock");
-        match r {
-            Err(e) if e.outage().is_some() => {
-                pool.clear();
-                return true;
-            }
-            Err(e) if e.discards_connection() => {}
-            _ if pool.len() < MAX_IDLE_READERS => pool.push(conn),
-            _ => {}
-        }
-        debug_assert!(pool.len() <= MAX_IDLE_READERS);
-        false
+        let mut pool = self.lock();
+        let unreachable = matches!(r, Err(e) if e.outage().is_some());
+        let closed = if unreachable {
+            let idle = std::mem::take(&mut pool.idle);
+            1 + idle.len()
+        } else if matches!(r, Err(e) if e.discards_connection())
+            || pool.idle.len() >= MAX_IDLE_READERS
+        {
+            1
+        } else {
+            pool.idle.push(conn);
+            0
+        };
+        pool.open -= closed;
+        debug_assert!(pool.idle.len() <= MAX_IDLE_READERS && pool.open <= MAX_OPEN_READERS);
+        debug_assert!(pool.idle.len() <= pool.open);
+        self.freed.notify_all();
+        unreachable
     }
 
     /// The log size.
