@@ -29,27 +29,17 @@ fn assets() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/console")
 }
 
-/// Every file under `dir`, as paths relative to it with `/`.
-fn files_under(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(
-                    p.strip_prefix(dir)
-                        .unwrap()
-                        .to_string_lossy()
-                        .replace('\\', "/"),
-                );
-            }
-        }
-    }
-    out.sort();
-    out
+/// Every file under `dir`, as paths relative to it with `/`, sorted.
+fn relative_files(dir: &Path) -> Vec<String> {
+    files_under(dir)
+        .iter()
+        .map(|p| {
+            p.strip_prefix(dir)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/")
+        })
+        .collect()
 }
 
 /// The keys of a message table (`  "key": "value",` lines of i18n/<locale>.js).
@@ -98,7 +88,7 @@ fn console_files_are_served_from_the_binary_with_a_strict_csp() {
 
     // The verifier's Node tests are in the folder but not served.
     assert_eq!(h.get("/console/verify/test/run.mjs", None).status, 404);
-    let files: Vec<String> = files_under(&assets())
+    let files: Vec<String> = relative_files(&assets())
         .into_iter()
         .filter(|f| !f.starts_with("verify/test/"))
         .collect();

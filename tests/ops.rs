@@ -43,24 +43,6 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// Every file under `dir`, recursively, sorted.
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 fn yaml_docs(p: &Path) -> Vec<serde_yaml_ng::Value> {
     use serde::Deserialize;
     serde_yaml_ng::Deserializer::from_str(&read(p))
@@ -85,7 +67,7 @@ fn yaml_json(p: &Path) -> Vec<Json> {
 #[test]
 fn every_yaml_json_and_toml_file_in_ops_parses() {
     let mut parsed = BTreeMap::new();
-    for p in files(&ops()) {
+    for p in common::files_under(&ops()) {
         let rel = p.strip_prefix(root()).unwrap().display().to_string();
         match p.extension().and_then(|e| e.to_str()) {
             Some("yml" | "yaml") => {
@@ -309,7 +291,7 @@ fn invocations(text: &str) -> Vec<Vec<String>> {
 /// the code blocks of the runbooks and READMEs.
 fn command_lines() -> Vec<(String, Vec<String>)> {
     let mut out = Vec::new();
-    for p in files(&ops()) {
+    for p in common::files_under(&ops()) {
         let rel = p.strip_prefix(root()).unwrap().display().to_string();
         let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
         let text = read(&p);
@@ -422,7 +404,7 @@ fn every_environment_variable_in_ops_is_read_by_the_program() {
         "GPULEDGER_DB_PASSWORD",
     ];
     let mut seen = BTreeSet::new();
-    for p in files(&ops()) {
+    for p in common::files_under(&ops()) {
         let text = read(&p);
         for v in text
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))

@@ -169,7 +169,7 @@ pub fn run_append(
     cfg: &AppendBench,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<AppendRates, StoreError> {
-    let ledger = open_empty_log(&cfg.database_url)?;
+    let ledger = super::open_empty_log(&cfg.database_url, "bench-log")?;
     let records = prepare(&ledger, cfg, progress)?;
     let sig_rate = strict_verify_rate(&records.envs_b, &records.keys_b, progress);
     let no_sig = unchecked_append_rate(&ledger, cfg, records.envs_a, progress)?;
@@ -200,22 +200,6 @@ pub fn run_append(
         full_vs_raw: super::round(full / raw, 2),
         full_vs_bound: no_sig.map(|n| super::round(full / sig_rate.min(n), 2)),
     })
-}
-
-/// Initialises and opens the log at `url`, refusing one that holds more than the policy entry
-/// opening writes: anything more is someone else's log.
-fn open_empty_log(url: &str) -> Result<Ledger, StoreError> {
-    let log_key = sample::key("bench-log");
-    store::init(url, &log_key, sample::ORIGIN)?;
-    let ledger = Ledger::open(url, log_key)?;
-    let (size, _) = ledger.reads().head()?;
-    if size > 1 {
-        return Err(StoreError::Refused(format!(
-            "the benchmark needs an empty log; {} holds {size} entries",
-            store::conn::redact(url)
-        )));
-    }
-    Ok(ledger)
 }
 
 /// The two record sets of a run, each signed by its own signers: set A for the append without

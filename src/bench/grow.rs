@@ -211,16 +211,7 @@ fn open_log(
     tenants: usize,
     from: Timestamp,
 ) -> Result<Ledger, StoreError> {
-    let log_key = sample::key("bench-grow-log");
-    store::init(url, &log_key, sample::ORIGIN)?;
-    let ledger = Ledger::open(url, log_key)?;
-    let (size, _) = ledger.reads().head()?;
-    if size > 1 {
-        return Err(StoreError::Refused(format!(
-            "the benchmark needs an empty log; {} holds {size} entries",
-            store::conn::redact(url)
-        )));
-    }
+    let ledger = super::open_empty_log(url, "bench-grow-log")?;
     ledger.append_ledger_entry(Body::LogPolicy(LogPolicy {
         max_record_age_seconds: POLICY_RECORD_AGE_SECONDS.1,
         ..LogPolicy::default()
@@ -354,14 +345,8 @@ fn reads(ledger: &Ledger, month: Period) -> Result<Reads, StoreError> {
     let rater = ledger
         .reads()
         .run(|c| invoices::preview(c, TENANT, month, size))?;
-    let (lines, unpriced) = rater.finish();
+    let cny = super::cny_lines(rater)?;
     let preview_seconds = started.elapsed().as_secs_f64();
-    if !unpriced.is_empty() {
-        return Err(StoreError::Refused(format!(
-            "benchmark usage was unpriced: {unpriced:?}"
-        )));
-    }
-    let cny = lines.get("CNY").cloned().unwrap_or_default();
     let started = Instant::now();
     let cert = ledger.issuance().certificate(CertificateRequest {
         tenant: TENANT.into(),

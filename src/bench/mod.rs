@@ -64,6 +64,36 @@ pub fn register_nodes<'a>(
 }
 
 /// `x` rounded to `digits` decimal places, as the reports print their figures.
+/// Initialises and opens the log at `url` with the log key named `key_name`, refusing one that
+/// holds more than the policy entry opening writes: anything more is someone else's log.
+pub fn open_empty_log(url: &str, key_name: &str) -> Result<Ledger, StoreError> {
+    let log_key = sample::key(key_name);
+    gpuledger::store::init(url, &log_key, sample::ORIGIN)?;
+    let ledger = Ledger::open(url, log_key)?;
+    let (size, _) = ledger.reads().head()?;
+    if size > 1 {
+        return Err(StoreError::Refused(format!(
+            "the benchmark needs an empty log; {} holds {size} entries",
+            gpuledger::store::conn::redact(url)
+        )));
+    }
+    Ok(ledger)
+}
+
+/// The CNY lines a benchmark's rating came to; refused if any of its usage was unpriced (the
+/// benchmarks price everything they log).
+pub fn cny_lines(
+    rater: gpuledger::core::rating::Rater,
+) -> Result<Vec<gpuledger::core::rating::Line>, StoreError> {
+    let (lines, unpriced) = rater.finish();
+    if !unpriced.is_empty() {
+        return Err(StoreError::Refused(format!(
+            "benchmark usage was unpriced: {unpriced:?}"
+        )));
+    }
+    Ok(lines.get("CNY").cloned().unwrap_or_default())
+}
+
 pub(crate) fn round(x: f64, digits: i32) -> f64 {
     let p = 10f64.powi(digits);
     (x * p).round() / p

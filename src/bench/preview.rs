@@ -64,14 +64,8 @@ pub fn run_preview(
     let rater = ledger
         .reads()
         .run(|c| pricing::rate_period(c, "bench-tenant", month_start, month_end, size))?;
-    let (lines, unpriced) = rater.finish();
+    let cny = super::cny_lines(rater)?;
     let preview_seconds = started.elapsed().as_secs_f64();
-    if !unpriced.is_empty() {
-        return Err(StoreError::Refused(format!(
-            "benchmark usage was unpriced: {unpriced:?}"
-        )));
-    }
-    let cny = lines.get("CNY").cloned().unwrap_or_default();
     let n = per_node * nodes.len() as u64;
     Ok(PreviewResult {
         records: n,

@@ -469,3 +469,21 @@ pub fn faketime_env(offset: &Path) -> Option<Vec<(&'static str, String)>> {
         ("FAKETIME_DONT_RESET", "1".to_owned()),
     ])
 }
+
+/// Every file under `dir`, recursively, sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}

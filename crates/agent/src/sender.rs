@@ -611,7 +611,8 @@ impl<'a> Tally<'a> {
         }
     }
 
-    /// Writes `p` to the dead-letter file ([`dead_letter`]): `false` when that failed.
+    /// A record refused for good: `true` once it is in the dead-letter file (and counted),
+    /// `false` when that file cannot be written (it is retried).
     fn dead_letter(
         &mut self,
         spool: &mut Spool,
@@ -620,11 +621,15 @@ impl<'a> Tally<'a> {
         r: Option<&Rejection>,
         cfg: &SenderConfig,
     ) -> bool {
-        let written = dead_letter(spool, p, o, r, cfg);
-        if written {
-            self.dead += 1;
+        if let Err(e) = spool.dead_letter(p, o) {
+            tracing::error!(error = %e, "cannot write the dead-letter file; will retry");
+            return false;
         }
-        written
+        let reason = r.map_or_else(|| o["reason"].to_string(), |r| r.reason.to_string());
+        let hint = r.map_or("", |r| hint(r.reason));
+        tracing::error!(signer = %cfg.signer, seq = p.seq, reason, message = %o["message"], hint, "record refused for good; written to the dead-letter file");
+        self.dead += 1;
+        true
     }
 
     /// Writes the records to hold, then acknowledges the resolved front of `batch` in `queue`
@@ -692,25 +697,6 @@ fn effective_disposition(
         }
         d => d,
     }
-}
-
-/// A record refused for good: `true` once it is in the dead-letter file, `false` when that
-/// file cannot be written (it is retried).
-fn dead_letter(
-    spool: &mut Spool,
-    p: &Pending,
-    o: &serde_json::Value,
-    r: Option<&Rejection>,
-    cfg: &SenderConfig,
-) -> bool {
-    if let Err(e) = spool.dead_letter(p, o) {
-        tracing::error!(error = %e, "cannot write the dead-letter file; will retry");
-        return false;
-    }
-    let reason = r.map_or_else(|| o["reason"].to_string(), |r| r.reason.to_string());
-    let hint = r.map_or("", |r| hint(r.reason));
-    tracing::error!(signer = %cfg.signer, seq = p.seq, reason, message = %o["message"], hint, "record refused for good; written to the dead-letter file");
-    true
 }
 
 /// Drains the spool once, synchronously, until it is empty or `deadline` passes; for tests and

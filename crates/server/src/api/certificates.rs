@@ -99,16 +99,15 @@ pub async fn list(
     req: HttpRequest,
     q: web::Query<super::paging::PeriodListQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let super::paging::PeriodList {
-        tenant,
-        period,
-        page,
-    } = q.into_inner().read(&caller, "certificates")?;
-    let (after, fetch) = (page.after_index()?, page.fetch());
-    let rows = state
-        .read(move |c| store_certs::list_page(c, tenant.as_deref(), period, after, fetch))
-        .await?;
-    Ok(page.respond(&req, rows, |c| c.entry_index.to_string()))
+    q.into_inner()
+        .answer(
+            &state,
+            &caller,
+            &req,
+            "certificates",
+            (store_certs::list_page, |d| d.entry_index),
+        )
+        .await
 }
 
 async fn load(

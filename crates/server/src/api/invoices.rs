@@ -106,16 +106,15 @@ pub async fn list(
     req: HttpRequest,
     q: web::Query<super::paging::PeriodListQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let super::paging::PeriodList {
-        tenant,
-        period,
-        page,
-    } = q.into_inner().read(&caller, "invoices")?;
-    let (after, fetch) = (page.after_index()?, page.fetch());
-    let rows = state
-        .read(move |c| store_invoices::list_page(c, tenant.as_deref(), period, after, fetch))
-        .await?;
-    Ok(page.respond(&req, rows, |i| i.entry_index.to_string()))
+    q.into_inner()
+        .answer(
+            &state,
+            &caller,
+            &req,
+            "invoices",
+            (store_invoices::list_page, |d| d.entry_index),
+        )
+        .await
 }
 
 async fn load(

@@ -238,6 +238,39 @@ impl PeriodListQuery {
     }
 }
 
+/// A page of a document list: the store's `list_page` for (tenant, period, after, fetch).
+pub type ListPage<T> = fn(
+    &mut gpuledger_store::DbConn,
+    Option<&str>,
+    (Option<Timestamp>, Option<Timestamp>),
+    Option<u64>,
+    usize,
+) -> Result<Vec<T>, gpuledger_store::StoreError>;
+
+impl PeriodListQuery {
+    /// Answers list `list` for `caller`: the page `list_page` reads, continued after the
+    /// entry index `index` gives of its last document.
+    pub async fn answer<T: serde::Serialize + Send + 'static>(
+        self,
+        state: &super::AppState,
+        caller: &super::auth::Caller,
+        req: &HttpRequest,
+        list: &'static str,
+        (list_page, index): (ListPage<T>, fn(&T) -> u64),
+    ) -> Result<HttpResponse, ApiError> {
+        let PeriodList {
+            tenant,
+            period,
+            page,
+        } = self.read(caller, list)?;
+        let (after, fetch) = (page.after_index()?, page.fetch());
+        let rows = state
+            .read(move |c| list_page(c, tenant.as_deref(), period, after, fetch))
+            .await?;
+        Ok(page.respond(req, rows, |d| index(d).to_string()))
+    }
+}
+
 pub fn date_range(
     from: Option<&str>,
     to: Option<&str>,
