@@ -851,6 +851,48 @@ both_backends!(rate_limits_answer_429_and_change_nothing, |db: &TestDb| {
         );
     }
 
+    // Per signer, validly signed refusals (#27): node-a's seqs 1..=10 are logged (above), so
+    // re-signed variants of them (another tenant) are refused as conflicts, and they spend
+    // node-a's budget like accepted records; a batch with more records of one signer than
+    // its burst is refused whole (413), and a resent duplicate spends nothing.
+    {
+        let srv = serve(
+            db,
+            &key,
+            dir.path(),
+            "127.0.0.1:0",
+            &["--signer-rate-per-second", "1", "--signer-rate-burst", "10"],
+        );
+        let h = srv.http();
+        let size = h.size();
+        let r = h
+            .try_post_records(&usage_run("node-b", &kb, "t2", 1..=5))
+            .unwrap();
+        assert_eq!(statuses(&r), vec!["duplicate"; 5]);
+        let r = h
+            .try_post_records(&usage_run("node-a", &ka, "t2", 1..=10))
+            .unwrap();
+        assert_eq!(statuses(&r), vec!["rejected"; 10]);
+        assert_eq!(
+            each_str(&r.ok_json(200)["outcomes"], "/reason"),
+            vec!["conflict"; 10]
+        );
+        let r = h
+            .try_post_records(&usage_run("node-a", &ka, "t1", 11..=12))
+            .unwrap();
+        assert_limited(&r, 10, "per signer, after a flood of conflicts");
+        let r = h
+            .try_post_records(&usage_run("node-b", &kb, "t2", 11..=21))
+            .unwrap();
+        r.assert_problem(413, "too_many_records", "a batch over the signer's burst");
+        // node-b's duplicates spent nothing: its whole burst is still there.
+        let r = h
+            .try_post_records(&usage_run("node-b", &kb, "t2", 11..=20))
+            .unwrap();
+        assert_eq!(statuses(&r), vec!["accepted"; 10]);
+        assert_eq!(h.size(), size + 10, "only node-b's ten were appended");
+    }
+
     // Per tenant: 2 certificates a minute for a tenant token; admins are not limited.
     {
         let srv = serve(

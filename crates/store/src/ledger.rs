@@ -452,6 +452,14 @@ impl Ledger {
     /// Appends a batch of signed envelopes. Returns one outcome per envelope, in order, after
     /// the accepted ones are committed. A batch over [`MAX_APPEND_BATCH`] is refused whole.
     pub fn append(&self, batch: Vec<Envelope>) -> Result<Vec<Outcome>, StoreError> {
+        Ok(self.append_inner(batch, true)?.outcomes)
+    }
+
+    /// [`Ledger::append`], also saying which records' signatures verified (those the
+    /// sequencer judged, accepted or refused): what a signer's rate limit charges, so that
+    /// forged records naming a signer cannot spend its budget, and a validly signed flood of
+    /// refusals (conflicting re-signed variants, overlaps) does.
+    pub fn append_judged(&self, batch: Vec<Envelope>) -> Result<Appended, StoreError> {
         self.append_inner(batch, true)
     }
 
@@ -463,15 +471,15 @@ impl Ledger {
         &self,
         batch: Vec<Envelope>,
     ) -> Result<Vec<Outcome>, StoreError> {
-        self.append_inner(batch, false)
+        Ok(self.append_inner(batch, false)?.outcomes)
     }
 
-    fn append_inner(&self, batch: Vec<Envelope>, verify: bool) -> Result<Vec<Outcome>, StoreError> {
+    fn append_inner(&self, batch: Vec<Envelope>, verify: bool) -> Result<Appended, StoreError> {
         if batch.len() > MAX_APPEND_BATCH {
             return Err(StoreError::BatchTooLarge(batch.len(), MAX_APPEND_BATCH));
         }
         if batch.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Appended::default());
         }
         let origin = self.info.origin.as_str();
         let checked: Vec<Result<Checked, Rejection>> =
@@ -482,6 +490,7 @@ impl Ledger {
         self.refuse_unknown_keys(unknown_keys, &mut outcomes)?;
         self.check_parties(&mut pending, &mut outcomes)?;
         let (positions, verified) = verify_signatures(pending, verify, &mut outcomes);
+        let mut signed = vec![false; outcomes.len()];
         if !verified.is_empty() {
             let committed = self.submit(|reply| Job::Append(verified, reply))?;
             debug_assert_eq!(
@@ -491,12 +500,16 @@ impl Ledger {
             );
             for (i, o) in positions.into_iter().zip(committed) {
                 outcomes[i] = Some(o);
+                signed[i] = true;
             }
         }
-        Ok(outcomes
-            .into_iter()
-            .map(|o| o.expect("every record has an outcome"))
-            .collect())
+        Ok(Appended {
+            outcomes: outcomes
+                .into_iter()
+                .map(|o| o.expect("every record has an outcome"))
+                .collect(),
+            signed,
+        })
     }
 
     /// Answers the records whose key is not registered: `unknown_signer` when their signer
@@ -854,12 +867,12 @@ fn check_log_key(info: &LogInfo, key: &SigningKey) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A started sequencer: its queue's sender, its thread, and the gauge of records waiting.
+type Started = (mpsc::SyncSender<Job>, JoinHandle<()>, Arc<AtomicUsize>);
+
 /// Starts the sequencer thread with its bounded queue ([`MAX_QUEUED_JOBS`]); returns the
 /// queue's sender, the thread and the gauge of records waiting.
-fn start_sequencer(
-    w: Writer,
-    log: write::Signer,
-) -> Result<(mpsc::SyncSender<Job>, JoinHandle<()>, Arc<AtomicUsize>), StoreError> {
+fn start_sequencer(w: Writer, log: write::Signer) -> Result<Started, StoreError> {
     let (tx, rx) = mpsc::sync_channel::<Job>(MAX_QUEUED_JOBS);
     let queued = Arc::new(AtomicUsize::new(0));
     let q = queued.clone();
@@ -868,6 +881,14 @@ fn start_sequencer(
         .spawn(move || sequencer(w, &log, rx, &q))
         .map_err(|e| StoreError::Refused(format!("cannot start the sequencer thread: {e}")))?;
     Ok((tx, writer, queued))
+}
+
+/// The outcomes of an append, one per record in order, and for each whether its signature
+/// verified ([`Ledger::append_judged`]).
+#[derive(Debug, Default)]
+pub struct Appended {
+    pub outcomes: Vec<Outcome>,
+    pub signed: Vec<bool>,
 }
 
 /// Checks the signer, key, role and scope of a record against the registry (the rules of

@@ -592,7 +592,7 @@ impl Near {
     /// Takes from the cache the streams the group continues in order (each starting at or
     /// after the stream's cached latest interval ends); returns the span [lo, hi) of the group's
     /// intervals on every other stream, which must be looked up.
-    fn from_cache<'a>(
+    fn take_cached<'a>(
         &mut self,
         streams: impl Iterator<Item = &'a (String, Timestamp, Timestamp)>,
         cache: &StreamCache,
@@ -716,7 +716,7 @@ impl Streams {
         cache: &StreamCache,
     ) -> Result<Streams, StoreError> {
         let mut near = Near::default();
-        let span = near.from_cache(streams, cache);
+        let span = near.take_cached(streams, cache);
         if !span.is_empty() {
             let span: Vec<_> = span.into_iter().collect();
             // Three OR terms per stream: in chunks, since SQLite refuses an expression tree

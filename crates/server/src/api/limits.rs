@@ -4,8 +4,10 @@
 //!
 //! The token buckets are our own rather than `governor`'s: a batch of records names several
 //! signers and is admitted only if every one of them has the budget (all or nothing, checked
-//! under one lock), and is charged afterwards for the records the ledger accepted, so that
-//! forged records naming a signer cannot spend that signer's budget; governor's keyed limiter
+//! under one lock; a batch with more records of one signer than its burst is refused whole),
+//! and is charged afterwards for the records the ledger judged with a verified signature,
+//! accepted or refused (duplicates excepted), so that forged records naming a signer cannot
+//! spend that signer's budget and a validly signed flood of conflicts does; governor's keyed limiter
 //! charges one key at a time, at the check, and cannot give tokens back. Here a bucket is two
 //! numbers in a `HashMap` behind a mutex, pruned as it goes, with a hard cap on its keys so its
 //! memory is bounded too.
@@ -147,11 +149,23 @@ impl Limits {
         let Some(l) = &self.signers else {
             return Ok(());
         };
+        let records: Vec<(&str, u64)> = records.into_iter().collect();
+        // More records of one signer than its burst would never pass: refused whole at once.
+        if let Some((signer, n)) = records.iter().find(|(_, n)| *n as f64 > l.burst()) {
+            return Err(ApiError::TooLarge {
+                slug: "too_many_records",
+                detail: format!(
+                    "{n} records of signer {signer} in one request; its rate burst is {} (signer_rate_burst): send smaller batches",
+                    l.burst()
+                ),
+            });
+        }
         l.check(records.into_iter().map(|(s, n)| (s.to_owned(), n)), false)
             .map_err(|w| refused("signer", w, "a signer of this batch sent more records than its rate allows; nothing was appended"))
     }
 
-    /// Charges each signer for the records of it the ledger accepted.
+    /// Charges each signer for the records of it the ledger judged with a verified signature
+    /// (accepted, or refused after verification), duplicates excepted.
     pub fn charge_signers<'a>(&self, accepted: impl IntoIterator<Item = (&'a str, u64)>) {
         if let Some(l) = &self.signers {
             l.charge(accepted.into_iter().map(|(s, n)| (s.to_owned(), n)));
@@ -344,6 +358,11 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
                 pruned: Instant::now(),
             }),
         })
+    }
+
+    /// Most tokens a bucket holds.
+    pub fn burst(&self) -> f64 {
+        self.burst
     }
 
     /// Whether every key has the tokens for its cost now (costs of a repeated key add up);

@@ -87,7 +87,7 @@ impl utoipa::ToSchema for RecordBatch {
         (status = 200, description = "One outcome per record, in order", body = IngestResponse),
         (status = 400, description = "Malformed JSON or not an array", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 408, description = "The body did not arrive in time (`body_timeout`)", body = super::error::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body (declared or read) or record count over its limit", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body (declared or read) or record count over its limit, or more records of one signer than its rate burst (`too_many_records`)", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 415, description = "Content type is not application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 429, description = "The client's or a signer's rate is exceeded; nothing was appended; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "Too many batches are being received (`busy`), the database is unavailable, the log is rewound (`log_rewound`) or the ledger's clock is unreliable (`clock_unreliable`, ops/runbooks/clock.md): nothing was written; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json"),
@@ -121,20 +121,23 @@ pub async fn post_records(
     let signers: Vec<String> = envelopes.iter().map(|e| e.signer.clone()).collect();
     let ledger = state.ledger.clone();
     let started = std::time::Instant::now();
-    let results = web::block(move || ledger.append(envelopes)).await??;
+    let judged = web::block(move || ledger.append_judged(envelopes)).await??;
     debug_assert_eq!(
-        results.len(),
+        judged.outcomes.len(),
         signers.len(),
         "the ledger answers one outcome per envelope"
     );
-    // Only accepted records spend a signer's budget: forged ones naming it cannot.
+    // Records whose signature verified spend their signer's budget, refused or not (a flood
+    // of validly signed conflicts costs like accepted records); forged ones naming a signer
+    // cannot, and a resent duplicate costs nothing.
     state.limits.charge_signers(per_signer(
         signers
             .iter()
-            .zip(&results)
-            .filter(|(_, o)| matches!(o, Outcome::Accepted { .. }))
+            .zip(judged.outcomes.iter().zip(&judged.signed))
+            .filter(|(_, (o, signed))| **signed && !matches!(o, Outcome::Duplicate { .. }))
             .map(|(s, _)| s.as_str()),
     ));
+    let results = judged.outcomes;
     metrics::histogram!("gpuledger_append_seconds").record(started.elapsed().as_secs_f64());
     metrics::histogram!("gpuledger_ingest_batch_records").record(n as f64);
     let mut results = results.into_iter();
