@@ -928,3 +928,66 @@ both_backends!(the_read_door_cannot_write, |db: &TestDb| {
     parties(&ledger, &["t2"]);
     assert!(ledger.reads().size().unwrap() > before.0);
 });
+
+// The evidence of conflicting records is bounded (#27, item 6): a key that re-signs one logged
+// seq many times leaves at most MAX_CONFLICTS_PER_SEQ rows (and events) for it, and a signer
+// at most MAX_CONFLICTS_PER_SIGNER_HOUR rows an hour; every variant is refused all the same,
+// and the event goes to the tenant of the logged entry, not the one the variant names.
+both_backends!(conflict_evidence_is_bounded, |db: &TestDb| {
+    use diesel::prelude::*;
+    use gpuledger::store::schema::{conflicts, webhook_events};
+    use gpuledger::store::{MAX_CONFLICTS_PER_SEQ, MAX_CONFLICTS_PER_SIGNER_HOUR};
+    let ledger = open(db);
+    let k = signer(&ledger, "node-1", Role::Node);
+    parties(&ledger, &["t1", "t2"]);
+    // Seqs 1..=15 logged for t1.
+    let logged: Vec<_> = (1..=15u64)
+        .map(|s| sample::usage("node-1", &k, s, "t1", Decimal::ONE, slot(s)))
+        .collect();
+    assert_accepted(&ledger.append(logged).unwrap());
+    // A webhook endpoint, so that events are kept.
+    {
+        let mut c = gpuledger::store::connect(&db.url).unwrap();
+        let endpoint = gpuledger::store::webhooks::NewEndpoint {
+            url: "https://hooks.example/x".into(),
+            tenant: None,
+            event_types: vec![gpuledger::store::webhooks::EventType::RecordConflict],
+            secret: None,
+            description: "conflicts".into(),
+        };
+        gpuledger::store::webhooks::create_endpoint(&mut c, &endpoint, Timestamp::now()).unwrap();
+    }
+    // 30 variants of seq 1 (other quantities, tenant t2): all refused as conflicts.
+    let variants: Vec<_> = (0..30)
+        .map(|i| sample::usage("node-1", &k, 1, "t2", Decimal::from(2 + i), slot(1)))
+        .collect();
+    let out = ledger.append(variants).unwrap();
+    assert!(out
+        .iter()
+        .all(|o| matches!(o, Outcome::Rejected(r) if r.reason == Reason::Conflict)));
+    let mut c = gpuledger::store::connect(&db.url).unwrap();
+    let rows = |c: &mut gpuledger::store::DbConn| -> i64 {
+        conflicts::table.count().get_result(c).unwrap()
+    };
+    assert_eq!(rows(&mut c), MAX_CONFLICTS_PER_SEQ);
+    let events: Vec<Option<String>> = webhook_events::table
+        .filter(webhook_events::event_type.eq("record.conflict"))
+        .select(webhook_events::tenant)
+        .load(&mut c)
+        .unwrap();
+    assert_eq!(events.len() as i64, MAX_CONFLICTS_PER_SEQ);
+    assert!(
+        events.iter().all(|t| t.as_deref() == Some("t1")),
+        "{events:?}"
+    );
+    // 20 variants of each of seqs 2..=15: per seq at most 10, per signer an hour at most 100.
+    for s in 2..=15u64 {
+        let variants: Vec<_> = (0..20)
+            .map(|i| sample::usage("node-1", &k, s, "t2", Decimal::from(2 + i), slot(s)))
+            .collect();
+        let out = ledger.append(variants).unwrap();
+        assert!(out.iter().all(|o| matches!(o, Outcome::Rejected(_))));
+    }
+    assert_eq!(rows(&mut c), MAX_CONFLICTS_PER_SIGNER_HOUR);
+    verified(&db.url);
+});

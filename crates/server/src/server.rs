@@ -937,6 +937,10 @@ fn describe_metrics() {
         "Requests answered 429 by a rate limit (limit=client, signer or tenant)"
     );
     metrics::describe_counter!(
+        "gpuledger_conflicts_dropped_total",
+        "Conflicting records refused past the evidence bounds (10 per signer and seq, 100 per signer an hour): counted, not kept"
+    );
+    metrics::describe_counter!(
         "gpuledger_ingest_busy_total",
         "POST /v1/records answered 503 busy: max_concurrent_ingest bodies were being received"
     );

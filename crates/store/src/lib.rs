@@ -35,3 +35,4 @@ mod write;
 pub use conn::{connect, DbConn, ReadConn, DEFAULT_DATABASE_URL};
 pub use error::{Outage, StoreError};
 pub use ledger::{init, Ledger, LogInfo, WriteState, DEFAULT_ORIGIN};
+pub use write::{MAX_CONFLICTS_PER_SEQ, MAX_CONFLICTS_PER_SIGNER_HOUR};

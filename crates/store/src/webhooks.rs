@@ -279,7 +279,13 @@ pub(crate) fn enqueue_conflict(
     at: Timestamp,
 ) -> Result<(), StoreError> {
     let parsed: Value = serde_json::from_str(envelope).unwrap_or(Value::Null);
-    let tenant = parsed["body"]["tenant"].as_str().map(str::to_owned);
+    // The tenant of the logged entry: the refused record's is whatever its signer wrote.
+    let tenant: Option<String> = super::schema::entries::table
+        .find(existing_index)
+        .select(super::schema::entries::tenant)
+        .first::<Option<String>>(conn)
+        .optional()?
+        .flatten();
     let content = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(envelope.as_bytes()));
     let mut data = Map::new();
     data.insert("signer".into(), json!(signer));

@@ -99,7 +99,7 @@ struct NewTreeHash {
 }
 
 /// A `conflicts` row to insert (its id is the database's).
-#[derive(Insertable)]
+#[derive(Insertable, Clone)]
 #[diesel(table_name = conflicts)]
 pub(crate) struct NewConflict {
     pub signer: String,
@@ -111,6 +111,15 @@ pub(crate) struct NewConflict {
 
 /// Most OR terms in one query: SQLite refuses an expression tree deeper than 1,000.
 const MAX_OR_TERMS: usize = 300;
+
+/// Most conflicting records kept as evidence per (signer, seq). Past it (or past
+/// [`MAX_CONFLICTS_PER_SIGNER_HOUR`]) a conflicting record is refused all the same, but only
+/// counted (`gpuledger_conflicts_dropped_total`), and raises no event: a key that re-signs one
+/// seq 50,000 times stores 10 rows, not 50,000.
+pub const MAX_CONFLICTS_PER_SEQ: i64 = 10;
+
+/// Most conflicting records kept as evidence per signer in any hour (by receive time).
+pub const MAX_CONFLICTS_PER_SIGNER_HOUR: i64 = 100;
 
 /// An open write transaction's view of the log: the head it locked and what it appends.
 pub(crate) struct Appender {
@@ -456,13 +465,19 @@ impl<'a> Group<'a> {
             .map(|(s, q)| (s, *q))
             .collect();
         update_last_seqs(conn, &changed)?;
-        for chunk in self.conflicts.chunks(INSERT_CHUNK) {
+        let kept = within_bounds(conn, &self.conflicts, self.now.unix())?;
+        let dropped = self.conflicts.len() - kept.len();
+        if dropped > 0 {
+            metrics::counter!("gpuledger_conflicts_dropped_total").increment(dropped as u64);
+        }
+        for chunk in kept.chunks(INSERT_CHUNK) {
             per_backend!(conn, |c| diesel::insert_into(conflicts::table)
                 .values(chunk)
                 .execute(c))?;
         }
-        for c in &self.conflicts {
-            // Webhooks: `record.conflict`, in the transaction that refused the record.
+        for c in &kept {
+            // Webhooks: `record.conflict`, in the transaction that refused the record: one
+            // per (signer, seq), to the tenant of the logged entry.
             super::webhooks::enqueue_conflict(
                 conn,
                 &c.signer,
@@ -474,6 +489,54 @@ impl<'a> Group<'a> {
         }
         Ok(())
     }
+}
+
+/// The conflicts to keep as evidence, in order: those within [`MAX_CONFLICTS_PER_SEQ`] rows
+/// of their (signer, seq) and [`MAX_CONFLICTS_PER_SIGNER_HOUR`] rows of their signer received
+/// in the hour before `now`, counting the rows stored and those kept before them. Two indexed
+/// counts, and only for a group that has conflicts.
+fn within_bounds(
+    conn: &mut DbConn,
+    conflicts: &[NewConflict],
+    now: i64,
+) -> Result<Vec<NewConflict>, StoreError> {
+    use diesel::dsl::count_star;
+    if conflicts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut signers: Vec<&str> = conflicts.iter().map(|c| c.signer.as_str()).collect();
+    signers.sort_unstable();
+    signers.dedup();
+    let seqs: Vec<i64> = conflicts.iter().map(|c| c.seq).collect();
+    let mut per_seq: HashMap<(String, i64), i64> = conflicts::table
+        .filter(conflicts::signer.eq_any(&signers))
+        .filter(conflicts::seq.eq_any(&seqs))
+        .group_by((conflicts::signer, conflicts::seq))
+        .select((conflicts::signer, conflicts::seq, count_star()))
+        .load::<(String, i64, i64)>(conn)?
+        .into_iter()
+        .map(|(s, q, n)| ((s, q), n))
+        .collect();
+    let mut per_hour: HashMap<String, i64> = conflicts::table
+        .filter(conflicts::signer.eq_any(&signers))
+        .filter(conflicts::received_at.gt(now - 3_600))
+        .group_by(conflicts::signer)
+        .select((conflicts::signer, count_star()))
+        .load::<(String, i64)>(conn)?
+        .into_iter()
+        .collect();
+    let mut kept = Vec::with_capacity(conflicts.len());
+    for c in conflicts {
+        let seq = per_seq.entry((c.signer.clone(), c.seq)).or_default();
+        let hour = per_hour.entry(c.signer.clone()).or_default();
+        if *seq < MAX_CONFLICTS_PER_SEQ && *hour < MAX_CONFLICTS_PER_SIGNER_HOUR {
+            *seq += 1;
+            *hour += 1;
+            kept.push(c.clone());
+        }
+    }
+    debug_assert!(kept.len() <= conflicts.len());
+    Ok(kept)
 }
 
 /// Appends a group of batches in one transaction; returns one outcome list per batch.

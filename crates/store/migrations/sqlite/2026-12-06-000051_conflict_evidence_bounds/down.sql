@@ -1,0 +1,2 @@
+DROP INDEX conflicts_signer_received;
+DROP INDEX conflicts_signer_seq;
