@@ -371,3 +371,59 @@ both_backends!(malformed_numbers_are_400, |db: &TestDb| {
     w.h.get("/v1/credit-notes/CN-9007199254740991", Some(&w.admin))
         .assert_problem(404, "not_found", "CN-9007199254740991");
 });
+
+// Idempotency-Key (#27, item 7): a payment retried with its key after a lost answer is
+// recorded once and answered the same; the key sent with another payment is 422 and changes
+// nothing; a refused request keeps nothing, so the corrected one may use its key.
+both_backends!(
+    a_payment_retried_with_its_key_is_recorded_once,
+    |db: &TestDb| {
+        let w = world(db);
+        let h = &w.h;
+        let send = |token: &str, key: &str, body: &Value| -> Reply {
+            let r = h
+                .agent
+                .post(&format!("{}/v1/payments", h.base))
+                .header("Authorization", &format!("Bearer {token}"))
+                .header("Content-Type", "application/json")
+                .header("Idempotency-Key", key)
+                .send(body.to_string().as_bytes());
+            Http::read(r).unwrap()
+        };
+        let payment = json!({"tenant": "tenant-a", "invoice": "INV-000001", "currency": "CNY",
+                         "amount": "2.00", "note": "retried after a timeout"});
+        let before = h.size();
+        let first = send(&w.admin, "pay-2026-12-06-1", &payment);
+        first.ok_json(201);
+        let again = send(&w.admin, "pay-2026-12-06-1", &payment);
+        again.ok_json(201);
+        assert_eq!(again.body, first.body, "the first answer, byte for byte");
+        assert_eq!(h.size(), before + 1, "one payment entry");
+        let mut other = payment.clone();
+        other["amount"] = json!("3.00");
+        send(&w.admin, "pay-2026-12-06-1", &other).assert_problem(
+            422,
+            "idempotency_key_reused",
+            "the key with another payment",
+        );
+        assert_eq!(h.size(), before + 1, "a reused key changed the log");
+        // Refused (above the open balance): nothing kept, the corrected request runs.
+        let mut over = payment.clone();
+        over["amount"] = json!("1000000.00");
+        send(&w.admin, "pay-2026-12-06-2", &over).assert_problem(422, "overpayment", "overpayment");
+        send(&w.admin, "pay-2026-12-06-2", &payment).ok_json(201);
+        assert_eq!(h.size(), before + 2);
+        // Bad keys are refused before anything runs.
+        send(&w.admin, "a key with spaces", &payment).assert_problem(
+            400,
+            "invalid_parameter",
+            "a key with spaces",
+        );
+        assert_eq!(h.size(), before + 2);
+        // The paid amount counts each payment once: 1.00 (the world's) + 2.00 + 2.00.
+        let account = h
+            .get("/v1/invoices/INV-000001/account", Some(&w.admin))
+            .ok_json(200);
+        assert_eq!(account["paid"], "5.00", "{account}");
+    }
+);

@@ -62,7 +62,13 @@ fn parameters_are_where_the_route_takes_them() {
                 seen += 1;
                 let name = p["name"].as_str().unwrap();
                 let in_template = path.contains(&format!("{{{name}}}"));
-                let expected = if in_template { "path" } else { "query" };
+                let expected = if in_template {
+                    "path"
+                } else if name == "Idempotency-Key" {
+                    "header"
+                } else {
+                    "query"
+                };
                 if p["in"] != expected || (in_template && p["required"] != true) {
                     wrong.push(format!("{method} {path}: {name} is {}", p["in"]));
                 }
@@ -71,6 +77,35 @@ fn parameters_are_where_the_route_takes_them() {
     }
     assert!(seen > 20, "only {seen} parameters documented");
     assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// Every admin `POST` documents `Idempotency-Key` and its answers (docs/PROTOCOL.md §6.8),
+/// and the ones that take none (records, and those answering a secret shown once) do not.
+#[test]
+fn admin_posts_document_their_idempotency_key() {
+    let doc: Value = serde_json::from_str(&gpuledger::api::openapi_json()).unwrap();
+    let mut posts = 0;
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        let Some(op) = ops.get("post") else { continue };
+        let has_key = op["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["name"] == "Idempotency-Key" && p["in"] == "header");
+        let excluded =
+            ["/v1/records", "/v1/tokens", "/v1/webhooks/endpoints"].contains(&path.as_str());
+        assert_eq!(has_key, !excluded, "POST {path}");
+        if has_key {
+            posts += 1;
+            for status in ["400", "409", "422"] {
+                assert!(
+                    op["responses"].get(status).is_some(),
+                    "POST {path}: no {status}"
+                );
+            }
+        }
+    }
+    assert!(posts >= 14, "only {posts} POSTs take a key");
 }
 
 /// Every `{name}` of a path template is a documented, required `in: path` parameter (the other

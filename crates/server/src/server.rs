@@ -733,6 +733,7 @@ fn serve_with_witnesses(
             App::new()
                 .app_data(api_state.clone())
                 .app_data(webhook_api.clone())
+                .wrap(middleware::from_fn(api::idempotency::idempotent))
                 .wrap(middleware::from_fn(api::limits::per_client))
                 .wrap(middleware::from_fn(api::close_unread_bodies))
                 .wrap(middleware::from_fn(api::record_metrics))

@@ -18,6 +18,7 @@ pub mod conn;
 pub mod cosignatures;
 pub mod error;
 pub mod high_water;
+pub mod idempotency;
 pub mod invoices;
 pub mod issuance;
 pub mod ledger;

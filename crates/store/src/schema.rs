@@ -202,6 +202,18 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    idempotency_keys (scope, key) {
+        scope -> Text,
+        key -> Text,
+        fingerprint -> Text,
+        status -> Nullable<BigInt>,
+        content_type -> Nullable<Text>,
+        body -> Nullable<Binary>,
+        created_at -> BigInt,
+    }
+}
+
 diesel::joinable!(webhook_deliveries -> webhook_events (event_id));
 diesel::joinable!(webhook_deliveries -> webhook_endpoints (endpoint_id));
 diesel::allow_tables_to_appear_in_same_query!(

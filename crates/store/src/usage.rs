@@ -254,33 +254,26 @@ fn load_page(
     let (first, last) = (page[0], page[page.len() - 1]);
     let dense = last.idx - first.idx < DENSE_SPAN * page.len() as u64;
     let located: Vec<i64> = page.iter().map(|s| s.row).collect();
-    let mut rows: Vec<Row> = match (&mut *conn, dense) {
-        (DbConn::Sqlite(c), true) => entries::table
-            .filter(diesel::dsl::sql::<BigInt>("rowid").between(first.row, last.row))
+    // Where a row is: SQLite's rowid (the table's b-tree key), PostgreSQL's primary key.
+    let position = diesel::dsl::sql::<BigInt>(match conn {
+        DbConn::Sqlite(_) => "rowid",
+        DbConn::Pg(_) => "idx",
+    });
+    let mut rows: Vec<Row> = if dense {
+        entries::table
+            .filter(position.between(first.row, last.row))
             .filter(
                 entries::tenant
                     .eq(tenant)
                     .or(tenant.is_none().into_sql::<Bool>()),
             )
             .select(row_columns!())
-            .load(c)?,
-        (DbConn::Sqlite(c), false) => entries::table
-            .filter(diesel::dsl::sql::<BigInt>("rowid").eq_any(&located))
+            .load(conn)?
+    } else {
+        entries::table
+            .filter(position.eq_any(&located))
             .select(row_columns!())
-            .load(c)?,
-        (DbConn::Pg(c), true) => entries::table
-            .filter(entries::idx.between(first.row, last.row))
-            .filter(
-                entries::tenant
-                    .eq(tenant)
-                    .or(tenant.is_none().into_sql::<Bool>()),
-            )
-            .select(row_columns!())
-            .load(c)?,
-        (DbConn::Pg(c), false) => entries::table
-            .filter(entries::idx.eq_any(&located))
-            .select(row_columns!())
-            .load(c)?,
+            .load(conn)?
     };
     rows.sort_unstable_by_key(|r| r.0);
     if dense {

@@ -11,6 +11,7 @@ pub mod console;
 pub mod credit_notes;
 pub mod error;
 pub mod exports;
+pub mod idempotency;
 pub mod invoices;
 pub mod limits;
 pub mod log;
@@ -489,6 +490,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
     document_head_operations(&mut doc);
     add_rate_limit_responses(&mut doc);
+    idempotency::document(&mut doc);
     error::document_problems(&mut doc);
     doc
 }
