@@ -66,7 +66,7 @@ bearer = "\${ST_TOKEN}"
 # documented; 405 for other methods; bad input and missing auth refused; ...) but one,
 # positive data acceptance. The document states every parameter's grammar (id and timestamp
 # patterns, integer bounds, enums), but not the rules between fields or against the log's
-# state, which OpenAPI cannot express: `to` after `from`, `after` or `before` not both, a
+# state, which OpenAPI cannot express: "to" after "from", "after" or "before" not both, a
 # page of at most 1000 entries, sizes within the log, a period that has ended. A schema-valid request that breaks one is rightly 400 or 422; with the check on, a
 # run on 2026-12-01 reported 31 such cases (and nothing else). A run with --checks all lists them.
 positive_data_acceptance.enabled = false
@@ -102,7 +102,7 @@ values = ["json", "pdf", "bundle", "v2", "v3"]
 
 # POST /v1/records answers a batch with 200 and one outcome per record, malformed ones
 # included (docs/PROTOCOL.md §6.5), and its document allows any element for that reason; a
-# batch over 10000 records (maxItems) is refused whole with 413 `too_many_records`.
+# batch over 10000 records (maxItems) is refused whole with 413 "too_many_records".
 [[operations]]
 include-path = "/v1/records"
 include-method = "POST"
@@ -110,7 +110,7 @@ checks.negative_data_rejection.expected-statuses = ["400", "401", "403", "404", 
 
 # PATCH /v1/tenants/{id}: every member of the body is optional (TenantChange lists none as
 # required; the members given change), yet Schemathesis 4.32.5's coverage phase calls a body
-# without `name` "schema-violating" and expects it refused: a false positive of the tool.
+# without "name" "schema-violating" and expects it refused: a false positive of the tool.
 [[operations]]
 include-path = "/v1/tenants/{id}"
 include-method = "PATCH"
