@@ -374,7 +374,8 @@ both_backends!(malformed_numbers_are_400, |db: &TestDb| {
 
 // Idempotency-Key (#27, item 7): a payment retried with its key after a lost answer is
 // recorded once and answered the same; the key sent with another payment is 422 and changes
-// nothing; a refused request keeps nothing, so the corrected one may use its key.
+// nothing; a refused request keeps nothing, so the corrected one may use its key; another
+// token's request under the same key is its own, never given the kept answer.
 both_backends!(
     a_payment_retried_with_its_key_is_recorded_once,
     |db: &TestDb| {
@@ -407,6 +408,18 @@ both_backends!(
             "the key with another payment",
         );
         assert_eq!(h.size(), before + 1, "a reused key changed the log");
+        // Keys are per token: another caller sending the same key and body is not given the kept
+        // answer (a tenant may not record payments at all), and changes nothing.
+        send(&w.tenant_a, "pay-2026-12-06-1", &payment).assert_problem(
+            403,
+            "forbidden",
+            "a tenant replaying the admin's key",
+        );
+        assert_eq!(
+            h.size(),
+            before + 1,
+            "another token's replay changed the log"
+        );
         // Refused (above the open balance): nothing kept, the corrected request runs.
         let mut over = payment.clone();
         over["amount"] = json!("1000000.00");
