@@ -231,7 +231,8 @@ fn ensure_parties(ledger: &Ledger) -> Result<(), DemoError> {
 
 /// Demo prices (synthetic): on-demand rate cards for every demo region and GPU model, and
 /// region parameters (the western hub's green power at 0.28 CNY/kWh, PUE 1.08), in force from
-/// 30 days ago. Appended once, as ledger entries, on a fresh demo log.
+/// the start of the minute the fresh demo log is made (no price takes effect in the past,
+/// PROTOCOL §6.7; the demo's usage starts after it). Appended once, as ledger entries.
 fn ensure_prices(ledger: &Ledger) -> Result<(), DemoError> {
     use gpuledger::core::rating::LeaseClass;
     use gpuledger::core::record::{Body, RateCard, RegionParameters};
@@ -243,8 +244,8 @@ fn ensure_prices(ledger: &Ledger) -> Result<(), DemoError> {
     {
         return Ok(());
     }
-    let now = Timestamp::now().unix();
-    let from = Timestamp::from_unix(now - now % 86_400 - 30 * 86_400).expect("in range");
+    let now = ledger.now().unix();
+    let from = Timestamp::from_unix(now - now % 60).expect("in range");
     let dec = |s: &str| s.parse::<rust_decimal::Decimal>().expect("demo decimal");
     for (region, model, price) in [
         ("cn-north-imx", "H100-SXM-80G", "18.5"),

@@ -740,11 +740,11 @@ static ACCESS: &[Access] = &[
     // The witnesses' state is operations, not ledger data: admins and auditors.
     get("witnesses",                     "/v1/witnesses",                                         [200, 200, 403, 403, 401, 401]),
     // Prices: admins write them; every caller with a token reads them.
-    post("rate card",                    "/v1/rate-cards", |w| json!({"region": "cn-north-imx", "gpu_model": format!("gpu-{w}"), "lease_class": "on_demand", "currency": "CNY", "price_per_gpu_hour": "1", "effective_from": base().to_string()}), [201, 403, 403, 403, 401, 401]),
-    post("region parameters",            "/v1/region-params", |w| json!({"region": format!("region-{w}"), "currency": "CNY", "electricity_price_per_kwh": "0.5", "pue": "1.1", "carbon_g_per_kwh": "400", "effective_from": base().to_string()}), [201, 403, 403, 403, 401, 401]),
+    post("rate card",                    "/v1/rate-cards", |w| json!({"region": "cn-north-imx", "gpu_model": format!("gpu-{w}"), "lease_class": "on_demand", "currency": "CNY", "price_per_gpu_hour": "1", "effective_from": announced().to_string()}), [201, 403, 403, 403, 401, 401]),
+    post("region parameters",            "/v1/region-params", |w| json!({"region": format!("region-{w}"), "currency": "CNY", "electricity_price_per_kwh": "0.5", "pue": "1.1", "carbon_g_per_kwh": "400", "effective_from": announced().to_string()}), [201, 403, 403, 403, 401, 401]),
     post("lease",                        "/v1/leases", |w| json!({"lease": format!("lease-{w}"), "tenant": "tenant-a", "class": "reserved"}), [201, 403, 403, 403, 401, 401]),
-    post("volume tiers",                 "/v1/volume-tiers", |w| json!({"plan": format!("plan-{w}"), "region": "cn-north-imx", "gpu_model": "H100-SXM-80G", "lease_class": "reserved", "currency": "CNY", "effective_from": base().to_string(), "tiers": [{"up_to_gpu_hours": "1", "price_per_gpu_hour": "2"}, {"price_per_gpu_hour": "1"}]}), [201, 403, 403, 403, 401, 401]),
-    post("tenant plan",                  "/v1/tenant-plans", |_| json!({"tenant": "new-admin", "plan": "plan-admin", "effective_from": base().to_string()}), [201, 403, 403, 403, 401, 401]),
+    post("volume tiers",                 "/v1/volume-tiers", |w| json!({"plan": format!("plan-{w}"), "region": "cn-north-imx", "gpu_model": "H100-SXM-80G", "lease_class": "reserved", "currency": "CNY", "effective_from": announced().to_string(), "tiers": [{"up_to_gpu_hours": "1", "price_per_gpu_hour": "2"}, {"price_per_gpu_hour": "1"}]}), [201, 403, 403, 403, 401, 401]),
+    post("tenant plan",                  "/v1/tenant-plans", |_| json!({"tenant": "new-admin", "plan": "plan-admin", "effective_from": announced().to_string()}), [201, 403, 403, 403, 401, 401]),
     get("prices",                        "/v1/prices",                                            [200, 200, 200, 200, 401, 401]),
     get("A's preview",                   "/v1/invoices/preview?tenant=tenant-a&{period}",         [200, 200, 200, 404, 401, 401]),
     get("own preview (admins name one)", "/v1/invoices/preview?{period}",                         [400, 400, 200, 200, 401, 401]),
@@ -897,7 +897,12 @@ fn access_matrix_rows_keep_the_rules() {
 /// A served log with tenants A and B (each with its lease) and node-1 holding the key
 /// `node_key` names: the log, the server, a client and the key.
 fn served_with_node<'a>(db: &'a TestDb, node_key: &str) -> (Log<'a>, Server, Http, SigningKey) {
-    let log = init(db);
+    served(init(db), node_key)
+}
+
+/// [`served_with_node`] on the initialised `log` (which may hold entries written before any
+/// server, see [`Log::write_at`]).
+fn served<'a>(log: Log<'a>, node_key: &str) -> (Log<'a>, Server, Http, SigningKey) {
     let srv = log.serve();
     let h = srv.http();
     h.parties(&log.admin, &["tenant-a", "tenant-b"]);
@@ -906,8 +911,45 @@ fn served_with_node<'a>(db: &'a TestDb, node_key: &str) -> (Log<'a>, Server, Htt
     (log, srv, h, k)
 }
 
+/// Tomorrow, 00:00 UTC: when the prices the matrix's own rows post take effect. They only
+/// show who may write prices and price nothing; a price may be announced any time ahead, never
+/// more than the policy's skew in the past.
+fn announced() -> Timestamp {
+    base().plus(31 * 86_400)
+}
+
+/// The prices of the records of [`access_matrix`] (2.5 CNY per H100 GPU-hour and region
+/// parameters in cn-north-imx), in force from `since`.
+fn matrix_prices(since: Timestamp) -> [gpuledger::core::record::Body; 2] {
+    use gpuledger::core::record::{Body, RateCard, RegionParameters};
+    [
+        Body::RateCard(RateCard {
+            region: "cn-north-imx".into(),
+            gpu_model: "H100-SXM-80G".into(),
+            lease_class: gpuledger::core::rating::LeaseClass::OnDemand,
+            currency: "CNY".into(),
+            price_per_gpu_hour: dec("2.5"),
+            effective_from: since,
+        }),
+        Body::RegionParams(RegionParameters {
+            region: "cn-north-imx".into(),
+            currency: "CNY".into(),
+            electricity_price_per_kwh: dec("0.5"),
+            pue: dec("1.2"),
+            carbon_g_per_kwh: dec("500"),
+            effective_from: since,
+        }),
+    ]
+}
+
 both_backends!(access_matrix, |db: &TestDb| {
-    let (log, _srv, h, k) = served_with_node(db, "matrix-node");
+    // The prices of the invoices below, logged first, when they take effect, a day before the
+    // records (no price may take effect more than the policy's skew before it is logged, and
+    // receive times never decrease): entries 1 and 2, after the policy entry.
+    let log = init(db);
+    let since = base().plus(-86_400);
+    assert_eq!(log.write_at(since, matrix_prices(since)), [1, 2]);
+    let (log, _srv, h, k) = served(log, "matrix-node");
     let admin = log.admin.clone();
     let a = Some(admin.as_str());
     // Disposable things for the admin's write rows to act on.
@@ -948,28 +990,14 @@ both_backends!(access_matrix, |db: &TestDb| {
     let ans = h.post_records(&batch);
     let idx = each_u64(&ans["outcomes"], "/index");
     let (ia, ib, ie) = (idx[0], idx[1], idx[3]);
-    // A's registration and lease (entries 1 and 2, after the policy entry), then its records.
-    let mut of_a: Vec<u64> = vec![1, 2, idx[0], idx[2]];
+    // A's registration and lease (entries 3 and 4, after the policy entry and the prices),
+    // then its records.
+    let mut of_a: Vec<u64> = vec![3, 4, idx[0], idx[2]];
     let day = base();
     let period = format!("from={day}&to={}", day.plus(86_400));
     let (from, to) = (day.to_string(), day.plus(86_400).to_string());
-    // Prices, then an invoice and a certificate for each tenant, for the rows that read them.
-    let since = day.plus(-86_400).to_string();
-    h.post(
-        "/v1/rate-cards",
-        a,
-        &json!({"region": "cn-north-imx", "gpu_model": "H100-SXM-80G", "lease_class": "on_demand",
-                "currency": "CNY", "price_per_gpu_hour": "2.5", "effective_from": since}),
-    )
-    .ok_json(201);
-    h.post(
-        "/v1/region-params",
-        a,
-        &json!({"region": "cn-north-imx", "currency": "CNY", "electricity_price_per_kwh": "0.5",
-                "pue": "1.2", "carbon_g_per_kwh": "500", "effective_from": since}),
-    )
-    .ok_json(201);
-    // A's invoice now; B's is issued by the matrix's own row, so it is the second.
+    // An invoice and a certificate for each tenant (priced by the prices logged first), for
+    // the rows that read them. A's invoice now; B's is issued by the matrix's own row, so it is the second.
     of_a.push(h.size()); // A's invoice_issued entry
     let issued = h
         .post(

@@ -36,9 +36,23 @@ fn period() -> Period {
     }
 }
 
+/// The log of [`scenario`], opened on `db`.
+fn scenario_log(db: &TestDb) -> Ledger {
+    scenario_with(db, false)
+}
+
 /// A log with acme's usage in two regions, energy with region parameters, another tenant's
-/// record and an acme record after the period.
-fn scenario(ledger: &Ledger) {
+/// record and an acme record after the period; with `rate_cards`, also H100 on-demand rate
+/// cards for both regions. The prices take effect a day before the period and are received
+/// then (no price takes effect in the past): the log's clock starts there and is the
+/// system's again for the records.
+fn scenario_with(db: &TestDb, rate_cards: bool) -> Ledger {
+    let ledger = open_at(db, at(-86_400));
+    scenario(&ledger, rate_cards);
+    ledger
+}
+
+fn scenario(ledger: &Ledger, rate_cards: bool) {
     let n1 = signer(ledger, "node-1", Role::Node);
     let n2 = signer(ledger, "node-2", Role::Node);
     parties(ledger, &["acme", "globex"]);
@@ -59,6 +73,20 @@ fn scenario(ledger: &Ledger) {
             effective_from: at(-86_400),
         }))
         .unwrap();
+    // An invoice of acme for the certificate's period needs rate cards for both regions it used.
+    for region in ["west", "east"].into_iter().filter(|_| rate_cards) {
+        ledger
+            .append_ledger_entry(Body::RateCard(gpuledger::core::record::RateCard {
+                region: region.into(),
+                gpu_model: "H100".into(),
+                lease_class: gpuledger::core::rating::LeaseClass::OnDemand,
+                currency: "CNY".into(),
+                price_per_gpu_hour: dec("18.5"),
+                effective_from: at(-86_400),
+            }))
+            .unwrap();
+    }
+    ledger.set_clock(None);
     #[rustfmt::skip]
     let records = [
         ("node-1", &n1, 1, h100_usage("acme", "node-1", "west", None, "8", 0, 3600)),
@@ -122,8 +150,7 @@ fn verify(cert: &Certificate, lines: &[Vec<u8>]) -> Result<certificate::Claims, 
 both_backends!(
     a_certificate_is_issued_logged_and_verifies_offline,
     |db: &TestDb| {
-        let ledger = open(db);
-        scenario(&ledger);
+        let ledger = scenario_log(db);
         let size_before = ledger.reads().size().unwrap();
         let cert = ledger
             .issuance()
@@ -198,8 +225,7 @@ both_backends!(
 both_backends!(
     scopes_narrow_a_certificate_and_empty_ones_are_refused,
     |db: &TestDb| {
-        let ledger = open(db);
-        scenario(&ledger);
+        let ledger = scenario_log(db);
         let lease = ledger
             .issuance()
             .certificate(request(Scope {
@@ -316,8 +342,7 @@ fn line_of(ledger: &Ledger, index: u64, size: u64) -> Vec<u8> {
 #[test]
 fn tamper_matrix_each_case_fails_with_its_own_reason() {
     let db = sqlite();
-    let ledger = open(&db);
-    scenario(&ledger);
+    let ledger = scenario_log(&db);
     let cert = ledger
         .issuance()
         .certificate(request(Scope::default()))
@@ -721,8 +746,7 @@ fn write_artefacts(dir: &std::path::Path) {
     use gpuledger::core::bundle::Format;
     use gpuledger::store::invoices as store_invoices;
     let db = sqlite();
-    let ledger = open(&db);
-    scenario(&ledger);
+    let ledger = scenario_with(&db, true);
     let old = ledger.checkpoint().unwrap().1;
     let cert = ledger
         .issuance()
@@ -750,19 +774,7 @@ fn write_artefacts(dir: &std::path::Path) {
         store_certs::write_certificate_bundle_as(c, &cert, Format::V3, s)
     });
     std::fs::write(dir.join("bundle.v3.ndjson"), v3).unwrap();
-    // An invoice of acme for the certificate's period: rate cards for both regions it used.
-    for region in ["west", "east"] {
-        ledger
-            .append_ledger_entry(Body::RateCard(gpuledger::core::record::RateCard {
-                region: region.into(),
-                gpu_model: "H100".into(),
-                lease_class: gpuledger::core::rating::LeaseClass::OnDemand,
-                currency: "CNY".into(),
-                price_per_gpu_hour: dec("18.5"),
-                effective_from: at(-86_400),
-            }))
-            .unwrap();
-    }
+    // An invoice of acme for the certificate's period (the scenario's rate cards price it).
     let invoices = ledger.issuance().invoices("acme", period()).unwrap();
     assert_eq!(invoices.len(), 1, "one currency, one invoice");
     let invoice = &invoices[0];
@@ -1026,8 +1038,7 @@ both_backends!(
         let dir = tempfile::tempdir().unwrap();
         let key_path = log_key_file(dir.path());
         let (admin, acme, globex, auditor) = {
-            let ledger = open(db);
-            scenario(&ledger);
+            let ledger = scenario_log(db);
             ledger
                 .with_account_writer(|c| {
                     access::create_tenant(c, "acme", "Acme")?;

@@ -249,11 +249,45 @@ struct Demo<'a> {
     a_spot_hours: Decimal,
 }
 
+/// The demo's prices, in force from `since`: on-demand rate cards (H100 in the north at 2.5,
+/// A800 in the east at 1.8 CNY per GPU-hour) and both regions' parameters.
+fn prices(since: Timestamp) -> Vec<Body> {
+    use gpuledger::core::rating::LeaseClass;
+    use gpuledger::core::record::{RateCard, RegionParameters};
+    let cards = [(NORTH, H100, "2.5"), (EAST, A800, "1.8")].map(|(region, model, price)| {
+        Body::RateCard(RateCard {
+            region: region.into(),
+            gpu_model: model.into(),
+            lease_class: LeaseClass::OnDemand,
+            currency: "CNY".into(),
+            price_per_gpu_hour: dec(price),
+            effective_from: since,
+        })
+    });
+    let params = [(NORTH, "0.28"), (EAST, "0.62")].map(|(region, price)| {
+        Body::RegionParams(RegionParameters {
+            region: region.into(),
+            currency: "CNY".into(),
+            electricity_price_per_kwh: dec(price),
+            pue: dec("1.08"),
+            carbon_g_per_kwh: dec("550"),
+            effective_from: since,
+        })
+    });
+    cards.into_iter().chain(params).collect()
+}
+
 /// Tenants A and B; `node-1` in two regions; five days of A's usage (on-demand in both regions,
 /// spot on the last two days) and energy, one hour of B's; prices; one invoice each for the
 /// first day (A's INV-000001, B's INV-000002); checkpoints of two sizes.
 fn demo(db: &TestDb) -> Demo<'_> {
     let log = init(db);
+    let d0 = first_day();
+    // The prices, logged first, when they take effect, a day before the usage (no price may
+    // take effect more than the policy's skew before it is logged, and receive times never
+    // decrease).
+    let since = d0.plus(-86_400);
+    log.write_at(since, prices(since));
     let srv = log.serve();
     let h = srv.http();
     let admin = log.admin.clone();
@@ -272,26 +306,6 @@ fn demo(db: &TestDb) -> Demo<'_> {
         &json!({"id": NODE, "role": "node", "public_key": public(&key), "nodes": [NODE], "regions": [NORTH, EAST]}),
     )
     .ok_json(201);
-    let d0 = first_day();
-    let since = d0.plus(-86_400).to_string();
-    for (region, model, price) in [(NORTH, H100, "2.5"), (EAST, A800, "1.8")] {
-        h.post(
-            "/v1/rate-cards",
-            a,
-            &json!({"region": region, "gpu_model": model, "lease_class": "on_demand",
-                    "currency": "CNY", "price_per_gpu_hour": price, "effective_from": since}),
-        )
-        .ok_json(201);
-    }
-    for (region, price) in [(NORTH, "0.28"), (EAST, "0.62")] {
-        h.post(
-            "/v1/region-params",
-            a,
-            &json!({"region": region, "currency": "CNY", "electricity_price_per_kwh": price,
-                    "pue": "1.08", "carbon_g_per_kwh": "550", "effective_from": since}),
-        )
-        .ok_json(201);
-    }
     let mut seq = 0;
     let mut next = || {
         seq += 1;

@@ -9,6 +9,8 @@
 mod common;
 
 use common::*;
+use gpuledger::core::rating::LeaseClass;
+use gpuledger::core::record::{Body, RateCard, RegionParameters};
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
 use serde_json::{json, Value};
@@ -63,6 +65,31 @@ struct World {
 /// against the Chinese-named tenant's.
 fn world(db: &TestDb) -> World {
     let log = init(db);
+    let day = base_day();
+    // The prices, logged a day before the records as they took effect (no price may take
+    // effect in the past): 3600 a GPU-hour, so a GPU for one 10 s record is 10.00.
+    let from = day.plus(-86_400);
+    log.write_at(
+        from,
+        [
+            Body::RateCard(RateCard {
+                region: sample::REGION.into(),
+                gpu_model: "H100-SXM-80G".into(),
+                lease_class: LeaseClass::OnDemand,
+                currency: "CNY".into(),
+                price_per_gpu_hour: dec("3600"),
+                effective_from: from,
+            }),
+            Body::RegionParams(RegionParameters {
+                region: sample::REGION.into(),
+                currency: "CNY".into(),
+                electricity_price_per_kwh: dec("0.5"),
+                pue: dec("1.2"),
+                carbon_g_per_kwh: dec("500"),
+                effective_from: from,
+            }),
+        ],
+    );
     let srv = log.serve();
     let h = srv.http();
     let admin = log.admin.clone();
@@ -76,22 +103,6 @@ fn world(db: &TestDb) -> World {
     h.parties(&admin, &["tenant-a", "tenant-b", "tenant-zh"]);
     let k = sample::key("credit-note-node");
     h.register(&admin, "node-1", "node", &k);
-    let day = base_day();
-    h.post(
-        "/v1/rate-cards",
-        a,
-        // 3600 a GPU-hour: a GPU for one 10 s record is 10.00.
-        &json!({"region": sample::REGION, "gpu_model": "H100-SXM-80G", "lease_class": "on_demand",
-                "currency": "CNY", "price_per_gpu_hour": "3600", "effective_from": day.plus(-86_400).to_string()}),
-    )
-    .ok_json(201);
-    h.post(
-        "/v1/region-params",
-        a,
-        &json!({"region": sample::REGION, "currency": "CNY", "electricity_price_per_kwh": "0.5",
-                "pue": "1.2", "carbon_g_per_kwh": "500", "effective_from": day.plus(-86_400).to_string()}),
-    )
-    .ok_json(201);
     let batch = vec![
         sample::usage("node-1", &k, 1, "tenant-a", dec("1"), end_of(1)),
         sample::usage("node-1", &k, 2, "tenant-b", dec("1"), end_of(2)),

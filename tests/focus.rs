@@ -108,7 +108,9 @@ struct Issued {
 /// 0 and usage of day 1, invoiced as day 1 (the late record as an adjustment); and a credit
 /// note against acme's day 0 invoice.
 fn scenario(db: &TestDb) -> Issued {
-    let ledger = open(db);
+    // Set up a day before the records, when the rate cards and region parameters take effect
+    // (no price may take effect in the past; receive times never decrease).
+    let ledger = open_at(db, at(-86_400));
     let node = signer_for(&ledger, "node-1", Role::Node, &NODES);
     let market = signer(&ledger, "market-1", Role::Market);
     parties(&ledger, &["acme", "beta"]);

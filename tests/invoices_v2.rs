@@ -49,9 +49,10 @@ fn vat() -> InvoiceSettings {
 }
 
 /// A ledger with tenants (accounts and log registrations), a west rate card of 18.5/GPU-h and
-/// the node's key.
+/// the node's key. The rate card is logged as it takes effect, a day before the records (no
+/// price may take effect in the past); then the ledger's clock is the real one.
 fn ledger_with(db: &TestDb, tenants: &[&str]) -> (Ledger, ed25519_dalek::SigningKey) {
-    let ledger = open(db);
+    let ledger = open_at(db, at(-86_400));
     let node = signer_for(&ledger, "node-1", Role::Node, &NODES);
     parties(&ledger, tenants);
     ledger
@@ -74,6 +75,7 @@ fn ledger_with(db: &TestDb, tenants: &[&str]) -> (Ledger, ed25519_dalek::Signing
             effective_from: at(-86_400),
         }))
         .unwrap();
+    ledger.set_clock(None);
     (ledger, node)
 }
 

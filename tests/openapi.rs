@@ -650,6 +650,61 @@ fn validator_of(doc: &Value, schema: &Value) -> jsonschema::Validator {
     jsonschema::validator_for(&root).unwrap_or_else(|e| panic!("the schema {schema} compiles: {e}"))
 }
 
+/// Tenant A and the prices of [`served_answers_match_their_documented_schemas`], in force from
+/// `since`: an H100 on-demand rate card and region parameters in the sample region, volume
+/// tiers of plan `p` for reserved leases, and A on plan `p`.
+fn priced_from(since: gpuledger::core::time::Timestamp) -> Vec<gpuledger::core::record::Body> {
+    use gpuledger::core::rating::LeaseClass;
+    use gpuledger::core::record::{
+        Body, RateCard, RegionParameters, TenantPlan, TenantRegistered, Tier, VolumeTiers,
+    };
+    let (region, gpu_model) = ("cn-north-imx", "H100-SXM-80G");
+    vec![
+        Body::TenantRegistered(TenantRegistered {
+            tenant: "tenant-a".into(),
+        }),
+        Body::RateCard(RateCard {
+            region: region.into(),
+            gpu_model: gpu_model.into(),
+            lease_class: LeaseClass::OnDemand,
+            currency: "CNY".into(),
+            price_per_gpu_hour: records::dec("18.5"),
+            effective_from: since,
+        }),
+        Body::RegionParams(RegionParameters {
+            region: region.into(),
+            currency: "CNY".into(),
+            electricity_price_per_kwh: records::dec("0.5"),
+            pue: records::dec("1.2"),
+            carbon_g_per_kwh: records::dec("500"),
+            effective_from: since,
+        }),
+        Body::VolumeTiers(VolumeTiers {
+            plan: "p".into(),
+            region: region.into(),
+            gpu_model: gpu_model.into(),
+            lease_class: LeaseClass::Reserved,
+            currency: "CNY".into(),
+            tiers: vec![
+                Tier {
+                    up_to_gpu_hours: Some(records::dec("1")),
+                    price_per_gpu_hour: records::dec("2"),
+                },
+                Tier {
+                    up_to_gpu_hours: None,
+                    price_per_gpu_hour: records::dec("1"),
+                },
+            ],
+            effective_from: since,
+        }),
+        Body::TenantPlan(TenantPlan {
+            tenant: "tenant-a".into(),
+            plan: "p".into(),
+            effective_from: since,
+        }),
+    ]
+}
+
 /// Real 2xx answers of a running server, with records, prices, an invoice and a certificate
 /// in the log, validate against the schema the document gives their operation and status.
 #[test]
@@ -657,15 +712,21 @@ fn served_answers_match_their_documented_schemas() {
     use gpuledger::sample;
     let db = common::sqlite();
     let log = init(&db);
+    let day = records::base_day();
+    // The prices (and the tenant its plan names), logged first, when they take effect, a day
+    // before the records: no price may take effect more than the policy's skew before it is
+    // logged, and receive times never decrease.
+    let since = day.plus(-86_400);
+    log.write_at(since, priced_from(since));
     let srv = log.serve();
     let h = srv.http();
     let admin = log.admin.clone();
     let a = Some(admin.as_str());
+    // Its account (the tenant is in the log already) and its sample lease.
     h.parties(&admin, &["tenant-a"]);
     let k = sample::key("openapi-node");
     h.register(&admin, "node-1", "node", &k);
     let tenant = h.secret(&admin, json!({"role": "tenant", "tenant": "tenant-a"}));
-    let day = records::base_day();
     let end = |seq: u64| day.plus(600 * seq as i64);
     let batch = vec![
         sample::usage("node-1", &k, 1, "tenant-a", records::dec("2"), end(1)),
@@ -683,32 +744,13 @@ fn served_answers_match_their_documented_schemas() {
     ];
     let ans = h.post_records(&batch);
     assert_eq!(ans["accepted"], 3, "{ans}");
-    let since = day.plus(-86_400).to_string();
     let (from, to) = (day.to_string(), day.plus(86_400).to_string());
-    for (path, body) in [
-        (
-            "/v1/rate-cards",
-            json!({"region": "cn-north-imx", "gpu_model": "H100-SXM-80G", "lease_class": "on_demand", "currency": "CNY", "price_per_gpu_hour": "18.5", "effective_from": since}),
-        ),
-        (
-            "/v1/region-params",
-            json!({"region": "cn-north-imx", "currency": "CNY", "electricity_price_per_kwh": "0.5", "pue": "1.2", "carbon_g_per_kwh": "500", "effective_from": since}),
-        ),
-        (
-            "/v1/volume-tiers",
-            json!({"plan": "p", "region": "cn-north-imx", "gpu_model": "H100-SXM-80G", "lease_class": "reserved", "currency": "CNY", "effective_from": since, "tiers": [{"up_to_gpu_hours": "1", "price_per_gpu_hour": "2"}, {"price_per_gpu_hour": "1"}]}),
-        ),
-        (
-            "/v1/leases",
-            json!({"lease": "lease-x", "tenant": "tenant-a", "class": "reserved"}),
-        ),
-        (
-            "/v1/tenant-plans",
-            json!({"tenant": "tenant-a", "plan": "p", "effective_from": since}),
-        ),
-    ] {
-        h.post(path, a, &body).ok_json(201);
-    }
+    h.post(
+        "/v1/leases",
+        a,
+        &json!({"lease": "lease-x", "tenant": "tenant-a", "class": "reserved"}),
+    )
+    .ok_json(201);
     let preview_path = format!("/v1/invoices/preview?tenant=tenant-a&from={from}&to={to}");
     let issued = h
         .post(

@@ -157,7 +157,9 @@ struct Tokens {
 
 /// A log with acme's usage in hours 0..7 and invoices and certificates of hours 0..5, globex's
 /// of hours 0..2, tenants `t-00`..`t-04` besides them, and rate cards: west H100 on-demand from
-/// a day ago, reserved in five steps a minute apart.
+/// a day ago, reserved in five steps a minute apart. The ledger's clock stands where the first
+/// card takes effect (no price may take effect in the past) until the cards are logged, then
+/// it is the real one.
 fn scenario(ledger: &Ledger) -> Tokens {
     let node = signer_for(ledger, "node-1", Role::Node, &["node-1"]);
     parties(ledger, &["acme", "globex"]);
@@ -183,6 +185,7 @@ fn scenario(ledger: &Ledger) -> Tokens {
             -86_400 + 60 * k,
         );
     }
+    ledger.set_clock(None);
     for h in 0..7 {
         use_gpu(ledger, &node, "acme", 1 + h as u64, h);
     }
@@ -212,7 +215,8 @@ both_backends!(lists_walk_in_pages, |db: &TestDb| {
     let dir = tempfile::tempdir().unwrap();
     let key_path = log_key_file(dir.path());
     let tk = {
-        let ledger = open(db);
+        // A day back, when the first rate card takes effect (see `scenario`).
+        let ledger = open_at(db, at(-86_400));
         scenario(&ledger)
     };
     let (child, base) = spawn_serve(&db.url, &key_path, 0, &[]);

@@ -112,8 +112,9 @@ const GOLDEN_TOTAL: &str = "167.89";
 /// lease with four spot prices (three changes inside its interval), west region parameters,
 /// and the four records of day 1: a fresh log of `db` holding them.
 fn golden_log(db: &TestDb) -> gpuledger::store::Ledger {
-    // Set up before the first price takes effect (receive times never decrease).
-    let log = open_at(db, at(-3_600));
+    // Set up when the first prices take effect, a day before the records: no price may take
+    // effect before it is logged (beyond the policy's skew), and receive times never decrease.
+    let log = open_at(db, at(-86_400));
     let ledger = &log;
     let node = signer_for(ledger, "node-1", Role::Node, &NODES);
     let market = signer(ledger, "market-1", Role::Market);
@@ -201,7 +202,8 @@ both_backends!(golden_scenario_rated_from_the_log, |db: &TestDb| {
 });
 
 both_backends!(prices_change_only_forward, |db: &TestDb| {
-    let ledger = open(db);
+    // The ledger's clock a day before the prices take effect: announced ahead, as prices are.
+    let ledger = open_at(db, at(-86_400));
     parties(&ledger, &["acme"]);
     ledger
         .append_ledger_entry(rate_card("west", LeaseClass::OnDemand, "18.5", at(0)))
@@ -262,6 +264,16 @@ both_backends!(prices_change_only_forward, |db: &TestDb| {
 both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     use serde_json::json;
     let log = init(db);
+    // The prices in force for the records of days 0 and 1, logged a day before day 0 as they
+    // took effect (no price may take effect in the past): west on-demand from then, and west
+    // reserved announced from day 1 on, so that day 0's reserved usage has no price.
+    log.write_at(
+        at(-86_400),
+        [
+            rate_card("west", LeaseClass::OnDemand, "18.5", at(-86_400)),
+            rate_card("west", LeaseClass::Reserved, "12", at(86_400)),
+        ],
+    );
     let srv = log.serve();
     let h = srv.http();
     let admin = log.admin.clone();
@@ -280,8 +292,10 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     );
     let acme = token(json!({"role": "tenant", "tenant": "acme"}));
     let auditor = token(json!({"role": "auditor"}));
+    // A change announced for tomorrow: it prices none of the records below.
+    let tomorrow = Timestamp::now().plus(86_400);
     let card = json!({"region": "west", "gpu_model": "H100", "lease_class": "on_demand", "currency": "CNY",
-                      "price_per_gpu_hour": "18.5", "effective_from": at(-86_400).to_string()});
+                      "price_per_gpu_hour": "18.5", "effective_from": tomorrow.to_string()});
     assert_eq!(
         h.call("POST", "/v1/rate-cards", Some(&admin), Some(card.clone()))
             .0,
@@ -304,7 +318,7 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     );
     let mut neg = card.clone();
     neg["price_per_gpu_hour"] = json!("-1");
-    neg["effective_from"] = json!(at(0).to_string());
+    neg["effective_from"] = json!(tomorrow.plus(60).to_string());
     let (st, p) = h.call("POST", "/v1/rate-cards", Some(&admin), Some(neg));
     assert_eq!(
         (st, p["errors"][0]["reason"].as_str()),
@@ -352,14 +366,16 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         .collect();
     assert_eq!(
         kinds,
-        ["rate_card", "lease_registered"],
-        "acme sees prices and its own lease only"
+        ["rate_card", "rate_card", "rate_card", "lease_registered"],
+        "acme sees prices (the two logged before the server, and tomorrow's) and its own lease only"
     );
 
-    // Usage from a registered node, then a preview computed from the log.
+    // Usage from a registered node on days 0 and 1, then a preview computed from the log.
     let records = [
         usage("node-p", 1, "west", None, "8", 0, 3600),
         usage("node-p", 2, "west", Some("l-1"), "1", 0, 3600),
+        usage("node-p", 3, "west", None, "8", 86_400, 90_000),
+        usage("node-p", 4, "west", Some("l-1"), "1", 86_400, 90_000),
     ];
     post_node_p_records(&h, &admin, &records);
     let (st, preview) = h.call("GET", &preview_of("acme", 0, 86_400), Some(&acme), None);
@@ -399,13 +415,19 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         .unwrap()
         .contains("no rate card in force"));
     assert_eq!(h.size(), before);
+    // Nor can a price written now reach back to day 0: usage once measured unpriced stays so.
     let reserved = json!({"region": "west", "gpu_model": "H100", "lease_class": "reserved", "currency": "CNY",
                           "price_per_gpu_hour": "12", "effective_from": at(-86_400).to_string()});
+    let (st, p) = h.call("POST", "/v1/rate-cards", Some(&admin), Some(reserved));
     assert_eq!(
-        h.call("POST", "/v1/rate-cards", Some(&admin), Some(reserved))
-            .0,
-        201
+        (st, p["errors"][0]["reason"].as_str()),
+        (400, Some("price_in_past")),
+        "{p}"
     );
+    assert_eq!(h.size(), before);
+    // Day 1, when the reserved card is in force, is priced whole: 148.00 + 12.00.
+    let period =
+        json!({"tenant": "acme", "from": at(86_400).to_string(), "to": at(2 * 86_400).to_string()});
     let (st, issued) = h.call("POST", "/v1/invoices", Some(&admin), Some(period.clone()));
     assert_eq!(st, 201, "{issued}");
     let number = issued[0]["number"].as_str().unwrap().to_owned();
@@ -552,12 +574,15 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
 both_backends!(
     invoice_lifecycle_with_late_record_and_credit_note,
     |db: &TestDb| {
-        let ledger = open(db);
+        // The rate card is logged as it takes effect, a day before the records; then the
+        // ledger's clock is the real one again for the records.
+        let ledger = open_at(db, at(-86_400));
         let node = signer_for(&ledger, "node-1", Role::Node, &NODES);
         parties(&ledger, &["acme"]);
         ledger
             .append_ledger_entry(rate_card("west", LeaseClass::OnDemand, "18.5", at(-86_400)))
             .unwrap();
+        ledger.set_clock(None);
         let day1 = day_period(0);
         let day2 = day_period(1);
         let rec = |seq: u64, start: i64, count: &str| {
@@ -925,7 +950,8 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
 
 // Volume tiers and plans change only forward, per plan and series and per tenant.
 both_backends!(tiers_and_plans_change_only_forward, |db: &TestDb| {
-    let ledger = open(db);
+    // The ledger's clock a day before the prices take effect: announced ahead, as prices are.
+    let ledger = open_at(db, at(-86_400));
     parties(&ledger, &["acme", "beta"]);
     let t = |from| volume_tiers("volume", &[(Some("10"), "20"), (None, "15")], from);
     ledger.append_ledger_entry(t(at(0))).unwrap();
@@ -963,6 +989,23 @@ both_backends!(tiers_and_plans_change_only_forward, |db: &TestDb| {
 both_backends!(volume_tier_endpoints, |db: &TestDb| {
     use serde_json::json;
     let log = init(db);
+    // The tiers and plans in force for day 0's record, logged a day before it as they took
+    // effect (no price may take effect in the past); the tenants first, whom plans name.
+    let day_before = at(-86_400);
+    log.write_at(
+        day_before,
+        [
+            Body::TenantRegistered(gpuledger::core::record::TenantRegistered {
+                tenant: "acme".into(),
+            }),
+            Body::TenantRegistered(gpuledger::core::record::TenantRegistered {
+                tenant: "beta".into(),
+            }),
+            volume_tiers("volume", &[(Some("1"), "20"), (None, "10")], day_before),
+            tenant_plan("acme", "volume", day_before),
+            tenant_plan("beta", "plain", day_before),
+        ],
+    );
     let srv = log.serve();
     let h = srv.http();
     let admin = log.admin.clone();
@@ -975,8 +1018,10 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
         );
     }
     let acme = h.secret(&admin, json!({"role": "tenant", "tenant": "acme"}));
+    // Changes announced for tomorrow, which price none of the records below.
+    let tomorrow = Timestamp::now().plus(86_400);
     let tiers = json!({"plan": "volume", "region": "west", "gpu_model": "H100", "lease_class": "on_demand",
-        "currency": "CNY", "effective_from": at(-86_400).to_string(),
+        "currency": "CNY", "effective_from": tomorrow.to_string(),
         "tiers": [{"up_to_gpu_hours": "1", "price_per_gpu_hour": "20"}, {"price_per_gpu_hour": "10"}]});
     let (st, p) = h.call(
         "POST",
@@ -989,7 +1034,7 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
     let before = h.size();
     let bad = |edit: &dyn Fn(&mut serde_json::Value)| {
         let mut b = tiers.clone();
-        b["effective_from"] = json!(at(0).to_string());
+        b["effective_from"] = json!(tomorrow.plus(60).to_string());
         edit(&mut b);
         let (st, p) = h.call("POST", "/v1/volume-tiers", Some(&admin), Some(b));
         assert_eq!(st, 400, "{p}");
@@ -1054,18 +1099,17 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
         403
     );
     assert_eq!(h.call("POST", "/v1/volume-tiers", None, Some(tiers)).0, 401);
-    // Plans: acme on `volume`, beta on a plan without tiers.
+    // Plans: acme on `volume`, beta on a plan without tiers (as since the day before, from
+    // tomorrow too).
     for (tenant, plan) in [("acme", "volume"), ("beta", "plain")] {
-        let body =
-            json!({"tenant": tenant, "plan": plan, "effective_from": at(-86_400).to_string()});
+        let body = json!({"tenant": tenant, "plan": plan, "effective_from": tomorrow.to_string()});
         assert_eq!(
             h.call("POST", "/v1/tenant-plans", Some(&admin), Some(body))
                 .0,
             201
         );
     }
-    let again =
-        json!({"tenant": "acme", "plan": "plain", "effective_from": at(-86_400).to_string()});
+    let again = json!({"tenant": "acme", "plan": "plain", "effective_from": tomorrow.to_string()});
     assert_eq!(
         h.call(
             "POST",
@@ -1090,8 +1134,13 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
         .collect();
     assert_eq!(
         seen,
-        [("volume_tiers", None), ("tenant_plan", Some("acme"))],
-        "acme sees tiers and its own plan only"
+        [
+            ("volume_tiers", None),
+            ("tenant_plan", Some("acme")),
+            ("volume_tiers", None),
+            ("tenant_plan", Some("acme"))
+        ],
+        "acme sees tiers and its own plans only (the day before's and tomorrow's)"
     );
     // A preview over 2 GPU-hours: 1 at 20 and 1 at 10, named by plan and tier.
     let record = usage("node-p", 1, "west", None, "2", 0, 3600);
@@ -1113,6 +1162,114 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
     );
     assert_eq!(preview["currencies"][0]["total"], "30.00");
 });
+
+// The attack the admission rule stops (PROTOCOL §6.7), over HTTP: the operator re-prices usage
+// measured hours ago with a rate card, region parameters, volume tiers or a tenant plan taking
+// effect 6 h back. Each is refused `price_in_past` and changes neither the log nor what the
+// usage costs; a price taking effect now is fine; and no price takes effect inside a period
+// already invoiced (`price_in_invoiced_period`), even one within the skew.
+both_backends!(
+    no_price_takes_effect_in_the_past_over_http,
+    |db: &TestDb| {
+        use serde_json::json;
+        let log = init(db);
+        // West on-demand at 18.5, logged a day before the records as it took effect.
+        log.write_at(
+            at(-86_400),
+            [rate_card("west", LeaseClass::OnDemand, "18.5", at(-86_400))],
+        );
+        // Periods may be invoiced as soon as they end, so that one can end within the skew.
+        let srv = Server::start_with(
+            &db.url,
+            &log.key_path(),
+            log.dir.path(),
+            0,
+            &["--invoice-close-seconds", "0"],
+        );
+        let h = srv.http();
+        let admin = log.admin.clone();
+        h.post(
+            "/v1/tenants",
+            Some(&admin),
+            &json!({"id": "acme", "name": "Acme"}),
+        )
+        .ok_json(201);
+        // 8 GPUs from 7 h to 5 h ago: 16 GPU-h at 18.5.
+        let now = Timestamp::now();
+        let (_, mut record) = usage("node-p", 1, "west", None, "8", 0, 7200);
+        if let Body::GpuUsage(u) = &mut record {
+            (u.start, u.end) = (now.plus(-7 * 3600), now.plus(-5 * 3600));
+        }
+        post_node_p_records(&h, &admin, &[(1, record)]);
+        let (from, to) = (now.plus(-8 * 3600), now.plus(-60));
+        let preview = format!("/v1/invoices/preview?tenant=acme&from={from}&to={to}");
+        let total = || h.get(&preview, Some(&admin)).ok_json(200)["currencies"][0]["total"].clone();
+        assert_eq!(total(), "296.00");
+        let size = h.size();
+        let six_hours_ago = now.plus(-6 * 3600).to_string();
+        let card = |from: &str| {
+            json!({"region": "west", "gpu_model": "H100", "lease_class": "on_demand",
+        "currency": "CNY", "price_per_gpu_hour": "1", "effective_from": from})
+        };
+        let params = |from: &str| {
+            json!({"region": "west", "currency": "CNY", "electricity_price_per_kwh": "9",
+        "pue": "2", "carbon_g_per_kwh": "500", "effective_from": from})
+        };
+        for (path, body) in [
+            ("/v1/rate-cards", card(&six_hours_ago)),
+            ("/v1/region-params", params(&six_hours_ago)),
+            (
+                "/v1/volume-tiers",
+                json!({"plan": "cheap", "region": "west", "gpu_model": "H100", "lease_class": "on_demand",
+                   "currency": "CNY", "tiers": [{"price_per_gpu_hour": "1"}], "effective_from": six_hours_ago}),
+            ),
+            (
+                "/v1/tenant-plans",
+                json!({"tenant": "acme", "plan": "cheap", "effective_from": six_hours_ago}),
+            ),
+        ] {
+            let (st, p) = h.call("POST", path, Some(&admin), Some(body));
+            assert_eq!(
+                (
+                    st,
+                    p["errors"][0]["reason"].as_str(),
+                    p["errors"][0]["field"].as_str()
+                ),
+                (400, Some("price_in_past"), Some("body.effective_from")),
+                "{path}: {p}"
+            );
+            assert_eq!(h.size(), size, "{path}: nothing refused is logged");
+            assert_eq!(total(), "296.00", "{path}: the usage costs what it cost");
+        }
+        // Taking effect now: logged, and the usage measured before still costs the same.
+        let (st, p) = h.call(
+            "POST",
+            "/v1/rate-cards",
+            Some(&admin),
+            Some(card(&Timestamp::now().to_string())),
+        );
+        assert_eq!(st, 201, "{p}");
+        assert_eq!(total(), "296.00");
+        // Invoiced up to a minute ago: parameters taking effect 90 s ago are within the skew, but
+        // inside the invoiced period.
+        let period = json!({"tenant": "acme", "from": from.to_string(), "to": to.to_string()});
+        let issued = h.post("/v1/invoices", Some(&admin), &period).ok_json(201);
+        assert_eq!(issued[0]["total"], "296.00");
+        let size = h.size();
+        let (st, p) = h.call(
+            "POST",
+            "/v1/region-params",
+            Some(&admin),
+            Some(params(&now.plus(-90).to_string())),
+        );
+        assert_eq!(
+            (st, p["errors"][0]["reason"].as_str()),
+            (400, Some("price_in_invoiced_period")),
+            "{p}"
+        );
+        assert_eq!(h.size(), size);
+    }
+);
 
 /// An issued invoice recomputed from its evidence bundle, as `gpuledger verify --invoice` does.
 fn recomputed(

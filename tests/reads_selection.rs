@@ -42,9 +42,21 @@ fn verifier_key() -> String {
         .verifier_key()
 }
 
-/// A log with the prices the tests need: rate cards in west and east, west region parameters,
-/// a graduated plan in west that acme is on, and tenants acme and beta; returns the node key
-/// (signer `node-1`, for nodes n0–n3).
+/// A fresh log of `db` with the prices the tests need ([`priced`]). They take effect five days
+/// before the records' first day and are logged then (no price may take effect more than the
+/// policy's skew before it is logged, and receive times never decrease): the ledger's clock
+/// starts there and is the system's again for the records. Returns the ledger and the node key.
+fn priced_log(db: &TestDb) -> (Ledger, SigningKey) {
+    let ledger = open_at(db, at(-5 * DAY));
+    let key = priced(&ledger);
+    ledger.set_clock(None);
+    (ledger, key)
+}
+
+/// Logs the prices the tests need: rate cards in west and east, west region parameters, a
+/// graduated plan in west that acme is on, and tenants acme and beta, all in force from five
+/// days before the records' first day; returns the node key (signer `node-1`, for nodes
+/// n0–n3).
 fn priced(ledger: &Ledger) -> SigningKey {
     let key = signer_for(ledger, "node-1", Role::Node, &NODES);
     parties(ledger, &["acme", "beta"]);
@@ -248,8 +260,7 @@ fn append(ledger: &Ledger, key: &SigningKey, seq: &Cell<u64>, bodies: &[Body]) {
 // invoice; a record that starts before midnight and ends after belongs to the day it starts
 // in, for invoices, previews, certificates and usage alike.
 both_backends!(late_records_and_records_across_midnight, |db: &TestDb| {
-    let ledger = open(db);
-    let key = priced(&ledger);
+    let (ledger, key) = priced_log(db);
     let seq = Cell::new(0);
     let west = |start, end| h100_usage("acme", "n0", "west", None, "1", start, end);
     // Day 0: 2 GPU-hours (tier 1 at 20: 40.00) and 23:50–00:10, 1200 GPU-s across
@@ -320,8 +331,7 @@ both_backends!(late_records_and_records_across_midnight, |db: &TestDb| {
 // arise by themselves), certificates, previews and usage queries in between. Each answer must
 // equal the whole-history recomputation.
 both_backends!(selection_equals_the_whole_history, |db: &TestDb| {
-    let ledger = open(db);
-    let key = priced(&ledger);
+    let (ledger, key) = priced_log(db);
     let seq = Cell::new(0);
     let mut rng = Rng::from_clock("selection_equals_the_whole_history");
     let mut used = HashSet::new();
@@ -455,8 +465,8 @@ fn with_hook(ledger: &Arc<Ledger>, mut each: impl FnMut(&Ledger, u32) + 'static)
 // again, and says what a computation at its checkpoint says; a record that cannot change it
 // (another tenant's, another day's) does not make it recompute.
 both_backends!(an_overtaken_invoice_is_recomputed, |db: &TestDb| {
-    let ledger = Arc::new(open(db));
-    let key = priced(&ledger);
+    let (ledger, key) = priced_log(db);
+    let ledger = Arc::new(ledger);
     let seq = Rc::new(Cell::new(0));
     let west = |t: &str, start, end| h100_usage(t, "n1", "west", None, "1", start, end);
     append(&ledger, &key, &seq, &[west("acme", 0, 3600)]);
@@ -556,9 +566,22 @@ both_backends!(an_overtaken_invoice_is_recomputed, |db: &TestDb| {
 // A certificate whose period gains a record, or whose energy gains region parameters, between
 // its computation and its commit is computed again and equals the recomputation from its
 // bundle; numbering stays gapless.
+//
+// No price may take effect more than the policy's skew (300 s) before it is logged, so region
+// parameters logged once day 0 may be certified can change only energy that starts in its last
+// 300 s, and only if day 0 may be certified the moment it ends: the ledger closes periods at
+// once (`invoice_close_seconds = 0`), its clock fixed at the end of day 0, and the energy
+// record is the day's last four minutes.
 both_backends!(an_overtaken_certificate_is_recomputed, |db: &TestDb| {
-    let ledger = Arc::new(open(db));
-    let key = priced(&ledger);
+    let (priced, key) = priced_log(db);
+    drop(priced);
+    let closes_at_once = gpuledger::core::clock::ClockPolicy {
+        close_seconds: Some(0),
+        ..Default::default()
+    };
+    let ledger = Ledger::open_with_high_water(&db.url, log_key(), None, closes_at_once).unwrap();
+    ledger.set_clock(Some(at(DAY)));
+    let ledger = Arc::new(ledger);
     let seq = Rc::new(Cell::new(0));
     append(
         &ledger,
@@ -566,7 +589,7 @@ both_backends!(an_overtaken_certificate_is_recomputed, |db: &TestDb| {
         &seq,
         &[
             h100_usage("acme", "n2", "west", None, "4", 0, 3600),
-            acme_energy("n2", "10", 0, 3600),
+            acme_energy("n2", "10", DAY - 240, DAY),
         ],
     );
     let request = |d| CertificateRequest {
@@ -590,8 +613,8 @@ both_backends!(an_overtaken_certificate_is_recomputed, |db: &TestDb| {
     assert_eq!(attempts.get(), 2);
     assert_eq!(first.entries.count, 3);
     assert_eq!(recounted(&ledger, &first), Ok(claims_of(&first)));
-    // New region parameters for west taking effect inside the energy record's interval: the
-    // PUE of the energy line changes, so it is computed again.
+    // New region parameters for west taking effect at the energy record's start, logged 240 s
+    // later (within the skew): the PUE of the energy line changes, so it is computed again.
     let (k, s) = (key.clone(), seq.clone());
     let attempts = with_hook(&ledger, move |l, attempt| {
         if attempt == 1 {
@@ -601,7 +624,7 @@ both_backends!(an_overtaken_certificate_is_recomputed, |db: &TestDb| {
                 electricity_price_per_kwh: dec("0.30"),
                 pue: dec("1.2"),
                 carbon_g_per_kwh: dec("500"),
-                effective_from: at(-60),
+                effective_from: at(DAY - 240),
             }))
             .unwrap();
             // Another tenant's record changes nothing.
@@ -645,8 +668,8 @@ both_backends!(an_overtaken_certificate_is_recomputed, |db: &TestDb| {
 // is issued (or refused for a reason of its own), numbered without gaps, and each equals the
 // recomputation from its bundle.
 both_backends!(concurrent_issues_are_gapless_and_exact, |db: &TestDb| {
-    let ledger = Arc::new(open(db));
-    let key = priced(&ledger);
+    let (ledger, key) = priced_log(db);
+    let ledger = Arc::new(ledger);
     let seq = Cell::new(0);
     let mut bodies = Vec::new();
     for d in 0..3 {

@@ -265,6 +265,16 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             effective_from: from,
         })
     };
+    let params = |from: Timestamp| {
+        Body::RegionParams(gpuledger::core::record::RegionParameters {
+            region: sample::REGION.into(),
+            currency: "CNY".into(),
+            electricity_price_per_kwh: Decimal::new(5, 1),
+            pue: Decimal::new(12, 1),
+            carbon_g_per_kwh: Decimal::from(500),
+            effective_from: from,
+        })
+    };
     let mut context = vec![
         ledger(Body::LogPolicy(LogPolicy::default())),
         ledger(registration("node-f", Role::Node, &node)),
@@ -275,7 +285,7 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             context.push(ledger(b));
         }
     }
-    context.push(ledger(card(now.plus(-86_400))));
+    context.push(ledger(card(now)));
     // An invoice of t1 for an hour that ended an hour ago, 100.00 CNY, for the settlement rules.
     context.push(ledger(Body::InvoiceIssued(InvoiceIssued {
         number: "INV-000001".into(),
@@ -352,9 +362,29 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             ],
         ),
         (
-            "price_not_forward",
-            vec![ledger(card(now.plus(-2 * 86_400)))],
+            // The operator re-pricing usage measured 5 h ago with a card logged now.
+            "price_in_past",
+            vec![ledger(card(now.plus(-6 * 3_600)))],
         ),
+        ("price_in_past", vec![ledger(params(now.plus(-301)))]),
+        (
+            // t2's hour that ended as the invoice was logged; parameters a minute inside it.
+            "price_in_invoiced_period",
+            vec![
+                ledger(Body::InvoiceIssued(InvoiceIssued {
+                    number: "INV-000002".into(),
+                    tenant: "t2".into(),
+                    period_from: now.plus(-3_600),
+                    period_to: now,
+                    currency: "CNY".into(),
+                    total: Decimal::ONE,
+                    checkpoint_size: 1,
+                    invoice_sha256: "00".repeat(32),
+                })),
+                ledger(params(now.plus(-60))),
+            ],
+        ),
+        ("price_not_forward", vec![ledger(card(now))]),
         (
             "unknown_invoice",
             vec![ledger(Body::Payment(settlement("INV-000009", "CNY", 100)))],

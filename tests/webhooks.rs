@@ -144,6 +144,30 @@ fn endpoint(h: &Http, admin: &str, body: Value) -> Value {
         .ok_json(201)
 }
 
+/// The sample region's H100 on-demand rate card (2.5 CNY per GPU-hour) and region parameters,
+/// in force from `since`.
+fn prices(since: Timestamp) -> [gpuledger::core::record::Body; 2] {
+    use gpuledger::core::record::{Body, RateCard, RegionParameters};
+    [
+        Body::RateCard(RateCard {
+            region: sample::REGION.into(),
+            gpu_model: "H100-SXM-80G".into(),
+            lease_class: gpuledger::core::rating::LeaseClass::OnDemand,
+            currency: "CNY".into(),
+            price_per_gpu_hour: dec("2.5"),
+            effective_from: since,
+        }),
+        Body::RegionParams(RegionParameters {
+            region: sample::REGION.into(),
+            currency: "CNY".into(),
+            electricity_price_per_kwh: dec("0.5"),
+            pue: dec("1.2"),
+            carbon_g_per_kwh: dec("500"),
+            effective_from: since,
+        }),
+    ]
+}
+
 fn usage(
     k: &ed25519_dalek::SigningKey,
     seq: u64,
@@ -165,6 +189,11 @@ both_backends!(events_arrive_signed_retried_and_scoped, |db: &TestDb| {
         return;
     }
     let log = init(db);
+    // The prices of A's invoice below (1 GPU-hour at 2.5 CNY), logged first, when they take
+    // effect, a day before the records (no price may take effect more than the policy's skew
+    // before it is logged, and receive times never decrease).
+    let since = base_day().plus(-86_400);
+    log.write_at(since, prices(since));
     let (_srv, h) = serve(&log, "serve", TEST_SETTINGS);
     let admin = log.admin.clone();
     let a = Some(admin.as_str());
@@ -290,14 +319,8 @@ both_backends!(events_arrive_signed_retried_and_scoped, |db: &TestDb| {
             "to": base_day().plus(86_400).to_string()}),
         )
         .ok_json(201);
-    // An invoice of A (1 GPU-hour at 2.5 CNY), a payment and a credit note against it.
-    let since = base_day().plus(-86_400).to_string();
-    h.post("/v1/rate-cards", a, &json!({"region": sample::REGION, "gpu_model": "H100-SXM-80G",
-        "lease_class": "on_demand", "currency": "CNY", "price_per_gpu_hour": "2.5", "effective_from": since}))
-        .ok_json(201);
-    h.post("/v1/region-params", a, &json!({"region": sample::REGION, "currency": "CNY",
-        "electricity_price_per_kwh": "0.5", "pue": "1.2", "carbon_g_per_kwh": "500", "effective_from": since}))
-        .ok_json(201);
+    // An invoice of A (1 GPU-hour at 2.5 CNY: the prices logged first), a payment and a
+    // credit note against it.
     let issued = h
         .post(
             "/v1/invoices",

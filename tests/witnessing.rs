@@ -347,11 +347,13 @@ fn split_view(db: &TestDb) {
 #[test]
 fn with_a_quorum_issuance_waits_for_a_cosigned_checkpoint_or_answers_witnesses_behind() {
     let db = common::sqlite();
-    let s = ready(&db);
-    // A price for the sample records, so that the tenant can be invoiced.
+    // A price for the sample records, so that the tenant can be invoiced: logged first, when it
+    // takes effect, a day before them (no price may take effect more than the policy's skew
+    // before it is logged, and receive times never decrease).
     {
         use gpuledger::core::record::{Body, RateCard};
-        let ledger = gpuledger::store::Ledger::open(&s.url, common::log_key()).unwrap();
+        let since = slot(0).plus(-86_400);
+        let ledger = common::open_at(&db, since);
         ledger
             .append_ledger_entry(Body::RateCard(RateCard {
                 region: sample::REGION.into(),
@@ -359,10 +361,11 @@ fn with_a_quorum_issuance_waits_for_a_cosigned_checkpoint_or_answers_witnesses_b
                 lease_class: gpuledger::core::rating::LeaseClass::OnDemand,
                 currency: "CNY".into(),
                 price_per_gpu_hour: Decimal::from(18),
-                effective_from: slot(0).plus(-86_400),
+                effective_from: since,
             }))
             .unwrap();
     }
+    let s = ready(&db);
     let token = admin(&s.url);
     let w = witness(s.dir.path(), "witness.test/w2");
     let wk = w.witness_key().clone();

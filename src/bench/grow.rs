@@ -204,14 +204,16 @@ fn tenant_name(i: usize) -> String {
 }
 
 /// Initialises and opens an empty log at `url`, with a policy that admits a year-old record,
-/// the nodes, tenants and a rate card.
+/// the nodes, tenants and a rate card in force from a day before `from`, all received then
+/// (no price takes effect in the past); the clock is the system's again for the records.
 fn open_log(
     url: &str,
     nodes: &[(String, SigningKey)],
     tenants: usize,
     from: Timestamp,
 ) -> Result<Ledger, StoreError> {
-    let ledger = super::open_empty_log(url, "bench-grow-log")?;
+    let since = from.plus(-86_400);
+    let ledger = super::open_history_log(url, "bench-grow-log", since)?;
     ledger.append_ledger_entry(Body::LogPolicy(LogPolicy {
         max_record_age_seconds: POLICY_RECORD_AGE_SECONDS.1,
         ..LogPolicy::default()
@@ -226,8 +228,9 @@ fn open_log(
         lease_class: LeaseClass::OnDemand,
         currency: "CNY".into(),
         price_per_gpu_hour: Decimal::new(185, 1),
-        effective_from: from.plus(-86_400),
+        effective_from: since,
     }))?;
+    super::real_clock(&ledger);
     Ok(ledger)
 }
 

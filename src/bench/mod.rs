@@ -19,6 +19,7 @@ pub use append::{run_append, AppendBench};
 use ed25519_dalek::SigningKey;
 use gpuledger::core::keys;
 use gpuledger::core::record::Role;
+use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
 use gpuledger::store::{Ledger, StoreError};
 
@@ -63,13 +64,48 @@ pub fn register_nodes<'a>(
     Ok(())
 }
 
-/// `x` rounded to `digits` decimal places, as the reports print their figures.
 /// Initialises and opens the log at `url` with the log key named `key_name`, refusing one that
 /// holds more than the policy entry opening writes: anything more is someone else's log.
 pub fn open_empty_log(url: &str, key_name: &str) -> Result<Ledger, StoreError> {
+    open_empty_log_with(url, key_name, None)
+}
+
+/// [`open_empty_log`] with the ledger clock at `at` until [`real_clock`]: a benchmark whose
+/// records are months old writes the prices in force for them first, received then (no price
+/// may take effect in the past, PROTOCOL §6.7). Setting the clock needs a build with the
+/// `test-clock` feature; without it this refuses, naming the feature.
+pub fn open_history_log(url: &str, key_name: &str, at: Timestamp) -> Result<Ledger, StoreError> {
+    open_empty_log_with(url, key_name, Some(at))
+}
+
+/// Back to the system clock after [`open_history_log`].
+pub fn real_clock(ledger: &Ledger) {
+    #[cfg(feature = "test-clock")]
+    ledger.set_clock(None);
+    #[cfg(not(feature = "test-clock"))]
+    let _ = ledger;
+}
+
+fn open_empty_log_with(
+    url: &str,
+    key_name: &str,
+    at: Option<Timestamp>,
+) -> Result<Ledger, StoreError> {
     let log_key = sample::key(key_name);
     gpuledger::store::init(url, &log_key, sample::ORIGIN)?;
-    let ledger = Ledger::open(url, log_key)?;
+    let ledger = match at {
+        None => Ledger::open(url, log_key)?,
+        #[cfg(feature = "test-clock")]
+        Some(at) => Ledger::open_at(url, log_key, at)?,
+        #[cfg(not(feature = "test-clock"))]
+        Some(_) => {
+            return Err(StoreError::Refused(
+                "this benchmark writes a history whose prices take effect months back, which \
+                 needs a ledger clock set back: build with `--features test-clock`"
+                    .into(),
+            ))
+        }
+    };
     let (size, _) = ledger.reads().head()?;
     if size > 1 {
         return Err(StoreError::Refused(format!(

@@ -9,7 +9,7 @@ use gpuledger::core::rating::{self, LeaseClass};
 use gpuledger::core::record::{Body, RateCard};
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
-use gpuledger::store::{self, pricing, Ledger, StoreError};
+use gpuledger::store::{pricing, Ledger, StoreError};
 use rayon::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;
@@ -36,24 +36,26 @@ pub fn run_preview(
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<PreviewResult, StoreError> {
     let url = format!("sqlite://{}", dir.join("preview.db").display());
-    let log_key = sample::key("bench-preview-log");
-    store::init(&url, &log_key, sample::ORIGIN)?;
-    let ledger = Ledger::open(&url, log_key)?;
-    let nodes = super::sample_signers("preview-node", 16);
-    super::register_nodes(&ledger, &nodes)?;
-    super::register_sample_parties(&ledger, &["bench-tenant"])?;
     // The month: the 28 days ending at the start of today (16 nodes × 241,920 slots fit 3.8M).
     let now = Timestamp::now().unix();
     let month_end = Timestamp::from_unix(now - now % 86_400).expect("in range");
     let month_start = month_end.plus(-28 * 86_400);
+    // The nodes, tenant and rate card are received a day before the month (no price takes
+    // effect in the past); the records at the system's clock.
+    let since = month_start.plus(-86_400);
+    let ledger = super::open_history_log(&url, "bench-preview-log", since)?;
+    let nodes = super::sample_signers("preview-node", 16);
+    super::register_nodes(&ledger, &nodes)?;
+    super::register_sample_parties(&ledger, &["bench-tenant"])?;
     ledger.append_ledger_entry(Body::RateCard(RateCard {
         region: "cn-north-imx".into(),
         gpu_model: "H100-SXM-80G".into(),
         lease_class: LeaseClass::OnDemand,
         currency: "CNY".into(),
         price_per_gpu_hour: Decimal::new(185, 1),
-        effective_from: month_start.plus(-86_400),
+        effective_from: since,
     }))?;
+    super::real_clock(&ledger);
     progress(&format!("appending {records} usage records (not timed)"));
     let started = Instant::now();
     let per_node = fill(&ledger, &nodes, records, month_start)?;

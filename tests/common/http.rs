@@ -74,6 +74,23 @@ impl Log<'_> {
         self.dir.path().join("log.key")
     }
 
+    /// Appends ledger entries (tenants, leases, prices) received at `at`, before any server
+    /// has written to the log (its receive times never decrease). A test whose records are
+    /// days old writes the prices in force for them this way, as no price may take effect more
+    /// than the policy's skew before it is logged (PROTOCOL §6.7). Returns their indexes.
+    pub fn write_at(
+        &self,
+        at: gpuledger::core::time::Timestamp,
+        bodies: impl IntoIterator<Item = gpuledger::core::record::Body>,
+    ) -> Vec<u64> {
+        let key = gpuledger::keyfile::read(&self.key_path()).unwrap();
+        let ledger = gpuledger::store::Ledger::open_at(&self.db.url, key, at).unwrap();
+        bodies
+            .into_iter()
+            .map(|b| ledger.append_ledger_entry(b).expect("ledger entry"))
+            .collect()
+    }
+
     /// Starts `gpuledger serve` on a free port, checkpointing every second.
     pub fn serve(&self) -> Server {
         let n = self.servers_started.get();

@@ -670,6 +670,7 @@ def verify_checkpoint_note(note: Any, key: VerifierKey, item: str = "checkpoint"
 # ---------------------------------------------------------------------------------------------
 
 NODE_KINDS = ("gpu_usage", "energy")
+PRICE_KINDS = ("spot_price", "rate_card", "region_params", "volume_tiers", "tenant_plan")
 MARKET_KINDS = ("spot_price",)
 LEDGER_KINDS = (
     "signer_key_registered",
@@ -1752,23 +1753,27 @@ class LogView:
                 raise fail("in_future", "body.end",
                            f"end is {end - now} s after received_at (max_future_skew_seconds "
                            f"{policy.max_future_skew_seconds})")
-        elif kind == "spot_price":
+        elif kind in PRICE_KINDS:
+            # No price of any kind takes effect in the past (beyond the skew) or inside an
+            # invoiced period (a tenant plan: inside one of its tenant's).
             eff = parsed["effective_from"]
             if eff < now - policy.max_future_skew_seconds:
                 raise fail("price_in_past", "body.effective_from",
                            f"effective_from is {now - eff} s before received_at (max_future_skew_seconds "
                            f"{policy.max_future_skew_seconds})")
-            if eff - now > MAX_SPOT_SCHEDULE_AHEAD_SECONDS:
+            if kind == "spot_price" and eff - now > MAX_SPOT_SCHEDULE_AHEAD_SECONDS:
                 raise fail("in_future", "body.effective_from",
                            f"effective_from is {eff - now} s after received_at (limit 604800 s)")
             # Spot series (region, gpu_model); the currency is not part of the series.
-            other = self.spot_prices.get((body["region"], body["gpu_model"], eff))
+            other = self.spot_prices.get((body["region"], body["gpu_model"], eff)) \
+                if kind == "spot_price" else None
             if other is not None and other < index:
                 raise fail("price_conflict", "body.effective_from",
                            f"entry {other} already prices ({body['region']}, {body['gpu_model']}) from "
                            f"{body['effective_from']}")
+            only = body["tenant"] if kind == "tenant_plan" else None
             for inv_index, tenant, pf, pt in self.invoices:
-                if inv_index < index and pf <= eff < pt:
+                if inv_index < index and pf <= eff < pt and only in (None, tenant):
                     raise fail("price_in_invoiced_period", "body.effective_from",
                                f"{body['effective_from']} is inside the period invoiced at entry {inv_index} "
                                f"(tenant {tenant})")

@@ -15,6 +15,8 @@ export const DEFAULT_MAX_RECORD_AGE_SECONDS = 35 * 86400;
 export const DEFAULT_MAX_FUTURE_SKEW_SECONDS = 300;
 /** `MAX_SPOT_SCHEDULE_AHEAD_SECONDS` (§6.7): a spot price is scheduled at most 7 days ahead. */
 export const MAX_SPOT_SCHEDULE_AHEAD_SECONDS = 7 * 86400;
+/** Every kind of price entry: none takes effect in the past or inside an invoiced period. */
+const PRICE_KINDS = new Set(['spot_price', 'rate_card', 'region_params', 'volume_tiers', 'tenant_plan']);
 
 /** The tenant an entry's body names, for the parties rule, or undefined. */
 function tenantOf(kind, b) {
@@ -117,7 +119,7 @@ export class Admission {
     const b = e.body;
     this.checkParties(index, e.kind, b, item);
     this.checkTime(index, e.kind, b, receivedAt, item);
-    if (e.kind === 'spot_price') this.checkSpot(index, b, item);
+    this.checkPriceHistory(index, e.kind, b, item);
     this.checkOverlap(e.kind, b, item);
     this.checkForward(e.kind, b, item);
     this.checkSettlement(e.kind, b, item);
@@ -183,13 +185,15 @@ export class Admission {
       if (ends > 0) throw new Failure('in_future', item, `the period ends ${ends} s after the ledger's clock (${receivedAt}): it had not ended when it was issued`);
       return;
     }
-    if (kind === 'spot_price') {
+    if (PRICE_KINDS.has(kind)) {
+      // No price of any kind takes effect in the past beyond the skew; a spot price, signed by
+      // a market signer, is also scheduled at most 7 days ahead.
       const ahead = secondsOf(b.effective_from, item, 'body.effective_from') - now;
-      if (ahead > MAX_SPOT_SCHEDULE_AHEAD_SECONDS) {
+      if (kind === 'spot_price' && ahead > MAX_SPOT_SCHEDULE_AHEAD_SECONDS) {
         throw new Failure('in_future', item, `effective_from is ${ahead} s after the ledger's clock; prices may be scheduled at most ${MAX_SPOT_SCHEDULE_AHEAD_SECONDS} s ahead`);
       }
       if (-ahead > skew) {
-        throw new Failure('price_in_past', item, `effective_from (${b.effective_from}) is ${-ahead} s before the ledger's clock (${receivedAt}); a spot price may take effect at most ${skew} s in the past`);
+        throw new Failure('price_in_past', item, `effective_from (${b.effective_from}) is ${-ahead} s before the ledger's clock (${receivedAt}); a ${kind} may take effect at most ${skew} s in the past`);
       }
       return;
     }
@@ -204,13 +208,20 @@ export class Admission {
     }
   }
 
-  checkSpot(index, b, item) {
-    const at = this.spotInstants.get(`${b.region}|${b.gpu_model}|${b.effective_from}`);
-    if (at !== undefined && at < index) {
-      throw new Failure('price_conflict', item, `a spot price for ${b.region} ${b.gpu_model} already takes effect at ${b.effective_from} (entry ${at})`);
+  /** A spot price not at the instant of an earlier one of its series; no price of any kind
+   *  inside an invoiced period (a tenant plan: one of its own tenant's). */
+  checkPriceHistory(index, kind, b, item) {
+    if (!PRICE_KINDS.has(kind)) return;
+    if (kind === 'spot_price') {
+      const at = this.spotInstants.get(`${b.region}|${b.gpu_model}|${b.effective_from}`);
+      if (at !== undefined && at < index) {
+        throw new Failure('price_conflict', item, `a spot price for ${b.region} ${b.gpu_model} already takes effect at ${b.effective_from} (entry ${at})`);
+      }
     }
     const from = secondsOf(b.effective_from, item, 'body.effective_from');
-    const hit = this.invoiced.find((p) => p.at < index && p.from <= from && from < p.to);
+    const only = kind === 'tenant_plan' ? b.tenant : undefined;
+    const hit = this.invoiced.find((p) => p.at < index && p.from <= from && from < p.to
+      && (only === undefined || p.tenant === only));
     if (hit) {
       throw new Failure('price_in_invoiced_period', item, `effective_from (${b.effective_from}) is inside the period invoiced at entry ${hit.at}`);
     }
@@ -263,7 +274,7 @@ export class Admission {
       }
       case 'invoice_issued':
         if (!this.accounts.has(b.number)) this.accounts.set(b.number, { tenant: b.tenant, currency: b.currency, total: Dec.parse(b.total), credited: Dec.zero() });
-        this.invoiced.push({ at: index, from: timestampSeconds(b.period_from), to: timestampSeconds(b.period_to) });
+        this.invoiced.push({ at: index, tenant: b.tenant, from: timestampSeconds(b.period_from), to: timestampSeconds(b.period_to) });
         break;
       default:
     }

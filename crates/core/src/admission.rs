@@ -8,7 +8,7 @@ use super::envelope::Checked;
 use super::ids::LEDGER_SIGNER;
 use super::keys;
 use super::limits::MAX_SPOT_SCHEDULE_AHEAD_SECONDS;
-use super::record::{Body, Kind, LogPolicy, Role, SignerKeyRegistered, SpotPrice};
+use super::record::{Body, Kind, LogPolicy, Role, SignerKeyRegistered};
 use super::rejection::{Reason, Rejection};
 use super::time::Timestamp;
 use ed25519_dalek::VerifyingKey;
@@ -398,41 +398,35 @@ pub fn period_closes_at(
     period_to.plus(i64::try_from(margin).unwrap_or(i64::MAX))
 }
 
+/// When a price entry of any kind takes effect: spot prices, rate cards, region parameters,
+/// volume tiers and tenant plans; `None` for every other kind.
+pub fn price_effective_from(body: &Body) -> Option<Timestamp> {
+    match body {
+        Body::SpotPrice(p) => Some(p.effective_from),
+        Body::RateCard(r) => Some(r.effective_from),
+        Body::RegionParams(r) => Some(r.effective_from),
+        Body::VolumeTiers(v) => Some(v.effective_from),
+        Body::TenantPlan(p) => Some(p.effective_from),
+        _ => None,
+    }
+}
+
 /// The time rules against the ledger clock `now` (the entry's `received_at`) and the policy in
 /// force (§6.7, time): a record may start at most `max_record_age_seconds` before `now` and end
-/// at most `max_future_skew_seconds` after it; a spot price may take effect at most the skew
-/// before `now` and at most 7 days after it; an invoice or certificate covers an ended period
-/// ([`check_issued`]).
+/// at most `max_future_skew_seconds` after it; a price of any kind (spot, rate card, region
+/// parameters, volume tiers, tenant plan) may take effect at most the skew before `now`, so no
+/// price re-prices usage already measured, and a spot price at most 7 days after it; an invoice
+/// or certificate covers an ended period ([`check_issued`]).
 pub fn check_time(body: &Body, now: Timestamp, policy: &LogPolicy) -> Result<(), Rejection> {
     check_issued(body, now)?;
     let skew = i64::try_from(policy.max_future_skew_seconds).unwrap_or(i64::MAX);
     let max_age = i64::try_from(policy.max_record_age_seconds).unwrap_or(i64::MAX);
+    if let Some(from) = price_effective_from(body) {
+        return check_price_time(body, from, now, skew);
+    }
     let (start, end) = match body {
         Body::GpuUsage(u) => (u.start, u.end),
         Body::Energy(e) => (e.start, e.end),
-        Body::SpotPrice(p) => {
-            let ahead = now.seconds_until(p.effective_from);
-            if ahead > MAX_SPOT_SCHEDULE_AHEAD_SECONDS {
-                return Err(Rejection::field(
-                    Reason::InFuture,
-                    "body.effective_from",
-                    format!(
-                        "is {ahead} s after the ledger's clock; prices may be scheduled at most {MAX_SPOT_SCHEDULE_AHEAD_SECONDS} s ahead"
-                    ),
-                ));
-            }
-            if -ahead > skew {
-                return Err(Rejection::field(
-                    Reason::PriceInPast,
-                    "body.effective_from",
-                    format!(
-                        "({}) is {} s before the ledger's clock ({now}); a spot price may take effect at most {skew} s in the past",
-                        p.effective_from, -ahead
-                    ),
-                ));
-            }
-            return Ok(());
-        }
         _ => return Ok(()),
     };
     let age = start.seconds_until(now);
@@ -458,13 +452,49 @@ pub fn check_time(body: &Body, now: Timestamp, policy: &LogPolicy) -> Result<(),
     Ok(())
 }
 
-/// The spot prices and invoiced periods logged before a spot price (§6.7, spot series).
+/// A price taking effect at `from`, received at `now`: at most `skew` seconds in the past
+/// (`price_in_past`); a spot price, signed by a market signer, also at most
+/// `MAX_SPOT_SCHEDULE_AHEAD_SECONDS` ahead (`in_future`). Ledger-written prices may be
+/// scheduled any time ahead: the operator announces them.
+fn check_price_time(
+    body: &Body,
+    from: Timestamp,
+    now: Timestamp,
+    skew: i64,
+) -> Result<(), Rejection> {
+    let ahead = now.seconds_until(from);
+    let spot = matches!(body, Body::SpotPrice(_));
+    if spot && ahead > MAX_SPOT_SCHEDULE_AHEAD_SECONDS {
+        return Err(Rejection::field(
+            Reason::InFuture,
+            "body.effective_from",
+            format!(
+                "is {ahead} s after the ledger's clock; prices may be scheduled at most {MAX_SPOT_SCHEDULE_AHEAD_SECONDS} s ahead"
+            ),
+        ));
+    }
+    if -ahead > skew {
+        return Err(Rejection::field(
+            Reason::PriceInPast,
+            "body.effective_from",
+            format!(
+                "({from}) is {} s before the ledger's clock ({now}); a {} may take effect at most {skew} s in the past",
+                -ahead,
+                body.kind().as_str()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The spot prices and invoiced periods logged before a price (§6.7, price series).
 #[derive(Debug, Default, Clone)]
 pub struct SpotHistory {
     /// (region, GPU model, effective_from) → index of the spot price.
     instants: HashMap<(String, String, Timestamp), u64>,
-    /// Invoiced periods [from, to) with the index of their `invoice_issued` entry.
-    invoiced: Vec<(u64, Timestamp, Timestamp)>,
+    /// Invoiced periods [from, to) with the index of their `invoice_issued` entry and their
+    /// tenant.
+    invoiced: Vec<(u64, String, Timestamp, Timestamp)>,
 }
 
 impl SpotHistory {
@@ -476,35 +506,49 @@ impl SpotHistory {
                     .entry((p.region.clone(), p.gpu_model.clone(), p.effective_from))
                     .or_insert(index);
             }
-            Body::InvoiceIssued(i) => self.invoiced.push((index, i.period_from, i.period_to)),
+            Body::InvoiceIssued(i) => self.invoiced(index, &i.tenant, i.period_from, i.period_to),
             _ => {}
         }
     }
 
-    /// A spot price at `index` takes effect neither at the instant of an earlier price of its
-    /// series (region, GPU model) nor inside a period already invoiced.
-    pub fn check(&self, index: u64, p: &SpotPrice) -> Result<(), Rejection> {
-        let key = (p.region.clone(), p.gpu_model.clone(), p.effective_from);
-        if let Some(at) = self.instants.get(&key).filter(|at| **at < index) {
-            return Err(Rejection::field(
-                Reason::PriceConflict,
-                "body.effective_from",
-                format!(
-                    "a spot price for {} {} already takes effect at {} (entry {at})",
-                    p.region, p.gpu_model, p.effective_from
-                ),
-            ));
+    /// Takes in the period [from, to) invoiced to `tenant` by the entry at `index` (as the
+    /// ledger reads it from its invoice table).
+    pub fn invoiced(&mut self, index: u64, tenant: &str, from: Timestamp, to: Timestamp) {
+        self.invoiced.push((index, tenant.to_owned(), from, to));
+    }
+
+    /// A price at `index`: a spot price takes effect not at the instant of an earlier price of
+    /// its series (region, GPU model); no price of any kind takes effect inside a period
+    /// already invoiced (any tenant's, as every tenant may be billed at it; a tenant plan, its
+    /// own tenant's).
+    pub fn check(&self, index: u64, body: &Body) -> Result<(), Rejection> {
+        let Some(from) = price_effective_from(body) else {
+            return Ok(());
+        };
+        if let Body::SpotPrice(p) = body {
+            let key = (p.region.clone(), p.gpu_model.clone(), p.effective_from);
+            if let Some(at) = self.instants.get(&key).filter(|at| **at < index) {
+                return Err(Rejection::field(
+                    Reason::PriceConflict,
+                    "body.effective_from",
+                    format!(
+                        "a spot price for {} {} already takes effect at {} (entry {at})",
+                        p.region, p.gpu_model, p.effective_from
+                    ),
+                ));
+            }
         }
-        if let Some((at, from, to)) = self.invoiced.iter().find(|(at, from, to)| {
-            *at < index && *from <= p.effective_from && p.effective_from < *to
+        let only = match body {
+            Body::TenantPlan(p) => Some(p.tenant.as_str()),
+            _ => None,
+        };
+        if let Some((at, _, pf, pt)) = self.invoiced.iter().find(|(at, tenant, pf, pt)| {
+            *at < index && *pf <= from && from < *pt && only.is_none_or(|t| t == tenant)
         }) {
             return Err(Rejection::field(
                 Reason::PriceInInvoicedPeriod,
                 "body.effective_from",
-                format!(
-                    "({}) is inside the period [{from}, {to}) invoiced at entry {at}",
-                    p.effective_from
-                ),
+                format!("({from}) is inside the period [{pf}, {pt}) invoiced at entry {at}"),
             ));
         }
         Ok(())
@@ -696,9 +740,7 @@ impl Registry {
         }
         check_parties(body, index, self)?;
         check_time(body, received_at, &self.policy_at(index))?;
-        if let Body::SpotPrice(p) = body {
-            self.spot.check(index, p)?;
-        }
+        self.spot.check(index, body)?;
         // The stream was computed once, when the envelope was checked.
         if let Some((stream, start, end)) = &checked.stream {
             self.intervals.check(kind, stream, *start, *end)?;
@@ -811,7 +853,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{CertificateIssued, InvoiceIssued};
+    use crate::record::{CertificateIssued, InvoiceIssued, SpotPrice};
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_unix(1_800_000_000 + s).unwrap()
@@ -869,6 +911,111 @@ mod tests {
                 ok,
                 "{name}"
             );
+        }
+    }
+
+    /// Every kind of price, at the skew's edge and one second past it; the operator's own
+    /// prices may be announced far ahead, a spot price at most 7 days.
+    #[test]
+    fn no_price_of_any_kind_takes_effect_in_the_past() {
+        use crate::record::{RateCard, RegionParameters, TenantPlan, Tier, VolumeTiers};
+        let dec = |s: &str| s.parse::<Decimal>().unwrap();
+        let kinds = |from: Timestamp| -> Vec<Body> {
+            vec![
+                Body::SpotPrice(SpotPrice {
+                    region: "west".into(),
+                    gpu_model: "H100".into(),
+                    price_per_gpu_hour: dec("2"),
+                    currency: "CNY".into(),
+                    effective_from: from,
+                }),
+                Body::RateCard(RateCard {
+                    region: "west".into(),
+                    gpu_model: "H100".into(),
+                    lease_class: crate::record::LeaseClass::OnDemand,
+                    currency: "CNY".into(),
+                    price_per_gpu_hour: dec("2"),
+                    effective_from: from,
+                }),
+                Body::RegionParams(RegionParameters {
+                    region: "west".into(),
+                    currency: "CNY".into(),
+                    electricity_price_per_kwh: dec("0.5"),
+                    pue: dec("1.2"),
+                    carbon_g_per_kwh: dec("500"),
+                    effective_from: from,
+                }),
+                Body::VolumeTiers(VolumeTiers {
+                    plan: "p".into(),
+                    region: "west".into(),
+                    gpu_model: "H100".into(),
+                    lease_class: crate::record::LeaseClass::Reserved,
+                    currency: "CNY".into(),
+                    tiers: vec![Tier {
+                        up_to_gpu_hours: None,
+                        price_per_gpu_hour: dec("1"),
+                    }],
+                    effective_from: from,
+                }),
+                Body::TenantPlan(TenantPlan {
+                    tenant: "acme".into(),
+                    plan: "p".into(),
+                    effective_from: from,
+                }),
+            ]
+        };
+        let policy = LogPolicy::default();
+        let skew = policy.max_future_skew_seconds as i64;
+        for (name, from, spot_ok, ledger_ok) in [
+            ("now", 0, true, true),
+            ("at the skew", -skew, true, true),
+            ("a second past the skew", -skew - 1, false, false),
+            ("six hours back (the attack)", -6 * 3_600, false, false),
+            ("7 days ahead", MAX_SPOT_SCHEDULE_AHEAD_SECONDS, true, true),
+            ("a year ahead", 365 * 86_400, false, true),
+        ] {
+            for body in kinds(t(from)) {
+                let ok = if matches!(body, Body::SpotPrice(_)) {
+                    spot_ok
+                } else {
+                    ledger_ok
+                };
+                let kind = body.kind().as_str();
+                let r = check_time(&body, t(0), &policy);
+                assert_eq!(r.is_ok(), ok, "{kind}, {name}: {r:?}");
+                if let Err(r) = r {
+                    let want = if from < 0 {
+                        Reason::PriceInPast
+                    } else {
+                        Reason::InFuture
+                    };
+                    assert_eq!(r.reason, want, "{kind}, {name}");
+                    assert_eq!(r.field.as_deref(), Some("body.effective_from"));
+                }
+            }
+        }
+        // Inside an invoiced period: refused for every kind; a tenant plan only inside its own
+        // tenant's period.
+        let mut h = SpotHistory::default();
+        h.invoiced(5, "beta", t(-7_200), t(-3_600));
+        for body in kinds(t(-5_000)) {
+            let r = h.check(9, &body);
+            let own_only = matches!(body, Body::TenantPlan(_));
+            assert_eq!(r.is_ok(), own_only, "{}: {r:?}", body.kind().as_str());
+            if let Err(r) = r {
+                assert_eq!(r.reason, Reason::PriceInInvoicedPeriod);
+                assert!(r.message.contains("entry 5"), "{}", r.message);
+            }
+            // The same period, logged after the price: no refusal.
+            assert!(h.check(5, &body).is_ok());
+        }
+        // The period's end is outside it.
+        for body in kinds(t(-3_600)) {
+            assert!(h.check(9, &body).is_ok(), "{}", body.kind().as_str());
+        }
+        h.invoiced(6, "acme", t(-7_200), t(-3_600));
+        for body in kinds(t(-5_000)) {
+            assert!(h.check(9, &body).is_err(), "{}", body.kind().as_str());
         }
     }
 

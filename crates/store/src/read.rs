@@ -7,6 +7,7 @@ use diesel::prelude::*;
 use gpuledger_core::admission;
 use gpuledger_core::merkle::{Hash, HashReader};
 use gpuledger_core::record::{Body, KeyScope, Kind, LogPolicy, SignerKeyRegistered};
+use gpuledger_core::time::Timestamp;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -303,6 +304,36 @@ pub(crate) fn bodies_between(
         .load(conn)?;
     rows.into_iter()
         .map(|(i, b)| Ok((i as u64, super::usage::parse_body(i, &b)?)))
+        .collect()
+}
+
+/// The invoiced periods (entry index, tenant, from, to) that contain the instant `t`, of the
+/// invoices logged below `size` (from the invoice table, a cache of the log).
+pub(crate) fn invoiced_periods_at(
+    conn: &mut DbConn,
+    t: Timestamp,
+    size: u64,
+) -> Result<Vec<(u64, String, Timestamp, Timestamp)>, StoreError> {
+    use super::schema::invoices;
+    let rows: Vec<(i64, String, i64, i64)> = invoices::table
+        .filter(invoices::period_from.le(t.unix()))
+        .filter(invoices::period_to.gt(t.unix()))
+        .filter(invoices::entry_idx.lt(size as i64))
+        .select((
+            invoices::entry_idx,
+            invoices::tenant,
+            invoices::period_from,
+            invoices::period_to,
+        ))
+        .load(conn)?;
+    rows.into_iter()
+        .map(|(i, tenant, f, to)| {
+            let ts = |s: i64| {
+                Timestamp::from_unix(s)
+                    .ok_or_else(|| StoreError::Corrupt(format!("invoice entry {i}: time {s}")))
+            };
+            Ok((i as u64, tenant, ts(f)?, ts(to)?))
+        })
         .collect()
 }
 

@@ -420,8 +420,8 @@ impl<'a> Group<'a> {
         if let Err(r) = admission::check_time(&v.checked.body, self.now, &self.policy) {
             return Some(r);
         }
-        if let Body::SpotPrice(p) = &v.checked.body {
-            if let Err(r) = self.spots.history.check(app.next_index(), p) {
+        if let Body::SpotPrice(_) = &v.checked.body {
+            if let Err(r) = self.spots.history.check(app.next_index(), &v.checked.body) {
                 return Some(r);
             }
         }
@@ -890,16 +890,23 @@ pub(crate) fn push_ledger_entry(
 
 /// The admission rules a ledger-written entry must pass (the same functions `verify-log`
 /// rechecks): the tenant it names is registered, a tenant or lease is registered once, and
-/// prices, parameters and plans only move forward. Read under the head lock.
+/// prices, parameters and plans only move forward, take effect at most the policy's skew in
+/// the past and never inside an invoiced period. Read under the head lock.
 fn admit_ledger_entry(conn: &mut DbConn, app: &Appender, body: &Body) -> Result<(), StoreError> {
     let size = app.next_index();
     let parties = read::DbParties::load(conn, size, body)?;
     admission::check_parties(body, u64::MAX, &parties).map_err(refusal)?;
     admission::check_issued(body, app.received_at).map_err(refusal)?;
-    if matches!(
-        body,
-        Body::RateCard(_) | Body::RegionParams(_) | Body::VolumeTiers(_) | Body::TenantPlan(_)
-    ) {
+    if let Some(from) = admission::price_effective_from(body) {
+        // No price takes effect in the past (beyond the policy's skew) or inside an invoiced
+        // period: the spot rules, for the ledger's own prices.
+        let policy = read::policy(conn, size)?;
+        admission::check_time(body, app.received_at, &policy).map_err(refusal)?;
+        let mut history = admission::SpotHistory::default();
+        for (index, tenant, pf, pt) in read::invoiced_periods_at(conn, from, size)? {
+            history.invoiced(index, &tenant, pf, pt);
+        }
+        history.check(size, body).map_err(refusal)?;
         let mut prices = admission::PriceSeries::default();
         let kinds = [
             Kind::RateCard,

@@ -301,8 +301,18 @@ class ContextRules(VerifierTestCase):
     def test_region_params_with_the_same_effective_from(self):
         # Version 2: prices only move forward, with its own reason.
         r = self.build(lambda log, na: log.region_params("r1", "1.2", "400", "2026-10-01T00:00:00Z",
-                                                         "2026-10-02T00:00:00Z"))
+                                                         "2026-10-01T00:00:00Z"))
         self.assertFail(r, "price_not_forward", "entry 4 (bundle line 6)")
+
+    def test_ledger_prices_do_not_take_effect_in_the_past(self):
+        # No price of any kind takes effect more than the policy's skew (300 s) before it is
+        # logged: region parameters logged a day after they would take effect re-price the past.
+        r = self.build(lambda log, na: log.region_params("r1", "1.2", "400", "2026-10-02T00:00:00Z",
+                                                         "2026-10-03T00:00:00Z"))
+        self.assertFail(r, "price_in_past", "entry 4 (bundle line 6)")
+        r = self.build(lambda log, na: log.region_params("r1", "1.2", "400", "2026-10-02T00:00:00Z",
+                                                         "2026-10-02T00:05:00Z"))
+        self.assertPass(r)
 
     def test_key_registered_twice(self):
         r = self.build(lambda log, na: log.register("node-a", na, "node", "2026-10-02T00:00:00Z", regions=["r1"]))

@@ -608,6 +608,17 @@ await test('v3 invoice bundle, checkpoint re-signed: a rate card that does not m
   await bundleCase(bundle, 'price_not_forward');
 });
 
+await test('v3 invoice bundle, checkpoint re-signed: a rate card taking effect 6 h before it was logged → price_in_past', async () => {
+  const text = read(path.join(fixtures, 'invoice_bundle.v3.ndjson'));
+  const { bundle } = await resealed(async (l) => {
+    const card = entryLines(l).find((o) => o.leafObject.envelope.kind === 'rate_card');
+    const logged = Date.parse(card.leafObject.received_at);
+    card.leafObject.envelope.body.effective_from = new Date(logged - 6 * 3600e3).toISOString().replace('.000Z', 'Z');
+    await resignLedgerEntry(card);
+  }, text);
+  await bundleCase(bundle, 'price_in_past');
+});
+
 // ---------------------------------------------------------------- tampered certificates
 
 await test('the certificate\'s totals changed (not re-signed) → certificate_signature', async () => {
@@ -622,7 +633,7 @@ for (const [what, edit, expected, item] of [
   ['a gpu line dropped', (c) => { c.gpu.pop(); }, 'claim_mismatch', 'gpu (length)'],
   ['entries.count', (c) => { c.entries.count += 1; }, 'entries_mismatch', 'entries.count'],
   ['entries.commitment', (c) => { c.entries.commitment = flipB64(c.entries.commitment); }, 'entries_mismatch', 'entries.commitment'],
-  ['the period (a record falls outside)', (c) => { c.period_to = '2026-11-28T00:30:00Z'; }, 'outside_period', undefined],
+  ['the period (a record falls outside)', (c) => { c.period_to = new Date(Date.parse(c.period_from) + 1800e3).toISOString().replace('.000Z', 'Z'); }, 'outside_period', undefined],
   ['the scope (another region)', (c) => { c.scope = { region: 'east' }; }, 'outside_scope', undefined],
   ['the tenant', (c) => { c.tenant = 'beta'; }, 'wrong_tenant', undefined],
   ['the checkpoint', (c) => { c.checkpoint = read(path.join(fixtures, 'older_checkpoint.txt')); }, 'checkpoint_mismatch', 'certificate'],
