@@ -219,6 +219,7 @@ fn scenario(db: &TestDb) -> Issued {
             currency: "CNY".into(),
             amount: dec("48.00"),
             note: "outage on day 0".into(),
+            external_reference: None,
         }))
         .unwrap();
     ledger
@@ -229,6 +230,7 @@ fn scenario(db: &TestDb) -> Issued {
             currency: "CNY".into(),
             amount: dec("100.00"),
             note: "wire".into(),
+            external_reference: None,
         }))
         .unwrap();
     Issued {
@@ -818,6 +820,7 @@ fn text_a_spreadsheet_would_run_is_neutralised_and_credits_stay_numbers() {
                     currency: "CNY".into(),
                     amount: dec("1.50"),
                     note: "@SUM(1+1)".into(),
+                    external_reference: None,
                 },
             },
         )

@@ -297,6 +297,7 @@ both_backends!(
                 currency: "CNY".into(),
                 amount: dec(amount),
                 note: "wire 7731".into(),
+                external_reference: None,
             })
         };
         let size = ledger.reads().head().unwrap().0;

@@ -28,6 +28,7 @@ fn settle(invoice: &str, amount: &str) -> gpuledger::core::record::Settlement {
         currency: "CNY".into(),
         amount: dec(amount),
         note: "test".into(),
+        external_reference: None,
     }
 }
 

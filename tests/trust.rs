@@ -150,6 +150,7 @@ fn a_forged_signature_in_a_log_or_bundle_is_named_by_every_verifier() {
     let dir = tempfile::tempdir().unwrap();
     let key_file = verifier_key_file(dir.path());
     let python = python_verifier_ready();
+    let browser = browser_verifier_ready();
     for class in forge::CLASSES {
         let (leaves, bad) = forged_log(class);
         // verify-log's checker: the forged entry is named, with its reason, and nothing else.
@@ -172,7 +173,63 @@ fn a_forged_signature_in_a_log_or_bundle_is_named_by_every_verifier() {
             assert_eq!(code, Some(1), "{class}: {v}");
             assert_eq!(v["reason"], "entry_signature", "{class}: {v}");
         }
+        if browser {
+            let v = browser_verdict(&path, &key_file);
+            assert_eq!(
+                (&v["reason"], &v["item"]),
+                (&"entry_signature".into(), &format!("entry {bad}").into()),
+                "{class}, the console: {v}"
+            );
+        }
     }
+}
+
+/// Whether the console's verifier can be run under Node here (it needs Node 20+); when it
+/// cannot, a loud line says what was not tested, and with `GPULEDGER_REQUIRE_NODE=1` (CI)
+/// the test fails instead.
+fn browser_verifier_ready() -> bool {
+    let major = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            let v = String::from_utf8_lossy(&o.stdout).into_owned();
+            v.trim()
+                .trim_start_matches('v')
+                .split('.')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        });
+    let ready = major.is_some_and(|m| m >= 20);
+    if !ready {
+        assert!(
+            std::env::var("GPULEDGER_REQUIRE_NODE").as_deref() != Ok("1"),
+            "GPULEDGER_REQUIRE_NODE=1 but Node.js 20+ cannot be run"
+        );
+        eprintln!("\n*** SKIPPED: the console's verifier was not asked (no Node.js 20+) ***\n");
+    }
+    ready
+}
+
+/// The console verifier's verdict on the bundle at `path` (assets/console/verify, under Node):
+/// `{"result", "reason", "item", "message"}` as `gpuledger verify --json` names them.
+fn browser_verdict(path: &std::path::Path, key_file: &std::path::Path) -> serde_json::Value {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("assets/console/verify/test/verdict.mjs");
+    let out = std::process::Command::new("node")
+        .arg(script)
+        .arg(path)
+        .arg(key_file)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "verdict.mjs: {e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
 }
 
 /// Every failure verify-log's checker finds in `leaves`.
@@ -245,8 +302,8 @@ fn leaves_of(envs: Vec<Envelope>, now: Timestamp) -> Vec<Vec<u8>> {
 }
 
 /// Every admission rule, broken by an honestly signed last entry of a log the ledger would not
-/// have written: verify-log's checker, `gpuledger verify` and verifiers/python each name that
-/// entry with the rule's own reason, and nothing else.
+/// have written: verify-log's checker, `gpuledger verify`, verifiers/python and the console's
+/// verifier (under Node) each name that entry with the rule's own reason, and nothing else.
 #[test]
 fn a_broken_admission_rule_is_named_by_every_verifier() {
     use gpuledger::core::rating::LeaseClass;
@@ -303,6 +360,7 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
         currency: currency.into(),
         amount: Decimal::new(cents, 2),
         note: String::new(),
+        external_reference: None,
     };
     let spot_at = now.plus(600);
     let good_spot = sample::spot("market-f", &market, 1, Decimal::ONE, spot_at);
@@ -401,6 +459,20 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             ],
         ),
         (
+            // The same bank line recorded twice for t1.
+            "reference_used",
+            vec![
+                ledger(Body::Payment(Settlement {
+                    external_reference: Some("CMB-0001".into()),
+                    ..settlement("INV-000001", "CNY", 100)
+                })),
+                ledger(Body::Payment(Settlement {
+                    external_reference: Some("CMB-0001".into()),
+                    ..settlement("INV-000001", "CNY", 200)
+                })),
+            ],
+        ),
+        (
             // Five seconds of the first record's stream claimed again (§6.4a).
             "overlapping_interval",
             vec![
@@ -412,6 +484,7 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
     let dir = tempfile::tempdir().unwrap();
     let key_file = verifier_key_file(dir.path());
     let python = python_verifier_ready();
+    let browser = browser_verifier_ready();
     for (code, tail) in cases {
         let mut envs = context.clone();
         envs.extend(tail);
@@ -435,6 +508,14 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
         if python {
             let (_, v) = verify_json(python_verifier().arg("bundle"), &path, &key_file);
             assert_eq!(v["reason"], code, "python: {v}");
+        }
+        if browser {
+            let v = browser_verdict(&path, &key_file);
+            assert_eq!(
+                (&v["reason"], &v["item"]),
+                (&code.into(), &format!("entry {bad}").into()),
+                "the console: {v}"
+            );
         }
     }
 }

@@ -39,6 +39,7 @@ import re
 import shutil
 import sys
 import tempfile
+import unicodedata
 from dataclasses import dataclass, field
 from decimal import Context as _DecimalContext
 from decimal import Decimal, InvalidOperation
@@ -123,6 +124,7 @@ REASONS = (
     "unknown_invoice",
     "currency_mismatch",
     "credit_above_total",
+    "reference_used",
 )
 ADMISSION_REASONS = REASONS[REASONS.index("node_not_allowed"):]
 CONSISTENCY_REASON = "consistency_proof"  # not in section 15: see README "Where the document was unclear"
@@ -201,6 +203,7 @@ MAX_PUE = Decimal(5)
 MAX_CARBON_G_PER_KWH = Decimal(5000)
 MAX_AMOUNT = Decimal(10**12)  # from the schemas' descriptions (invoice_issued, payment, credit_note)
 MAX_NOTE_BYTES = 500
+MAX_EXTERNAL_REFERENCE_BYTES = 128
 MAX_SCOPE_NODES = 1000
 MAX_SIGNER_NODES = 256  # version 2: signer_key_registered.nodes
 MAX_SIGNER_REGIONS = 64  # version 2: signer_key_registered.regions
@@ -711,6 +714,11 @@ def certificate_message(cert: Dict[str, Any]) -> bytes:
     return b"gpuledger-certificate/v1\n" + jcs(unsigned)
 
 
+def _is_control(c: str) -> bool:
+    """Unicode category Cc, as Rust's `char::is_control`."""
+    return unicodedata.category(c) == "Cc"
+
+
 class _Body:
     """Field-by-field checks of one body, with the ledger's reason codes."""
 
@@ -982,13 +990,19 @@ def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
         b.pattern("invoice_sha256", HEX64_RE, "64 lower-case hex digits")
         out.update(period_from=pf, period_to=pt)
     elif kind in ("payment", "credit_note"):
-        b = _Body(body, {"tenant": True, "invoice": True, "currency": True, "amount": True, "note": True})
+        b = _Body(body, {"tenant": True, "invoice": True, "currency": True, "amount": True, "note": True,
+                         "external_reference": False})
         b.id("tenant")
         b.id("invoice")
         b.currency("currency")
         b.amount("amount", positive=True)
         if len(body["note"].encode("utf-8")) > MAX_NOTE_BYTES:
             raise FieldError("invalid_field", "body.note", "longer than 500 bytes")
+        ref = body.get("external_reference")
+        if ref is not None and (not ref or len(ref.encode("utf-8")) > MAX_EXTERNAL_REFERENCE_BYTES
+                                or ref.strip() != ref or any(_is_control(c) for c in ref)):
+            raise FieldError("invalid_field", "body.external_reference",
+                             "1 to 128 bytes without control characters or surrounding spaces")
     elif kind == "volume_tiers":
         b = _Body(body, {"plan": True, "region": True, "gpu_model": True, "lease_class": True, "currency": True,
                          "tiers": True, "effective_from": True}, array_members=("tiers",))
@@ -1578,6 +1592,8 @@ class LogView:
         self.spot_prices: Dict[Tuple[str, str, int], int] = {}  # (region, gpu_model, effective_from) -> index
         # Section 5.10: invoice number -> [tenant, currency, total, credited so far].
         self.accounts: Dict[str, List[Any]] = {}
+        # (tenant, kind, external_reference) -> index of the settlement that carries it
+        self.references: Dict[Tuple[str, str, str], int] = {}
         # Section 6.4a: stream -> (starts, [(end, index)]) of the intervals held so far, by start.
         self.intervals: Dict[str, Tuple[List[int], List[Tuple[int, int]]]] = {}
         self.invoices: List[Tuple[int, str, int, int]] = []  # (index, tenant, period_from, period_to)
@@ -1811,6 +1827,11 @@ class LogView:
         if account[1] != body["currency"]:
             raise Failure("currency_mismatch", item,
                           f"body.currency: invoice {body['invoice']} is in {account[1]}, not {body['currency']}")
+        ref = body.get("external_reference")
+        if ref is not None and (body["tenant"], kind, ref) in self.references:
+            raise Failure("reference_used", item,
+                          f"body.external_reference: {kind} of {body['tenant']} already carries {ref!r} "
+                          f"(entry {self.references[(body['tenant'], kind, ref)]})")
         if kind == "credit_note" and DEC.add(account[3], Decimal(body["amount"])) > account[2]:
             raise Failure("credit_above_total", item,
                           f"body.amount: credit notes on {body['invoice']} would total "
@@ -1850,7 +1871,9 @@ class LogView:
             self.policies.append(Policy(index, parsed["max_record_age_seconds"], parsed["max_future_skew_seconds"]))
         elif kind == "spot_price":
             self.spot_prices.setdefault((body["region"], body["gpu_model"], parsed["effective_from"]), index)
-        elif kind == "credit_note" and body["invoice"] in self.accounts:
+        if kind in ("payment", "credit_note") and "external_reference" in body:
+            self.references.setdefault((body["tenant"], kind, body["external_reference"]), index)
+        if kind == "credit_note" and body["invoice"] in self.accounts:
             self.accounts[body["invoice"]][3] = DEC.add(self.accounts[body["invoice"]][3], Decimal(body["amount"]))
         elif kind == "invoice_issued":
             self.accounts.setdefault(body["number"], [body["tenant"], body["currency"], Decimal(body["total"]), Decimal(0)])

@@ -100,6 +100,8 @@ export class Admission {
     this.intervals = new Map();
     /** invoice number → {tenant, currency, total: Dec, credited: Dec} (§5.10) */
     this.accounts = new Map();
+    /** `tenant|kind|external_reference` → index of the settlement that carries it. */
+    this.references = new Map();
   }
 
   /** The policy in force at `index`: the latest log_policy entry before it, or the defaults. */
@@ -135,6 +137,10 @@ export class Admission {
     const a = this.accounts.get(b.invoice);
     if (!a || a.tenant !== b.tenant) throw new Failure('unknown_invoice', item, `${b.invoice} is not an invoice issued to ${b.tenant}`);
     if (a.currency !== b.currency) throw new Failure('currency_mismatch', item, `invoice ${b.invoice} is in ${a.currency}, not ${b.currency}`);
+    if ('external_reference' in b) {
+      const at = this.references.get(`${b.tenant}|${kind}|${b.external_reference}`);
+      if (at !== undefined) throw new Failure('reference_used', item, `${kind} of ${b.tenant} already carries ${JSON.stringify(b.external_reference)} (entry ${at})`);
+    }
     if (kind === 'credit_note') {
       const after = a.credited.add(Dec.parse(b.amount));
       if (after.cmp(a.total) > 0) throw new Failure('credit_above_total', item, `credit notes on ${b.invoice} would total ${after}, above its total ${a.total}`);
@@ -267,9 +273,12 @@ export class Admission {
         if (!this.spotInstants.has(k)) this.spotInstants.set(k, index);
         break;
       }
+      case 'payment':
       case 'credit_note': {
+        const ref = `${b.tenant}|${e.kind}|${b.external_reference}`;
+        if ('external_reference' in b && !this.references.has(ref)) this.references.set(ref, index);
         const a = this.accounts.get(b.invoice);
-        if (a) a.credited = a.credited.add(Dec.parse(b.amount));
+        if (a && e.kind === 'credit_note') a.credited = a.credited.add(Dec.parse(b.amount));
         break;
       }
       case 'invoice_issued':

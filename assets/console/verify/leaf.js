@@ -295,12 +295,18 @@ async function checkBody(kind, b) {
       return;
     case 'payment':
     case 'credit_note': {
-      members(b, 'body', ['tenant', 'invoice', 'currency', 'amount'], ['note']);
+      members(b, 'body', ['tenant', 'invoice', 'currency', 'amount'], ['note', 'external_reference']);
       const amount = money(b.amount, 'body.amount');
       check(amount.cmp(Dec.zero()) > 0, 'quantity_out_of_range: body.amount must be above 0');
       if ('note' in b) {
         check(typeof b.note === 'string', 'body.note is not a string');
         check(utf8(b.note).length <= 500 && !/[\u0000-\u001f\u007f-\u009f]/u.test(b.note), 'body.note: at most 500 bytes without control characters');
+      }
+      if ('external_reference' in b) {
+        const r = b.external_reference;
+        check(typeof r === 'string', 'body.external_reference is not a string');
+        check(r.length > 0 && utf8(r).length <= 128 && r.trim() === r && !/[\u0000-\u001f\u007f-\u009f]/u.test(r),
+          'invalid_field: body.external_reference: 1 to 128 bytes without control characters or surrounding spaces');
       }
       bodyId(b.tenant, 'body.tenant');
       bodyId(b.invoice, 'body.invoice');

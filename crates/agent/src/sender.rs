@@ -742,7 +742,7 @@ mod tests {
     /// Every rejection reason of the protocol, by its wire code, and what the agent does with
     /// it. A reason that core adds fails to compile in core's `Reason::class`; one renamed
     /// fails here.
-    const TABLE: [(&str, Disposition); 33] = [
+    const TABLE: [(&str, Disposition); 34] = [
         ("malformed", DeadLetter),
         ("unsupported_version", DeadLetter),
         ("unknown_kind", DeadLetter),
@@ -776,6 +776,7 @@ mod tests {
         ("unknown_invoice", DeadLetter),
         ("currency_mismatch", DeadLetter),
         ("credit_above_total", DeadLetter),
+        ("reference_used", DeadLetter),
     ];
 
     #[test]

@@ -298,13 +298,17 @@ pub struct IssuedInvoice {
 
 /// The settlement rules (PROTOCOL §5.10): a `payment` or `credit_note` names an invoice issued
 /// earlier to its tenant (`unknown_invoice`), in its currency (`currency_mismatch`), and credit
-/// notes on an invoice never total more than the invoice (`credit_above_total`). The ledger
-/// loads the one invoice a settlement names (`store::invoices::settle`); `Registry` keeps every
-/// invoice of the log, so `verify-log` rechecks each settlement. (Bundles hold no settlements.)
+/// notes on an invoice never total more than the invoice (`credit_above_total`); an
+/// `external_reference` is carried by one payment (one credit note) of a tenant at most
+/// (`reference_used`). The ledger loads the one invoice a settlement names, and the tenant's
+/// earlier settlements when it carries a reference (`store::invoices::settle`); `Registry`
+/// keeps every invoice and reference of the log, so `verify-log` rechecks each settlement. (Bundles hold no settlements.)
 /// A payment above the open balance is not a log rule: the excess may become the tenant's credit.
 #[derive(Debug, Clone, Default)]
 pub struct Settlements {
     invoices: HashMap<String, IssuedInvoice>,
+    /// (tenant, kind, external reference) → the index of the settlement that carries it.
+    references: HashMap<(String, Kind, String), u64>,
 }
 
 impl Settlements {
@@ -312,6 +316,15 @@ impl Settlements {
     pub fn of(number: &str, account: IssuedInvoice) -> Self {
         Settlements {
             invoices: HashMap::from([(number.to_owned(), account)]),
+            references: HashMap::new(),
+        }
+    }
+
+    /// Takes in that the settlement at `index` carries its external reference, if it does (as
+    /// the ledger reads the earlier settlements of the reference's tenant).
+    pub fn reference(&mut self, index: u64, body: &Body) {
+        if let Some(key) = reference_key(body) {
+            self.references.entry(key).or_insert(index);
         }
     }
 
@@ -343,6 +356,18 @@ impl Settlements {
                 ),
             ));
         }
+        if let Some(at) = reference_key(body).and_then(|k| self.references.get(&k)) {
+            return Err(Rejection::field(
+                Reason::ReferenceUsed,
+                "body.external_reference",
+                format!(
+                    "{} of {} already carries {:?} (entry {at})",
+                    body.kind().as_str(),
+                    s.tenant,
+                    s.external_reference.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
         if credit && inv.credited + s.amount > inv.total {
             return Err(Rejection::field(
                 Reason::CreditAboveTotal,
@@ -358,8 +383,10 @@ impl Settlements {
         Ok(())
     }
 
-    /// Takes in an admitted entry: an issued invoice opens an account, a credit note adds to it.
-    pub fn apply(&mut self, body: &Body) {
+    /// Takes in the admitted entry at `index`: an issued invoice opens an account, a credit
+    /// note adds to it, a settlement's external reference is used from then on.
+    pub fn apply(&mut self, index: u64, body: &Body) {
+        self.reference(index, body);
         match body {
             Body::InvoiceIssued(i) => {
                 self.invoices
@@ -378,6 +405,18 @@ impl Settlements {
             }
             _ => {}
         }
+    }
+}
+
+/// The key under which a payment's or credit note's external reference is unique: its tenant,
+/// its kind, the reference.
+fn reference_key(body: &Body) -> Option<(String, Kind, String)> {
+    match body {
+        Body::Payment(s) | Body::CreditNote(s) => s
+            .external_reference
+            .clone()
+            .map(|r| (s.tenant.clone(), body.kind(), r)),
+        _ => None,
     }
 }
 
@@ -846,7 +885,7 @@ impl Registry {
         }
         self.spot.apply(index, body);
         self.prices.apply(index, body);
-        self.settlements.apply(body);
+        self.settlements.apply(index, body);
     }
 }
 
@@ -1133,22 +1172,26 @@ mod tests {
     fn a_settlement_names_an_issued_invoice_of_its_tenant_in_its_currency() {
         use crate::record::Settlement;
         let mut st = Settlements::default();
-        st.apply(&Body::InvoiceIssued(InvoiceIssued {
-            number: "INV-000001".into(),
-            tenant: "acme".into(),
-            period_from: t(-3_600),
-            period_to: t(0),
-            currency: "CNY".into(),
-            total: Decimal::new(10_000, 2),
-            checkpoint_size: 1,
-            invoice_sha256: "00".repeat(32),
-        }));
+        st.apply(
+            1,
+            &Body::InvoiceIssued(InvoiceIssued {
+                number: "INV-000001".into(),
+                tenant: "acme".into(),
+                period_from: t(-3_600),
+                period_to: t(0),
+                currency: "CNY".into(),
+                total: Decimal::new(10_000, 2),
+                checkpoint_size: 1,
+                invoice_sha256: "00".repeat(32),
+            }),
+        );
         let s = |tenant: &str, invoice: &str, currency: &str, cents: i64| Settlement {
             tenant: tenant.into(),
             invoice: invoice.into(),
             currency: currency.into(),
             amount: Decimal::new(cents, 2),
             note: String::new(),
+            external_reference: None,
         };
         for (name, body, want) in [
             (
@@ -1194,19 +1237,52 @@ mod tests {
             assert_eq!(got, want.map(|(r, f)| (r, f.to_owned())), "{name}");
         }
         // Credits add up: 60.00 then 40.00 is the whole total, one cent more is not.
-        st.apply(&Body::CreditNote(s("acme", "INV-000001", "CNY", 6_000)));
+        st.apply(2, &Body::CreditNote(s("acme", "INV-000001", "CNY", 6_000)));
         assert!(st
             .check(&Body::CreditNote(s("acme", "INV-000001", "CNY", 4_000)))
             .is_ok());
-        st.apply(&Body::CreditNote(s("acme", "INV-000001", "CNY", 4_000)));
+        st.apply(3, &Body::CreditNote(s("acme", "INV-000001", "CNY", 4_000)));
         let r = st
             .check(&Body::CreditNote(s("acme", "INV-000001", "CNY", 1)))
             .unwrap_err();
         assert_eq!(r.reason, Reason::CreditAboveTotal);
         // Payments never count as credit.
-        st.apply(&Body::Payment(s("acme", "INV-000001", "CNY", 10_000)));
+        st.apply(4, &Body::Payment(s("acme", "INV-000001", "CNY", 10_000)));
         assert!(st
             .check(&Body::Payment(s("acme", "INV-000001", "CNY", 1)))
             .is_ok());
+        // An external reference is used once per tenant and kind.
+        let with_ref = |r: &str| Settlement {
+            external_reference: Some(r.into()),
+            ..s("acme", "INV-000001", "CNY", 100)
+        };
+        st.apply(5, &Body::Payment(with_ref("BANK-1")));
+        let r = st.check(&Body::Payment(with_ref("BANK-1"))).unwrap_err();
+        assert_eq!(
+            (r.reason, r.field.as_deref()),
+            (Reason::ReferenceUsed, Some("body.external_reference"))
+        );
+        assert!(r.message.contains("entry 5"), "{}", r.message);
+        assert!(st.check(&Body::Payment(with_ref("BANK-2"))).is_ok());
+        // A credit note may carry the same reference as a payment; and another tenant may.
+        let credit = Body::CreditNote(Settlement {
+            amount: Decimal::ZERO,
+            ..with_ref("BANK-1")
+        });
+        assert!(st.check(&credit).is_ok());
+        let beta_invoice = IssuedInvoice {
+            tenant: "beta".into(),
+            currency: "CNY".into(),
+            total: Decimal::ONE,
+            credited: Decimal::ZERO,
+        };
+        let mut other = Settlements::of("INV-000002", beta_invoice);
+        other.reference(5, &Body::Payment(with_ref("BANK-1")));
+        let beta = Body::Payment(Settlement {
+            tenant: "beta".into(),
+            invoice: "INV-000002".into(),
+            ..with_ref("BANK-1")
+        });
+        assert!(other.check(&beta).is_ok());
     }
 }

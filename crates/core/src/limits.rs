@@ -45,3 +45,6 @@ pub const MAX_MONEY_AMOUNT: u64 = 1_000_000_000_000;
 pub const MAX_VOLUME_TIERS: usize = 16;
 /// Highest tier bound (`up_to_gpu_hours`) accepted, in GPU-hours.
 pub const MAX_TIER_BOUND_GPU_HOURS: u32 = 1_000_000_000;
+
+/// Longest `external_reference` of a payment or credit note, in bytes.
+pub const MAX_EXTERNAL_REFERENCE_BYTES: usize = 128;

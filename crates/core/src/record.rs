@@ -490,6 +490,11 @@ body! {
         /// Payment reference or credit-note reason, for people.
         #[serde(default)]
         pub note: String,
+        /// The payment's (or credit note's) reference in the provider's books or the bank's,
+        /// unique per tenant and kind (`reference_used`), so that one sent twice is recorded
+        /// once. 1 to 128 bytes without control characters or surrounding spaces.
+        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+        pub external_reference: Option<String>,
     }
 }
 
@@ -981,12 +986,26 @@ impl Record for Settlement {
                 "at most 500 bytes without control characters",
             ));
         }
+        if let Some(r) = &w.external_reference {
+            if r.is_empty()
+                || r.len() > MAX_EXTERNAL_REFERENCE_BYTES
+                || r.trim() != r
+                || r.chars().any(char::is_control)
+            {
+                return Err(Rejection::field(
+                    Reason::InvalidField,
+                    "body.external_reference",
+                    format!("1 to {MAX_EXTERNAL_REFERENCE_BYTES} bytes without control characters or surrounding spaces"),
+                ));
+            }
+        }
         Ok(Settlement {
             tenant: id("body.tenant", &w.tenant)?,
             invoice: id("body.invoice", &w.invoice)?,
             currency: currency("body.currency", &w.currency)?,
             amount,
             note: w.note,
+            external_reference: w.external_reference,
         })
     }
 }

@@ -60,11 +60,11 @@ pub enum Reason {
     LeaseTenantMismatch,
     /// The record starts longer before its arrival than the log's policy allows.
     TooOld,
-    /// The spot price takes effect before its arrival minus the policy's skew.
+    /// A price of any kind takes effect before its arrival minus the policy's skew.
     PriceInPast,
     /// A spot price of the same series already takes effect at that instant.
     PriceConflict,
-    /// The spot price takes effect inside a period already invoiced.
+    /// A price takes effect inside a period already invoiced.
     PriceInInvoicedPeriod,
     /// A price, parameter or plan does not take effect after the latest of its series.
     PriceNotForward,
@@ -76,6 +76,9 @@ pub enum Reason {
     CurrencyMismatch,
     /// Credit notes on an invoice would total more than the invoice.
     CreditAboveTotal,
+    /// A payment or credit note carries the external reference of an earlier one of its
+    /// tenant and kind.
+    ReferenceUsed,
 }
 
 impl Reason {
@@ -115,6 +118,7 @@ impl Reason {
             Reason::UnknownInvoice => "unknown_invoice",
             Reason::CurrencyMismatch => "currency_mismatch",
             Reason::CreditAboveTotal => "credit_above_total",
+            Reason::ReferenceUsed => "reference_used",
         }
     }
 }
@@ -175,7 +179,8 @@ impl Reason {
             // Settlement entries are the ledger's own; no signer sends them.
             | Reason::UnknownInvoice
             | Reason::CurrencyMismatch
-            | Reason::CreditAboveTotal => Final,
+            | Reason::CreditAboveTotal
+            | Reason::ReferenceUsed => Final,
         }
     }
 

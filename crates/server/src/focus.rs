@@ -786,6 +786,7 @@ mod tests {
                 currency: "CNY".into(),
                 amount: dec("48.00"),
                 note: "outage".into(),
+                external_reference: None,
             },
         };
         let row = credit_row(&inv, &note).unwrap();

@@ -33,6 +33,7 @@ use gpuledger_core::invoice::{
 use gpuledger_core::leaf::Leaf;
 use gpuledger_core::rating::{self, PriceBook, Rater};
 use gpuledger_core::record::{Body, InvoiceIssued, Kind, Settlement};
+use gpuledger_core::rejection::Reason;
 use gpuledger_core::time::Timestamp;
 use rust_decimal::Decimal;
 use serde::Serialize;
@@ -667,7 +668,7 @@ pub(crate) fn settle(
             )));
         }
         // The settlement rules, as verify-log rechecks them (core::admission::Settlements).
-        let rules = admission::Settlements::of(
+        let mut rules = admission::Settlements::of(
             &s.invoice,
             admission::IssuedInvoice {
                 tenant: account.tenant.clone(),
@@ -676,7 +677,17 @@ pub(crate) fn settle(
                 credited: account.credited,
             },
         );
-        rules.check(body).map_err(StoreError::Rejected)?;
+        if s.external_reference.is_some() {
+            // The tenant's earlier settlements of this kind, for the reference's uniqueness.
+            for (i, earlier) in tenant_settlements(conn, &s.tenant, body.kind())? {
+                rules.reference(i, &earlier);
+            }
+        }
+        rules.check(body).map_err(|r| match r.reason {
+            // Sent again: the conflict names the entry that carries the reference.
+            Reason::ReferenceUsed => StoreError::AlreadyExists(r.message),
+            _ => StoreError::Rejected(r),
+        })?;
         if matches!(body, Body::Payment(_)) && s.amount > account.balance_due && !excess_credit {
             return Err(StoreError::Overpayment {
                 invoice: s.invoice.clone(),
@@ -689,6 +700,23 @@ pub(crate) fn settle(
         app.finish(conn)?;
         Ok(idx)
     })
+}
+
+/// The `kind` settlements (payments or credit notes) of `tenant`, in log order.
+fn tenant_settlements(
+    conn: &mut DbConn,
+    tenant: &str,
+    kind: Kind,
+) -> Result<Vec<(u64, Body)>, StoreError> {
+    let rows: Vec<(i64, Vec<u8>)> = entries::table
+        .filter(entries::kind.eq(kind.as_str()))
+        .filter(entries::tenant.eq(tenant))
+        .order(entries::idx.asc())
+        .select((entries::idx, entries::leaf))
+        .load(conn)?;
+    rows.into_iter()
+        .map(|(i, bytes)| Ok((i as u64, decode_leaf(i, &bytes)?.1)))
+        .collect()
 }
 
 fn body_at(conn: &mut DbConn, idx: i64) -> Result<Body, StoreError> {

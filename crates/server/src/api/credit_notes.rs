@@ -34,7 +34,8 @@ pub struct CreditNoteCreated {
 /// `Location: /v1/credit-notes/{number}`.
 #[utoipa::path(operation_id = "credit_note", tag = "invoices", request_body = gpuledger_core::record::Settlement,
     responses(super::error::RoleForbidden, (status = 201, body = CreditNoteCreated, headers(("Location" = String, description = "`/v1/credit-notes/{number}`"))),
-              (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+              (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 409, description = "`conflict`: an earlier credit note of the tenant carries this `external_reference` (the detail names its entry; nothing written), or the first request with this `Idempotency-Key` is still running", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/credit-notes")]
 pub async fn create(

@@ -299,11 +299,14 @@ pub struct PaymentQuery {
     pub excess: Option<String>,
 }
 
-/// Records a payment against an invoice (admin): `{tenant, invoice, currency, amount, note}`.
-/// A payment above the invoice's open balance (total − paid − credited) is refused with 422
+/// Records a payment against an invoice (admin): `{tenant, invoice, currency, amount, note,
+/// external_reference}`. An `external_reference` (the bank's or the books' reference) is
+/// unique per tenant: a payment sent again with it is refused 409, naming the entry that
+/// recorded it. A payment above the invoice's open balance (total − paid − credited) is refused with 422
 /// `overpayment`, naming the open balance, unless the query says `excess=credit`.
 #[utoipa::path(tag = "invoices", request_body = gpuledger_core::record::Settlement, params(PaymentQuery),
     responses(super::error::RoleForbidden, (status = 201, body = super::pricing::Appended), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 409, description = "`conflict`: an earlier payment of the tenant carries this `external_reference` (the detail names its entry; nothing written), or the first request with this `Idempotency-Key` is still running", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 422, description = "`overpayment`: above the open balance without `excess=credit`; nothing written", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/payments")]
