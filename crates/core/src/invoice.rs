@@ -967,7 +967,15 @@ impl InvoiceCheck {
             InvoiceDoc::V2(inv) => {
                 let mut lines = lines_v2(lines, &|_| Tax::none());
                 // The rates are the issuer's declaration; the log proves usage and net prices.
-                for (l, claimed) in lines.iter_mut().zip(&inv.lines) {
+                // A rate is a fraction from 0 to 1 (as `serve` accepts them), so the tax of any
+                // line stays within the decimals' range: a crafted rate is named, not computed.
+                for (i, (l, claimed)) in lines.iter_mut().zip(&inv.lines).enumerate() {
+                    if !(Decimal::ZERO..=Decimal::ONE).contains(&claimed.tax_rate) {
+                        return Err(fail(
+                            format!("lines[{i}].tax_rate"),
+                            "a tax rate is a fraction from 0 to 1",
+                        ));
+                    }
                     l.tax_name.clone_from(&claimed.tax_name);
                     l.tax_rate = claimed.tax_rate;
                 }

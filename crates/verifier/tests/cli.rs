@@ -104,3 +104,56 @@ fn consistency_between_two_saved_checkpoints() {
     ]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
 }
+
+/// The service's invoice passes; a declared tax rate no issuer could configure (above 1, or the
+/// largest decimal, whose tax overflowed and crashed the verifier) is named, never computed:
+/// exit 1 with `claim_mismatch` on that line's `tax_rate`.
+#[test]
+fn an_invoice_with_a_crafted_tax_rate_is_named_not_computed() {
+    let bundle = fixture("invoice_bundle.v3.ndjson");
+    let dir = tempfile::tempdir().unwrap();
+    let run = |invoice: &Path| {
+        let o = verify(&[
+            "--invoice",
+            &invoice.display().to_string(),
+            "--bundle",
+            &bundle.display().to_string(),
+            "--log-key",
+            &key(),
+            "--json",
+        ]);
+        let report: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {o:?}"));
+        (o.status.code(), report)
+    };
+    let (code, report) = run(&fixture("invoice.json"));
+    assert_eq!(
+        (code, &report["result"]),
+        (Some(0), &"PASS".into()),
+        "{report}"
+    );
+    let original: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture("invoice.json")).unwrap()).unwrap();
+    for (rate, reason, item) in [
+        (
+            "79228162514264337593543950335",
+            "claim_mismatch",
+            "lines[0].tax_rate",
+        ),
+        ("1.0001", "claim_mismatch", "lines[0].tax_rate"),
+        // A negative amount is refused as the invoice is read.
+        ("-0.06", "malformed", "invoice"),
+    ] {
+        let mut inv = original.clone();
+        inv["lines"][0]["tax_rate"] = rate.into();
+        let path = dir.path().join("invoice.json");
+        std::fs::write(&path, serde_json::to_vec(&inv).unwrap()).unwrap();
+        let (code, report) = run(&path);
+        assert_eq!(code, Some(1), "{rate}: {report}");
+        assert_eq!(
+            (&report["reason"], &report["item"]),
+            (&reason.into(), &item.into()),
+            "{rate}: {report}"
+        );
+    }
+}
