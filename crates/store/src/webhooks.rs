@@ -269,7 +269,8 @@ pub(crate) fn enqueue_entry(
 
 /// Enqueues `record.conflict` for a record refused because `signer`'s `seq` is logged at
 /// `existing_index` with other content; `envelope` is the refused record's canonical JSON
-/// (kept as evidence in `conflicts`). Called in the append transaction that refused it.
+/// (kept as evidence in `conflicts`). Called in the append transaction that refused it. The
+/// first variant of a (signer, seq) raises the event; later ones add evidence, not events.
 pub(crate) fn enqueue_conflict(
     conn: &mut DbConn,
     signer: &str,
@@ -299,7 +300,9 @@ pub(crate) fn enqueue_conflict(
             kind: EventType::RecordConflict,
             tenant,
             log_index: Some(existing_index.max(0) as u64),
-            dedupe: format!("conflict:{signer}:{seq}:{content}"),
+            // Coalesced: one event per conflicting (signer, seq), however many variants of it
+            // are refused (each is kept as evidence, up to the bounds).
+            dedupe: format!("conflict:{signer}:{seq}"),
             data,
         },
         at,
