@@ -170,6 +170,53 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DemoError + '_ {
     }
 }
 
+/// GPUs per demo node (its simulated collector measures as many).
+const DEMO_NODE_GPUS: u32 = 8;
+
+/// The simulated collector of the demo's `i`th node `n`: its eight GPUs, seeded by its place.
+fn simulated_collector(n: &NodeSpec, i: usize) -> CollectorConfig {
+    CollectorConfig::Simulated {
+        seed: i as u64 + 1,
+        load: n.load.into(),
+        gpus: vec![SimulatedGpus {
+            model: n.model.into(),
+            count: DEMO_NODE_GPUS,
+            idle_watts: Decimal::from(n.idle),
+            max_watts: Decimal::from(n.max),
+        }],
+    }
+}
+
+/// Registers the `i`th node `n` on the log unless it is: its region and the GPUs its simulated
+/// collector reports (index, UUID, model, as an operator copies them from `nvidia-smi`), each
+/// drawing at most the simulated maximum, which bounds its energy records (node keys may name
+/// only registered nodes).
+fn ensure_node(ledger: &Ledger, n: &NodeSpec, i: usize) -> Result<(), DemoError> {
+    use gpuledger::core::record::{Body, NodeGpu, NodeRegistered};
+    let mut collector = gpuledger::agent::collector::from_config(&simulated_collector(n, i))
+        .map_err(AgentError::from)?;
+    let reading = collector.read(ledger.now()).map_err(AgentError::from)?;
+    let body = Body::NodeRegistered(NodeRegistered {
+        node: n.node.into(),
+        region: n.region.into(),
+        hub: Some(n.region.into()),
+        gpus: reading
+            .gpus
+            .iter()
+            .map(|g| NodeGpu {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                model: g.model.clone(),
+            })
+            .collect(),
+        max_watts_per_gpu: Decimal::from(n.max),
+    });
+    match ledger.append_ledger_entry(body) {
+        Ok(_) | Err(gpuledger::store::StoreError::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Registers `signer` with the key in `dir/keys/<signer>.key` unless that key is registered.
 fn ensure_signer(
     ledger: &Ledger,
@@ -498,7 +545,8 @@ struct Signers {
 /// (all the demo's regions), unless registered; writes a node's lease file unless it exists.
 fn ensure_signers(ledger: &Ledger, dir: &Path) -> Result<Signers, DemoError> {
     let mut nodes = Vec::new();
-    for n in &NODES {
+    for (i, n) in NODES.iter().enumerate() {
+        ensure_node(ledger, n, i)?;
         let scope = KeyScope::new(Some(vec![n.node.into()]), vec![n.region.into()]);
         let key = ensure_signer(ledger, dir, n.node, Role::Node, scope)?;
         let lease_file = dir.join("leases").join(format!("{}.toml", n.node));
@@ -579,16 +627,7 @@ fn agent_config(
         node: n.node.into(),
         lease_file: lease_file.to_owned(),
         spool_dir: dir.join("spool").join(n.node),
-        collector: CollectorConfig::Simulated {
-            seed: i as u64 + 1,
-            load: n.load.into(),
-            gpus: vec![SimulatedGpus {
-                model: n.model.into(),
-                count: 8,
-                idle_watts: Decimal::from(n.idle),
-                max_watts: Decimal::from(n.max),
-            }],
-        },
+        collector: simulated_collector(n, i),
         limits: sender_limits(),
         metrics_listen: None,
         origin: Some(DEMO_ORIGIN.into()),

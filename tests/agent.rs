@@ -357,11 +357,19 @@ both_backends!(
         let t = Timestamp::now().plus(-3_600);
         // Seq 3 is already logged with other content: resending seq 3 is a conflict (permanent).
         let ledger = gpuledger::store::Ledger::open(&s.url, log_key()).unwrap();
-        let other = sample::energy("node-dl", &key, 3, None, dec("9"), t.plus(-100));
+        // (Record q of the spool is q/100 kWh in 10 s, within what the node draws.)
+        let other = sample::energy("node-dl", &key, 3, None, dec("0.9"), t.plus(-100));
         assert_accepted(&ledger.append(vec![other]).unwrap());
         drop(ledger);
         let spool_dir = s.dir.path().join("node-dl").join("spool");
-        drop(spool_of_energy(&spool_dir, "node-dl", 6, 100, t));
+        drop(spool_of_energy_in(
+            &spool_dir,
+            "node-dl",
+            6,
+            100,
+            t,
+            dec("0.01"),
+        ));
         let (server, base) = s.serve(0);
         let last = drain_spool(&s, "node-dl", &base);
         assert_eq!(last, 6);
@@ -373,7 +381,7 @@ both_backends!(
         assert_eq!(lines.len(), 1, "{dl}");
         assert_eq!(lines[0]["seq"], 3);
         assert_eq!(lines[0]["outcome"]["reason"], "conflict");
-        assert_eq!(lines[0]["envelope"]["body"]["kwh"], "3");
+        assert_eq!(lines[0]["envelope"]["body"]["kwh"], "0.03");
         let rows = logged(&s.url, "node-dl");
         let kwh: Vec<(u64, String)> = rows
             .iter()
@@ -382,12 +390,12 @@ both_backends!(
         assert_eq!(
             kwh,
             vec![
-                (3, "9".into()),
-                (1, "1".into()),
-                (2, "2".into()),
-                (4, "4".into()),
-                (5, "5".into()),
-                (6, "6".into())
+                (3, "0.9".into()),
+                (1, "0.01".into()),
+                (2, "0.02".into()),
+                (4, "0.04".into()),
+                (5, "0.05".into()),
+                (6, "0.06".into())
             ]
         );
         drop(server);

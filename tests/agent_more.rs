@@ -469,7 +469,7 @@ both_backends!(sender_honours_retry_after_on_429_and_503, |db: &TestDb| {
     let (_server, base) = s.serve(0);
     let t = Timestamp::now().plus(-3_600);
     let spool_dir = s.dir.path().join("spool");
-    let spool = spool_of_energy(&spool_dir, "node-busy", 10, 1_000, t);
+    let spool = spool_of_energy_in(&spool_dir, "node-busy", 10, 1_000, t, dec("0.01"));
     let (proxy, log) = busy_proxy(base, vec![(429, 1), (503, 1), (503, 2)]);
     let shared = Shared::new(spool);
     let started = Instant::now();

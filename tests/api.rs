@@ -144,7 +144,7 @@ const ENERGY: &[(u64, Option<&str>, &str)] = &[
     (6, Some("tenant-a"), "0.1"),
     (7, Some("tenant-a"), "0.2"),
     (8, Some("tenant-a"), "0.000000001"),
-    (9, None, "1.5"),
+    (9, None, "0.5"),
 ];
 /// A later usage record of tenant-b, in the second hour of the day, after a gap in seq.
 const LATE: (u64, &str, &str) = (400, "tenant-b", "8");
@@ -202,10 +202,23 @@ both_backends!(every_endpoint, |db: &TestDb| {
     );
     h.parties(&log.admin, &["tenant-a", "tenant-b"]);
 
-    // Signers: a node and a market signer; each registration is a log entry. Before them: the
-    // policy entry, two tenants and their leases.
+    // The fleet: node-1, a log entry of its own (a node key names only registered nodes).
+    // Before it: the policy entry, two tenants and their leases.
+    let node_index = h.size();
+    assert_eq!(node_index, 5);
+    let node_1 = test_node("node-1").to_value();
+    let n = h.post("/v1/nodes", admin, &node_1).ok_json(201);
+    assert_eq!(n, json!({"index": node_index, "kind": "node_registered"}));
+    h.post("/v1/nodes", admin, &node_1)
+        .assert_problem(409, "conflict", "registering a node twice");
+    let nodes = h.get("/v1/nodes", admin).ok_json(200);
+    let mut listed = node_1.clone();
+    listed["index"] = json!(node_index);
+    assert_eq!(nodes, json!({"nodes": [listed]}));
+
+    // Signers: a node and a market signer; each registration is a log entry.
     let first = h.size();
-    assert_eq!(first, 5);
+    assert_eq!(first, node_index + 1);
     let k1 = sample::key("api-node-1");
     let reg = h.register(&log.admin, "node-1", "node", &k1);
     assert_eq!(
@@ -361,7 +374,13 @@ both_backends!(every_endpoint, |db: &TestDb| {
         prev = leaf_hash(&leaf);
         entries.push(e);
     }
-    // The ledger's own entries: registrations and the revocation, signed by "ledger".
+    // The ledger's own entries: the node, the registrations and the revocation, signed by
+    // "ledger".
+    let env = &entries[node_index as usize]["entry"]["envelope"];
+    assert_eq!(
+        (&env["kind"], &env["signer"], &env["body"]),
+        (&json!("node_registered"), &json!("ledger"), &node_1)
+    );
     for (i, kind, kid) in [
         (first, "signer_key_registered", key_id(&k1)),
         (first + 1, "signer_key_registered", key_id(&km)),
@@ -487,7 +506,7 @@ both_backends!(every_endpoint, |db: &TestDb| {
     assert!(u.get("tenant").is_none());
     assert_eq!(
         u["rows"],
-        json!([{"window_start": day.to_string(), "gpu_seconds": "195", "kwh": "1.800000001",
+        json!([{"window_start": day.to_string(), "gpu_seconds": "195", "kwh": "0.800000001",
                 "usage_records": 7, "energy_records": 4}])
     );
     // The same sums from the records' own bodies, as a cross-check of the hand-worked figures.
@@ -498,7 +517,7 @@ both_backends!(every_endpoint, |db: &TestDb| {
         .sum::<Decimal>()
         * Decimal::from(10);
     let kwh: Decimal = ENERGY.iter().map(|e| dec(e.2)).sum();
-    assert_eq!((gpu, kwh), (dec("195"), dec("1.800000001")));
+    assert_eq!((gpu, kwh), (dec("195"), dec("0.800000001")));
     // The period is [from, to): a day later holds nothing.
     let u = h
         .get(
@@ -728,6 +747,10 @@ static ACCESS: &[Access] = &[
     post("create tenant",                "/v1/tenants", |w| json!({"id": format!("new-{w}"), "name": "n"}), [201, 403, 403, 403, 401, 401]),
     get("list tenants",                  "/v1/tenants",                                           [200, 200, 403, 403, 401, 401]),
     Access { what: "change tenant", method: "PATCH", path: "/v1/tenants/tenant-a", body: Some(|w| json!({"address": [format!("{w} street")]})), want: [200, 403, 403, 403, 401, 401] },
+    // The fleet: admins register nodes (the admin's is the node its key names in the next
+    // row); admins and auditors list them.
+    post("register node",                "/v1/nodes", |w| test_node(&format!("node-{w}")).to_value(), [201, 403, 403, 403, 401, 401]),
+    get("list nodes",                    "/v1/nodes",                                             [200, 200, 403, 403, 401, 401]),
     post("register signer",              "/v1/signers", |w| json!({"id": format!("node-{w}"), "role": "node", "public_key": public(&sample::key(w)), "nodes": [format!("node-{w}")], "regions": ["west"]}), [201, 403, 403, 403, 401, 401]),
     get("list signers",                  "/v1/signers",                                           [200, 200, 403, 403, 401, 401]),
     post("add key",                      "/v1/signers/node-1/keys", |w| json!({"public_key": public(&sample::key(&format!("extra-{w}")))}), [201, 403, 403, 403, 401, 401]),
@@ -984,7 +1007,7 @@ both_backends!(access_matrix, |db: &TestDb| {
         usage("node-1", &k, 1, "tenant-a", "1"),
         usage("node-1", &k, 2, "tenant-b", "2"),
         usage("node-1", &k, 3, "tenant-a", "3"),
-        sample::energy("node-1", &k, 4, None, dec("1"), end_of(4)),
+        sample::energy("node-1", &k, 4, None, dec("0.5"), end_of(4)),
         usage("node-1", &k, 5, "tenant-b", "4"),
     ];
     let ans = h.post_records(&batch);
@@ -1156,6 +1179,7 @@ both_backends!(access_matrix, |db: &TestDb| {
         each_str(&added["entries"], "/entry/envelope/kind"),
         [
             "tenant_registered",     // create tenant
+            "node_registered",       // register node
             "signer_key_registered", // register signer
             "signer_key_registered", // add key
             "signer_key_revoked",
@@ -1349,8 +1373,9 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         .unwrap();
     sig[5] ^= 0x01;
     bad_sig["sig"] = json!(BASE64_STANDARD.encode(sig));
+    // Another model node-1 has: only the signature is wrong.
     let mut changed_after = good(11);
-    changed_after["body"]["gpu_model"] = json!("H200-SXM-141G");
+    changed_after["body"]["gpu_model"] = json!("A100");
     let mut not_b64 = good(12);
     not_b64["sig"] = json!("not base64!");
     let mut short_sig = good(13);
@@ -1484,6 +1509,11 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         one("spot price in the past",                value(&sample::spot("market-1", &km, 2, dec("1"), now.plus(-3600))), Reason("price_in_past", Some("body.effective_from"))),
         one("unknown kind",                          sign_value(unknown_kind, &k),          Reason("unknown_kind", Some("kind"))),
         one("seq 0",                                 sign_value(seq0, &k),                  Reason("quantity_out_of_range", Some("seq"))),
+        // The fleet (PROTOCOL §6.7): node-1 is a test node, 8 GPUs of each model at 5000 W.
+        one("1,024 GPUs on the node",                edited(43, &[("gpu_count", "1024"), ("gpu_seconds", "10240")]), Reason("over_capacity", Some("body.gpu_count"))),
+        one("one GPU more than the node has",        edited(44, &[("gpu_count", "9"), ("gpu_seconds", "90")]), Reason("over_capacity", Some("body.gpu_count"))),
+        one("a GPU model the node lacks",            edited(45, &[("gpu_model", "H200-SXM-141G")]), Reason("unknown_gpu_model", Some("body.gpu_model"))),
+        one("energy above what the node draws",      energy(46, "0.934"),                   Reason("energy_over_bound", Some("body.kwh"))),
         // Query parameters.
         query("entries: start not a number",         "/v1/entries?start=x".into(),          Problem(400, "invalid_parameter")),
         query("entries: negative start",             "/v1/entries?start=-1".into(),         Problem(400, "invalid_parameter")),
@@ -1521,7 +1551,9 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         Bad { body: br#"{"id":"t9","id":"t10","name":"n"}"#.to_vec(), ..admin_post("tenant: repeated member name", "/v1/tenants", json!(null), Problem(400, "malformed_json")) },
         Bad { body: br#"{"lease":"l9","tenant":"tenant-a","class":"reserved","class":"spot"}"#.to_vec(), ..admin_post("lease: repeated member name", "/v1/leases", json!(null), Problem(400, "malformed_json")) },
         admin_post("lease: unregistered tenant",     "/v1/leases", json!({"lease": "l10", "tenant": "tenant-z", "class": "reserved"}), Refused("unknown_tenant", "body.tenant")),
-        admin_post("signer: no regions",             "/v1/signers", json!({"id": "n9", "role": "node", "public_key": public(&sample::key("n9")), "nodes": ["n9"]}), Problem(400, "refused")),
+        admin_post("signer: a node not registered",  "/v1/signers", json!({"id": "n14", "role": "node", "public_key": public(&sample::key("n14")), "nodes": ["n14"], "regions": ["west"]}), Refused("unknown_node", "body.nodes")),
+        admin_post("node: registered twice",         "/v1/nodes", test_node("node-1").to_value(), Problem(409, "conflict")),
+        admin_post("signer: no regions",             "/v1/signers", json!({"id": "n9", "role": "node", "public_key": public(&sample::key("n9")), "nodes": ["node-1"]}), Problem(400, "refused")),
         admin_post("signer: node key without nodes", "/v1/signers", json!({"id": "n10", "role": "node", "public_key": public(&sample::key("n10")), "regions": ["west"]}), Problem(400, "refused")),
         admin_post("signer: mixed-order key",        "/v1/signers", json!({"id": "n11", "role": "node", "public_key": ed25519_case("a_mixed_order"), "nodes": ["n11"], "regions": ["west"]}), Problem(400, "refused")),
         admin_post("signer: non-canonical key",      "/v1/signers", json!({"id": "n12", "role": "node", "public_key": ed25519_case("a_non_canonical"), "nodes": ["n12"], "regions": ["west"]}), Problem(400, "refused")),
@@ -1571,6 +1603,7 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     let tenants = h.get("/v1/tenants", a).ok_json(200);
     let signers = h.get("/v1/signers", a).ok_json(200);
     let tokens = h.get("/v1/tokens", a).ok_json(200);
+    let nodes = h.get("/v1/nodes", a).ok_json(200);
     for c in &cases {
         let conflicts = gpuledger::store::read::conflict_count(&mut conn).unwrap();
         let r = h
@@ -1642,13 +1675,16 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     assert_eq!(h.get("/v1/tenants", a).ok_json(200), tenants);
     assert_eq!(h.get("/v1/signers", a).ok_json(200), signers);
     assert_eq!(h.get("/v1/tokens", a).ok_json(200), tokens);
+    assert_eq!(h.get("/v1/nodes", a).ok_json(200), nodes);
     // The replayed and the conflicting record left the original in place.
     let e = h
         .get(&format!("/v1/entries/{original_index}"), a)
         .ok_json(200);
     assert_eq!(e["entry"]["envelope"], value(&original));
 
-    // The limits at their edges are accepted: exactly 8 MiB, exactly 10000 records, 1024 GPUs.
+    // The limits at their edges are accepted: exactly 8 MiB, exactly 10000 records, all 8 GPUs
+    // of a model the node has and the most energy its 64 GPUs draw in 10 s (64 × 5000 W ×
+    // 10 s + 5 % = 0.9333… kWh). (1024 GPUs, the limit of a record, is more than a node has.)
     let mut edge = vec![b' '; MAX_BODY];
     edge[0] = b'[';
     edge[MAX_BODY - 1] = b']';
@@ -1661,8 +1697,21 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         .ok_json(200);
     assert_eq!(ans["rejected"], json!(MAX_RECORDS));
     assert_eq!(h.size(), size);
-    let ans = h.post_records(&[usage("node-1", &k, 40, "tenant-a", "1024")]);
-    assert_eq!(ans["outcomes"][0]["status"], json!("accepted"), "{ans}");
+    let ans = h
+        .post(
+            "/v1/records",
+            None,
+            &json!([
+                value(&usage("node-1", &k, 40, "tenant-a", "8")),
+                energy(47, "0.933333")
+            ]),
+        )
+        .ok_json(200);
+    assert_eq!(
+        each(&ans["outcomes"], "/status"),
+        vec![json!("accepted"), json!("accepted")],
+        "{ans}"
+    );
     // One bad record does not sink the batch: outcomes stay in order.
     let mixed = json!([good(41), json!({"nope": true}), good(42)]);
     let ans = h.post("/v1/records", None, &mixed).ok_json(200);
@@ -1672,11 +1721,11 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     );
     assert_eq!(
         (&ans["outcomes"][0]["index"], &ans["outcomes"][2]["index"]),
-        (&json!(size + 1), &json!(size + 2))
+        (&json!(size + 2), &json!(size + 3))
     );
-    assert_eq!(h.size(), size + 3);
+    assert_eq!(h.size(), size + 4);
     drop(srv);
-    log.assert_verifies(size + 3);
+    log.assert_verifies(size + 4);
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -1852,8 +1901,8 @@ both_backends!(two_servers_one_database, |db: &TestDb| {
 
     let size = https[0].size();
     assert_eq!(https[1].size(), size);
-    // The policy entry, tenant-m and its lease, then each agent's key and records.
-    assert_eq!(size, 3 + AGENTS as u64 * (1 + BATCHES * BATCH));
+    // The policy entry, tenant-m and its lease, then each agent's node, key and records.
+    assert_eq!(size, 3 + AGENTS as u64 * (2 + BATCHES * BATCH));
     let entries = https[1].all_entries(&log.admin);
     assert_eq!(entries.len() as u64, size);
     let mut used: BTreeSet<u64> = BTreeSet::new();

@@ -204,9 +204,9 @@ both_backends!(
         assert_eq!(Certificate::from_json(json.as_bytes()).unwrap(), cert);
 
         let lines = bundle_of(&ledger, &cert);
-        // Header; the policy, 2 key registrations, acme's registration and its two leases,
-        // region parameters (nothing of globex); 4 records; end.
-        assert_eq!(lines.len(), 1 + 7 + 4 + 1);
+        // Header; the policy, 2 node registrations, 2 key registrations, acme's registration
+        // and its two leases, region parameters (nothing of globex); 4 records; end.
+        assert_eq!(lines.len(), 1 + 9 + 4 + 1);
         let claims = verify(&cert, &lines).unwrap();
         assert_eq!(claims, cert.claims());
         let (v, _) = bundle::verify_bundle(
@@ -216,7 +216,7 @@ both_backends!(
             &mut |_| {},
         )
         .unwrap();
-        assert_eq!((v.entries, v.records), (11, 4));
+        assert_eq!((v.entries, v.records), (13, 4));
         // The log with the new kind still verifies end to end.
         verified(&db.url);
     }
@@ -481,14 +481,14 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
         // no longer matches.
         ("a dropped record",        Box::new(|t| { t.remove(records[1]); }),                Reason::Truncated, None),
         ("a dropped record, ended", Box::new(|t| { t.remove(records[1]); set_end(t); }),    Reason::EntriesMismatch, Some("entries.count")),
-        // Another tenant's record (entry 13, globex's), genuinely in the log.
-        ("another tenant's record", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 13, size)); set_end(t); }), Reason::WrongTenant, Some("entry 13")),
-        // The tenant's own record from after the period (entry 14).
-        ("a record after the period", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 14, size)); set_end(t); }), Reason::OutsidePeriod, Some("entry 14")),
+        // Another tenant's record (entry 15, globex's), genuinely in the log.
+        ("another tenant's record", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 15, size)); set_end(t); }), Reason::WrongTenant, Some("entry 15")),
+        // The tenant's own record from after the period (entry 16).
+        ("a record after the period", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 16, size)); set_end(t); }), Reason::OutsidePeriod, Some("entry 16")),
         ("reordered records",       Box::new(|t| t.swap(records[0], records[1])),           Reason::Order, None),
         ("no end line",             Box::new(|t| { t.pop(); }),                             Reason::Truncated, None),
-        // The region parameters (line 7) among the records.
-        ("a context entry among the records", Box::new(|t| { let ctx = t.remove(7); t.insert(records[3] - 1, ctx); }), Reason::Order, None),
+        // The region parameters (line 9) among the records.
+        ("a context entry among the records", Box::new(|t| { let ctx = t.remove(9); t.insert(records[3] - 1, ctx); }), Reason::Order, None),
         ("a malformed line",        Box::new(|t| t[2] = b"{\"type\":\"entry\"".to_vec()),  Reason::Malformed, None),
     ];
     let mut wrong = Vec::new();
@@ -506,7 +506,7 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
 
     // Pointed at an older checkpoint (re-signed by the key holder): later records are not in it.
     let signer = LogSigner::new(ORIGIN, key.clone()).unwrap();
-    let old_size = 12;
+    let old_size = 14;
     let old_note = signer.sign_checkpoint(old_size, &ledger.reads().root_at(old_size).unwrap());
     let mut c = cert.clone();
     c.checkpoint = old_note.clone();
@@ -527,7 +527,7 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
     t[0] = unparse(&h);
     assert_eq!(
         reason(verify(&c, &t)),
-        (Reason::NotInCheckpoint, "entry 12".into())
+        (Reason::NotInCheckpoint, "entry 14".into())
     );
     // ... and the certificate's checkpoint differs from the bundle's.
     assert_eq!(reason(verify(&cert, &t)).0, Reason::CheckpointMismatch);
@@ -610,7 +610,9 @@ impl HandLog {
         l
     }
 
-    /// A certificate of acme over `records` (all in the period) and its bundle.
+    /// A certificate of acme over `records` (all in the period) and its bundle, whose context
+    /// is entry 0 (acme's registration), every `node_registered` entry (as the service's
+    /// bundles carry them all) and `context`.
     fn certificate(&self, context: &[u64], records: &[u64]) -> (Certificate, Vec<Vec<u8>>) {
         let mut tally = Tally::new();
         let book = gpuledger::core::rating::PriceBook::default();
@@ -646,10 +648,19 @@ impl HandLog {
         );
         let mut lines = vec![bundle::header_line(&header)];
         lines[0].pop();
-        let mut context = context.to_vec();
-        if !context.contains(&0) {
-            context.insert(0, 0);
-        }
+        let nodes = (0..self.leaves.len() as u64).filter(|&i| {
+            Leaf::from_bytes(&self.leaves[i as usize])
+                .unwrap()
+                .envelope
+                .kind
+                == "node_registered"
+        });
+        let mut context: Vec<u64> = std::iter::once(0)
+            .chain(nodes)
+            .chain(context.iter().copied())
+            .collect();
+        context.sort_unstable();
+        context.dedup();
         for &i in context.iter().chain(records) {
             lines.push(self.line(i));
         }
@@ -660,8 +671,10 @@ impl HandLog {
     }
 }
 
-/// Registers a node key for node `name` in the test regions.
+/// Registers node `name` (a [`test_node`]) and a node key for it in the test regions: the key
+/// registration's index.
 fn register(log: &mut HandLog, name: &str, key: &SigningKey) -> u64 {
+    log.ledger(test_node(name));
     log.ledger(Body::SignerKeyRegistered(SignerKeyRegistered {
         signer: name.into(),
         role: Role::Node,

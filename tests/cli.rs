@@ -87,8 +87,8 @@ fn init_defaults_then_verify_log_passes_and_names_a_tampered_entry() {
 
     let o = gpuledger(dir.path(), &["verify-log"]);
     assert!(o.status.success(), "{}", text(&o));
-    // The policy entry, the key, tenant t and its lease, 20 records.
-    assert!(text(&o).starts_with("PASS: 24 entries"), "{}", text(&o));
+    // The policy entry, node-1, its key, tenant t and its lease, 20 records.
+    assert!(text(&o).starts_with("PASS: 25 entries"), "{}", text(&o));
     // Without --log-key the PASS is against the database's own key, and says so.
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -101,7 +101,7 @@ fn init_defaults_then_verify_log_passes_and_names_a_tampered_entry() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["ok"], true);
     assert_eq!(v["log_key"], "database");
-    assert_eq!(v["report"]["size"], 24);
+    assert_eq!(v["report"]["size"], 25);
     let vkey = gpuledger::store::Ledger::open(&url, gpuledger::keyfile::read(&key).unwrap())
         .unwrap()
         .info()
@@ -115,6 +115,7 @@ fn init_defaults_then_verify_log_passes_and_names_a_tampered_entry() {
         text(&o)
     );
 
+    // Entry 7 is the third usage record (entries 5 to 24).
     let mut conn = gpuledger::store::connect(&url).unwrap();
     diesel::update(entries::table.find(7i64))
         .set(entries::tenant.eq(Some("someone-else")))

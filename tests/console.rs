@@ -299,6 +299,20 @@ fn demo(db: &TestDb) -> Demo<'_> {
         &json!({"lease": "spot-tenant-a", "tenant": "tenant-a", "class": "spot"}),
     )
     .ok_json(201);
+    // node-1, registered before its key (node keys name registered nodes only): 8 H100s and
+    // 8 A800s, room for every record below.
+    let gpus: Vec<Value> = (0..16)
+        .map(|i| {
+            let model = if i < 8 { H100 } else { A800 };
+            json!({"index": i, "uuid": format!("GPU-console-{i}"), "model": model})
+        })
+        .collect();
+    h.post(
+        "/v1/nodes",
+        a,
+        &json!({"node": NODE, "region": NORTH, "gpus": gpus, "max_watts_per_gpu": "700"}),
+    )
+    .ok_json(201);
     let key = sample::key("console-node");
     h.post(
         "/v1/signers",
@@ -971,6 +985,7 @@ fn admin_pages(b: &Browser, d: &Demo, base: &str) {
         b.find(table);
         shot(b, &format!("admin-{route}"));
     }
+    admin_fleet(b, d, base);
     admin_billing(b, d, base);
     open(b, base, "prices");
     assert_eq!(
@@ -985,6 +1000,43 @@ fn admin_pages(b: &Browser, d: &Demo, base: &str) {
     b.navigate(&format!("{base}/console/#/usage"));
     b.find("#not-found");
     sign_out(b);
+}
+
+/// The fleet page lists node-1 with its GPUs by model, registers a node from pasted
+/// `nvidia-smi` lines, and shows the API's problem for a node registered already.
+fn admin_fleet(b: &Browser, d: &Demo, base: &str) {
+    open(b, base, "fleet");
+    let node1 = "#nodes details[data-node=\"node-1\"]";
+    assert_eq!(attr(b, &b.find(node1), "data-gpus"), "16");
+    assert_eq!(
+        b.text(&b.find(&format!("{node1} summary"))),
+        format!("8 × {H100}, 8 × {A800}")
+    );
+    shot(b, "admin-fleet");
+    let register = |node: &str| {
+        set_value(b, "#node-id", node);
+        set_value(b, "#node-region", EAST);
+        set_value(b, "#node-watts", "350");
+        set_value(
+            b,
+            "#node-gpus",
+            &format!("0, GPU-{node}-a, {A800}\n1 GPU-{node}-b {A800}\n"),
+        );
+        b.click(&b.find("form:has(#node-id) button[type=submit]"));
+    };
+    register("node-2");
+    b.find("#nodes details[data-node=\"node-2\"][data-gpus=\"2\"]");
+    let nodes = d.h.get("/v1/nodes", Some(&d.log.admin)).ok_json(200);
+    let two = items(&nodes["nodes"])
+        .iter()
+        .find(|n| n["node"] == "node-2")
+        .expect("node-2 registered");
+    assert_eq!(two["gpus"][1]["uuid"], "GPU-node-2-b", "{two}");
+    assert_eq!(two["region"], EAST, "{two}");
+    // node-1 again: the API's conflict shows in the form.
+    register("node-1");
+    let problem = b.find("form:has(#node-id) [data-problem]");
+    assert_eq!(attr(b, &problem, "data-status"), "409");
 }
 
 /// Sets a form control's value as a person would (the date pickers take no typed keys in
@@ -1141,7 +1193,7 @@ fn chinese_has_no_untranslated_string(b: &Browser, d: &Demo, base: &str) {
             &d.auditor,
             "auditor",
             "log",
-            &["log", "entries", "keys", "verify"],
+            &["log", "entries", "fleet", "keys", "verify"],
         ),
         (
             &d.log.admin,
@@ -1149,6 +1201,7 @@ fn chinese_has_no_untranslated_string(b: &Browser, d: &Demo, base: &str) {
             "tenants",
             &[
                 "tenants",
+                "fleet",
                 "signers",
                 "tokens",
                 "prices",

@@ -570,8 +570,8 @@ both_backends!(checkpoints_are_signed_and_consistent, |db: &TestDb| {
     let k = signer(&ledger, "node-1", Role::Node);
     parties(&ledger, &["t"]);
     let (s1, note1) = ledger.checkpoint().unwrap();
-    // The policy entry, the key, the tenant and its lease.
-    assert_eq!(s1, 4);
+    // The policy entry, the node, its key, the tenant and its lease.
+    assert_eq!(s1, 5);
     // No new entries: the same checkpoint comes back.
     assert_eq!(ledger.checkpoint().unwrap(), (s1, note1.clone()));
     ledger.append(usage_run("node-1", &k, "t", 1..=10)).unwrap();
@@ -957,9 +957,10 @@ both_backends!(conflict_evidence_is_bounded, |db: &TestDb| {
         };
         gpuledger::store::webhooks::create_endpoint(&mut c, &endpoint, Timestamp::now()).unwrap();
     }
-    // 30 variants of seq 1 (other quantities, tenant t2): all refused as conflicts.
+    // 30 variants of seq 1 (other quantities, 1.01 to 1.3 GPUs: within the node's, tenant
+    // t2): all refused as conflicts.
     let variants: Vec<_> = (0..30)
-        .map(|i| sample::usage("node-1", &k, 1, "t2", Decimal::from(2 + i), slot(1)))
+        .map(|i| sample::usage("node-1", &k, 1, "t2", Decimal::new(101 + i, 2), slot(1)))
         .collect();
     let out = ledger.append(variants).unwrap();
     assert!(out
@@ -980,7 +981,7 @@ both_backends!(conflict_evidence_is_bounded, |db: &TestDb| {
     // 20 variants of each of seqs 2..=15: per seq at most 10, per signer an hour at most 100.
     for s in 2..=15u64 {
         let variants: Vec<_> = (0..20)
-            .map(|i| sample::usage("node-1", &k, s, "t2", Decimal::from(2 + i), slot(s)))
+            .map(|i| sample::usage("node-1", &k, s, "t2", Decimal::new(101 + i, 2), slot(s)))
             .collect();
         let out = ledger.append(variants).unwrap();
         assert!(out.iter().all(|o| matches!(o, Outcome::Rejected(_))));

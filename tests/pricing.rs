@@ -51,9 +51,10 @@ fn append_signed(
     assert_accepted(&ledger.append(envs.collect()).unwrap());
 }
 
-/// Registers node-p (for east and west) over HTTP, then posts its `records` (seq, body), which
-/// must all be accepted.
+/// Registers node-p (a test node) and its key (for east and west) over HTTP, then posts its
+/// `records` (seq, body), which must all be accepted.
 fn post_node_p_records(h: &Http, admin: &str, records: &[(u64, Body)]) {
+    h.node(admin, "node-p");
     let node = gpuledger::sample::key("node-p");
     let body = serde_json::json!({"id": "node-p", "role": "node", "public_key": public(&node),
                                   "nodes": ["node-p"], "regions": ["east", "west"]});
@@ -257,8 +258,8 @@ both_backends!(prices_change_only_forward, |db: &TestDb| {
     let size = ledger.reads().head().unwrap().0;
     verified(&db.url);
     assert_eq!(
-        size, 8,
-        "the policy, acme and its lease, three rate cards, a lease and a key registration"
+        size, 9,
+        "the policy, acme and its lease, three rate cards, a lease, node-1 and its key"
     );
 });
 

@@ -204,8 +204,8 @@ both_backends!(two_processes_append_one_linear_log, |db: &TestDb| {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), 2 * per as usize);
-    // After the policy entry, two keys, tenant t1 and its lease.
-    assert_eq!(all, (5..5 + 2 * per).collect::<Vec<_>>());
+    // After the policy entry, two nodes and their keys, tenant t1 and its lease.
+    assert_eq!(all, (7..7 + 2 * per).collect::<Vec<_>>());
     // The two processes really interleaved.
     let first_b = *acks_b.values().min().unwrap();
     let last_a = *acks_a.values().max().unwrap();

@@ -154,6 +154,7 @@ fn schemas_are_valid_2020_12_and_named_by_their_id() {
         "leaf.v2.json",
         "lease_registered.v2.json",
         "log_policy.v2.json",
+        "node_registered.v2.json",
         "payment.v2.json",
         "rate_card.v2.json",
         "region_params.v2.json",
@@ -207,7 +208,7 @@ fn every_vector_validates() {
     }
     assert_eq!(seen, 9, "three kinds × body, envelope, leaf");
     let leaves = log_leaves();
-    assert_eq!(leaves.len(), 11);
+    assert_eq!(leaves.len(), 12);
     for (i, leaf) in leaves.iter().enumerate() {
         assert!(schema_valid("leaf", leaf), "log entry {i}");
         assert!(schema_valid("envelope", &leaf["envelope"]), "log entry {i}");
@@ -235,8 +236,8 @@ fn base(b: Base) -> Value {
         Base::Gpu => vector_json("gpu_usage.envelope.json"),
         Base::Energy => vector_json("energy.envelope.json"),
         Base::Spot => vector_json("spot_price.envelope.json"),
-        Base::Registered => log_leaves()[1]["envelope"].clone(),
-        Base::Revoked => log_leaves()[10]["envelope"].clone(),
+        Base::Registered => log_leaves()[2]["envelope"].clone(),
+        Base::Revoked => log_leaves()[11]["envelope"].clone(),
     }
 }
 
@@ -559,7 +560,7 @@ fn size_limit_at_its_edge() {
 
 #[test]
 fn leaf_schema_agrees_with_the_leaf_reader() {
-    let leaf = log_leaves()[6].clone();
+    let leaf = log_leaves()[7].clone();
     let zero_prev = json!(base64_of(&[0u8; 32]));
     #[rustfmt::skip]
     let cases: Vec<(&str, Vec<Edit>, bool)> = vec![
@@ -680,6 +681,61 @@ fn volume_tiers_and_tenant_plan_schemas_agree_with_rust() {
     assert_eq!(b.to_value(), tiers);
     let p = Body::from_value(Kind::TenantPlan, &plan).unwrap();
     assert_eq!(p.to_value(), plan);
+}
+
+/// The ledger-written `node_registered` body (docs/PROTOCOL.md §5.16): for shape cases the body
+/// schema (and the envelope schema selecting it by kind) accepts exactly what
+/// `Body::from_value` accepts; for rules beyond the schema (increasing index, distinct UUIDs,
+/// the power's bounds) the schema accepts and Rust refuses with the expected reason.
+#[test]
+fn node_registered_bodies_agree_with_their_schema() {
+    use gpuledger::core::record::{Body, Kind};
+    let gpu = |index: u64, uuid: &str| json!({"index": index, "uuid": uuid, "model": "H100"});
+    let gpus = |n: u64| -> Value { (0..n).map(|i| gpu(i, &format!("GPU-{i}"))).collect() };
+    let node = json!({"node": "n1", "region": "west", "hub": "hub-1", "gpus": gpus(8),
+                      "max_watts_per_gpu": "1000"});
+    let with = |k: &str, v: Value| {
+        let mut b = node.clone();
+        b[k] = v;
+        b
+    };
+    // (name, body, expected, schema expresses the rule)
+    type BodyCase = (&'static str, Value, Result<(), Reason>, bool);
+    #[rustfmt::skip]
+    let cases: Vec<BodyCase> = vec![
+        ("valid node",                  node.clone(), Ok(()), true),
+        ("64 gpus",                     with("gpus", gpus(64)), Ok(()), true),
+        ("5000 watts",                  with("max_watts_per_gpu", json!("5000")), Ok(()), true),
+        ("empty gpus",                  with("gpus", json!([])), Err(Reason::QuantityOutOfRange), true),
+        ("65 gpus",                     with("gpus", gpus(65)), Err(Reason::QuantityOutOfRange), true),
+        ("bad uuid",                    with("gpus", json!([gpu(0, "GPU 0")])), INVALID, true),
+        ("empty uuid",                  with("gpus", json!([gpu(0, "")])), INVALID, true),
+        ("watts as a JSON number",      with("max_watts_per_gpu", json!(1000)), MALFORMED, true),
+        // Beyond the schema.
+        ("decreasing index",            with("gpus", json!([gpu(1, "GPU-1"), gpu(0, "GPU-0")])), INVALID, false),
+        ("repeated index",              with("gpus", json!([gpu(0, "GPU-0"), gpu(0, "GPU-1")])), INVALID, false),
+        ("repeated uuid",               with("gpus", json!([gpu(0, "GPU-0"), gpu(1, "GPU-0")])), INVALID, false),
+        ("zero watts",                  with("max_watts_per_gpu", json!("0")), Err(Reason::QuantityOutOfRange), false),
+        ("5001 watts",                  with("max_watts_per_gpu", json!("5001")), Err(Reason::QuantityOutOfRange), false),
+    ];
+    let mut failures = Vec::new();
+    for (name, body, expect, expressed) in cases {
+        let schema = schema_valid("node_registered", &body);
+        let rust = Body::from_value(Kind::NodeRegistered, &body)
+            .map(|_| ())
+            .map_err(|r| r.reason);
+        // The envelope schema selects the body schema by kind.
+        let env = json!({"v": 2, "kind": "node_registered", "signer": "ledger", "key_id": "0123456789abcdef",
+                         "seq": 1, "body": body, "sig": base64_of(&[0u8; 64])});
+        if schema_valid("envelope", &env) != schema {
+            failures.push(format!("{name}: the envelope schema says {}", !schema));
+        }
+        failures.extend(disagreement(name, schema, rust, expect, expressed));
+    }
+    assert_all_agree(&failures);
+    // A valid body round-trips through the Rust type to the same JSON.
+    let b = Body::from_value(Kind::NodeRegistered, &node).unwrap();
+    assert_eq!(b.to_value(), node);
 }
 
 fn def_validator(def: &str) -> &'static Validator {

@@ -18,10 +18,11 @@ both_backends!(
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("log.key");
         init_cli(&db.url, &key);
-        // Register the node directly in the database before the server starts.
+        // Register the node and its key directly in the database before the server starts.
         let ledger =
             gpuledger::store::Ledger::open(&db.url, gpuledger::keyfile::read(&key).unwrap())
                 .unwrap();
+        ensure_node(&ledger, "node-term");
         let node = sample::key("node-term");
         ledger
             .register_key(

@@ -85,14 +85,15 @@ fn registration(name: &str, role: Role, key: &ed25519_dalek::SigningKey) -> Body
     })
 }
 
-/// A log built around the ledger: the policy, a node key, a tenant and its lease, then an
-/// honest record and one forged record. Returns the leaves and the forged record's index.
+/// A log built around the ledger: the policy, a node and its key, a tenant and its lease, then
+/// an honest record and one forged record. Returns the leaves and the forged record's index.
 fn forged_log(class: &str) -> (Vec<Vec<u8>>, u64) {
     let node = sample::key("node-f");
     let now = Timestamp::now();
     let mut ledger = ledger_signer();
     let mut envs = vec![
         ledger(Body::LogPolicy(LogPolicy::default())),
+        ledger(sample::node("node-f")),
         ledger(registration("node-f", Role::Node, &node)),
     ];
     for b in sample::parties("t1") {
@@ -304,6 +305,7 @@ fn leaves_of(envs: Vec<Envelope>, now: Timestamp) -> Vec<Vec<u8>> {
 /// Every admission rule, broken by an honestly signed last entry of a log the ledger would not
 /// have written: verify-log's checker, `gpuledger verify`, verifiers/python and the console's
 /// verifier (under Node) each name that entry with the rule's own reason, and nothing else.
+/// Records that fit their node exactly (all its GPUs, energy at its bound) pass all four.
 #[test]
 fn a_broken_admission_rule_is_named_by_every_verifier() {
     use gpuledger::core::rating::LeaseClass;
@@ -332,8 +334,10 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             effective_from: from,
         })
     };
+    // node-f is a sample node: 8 H100-SXM-80G GPUs of at most 1000 W each.
     let mut context = vec![
         ledger(Body::LogPolicy(LogPolicy::default())),
+        ledger(sample::node("node-f")),
         ledger(registration("node-f", Role::Node, &node)),
         ledger(registration("market-f", Role::Market, &market)),
     ];
@@ -342,6 +346,15 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             context.push(ledger(b));
         }
     }
+    // A 60 s energy record of t1 ending `end`: the node's bound for 60 s is
+    // 8 × 1000 W × 60 s × 1.05 / 3,600,000 = 0.14 kWh.
+    let energy = |seq: u64, kwh: &str, end: Timestamp| {
+        let e = sample::energy("node-f", &node, seq, Some("t1"), Decimal::ONE, end);
+        edited(&e, &node, |b| {
+            b["start"] = end.plus(-60).to_string().into();
+            b["kwh"] = kwh.into();
+        })
+    };
     context.push(ledger(card(now)));
     // An invoice of t1 for an hour that ended an hour ago, 100.00 CNY, for the settlement rules.
     context.push(ledger(Body::InvoiceIssued(InvoiceIssued {
@@ -472,6 +485,41 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
                 })),
             ],
         ),
+        // The fleet (§6.7): a record fits the node it names, and a node key names only
+        // registered nodes.
+        (
+            "over_capacity",
+            vec![sample::usage(
+                "node-f",
+                &node,
+                1,
+                "t1",
+                Decimal::from(sample::NODE_GPUS + 1),
+                now.plus(-60),
+            )],
+        ),
+        (
+            // Issue #27's attack: 1,024 GPUs billed on an 8-GPU node.
+            "over_capacity",
+            vec![sample::usage(
+                "node-f",
+                &node,
+                1,
+                "t1",
+                Decimal::from(1_024),
+                now.plus(-60),
+            )],
+        ),
+        (
+            "unknown_gpu_model",
+            vec![edited(&usage, &node, set("gpu_model", "L40S-48G".into()))],
+        ),
+        (
+            // 0.000001 kWh above the 0.14 kWh bound (one exactly at it passes, below).
+            "energy_over_bound",
+            vec![energy(1, "0.140001", now.plus(-60))],
+        ),
+        ("already_registered", vec![ledger(sample::node("node-f"))]),
         (
             // Five seconds of the first record's stream claimed again (§6.4a).
             "overlapping_interval",
@@ -480,11 +528,55 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
                 sample::usage("node-f", &node, 2, "t1", Decimal::ONE, now.plus(-55)),
             ],
         ),
+        (
+            // A node key for a node the log has not registered. A rule of §6.7, so every
+            // verifier names it by its code (§15 step 4), as it does a node registered twice;
+            // `leaf_invalid` is for keys inconsistent with the keys before them.
+            "unknown_node",
+            vec![ledger(registration(
+                "node-g",
+                Role::Node,
+                &sample::key("node-g"),
+            ))],
+        ),
     ];
     let dir = tempfile::tempdir().unwrap();
     let key_file = verifier_key_file(dir.path());
     let python = python_verifier_ready();
     let browser = browser_verifier_ready();
+    // Records that fit the node exactly pass every verifier: all 8 GPUs, and energy at the
+    // bound.
+    let mut envs = context.clone();
+    envs.extend([
+        sample::usage(
+            "node-f",
+            &node,
+            1,
+            "t1",
+            Decimal::from(sample::NODE_GPUS),
+            now.plus(-60),
+        ),
+        energy(2, "0.14", now.plus(-60)),
+    ]);
+    let leaves = leaves_of(envs, now);
+    let failures = checker_failures(&leaves);
+    assert!(failures.is_empty(), "records that fit: {failures:?}");
+    let path = dir.path().join("fits.ndjson");
+    std::fs::write(&path, bundle_of(&leaves)).unwrap();
+    let (code, v) = verify_json(bin().arg("verify"), &path, &key_file);
+    assert_eq!((code, &v["result"]), (Some(0), &"PASS".into()), "{v}");
+    if python {
+        let (code, v) = verify_json(python_verifier().arg("bundle"), &path, &key_file);
+        assert_eq!(
+            (code, &v["result"]),
+            (Some(0), &"PASS".into()),
+            "python: {v}"
+        );
+    }
+    if browser {
+        let v = browser_verdict(&path, &key_file);
+        assert_eq!(v["result"], "PASS", "the console: {v}");
+    }
     for (code, tail) in cases {
         let mut envs = context.clone();
         envs.extend(tail);
@@ -526,14 +618,14 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
 fn a_forged_registration_admits_nothing_after_it() {
     let node = sample::key("node-f");
     let (mut leaves, record) = forged_log("s_plus_l");
-    // Re-sign the registration (entry 1) with a key that is not the log's, and the record
-    // honestly, then rebuild the chain.
+    // Re-sign the key's registration (entry 2, after the node's) with a key that is not the
+    // log's, and the record honestly, then rebuild the chain.
     let mut envs: Vec<Envelope> = leaves
         .drain(..)
         .map(|l| Leaf::from_bytes(&l).unwrap().envelope)
         .collect();
     let impostor = sample::key("not-the-log");
-    envs[1] = edited(&envs[1], &impostor, |_| {});
+    envs[2] = edited(&envs[2], &impostor, |_| {});
     envs[record as usize] = edited(&envs[record as usize], &node, |_| {});
     let leaves = leaves_of(envs, Timestamp::now());
     let failures = checker_failures(&leaves);
@@ -541,7 +633,7 @@ fn a_forged_registration_admits_nothing_after_it() {
     assert_eq!(
         named,
         [
-            (1, "bad_signature"),
+            (2, "bad_signature"),
             (record - 1, "unknown_signer"),
             (record, "unknown_signer")
         ]

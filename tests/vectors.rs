@@ -17,8 +17,8 @@ use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
 use gpuledger::core::merkle::{self, Hash, MemoryHashes};
 use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{
-    Body, Energy, GpuUsage, LeaseRegistered, LogPolicy, Role, SignerKeyRegistered,
-    SignerKeyRevoked, SpotPrice, TenantRegistered,
+    Body, Energy, GpuUsage, LeaseRegistered, LogPolicy, NodeGpu, NodeRegistered, Role,
+    SignerKeyRegistered, SignerKeyRevoked, SpotPrice, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use rust_decimal::Decimal;
@@ -44,9 +44,12 @@ const NODE_SIGNER: &str = "node-imx-0001";
 const MARKET_SIGNER: &str = "market-cn";
 
 /// The record kinds that get a full set of per-step files, and their log index.
-const DETAILED: [(&str, u64); 3] = [("gpu_usage", 6), ("energy", 7), ("spot_price", 8)];
+const DETAILED: [(&str, u64); 3] = [("gpu_usage", 7), ("energy", 8), ("spot_price", 9)];
+/// The log index of the first `gpu_usage` record (whose message the negative signature vectors
+/// are made over).
+const GPU_USAGE_INDEX: usize = DETAILED[0].1 as usize;
 /// Entries in the vector log.
-const LOG_SIZE: u64 = 11;
+const LOG_SIZE: u64 = 12;
 /// Inclusion proofs (leaf index, tree size) and consistency proofs (old size, new size).
 const INCLUSIONS: [(u64, u64); 3] = [(2, 7), (6, 7), (0, 1)];
 const CONSISTENCIES: [(u64, u64); 3] = [(3, 7), (4, 7), (7, 7)];
@@ -101,14 +104,31 @@ fn log_specs() -> Vec<EntrySpec> {
         received_at: "2026-11-30T11:00:00Z",
     };
     let tenant = |t: &str| Body::TenantRegistered(TenantRegistered { tenant: t.into() });
+    // The node, registered before the key that signs for it (node keys name registered nodes
+    // only): 8 GPUs of the model its records name, at most 5000 W each, so its 300 s energy
+    // record of 3.125 kWh is within 8 × 5000 W × 300 s + 5 % = 3.5 kWh.
+    let node_registered = Body::NodeRegistered(NodeRegistered {
+        node: NODE_SIGNER.into(),
+        region: "cn-nmg-1".into(),
+        hub: Some("hub-imx".into()),
+        gpus: (0..8)
+            .map(|i| NodeGpu {
+                index: i,
+                uuid: format!("GPU-00000000-0000-0000-0000-{:012x}", i + 1),
+                model: "H100-SXM5-80GB".into(),
+            })
+            .collect(),
+        max_watts_per_gpu: dec("5000"),
+    });
     vec![
         ledger(1, Body::LogPolicy(LogPolicy::default())),
-        ledger(2, registered(NODE_SIGNER, Role::Node, &node)),
-        ledger(3, registered(MARKET_SIGNER, Role::Market, &market)),
-        ledger(4, tenant("tenant-acme")),
-        ledger(5, tenant("tenant-beta")),
+        ledger(2, node_registered),
+        ledger(3, registered(NODE_SIGNER, Role::Node, &node)),
+        ledger(4, registered(MARKET_SIGNER, Role::Market, &market)),
+        ledger(5, tenant("tenant-acme")),
+        ledger(6, tenant("tenant-beta")),
         ledger(
-            6,
+            7,
             Body::LeaseRegistered(LeaseRegistered {
                 lease: "lease-0042".into(),
                 tenant: "tenant-acme".into(),
@@ -179,7 +199,7 @@ fn log_specs() -> Vec<EntrySpec> {
         EntrySpec {
             signer: LEDGER_SIGNER,
             seed: LOG_SEED,
-            seq: 7,
+            seq: 8,
             body: Body::SignerKeyRevoked(SignerKeyRevoked {
                 signer: MARKET_SIGNER.into(),
                 key_id: keys::key_id(&market),
@@ -425,7 +445,7 @@ fn build() -> BTreeMap<String, Vec<u8>> {
     // A negative vector: a signature over the gpu_usage message that only lax verifiers accept.
     let forged = small_order_r_signature(
         &SigningKey::from_bytes(&NODE_SEED),
-        &envelopes[6].signed_message(ORIGIN).unwrap(),
+        &envelopes[GPU_USAGE_INDEX].signed_message(ORIGIN).unwrap(),
     );
     files.insert(
         "gpu_usage.small_order_r.sig.b64".into(),
@@ -481,7 +501,9 @@ fn build() -> BTreeMap<String, Vec<u8>> {
     );
     files.insert(
         "ed25519/cases.json".into(),
-        pretty(ed25519_cases(&envelopes[6].signed_message(ORIGIN).unwrap())),
+        pretty(ed25519_cases(
+            &envelopes[GPU_USAGE_INDEX].signed_message(ORIGIN).unwrap(),
+        )),
     );
     files
 }
@@ -786,12 +808,13 @@ fn leaves_hash_and_chain() {
         assert_eq!(leaf.hash().0, prev, "entry {i}");
     }
     assert_eq!(
-        lines[0..6]
+        lines[0..7]
             .iter()
             .map(|l| Leaf::from_bytes(l).unwrap().envelope.kind)
             .collect::<Vec<_>>(),
         [
             "log_policy",
+            "node_registered",
             "signer_key_registered",
             "signer_key_registered",
             "tenant_registered",
@@ -973,7 +996,7 @@ fn checkpoint_verifies_and_other_keys_fail() {
     // A changed size under the original signature: refused.
     let altered = text.replacen(
         &format!("{ORIGIN}\n{LOG_SIZE}\n"),
-        &format!("{ORIGIN}\n12\n"),
+        &format!("{ORIGIN}\n{}\n", LOG_SIZE + 1),
         1,
     );
     assert_ne!(altered, text);

@@ -184,6 +184,35 @@ fn usage(
     )
 }
 
+/// Record `seq` of `tenant`: one GPU-hour, all 8 of node-1's H100-SXM-80G for the first 450 s
+/// of the day (a node has no 360 GPUs to draw it in 10 s).
+fn gpu_hour(
+    k: &ed25519_dalek::SigningKey,
+    seq: u64,
+    tenant: &str,
+) -> gpuledger::core::envelope::Envelope {
+    use gpuledger::core::record::{Body, GpuUsage, Kind};
+    let body = Body::GpuUsage(GpuUsage {
+        tenant: tenant.into(),
+        lease: Some(sample::lease(tenant)),
+        region: sample::REGION.into(),
+        node: "node-1".into(),
+        gpu_model: "H100-SXM-80G".into(),
+        gpu_count: dec("8"),
+        start: base_day(),
+        end: base_day().plus(450),
+        gpu_seconds: dec("3600"),
+    });
+    gpuledger::core::envelope::Envelope::sign(
+        sample::ORIGIN,
+        Kind::GpuUsage,
+        "node-1",
+        k,
+        seq,
+        &body,
+    )
+}
+
 both_backends!(events_arrive_signed_retried_and_scoped, |db: &TestDb| {
     if !receiver_ready() {
         return;
@@ -304,10 +333,8 @@ both_backends!(events_arrive_signed_retried_and_scoped, |db: &TestDb| {
     );
 
     // Causes: two records, a conflicting record of each tenant, a certificate of A, a revoked key.
-    let ans = h.post_records(&[
-        usage(&k, 1, "tenant-a", "360"),
-        usage(&k, 2, "tenant-b", "4"),
-    ]);
+    let ans = h.post_records(&[gpu_hour(&k, 1, "tenant-a"), usage(&k, 2, "tenant-b", "4")]);
+    assert_eq!(ans["accepted"], 2, "{ans}");
     let ia = ans["outcomes"][0]["index"].as_u64().unwrap();
     let ans = h.post_records(&[usage(&k, 1, "tenant-a", "5"), usage(&k, 2, "tenant-b", "6")]);
     assert_eq!(ans["outcomes"][0]["reason"], "conflict", "{ans}");

@@ -20,11 +20,13 @@ const ROUTES = {
   auditor: {
     log: { nav: "nav_log", render: auditor.logPage },
     entries: { nav: "nav_entries", render: auditor.entriesPage },
+    fleet: { nav: "nav_fleet", render: admin.fleetListPage },
     keys: { nav: "nav_keys", render: auditor.keysPage },
     verify: { nav: "nav_verify", render: auditor.verifyPage },
   },
   admin: {
     tenants: { nav: "nav_tenants", render: admin.tenantsPage },
+    fleet: { nav: "nav_fleet", render: admin.fleetPage },
     signers: { nav: "nav_signers", render: admin.signersPage },
     tokens: { nav: "nav_tokens", render: admin.tokensPage },
     prices: { nav: "nav_prices", render: admin.pricesPage },

@@ -291,6 +291,13 @@ fn prepare(
     for i in 0..cfg.agents {
         let name = format!("bench-{run_id}-{i:03}");
         let key = sample::key(&name);
+        let node = admin("/v1/nodes", sample::node(&name).to_value())?;
+        if node.status() != 201 {
+            return Err(IngestError::Http(format!(
+                "registering node {name}: HTTP {}",
+                node.status()
+            )));
+        }
         let body = serde_json::json!({"id": name, "role": "node", "public_key": keys::encode_public(&key.verifying_key()),
             "nodes": [name], "regions": [sample::REGION]});
         let resp = admin("/v1/signers", body)?;

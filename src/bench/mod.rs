@@ -47,13 +47,15 @@ pub fn sample_signers(prefix: &str, n: usize) -> Vec<(String, SigningKey)> {
         .collect()
 }
 
-/// Registers each of `nodes` on a benchmark's log as a node signer with its sample scope
-/// ([`sample::node_scope`]), in order.
+/// Registers each of `nodes` on a benchmark's log, in order: the node itself (8 sample H100s,
+/// [`sample::node`]), then its key as a node signer with its sample scope
+/// ([`sample::node_scope`]).
 pub fn register_nodes<'a>(
     ledger: &Ledger,
     nodes: impl IntoIterator<Item = &'a (String, SigningKey)>,
 ) -> Result<(), StoreError> {
     for (name, key) in nodes {
+        ledger.append_ledger_entry(sample::node(name))?;
         ledger.register_key(
             name,
             Role::Node,

@@ -239,18 +239,19 @@ fn context_entries(
     };
     let mut context: Vec<Envelope> = nodes
         .iter()
-        .map(|(n, k)| {
-            let scope = sample::node_scope(n);
-            ledger_env(Body::SignerKeyRegistered(SignerKeyRegistered {
-                signer: n.clone(),
-                role: Role::Node,
-                key_id: keys::key_id(&k.verifying_key()),
-                public_key: keys::encode_public(&k.verifying_key()),
-                nodes: scope.nodes,
-                regions: scope.regions,
-            }))
-        })
+        .map(|(n, _)| ledger_env(sample::node(n)))
         .collect();
+    context.extend(nodes.iter().map(|(n, k)| {
+        let scope = sample::node_scope(n);
+        ledger_env(Body::SignerKeyRegistered(SignerKeyRegistered {
+            signer: n.clone(),
+            role: Role::Node,
+            key_id: keys::key_id(&k.verifying_key()),
+            public_key: keys::encode_public(&k.verifying_key()),
+            nodes: scope.nodes,
+            regions: scope.regions,
+        }))
+    }));
     for body in sample::parties("bench-tenant") {
         context.push(ledger_env(body));
     }

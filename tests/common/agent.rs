@@ -211,3 +211,25 @@ pub fn spool_of_energy(
     spool.append(&recs, "test").unwrap();
     spool
 }
+
+/// Like [`spool_of_energy`], with energy a node can draw: record q is q × `unit` kWh (a test
+/// node's 64 GPUs draw at most 0.9333… kWh in a record's 10 s, PROTOCOL §6.7 fleet).
+pub fn spool_of_energy_in(
+    dir: &Path,
+    signer: &str,
+    n: u64,
+    capacity: u64,
+    t: gpuledger::core::time::Timestamp,
+    unit: Decimal,
+) -> gpuledger::agent::spool::Spool {
+    let key = gpuledger::sample::key(signer);
+    let mut spool = gpuledger::agent::spool::Spool::open(dir, capacity, 4096).unwrap();
+    let recs: Vec<_> = (1..=n)
+        .map(|q| {
+            let kwh = (Decimal::from(q) * unit).normalize();
+            gpuledger::sample::energy(signer, &key, q, None, kwh, t.plus(10 * q as i64))
+        })
+        .collect();
+    spool.append(&recs, "test").unwrap();
+    spool
+}

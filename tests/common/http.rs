@@ -495,11 +495,19 @@ impl Http {
             .to_owned()
     }
 
-    /// Registers a signer: a node key for node `signer`, either key for the sample region.
+    /// Registers node `node` as a [`super::test_node`] unless the log has it (201 or 409).
+    pub fn node(&self, admin: &str, node: &str) {
+        let r = self.post("/v1/nodes", Some(admin), &super::test_node(node).to_value());
+        assert!(matches!(r.status, 201 | 409), "node {node}: {}", r.lossy());
+    }
+
+    /// Registers a signer: a node key for node `signer` (registered first if it is not),
+    /// either key for the sample region.
     pub fn register(&self, admin: &str, signer: &str, role: &str, key: &SigningKey) -> Value {
         let mut body = json!({"id": signer, "role": role, "public_key": super::public(key),
                               "regions": [sample::REGION]});
         if role == "node" {
+            self.node(admin, signer);
             body["nodes"] = json!([signer]);
         }
         self.post("/v1/signers", Some(admin), &body).ok_json(201)

@@ -209,8 +209,52 @@ pub fn signer(ledger: &Ledger, name: &str, role: Role) -> SigningKey {
     signer_for(ledger, name, role, &[name])
 }
 
-/// Like [`signer`], for the node ids `nodes` (node keys only).
+/// The test fleet's node: every GPU model the tests' records name, 8 of each (64 GPUs), each
+/// drawing at most `MAX_WATTS_PER_GPU`, in the sample region.
+pub fn test_node(node: &str) -> gpuledger::core::record::Body {
+    use gpuledger::core::record::{Body, NodeGpu, NodeRegistered};
+    const MODELS: [&str; 8] = [
+        "H100-SXM-80G",
+        "H100",
+        "H20-96G",
+        "L40S-48G",
+        "H100-SXM5-80GB",
+        "A100-SXM-80G",
+        "A100",
+        "L4",
+    ];
+    Body::NodeRegistered(NodeRegistered {
+        node: node.into(),
+        region: gpuledger::sample::REGION.into(),
+        hub: None,
+        gpus: (0..64)
+            .map(|i| NodeGpu {
+                index: i,
+                uuid: format!("GPU-test-{node}-{i}"),
+                model: MODELS[i as usize / 8].into(),
+            })
+            .collect(),
+        max_watts_per_gpu: rust_decimal::Decimal::from(gpuledger::core::limits::MAX_WATTS_PER_GPU),
+    })
+}
+
+/// Registers `node` as a [`test_node`] unless the log has it (node keys name registered nodes
+/// only).
+pub fn ensure_node(ledger: &Ledger, node: &str) {
+    match ledger.append_ledger_entry(test_node(node)) {
+        Ok(_) | Err(gpuledger::store::StoreError::AlreadyExists(_)) => {}
+        Err(e) => panic!("register node {node}: {e}"),
+    }
+}
+
+/// Like [`signer`], for the node ids `nodes` (node keys only), which are registered first as
+/// [`test_node`]s if they are not.
 pub fn signer_for(ledger: &Ledger, name: &str, role: Role, nodes: &[&str]) -> SigningKey {
+    if role == Role::Node {
+        for n in nodes {
+            ensure_node(ledger, n);
+        }
+    }
     let k = gpuledger::sample::key(name);
     let nodes = (role == Role::Node).then(|| nodes.iter().map(|n| n.to_string()).collect());
     let scope = gpuledger::core::record::KeyScope::new(

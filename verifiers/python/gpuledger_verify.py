@@ -125,6 +125,13 @@ REASONS = (
     "currency_mismatch",
     "credit_above_total",
     "reference_used",
+    # The fleet rules (section 6.7, fleet): a node key names registered nodes only, and a record
+    # fits the node it names (its region, a GPU model it has, at most as many GPUs of that model,
+    # no more energy than its GPUs can draw).
+    "unknown_node",
+    "unknown_gpu_model",
+    "over_capacity",
+    "energy_over_bound",
 )
 ADMISSION_REASONS = REASONS[REASONS.index("node_not_allowed"):]
 CONSISTENCY_REASON = "consistency_proof"  # not in section 15: see README "Where the document was unclear"
@@ -209,6 +216,12 @@ MAX_SIGNER_NODES = 256  # version 2: signer_key_registered.nodes
 MAX_SIGNER_REGIONS = 64  # version 2: signer_key_registered.regions
 MAX_VOLUME_TIERS = 16
 MAX_TIER_BOUND_GPU_HOURS = Decimal(1000000000)
+MAX_NODE_GPUS = 64  # node_registered.gpus
+MAX_GPU_INDEX = 2**32 - 1  # node_registered.gpus[i].index is a u32
+MAX_GPU_UUID_LEN = 128  # node_registered.gpus[i].uuid: 1 to 128 visible ASCII characters
+MAX_WATTS_PER_GPU = Decimal(5000)  # node_registered.max_watts_per_gpu
+ENERGY_BOUND_MARGIN_PERCENT = 5  # an energy record may exceed GPUs x watts x seconds by 5 %
+WATT_SECONDS_PER_KWH = 3600000
 
 # Version 2 (issue #12): one protocol version for envelopes and leaves, and the log policy.
 PROTOCOL_VERSION = 2
@@ -234,6 +247,8 @@ HEX64_RE = re.compile(r"[0-9a-f]{64}")
 INVOICE_NUMBER_RE = re.compile(r"INV-[0-9]{6}")
 CERT_ID_RE = re.compile(r"CERT-[0-9]{6,}")
 SIZE_RE = re.compile(r"0|[1-9][0-9]*")
+GPU_UUID_RE = re.compile(r"[\x21-\x7e]{1,128}")  # visible ASCII
+GPU_MEMBERS = ("index", "uuid", "model")
 
 
 def is_id(value: Any) -> bool:
@@ -689,6 +704,7 @@ LEDGER_KINDS = (
     "certificate_issued",
     "tenant_registered",  # version 2
     "log_policy",  # version 2
+    "node_registered",  # the fleet: a node, its region and its GPUs
 )
 KINDS = NODE_KINDS + MARKET_KINDS + LEDGER_KINDS
 RECORD_KINDS = NODE_KINDS
@@ -884,6 +900,50 @@ def _tiers(b: _Body) -> None:
             raise FieldError(e.code, f"{f}.price_per_gpu_hour", e.message) from None
 
 
+def _node_gpus(b: _Body) -> List[Dict[str, Any]]:
+    """node_registered.gpus: 1 to MAX_NODE_GPUS objects {index, uuid, model}, by strictly
+    increasing index, UUIDs (1 to 128 visible ASCII characters) distinct, models identifiers.
+    The members' presence and types are checked for every GPU first (malformed), as the ledger
+    reads the whole body before it checks any value; the values come after the body's ids."""
+    gpus = b.body["gpus"]
+    for i, gpu in enumerate(gpus):
+        f = f"body.gpus[{i}]"
+        if not isinstance(gpu, dict):
+            raise FieldError("malformed", f, "not an object")
+        for name in gpu:
+            if name not in GPU_MEMBERS:
+                raise FieldError("malformed", f"{f}.{name}", "unknown member")
+        for name in GPU_MEMBERS:
+            if name not in gpu:
+                raise FieldError("malformed", f"{f}.{name}", "missing")
+        if not is_int(gpu["index"]) or not 0 <= gpu["index"] <= MAX_GPU_INDEX:
+            raise FieldError("malformed", f"{f}.index", f"not an integer 0..{MAX_GPU_INDEX}")
+        for name in ("uuid", "model"):
+            if not isinstance(gpu[name], str):
+                raise FieldError("malformed", f"{f}.{name}", "not a string (null is not allowed)")
+    return gpus
+
+
+def _check_node_gpus(gpus: List[Dict[str, Any]]) -> None:
+    if not 1 <= len(gpus) <= MAX_NODE_GPUS:
+        raise FieldError("quantity_out_of_range", "body.gpus", f"{len(gpus)} GPUs; a node has 1 to {MAX_NODE_GPUS}")
+    uuids = set()
+    for i, gpu in enumerate(gpus):
+        f = f"body.gpus[{i}]"
+        if i > 0 and gpu["index"] <= gpus[i - 1]["index"]:
+            raise FieldError("invalid_field", f"{f}.index",
+                             f"{gpu['index']} is not above {gpus[i - 1]['index']}: GPUs are listed by strictly "
+                             "increasing index")
+        if GPU_UUID_RE.fullmatch(gpu["uuid"]) is None:
+            raise FieldError("invalid_field", f"{f}.uuid",
+                             f"{gpu['uuid']!r} is not 1 to {MAX_GPU_UUID_LEN} visible ASCII characters")
+        if gpu["uuid"] in uuids:
+            raise FieldError("invalid_field", f"{f}.uuid", f"{gpu['uuid']} is listed twice")
+        uuids.add(gpu["uuid"])
+        if not is_id(gpu["model"]):
+            raise FieldError("invalid_field", f"{f}.model", f"{gpu['model']!r} is not an identifier")
+
+
 def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
     """Section 5 (version 2), in each table's order. Returns parsed values useful later."""
     out: Dict[str, Any] = {}
@@ -1037,6 +1097,17 @@ def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
         age = b.integer("max_record_age_seconds", MIN_RECORD_AGE_SECONDS, MAX_RECORD_AGE_SECONDS)
         skew = b.integer("max_future_skew_seconds", MIN_FUTURE_SKEW_SECONDS, MAX_FUTURE_SKEW_SECONDS)
         out.update(max_record_age_seconds=age, max_future_skew_seconds=skew)
+    elif kind == "node_registered":
+        b = _Body(body, {"node": True, "region": True, "hub": False, "gpus": True, "max_watts_per_gpu": True},
+                  array_members=("gpus",))
+        gpus = _node_gpus(b)
+        b.id("node")
+        b.id("region")
+        if b.has("hub"):
+            b.id("hub")
+        _check_node_gpus(gpus)
+        watts = b.decimal("max_watts_per_gpu", Decimal(0), MAX_WATTS_PER_GPU, lo_exclusive=True)
+        out.update(max_watts_per_gpu=watts)
     else:  # pragma: no cover - kinds are checked before
         raise FieldError("unknown_kind", "kind", kind)
     return out
@@ -1567,8 +1638,8 @@ def _price_series(kind: str, body: Dict[str, Any]) -> Optional[Tuple[str, ...]]:
 
 
 class LogView:
-    """What the bundle's context tells about the log: keys and their scopes, tenants, leases, log
-    policies, region parameters, prices and invoices; and the rules of sections 5 and 6 that can
+    """What the bundle's context tells about the log: keys and their scopes, tenants, leases, nodes,
+    log policies, region parameters, prices and invoices; and the rules of sections 5 and 6 that can
     be checked with the entries at hand.
 
     `subject_tenant` is the certificate's tenant when a certificate is checked: a record of
@@ -1587,6 +1658,9 @@ class LogView:
         self.policies: List[Policy] = []  # in index order
         self.tenants: Dict[str, int] = {}  # tenant -> index of its tenant_registered entry
         self.leases: Dict[str, Tuple[str, int]] = {}  # lease -> (tenant, index of its lease_registered entry)
+        # The fleet: node -> (its node_registered body, parsed values, index of the entry); the
+        # first registration of a node counts.
+        self.nodes: Dict[str, Tuple[Dict[str, Any], Dict[str, Any], int]] = {}
         self.region_params: Dict[str, List[RegionParams]] = {}
         self.series_latest: Dict[Tuple[str, ...], int] = {}  # price series -> latest effective_from
         self.spot_prices: Dict[Tuple[str, str, int], int] = {}  # (region, gpu_model, effective_from) -> index
@@ -1697,8 +1771,8 @@ class LogView:
 
     # step 4: the admission rules of version 2 (section 6), each failure with its own reason
     def check_admission(self, env: Dict[str, Any], index: int, parsed: Dict[str, Any], now: int, item: str) -> None:
-        """Scope, parties, time, spot series and prices forward, in that order (section 6's order;
-        key and role were checked before, the signature comes after)."""
+        """Scope, parties, fleet, time, spot series and prices forward, in that order (section 6's
+        order; key and role were checked before, the signature comes after)."""
         kind, body = env["kind"], env["body"]
 
         def fail(reason: str, field_name: str, message: str) -> Failure:
@@ -1751,6 +1825,10 @@ class LogView:
             if at is not None and at < index:
                 raise fail("already_registered", "body.tenant",
                            f"tenant {body['tenant']!r} is already registered at entry {at}")
+
+        # The fleet: node keys name registered nodes only, a node is registered once, and a record
+        # fits the node it names.
+        self.check_fleet(kind, body, index, parsed, fail)
 
         # Time, with the log policy in force at this index (now = received_at).
         policy = self.policy_at(index)
@@ -1814,6 +1892,53 @@ class LogView:
                            f"{body['effective_from']} is not later than the latest effective_from of the series "
                            f"{'/'.join(series[1:])} earlier in the log")
 
+    def registered_node(self, node: str, index: int) -> Optional[Tuple[Dict[str, Any], Dict[str, Any], int]]:
+        """The registration of `node` at an index below `index`, if the bundle holds one."""
+        reg = self.nodes.get(node)
+        return reg if reg is not None and reg[2] < index else None
+
+    def check_fleet(self, kind: str, body: Dict[str, Any], index: int, parsed: Dict[str, Any], fail) -> None:
+        """Section 6.7, fleet (crates/core/src/fleet.rs `check_fleet`), after the party rules and
+        before the time rules: a node is registered once; a node key's nodes are registered before
+        it; a record names a node registered before it (its region is bounded by its key's scope,
+        not by the node's), a GPU model the node has, at most as many GPUs of that model as the node has, and at most the energy the
+        node's GPUs draw in its interval: GPUs x max_watts_per_gpu x seconds, plus 5 %, in kWh."""
+        if kind == "node_registered":
+            reg = self.registered_node(body["node"], index)
+            if reg is not None:
+                raise fail("already_registered", "body.node",
+                           f"{body['node']} is already registered (entry {reg[2]})")
+        elif kind == "signer_key_registered":
+            for node in body.get("nodes") or ():
+                if self.registered_node(node, index) is None:
+                    raise fail("unknown_node", "body.nodes", f"{node} is not a registered node")
+        elif kind in NODE_KINDS:
+            node = body["node"]
+            reg = self.registered_node(node, index)
+            if reg is None:
+                raise fail("unknown_node", "body.node", f"{node} is not a registered node")
+            nb, n_parsed, _ = reg
+            if kind == "gpu_usage":
+                has = sum(1 for g in nb["gpus"] if g["model"] == body["gpu_model"])
+                if has == 0:
+                    raise fail("unknown_gpu_model", "body.gpu_model", f"node {node} has no {body['gpu_model']} GPU")
+                if Decimal(body["gpu_count"]) > has:
+                    raise fail("over_capacity", "body.gpu_count",
+                               f"is {body['gpu_count']}, but node {node} has {has} {body['gpu_model']} GPUs")
+            else:
+                gpus, watts, seconds = len(nb["gpus"]), n_parsed["max_watts_per_gpu"], parsed["end"] - parsed["start"]
+                # kwh <= gpus x watts x seconds x (100 + margin) / 100 / 3,600,000, compared exactly
+                # (both sides multiplied by 360,000,000: no division, nothing rounded; the bound
+                # itself need not be a finite decimal).
+                allowed = DEC.multiply(Decimal(gpus * seconds * (100 + ENERGY_BOUND_MARGIN_PERCENT)), watts)
+                scale = Decimal(100 * WATT_SECONDS_PER_KWH)
+                if DEC.multiply(parsed["kwh"], scale) > allowed:
+                    bound = DEC.divide(allowed, scale).quantize(Decimal("0.000001"), context=DEC)
+                    raise fail("energy_over_bound", "body.kwh",
+                               f"is {body['kwh']} kWh, above what node {node}'s {gpus} GPUs x "
+                               f"{nb['max_watts_per_gpu']} W draw in {seconds} s (+{ENERGY_BOUND_MARGIN_PERCENT} %): "
+                               f"{dec_str(bound)} kWh")
+
     def check_settlement(self, env: Dict[str, Any], item: str) -> None:
         """Section 5.10: a payment or credit note names an invoice issued earlier to its tenant, in
         its currency; credit notes on an invoice never total more than it."""
@@ -1867,6 +1992,8 @@ class LogView:
             self.leases.setdefault(body["lease"], (body["tenant"], index))
         elif kind == "tenant_registered":
             self.tenants.setdefault(body["tenant"], index)
+        elif kind == "node_registered":
+            self.nodes.setdefault(body["node"], (body, parsed, index))
         elif kind == "log_policy":
             self.policies.append(Policy(index, parsed["max_record_age_seconds"], parsed["max_future_skew_seconds"]))
         elif kind == "spot_price":

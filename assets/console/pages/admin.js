@@ -1,5 +1,6 @@
-// Admin pages: tenants, signers (register from a pasted key, rotate, revoke), tokens, prices in
-// force, ingest rate and rejections (the Prometheus text of /metrics), witness status.
+// Admin pages: tenants, the fleet (registered nodes and their GPUs; register a node), signers
+// (register from a pasted key, rotate, revoke), tokens, prices in force, ingest rate and
+// rejections (the Prometheus text of /metrics), witness status.
 
 import { h, t, tOr, replace, fmtNumber, fmtMoney, fmtDateTime, fmtPeriod } from "../lib/dom.js";
 import { getJson, getText, postJson, del, ApiError } from "../lib/api.js";
@@ -91,6 +92,119 @@ export async function tenantsPage(main) {
       { class: "card" },
       table([t("tenant_id"), t("tenant_name"), t("created_at")], tenants.map((x) => [x.id, x.name, fmtDateTime(x.created_at)]), { id: "tenants" }),
     ),
+  );
+}
+
+/**
+ * The GPUs of a node from pasted lines, one GPU a line: `index uuid model`, separated by
+ * whitespace or commas (`nvidia-smi --query-gpu=index,uuid --format=csv,noheader` with the
+ * model id appended). Empty lines and `#` comments are skipped; a line of another shape throws
+ * (naming it). Order, distinct UUIDs and the number of GPUs are the server's to check.
+ */
+export function parseGpuLines(text) {
+  const gpus = [];
+  String(text)
+    .split(/\r?\n/)
+    .forEach((raw, i) => {
+      const line = raw.trim();
+      if (!line || line.startsWith("#")) return;
+      const parts = line.split(/[\s,]+/).filter(Boolean);
+      if (parts.length !== 3 || !/^\d+$/.test(parts[0])) throw new Error(String(t("gpu_line_bad", { line: i + 1, text: line })));
+      gpus.push({ index: Number(parts[0]), uuid: parts[1], model: parts[2] });
+    });
+  if (!gpus.length) throw new Error(String(t("gpu_lines_empty")));
+  return gpus;
+}
+
+/** A node's GPUs by model, in the order the models first appear: `8 × H100-SXM-80G, 2 × L4`. */
+export function gpuSummary(gpus) {
+  const by = new Map();
+  for (const g of gpus || []) by.set(g.model, (by.get(g.model) || 0) + 1);
+  return [...by.entries()].map(([model, n]) => `${n} × ${model}`).join(", ");
+}
+
+/** The registered nodes (`GET /v1/nodes`), each with its GPUs behind a disclosure. */
+function nodesTable(nodes) {
+  return table(
+    [t("node"), t("region"), t("hub"), t("gpus"), t("max_watts_per_gpu"), t("index")],
+    nodes.map((n) => [
+      h("code", {}, n.node),
+      n.region,
+      n.hub || "—",
+      h(
+        "details",
+        { dataset: { node: n.node, gpus: (n.gpus || []).length } },
+        h("summary", {}, gpuSummary(n.gpus)),
+        table(
+          [t("gpu_index"), t("gpu_uuid"), t("gpu_model")],
+          (n.gpus || []).map((g) => [fmtNumber(g.index), h("code", {}, g.uuid), g.model]),
+          { numeric: [0] },
+        ),
+      ),
+      fmtNumber(n.max_watts_per_gpu),
+      fmtNumber(n.index),
+    ]),
+    { id: "nodes", numeric: [4, 5] },
+  );
+}
+
+/** `#/fleet` for auditors: the registered nodes, read-only. */
+export async function fleetListPage(main) {
+  const { nodes } = await getJson("/v1/nodes");
+  replace(main, h("h1", {}, t("fleet_title")), h("p", { class: "muted" }, t("fleet_explain")), h("section", { class: "card" }, nodesTable(nodes)));
+}
+
+/** `#/fleet`: the registered nodes and their GPUs; register a node (`POST /v1/nodes`). */
+export async function fleetPage(main) {
+  const { nodes } = await getJson("/v1/nodes");
+  const node = h("input", { required: true, autocomplete: "off", spellcheck: "false" });
+  const region = h("input", { required: true, autocomplete: "off", spellcheck: "false" });
+  const hub = h("input", { autocomplete: "off", spellcheck: "false" });
+  const watts = h("input", { required: true, inputmode: "decimal", autocomplete: "off", pattern: "[0-9]+(\\.[0-9]+)?" });
+  const gpus = h("textarea", {
+    required: true,
+    rows: 6,
+    spellcheck: "false",
+    autocomplete: "off",
+    "aria-describedby": "node-gpus-hint",
+    placeholder: "0 GPU-5f1c2a9e-… H100-SXM-80G",
+  });
+  const gpuField = field("node-gpus", t("gpu_lines"), gpus);
+  gpuField.classList.add("wide");
+  gpuField.append(
+    h(
+      "div",
+      { id: "node-gpus-hint", class: "muted" },
+      h("p", {}, t("gpu_lines_run")),
+      h("pre", { class: "note" }, "nvidia-smi --query-gpu=index,uuid,name --format=csv,noheader"),
+      h("p", {}, t("gpu_lines_hint")),
+      h("pre", { class: "note" }, "0 GPU-5f1c2a9e-… H100-SXM-80G\n1 GPU-0b7d41c3-… H100-SXM-80G"),
+    ),
+  );
+  const reload = () => setTimeout(() => fleetPage(main), 0);
+  replace(
+    main,
+    h("h1", {}, t("fleet_title")),
+    h("p", { class: "muted" }, t("fleet_explain")),
+    actionForm(
+      t("register_node"),
+      [
+        field("node-id", t("node_id"), node),
+        field("node-region", t("region"), region),
+        field("node-hub", t("hub_optional"), hub),
+        field("node-watts", t("max_watts_per_gpu_input"), watts),
+        gpuField,
+      ],
+      t("register"),
+      async () => {
+        const body = { node: node.value.trim(), region: region.value.trim(), gpus: parseGpuLines(gpus.value), max_watts_per_gpu: watts.value.trim() };
+        if (hub.value.trim()) body.hub = hub.value.trim();
+        const ans = await postJson("/v1/nodes", body);
+        reload();
+        return h("span", { dataset: { registeredNode: body.node } }, t("node_registered_ok", { node: body.node, index: ans?.index ?? "?" }));
+      },
+    ),
+    h("section", { class: "card" }, nodesTable(nodes)),
   );
 }
 

@@ -2,7 +2,8 @@
 // at each entry's position against the state the bundle's own context records, in the order
 // and with the reason codes of `gpuledger verify` (crates/core/src/admission.rs,
 // `Registry::admit`): parties (tenants and leases registered before the records that name
-// them), time (the log policy in force at the entry's index), the spot series, no stream
+// them), the fleet (crates/core/src/fleet.rs `check_fleet`: nodes registered once and before
+// the keys and records that name them, GPU models, GPU count and energy), time (the log policy in force at the entry's index), the spot series, no stream
 // claiming a second twice (§6.4a) and prices that only move forward. Key validity and scope are bundle.js's Registry.
 
 import { Failure } from './result.js';
@@ -15,6 +16,10 @@ export const DEFAULT_MAX_RECORD_AGE_SECONDS = 35 * 86400;
 export const DEFAULT_MAX_FUTURE_SKEW_SECONDS = 300;
 /** `MAX_SPOT_SCHEDULE_AHEAD_SECONDS` (§6.7): a spot price is scheduled at most 7 days ahead. */
 export const MAX_SPOT_SCHEDULE_AHEAD_SECONDS = 7 * 86400;
+/** `ENERGY_BOUND_MARGIN_PERCENT`: an energy record may exceed its node's GPUs × max_watts_per_gpu × seconds by 5 %. */
+export const ENERGY_BOUND_MARGIN_PERCENT = 5;
+/** Watt-seconds in a kWh. */
+const WATT_SECONDS_PER_KWH = 3600000;
 /** Every kind of price entry: none takes effect in the past or inside an invoiced period. */
 const PRICE_KINDS = new Set(['spot_price', 'rate_card', 'region_params', 'volume_tiers', 'tenant_plan']);
 
@@ -71,6 +76,13 @@ function lowerBound(a, x) {
   return lo;
 }
 
+/** `d` ÷ `n` (a positive integer) to 6 decimal places, rounded half up: for messages only. */
+function quotientText(d, n) {
+  const num = d.coef * 10n ** 6n;
+  const den = BigInt(n) * 10n ** BigInt(d.scale);
+  return new Dec((2n * num + den) / (2n * den), 6).toString();
+}
+
 /** Seconds of a timestamp the envelope checks may not have looked at; a bad one is leaf_invalid. */
 function secondsOf(v, item, field) {
   const s = timestampSeconds(v);
@@ -102,6 +114,8 @@ export class Admission {
     this.accounts = new Map();
     /** `tenant|kind|external_reference` → index of the settlement that carries it. */
     this.references = new Map();
+    /** node → {body, at}: its first node_registered entry */
+    this.nodes = new Map();
   }
 
   /** The policy in force at `index`: the latest log_policy entry before it, or the defaults. */
@@ -120,6 +134,7 @@ export class Admission {
     const item = `entry ${index}`;
     const b = e.body;
     this.checkParties(index, e.kind, b, item);
+    this.checkFleet(index, e.kind, b, item);
     this.checkTime(index, e.kind, b, receivedAt, item);
     this.checkPriceHistory(index, e.kind, b, item);
     this.checkOverlap(e.kind, b, item);
@@ -180,6 +195,51 @@ export class Admission {
     } else if (kind === 'tenant_registered') {
       const at = this.tenants.get(b.tenant);
       if (at !== undefined && at < index) throw new Failure('already_registered', item, `${b.tenant} is already registered (entry ${at})`);
+    }
+  }
+
+  /**
+   * The fleet rules (crates/core/src/fleet.rs `check_fleet`): a node is registered once; a node
+   * key names nodes registered before it; a record names a node registered before it, a GPU
+   * model the node has, at most as many GPUs of that model as the node
+   * has, and at most the kWh the node's GPUs draw in its interval (GPUs × max_watts_per_gpu ×
+   * seconds, + ENERGY_BOUND_MARGIN_PERCENT), compared exactly.
+   */
+  checkFleet(index, kind, b, item) {
+    const registered = (node) => {
+      const n = this.nodes.get(node);
+      return n && n.at < index ? n : null;
+    };
+    if (kind === 'node_registered') {
+      const n = registered(b.node);
+      if (n) throw new Failure('already_registered', item, `${b.node} is already registered (entry ${n.at})`);
+      return;
+    }
+    if (kind === 'signer_key_registered') {
+      for (const node of Array.isArray(b.nodes) ? b.nodes : []) {
+        if (!registered(node)) throw new Failure('unknown_node', item, `${node}, a node of the key, is not a registered node`);
+      }
+      return;
+    }
+    if (kind !== 'gpu_usage' && kind !== 'energy') return;
+    const n = registered(b.node);
+    if (!n) throw new Failure('unknown_node', item, `${b.node} is not a registered node`);
+    const node = n.body;
+    if (kind === 'gpu_usage') {
+      const has = node.gpus.filter((g) => g.model === b.gpu_model).length;
+      if (has === 0) throw new Failure('unknown_gpu_model', item, `node ${b.node} has no ${b.gpu_model} GPU`);
+      if (Dec.parse(b.gpu_count).cmp(Dec.int(has)) > 0) {
+        throw new Failure('over_capacity', item, `gpu_count is ${b.gpu_count}, but node ${b.node} has ${has} ${b.gpu_model} GPUs`);
+      }
+      return;
+    }
+    // kwh ≤ GPUs × watts × seconds × (100 + margin) / 100 / 3,600,000, both sides multiplied
+    // by 100 × 3,600,000: no division, nothing rounded.
+    const seconds = secondsOf(b.end, item, 'body.end') - secondsOf(b.start, item, 'body.start');
+    const allowed = Dec.int(node.gpus.length * seconds * (100 + ENERGY_BOUND_MARGIN_PERCENT)).mul(Dec.parse(node.max_watts_per_gpu));
+    const scale = 100 * WATT_SECONDS_PER_KWH;
+    if (Dec.parse(b.kwh).mul(Dec.int(scale)).cmp(allowed) > 0) {
+      throw new Failure('energy_over_bound', item, `kwh is ${b.kwh}, above what node ${b.node}'s ${node.gpus.length} GPUs × ${node.max_watts_per_gpu} W draw in ${seconds} s (+${ENERGY_BOUND_MARGIN_PERCENT} %): ${quotientText(allowed, scale)} kWh`);
     }
   }
 
@@ -261,6 +321,9 @@ export class Admission {
     switch (e.kind) {
       case 'tenant_registered':
         if (!this.tenants.has(b.tenant)) this.tenants.set(b.tenant, index);
+        break;
+      case 'node_registered':
+        if (!this.nodes.has(b.node)) this.nodes.set(b.node, { body: b, at: index });
         break;
       case 'lease_registered':
         if (!this.leases.has(b.lease)) this.leases.set(b.lease, { tenant: b.tenant, at: index });

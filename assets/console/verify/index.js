@@ -37,8 +37,11 @@
 // - the field rules of §5 of every kind (leaf.js);
 // - the admission rules of §6.7 beyond the key registry, at each entry's position against the
 //   context (admission.js): tenants and leases registered (`unknown_tenant`, `unknown_lease`,
-//   `lease_tenant_mismatch`, `already_registered`), the time rules under the log policy in
-//   force (`too_old`, `in_future`, `price_in_past`), the spot series (`price_conflict`,
+//   `lease_tenant_mismatch`, `already_registered`), the fleet (nodes registered once and before
+//   the keys and records that name them, `unknown_node`; a record in its node's region,
+//   `region_not_allowed`, of a GPU model the node has, `unknown_gpu_model`, for at most its
+//   GPUs of that model, `over_capacity`, and at most the energy they draw,
+//   `energy_over_bound`), the time rules under the log policy in force (`too_old`, `in_future`, `price_in_past`), the spot series (`price_conflict`,
 //   `price_in_invoiced_period`), no stream claiming a second twice (`overlapping_interval`,
 //   §6.4a) and prices that only move forward (`price_not_forward`).
 //

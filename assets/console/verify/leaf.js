@@ -35,6 +35,14 @@ export const MAX_MONEY_AMOUNT = Dec.int(1000000000000);
 export const MAX_VOLUME_TIERS = 16;
 /** `MAX_TIER_BOUND_GPU_HOURS` (§5). */
 export const MAX_TIER_BOUND_GPU_HOURS = Dec.int(1000000000);
+/** `MAX_NODE_GPUS`: a node_registered entry lists 1 to 64 GPUs. */
+export const MAX_NODE_GPUS = 64;
+/** `MAX_WATTS_PER_GPU`: the highest max_watts_per_gpu a node may declare. */
+export const MAX_WATTS_PER_GPU = Dec.int(5000);
+/** A GPU's index on its node is a u32. */
+export const MAX_GPU_INDEX = 4294967295;
+/** A GPU's UUID: 1 to 128 visible ASCII characters. */
+const GPU_UUID = /^[\x21-\x7e]{1,128}$/;
 /** The lease classes (§5). */
 export const LEASE_CLASSES = new Set(['on_demand', 'reserved', 'spot']);
 /** `prev` of entry 0: base64 of 32 zero bytes (§7). */
@@ -44,7 +52,7 @@ export const GENESIS_PREV = 'AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=';
 export const LEDGER_KINDS = new Set([
   'signer_key_registered', 'signer_key_revoked', 'rate_card', 'region_params',
   'lease_registered', 'invoice_issued', 'payment', 'credit_note', 'volume_tiers',
-  'tenant_plan', 'certificate_issued', 'tenant_registered', 'log_policy',
+  'tenant_plan', 'certificate_issued', 'tenant_registered', 'log_policy', 'node_registered',
 ]);
 /** What each signer role may sign (§6.1). */
 export const ROLE_KINDS = { node: new Set(['gpu_usage', 'energy']), market: new Set(['spot_price']) };
@@ -207,6 +215,35 @@ async function checkBody(kind, b) {
       members(b, 'body', ['tenant']);
       bodyId(b.tenant, 'body.tenant');
       return;
+    case 'node_registered': {
+      // As record.rs reads it: the whole shape first (every GPU exactly {index, uuid, model},
+      // index a u32), then the identifiers, 1 to MAX_NODE_GPUS GPUs by strictly increasing
+      // index with distinct UUIDs and identifier models, and max_watts_per_gpu above 0.
+      members(b, 'body', ['node', 'region', 'gpus', 'max_watts_per_gpu'], ['hub']);
+      check(Array.isArray(b.gpus), 'body.gpus is not an array');
+      b.gpus.forEach((g, i) => {
+        members(g, `body.gpus[${i}]`, ['index', 'uuid', 'model']);
+        check(Number.isSafeInteger(g.index) && g.index >= 0 && g.index <= MAX_GPU_INDEX, `body.gpus[${i}].index is not an integer 0 to ${MAX_GPU_INDEX}`);
+        check(typeof g.uuid === 'string', `body.gpus[${i}].uuid is not a string`);
+        check(typeof g.model === 'string', `body.gpus[${i}].model is not a string`);
+      });
+      check(typeof b.max_watts_per_gpu === 'string', 'body.max_watts_per_gpu is not a string');
+      bodyId(b.node, 'body.node');
+      bodyId(b.region, 'body.region');
+      if ('hub' in b) bodyId(b.hub, 'body.hub');
+      check(b.gpus.length >= 1 && b.gpus.length <= MAX_NODE_GPUS, `quantity_out_of_range: body.gpus must hold 1 to ${MAX_NODE_GPUS} GPUs`);
+      const uuids = new Set();
+      b.gpus.forEach((g, i) => {
+        check(i === 0 || g.index > b.gpus[i - 1].index, `body.gpus[${i}].index: GPUs are listed by strictly increasing index`);
+        check(GPU_UUID.test(g.uuid), `body.gpus[${i}].uuid must be 1 to 128 visible ASCII characters`);
+        check(!uuids.has(g.uuid), `body.gpus[${i}].uuid ${g.uuid} is listed twice`);
+        uuids.add(g.uuid);
+        bodyId(g.model, `body.gpus[${i}].model`);
+      });
+      const watts = quantity(b.max_watts_per_gpu, MAX_WATTS_PER_GPU, 'body.max_watts_per_gpu');
+      check(watts.cmp(Dec.zero()) > 0, 'quantity_out_of_range: body.max_watts_per_gpu must be above 0');
+      return;
+    }
     case 'lease_registered':
       members(b, 'body', ['lease', 'tenant', 'class']);
       bodyId(b.lease, 'body.lease');

@@ -47,7 +47,7 @@ pub enum Disposition {
 
 /// The reasons whose disposition is [`Disposition::Hold`], each with a
 /// `gpuledger_agent_refused_total{reason}` counter.
-pub const HELD_REASONS: [Reason; 9] = [
+pub const HELD_REASONS: [Reason; 10] = [
     Reason::UnknownSigner,
     Reason::UnknownKey,
     Reason::KeySignerMismatch,
@@ -57,6 +57,7 @@ pub const HELD_REASONS: [Reason; 9] = [
     Reason::RegionNotAllowed,
     Reason::UnknownTenant,
     Reason::UnknownLease,
+    Reason::UnknownNode,
 ];
 
 /// Largest difference, in seconds, between this signer's clock and the ledger's (as its last
@@ -86,6 +87,8 @@ pub fn hint(r: Reason) -> &'static str {
         Reason::RegionNotAllowed => "the record's `region` is outside the key's scope: fix `region` in the config, or register a new key whose `regions` include it and point key_file at it; records already signed under this key and `region` are kept held (a key's scope never changes), see ops/runbooks/alerts.md#gpuledgeragentrecordsheld",
         Reason::UnknownTenant => "register the tenant (POST /v1/tenants) before the lease file names it",
         Reason::UnknownLease => "register the lease for its tenant (POST /v1/leases) before the lease file names it",
+        Reason::UnknownNode => "register the node with its GPUs (POST /v1/nodes) before a key is registered for it; records of a key registered for an unregistered node stay held",
+        Reason::UnknownGpuModel | Reason::OverCapacity | Reason::EnergyOverBound => "the record does not fit the node's registration (GPU models, count, power per GPU): fix the collector's model ids, or register the machine as it is under a new node id",
         Reason::LeaseTenantMismatch => "the lease file names this lease for another tenant than its registration: fix the lease file",
         Reason::Conflict => "another record holds this seq: was the spool directory deleted? register a new signer id and start with an empty spool",
         Reason::InFuture => "the node's clock is ahead of the ledger's: check NTP",
@@ -742,7 +745,7 @@ mod tests {
     /// Every rejection reason of the protocol, by its wire code, and what the agent does with
     /// it. A reason that core adds fails to compile in core's `Reason::class`; one renamed
     /// fails here.
-    const TABLE: [(&str, Disposition); 34] = [
+    const TABLE: [(&str, Disposition); 38] = [
         ("malformed", DeadLetter),
         ("unsupported_version", DeadLetter),
         ("unknown_kind", DeadLetter),
@@ -766,6 +769,7 @@ mod tests {
         ("region_not_allowed", Hold),
         ("unknown_tenant", Hold),
         ("unknown_lease", Hold),
+        ("unknown_node", Hold),
         ("lease_tenant_mismatch", DeadLetter),
         ("too_old", DeadLetter),
         ("price_in_past", DeadLetter),
@@ -777,6 +781,9 @@ mod tests {
         ("currency_mismatch", DeadLetter),
         ("credit_above_total", DeadLetter),
         ("reference_used", DeadLetter),
+        ("unknown_gpu_model", DeadLetter),
+        ("over_capacity", DeadLetter),
+        ("energy_over_bound", DeadLetter),
     ];
 
     #[test]

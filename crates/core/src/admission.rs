@@ -8,7 +8,7 @@ use super::envelope::Checked;
 use super::ids::LEDGER_SIGNER;
 use super::keys;
 use super::limits::MAX_SPOT_SCHEDULE_AHEAD_SECONDS;
-use super::record::{Body, Kind, LogPolicy, Role, SignerKeyRegistered};
+use super::record::{Body, Kind, LogPolicy, NodeRegistered, Role, SignerKeyRegistered};
 use super::rejection::{Reason, Rejection};
 use super::time::Timestamp;
 use ed25519_dalek::VerifyingKey;
@@ -675,6 +675,13 @@ pub struct Registry {
     prices: PriceSeries,
     intervals: Intervals,
     settlements: Settlements,
+    nodes: HashMap<String, (NodeRegistered, u64)>,
+}
+
+impl super::fleet::Fleet for Registry {
+    fn node(&self, node: &str) -> Option<(&NodeRegistered, u64)> {
+        self.nodes.get(node).map(|(n, at)| (n, *at))
+    }
 }
 
 impl Parties for Registry {
@@ -700,6 +707,7 @@ impl Registry {
             prices: PriceSeries::default(),
             intervals: Intervals::default(),
             settlements: Settlements::default(),
+            nodes: HashMap::new(),
         }
     }
 
@@ -778,6 +786,7 @@ impl Registry {
             check_scope(&k.registration, body)?;
         }
         check_parties(body, index, self)?;
+        super::fleet::check_fleet(body, index, self)?;
         check_time(body, received_at, &self.policy_at(index))?;
         self.spot.check(index, body)?;
         // The stream was computed once, when the envelope was checked.
@@ -881,6 +890,11 @@ impl Registry {
                     .or_insert((l.tenant.clone(), index));
             }
             Body::LogPolicy(p) => self.policies.push((index, *p)),
+            Body::NodeRegistered(n) => {
+                self.nodes
+                    .entry(n.node.clone())
+                    .or_insert_with(|| (n.clone(), index));
+            }
             _ => {}
         }
         self.spot.apply(index, body);

@@ -1097,12 +1097,14 @@ impl BundleChecker {
             .admit(e.index, &e.checked, e.received_at)
             .map_err(|r| {
                 // A registration or revocation inconsistent with the keys before it: the leaf
-                // itself is wrong (§15 step 4).
+                // itself is wrong (§15 step 4). A key naming an unregistered node breaks the
+                // fleet rule, named as such (§6.7, fleet), as verify-log names it.
                 let registry_entry =
                     matches!(
                         body,
                         Body::SignerKeyRegistered(_) | Body::SignerKeyRevoked(_)
-                    ) && r.field.as_deref().is_some_and(|f| f.starts_with("body."));
+                    ) && r.field.as_deref().is_some_and(|f| f.starts_with("body."))
+                        && r.reason != super::rejection::Reason::UnknownNode;
                 let reason = if registry_entry {
                     Reason::LeafInvalid
                 } else {

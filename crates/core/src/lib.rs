@@ -14,6 +14,7 @@ pub mod clock;
 pub mod cosignature;
 pub mod decimal;
 pub mod envelope;
+pub mod fleet;
 pub mod ids;
 pub mod invoice;
 pub mod json;

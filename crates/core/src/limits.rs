@@ -48,3 +48,13 @@ pub const MAX_TIER_BOUND_GPU_HOURS: u32 = 1_000_000_000;
 
 /// Longest `external_reference` of a payment or credit note, in bytes.
 pub const MAX_EXTERNAL_REFERENCE_BYTES: usize = 128;
+
+/// Most GPUs one `node_registered` entry lists (an entry is at most `MAX_ENVELOPE_BYTES`).
+pub const MAX_NODE_GPUS: usize = 64;
+
+/// Highest `max_watts_per_gpu` a node may declare.
+pub const MAX_WATTS_PER_GPU: u32 = 5_000;
+
+/// The margin, in percent, a node's energy record may exceed its GPUs × `max_watts_per_gpu` ×
+/// seconds by (meter error and rounding): 5 %.
+pub const ENERGY_BOUND_MARGIN_PERCENT: u32 = 5;

@@ -81,11 +81,14 @@ pub enum Kind {
     /// The log's admission policy (record age, clock skew) from this entry on (written by the
     /// ledger).
     LogPolicy,
+    /// A GPU server of the fleet with its region and GPUs; node keys may name only registered
+    /// nodes, and records must fit their node (written by the ledger).
+    NodeRegistered,
 }
 
 impl Kind {
     /// All kinds, in a fixed order.
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::GpuUsage,
         Kind::Energy,
         Kind::SpotPrice,
@@ -102,6 +105,7 @@ impl Kind {
         Kind::TenantPlan,
         Kind::TenantRegistered,
         Kind::LogPolicy,
+        Kind::NodeRegistered,
     ];
 
     /// The wire name.
@@ -123,6 +127,7 @@ impl Kind {
             Kind::TenantPlan => "tenant_plan",
             Kind::TenantRegistered => "tenant_registered",
             Kind::LogPolicy => "log_policy",
+            Kind::NodeRegistered => "node_registered",
         }
     }
 
@@ -148,7 +153,8 @@ impl Kind {
             | Kind::VolumeTiers
             | Kind::TenantPlan
             | Kind::TenantRegistered
-            | Kind::LogPolicy => Role::Ledger,
+            | Kind::LogPolicy
+            | Kind::NodeRegistered => Role::Ledger,
         }
     }
 }
@@ -247,6 +253,10 @@ impl<T: OnWire> OnWire for Option<T> {
 
 impl OnWire for Vec<Tier> {
     type Form = Vec<TierWire>;
+}
+
+impl OnWire for Vec<NodeGpu> {
+    type Form = Vec<NodeGpu>;
 }
 
 body! {
@@ -549,6 +559,44 @@ body! {
     }
 }
 
+/// One GPU of a registered node: its index on the node (as `nvidia-smi` numbers it), its UUID
+/// and its model (the GPU model records name).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NodeGpu {
+    pub index: u32,
+    /// 1 to 128 visible ASCII characters, e.g. `GPU-5f1c…`.
+    pub uuid: String,
+    pub model: String,
+}
+
+body! {
+    /// A GPU server of the fleet (docs/PROTOCOL.md §5.16): its region, optional hub, its GPUs
+    /// (by increasing index, UUIDs distinct), and the most power one GPU's share of the node
+    /// may draw, which bounds the node's energy records.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct NodeRegistered, read as NodeWire {
+        pub node: String,
+        pub region: String,
+        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+        pub hub: Option<String>,
+        /// 1 to `MAX_NODE_GPUS` GPUs.
+        pub gpus: Vec<NodeGpu>,
+        /// Watts, above 0 and at most `MAX_WATTS_PER_GPU`.
+        #[serde(serialize_with = "decimal::serialize")]
+        @schema(value_type = crate::decimal::DecimalString)
+        pub max_watts_per_gpu: Decimal,
+    }
+}
+
+impl NodeRegistered {
+    /// How many of the node's GPUs are of `model`.
+    pub fn gpus_of(&self, model: &str) -> usize {
+        self.gpus.iter().filter(|g| g.model == model).count()
+    }
+}
+
 /// Declares [`Body`], one variant per kind (named as the kind) holding its body type, and the
 /// dispatchers that map a kind to its body type: [`Body::kind`], [`Body::to_value`] (serde)
 /// and [`Body::from_value`] (serde, then the type's [`Record::check`]).
@@ -603,6 +651,7 @@ bodies! {
     TenantPlan(TenantPlan),
     TenantRegistered(TenantRegistered),
     LogPolicy(LogPolicy),
+    NodeRegistered(NodeRegistered),
 }
 
 impl Body {
@@ -1006,6 +1055,67 @@ impl Record for Settlement {
             amount,
             note: w.note,
             external_reference: w.external_reference,
+        })
+    }
+}
+
+impl Record for NodeRegistered {
+    type Wire = NodeWire;
+    fn check(w: NodeWire) -> Result<Self, Rejection> {
+        let node = id("body.node", &w.node)?;
+        let region = id("body.region", &w.region)?;
+        let hub = w.hub.as_deref().map(|h| id("body.hub", h)).transpose()?;
+        if w.gpus.is_empty() || w.gpus.len() > MAX_NODE_GPUS {
+            return Err(Rejection::field(
+                Reason::QuantityOutOfRange,
+                "body.gpus",
+                format!("a node has 1 to {MAX_NODE_GPUS} GPUs"),
+            ));
+        }
+        let mut uuids = std::collections::HashSet::new();
+        for (i, g) in w.gpus.iter().enumerate() {
+            if i > 0 && g.index <= w.gpus[i - 1].index {
+                return Err(Rejection::field(
+                    Reason::InvalidField,
+                    &format!("body.gpus[{i}].index"),
+                    "GPUs are listed by strictly increasing index",
+                ));
+            }
+            let visible = |c: char| c.is_ascii_graphic();
+            if g.uuid.is_empty() || g.uuid.len() > MAX_ID_LEN || !g.uuid.chars().all(visible) {
+                return Err(Rejection::field(
+                    Reason::InvalidField,
+                    &format!("body.gpus[{i}].uuid"),
+                    format!("1 to {MAX_ID_LEN} visible ASCII characters"),
+                ));
+            }
+            if !uuids.insert(g.uuid.as_str()) {
+                return Err(Rejection::field(
+                    Reason::InvalidField,
+                    &format!("body.gpus[{i}].uuid"),
+                    format!("{} is listed twice", g.uuid),
+                ));
+            }
+            id(&format!("body.gpus[{i}].model"), &g.model)?;
+        }
+        let watts = quantity(
+            "body.max_watts_per_gpu",
+            &w.max_watts_per_gpu,
+            Decimal::from(MAX_WATTS_PER_GPU),
+        )?;
+        if watts.is_zero() {
+            return Err(Rejection::field(
+                Reason::QuantityOutOfRange,
+                "body.max_watts_per_gpu",
+                "must be above 0",
+            ));
+        }
+        Ok(NodeRegistered {
+            node,
+            region,
+            hub,
+            gpus: w.gpus,
+            max_watts_per_gpu: watts,
         })
     }
 }

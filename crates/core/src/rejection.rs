@@ -79,6 +79,14 @@ pub enum Reason {
     /// A payment or credit note carries the external reference of an earlier one of its
     /// tenant and kind.
     ReferenceUsed,
+    /// The record, or a node key's registration, names a node the log has not registered.
+    UnknownNode,
+    /// The record's GPU model is not a model of its node's GPUs.
+    UnknownGpuModel,
+    /// The record claims more GPUs of its model than its node has.
+    OverCapacity,
+    /// The energy record claims more than its node's GPUs can draw in its interval.
+    EnergyOverBound,
 }
 
 impl Reason {
@@ -119,6 +127,10 @@ impl Reason {
             Reason::CurrencyMismatch => "currency_mismatch",
             Reason::CreditAboveTotal => "credit_above_total",
             Reason::ReferenceUsed => "reference_used",
+            Reason::UnknownNode => "unknown_node",
+            Reason::UnknownGpuModel => "unknown_gpu_model",
+            Reason::OverCapacity => "over_capacity",
+            Reason::EnergyOverBound => "energy_over_bound",
         }
     }
 }
@@ -153,7 +165,8 @@ impl Reason {
             | Reason::NodeNotAllowed
             | Reason::RegionNotAllowed
             | Reason::UnknownTenant
-            | Reason::UnknownLease => Registration,
+            | Reason::UnknownLease
+            | Reason::UnknownNode => Registration,
             Reason::Malformed
             | Reason::UnsupportedVersion
             | Reason::UnknownKind
@@ -180,7 +193,11 @@ impl Reason {
             | Reason::UnknownInvoice
             | Reason::CurrencyMismatch
             | Reason::CreditAboveTotal
-            | Reason::ReferenceUsed => Final,
+            | Reason::ReferenceUsed
+            // A node's GPUs are registered once: a record that does not fit them never will.
+            | Reason::UnknownGpuModel
+            | Reason::OverCapacity
+            | Reason::EnergyOverBound => Final,
         }
     }
 

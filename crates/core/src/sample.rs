@@ -4,7 +4,8 @@
 use crate::envelope::Envelope;
 use crate::rating::LeaseClass;
 use crate::record::{
-    Body, Energy, GpuUsage, KeyScope, Kind, LeaseRegistered, SpotPrice, TenantRegistered,
+    Body, Energy, GpuUsage, KeyScope, Kind, LeaseRegistered, NodeGpu, NodeRegistered, SpotPrice,
+    TenantRegistered,
 };
 use crate::time::Timestamp;
 use ed25519_dalek::SigningKey;
@@ -45,6 +46,28 @@ pub fn parties(tenant: &str) -> [Body; 2] {
             class: LeaseClass::OnDemand,
         }),
     ]
+}
+
+/// GPUs of a sample node.
+pub const NODE_GPUS: u32 = 8;
+
+/// The registration of sample node `node`: in the sample region, [`NODE_GPUS`] H100s (the
+/// model sample records name) with synthetic UUIDs, at most 1,000 W each (a GPU's share of the
+/// node's power, host included).
+pub fn node(node: &str) -> Body {
+    Body::NodeRegistered(NodeRegistered {
+        node: node.to_owned(),
+        region: REGION.into(),
+        hub: None,
+        gpus: (0..NODE_GPUS)
+            .map(|i| NodeGpu {
+                index: i,
+                uuid: format!("GPU-sample-{node}-{i}"),
+                model: "H100-SXM-80G".into(),
+            })
+            .collect(),
+        max_watts_per_gpu: Decimal::from(1_000),
+    })
 }
 
 /// A deterministic signing key from a label (never use for real signers).

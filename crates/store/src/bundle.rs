@@ -279,6 +279,7 @@ impl Context {
             Kind::TenantRegistered,
             Kind::LeaseRegistered,
             Kind::RegionParams,
+            Kind::NodeRegistered,
         ];
         if self.invoice {
             k.extend([

@@ -555,15 +555,19 @@ impl Ledger {
     ) -> Result<(), StoreError> {
         self.load_parties(pending.iter().map(|(_, c, _)| c))?;
         let parties = self.parties.read().expect("parties cache lock");
-        pending.retain(
-            |(i, c, _)| match admission::check_parties(&c.body, u64::MAX, &*parties) {
+        pending.retain(|(i, c, _)| {
+            // The fleet rules too: nodes are registered once, before any key naming them, so
+            // the cache never holds a stale node.
+            let r = admission::check_parties(&c.body, u64::MAX, &*parties)
+                .and_then(|()| gpuledger_core::fleet::check_fleet(&c.body, u64::MAX, &*parties));
+            match r {
                 Ok(()) => true,
                 Err(r) => {
                     outcomes[*i] = Some(Outcome::Rejected(r));
                     false
                 }
-            },
-        );
+            }
+        });
         Ok(())
     }
 
@@ -628,11 +632,20 @@ impl Ledger {
         records: impl Iterator<Item = &'a Checked>,
     ) -> Result<(), StoreError> {
         let (mut tenants, mut leases): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
+        let mut nodes: Vec<&str> = Vec::new();
         {
             let known = self.parties.read().expect("parties cache lock");
             for c in records {
                 if let Some(t) = c.body.tenant().filter(|t| !known.tenants.contains_key(*t)) {
                     tenants.push(t);
+                }
+                let node = match &c.body {
+                    gpuledger_core::record::Body::GpuUsage(u) => Some(u.node.as_str()),
+                    gpuledger_core::record::Body::Energy(e) => Some(e.node.as_str()),
+                    _ => None,
+                };
+                if let Some(n) = node.filter(|n| !known.nodes.contains_key(*n)) {
+                    nodes.push(n);
                 }
                 if let gpuledger_core::record::Body::GpuUsage(u) = &c.body {
                     if let Some(l) = u
@@ -645,17 +658,20 @@ impl Ledger {
                 }
             }
         }
-        if tenants.is_empty() && leases.is_empty() {
+        if tenants.is_empty() && leases.is_empty() && nodes.is_empty() {
             return Ok(());
         }
         tenants.sort_unstable();
         tenants.dedup();
         let mut found = read::DbParties::default();
-        self.reads
-            .run(|c| found.fill(c, u64::MAX >> 1, &tenants, &leases))?;
+        self.reads.run(|c| {
+            found.fill(c, u64::MAX >> 1, &tenants, &leases)?;
+            found.fill_nodes(c, u64::MAX >> 1, &nodes)
+        })?;
         let mut known = self.parties.write().expect("parties cache lock");
         known.tenants.extend(found.tenants);
         known.leases.extend(found.leases);
+        known.nodes.extend(found.nodes);
         Ok(())
     }
 

@@ -6,7 +6,9 @@ use super::schema::*;
 use diesel::prelude::*;
 use gpuledger_core::admission;
 use gpuledger_core::merkle::{Hash, HashReader};
-use gpuledger_core::record::{Body, KeyScope, Kind, LogPolicy, SignerKeyRegistered};
+use gpuledger_core::record::{
+    Body, KeyScope, Kind, LogPolicy, NodeRegistered, SignerKeyRegistered,
+};
 use gpuledger_core::time::Timestamp;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -393,6 +395,14 @@ pub fn registration(conn: &mut DbConn, index: u64) -> Result<SignerKeyRegistered
 pub struct DbParties {
     pub tenants: HashMap<String, u64>,
     pub leases: HashMap<String, (String, u64)>,
+    /// Node registrations (immutable once logged: a node is registered once).
+    pub nodes: HashMap<String, (NodeRegistered, u64)>,
+}
+
+impl gpuledger_core::fleet::Fleet for DbParties {
+    fn node(&self, node: &str) -> Option<(&NodeRegistered, u64)> {
+        self.nodes.get(node).map(|(n, at)| (n, *at))
+    }
 }
 
 impl admission::Parties for DbParties {
@@ -415,7 +425,32 @@ impl DbParties {
             _ => Vec::new(),
         };
         p.fill(conn, size, &tenants, &leases)?;
+        let nodes: Vec<&str> = match body {
+            Body::NodeRegistered(n) => vec![n.node.as_str()],
+            Body::SignerKeyRegistered(r) => r.nodes.iter().flatten().map(String::as_str).collect(),
+            _ => Vec::new(),
+        };
+        p.fill_nodes(conn, size, &nodes)?;
         Ok(p)
+    }
+
+    /// Adds the registrations of `nodes` below `size` (one read of the `node_registered`
+    /// entries, whose ids are inside the bodies, when any is named).
+    pub fn fill_nodes(
+        &mut self,
+        conn: &mut DbConn,
+        size: u64,
+        nodes: &[&str],
+    ) -> Result<(), StoreError> {
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        for (i, b) in bodies_of(conn, &[Kind::NodeRegistered], size)? {
+            if let Body::NodeRegistered(n) = b {
+                self.nodes.entry(n.node.clone()).or_insert((n, i));
+            }
+        }
+        Ok(())
     }
 
     /// Adds the registrations of `tenants` and `leases` below `size`: one query for the

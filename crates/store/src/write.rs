@@ -896,6 +896,7 @@ fn admit_ledger_entry(conn: &mut DbConn, app: &Appender, body: &Body) -> Result<
     let size = app.next_index();
     let parties = read::DbParties::load(conn, size, body)?;
     admission::check_parties(body, u64::MAX, &parties).map_err(refusal)?;
+    gpuledger_core::fleet::check_fleet(body, u64::MAX, &parties).map_err(refusal)?;
     admission::check_issued(body, app.received_at).map_err(refusal)?;
     if let Some(from) = admission::price_effective_from(body) {
         // No price takes effect in the past (beyond the policy's skew) or inside an invoiced
@@ -1188,7 +1189,7 @@ pub(crate) fn checkpoint_locked(
 }
 
 /// Appends an entry written and signed by the ledger (rate card, region parameters, lease,
-/// volume tiers, tenant plan, tenant registration or log policy). Prices are never edited in
+/// volume tiers, tenant plan, tenant registration, log policy or node registration). Prices are never edited in
 /// place: a new price for a series (or tiers for a plan's series, or a tenant's plan) must
 /// take effect after the latest one already logged for it, and a lease or tenant is registered
 /// once ([`admit_ledger_entry`]).
@@ -1207,6 +1208,7 @@ pub(crate) fn ledger_entry(
             | Body::TenantPlan(_)
             | Body::TenantRegistered(_)
             | Body::LogPolicy(_)
+            | Body::NodeRegistered(_)
     ) {
         return Err(StoreError::Refused(format!(
             "{} entries are not written this way",

@@ -1,8 +1,8 @@
 """A small, self-contained producer of gpuledger artefacts, protocol version 2, written from
 docs/PROTOCOL.md and the version-2 change list (issue #12).
 
-It builds logs (a log policy, tenant registrations, ledger-signed key registrations with their
-node/region scopes and revocations, node and market records, region parameters, leases, prices,
+It builds logs (a log policy, tenant registrations, node registrations (the fleet: a node's
+region and GPUs), ledger-signed key registrations with their node/region scopes and revocations, node and market records, region parameters, leases, prices,
 invoices), the RFC 6962 tree over them with inclusion and consistency proofs
 (by the recursive definitions of RFC 6962 2.1, independently of the verifier's RFC 9162
 algorithms), signed checkpoint notes (section 9), certificates (section 13) and evidence
@@ -178,6 +178,24 @@ class Entry:
         return self.envelope["body"]
 
 
+# The GPUs a node registered on the fly (Log.register of a node key naming an unregistered
+# node) has: 8 of each model the tests' records name, each drawing up to 5000 W, so that the
+# fleet rules (section 6.7) pass for every record of the tests that are not about them.
+DEFAULT_NODE_MODELS = ("H100-SXM5-80GB", "A100-80GB", "m")
+DEFAULT_NODE_GPUS_PER_MODEL = 8
+DEFAULT_MAX_WATTS_PER_GPU = "5000"
+
+
+def node_gpus(models: Dict[str, int], prefix: str = "GPU") -> List[Dict[str, Any]]:
+    """`count` GPUs of each model, indexes 0, 1, ... in the order given, UUIDs distinct."""
+    gpus: List[Dict[str, Any]] = []
+    for model, count in models.items():
+        for _ in range(count):
+            i = len(gpus)
+            gpus.append({"index": i, "uuid": f"{prefix}-{i:04d}-{sha256(model.encode()).hex()[:8]}", "model": model})
+    return gpus
+
+
 class Log:
     VERSION = 2
 
@@ -187,6 +205,7 @@ class Log:
         self.entries: List[Entry] = []
         self.seqs: Dict[str, int] = {}
         self.key_signer: Dict[str, str] = {}  # key id -> signer (for bundles)
+        self.nodes: Dict[str, int] = {}  # node -> index of its (first) node_registered entry
 
     @classmethod
     def from_leaves(cls, log_key: Key, origin: str, leaves: Iterable[bytes]) -> "Log":
@@ -195,6 +214,8 @@ class Log:
         for i, leaf in enumerate(leaves):
             obj = json.loads(leaf)
             log.entries.append(Entry(i, leaf, obj["envelope"], obj["received_at"]))
+            if obj["envelope"]["kind"] == "node_registered":
+                log.nodes.setdefault(obj["envelope"]["body"]["node"], i)
         return log
 
     def message(self, kind: str, unsigned: Dict[str, Any], origin: Optional[str] = None) -> bytes:
@@ -262,12 +283,35 @@ class Log:
     def lease(self, lease: str, tenant: str, cls: str, received_at: str) -> int:
         return self.ledger("lease_registered", {"lease": lease, "tenant": tenant, "class": cls}, received_at)
 
+    def node(self, node: str, region: str, received_at: str, models: Optional[Dict[str, int]] = None,
+             max_watts_per_gpu: str = DEFAULT_MAX_WATTS_PER_GPU, hub: Optional[str] = None,
+             gpus: Optional[List[Dict[str, Any]]] = None) -> int:
+        """A node_registered entry: `gpus` as given, else `models` (model -> count; default 8 of
+        each of DEFAULT_NODE_MODELS) numbered from index 0."""
+        if gpus is None:
+            models = models if models is not None else {m: DEFAULT_NODE_GPUS_PER_MODEL for m in DEFAULT_NODE_MODELS}
+            gpus = node_gpus(models, prefix=f"GPU-{node}")
+        body: Dict[str, Any] = {"node": node, "region": region, "gpus": gpus, "max_watts_per_gpu": max_watts_per_gpu}
+        if hub is not None:
+            body["hub"] = hub
+        index = self.ledger("node_registered", body, received_at)
+        self.nodes.setdefault(node, index)
+        return index
+
     def register(self, signer: str, key: Key, role: str, received_at: str, regions: Sequence[str] = ("cn-nmg-1",),
-                 nodes: Optional[Sequence[str]] = None) -> int:
-        """A version-2 registration; a node key's scope defaults to the node named like its signer."""
+                 nodes: Optional[Sequence[str]] = None, register_nodes: bool = True) -> int:
+        """A version-2 registration; a node key's scope defaults to the node named like its signer.
+        A node key names registered nodes only (section 6.7, fleet): with `register_nodes`, each
+        of its nodes the log has not registered yet is registered first (Log.node, in the key's
+        first region, with the default GPUs). Returns the index of the key's registration."""
         self.key_signer[key.key_id] = signer
-        return self.register_public_key(signer, key.pub, role, received_at, regions=regions,
-                                        nodes=nodes if nodes is not None or role != "node" else [signer])
+        if role == "node":
+            nodes = nodes if nodes is not None else [signer]
+            if register_nodes:
+                for node in sorted(set(nodes), key=str.encode):
+                    if node not in self.nodes:
+                        self.node(node, list(regions)[0], received_at)
+        return self.register_public_key(signer, key.pub, role, received_at, regions=regions, nodes=nodes)
 
     def register_public_key(self, signer: str, pub: bytes, role: str, received_at: str,
                             regions: Optional[Sequence[str]] = ("cn-nmg-1",), nodes: Optional[Sequence[str]] = None,
@@ -447,7 +491,7 @@ def commitment(log: Log, records: Iterable[int]) -> str:
 
 def context_for(log: Log, size: int, records: Iterable[int], tenant: Optional[str] = None,
                 invoice: bool = False) -> List[int]:
-    """Version 2, section 8: every log_policy below the size; the registrations (and revocations
+    """Version 2, section 8: every log_policy and node_registered below the size; the registrations (and revocations
     below the size) of every key that signed a record or a context entry; the subject tenant's
     tenant_registered entry and every lease_registered entry of the subject tenant; every
     region_params below the size; and, for an invoice, every rate_card and spot_price below the
@@ -460,7 +504,7 @@ def context_for(log: Log, size: int, records: Iterable[int], tenant: Optional[st
     plans = {e.body["plan"] for e in log.entries[:size] if e.kind == "tenant_plan" and e.body["tenant"] == tenant}
     for e in log.entries[:size]:
         b = e.body
-        if e.kind in ("log_policy", "region_params"):
+        if e.kind in ("log_policy", "region_params", "node_registered"):
             ctx.add(e.index)
         elif e.kind in ("tenant_registered", "lease_registered") and b["tenant"] == tenant:
             ctx.add(e.index)
@@ -528,16 +572,18 @@ PERIOD = ("2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z")
 
 
 class Scenario:
-    """A version-2 log of 22 entries (plus optional bad ones), a certificate for tenant-acme in
+    """A version-2 log of 24 entries (plus optional bad ones), a certificate for tenant-acme in
     November 2026 at the log's size, and its bundle.
 
-    Entries: 0 log_policy; 1, 2 tenant_registered (tenant-acme, tenant-other); 3, 4, 5 key
-    registrations (node-a: nodes [node-a], regions [cn-nmg-1]; node-b: [node-b], [eu-west-1];
-    market-cn: regions [cn-nmg-1]); 6 region_params; 7 lease_registered (lease-0042 of
-    tenant-acme); 8 gpu_usage; 9 energy; 10 gpu_usage of tenant-other; 11 spot_price; 12 gpu_usage
-    (node-b); 13 region_params; 14, 15 energy; 16 node-b's revocation; 17 gpu_usage before the
-    period; 18 gpu_usage under the lease (the bad variants change it); 19 energy without a tenant;
-    then the variant's extra entries, then certificate_issued."""
+    Entries: 0 log_policy; 1, 2 tenant_registered (tenant-acme, tenant-other); 3, 4
+    node_registered (node-a: cn-nmg-1, 8 H100-SXM5-80GB of 2500 W; node-b: eu-west-1, 4
+    A100-80GB of 400 W); 5, 6, 7 key registrations (node-a: nodes [node-a], regions [cn-nmg-1];
+    node-b: [node-b], [eu-west-1]; market-cn: regions [cn-nmg-1]); 8 region_params; 9
+    lease_registered (lease-0042 of tenant-acme); 10 gpu_usage; 11 energy; 12 gpu_usage of
+    tenant-other; 13 spot_price; 14 gpu_usage (node-b); 15 region_params; 16, 17 energy; 18
+    node-b's revocation; 19 gpu_usage before the period; 20 gpu_usage under the lease (the bad
+    variants change it); 21 energy without a tenant; then the variant's extra entries, then
+    certificate_issued."""
 
     def __init__(self, variant: str = "good", scope: Optional[Dict[str, Any]] = None):
         self.log_key = Key.from_byte(0x21)
@@ -550,24 +596,26 @@ class Scenario:
         log.policy("2026-10-01T00:00:00Z")                                                             # 0
         log.tenant(TENANT, "2026-10-01T00:00:00Z")                                                     # 1
         log.tenant("tenant-other", "2026-10-01T00:00:00Z")                                             # 2
-        log.register("node-a", na, "node", "2026-10-01T00:00:00Z", regions=["cn-nmg-1"])               # 3
-        log.register("node-b", nb, "node", "2026-10-01T00:00:00Z", regions=["eu-west-1"])              # 4
-        log.register("market-cn", mk, "market", "2026-10-01T00:00:00Z", regions=["cn-nmg-1"])          # 5
-        log.region_params("cn-nmg-1", "1.08", "550", "2026-10-01T00:00:00Z", "2026-10-01T00:00:01Z")   # 6
-        log.lease("lease-0042", TENANT, "reserved", "2026-10-01T00:00:02Z")                            # 7
+        log.node("node-a", "cn-nmg-1", "2026-10-01T00:00:00Z", {"H100-SXM5-80GB": 8}, "2500")           # 3
+        log.node("node-b", "eu-west-1", "2026-10-01T00:00:00Z", {"A100-80GB": 4}, "400", hub="eu-hub-1")  # 4
+        log.register("node-a", na, "node", "2026-10-01T00:00:00Z", regions=["cn-nmg-1"])               # 5
+        log.register("node-b", nb, "node", "2026-10-01T00:00:00Z", regions=["eu-west-1"])              # 6
+        log.register("market-cn", mk, "market", "2026-10-01T00:00:00Z", regions=["cn-nmg-1"])          # 7
+        log.region_params("cn-nmg-1", "1.08", "550", "2026-10-01T00:00:00Z", "2026-10-01T00:00:01Z")   # 8
+        log.lease("lease-0042", TENANT, "reserved", "2026-10-01T00:00:02Z")                            # 9
         log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "8", "2026-11-02T10:00:00Z", 300,
-                      lease="lease-0042")                                                               # 8
-        log.energy("node-a", na, TENANT, "cn-nmg-1", "1.5", "2026-11-02T10:00:00Z", 300)                # 9
+                      lease="lease-0042")                                                               # 10
+        log.energy("node-a", na, TENANT, "cn-nmg-1", "1.5", "2026-11-02T10:00:00Z", 300)                # 11
         log.gpu_usage("node-a", na, "tenant-other", "cn-nmg-1", "H100-SXM5-80GB", "2", "2026-11-02T10:00:00Z",
-                      600)                                                                              # 10
+                      600)                                                                              # 12
         log.spot_price("market-cn", mk, "cn-nmg-1", "H100-SXM5-80GB", "14.75", "2026-11-03T00:00:00Z",
-                       "2026-11-02T12:00:00Z")                                                          # 11
-        log.gpu_usage("node-b", nb, TENANT, "eu-west-1", "A100-80GB", "0.25", "2026-11-03T08:00:00Z", 30)  # 12
-        log.region_params("cn-nmg-1", "1.2", "500", "2026-11-15T00:00:00Z", "2026-11-10T00:00:00Z")    # 13
-        log.energy("node-a", na, TENANT, "cn-nmg-1", "2.25", "2026-11-20T00:00:00Z", 3600)              # 14
-        log.energy("node-b", nb, TENANT, "eu-west-1", "0.75", "2026-11-04T00:00:00Z", 3600)             # 15
-        log.revoke("node-b", nb, "2026-11-21T00:00:00Z")                                                # 16
-        log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1", "2026-10-20T00:00:00Z", 60)  # 17
+                       "2026-11-02T12:00:00Z")                                                          # 13
+        log.gpu_usage("node-b", nb, TENANT, "eu-west-1", "A100-80GB", "0.25", "2026-11-03T08:00:00Z", 30)  # 14
+        log.region_params("cn-nmg-1", "1.2", "500", "2026-11-15T00:00:00Z", "2026-11-10T00:00:00Z")    # 15
+        log.energy("node-a", na, TENANT, "cn-nmg-1", "2.25", "2026-11-20T00:00:00Z", 3600)              # 16
+        log.energy("node-b", nb, TENANT, "eu-west-1", "0.75", "2026-11-04T00:00:00Z", 3600)             # 17
+        log.revoke("node-b", nb, "2026-11-21T00:00:00Z")                                                # 18
+        log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1", "2026-10-20T00:00:00Z", 60)  # 19
         kw: Dict[str, Any] = {}
         if variant == "bad_signature":
             kw["sig_mode"] = "flipped"
@@ -577,42 +625,42 @@ class Scenario:
             kw["sig_mode"] = "torsion_r"
         elif variant == "other_origin":
             kw["sign_origin"] = "gpuledger.test/staging"
-        self.bad_index: Optional[int] = 18 if kw else None
-        u18 = dict(lease="lease-0042", **kw)
+        self.bad_index: Optional[int] = 20 if kw else None
+        u20 = dict(lease="lease-0042", **kw)
         if variant == "node_not_allowed":
-            u18["node"] = "node-z"
+            u20["node"] = "node-z"
         elif variant == "region_not_allowed":
-            u18["region"] = "eu-west-1"
+            u20["region"] = "eu-west-1"
         elif variant == "unknown_lease":
-            u18["lease"] = "lease-9999"
+            u20["lease"] = "lease-9999"
         elif variant == "too_old":
-            u18["received_at"] = "2026-12-31T01:00:03Z"  # starts 35 days and 1 h 3 s before it arrived
+            u20["received_at"] = "2026-12-31T01:00:03Z"  # starts 35 days and 1 h 3 s before it arrived
         elif variant == "in_future":
-            u18["received_at"] = "2026-11-26T00:54:59Z"  # ends 301 s after it arrived
+            u20["received_at"] = "2026-11-26T00:54:59Z"  # ends 301 s after it arrived
         if variant in ("node_not_allowed", "region_not_allowed", "unknown_lease", "too_old", "in_future"):
-            self.bad_index = 18
-        region18 = u18.pop("region", "cn-nmg-1")
-        log.gpu_usage("node-a", na, TENANT, region18, "H100-SXM5-80GB", "1", "2026-11-26T00:00:00Z", 3600,
-                      **u18)                                                                            # 18
-        log.energy("node-a", na, None, "cn-nmg-1", "0.5", "2026-11-26T00:00:00Z", 3600)                # 19
+            self.bad_index = 20
+        region20 = u20.pop("region", "cn-nmg-1")
+        log.gpu_usage("node-a", na, TENANT, region20, "H100-SXM5-80GB", "1", "2026-11-26T00:00:00Z", 3600,
+                      **u20)                                                                            # 20
+        log.energy("node-a", na, None, "cn-nmg-1", "0.5", "2026-11-26T00:00:00Z", 3600)                # 21
         if variant == "revoked":
             # A record signed by node-b after its key was revoked (a ledger would refuse it).
             self.bad_index = log.gpu_usage("node-b", nb, TENANT, "eu-west-1", "A100-80GB", "1",
-                                           "2026-11-27T00:00:00Z", 60)                                  # 20
+                                           "2026-11-27T00:00:00Z", 60)                                  # 22
         elif variant == "wrong_role":
             # The market key signs gpu_usage (role market may not).
             self.bad_index = log.gpu_usage("market-cn", mk, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1",
-                                           "2026-11-27T00:00:00Z", 60, node="node-a")                   # 20
+                                           "2026-11-27T00:00:00Z", 60, node="node-a")                   # 22
         elif variant == "unregistered":
             # A key no registration names.
             self.bad_index = log.gpu_usage("node-c", self.stranger, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1",
-                                           "2026-11-27T00:00:00Z", 60)                                  # 20
+                                           "2026-11-27T00:00:00Z", 60)                                  # 22
         elif variant == "invalid_envelope":
             # gpu_seconds is not gpu_count x duration (a ledger would refuse it).
             body = {"tenant": TENANT, "region": "cn-nmg-1", "node": "node-a", "gpu_model": "H100-SXM5-80GB",
                     "gpu_count": "2", "start": "2026-11-27T00:00:00Z", "end": "2026-11-27T00:01:00Z",
                     "gpu_seconds": "121"}
-            self.bad_index = log.append("gpu_usage", "node-a", na, body, "2026-11-27T00:01:02Z")         # 20
+            self.bad_index = log.append("gpu_usage", "node-a", na, body, "2026-11-27T00:01:02Z")         # 22
         elif variant == "v1_envelope":
             # A version-1 envelope (v 1, the v1 message) inside a version-2 leaf: unsupported_version.
             body = {"tenant": TENANT, "region": "cn-nmg-1", "node": "node-a", "gpu_model": "H100-SXM5-80GB",
@@ -621,7 +669,7 @@ class Scenario:
             unsigned = {"v": 1, "kind": "gpu_usage", "signer": "node-a", "key_id": na.key_id, "seq": 99,
                         "body": body}
             sig = na.sign(b"gpuledger/v1/gpu_usage\n" + jcs(unsigned))
-            self.bad_index = log.append_envelope(dict(unsigned, sig=b64(sig)), "2026-11-27T00:01:02Z")   # 20
+            self.bad_index = log.append_envelope(dict(unsigned, sig=b64(sig)), "2026-11-27T00:01:02Z")   # 22
         elif variant == "duplicate_member":
             # The body of a record holds a member name twice (strict JSON refuses it at any depth).
             good = log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1", "2026-11-27T00:00:00Z",
@@ -629,14 +677,14 @@ class Scenario:
             e = log.entries.pop()
             leaf = e.leaf.replace(b'"gpu_count":"1"', b'"gpu_count":"1","gpu_count":"1"', 1)
             assert leaf != e.leaf
-            self.bad_index = log.append_leaf_bytes(leaf, e.envelope, e.received_at)                     # 20
+            self.bad_index = log.append_leaf_bytes(leaf, e.envelope, e.received_at)                     # 22
             assert self.bad_index == good
         elif variant == "late_key_use":
             # node-d's record comes before node-d's registration.
             nd = Key.from_byte(0x26)
             self.bad_index = log.gpu_usage("node-d", nd, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1",
-                                           "2026-11-27T00:00:00Z", 60)                                  # 20
-            log.register("node-d", nd, "node", "2026-11-28T00:00:00Z", regions=["cn-nmg-1"])           # 21
+                                           "2026-11-27T00:00:00Z", 60)                                  # 22
+            log.register("node-d", nd, "node", "2026-11-28T00:00:00Z", regions=["cn-nmg-1"])           # 23 (node-d), 24 (its key)
         elif variant not in ("good", "bad_signature", "small_order_r", "torsion_r", "other_origin", "node_not_allowed",
                              "region_not_allowed", "unknown_lease", "too_old", "in_future"):
             raise ValueError(variant)

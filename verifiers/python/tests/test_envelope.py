@@ -43,6 +43,11 @@ BODIES = {
                            "certificate_sha256": "f" * 64},
     "tenant_registered": {"tenant": "tenant-acme"},
     "log_policy": {"max_record_age_seconds": 3024000, "max_future_skew_seconds": 300},
+    "node_registered": {"node": "node-imx-0001", "region": "cn-nmg-1", "hub": "hub-1",
+                        "gpus": [{"index": 0, "uuid": "GPU-5f1c0a7e-0000", "model": "H100-SXM5-80GB"},
+                                 {"index": 1, "uuid": "GPU-5f1c0a7e-0001", "model": "H100-SXM5-80GB"},
+                                 {"index": 3, "uuid": "GPU-5f1c0a7e-0003", "model": "L40S"}],
+                        "max_watts_per_gpu": "700"},
 }
 
 
@@ -130,6 +135,87 @@ class EnvelopeChecks(unittest.TestCase):
         body = dict(BODIES["gpu_usage"], gpu_count="1024", start="2026-11-29T12:05:00Z", gpu_seconds="88473600")
         gv.check_envelope(envelope("gpu_usage", body=body), ORIGIN)
         self.assertEqual(self.body_code("gpu_usage", start="2026-02-30T00:00:00Z"), ("invalid_field", "body.start"))
+
+    def gpus(self, n=3, **changes):
+        """BODIES' node_registered with `n` GPUs (indexes 0..n-1), GPU i's members changed by
+        changes[i] (a dict; None deletes a member)."""
+        gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100"} for i in range(n)]
+        for i, change in changes.items():
+            for k, v in change.items():
+                if v is None:
+                    del gpus[int(i)][k]
+                else:
+                    gpus[int(i)][k] = v
+        return gpus
+
+    def test_node_registered(self):
+        ok = lambda **ch: gv.check_envelope(envelope("node_registered", body=dict(BODIES["node_registered"], **ch)),
+                                            ORIGIN)
+        code = lambda drop=(), **ch: self.body_code("node_registered", drop=drop, **ch)
+        ok()
+        gv.check_envelope(envelope("node_registered", body={k: v for k, v in BODIES["node_registered"].items()
+                                                            if k != "hub"}), ORIGIN)
+        # members
+        self.assertEqual(code(drop=("gpus",)), ("malformed", "body.gpus"))
+        self.assertEqual(code(drop=("node",)), ("malformed", "body.node"))
+        self.assertEqual(code(drop=("max_watts_per_gpu",)), ("malformed", "body.max_watts_per_gpu"))
+        self.assertEqual(code(hub=None), ("malformed", "body.hub"))
+        self.assertEqual(code(rack="r7"), ("malformed", "body.rack"))
+        self.assertEqual(code(gpus=None), ("malformed", "body.gpus"))
+        self.assertEqual(code(gpus={"index": 0}), ("malformed", "body.gpus"))
+        self.assertEqual(code(max_watts_per_gpu=700), ("malformed", "body.max_watts_per_gpu"))
+        # each GPU is exactly {index, uuid, model}
+        self.assertEqual(code(gpus=["GPU-0"]), ("malformed", "body.gpus[0]"))
+        self.assertEqual(code(gpus=self.gpus(3, **{"1": {"serial": "x"}})), ("malformed", "body.gpus[1].serial"))
+        self.assertEqual(code(gpus=self.gpus(3, **{"2": {"model": None}})), ("malformed", "body.gpus[2].model"))
+        self.assertEqual(code(gpus=self.gpus(3, **{"0": {"uuid": None}})), ("malformed", "body.gpus[0].uuid"))
+        for bad in (-1, 2**32, "0", None, True):
+            self.assertEqual(code(gpus=self.gpus(1, **{"0": {"index": bad}})), ("malformed", "body.gpus[0].index"),
+                             bad)
+        ok(gpus=self.gpus(1, **{"0": {"index": 2**32 - 1}}))
+        self.assertEqual(code(gpus=self.gpus(2, **{"1": {"uuid": 7}})), ("malformed", "body.gpus[1].uuid"))
+        # the shape of every GPU comes before any value rule (the ledger reads the body whole first)
+        self.assertEqual(code(node="-bad", gpus=self.gpus(2, **{"1": {"serial": "x"}})),
+                         ("malformed", "body.gpus[1].serial"))
+        # identifiers
+        self.assertEqual(code(node="-bad"), ("invalid_field", "body.node"))
+        self.assertEqual(code(region=""), ("invalid_field", "body.region"))
+        self.assertEqual(code(hub="a b"), ("invalid_field", "body.hub"))
+        # 1 to 64 GPUs
+        self.assertEqual(code(gpus=[]), ("quantity_out_of_range", "body.gpus"))
+        ok(gpus=self.gpus(64))
+        self.assertEqual(code(gpus=self.gpus(65)), ("quantity_out_of_range", "body.gpus"))
+        # strictly increasing indexes
+        self.assertEqual(code(gpus=self.gpus(3, **{"2": {"index": 1}})), ("invalid_field", "body.gpus[2].index"))
+        self.assertEqual(code(gpus=self.gpus(3, **{"1": {"index": 0}})), ("invalid_field", "body.gpus[1].index"))
+        ok(gpus=self.gpus(2, **{"0": {"index": 4}, "1": {"index": 7}}))
+        # UUIDs: 1 to 128 visible ASCII characters, distinct within the node
+        for bad in ("", "GPU 1", "GPU-\u00e9", "x" * 129, "GPU-\t"):
+            self.assertEqual(code(gpus=self.gpus(2, **{"1": {"uuid": bad}})), ("invalid_field", "body.gpus[1].uuid"),
+                             bad)
+        ok(gpus=self.gpus(2, **{"1": {"uuid": "!" + "~" * 127}}))
+        self.assertEqual(code(gpus=self.gpus(3, **{"2": {"uuid": "GPU-0"}})), ("invalid_field", "body.gpus[2].uuid"))
+        # models are identifiers
+        self.assertEqual(code(gpus=self.gpus(2, **{"1": {"model": "H100 SXM"}})),
+                         ("invalid_field", "body.gpus[1].model"))
+        # the index rule of GPU i comes before its UUID rule, GPU by GPU
+        self.assertEqual(code(gpus=self.gpus(3, **{"1": {"uuid": ""}, "2": {"index": 0}})),
+                         ("invalid_field", "body.gpus[1].uuid"))
+        # max_watts_per_gpu: above 0, at most 5000, a canonical decimal
+        self.assertEqual(code(max_watts_per_gpu="0"), ("quantity_out_of_range", "body.max_watts_per_gpu"))
+        self.assertEqual(code(max_watts_per_gpu="5000.000000001"),
+                         ("quantity_out_of_range", "body.max_watts_per_gpu"))
+        self.assertEqual(code(max_watts_per_gpu="-700"), ("negative_quantity", "body.max_watts_per_gpu"))
+        self.assertEqual(code(max_watts_per_gpu="700.0"), ("invalid_field", "body.max_watts_per_gpu"))
+        self.assertEqual(code(max_watts_per_gpu="7e2"), ("invalid_field", "body.max_watts_per_gpu"))
+        ok(max_watts_per_gpu="5000")
+        ok(max_watts_per_gpu="0.000000001")
+        # the GPU rules come after the identifiers, max_watts_per_gpu last
+        self.assertEqual(code(node="-bad", gpus=[]), ("invalid_field", "body.node"))
+        self.assertEqual(code(gpus=[], max_watts_per_gpu="0"), ("quantity_out_of_range", "body.gpus"))
+        # a ledger kind
+        self.assertIn("node_registered", gv.LEDGER_KINDS)
+        self.assertIn("node_registered", gv.ROLE_KINDS["ledger"])
 
     def test_energy(self):
         self.assertEqual(self.body_code("energy", kwh="100000.000000001"), ("quantity_out_of_range", "body.kwh"))
@@ -276,8 +362,9 @@ class EnvelopeChecks(unittest.TestCase):
 
 class ContextRules(VerifierTestCase):
     """Rules of sections 5 and 6 that the verifier checks among the bundle's entries. The log:
-    0 log_policy, 1 tenant_registered t, 2 node-a's key (nodes [node-a], regions [r1]),
-    3 region_params, then the test's entries (from entry 4, bundle line 6), then a record."""
+    0 log_policy, 1 tenant_registered t, 2 node_registered node-a (region r1), 3 node-a's key
+    (nodes [node-a], regions [r1]), 4 region_params, then the test's entries (from entry 5, bundle
+    line 7), then a record."""
 
     def build(self, extra):
         lk, na = producer.Key.from_byte(0x41), producer.Key.from_byte(0x42)
@@ -302,21 +389,21 @@ class ContextRules(VerifierTestCase):
         # Version 2: prices only move forward, with its own reason.
         r = self.build(lambda log, na: log.region_params("r1", "1.2", "400", "2026-10-01T00:00:00Z",
                                                          "2026-10-01T00:00:00Z"))
-        self.assertFail(r, "price_not_forward", "entry 4 (bundle line 6)")
+        self.assertFail(r, "price_not_forward", "entry 5 (bundle line 7)")
 
     def test_ledger_prices_do_not_take_effect_in_the_past(self):
         # No price of any kind takes effect more than the policy's skew (300 s) before it is
         # logged: region parameters logged a day after they would take effect re-price the past.
         r = self.build(lambda log, na: log.region_params("r1", "1.2", "400", "2026-10-02T00:00:00Z",
                                                          "2026-10-03T00:00:00Z"))
-        self.assertFail(r, "price_in_past", "entry 4 (bundle line 6)")
+        self.assertFail(r, "price_in_past", "entry 5 (bundle line 7)")
         r = self.build(lambda log, na: log.region_params("r1", "1.2", "400", "2026-10-02T00:00:00Z",
                                                          "2026-10-02T00:05:00Z"))
         self.assertPass(r)
 
     def test_key_registered_twice(self):
         r = self.build(lambda log, na: log.register("node-a", na, "node", "2026-10-02T00:00:00Z", regions=["r1"]))
-        self.assertFail(r, "leaf_invalid", "entry 4 (bundle line 6)")
+        self.assertFail(r, "leaf_invalid", "entry 5 (bundle line 7)")
 
     def test_signer_changes_role(self):
         r = self.build(lambda log, na: log.register("node-a", producer.Key.from_byte(0x43), "market",
@@ -329,7 +416,8 @@ class ContextRules(VerifierTestCase):
             log.register("node-x", k, "node", "2026-10-02T00:00:00Z")
             log.revoke("node-x", k, "2026-10-03T00:00:00Z")
             log.revoke("node-x", k, "2026-10-04T00:00:00Z")
-        self.assertFail(self.build(extra), "leaf_invalid", "entry 6 (bundle line 8)")
+        # 5 node_registered node-x, 6 its key, 7 the revocation, 8 the second one
+        self.assertFail(self.build(extra), "leaf_invalid", "entry 8 (bundle line 10)")
 
     def test_revocation_names_another_signers_key(self):
         self.assertFail(self.build(lambda log, na: log.revoke("node-z", na, "2026-10-03T00:00:00Z")), "leaf_invalid")
@@ -338,12 +426,12 @@ class ContextRules(VerifierTestCase):
         def extra(log, na):
             log.append("lease_registered", "ledger", na, {"lease": "l", "tenant": "t", "class": "spot"},
                        "2026-10-02T00:00:00Z")
-        self.assertFail(self.build(extra), "unknown_key", "entry 4 (bundle line 6)")
+        self.assertFail(self.build(extra), "unknown_key", "entry 5 (bundle line 7)")
 
         def extra2(log, na):
             log.append("lease_registered", "node-a", na, {"lease": "l", "tenant": "t", "class": "spot"},
                        "2026-10-02T00:00:00Z")
-        self.assertFail(self.build(extra2), "key_not_allowed", "entry 4 (bundle line 6)")
+        self.assertFail(self.build(extra2), "key_not_allowed", "entry 5 (bundle line 7)")
 
     def test_key_of_another_signer(self):
         def extra(log, na):
@@ -354,15 +442,15 @@ class ContextRules(VerifierTestCase):
     def test_broken_hash_chain(self):
         sc = producer.Scenario()
         log = sc.log
-        e = log.entries[9]  # a record whose predecessor (8) is in the bundle
+        e = log.entries[11]  # a record whose predecessor (10) is in the bundle
         import json as _json
         leaf = _json.loads(e.leaf)
         leaf["prev"] = producer.b64(bytes(32))
-        log.entries[9] = producer.Entry(9, producer.jcs(leaf), e.envelope, e.received_at)
+        log.entries[11] = producer.Entry(11, producer.jcs(leaf), e.envelope, e.received_at)
         cert = producer.make_certificate(log, sc.size, producer.TENANT, *producer.PERIOD, records=sc.records)
         bundle = producer.make_bundle(log, sc.size, sc.context, sc.records, {"certificate": cert["id"]})
         self.assertFail(self.run_certificate(cert, bundle, sc.verifier_key()), "leaf_invalid",
-                        "entry 9 (bundle line 11)")
+                        "entry 11 (bundle line 13)")
 
 
 if __name__ == "__main__":

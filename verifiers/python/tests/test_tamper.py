@@ -59,9 +59,9 @@ class Genuine(Base):
         self.assertPass(self.verify(cert=json.dumps(self.cert, indent=2, sort_keys=True).encode()))
 
     def test_scopes(self):
-        for scope, records in (({"lease": "lease-0042"}, [8, 18]), ({"nodes": ["node-b"]}, [12, 15]),
-                               ({"region": "eu-west-1"}, [12, 15]), ({"nodes": ["node-a", "node-b"],
-                                                                       "region": "cn-nmg-1"}, [8, 9, 14, 18])):
+        for scope, records in (({"lease": "lease-0042"}, [10, 20]), ({"nodes": ["node-b"]}, [14, 17]),
+                               ({"region": "eu-west-1"}, [14, 17]), ({"nodes": ["node-a", "node-b"],
+                                                                       "region": "cn-nmg-1"}, [10, 11, 16, 20])):
             with self.subTest(scope=scope):
                 sc = producer.Scenario("good", scope=scope)
                 self.assertEqual(sc.records, records)
@@ -146,9 +146,9 @@ class Claims(Base):
         self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("tenant",), "tenant-other"))),
                         "wrong_tenant")
         self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("period_to",), "2026-11-20T00:00:00Z"))),
-                        "outside_period", "entry 14 (bundle line 13)")
+                        "outside_period", "entry 16 (bundle line 15)")
         self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("scope",), {"region": "cn-nmg-1"}))),
-                        "outside_scope", "entry 12 (bundle line 12)")
+                        "outside_scope", "entry 14 (bundle line 14)")
         self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("id",), "CERT-000002"))),
                         "checkpoint_mismatch", "bundle header subject")
         self.assertFail(self.verify(cert=self.resign(set_path(self.cert, ("log_origin",), "elsewhere"))),
@@ -228,7 +228,7 @@ class Records(Base):
         self.assertGreater(n, 20)
 
     def test_leaf_not_canonical(self):
-        pos = self.line_of(8)
+        pos = self.line_of(10)
         leaf = leaf_of(self.bundle[pos])
         bundle = copy.deepcopy(self.bundle)
         bundle[pos] = with_leaf_bytes(self.bundle[pos], json.dumps(leaf, indent=1).encode())
@@ -237,10 +237,10 @@ class Records(Base):
         self.assertFail(self.verify(bundle=bundle), "leaf_invalid")
 
     def test_line_index_differs_from_leaf_index(self):
-        pos = self.line_of(18)
+        pos = self.line_of(20)
         bundle = copy.deepcopy(self.bundle)
-        bundle[pos] = dict(bundle[pos], index=19)
-        self.assertFail(self.verify(bundle=bundle), "leaf_invalid", f"entry 19 (bundle line {pos + 1})")
+        bundle[pos] = dict(bundle[pos], index=21)
+        self.assertFail(self.verify(bundle=bundle), "leaf_invalid", f"entry 21 (bundle line {pos + 1})")
 
 
 class Membership(Base):
@@ -256,21 +256,21 @@ class Membership(Base):
         # Same count, other entries: only the commitment tells.
         sc = self.sc
         cert = producer.make_certificate(sc.log, sc.size, producer.TENANT, *producer.PERIOD,
-                                         records=[8, 9, 12, 14, 15, 18])
-        records = [8, 9, 12, 14, 15, 17]  # 17 is outside the period
+                                         records=[10, 11, 14, 16, 17, 20])
+        records = [10, 11, 14, 16, 17, 19]  # 19 is outside the period
         bundle = producer.make_bundle(sc.log, sc.size, sc.context, records, {"certificate": cert["id"]})
-        self.assertFail(self.run_certificate(cert, bundle, self.key), "outside_period", "entry 17 (bundle line 15)")
+        self.assertFail(self.run_certificate(cert, bundle, self.key), "outside_period", "entry 19 (bundle line 17)")
 
     def test_drop_context_entries(self):
         # The registration of node-a: records signed by an unknown key.
-        bundle = [l for l in self.bundle if not (l.get("type") == "entry" and l["index"] == 3)]
-        self.assertFail(self.verify(bundle=bundle, fix_count=True), "unknown_key", "entry 8 (bundle line 9)")
+        bundle = [l for l in self.bundle if not (l.get("type") == "entry" and l["index"] == 5)]
+        self.assertFail(self.verify(bundle=bundle, fix_count=True), "unknown_key", "entry 10 (bundle line 11)")
         # The second region parameters: the energy of the 20th is priced under the first: claims differ.
-        bundle = [l for l in self.bundle if not (l.get("type") == "entry" and l["index"] == 13)]
+        bundle = [l for l in self.bundle if not (l.get("type") == "entry" and l["index"] == 15)]
         self.assertFail(self.verify(bundle=bundle, fix_count=True), "claim_mismatch")
 
     def test_add_a_record_of_another_tenant(self):
-        for index in (10, 19):  # tenant-other's gpu_usage; an energy record without a tenant
+        for index in (12, 21):  # tenant-other's gpu_usage; an energy record without a tenant
             with self.subTest(index=index):
                 records = sorted(self.sc.records + [index])
                 bundle = producer.make_bundle(self.sc.log, self.sc.size, self.sc.context, records,
@@ -279,22 +279,22 @@ class Membership(Base):
                                 f"{2 + len(self.sc.context) + records.index(index)})")
 
     def test_add_a_record_outside_the_period(self):
-        records = sorted(self.sc.records + [17])
+        records = sorted(self.sc.records + [19])
         bundle = producer.make_bundle(self.sc.log, self.sc.size, self.sc.context, records,
                                       {"certificate": self.cert["id"]})
         self.assertFail(self.verify(bundle=bundle), "outside_period")
 
     def test_add_a_record_outside_the_scope(self):
         sc = producer.Scenario("good", scope={"lease": "lease-0042"})
-        bundle = producer.make_bundle(sc.log, sc.size, sc.context, sorted(sc.records + [9]),
+        bundle = producer.make_bundle(sc.log, sc.size, sc.context, sorted(sc.records + [11]),
                                       {"certificate": sc.certificate["id"]})
-        self.assertEqual(sc.context, [0, 1, 3, 6, 7, 13])
+        self.assertEqual(sc.context, [0, 1, 3, 4, 5, 8, 9, 15])
         self.assertFail(self.run_certificate(sc.certificate, bundle, sc.verifier_key()), "outside_scope",
-                        "entry 9 (bundle line 9)")
+                        "entry 11 (bundle line 11)")
 
     def test_step_4_failures_come_before_step_5(self):
         # A wrong-tenant record early, a bad proof later: step 4 is reported.
-        records = sorted(self.sc.records + [10])
+        records = sorted(self.sc.records + [12])
         bundle = producer.make_bundle(self.sc.log, self.sc.size, self.sc.context, records,
                                       {"certificate": self.cert["id"]})
         last = entry_lines(bundle)[-1]
@@ -386,8 +386,10 @@ class AdmissionRules(VerifierTestCase):
     """Version 2, section 6: every admission rule rechecked from the bundle's entries, each
     refusal with its own reason (section 8's bundle reasons), on logs a ledger would refuse.
 
-    The base log: 0 log_policy (defaults), 1 tenant_registered t, 2 node-a's key (nodes [node-a],
-    regions [r1]), 3 market-a's key (regions [r1, r2]), 4 lease-1 of t; the test appends more.
+    The base log: 0 log_policy (defaults), 1 tenant_registered t, 2 node_registered node-a (region
+    r1, 8 GPUs of each of producer.DEFAULT_NODE_MODELS, 5000 W each), 3 node-a's key (nodes
+    [node-a], regions [r1]), 4 market-a's key (regions [r1, r2]), 5 lease-1 of t; the test appends
+    more.
     `bundle()` holds every entry (context: every entry but the records, as a superset of
     section 8's); `cert()` checks a certificate for t with section 8's context."""
 
@@ -400,9 +402,9 @@ class AdmissionRules(VerifierTestCase):
         log = self.log = producer.Log(self.lk, self.ORIGIN)
         log.policy("2026-10-01T00:00:00Z")                                                          # 0
         log.tenant("t", "2026-10-01T00:00:00Z")                                                     # 1
-        log.register("node-a", self.na, "node", "2026-10-01T00:00:00Z", regions=["r1"])              # 2
-        log.register("market-a", self.mk, "market", "2026-10-01T00:00:00Z", regions=["r1", "r2"])    # 3
-        log.lease("lease-1", "t", "reserved", "2026-10-01T00:00:00Z")                               # 4
+        log.register("node-a", self.na, "node", "2026-10-01T00:00:00Z", regions=["r1"])              # 2, 3
+        log.register("market-a", self.mk, "market", "2026-10-01T00:00:00Z", regions=["r1", "r2"])    # 4
+        log.lease("lease-1", "t", "reserved", "2026-10-01T00:00:00Z")                               # 5
 
     def usage(self, tenant="t", start="2026-11-05T00:00:00Z", seconds=60, **kw):
         return self.log.gpu_usage("node-a", self.na, tenant, "r1", "m", "1", start, seconds, **kw)
@@ -513,13 +515,19 @@ class AdmissionRules(VerifierTestCase):
         self.refused(self.bundle(), "region_not_allowed", i, "body.region")
 
     def test_scope_is_the_signing_keys(self):
-        # A rotation with a wider scope: the old key keeps its own scope.
+        # A rotation with a wider scope: the old key keeps its own scope. (A node is in one
+        # region: the wider key also names node-b, registered in r2.)
         nb2 = producer.Key.from_byte(0x55)
-        self.log.register("node-a", nb2, "node", "2026-10-02T00:00:00Z", regions=["r1", "r2"])
-        self.log.gpu_usage("node-a", nb2, "t", "r2", "m", "1", "2026-11-05T00:00:00Z", 60)
+        self.log.node("node-b", "r2", "2026-10-02T00:00:00Z")
+        self.log.register("node-a", nb2, "node", "2026-10-02T00:00:00Z", regions=["r1", "r2"],
+                          nodes=["node-a", "node-b"])
+        self.log.gpu_usage("node-a", nb2, "t", "r2", "m", "1", "2026-11-05T00:00:00Z", 60, node="node-b")
         self.passes(self.bundle())
+        i = self.log.gpu_usage("node-a", self.na, "t", "r2", "m", "1", "2026-11-06T00:00:00Z", 60, node="node-b")
+        self.refused(self.bundle(), "node_not_allowed", i, "body.node")
+        self.log.entries.pop()
         i = self.log.gpu_usage("node-a", self.na, "t", "r2", "m", "1", "2026-11-06T00:00:00Z", 60)
-        self.refused(self.bundle(), "region_not_allowed", i)
+        self.refused(self.bundle(), "region_not_allowed", i, "body.region")
 
     # parties
 
@@ -744,7 +752,7 @@ class Checkpoints(Base):
         bundle[0] = dict(bundle[0], checkpoint=older)
         self.assertFail(self.verify(cert=cert, bundle=bundle), ("not_in_checkpoint", "inclusion_proof"))
         # With every proof redone for size 9, the first entry at or above 9 is named.
-        bundle = producer.make_bundle(sc.log, 9, [0, 1, 3], [], {"certificate": self.cert["id"]}, checkpoint=older)
+        bundle = producer.make_bundle(sc.log, 9, [0, 1, 3, 4, 5], [], {"certificate": self.cert["id"]}, checkpoint=older)
         for i in sc.context + sc.records:
             if i >= 9:
                 line = producer.entry_line(sc.log, i, sc.size)

@@ -66,6 +66,7 @@ function generate(records, keep, dir) {
   const ledger = (kind, body) => entry(kind, 'ledger', logKey, keyId(logPub), ++ledgerSeq, body);
   const context = [
     ledger('log_policy', { max_future_skew_seconds: 300, max_record_age_seconds: 3024000 }),
+    ledger('node_registered', { gpus: Array.from({ length: 8 }, (_, i) => ({ index: i, model: 'H100', uuid: `GPU-bench-${i}` })), max_watts_per_gpu: '1000', node: 'node-1', region: 'west' }),
     ledger('signer_key_registered', { key_id: keyId(nodePub), nodes: ['node-1'], public_key: b64encode(nodePub), regions: ['west'], role: 'node', signer: 'node-1' }),
     ledger('tenant_registered', { tenant: 'acme' }),
     ledger('region_params', { carbon_g_per_kwh: '550', currency: 'CNY', effective_from: '2026-01-01T00:00:00Z', electricity_price_per_kwh: '0.28', pue: '1.08', region: 'west' }),

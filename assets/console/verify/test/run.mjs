@@ -281,7 +281,7 @@ await test('the committed invoice bundles (v3, v2) PASS as bundles alone', async
 // ---------------------------------------------------------------- tampered bundles
 
 const CASES = [
-  ['a signed field of a record leaf changed', 'both', (l) => { firstUsage(l).leafObject.envelope.body.gpu_model = 'H200'; }, 'entry_signature'],
+  ['a signed field of a record leaf changed', 'both', (l) => { firstUsage(l).leafObject.envelope.body.gpu_model = 'H100-SXM-80G'; /* a model its node has: only the signature speaks */ }, 'entry_signature'],
   ['a record leaf\'s received_at changed (not signed; only the tree notices)', 'both', (l) => {
     const e = lastRecord(l);
     e.leafObject.received_at = e.leafObject.received_at.replace(/:(\d)(\d)Z$/, (_, a, b) => `:${a}${(Number(b) + 1) % 10}Z`);
@@ -1009,6 +1009,252 @@ await test('admission: a settlement names an invoice issued to its tenant, in it
   a.apply(2, { kind: 'credit_note', body: { tenant: 't1', invoice: 'INV-000001', currency: 'CNY', amount: '60.00', note: '' } });
   eq(verdictOf('credit_note', 'INV-000001', 't1', 'CNY', '40.00'), 'PASS', 'credits adding up to the total');
   eq(verdictOf('credit_note', 'INV-000001', 't1', 'CNY', '40.01'), 'credit_above_total', 'credits adding up past the total');
+});
+
+// ---------------------------------------------------------------- the fleet (crates/core/src/fleet.rs)
+//
+// Independent of the committed fixtures: bodies and Admission driven directly, and small logs
+// built and signed here (WebCrypto Ed25519), verified as version-3 bundles of every entry.
+
+/** n1: 8 H100 and one L40S, 700 W each: 9 × 700 W × 3600 s × 1.05 / 3,600,000 = 6.615 kWh an hour. */
+const N1 = {
+  node: 'n1', region: 'r1', max_watts_per_gpu: '700',
+  gpus: [...Array.from({ length: 8 }, (_, i) => ({ index: i, uuid: `GPU-n1-${i}`, model: 'H100' })), { index: 8, uuid: 'GPU-n1-8', model: 'L40S' }],
+};
+const usageBody = (count, { model = 'H100', node = 'n1', region = 'r1', seconds = 3600, tenant = 't' } = {}) => ({
+  tenant, region, node, gpu_model: model, gpu_count: count, start: '2026-11-05T00:00:00Z',
+  end: new Date(Date.parse('2026-11-05T00:00:00Z') + seconds * 1000).toISOString().replace('.000Z', 'Z'),
+  gpu_seconds: Dec.parse(count).mul(Dec.int(seconds)).toString(),
+});
+const energyBody = (kwh, { node = 'n1', region = 'r1', seconds = 3600 } = {}) => ({
+  region, node, kwh, start: '2026-11-05T00:00:00Z',
+  end: new Date(Date.parse('2026-11-05T00:00:00Z') + seconds * 1000).toISOString().replace('.000Z', 'Z'),
+});
+
+/** The LeafError message of checkEnvelope on a node_registered body, or 'PASS'. */
+async function nodeBodyVerdict(body) {
+  const env = { v: 2, kind: 'node_registered', signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
+  try {
+    await checkEnvelope(env, 'gpuledger.test/fleet');
+    return 'PASS';
+  } catch (e) {
+    return e.message;
+  }
+}
+
+await test('fleet: a node_registered body is checked as record.rs checks it', async () => {
+  const gpus = (n, changes = {}) => Array.from({ length: n }, (_, i) => Object.assign({ index: i, uuid: `GPU-${i}`, model: 'H100' }, changes[i] ?? {}));
+  const without = (o, k) => Object.fromEntries(Object.entries(o).filter(([m]) => m !== k));
+  const verdictOf = (changes) => nodeBodyVerdict(Object.assign({}, N1, changes));
+  eq(await verdictOf({}), 'PASS', 'n1');
+  eq(await verdictOf({ hub: 'hub-1' }), 'PASS', 'with a hub');
+  eq(await verdictOf({ gpus: gpus(64) }), 'PASS', '64 GPUs');
+  eq(await verdictOf({ gpus: gpus(1, { 0: { index: 4294967295 } }) }), 'PASS', 'the highest u32 index');
+  eq(await verdictOf({ gpus: gpus(2, { 0: { index: 4 }, 1: { index: 7 } }) }), 'PASS', 'indexes with gaps');
+  eq(await verdictOf({ gpus: gpus(2, { 1: { uuid: `!${'~'.repeat(127)}` } }) }), 'PASS', '128 visible characters');
+  eq(await verdictOf({ max_watts_per_gpu: '5000' }), 'PASS', '5000 W');
+  eq(await verdictOf({ max_watts_per_gpu: '0.000000001' }), 'PASS', 'a nanowatt');
+  const refused = [
+    ['no gpus', without(N1, 'gpus'), /has no member gpus/],
+    ['an unknown member', { ...N1, rack: 'r7' }, /unknown member rack/],
+    ['a null hub', { ...N1, hub: null }, /body\.hub is not an identifier/],
+    ['gpus not an array', { ...N1, gpus: { index: 0 } }, /body\.gpus is not an array/],
+    ['a GPU that is a string', { ...N1, gpus: ['GPU-0'] }, /body\.gpus\[0\] is not an object/],
+    ['a GPU member unknown', { ...N1, gpus: gpus(2, { 1: { serial: 'x' } }) }, /body\.gpus\[1\] has an unknown member serial/],
+    ['a GPU member missing', { ...N1, gpus: [{ index: 0, uuid: 'GPU-0' }] }, /body\.gpus\[0\] has no member model/],
+    ['a negative index', { ...N1, gpus: gpus(1, { 0: { index: -1 } }) }, /body\.gpus\[0\]\.index is not an integer/],
+    ['an index above u32', { ...N1, gpus: gpus(1, { 0: { index: 4294967296 } }) }, /body\.gpus\[0\]\.index is not an integer/],
+    ['an index as a string', { ...N1, gpus: gpus(1, { 0: { index: '0' } }) }, /body\.gpus\[0\]\.index is not an integer/],
+    ['a uuid that is a number', { ...N1, gpus: gpus(1, { 0: { uuid: 7 } }) }, /body\.gpus\[0\]\.uuid is not a string/],
+    ['the shape before the identifiers', { ...N1, node: '-bad', gpus: gpus(2, { 1: { serial: 'x' } }) }, /unknown member serial/],
+    ['a bad node id', { ...N1, node: '-bad' }, /body\.node is not an identifier/],
+    ['the reserved id', { ...N1, node: 'ledger' }, /reserved/],
+    ['a bad region', { ...N1, region: '' }, /body\.region is not an identifier/],
+    ['no GPUs', { ...N1, gpus: [] }, /^quantity_out_of_range: body\.gpus/],
+    ['65 GPUs', { ...N1, gpus: gpus(65) }, /^quantity_out_of_range: body\.gpus/],
+    ['a repeated index', { ...N1, gpus: gpus(3, { 2: { index: 1 } }) }, /body\.gpus\[2\]\.index: GPUs are listed by strictly increasing index/],
+    ['a decreasing index', { ...N1, gpus: gpus(2, { 1: { index: 0 } }) }, /body\.gpus\[1\]\.index/],
+    ['an empty uuid', { ...N1, gpus: gpus(2, { 1: { uuid: '' } }) }, /body\.gpus\[1\]\.uuid must be 1 to 128 visible ASCII/],
+    ['a uuid with a space', { ...N1, gpus: gpus(2, { 1: { uuid: 'GPU 1' } }) }, /body\.gpus\[1\]\.uuid must be/],
+    ['a uuid not ASCII', { ...N1, gpus: gpus(2, { 1: { uuid: 'GPU-\u00e9' } }) }, /body\.gpus\[1\]\.uuid must be/],
+    ['a uuid of 129 characters', { ...N1, gpus: gpus(2, { 1: { uuid: 'x'.repeat(129) } }) }, /body\.gpus\[1\]\.uuid must be/],
+    ['a repeated uuid', { ...N1, gpus: gpus(3, { 2: { uuid: 'GPU-0' } }) }, /body\.gpus\[2\]\.uuid GPU-0 is listed twice/],
+    ['a model that is no identifier', { ...N1, gpus: gpus(2, { 1: { model: 'H100 SXM' } }) }, /body\.gpus\[1\]\.model is not an identifier/],
+    ['GPU by GPU: the uuid of GPU 1 before the index of GPU 2', { ...N1, gpus: gpus(3, { 1: { uuid: '' }, 2: { index: 0 } }) }, /body\.gpus\[1\]\.uuid/],
+    ['0 W', { ...N1, max_watts_per_gpu: '0' }, /^quantity_out_of_range: body\.max_watts_per_gpu must be above 0/],
+    ['above 5000 W', { ...N1, max_watts_per_gpu: '5000.000000001' }, /^quantity_out_of_range: body\.max_watts_per_gpu/],
+    ['negative watts', { ...N1, max_watts_per_gpu: '-700' }, /body\.max_watts_per_gpu is not a canonical decimal/],
+    ['watts not canonical', { ...N1, max_watts_per_gpu: '700.0' }, /body\.max_watts_per_gpu is not a canonical decimal/],
+    ['watts as a number', { ...N1, max_watts_per_gpu: 700 }, /body\.max_watts_per_gpu is not a string/],
+    ['the GPU count before the watts', { ...N1, gpus: [], max_watts_per_gpu: '0' }, /body\.gpus/],
+  ];
+  for (const [what, body, want] of refused) {
+    const got = await nodeBodyVerdict(body);
+    assert(want.test(got), `${what}: ${got}`);
+  }
+});
+
+await test('fleet: Admission refuses what does not fit the node, with the reasons of fleet.rs', async () => {
+  const a = new Admission();
+  a.apply(3, { kind: 'node_registered', body: N1 });
+  const verdictOf = (kind, body, index = 10) => {
+    try {
+      a.checkFleet(index, kind, body, `entry ${index}`);
+      return 'PASS';
+    } catch (e) {
+      return e.reason;
+    }
+  };
+  eq(verdictOf('gpu_usage', usageBody('8')), 'PASS', 'all 8 H100s');
+  eq(verdictOf('gpu_usage', usageBody('1', { model: 'L40S' })), 'PASS', 'the L40S');
+  eq(verdictOf('gpu_usage', usageBody('0.5', { model: 'L40S' })), 'PASS', 'half a GPU');
+  eq(verdictOf('gpu_usage', usageBody('8.000001')), 'over_capacity', 'a millionth of a GPU more');
+  eq(verdictOf('gpu_usage', usageBody('1024', { seconds: 60 })), 'over_capacity', '1,024 GPUs on an 8-GPU node');
+  eq(verdictOf('gpu_usage', usageBody('2', { model: 'L40S' })), 'over_capacity', 'capacity counts the model only');
+  eq(verdictOf('gpu_usage', usageBody('1', { model: 'NO-PRICE' })), 'unknown_gpu_model', 'a model the node lacks');
+  eq(verdictOf('gpu_usage', usageBody('1', { region: 'east' })), 'PASS', 'another region: the key\'s scope bounds it, not the node');
+  eq(verdictOf('gpu_usage', usageBody('1', { node: 'n9' })), 'unknown_node', 'an unregistered node');
+  eq(verdictOf('gpu_usage', usageBody('1'), 3), 'unknown_node', 'a node registered at the record\'s index');
+  eq(verdictOf('gpu_usage', usageBody('1'), 4), 'PASS', 'a node registered just before');
+  eq(verdictOf('energy', energyBody('6.615')), 'PASS', 'energy at the bound');
+  eq(verdictOf('energy', energyBody('6.615001')), 'energy_over_bound', 'a millionth of a kWh above it');
+  eq(verdictOf('energy', energyBody('0.0128625', { seconds: 7 })), 'PASS', '7 s at the bound');
+  eq(verdictOf('energy', energyBody('0.012862501', { seconds: 7 })), 'energy_over_bound', '7 s above it');
+  eq(verdictOf('energy', energyBody('1', { region: 'east' })), 'PASS', 'energy in another region');
+  eq(verdictOf('energy', energyBody('1', { node: 'n9' })), 'unknown_node', 'energy of an unregistered node');
+  let message = '';
+  try {
+    a.checkFleet(10, 'energy', energyBody('6.615001'), 'entry 10');
+  } catch (e) {
+    message = e.message;
+  }
+  assert(message.includes('(+5 %): 6.615 kWh'), `the bound in the message: ${message}`);
+  // A bound that is no finite decimal (1 GPU of 1 W for 1 s: 1.05 / 3,600,000 kWh), compared exactly.
+  a.apply(5, { kind: 'node_registered', body: { node: 'n2', region: 'r1', max_watts_per_gpu: '1', gpus: [{ index: 0, uuid: 'u', model: 'H100' }] } });
+  eq(verdictOf('energy', energyBody('0.000000291', { node: 'n2', seconds: 1 })), 'PASS', '0.000000291 kWh in 1 s');
+  eq(verdictOf('energy', energyBody('0.000000292', { node: 'n2', seconds: 1 })), 'energy_over_bound', '0.000000292 kWh in 1 s');
+  // Registrations: once; keys name registered nodes only.
+  eq(verdictOf('node_registered', N1), 'already_registered', 'n1 again');
+  eq(verdictOf('node_registered', N1, 3), 'PASS', 'n1 at its own index');
+  eq(verdictOf('node_registered', { ...N1, node: 'n3' }), 'PASS', 'another node');
+  const key = { signer: 'node-a', role: 'node', key_id: '0123456789abcdef', public_key: '', nodes: ['n1', 'n2'], regions: ['r1'] };
+  eq(verdictOf('signer_key_registered', key), 'PASS', 'a key for n1 and n2');
+  eq(verdictOf('signer_key_registered', key, 5), 'unknown_node', 'a key before n2 was registered');
+  eq(verdictOf('signer_key_registered', { ...key, nodes: ['n1', 'n3'] }), 'unknown_node', 'a key for an unregistered node');
+  eq(verdictOf('signer_key_registered', { signer: 'market-a', role: 'market', key_id: '0123456789abcdef', public_key: '', regions: ['r1'] }), 'PASS', 'a market key');
+  // The first registration counts.
+  a.apply(7, { kind: 'node_registered', body: { ...N1, gpus: [{ index: 0, uuid: 'x', model: 'A100' }], max_watts_per_gpu: '5000' } });
+  eq(a.nodes.get('n1').at, 3, 'the first registration is kept');
+  eq(verdictOf('gpu_usage', usageBody('1', { model: 'A100' })), 'unknown_gpu_model', 'the second registration does not count');
+});
+
+await test('fleet: check() applies the fleet after the parties and before the time rules', async () => {
+  const a = new Admission();
+  a.apply(1, { kind: 'tenant_registered', body: { tenant: 't' } });
+  a.apply(3, { kind: 'node_registered', body: N1 });
+  const verdictOf = (body, receivedAt) => {
+    try {
+      a.check(10, { kind: 'gpu_usage', body }, receivedAt);
+      return 'PASS';
+    } catch (e) {
+      return e.reason;
+    }
+  };
+  const inTime = '2026-11-05T01:00:02Z';
+  const late = '2026-12-10T00:00:01Z'; // 35 days and a second after the start
+  eq(verdictOf(usageBody('8'), inTime), 'PASS', 'in time, within capacity');
+  eq(verdictOf(usageBody('9', { model: 'A100', tenant: 't2' }), inTime), 'unknown_tenant', 'the parties first');
+  eq(verdictOf(usageBody('9'), late), 'over_capacity', 'the fleet before time');
+  eq(verdictOf(usageBody('8'), late), 'too_old', 'then time');
+});
+
+/** An Ed25519 key from a one-byte seed, with its raw public key (WebCrypto, as the fixtures' key). */
+async function seededKey(byte) {
+  const pkcs8 = concat(Uint8Array.from([0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20]), new Uint8Array(32).fill(byte));
+  const key = await crypto.subtle.importKey('pkcs8', pkcs8, { name: 'Ed25519' }, true, ['sign']);
+  const jwk = await crypto.subtle.exportKey('jwk', key);
+  const pub = b64decode(jwk.x.replace(/-/g, '+').replace(/_/g, '/').padEnd(44, '='));
+  return { key, pub, keyId: await envelopeKeyId(pub) };
+}
+
+/**
+ * A log signed here and its version-3 bundle of every entry (no multi-proof nodes needed):
+ * `build(ledger, node)` appends entries; returns {bundle, logKey, indexOf}.
+ */
+async function fleetLog(build) {
+  const origin = 'gpuledger.test/fleet';
+  const log = await seededKey(0x61);
+  const nodeKey = await seededKey(0x62);
+  const leaves = [];
+  let prev = new Uint8Array(32);
+  const seqs = new Map();
+  const received = { at: Date.parse('2026-10-01T00:00:00Z') / 1000 };
+  const iso = (s) => new Date(s * 1000).toISOString().replace('.000Z', 'Z');
+  const append = async (kind, signer, k, body, receivedAt) => {
+    const seq = (seqs.get(signer) ?? 0) + 1;
+    seqs.set(signer, seq);
+    const env = { body, key_id: k.keyId, kind, seq, signer, v: 2 };
+    const message = utf8(`gpuledger/v2/${kind}\n${origin}\n${canonicalize(env)}`);
+    env.sig = b64encode(new Uint8Array(await crypto.subtle.sign({ name: 'Ed25519' }, k.key, message)));
+    const leaf = canonicalize({ envelope: env, index: leaves.length, prev: b64encode(prev), received_at: receivedAt, v: 2 });
+    prev = await leafHash(utf8(leaf));
+    leaves.push({ leaf, kind, hash: prev });
+    return leaves.length - 1;
+  };
+  const ledger = (kind, body) => append(kind, 'ledger', log, body, iso(received.at));
+  const node = (kind, body) => {
+    received.at = Math.max(received.at, timestampOf(body.end) + 2);
+    return append(kind, 'node-a', nodeKey, body, iso(received.at));
+  };
+  const timestampOf = (t) => Date.parse(t) / 1000;
+  await ledger('log_policy', { max_future_skew_seconds: 300, max_record_age_seconds: 3024000 });
+  await ledger('tenant_registered', { tenant: 't' });
+  await build({ ledger, node, nodeKey });
+  const mth = async (lo, hi) => (hi - lo === 1 ? leaves[lo].hash : nodeHash(await mth(lo, lo + splitPoint(hi - lo)), await mth(lo + splitPoint(hi - lo), hi)));
+  const root = await mth(0, leaves.length);
+  const noteBody = `${origin}\n${leaves.length}\n${b64encode(root)}\n`;
+  const noteKey = (await crypto.subtle.digest('SHA-256', concat(utf8(`${origin}\n`), Uint8Array.of(1), log.pub))).slice(0, 4);
+  const noteSig = new Uint8Array(await crypto.subtle.sign({ name: 'Ed25519' }, log.key, utf8(noteBody)));
+  const note = `${noteBody}\n\u2014 ${origin} ${b64encode(concat(new Uint8Array(noteKey), noteSig))}\n`;
+  const header = canonicalize({ checkpoint: note, format: 'gpuledger-bundle/v3', log_origin: origin, subject: { invoice: 'INV-000009' }, type: 'header' });
+  const isRecord = (l) => l.kind === 'gpu_usage' || l.kind === 'energy';
+  const ordered = [...leaves.map((l, i) => ({ ...l, i })).filter((l) => !isRecord(l)), ...leaves.map((l, i) => ({ ...l, i })).filter(isRecord)];
+  const body = ordered.map((l) => `{"index":${l.i},"leaf":${l.leaf},"type":"entry"}`);
+  const bundle = joinLines([header, ...body, `{"entries":${leaves.length},"nodes":0,"type":"end"}`]);
+  const logKeyText = `${origin}+${hex(new Uint8Array(noteKey))}+${b64encode(concat(Uint8Array.of(1), log.pub))}`;
+  return { bundle, logKey: logKeyText };
+}
+
+/** A node key for n1 (regions r1 and r2, wider than n1's region) and the entries `more` appends. */
+const fleetCase = (more, { register = true, keyNodes = ['n1'] } = {}) => fleetLog(async ({ ledger, node, nodeKey }) => {
+  if (register) await ledger('node_registered', N1);
+  const keyIndex = await ledger('signer_key_registered', { key_id: nodeKey.keyId, nodes: keyNodes, public_key: b64encode(nodeKey.pub), regions: ['r1', 'r2'], role: 'node', signer: 'node-a' });
+  await more({ ledger, node, keyIndex });
+});
+
+await test('fleet: bundles signed here: node registrations are context, and the fleet rules hold in them', async () => {
+  const verdictOf = async (c) => {
+    const r = await verify.verifyBundle({ bundle: c.bundle, logKey: c.logKey });
+    if (bin) eq(binaryVerdict(['--bundle', writeTmp('fleet.ndjson', c.bundle), '--log-key', c.logKey]), verdict(r), 'gpuledger verify');
+    return r.ok ? 'PASS' : `${r.failure.reason} (${r.failure.item})`;
+  };
+  // 0 log_policy, 1 tenant_registered, 2 node_registered n1, 3 node-a's key, then the records
+  const good = await fleetCase(async ({ node }) => {
+    await node('gpu_usage', usageBody('8'));
+    await node('gpu_usage', usageBody('1', { model: 'L40S' }));
+    await node('energy', { ...energyBody('6.615'), tenant: 't' });
+  });
+  const r = await verify.verifyBundle({ bundle: good.bundle, logKey: good.logKey });
+  expectVerdict(r, 'PASS');
+  eq(r.summary.records, 3, 'records');
+  eq(await verdictOf(await fleetCase(async ({ node }) => { await node('gpu_usage', usageBody('8.000001')); })), 'over_capacity (entry 4)', '8.000001 GPUs');
+  eq(await verdictOf(await fleetCase(async ({ node }) => { await node('gpu_usage', usageBody('1', { model: 'A100' })); })), 'unknown_gpu_model (entry 4)', 'a model n1 lacks');
+  eq(await verdictOf(await fleetCase(async ({ node }) => { await node('gpu_usage', usageBody('1', { region: 'r2' })); })), 'PASS', 'a region the key has, not the node: the scope bounds it');
+  eq(await verdictOf(await fleetCase(async ({ node }) => { await node('energy', energyBody('6.615001')); })), 'energy_over_bound (entry 4)', 'energy above the bound');
+  eq(await verdictOf(await fleetCase(async () => {}, { register: false })), 'unknown_node (entry 2)', 'a key for an unregistered node');
+  eq(await verdictOf(await fleetCase(async () => {}, { keyNodes: ['n1', 'n2'] })), 'unknown_node (entry 3)', 'a key naming an unregistered node too');
+  eq(await verdictOf(await fleetCase(async ({ ledger }) => { await ledger('node_registered', { ...N1, region: 'r2' }); })), 'already_registered (entry 4)', 'n1 registered twice');
+  eq(await verdictOf(await fleetCase(async ({ ledger }) => { await ledger('node_registered', { ...N1, node: 'n2', gpus: [] }); })), 'leaf_invalid (entry 4)', 'a node without GPUs');
 });
 
 await test('decimals: exact sums and products, numeric comparison', async () => {

@@ -11,6 +11,7 @@ pub mod console;
 pub mod credit_notes;
 pub mod error;
 pub mod exports;
+pub mod fleet;
 pub mod idempotency;
 pub mod invoices;
 pub mod limits;
@@ -83,6 +84,7 @@ impl AppState {
         (name = "invoices", description = "Issued invoices, downloads, payments, credit notes and balances"),
         (name = "certificates", description = "Compute-usage certificates and their evidence bundles"),
         (name = "exports", description = "FinOps FOCUS 1.2 cost-and-usage exports of issued invoices"),
+        (name = "fleet", description = "The GPU servers (nodes) the log knows, with their regions and GPUs"),
         (name = "admin", description = "Tenants, signers and tokens"),
         (name = "webhooks", description = "Standard Webhooks: endpoints, delivery logs, redelivery, event types and the signing public key"),
         (name = "ops", description = "Health and metrics"),
@@ -439,6 +441,8 @@ fn v1_routes(cfg: &mut ServiceConfig) {
         .service(pricing::post_rate_card)
         .service(pricing::post_region_params)
         .service(pricing::post_lease)
+        .service(fleet::post_node)
+        .service(fleet::get_nodes)
         .service(pricing::post_volume_tiers)
         .service(pricing::post_tenant_plan)
         .service(pricing::get_prices)

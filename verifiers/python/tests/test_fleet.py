@@ -1,0 +1,294 @@
+"""The fleet rules (section 6.7, fleet; crates/core/src/fleet.rs `check_fleet`), rechecked from a
+bundle's entries: a node is registered once (`node_registered`, a ledger kind the bundle carries
+as context), a node key names registered nodes only, and a record fits the node it names: its
+region, a GPU model the node has, at most as many GPUs of that model as the node has, and no more
+energy than the node's GPUs can draw (GPUs x max_watts_per_gpu x seconds, plus 5 %)."""
+
+import copy
+import unittest
+from decimal import Decimal
+
+from support import VerifierTestCase, gv, producer
+
+# n1: 8 H100 and one L40S, 700 W each: 9 x 700 W x 3600 s = 22,680,000 W s = 6.3 kWh, + 5 % = 6.615 kWh
+# an hour (1 kWh = 3,600,000 W s).
+N1_GPUS = producer.node_gpus({"H100": 8, "L40S": 1}, prefix="GPU-n1")
+
+
+class FleetRules(VerifierTestCase):
+    """The base log: 0 log_policy, 1 tenant_registered t, 2 node_registered n1 (region r1, 8 H100 +
+    1 L40S, 700 W), 3 node-a's key (nodes [n1], regions [r1, r2]: wider than n1's region, which is
+    not a rule); the test appends more. `bundle()` holds every
+    entry (context: every entry but the records)."""
+
+    ORIGIN = "gpuledger.test/fleet"
+
+    def setUp(self):
+        super().setUp()
+        self.lk, self.na = producer.Key.from_byte(0x61), producer.Key.from_byte(0x62)
+        log = self.log = producer.Log(self.lk, self.ORIGIN)
+        log.policy("2026-10-01T00:00:00Z")                                                            # 0
+        log.tenant("t", "2026-10-01T00:00:00Z")                                                       # 1
+        log.node("n1", "r1", "2026-10-01T00:00:00Z", gpus=N1_GPUS, max_watts_per_gpu="700")           # 2
+        log.register("node-a", self.na, "node", "2026-10-01T00:00:00Z", regions=["r1", "r2"], nodes=["n1"])  # 3
+
+    def usage(self, count="1", model="H100", region="r1", node="n1", seconds=3600, start="2026-11-05T00:00:00Z",
+              **kw):
+        return self.log.gpu_usage("node-a", self.na, "t", region, model, count, start, seconds, node=node, **kw)
+
+    def energy(self, kwh, seconds=3600, region="r1", node="n1", start="2026-11-05T00:00:00Z", **kw):
+        return self.log.energy("node-a", self.na, "t", region, kwh, start, seconds, node=node, **kw)
+
+    def bundle(self, context=None, records=None, drop=()):
+        log = self.log
+        size = len(log.entries)
+        if context is None:
+            context = [e.index for e in log.entries if e.kind not in ("gpu_usage", "energy") and e.index not in drop]
+        if records is None:
+            records = [e.index for e in log.entries if e.kind in ("gpu_usage", "energy") and e.index not in drop]
+        lines = producer.make_bundle(log, size, context, records, {"invoice": "INV-000009"})
+        return self.run_bundle(lines, log.verifier_key()), lines
+
+    def cert(self):
+        log = self.log
+        size = len(log.entries)
+        records = producer.covered(log, size, "t", *producer.PERIOD, {})
+        context = producer.context_for(log, size, records, "t")
+        cert = producer.make_certificate(log, size, "t", *producer.PERIOD, records=records)
+        lines = producer.make_bundle(log, size, context, records, {"certificate": cert["id"]})
+        return self.run_certificate(cert, lines, log.verifier_key()), lines
+
+    def refused(self, result_and_lines, reason, index, field=None, says=None):
+        r, lines = result_and_lines
+        pos = [i for i, l in enumerate(lines) if l.get("type") == "entry" and l["index"] == index]
+        self.assertEqual(len(pos), 1, f"entry {index} is not in the bundle")
+        self.assertFail(r, reason, f"entry {index} (bundle line {pos[0] + 1})")
+        if field is not None:
+            self.assertTrue(r.message.startswith(field + ":"), r.message)
+        if says is not None:
+            self.assertIn(says, r.message)
+        return r
+
+    def passes(self, result_and_lines):
+        self.assertPass(result_and_lines[0])
+
+    def test_reasons_are_known(self):
+        for reason in ("unknown_node", "unknown_gpu_model", "over_capacity", "energy_over_bound"):
+            self.assertIn(reason, gv.REASONS)
+            self.assertIn(reason, gv.ADMISSION_REASONS)
+
+    def test_baseline(self):
+        self.usage("8")
+        self.usage("1", model="L40S")
+        self.usage("0.5", model="L40S", start="2026-11-06T00:00:00Z")
+        self.energy("2")
+        self.passes(self.bundle())
+        self.passes(self.cert())
+
+    # capacity: at most as many GPUs of the model as the node has
+
+    def test_all_gpus_of_the_model_pass(self):
+        self.usage("8")
+        self.passes(self.bundle())
+
+    def test_one_millionth_of_a_gpu_more_is_over_capacity(self):
+        i = self.usage("8.000001")
+        self.refused(self.bundle(), "over_capacity", i, "body.gpu_count", says="n1 has 8 H100 GPUs")
+        self.refused(self.cert(), "over_capacity", i, "body.gpu_count")
+
+    def test_a_thousand_gpus_on_an_eight_gpu_node(self):
+        i = self.usage("1024", seconds=60)
+        self.refused(self.bundle(), "over_capacity", i, "body.gpu_count")
+
+    def test_capacity_counts_the_records_model_only(self):
+        i = self.usage("2", model="L40S")  # the node has 9 GPUs, one of them an L40S
+        self.refused(self.bundle(), "over_capacity", i, "body.gpu_count")
+
+    def test_a_model_the_node_lacks(self):
+        i = self.usage("1", model="A100")
+        self.refused(self.bundle(), "unknown_gpu_model", i, "body.gpu_model", says="n1 has no A100 GPU")
+        self.refused(self.cert(), "unknown_gpu_model", i, "body.gpu_model")
+
+    # region: bounded by the key's scope (section 6.7, scope), not yet by the node's region
+
+    def test_a_region_of_the_key_other_than_the_nodes_passes(self):
+        self.usage("1", region="r2")  # within the key's scope, not the node's region
+        self.energy("1", region="r2", start="2026-11-05T01:00:00Z")
+        self.passes(self.bundle())
+
+    # energy: at most GPUs x max_watts_per_gpu x seconds, + 5 %
+
+    def test_energy_exactly_at_the_bound_passes(self):
+        self.energy("6.615")  # 9 x 700 W x 3600 s x 1.05 / 3,600,000 = 6.615 kWh
+        self.passes(self.bundle())
+        self.passes(self.cert())
+
+    def test_energy_one_millionth_above_the_bound(self):
+        i = self.energy("6.615001")
+        r = self.refused(self.bundle(), "energy_over_bound", i, "body.kwh")
+        self.assertIn("(+5 %): 6.615 kWh", r.message)
+        self.refused(self.cert(), "energy_over_bound", i, "body.kwh")
+
+    def test_energy_bound_is_exact_where_it_does_not_terminate(self):
+        # 9 x 700 W x 1 s x 1.05 / 3,600,000 = 0.0018375 kWh exactly; x 7 s = 0.0128625.
+        self.energy("0.0128625", seconds=7)
+        self.passes(self.bundle())
+        self.log.entries.pop()
+        i = self.energy("0.012862501", seconds=7)
+        self.refused(self.bundle(), "energy_over_bound", i, "body.kwh")
+        # 1 GPU of 1 W for 1 s: 1.05 / 3,600,000 kWh = 0.000000291666... (no finite decimal):
+        # 0.000000291 passes, 0.000000292 does not.
+        self.setUp()
+        self.log.node("n2", "r1", "2026-10-02T00:00:00Z", {"H100": 1}, "1")
+        nb = producer.Key.from_byte(0x63)
+        self.log.register("node-b", nb, "node", "2026-10-02T00:00:00Z", regions=["r1"], nodes=["n2"])
+        self.log.energy("node-b", nb, "t", "r1", "0.000000291", "2026-11-05T00:00:00Z", 1, node="n2")
+        self.passes(self.bundle())
+        i = self.log.energy("node-b", nb, "t", "r1", "0.000000292", "2026-11-05T00:00:01Z", 1, node="n2")
+        self.refused(self.bundle(), "energy_over_bound", i, "body.kwh")
+
+    def test_energy_bound_uses_the_records_interval(self):
+        self.energy("0.11025", seconds=60)  # 6.615 / 60
+        self.passes(self.bundle())
+        i = self.energy("0.1102501", seconds=60, start="2026-11-05T01:00:00Z")
+        self.refused(self.bundle(), "energy_over_bound", i, "body.kwh")
+
+    # nodes: registered once, before the keys and records that name them
+
+    def test_a_node_registered_twice(self):
+        i = self.log.node("n1", "r2", "2026-10-02T00:00:00Z", {"H100": 64})
+        self.refused(self.bundle(), "already_registered", i, "body.node", says="entry 2")
+
+    def test_a_key_for_an_unregistered_node(self):
+        i = self.log.register("node-b", producer.Key.from_byte(0x63), "node", "2026-10-02T00:00:00Z",
+                              regions=["r1"], nodes=["n2"], register_nodes=False)
+        self.refused(self.bundle(), "unknown_node", i, "body.nodes", says="n2 is not a registered node")
+
+    def test_a_key_naming_a_registered_and_an_unregistered_node(self):
+        i = self.log.register("node-b", producer.Key.from_byte(0x63), "node", "2026-10-02T00:00:00Z",
+                              regions=["r1"], nodes=["n1", "n3"], register_nodes=False)
+        self.refused(self.bundle(), "unknown_node", i, "body.nodes", says="n3 is not")
+
+    def test_a_node_registered_after_its_key(self):
+        i = self.log.register("node-b", producer.Key.from_byte(0x63), "node", "2026-10-02T00:00:00Z",
+                              regions=["r1"], nodes=["n2"], register_nodes=False)
+        self.log.node("n2", "r1", "2026-10-03T00:00:00Z")
+        self.refused(self.bundle(), "unknown_node", i, "body.nodes")
+
+    def test_market_keys_name_no_nodes(self):
+        self.log.register("market-a", producer.Key.from_byte(0x64), "market", "2026-10-02T00:00:00Z",
+                          regions=["r9"])
+        self.passes(self.bundle())
+
+    def test_a_bundle_without_the_node_registration(self):
+        # The bundle must carry every node_registered entry below its checkpoint: without n1's,
+        # node-a's key names an unknown node.
+        self.usage("1")
+        self.refused(self.bundle(drop=(2,)), "unknown_node", 3, "body.nodes")
+
+    def test_the_certificate_context_carries_the_nodes(self):
+        self.log.node("n9", "r9", "2026-10-02T00:00:00Z")  # of no record, still context
+        self.usage("1")
+        size = len(self.log.entries)
+        records = producer.covered(self.log, size, "t", *producer.PERIOD, {})
+        self.assertEqual(producer.context_for(self.log, size, records, "t"), [0, 1, 2, 3, 4])
+        self.passes(self.cert())
+
+    # the order of the rules: scope, parties, fleet, time
+
+    def test_scope_comes_before_the_fleet(self):
+        i = self.usage("1", node="n2")  # not in the key's nodes, and not registered
+        self.refused(self.bundle(), "node_not_allowed", i, "body.node")
+
+    def test_parties_come_before_the_fleet(self):
+        i = self.log.gpu_usage("node-a", self.na, "t2", "r1", "A100", "1", "2026-11-05T00:00:00Z", 60, node="n1")
+        self.refused(self.bundle(), "unknown_tenant", i, "body.tenant")
+
+    def test_the_fleet_comes_before_time(self):
+        # too old (35 days and one second) and over capacity: the fleet speaks first
+        i = self.usage("9", seconds=60, received_at="2026-12-10T00:00:01Z")
+        self.refused(self.bundle(), "over_capacity", i, "body.gpu_count")
+        self.log.entries.pop()
+        i = self.usage("8", seconds=60, received_at="2026-12-10T00:00:01Z")
+        self.refused(self.bundle(), "too_old", i, "body.start")
+
+
+class FleetState(unittest.TestCase):
+    """LogView's registrations, rule by rule (the record rule `unknown_node` cannot be reached
+    through a bundle whose key registrations passed, since a key names registered nodes only)."""
+
+    KEY = gv.parse_verifier_key(producer.Key.from_byte(0x61).verifier_key("gpuledger.test/fleet"))
+
+    @staticmethod
+    def fail(reason, field, message):
+        return gv.Failure(reason, "entry 99", f"{field}: {message}")
+
+    def view_with(self, *registrations):
+        view = gv.LogView(self.KEY)
+        for index, body in registrations:
+            env = {"kind": "node_registered", "signer": "ledger", "seq": index + 1, "body": body}
+            parsed = gv.check_body("node_registered", body)
+            view.apply(env, index, parsed)
+        return view
+
+    def check(self, view, kind, body, index=10):
+        parsed = gv.check_body(kind, body)
+        try:
+            view.check_fleet(kind, body, index, parsed, self.fail)
+        except gv.Failure as f:
+            return f.reason, f.message.split(":")[0]
+        return "PASS"
+
+    N1 = {"node": "n1", "region": "r1", "gpus": N1_GPUS, "max_watts_per_gpu": "700"}
+
+    def usage(self, count="1", model="H100", node="n1", region="r1"):
+        return {"tenant": "t", "region": region, "node": node, "gpu_model": model, "gpu_count": count,
+                "start": "2026-11-05T00:00:00Z", "end": "2026-11-05T01:00:00Z",
+                "gpu_seconds": producer.dec(Decimal(count) * 3600)}
+
+    def test_records(self):
+        view = self.view_with((3, self.N1))
+        self.assertEqual(self.check(view, "gpu_usage", self.usage("8")), "PASS")
+        self.assertEqual(self.check(view, "gpu_usage", self.usage("8.000001")), ("over_capacity", "body.gpu_count"))
+        self.assertEqual(self.check(view, "gpu_usage", self.usage("1", model="NO-PRICE")),
+                         ("unknown_gpu_model", "body.gpu_model"))
+        # The node's region is not a rule: the key's scope bounds a record's region.
+        self.assertEqual(self.check(view, "gpu_usage", self.usage("1", region="east")), "PASS")
+        self.assertEqual(self.check(view, "gpu_usage", self.usage("1", node="n9")), ("unknown_node", "body.node"))
+        energy = {"region": "r1", "node": "n9", "start": "2026-11-05T00:00:00Z", "end": "2026-11-05T01:00:00Z",
+                  "kwh": "1"}
+        self.assertEqual(self.check(view, "energy", energy), ("unknown_node", "body.node"))
+        self.assertEqual(self.check(view, "energy", dict(energy, node="n1", kwh="6.615")), "PASS")
+        self.assertEqual(self.check(view, "energy", dict(energy, node="n1", kwh="6.615001")),
+                         ("energy_over_bound", "body.kwh"))
+        # a node registered at or after the record's index does not count
+        self.assertEqual(self.check(view, "gpu_usage", self.usage("1"), index=3), ("unknown_node", "body.node"))
+        self.assertEqual(self.check(view, "gpu_usage", self.usage("1"), index=4), "PASS")
+
+    def test_registrations(self):
+        view = self.view_with((3, self.N1))
+        self.assertEqual(self.check(view, "node_registered", self.N1), ("already_registered", "body.node"))
+        self.assertEqual(self.check(view, "node_registered", self.N1, index=3), "PASS")
+        self.assertEqual(self.check(view, "node_registered", dict(self.N1, node="n2")), "PASS")
+
+    def test_the_first_registration_counts(self):
+        other = dict(self.N1, region="r2", gpus=producer.node_gpus({"H100": 64}), max_watts_per_gpu="5000")
+        view = self.view_with((3, self.N1), (5, other))
+        self.assertEqual(view.nodes["n1"][2], 3)
+        self.assertEqual(self.check(view, "gpu_usage", self.usage("9")), ("over_capacity", "body.gpu_count"))
+
+    def test_key_registrations(self):
+        view = self.view_with((3, self.N1), (4, dict(self.N1, node="n2")))
+        pub = producer.Key.from_byte(0x65).pub
+        key = {"signer": "node-a", "role": "node", "key_id": gv.key_id_of(pub), "public_key": gv.b64(pub),
+               "nodes": ["n1", "n2"], "regions": ["r1"]}
+        self.assertEqual(self.check(view, "signer_key_registered", key), "PASS")
+        self.assertEqual(self.check(view, "signer_key_registered", key, index=4), ("unknown_node", "body.nodes"))
+        self.assertEqual(self.check(view, "signer_key_registered", dict(key, nodes=["n1", "n3"])),
+                         ("unknown_node", "body.nodes"))
+        market = {k: v for k, v in key.items() if k != "nodes"}
+        self.assertEqual(self.check(view, "signer_key_registered", dict(market, role="market"), index=0), "PASS")
+
+
+if __name__ == "__main__":
+    unittest.main()
