@@ -278,6 +278,22 @@ fn bench_preview_prices_the_month_it_fills() {
     assert!(total > rust_decimal::Decimal::ZERO, "{v}");
 }
 
+/// The verification benchmark builds a log the verifiers pass: `gpuledger verify` says PASS on
+/// its bundle (it once built one whose region parameters took effect before they were logged,
+/// which the no-price-in-the-past rule refuses, and only a run by hand showed it).
+#[test]
+fn bench_verify_passes_the_log_it_builds() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gpuledger(
+        dir.path(),
+        &["bench", "verify", "--records", "640", "--json"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["records"], 640, "{v}");
+    assert!(v["verdict"].as_str().unwrap().starts_with("PASS"), "{v}");
+}
+
 /// `verify` as a new user meets it: a missing file is a usage error (exit 2), not a FAIL; a
 /// wrong key names the key ids and origins on both sides; a raw public key gets a hint.
 #[test]

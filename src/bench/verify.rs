@@ -104,7 +104,12 @@ pub fn run_verify_bench(
     progress(&format!("signing {records} records (not timed)"));
     let signed = sign_records(&nodes, window.from, records, interleave);
     progress("building the log, its tree and the certificate (not timed)");
-    let (built, tally) = build_log(context, signed, window.to, &book)?;
+    let (built, tally) = build_log(
+        context,
+        signed,
+        (window.from.plus(-86_400), window.to),
+        &book,
+    )?;
     let files = Files::in_dir(dir);
     let note = write_certificate(&log, &built, tally, &window, &files)?;
     progress("writing the bundle in v2, an inclusion proof per entry (not timed)");
@@ -202,7 +207,8 @@ fn gzip_size(path: &Path) -> std::io::Result<u64> {
 }
 
 /// The certificate's period: the records' 10-second slots (N / 64 per node) end before today,
-/// starting a day after `from`; `to` is the start of today, and every entry's `received_at`.
+/// starting a day after `from`; `to` is the start of today, and every record's `received_at`
+/// (the context's is a day before `from`, when its region parameters take effect).
 struct Window {
     from: Timestamp,
     to: Timestamp,
@@ -356,9 +362,10 @@ struct BuiltLog {
 fn build_log(
     context: Vec<Envelope>,
     signed: Vec<Envelope>,
-    received: Timestamp,
+    (context_received, received): (Timestamp, Timestamp),
     book: &PriceBook,
 ) -> std::io::Result<(BuiltLog, Tally)> {
+    let context_len = context.len() as u64;
     let mut tree = MemoryHashes::default();
     let mut leaves: Vec<Vec<u8>> = Vec::with_capacity(context.len() + signed.len());
     let mut prev = GENESIS_PREV;
@@ -376,7 +383,14 @@ fn build_log(
         } else {
             None
         };
-        let bytes = Leaf::new(index, received, &prev, env).to_bytes();
+        // The context when its region parameters take effect (no price in the past), the
+        // records at the end of the period.
+        let at = if index < context_len {
+            context_received
+        } else {
+            received
+        };
+        let bytes = Leaf::new(index, at, &prev, env).to_bytes();
         prev = merkle::leaf_hash(&bytes);
         merkle::append_leaves(index, &[prev], &mut tree).map_err(io)?;
         match &body {
