@@ -210,6 +210,8 @@ MAX_PUE = Decimal(5)
 MAX_CARBON_G_PER_KWH = Decimal(5000)
 MAX_AMOUNT = Decimal(10**12)  # from the schemas' descriptions (invoice_issued, payment, credit_note)
 MAX_NOTE_BYTES = 500
+# Ids no body may give a thing it names (section 2.3; crates/core/src/ids.rs RESERVED_IDS).
+RESERVED_IDS = frozenset({"ledger"})
 MAX_EXTERNAL_REFERENCE_BYTES = 128
 MAX_SCOPE_NODES = 1000
 MAX_SIGNER_NODES = 256  # version 2: signer_key_registered.nodes
@@ -774,6 +776,8 @@ class _Body:
                 raise FieldError("malformed", f"{f}[{i}]", "not a string")
             if not is_id(item):
                 raise FieldError("invalid_field", f"{f}[{i}]", f"{item!r} is not an identifier")
+            if item in RESERVED_IDS:
+                raise FieldError("invalid_field", f"{f}[{i}]", f"{item!r} is reserved for the ledger itself")
         for i in range(len(value) - 1):
             if value[i].encode("utf-8") >= value[i + 1].encode("utf-8"):
                 raise FieldError("invalid_field", f, f"not strictly increasing in byte order: {value[i]!r} "
@@ -787,6 +791,8 @@ class _Body:
         value = self.body[name]
         if not is_id(value):
             raise FieldError("invalid_field", f"body.{name}", f"{value!r} is not an identifier")
+        if value in RESERVED_IDS:
+            raise FieldError("invalid_field", f"body.{name}", f"{value!r} is reserved for the ledger itself")
         return value
 
     def timestamp(self, name: str) -> int:
@@ -940,8 +946,8 @@ def _check_node_gpus(gpus: List[Dict[str, Any]]) -> None:
         if gpu["uuid"] in uuids:
             raise FieldError("invalid_field", f"{f}.uuid", f"{gpu['uuid']} is listed twice")
         uuids.add(gpu["uuid"])
-        if not is_id(gpu["model"]):
-            raise FieldError("invalid_field", f"{f}.model", f"{gpu['model']!r} is not an identifier")
+        if not is_id(gpu["model"]) or gpu["model"] in RESERVED_IDS:
+            raise FieldError("invalid_field", f"{f}.model", f"{gpu['model']!r} is not an identifier a body may name")
 
 
 def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:

@@ -225,6 +225,17 @@ class EnvelopeChecks(unittest.TestCase):
         self.assertEqual(self.body_code("energy", tenant=None), ("malformed", "body.tenant"))
         self.assertEqual(self.body_code("energy", lease="x"), ("malformed", "body.lease"))
 
+    def test_the_reserved_id_is_refused_wherever_a_body_names_a_thing(self):
+        # Section 2.3 (crates/core/src/ids.rs RESERVED_IDS): as gpuledger verify and the
+        # console refuse it, so a crafted log naming a tenant, region or node "ledger" gets one
+        # verdict from every verifier.
+        for kind, member in (("gpu_usage", "tenant"), ("gpu_usage", "region"), ("gpu_usage", "node"),
+                             ("gpu_usage", "gpu_model"), ("energy", "node"), ("spot_price", "region")):
+            with self.subTest(kind=kind, member=member):
+                self.assertEqual(self.body_code(kind, **{member: "ledger"}), ("invalid_field", f"body.{member}"))
+        self.assertEqual(self.body_code("signer_key_registered", regions=["ledger"]),
+                         ("invalid_field", "body.regions[0]"))
+
     def test_spot_price(self):
         self.assertEqual(self.body_code("spot_price", currency="cny"), ("invalid_field", "body.currency"))
         self.assertEqual(self.body_code("spot_price", price_per_gpu_hour="1000000.5"),
