@@ -519,6 +519,16 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             "energy_over_bound",
             vec![energy(1, "0.140001", now.plus(-60))],
         ),
+        (
+            // Over 7 s the bound is 8 × 1000 W × 7 s × 1.05 / 3,600,000 = 0.016333… kWh, no
+            // finite decimal: every verifier compares without dividing.
+            "energy_over_bound",
+            vec![edited(
+                &energy(1, "0.016333334", now.plus(-60)),
+                &node,
+                |b| b["start"] = now.plus(-67).to_string().into(),
+            )],
+        ),
         ("already_registered", vec![ledger(sample::node("node-f"))]),
         (
             // Five seconds of the first record's stream claimed again (§6.4a).

@@ -18,12 +18,26 @@ pub trait Fleet {
 }
 
 /// The most kWh `node`'s GPUs may draw in `seconds`: GPUs × `max_watts_per_gpu` × seconds,
-/// plus [`ENERGY_BOUND_MARGIN_PERCENT`], in kWh (exact: no rounding).
+/// plus [`ENERGY_BOUND_MARGIN_PERCENT`], in kWh, for people (the division may round in the
+/// 28th digit; [`within_energy_bound`] decides without dividing).
 pub fn energy_bound_kwh(node: &NodeRegistered, seconds: i64) -> Decimal {
     let watt_seconds =
         Decimal::from(node.gpus.len()) * node.max_watts_per_gpu * Decimal::from(seconds);
     let margin = Decimal::from(100 + ENERGY_BOUND_MARGIN_PERCENT) / Decimal::from(100);
     watt_seconds * margin / Decimal::from(3_600_000)
+}
+
+/// Whether `kwh` in `seconds` is within `node`'s bound, exactly: kWh × 3,600,000 × 100 ≤
+/// GPUs × W × seconds × (100 + margin), every product exact (kWh ≤ 100,000 and W ≤ 5,000 with at
+/// most 9 decimals, seconds ≤ 86,400, GPUs ≤ 64: at most 23 digits), as the Python and browser
+/// verifiers compare.
+pub fn within_energy_bound(node: &NodeRegistered, seconds: i64, kwh: Decimal) -> bool {
+    let used = kwh * Decimal::from(3_600_000) * Decimal::from(100);
+    let allowed = Decimal::from(node.gpus.len())
+        * node.max_watts_per_gpu
+        * Decimal::from(seconds)
+        * Decimal::from(100 + ENERGY_BOUND_MARGIN_PERCENT);
+    used <= allowed
 }
 
 /// The fleet rules for the entry at `index` (`u64::MAX` for one not yet appended).
@@ -79,8 +93,9 @@ pub fn check_fleet(body: &Body, index: u64, fleet: &dyn Fleet) -> Result<(), Rej
         }
         Body::Energy(e) => {
             let node = registered(&e.node, "body.node")?;
-            let bound = energy_bound_kwh(node, e.start.seconds_until(e.end));
-            if e.kwh > bound {
+            let seconds = e.start.seconds_until(e.end);
+            if !within_energy_bound(node, seconds, e.kwh) {
+                let bound = energy_bound_kwh(node, seconds);
                 return Err(Rejection::field(
                     Reason::EnergyOverBound,
                     "body.kwh",
@@ -90,8 +105,8 @@ pub fn check_fleet(body: &Body, index: u64, fleet: &dyn Fleet) -> Result<(), Rej
                         e.node,
                         node.gpus.len(),
                         node.max_watts_per_gpu,
-                        e.start.seconds_until(e.end),
-                        bound.round_dp(6)
+                        seconds,
+                        bound.round_dp(9).normalize()
                     ),
                 ));
             }
@@ -171,7 +186,20 @@ mod tests {
     /// reason.
     #[test]
     fn a_record_fits_its_node() {
-        let fleet = Nodes(HashMap::from([("n1".to_owned(), (n1(), 3))]));
+        let tiny = NodeRegistered {
+            node: "tiny".into(),
+            gpus: vec![NodeGpu {
+                index: 0,
+                uuid: "GPU-t".into(),
+                model: "H100".into(),
+            }],
+            max_watts_per_gpu: Decimal::ONE,
+            ..n1()
+        };
+        let fleet = Nodes(HashMap::from([
+            ("n1".to_owned(), (n1(), 3)),
+            ("tiny".to_owned(), (tiny, 3)),
+        ]));
         // 9 GPUs × 700 W × 3600 s = 22,680,000 J = 6.3 kWh, + 5 % = 6.615 kWh.
         assert_eq!(
             energy_bound_kwh(&n1(), 3_600),
@@ -202,6 +230,30 @@ mod tests {
                 Some((Reason::UnknownNode, "body.node")),
             ),
             ("energy at the bound", energy("6.615"), None),
+            (
+                "a bound that is no finite decimal: 1 GPU-second at 1 W",
+                Body::Energy(Energy {
+                    tenant: None,
+                    region: "west".into(),
+                    node: "tiny".into(),
+                    start: t(0),
+                    end: t(1),
+                    kwh: "0.000000291".parse().unwrap(),
+                }),
+                None,
+            ),
+            (
+                "a billionth of a kWh above it",
+                Body::Energy(Energy {
+                    tenant: None,
+                    region: "west".into(),
+                    node: "tiny".into(),
+                    start: t(0),
+                    end: t(1),
+                    kwh: "0.000000292".parse().unwrap(),
+                }),
+                Some((Reason::EnergyOverBound, "body.kwh")),
+            ),
             (
                 "energy above it",
                 energy("6.615001"),
