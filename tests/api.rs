@@ -941,37 +941,13 @@ fn announced() -> Timestamp {
     base().plus(31 * 86_400)
 }
 
-/// The prices of the records of [`access_matrix`] (2.5 CNY per H100 GPU-hour and region
-/// parameters in cn-north-imx), in force from `since`.
-fn matrix_prices(since: Timestamp) -> [gpuledger::core::record::Body; 2] {
-    use gpuledger::core::record::{Body, RateCard, RegionParameters};
-    [
-        Body::RateCard(RateCard {
-            region: "cn-north-imx".into(),
-            gpu_model: "H100-SXM-80G".into(),
-            lease_class: gpuledger::core::rating::LeaseClass::OnDemand,
-            currency: "CNY".into(),
-            price_per_gpu_hour: dec("2.5"),
-            effective_from: since,
-        }),
-        Body::RegionParams(RegionParameters {
-            region: "cn-north-imx".into(),
-            currency: "CNY".into(),
-            electricity_price_per_kwh: dec("0.5"),
-            pue: dec("1.2"),
-            carbon_g_per_kwh: dec("500"),
-            effective_from: since,
-        }),
-    ]
-}
-
 both_backends!(access_matrix, |db: &TestDb| {
     // The prices of the invoices below, logged first, when they take effect, a day before the
     // records (no price may take effect more than the policy's skew before it is logged, and
     // receive times never decrease): entries 1 and 2, after the policy entry.
     let log = init(db);
     let since = base().plus(-86_400);
-    assert_eq!(log.write_at(since, matrix_prices(since)), [1, 2]);
+    assert_eq!(log.write_at(since, sample_prices(since, "2.5")), [1, 2]);
     let (log, _srv, h, k) = served(log, "matrix-node");
     let admin = log.admin.clone();
     let a = Some(admin.as_str());

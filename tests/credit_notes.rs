@@ -9,8 +9,6 @@
 mod common;
 
 use common::*;
-use gpuledger::core::rating::LeaseClass;
-use gpuledger::core::record::{Body, RateCard, RegionParameters};
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
 use serde_json::{json, Value};
@@ -69,27 +67,7 @@ fn world(db: &TestDb) -> World {
     // The prices, logged a day before the records as they took effect (no price may take
     // effect in the past): 3600 a GPU-hour, so a GPU for one 10 s record is 10.00.
     let from = day.plus(-86_400);
-    log.write_at(
-        from,
-        [
-            Body::RateCard(RateCard {
-                region: sample::REGION.into(),
-                gpu_model: "H100-SXM-80G".into(),
-                lease_class: LeaseClass::OnDemand,
-                currency: "CNY".into(),
-                price_per_gpu_hour: dec("3600"),
-                effective_from: from,
-            }),
-            Body::RegionParams(RegionParameters {
-                region: sample::REGION.into(),
-                currency: "CNY".into(),
-                electricity_price_per_kwh: dec("0.5"),
-                pue: dec("1.2"),
-                carbon_g_per_kwh: dec("500"),
-                effective_from: from,
-            }),
-        ],
-    );
+    log.write_at(from, sample_prices(from, "3600"));
     let srv = log.serve();
     let h = srv.http();
     let admin = log.admin.clone();

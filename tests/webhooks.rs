@@ -7,7 +7,7 @@
 mod common;
 
 use common::http::{init, Http, Log};
-use common::records::{base_day, dec, key_id};
+use common::records::{base_day, dec, key_id, sample_prices};
 use common::{Proc, TestDb};
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
@@ -144,30 +144,6 @@ fn endpoint(h: &Http, admin: &str, body: Value) -> Value {
         .ok_json(201)
 }
 
-/// The sample region's H100 on-demand rate card (2.5 CNY per GPU-hour) and region parameters,
-/// in force from `since`.
-fn prices(since: Timestamp) -> [gpuledger::core::record::Body; 2] {
-    use gpuledger::core::record::{Body, RateCard, RegionParameters};
-    [
-        Body::RateCard(RateCard {
-            region: sample::REGION.into(),
-            gpu_model: "H100-SXM-80G".into(),
-            lease_class: gpuledger::core::rating::LeaseClass::OnDemand,
-            currency: "CNY".into(),
-            price_per_gpu_hour: dec("2.5"),
-            effective_from: since,
-        }),
-        Body::RegionParams(RegionParameters {
-            region: sample::REGION.into(),
-            currency: "CNY".into(),
-            electricity_price_per_kwh: dec("0.5"),
-            pue: dec("1.2"),
-            carbon_g_per_kwh: dec("500"),
-            effective_from: since,
-        }),
-    ]
-}
-
 fn usage(
     k: &ed25519_dalek::SigningKey,
     seq: u64,
@@ -222,7 +198,7 @@ both_backends!(events_arrive_signed_retried_and_scoped, |db: &TestDb| {
     // effect, a day before the records (no price may take effect more than the policy's skew
     // before it is logged, and receive times never decrease).
     let since = base_day().plus(-86_400);
-    log.write_at(since, prices(since));
+    log.write_at(since, sample_prices(since, "2.5"));
     let (_srv, h) = serve(&log, "serve", TEST_SETTINGS);
     let admin = log.admin.clone();
     let a = Some(admin.as_str());

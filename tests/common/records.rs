@@ -137,3 +137,30 @@ impl Rng {
         self.0 % n
     }
 }
+
+/// The sample region's prices in force from `since`: an on-demand H100-SXM-80G rate card at
+/// `per_gpu_hour` CNY and region parameters (0.5 CNY/kWh, PUE 1.2, 500 gCO2e/kWh). A test
+/// writes them received at `since` (`Log::write_at`, `open_at`): no price may take effect more
+/// than the policy's skew before it is logged.
+pub fn sample_prices(since: Timestamp, per_gpu_hour: &str) -> [Body; 2] {
+    use gpuledger::core::rating::LeaseClass;
+    use gpuledger::core::record::{RateCard, RegionParameters};
+    [
+        Body::RateCard(RateCard {
+            region: gpuledger::sample::REGION.into(),
+            gpu_model: "H100-SXM-80G".into(),
+            lease_class: LeaseClass::OnDemand,
+            currency: "CNY".into(),
+            price_per_gpu_hour: dec(per_gpu_hour),
+            effective_from: since,
+        }),
+        Body::RegionParams(RegionParameters {
+            region: gpuledger::sample::REGION.into(),
+            currency: "CNY".into(),
+            electricity_price_per_kwh: dec("0.5"),
+            pue: dec("1.2"),
+            carbon_g_per_kwh: dec("500"),
+            effective_from: since,
+        }),
+    ]
+}

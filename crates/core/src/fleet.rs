@@ -172,12 +172,16 @@ mod tests {
     }
 
     fn energy(kwh: &str) -> Body {
+        energy_on("n1", 3_600, kwh)
+    }
+
+    fn energy_on(node: &str, seconds: i64, kwh: &str) -> Body {
         Body::Energy(Energy {
             tenant: None,
             region: "west".into(),
-            node: "n1".into(),
+            node: node.into(),
             start: t(0),
-            end: t(3_600),
+            end: t(seconds),
             kwh: kwh.parse().unwrap(),
         })
     }
@@ -232,26 +236,12 @@ mod tests {
             ("energy at the bound", energy("6.615"), None),
             (
                 "a bound that is no finite decimal: 1 GPU-second at 1 W",
-                Body::Energy(Energy {
-                    tenant: None,
-                    region: "west".into(),
-                    node: "tiny".into(),
-                    start: t(0),
-                    end: t(1),
-                    kwh: "0.000000291".parse().unwrap(),
-                }),
+                energy_on("tiny", 1, "0.000000291"),
                 None,
             ),
             (
                 "a billionth of a kWh above it",
-                Body::Energy(Energy {
-                    tenant: None,
-                    region: "west".into(),
-                    node: "tiny".into(),
-                    start: t(0),
-                    end: t(1),
-                    kwh: "0.000000292".parse().unwrap(),
-                }),
+                energy_on("tiny", 1, "0.000000292"),
                 Some((Reason::EnergyOverBound, "body.kwh")),
             ),
             (
