@@ -241,35 +241,42 @@ fn ensure_signer(
     Ok(key)
 }
 
-/// The demo's leases (as in the nodes' lease files), declared on the log: records may name
-/// only leases the log registered to their tenant.
-const LEASES: [(&str, &str); 7] = [
-    ("acme-bm-01", "acme-ai"),
-    ("acme-bm-02", "acme-ai"),
-    ("corvid-bm-03", "corvid-research"),
-    ("bluefin-c-101", "bluefin-labs"),
-    ("corvid-c-102", "corvid-research"),
-    ("acme-c-201", "acme-ai"),
-    ("bluefin-c-202", "bluefin-labs"),
-];
-
-/// Registers the demo tenants and leases on the log (once).
+/// Registers the demo tenants on the log (once).
 fn ensure_parties(ledger: &Ledger) -> Result<(), DemoError> {
-    use gpuledger::core::rating::LeaseClass;
-    use gpuledger::core::record::{Body, LeaseRegistered};
-    let tolerate = |r: Result<u64, gpuledger::store::StoreError>| match r {
-        Ok(_) | Err(gpuledger::store::StoreError::AlreadyExists(_)) => Ok(()),
-        Err(e) => Err(DemoError::from(e)),
-    };
     for (id, _, _) in TENANTS {
         tolerate(ledger.register_tenant(id))?;
     }
-    for (lease, tenant) in LEASES {
+    Ok(())
+}
+
+/// Ok for an entry written now or before (a demo restarted on its directory).
+fn tolerate(r: Result<u64, gpuledger::store::StoreError>) -> Result<(), DemoError> {
+    match r {
+        Ok(_) | Err(gpuledger::store::StoreError::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(DemoError::from(e)),
+    }
+}
+
+/// Registers the leases of node `n`'s lease file on the log (once), each covering the GPUs the
+/// file gives it (records may name only a lease that covers their node, model and interval),
+/// on-demand and open-ended from the start of the current minute, when the demo's prices take
+/// effect too.
+fn ensure_leases(ledger: &Ledger, n: &NodeSpec) -> Result<(), DemoError> {
+    use gpuledger::core::rating::LeaseClass;
+    use gpuledger::core::record::{Body, LeaseRegistered};
+    let leases = gpuledger::agent::lease::parse(n.leases).map_err(DemoError::Config)?;
+    let now = ledger.now().unix();
+    let from = Timestamp::from_unix(now - now % 60).expect("in range");
+    let gpus: Vec<u32> = (0..DEMO_NODE_GPUS).collect();
+    for l in leases {
         tolerate(
             ledger.append_ledger_entry(Body::LeaseRegistered(LeaseRegistered {
-                lease: lease.into(),
-                tenant: tenant.into(),
+                lease: l.id.clone(),
+                tenant: l.tenant.clone(),
                 class: LeaseClass::OnDemand,
+                from,
+                to: None,
+                nodes: l.registration_items(n.node, &gpus),
             })),
         )?;
     }
@@ -547,6 +554,7 @@ fn ensure_signers(ledger: &Ledger, dir: &Path) -> Result<Signers, DemoError> {
     let mut nodes = Vec::new();
     for (i, n) in NODES.iter().enumerate() {
         ensure_node(ledger, n, i)?;
+        ensure_leases(ledger, n)?;
         let scope = KeyScope::new(Some(vec![n.node.into()]), vec![n.region.into()]);
         let key = ensure_signer(ledger, dir, n.node, Role::Node, scope)?;
         let lease_file = dir.join("leases").join(format!("{}.toml", n.node));

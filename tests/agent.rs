@@ -184,7 +184,9 @@ fn free_port() -> u16 {
 }
 
 /// Writes agent.toml (1-second intervals, 8 simulated GPUs) and the node's key in the
-/// setup's folder for `node`; returns the config path.
+/// setup's folder for `node`; returns the config path. The simulated GPUs are indexes 0..8 of
+/// the sample model, which a test node has there and `setup()`'s leases l-a/l-b/l-c cover (8
+/// each), so what a lease file bills of them is billed under a lease that covers it.
 fn agent_files(s: &Setup, node: &str, server: &str, max_spool: u64, leases: &str) -> PathBuf {
     let rest = format!(
         r#"origin = "test.gpuledger/log"
@@ -193,7 +195,7 @@ fn agent_files(s: &Setup, node: &str, server: &str, max_spool: u64, leases: &str
 kind = "simulated"
 seed = 3
 load = "inference"
-gpus = [{{ model = "H20-96G", count = 8, idle_watts = 60, max_watts = "400" }}]
+gpus = [{{ model = "H100-SXM-80G", count = 8, idle_watts = 60, max_watts = "400" }}]
 
 [limits]
 max_spool_records = {max_spool}

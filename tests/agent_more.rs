@@ -650,29 +650,32 @@ fn an_unregistered_lease_waits_alone_and_follows_once_registered() {
     let db = sqlite();
     let s = setup(&db, &[(NODE, Role::Node)]);
     // The tenant is registered, its lease not yet.
-    let [tenant, lease] = sample::parties("tenant-late");
+    let [tenant, lease] = sample::parties("tenant-late", &[NODE], sample::NODE_GPUS);
     open(&db).append_ledger_entry(tenant).unwrap();
     let (server, base) = s.serve(0);
     let key = sample::key(NODE);
     let t = Timestamp::now().plus(-3_600);
-    let tenants = [
-        "tenant-a",
-        "tenant-late",
-        "tenant-b",
-        "tenant-late",
-        "tenant-a",
+    // (tenant, lease): `setup()`'s l-a and l-b, and tenant-late's sample lease, which all
+    // cover 8 sample-model GPUs of the node.
+    let late = sample::lease("tenant-late");
+    let billed = [
+        ("tenant-a", "l-a"),
+        ("tenant-late", late.as_str()),
+        ("tenant-b", "l-b"),
+        ("tenant-late", late.as_str()),
+        ("tenant-a", "l-a"),
     ];
-    let mut records: Vec<_> = tenants
+    let mut records: Vec<_> = billed
         .iter()
         .zip(1u64..)
-        .map(|(tenant, q)| {
-            sample::usage(NODE, &key, q, tenant, Decimal::ONE, t.plus(10 * q as i64))
+        .map(|(under, q)| {
+            sample::usage_under(NODE, &key, q, *under, Decimal::ONE, t.plus(10 * q as i64))
         })
         .collect();
     let end = t.plus(100);
     let wrong_region = Body::GpuUsage(GpuUsage {
         tenant: "tenant-b".into(),
-        lease: Some(sample::lease("tenant-b")),
+        lease: Some("l-b".into()),
         region: "eu-west".into(),
         node: NODE.into(),
         gpu_model: "H100-SXM-80G".into(),

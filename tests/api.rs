@@ -200,12 +200,11 @@ both_backends!(every_endpoint, |db: &TestDb| {
         vec![json!("tenant-a"), json!("tenant-b")],
         "by id"
     );
-    h.parties(&log.admin, &["tenant-a", "tenant-b"]);
 
-    // The fleet: node-1, a log entry of its own (a node key names only registered nodes).
-    // Before it: the policy entry, two tenants and their leases.
+    // The fleet: node-1, a log entry of its own (a node key names only registered nodes, a
+    // lease only registered nodes). Before it: the policy entry and the two tenants.
     let node_index = h.size();
-    assert_eq!(node_index, 5);
+    assert_eq!(node_index, 3);
     let node_1 = test_node("node-1").to_value();
     let n = h.post("/v1/nodes", admin, &node_1).ok_json(201);
     assert_eq!(n, json!({"index": node_index, "kind": "node_registered"}));
@@ -214,11 +213,32 @@ both_backends!(every_endpoint, |db: &TestDb| {
     let nodes = h.get("/v1/nodes", admin).ok_json(200);
     let mut listed = node_1.clone();
     listed["index"] = json!(node_index);
+    listed["leases"] = json!([]);
     assert_eq!(nodes, json!({"nodes": [listed]}));
+
+    // The tenants' sample leases (8 sample-model GPUs of node-1 each): node-1 lists them,
+    // each whole with its index.
+    h.parties(&log.admin, &["tenant-a", "tenant-b"]);
+    let leases: Vec<Value> = ["tenant-a", "tenant-b"]
+        .iter()
+        .zip([node_index + 1, node_index + 2])
+        .map(|(t, index)| {
+            let mut l = sample::lease_on(&sample::lease(t), t, &["node-1"], 8).to_value();
+            l["index"] = json!(index);
+            l
+        })
+        .collect();
+    listed["leases"] = json!(leases);
+    let nodes = h.get("/v1/nodes", admin).ok_json(200);
+    assert_eq!(nodes, json!({"nodes": [listed]}));
+    assert_eq!(
+        nodes["nodes"][0]["leases"][0]["nodes"],
+        json!([{"node": "node-1", "gpu_model": sample::MODEL, "count": "8"}])
+    );
 
     // Signers: a node and a market signer; each registration is a log entry.
     let first = h.size();
-    assert_eq!(first, node_index + 1);
+    assert_eq!(first, node_index + 3);
     let k1 = sample::key("api-node-1");
     let reg = h.register(&log.admin, "node-1", "node", &k1);
     assert_eq!(
@@ -765,7 +785,7 @@ static ACCESS: &[Access] = &[
     // Prices: admins write them; every caller with a token reads them.
     post("rate card",                    "/v1/rate-cards", |w| json!({"region": "cn-north-imx", "gpu_model": format!("gpu-{w}"), "lease_class": "on_demand", "currency": "CNY", "price_per_gpu_hour": "1", "effective_from": announced().to_string()}), [201, 403, 403, 403, 401, 401]),
     post("region parameters",            "/v1/region-params", |w| json!({"region": format!("region-{w}"), "currency": "CNY", "electricity_price_per_kwh": "0.5", "pue": "1.1", "carbon_g_per_kwh": "400", "effective_from": announced().to_string()}), [201, 403, 403, 403, 401, 401]),
-    post("lease",                        "/v1/leases", |w| json!({"lease": format!("lease-{w}"), "tenant": "tenant-a", "class": "reserved"}), [201, 403, 403, 403, 401, 401]),
+    post("lease",                        "/v1/leases", |w| json!({"lease": format!("lease-{w}"), "tenant": "tenant-a", "class": "reserved", "from": announced().to_string(), "nodes": [{"node": "node-1", "gpu_model": sample::MODEL, "count": "8"}]}), [201, 403, 403, 403, 401, 401]),
     post("volume tiers",                 "/v1/volume-tiers", |w| json!({"plan": format!("plan-{w}"), "region": "cn-north-imx", "gpu_model": "H100-SXM-80G", "lease_class": "reserved", "currency": "CNY", "effective_from": announced().to_string(), "tiers": [{"up_to_gpu_hours": "1", "price_per_gpu_hour": "2"}, {"price_per_gpu_hour": "1"}]}), [201, 403, 403, 403, 401, 401]),
     post("tenant plan",                  "/v1/tenant-plans", |_| json!({"tenant": "new-admin", "plan": "plan-admin", "effective_from": announced().to_string()}), [201, 403, 403, 403, 401, 401]),
     get("prices",                        "/v1/prices",                                            [200, 200, 200, 200, 401, 401]),
@@ -917,8 +937,8 @@ fn access_matrix_rows_keep_the_rules() {
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
 
-/// A served log with tenants A and B (each with its lease) and node-1 holding the key
-/// `node_key` names: the log, the server, a client and the key.
+/// A served log with node-1, tenants A and B (each with its sample lease of 8 sample-model GPUs
+/// of node-1) and node-1's key `node_key` names: the log, the server, a client and the key.
 fn served_with_node<'a>(db: &'a TestDb, node_key: &str) -> (Log<'a>, Server, Http, SigningKey) {
     served(init(db), node_key)
 }
@@ -989,9 +1009,9 @@ both_backends!(access_matrix, |db: &TestDb| {
     let ans = h.post_records(&batch);
     let idx = each_u64(&ans["outcomes"], "/index");
     let (ia, ib, ie) = (idx[0], idx[1], idx[3]);
-    // A's registration and lease (entries 3 and 4, after the policy entry and the prices),
-    // then its records.
-    let mut of_a: Vec<u64> = vec![3, 4, idx[0], idx[2]];
+    // A's registration and lease (entries 4 and 5, after the policy entry, the prices and
+    // node-1, which a tenant does not see), then its records.
+    let mut of_a: Vec<u64> = vec![4, 5, idx[0], idx[2]];
     let day = base();
     let period = format!("from={day}&to={}", day.plus(86_400));
     let (from, to) = (day.to_string(), day.plus(86_400).to_string());
@@ -1248,6 +1268,9 @@ enum Want {
     /// 400 `refused` by an admission rule: its first `errors` item names this reason code and
     /// field (PROTOCOL §6.7), as a refused record's outcome would.
     Refused(&'static str, &'static str),
+    /// 400 `invalid_field`: a body refused on its own (PROTOCOL §5), its first `errors` item
+    /// naming this reason code and field.
+    Invalid(&'static str, &'static str),
     /// 200, the single record rejected with this reason (and field, when given).
     Reason(&'static str, Option<&'static str>),
     /// 200, the single record a duplicate of this index.
@@ -1304,6 +1327,33 @@ fn query(what: &'static str, path: String, want: Want) -> Bad {
     }
 }
 
+/// A `POST /v1/leases` body: lease `id` of `tenant` (reserved) from `from` (and to `to`),
+/// covering `nodes`.
+fn lease_json(
+    id: &str,
+    tenant: &str,
+    from: Timestamp,
+    to: Option<Timestamp>,
+    nodes: Value,
+) -> Value {
+    let mut v = json!({"lease": id, "tenant": tenant, "class": "reserved",
+                       "from": from.to_string(), "nodes": nodes});
+    if let Some(to) = to {
+        v["to"] = json!(to.to_string());
+    }
+    v
+}
+
+/// The start of the sample leases' terms.
+fn lease_from() -> Timestamp {
+    Timestamp::from_unix(sample::LEASE_FROM).unwrap()
+}
+
+/// `count` sample-model GPUs of `node`, as a lease's `nodes`.
+fn sample_gpus(node: &str, count: &str) -> Value {
+    json!([{"node": node, "gpu_model": sample::MODEL, "count": count}])
+}
+
 fn admin_post(what: &'static str, path: &str, body: Value, want: Want) -> Bad {
     Bad {
         what,
@@ -1329,6 +1379,36 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         &json!({}),
     )
     .ok_json(200);
+    // Leases of A that do not fit the records below on node-1: one whose term starts the day
+    // after them, one whose term ended when they start, one on node-r only (which the revoked
+    // key's record names). With A's and B's sample leases, 24 of node-1's 32 sample-model
+    // GPUs are leased at every instant from 2020 on but in the records' day (16).
+    let records_day = base();
+    for body in [
+        lease_json(
+            "lease-a-later",
+            "tenant-a",
+            records_day.plus(86_400),
+            None,
+            sample_gpus("node-1", "8"),
+        ),
+        lease_json(
+            "lease-a-ended",
+            "tenant-a",
+            lease_from(),
+            Some(records_day),
+            sample_gpus("node-1", "8"),
+        ),
+        lease_json(
+            "lease-a-node-r",
+            "tenant-a",
+            lease_from(),
+            None,
+            sample_gpus("node-r", "8"),
+        ),
+    ] {
+        h.post("/v1/leases", a, &body).ok_json(201);
+    }
     let original = usage("node-1", &k, 1, "tenant-a", "2");
     let ans = h.post_records(std::slice::from_ref(&original));
     let original_index = ans["outcomes"][0]["index"].as_u64().unwrap();
@@ -1349,9 +1429,12 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         .unwrap();
     sig[5] ^= 0x01;
     bad_sig["sig"] = json!(BASE64_STANDARD.encode(sig));
-    // Another model node-1 has: only the signature is wrong.
+    // Another GPU count, which node-1 and A's lease have room for: only the signature is
+    // wrong. (Another model of node-1 is no longer that: A's lease covers only the sample
+    // model, and the admission rules may be checked before the signature, PROTOCOL §6.6.)
     let mut changed_after = good(11);
-    changed_after["body"]["gpu_model"] = json!("A100");
+    changed_after["body"]["gpu_count"] = json!("2");
+    changed_after["body"]["gpu_seconds"] = json!("20");
     let mut not_b64 = good(12);
     not_b64["sig"] = json!("not base64!");
     let mut short_sig = good(13);
@@ -1395,6 +1478,9 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     seq0["seq"] = json!(0);
     let mut no_sig = good(19);
     no_sig.as_object_mut().unwrap().remove("sig");
+    let mut no_lease = good(48);
+    no_lease["body"].as_object_mut().unwrap().remove("lease");
+    let no_lease = sign_value(no_lease, &k);
 
     let over_count = MAX_RECORDS + 1;
     let many = format!("[{}]", vec!["{}"; over_count].join(","));
@@ -1402,7 +1488,7 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     huge[0] = b'[';
     huge[MAX_BODY] = b']';
 
-    use Want::{Duplicate, Field, Problem, Reason, Refused};
+    use Want::{Duplicate, Field, Invalid, Problem, Reason, Refused};
     let ct = |content_type: Option<&'static str>, b: Bad| Bad { content_type, ..b };
     let method = |method: &'static str, b: Bad| Bad { method, ..b };
     let future = |seq: u64| {
@@ -1456,7 +1542,7 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         one("unknown signer",                        value(&usage("node-ghost", &ghost, 1, "tenant-a", "1")), Reason("unknown_signer", None)),
         one("unknown key of a known signer",         other_key_id,                          Reason("unknown_key", None)),
         one("key of another signer",                 value(&usage("node-1", &km, 20, "tenant-a", "1")), Reason("key_signer_mismatch", None)),
-        one("revoked key",                           value(&usage("node-r", &kr, 1, "tenant-a", "1")), Reason("revoked_key", None)),
+        one("revoked key",                           value(&sample::usage_under("node-r", &kr, 1, ("tenant-a", "lease-a-node-r"), dec("1"), end_of(1))), Reason("revoked_key", None)),
         one("node signing a spot price",             value(&sample::spot("node-1", &k, 21, dec("1"), end_of(21))), Reason("role_not_allowed", None)),
         one("replay of an accepted record",          value(&original),                      Duplicate(original_index)),
         one("another record with the same seq",      value(&usage("node-1", &k, 1, "tenant-a", "3")), Reason("conflict", None)),
@@ -1485,11 +1571,20 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         one("spot price in the past",                value(&sample::spot("market-1", &km, 2, dec("1"), now.plus(-3600))), Reason("price_in_past", Some("body.effective_from"))),
         one("unknown kind",                          sign_value(unknown_kind, &k),          Reason("unknown_kind", Some("kind"))),
         one("seq 0",                                 sign_value(seq0, &k),                  Reason("quantity_out_of_range", Some("seq"))),
-        // The fleet (PROTOCOL §6.7): node-1 is a test node, 8 GPUs of each model at 5000 W.
+        // The fleet (PROTOCOL §6.7): node-1 is a test node, 64 GPUs at 5000 W, 32 of them of
+        // the sample model.
         one("1,024 GPUs on the node",                edited(43, &[("gpu_count", "1024"), ("gpu_seconds", "10240")]), Reason("over_capacity", Some("body.gpu_count"))),
-        one("one GPU more than the node has",        edited(44, &[("gpu_count", "9"), ("gpu_seconds", "90")]), Reason("over_capacity", Some("body.gpu_count"))),
+        one("one GPU more than the node has",        edited(44, &[("gpu_count", "33"), ("gpu_seconds", "330")]), Reason("over_capacity", Some("body.gpu_count"))),
         one("a GPU model the node lacks",            edited(45, &[("gpu_model", "H200-SXM-141G")]), Reason("unknown_gpu_model", Some("body.gpu_model"))),
         one("energy above what the node draws",      energy(46, "0.934"),                   Reason("energy_over_bound", Some("body.kwh"))),
+        // The lease (PROTOCOL §6.7, leases): A's sample lease covers 8 sample-model GPUs of
+        // node-1 from 2020 on, and nothing else.
+        one("no lease",                              no_lease,                              Reason("lease_not_on_node", Some("body.lease"))),
+        one("a model the node has, not the lease",   edited(49, &[("gpu_model", "A100")]),  Reason("lease_not_on_node", Some("body.lease"))),
+        one("a lease on another node only",          edited(50, &[("lease", "lease-a-node-r")]), Reason("lease_not_on_node", Some("body.lease"))),
+        one("before the lease's term",               edited(51, &[("lease", "lease-a-later")]), Reason("outside_lease_term", Some("body.start"))),
+        one("after the lease's term",                edited(52, &[("lease", "lease-a-ended")]), Reason("outside_lease_term", Some("body.end"))),
+        one("one GPU more than the lease covers",    edited(53, &[("gpu_count", "9"), ("gpu_seconds", "90")]), Reason("over_capacity", Some("body.gpu_count"))),
         // Query parameters.
         query("entries: start not a number",         "/v1/entries?start=x".into(),          Problem(400, "invalid_parameter")),
         query("entries: negative start",             "/v1/entries?start=-1".into(),         Problem(400, "invalid_parameter")),
@@ -1525,8 +1620,20 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         admin_post("tenant: fields as an array",     "/v1/tenants", json!(["t6", "n"]), Problem(400, "malformed_json")),
         Bad { method: "PATCH", ..admin_post("tenant patch: array of nulls", "/v1/tenants/tenant-a", json!([null, null]), Problem(400, "malformed_json")) },
         Bad { body: br#"{"id":"t9","id":"t10","name":"n"}"#.to_vec(), ..admin_post("tenant: repeated member name", "/v1/tenants", json!(null), Problem(400, "malformed_json")) },
-        Bad { body: br#"{"lease":"l9","tenant":"tenant-a","class":"reserved","class":"spot"}"#.to_vec(), ..admin_post("lease: repeated member name", "/v1/leases", json!(null), Problem(400, "malformed_json")) },
-        admin_post("lease: unregistered tenant",     "/v1/leases", json!({"lease": "l10", "tenant": "tenant-z", "class": "reserved"}), Refused("unknown_tenant", "body.tenant")),
+        Bad { body: br#"{"lease":"l9","tenant":"tenant-a","class":"reserved","class":"spot","from":"2020-01-01T00:00:00Z","nodes":[{"node":"node-1","gpus":[0]}]}"#.to_vec(), ..admin_post("lease: repeated member name", "/v1/leases", json!(null), Problem(400, "malformed_json")) },
+        admin_post("lease: unregistered tenant",     "/v1/leases", lease_json("l10", "tenant-z", lease_from(), None, sample_gpus("node-1", "1")), Refused("unknown_tenant", "body.tenant")),
+        // Leases (PROTOCOL §5.8, §6.7): 24 of node-1's 32 sample-model GPUs are leased from
+        // 2020 on (see above); 9 more overbook it, as a count or as listed GPUs.
+        admin_post("lease: 9 GPUs of the 8 left",    "/v1/leases", lease_json("l20", "tenant-a", lease_from(), None, sample_gpus("node-1", "9")), Refused("lease_overbooked", "body.nodes")),
+        admin_post("lease: 9 listed GPUs of 8 left", "/v1/leases", lease_json("l21", "tenant-a", lease_from(), None, json!([{"node": "node-1", "gpus": [0, 1, 2, 3, 4, 5, 6, 7, 8]}])), Refused("lease_overbooked", "body.nodes")),
+        admin_post("lease: a GPU the node lacks",    "/v1/leases", lease_json("l22", "tenant-a", lease_from(), None, json!([{"node": "node-1", "gpus": [63, 64]}])), Refused("unknown_gpu", "body.nodes[0].gpus")),
+        admin_post("lease: a model the node lacks",  "/v1/leases", lease_json("l23", "tenant-a", lease_from(), None, json!([{"node": "node-1", "gpu_model": "H200-SXM-141G", "count": "1"}])), Refused("unknown_gpu_model", "body.nodes[0].gpu_model")),
+        admin_post("lease: a node not registered",   "/v1/leases", lease_json("l24", "tenant-a", lease_from(), None, sample_gpus("node-z", "1")), Refused("unknown_node", "body.nodes[0].node")),
+        admin_post("lease: GPUs and a count at once", "/v1/leases", lease_json("l25", "tenant-a", lease_from(), None, json!([{"node": "node-1", "gpus": [0], "gpu_model": sample::MODEL, "count": "1"}])), Invalid("invalid_field", "body.nodes[0]")),
+        admin_post("lease: an item of neither form", "/v1/leases", lease_json("l26", "tenant-a", lease_from(), None, json!([{"node": "node-1"}])), Invalid("invalid_field", "body.nodes[0]")),
+        admin_post("lease: no nodes",                "/v1/leases", lease_json("l27", "tenant-a", lease_from(), None, json!([])), Invalid("invalid_field", "body.nodes")),
+        admin_post("lease: to at from",              "/v1/leases", lease_json("l28", "tenant-a", records_day, Some(records_day), sample_gpus("node-1", "1")), Invalid("empty_interval", "body.to")),
+        admin_post("lease: to before from",          "/v1/leases", lease_json("l29", "tenant-a", records_day, Some(records_day.plus(-1)), sample_gpus("node-1", "1")), Invalid("empty_interval", "body.to")),
         admin_post("signer: a node not registered",  "/v1/signers", json!({"id": "n14", "role": "node", "public_key": public(&sample::key("n14")), "nodes": ["n14"], "regions": ["west"]}), Refused("unknown_node", "body.nodes")),
         admin_post("node: registered twice",         "/v1/nodes", test_node("node-1").to_value(), Problem(409, "conflict")),
         admin_post("signer: no regions",             "/v1/signers", json!({"id": "n9", "role": "node", "public_key": public(&sample::key("n9")), "nodes": ["node-1"]}), Problem(400, "refused")),
@@ -1540,7 +1647,7 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         admin_post("tenant: name over 200 bytes",    "/v1/tenants", json!({"id": "t5", "name": "x".repeat(201)}), Field(400, "invalid_parameter", "name")),
         // Reserved ids (PROTOCOL §2.3) and text that spoofs people (issue #23).
         admin_post("tenant: the reserved id",        "/v1/tenants", json!({"id": "ledger", "name": "n"}), Field(400, "invalid_parameter", "id")),
-        admin_post("lease: the reserved id",         "/v1/leases", json!({"lease": "ledger", "tenant": "tenant-a", "class": "reserved"}), Field(400, "invalid_field", "body.lease")),
+        admin_post("lease: the reserved id",         "/v1/leases", lease_json("ledger", "tenant-a", lease_from(), None, sample_gpus("node-1", "1")), Field(400, "invalid_field", "body.lease")),
         admin_post("tenant: name with NUL",          "/v1/tenants", json!({"id": "t11", "name": "Acme\u{0}Ltd"}), Field(400, "invalid_parameter", "name")),
         admin_post("tenant: name with LF",           "/v1/tenants", json!({"id": "t12", "name": "Acme\nTotal due: 0.00"}), Field(400, "invalid_parameter", "name")),
         admin_post("tenant: name with RLO",          "/v1/tenants", json!({"id": "t13", "name": "Acme \u{202E}dtL"}), Field(400, "invalid_parameter", "name")),
@@ -1592,6 +1699,15 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
             Want::Field(status, slug, field) => {
                 let p = r.assert_problem(status, slug, c.what);
                 assert_eq!(p["errors"][0]["field"], json!(field), "{}: {p}", c.what);
+            }
+            Want::Invalid(reason, field) => {
+                let p = r.assert_problem(400, "invalid_field", c.what);
+                assert_eq!(
+                    (&p["errors"][0]["reason"], &p["errors"][0]["field"]),
+                    (&json!(reason), &json!(field)),
+                    "{}: {p}",
+                    c.what
+                );
             }
             Want::Refused(reason, field) => {
                 let p = r.assert_problem(400, "refused", c.what);
@@ -1659,8 +1775,9 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     assert_eq!(e["entry"]["envelope"], value(&original));
 
     // The limits at their edges are accepted: exactly 8 MiB, exactly 10000 records, all 8 GPUs
-    // of a model the node has and the most energy its 64 GPUs draw in 10 s (64 × 5000 W ×
-    // 10 s + 5 % = 0.9333… kWh). (1024 GPUs, the limit of a record, is more than a node has.)
+    // A's lease covers and the most energy node-1's 64 GPUs draw in 10 s (64 × 5000 W × 10 s +
+    // 5 % = 0.9333… kWh), and a lease of the last 8 sample-model GPUs of node-1. (1024 GPUs,
+    // the limit of a record, is more than a node has.)
     let mut edge = vec![b' '; MAX_BODY];
     edge[0] = b'[';
     edge[MAX_BODY - 1] = b']';
@@ -1699,9 +1816,18 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         (&ans["outcomes"][0]["index"], &ans["outcomes"][2]["index"]),
         (&json!(size + 2), &json!(size + 3))
     );
-    assert_eq!(h.size(), size + 4);
+    let last = lease_json(
+        "l30",
+        "tenant-b",
+        lease_from(),
+        None,
+        sample_gpus("node-1", "8"),
+    );
+    let ans = h.post("/v1/leases", a, &last).ok_json(201);
+    assert_eq!(ans, json!({"index": size + 4, "kind": "lease_registered"}));
+    assert_eq!(h.size(), size + 5);
     drop(srv);
-    log.assert_verifies(size + 4);
+    log.assert_verifies(size + 5);
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -1776,7 +1902,8 @@ both_backends!(sigkill_during_ingest, |db: &TestDb| {
     {
         let srv = log.serve();
         srv.http().register(&log.admin, "node-kill", "node", &key);
-        srv.http().parties(&log.admin, &["tenant-k"]);
+        srv.http()
+            .parties_on(&log.admin, &["tenant-k"], &["node-kill"]);
     }
     let mut rng = Rng::from_clock("sigkill_during_ingest");
     let mut acked: HashMap<u64, u64> = HashMap::new();
@@ -1841,7 +1968,10 @@ both_backends!(two_servers_one_database, |db: &TestDb| {
     for (i, k) in keys.iter().enumerate() {
         https[i % 2].register(&log.admin, &format!("agent-{i}"), "node", k);
     }
-    https[0].parties(&log.admin, &["tenant-m"]);
+    // tenant-m's lease covers 8 sample-model GPUs of each agent's node.
+    let nodes: Vec<String> = (0..AGENTS).map(|i| format!("agent-{i}")).collect();
+    let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    https[0].parties_on(&log.admin, &["tenant-m"], &nodes);
     let agents: Vec<_> = keys
         .iter()
         .enumerate()

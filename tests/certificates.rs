@@ -19,8 +19,7 @@ use gpuledger::core::keys;
 use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
 use gpuledger::core::merkle::{self, Hash, MemoryHashes};
 use gpuledger::core::record::{
-    Body, Kind, LeaseRegistered, RegionParameters, Role, SignerKeyRegistered, SignerKeyRevoked,
-    TenantRegistered,
+    Body, Kind, RegionParameters, Role, SignerKeyRegistered, SignerKeyRevoked, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::certificates::{self as store_certs, CertificateRequest};
@@ -56,13 +55,7 @@ fn scenario(ledger: &Ledger, rate_cards: bool) {
     let n1 = signer(ledger, "node-1", Role::Node);
     let n2 = signer(ledger, "node-2", Role::Node);
     parties(ledger, &["acme", "globex"]);
-    ledger
-        .append_ledger_entry(Body::LeaseRegistered(LeaseRegistered {
-            lease: "l1".into(),
-            tenant: "acme".into(),
-            class: gpuledger::core::rating::LeaseClass::OnDemand,
-        }))
-        .unwrap();
+    acme_globex_h100_leases(ledger);
     ledger
         .append_ledger_entry(Body::RegionParams(RegionParameters {
             region: "west".into(),
@@ -89,12 +82,12 @@ fn scenario(ledger: &Ledger, rate_cards: bool) {
     ledger.set_clock(None);
     #[rustfmt::skip]
     let records = [
-        ("node-1", &n1, 1, h100_usage("acme", "node-1", "west", None, "8", 0, 3600)),
-        ("node-2", &n2, 1, h100_usage("acme", "node-2", "east", None, "0.5", 0, 600)),
+        ("node-1", &n1, 1, h100_usage("acme", "node-1", "west", Some("h100-acme"), "8", 0, 3600)),
+        ("node-2", &n2, 1, h100_usage("acme", "node-2", "east", Some("h100-acme"), "0.5", 0, 600)),
         ("node-1", &n1, 2, h100_usage("acme", "node-1", "west", Some("l1"), "2", 3600, 7200)),
         ("node-1", &n1, 3, acme_energy("node-1", "12.5", 0, 3600)),
-        ("node-2", &n2, 2, h100_usage("globex", "node-2", "west", None, "1", 0, 60)),
-        ("node-1", &n1, 4, h100_usage("acme", "node-1", "west", None, "1", 7200, 7260)),
+        ("node-2", &n2, 2, h100_usage("globex", "node-2", "west", Some("h100-globex"), "1", 0, 60)),
+        ("node-1", &n1, 4, h100_usage("acme", "node-1", "west", Some("h100-acme"), "1", 7200, 7260)),
     ];
     let envs: Vec<Envelope> = records
         .iter()
@@ -205,8 +198,9 @@ both_backends!(
 
         let lines = bundle_of(&ledger, &cert);
         // Header; the policy, 2 node registrations, 2 key registrations, acme's registration
-        // and its two leases, region parameters (nothing of globex); 4 records; end.
-        assert_eq!(lines.len(), 1 + 9 + 4 + 1);
+        // and its three leases (its sample lease, h100-acme and l1), region parameters (nothing
+        // of globex); 4 records; end.
+        assert_eq!(lines.len(), 1 + 10 + 4 + 1);
         let claims = verify(&cert, &lines).unwrap();
         assert_eq!(claims, cert.claims());
         let (v, _) = bundle::verify_bundle(
@@ -216,7 +210,7 @@ both_backends!(
             &mut |_| {},
         )
         .unwrap();
-        assert_eq!((v.entries, v.records), (13, 4));
+        assert_eq!((v.entries, v.records), (14, 4));
         // The log with the new kind still verifies end to end.
         verified(&db.url);
     }
@@ -481,14 +475,14 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
         // no longer matches.
         ("a dropped record",        Box::new(|t| { t.remove(records[1]); }),                Reason::Truncated, None),
         ("a dropped record, ended", Box::new(|t| { t.remove(records[1]); set_end(t); }),    Reason::EntriesMismatch, Some("entries.count")),
-        // Another tenant's record (entry 15, globex's), genuinely in the log.
-        ("another tenant's record", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 15, size)); set_end(t); }), Reason::WrongTenant, Some("entry 15")),
-        // The tenant's own record from after the period (entry 16).
-        ("a record after the period", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 16, size)); set_end(t); }), Reason::OutsidePeriod, Some("entry 16")),
+        // Another tenant's record (entry 17, globex's), genuinely in the log.
+        ("another tenant's record", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 17, size)); set_end(t); }), Reason::WrongTenant, Some("entry 17")),
+        // The tenant's own record from after the period (entry 18).
+        ("a record after the period", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 18, size)); set_end(t); }), Reason::OutsidePeriod, Some("entry 18")),
         ("reordered records",       Box::new(|t| t.swap(records[0], records[1])),           Reason::Order, None),
         ("no end line",             Box::new(|t| { t.pop(); }),                             Reason::Truncated, None),
-        // The region parameters (line 9) among the records.
-        ("a context entry among the records", Box::new(|t| { let ctx = t.remove(9); t.insert(records[3] - 1, ctx); }), Reason::Order, None),
+        // The region parameters (line 10) among the records.
+        ("a context entry among the records", Box::new(|t| { let ctx = t.remove(10); t.insert(records[3] - 1, ctx); }), Reason::Order, None),
         ("a malformed line",        Box::new(|t| t[2] = b"{\"type\":\"entry\"".to_vec()),  Reason::Malformed, None),
     ];
     let mut wrong = Vec::new();
@@ -612,7 +606,7 @@ impl HandLog {
 
     /// A certificate of acme over `records` (all in the period) and its bundle, whose context
     /// is entry 0 (acme's registration), every `node_registered` entry (as the service's
-    /// bundles carry them all) and `context`.
+    /// bundles carry them all), every `lease_registered` entry (all acme's) and `context`.
     fn certificate(&self, context: &[u64], records: &[u64]) -> (Certificate, Vec<Vec<u8>>) {
         let mut tally = Tally::new();
         let book = gpuledger::core::rating::PriceBook::default();
@@ -649,11 +643,11 @@ impl HandLog {
         let mut lines = vec![bundle::header_line(&header)];
         lines[0].pop();
         let nodes = (0..self.leaves.len() as u64).filter(|&i| {
-            Leaf::from_bytes(&self.leaves[i as usize])
+            let kind = Leaf::from_bytes(&self.leaves[i as usize])
                 .unwrap()
                 .envelope
-                .kind
-                == "node_registered"
+                .kind;
+            kind == "node_registered" || kind == "lease_registered"
         });
         let mut context: Vec<u64> = std::iter::once(0)
             .chain(nodes)
@@ -673,8 +667,16 @@ impl HandLog {
 
 /// Registers node `name` (a [`test_node`]) and a node key for it in the test regions: the key
 /// registration's index.
+/// Registers node `name` (a test node), acme's lease `h100-<name>` of 8 of its H100s, and
+/// `key` for it; returns the index of the key's registration.
 fn register(log: &mut HandLog, name: &str, key: &SigningKey) -> u64 {
     log.ledger(test_node(name));
+    log.ledger(lease_body(
+        &format!("h100-{name}"),
+        "acme",
+        gpuledger::core::rating::LeaseClass::OnDemand,
+        &[(name, "H100", 8)],
+    ));
     log.ledger(Body::SignerKeyRegistered(SignerKeyRegistered {
         signer: name.into(),
         role: Role::Node,
@@ -690,17 +692,33 @@ fn records_signed_after_revocation_or_with_bad_signatures_are_named() {
     let node = gpuledger::sample::key("hand-node");
     let mut log = HandLog::new();
     let reg = register(&mut log, "node-h", &node);
-    let u1 = h100_usage("acme", "node-h", "west", None, "1", 0, 600);
+    let u1 = h100_usage("acme", "node-h", "west", Some("h100-node-h"), "1", 0, 600);
     let r1 = log.push(signed("node-h", &node, 1, &u1), at(600));
     let rev = log.ledger(Body::SignerKeyRevoked(SignerKeyRevoked {
         signer: "node-h".into(),
         key_id: keys::key_id(&node.verifying_key()),
         reason: Some("stolen".into()),
     }));
-    let u2 = h100_usage("acme", "node-h", "west", None, "1", 600, 1200);
+    let u2 = h100_usage(
+        "acme",
+        "node-h",
+        "west",
+        Some("h100-node-h"),
+        "1",
+        600,
+        1200,
+    );
     let r2 = log.push(signed("node-h", &node, 2, &u2), at(1200));
     // A record whose signature is bad, written into the tree anyway.
-    let u3 = h100_usage("acme", "node-h", "west", None, "1", 1200, 1800);
+    let u3 = h100_usage(
+        "acme",
+        "node-h",
+        "west",
+        Some("h100-node-h"),
+        "1",
+        1200,
+        1800,
+    );
     let mut bad = signed("node-h", &node, 3, &u3);
     let mut raw = BASE64_STANDARD.decode(&bad.sig).unwrap();
     raw[5] ^= 1;
@@ -1187,7 +1205,15 @@ fn signatures_checked_in_the_parallel_stage_are_named_too() {
     let mut records = Vec::new();
     let mut bad_index = 0;
     for i in 0..5_000u64 {
-        let u = h100_usage("acme", "node-m", "west", None, "1", i as i64, i as i64 + 1);
+        let u = h100_usage(
+            "acme",
+            "node-m",
+            "west",
+            Some("h100-node-m"),
+            "1",
+            i as i64,
+            i as i64 + 1,
+        );
         let mut env = signed("node-m", &node, i + 1, &u);
         if i == 4_500 {
             let mut raw = BASE64_STANDARD.decode(&env.sig).unwrap();

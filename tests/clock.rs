@@ -116,7 +116,7 @@ both_backends!(
         let Some((_srv, h)) = serve_faked(&log, db, 0, &offset) else {
             return;
         };
-        h.parties(&log.admin, &[TENANT]);
+        h.parties_on(&log.admin, &[TENANT], &[NODE]);
         h.register(&log.admin, NODE, "node", &sample::key(NODE));
         h.post_usage(NODE, TENANT, 1..3, 1);
         ready_becomes(&h, 200);
@@ -152,7 +152,7 @@ both_backends!(
         let Some((srv, h)) = serve_faked(&log, db, 0, &offset) else {
             return;
         };
-        h.parties(&log.admin, &[TENANT]);
+        h.parties_on(&log.admin, &[TENANT], &[NODE]);
         h.register(&log.admin, NODE, "node", &sample::key(NODE));
         h.post_usage(NODE, TENANT, 1..3, 1);
         drop(srv);

@@ -277,7 +277,28 @@ fn prices(since: Timestamp) -> Vec<Body> {
     cards.into_iter().chain(params).collect()
 }
 
-/// Tenants A and B; `node-1` in two regions; five days of A's usage (on-demand in both regions,
+/// The GPUs of node-1: 16 H100s, then 8 A800s.
+const NODE_GPUS: u32 = 24;
+
+/// The demo's leases, open-ended from 2020: A's on-demand lease (8 H100s and up to 8 A800s
+/// of node-1, whichever), A's spot lease (4 H100s) and B's on-demand lease (H100s 14 and 15):
+/// 14 of node-1's 16 H100s.
+fn leases() -> [Value; 3] {
+    let from = Timestamp::from_unix(sample::LEASE_FROM)
+        .unwrap()
+        .to_string();
+    [
+        json!({"lease": "lease-tenant-a", "tenant": "tenant-a", "class": "on_demand", "from": from,
+               "nodes": [{"node": NODE, "gpu_model": H100, "count": "8"},
+                         {"node": NODE, "gpu_model": A800, "count": "8"}]}),
+        json!({"lease": "spot-tenant-a", "tenant": "tenant-a", "class": "spot", "from": from,
+               "nodes": [{"node": NODE, "gpu_model": H100, "count": "4"}]}),
+        json!({"lease": "lease-tenant-b", "tenant": "tenant-b", "class": "on_demand", "from": from,
+               "nodes": [{"node": NODE, "gpus": [14, 15]}]}),
+    ]
+}
+
+/// Tenants A and B; `node-1` in two regions; their leases; five days of A's usage (on-demand in both regions,
 /// spot on the last two days) and energy, one hour of B's; prices; one invoice each for the
 /// first day (A's INV-000001, B's INV-000002); checkpoints of two sizes.
 fn demo(db: &TestDb) -> Demo<'_> {
@@ -292,18 +313,11 @@ fn demo(db: &TestDb) -> Demo<'_> {
     let h = srv.http();
     let admin = log.admin.clone();
     let a = Some(admin.as_str());
-    h.parties(&admin, &["tenant-a", "tenant-b"]);
-    h.post(
-        "/v1/leases",
-        a,
-        &json!({"lease": "spot-tenant-a", "tenant": "tenant-a", "class": "spot"}),
-    )
-    .ok_json(201);
-    // node-1, registered before its key (node keys name registered nodes only): 8 H100s and
-    // 8 A800s, room for every record below.
-    let gpus: Vec<Value> = (0..16)
+    // node-1, registered before its key and its leases (which name registered nodes only):
+    // 16 H100s and 8 A800s, room for every lease below.
+    let gpus: Vec<Value> = (0..NODE_GPUS)
         .map(|i| {
-            let model = if i < 8 { H100 } else { A800 };
+            let model = if i < 16 { H100 } else { A800 };
             json!({"index": i, "uuid": format!("GPU-console-{i}"), "model": model})
         })
         .collect();
@@ -313,6 +327,14 @@ fn demo(db: &TestDb) -> Demo<'_> {
         &json!({"node": NODE, "region": NORTH, "gpus": gpus, "max_watts_per_gpu": "700"}),
     )
     .ok_json(201);
+    for t in ["tenant-a", "tenant-b"] {
+        h.post("/v1/tenants", a, &json!({"id": t, "name": t}))
+            .ok_json(201);
+    }
+    // The leases the records below name, none of them overbooking node-1 (PROTOCOL §6.7).
+    for lease in leases() {
+        h.post("/v1/leases", a, &lease).ok_json(201);
+    }
     let key = sample::key("console-node");
     h.post(
         "/v1/signers",
@@ -1002,16 +1024,37 @@ fn admin_pages(b: &Browser, d: &Demo, base: &str) {
     sign_out(b);
 }
 
-/// The fleet page lists node-1 with its GPUs by model, registers a node from pasted
-/// `nvidia-smi` lines, and shows the API's problem for a node registered already.
+/// The fleet page lists node-1 with its GPUs by model and its leases, registers a node from
+/// pasted `nvidia-smi` lines, and shows the API's problem for a node registered already.
 fn admin_fleet(b: &Browser, d: &Demo, base: &str) {
     open(b, base, "fleet");
     let node1 = "#nodes details[data-node=\"node-1\"]";
-    assert_eq!(attr(b, &b.find(node1), "data-gpus"), "16");
+    assert_eq!(attr(b, &b.find(node1), "data-gpus"), NODE_GPUS.to_string());
     assert_eq!(
         b.text(&b.find(&format!("{node1} summary"))),
-        format!("8 × {H100}, 8 × {A800}")
+        format!("16 × {H100}, 8 × {A800}")
     );
+    // The Leases column: node-1's three leases, each with what it covers of the node.
+    let leases: Vec<String> = serde_json::from_value(b.execute(
+        "const row = document.querySelector(arguments[0]).closest('tr');\
+         return [...row.querySelectorAll('ul[data-leases] li')].map(li => li.innerText.trim());",
+        json!([node1]),
+    ))
+    .unwrap();
+    assert_eq!(leases.len(), 3, "{leases:?}");
+    for (shown, (id, covers)) in leases.iter().zip([
+        (
+            "lease-tenant-a",
+            format!("up to 8 × {H100}; up to 8 × {A800}"),
+        ),
+        ("spot-tenant-a", format!("up to 4 × {H100}")),
+        ("lease-tenant-b", "GPUs 14, 15".to_owned()),
+    ]) {
+        assert!(
+            shown.starts_with(id) && shown.ends_with(&covers),
+            "{id} covering {covers}: {shown:?}"
+        );
+    }
     shot(b, "admin-fleet");
     let register = |node: &str| {
         set_value(b, "#node-id", node);

@@ -138,7 +138,7 @@ fn an_asynchronous_standby_that_was_behind_is_never_signed_on_and_nothing_acknow
     let server = Server::start_with(&url, &key, dir.path(), 0, &["--allow-async-standbys"]);
     let h = server.http();
     h.register(&admin, SIGNER, "node", &sample::key(SIGNER));
-    h.parties(&admin, &[TENANT]);
+    h.parties_on(&admin, &[TENANT], &[SIGNER]);
     let vk = h.get("/v1/log", None).ok_json(200)["verifier_key"]
         .as_str()
         .unwrap()
@@ -252,7 +252,7 @@ fn a_synchronous_standby_loses_nothing_and_the_old_primary_is_never_written_agai
     let server = Server::start(&url, &key, dir.path(), 0);
     let h = server.http();
     h.register(&admin, SIGNER, "node", &sample::key(SIGNER));
-    h.parties(&admin, &[TENANT]);
+    h.parties_on(&admin, &[TENANT], &[SIGNER]);
 
     // An agent-like client posts batches in order, retrying one until it is acknowledged.
     let stop = AtomicBool::new(false);

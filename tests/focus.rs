@@ -11,9 +11,7 @@ use gpuledger::core::certificate::{CertificateRequest, Scope};
 use gpuledger::core::envelope::Envelope;
 use gpuledger::core::invoice::Period;
 use gpuledger::core::rating::LeaseClass;
-use gpuledger::core::record::{
-    Body, LeaseRegistered, RateCard, RegionParameters, Role, Settlement, SpotPrice,
-};
+use gpuledger::core::record::{Body, RateCard, RegionParameters, Role, Settlement, SpotPrice};
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::access::{self, ApiRole};
 use rust_decimal::Decimal;
@@ -123,16 +121,27 @@ fn scenario(db: &TestDb) -> Issued {
     for body in [
         rate_card(LeaseClass::OnDemand, "18.5"),
         rate_card(LeaseClass::Reserved, "12"),
-        Body::LeaseRegistered(LeaseRegistered {
-            lease: "spot-1".into(),
-            tenant: "acme".into(),
-            class: LeaseClass::Spot,
-        }),
-        Body::LeaseRegistered(LeaseRegistered {
-            lease: "res-1".into(),
-            tenant: "acme".into(),
-            class: LeaseClass::Reserved,
-        }),
+        lease_body("spot-1", "acme", LeaseClass::Spot, &[("node-2", "H100", 8)]),
+        lease_body(
+            "res-1",
+            "acme",
+            LeaseClass::Reserved,
+            &[("node-b", "H100", 8)],
+        ),
+        // The on-demand usage is billed under on-demand leases of H100s (every usage record
+        // names a lease that covers its node and model).
+        lease_body(
+            "od-acme",
+            "acme",
+            LeaseClass::OnDemand,
+            &[("node-1", "H100", 8), ("node-e", "H100", 8)],
+        ),
+        lease_body(
+            "od-beta",
+            "beta",
+            LeaseClass::OnDemand,
+            &[("node-e1", "H100", 8)],
+        ),
         Body::RegionParams(RegionParameters {
             region: "west".into(),
             currency: "CNY".into(),
@@ -167,7 +176,10 @@ fn scenario(db: &TestDb) -> Issued {
         &ledger
             .append(vec![
                 // 8 GPU-h on demand: 148.00.
-                rec(1, h100_usage("acme", "node-1", "west", None, "8", 0, 3600)),
+                rec(
+                    1,
+                    h100_usage("acme", "node-1", "west", Some("od-acme"), "8", 0, 3600),
+                ),
                 // 1 GPU-h reserved: 12.00.
                 rec(
                     2,
@@ -181,7 +193,10 @@ fn scenario(db: &TestDb) -> Issued {
                 // 12.5 kWh × PUE 1.08 = 13.5 billed kWh at 0.28: 3.78.
                 rec(4, acme_energy("node-1", "12.5", 0, 3600)),
                 // beta: 1 GPU-h on demand: 18.50.
-                rec(5, h100_usage("beta", "node-e1", "west", None, "1", 0, 3600)),
+                rec(
+                    5,
+                    h100_usage("beta", "node-e1", "west", Some("od-beta"), "1", 0, 3600),
+                ),
             ])
             .unwrap(),
     );
@@ -201,11 +216,19 @@ fn scenario(db: &TestDb) -> Issued {
             .append(vec![
                 rec(
                     6,
-                    h100_usage("acme", "node-e", "west", None, "2", 7200, 10_800),
+                    h100_usage("acme", "node-e", "west", Some("od-acme"), "2", 7200, 10_800),
                 ),
                 rec(
                     7,
-                    h100_usage("acme", "node-1", "west", None, "1", 86_400, 90_000),
+                    h100_usage(
+                        "acme",
+                        "node-1",
+                        "west",
+                        Some("od-acme"),
+                        "1",
+                        86_400,
+                        90_000,
+                    ),
                 ),
             ])
             .unwrap(),

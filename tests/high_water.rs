@@ -23,9 +23,32 @@ use std::path::Path;
 
 const NODE: &str = "node-hw";
 const TENANT: &str = "tenant-hw";
+/// The node a signer added later runs, and the lease of [`TENANT`] that covers it.
+const NODE2: &str = "node-hw2";
+const LEASE2: &str = "lease-hw2";
 
 fn post_usage(h: &Http, seqs: std::ops::Range<u64>, count: i64) {
     h.post_usage(NODE, TENANT, seqs, count);
+}
+
+/// Registers [`NODE2`] and its key, and [`LEASE2`]: 8 sample-model GPUs of it for [`TENANT`].
+fn register_node2(h: &Http, admin: &str) {
+    h.register(admin, NODE2, "node", &sample::key(NODE2));
+    let lease = sample::lease_on(LEASE2, TENANT, &[NODE2], 8);
+    h.post("/v1/leases", Some(admin), &lease.to_value())
+        .ok_json(201);
+}
+
+/// One GPU for each of `seqs` on [`NODE2`], under [`LEASE2`]; every record accepted.
+fn post_usage2(h: &Http, seqs: std::ops::Range<u64>) {
+    let key = sample::key(NODE2);
+    let batch: Vec<_> = seqs
+        .map(|seq| sample::usage_under(NODE2, &key, seq, (TENANT, LEASE2), Decimal::ONE, slot(seq)))
+        .collect();
+    let r = h.post_records(&batch);
+    for o in r["outcomes"].as_array().unwrap() {
+        assert_eq!(o["status"], "accepted", "{r}");
+    }
 }
 
 /// The verifier key of the log.
@@ -91,7 +114,7 @@ both_backends!(
     |db: &TestDb| {
         let log = init(db);
         let (srv, h) = serve_on(&log, db, 0, &[]);
-        h.parties(&log.admin, &[TENANT]);
+        h.parties_on(&log.admin, &[TENANT], &[NODE]);
         h.register(&log.admin, NODE, "node", &sample::key(NODE));
         post_usage(&h, 1..4, 1);
         let vk = vkey(&h);
@@ -144,7 +167,7 @@ both_backends!(
     |db: &TestDb| {
         let log = init(db);
         let (srv, h) = serve_on(&log, db, 0, &[]);
-        h.parties(&log.admin, &[TENANT]);
+        h.parties_on(&log.admin, &[TENANT], &[NODE]);
         h.register(&log.admin, NODE, "node", &sample::key(NODE));
         let vk = vkey(&h);
         let base = h.size();
@@ -195,7 +218,7 @@ fn the_publish_directory_raises_the_mark_and_is_never_contradicted() {
     let publish = log.dir.path().join("public");
     let pd = publish.to_str().unwrap();
     let (srv, h) = serve_on(&log, &db, 0, &["--publish-dir", pd]);
-    h.parties(&log.admin, &[TENANT]);
+    h.parties_on(&log.admin, &[TENANT], &[NODE]);
     h.register(&log.admin, NODE, "node", &sample::key(NODE));
     let vk = vkey(&h);
     let behind_size = h.size();
@@ -274,7 +297,7 @@ both_backends!(
     |db: &TestDb| {
         let log = init(db);
         let (srv, h) = serve_on(&log, db, 0, &[]);
-        h.parties(&log.admin, &[TENANT]);
+        h.parties_on(&log.admin, &[TENANT], &[NODE]);
         h.register(&log.admin, NODE, "node", &sample::key(NODE));
         post_usage(&h, 1..4, 1);
         let old_token = h.token(
@@ -304,8 +327,8 @@ both_backends!(
         );
         let r = h.post_records(&[other]);
         assert_eq!(r["outcomes"][0]["reason"], "conflict", "{r}");
-        h.register(&log.admin, "node-hw2", "node", &sample::key("node-hw2"));
-        h.post_usage("node-hw2", TENANT, 1..3, 1);
+        register_node2(&h, &log.admin);
+        post_usage2(&h, 1..3);
         let old_id = old_token["info"]["id"].as_str().unwrap().to_owned();
         let old_secret = old_token["token"].as_str().unwrap().to_owned();
         assert_eq!(
@@ -340,9 +363,9 @@ both_backends!(
             2,
             &["--high-water-file", elsewhere.to_str().unwrap()],
         );
-        // Nine records: as many entries past `behind` as the published log has (5 records,
-        // node-hw2's registration and key, 2 of its records).
-        post_usage(&h, 4..13, 3);
+        // Ten records: as many entries past `behind` as the published log has (5 records,
+        // node-hw2's registration, key and lease, 2 of its records).
+        post_usage(&h, 4..14, 3);
         assert_eq!(h.size(), published);
         h.checkpoint_at(h.size(), &vk);
         drop(srv);
@@ -458,7 +481,7 @@ both_backends!(
             .assert_problem(401, "token_revoked", "old token");
         h.get("/v1/invoices", Some(&new_secret)).ok_json(200);
         // The restored signer's seqs go on; new writes extend the published checkpoint.
-        h.post_usage("node-hw2", TENANT, 3..4, 1);
+        post_usage2(&h, 3..4);
         post_usage(&h, 11..12, 1);
         h.checkpoint_at(acknowledged + 2, &vk);
     }
@@ -472,7 +495,7 @@ both_backends!(
         let mirror = log.dir.path().join("mirror");
         let md = mirror.to_str().unwrap();
         let (srv, h) = serve_on(&log, db, 0, &["--mirror-dir", md]);
-        h.parties(&log.admin, &[TENANT]);
+        h.parties_on(&log.admin, &[TENANT], &[NODE]);
         h.register(&log.admin, NODE, "node", &sample::key(NODE));
         post_usage(&h, 1..4, 1);
         let vk = vkey(&h);
@@ -485,8 +508,8 @@ both_backends!(
         // only by its hash).
         post_usage(&h, 4..300, 1);
         post_usage(&h, 300..600, 1);
-        h.register(&log.admin, "node-hw2", "node", &sample::key("node-hw2"));
-        h.post_usage("node-hw2", TENANT, 1..3, 1);
+        register_node2(&h, &log.admin);
+        post_usage2(&h, 1..3);
         let from = common::slot(0).plus(-3_600).to_string();
         let to = common::slot(0).plus(86_400).to_string();
         let cert = h
@@ -575,7 +598,7 @@ both_backends!(
             .get(&format!("/v1/certificates/{cert_id}"), Some(&log.admin))
             .ok_json(200);
         assert_eq!(got["id"], cert["id"]);
-        h.post_usage("node-hw2", TENANT, 3..4, 1);
+        post_usage2(&h, 3..4);
         post_usage(&h, 600..601, 1);
         h.checkpoint_at(published + 2, &vk);
     }

@@ -59,13 +59,14 @@ impl Served {
 }
 
 /// A log with node signers `signers` and tenants `tenants` (on the log, with their sample
-/// leases, and as tenants of the API); returns its directory and log key file.
+/// leases, each covering 8 sample-model GPUs of every signer's node, and as tenants of the
+/// API); returns its directory and log key file.
 fn prepared(db: &TestDb, signers: &[&str], tenants: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let ledger = open(db);
     for s in signers {
         signer(&ledger, s, Role::Node);
     }
-    parties(&ledger, tenants);
+    parties_on(&ledger, tenants, signers);
     drop(ledger);
     let mut c = store::connect(&db.url).unwrap();
     for t in tenants {

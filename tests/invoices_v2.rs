@@ -12,7 +12,7 @@ use gpuledger::core::invoice::{
     from_json, InvoiceCheck, InvoiceDoc, Issuer, Period, Tax, TaxTable,
 };
 use gpuledger::core::rating::LeaseClass;
-use gpuledger::core::record::{Body, RateCard, Role, Settlement};
+use gpuledger::core::record::{Body, RateCard, Role, Settlement, TenantRegistered};
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::invoices::{self, AccountStatus, InvoiceSettings};
 use gpuledger::store::{access, Ledger, StoreError};
@@ -48,13 +48,31 @@ fn vat() -> InvoiceSettings {
     }
 }
 
-/// A ledger with tenants (accounts and log registrations), a west rate card of 18.5/GPU-h and
-/// the node's key. The rate card is logged as it takes effect, a day before the records (no
-/// price may take effect in the past); then the ledger's clock is the real one.
+/// GPUs of node-1's 16 H100s each tenant leases: six tenants' leases fit the node.
+const LEASED_H100S: u32 = 2;
+
+/// A ledger with tenants (accounts and log registrations, each with an on-demand lease
+/// `lease-<tenant>` of [`LEASED_H100S`] H100s of node-1, which its records name), a west rate
+/// card of 18.5/GPU-h and the node's key. The rate card is logged as it takes effect, a day
+/// before the records (no price may take effect in the past); then the ledger's clock is the
+/// real one.
 fn ledger_with(db: &TestDb, tenants: &[&str]) -> (Ledger, ed25519_dalek::SigningKey) {
     let ledger = open_at(db, at(-86_400));
     let node = signer_for(&ledger, "node-1", Role::Node, &NODES);
-    parties(&ledger, tenants);
+    for t in tenants {
+        ledger
+            .append_ledger_entry(Body::TenantRegistered(TenantRegistered {
+                tenant: (*t).into(),
+            }))
+            .unwrap();
+        lease_with(
+            &ledger,
+            &gpuledger::sample::lease(t),
+            t,
+            LeaseClass::OnDemand,
+            &[("node-1", "H100", LEASED_H100S)],
+        );
+    }
     ledger
         .with_account_writer(|c| {
             for t in tenants {
@@ -79,7 +97,7 @@ fn ledger_with(db: &TestDb, tenants: &[&str]) -> (Ledger, ed25519_dalek::Signing
     (ledger, node)
 }
 
-/// `seconds` GPU-seconds of `tenant` on day `d`, as record `seq`.
+/// `seconds` GPU-seconds of `tenant` on day `d` (one H100 under its lease), as record `seq`.
 fn use_gpu(
     ledger: &Ledger,
     node: &ed25519_dalek::SigningKey,
@@ -89,7 +107,16 @@ fn use_gpu(
     seconds: i64,
 ) {
     let start = d * 86_400 + seq as i64 * 1000;
-    let body = h100_usage(tenant, "node-1", "west", None, "1", start, start + seconds);
+    let lease = gpuledger::sample::lease(tenant);
+    let body = h100_usage(
+        tenant,
+        "node-1",
+        "west",
+        Some(&lease),
+        "1",
+        start,
+        start + seconds,
+    );
     assert_accepted(
         &ledger
             .append(vec![signed("node-1", node, seq, &body)])

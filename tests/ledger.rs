@@ -7,7 +7,7 @@ use common::*;
 use gpuledger::core::envelope::Envelope;
 use gpuledger::core::merkle::{self, Hash};
 use gpuledger::core::outcome::{Outcome, SeqGap};
-use gpuledger::core::record::Role;
+use gpuledger::core::record::{Body, Role};
 use gpuledger::core::rejection::Reason;
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
@@ -174,6 +174,23 @@ both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
     parties(&ledger, &["t1", "t2"]);
     let now = Timestamp::now();
     let good = sample::usage("node-1", &k, 10, "t1", Decimal::from(2), slot(10));
+    // Leases of t1 that do not cover the good record: one of another node's GPUs, and one of
+    // node-1's that ended as the record's interval starts.
+    lease_with(
+        &ledger,
+        "lease-t1-node-2",
+        "t1",
+        gpuledger::core::rating::LeaseClass::OnDemand,
+        &[("node-2", sample::MODEL, 8)],
+    );
+    let Body::LeaseRegistered(mut ended) = sample::lease_on("lease-t1-ended", "t1", &["node-1"], 8)
+    else {
+        unreachable!("lease_on makes a lease")
+    };
+    ended.to = Some(slot(10).plus(-10));
+    ledger
+        .append_ledger_entry(Body::LeaseRegistered(ended))
+        .unwrap();
     // A spot price already logged, for the conflict case.
     let spot_at = now.plus(600);
     assert!(matches!(
@@ -346,6 +363,31 @@ both_backends!(every_rejection_reason_changes_nothing, |db: &TestDb| {
             "another tenant's lease",
             body("lease", json!("lease-t2"))(),
             Reason::LeaseTenantMismatch,
+        ),
+        (
+            "no lease",
+            resigned(&good, &k, |j| {
+                j["body"].as_object_mut().unwrap().remove("lease");
+            }),
+            Reason::LeaseNotOnNode,
+        ),
+        (
+            "a lease of another node",
+            body("lease", json!("lease-t1-node-2"))(),
+            Reason::LeaseNotOnNode,
+        ),
+        (
+            "a lease ended before the interval",
+            body("lease", json!("lease-t1-ended"))(),
+            Reason::OutsideLeaseTerm,
+        ),
+        (
+            "more GPUs than the lease covers",
+            resigned(&good, &k, |j| {
+                j["body"]["gpu_count"] = json!("9");
+                j["body"]["gpu_seconds"] = json!("90");
+            }),
+            Reason::OverCapacity,
         ),
         (
             "older than the policy allows",
@@ -710,7 +752,19 @@ both_backends!(one_group_may_start_hundreds_of_streams, |db: &TestDb| {
     let k = signer(&ledger, "node-many", Role::Node);
     let tenants: Vec<String> = (0..400).map(|i| format!("t-{i:03}")).collect();
     let names: Vec<&str> = tenants.iter().map(String::as_str).collect();
-    parties(&ledger, &names);
+    // Tenant i leases one GPU of the node for the 10 s of its record (slot i + 1): the node's
+    // 32 GPUs of the sample model would not hold 400 leases at once.
+    for (i, t) in names.iter().enumerate() {
+        let [tenant, lease] = sample::parties(t, &["node-many"], 1);
+        let Body::LeaseRegistered(mut lease) = lease else {
+            unreachable!("sample::parties registers a lease")
+        };
+        lease.from = slot(i as u64 + 1).plus(-10);
+        lease.to = Some(slot(i as u64 + 1));
+        for body in [tenant, Body::LeaseRegistered(lease)] {
+            ledger.append_ledger_entry(body).unwrap();
+        }
+    }
     let batch: Vec<Envelope> = names
         .iter()
         .enumerate()

@@ -722,13 +722,13 @@ fn served_answers_match_their_documented_schemas() {
     let h = srv.http();
     let admin = log.admin.clone();
     let a = Some(admin.as_str());
-    // Its account (the tenant is in the log already) and its sample lease.
-    h.parties(&admin, &["tenant-a"]);
-    // The node, registered here so that its answer is checked below (`register` then finds
-    // it registered).
+    // The node, registered here so that its answer is checked below (`parties` and
+    // `register` then find it registered).
     let node = h
         .post("/v1/nodes", a, &test_node("node-1").to_value())
         .ok_json(201);
+    // Its account (the tenant is in the log already) and its sample lease on node-1.
+    h.parties(&admin, &["tenant-a"]);
     let k = sample::key("openapi-node");
     h.register(&admin, "node-1", "node", &k);
     let tenant = h.secret(&admin, json!({"role": "tenant", "tenant": "tenant-a"}));
@@ -754,7 +754,10 @@ fn served_answers_match_their_documented_schemas() {
     h.post(
         "/v1/leases",
         a,
-        &json!({"lease": "lease-x", "tenant": "tenant-a", "class": "reserved"}),
+        &json!({"lease": "lease-x", "tenant": "tenant-a", "class": "reserved",
+                "from": day.to_string(), "to": day.plus(86_400).to_string(),
+                "nodes": [{"node": "node-1", "gpu_model": sample::MODEL, "count": "8"},
+                          {"node": "node-1", "gpus": [32, 33], "share": "0.5"}]}),
     )
     .ok_json(201);
     let preview_path = format!("/v1/invoices/preview?tenant=tenant-a&from={from}&to={to}");

@@ -692,13 +692,26 @@ fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
     }
 }
 
-/// A log with `node` registered, its log key in a file; returns (db, dir, log key path).
+/// A log with `node` registered, and tenant-a's lease l-a of the node's four H20-96G GPUs
+/// (those [`spawn_agent`] simulates and bills under l-a), its log key in a file; returns (db,
+/// dir, log key path).
 fn ledger_with_node(node: &str) -> (TestDb, tempfile::TempDir, PathBuf) {
+    use gpuledger::core::record::{Body, TenantRegistered};
     let db = common::sqlite();
     let ledger = open(&db);
     signer(&ledger, node, Role::Node);
-    parties(&ledger, &["tenant-a"]);
-    lease(&ledger, "l-a", "tenant-a");
+    ledger
+        .append_ledger_entry(Body::TenantRegistered(TenantRegistered {
+            tenant: "tenant-a".into(),
+        }))
+        .unwrap();
+    lease_with(
+        &ledger,
+        "l-a",
+        "tenant-a",
+        gpuledger::core::rating::LeaseClass::OnDemand,
+        &[(node, "H20-96G", 4)],
+    );
     drop(ledger);
     let dir = tempfile::tempdir().unwrap();
     let key = log_key_file(dir.path());
@@ -1061,7 +1074,7 @@ both_backends!(checkpoints_are_listed_and_paged, |db: &TestDb| {
         .expect("signed on open")
         .0;
     let key = signer(&ledger, "node-a", Role::Node);
-    parties(&ledger, &["tenant-a"]);
+    parties_on(&ledger, &["tenant-a"], &["node-a"]);
     let mut sizes = vec![opened, ledger.checkpoint().unwrap().0];
     for round in 0..4 {
         sizes.push(grow(&ledger, &key, 1 + round * 3, 3));
@@ -1171,7 +1184,7 @@ both_backends!(publish_dir_gets_every_checkpoint, |db: &TestDb| {
         .expect("signed on open")
         .0;
     let key = signer(&ledger, "node-a", Role::Node);
-    parties(&ledger, &["tenant-a"]);
+    parties_on(&ledger, &["tenant-a"], &["node-a"]);
     let mut sizes = vec![opened, ledger.checkpoint().unwrap().0];
     sizes.push(grow(&ledger, &key, 1, 4));
     sizes.push(grow(&ledger, &key, 5, 4));

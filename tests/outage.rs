@@ -178,8 +178,8 @@ fn verify_log(url: &str) {
     );
 }
 
-/// `gpuledger init` and `serve` on `url`, with node `signer` and tenant `t1` registered, once
-/// ready; the directory holds the log key and the server's log.
+/// `gpuledger init` and `serve` on `url`, with node `signer` and tenant `t1` registered (t1's
+/// lease covering the node), once ready; the directory holds the log key and the server's log.
 fn serve_with_node(url: &str, signer: &str) -> (tempfile::TempDir, Server) {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("log.key");
@@ -187,7 +187,7 @@ fn serve_with_node(url: &str, signer: &str) -> (tempfile::TempDir, Server) {
     let server = Server::start(url, &key, dir.path(), 0);
     let h = server.http();
     h.register(&admin, signer, "node", &sample::key(signer));
-    h.parties(&admin, &["t1"]);
+    h.parties_on(&admin, &["t1"], &[signer]);
     wait_ready(&h, 200, READY_FOLLOWS_WITHIN);
     (dir, server)
 }

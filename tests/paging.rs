@@ -12,7 +12,7 @@ use gpuledger::api::paging::{DEFAULT_LIMIT, MAX_LIMIT};
 use gpuledger::core::certificate::Scope;
 use gpuledger::core::invoice::Period;
 use gpuledger::core::rating::LeaseClass;
-use gpuledger::core::record::{Body, RateCard, Role};
+use gpuledger::core::record::{Body, RateCard, Role, TenantRegistered};
 use gpuledger::store::access::{self, ApiRole};
 use gpuledger::store::certificates::CertificateRequest;
 use gpuledger::store::Ledger;
@@ -27,10 +27,19 @@ fn hour(h: i64) -> Period {
     }
 }
 
-/// Ten minutes of one H100 of `tenant` in hour `h`, as record `seq` of node-1.
+/// Ten minutes of one H100 of `tenant` in hour `h` (under its lease), as record `seq` of node-1.
 fn use_gpu(ledger: &Ledger, node: &ed25519_dalek::SigningKey, tenant: &str, seq: u64, h: i64) {
     let start = h * 3600 + 60;
-    let body = h100_usage(tenant, "node-1", "west", None, "1", start, start + 600);
+    let lease = gpuledger::sample::lease(tenant);
+    let body = h100_usage(
+        tenant,
+        "node-1",
+        "west",
+        Some(&lease),
+        "1",
+        start,
+        start + 600,
+    );
     assert_accepted(
         &ledger
             .append(vec![signed("node-1", node, seq, &body)])
@@ -156,13 +165,28 @@ struct Tokens {
 }
 
 /// A log with acme's usage in hours 0..7 and invoices and certificates of hours 0..5, globex's
-/// of hours 0..2, tenants `t-00`..`t-04` besides them, and rate cards: west H100 on-demand from
+/// of hours 0..2 (each under its on-demand lease `lease-<tenant>` of 2 H100s of node-1),
+/// tenants `t-00`..`t-04` besides them, and rate cards: west H100 on-demand from
 /// a day ago, reserved in five steps a minute apart. The ledger's clock stands where the first
 /// card takes effect (no price may take effect in the past) until the cards are logged, then
 /// it is the real one.
 fn scenario(ledger: &Ledger) -> Tokens {
     let node = signer_for(ledger, "node-1", Role::Node, &["node-1"]);
-    parties(ledger, &["acme", "globex"]);
+    for t in ["acme", "globex"] {
+        ledger
+            .append_ledger_entry(Body::TenantRegistered(TenantRegistered {
+                tenant: t.into(),
+            }))
+            .unwrap();
+        let lease = gpuledger::sample::lease(t);
+        lease_with(
+            ledger,
+            &lease,
+            t,
+            LeaseClass::OnDemand,
+            &[("node-1", "H100", 2)],
+        );
+    }
     let tokens = ledger
         .with_account_writer(|c| {
             for t in ["acme", "globex", "t-00", "t-01", "t-02", "t-03", "t-04"] {

@@ -12,8 +12,7 @@ use gpuledger::core::invoice::{Invoice, InvoiceCheck};
 use gpuledger::core::outcome::Outcome;
 use gpuledger::core::rating::{self, LeaseClass};
 use gpuledger::core::record::{
-    Body, LeaseRegistered, RateCard, RegionParameters, Role, SpotPrice, TenantPlan, Tier,
-    VolumeTiers,
+    Body, RateCard, RegionParameters, Role, SpotPrice, TenantPlan, Tier, VolumeTiers,
 };
 use gpuledger::core::rejection::Reason;
 use gpuledger::core::time::Timestamp;
@@ -67,6 +66,27 @@ fn post_node_p_records(h: &Http, admin: &str, records: &[(u64, Body)]) {
     assert_eq!(ans["accepted"], records.len(), "{ans}");
 }
 
+/// The body of `POST /v1/leases` for lease `id` of `tenant`, billed as `class` (`on_demand`,
+/// `reserved` or `spot`), open-ended from [`gpuledger::sample::LEASE_FROM`], covering up to
+/// `count` of node-p's H100s.
+fn node_p_lease(id: &str, tenant: &str, class: &str, count: u32) -> serde_json::Value {
+    let from = Timestamp::from_unix(gpuledger::sample::LEASE_FROM).unwrap();
+    serde_json::json!({"lease": id, "tenant": tenant, "class": class, "from": from.to_string(),
+                       "nodes": [{"node": "node-p", "gpu_model": "H100", "count": count.to_string()}]})
+}
+
+/// Registers node-p (a test node, if it is not) and acme's on-demand lease `od-acme` of 8 of
+/// its H100s over HTTP: the lease acme's on-demand usage on node-p names.
+fn od_acme_on_node_p(h: &Http, admin: &str) {
+    h.node(admin, "node-p");
+    h.post(
+        "/v1/leases",
+        Some(admin),
+        &node_p_lease("od-acme", "acme", "on_demand", 8),
+    )
+    .ok_json(201);
+}
+
 /// The invoice preview path of `tenant` for [at(from), at(to)).
 fn preview_of(tenant: &str, from: i64, to: i64) -> String {
     format!(
@@ -78,6 +98,16 @@ fn preview_of(tenant: &str, from: i64, to: i64) -> String {
 
 /// The nodes the tests' node-1 key may sign for.
 const NODES: [&str; 5] = ["node-1", "node-b", "node-e", "node-e1", "node-2"];
+
+/// acme's on-demand lease `od-acme`, which its on-demand usage names: 8 H100s of each of the
+/// nodes but node-b (half of each node's 16 H100s, the other half left to spot or reserved
+/// leases).
+const OD_ACME: [(&str, &str, u32); 4] = [
+    ("node-1", "H100", 8),
+    ("node-e", "H100", 8),
+    ("node-e1", "H100", 8),
+    ("node-2", "H100", 8),
+];
 
 fn rate_card(region: &str, class: LeaseClass, price: &str, from: Timestamp) -> Body {
     Body::RateCard(RateCard {
@@ -125,11 +155,15 @@ fn golden_log(db: &TestDb) -> gpuledger::store::Ledger {
     for body in [
         rate_card("west", LeaseClass::OnDemand, "18.5", at(-86_400)),
         rate_card("east", LeaseClass::OnDemand, "24", at(-86_400)),
-        Body::LeaseRegistered(LeaseRegistered {
-            lease: "spot-1".into(),
-            tenant: "acme".into(),
-            class: LeaseClass::Spot,
-        }),
+        // Usage is billed under a lease covering its node and model: acme's on-demand H100s
+        // and its spot H100s, on the nodes of the golden day and of the late records (node-2).
+        lease_body("od-acme", "acme", LeaseClass::OnDemand, &OD_ACME),
+        lease_body(
+            "spot-1",
+            "acme",
+            LeaseClass::Spot,
+            &[("node-1", "H100", 8), ("node-2", "H100", 8)],
+        ),
         Body::RegionParams(RegionParameters {
             region: "west".into(),
             currency: "CNY".into(),
@@ -162,8 +196,8 @@ fn golden_log(db: &TestDb) -> gpuledger::store::Ledger {
     ledger.set_clock(None);
     assert_accepted(&out);
     let records = [
-        usage("node-1", 1, "west", None, "8", 0, 3600),
-        usage("node-e1", 2, "east", None, "0.5", 0, 600),
+        usage("node-1", 1, "west", Some("od-acme"), "8", 0, 3600),
+        usage("node-e1", 2, "east", Some("od-acme"), "0.5", 0, 600),
         usage("node-1", 3, "west", Some("spot-1"), "2", 300, 3300),
         (4, acme_energy("node-1", "12.5", 0, 3600)),
     ];
@@ -229,11 +263,12 @@ both_backends!(prices_change_only_forward, |db: &TestDb| {
     ledger
         .append_ledger_entry(rate_card("west", LeaseClass::OnDemand, "19", at(3600)))
         .unwrap();
-    let lease = Body::LeaseRegistered(LeaseRegistered {
-        lease: "l-1".into(),
-        tenant: "acme".into(),
-        class: LeaseClass::Reserved,
-    });
+    let lease = lease_body(
+        "l-1",
+        "acme",
+        LeaseClass::Reserved,
+        &[("node-1", "H100", 8)],
+    );
     ledger.append_ledger_entry(lease.clone()).unwrap();
     assert!(matches!(
         ledger.append_ledger_entry(lease),
@@ -242,7 +277,7 @@ both_backends!(prices_change_only_forward, |db: &TestDb| {
     // Records of other kinds cannot be written this way, and nodes cannot sign prices.
     let k = signer(&ledger, "node-1", Role::Node);
     assert!(matches!(
-        ledger.append_ledger_entry(usage("node-1", 1, "west", None, "1", 0, 10).1),
+        ledger.append_ledger_entry(usage("node-1", 1, "west", Some("l-1"), "1", 0, 10).1),
         Err(StoreError::Refused(_))
     ));
     let forged = signed(
@@ -259,7 +294,7 @@ both_backends!(prices_change_only_forward, |db: &TestDb| {
     verified(&db.url);
     assert_eq!(
         size, 9,
-        "the policy, acme and its lease, three rate cards, a lease, node-1 and its key"
+        "the policy, node-1, acme and its lease, three rate cards, a lease, node-1's key"
     );
 });
 
@@ -338,7 +373,9 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         403
     );
     assert_eq!(h.call("POST", "/v1/rate-cards", None, Some(card)).0, 401);
-    let lease = json!({"lease": "l-1", "tenant": "acme", "class": "reserved"});
+    // Leases cover GPUs of registered nodes: 4 of node-p's 16 H100s each.
+    h.node(&admin, "node-p");
+    let lease = node_p_lease("l-1", "acme", "reserved", 4);
     assert_eq!(
         h.call("POST", "/v1/leases", Some(&admin), Some(lease.clone()))
             .0,
@@ -353,7 +390,7 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
             "POST",
             "/v1/leases",
             Some(&admin),
-            Some(json!({"lease": "l-2", "tenant": "beta", "class": "spot"}))
+            Some(node_p_lease("l-2", "beta", "spot", 4))
         )
         .0,
         201
@@ -372,11 +409,13 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
         "acme sees prices (the two logged before the server, and tomorrow's) and its own lease only"
     );
 
-    // Usage from a registered node on days 0 and 1, then a preview computed from the log.
+    // Usage from a registered node on days 0 and 1 (the on-demand usage under acme's
+    // on-demand lease, registered now), then a preview computed from the log.
+    od_acme_on_node_p(&h, &admin);
     let records = [
-        usage("node-p", 1, "west", None, "8", 0, 3600),
+        usage("node-p", 1, "west", Some("od-acme"), "8", 0, 3600),
         usage("node-p", 2, "west", Some("l-1"), "1", 0, 3600),
-        usage("node-p", 3, "west", None, "8", 86_400, 90_000),
+        usage("node-p", 3, "west", Some("od-acme"), "8", 86_400, 90_000),
         usage("node-p", 4, "west", Some("l-1"), "1", 86_400, 90_000),
     ];
     post_node_p_records(&h, &admin, &records);
@@ -584,11 +623,27 @@ both_backends!(
         ledger
             .append_ledger_entry(rate_card("west", LeaseClass::OnDemand, "18.5", at(-86_400)))
             .unwrap();
+        ledger
+            .append_ledger_entry(lease_body(
+                "od-acme",
+                "acme",
+                LeaseClass::OnDemand,
+                &OD_ACME,
+            ))
+            .unwrap();
         ledger.set_clock(None);
         let day1 = day_period(0);
         let day2 = day_period(1);
         let rec = |seq: u64, start: i64, count: &str| {
-            let (_, b) = usage("node-1", seq, "west", None, count, start, start + 3600);
+            let (_, b) = usage(
+                "node-1",
+                seq,
+                "west",
+                Some("od-acme"),
+                count,
+                start,
+                start + 3600,
+            );
             signed("node-1", &node, seq, &b)
         };
         // Not in the past? day2 must end before now: recent_day() is 3 days back, so both days are past.
@@ -674,10 +729,20 @@ both_backends!(
             (dec("203.50"), dec("100.00"), dec("48.00"), dec("55.50"))
         );
         // Usage with no price cannot be invoiced; nothing changes.
-        let (_, east) = usage("node-e", 4, "east", None, "1", 2 * 86_400, 2 * 86_400 + 60);
-        ledger
-            .append(vec![signed("node-1", &node, 4, &east)])
-            .unwrap();
+        let (_, east) = usage(
+            "node-e",
+            4,
+            "east",
+            Some("od-acme"),
+            "1",
+            2 * 86_400,
+            2 * 86_400 + 60,
+        );
+        assert_accepted(
+            &ledger
+                .append(vec![signed("node-1", &node, 4, &east)])
+                .unwrap(),
+        );
         let before = ledger.reads().head().unwrap().0;
         let day3 = day_period(2);
         assert!(
@@ -720,10 +785,10 @@ both_backends!(
         // (2 × 1.08 × 0.28 = 0.6048 → 0.60). Day 2: 1 GPU east for an hour, 24.00.
         let node2 = signer(&ledger, "node-2", Role::Node);
         let late = [
-            usage("node-2", 1, "west", None, "1", 7200, 9000),
+            usage("node-2", 1, "west", Some("od-acme"), "1", 7200, 9000),
             usage("node-2", 2, "west", Some("spot-1"), "3", 2900, 3100),
             (3, acme_energy("node-2", "2", 0, 3600)),
-            usage("node-2", 4, "east", None, "1", 86_400, 90_000),
+            usage("node-2", 4, "east", Some("od-acme"), "1", 86_400, 90_000),
         ];
         append_signed(&ledger, "node-2", &node2, &late);
         let second = ledger.issuance().invoices("acme", day2).unwrap();
@@ -751,7 +816,7 @@ both_backends!(
             "node-2",
             5,
             "east",
-            None,
+            Some("od-acme"),
             "1",
             2 * 86_400,
             2 * 86_400 + 3600,
@@ -849,11 +914,16 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
             at(-86_400),
         ),
         tenant_plan("acme", "volume", at(-86_400)),
-        Body::LeaseRegistered(LeaseRegistered {
-            lease: "spot-1".into(),
-            tenant: "acme".into(),
-            class: LeaseClass::Spot,
-        }),
+        lease_body("spot-1", "acme", LeaseClass::Spot, &[("node-1", "H100", 8)]),
+        // The on-demand usage is billed under on-demand leases of H100s: acme's, and beta's
+        // on node-b.
+        lease_body("od-acme", "acme", LeaseClass::OnDemand, &OD_ACME),
+        lease_body(
+            "od-beta",
+            "beta",
+            LeaseClass::OnDemand,
+            &[("node-b", "H100", 8)],
+        ),
     ] {
         ledger.append_ledger_entry(body).unwrap();
     }
@@ -873,13 +943,13 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
     assert_accepted(&out);
     let mut records = vec![
         // 2.5 GPUs × 28000 s = 70000 GPU-s, logged before the earlier 3-GPU record.
-        usage("node-1", 1, "west", None, "2.5", 7200, 35_200),
-        usage("node-1", 2, "west", None, "3", 0, 7200),
-        usage("node-e", 3, "east", None, "1", 0, 3600),
+        usage("node-1", 1, "west", Some("od-acme"), "2.5", 7200, 35_200),
+        usage("node-1", 2, "west", Some("od-acme"), "3", 0, 7200),
+        usage("node-e", 3, "east", Some("od-acme"), "1", 0, 3600),
         usage("node-1", 4, "west", Some("spot-1"), "2", 0, 1800),
     ];
     // beta has no plan: west at the rate card.
-    let (_, mut beta) = usage("node-b", 5, "west", None, "1", 0, 3600);
+    let (_, mut beta) = usage("node-b", 5, "west", Some("od-beta"), "1", 0, 3600);
     if let Body::GpuUsage(u) = &mut beta {
         u.tenant = "beta".into();
     }
@@ -926,8 +996,8 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
     let first = ledger.issuance().invoices("acme", day1).unwrap();
     assert_eq!(first[0].total.to_string(), "502.68");
     assert_eq!(first[0].lines.len(), 5);
-    let late = usage("node-2", 6, "west", None, "1", 36_000, 39_600);
-    let next = usage("node-e", 7, "east", None, "1", 86_400, 90_000);
+    let late = usage("node-2", 6, "west", Some("od-acme"), "1", 36_000, 39_600);
+    let next = usage("node-e", 7, "east", Some("od-acme"), "1", 86_400, 90_000);
     append_signed(&ledger, "node-1", &node, &[late, next]);
     let day2 = day_period(1);
     let second = ledger.issuance().invoices("acme", day2).unwrap();
@@ -981,8 +1051,9 @@ both_backends!(tiers_and_plans_change_only_forward, |db: &TestDb| {
     ledger
         .append_ledger_entry(tenant_plan("acme", "other", at(1)))
         .unwrap();
-    // The policy, two tenants with a lease each, then the six entries of this test.
-    assert_eq!(ledger.reads().head().unwrap().0, 5 + 6);
+    // The policy, node-1, two tenants with a lease each on it, then the six entries of this
+    // test.
+    assert_eq!(ledger.reads().head().unwrap().0, 6 + 6);
     verified(&db.url);
 });
 
@@ -1144,8 +1215,10 @@ both_backends!(volume_tier_endpoints, |db: &TestDb| {
         ],
         "acme sees tiers and its own plans only (the day before's and tomorrow's)"
     );
-    // A preview over 2 GPU-hours: 1 at 20 and 1 at 10, named by plan and tier.
-    let record = usage("node-p", 1, "west", None, "2", 0, 3600);
+    // A preview over 2 GPU-hours: 1 at 20 and 1 at 10, named by plan and tier (under acme's
+    // on-demand lease, registered now).
+    od_acme_on_node_p(&h, &admin);
+    let record = usage("node-p", 1, "west", Some("od-acme"), "2", 0, 3600);
     post_node_p_records(&h, &admin, &[record]);
     let (st, preview) = h.call("GET", &preview_of("acme", 0, 86_400), Some(&acme), None);
     assert_eq!(st, 200, "{preview}");
@@ -1196,9 +1269,10 @@ both_backends!(
             &json!({"id": "acme", "name": "Acme"}),
         )
         .ok_json(201);
-        // 8 GPUs from 7 h to 5 h ago: 16 GPU-h at 18.5.
+        // 8 GPUs from 7 h to 5 h ago, under acme's on-demand lease: 16 GPU-h at 18.5.
+        od_acme_on_node_p(&h, &admin);
         let now = Timestamp::now();
-        let (_, mut record) = usage("node-p", 1, "west", None, "8", 0, 7200);
+        let (_, mut record) = usage("node-p", 1, "west", Some("od-acme"), "8", 0, 7200);
         if let Body::GpuUsage(u) = &mut record {
             (u.start, u.end) = (now.plus(-7 * 3600), now.plus(-5 * 3600));
         }

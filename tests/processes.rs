@@ -140,7 +140,8 @@ fn assert_acks_present(db: &TestDb, signer: &str, acks: &HashMap<u64, u64>) {
 both_backends!(sigkill_at_random_moments_loses_nothing, |db: &TestDb| {
     let ledger = open(db);
     signer(&ledger, "node-crash", Role::Node);
-    parties(&ledger, &["t1"]);
+    // t1's sample lease covers 8 GPUs of the node, the most a record of the child bills.
+    parties_on(&ledger, &["t1"], &["node-crash"]);
     drop(ledger);
     let mut rng = Rng::from_clock("crash test");
     let mut acked: HashMap<u64, u64> = HashMap::new();
@@ -182,7 +183,8 @@ both_backends!(two_processes_append_one_linear_log, |db: &TestDb| {
     let ledger = open(db);
     signer(&ledger, "node-a", Role::Node);
     signer(&ledger, "node-b", Role::Node);
-    parties(&ledger, &["t1"]);
+    // One lease of t1 covering 8 GPUs of each node, the most a record of a child bills.
+    parties_on(&ledger, &["t1"], &["node-a", "node-b"]);
     drop(ledger);
     let per = 3_000;
     let mut a = spawn_child(&db.url, "node-a", 1, per);

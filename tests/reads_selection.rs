@@ -15,9 +15,10 @@ use gpuledger::core::envelope::Envelope;
 use gpuledger::core::invoice::{Invoice, InvoiceCheck, Period};
 use gpuledger::core::rating::{LeaseClass, Line, Rater};
 use gpuledger::core::record::{
-    Body, Energy, RateCard, RegionParameters, Role, TenantPlan, Tier, VolumeTiers,
+    Body, Energy, RateCard, RegionParameters, Role, TenantPlan, TenantRegistered, Tier, VolumeTiers,
 };
 use gpuledger::core::usage::{Aggregator, GroupBy, UsageRow, Window};
+use gpuledger::sample;
 use gpuledger::store::certificates::CertificateRequest;
 use gpuledger::store::{invoices, pricing, usage, Ledger, StoreError};
 use std::cell::{Cell, RefCell};
@@ -53,13 +54,25 @@ fn priced_log(db: &TestDb) -> (Ledger, SigningKey) {
     (ledger, key)
 }
 
+/// H100s of each of n0–n3 (16 each) that acme's and beta's leases cover.
+const LEASED_H100S: u32 = 8;
+
 /// Logs the prices the tests need: rate cards in west and east, west region parameters, a
-/// graduated plan in west that acme is on, and tenants acme and beta, all in force from five
+/// graduated plan in west that acme is on, and tenants acme and beta with their on-demand
+/// leases (`lease-<tenant>`, [`LEASED_H100S`] H100s of each of n0–n3), all in force from five
 /// days before the records' first day; returns the node key (signer `node-1`, for nodes
 /// n0–n3).
 fn priced(ledger: &Ledger) -> SigningKey {
     let key = signer_for(ledger, "node-1", Role::Node, &NODES);
-    parties(ledger, &["acme", "beta"]);
+    for t in ["acme", "beta"] {
+        ledger
+            .append_ledger_entry(Body::TenantRegistered(TenantRegistered {
+                tenant: t.into(),
+            }))
+            .unwrap();
+        let items = NODES.map(|n| (n, "H100", LEASED_H100S));
+        lease_with(ledger, &sample::lease(t), t, LeaseClass::OnDemand, &items);
+    }
     let long_ago = at(-5 * DAY);
     let card = |region: &str, price: &str| {
         Body::RateCard(RateCard {
@@ -228,11 +241,24 @@ fn usage_rows(ledger: &Ledger, tenant: Option<&str>, from: i64, to: i64) -> Vec<
     selected
 }
 
+/// [`h100_usage`] of `tenant` under its lease (`lease-<tenant>`, see [`priced`]).
+fn leased(tenant: &str, node: &str, region: &str, count: &str, start: i64, end: i64) -> Body {
+    h100_usage(
+        tenant,
+        node,
+        region,
+        Some(&sample::lease(tenant)),
+        count,
+        start,
+        end,
+    )
+}
+
 /// A usage record of `tenant` (or an energy record of no tenant when `tenant` is `None`).
 fn record(tenant: Option<&str>, node: &str, energy: bool, start: i64, end: i64) -> Body {
     match (tenant, energy) {
         (Some("acme"), true) => acme_energy(node, "0.5", start, end),
-        (Some(t), _) => h100_usage(t, node, "west", None, "2", start, end),
+        (Some(t), _) => leased(t, node, "west", "2", start, end),
         (None, _) => Body::Energy(Energy {
             tenant: None,
             region: "west".into(),
@@ -262,7 +288,7 @@ fn append(ledger: &Ledger, key: &SigningKey, seq: &Cell<u64>, bodies: &[Body]) {
 both_backends!(late_records_and_records_across_midnight, |db: &TestDb| {
     let (ledger, key) = priced_log(db);
     let seq = Cell::new(0);
-    let west = |start, end| h100_usage("acme", "n0", "west", None, "1", start, end);
+    let west = |start, end| leased("acme", "n0", "west", "1", start, end);
     // Day 0: 2 GPU-hours (tier 1 at 20: 40.00) and 23:50–00:10, 1200 GPU-s across
     // midnight (continuing the count at tier 2, 10/h: 3.33). And a minute from day 1's first
     // second on another node: day 1's, not day 0's.
@@ -273,7 +299,7 @@ both_backends!(late_records_and_records_across_midnight, |db: &TestDb| {
         &[
             west(0, 7200),
             west(DAY - 600, DAY + 600),
-            h100_usage("acme", "n1", "west", None, "1", DAY, DAY + 60),
+            leased("acme", "n1", "west", "1", DAY, DAY + 60),
         ],
     );
     let first = ledger.issuance().invoices("acme", day(0)).unwrap();
@@ -468,7 +494,7 @@ both_backends!(an_overtaken_invoice_is_recomputed, |db: &TestDb| {
     let (ledger, key) = priced_log(db);
     let ledger = Arc::new(ledger);
     let seq = Rc::new(Cell::new(0));
-    let west = |t: &str, start, end| h100_usage(t, "n1", "west", None, "1", start, end);
+    let west = |t: &str, start, end| leased(t, "n1", "west", "1", start, end);
     append(&ledger, &key, &seq, &[west("acme", 0, 3600)]);
     // Another tenant's record and one of acme's next day: issued at once, at the size after them.
     let (k, s) = (key.clone(), seq.clone());
@@ -588,7 +614,7 @@ both_backends!(an_overtaken_certificate_is_recomputed, |db: &TestDb| {
         &key,
         &seq,
         &[
-            h100_usage("acme", "n2", "west", None, "4", 0, 3600),
+            leased("acme", "n2", "west", "4", 0, 3600),
             acme_energy("n2", "10", DAY - 240, DAY),
         ],
     );
@@ -601,12 +627,7 @@ both_backends!(an_overtaken_certificate_is_recomputed, |db: &TestDb| {
     let (k, s) = (key.clone(), seq.clone());
     let attempts = with_hook(&ledger, move |l, attempt| {
         if attempt == 1 {
-            append(
-                l,
-                &k,
-                &s,
-                &[h100_usage("acme", "n2", "west", None, "1", 3600, 3660)],
-            );
+            append(l, &k, &s, &[leased("acme", "n2", "west", "1", 3600, 3660)]);
         }
     });
     let first = ledger.issuance().certificate(request(0)).unwrap();
@@ -628,12 +649,7 @@ both_backends!(an_overtaken_certificate_is_recomputed, |db: &TestDb| {
             }))
             .unwrap();
             // Another tenant's record changes nothing.
-            append(
-                l,
-                &k,
-                &s,
-                &[h100_usage("beta", "n2", "west", None, "1", 0, 60)],
-            );
+            append(l, &k, &s, &[leased("beta", "n2", "west", "1", 0, 60)]);
         }
     });
     let second = ledger.issuance().certificate(request(0)).unwrap();
@@ -648,7 +664,7 @@ both_backends!(an_overtaken_certificate_is_recomputed, |db: &TestDb| {
                 l,
                 &k,
                 &s,
-                &[h100_usage("acme", "n2", "west", None, "1", DAY, DAY + 60)],
+                &[leased("acme", "n2", "west", "1", DAY, DAY + 60)],
             );
         }
     });
@@ -674,15 +690,7 @@ both_backends!(concurrent_issues_are_gapless_and_exact, |db: &TestDb| {
     let mut bodies = Vec::new();
     for d in 0..3 {
         for (i, t) in ["acme", "beta"].into_iter().enumerate() {
-            bodies.push(h100_usage(
-                t,
-                NODES[i],
-                "west",
-                None,
-                "1",
-                d * DAY,
-                d * DAY + 3600,
-            ));
+            bodies.push(leased(t, NODES[i], "west", "1", d * DAY, d * DAY + 3600));
         }
     }
     append(&ledger, &key, &seq, &bodies);
@@ -693,7 +701,7 @@ both_backends!(concurrent_issues_are_gapless_and_exact, |db: &TestDb| {
             for i in 0..40u64 {
                 // Day -1, which nobody issues: these never change what is computed.
                 let start = -DAY + 60 * i as i64;
-                let b = h100_usage("beta", "n3", "east", None, "1", start, start + 60);
+                let b = leased("beta", "n3", "east", "1", start, start + 60);
                 assert_accepted(
                     &l.append(vec![signed("node-1", &k, first + 1 + i, &b)])
                         .unwrap(),

@@ -208,7 +208,7 @@ fn every_vector_validates() {
     }
     assert_eq!(seen, 9, "three kinds × body, envelope, leaf");
     let leaves = log_leaves();
-    assert_eq!(leaves.len(), 12);
+    assert_eq!(leaves.len(), 13);
     for (i, leaf) in leaves.iter().enumerate() {
         assert!(schema_valid("leaf", leaf), "log entry {i}");
         assert!(schema_valid("envelope", &leaf["envelope"]), "log entry {i}");
@@ -237,7 +237,7 @@ fn base(b: Base) -> Value {
         Base::Energy => vector_json("energy.envelope.json"),
         Base::Spot => vector_json("spot_price.envelope.json"),
         Base::Registered => log_leaves()[2]["envelope"].clone(),
-        Base::Revoked => log_leaves()[11]["envelope"].clone(),
+        Base::Revoked => log_leaves()[12]["envelope"].clone(),
     }
 }
 

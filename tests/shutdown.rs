@@ -32,7 +32,8 @@ both_backends!(
                 Some(sample::node_scope("node-term")),
             )
             .unwrap();
-        parties(&ledger, &["t1"]);
+        // t1's lease covers the node its records come from.
+        parties_on(&ledger, &["t1"], &["node-term"]);
         drop(ledger);
 
         let (mut server, base) = spawn_serve(&db.url, &key, 0, &[]);

@@ -28,7 +28,8 @@ fn build(db: &TestDb) -> Ledger {
                 &k,
                 s,
                 &format!("t{}", s % 3),
-                Decimal::from(s),
+                // At most the 8 GPUs each tenant's sample lease covers.
+                Decimal::from(1 + s % 8),
                 slot(s),
             )
         })
@@ -228,7 +229,6 @@ use gpuledger::core::bundle::{self, Format};
 use gpuledger::core::certificate::{Certificate, CertificateCheck, Scope};
 use gpuledger::core::checkpoint::LogSigner;
 use gpuledger::core::invoice::Period;
-use gpuledger::core::record::{Body, LeaseRegistered};
 use gpuledger::store::certificates::{self as store_certs, CertificateRequest};
 
 /// A log in which acme's records, the context and other entries interleave, so the bundle's
@@ -237,22 +237,16 @@ fn certified(ledger: &Ledger) -> Certificate {
     let n1 = signer(ledger, "node-1", Role::Node);
     let n2 = signer(ledger, "node-2", Role::Node);
     parties(ledger, &["acme", "globex"]);
-    ledger
-        .append_ledger_entry(Body::LeaseRegistered(LeaseRegistered {
-            lease: "l1".into(),
-            tenant: "acme".into(),
-            class: gpuledger::core::rating::LeaseClass::OnDemand,
-        }))
-        .unwrap();
+    acme_globex_h100_leases(ledger);
     #[rustfmt::skip]
     let records = [
-        ("node-1", &n1, 1, h100_usage("acme", "node-1", "west", None, "8", 0, 3600)),
-        ("node-2", &n2, 1, h100_usage("globex", "node-2", "west", None, "1", 0, 60)),
-        ("node-2", &n2, 2, h100_usage("acme", "node-2", "east", None, "0.5", 0, 600)),
-        ("node-2", &n2, 3, h100_usage("globex", "node-2", "west", None, "1", 600, 660)),
-        ("node-2", &n2, 4, h100_usage("globex", "node-2", "west", None, "1", 660, 720)),
+        ("node-1", &n1, 1, h100_usage("acme", "node-1", "west", Some("h100-acme"), "8", 0, 3600)),
+        ("node-2", &n2, 1, h100_usage("globex", "node-2", "west", Some("h100-globex"), "1", 0, 60)),
+        ("node-2", &n2, 2, h100_usage("acme", "node-2", "east", Some("h100-acme"), "0.5", 0, 600)),
+        ("node-2", &n2, 3, h100_usage("globex", "node-2", "west", Some("h100-globex"), "1", 600, 660)),
+        ("node-2", &n2, 4, h100_usage("globex", "node-2", "west", Some("h100-globex"), "1", 660, 720)),
         ("node-1", &n1, 2, h100_usage("acme", "node-1", "west", Some("l1"), "2", 3600, 7200)),
-        ("node-1", &n1, 3, h100_usage("acme", "node-1", "west", None, "1", 7200, 7260)),
+        ("node-1", &n1, 3, h100_usage("acme", "node-1", "west", Some("h100-acme"), "1", 7200, 7260)),
     ];
     for (s, k, seq, b) in records {
         assert_accepted(&ledger.append(vec![signed(s, k, seq, &b)]).unwrap());
@@ -717,12 +711,34 @@ fn a_multiproof_over_several_node_lines() {
     let n1 = signer(&ledger, "node-1", Role::Node);
     let n2 = signer(&ledger, "node-2", Role::Node);
     parties(&ledger, &["acme", "globex"]);
+    lease_with(
+        &ledger,
+        "h100-acme",
+        "acme",
+        gpuledger::core::rating::LeaseClass::OnDemand,
+        &[("node-1", "H100", 8)],
+    );
+    lease_with(
+        &ledger,
+        "h100-globex",
+        "globex",
+        gpuledger::core::rating::LeaseClass::OnDemand,
+        &[("node-2", "H100", 8)],
+    );
     let n = 4_200u64;
     let mut batch = Vec::new();
     for i in 0..n {
         let s = i as i64 * 10;
-        let acme = h100_usage("acme", "node-1", "west", None, "1", s, s + 10);
-        let globex = h100_usage("globex", "node-2", "west", None, "1", s, s + 10);
+        let acme = h100_usage("acme", "node-1", "west", Some("h100-acme"), "1", s, s + 10);
+        let globex = h100_usage(
+            "globex",
+            "node-2",
+            "west",
+            Some("h100-globex"),
+            "1",
+            s,
+            s + 10,
+        );
         batch.push(signed("node-1", &n1, i + 1, &acme));
         batch.push(signed("node-2", &n2, i + 1, &globex));
     }
@@ -779,7 +795,15 @@ both_backends!(
         certified(&ledger);
         let n1 = gpuledger::sample::key("node-1");
         ledger.set_clock(Some(at(7_300)));
-        let late = h100_usage("acme", "node-1", "west", None, "1", 7_260, 7_290);
+        let late = h100_usage(
+            "acme",
+            "node-1",
+            "west",
+            Some("h100-acme"),
+            "1",
+            7_260,
+            7_290,
+        );
         assert_accepted(
             &ledger
                 .append(vec![signed("node-1", &n1, 4, &late)])

@@ -33,7 +33,7 @@ fn forged(env: &Envelope, class: &str, key: &ed25519_dalek::SigningKey) -> Envel
 both_backends!(forged_signatures_are_refused_over_http, |db: &TestDb| {
     let s = setup(db, &[("node-f", Role::Node)]);
     let ledger = gpuledger::store::Ledger::open(&db.url, log_key()).unwrap();
-    parties(&ledger, &["t1"]);
+    parties_on(&ledger, &["t1"], &["node-f"]);
     drop(ledger);
     let (child, base) = spawn_serve(&s.url, &s.log_key, 0, &[]);
     let _server = Proc(child);
@@ -96,7 +96,7 @@ fn forged_log(class: &str) -> (Vec<Vec<u8>>, u64) {
         ledger(sample::node("node-f")),
         ledger(registration("node-f", Role::Node, &node)),
     ];
-    for b in sample::parties("t1") {
+    for b in sample::parties("t1", &["node-f"], sample::NODE_GPUS) {
         envs.push(ledger(b));
     }
     let end = now.plus(-60);
@@ -342,7 +342,7 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
         ledger(registration("market-f", Role::Market, &market)),
     ];
     for t in ["t1", "t2"] {
-        for b in sample::parties(t) {
+        for b in sample::parties(t, &["node-f"], sample::NODE_GPUS / 2) {
             context.push(ledger(b));
         }
     }
@@ -514,6 +514,57 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             "unknown_gpu_model",
             vec![edited(&usage, &node, set("gpu_model", "L40S-48G".into()))],
         ),
+        // Leases (§6.7): t1 and t2 each lease 4 of node-f's 8 GPUs.
+        (
+            // One GPU more than t1's lease covers, within the node's 8.
+            "over_capacity",
+            vec![sample::usage(
+                "node-f",
+                &node,
+                1,
+                "t1",
+                Decimal::from(sample::NODE_GPUS / 2 + 1),
+                now.plus(-60),
+            )],
+        ),
+        (
+            // Issue #27's attack: the same usage with no lease at all.
+            "lease_not_on_node",
+            vec![edited(&usage, &node, |b| {
+                b.as_object_mut().unwrap().remove("lease");
+            })],
+        ),
+        (
+            // Usage before t1's lease began (the fleet rules come before the time rules).
+            "outside_lease_term",
+            vec![edited(&usage, &node, |b| {
+                let from = Timestamp::from_unix(sample::LEASE_FROM).unwrap();
+                b["start"] = from.plus(-10).to_string().into();
+                b["end"] = from.to_string().into();
+            })],
+        ),
+        (
+            // A third lease of node-f: 4 + 4 + 1 of its 8 GPUs.
+            "lease_overbooked",
+            vec![ledger(sample::lease_on(
+                "lease-t1-more",
+                "t1",
+                &["node-f"],
+                1,
+            ))],
+        ),
+        (
+            "unknown_gpu",
+            vec![ledger({
+                let mut l = sample::lease_on("lease-t1-more", "t1", &["node-f"], 1);
+                if let Body::LeaseRegistered(l) = &mut l {
+                    l.nodes[0].gpu_model = None;
+                    l.nodes[0].count = None;
+                    l.nodes[0].gpus = Some(vec![sample::NODE_GPUS]);
+                }
+                l
+            })],
+        ),
         (
             // 0.000001 kWh above the 0.14 kWh bound (one exactly at it passes, below).
             "energy_over_bound",
@@ -554,8 +605,8 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
     let key_file = verifier_key_file(dir.path());
     let python = python_verifier_ready();
     let browser = browser_verifier_ready();
-    // Records that fit the node exactly pass every verifier: all 8 GPUs, and energy at the
-    // bound.
+    // Records that fit the node and lease exactly pass every verifier: all 4 GPUs of t1's
+    // lease, all 4 of t2's, and energy at the bound.
     let mut envs = context.clone();
     envs.extend([
         sample::usage(
@@ -563,7 +614,15 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             &node,
             1,
             "t1",
-            Decimal::from(sample::NODE_GPUS),
+            Decimal::from(sample::NODE_GPUS / 2),
+            now.plus(-60),
+        ),
+        sample::usage(
+            "node-f",
+            &node,
+            3,
+            "t2",
+            Decimal::from(sample::NODE_GPUS / 2),
             now.plus(-60),
         ),
         energy(2, "0.14", now.plus(-60)),

@@ -17,7 +17,7 @@ use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
 use gpuledger::core::merkle::{self, Hash, MemoryHashes};
 use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{
-    Body, Energy, GpuUsage, LeaseRegistered, LogPolicy, NodeGpu, NodeRegistered, Role,
+    Body, Energy, GpuUsage, LeaseNode, LeaseRegistered, LogPolicy, NodeGpu, NodeRegistered, Role,
     SignerKeyRegistered, SignerKeyRevoked, SpotPrice, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
@@ -49,7 +49,7 @@ const DETAILED: [(&str, u64); 3] = [("gpu_usage", 7), ("energy", 8), ("spot_pric
 /// are made over).
 const GPU_USAGE_INDEX: usize = DETAILED[0].1 as usize;
 /// Entries in the vector log.
-const LOG_SIZE: u64 = 12;
+const LOG_SIZE: u64 = 13;
 /// Inclusion proofs (leaf index, tree size) and consistency proofs (old size, new size).
 const INCLUSIONS: [(u64, u64); 3] = [(2, 7), (6, 7), (0, 1)];
 const CONSISTENCIES: [(u64, u64); 3] = [(3, 7), (4, 7), (7, 7)];
@@ -105,13 +105,13 @@ fn log_specs() -> Vec<EntrySpec> {
     };
     let tenant = |t: &str| Body::TenantRegistered(TenantRegistered { tenant: t.into() });
     // The node, registered before the key that signs for it (node keys name registered nodes
-    // only): 8 GPUs of the model its records name, at most 5000 W each, so its 300 s energy
-    // record of 3.125 kWh is within 8 × 5000 W × 300 s + 5 % = 3.5 kWh.
+    // only): 9 GPUs of the model its records name, at most 5000 W each, so its 300 s energy
+    // record of 3.125 kWh is within 9 × 5000 W × 300 s + 5 % = 3.9375 kWh.
     let node_registered = Body::NodeRegistered(NodeRegistered {
         node: NODE_SIGNER.into(),
         region: "cn-nmg-1".into(),
         hub: Some("hub-imx".into()),
-        gpus: (0..8)
+        gpus: (0..9)
             .map(|i| NodeGpu {
                 index: i,
                 uuid: format!("GPU-00000000-0000-0000-0000-{:012x}", i + 1),
@@ -133,6 +133,15 @@ fn log_specs() -> Vec<EntrySpec> {
                 lease: "lease-0042".into(),
                 tenant: "tenant-acme".into(),
                 class: LeaseClass::Reserved,
+                from: Timestamp::parse("2026-11-01T00:00:00Z").unwrap(),
+                to: Some(Timestamp::parse("2027-11-01T00:00:00Z").unwrap()),
+                nodes: vec![LeaseNode {
+                    node: NODE_SIGNER.into(),
+                    gpus: Some((0..8).collect()),
+                    share: None,
+                    gpu_model: None,
+                    count: None,
+                }],
             }),
         ),
         EntrySpec {
@@ -179,13 +188,34 @@ fn log_specs() -> Vec<EntrySpec> {
             }),
             received_at: "2026-11-30T12:05:03Z",
         },
+        // tenant-beta's lease of a quarter of GPU 8, registered just before its usage.
+        EntrySpec {
+            signer: LEDGER_SIGNER,
+            seed: LOG_SEED,
+            seq: 8,
+            body: Body::LeaseRegistered(LeaseRegistered {
+                lease: "lease-0043".into(),
+                tenant: "tenant-beta".into(),
+                class: LeaseClass::OnDemand,
+                from: Timestamp::parse("2026-11-01T00:00:00Z").unwrap(),
+                to: None,
+                nodes: vec![LeaseNode {
+                    node: NODE_SIGNER.into(),
+                    gpus: Some(vec![8]),
+                    share: Some(dec("0.25")),
+                    gpu_model: None,
+                    count: None,
+                }],
+            }),
+            received_at: "2026-11-30T12:05:04Z",
+        },
         EntrySpec {
             signer: NODE_SIGNER,
             seed: NODE_SEED,
             seq: 4,
             body: Body::GpuUsage(GpuUsage {
                 tenant: "tenant-beta".into(),
-                lease: None,
+                lease: Some("lease-0043".into()),
                 region: "cn-nmg-1".into(),
                 node: NODE_SIGNER.into(),
                 gpu_model: "H100-SXM5-80GB".into(),
@@ -199,7 +229,7 @@ fn log_specs() -> Vec<EntrySpec> {
         EntrySpec {
             signer: LEDGER_SIGNER,
             seed: LOG_SEED,
-            seq: 8,
+            seq: 9,
             body: Body::SignerKeyRevoked(SignerKeyRevoked {
                 signer: MARKET_SIGNER.into(),
                 key_id: keys::key_id(&market),

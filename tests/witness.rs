@@ -691,7 +691,15 @@ fn certificate_files(dir: &Path) -> (String, String) {
     let ledger = common::open(&db);
     let node = common::signer(&ledger, "node-1", Role::Node);
     common::parties(&ledger, &["acme"]);
-    let usage = h100_usage("acme", "node-1", "west", None, "8", 0, 3600);
+    // The usage is of node-1's H100s: a lease of acme covers 8 of them.
+    common::lease_with(
+        &ledger,
+        "acme-h100",
+        "acme",
+        gpuledger::core::rating::LeaseClass::OnDemand,
+        &[("node-1", "H100", 8)],
+    );
+    let usage = h100_usage("acme", "node-1", "west", Some("acme-h100"), "8", 0, 3600);
     assert_accepted(
         &ledger
             .append(vec![signed("node-1", &node, 1, &usage)])

@@ -121,9 +121,29 @@ fn admin(url: &str) -> String {
         .1
 }
 
+/// The lease of [`TENANT`] that `setup` registers over the node's sample-model GPUs.
+const LEASE: &str = "l-a";
+
+/// A usage record of the node for seq `seq`, `count` GPUs under [`LEASE`].
+fn usage(seq: u64, count: i64) -> gpuledger::core::envelope::Envelope {
+    let key = sample::key(NODE);
+    sample::usage_under(
+        NODE,
+        &key,
+        seq,
+        (TENANT, LEASE),
+        Decimal::from(count),
+        slot(seq),
+    )
+}
+
 /// Usage records of the node for seqs `seqs`, `count` GPUs each, posted and accepted.
 fn post_usage(h: &Http, seqs: std::ops::Range<u64>, count: i64) {
-    h.post_usage(NODE, TENANT, seqs, count);
+    let batch: Vec<_> = seqs.map(|seq| usage(seq, count)).collect();
+    let r = h.post_records(&batch);
+    for o in r["outcomes"].as_array().unwrap() {
+        assert_eq!(o["status"], "accepted", "{r}");
+    }
 }
 
 /// The served checkpoint: its size and the number of valid cosignatures of `w` on it.
@@ -661,9 +681,7 @@ both_backends!(
             detail.contains(&format!("size {cosigned}")) && detail.contains("witness.test/w4"),
             "{detail}"
         );
-        let key = sample::key(NODE);
-        let rec = sample::usage(NODE, &key, 8, TENANT, Decimal::ONE, slot(8));
-        o.try_post_records(&[rec]).unwrap().assert_problem(
+        o.try_post_records(&[usage(8, 1)]).unwrap().assert_problem(
             503,
             "log_rewound",
             "a write to the old copy",

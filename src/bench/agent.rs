@@ -161,14 +161,22 @@ fn start_server(dir: &Path, nodes: &[&str]) -> Result<(Child, String), AgentBenc
         .map(|n| (n.to_string(), sample::key(n)))
         .collect();
     super::register_nodes(&ledger, &nodes)?;
-    super::register_sample_parties(&ledger, &["bench-tenant"])?;
-    // The agents' lease file names `lease-bench`.
-    ledger.append_ledger_entry(gpuledger::core::record::Body::LeaseRegistered(
-        gpuledger::core::record::LeaseRegistered {
-            lease: "lease-bench".into(),
-            tenant: "bench-tenant".into(),
-            class: gpuledger::core::rating::LeaseClass::OnDemand,
-        },
+    // The drained spool's records name the sample lease, on the first node; the steady
+    // agent's lease file names `lease-bench`, the second node whole.
+    super::register_sample_parties(
+        &ledger,
+        "bench-tenant",
+        &nodes[..1]
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>(),
+    )?;
+    let steady: Vec<&str> = nodes[1..].iter().map(|(n, _)| n.as_str()).collect();
+    ledger.append_ledger_entry(gpuledger::sample::lease_on(
+        "lease-bench",
+        "bench-tenant",
+        &steady,
+        sample::NODE_GPUS,
     ))?;
     drop(ledger);
     super::server::spawn_serve(&url, &key_path).map_err(AgentBenchError::Setup)

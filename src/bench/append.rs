@@ -108,13 +108,21 @@ fn generate(
                 name,
                 key,
                 seq,
-                &format!("tenant-{}", i % 5),
+                &tenant_of(i % signers, signers),
                 count,
                 now.plus(-10 * (per_signer - seq as i64)),
             )
         })
         .collect();
     (keys, envs)
+}
+
+/// The tenant of signer `j` of `signers`: five tenants, or more where five would each lease
+/// more than [`gpuledger::core::limits::MAX_LEASE_NODES`] nodes (each signer is a node that
+/// serves one tenant).
+fn tenant_of(j: usize, signers: usize) -> String {
+    let tenants = 5.max(signers.div_ceil(gpuledger::core::limits::MAX_LEASE_NODES / 2));
+    format!("tenant-{}", j % tenants)
 }
 
 /// What one client calls per batch: [`Ledger::append`], or the bench-only unchecked append.
@@ -225,9 +233,17 @@ fn prepare(
     let (keys_a, envs_a) = generate("bench-a", cfg.signers, records_a, progress);
     let (keys_b, envs_b) = generate("bench-b", cfg.signers, cfg.records, progress);
     super::register_nodes(ledger, keys_a.iter().chain(&keys_b))?;
-    let tenants: Vec<String> = (0..5).map(|i| format!("tenant-{i}")).collect();
-    let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
-    super::register_sample_parties(ledger, &tenants)?;
+    // Each tenant leases the whole nodes of its signers (of both phases).
+    let mut by_tenant: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    for (j, (name, _)) in keys_a.iter().enumerate().chain(keys_b.iter().enumerate()) {
+        by_tenant
+            .entry(tenant_of(j, cfg.signers))
+            .or_default()
+            .push(name.as_str());
+    }
+    for (tenant, nodes) in &by_tenant {
+        super::register_sample_parties(ledger, tenant, nodes)?;
+    }
     Ok(Records {
         envs_a,
         keys_b,

@@ -148,8 +148,8 @@ fn plan(cfg: &GrowBench) -> Vec<Month> {
         .collect()
 }
 
-/// One record to sign: node, seq, tenant, end of its 10-second interval.
-type Planned = (usize, u64, usize, Timestamp);
+/// One record to sign: node, seq, tenant, end of its 10-second interval, month.
+type Planned = (usize, u64, usize, Timestamp, usize);
 
 /// The records of the year in log order, a chunk at a time.
 struct Records {
@@ -193,7 +193,7 @@ impl Records {
                 continue;
             }
             self.seqs[node] += 1;
-            out.push((node, self.seqs[node], tenant, end));
+            out.push((node, self.seqs[node], tenant, end, self.month));
         }
         out
     }
@@ -220,8 +220,7 @@ fn open_log(
     }))?;
     super::register_nodes(&ledger, nodes)?;
     let names: Vec<String> = (0..tenants).map(tenant_name).collect();
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    super::register_sample_parties(&ledger, &names)?;
+    register_leases(&ledger, nodes, &names, from)?;
     ledger.append_ledger_entry(Body::RateCard(RateCard {
         region: sample::REGION.into(),
         gpu_model: "H100-SXM-80G".into(),
@@ -237,11 +236,73 @@ fn open_log(
 fn sign(planned: &[Planned], nodes: &[(String, SigningKey)], tenants: &[String]) -> Vec<Envelope> {
     planned
         .par_iter()
-        .map(|&(n, seq, t, end)| {
+        .map(|&(n, seq, t, end, month)| {
             let (name, key) = &nodes[n];
-            sample::usage(name, key, seq, &tenants[t], Decimal::from(8), end)
+            let lease = lease_of(&tenants[t], t, month);
+            let count = Decimal::from(GPUS_PER_LEASE);
+            sample::usage_under(name, key, seq, (&tenants[t], &lease), count, end)
         })
         .collect()
+}
+
+/// GPUs each lease covers on each of its nodes: half of a sample node, so that the measured
+/// tenant (all year, on every node) and the tenant a node serves in a month share it.
+const GPUS_PER_LEASE: u32 = sample::NODE_GPUS / 2;
+
+/// The lease tenant `t` (named `name`) bills under in `month`: the measured tenant's one lease,
+/// or another tenant's lease of that month.
+fn lease_of(name: &str, t: usize, month: usize) -> String {
+    if t == 0 {
+        sample::lease(name)
+    } else {
+        format!("{}-m{month:02}", sample::lease(name))
+    }
+}
+
+/// Registers the tenants and their leases: the measured tenant's on every node all year, and
+/// per other tenant and month one lease of the nodes that serve it that month (as
+/// [`Records::next_chunk`] lays them out), for that month.
+fn register_leases(
+    ledger: &Ledger,
+    nodes: &[(String, SigningKey)],
+    names: &[String],
+    year_start: Timestamp,
+) -> Result<(), StoreError> {
+    let all: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
+    for body in sample::parties(&names[0], &all, GPUS_PER_LEASE) {
+        ledger.append_ledger_entry(body)?;
+    }
+    for name in &names[1..] {
+        ledger.append_ledger_entry(Body::TenantRegistered(
+            gpuledger::core::record::TenantRegistered {
+                tenant: name.clone(),
+            },
+        ))?;
+    }
+    for month in 0..MONTHS {
+        let mut served: std::collections::BTreeMap<usize, Vec<&str>> = Default::default();
+        for (n, node) in all.iter().enumerate() {
+            served
+                .entry(1 + (n + 7 * month) % (names.len() - 1))
+                .or_default()
+                .push(node);
+        }
+        let from = year_start.plus(month as i64 * MONTH_DAYS * 86_400);
+        for (t, nodes) in served {
+            let Body::LeaseRegistered(mut lease) = sample::lease_on(
+                &lease_of(&names[t], t, month),
+                &names[t],
+                &nodes,
+                GPUS_PER_LEASE,
+            ) else {
+                unreachable!("lease_on makes a lease")
+            };
+            lease.from = from;
+            lease.to = Some(from.plus(MONTH_DAYS * 86_400));
+            ledger.append_ledger_entry(Body::LeaseRegistered(lease))?;
+        }
+    }
+    Ok(())
 }
 
 /// Appends `envs` from [`CLIENTS`] threads in batches of [`BATCH`]; every record must be

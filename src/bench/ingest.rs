@@ -6,6 +6,7 @@ use super::round;
 use super::server::{peak_rss_mb, Children};
 use ed25519_dalek::SigningKey;
 use gpuledger::core::keys;
+use gpuledger::core::limits::MAX_LEASE_NODES;
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
 use gpuledger::store::{self, access};
@@ -279,14 +280,6 @@ fn prepare(
             .send_json(&body)
             .map_err(http_err)
     };
-    admin(
-        "/v1/tenants",
-        serde_json::json!({"id": "bench-tenant", "name": "Benchmark tenant"}),
-    )?;
-    admin(
-        "/v1/leases",
-        serde_json::json!({"lease": sample::lease("bench-tenant"), "tenant": "bench-tenant", "class": "on_demand"}),
-    )?;
     let mut agents = Vec::new();
     for i in 0..cfg.agents {
         let name = format!("bench-{run_id}-{i:03}");
@@ -307,7 +300,26 @@ fn prepare(
                 resp.status()
             )));
         }
-        agents.push((name, key));
+        // A tenant of this run per 64 agents leases their nodes whole (a lease covers at most
+        // `MAX_LEASE_NODES` nodes).
+        let tenant = format!("bench-{run_id}-t{}", i / MAX_LEASE_NODES);
+        agents.push((name, key, tenant));
+    }
+    for chunk in agents.chunks(MAX_LEASE_NODES) {
+        let tenant = &chunk[0].2;
+        admin(
+            "/v1/tenants",
+            serde_json::json!({"id": tenant, "name": "Benchmark tenant"}),
+        )?;
+        let nodes: Vec<&str> = chunk.iter().map(|(n, _, _)| n.as_str()).collect();
+        let lease = sample::lease_on(&sample::lease(tenant), tenant, &nodes, sample::NODE_GPUS);
+        let resp = admin("/v1/leases", lease.to_value())?;
+        if resp.status() != 201 {
+            return Err(IngestError::Http(format!(
+                "registering the lease of {tenant}: HTTP {}",
+                resp.status()
+            )));
+        }
     }
     Ok(sign_batches(&agents, per_agent, cfg.batch))
 }
@@ -334,14 +346,14 @@ fn check_origin(http: &ureq::Agent, base: &str) -> Result<(), IngestError> {
 /// `per_agent` usage records of each agent (10-second slots ending now), in JSON batches of
 /// `batch`.
 fn sign_batches(
-    agents: &[(String, SigningKey)],
+    agents: &[(String, SigningKey, String)],
     per_agent: usize,
     batch: usize,
 ) -> Vec<Vec<Vec<u8>>> {
     let now = Timestamp::now();
     agents
         .par_iter()
-        .map(|(name, key)| {
+        .map(|(name, key, tenant)| {
             (0..per_agent)
                 .collect::<Vec<_>>()
                 .chunks(batch)
@@ -350,14 +362,7 @@ fn sign_batches(
                         .iter()
                         .map(|&s| {
                             let end = now.plus(-10 * (per_agent - s) as i64);
-                            sample::usage(
-                                name,
-                                key,
-                                s as u64 + 1,
-                                "bench-tenant",
-                                Decimal::from(8),
-                                end,
-                            )
+                            sample::usage(name, key, s as u64 + 1, tenant, Decimal::from(8), end)
                         })
                         .collect();
                     serde_json::to_vec(&recs).expect("serialises")

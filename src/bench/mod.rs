@@ -23,13 +23,16 @@ use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
 use gpuledger::store::{Ledger, StoreError};
 
-/// Registers sample tenants and their leases on a benchmark's log, so its sample records are
-/// admitted (docs/PROTOCOL.md §6.7).
-pub fn register_sample_parties(ledger: &Ledger, tenants: &[&str]) -> Result<(), StoreError> {
-    for t in tenants {
-        for body in sample::parties(t) {
-            ledger.append_ledger_entry(body)?;
-        }
+/// Registers a sample tenant and its lease on a benchmark's log, so its sample records are
+/// admitted (docs/PROTOCOL.md §6.7): the lease covers all [`sample::NODE_GPUS`] GPUs of each of
+/// `nodes` (registered before), from [`sample::LEASE_FROM`] on.
+pub fn register_sample_parties(
+    ledger: &Ledger,
+    tenant: &str,
+    nodes: &[&str],
+) -> Result<(), StoreError> {
+    for body in sample::parties(tenant, nodes, sample::NODE_GPUS) {
+        ledger.append_ledger_entry(body)?;
     }
     Ok(())
 }

@@ -46,7 +46,8 @@ pub fn run_preview(
     let ledger = super::open_history_log(&url, "bench-preview-log", since)?;
     let nodes = super::sample_signers("preview-node", 16);
     super::register_nodes(&ledger, &nodes)?;
-    super::register_sample_parties(&ledger, &["bench-tenant"])?;
+    let names: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
+    super::register_sample_parties(&ledger, "bench-tenant", &names)?;
     ledger.append_ledger_entry(Body::RateCard(RateCard {
         region: "cn-north-imx".into(),
         gpu_model: "H100-SXM-80G".into(),
@@ -99,8 +100,7 @@ fn fill(
             .flat_map_iter(|(n, k)| {
                 (seq..hi).map(move |s| {
                     let end = month_start.plus(10 * (s as i64 + 1));
-                    // The sample records carry the tenant's lease; the lease is undeclared, so
-                    // it is billed on-demand.
+                    // The sample records carry the tenant's lease (on-demand).
                     sample::usage(n, k, s + 1, "bench-tenant", Decimal::from(8), end)
                 })
             })

@@ -258,7 +258,8 @@ fn context_entries(
             regions: scope.regions,
         }))
     }));
-    for body in sample::parties("bench-tenant") {
+    let names: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
+    for body in sample::parties("bench-tenant", &names, sample::NODE_GPUS) {
         context.push(ledger_env(body));
     }
     let params = RegionParameters {

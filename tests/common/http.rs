@@ -514,17 +514,24 @@ impl Http {
     }
 
     /// Registers each tenant (if new) and its sample lease (`lease-<tenant>`, which sample
-    /// usage records name), so their records are admitted.
+    /// usage records name: 8 sample-model GPUs of `super::TEST_NODE`), so their records are
+    /// admitted.
     pub fn parties(&self, admin: &str, tenants: &[&str]) {
+        self.parties_on(admin, tenants, &[super::TEST_NODE]);
+    }
+
+    /// [`Http::parties`] with sample leases on each of `nodes` (registered first if they are
+    /// not): at most four tenants' leases fit one node.
+    pub fn parties_on(&self, admin: &str, tenants: &[&str], nodes: &[&str]) {
+        for n in nodes {
+            self.node(admin, n);
+        }
         for t in tenants {
             let r = self.post("/v1/tenants", Some(admin), &json!({"id": t, "name": t}));
             assert!(matches!(r.status, 201 | 409), "tenant {t}: {}", r.lossy());
-            self.post(
-                "/v1/leases",
-                Some(admin),
-                &json!({"lease": sample::lease(t), "tenant": t, "class": "on_demand"}),
-            )
-            .ok_json(201);
+            let lease = sample::lease_on(&sample::lease(t), t, nodes, 8);
+            self.post("/v1/leases", Some(admin), &lease.to_value())
+                .ok_json(201);
         }
     }
 

@@ -213,16 +213,6 @@ pub fn signer(ledger: &Ledger, name: &str, role: Role) -> SigningKey {
 /// drawing at most `MAX_WATTS_PER_GPU`, in the sample region.
 pub fn test_node(node: &str) -> gpuledger::core::record::Body {
     use gpuledger::core::record::{Body, NodeGpu, NodeRegistered};
-    const MODELS: [&str; 8] = [
-        "H100-SXM-80G",
-        "H100",
-        "H20-96G",
-        "L40S-48G",
-        "H100-SXM5-80GB",
-        "A100-SXM-80G",
-        "A100",
-        "L4",
-    ];
     Body::NodeRegistered(NodeRegistered {
         node: node.into(),
         region: gpuledger::sample::REGION.into(),
@@ -231,12 +221,78 @@ pub fn test_node(node: &str) -> gpuledger::core::record::Body {
             .map(|i| NodeGpu {
                 index: i,
                 uuid: format!("GPU-test-{node}-{i}"),
-                model: MODELS[i as usize / 8].into(),
+                model: test_node_model(i).into(),
             })
             .collect(),
         max_watts_per_gpu: rust_decimal::Decimal::from(gpuledger::core::limits::MAX_WATTS_PER_GPU),
     })
 }
+
+/// The GPU models of a [`test_node`] (64 GPUs, the most a node may have): 32 of the sample
+/// model, so that four tenants' [`parties`] leases (8 each) fit one node, 16 H100s, 4 H20-96G
+/// and 4 H100-SXM5-80GB, and 2 of each other model tests name.
+pub fn test_node_model(index: u32) -> &'static str {
+    match index {
+        0..32 => gpuledger::sample::MODEL,
+        32..48 => "H100",
+        48..52 => "H20-96G",
+        52..56 => "H100-SXM5-80GB",
+        56..58 => "L40S-48G",
+        58..60 => "A100-SXM-80G",
+        60..62 => "A100",
+        _ => "L4",
+    }
+}
+
+/// A lease body: `id` of `tenant`, billed as `class`, open-ended from
+/// [`gpuledger::sample::LEASE_FROM`], covering on each `(node, model, count)` up to `count`
+/// GPUs of `model` of `node`.
+pub fn lease_body(
+    id: &str,
+    tenant: &str,
+    class: gpuledger::core::rating::LeaseClass,
+    items: &[(&str, &str, u32)],
+) -> gpuledger::core::record::Body {
+    use gpuledger::core::record::{Body, LeaseNode, LeaseRegistered};
+    Body::LeaseRegistered(LeaseRegistered {
+        lease: id.into(),
+        tenant: tenant.into(),
+        class,
+        from: gpuledger::core::time::Timestamp::from_unix(gpuledger::sample::LEASE_FROM).unwrap(),
+        to: None,
+        nodes: items
+            .iter()
+            .map(|(node, model, count)| LeaseNode {
+                node: (*node).into(),
+                gpus: None,
+                share: None,
+                gpu_model: Some((*model).into()),
+                count: Some((*count).into()),
+            })
+            .collect(),
+    })
+}
+
+/// Registers [`lease_body`]`(id, tenant, class, items)`, its nodes first as [`test_node`]s
+/// where they are not registered.
+pub fn lease_with(
+    ledger: &Ledger,
+    id: &str,
+    tenant: &str,
+    class: gpuledger::core::rating::LeaseClass,
+    items: &[(&str, &str, u32)],
+) {
+    for (node, _, _) in items {
+        ensure_node(ledger, node);
+    }
+    ledger
+        .append_ledger_entry(lease_body(id, tenant, class, items))
+        .expect("register lease");
+}
+
+/// The node [`parties`] leases each tenant 8 sample-model GPUs on (registered first, as a
+/// [`test_node`], if it is not); [`parties_on`] names others.
+pub const TEST_NODE: &str = "node-1";
 
 /// Registers `node` as a [`test_node`] unless the log has it (node keys name registered nodes
 /// only).
@@ -272,23 +328,29 @@ pub fn signer_for(ledger: &Ledger, name: &str, role: Role, nodes: &[&str]) -> Si
     k
 }
 
-/// Registers lease `id` of `tenant` (on-demand).
+/// Registers lease `id` of `tenant` (on-demand, open-ended), covering 8 sample-model GPUs of
+/// [`TEST_NODE`] (registered first if it is not).
 pub fn lease(ledger: &Ledger, id: &str, tenant: &str) {
-    use gpuledger::core::record::{Body, LeaseRegistered};
+    ensure_node(ledger, TEST_NODE);
     ledger
-        .append_ledger_entry(Body::LeaseRegistered(LeaseRegistered {
-            lease: id.into(),
-            tenant: tenant.into(),
-            class: gpuledger::core::rating::LeaseClass::OnDemand,
-        }))
+        .append_ledger_entry(gpuledger::sample::lease_on(id, tenant, &[TEST_NODE], 8))
         .expect("register lease");
 }
 
 /// Registers `tenants` and their sample leases (`lease-<tenant>`, which sample usage records
-/// name), so that their records are admitted.
+/// name: 8 sample-model GPUs of [`TEST_NODE`]), so that their records are admitted.
 pub fn parties(ledger: &Ledger, tenants: &[&str]) {
+    parties_on(ledger, tenants, &[TEST_NODE]);
+}
+
+/// [`parties`] with sample leases on each of `nodes` (registered first, as [`test_node`]s, if
+/// they are not): at most four tenants' leases fit one node.
+pub fn parties_on(ledger: &Ledger, tenants: &[&str], nodes: &[&str]) {
+    for n in nodes {
+        ensure_node(ledger, n);
+    }
     for t in tenants {
-        for body in gpuledger::sample::parties(t) {
+        for body in gpuledger::sample::parties(t, nodes, 8) {
             ledger
                 .append_ledger_entry(body)
                 .expect("register tenant and lease");
@@ -366,16 +428,35 @@ pub const AGENT_LEASES: [(&str, &str); 3] = [
     ("l-c", "tenant-c"),
 ];
 
-/// Initialises `db`, registers `signers` and the [`AGENT_LEASES`] (and their tenants), and
-/// writes the log key (0600) into a fresh directory.
+/// Initialises `db`, registers `signers` and the [`AGENT_LEASES`] (and their tenants; each
+/// lease covers 8 sample-model GPUs of every node signer, and of [`TEST_NODE`]), and writes the
+/// log key (0600) into a fresh directory. (The tenants' sample leases are not registered:
+/// [`parties`] would refuse them, as a fourth and fifth lease of 8 overbook a node.)
 pub fn setup(db: &TestDb, signers: &[(&str, Role)]) -> Setup {
     let ledger = open(db);
     for (s, r) in signers {
         signer(&ledger, s, *r);
     }
+    let mut nodes: Vec<&str> = signers
+        .iter()
+        .filter(|(_, r)| *r == Role::Node)
+        .map(|(s, _)| *s)
+        .collect();
+    if !nodes.contains(&TEST_NODE) {
+        nodes.push(TEST_NODE);
+    }
+    for n in &nodes {
+        ensure_node(&ledger, n);
+    }
     for (l, t) in AGENT_LEASES {
-        parties(&ledger, &[t]);
-        lease(&ledger, l, t);
+        ledger
+            .append_ledger_entry(gpuledger::core::record::Body::TenantRegistered(
+                gpuledger::core::record::TenantRegistered { tenant: t.into() },
+            ))
+            .expect("register tenant");
+        ledger
+            .append_ledger_entry(gpuledger::sample::lease_on(l, t, &nodes, 8))
+            .expect("register lease");
     }
     drop(ledger);
     let dir = tempfile::tempdir().expect("tempdir");

@@ -164,3 +164,23 @@ pub fn sample_prices(since: Timestamp, per_gpu_hour: &str) -> [Body; 2] {
         }),
     ]
 }
+
+/// The H100 leases of the two-node scenarios (tests/certificates.rs, tests/tamper.rs): acme
+/// leases 8 of the 16 H100s of node-1 and of node-2 (`h100-acme`) and 8 more of node-1 (`l1`);
+/// globex the other 8 of node-2 (`h100-globex`). All on-demand and open-ended.
+pub fn acme_globex_h100_leases(ledger: &gpuledger::store::Ledger) {
+    for (lease, tenant, nodes) in [
+        ("h100-acme", "acme", &["node-1", "node-2"][..]),
+        ("l1", "acme", &["node-1"][..]),
+        ("h100-globex", "globex", &["node-2"][..]),
+    ] {
+        let items: Vec<(&str, &str, u32)> = nodes.iter().map(|n| (*n, "H100", 8)).collect();
+        super::lease_with(
+            ledger,
+            lease,
+            tenant,
+            gpuledger::core::rating::LeaseClass::OnDemand,
+            &items,
+        );
+    }
+}

@@ -31,6 +31,7 @@ import base64
 import bisect
 import calendar
 import contextlib
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -132,6 +133,12 @@ REASONS = (
     "unknown_gpu_model",
     "over_capacity",
     "energy_over_bound",
+    # Leases bind tenants to GPUs (issue #27; section 6.7, leases): a lease covers GPUs of its
+    # nodes without overbooking any, and usage is billed only under a lease that covers it.
+    "unknown_gpu",
+    "lease_overbooked",
+    "lease_not_on_node",
+    "outside_lease_term",
 )
 ADMISSION_REASONS = REASONS[REASONS.index("node_not_allowed"):]
 CONSISTENCY_REASON = "consistency_proof"  # not in section 15: see README "Where the document was unclear"
@@ -222,6 +229,9 @@ MAX_NODE_GPUS = 64  # node_registered.gpus
 MAX_GPU_INDEX = 2**32 - 1  # node_registered.gpus[i].index is a u32
 MAX_GPU_UUID_LEN = 128  # node_registered.gpus[i].uuid: 1 to 128 visible ASCII characters
 MAX_WATTS_PER_GPU = Decimal(5000)  # node_registered.max_watts_per_gpu
+MAX_LEASE_NODES = 64  # lease_registered.nodes: 1 to 64 items
+MAX_LEASE_GPUS = 64  # lease_registered.nodes[i].gpus: 1 to 64 indexes (MAX_NODE_GPUS)
+MAX_LEASE_COUNT = Decimal(64)  # lease_registered.nodes[i].count: above 0, at most 64 (MAX_NODE_GPUS)
 ENERGY_BOUND_MARGIN_PERCENT = 5  # an energy record may exceed GPUs x watts x seconds by 5 %
 WATT_SECONDS_PER_KWH = 3600000
 
@@ -950,6 +960,146 @@ def _check_node_gpus(gpus: List[Dict[str, Any]]) -> None:
             raise FieldError("invalid_field", f"{f}.model", f"{gpu['model']!r} is not an identifier a body may name")
 
 
+LEASE_ITEM_MEMBERS = ("node", "gpus", "share", "gpu_model", "count")
+
+
+@dataclass(frozen=True)
+class LeaseItem:
+    """What a lease covers of one node (section 5.8): whole GPUs by index (`gpus`), a `share` of
+    each of them, or up to `count` GPUs of `gpu_model`, whichever they are."""
+    node: str
+    gpus: Optional[Tuple[int, ...]] = None
+    share: Optional[Decimal] = None
+    gpu_model: Optional[str] = None
+    count: Optional[Decimal] = None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lease registration (section 5.8): its tenant, class, term [start, end) (end None:
+    open-ended), items, and the index of its lease_registered entry (-1 before it is logged)."""
+    lease: str
+    tenant: str
+    lease_class: str
+    start: int
+    end: Optional[int]
+    items: Tuple[LeaseItem, ...]
+    index: int = -1
+
+    def covers(self, node_body: Dict[str, Any], model: str) -> Decimal:
+        """What the lease covers of the node's GPUs of `model` (section 5.8; record.rs `covers`):
+        the share (1 when absent) of each listed GPU of that model, plus the counts of that
+        model. Exact."""
+        models = {g["index"]: g["model"] for g in node_body["gpus"]}
+        total = Decimal(0)
+        for item in self.items:
+            if item.node != node_body["node"]:
+                continue
+            if item.gpus is not None:
+                of_model = sum(1 for g in item.gpus if models.get(g) == model)
+                total = DEC.add(total, DEC.multiply(Decimal(of_model), item.share if item.share is not None
+                                                    else Decimal(1)))
+            elif item.gpu_model == model:
+                total = DEC.add(total, item.count)
+        return total
+
+    def term_holds(self, start: int, end: int) -> bool:
+        """[start, end) lies within the term."""
+        return start >= self.start and (self.end is None or end <= self.end)
+
+    def active_at(self, t: int) -> bool:
+        return self.start <= t and (self.end is None or t < self.end)
+
+    def term_overlaps(self, other: "Lease") -> bool:
+        """The two half-open terms share an instant."""
+        return (self.end is None or other.start < self.end) and (other.end is None or self.start < other.end)
+
+
+def _lease_items_shape(items: List[Any]) -> None:
+    """lease_registered.nodes, as serde reads it before any value is checked: objects with a
+    string `node`, optional `gpus` (an array of integers 0..2^32-1), `share`, `gpu_model` and
+    `count` (strings), nothing else, no null (malformed)."""
+    for i, item in enumerate(items):
+        f = f"body.nodes[{i}]"
+        if not isinstance(item, dict):
+            raise FieldError("malformed", f, "not an object")
+        for name in item:
+            if name not in LEASE_ITEM_MEMBERS:
+                raise FieldError("malformed", f"{f}.{name}", "unknown member")
+        if "node" not in item:
+            raise FieldError("malformed", f"{f}.node", "missing")
+        for name in ("node", "share", "gpu_model", "count"):
+            if name in item and not isinstance(item[name], str):
+                raise FieldError("malformed", f"{f}.{name}", "not a string (null is not allowed)")
+        if "gpus" in item:
+            gpus = item["gpus"]
+            if not isinstance(gpus, list):
+                raise FieldError("malformed", f"{f}.gpus", "not an array (null is not allowed)")
+            for j, g in enumerate(gpus):
+                if not is_int(g) or not 0 <= g <= MAX_GPU_INDEX:
+                    raise FieldError("malformed", f"{f}.gpus[{j}]", f"not an integer 0..{MAX_GPU_INDEX}")
+
+
+def _item_field(prefix: str, fn, *args):
+    """Runs a _Body check on a lease item, naming the item's field (body.nodes[i].<name>)."""
+    try:
+        return fn(*args)
+    except FieldError as e:
+        raise FieldError(e.code, prefix + e.field[len("body"):], e.message) from None
+
+
+def _lease_items(items: List[Dict[str, Any]]) -> Tuple[LeaseItem, ...]:
+    """Section 5.8, as record.rs `lease_nodes`: 1 to MAX_LEASE_NODES items (empty: invalid_field,
+    more: quantity_out_of_range), each checked in order: its `node`; then either `gpus` (1 to 64
+    indexes, strictly increasing, none of the node listed before in the lease; an optional
+    `share` above 0 and below 1) or `gpu_model` and `count` (above 0, at most 64; a model of a
+    node counted once), else invalid_field on the item."""
+    if not items:
+        raise FieldError("invalid_field", "body.nodes", "an empty array (a lease covers 1 to "
+                         f"{MAX_LEASE_NODES} items)")
+    if len(items) > MAX_LEASE_NODES:
+        raise FieldError("quantity_out_of_range", "body.nodes",
+                         f"{len(items)} items, above MAX_LEASE_NODES = {MAX_LEASE_NODES}")
+    seen = set()
+    out: List[LeaseItem] = []
+    for i, item in enumerate(items):
+        f = f"body.nodes[{i}]"
+        t = _Body(item, {name: name == "node" for name in LEASE_ITEM_MEMBERS}, array_members=("gpus",))
+        node = _item_field(f, t.id, "node")
+        has = {name: name in item for name in LEASE_ITEM_MEMBERS}
+        if has["gpus"] and not has["gpu_model"] and not has["count"]:
+            gpus = item["gpus"]
+            if not 1 <= len(gpus) <= MAX_LEASE_GPUS:
+                raise FieldError("quantity_out_of_range", f"{f}.gpus", f"{len(gpus)} GPUs; an item lists 1 to "
+                                 f"{MAX_LEASE_GPUS}")
+            for j in range(1, len(gpus)):
+                if gpus[j] <= gpus[j - 1]:
+                    raise FieldError("invalid_field", f"{f}.gpus", f"{gpus[j]} after {gpus[j - 1]}: GPUs are "
+                                     "listed by strictly increasing index")
+            for g in gpus:
+                if (node, g, None) in seen:
+                    raise FieldError("invalid_field", f"{f}.gpus", f"GPU {g} of {node} is listed twice")
+                seen.add((node, g, None))
+            share = None
+            if has["share"]:
+                share = _item_field(f, t.decimal, "share", Decimal(0), Decimal(1), True)
+                if share == 1:
+                    raise FieldError("quantity_out_of_range", f"{f}.share",
+                                     "is not below 1 (a whole GPU has no share)")
+            out.append(LeaseItem(node, gpus=tuple(gpus), share=share))
+        elif not has["gpus"] and has["gpu_model"] and has["count"] and not has["share"]:
+            model = _item_field(f, t.id, "gpu_model")
+            count = _item_field(f, t.decimal, "count", Decimal(0), MAX_LEASE_COUNT, True)
+            if (node, None, model) in seen:
+                raise FieldError("invalid_field", f"{f}.gpu_model", f"{model} of {node} is listed twice")
+            seen.add((node, None, model))
+            out.append(LeaseItem(node, gpu_model=model, count=count))
+        else:
+            raise FieldError("invalid_field", f, "covers either gpus (with an optional share) or a gpu_model "
+                             "with a count")
+    return tuple(out)
+
+
 def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
     """Section 5 (version 2), in each table's order. Returns parsed values useful later."""
     out: Dict[str, Any] = {}
@@ -1037,10 +1187,18 @@ def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
         carbon = b.decimal("carbon_g_per_kwh", Decimal(0), MAX_CARBON_G_PER_KWH)
         out.update(pue=pue, carbon=carbon, effective_from=b.timestamp("effective_from"))
     elif kind == "lease_registered":
-        b = _Body(body, {"lease": True, "tenant": True, "class": True})
-        b.id("lease")
-        b.id("tenant")
-        b.enum("class", ("on_demand", "reserved", "spot"))
+        # record.rs `LeaseRegistered::check`: the class first, then the ids, the term and the items.
+        b = _Body(body, {"lease": True, "tenant": True, "class": True, "from": True, "to": False, "nodes": True},
+                  array_members=("nodes",))
+        _lease_items_shape(body["nodes"])
+        cls = b.enum("class", ("on_demand", "reserved", "spot"))
+        lease = b.id("lease")
+        tenant = b.id("tenant")
+        start = b.timestamp("from")
+        end = b.timestamp("to") if b.has("to") else None
+        if end is not None and end <= start:
+            raise FieldError("empty_interval", "body.to", f"{body['to']} is not after body.from ({body['from']})")
+        out.update(lease=Lease(lease, tenant, cls, start, end, _lease_items(body["nodes"])))
     elif kind == "invoice_issued":
         b = _Body(body, {"number": True, "tenant": True, "period_from": True, "period_to": True, "currency": True,
                          "total": True, "checkpoint_size": True, "invoice_sha256": True},
@@ -1663,7 +1821,10 @@ class LogView:
         self.early_revocations: Dict[str, Tuple[str, int]] = {}  # revocations of keys the context does not register
         self.policies: List[Policy] = []  # in index order
         self.tenants: Dict[str, int] = {}  # tenant -> index of its tenant_registered entry
-        self.leases: Dict[str, Tuple[str, int]] = {}  # lease -> (tenant, index of its lease_registered entry)
+        # lease -> its registration (with the index of its lease_registered entry); the first
+        # registration of a lease counts. leases_by_node: node -> the leases naming it, in log order.
+        self.leases: Dict[str, Lease] = {}
+        self.leases_by_node: Dict[str, List[str]] = {}
         # The fleet: node -> (its node_registered body, parsed values, index of the entry); the
         # first registration of a node counts.
         self.nodes: Dict[str, Tuple[Dict[str, Any], Dict[str, Any], int]] = {}
@@ -1810,31 +1971,33 @@ class LogView:
             registered(body["tenant"])
             if "lease" in body:
                 lease = self.leases.get(body["lease"])
-                if lease is None or lease[1] >= index:
+                if lease is None or lease.index >= index:
                     raise fail("unknown_lease", "body.lease",
                                f"lease {body['lease']!r} has no lease_registered entry before entry {index} "
                                "in the bundle")
-                if lease[0] != body["tenant"]:
+                if lease.tenant != body["tenant"]:
                     raise fail("lease_tenant_mismatch", "body.lease",
-                               f"lease {body['lease']!r} is tenant {lease[0]!r}'s, not {body['tenant']!r}'s")
+                               f"lease {body['lease']!r} is tenant {lease.tenant!r}'s, not {body['tenant']!r}'s")
         elif kind == "energy" and "tenant" in body and subject(body["tenant"]):
             registered(body["tenant"])
         elif kind in TENANT_LEDGER_KINDS:
             registered(body["tenant"])
             if kind == "lease_registered":
                 lease = self.leases.get(body["lease"])
-                if lease is not None and lease[1] < index:
+                if lease is not None and lease.index < index:
                     raise fail("already_registered", "body.lease",
-                               f"lease {body['lease']!r} is already declared at entry {lease[1]}")
+                               f"lease {body['lease']!r} is already declared at entry {lease.index}")
         elif kind == "tenant_registered":
             at = self.tenants.get(body["tenant"])
             if at is not None and at < index:
                 raise fail("already_registered", "body.tenant",
                            f"tenant {body['tenant']!r} is already registered at entry {at}")
 
-        # The fleet: node keys name registered nodes only, a node is registered once, and a record
-        # fits the node it names.
-        self.check_fleet(kind, body, index, parsed, fail)
+        # The fleet: node keys name registered nodes only, a node is registered once, a record
+        # fits the node it names; and the leases: a lease covers GPUs its nodes have without
+        # overbooking them, and usage is billed under a lease that covers it (section 6.7).
+        self.check_fleet(kind, body, index, parsed, fail,
+                         leases=kind != "gpu_usage" or subject(body["tenant"]))
 
         # Time, with the log policy in force at this index (now = received_at).
         policy = self.policy_at(index)
@@ -1903,12 +2066,21 @@ class LogView:
         reg = self.nodes.get(node)
         return reg if reg is not None and reg[2] < index else None
 
-    def check_fleet(self, kind: str, body: Dict[str, Any], index: int, parsed: Dict[str, Any], fail) -> None:
+    def check_fleet(self, kind: str, body: Dict[str, Any], index: int, parsed: Dict[str, Any], fail,
+                    leases: bool = True) -> None:
         """Section 6.7, fleet (crates/core/src/fleet.rs `check_fleet`), after the party rules and
         before the time rules: a node is registered once; a node key's nodes are registered before
         it; a record names a node registered before it (its region is bounded by its key's scope,
         not by the node's), a GPU model the node has, at most as many GPUs of that model as the node has, and at most the energy the
-        node's GPUs draw in its interval: GPUs x max_watts_per_gpu x seconds, plus 5 %, in kWh."""
+        node's GPUs draw in its interval: GPUs x max_watts_per_gpu x seconds, plus 5 %, in kWh.
+
+        Then the leases (section 6.7, leases; fleet.rs `check_usage_lease`, `check_not_overbooked`):
+        a gpu_usage record names a lease that covers its node's GPUs of its model, for its whole
+        interval, and at least its gpu_count of them; a lease_registered names registered nodes,
+        GPU indexes and models they have, and overbooks no node at any instant of its term,
+        counting the node's earlier leases the view holds (a bundle: the subject tenant's only).
+        `leases` False skips the usage lease rules: a record of another tenant than a
+        certificate's, to which the party rules (which the lease rules build on) do not apply."""
         if kind == "node_registered":
             reg = self.registered_node(body["node"], index)
             if reg is not None:
@@ -1918,6 +2090,8 @@ class LogView:
             for node in body.get("nodes") or ():
                 if self.registered_node(node, index) is None:
                     raise fail("unknown_node", "body.nodes", f"{node} is not a registered node")
+        elif kind == "lease_registered":
+            self.check_lease_registration(parsed["lease"], index, fail)
         elif kind in NODE_KINDS:
             node = body["node"]
             reg = self.registered_node(node, index)
@@ -1931,6 +2105,8 @@ class LogView:
                 if Decimal(body["gpu_count"]) > has:
                     raise fail("over_capacity", "body.gpu_count",
                                f"is {body['gpu_count']}, but node {node} has {has} {body['gpu_model']} GPUs")
+                if leases:
+                    self.check_usage_lease(body, nb, index, parsed, fail)
             else:
                 gpus, watts, seconds = len(nb["gpus"]), n_parsed["max_watts_per_gpu"], parsed["end"] - parsed["start"]
                 # kwh <= gpus x watts x seconds x (100 + margin) / 100 / 3,600,000, compared exactly
@@ -1944,6 +2120,98 @@ class LogView:
                                f"is {body['kwh']} kWh, above what node {node}'s {gpus} GPUs x "
                                f"{nb['max_watts_per_gpu']} W draw in {seconds} s (+{ENERGY_BOUND_MARGIN_PERCENT} %): "
                                f"{dec_str(bound)} kWh")
+
+    def check_usage_lease(self, body: Dict[str, Any], node_body: Dict[str, Any], index: int,
+                          parsed: Dict[str, Any], fail) -> None:
+        """fleet.rs `check_usage_lease`: the record names a lease (registered earlier to its tenant:
+        the party rules, which come first) that covers more than 0 of its node's GPUs of its model,
+        whose term holds its interval, and that covers at least its gpu_count of them."""
+        name = body.get("lease")
+        if name is None:
+            raise fail("lease_not_on_node", "body.lease",
+                       f"is absent: usage on node {body['node']} is billed under a lease that covers it")
+        lease = self.leases.get(name)
+        if lease is None or lease.index >= index:
+            return  # the party rules' refusal (unknown_lease)
+        covered = lease.covers(node_body, body["gpu_model"])
+        if covered == 0:
+            raise fail("lease_not_on_node", "body.lease",
+                       f"{name} covers no {body['gpu_model']} GPU of node {body['node']}")
+        start, end = parsed["start"], parsed["end"]
+        if not lease.term_holds(start, end):
+            to = format_ts(lease.end) if lease.end is not None else "open-ended"
+            raise fail("outside_lease_term", "body.start" if start < lease.start else "body.end",
+                       f"[{body['start']}, {body['end']}) is not within the term of {name}, "
+                       f"[{format_ts(lease.start)}, {to})")
+        if Decimal(body["gpu_count"]) > covered:
+            raise fail("over_capacity", "body.gpu_count",
+                       f"is {body['gpu_count']}, but {name} covers {dec_str(covered)} {body['gpu_model']} GPUs of "
+                       f"node {body['node']}")
+
+    def check_lease_registration(self, lease: Lease, index: int, fail) -> None:
+        """fleet.rs `check_fleet` for a lease_registered: item by item, its node is registered,
+        its GPU indexes are the node's, its count's model is one the node has; then, node by node
+        in byte order, no overbooking against the node's other earlier leases whose terms overlap
+        its own."""
+        for i, item in enumerate(lease.items):
+            reg = self.registered_node(item.node, index)
+            if reg is None:
+                raise fail("unknown_node", f"body.nodes[{i}].node", f"{item.node} is not a registered node")
+            node_body = reg[0]
+            indexes = {g["index"] for g in node_body["gpus"]}
+            for g in item.gpus or ():
+                if g not in indexes:
+                    raise fail("unknown_gpu", f"body.nodes[{i}].gpus", f"node {item.node} has no GPU {g}")
+            if item.gpu_model is not None and not any(g["model"] == item.gpu_model for g in node_body["gpus"]):
+                raise fail("unknown_gpu_model", f"body.nodes[{i}].gpu_model",
+                           f"node {item.node} has no {item.gpu_model} GPU")
+        for node in sorted({item.node for item in lease.items}, key=str.encode):
+            others = [o for o in (self.leases[n] for n in self.leases_by_node.get(node, ()))
+                      if o.index < index and o.lease != lease.lease and o.term_overlaps(lease)]
+            self.check_not_overbooked(lease, self.nodes[node][0], others, fail)
+
+    @staticmethod
+    def check_not_overbooked(lease: Lease, node_body: Dict[str, Any], others: List[Lease], fail) -> None:
+        """fleet.rs `check_not_overbooked`: at no instant of the lease's term do it and the node's
+        `others` (whose terms overlap it) lease more of a GPU than all of it (the sum of the shares,
+        1 when absent, of the items listing it), nor more of a model than the node's GPUs of it
+        (the shares of listed GPUs of that model plus the counts of it). The load changes only
+        where a term starts or ends: evaluated at the lease's start and at every other lease's
+        start or end strictly inside its term. Exact decimals."""
+        name = node_body["node"]
+        models = {g["index"]: g["model"] for g in node_body["gpus"]}
+        has: Dict[str, int] = {}
+        for g in node_body["gpus"]:
+            has[g["model"]] = has.get(g["model"], 0) + 1
+        instants = {lease.start}
+        for o in others:
+            for t in (o.start, o.end):
+                if t is not None and t > lease.start and (lease.end is None or t < lease.end):
+                    instants.add(t)
+        for t in sorted(instants):
+            per_gpu: Dict[int, Decimal] = {}
+            per_model: Dict[str, Decimal] = {}
+            for held in [o for o in others if o.active_at(t)] + [lease]:
+                for item in held.items:
+                    if item.node != name:
+                        continue
+                    if item.gpu_model is not None and item.count is not None:
+                        per_model[item.gpu_model] = DEC.add(per_model.get(item.gpu_model, Decimal(0)), item.count)
+                    share = item.share if item.share is not None else Decimal(1)
+                    for g in item.gpus or ():
+                        per_gpu[g] = DEC.add(per_gpu.get(g, Decimal(0)), share)
+                        if g in models:
+                            per_model[models[g]] = DEC.add(per_model.get(models[g], Decimal(0)), share)
+            for g in sorted(per_gpu):
+                if per_gpu[g] > 1:
+                    raise fail("lease_overbooked", "body.nodes",
+                               f"would lease {dec_str(per_gpu[g])} of GPU {g} of node {name} at {format_ts(t)}, "
+                               "counting its other leases")
+            for model in sorted(per_model, key=str.encode):
+                if per_model[model] > has.get(model, 0):
+                    raise fail("lease_overbooked", "body.nodes",
+                               f"would lease {dec_str(per_model[model])} {model} GPUs of node {name} at "
+                               f"{format_ts(t)}, which has {has.get(model, 0)}, counting its other leases")
 
     def check_settlement(self, env: Dict[str, Any], item: str) -> None:
         """Section 5.10: a payment or credit note names an invoice issued earlier to its tenant, in
@@ -1995,7 +2263,11 @@ class LogView:
             self.region_params.setdefault(body["region"], []).append(RegionParams(
                 index, parsed["effective_from"], parsed["pue"], parsed["carbon"], body["pue"], body["carbon_g_per_kwh"]))
         elif kind == "lease_registered":
-            self.leases.setdefault(body["lease"], (body["tenant"], index))
+            if body["lease"] not in self.leases:
+                lease = dataclasses.replace(parsed["lease"], index=index)
+                self.leases[lease.lease] = lease
+                for node in sorted({item.node for item in lease.items}):
+                    self.leases_by_node.setdefault(node, []).append(lease.lease)
         elif kind == "tenant_registered":
             self.tenants.setdefault(body["tenant"], index)
         elif kind == "node_registered":

@@ -123,10 +123,42 @@ export function gpuSummary(gpus) {
   return [...by.entries()].map(([model, n]) => `${n} × ${model}`).join(", ");
 }
 
+/** What lease `l` covers of node `node`, in words: whole GPUs, shares of GPUs, counts. */
+export function leaseCovers(l, node) {
+  return (l.nodes || [])
+    .filter((item) => item.node === node)
+    .map((item) =>
+      item.gpus
+        ? item.share
+          ? t("lease_covers_share", { share: item.share, gpus: item.gpus.join(", ") })
+          : t("lease_covers_gpus", { gpus: item.gpus.join(", ") })
+        : t("lease_covers_count", { count: item.count, model: item.gpu_model }),
+    )
+    .join("; ");
+}
+
+/** The leases on node `n`: id, tenant, class, term and what each covers of it. */
+function nodeLeases(n) {
+  const leases = n.leases || [];
+  if (!leases.length) return "—";
+  return h(
+    "ul",
+    { dataset: { leases: leases.length } },
+    ...leases.map((l) =>
+      h(
+        "li",
+        {},
+        h("code", {}, l.lease),
+        ` · ${l.tenant} · ${l.class} · ${l.from} – ${l.to || t("lease_open_ended")} · ${leaseCovers(l, n.node)}`,
+      ),
+    ),
+  );
+}
+
 /** The registered nodes (`GET /v1/nodes`), each with its GPUs behind a disclosure. */
 function nodesTable(nodes) {
   return table(
-    [t("node"), t("region"), t("hub"), t("gpus"), t("max_watts_per_gpu"), t("index")],
+    [t("node"), t("region"), t("hub"), t("gpus"), t("node_leases"), t("max_watts_per_gpu"), t("index")],
     nodes.map((n) => [
       h("code", {}, n.node),
       n.region,
@@ -141,10 +173,11 @@ function nodesTable(nodes) {
           { numeric: [0] },
         ),
       ),
+      nodeLeases(n),
       fmtNumber(n.max_watts_per_gpu),
       fmtNumber(n.index),
     ]),
-    { id: "nodes", numeric: [4, 5] },
+    { id: "nodes", numeric: [5, 6] },
   );
 }
 

@@ -3,8 +3,11 @@
 // and with the reason codes of `gpuledger verify` (crates/core/src/admission.rs,
 // `Registry::admit`): parties (tenants and leases registered before the records that name
 // them), the fleet (crates/core/src/fleet.rs `check_fleet`: nodes registered once and before
-// the keys and records that name them, GPU models, GPU count and energy), time (the log policy in force at the entry's index), the spot series, no stream
-// claiming a second twice (§6.4a) and prices that only move forward. Key validity and scope are bundle.js's Registry.
+// the keys and records that name them, GPU models, GPU count and energy; leases over GPUs the
+// nodes have, never overbooking a node, and usage only under a lease that covers its node,
+// model and interval, for at most what it covers), time (the log policy in force at the
+// entry's index), the spot series, no stream claiming a second twice (§6.4a) and prices that
+// only move forward. Key validity and scope are bundle.js's Registry.
 
 import { Failure } from './result.js';
 import { timestampSeconds } from './leaf.js';
@@ -83,6 +86,91 @@ function quotientText(d, n) {
   return new Dec((2n * num + den) / (2n * den), 6).toString();
 }
 
+/** The §2.2 spelling of `seconds` since the epoch, for messages. */
+const isoOf = (seconds) => new Date(seconds * 1000).toISOString().replace('.000Z', 'Z');
+
+/** Byte order of ASCII identifiers (Rust's `str` order). */
+const byBytes = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
+
+/** The GPU of a node's registration at `index`, or undefined (record.rs `NodeRegistered::gpu`). */
+const gpuOf = (node, index) => node.gpus.find((g) => g.index === index);
+
+/** How many of a node's GPUs are of `model` (record.rs `NodeRegistered::gpus_of`). */
+const gpusOf = (node, model) => node.gpus.filter((g) => g.model === model).length;
+
+/** A lease item's share of each GPU it lists: 1 when it has none (§5.8). */
+const shareOf = (item) => ('share' in item ? Dec.parse(item.share) : Dec.int(1));
+
+/**
+ * What lease body `lease` covers of `node`'s (registration's) GPUs of `model` (§5.8, record.rs
+ * `LeaseRegistered::covers`): the shares of the listed GPUs of that model, plus the counts of
+ * that model, over the items naming the node; exact.
+ */
+export function leaseCovers(lease, node, model) {
+  let sum = Dec.zero();
+  for (const item of lease.nodes) {
+    if (item.node !== node.node) continue;
+    if (Array.isArray(item.gpus)) {
+      const ofModel = item.gpus.filter((i) => gpuOf(node, i)?.model === model).length;
+      sum = sum.add(Dec.int(ofModel).mul(shareOf(item)));
+    } else if (item.gpu_model === model) {
+      sum = sum.add(Dec.parse(item.count));
+    }
+  }
+  return sum;
+}
+
+/** Whether two leases' terms ({from, to}: seconds, to null when open-ended) share an instant. */
+const termsOverlap = (a, b) => (a.to === null || b.from < a.to) && (b.to === null || a.from < b.to);
+
+/**
+ * fleet.rs `check_not_overbooked`: whether `lease` ({body, from, to}), with the node's `others`
+ * whose terms overlap its own, leases at no instant of its term more of `node` than it has: of
+ * each GPU at most all of it, of each model at most its GPUs. The load changes only where a
+ * term starts or ends: it is evaluated at the lease's `from` and at every other lease's `from`
+ * or `to` strictly inside its term. Decimals exact; throws `lease_overbooked`.
+ */
+function checkNotOverbooked(lease, node, others, item) {
+  const within = (t) => t > lease.from && (lease.to === null || t < lease.to);
+  const instants = [lease.from];
+  for (const o of others) {
+    if (within(o.from)) instants.push(o.from);
+    if (o.to !== null && within(o.to)) instants.push(o.to);
+  }
+  const one = Dec.int(1);
+  for (const t of [...new Set(instants)].sort((a, b) => a - b)) {
+    const active = [...others.filter((o) => o.from <= t && (o.to === null || t < o.to)), lease];
+    const perGpu = new Map();
+    const perModel = new Map();
+    const add = (m, k, d) => m.set(k, (m.get(k) ?? Dec.zero()).add(d));
+    for (const l of active) {
+      for (const it of l.body.nodes) {
+        if (it.node !== node.node) continue;
+        if ('gpu_model' in it && 'count' in it) add(perModel, it.gpu_model, Dec.parse(it.count));
+        for (const g of Array.isArray(it.gpus) ? it.gpus : []) {
+          const share = shareOf(it);
+          add(perGpu, g, share);
+          const gpu = gpuOf(node, g);
+          if (gpu) add(perModel, gpu.model, share);
+        }
+      }
+    }
+    for (const g of [...perGpu.keys()].sort((a, b) => a - b)) {
+      const load = perGpu.get(g);
+      if (load.cmp(one) > 0) {
+        throw new Failure('lease_overbooked', item, `body.nodes would lease ${load} of GPU ${g} of node ${node.node} at ${isoOf(t)}, counting its other leases`);
+      }
+    }
+    for (const model of [...perModel.keys()].sort(byBytes)) {
+      const load = perModel.get(model);
+      const has = gpusOf(node, model);
+      if (load.cmp(Dec.int(has)) > 0) {
+        throw new Failure('lease_overbooked', item, `body.nodes would lease ${load} ${model} GPUs of node ${node.node} at ${isoOf(t)}, which has ${has}, counting its other leases`);
+      }
+    }
+  }
+}
+
 /** Seconds of a timestamp the envelope checks may not have looked at; a bad one is leaf_invalid. */
 function secondsOf(v, item, field) {
   const s = timestampSeconds(v);
@@ -98,8 +186,11 @@ export class Admission {
   constructor() {
     /** tenant → index of its tenant_registered */
     this.tenants = new Map();
-    /** lease → {tenant, at} */
+    /** lease → {tenant, at, body, from, to}: its first lease_registered entry, its term in
+     *  seconds (to null when open-ended) */
     this.leases = new Map();
+    /** node → the ids of the leases naming it */
+    this.leasesByNode = new Map();
     /** [{at, maxAge, skew}] in index order */
     this.policies = [];
     /** "region|gpu_model|effective_from" → index */
@@ -203,7 +294,10 @@ export class Admission {
    * key names nodes registered before it; a record names a node registered before it, a GPU
    * model the node has, at most as many GPUs of that model as the node
    * has, and at most the kWh the node's GPUs draw in its interval (GPUs × max_watts_per_gpu ×
-   * seconds, + ENERGY_BOUND_MARGIN_PERCENT), compared exactly.
+   * seconds, + ENERGY_BOUND_MARGIN_PERCENT), compared exactly. Then the lease rules (§6.7,
+   * leases): a lease names registered nodes, GPUs and models they have, and overbooks none of
+   * them; usage names a lease that covers its node's model, within its term, for at most what
+   * it covers.
    */
   checkFleet(index, kind, b, item) {
     const registered = (node) => {
@@ -221,6 +315,10 @@ export class Admission {
       }
       return;
     }
+    if (kind === 'lease_registered') {
+      this.checkLease(index, b, item, registered);
+      return;
+    }
     if (kind !== 'gpu_usage' && kind !== 'energy') return;
     const n = registered(b.node);
     if (!n) throw new Failure('unknown_node', item, `${b.node} is not a registered node`);
@@ -231,6 +329,7 @@ export class Admission {
       if (Dec.parse(b.gpu_count).cmp(Dec.int(has)) > 0) {
         throw new Failure('over_capacity', item, `gpu_count is ${b.gpu_count}, but node ${b.node} has ${has} ${b.gpu_model} GPUs`);
       }
+      this.checkUsageLease(index, b, node, item);
       return;
     }
     // kwh ≤ GPUs × watts × seconds × (100 + margin) / 100 / 3,600,000, both sides multiplied
@@ -240,6 +339,63 @@ export class Admission {
     const scale = 100 * WATT_SECONDS_PER_KWH;
     if (Dec.parse(b.kwh).mul(Dec.int(scale)).cmp(allowed) > 0) {
       throw new Failure('energy_over_bound', item, `kwh is ${b.kwh}, above what node ${b.node}'s ${node.gpus.length} GPUs × ${node.max_watts_per_gpu} W draw in ${seconds} s (+${ENERGY_BOUND_MARGIN_PERCENT} %): ${quotientText(allowed, scale)} kWh`);
+    }
+  }
+
+  /**
+   * The lease rules of a usage record on `node` (fleet.rs `check_usage_lease`): it names a lease
+   * (registered earlier, to its tenant: checkParties) that covers the node's GPUs of its model,
+   * for its whole interval, and at least `gpu_count` of them.
+   */
+  checkUsageLease(index, b, node, item) {
+    if (!('lease' in b)) {
+      throw new Failure('lease_not_on_node', item, `body.lease is absent: usage on node ${b.node} is billed under a lease that covers it`);
+    }
+    // An unregistered lease, or another tenant's, is checkParties' refusal.
+    const l = this.leases.get(b.lease);
+    if (!l || l.at >= index) return;
+    const covered = leaseCovers(l.body, node, b.gpu_model);
+    if (covered.cmp(Dec.zero()) === 0) {
+      throw new Failure('lease_not_on_node', item, `body.lease: ${b.lease} covers no ${b.gpu_model} GPU of node ${b.node}`);
+    }
+    const start = secondsOf(b.start, item, 'body.start');
+    const end = secondsOf(b.end, item, 'body.end');
+    if (start < l.from || (l.to !== null && end > l.to)) {
+      const field = start < l.from ? 'body.start' : 'body.end';
+      throw new Failure('outside_lease_term', item, `${field}: [${b.start}, ${b.end}) is not within the term of ${b.lease}, [${l.body.from}, ${l.to === null ? 'open-ended' : l.body.to})`);
+    }
+    if (Dec.parse(b.gpu_count).cmp(covered) > 0) {
+      throw new Failure('over_capacity', item, `gpu_count is ${b.gpu_count}, but ${b.lease} covers ${covered} ${b.gpu_model} GPUs of node ${b.node}`);
+    }
+  }
+
+  /**
+   * A lease registration (fleet.rs `check_fleet`, LeaseRegistered): item by item, its node
+   * registered (`unknown_node`), its GPU indexes the node's (`unknown_gpu`), its counted model
+   * one the node has (`unknown_gpu_model`); then, node by node in byte order, no overbooking
+   * counting the node's earlier leases whose terms overlap its own (`lease_overbooked`).
+   */
+  checkLease(index, b, item, registered) {
+    b.nodes.forEach((it, i) => {
+      const n = registered(it.node);
+      if (!n) throw new Failure('unknown_node', item, `body.nodes[${i}].node: ${it.node} is not a registered node`);
+      for (const g of Array.isArray(it.gpus) ? it.gpus : []) {
+        if (!gpuOf(n.body, g)) throw new Failure('unknown_gpu', item, `body.nodes[${i}].gpus: node ${it.node} has no GPU ${g}`);
+      }
+      if ('gpu_model' in it && gpusOf(n.body, it.gpu_model) === 0) {
+        throw new Failure('unknown_gpu_model', item, `body.nodes[${i}].gpu_model: node ${it.node} has no ${it.gpu_model} GPU`);
+      }
+    });
+    const lease = {
+      body: b,
+      from: secondsOf(b.from, item, 'body.from'),
+      to: 'to' in b ? secondsOf(b.to, item, 'body.to') : null,
+    };
+    for (const name of [...new Set(b.nodes.map((it) => it.node))].sort(byBytes)) {
+      const others = (this.leasesByNode.get(name) ?? [])
+        .map((id) => this.leases.get(id))
+        .filter((o) => o.at < index && o.body.lease !== b.lease && termsOverlap(o, lease));
+      checkNotOverbooked(lease, registered(name).body, others, item);
     }
   }
 
@@ -326,7 +482,13 @@ export class Admission {
         if (!this.nodes.has(b.node)) this.nodes.set(b.node, { body: b, at: index });
         break;
       case 'lease_registered':
-        if (!this.leases.has(b.lease)) this.leases.set(b.lease, { tenant: b.tenant, at: index });
+        if (!this.leases.has(b.lease)) {
+          this.leases.set(b.lease, { tenant: b.tenant, at: index, body: b, from: timestampSeconds(b.from), to: 'to' in b ? timestampSeconds(b.to) : null });
+          for (const node of new Set(b.nodes.map((it) => it.node))) {
+            if (!this.leasesByNode.has(node)) this.leasesByNode.set(node, []);
+            this.leasesByNode.get(node).push(b.lease);
+          }
+        }
         break;
       case 'log_policy':
         this.policies.push({ at: index, maxAge: Number(b.max_record_age_seconds), skew: Number(b.max_future_skew_seconds) });

@@ -41,7 +41,12 @@
 //   the keys and records that name them, `unknown_node`; a record in its node's region,
 //   `region_not_allowed`, of a GPU model the node has, `unknown_gpu_model`, for at most its
 //   GPUs of that model, `over_capacity`, and at most the energy they draw,
-//   `energy_over_bound`), the time rules under the log policy in force (`too_old`, `in_future`, `price_in_past`), the spot series (`price_conflict`,
+//   `energy_over_bound`), the leases (§5.8: a lease over registered nodes, `unknown_node`,
+//   GPUs and models they have, `unknown_gpu`, `unknown_gpu_model`, that overbooks no node at
+//   any instant of its term counting the bundle's other leases, i.e. the subject tenant's own,
+//   `lease_overbooked`; usage only under a lease, `lease_not_on_node`, that covers its node's
+//   model, `lease_not_on_node`, within its term, `outside_lease_term`, for at most what it
+//   covers, `over_capacity`), the time rules under the log policy in force (`too_old`, `in_future`, `price_in_past`), the spot series (`price_conflict`,
 //   `price_in_invoiced_period`), no stream claiming a second twice (`overlapping_interval`,
 //   §6.4a) and prices that only move forward (`price_not_forward`).
 //

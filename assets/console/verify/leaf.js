@@ -39,6 +39,8 @@ export const MAX_TIER_BOUND_GPU_HOURS = Dec.int(1000000000);
 export const MAX_NODE_GPUS = 64;
 /** `MAX_WATTS_PER_GPU`: the highest max_watts_per_gpu a node may declare. */
 export const MAX_WATTS_PER_GPU = Dec.int(5000);
+/** `MAX_LEASE_NODES`: a lease_registered entry covers 1 to 64 items (§5.8). */
+export const MAX_LEASE_NODES = 64;
 /** A GPU's index on its node is a u32. */
 export const MAX_GPU_INDEX = 4294967295;
 /** A GPU's UUID: 1 to 128 visible ASCII characters. */
@@ -151,6 +153,46 @@ function interval(b) {
   return secs;
 }
 
+/**
+ * A lease's items (§5.8, record.rs `lease_nodes`): 1 to MAX_LEASE_NODES, each either GPUs (1 to
+ * MAX_NODE_GPUS indexes, strictly increasing, with an optional share above 0 and below 1) or a
+ * GPU model with a count above 0 and at most MAX_NODE_GPUS; no GPU of a node, and no model of a
+ * node's counts, listed twice. Their shape is checked already.
+ */
+function leaseItems(items) {
+  check(items.length >= 1, `invalid_field: body.nodes: a lease covers 1 to ${MAX_LEASE_NODES} items`);
+  check(items.length <= MAX_LEASE_NODES, `quantity_out_of_range: body.nodes: a lease covers 1 to ${MAX_LEASE_NODES} items`);
+  const seen = new Set();
+  items.forEach((n, i) => {
+    const f = `body.nodes[${i}]`;
+    bodyId(n.node, `${f}.node`);
+    if ('gpus' in n && !('gpu_model' in n) && !('count' in n)) {
+      check(n.gpus.length >= 1 && n.gpus.length <= MAX_NODE_GPUS, `quantity_out_of_range: ${f}.gpus lists 1 to ${MAX_NODE_GPUS} GPUs`);
+      for (let k = 1; k < n.gpus.length; k++) {
+        check(n.gpus[k] > n.gpus[k - 1], `invalid_field: ${f}.gpus: GPUs are listed by strictly increasing index`);
+      }
+      for (const g of n.gpus) {
+        const key = `${n.node}\u0000gpu\u0000${g}`;
+        check(!seen.has(key), `invalid_field: ${f}.gpus: GPU ${g} of ${n.node} is listed twice`);
+        seen.add(key);
+      }
+      if ('share' in n) {
+        const share = quantity(n.share, Dec.int(1), `${f}.share`);
+        check(share.cmp(Dec.zero()) > 0 && share.cmp(Dec.int(1)) < 0, `quantity_out_of_range: ${f}.share is above 0 and below 1 (whole GPUs have no share)`);
+      }
+    } else if (!('gpus' in n) && 'gpu_model' in n && 'count' in n && !('share' in n)) {
+      bodyId(n.gpu_model, `${f}.gpu_model`);
+      const count = quantity(n.count, Dec.int(MAX_NODE_GPUS), `${f}.count`);
+      check(count.cmp(Dec.zero()) > 0, `quantity_out_of_range: ${f}.count must be above 0`);
+      const key = `${n.node}\u0000model\u0000${n.gpu_model}`;
+      check(!seen.has(key), `invalid_field: ${f}.gpu_model: ${n.gpu_model} of ${n.node} is listed twice`);
+      seen.add(key);
+    } else {
+      throw new LeafError(`invalid_field: ${f} covers either gpus (with an optional share) or a gpu_model with a count`);
+    }
+  });
+}
+
 /** The body checks this verifier makes (see the module docs). */
 async function checkBody(kind, b) {
   switch (kind) {
@@ -244,12 +286,37 @@ async function checkBody(kind, b) {
       check(watts.cmp(Dec.zero()) > 0, 'quantity_out_of_range: body.max_watts_per_gpu must be above 0');
       return;
     }
-    case 'lease_registered':
-      members(b, 'body', ['lease', 'tenant', 'class']);
+    case 'lease_registered': {
+      // As record.rs reads it (`LeaseRegistered::check`, `lease_nodes`): the whole shape first
+      // (serde's part: members, strings, GPU indexes that are u32s), then the class, the ids,
+      // the term [from, to) and the items.
+      members(b, 'body', ['lease', 'tenant', 'class', 'from', 'nodes'], ['to']);
+      for (const k of ['lease', 'tenant', 'class', 'from', 'to']) {
+        if (k in b) check(typeof b[k] === 'string', `body.${k} is not a string`);
+      }
+      check(Array.isArray(b.nodes), 'body.nodes is not an array');
+      b.nodes.forEach((n, i) => {
+        const f = `body.nodes[${i}]`;
+        members(n, f, ['node'], ['gpus', 'share', 'gpu_model', 'count']);
+        for (const k of ['node', 'share', 'gpu_model', 'count']) {
+          if (k in n) check(typeof n[k] === 'string', `${f}.${k} is not a string`);
+        }
+        if ('gpus' in n) {
+          check(Array.isArray(n.gpus), `${f}.gpus is not an array`);
+          n.gpus.forEach((g, k) => check(Number.isSafeInteger(g) && g >= 0 && g <= MAX_GPU_INDEX, `${f}.gpus[${k}] is not an integer 0 to ${MAX_GPU_INDEX}`));
+        }
+      });
+      check(LEASE_CLASSES.has(b.class), 'body.class must be on_demand, reserved or spot');
       bodyId(b.lease, 'body.lease');
       bodyId(b.tenant, 'body.tenant');
-      check(LEASE_CLASSES.has(b.class), 'body.class must be on_demand, reserved or spot');
+      ts(b.from, 'body.from');
+      if ('to' in b) {
+        ts(b.to, 'body.to');
+        check(timestampSeconds(b.to) > timestampSeconds(b.from), `empty_interval: body.to (${b.to}) is not after body.from (${b.from})`);
+      }
+      leaseItems(b.nodes);
       return;
+    }
     case 'log_policy': {
       // The time rules of §6.7 read these: whole seconds within the policy's bounds.
       members(b, 'body', ['max_record_age_seconds', 'max_future_skew_seconds']);

@@ -136,6 +136,45 @@ pub fn parse(text: &str) -> Result<Vec<Lease>, String> {
     Ok(out)
 }
 
+impl Lease {
+    /// What this lease covers of `node`, whose GPU indexes are `node_gpus`, as the items of its
+    /// `lease_registered` entry (docs/PROTOCOL.md §5.8): the whole GPUs in one item, and the
+    /// GPUs leased by the same share in one item each. The ledger bills usage only under a
+    /// registered lease that covers it, so a lease file and the lease's registration agree.
+    pub fn registration_items(
+        &self,
+        node: &str,
+        node_gpus: &[u32],
+    ) -> Vec<gpuledger_core::record::LeaseNode> {
+        let mut by_share: BTreeMap<Decimal, Vec<u32>> = BTreeMap::new();
+        match &self.scope {
+            Scope::WholeNode => {
+                let mut all = node_gpus.to_vec();
+                all.sort_unstable();
+                all.dedup();
+                by_share.insert(Decimal::ONE, all);
+            }
+            Scope::Gpus(m) => {
+                for (gpu, share) in m {
+                    by_share.entry(share.normalize()).or_default().push(*gpu);
+                }
+            }
+        }
+        by_share
+            .into_iter()
+            .rev()
+            .filter(|(_, gpus)| !gpus.is_empty())
+            .map(|(share, gpus)| gpuledger_core::record::LeaseNode {
+                node: node.to_owned(),
+                gpus: Some(gpus),
+                share: (share != Decimal::ONE).then_some(share),
+                gpu_model: None,
+                count: None,
+            })
+            .collect()
+    }
+}
+
 fn parse_fraction(s: &str) -> Result<Decimal, String> {
     let d = Decimal::from_str_exact(s.trim())
         .map_err(|_| format!("fraction {s:?} is not a decimal"))?;

@@ -89,6 +89,7 @@ pub fn hint(r: Reason) -> &'static str {
         Reason::UnknownLease => "register the lease for its tenant (POST /v1/leases) before the lease file names it",
         Reason::UnknownNode => "register the node with its GPUs (POST /v1/nodes) before a key is registered for it; records of a key registered for an unregistered node stay held",
         Reason::UnknownGpuModel | Reason::OverCapacity | Reason::EnergyOverBound => "the record does not fit the node's registration (GPU models, count, power per GPU): fix the collector's model ids, or register the machine as it is under a new node id",
+        Reason::LeaseNotOnNode | Reason::OutsideLeaseTerm => "the lease file bills GPUs, or a time, that the lease's registration does not cover (its nodes, GPUs and term): fix the lease file to match the registered lease",
         Reason::LeaseTenantMismatch => "the lease file names this lease for another tenant than its registration: fix the lease file",
         Reason::Conflict => "another record holds this seq: was the spool directory deleted? register a new signer id and start with an empty spool",
         Reason::InFuture => "the node's clock is ahead of the ledger's: check NTP",
@@ -745,7 +746,7 @@ mod tests {
     /// Every rejection reason of the protocol, by its wire code, and what the agent does with
     /// it. A reason that core adds fails to compile in core's `Reason::class`; one renamed
     /// fails here.
-    const TABLE: [(&str, Disposition); 38] = [
+    const TABLE: [(&str, Disposition); 42] = [
         ("malformed", DeadLetter),
         ("unsupported_version", DeadLetter),
         ("unknown_kind", DeadLetter),
@@ -784,6 +785,10 @@ mod tests {
         ("unknown_gpu_model", DeadLetter),
         ("over_capacity", DeadLetter),
         ("energy_over_bound", DeadLetter),
+        ("unknown_gpu", DeadLetter),
+        ("lease_overbooked", DeadLetter),
+        ("lease_not_on_node", DeadLetter),
+        ("outside_lease_term", DeadLetter),
     ];
 
     #[test]

@@ -8,7 +8,9 @@ use super::envelope::Checked;
 use super::ids::LEDGER_SIGNER;
 use super::keys;
 use super::limits::MAX_SPOT_SCHEDULE_AHEAD_SECONDS;
-use super::record::{Body, Kind, LogPolicy, NodeRegistered, Role, SignerKeyRegistered};
+use super::record::{
+    Body, Kind, LeaseRegistered, LogPolicy, NodeRegistered, Role, SignerKeyRegistered,
+};
 use super::rejection::{Reason, Rejection};
 use super::time::Timestamp;
 use ed25519_dalek::VerifyingKey;
@@ -669,7 +671,9 @@ pub struct Registry {
     log_key_id: String,
     keys: HashMap<String, KeyState>,
     tenants: HashMap<String, u64>,
-    leases: HashMap<String, (String, u64)>,
+    leases: HashMap<String, (LeaseRegistered, u64)>,
+    /// node → the leases naming it.
+    leases_by_node: HashMap<String, Vec<String>>,
     policies: Vec<(u64, LogPolicy)>,
     spot: SpotHistory,
     prices: PriceSeries,
@@ -682,6 +686,18 @@ impl super::fleet::Fleet for Registry {
     fn node(&self, node: &str) -> Option<(&NodeRegistered, u64)> {
         self.nodes.get(node).map(|(n, at)| (n, *at))
     }
+    fn lease(&self, lease: &str) -> Option<(&LeaseRegistered, u64)> {
+        self.leases.get(lease).map(|(l, at)| (l, *at))
+    }
+    fn leases_on(&self, node: &str) -> Vec<(&LeaseRegistered, u64)> {
+        self.leases_by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.leases.get(id))
+            .map(|(l, at)| (l, *at))
+            .collect()
+    }
 }
 
 impl Parties for Registry {
@@ -689,7 +705,9 @@ impl Parties for Registry {
         self.tenants.get(tenant).copied()
     }
     fn lease(&self, lease: &str) -> Option<(String, u64)> {
-        self.leases.get(lease).cloned()
+        self.leases
+            .get(lease)
+            .map(|(l, at)| (l.tenant.clone(), *at))
     }
 }
 
@@ -702,6 +720,7 @@ impl Registry {
             keys: HashMap::new(),
             tenants: HashMap::new(),
             leases: HashMap::new(),
+            leases_by_node: HashMap::new(),
             policies: Vec::new(),
             spot: SpotHistory::default(),
             prices: PriceSeries::default(),
@@ -884,10 +903,17 @@ impl Registry {
             Body::TenantRegistered(t) => {
                 self.tenants.entry(t.tenant.clone()).or_insert(index);
             }
-            Body::LeaseRegistered(l) => {
-                self.leases
-                    .entry(l.lease.clone())
-                    .or_insert((l.tenant.clone(), index));
+            Body::LeaseRegistered(l) if !self.leases.contains_key(&l.lease) => {
+                let mut nodes: Vec<&String> = l.nodes.iter().map(|n| &n.node).collect();
+                nodes.sort_unstable();
+                nodes.dedup();
+                for n in nodes {
+                    self.leases_by_node
+                        .entry(n.clone())
+                        .or_default()
+                        .push(l.lease.clone());
+                }
+                self.leases.insert(l.lease.clone(), (l.clone(), index));
             }
             Body::LogPolicy(p) => self.policies.push((index, *p)),
             Body::NodeRegistered(n) => {

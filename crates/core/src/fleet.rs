@@ -1,20 +1,28 @@
 //! The fleet rules (docs/PROTOCOL.md §6.7, fleet): a node key names only registered nodes, a
 //! node is registered once, and a record fits the node it names: a GPU model the node has, at
 //! most as many GPUs of that model as the node has, and no more energy than the node's GPUs
-//! can draw. (A record's region is bounded by its key's scope, §6.7 scope; the node's own
-//! region is not yet a rule.) One function, [`check_fleet`], applied by the ledger at ingest (to its
-//! cache of the registered nodes) and by `verify-log` and the bundle verifiers (to the nodes
-//! rebuilt from the log, `admission::Registry`).
+//! can draw. Leases bind tenants to GPUs: a lease covers GPUs of registered nodes without
+//! overbooking any (at no instant of its term more of a GPU, or of a model's GPUs, than the
+//! node has, counting the node's other leases), and usage is billed only under a lease that
+//! covers its node and model during its interval, for at most as many GPUs as it covers. (A
+//! record's region is bounded by its key's scope, §6.7 scope; the node's own region is not yet
+//! a rule.) One function, [`check_fleet`], applied by the ledger at ingest (to its cache of the
+//! registered nodes and leases) and by `verify-log` and the bundle verifiers (to the nodes and
+//! leases rebuilt from the log, `admission::Registry`).
 
 use super::limits::ENERGY_BOUND_MARGIN_PERCENT;
-use super::record::{Body, NodeRegistered};
+use super::record::{Body, GpuUsage, LeaseRegistered, NodeRegistered};
 use super::rejection::{Reason, Rejection};
 use rust_decimal::Decimal;
 
-/// Where the log registered nodes.
+/// Where the log registered nodes and leases.
 pub trait Fleet {
     /// The node's registration and the index of its `node_registered` entry.
     fn node(&self, node: &str) -> Option<(&NodeRegistered, u64)>;
+    /// The lease's registration and the index of its `lease_registered` entry.
+    fn lease(&self, lease: &str) -> Option<(&LeaseRegistered, u64)>;
+    /// The registrations of the leases that name `node`, with their indexes, in any order.
+    fn leases_on(&self, node: &str) -> Vec<(&LeaseRegistered, u64)>;
 }
 
 /// The most kWh `node`'s GPUs may draw in `seconds`: GPUs × `max_watts_per_gpu` × seconds,
@@ -90,6 +98,43 @@ pub fn check_fleet(body: &Body, index: u64, fleet: &dyn Fleet) -> Result<(), Rej
                     ),
                 ));
             }
+            check_usage_lease(u, node, index, fleet)?;
+        }
+        Body::LeaseRegistered(l) => {
+            for (i, item) in l.nodes.iter().enumerate() {
+                let node = registered(&item.node, &format!("body.nodes[{i}].node"))?;
+                for g in item.gpus.iter().flatten() {
+                    if node.gpu(*g).is_none() {
+                        return Err(Rejection::field(
+                            Reason::UnknownGpu,
+                            &format!("body.nodes[{i}].gpus"),
+                            format!("node {} has no GPU {g}", item.node),
+                        ));
+                    }
+                }
+                if let Some(model) = &item.gpu_model {
+                    if node.gpus_of(model) == 0 {
+                        return Err(Rejection::field(
+                            Reason::UnknownGpuModel,
+                            &format!("body.nodes[{i}].gpu_model"),
+                            format!("node {} has no {model} GPU", item.node),
+                        ));
+                    }
+                }
+            }
+            let mut nodes: Vec<&str> = l.nodes.iter().map(|n| n.node.as_str()).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            for name in nodes {
+                let (node, _) = fleet.node(name).expect("checked above");
+                let others: Vec<&LeaseRegistered> = fleet
+                    .leases_on(name)
+                    .into_iter()
+                    .filter(|(o, at)| *at < index && o.lease != l.lease && o.term_overlaps(l))
+                    .map(|(o, _)| o)
+                    .collect();
+                check_not_overbooked(l, node, &others)?;
+            }
         }
         Body::Energy(e) => {
             let node = registered(&e.node, "body.node")?;
@@ -116,17 +161,200 @@ pub fn check_fleet(body: &Body, index: u64, fleet: &dyn Fleet) -> Result<(), Rej
     Ok(())
 }
 
+/// The lease rules of a usage record on `node`: it names a lease (registered earlier, to its
+/// tenant: `admission::check_parties`) that covers the node's GPUs of its model, for its whole
+/// interval, and at least `gpu_count` of them. The lease's records of one node and model are
+/// one stream (§6.7, overlap), whose intervals never overlap, so at any instant at most one of
+/// them counts against what the lease covers there: the per-instant rule is this per-record one.
+fn check_usage_lease(
+    u: &GpuUsage,
+    node: &NodeRegistered,
+    index: u64,
+    fleet: &dyn Fleet,
+) -> Result<(), Rejection> {
+    let Some(name) = &u.lease else {
+        return Err(Rejection::field(
+            Reason::LeaseNotOnNode,
+            "body.lease",
+            format!(
+                "is absent: usage on node {} is billed under a lease that covers it",
+                u.node
+            ),
+        ));
+    };
+    // An unregistered lease, or another tenant's, is check_parties' refusal.
+    let Some((lease, _)) = fleet.lease(name).filter(|(_, at)| *at < index) else {
+        return Ok(());
+    };
+    let covered = lease.covers(node, &u.gpu_model);
+    if covered.is_zero() {
+        return Err(Rejection::field(
+            Reason::LeaseNotOnNode,
+            "body.lease",
+            format!("{name} covers no {} GPU of node {}", u.gpu_model, u.node),
+        ));
+    }
+    if !lease.term_holds(u.start, u.end) {
+        let to = lease.to.map_or("open-ended".to_owned(), |t| t.to_string());
+        return Err(Rejection::field(
+            Reason::OutsideLeaseTerm,
+            if u.start < lease.from {
+                "body.start"
+            } else {
+                "body.end"
+            },
+            format!(
+                "[{}, {}) is not within the term of {name}, [{}, {to})",
+                u.start, u.end, lease.from
+            ),
+        ));
+    }
+    if u.gpu_count > covered {
+        return Err(Rejection::field(
+            Reason::OverCapacity,
+            "body.gpu_count",
+            format!(
+                "is {}, but {name} covers {} {} GPUs of node {}",
+                u.gpu_count,
+                covered.normalize(),
+                u.gpu_model,
+                u.node
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `lease`, with the node's `others` whose terms overlap its own, leases at no instant
+/// of its term more of `node` than it has: of each GPU at most all of it (the shares of the
+/// leases listing it), and of each model at most its GPUs (the shares of listed GPUs of that
+/// model plus the counts of that model). The load changes only where a term starts or ends, so
+/// it is evaluated at the start of the lease's term and at every other lease's start or end
+/// inside it: O(k²) for the node's k overlapping leases, no scan of usage.
+pub fn check_not_overbooked(
+    lease: &LeaseRegistered,
+    node: &NodeRegistered,
+    others: &[&LeaseRegistered],
+) -> Result<(), Rejection> {
+    let mut instants = vec![lease.from];
+    for o in others {
+        for t in std::iter::once(o.from).chain(o.to) {
+            if t > lease.from && lease.to.is_none_or(|to| t < to) {
+                instants.push(t);
+            }
+        }
+    }
+    instants.sort_unstable();
+    instants.dedup();
+    for t in instants {
+        let active = others
+            .iter()
+            .filter(|o| o.from <= t && o.to.is_none_or(|to| t < to))
+            .copied()
+            .chain(std::iter::once(lease));
+        let mut per_gpu: std::collections::BTreeMap<u32, Decimal> = Default::default();
+        let mut per_model: std::collections::BTreeMap<&str, Decimal> = Default::default();
+        for l in active {
+            for item in l.nodes.iter().filter(|n| n.node == node.node) {
+                if let (Some(model), Some(count)) = (&item.gpu_model, item.count) {
+                    *per_model.entry(model.as_str()).or_default() += count;
+                }
+                for g in item.gpus.iter().flatten() {
+                    let share = item.share.unwrap_or(Decimal::ONE);
+                    *per_gpu.entry(*g).or_default() += share;
+                    if let Some(gpu) = node.gpu(*g) {
+                        *per_model.entry(gpu.model.as_str()).or_default() += share;
+                    }
+                }
+            }
+        }
+        if let Some((g, load)) = per_gpu.iter().find(|(_, load)| **load > Decimal::ONE) {
+            return Err(Rejection::field(
+                Reason::LeaseOverbooked,
+                "body.nodes",
+                format!(
+                    "would lease {} of GPU {g} of node {} at {t}, counting its other leases",
+                    load.normalize(),
+                    node.node
+                ),
+            ));
+        }
+        for (model, load) in per_model {
+            let has = node.gpus_of(model);
+            if load > Decimal::from(has) {
+                return Err(Rejection::field(
+                    Reason::LeaseOverbooked,
+                    "body.nodes",
+                    format!(
+                        "would lease {} {model} GPUs of node {} at {t}, which has {has}, counting its other leases",
+                        load.normalize(),
+                        node.node
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Energy, GpuUsage, NodeGpu};
+    use crate::record::{Energy, GpuUsage, LeaseNode, NodeGpu};
     use crate::time::Timestamp;
     use std::collections::HashMap;
 
-    struct Nodes(HashMap<String, (NodeRegistered, u64)>);
+    struct Nodes(
+        HashMap<String, (NodeRegistered, u64)>,
+        HashMap<String, (LeaseRegistered, u64)>,
+    );
     impl Fleet for Nodes {
         fn node(&self, node: &str) -> Option<(&NodeRegistered, u64)> {
             self.0.get(node).map(|(n, at)| (n, *at))
+        }
+        fn lease(&self, lease: &str) -> Option<(&LeaseRegistered, u64)> {
+            self.1.get(lease).map(|(l, at)| (l, *at))
+        }
+        fn leases_on(&self, node: &str) -> Vec<(&LeaseRegistered, u64)> {
+            self.1
+                .values()
+                .filter(|(l, _)| l.names_node(node))
+                .map(|(l, at)| (l, *at))
+                .collect()
+        }
+    }
+
+    /// Lease `id` of acme over `items` for [from, to) (seconds after [`t`]'s origin).
+    fn lease(id: &str, from: i64, to: Option<i64>, items: Vec<LeaseNode>) -> LeaseRegistered {
+        LeaseRegistered {
+            lease: id.into(),
+            tenant: "acme".into(),
+            class: crate::rating::LeaseClass::OnDemand,
+            from: t(from),
+            to: to.map(t),
+            nodes: items,
+        }
+    }
+
+    /// Whole GPUs (or a share of each) of a node.
+    fn gpus(node: &str, gpus: &[u32], share: Option<&str>) -> LeaseNode {
+        LeaseNode {
+            node: node.into(),
+            gpus: Some(gpus.to_vec()),
+            share: share.map(|s| s.parse().unwrap()),
+            gpu_model: None,
+            count: None,
+        }
+    }
+
+    /// Up to `count` GPUs of `model` of a node.
+    fn count(node: &str, model: &str, count: &str) -> LeaseNode {
+        LeaseNode {
+            node: node.into(),
+            gpus: None,
+            share: None,
+            gpu_model: Some(model.into()),
+            count: Some(count.parse().unwrap()),
         }
     }
 
@@ -160,7 +388,7 @@ mod tests {
         let gpu_count: Decimal = count.parse().unwrap();
         Body::GpuUsage(GpuUsage {
             tenant: "acme".into(),
-            lease: None,
+            lease: Some("L".into()),
             region: region.into(),
             node: node.into(),
             gpu_model: model.into(),
@@ -200,10 +428,16 @@ mod tests {
             max_watts_per_gpu: Decimal::ONE,
             ..n1()
         };
-        let fleet = Nodes(HashMap::from([
-            ("n1".to_owned(), (n1(), 3)),
-            ("tiny".to_owned(), (tiny, 3)),
-        ]));
+        let all_of_n1 = lease(
+            "L",
+            0,
+            None,
+            vec![gpus("n1", &[0, 1, 2, 3, 4, 5, 6, 7, 8], None)],
+        );
+        let fleet = Nodes(
+            HashMap::from([("n1".to_owned(), (n1(), 3)), ("tiny".to_owned(), (tiny, 3))]),
+            HashMap::from([("L".to_owned(), (all_of_n1, 4))]),
+        );
         // 9 GPUs × 700 W × 3600 s = 22,680,000 J = 6.3 kWh, + 5 % = 6.615 kWh.
         assert_eq!(
             energy_bound_kwh(&n1(), 3_600),
@@ -278,5 +512,249 @@ mod tests {
             (r.reason, r.field.as_deref()),
             (Reason::UnknownNode, Some("body.nodes"))
         );
+    }
+
+    fn n2() -> NodeRegistered {
+        NodeRegistered {
+            node: "n2".into(),
+            ..n1()
+        }
+    }
+
+    fn usage_under(
+        lease: Option<&str>,
+        node: &str,
+        model: &str,
+        count: &str,
+        from: i64,
+        to: i64,
+    ) -> Body {
+        let gpu_count: Decimal = count.parse().unwrap();
+        Body::GpuUsage(GpuUsage {
+            tenant: "acme".into(),
+            lease: lease.map(str::to_owned),
+            region: "west".into(),
+            node: node.into(),
+            gpu_model: model.into(),
+            gpu_count,
+            start: t(from),
+            end: t(to),
+            gpu_seconds: gpu_count * Decimal::from(to - from),
+        })
+    }
+
+    /// Issue #27, leases: usage is billed only under a lease that covers its node, model and
+    /// interval, for at most what it covers; and leases never overbook a node, at any instant.
+    #[test]
+    fn leases_bind_usage_to_gpus_and_never_overbook() {
+        let fleet = Nodes(
+            HashMap::from([("n1".to_owned(), (n1(), 1)), ("n2".to_owned(), (n2(), 2))]),
+            HashMap::from([
+                // GPUs 0-3 of n1, open-ended.
+                (
+                    "L".to_owned(),
+                    (
+                        lease("L", 0, None, vec![gpus("n1", &[0, 1, 2, 3], None)]),
+                        4,
+                    ),
+                ),
+                // Half of GPUs 4 and 5 of n1 (MIG or fractional slices), for 2 h.
+                (
+                    "S".to_owned(),
+                    (
+                        lease("S", 0, Some(7_200), vec![gpus("n1", &[4, 5], Some("0.5"))]),
+                        5,
+                    ),
+                ),
+                // Any 4 H100s of n2 for [1 h, 3 h).
+                (
+                    "P".to_owned(),
+                    (
+                        lease("P", 3_600, Some(10_800), vec![count("n2", "H100", "4")]),
+                        6,
+                    ),
+                ),
+            ]),
+        );
+        let verdict = |body: &Body| {
+            check_fleet(body, 10, &fleet)
+                .err()
+                .map(|r| (r.reason, r.field.unwrap_or_default()))
+        };
+        let refused = |r: Reason, f: &str| Some((r, f.to_owned()));
+        for (name, body, want) in [
+            (
+                "the lease's 4 GPUs",
+                usage_under(Some("L"), "n1", "H100", "4", 0, 3_600),
+                None,
+            ),
+            (
+                "one GPU more than the lease",
+                usage_under(Some("L"), "n1", "H100", "4.000001", 0, 3_600),
+                refused(Reason::OverCapacity, "body.gpu_count"),
+            ),
+            (
+                "no lease",
+                usage_under(None, "n1", "H100", "1", 0, 3_600),
+                refused(Reason::LeaseNotOnNode, "body.lease"),
+            ),
+            (
+                "a model the lease lacks on the node",
+                usage_under(Some("L"), "n1", "L40S", "1", 0, 3_600),
+                refused(Reason::LeaseNotOnNode, "body.lease"),
+            ),
+            (
+                "another node",
+                usage_under(Some("L"), "n2", "H100", "1", 0, 3_600),
+                refused(Reason::LeaseNotOnNode, "body.lease"),
+            ),
+            (
+                "two half GPUs make one",
+                usage_under(Some("S"), "n1", "H100", "1", 0, 3_600),
+                None,
+            ),
+            (
+                "more than the halves",
+                usage_under(Some("S"), "n1", "H100", "1.5", 0, 3_600),
+                refused(Reason::OverCapacity, "body.gpu_count"),
+            ),
+            (
+                "after the slices' term",
+                usage_under(Some("S"), "n1", "H100", "1", 7_000, 7_201),
+                refused(Reason::OutsideLeaseTerm, "body.end"),
+            ),
+            (
+                "any 4 of n2",
+                usage_under(Some("P"), "n2", "H100", "4", 3_600, 7_200),
+                None,
+            ),
+            (
+                "up to the term's end",
+                usage_under(Some("P"), "n2", "H100", "4", 7_200, 10_800),
+                None,
+            ),
+            (
+                "before the term",
+                usage_under(Some("P"), "n2", "H100", "1", 3_599, 4_000),
+                refused(Reason::OutsideLeaseTerm, "body.start"),
+            ),
+            (
+                "past the term",
+                usage_under(Some("P"), "n2", "H100", "1", 10_000, 10_801),
+                refused(Reason::OutsideLeaseTerm, "body.end"),
+            ),
+            // The node's own bound comes first: 1,024 GPUs on a 9-GPU node.
+            (
+                "1,024 GPUs",
+                usage_under(Some("L"), "n1", "H100", "1024", 0, 3_600),
+                refused(Reason::OverCapacity, "body.gpu_count"),
+            ),
+        ] {
+            assert_eq!(verdict(&body), want, "{name}");
+        }
+        let register = |l: LeaseRegistered| Body::LeaseRegistered(l);
+        for (name, body, want) in [
+            (
+                "the free GPUs 6 and 7",
+                register(lease("F", 0, None, vec![gpus("n1", &[6, 7], None)])),
+                None,
+            ),
+            (
+                "a GPU leased whole already",
+                register(lease("F", 0, None, vec![gpus("n1", &[3], None)])),
+                refused(Reason::LeaseOverbooked, "body.nodes"),
+            ),
+            (
+                "the other half of a sliced GPU",
+                register(lease("F", 0, None, vec![gpus("n1", &[4], Some("0.5"))])),
+                None,
+            ),
+            (
+                "more than the other half",
+                register(lease(
+                    "F",
+                    0,
+                    None,
+                    vec![gpus("n1", &[4], Some("0.500001"))],
+                )),
+                refused(Reason::LeaseOverbooked, "body.nodes"),
+            ),
+            (
+                "more than half, from the slices' end",
+                register(lease("F", 7_200, None, vec![gpus("n1", &[4], Some("0.6"))])),
+                None,
+            ),
+            (
+                "more than half, a second before it",
+                register(lease("F", 7_199, None, vec![gpus("n1", &[4], Some("0.6"))])),
+                refused(Reason::LeaseOverbooked, "body.nodes"),
+            ),
+            // n1's H100s: 4 (L) + 2 × 0.5 (S) leased; 3 more fill it, 4 overbook it until S ends.
+            (
+                "exactly full by count",
+                register(lease("F", 0, None, vec![count("n1", "H100", "3")])),
+                None,
+            ),
+            (
+                "one GPU more by count",
+                register(lease("F", 0, None, vec![count("n1", "H100", "4")])),
+                refused(Reason::LeaseOverbooked, "body.nodes"),
+            ),
+            (
+                "one more, once the slices end",
+                register(lease("F", 7_200, None, vec![count("n1", "H100", "4")])),
+                None,
+            ),
+            // n2: P holds 4 of 8 during [1 h, 3 h).
+            (
+                "5 ending where P starts",
+                register(lease("F", 0, Some(3_600), vec![count("n2", "H100", "5")])),
+                None,
+            ),
+            (
+                "5 overlapping P by a second",
+                register(lease("F", 0, Some(3_601), vec![count("n2", "H100", "5")])),
+                refused(Reason::LeaseOverbooked, "body.nodes"),
+            ),
+            (
+                "5 starting inside P",
+                register(lease("F", 10_799, None, vec![count("n2", "H100", "5")])),
+                refused(Reason::LeaseOverbooked, "body.nodes"),
+            ),
+            (
+                "5 starting where P ends",
+                register(lease("F", 10_800, None, vec![count("n2", "H100", "5")])),
+                None,
+            ),
+            (
+                "9 of an 8-H100 node on its own",
+                register(lease("F", 20_000, None, vec![count("n2", "H100", "9")])),
+                refused(Reason::LeaseOverbooked, "body.nodes"),
+            ),
+            (
+                "a GPU the node lacks",
+                register(lease("F", 0, None, vec![gpus("n1", &[9], None)])),
+                refused(Reason::UnknownGpu, "body.nodes[0].gpus"),
+            ),
+            (
+                "a model the node lacks",
+                register(lease("F", 0, None, vec![count("n1", "A100", "1")])),
+                refused(Reason::UnknownGpuModel, "body.nodes[0].gpu_model"),
+            ),
+            (
+                "an unregistered node",
+                register(lease("F", 0, None, vec![count("n9", "H100", "1")])),
+                refused(Reason::UnknownNode, "body.nodes[0].node"),
+            ),
+        ] {
+            assert_eq!(verdict(&body), want, "{name}");
+        }
+        // A lease registered after the record does not count for it.
+        let r = check_fleet(
+            &usage_under(Some("P"), "n2", "H100", "1", 3_600, 4_000),
+            6,
+            &fleet,
+        );
+        assert!(r.is_ok(), "left to the parties rule (unknown_lease)");
     }
 }

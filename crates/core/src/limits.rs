@@ -52,6 +52,9 @@ pub const MAX_EXTERNAL_REFERENCE_BYTES: usize = 128;
 /// Most GPUs one `node_registered` entry lists (an entry is at most `MAX_ENVELOPE_BYTES`).
 pub const MAX_NODE_GPUS: usize = 64;
 
+/// Most items (node, GPUs or a GPU model's count) one `lease_registered` entry covers.
+pub const MAX_LEASE_NODES: usize = 64;
+
 /// Highest `max_watts_per_gpu` a node may declare.
 pub const MAX_WATTS_PER_GPU: u32 = 5_000;
 

@@ -259,6 +259,14 @@ impl OnWire for Vec<NodeGpu> {
     type Form = Vec<NodeGpu>;
 }
 
+impl OnWire for Vec<u32> {
+    type Form = Vec<u32>;
+}
+
+impl OnWire for Vec<LeaseNode> {
+    type Form = Vec<LeaseNodeWire>;
+}
+
 body! {
     /// GPU time used: `gpu_count` GPUs of one model on one node for [start, end).
     #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -445,12 +453,91 @@ body! {
 }
 
 body! {
-    /// A lease of `tenant`, billed as `class`.
+    /// What a lease covers on one node (docs/PROTOCOL.md §5.8): either whole GPUs by index
+    /// (`gpus`), or a share of each of them (`gpus` with `share`, e.g. `0.5`: a fractional or
+    /// MIG slice), or up to `count` GPUs of `gpu_model`, whichever of the node's GPUs of that
+    /// model (for schedulers that move pods and jobs between GPUs).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct LeaseNode, read as LeaseNodeWire {
+        pub node: String,
+        /// GPU indexes of the node, strictly increasing; with no `gpu_model` or `count`.
+        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+        pub gpus: Option<Vec<u32>>,
+        /// The share of each GPU in `gpus`, above 0 and below 1; absent for whole GPUs.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            serialize_with = "canonical_option",
+            deserialize_with = "present"
+        )]
+        @schema(value_type = Option<crate::decimal::DecimalString>)
+        pub share: Option<Decimal>,
+        /// With `count`, and no `gpus`: a GPU model of the node.
+        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+        pub gpu_model: Option<String>,
+        /// With `gpu_model`: how many of the node's GPUs of that model, above 0.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            serialize_with = "canonical_option",
+            deserialize_with = "present"
+        )]
+        @schema(value_type = Option<crate::decimal::DecimalString>)
+        pub count: Option<Decimal>,
+    }
+}
+
+body! {
+    /// A lease of `tenant`, billed as `class`, over the GPUs of `nodes` for its term
+    /// [`from`, `to`) (no `to`: open-ended). Usage is billed only under a lease that covers its
+    /// node, model and interval (docs/PROTOCOL.md §6.7, fleet).
     #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
     pub struct LeaseRegistered, read as LeaseWire {
         pub lease: String,
         pub tenant: String,
         pub class: LeaseClass,
+        pub from: Timestamp,
+        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+        pub to: Option<Timestamp>,
+        /// 1 to `MAX_LEASE_NODES` items.
+        pub nodes: Vec<LeaseNode>,
+    }
+}
+
+impl LeaseRegistered {
+    /// Whether the lease names `node` in any item.
+    pub fn names_node(&self, node: &str) -> bool {
+        self.nodes.iter().any(|n| n.node == node)
+    }
+
+    /// How many GPUs of `model` the lease covers on `node` (its registration): the shares of
+    /// the listed GPUs of that model, plus the counts of that model.
+    pub fn covers(&self, node: &NodeRegistered, model: &str) -> Decimal {
+        self.nodes
+            .iter()
+            .filter(|n| n.node == node.node)
+            .map(|n| match (&n.gpus, &n.gpu_model, n.count) {
+                (Some(gpus), _, _) => {
+                    let of_model = gpus
+                        .iter()
+                        .filter(|i| node.gpu(**i).is_some_and(|g| g.model == model))
+                        .count();
+                    Decimal::from(of_model) * n.share.unwrap_or(Decimal::ONE)
+                }
+                (None, Some(m), Some(count)) if m == model => count,
+                _ => Decimal::ZERO,
+            })
+            .sum()
+    }
+
+    /// Whether [start, end) lies within the lease's term.
+    pub fn term_holds(&self, start: Timestamp, end: Timestamp) -> bool {
+        start >= self.from && self.to.is_none_or(|to| end <= to)
+    }
+
+    /// Whether the lease's term and `other`'s share an instant.
+    pub fn term_overlaps(&self, other: &LeaseRegistered) -> bool {
+        self.to.is_none_or(|to| other.from < to) && other.to.is_none_or(|to| self.from < to)
     }
 }
 
@@ -591,6 +678,11 @@ body! {
 }
 
 impl NodeRegistered {
+    /// The node's GPU at `index`.
+    pub fn gpu(&self, index: u32) -> Option<&NodeGpu> {
+        self.gpus.iter().find(|g| g.index == index)
+    }
+
     /// How many of the node's GPUs are of `model`.
     pub fn gpus_of(&self, model: &str) -> usize {
         self.gpus.iter().filter(|g| g.model == model).count()
@@ -961,12 +1053,130 @@ impl Record for LeaseRegistered {
                 ))
             }
         };
+        let lease = id("body.lease", &w.lease)?;
+        let tenant = id("body.tenant", &w.tenant)?;
+        let from = ts("body.from", &w.from)?;
+        let to = w.to.as_deref().map(|t| ts("body.to", t)).transpose()?;
+        if let Some(to) = to.filter(|to| *to <= from) {
+            return Err(Rejection::field(
+                Reason::EmptyInterval,
+                "body.to",
+                format!("({to}) is not after body.from ({from})"),
+            ));
+        }
         Ok(LeaseRegistered {
-            lease: id("body.lease", &w.lease)?,
-            tenant: id("body.tenant", &w.tenant)?,
+            lease,
+            tenant,
             class,
+            from,
+            to,
+            nodes: lease_nodes(w.nodes)?,
         })
     }
+}
+
+/// A lease's items: 1 to `MAX_LEASE_NODES`, each either GPUs (strictly increasing indexes, an
+/// optional share strictly between 0 and 1) or a GPU model with a count above 0; no GPU of a
+/// node and no model of a node's counts listed twice.
+fn lease_nodes(wire: Vec<LeaseNodeWire>) -> Result<Vec<LeaseNode>, Rejection> {
+    if wire.is_empty() || wire.len() > MAX_LEASE_NODES {
+        return Err(Rejection::field(
+            if wire.is_empty() {
+                Reason::InvalidField
+            } else {
+                Reason::QuantityOutOfRange
+            },
+            "body.nodes",
+            format!("a lease covers 1 to {MAX_LEASE_NODES} items"),
+        ));
+    }
+    let mut seen: std::collections::HashSet<(String, Option<u32>, Option<String>)> =
+        std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(wire.len());
+    for (i, w) in wire.into_iter().enumerate() {
+        let field = |m: &str| format!("body.nodes[{i}].{m}");
+        let node = id(&field("node"), &w.node)?;
+        let item = match (w.gpus, w.gpu_model, w.count) {
+            (Some(gpus), None, None) => {
+                if gpus.is_empty() || gpus.len() > MAX_NODE_GPUS {
+                    return Err(Rejection::field(
+                        Reason::QuantityOutOfRange,
+                        &field("gpus"),
+                        format!("lists 1 to {MAX_NODE_GPUS} GPUs"),
+                    ));
+                }
+                if gpus.windows(2).any(|p| p[1] <= p[0]) {
+                    return Err(Rejection::field(
+                        Reason::InvalidField,
+                        &field("gpus"),
+                        "GPUs are listed by strictly increasing index",
+                    ));
+                }
+                for g in &gpus {
+                    if !seen.insert((node.clone(), Some(*g), None)) {
+                        return Err(Rejection::field(
+                            Reason::InvalidField,
+                            &field("gpus"),
+                            format!("GPU {g} of {node} is listed twice"),
+                        ));
+                    }
+                }
+                let share = w
+                    .share
+                    .as_deref()
+                    .map(|s| quantity(&field("share"), s, Decimal::ONE))
+                    .transpose()?;
+                if share.is_some_and(|s| s.is_zero() || s == Decimal::ONE) {
+                    return Err(Rejection::field(
+                        Reason::QuantityOutOfRange,
+                        &field("share"),
+                        "is above 0 and below 1 (whole GPUs have no share)",
+                    ));
+                }
+                LeaseNode {
+                    node,
+                    gpus: Some(gpus),
+                    share,
+                    gpu_model: None,
+                    count: None,
+                }
+            }
+            (None, Some(model), Some(count)) if w.share.is_none() => {
+                let model = id(&field("gpu_model"), &model)?;
+                let count = quantity(&field("count"), &count, Decimal::from(MAX_NODE_GPUS))?;
+                if count.is_zero() {
+                    return Err(Rejection::field(
+                        Reason::QuantityOutOfRange,
+                        &field("count"),
+                        "must be above 0",
+                    ));
+                }
+                if !seen.insert((node.clone(), None, Some(model.clone()))) {
+                    return Err(Rejection::field(
+                        Reason::InvalidField,
+                        &field("gpu_model"),
+                        format!("{model} of {node} is listed twice"),
+                    ));
+                }
+                LeaseNode {
+                    node,
+                    gpus: None,
+                    share: None,
+                    gpu_model: Some(model),
+                    count: Some(count),
+                }
+            }
+            _ => {
+                return Err(Rejection::field(
+                    Reason::InvalidField,
+                    &format!("body.nodes[{i}]"),
+                    "covers either gpus (with an optional share) or a gpu_model with a count",
+                ))
+            }
+        };
+        out.push(item);
+    }
+    Ok(out)
 }
 
 impl Record for InvoiceIssued {

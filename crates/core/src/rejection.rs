@@ -87,6 +87,16 @@ pub enum Reason {
     OverCapacity,
     /// The energy record claims more than its node's GPUs can draw in its interval.
     EnergyOverBound,
+    /// A lease names a GPU index its node does not have.
+    UnknownGpu,
+    /// A lease would lease more of a node (a GPU, or a model's GPUs) than it has, at some
+    /// instant of its term, counting the node's other leases.
+    LeaseOverbooked,
+    /// The usage record names no lease, or one that covers none of its node's GPUs of its
+    /// model.
+    LeaseNotOnNode,
+    /// The usage record's interval is not within its lease's term.
+    OutsideLeaseTerm,
 }
 
 impl Reason {
@@ -131,6 +141,10 @@ impl Reason {
             Reason::UnknownGpuModel => "unknown_gpu_model",
             Reason::OverCapacity => "over_capacity",
             Reason::EnergyOverBound => "energy_over_bound",
+            Reason::UnknownGpu => "unknown_gpu",
+            Reason::LeaseOverbooked => "lease_overbooked",
+            Reason::LeaseNotOnNode => "lease_not_on_node",
+            Reason::OutsideLeaseTerm => "outside_lease_term",
         }
     }
 }
@@ -197,7 +211,12 @@ impl Reason {
             // A node's GPUs are registered once: a record that does not fit them never will.
             | Reason::UnknownGpuModel
             | Reason::OverCapacity
-            | Reason::EnergyOverBound => Final,
+            | Reason::EnergyOverBound
+            // Leases are registered once: a record outside its lease never fits it.
+            | Reason::UnknownGpu
+            | Reason::LeaseOverbooked
+            | Reason::LeaseNotOnNode
+            | Reason::OutsideLeaseTerm => Final,
         }
     }
 

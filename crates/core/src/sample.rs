@@ -4,8 +4,8 @@
 use crate::envelope::Envelope;
 use crate::rating::LeaseClass;
 use crate::record::{
-    Body, Energy, GpuUsage, KeyScope, Kind, LeaseRegistered, NodeGpu, NodeRegistered, SpotPrice,
-    TenantRegistered,
+    Body, Energy, GpuUsage, KeyScope, Kind, LeaseNode, LeaseRegistered, NodeGpu, NodeRegistered,
+    SpotPrice, TenantRegistered,
 };
 use crate::time::Timestamp;
 use ed25519_dalek::SigningKey;
@@ -33,20 +33,46 @@ pub fn market_scope() -> KeyScope {
     KeyScope::new(None, vec![REGION.to_owned()])
 }
 
-/// The ledger entries that let sample records of `tenant` in: the tenant's registration and
-/// its sample lease (on-demand).
-pub fn parties(tenant: &str) -> [Body; 2] {
+/// The start of every sample lease's term: 2020-01-01 (sample leases are open-ended).
+pub const LEASE_FROM: i64 = 1_577_836_800;
+
+/// The ledger entries that let sample records of `tenant` on `nodes` (registered before, as
+/// [`node`]s or larger) in: the tenant's registration and its sample lease (on-demand,
+/// open-ended from [`LEASE_FROM`]), which covers `gpus` GPUs of the sample model on each of
+/// `nodes` (any of them, as a scheduler would).
+pub fn parties(tenant: &str, nodes: &[&str], gpus: u32) -> [Body; 2] {
     [
         Body::TenantRegistered(TenantRegistered {
             tenant: tenant.to_owned(),
         }),
-        Body::LeaseRegistered(LeaseRegistered {
-            lease: lease(tenant),
-            tenant: tenant.to_owned(),
-            class: LeaseClass::OnDemand,
-        }),
+        lease_on(&lease(tenant), tenant, nodes, gpus),
     ]
 }
+
+/// An on-demand lease `id` of `tenant`, open-ended from [`LEASE_FROM`], covering `gpus` GPUs
+/// of the sample model on each of `nodes`.
+pub fn lease_on(id: &str, tenant: &str, nodes: &[&str], gpus: u32) -> Body {
+    Body::LeaseRegistered(LeaseRegistered {
+        lease: id.to_owned(),
+        tenant: tenant.to_owned(),
+        class: LeaseClass::OnDemand,
+        from: Timestamp::from_unix(LEASE_FROM).expect("a valid instant"),
+        to: None,
+        nodes: nodes
+            .iter()
+            .map(|n| LeaseNode {
+                node: (*n).to_owned(),
+                gpus: None,
+                share: None,
+                gpu_model: Some(MODEL.into()),
+                count: Some(Decimal::from(gpus)),
+            })
+            .collect(),
+    })
+}
+
+/// The GPU model of sample nodes and records.
+pub const MODEL: &str = "H100-SXM-80G";
 
 /// GPUs of a sample node.
 pub const NODE_GPUS: u32 = 8;
@@ -78,7 +104,8 @@ pub fn key(label: &str) -> SigningKey {
     )
 }
 
-/// A signed `gpu_usage` record: `count` GPUs for 10 s ending `end`, seq `seq`.
+/// A signed `gpu_usage` record: `count` GPUs for 10 s ending `end`, seq `seq`, under the
+/// tenant's sample lease ([`lease`]).
 pub fn usage(
     node: &str,
     key: &SigningKey,
@@ -87,13 +114,25 @@ pub fn usage(
     count: Decimal,
     end: Timestamp,
 ) -> Envelope {
+    usage_under(node, key, seq, (tenant, &lease(tenant)), count, end)
+}
+
+/// [`usage`] under lease `lease` of `tenant`.
+pub fn usage_under(
+    node: &str,
+    key: &SigningKey,
+    seq: u64,
+    (tenant, lease): (&str, &str),
+    count: Decimal,
+    end: Timestamp,
+) -> Envelope {
     let start = end.plus(-10);
     let body = Body::GpuUsage(GpuUsage {
         tenant: tenant.to_owned(),
-        lease: Some(lease(tenant)),
+        lease: Some(lease.to_owned()),
         region: REGION.into(),
         node: node.to_owned(),
-        gpu_model: "H100-SXM-80G".into(),
+        gpu_model: MODEL.into(),
         gpu_count: count,
         start,
         end,

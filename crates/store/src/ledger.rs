@@ -488,9 +488,22 @@ impl Ledger {
         let cache = self.keys_for(&checked)?;
         let (mut pending, unknown_keys) = authorise_all(checked, &cache, &mut outcomes);
         self.refuse_unknown_keys(unknown_keys, &mut outcomes)?;
-        self.check_parties(&mut pending, &mut outcomes)?;
-        let (positions, verified) = verify_signatures(pending, verify, &mut outcomes);
+        let refused = self.check_parties(&mut pending)?;
         let mut signed = vec![false; outcomes.len()];
+        // A party or fleet refusal is given only for a record whose signature verifies:
+        // otherwise anyone could learn, without a key, which tenants, leases and GPUs a node
+        // has (the answer to a forgery is `bad_signature`, whatever else is wrong with it).
+        if !refused.is_empty() {
+            let (refused, reasons): (Vec<Pending>, Vec<Rejection>) = refused.into_iter().unzip();
+            let at: Vec<usize> = refused.iter().map(|(i, _, _)| *i).collect();
+            let (good, _) = verify_signatures(refused, verify, &mut outcomes);
+            let reasons: HashMap<usize, Rejection> = at.into_iter().zip(reasons).collect();
+            for i in good {
+                outcomes[i] = Some(Outcome::Rejected(reasons[&i].clone()));
+                signed[i] = true;
+            }
+        }
+        let (positions, verified) = verify_signatures(pending, verify, &mut outcomes);
         if !verified.is_empty() {
             let committed = self.submit(|reply| Job::Append(verified, reply))?;
             debug_assert_eq!(
@@ -545,30 +558,27 @@ impl Ledger {
         Ok(())
     }
 
-    /// Drops from `pending` (answering them) the records whose tenant or lease is not
-    /// registered (`admission::check_parties`). Tenants and leases are looked up only for
-    /// records whose key may sign them, so a stranger's records cost no database work here.
+    /// Takes from `pending` the records the party rules (`admission::check_parties`: tenant
+    /// and lease registered) or the fleet rules (`fleet::check_fleet`: node, lease coverage)
+    /// refuse, with their refusals. Tenants, leases and nodes are looked up only for records
+    /// whose key may sign them, so a stranger's records cost no database work here.
     fn check_parties(
         &self,
         pending: &mut Vec<Pending>,
-        outcomes: &mut [Option<Outcome>],
-    ) -> Result<(), StoreError> {
+    ) -> Result<Vec<(Pending, Rejection)>, StoreError> {
         self.load_parties(pending.iter().map(|(_, c, _)| c))?;
         let parties = self.parties.read().expect("parties cache lock");
-        pending.retain(|(i, c, _)| {
-            // The fleet rules too: nodes are registered once, before any key naming them, so
-            // the cache never holds a stale node.
-            let r = admission::check_parties(&c.body, u64::MAX, &*parties)
-                .and_then(|()| gpuledger_core::fleet::check_fleet(&c.body, u64::MAX, &*parties));
+        let mut refused = Vec::new();
+        for p in std::mem::take(pending) {
+            // Nodes and leases are registered once, so the cache never holds a stale one.
+            let r = admission::check_parties(&p.1.body, u64::MAX, &*parties)
+                .and_then(|()| gpuledger_core::fleet::check_fleet(&p.1.body, u64::MAX, &*parties));
             match r {
-                Ok(()) => true,
-                Err(r) => {
-                    outcomes[*i] = Some(Outcome::Rejected(r));
-                    false
-                }
+                Ok(()) => pending.push(p),
+                Err(r) => refused.push((p, r)),
             }
-        });
-        Ok(())
+        }
+        Ok(refused)
     }
 
     /// The cached keys for a batch, loading any missing ones from the database.

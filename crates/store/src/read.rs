@@ -7,7 +7,7 @@ use diesel::prelude::*;
 use gpuledger_core::admission;
 use gpuledger_core::merkle::{Hash, HashReader};
 use gpuledger_core::record::{
-    Body, KeyScope, Kind, LogPolicy, NodeRegistered, SignerKeyRegistered,
+    Body, KeyScope, Kind, LeaseRegistered, LogPolicy, NodeRegistered, SignerKeyRegistered,
 };
 use gpuledger_core::time::Timestamp;
 use std::cell::RefCell;
@@ -394,7 +394,8 @@ pub fn registration(conn: &mut DbConn, index: u64) -> Result<SignerKeyRegistered
 #[derive(Debug, Default, Clone)]
 pub struct DbParties {
     pub tenants: HashMap<String, u64>,
-    pub leases: HashMap<String, (String, u64)>,
+    /// Lease registrations (immutable once logged: a lease is registered once).
+    pub leases: HashMap<String, (LeaseRegistered, u64)>,
     /// Node registrations (immutable once logged: a node is registered once).
     pub nodes: HashMap<String, (NodeRegistered, u64)>,
 }
@@ -403,6 +404,16 @@ impl gpuledger_core::fleet::Fleet for DbParties {
     fn node(&self, node: &str) -> Option<(&NodeRegistered, u64)> {
         self.nodes.get(node).map(|(n, at)| (n, *at))
     }
+    fn lease(&self, lease: &str) -> Option<(&LeaseRegistered, u64)> {
+        self.leases.get(lease).map(|(l, at)| (l, *at))
+    }
+    fn leases_on(&self, node: &str) -> Vec<(&LeaseRegistered, u64)> {
+        self.leases
+            .values()
+            .filter(|(l, _)| l.names_node(node))
+            .map(|(l, at)| (l, *at))
+            .collect()
+    }
 }
 
 impl admission::Parties for DbParties {
@@ -410,7 +421,9 @@ impl admission::Parties for DbParties {
         self.tenants.get(tenant).copied()
     }
     fn lease(&self, lease: &str) -> Option<(String, u64)> {
-        self.leases.get(lease).cloned()
+        self.leases
+            .get(lease)
+            .map(|(l, at)| (l.tenant.clone(), *at))
     }
 }
 
@@ -427,6 +440,7 @@ impl DbParties {
         p.fill(conn, size, &tenants, &leases)?;
         let nodes: Vec<&str> = match body {
             Body::NodeRegistered(n) => vec![n.node.as_str()],
+            Body::LeaseRegistered(l) => l.nodes.iter().map(|n| n.node.as_str()).collect(),
             Body::SignerKeyRegistered(r) => r.nodes.iter().flatten().map(String::as_str).collect(),
             _ => Vec::new(),
         };
@@ -454,7 +468,8 @@ impl DbParties {
     }
 
     /// Adds the registrations of `tenants` and `leases` below `size`: one query for the
-    /// tenants, and one for the leases (whose ids are inside the bodies) when any is named.
+    /// tenants, and one for the leases (whose ids are inside the bodies) when any is named,
+    /// which reads every lease (a lease registration checks the node's other leases).
     pub fn fill(
         &mut self,
         conn: &mut DbConn,
@@ -477,7 +492,7 @@ impl DbParties {
         if !leases.is_empty() {
             for (i, b) in bodies_of(conn, &[Kind::LeaseRegistered], size)? {
                 if let Body::LeaseRegistered(l) = b {
-                    self.leases.entry(l.lease).or_insert((l.tenant, i));
+                    self.leases.entry(l.lease.clone()).or_insert((l, i));
                 }
             }
         }

@@ -186,6 +186,23 @@ DEFAULT_NODE_GPUS_PER_MODEL = 8
 DEFAULT_MAX_WATTS_PER_GPU = "5000"
 
 
+# A lease's term starts here unless a test says otherwise: before every record of the tests.
+DEFAULT_LEASE_FROM = "2026-10-01T00:00:00Z"
+
+
+def lease_gpus(node: str, gpus: Iterable[int], share: Optional[str] = None) -> Dict[str, Any]:
+    """A lease item (section 5.8): whole GPUs of `node` by index, or `share` of each."""
+    item: Dict[str, Any] = {"node": node, "gpus": list(gpus)}
+    if share is not None:
+        item["share"] = share
+    return item
+
+
+def lease_count(node: str, model: str, count: str) -> Dict[str, Any]:
+    """A lease item (section 5.8): up to `count` of `node`'s GPUs of `model`, whichever they are."""
+    return {"node": node, "gpu_model": model, "count": count}
+
+
 def node_gpus(models: Dict[str, int], prefix: str = "GPU") -> List[Dict[str, Any]]:
     """`count` GPUs of each model, indexes 0, 1, ... in the order given, UUIDs distinct."""
     gpus: List[Dict[str, Any]] = []
@@ -280,8 +297,14 @@ class Log:
     def tenant(self, tenant: str, received_at: str) -> int:
         return self.ledger("tenant_registered", {"tenant": tenant}, received_at)
 
-    def lease(self, lease: str, tenant: str, cls: str, received_at: str) -> int:
-        return self.ledger("lease_registered", {"lease": lease, "tenant": tenant, "class": cls}, received_at)
+    def lease(self, lease: str, tenant: str, cls: str, received_at: str, nodes: List[Dict[str, Any]],
+              start: str = DEFAULT_LEASE_FROM, end: Optional[str] = None) -> int:
+        """A lease_registered entry (section 5.8): `nodes` its items (lease_gpus, lease_count), its
+        term [start, end) (end None: open-ended)."""
+        body: Dict[str, Any] = {"lease": lease, "tenant": tenant, "class": cls, "from": start, "nodes": nodes}
+        if end is not None:
+            body["to"] = end
+        return self.ledger("lease_registered", body, received_at)
 
     def node(self, node: str, region: str, received_at: str, models: Optional[Dict[str, int]] = None,
              max_watts_per_gpu: str = DEFAULT_MAX_WATTS_PER_GPU, hub: Optional[str] = None,
@@ -579,11 +602,14 @@ class Scenario:
     node_registered (node-a: cn-nmg-1, 8 H100-SXM5-80GB of 2500 W; node-b: eu-west-1, 4
     A100-80GB of 400 W); 5, 6, 7 key registrations (node-a: nodes [node-a], regions [cn-nmg-1];
     node-b: [node-b], [eu-west-1]; market-cn: regions [cn-nmg-1]); 8 region_params; 9
-    lease_registered (lease-0042 of tenant-acme); 10 gpu_usage; 11 energy; 12 gpu_usage of
-    tenant-other; 13 spot_price; 14 gpu_usage (node-b); 15 region_params; 16, 17 energy; 18
-    node-b's revocation; 19 gpu_usage before the period; 20 gpu_usage under the lease (the bad
-    variants change it); 21 energy without a tenant; then the variant's extra entries, then
-    certificate_issued."""
+    lease_registered (lease-0042 of tenant-acme: node-a's 8 GPUs and node-b's 4, from
+    2026-10-01, open-ended); 10 gpu_usage; 11 energy; 12 gpu_usage of tenant-other (under no
+    lease: node-a's GPUs are all lease-0042's, so it is not a record a ledger would take since
+    issue #27; no bundle of tenant-acme holds it, and a certificate's bundle that does fails it
+    as `wrong_tenant`); 13 spot_price; 14 gpu_usage (node-b); 15 region_params; 16, 17 energy;
+    18 node-b's revocation; 19 gpu_usage before the period; 20 gpu_usage (the bad variants change
+    it); 21 energy without a tenant; then the variant's extra entries, then certificate_issued.
+    Every gpu_usage of tenant-acme is under lease-0042."""
 
     def __init__(self, variant: str = "good", scope: Optional[Dict[str, Any]] = None):
         self.log_key = Key.from_byte(0x21)
@@ -602,7 +628,8 @@ class Scenario:
         log.register("node-b", nb, "node", "2026-10-01T00:00:00Z", regions=["eu-west-1"])              # 6
         log.register("market-cn", mk, "market", "2026-10-01T00:00:00Z", regions=["cn-nmg-1"])          # 7
         log.region_params("cn-nmg-1", "1.08", "550", "2026-10-01T00:00:00Z", "2026-10-01T00:00:01Z")   # 8
-        log.lease("lease-0042", TENANT, "reserved", "2026-10-01T00:00:02Z")                            # 9
+        log.lease("lease-0042", TENANT, "reserved", "2026-10-01T00:00:02Z",
+                  [lease_gpus("node-a", range(8)), lease_gpus("node-b", range(4))])                     # 9
         log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "8", "2026-11-02T10:00:00Z", 300,
                       lease="lease-0042")                                                               # 10
         log.energy("node-a", na, TENANT, "cn-nmg-1", "1.5", "2026-11-02T10:00:00Z", 300)                # 11
@@ -610,12 +637,14 @@ class Scenario:
                       600)                                                                              # 12
         log.spot_price("market-cn", mk, "cn-nmg-1", "H100-SXM5-80GB", "14.75", "2026-11-03T00:00:00Z",
                        "2026-11-02T12:00:00Z")                                                          # 13
-        log.gpu_usage("node-b", nb, TENANT, "eu-west-1", "A100-80GB", "0.25", "2026-11-03T08:00:00Z", 30)  # 14
+        log.gpu_usage("node-b", nb, TENANT, "eu-west-1", "A100-80GB", "0.25", "2026-11-03T08:00:00Z", 30,
+                      lease="lease-0042")                                                               # 14
         log.region_params("cn-nmg-1", "1.2", "500", "2026-11-15T00:00:00Z", "2026-11-10T00:00:00Z")    # 15
         log.energy("node-a", na, TENANT, "cn-nmg-1", "2.25", "2026-11-20T00:00:00Z", 3600)              # 16
         log.energy("node-b", nb, TENANT, "eu-west-1", "0.75", "2026-11-04T00:00:00Z", 3600)             # 17
         log.revoke("node-b", nb, "2026-11-21T00:00:00Z")                                                # 18
-        log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1", "2026-10-20T00:00:00Z", 60)  # 19
+        log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1", "2026-10-20T00:00:00Z", 60,
+                      lease="lease-0042")                                                               # 19
         kw: Dict[str, Any] = {}
         if variant == "bad_signature":
             kw["sig_mode"] = "flipped"
@@ -646,15 +675,15 @@ class Scenario:
         if variant == "revoked":
             # A record signed by node-b after its key was revoked (a ledger would refuse it).
             self.bad_index = log.gpu_usage("node-b", nb, TENANT, "eu-west-1", "A100-80GB", "1",
-                                           "2026-11-27T00:00:00Z", 60)                                  # 22
+                                           "2026-11-27T00:00:00Z", 60, lease="lease-0042")              # 22
         elif variant == "wrong_role":
             # The market key signs gpu_usage (role market may not).
             self.bad_index = log.gpu_usage("market-cn", mk, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1",
-                                           "2026-11-27T00:00:00Z", 60, node="node-a")                   # 22
+                                           "2026-11-27T00:00:00Z", 60, node="node-a", lease="lease-0042")  # 22
         elif variant == "unregistered":
             # A key no registration names.
             self.bad_index = log.gpu_usage("node-c", self.stranger, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1",
-                                           "2026-11-27T00:00:00Z", 60)                                  # 22
+                                           "2026-11-27T00:00:00Z", 60, lease="lease-0042")              # 22
         elif variant == "invalid_envelope":
             # gpu_seconds is not gpu_count x duration (a ledger would refuse it).
             body = {"tenant": TENANT, "region": "cn-nmg-1", "node": "node-a", "gpu_model": "H100-SXM5-80GB",
@@ -673,7 +702,7 @@ class Scenario:
         elif variant == "duplicate_member":
             # The body of a record holds a member name twice (strict JSON refuses it at any depth).
             good = log.gpu_usage("node-a", na, TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1", "2026-11-27T00:00:00Z",
-                                 60)
+                                 60, lease="lease-0042")
             e = log.entries.pop()
             leaf = e.leaf.replace(b'"gpu_count":"1"', b'"gpu_count":"1","gpu_count":"1"', 1)
             assert leaf != e.leaf

@@ -24,7 +24,11 @@ BODIES = {
                   "currency": "CNY", "price_per_gpu_hour": "20", "effective_from": "2026-11-01T00:00:00Z"},
     "region_params": {"region": "cn-nmg-1", "currency": "CNY", "electricity_price_per_kwh": "0.5", "pue": "1.08",
                       "carbon_g_per_kwh": "550", "effective_from": "2026-11-01T00:00:00Z"},
-    "lease_registered": {"lease": "lease-0042", "tenant": "tenant-acme", "class": "reserved"},
+    # Section 5.8's example.
+    "lease_registered": {"class": "on_demand", "from": "2026-11-01T00:00:00Z", "lease": "L-acme-1",
+                         "nodes": [{"gpus": [0, 1, 2, 3], "node": "n1"}, {"gpus": [6], "node": "n1", "share": "0.5"},
+                                   {"count": "4", "gpu_model": "H100-SXM-80G", "node": "n2"}],
+                         "tenant": "acme", "to": "2027-11-01T00:00:00Z"},
     "invoice_issued": {"number": "INV-000001", "tenant": "tenant-acme", "period_from": "2026-10-01T00:00:00Z",
                        "period_to": "2026-11-01T00:00:00Z", "currency": "CNY", "total": "148.00",
                        "checkpoint_size": 17, "invoice_sha256": "0" * 64},
@@ -371,11 +375,15 @@ class EnvelopeChecks(unittest.TestCase):
                           ORIGIN)
 
 
+LEASE_L = {"lease": "l", "tenant": "t", "class": "spot", "from": "2026-10-01T00:00:00Z",
+           "nodes": [producer.lease_count("node-a", "m", "1")]}
+
+
 class ContextRules(VerifierTestCase):
     """Rules of sections 5 and 6 that the verifier checks among the bundle's entries. The log:
     0 log_policy, 1 tenant_registered t, 2 node_registered node-a (region r1), 3 node-a's key
     (nodes [node-a], regions [r1]), 4 region_params, then the test's entries (from entry 5, bundle
-    line 7), then a record."""
+    line 7), then lease-t (one of node-a's m GPUs) and a record under it."""
 
     def build(self, extra):
         lk, na = producer.Key.from_byte(0x41), producer.Key.from_byte(0x42)
@@ -385,7 +393,8 @@ class ContextRules(VerifierTestCase):
         log.register("node-a", na, "node", "2026-10-01T00:00:00Z", regions=["r1"])
         log.region_params("r1", "1.1", "400", "2026-10-01T00:00:00Z", "2026-10-01T00:00:00Z")
         extra(log, na)
-        log.gpu_usage("node-a", na, "t", "r1", "m", "1", "2026-11-05T00:00:00Z", 60)
+        log.lease("lease-t", "t", "on_demand", log.entries[-1].received_at, [producer.lease_count("node-a", "m", "1")])
+        log.gpu_usage("node-a", na, "t", "r1", "m", "1", "2026-11-05T00:00:00Z", 60, lease="lease-t")
         size = len(log.entries)
         records = producer.covered(log, size, "t", *producer.PERIOD, {})
         context = [e.index for e in log.entries if e.kind not in ("gpu_usage", "energy")]
@@ -435,13 +444,11 @@ class ContextRules(VerifierTestCase):
 
     def test_ledger_entry_not_by_the_log_key(self):
         def extra(log, na):
-            log.append("lease_registered", "ledger", na, {"lease": "l", "tenant": "t", "class": "spot"},
-                       "2026-10-02T00:00:00Z")
+            log.append("lease_registered", "ledger", na, LEASE_L, "2026-10-02T00:00:00Z")
         self.assertFail(self.build(extra), "unknown_key", "entry 5 (bundle line 7)")
 
         def extra2(log, na):
-            log.append("lease_registered", "node-a", na, {"lease": "l", "tenant": "t", "class": "spot"},
-                       "2026-10-02T00:00:00Z")
+            log.append("lease_registered", "node-a", na, LEASE_L, "2026-10-02T00:00:00Z")
         self.assertFail(self.build(extra2), "key_not_allowed", "entry 5 (bundle line 7)")
 
     def test_key_of_another_signer(self):

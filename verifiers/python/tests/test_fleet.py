@@ -18,8 +18,9 @@ N1_GPUS = producer.node_gpus({"H100": 8, "L40S": 1}, prefix="GPU-n1")
 class FleetRules(VerifierTestCase):
     """The base log: 0 log_policy, 1 tenant_registered t, 2 node_registered n1 (region r1, 8 H100 +
     1 L40S, 700 W), 3 node-a's key (nodes [n1], regions [r1, r2]: wider than n1's region, which is
-    not a rule); the test appends more. `bundle()` holds every
-    entry (context: every entry but the records)."""
+    not a rule), 4 lease L of t (all 9 of n1's GPUs, open-ended: the lease rules are
+    tests/test_leases.py's), under which `usage()` bills; the test appends more. `bundle()` holds
+    every entry (context: every entry but the records)."""
 
     ORIGIN = "gpuledger.test/fleet"
 
@@ -31,10 +32,12 @@ class FleetRules(VerifierTestCase):
         log.tenant("t", "2026-10-01T00:00:00Z")                                                       # 1
         log.node("n1", "r1", "2026-10-01T00:00:00Z", gpus=N1_GPUS, max_watts_per_gpu="700")           # 2
         log.register("node-a", self.na, "node", "2026-10-01T00:00:00Z", regions=["r1", "r2"], nodes=["n1"])  # 3
+        log.lease("L", "t", "on_demand", "2026-10-01T00:00:00Z", [producer.lease_gpus("n1", range(9))])      # 4
 
     def usage(self, count="1", model="H100", region="r1", node="n1", seconds=3600, start="2026-11-05T00:00:00Z",
-              **kw):
-        return self.log.gpu_usage("node-a", self.na, "t", region, model, count, start, seconds, node=node, **kw)
+              lease="L", **kw):
+        return self.log.gpu_usage("node-a", self.na, "t", region, model, count, start, seconds, node=node,
+                                  lease=lease, **kw)
 
     def energy(self, kwh, seconds=3600, region="r1", node="n1", start="2026-11-05T00:00:00Z", **kw):
         return self.log.energy("node-a", self.na, "t", region, kwh, start, seconds, node=node, **kw)
@@ -191,7 +194,7 @@ class FleetRules(VerifierTestCase):
         self.usage("1")
         size = len(self.log.entries)
         records = producer.covered(self.log, size, "t", *producer.PERIOD, {})
-        self.assertEqual(producer.context_for(self.log, size, records, "t"), [0, 1, 2, 3, 4])
+        self.assertEqual(producer.context_for(self.log, size, records, "t"), [0, 1, 2, 3, 4, 5])
         self.passes(self.cert())
 
     # the order of the rules: scope, parties, fleet, time
@@ -201,7 +204,8 @@ class FleetRules(VerifierTestCase):
         self.refused(self.bundle(), "node_not_allowed", i, "body.node")
 
     def test_parties_come_before_the_fleet(self):
-        i = self.log.gpu_usage("node-a", self.na, "t2", "r1", "A100", "1", "2026-11-05T00:00:00Z", 60, node="n1")
+        i = self.log.gpu_usage("node-a", self.na, "t2", "r1", "A100", "1", "2026-11-05T00:00:00Z", 60, node="n1",
+                               lease="L")
         self.refused(self.bundle(), "unknown_tenant", i, "body.tenant")
 
     def test_the_fleet_comes_before_time(self):
@@ -211,6 +215,12 @@ class FleetRules(VerifierTestCase):
         self.log.entries.pop()
         i = self.usage("8", seconds=60, received_at="2026-12-10T00:00:01Z")
         self.refused(self.bundle(), "too_old", i, "body.start")
+
+
+def view_apply(view, index, kind, body):
+    """Takes a ledger entry into `view` at `index`, as a bundle's context entry."""
+    env = {"kind": kind, "signer": "ledger", "seq": index + 1, "body": body}
+    view.apply(env, index, gv.check_body(kind, body))
 
 
 class FleetState(unittest.TestCase):
@@ -223,12 +233,10 @@ class FleetState(unittest.TestCase):
     def fail(reason, field, message):
         return gv.Failure(reason, "entry 99", f"{field}: {message}")
 
-    def view_with(self, *registrations):
+    def view_with(self, *registrations, kind="node_registered"):
         view = gv.LogView(self.KEY)
         for index, body in registrations:
-            env = {"kind": "node_registered", "signer": "ledger", "seq": index + 1, "body": body}
-            parsed = gv.check_body("node_registered", body)
-            view.apply(env, index, parsed)
+            view_apply(view, index, kind, body)
         return view
 
     def check(self, view, kind, body, index=10):
@@ -241,13 +249,18 @@ class FleetState(unittest.TestCase):
 
     N1 = {"node": "n1", "region": "r1", "gpus": N1_GPUS, "max_watts_per_gpu": "700"}
 
+    # Lease L of t: all 9 GPUs of n1, open-ended (the lease rules are tests/test_leases.py's).
+    LEASE = {"lease": "L", "tenant": "t", "class": "on_demand", "from": "2026-10-01T00:00:00Z",
+             "nodes": [producer.lease_gpus("n1", range(9))]}
+
     def usage(self, count="1", model="H100", node="n1", region="r1"):
-        return {"tenant": "t", "region": region, "node": node, "gpu_model": model, "gpu_count": count,
+        return {"tenant": "t", "lease": "L", "region": region, "node": node, "gpu_model": model, "gpu_count": count,
                 "start": "2026-11-05T00:00:00Z", "end": "2026-11-05T01:00:00Z",
                 "gpu_seconds": producer.dec(Decimal(count) * 3600)}
 
     def test_records(self):
         view = self.view_with((3, self.N1))
+        view_apply(view, 4, "lease_registered", self.LEASE)
         self.assertEqual(self.check(view, "gpu_usage", self.usage("8")), "PASS")
         self.assertEqual(self.check(view, "gpu_usage", self.usage("8.000001")), ("over_capacity", "body.gpu_count"))
         self.assertEqual(self.check(view, "gpu_usage", self.usage("1", model="NO-PRICE")),
@@ -263,7 +276,7 @@ class FleetState(unittest.TestCase):
                          ("energy_over_bound", "body.kwh"))
         # a node registered at or after the record's index does not count
         self.assertEqual(self.check(view, "gpu_usage", self.usage("1"), index=3), ("unknown_node", "body.node"))
-        self.assertEqual(self.check(view, "gpu_usage", self.usage("1"), index=4), "PASS")
+        self.assertEqual(self.check(view, "gpu_usage", self.usage("1"), index=5), "PASS")
 
     def test_registrations(self):
         view = self.view_with((3, self.N1))

@@ -59,7 +59,7 @@ class Genuine(Base):
         self.assertPass(self.verify(cert=json.dumps(self.cert, indent=2, sort_keys=True).encode()))
 
     def test_scopes(self):
-        for scope, records in (({"lease": "lease-0042"}, [10, 20]), ({"nodes": ["node-b"]}, [14, 17]),
+        for scope, records in (({"lease": "lease-0042"}, [10, 14, 20]), ({"nodes": ["node-b"]}, [14, 17]),
                                ({"region": "eu-west-1"}, [14, 17]), ({"nodes": ["node-a", "node-b"],
                                                                        "region": "cn-nmg-1"}, [10, 11, 16, 20])):
             with self.subTest(scope=scope):
@@ -288,9 +288,9 @@ class Membership(Base):
         sc = producer.Scenario("good", scope={"lease": "lease-0042"})
         bundle = producer.make_bundle(sc.log, sc.size, sc.context, sorted(sc.records + [11]),
                                       {"certificate": sc.certificate["id"]})
-        self.assertEqual(sc.context, [0, 1, 3, 4, 5, 8, 9, 15])
+        self.assertEqual(sc.context, [0, 1, 3, 4, 5, 6, 8, 9, 15, 18])  # 14 is node-b's, signed by its key
         self.assertFail(self.run_certificate(sc.certificate, bundle, sc.verifier_key()), "outside_scope",
-                        "entry 11 (bundle line 11)")
+                        "entry 11 (bundle line 13)")
 
     def test_step_4_failures_come_before_step_5(self):
         # A wrong-tenant record early, a bad proof later: step 4 is reported.
@@ -304,7 +304,7 @@ class Membership(Base):
     def test_record_beyond_the_checkpoint(self):
         sc = self.sc
         extra = sc.log.gpu_usage("node-a", sc.node_a, producer.TENANT, "cn-nmg-1", "H100-SXM5-80GB", "1",
-                                 "2026-11-28T00:00:00Z", 60)
+                                 "2026-11-28T00:00:00Z", 60, lease="lease-0042")
         bundle = copy.deepcopy(self.bundle)
         bundle.insert(-1, producer.entry_line(sc.log, extra, extra + 1))
         self.assertFail(self.verify(bundle=bundle, fix_count=True), "not_in_checkpoint",
@@ -382,14 +382,20 @@ class BadLogs(Base):
         self.check("in_future", "in_future")
 
 
+# What the leases of AdmissionRules cover (section 5.8): some of node-a's GPUs of model m, so
+# that lease-1 and a second lease of the tests never overbook it (section 6.7, leases).
+LEASE_1 = [producer.lease_count("node-a", "m", "4")]
+LEASE_2 = [producer.lease_count("node-a", "m", "2")]
+
+
 class AdmissionRules(VerifierTestCase):
     """Version 2, section 6: every admission rule rechecked from the bundle's entries, each
     refusal with its own reason (section 8's bundle reasons), on logs a ledger would refuse.
 
     The base log: 0 log_policy (defaults), 1 tenant_registered t, 2 node_registered node-a (region
     r1, 8 GPUs of each of producer.DEFAULT_NODE_MODELS, 5000 W each), 3 node-a's key (nodes
-    [node-a], regions [r1]), 4 market-a's key (regions [r1, r2]), 5 lease-1 of t; the test appends
-    more.
+    [node-a], regions [r1]), 4 market-a's key (regions [r1, r2]), 5 lease-1 of t (4 of node-a's m
+    GPUs, open-ended), under which `usage()` bills; the test appends more.
     `bundle()` holds every entry (context: every entry but the records, as a superset of
     section 8's); `cert()` checks a certificate for t with section 8's context."""
 
@@ -404,10 +410,10 @@ class AdmissionRules(VerifierTestCase):
         log.tenant("t", "2026-10-01T00:00:00Z")                                                     # 1
         log.register("node-a", self.na, "node", "2026-10-01T00:00:00Z", regions=["r1"])              # 2, 3
         log.register("market-a", self.mk, "market", "2026-10-01T00:00:00Z", regions=["r1", "r2"])    # 4
-        log.lease("lease-1", "t", "reserved", "2026-10-01T00:00:00Z")                               # 5
+        log.lease("lease-1", "t", "reserved", "2026-10-01T00:00:00Z", LEASE_1)                     # 5
 
-    def usage(self, tenant="t", start="2026-11-05T00:00:00Z", seconds=60, **kw):
-        return self.log.gpu_usage("node-a", self.na, tenant, "r1", "m", "1", start, seconds, **kw)
+    def usage(self, tenant="t", start="2026-11-05T00:00:00Z", seconds=60, lease="lease-1", **kw):
+        return self.log.gpu_usage("node-a", self.na, tenant, "r1", "m", "1", start, seconds, lease=lease, **kw)
 
     def spot(self, effective_from, received_at, region="r1", model="m", currency="CNY", **kw):
         return self.log.spot_price("market-a", self.mk, region, model, "14.75", effective_from, received_at,
@@ -519,14 +525,17 @@ class AdmissionRules(VerifierTestCase):
         # region: the wider key also names node-b, registered in r2.)
         nb2 = producer.Key.from_byte(0x55)
         self.log.node("node-b", "r2", "2026-10-02T00:00:00Z")
+        self.log.lease("lease-b", "t", "reserved", "2026-10-02T00:00:00Z", [producer.lease_count("node-b", "m", "1")])
         self.log.register("node-a", nb2, "node", "2026-10-02T00:00:00Z", regions=["r1", "r2"],
                           nodes=["node-a", "node-b"])
-        self.log.gpu_usage("node-a", nb2, "t", "r2", "m", "1", "2026-11-05T00:00:00Z", 60, node="node-b")
+        self.log.gpu_usage("node-a", nb2, "t", "r2", "m", "1", "2026-11-05T00:00:00Z", 60, node="node-b",
+                           lease="lease-b")
         self.passes(self.bundle())
-        i = self.log.gpu_usage("node-a", self.na, "t", "r2", "m", "1", "2026-11-06T00:00:00Z", 60, node="node-b")
+        i = self.log.gpu_usage("node-a", self.na, "t", "r2", "m", "1", "2026-11-06T00:00:00Z", 60, node="node-b",
+                               lease="lease-b")
         self.refused(self.bundle(), "node_not_allowed", i, "body.node")
         self.log.entries.pop()
-        i = self.log.gpu_usage("node-a", self.na, "t", "r2", "m", "1", "2026-11-06T00:00:00Z", 60)
+        i = self.log.gpu_usage("node-a", self.na, "t", "r2", "m", "1", "2026-11-06T00:00:00Z", 60, lease="lease-1")
         self.refused(self.bundle(), "region_not_allowed", i, "body.region")
 
     # parties
@@ -551,7 +560,8 @@ class AdmissionRules(VerifierTestCase):
         self.refused(self.cert("t2"), "unknown_tenant", i)
 
     def test_ledger_entries_naming_an_unknown_tenant(self):
-        for kind, body in (("lease_registered", {"lease": "lease-2", "tenant": "t2", "class": "spot"}),
+        for kind, body in (("lease_registered", {"lease": "lease-2", "tenant": "t2", "class": "spot",
+                                                 "from": "2026-10-01T00:00:00Z", "nodes": LEASE_2}),
                            ("tenant_plan", {"tenant": "t2", "plan": "p", "effective_from": "2026-11-01T00:00:00Z"}),
                            ("payment", {"tenant": "t2", "invoice": "INV-000001", "currency": "CNY", "amount": "1",
                                         "note": "x"})):
@@ -565,7 +575,7 @@ class AdmissionRules(VerifierTestCase):
         self.refused(self.bundle(), "already_registered", i, "body.tenant")
 
     def test_lease_declared_twice(self):
-        i = self.log.lease("lease-1", "t", "spot", "2026-10-02T00:00:00Z")
+        i = self.log.lease("lease-1", "t", "spot", "2026-10-02T00:00:00Z", LEASE_2)
         self.refused(self.bundle(), "already_registered", i, "body.lease")
 
     def test_unknown_lease(self):
@@ -575,12 +585,12 @@ class AdmissionRules(VerifierTestCase):
 
     def test_lease_declared_after_the_record(self):
         i = self.usage(lease="lease-2")
-        self.log.lease("lease-2", "t", "spot", "2026-11-10T00:00:00Z")
+        self.log.lease("lease-2", "t", "spot", "2026-11-10T00:00:00Z", LEASE_2)
         self.refused(self.bundle(), "unknown_lease", i)
 
     def test_lease_of_another_tenant(self):
         self.log.tenant("t2", "2026-10-02T00:00:00Z")
-        self.log.lease("lease-2", "t2", "spot", "2026-10-02T00:00:00Z")
+        self.log.lease("lease-2", "t2", "spot", "2026-10-02T00:00:00Z", LEASE_2)
         i = self.usage(lease="lease-2")
         # A bundle that also holds the other tenant's lease (and its registration) shows the mismatch.
         self.refused(self.bundle(), "lease_tenant_mismatch", i, "body.lease")
@@ -672,9 +682,10 @@ class AdmissionRules(VerifierTestCase):
     # section 6.4a: a stream never claims a second twice
 
     def test_overlapping_intervals_of_one_stream(self):
+        self.log.lease("lease-2", "t", "spot", "2026-10-02T00:00:00Z", LEASE_2)
         self.usage(start="2026-11-05T00:00:00Z", seconds=60)
         self.usage(start="2026-11-05T00:01:00Z", seconds=60)  # adjacent: no overlap
-        self.usage(start="2026-11-05T00:00:30Z", seconds=60, lease="lease-1")  # another stream
+        self.usage(start="2026-11-05T00:00:30Z", seconds=60, lease="lease-2")  # another stream
         self.passes(self.bundle())
         self.passes(self.cert())
         # Late, out of order, and one second into the first interval.
@@ -716,7 +727,7 @@ class AdmissionRules(VerifierTestCase):
     # strict JSON and the log policy itself
 
     def test_repeated_member_name_inside_a_context_body(self):
-        i = self.log.lease("lease-2", "t", "spot", "2026-10-02T00:00:00Z")
+        i = self.log.lease("lease-2", "t", "spot", "2026-10-02T00:00:00Z", LEASE_2)
         e = self.log.entries.pop()
         leaf = e.leaf.replace(b'"class":"spot"', b'"class":"spot","class":"spot"', 1)
         self.log.append_leaf_bytes(leaf, e.envelope, e.received_at)

@@ -5,7 +5,7 @@
 //     node assets/console/verify/test/bench.mjs verify DIR
 //
 // `generate` writes DIR/bundle.v3.ndjson, DIR/certificate.json and DIR/verifier_key.txt: a log
-// of RECORDS signed gpu_usage records (plus four context entries) under the test log key of
+// of RECORDS signed gpu_usage records (plus six context entries) under the test log key of
 // tests/fixtures/certificate, and a certificate with its version-3 bundle holding every
 // KEEP_EVERY-th record (so the multi-proof has nodes). `verify` streams the bundle from disk
 // (fs.openAsBlob) through verifyCertificate and prints the verdict, the time, and the peak
@@ -69,6 +69,8 @@ function generate(records, keep, dir) {
     ledger('node_registered', { gpus: Array.from({ length: 8 }, (_, i) => ({ index: i, model: 'H100', uuid: `GPU-bench-${i}` })), max_watts_per_gpu: '1000', node: 'node-1', region: 'west' }),
     ledger('signer_key_registered', { key_id: keyId(nodePub), nodes: ['node-1'], public_key: b64encode(nodePub), regions: ['west'], role: 'node', signer: 'node-1' }),
     ledger('tenant_registered', { tenant: 'acme' }),
+    // Usage is billed only under a lease that covers it (§5.8, §6.7 leases): all 8 GPUs of node-1.
+    ledger('lease_registered', { class: 'on_demand', from: '2026-01-01T00:00:00Z', lease: 'L-bench', nodes: [{ gpus: [0, 1, 2, 3, 4, 5, 6, 7], node: 'node-1' }], tenant: 'acme' }),
     ledger('region_params', { carbon_g_per_kwh: '550', currency: 'CNY', effective_from: '2026-01-01T00:00:00Z', electricity_price_per_kwh: '0.28', pue: '1.08', region: 'west' }),
   ];
   const t0 = Date.parse('2026-01-02T00:00:00Z') / 1000;
@@ -76,7 +78,7 @@ function generate(records, keep, dir) {
   for (let k = 0; k < records; k++) {
     const start = t0 + k * 60;
     const e = entry('gpu_usage', 'node-1', nodeKey, keyId(nodePub), k + 1, {
-      end: iso(start + 60), gpu_count: '8', gpu_model: 'H100', gpu_seconds: '480', node: 'node-1', region: 'west', start: iso(start), tenant: 'acme',
+      end: iso(start + 60), gpu_count: '8', gpu_model: 'H100', gpu_seconds: '480', lease: 'L-bench', node: 'node-1', region: 'west', start: iso(start), tenant: 'acme',
     }, iso(start + 62));
     if (k % keep === 0) kept.push(e);
   }

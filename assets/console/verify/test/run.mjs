@@ -281,7 +281,13 @@ await test('the committed invoice bundles (v3, v2) PASS as bundles alone', async
 // ---------------------------------------------------------------- tampered bundles
 
 const CASES = [
-  ['a signed field of a record leaf changed', 'both', (l) => { firstUsage(l).leafObject.envelope.body.gpu_model = 'H100-SXM-80G'; /* a model its node has: only the signature speaks */ }, 'entry_signature'],
+  ['a signed field of a record leaf changed', 'both', (l) => {
+    // Half the GPUs for the same interval: a record that fits its node and lease (§6.7) and its
+    // own sums (gpu_seconds halved too), so only the signature speaks.
+    const b = firstUsage(l).leafObject.envelope.body;
+    b.gpu_count = Dec.parse(b.gpu_count).mul(Dec.parse('0.5')).toString();
+    b.gpu_seconds = Dec.parse(b.gpu_seconds).mul(Dec.parse('0.5')).toString();
+  }, 'entry_signature'],
   ['a record leaf\'s received_at changed (not signed; only the tree notices)', 'both', (l) => {
     const e = lastRecord(l);
     e.leafObject.received_at = e.leafObject.received_at.replace(/:(\d)(\d)Z$/, (_, a, b) => `:${a}${(Number(b) + 1) % 10}Z`);
@@ -484,14 +490,15 @@ for (const [name, edit, expected] of [
     for (const o of entryLines(l)) if (o.index < e.index && o.leafObject.received_at > t) o.leafObject.received_at = t;
   }, 'in_future'],
   ["a record moved into the stream and the second half-hour of an earlier one (re-signed by its node)", async (l) => {
-    // The fixture's node-1 records: 8 GPUs for 00:00-01:00 without a lease, then 2 GPUs for
-    // 01:00-02:00 under lease l1. The second, without its lease and half an hour earlier,
-    // claims 00:30-01:00 of the first one's stream again (§6.4a).
+    // The fixture's first two node-1 usage records: 8 GPUs for 00:00-01:00, then 2 GPUs for
+    // 01:00-02:00. The second, under the first one's lease (or none, as the first) and half an
+    // hour earlier, claims 00:30-01:00 of the first one's stream again (§6.4a).
     const usage = records(l).filter((o) => o.leafObject.envelope.kind === 'gpu_usage' && o.leafObject.envelope.signer === 'node-1');
-    const [first, later] = [usage.find((o) => !('lease' in o.leafObject.envelope.body)), usage.find((o) => 'lease' in o.leafObject.envelope.body)];
+    const [first, later] = usage;
     const b = later.leafObject.envelope.body;
     const length = (Date.parse(b.end) - Date.parse(b.start)) / 1000;
-    delete b.lease;
+    if ('lease' in first.leafObject.envelope.body) b.lease = first.leafObject.envelope.body.lease;
+    else delete b.lease;
     b.start = plusSeconds(first.leafObject.envelope.body.start, 1800);
     b.end = plusSeconds(b.start, length);
     await resignRecord(later);
@@ -1021,9 +1028,14 @@ const N1 = {
   node: 'n1', region: 'r1', max_watts_per_gpu: '700',
   gpus: [...Array.from({ length: 8 }, (_, i) => ({ index: i, uuid: `GPU-n1-${i}`, model: 'H100' })), { index: 8, uuid: 'GPU-n1-8', model: 'L40S' }],
 };
-const usageBody = (count, { model = 'H100', node = 'n1', region = 'r1', seconds = 3600, tenant = 't' } = {}) => ({
-  tenant, region, node, gpu_model: model, gpu_count: count, start: '2026-11-05T00:00:00Z',
-  end: new Date(Date.parse('2026-11-05T00:00:00Z') + seconds * 1000).toISOString().replace('.000Z', 'Z'),
+/** The lease `L` of tenant t over all of n1's GPUs, open-ended from 2026-11-01 (§5.8). */
+const LEASE_L = { class: 'on_demand', from: '2026-11-01T00:00:00Z', lease: 'L', nodes: [{ gpus: N1.gpus.map((g) => g.index), node: 'n1' }], tenant: 't' };
+/** Usage of `count` GPUs for `seconds` from 2026-11-05T00:00:00Z (or `from` seconds later), under lease L unless `lease` says otherwise (null: none). */
+const usageBody = (count, { model = 'H100', node = 'n1', region = 'r1', seconds = 3600, tenant = 't', lease = 'L', from = 0 } = {}) => ({
+  tenant, region, node, gpu_model: model, gpu_count: count,
+  ...(lease === null ? {} : { lease }),
+  start: new Date(Date.parse('2026-11-05T00:00:00Z') + from * 1000).toISOString().replace('.000Z', 'Z'),
+  end: new Date(Date.parse('2026-11-05T00:00:00Z') + (from + seconds) * 1000).toISOString().replace('.000Z', 'Z'),
   gpu_seconds: Dec.parse(count).mul(Dec.int(seconds)).toString(),
 });
 const energyBody = (kwh, { node = 'n1', region = 'r1', seconds = 3600 } = {}) => ({
@@ -1097,6 +1109,7 @@ await test('fleet: a node_registered body is checked as record.rs checks it', as
 await test('fleet: Admission refuses what does not fit the node, with the reasons of fleet.rs', async () => {
   const a = new Admission();
   a.apply(3, { kind: 'node_registered', body: N1 });
+  a.apply(4, { kind: 'lease_registered', body: LEASE_L });
   const verdictOf = (kind, body, index = 10) => {
     try {
       a.checkFleet(index, kind, body, `entry ${index}`);
@@ -1115,7 +1128,7 @@ await test('fleet: Admission refuses what does not fit the node, with the reason
   eq(verdictOf('gpu_usage', usageBody('1', { region: 'east' })), 'PASS', 'another region: the key\'s scope bounds it, not the node');
   eq(verdictOf('gpu_usage', usageBody('1', { node: 'n9' })), 'unknown_node', 'an unregistered node');
   eq(verdictOf('gpu_usage', usageBody('1'), 3), 'unknown_node', 'a node registered at the record\'s index');
-  eq(verdictOf('gpu_usage', usageBody('1'), 4), 'PASS', 'a node registered just before');
+  eq(verdictOf('gpu_usage', usageBody('1'), 5), 'PASS', 'a node (and its lease) registered just before');
   eq(verdictOf('energy', energyBody('6.615')), 'PASS', 'energy at the bound');
   eq(verdictOf('energy', energyBody('6.615001')), 'energy_over_bound', 'a millionth of a kWh above it');
   eq(verdictOf('energy', energyBody('0.0128625', { seconds: 7 })), 'PASS', '7 s at the bound');
@@ -1152,6 +1165,7 @@ await test('fleet: check() applies the fleet after the parties and before the ti
   const a = new Admission();
   a.apply(1, { kind: 'tenant_registered', body: { tenant: 't' } });
   a.apply(3, { kind: 'node_registered', body: N1 });
+  a.apply(4, { kind: 'lease_registered', body: LEASE_L });
   const verdictOf = (body, receivedAt) => {
     try {
       a.check(10, { kind: 'gpu_usage', body }, receivedAt);
@@ -1166,6 +1180,11 @@ await test('fleet: check() applies the fleet after the parties and before the ti
   eq(verdictOf(usageBody('9', { model: 'A100', tenant: 't2' }), inTime), 'unknown_tenant', 'the parties first');
   eq(verdictOf(usageBody('9'), late), 'over_capacity', 'the fleet before time');
   eq(verdictOf(usageBody('8'), late), 'too_old', 'then time');
+  // The lease rules are fleet rules: after the parties, before time.
+  eq(verdictOf(usageBody('1', { lease: 'X' }), inTime), 'unknown_lease', 'an unregistered lease: the parties');
+  eq(verdictOf(usageBody('1', { lease: null }), late), 'lease_not_on_node', 'no lease: the fleet before time');
+  eq(verdictOf(usageBody('9', { lease: null }), inTime), 'over_capacity', "no lease, but the node's bound first");
+  eq(verdictOf(usageBody('1', { lease: null, tenant: 't2' }), inTime), 'unknown_tenant', 'no lease, but the parties first');
 });
 
 /** An Ed25519 key from a one-byte seed, with its raw public key (WebCrypto, as the fixtures' key). */
@@ -1225,10 +1244,15 @@ async function fleetLog(build) {
   return { bundle, logKey: logKeyText };
 }
 
-/** A node key for n1 (regions r1 and r2, wider than n1's region) and the entries `more` appends. */
-const fleetCase = (more, { register = true, keyNodes = ['n1'] } = {}) => fleetLog(async ({ ledger, node, nodeKey }) => {
+/**
+ * A node key for n1 (regions r1 and r2, wider than n1's region), `lease` (LEASE_L unless given;
+ * null: none) and the entries `more` appends: 0 log_policy, 1 tenant_registered t,
+ * 2 node_registered n1, 3 node-a's key, 4 the lease, then `more`'s.
+ */
+const fleetCase = (more, { register = true, keyNodes = ['n1'], lease = LEASE_L } = {}) => fleetLog(async ({ ledger, node, nodeKey }) => {
   if (register) await ledger('node_registered', N1);
   const keyIndex = await ledger('signer_key_registered', { key_id: nodeKey.keyId, nodes: keyNodes, public_key: b64encode(nodeKey.pub), regions: ['r1', 'r2'], role: 'node', signer: 'node-a' });
+  if (lease) await ledger('lease_registered', lease);
   await more({ ledger, node, keyIndex });
 });
 
@@ -1238,7 +1262,7 @@ await test('fleet: bundles signed here: node registrations are context, and the 
     if (bin) eq(binaryVerdict(['--bundle', writeTmp('fleet.ndjson', c.bundle), '--log-key', c.logKey]), verdict(r), 'gpuledger verify');
     return r.ok ? 'PASS' : `${r.failure.reason} (${r.failure.item})`;
   };
-  // 0 log_policy, 1 tenant_registered, 2 node_registered n1, 3 node-a's key, then the records
+  // 0 log_policy, 1 tenant_registered, 2 node_registered n1, 3 node-a's key, 4 lease L, then the records
   const good = await fleetCase(async ({ node }) => {
     await node('gpu_usage', usageBody('8'));
     await node('gpu_usage', usageBody('1', { model: 'L40S' }));
@@ -1247,14 +1271,294 @@ await test('fleet: bundles signed here: node registrations are context, and the 
   const r = await verify.verifyBundle({ bundle: good.bundle, logKey: good.logKey });
   expectVerdict(r, 'PASS');
   eq(r.summary.records, 3, 'records');
-  eq(await verdictOf(await fleetCase(async ({ node }) => { await node('gpu_usage', usageBody('8.000001')); })), 'over_capacity (entry 4)', '8.000001 GPUs');
-  eq(await verdictOf(await fleetCase(async ({ node }) => { await node('gpu_usage', usageBody('1', { model: 'A100' })); })), 'unknown_gpu_model (entry 4)', 'a model n1 lacks');
+  eq(await verdictOf(await fleetCase(async ({ node }) => { await node('gpu_usage', usageBody('8.000001')); })), 'over_capacity (entry 5)', '8.000001 GPUs');
+  eq(await verdictOf(await fleetCase(async ({ node }) => { await node('gpu_usage', usageBody('1', { model: 'A100' })); })), 'unknown_gpu_model (entry 5)', 'a model n1 lacks');
   eq(await verdictOf(await fleetCase(async ({ node }) => { await node('gpu_usage', usageBody('1', { region: 'r2' })); })), 'PASS', 'a region the key has, not the node: the scope bounds it');
-  eq(await verdictOf(await fleetCase(async ({ node }) => { await node('energy', energyBody('6.615001')); })), 'energy_over_bound (entry 4)', 'energy above the bound');
+  eq(await verdictOf(await fleetCase(async ({ node }) => { await node('energy', energyBody('6.615001')); })), 'energy_over_bound (entry 5)', 'energy above the bound');
   eq(await verdictOf(await fleetCase(async () => {}, { register: false })), 'unknown_node (entry 2)', 'a key for an unregistered node');
   eq(await verdictOf(await fleetCase(async () => {}, { keyNodes: ['n1', 'n2'] })), 'unknown_node (entry 3)', 'a key naming an unregistered node too');
-  eq(await verdictOf(await fleetCase(async ({ ledger }) => { await ledger('node_registered', { ...N1, region: 'r2' }); })), 'already_registered (entry 4)', 'n1 registered twice');
-  eq(await verdictOf(await fleetCase(async ({ ledger }) => { await ledger('node_registered', { ...N1, node: 'n2', gpus: [] }); })), 'leaf_invalid (entry 4)', 'a node without GPUs');
+  eq(await verdictOf(await fleetCase(async ({ ledger }) => { await ledger('node_registered', { ...N1, region: 'r2' }); })), 'already_registered (entry 5)', 'n1 registered twice');
+  eq(await verdictOf(await fleetCase(async ({ ledger }) => { await ledger('node_registered', { ...N1, node: 'n2', gpus: [] }); })), 'leaf_invalid (entry 5)', 'a node without GPUs');
+});
+
+// ---------------------------------------------------------------- leases (§5.8; §6.7, leases; crates/core/src/fleet.rs)
+
+/** The LeafError message of checkEnvelope on a lease_registered body, or 'PASS'. */
+async function leaseBodyVerdict(body) {
+  const env = { v: 2, kind: 'lease_registered', signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
+  try {
+    await checkEnvelope(env, 'gpuledger.test/fleet');
+    return 'PASS';
+  } catch (e) {
+    return e.message;
+  }
+}
+
+await test('leases: a lease_registered body is checked as record.rs checks it (LeaseRegistered::check, lease_nodes)', async () => {
+  // §5.8's example.
+  const example = { class: 'on_demand', from: '2026-11-01T00:00:00Z', lease: 'L-acme-1', nodes: [{ gpus: [0, 1, 2, 3], node: 'n1' }, { gpus: [6], node: 'n1', share: '0.5' }, { count: '4', gpu_model: 'H100-SXM-80G', node: 'n2' }], tenant: 'acme', to: '2027-11-01T00:00:00Z' };
+  const withItems = (...nodes) => ({ ...example, nodes });
+  const without = (o, k) => Object.fromEntries(Object.entries(o).filter(([m]) => m !== k));
+  const items = (n) => Array.from({ length: n }, (_, i) => ({ gpus: [0], node: `n${i}` }));
+  const accepted = [
+    ['the example of §5.8', example],
+    ['open-ended', without(example, 'to')],
+    ['a term of one second', { ...example, to: '2026-11-01T00:00:01Z' }],
+    ['64 items', withItems(...items(64))],
+    ['64 GPUs of a node', withItems({ gpus: Array.from({ length: 64 }, (_, i) => i), node: 'n1' })],
+    ['the highest u32 index', withItems({ gpus: [4294967295], node: 'n1' })],
+    ['a share just above 0', withItems({ gpus: [0], node: 'n1', share: '0.000000001' })],
+    ['a share just below 1', withItems({ gpus: [0], node: 'n1', share: '0.999999999' })],
+    ['a count of 64', withItems({ count: '64', gpu_model: 'H100', node: 'n1' })],
+    ['a fractional count', withItems({ count: '0.5', gpu_model: 'H100', node: 'n1' })],
+    ['the same GPU index on two nodes', withItems({ gpus: [0], node: 'n1' }, { gpus: [0], node: 'n2' })],
+    ['GPUs of a node in two items', withItems({ gpus: [0, 1], node: 'n1' }, { gpus: [2], node: 'n1', share: '0.5' })],
+    ['the same model counted on two nodes', withItems({ count: '1', gpu_model: 'H100', node: 'n1' }, { count: '1', gpu_model: 'H100', node: 'n2' })],
+    ['GPUs and a count of one node', withItems({ gpus: [0], node: 'n1' }, { count: '1', gpu_model: 'H100', node: 'n1' })],
+    ['two models counted on one node', withItems({ count: '1', gpu_model: 'H100', node: 'n1' }, { count: '1', gpu_model: 'L40S', node: 'n1' })],
+    ['every class', { ...example, class: 'spot' }],
+  ];
+  for (const [what, body] of accepted) eq(await leaseBodyVerdict(body), 'PASS', what);
+  const refused = [
+    ['no from', without(example, 'from'), /has no member from/],
+    ['no nodes', without(example, 'nodes'), /has no member nodes/],
+    ['a member more', { ...example, region: 'r1' }, /unknown member region/],
+    ['a null to', { ...example, to: null }, /body\.to is not a string/],
+    ['nodes not an array', { ...example, nodes: { node: 'n1' } }, /body\.nodes is not an array/],
+    ['an item that is a string', withItems('n1'), /body\.nodes\[0\] is not an object/],
+    ['an item member more', withItems({ gpus: [0], node: 'n1', mig: '1g.10gb' }), /body\.nodes\[0\] has an unknown member mig/],
+    ['an item without a node', withItems({ gpus: [0] }), /body\.nodes\[0\] has no member node/],
+    ['gpus not an array', withItems({ gpus: 0, node: 'n1' }), /body\.nodes\[0\]\.gpus is not an array/],
+    ['a GPU index as a string', withItems({ gpus: ['0'], node: 'n1' }), /body\.nodes\[0\]\.gpus\[0\] is not an integer/],
+    ['a negative GPU index', withItems({ gpus: [-1], node: 'n1' }), /body\.nodes\[0\]\.gpus\[0\] is not an integer/],
+    ['a GPU index above u32', withItems({ gpus: [4294967296], node: 'n1' }), /body\.nodes\[0\]\.gpus\[0\] is not an integer/],
+    ['a count as a number', withItems({ count: 4, gpu_model: 'H100', node: 'n1' }), /body\.nodes\[0\]\.count is not a string/],
+    ['an unknown class', { ...example, class: 'preemptible' }, /body\.class must be/],
+    ['the reserved id as the lease', { ...example, lease: 'ledger' }, /reserved/],
+    ['from not a timestamp', { ...example, from: '2026-11-01' }, /body\.from is not a timestamp/],
+    ['to not a timestamp', { ...example, to: '2027-02-30T00:00:00Z' }, /body\.to is not a timestamp/],
+    ['to equal to from', { ...example, to: example.from }, /^empty_interval: body\.to/],
+    ['to before from', { ...example, to: '2026-10-31T23:59:59Z' }, /^empty_interval: body\.to/],
+    ['no item', withItems(), /^invalid_field: body\.nodes/],
+    ['65 items', withItems(...items(65)), /^quantity_out_of_range: body\.nodes/],
+    ['a node that is no identifier', withItems({ gpus: [0], node: 'n 1' }), /body\.nodes\[0\]\.node is not an identifier/],
+    ['the reserved id as a node', withItems({ gpus: [0], node: 'ledger' }), /reserved/],
+    ['no GPU', withItems({ gpus: [], node: 'n1' }), /^quantity_out_of_range: body\.nodes\[0\]\.gpus/],
+    ['65 GPUs', withItems({ gpus: Array.from({ length: 65 }, (_, i) => i), node: 'n1' }), /^quantity_out_of_range: body\.nodes\[0\]\.gpus/],
+    ['a GPU listed twice in an item', withItems({ gpus: [1, 1], node: 'n1' }), /^invalid_field: body\.nodes\[0\]\.gpus: GPUs are listed by strictly increasing/],
+    ['GPUs decreasing', withItems({ gpus: [2, 1], node: 'n1' }), /^invalid_field: body\.nodes\[0\]\.gpus: GPUs are listed by strictly increasing/],
+    ['a GPU of a node in two items', withItems({ gpus: [0, 1], node: 'n1' }, { gpus: [1], node: 'n1', share: '0.5' }), /^invalid_field: body\.nodes\[1\]\.gpus: GPU 1 of n1 is listed twice/],
+    ['a model of a node counted twice', withItems({ count: '1', gpu_model: 'H100', node: 'n1' }, { count: '2', gpu_model: 'H100', node: 'n1' }), /^invalid_field: body\.nodes\[1\]\.gpu_model/],
+    ['a share of 0', withItems({ gpus: [0], node: 'n1', share: '0' }), /^quantity_out_of_range: body\.nodes\[0\]\.share/],
+    ['a share of 1 (a whole GPU has none)', withItems({ gpus: [0], node: 'n1', share: '1' }), /^quantity_out_of_range: body\.nodes\[0\]\.share/],
+    ['a share above 1', withItems({ gpus: [0], node: 'n1', share: '1.5' }), /^quantity_out_of_range: body\.nodes\[0\]\.share/],
+    ['a share not canonical', withItems({ gpus: [0], node: 'n1', share: '0.50' }), /body\.nodes\[0\]\.share is not a canonical decimal/],
+    ['a count of 0', withItems({ count: '0', gpu_model: 'H100', node: 'n1' }), /^quantity_out_of_range: body\.nodes\[0\]\.count must be above 0/],
+    ['a count above 64', withItems({ count: '64.000000001', gpu_model: 'H100', node: 'n1' }), /^quantity_out_of_range: body\.nodes\[0\]\.count/],
+    ['a negative count', withItems({ count: '-1', gpu_model: 'H100', node: 'n1' }), /body\.nodes\[0\]\.count is not a canonical decimal/],
+    ['a model that is no identifier', withItems({ count: '1', gpu_model: 'H100 SXM', node: 'n1' }), /body\.nodes\[0\]\.gpu_model is not an identifier/],
+    ['both forms', withItems({ count: '1', gpu_model: 'H100', gpus: [0], node: 'n1' }), /^invalid_field: body\.nodes\[0\] covers either/],
+    ['neither form', withItems({ node: 'n1' }), /^invalid_field: body\.nodes\[0\] covers either/],
+    ['a share without gpus', withItems({ node: 'n1', share: '0.5' }), /^invalid_field: body\.nodes\[0\] covers either/],
+    ['a share with a count', withItems({ count: '1', gpu_model: 'H100', node: 'n1', share: '0.5' }), /^invalid_field: body\.nodes\[0\] covers either/],
+    ['a model without a count', withItems({ gpu_model: 'H100', node: 'n1' }), /^invalid_field: body\.nodes\[0\] covers either/],
+    ['a count without a model', withItems({ count: '1', node: 'n1' }), /^invalid_field: body\.nodes\[0\] covers either/],
+    ['gpus with a count', withItems({ count: '1', gpus: [0], node: 'n1' }), /^invalid_field: body\.nodes\[0\] covers either/],
+  ];
+  for (const [what, body, want] of refused) {
+    const got = await leaseBodyVerdict(body);
+    assert(want.test(got), `${what}: ${got}`);
+  }
+});
+
+/** Seconds after 2026-11-05T00:00:00Z as a timestamp (fleet.rs's `t`). */
+const at = (s) => new Date(Date.parse('2026-11-05T00:00:00Z') + s * 1000).toISOString().replace('.000Z', 'Z');
+/** Lease `id` of tenant t over `nodes` for [from, to) (seconds after 2026-11-05; to null: open-ended). */
+const leaseOf = (id, from, to, nodes) => ({ class: 'on_demand', from: at(from), lease: id, nodes, tenant: 't', ...(to === null ? {} : { to: at(to) }) });
+/** Whole GPUs (or a share of each) of a node. */
+const gpusItem = (node, gpus, share) => ({ gpus, node, ...(share ? { share } : {}) });
+/** Up to `count` GPUs of `model` of a node. */
+const countItem = (node, model, count) => ({ count, gpu_model: model, node });
+/** Usage under `lease` (null: none) of `count` GPUs of `model` on `node` for [from, to). */
+const usageUnder = (lease, node, model, count, from, to) => usageBody(count, { lease, node, model, from, seconds: to - from });
+const N2 = { ...N1, node: 'n2', gpus: N1.gpus.map((g) => ({ ...g, uuid: g.uuid.replace('n1', 'n2') })) };
+
+/** The verdict of Admission.checkFleet at `index` (and the failure's message). */
+const fleetVerdict = (a, kind, body, index = 10) => {
+  try {
+    a.checkFleet(index, kind, body, `entry ${index}`);
+    return ['PASS', ''];
+  } catch (e) {
+    if (!e.reason) throw e;
+    return [e.reason, e.message];
+  }
+};
+
+await test('leases: Admission binds usage to leases and never overbooks (fleet.rs leases_bind_usage_to_gpus_and_never_overbook)', async () => {
+  const a = new Admission();
+  a.apply(1, { kind: 'node_registered', body: N1 });
+  a.apply(2, { kind: 'node_registered', body: N2 });
+  // GPUs 0-3 of n1, open-ended.
+  a.apply(4, { kind: 'lease_registered', body: leaseOf('L', 0, null, [gpusItem('n1', [0, 1, 2, 3])]) });
+  // Half of GPUs 4 and 5 of n1 (MIG or fractional slices), for 2 h.
+  a.apply(5, { kind: 'lease_registered', body: leaseOf('S', 0, 7200, [gpusItem('n1', [4, 5], '0.5')]) });
+  // Any 4 H100s of n2 for [1 h, 3 h).
+  a.apply(6, { kind: 'lease_registered', body: leaseOf('P', 3600, 10800, [countItem('n2', 'H100', '4')]) });
+  // [name, body, reason, the failing field (Rust's Rejection field, at the head of the message)]
+  for (const [name, body, want, field] of [
+    ["the lease's 4 GPUs", usageUnder('L', 'n1', 'H100', '4', 0, 3600), 'PASS'],
+    ['one GPU more than the lease', usageUnder('L', 'n1', 'H100', '4.000001', 0, 3600), 'over_capacity', 'gpu_count'],
+    ['no lease', usageUnder(null, 'n1', 'H100', '1', 0, 3600), 'lease_not_on_node', 'body.lease'],
+    ['a model the lease lacks on the node', usageUnder('L', 'n1', 'L40S', '1', 0, 3600), 'lease_not_on_node', 'body.lease'],
+    ['another node', usageUnder('L', 'n2', 'H100', '1', 0, 3600), 'lease_not_on_node', 'body.lease'],
+    ['two half GPUs make one', usageUnder('S', 'n1', 'H100', '1', 0, 3600), 'PASS'],
+    ['more than the halves', usageUnder('S', 'n1', 'H100', '1.5', 0, 3600), 'over_capacity', 'gpu_count'],
+    ["after the slices' term", usageUnder('S', 'n1', 'H100', '1', 7000, 7201), 'outside_lease_term', 'body.end'],
+    ['any 4 of n2', usageUnder('P', 'n2', 'H100', '4', 3600, 7200), 'PASS'],
+    ["up to the term's end", usageUnder('P', 'n2', 'H100', '4', 7200, 10800), 'PASS'],
+    ['before the term', usageUnder('P', 'n2', 'H100', '1', 3599, 4000), 'outside_lease_term', 'body.start'],
+    ['past the term', usageUnder('P', 'n2', 'H100', '1', 10000, 10801), 'outside_lease_term', 'body.end'],
+    // The node's own bound comes first: 1,024 GPUs on a 9-GPU node.
+    ['1,024 GPUs', usageUnder('L', 'n1', 'H100', '1024', 0, 60), 'over_capacity', 'gpu_count is 1024, but node n1 has 8'],
+  ]) {
+    const [got, message] = fleetVerdict(a, 'gpu_usage', body);
+    eq(got, want, name);
+    if (field) assert(message.startsWith(field), `${name}: the message names ${field}: ${message}`);
+  }
+  // Over the lease, not the node: the message says what the lease covers, exactly.
+  assert(fleetVerdict(a, 'gpu_usage', usageUnder('S', 'n1', 'H100', '1.5', 0, 3600))[1].includes('S covers 1 H100 GPUs of node n1'), 'the lease in the message');
+  const register = (l) => fleetVerdict(a, 'lease_registered', l);
+  for (const [name, body, want, field] of [
+    ['the free GPUs 6 and 7', leaseOf('F', 0, null, [gpusItem('n1', [6, 7])]), 'PASS'],
+    ['a GPU leased whole already', leaseOf('F', 0, null, [gpusItem('n1', [3])]), 'lease_overbooked', 'body.nodes'],
+    ['the other half of a sliced GPU', leaseOf('F', 0, null, [gpusItem('n1', [4], '0.5')]), 'PASS'],
+    ['more than the other half', leaseOf('F', 0, null, [gpusItem('n1', [4], '0.500001')]), 'lease_overbooked', 'body.nodes'],
+    ["more than half, from the slices' end", leaseOf('F', 7200, null, [gpusItem('n1', [4], '0.6')]), 'PASS'],
+    ['more than half, a second before it', leaseOf('F', 7199, null, [gpusItem('n1', [4], '0.6')]), 'lease_overbooked', 'body.nodes'],
+    // n1's H100s: 4 (L) + 2 × 0.5 (S) leased; 3 more fill it, 4 overbook it until S ends.
+    ['exactly full by count', leaseOf('F', 0, null, [countItem('n1', 'H100', '3')]), 'PASS'],
+    ['one GPU more by count', leaseOf('F', 0, null, [countItem('n1', 'H100', '4')]), 'lease_overbooked', 'body.nodes'],
+    ['one more, once the slices end', leaseOf('F', 7200, null, [countItem('n1', 'H100', '4')]), 'PASS'],
+    // n2: P holds 4 of 8 during [1 h, 3 h).
+    ['5 ending where P starts', leaseOf('F', 0, 3600, [countItem('n2', 'H100', '5')]), 'PASS'],
+    ['5 overlapping P by a second', leaseOf('F', 0, 3601, [countItem('n2', 'H100', '5')]), 'lease_overbooked', 'body.nodes'],
+    ['5 starting inside P', leaseOf('F', 10799, null, [countItem('n2', 'H100', '5')]), 'lease_overbooked', 'body.nodes'],
+    ['5 starting where P ends', leaseOf('F', 10800, null, [countItem('n2', 'H100', '5')]), 'PASS'],
+    ['9 of an 8-H100 node on its own', leaseOf('F', 20000, null, [countItem('n2', 'H100', '9')]), 'lease_overbooked', 'body.nodes'],
+    ['a GPU the node lacks', leaseOf('F', 0, null, [gpusItem('n1', [9])]), 'unknown_gpu', 'body.nodes[0].gpus'],
+    ['a model the node lacks', leaseOf('F', 0, null, [countItem('n1', 'A100', '1')]), 'unknown_gpu_model', 'body.nodes[0].gpu_model'],
+    ['an unregistered node', leaseOf('F', 0, null, [countItem('n9', 'H100', '1')]), 'unknown_node', 'body.nodes[0].node'],
+    // Beyond the Rust test: P starts inside an open-ended term from before it; items of one
+    // lease add up; the item rules apply item by item, before any overbooking.
+    ['5 open-ended from before P', leaseOf('F', 0, null, [countItem('n2', 'H100', '5')]), 'lease_overbooked', 'body.nodes'],
+    ["GPUs and a count of one lease over n2's 8", leaseOf('F', 20000, null, [gpusItem('n2', [0, 1, 2, 3]), countItem('n2', 'H100', '5')]), 'lease_overbooked', 'body.nodes'],
+    ["the L40S of n1 by index and by count", leaseOf('F', 0, null, [gpusItem('n1', [8], '0.5'), countItem('n1', 'L40S', '0.5')]), 'PASS'],
+    ['the L40S of n1, a billionth more', leaseOf('F', 0, null, [gpusItem('n1', [8], '0.5'), countItem('n1', 'L40S', '0.500000001')]), 'lease_overbooked', 'body.nodes'],
+    ['a second item on an unregistered node', leaseOf('F', 0, null, [gpusItem('n1', [6]), gpusItem('n9', [0])]), 'unknown_node', 'body.nodes[1].node'],
+    ['an overbooking item before an unknown GPU', leaseOf('F', 0, null, [gpusItem('n1', [0]), gpusItem('n2', [9])]), 'unknown_gpu', 'body.nodes[1].gpus'],
+    // Item by item (fleet.rs), not rule by rule: item 0's GPU before item 1's node.
+    ["an unknown GPU before another item's unregistered node", leaseOf('F', 0, null, [gpusItem('n1', [9]), gpusItem('n9', [0])]), 'unknown_gpu', 'body.nodes[0].gpus'],
+    ["an unknown model before another item's unknown GPU", leaseOf('F', 0, null, [countItem('n2', 'A100', '1'), gpusItem('n1', [9])]), 'unknown_gpu_model', 'body.nodes[0].gpu_model'],
+    ['n1 overbooked, n2 not', leaseOf('F', 0, null, [countItem('n2', 'H100', '1'), gpusItem('n1', [0])]), 'lease_overbooked', 'body.nodes'],
+    // A lease is not counted against itself (registered twice is the parties' already_registered).
+    ['L again', leaseOf('L', 0, null, [gpusItem('n1', [0, 1, 2, 3])]), 'PASS'],
+  ]) {
+    const [got, message] = register(body);
+    eq(got, want, name);
+    if (field) assert(message.startsWith(field), `${name}: the message names ${field}: ${message}`);
+  }
+  // A lease registered after the record does not count for it: left to the parties rule (unknown_lease).
+  eq(fleetVerdict(a, 'gpu_usage', usageUnder('P', 'n2', 'H100', '1', 3600, 4000), 6)[0], 'PASS', 'P at the record\'s index');
+  // Nor does it count against a lease registered before it.
+  eq(register(leaseOf('F', 3600, null, [countItem('n2', 'H100', '8')]))[0], 'lease_overbooked', 'P counts at 10');
+  eq(fleetVerdict(a, 'lease_registered', leaseOf('F', 3600, null, [countItem('n2', 'H100', '8')]), 6)[0], 'PASS', 'P does not count at 6');
+});
+
+await test('leases: overbooking is evaluated where terms start and end, half-open, with exact shares', async () => {
+  const a = new Admission();
+  a.apply(2, { kind: 'node_registered', body: N2 });
+  // 6 of n2's H100s during [0, 1 h) and again during [2 h, 3 h).
+  a.apply(3, { kind: 'lease_registered', body: leaseOf('A', 0, 3600, [countItem('n2', 'H100', '6')]) });
+  a.apply(4, { kind: 'lease_registered', body: leaseOf('B', 7200, 10800, [countItem('n2', 'H100', '6')]) });
+  // GPU 0 of n2: 0.34 during [0, 100 s), 0.56 during [50 s, 200 s).
+  a.apply(5, { kind: 'lease_registered', body: leaseOf('G1', 0, 100, [gpusItem('n2', [0], '0.34')]) });
+  a.apply(6, { kind: 'lease_registered', body: leaseOf('G2', 50, 200, [gpusItem('n2', [0], '0.56')]) });
+  // G1 and G2 lease 0.9 of an H100 during [50 s, 100 s): 6.9 of n2's 8 there.
+  for (const [name, body, want] of [
+    ['1.1 open-ended beside all of them', leaseOf('F', 0, null, [countItem('n2', 'H100', '1.1')]), 'PASS'],
+    ['1.1 + a billionth', leaseOf('F', 0, null, [countItem('n2', 'H100', '1.100000001')]), 'lease_overbooked'],
+    ['2 from where G1 and G2 end', leaseOf('F', 200, null, [countItem('n2', 'H100', '2')]), 'PASS'],
+    ['2 from a second before G2 ends', leaseOf('F', 199, null, [countItem('n2', 'H100', '2')]), 'lease_overbooked'],
+    ['8 between A and B', leaseOf('F', 3600, 7200, [countItem('n2', 'H100', '8')]), 'PASS'],
+    ['3 from a second before A ends', leaseOf('F', 3599, 7200, [countItem('n2', 'H100', '3')]), 'lease_overbooked'],
+    ['3 to a second after B starts', leaseOf('F', 3600, 7201, [countItem('n2', 'H100', '3')]), 'lease_overbooked'],
+    ['3 over both, open-ended', leaseOf('F', 3600, null, [countItem('n2', 'H100', '3')]), 'lease_overbooked'],
+    // 0.34 + 0.56 + 0.1 is 1 exactly (in binary floating point it is above 1).
+    ['the rest of GPU 0 while both slices hold it', leaseOf('F', 50, 100, [gpusItem('n2', [0], '0.1')]), 'PASS'],
+    ['the rest of GPU 0, and a billionth more', leaseOf('F', 50, 100, [gpusItem('n2', [0], '0.100000001')]), 'lease_overbooked'],
+    ["the rest of GPU 0 over both slices' terms", leaseOf('F', 0, 300, [gpusItem('n2', [0], '0.1')]), 'PASS'],
+    ["0.44 of GPU 0 from G1's end", leaseOf('F', 100, 300, [gpusItem('n2', [0], '0.44')]), 'PASS'],
+    ["0.44 of GPU 0 from a second before G1's end", leaseOf('F', 99, 300, [gpusItem('n2', [0], '0.44')]), 'lease_overbooked'],
+    ['0.66 of GPU 0 until G2 starts', leaseOf('F', 0, 50, [gpusItem('n2', [0], '0.66')]), 'PASS'],
+    ['0.66 of GPU 0 until a second after G2 starts', leaseOf('F', 0, 51, [gpusItem('n2', [0], '0.66')]), 'lease_overbooked'],
+  ]) {
+    eq(fleetVerdict(a, 'lease_registered', body)[0], want, name);
+  }
+  assert(0.34 + 0.56 + 0.1 > 1, 'the floating-point sum is above 1');
+  const [, message] = fleetVerdict(a, 'lease_registered', leaseOf('F', 0, null, [countItem('n2', 'H100', '3')]));
+  eq(message, 'body.nodes would lease 9.34 H100 GPUs of node n2 at 2026-11-05T00:00:00Z, which has 8, counting its other leases', 'the message');
+});
+
+await test('leases: bundles signed here: lease registrations are context, and the lease rules hold in them', async () => {
+  const verdictOf = async (c) => {
+    const r = await verify.verifyBundle({ bundle: c.bundle, logKey: c.logKey });
+    if (bin) {
+      eq(binaryVerdict(['--bundle', writeTmp('lease.ndjson', c.bundle), '--log-key', c.logKey]), verdict(r), 'gpuledger verify');
+      compareItems(r, 'lease bundle');
+    }
+    return r.ok ? 'PASS' : `${r.failure.reason} (${r.failure.item})`;
+  };
+  const usage = (count, opts) => async ({ node }) => { await node('gpu_usage', usageBody(count, opts)); };
+  const lease = (nodes, more = {}) => ({ ...LEASE_L, nodes, ...more });
+  // 0 log_policy, 1 tenant_registered t, 2 node_registered n1, 3 node-a's key, 4 the lease, then more
+  for (const [name, c, want] of [
+    ['usage under a lease of all of n1', await fleetCase(usage('8')), 'PASS'],
+    ['usage without a lease', await fleetCase(usage('1', { lease: null })), 'lease_not_on_node (entry 5)'],
+    ['usage under an unregistered lease', await fleetCase(usage('1', { lease: 'X' })), 'unknown_lease (entry 5)'],
+    ['usage without a lease in a log without any', await fleetCase(usage('1', { lease: null }), { lease: null }), 'lease_not_on_node (entry 4)'],
+    ['usage above the node, under a lease', await fleetCase(usage('9')), 'over_capacity (entry 5)'],
+    ['usage above the lease, within the node', await fleetCase(usage('4.500001'), { lease: lease([gpusItem('n1', [0, 1, 2, 3]), gpusItem('n1', [4], '0.5')]) }), 'over_capacity (entry 5)'],
+    ['usage of the lease, exactly', await fleetCase(usage('4.5'), { lease: lease([gpusItem('n1', [0, 1, 2, 3]), gpusItem('n1', [4], '0.5')]) }), 'PASS'],
+    ['usage of a model the lease lacks', await fleetCase(usage('1', { model: 'L40S' }), { lease: lease([countItem('n1', 'H100', '8')]) }), 'lease_not_on_node (entry 5)'],
+    ['usage before the term', await fleetCase(usage('1'), { lease: { ...LEASE_L, from: '2026-11-05T00:00:01Z' } }), 'outside_lease_term (entry 5)'],
+    ['usage after the term', await fleetCase(usage('1'), { lease: { ...LEASE_L, to: '2026-11-05T00:59:59Z' } }), 'outside_lease_term (entry 5)'],
+    ['usage up to the term\'s end', await fleetCase(usage('1'), { lease: { ...LEASE_L, to: '2026-11-05T01:00:00Z' } }), 'PASS'],
+    ['a lease of a GPU n1 lacks', await fleetCase(async () => {}, { lease: lease([gpusItem('n1', [0, 9])]) }), 'unknown_gpu (entry 4)'],
+    ['a lease of a model n1 lacks', await fleetCase(async () => {}, { lease: lease([countItem('n1', 'A100', '1')]) }), 'unknown_gpu_model (entry 4)'],
+    ['a lease of an unregistered node', await fleetCase(async () => {}, { lease: lease([countItem('n9', 'H100', '1')]) }), 'unknown_node (entry 4)'],
+    ['a lease of more H100s than n1 has', await fleetCase(async () => {}, { lease: lease([countItem('n1', 'H100', '8.5')]) }), 'lease_overbooked (entry 4)'],
+    ["a lease's unknown GPU before another item's unregistered node", await fleetCase(async () => {}, { lease: lease([gpusItem('n1', [9]), gpusItem('n9', [0])]) }), 'unknown_gpu (entry 4)'],
+    ['a lease whose whole GPU is a share (leaf_invalid)', await fleetCase(async () => {}, { lease: lease([gpusItem('n1', [0], '1')]) }), 'leaf_invalid (entry 4)'],
+    ['a lease whose term ends where it starts', await fleetCase(async () => {}, { lease: { ...LEASE_L, to: LEASE_L.from } }), 'leaf_invalid (entry 4)'],
+    ['a second lease overbooking the first', await fleetCase(async ({ ledger }) => { await ledger('lease_registered', { ...LEASE_L, lease: 'L2', nodes: [gpusItem('n1', [8], '0.5')] }); }), 'lease_overbooked (entry 5)'],
+    ['a second lease from where the first ends', await fleetCase(async ({ ledger, node }) => {
+      await ledger('lease_registered', { ...LEASE_L, lease: 'L2', from: '2026-11-05T01:00:00Z' });
+      await node('gpu_usage', usageBody('8', { lease: 'L', seconds: 3600 }));
+      await node('gpu_usage', usageBody('8', { lease: 'L2', from: 3600, seconds: 3600 }));
+    }, { lease: { ...LEASE_L, to: '2026-11-05T01:00:00Z' } }), 'PASS'],
+    ['usage under the second lease before its term', await fleetCase(async ({ ledger, node }) => {
+      await ledger('lease_registered', { ...LEASE_L, lease: 'L2', from: '2026-11-05T01:00:00Z' });
+      await node('gpu_usage', usageBody('8', { lease: 'L2', from: 3599, seconds: 60 }));
+    }, { lease: { ...LEASE_L, to: '2026-11-05T01:00:00Z' } }), 'outside_lease_term (entry 6)'],
+    ['a lease registered twice', await fleetCase(async ({ ledger }) => { await ledger('lease_registered', { ...LEASE_L, nodes: [gpusItem('n1', [0])] }); }), 'already_registered (entry 5)'],
+    ["usage under another tenant's lease that does not cover it: the parties first", await fleetCase(async ({ ledger, node }) => {
+      await ledger('tenant_registered', { tenant: 't2' });
+      await ledger('lease_registered', { ...LEASE_L, lease: 'M', tenant: 't2', nodes: [gpusItem('n1', [0])], from: '2026-12-01T00:00:00Z' });
+      await node('gpu_usage', usageBody('1', { lease: 'M', model: 'L40S' }));
+    }, { lease: { ...LEASE_L, nodes: [gpusItem('n1', [1, 2, 3, 4, 5, 6, 7, 8])] } }), 'lease_tenant_mismatch (entry 7)'],
+  ]) {
+    eq(await verdictOf(c), want, name);
+  }
 });
 
 await test('decimals: exact sums and products, numeric comparison', async () => {

@@ -1,12 +1,13 @@
 //! The fleet: `POST /v1/nodes` registers a GPU server with its region and GPUs (a
 //! `node_registered` entry; node keys may then be registered for it, and its records must fit
-//! it, PROTOCOL §6.7 fleet); `GET /v1/nodes` lists the registered nodes (admins and auditors).
+//! it, PROTOCOL §6.7 fleet); `GET /v1/nodes` lists the registered nodes with the leases on
+//! each (admins and auditors).
 
 use super::auth::Caller;
 use super::error::ApiError;
 use super::AppState;
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
-use gpuledger_core::record::{Body, Kind, NodeRegistered};
+use gpuledger_core::record::{Body, Kind, LeaseRegistered, NodeRegistered};
 use serde::Serialize;
 
 /// Registers a node (admin): `{node, region, hub?, gpus: [{index, uuid, model}],
@@ -34,12 +35,22 @@ pub async fn post_node(
     .await
 }
 
-/// A registered node and the index of its entry.
+/// A registered node and the index of its entry, with the leases that name it.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct NodeView {
     pub index: u64,
     #[serde(flatten)]
     pub node: NodeRegistered,
+    /// The leases naming the node, by index (each whole: a lease may cover several nodes).
+    pub leases: Vec<LeaseView>,
+}
+
+/// A lease registration and the index of its entry.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct LeaseView {
+    pub index: u64,
+    #[serde(flatten)]
+    pub lease: LeaseRegistered,
 }
 
 /// The registered nodes, by node id.
@@ -48,7 +59,7 @@ pub struct NodeList {
     pub nodes: Vec<NodeView>,
 }
 
-/// Lists the registered nodes with their GPUs (admins and auditors).
+/// Lists the registered nodes with their GPUs and the leases on each (admins and auditors).
 #[utoipa::path(tag = "fleet",
     responses((status = 200, body = NodeList), super::error::RoleForbidden),
     security(("bearer" = [])))]
@@ -58,15 +69,38 @@ pub async fn get_nodes(
     caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     caller.require_reader_of_all()?;
-    let mut nodes: Vec<NodeView> = state
+    let bodies = state
         .read(|c| {
             let size = gpuledger_store::read::head(c)?.0;
-            gpuledger_store::read::bodies_of(c, &[Kind::NodeRegistered], size)
+            gpuledger_store::read::bodies_of(
+                c,
+                &[Kind::NodeRegistered, Kind::LeaseRegistered],
+                size,
+            )
         })
-        .await?
-        .into_iter()
+        .await?;
+    let leases: Vec<(u64, &LeaseRegistered)> = bodies
+        .iter()
+        .filter_map(|(i, b)| match b {
+            Body::LeaseRegistered(l) => Some((*i, l)),
+            _ => None,
+        })
+        .collect();
+    let mut nodes: Vec<NodeView> = bodies
+        .iter()
         .filter_map(|(index, b)| match b {
-            Body::NodeRegistered(node) => Some(NodeView { index, node }),
+            Body::NodeRegistered(node) => Some(NodeView {
+                index: *index,
+                node: node.clone(),
+                leases: leases
+                    .iter()
+                    .filter(|(_, l)| l.names_node(&node.node))
+                    .map(|(i, l)| LeaseView {
+                        index: *i,
+                        lease: (*l).clone(),
+                    })
+                    .collect(),
+            }),
             _ => None,
         })
         .collect();

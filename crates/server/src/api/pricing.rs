@@ -107,7 +107,11 @@ pub async fn post_region_params(
     append(state, caller, req, payload, Kind::RegionParams).await
 }
 
-/// Declares a lease and its billing class (admin): `{lease, tenant, class: on_demand|reserved|spot}`.
+/// Declares a lease (admin): `{lease, tenant, class: on_demand|reserved|spot, from, to?, nodes:
+/// [{node, gpus: [index…], share?} | {node, gpu_model, count}]}`: which GPUs of which nodes the
+/// tenant rents for the term [from, to), billed as `class`. A node's leases never lease more of
+/// it than it has (`lease_overbooked`), and usage is billed only under a lease that covers it
+/// (PROTOCOL §5.8, §6.7 fleet).
 #[utoipa::path(tag = "pricing", request_body = gpuledger_core::record::LeaseRegistered,
     responses(super::error::RoleForbidden, (status = 201, body = Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, or `refused`: an admission rule refused the entry (PROTOCOL §6.7); `errors[0]` names its reason code (`price_not_forward`, `unknown_tenant`, …) and field", body = super::error::Problem, content_type = "application/problem+json"), (status = 409, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]

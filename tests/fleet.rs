@@ -1,0 +1,284 @@
+//! Issue #27 attacked over HTTP, on SQLite and PostgreSQL: a key registered for node `n1` (8
+//! GPUs) tries to bill, for one and the same hour, the honest 8 GPUs under lease L-acme-1, the
+//! same hour with no lease, under acme's other lease, 1,024 GPUs for the next hour, and the same
+//! hour to a second tenant. Every attack is refused with its own reason and the tenant's preview
+//! is what the honest record makes; a lease that would overbook n1 is refused at registration.
+//! (The same records in a hand-built log are named by every verifier: tests/trust.rs.)
+
+mod common;
+
+use common::*;
+use ed25519_dalek::SigningKey;
+use gpuledger::core::envelope::Envelope;
+use gpuledger::core::record::{Body, GpuUsage, Kind};
+use gpuledger::core::time::Timestamp;
+use gpuledger::sample;
+use serde_json::{json, Value};
+
+/// A `gpu_usage` record of n1 for [start, end), signed with `key`.
+fn record(
+    key: &SigningKey,
+    seq: u64,
+    (tenant, lease): (&str, Option<&str>),
+    count: &str,
+    (start, end): (Timestamp, Timestamp),
+) -> Envelope {
+    let body = Body::GpuUsage(GpuUsage {
+        tenant: tenant.into(),
+        lease: lease.map(str::to_owned),
+        region: sample::REGION.into(),
+        node: "n1".into(),
+        gpu_model: sample::MODEL.into(),
+        gpu_count: dec(count),
+        start,
+        end,
+        gpu_seconds: dec(count) * rust_decimal::Decimal::from(start.seconds_until(end)),
+    });
+    Envelope::sign(sample::ORIGIN, Kind::GpuUsage, "n1", key, seq, &body)
+}
+
+/// A lease body covering `items` (`{node, gpus}` or `{node, gpu_model, count}` objects) from
+/// the sample lease start on.
+fn lease(id: &str, tenant: &str, items: Value) -> Value {
+    json!({"lease": id, "tenant": tenant, "class": "on_demand",
+           "from": Timestamp::from_unix(sample::LEASE_FROM).unwrap().to_string(), "nodes": items})
+}
+
+/// The reason and field of a refused outcome, or "accepted".
+fn verdict(outcome: &Value) -> String {
+    match outcome["status"].as_str() {
+        Some("rejected") => format!(
+            "{} {}",
+            outcome["reason"].as_str().unwrap_or("?"),
+            outcome["field"].as_str().unwrap_or("-")
+        ),
+        Some(s) => s.to_owned(),
+        None => panic!("no status in {outcome}"),
+    }
+}
+
+both_backends!(
+    a_node_key_bills_only_the_gpus_its_tenants_lease,
+    |db: &TestDb| {
+        let log = init(db);
+        let since = base_day().plus(-86_400);
+        log.write_at(since, sample_prices(since, "2"));
+        let srv = log.serve();
+        let h = srv.http();
+        let admin = log.admin.clone();
+        let a = Some(admin.as_str());
+        for n in ["n1", "n2"] {
+            h.post("/v1/nodes", a, &sample::node(n).to_value())
+                .ok_json(201);
+        }
+        for t in ["acme", "beta"] {
+            h.post("/v1/tenants", a, &json!({"id": t, "name": t}))
+                .ok_json(201);
+        }
+        // acme leases all of n1, and 4 H100s of n2; beta the other 4 of n2.
+        let leases = [
+            lease(
+                "L-acme-1",
+                "acme",
+                json!([{"node": "n1", "gpus": [0, 1, 2, 3, 4, 5, 6, 7]}]),
+            ),
+            lease(
+                "L-acme-2",
+                "acme",
+                json!([{"node": "n2", "gpu_model": sample::MODEL, "count": "4"}]),
+            ),
+            lease(
+                "L-beta-1",
+                "beta",
+                json!([{"node": "n2", "gpu_model": sample::MODEL, "count": "4"}]),
+            ),
+        ];
+        for l in &leases {
+            h.post("/v1/leases", a, l).ok_json(201);
+        }
+        // Leasing n1 to beta too is refused at registration, by GPU or by count, and logs nothing.
+        let size = h.size();
+        for items in [
+            json!([{"node": "n1", "gpus": [7]}]),
+            json!([{"node": "n1", "gpus": [7], "share": "0.5"}]),
+            json!([{"node": "n1", "gpu_model": sample::MODEL, "count": "1"}]),
+            json!([{"node": "n2", "gpu_model": sample::MODEL, "count": "0.5"}]),
+        ] {
+            let r = h.post("/v1/leases", a, &lease("L-beta-2", "beta", items.clone()));
+            assert_eq!(r.status, 400, "{items}: {}", r.lossy());
+            let p = r.json();
+            assert_eq!(p["errors"][0]["reason"], "lease_overbooked", "{items}: {p}");
+            assert_eq!(p["errors"][0]["field"], "body.nodes", "{p}");
+        }
+        let r = h.post(
+            "/v1/leases",
+            a,
+            &lease("L-beta-2", "beta", json!([{"node": "n1", "gpus": [8]}])),
+        );
+        assert_eq!(
+            r.json()["errors"][0]["reason"],
+            "unknown_gpu",
+            "{}",
+            r.lossy()
+        );
+        assert_eq!(h.size(), size, "refused leases log nothing");
+
+        let key = sample::key("n1");
+        h.register(&admin, "n1", "node", &key);
+        let hour = (base_day(), base_day().plus(3_600));
+        let next = (hour.1, hour.1.plus(3_600));
+        let honest = record(&key, 1, ("acme", Some("L-acme-1")), "8", hour);
+        let ans = h.post_records(std::slice::from_ref(&honest));
+        assert_eq!(verdict(&ans["outcomes"][0]), "accepted", "{ans}");
+        let period = format!("tenant=acme&from={}&to={}", hour.0, next.1);
+        let preview = |h: &Http| {
+            h.get(&format!("/v1/invoices/preview?{period}"), a)
+                .ok_json(200)
+        };
+        let before = preview(&h);
+        assert_eq!(
+            before["currencies"][0]["total"], "16.00",
+            "8 GPU-h at 2: {before}"
+        );
+
+        let size = h.size();
+        let attacks = [
+            (
+                "the same hour with no lease",
+                record(&key, 2, ("acme", None), "8", hour),
+                "lease_not_on_node body.lease",
+            ),
+            (
+                "the same hour under acme's other lease",
+                record(&key, 3, ("acme", Some("L-acme-2")), "8", hour),
+                "lease_not_on_node body.lease",
+            ),
+            (
+                "1,024 GPUs on the 8-GPU node",
+                record(&key, 4, ("acme", Some("L-acme-1")), "1024", next),
+                "over_capacity body.gpu_count",
+            ),
+            (
+                "9 GPUs of an 8-GPU lease",
+                record(&key, 5, ("acme", Some("L-acme-1")), "9", next),
+                "over_capacity body.gpu_count",
+            ),
+            (
+                "the same hour to a second tenant",
+                record(&key, 6, ("beta", Some("L-beta-1")), "8", hour),
+                "lease_not_on_node body.lease",
+            ),
+            (
+                "the same hour to a second tenant, under acme's lease",
+                record(&key, 7, ("beta", Some("L-acme-1")), "8", hour),
+                "lease_tenant_mismatch body.lease",
+            ),
+            (
+                "the same hour again under the same lease",
+                record(&key, 8, ("acme", Some("L-acme-1")), "8", hour),
+                "overlapping_interval body.start",
+            ),
+            (
+                "before the lease's term",
+                record(
+                    &key,
+                    9,
+                    ("acme", Some("L-acme-1")),
+                    "8",
+                    (
+                        Timestamp::from_unix(sample::LEASE_FROM - 3_600).unwrap(),
+                        Timestamp::from_unix(sample::LEASE_FROM).unwrap(),
+                    ),
+                ),
+                "outside_lease_term body.start",
+            ),
+        ];
+        let batch: Vec<Envelope> = attacks.iter().map(|(_, e, _)| e.clone()).collect();
+        let ans = h.post_records(&batch);
+        for (i, (what, _, want)) in attacks.iter().enumerate() {
+            assert_eq!(
+                &verdict(&ans["outcomes"][i]),
+                want,
+                "{what}: {}",
+                ans["outcomes"][i]
+            );
+        }
+        assert_eq!(h.size(), size, "no attack reached the log");
+        assert_eq!(
+            preview(&h),
+            before,
+            "acme's preview is the honest record's alone"
+        );
+        // The honest next hour is still accepted: the refusals consumed nothing.
+        let ans = h.post_records(&[record(&key, 10, ("acme", Some("L-acme-1")), "8", next)]);
+        assert_eq!(verdict(&ans["outcomes"][0]), "accepted", "{ans}");
+        // The fleet page's source lists each node's leases.
+        let nodes = h.get("/v1/nodes", a).ok_json(200);
+        let on = |n: &str| -> Vec<String> {
+            nodes["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["node"] == n)
+                .unwrap()["leases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l["lease"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(on("n1"), ["L-acme-1"]);
+        assert_eq!(on("n2"), ["L-acme-2", "L-beta-1"]);
+    }
+);
+
+// A lease's term bounds its usage at the second: a record may end exactly where the term ends,
+// not a second later, and start exactly where it starts.
+both_backends!(usage_stays_within_its_lease_term, |db: &TestDb| {
+    let log = init(db);
+    let srv = log.serve();
+    let h = srv.http();
+    let admin = log.admin.clone();
+    let a = Some(admin.as_str());
+    h.post("/v1/nodes", a, &sample::node("n1").to_value())
+        .ok_json(201);
+    h.post("/v1/tenants", a, &json!({"id": "acme", "name": "acme"}))
+        .ok_json(201);
+    let (from, to) = (base_day(), base_day().plus(7_200));
+    h.post(
+        "/v1/leases",
+        a,
+        &json!({"lease": "L-2h", "tenant": "acme", "class": "on_demand", "from": from.to_string(),
+                "to": to.to_string(), "nodes": [{"node": "n1", "gpus": [0, 1], "share": "0.5"}]}),
+    )
+    .ok_json(201);
+    let key = sample::key("n1");
+    h.register(&admin, "n1", "node", &key);
+    let l = ("acme", Some("L-2h"));
+    let cases = [
+        (record(&key, 1, l, "1", (from, from.plus(60))), "accepted"),
+        (
+            record(&key, 2, l, "1.000001", (from.plus(60), from.plus(120))),
+            "over_capacity body.gpu_count",
+        ),
+        (record(&key, 4, l, "1", (to.plus(-60), to)), "accepted"),
+        (
+            record(&key, 5, l, "1", (to.plus(-1), to.plus(1))),
+            "outside_lease_term body.end",
+        ),
+        (
+            record(&key, 6, l, "1", (from.plus(-60), from)),
+            "outside_lease_term body.start",
+        ),
+    ];
+    let batch: Vec<Envelope> = cases.iter().map(|(e, _)| e.clone()).collect();
+    let want: Vec<&str> = cases.iter().map(|(_, w)| *w).collect();
+    let ans = h.post_records(&batch);
+    let got: Vec<String> = ans["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(verdict)
+        .collect();
+    assert_eq!(got, want, "{ans}");
+});
