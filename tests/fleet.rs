@@ -204,6 +204,29 @@ both_backends!(
             );
         }
         assert_eq!(h.size(), size, "no attack reached the log");
+        // Without n1's key, nothing is learnt of leases: a forged copy of each attack (its
+        // signature's last byte flipped) is answered bad_signature, whatever else is wrong.
+        let forged: Vec<Envelope> = attacks
+            .iter()
+            .enumerate()
+            .map(|(i, (_, e, _))| {
+                use base64::prelude::{Engine, BASE64_STANDARD};
+                let mut e = e.clone();
+                e.seq = 100 + i as u64;
+                let mut sig = BASE64_STANDARD.decode(&e.sig).unwrap();
+                *sig.last_mut().unwrap() ^= 1;
+                e.sig = BASE64_STANDARD.encode(sig);
+                e
+            })
+            .collect();
+        let ans = h.post_records(&forged);
+        for (i, (what, _, _)) in attacks.iter().enumerate() {
+            assert_eq!(
+                verdict(&ans["outcomes"][i]),
+                "bad_signature sig",
+                "forged {what}"
+            );
+        }
         assert_eq!(
             preview(&h),
             before,

@@ -568,17 +568,35 @@ impl Ledger {
     ) -> Result<Vec<(Pending, Rejection)>, StoreError> {
         self.load_parties(pending.iter().map(|(_, c, _)| c))?;
         let parties = self.parties.read().expect("parties cache lock");
-        let mut refused = Vec::new();
-        for p in std::mem::take(pending) {
+        // The refusals first, by position; then the refused records taken out in one pass.
+        let mut reasons: Vec<(usize, Rejection)> = Vec::new();
+        for (at, (_, c, _)) in pending.iter().enumerate() {
             // Nodes and leases are registered once, so the cache never holds a stale one.
-            let r = admission::check_parties(&p.1.body, u64::MAX, &*parties)
-                .and_then(|()| gpuledger_core::fleet::check_fleet(&p.1.body, u64::MAX, &*parties));
-            match r {
-                Ok(()) => pending.push(p),
-                Err(r) => refused.push((p, r)),
+            let r = admission::check_parties(&c.body, u64::MAX, &*parties)
+                .and_then(|()| gpuledger_core::fleet::check_fleet(&c.body, u64::MAX, &*parties));
+            if let Err(r) = r {
+                reasons.push((at, r));
             }
         }
-        Ok(refused)
+        if reasons.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut refused_at = reasons.iter().map(|(i, _)| *i).peekable();
+        let mut taken = Vec::with_capacity(reasons.len());
+        let mut kept = Vec::with_capacity(pending.len() - reasons.len());
+        for (at, p) in pending.drain(..).enumerate() {
+            if refused_at.peek() == Some(&at) {
+                refused_at.next();
+                taken.push(p);
+            } else {
+                kept.push(p);
+            }
+        }
+        *pending = kept;
+        Ok(taken
+            .into_iter()
+            .zip(reasons.into_iter().map(|(_, r)| r))
+            .collect())
     }
 
     /// The cached keys for a batch, loading any missing ones from the database.
