@@ -415,9 +415,10 @@ pub struct CreatedToken {
     pub info: TokenInfo,
 }
 
-/// Creates an API token (admin), optionally expiring at `expires_at`.
+/// Creates an API token (admin), optionally expiring at `expires_at`. A tenant token names a
+/// tenant with an account (`POST /v1/tenants`); another is 404 `not_found`.
 #[utoipa::path(tag = "admin", request_body = NewToken,
-    responses(super::error::RoleForbidden, (status = 201, body = CreatedToken), (status = 400, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = CreatedToken), (status = 400, body = super::error::Problem, content_type = "application/problem+json"), (status = 404, description = "`not_found`: the tenant has no account", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/tokens")]
 pub async fn create_token(
