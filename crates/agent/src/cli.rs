@@ -53,6 +53,64 @@ pub struct KeygenArgs {
     pub out: PathBuf,
 }
 
+/// Arguments of `gpuledger-agent leases`.
+#[derive(Args)]
+pub struct LeasesArgs {
+    /// The agent's TOML file (its node, lease file and collector).
+    #[arg(long, env = "GPULEDGER_AGENT_CONFIG", default_value = "agent.toml")]
+    pub config: PathBuf,
+    /// The start of the leases' term (RFC 3339, UTC, whole seconds) [default: now].
+    #[arg(long)]
+    pub from: Option<String>,
+    /// The end of the leases' term [default: none, open-ended].
+    #[arg(long)]
+    pub to: Option<String>,
+    /// The leases' billing class: on_demand, reserved or spot.
+    #[arg(long, default_value = "on_demand")]
+    pub class: String,
+}
+
+/// Prints, one JSON object a line, the `POST /v1/leases` body of each lease of the node's
+/// lease file: the GPUs the file gives it on this node (a `whole_node` lease: every GPU the
+/// collector reads now), for the term and class given. The ledger bills a record only under a
+/// registered lease that covers it, so the registration and the file must agree.
+pub fn leases(args: LeasesArgs) -> Result<(), AgentError> {
+    use gpuledger_core::record::{Body, Kind};
+    let cfg = crate::config::AgentConfig::read(&args.config)?;
+    let leases = crate::lease::read(&cfg.lease_file)
+        .map_err(AgentError::Config)?
+        .ok_or_else(|| {
+            AgentError::Config(format!("{}: no such lease file", cfg.lease_file.display()))
+        })?;
+    let now = gpuledger_core::time::Timestamp::now();
+    let gpus: Vec<u32> = crate::collector::from_config(&cfg.collector)?
+        .read(now)?
+        .gpus
+        .iter()
+        .map(|g| g.index)
+        .collect();
+    for l in &leases {
+        let mut body = serde_json::json!({
+            "lease": l.id,
+            "tenant": l.tenant,
+            "class": args.class,
+            "from": args.from.clone().unwrap_or_else(|| now.to_string()),
+            "nodes": l.registration_items(&cfg.node, &gpus),
+        });
+        if let Some(to) = &args.to {
+            body["to"] = to.clone().into();
+        }
+        // Validated as the ledger will validate it, so a bad --from or --class fails here.
+        let checked = Body::from_value(Kind::LeaseRegistered, &body)
+            .map_err(|r| AgentError::Config(format!("lease {}: {r}", l.id)))?;
+        println!(
+            "{}",
+            serde_json::to_string(&checked.to_value()).expect("serialises")
+        );
+    }
+    Ok(())
+}
+
 /// Runs a node agent until SIGTERM or Ctrl-C.
 pub fn agent(args: AgentArgs) -> Result<(), AgentError> {
     logging::init();

@@ -4,7 +4,7 @@
 //! `gpuledger market` and `gpuledger keygen`, without the server.
 
 use clap::{Parser, Subcommand};
-use gpuledger_agent::cli::{self, AgentArgs, KeygenArgs, MarketArgs};
+use gpuledger_agent::cli::{self, AgentArgs, KeygenArgs, LeasesArgs, MarketArgs};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -29,6 +29,9 @@ enum Command {
     Market(MarketArgs),
     /// Create an Ed25519 key pair (private key 0600).
     Keygen(KeygenArgs),
+    /// Print the `POST /v1/leases` body of each lease of the node's lease file (what the
+    /// ledger must register before the agent bills under it).
+    Leases(LeasesArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Some(Command::Run(args)) => cli::agent(args).map_err(|e| e.to_string()),
         Some(Command::Market(args)) => cli::market(args).map_err(|e| e.to_string()),
         Some(Command::Keygen(args)) => cli::keygen(args).map_err(|e| e.to_string()),
+        Some(Command::Leases(args)) => cli::leases(args).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

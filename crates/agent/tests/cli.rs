@@ -97,3 +97,81 @@ gpus = [{ model = "H100-SXM-80G", count = 1, idle_watts = 70, max_watts = 700 }]
     // Nothing was spooled: the start stopped before the spool was opened.
     assert!(!dir.path().join("spool").exists());
 }
+
+/// `leases` prints each lease of the lease file as the body its registration needs: a
+/// whole-node lease covers every GPU the collector reads, whole GPUs and slices keep their
+/// shares, and a bad term is refused as the ledger would refuse it.
+#[test]
+fn leases_prints_the_registration_each_lease_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    let write = |leases: &str| {
+        std::fs::write(dir.path().join("leases.toml"), leases).unwrap();
+        std::fs::write(
+            &config,
+            r#"
+signer = "node-a"
+key_file = "node.key"
+server_url = "http://127.0.0.1:9"
+region = "cn-north-imx"
+node = "node-a"
+lease_file = "leases.toml"
+spool_dir = "spool"
+[collector]
+kind = "simulated"
+gpus = [{ model = "H100-SXM-80G", count = 4, idle_watts = 70, max_watts = 700 }]
+"#,
+        )
+        .unwrap();
+    };
+    let run = |extra: &[&str]| {
+        let mut args = vec!["leases", "--config", config.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        agent(&args)
+    };
+    let lines = |o: &std::process::Output| -> Vec<serde_json::Value> {
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8(o.stdout.clone())
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    write("[[lease]]\nid = \"l-whole\"\ntenant = \"acme\"\nwhole_node = true\n");
+    let from = "2026-12-01T00:00:00Z";
+    let got = lines(&run(&["--from", from, "--class", "reserved"]));
+    assert_eq!(
+        got,
+        [
+            serde_json::json!({"class": "reserved", "from": from, "lease": "l-whole", "tenant": "acme",
+                            "nodes": [{"node": "node-a", "gpus": [0, 1, 2, 3]}]})
+        ]
+    );
+    write(
+        "[[lease]]\nid = \"l-a\"\ntenant = \"acme\"\ngpus = [0, 1]\nslices = [{ gpu = 2, fraction = \"0.5\" }, { gpu = 3, fraction = \"0.25\" }]\n\
+         [[lease]]\nid = \"l-b\"\ntenant = \"beta\"\nslices = [{ gpu = 2, fraction = \"0.5\" }]\n",
+    );
+    let got = lines(&run(&["--from", from, "--to", "2027-01-01T00:00:00Z"]));
+    let nodes = |v: &serde_json::Value| v["nodes"].clone();
+    assert_eq!(
+        nodes(&got[0]),
+        serde_json::json!([{"node": "node-a", "gpus": [0, 1]},
+                           {"node": "node-a", "gpus": [2], "share": "0.5"},
+                           {"node": "node-a", "gpus": [3], "share": "0.25"}])
+    );
+    assert_eq!(
+        nodes(&got[1]),
+        serde_json::json!([{"node": "node-a", "gpus": [2], "share": "0.5"}])
+    );
+    assert_eq!(got[1]["to"], "2027-01-01T00:00:00Z");
+    assert_eq!(got[1]["class"], "on_demand");
+    // A term that ends before it starts, or a class the ledger does not know: refused here.
+    let o = run(&["--from", from, "--to", from]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("empty_interval"),
+        "{o:?}"
+    );
+    let o = run(&["--from", from, "--class", "monthly"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+}
