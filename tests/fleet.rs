@@ -227,6 +227,22 @@ both_backends!(
                 "forged {what}"
             );
         }
+        // Nor of the key's scope: a record for n2 signed with n1's key is node_not_allowed,
+        // its forgery bad_signature.
+        let other = record(&key, 200, ("acme", Some("L-acme-2")), "1", hour);
+        let mut body = other.body.clone();
+        body["node"] = "n2".into();
+        let body = Body::from_value(Kind::GpuUsage, &body).unwrap();
+        let honest_other = Envelope::sign(sample::ORIGIN, Kind::GpuUsage, "n1", &key, 200, &body);
+        let mut forged_other = honest_other.clone();
+        forged_other.seq = 201;
+        let ans = h.post_records(&[honest_other, forged_other]);
+        assert_eq!(
+            verdict(&ans["outcomes"][0]),
+            "node_not_allowed body.node",
+            "{ans}"
+        );
+        assert_eq!(verdict(&ans["outcomes"][1]), "bad_signature sig", "{ans}");
         assert_eq!(
             preview(&h),
             before,

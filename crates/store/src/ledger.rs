@@ -486,13 +486,18 @@ impl Ledger {
             batch.into_par_iter().map(|e| e.check(origin)).collect();
         let mut outcomes: Vec<Option<Outcome>> = vec![None; checked.len()];
         let cache = self.keys_for(&checked)?;
-        let (mut pending, unknown_keys) = authorise_all(checked, &cache, &mut outcomes);
+        let Authorised {
+            mut pending,
+            unknown_keys,
+            out_of_scope,
+        } = authorise_all(checked, &cache, &mut outcomes);
         self.refuse_unknown_keys(unknown_keys, &mut outcomes)?;
-        let refused = self.check_parties(&mut pending)?;
+        let mut refused = self.check_parties(&mut pending)?;
+        refused.extend(out_of_scope);
         let mut signed = vec![false; outcomes.len()];
-        // A party or fleet refusal is given only for a record whose signature verifies:
-        // otherwise anyone could learn, without a key, which tenants, leases and GPUs a node
-        // has (the answer to a forgery is `bad_signature`, whatever else is wrong with it).
+        // A scope, party or fleet refusal is given only for a record whose signature verifies:
+        // otherwise anyone could learn, without a key, which nodes a key may name and which
+        // tenants, leases and GPUs a node has (a forgery is answered `bad_signature`).
         if !refused.is_empty() {
             let (refused, reasons): (Vec<Pending>, Vec<Rejection>) = refused.into_iter().unzip();
             let at: Vec<usize> = refused.iter().map(|(i, _, _)| *i).collect();
@@ -839,9 +844,11 @@ fn authorise_all(
     checked: Vec<Result<Checked, Rejection>>,
     cache: &HashMap<String, Option<CachedKey>>,
     outcomes: &mut [Option<Outcome>],
-) -> (Vec<Pending>, Vec<(usize, Rejection, String)>) {
-    let mut pending: Vec<Pending> = Vec::with_capacity(checked.len());
-    let mut unknown_keys = Vec::new();
+) -> Authorised {
+    let mut out = Authorised {
+        pending: Vec::with_capacity(checked.len()),
+        ..Authorised::default()
+    };
     for (i, c) in checked.into_iter().enumerate() {
         let c = match c {
             Ok(c) => c,
@@ -851,14 +858,26 @@ fn authorise_all(
             }
         };
         match authorise(&c, cache) {
-            Ok(key) => pending.push((i, c, key)),
+            Ok((key, None)) => out.pending.push((i, c, key)),
+            Ok((key, Some(r))) => out.out_of_scope.push(((i, c, key), r)),
             Err(r) if r.reason == Reason::UnknownKey => {
-                unknown_keys.push((i, r, c.envelope.signer))
+                out.unknown_keys.push((i, r, c.envelope.signer))
             }
             Err(r) => outcomes[i] = Some(Outcome::Rejected(r)),
         }
     }
-    (pending, unknown_keys)
+    out
+}
+
+/// A batch sorted by [`authorise_all`].
+#[derive(Default)]
+struct Authorised {
+    /// Records whose key may sign them.
+    pending: Vec<Pending>,
+    /// Records whose key is not registered: (position, rejection, signer).
+    unknown_keys: Vec<(usize, Rejection, String)>,
+    /// Records outside their key's scope, with the refusal given if their signature verifies.
+    out_of_scope: Vec<(Pending, Rejection)>,
 }
 
 /// Verifies the pending records' signatures (in parallel; all trusted when `verify` is false,
@@ -939,10 +958,12 @@ pub struct Appended {
 /// [`admission::check_key`] and [`admission::check_scope`]). Revocation is checked only under
 /// the write lock, after the duplicate check, so that resending a record logged before its key
 /// was revoked still answers `duplicate`. Returns the key to verify with.
+/// The key to verify `c` with, and the scope refusal to give if its signature verifies (a
+/// forgery is not told which nodes and regions the key may name).
 fn authorise(
     c: &Checked,
     cache: &HashMap<String, Option<CachedKey>>,
-) -> Result<VerifyingKey, Rejection> {
+) -> Result<(VerifyingKey, Option<Rejection>), Rejection> {
     let env = &c.envelope;
     if c.kind.signed_by() == Role::Ledger {
         return Err(admission::ledger_kind_submitted(c.kind));
@@ -952,8 +973,10 @@ fn authorise(
         None => return Err(unknown(env)),
     };
     admission::check_key(&k.registration, c.kind, &env.signer, None)?;
-    admission::check_scope(&k.registration, &c.body)?;
-    Ok(k.key)
+    Ok((
+        k.key,
+        admission::check_scope(&k.registration, &c.body).err(),
+    ))
 }
 
 /// The key is not registered; `append_inner` turns this into `unknown_signer` when the signer
