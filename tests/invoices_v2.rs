@@ -107,21 +107,7 @@ fn use_gpu(
     seconds: i64,
 ) {
     let start = d * 86_400 + seq as i64 * 1000;
-    let lease = gpuledger::sample::lease(tenant);
-    let body = h100_usage(
-        tenant,
-        "node-1",
-        "west",
-        Some(&lease),
-        "1",
-        start,
-        start + seconds,
-    );
-    assert_accepted(
-        &ledger
-            .append(vec![signed("node-1", node, seq, &body)])
-            .unwrap(),
-    );
+    use_one_h100(ledger, node, (tenant, seq), start, start + seconds);
 }
 
 /// The invoice recomputed from its evidence bundle, as `gpuledger verify --invoice` does.

@@ -30,21 +30,7 @@ fn hour(h: i64) -> Period {
 /// Ten minutes of one H100 of `tenant` in hour `h` (under its lease), as record `seq` of node-1.
 fn use_gpu(ledger: &Ledger, node: &ed25519_dalek::SigningKey, tenant: &str, seq: u64, h: i64) {
     let start = h * 3600 + 60;
-    let lease = gpuledger::sample::lease(tenant);
-    let body = h100_usage(
-        tenant,
-        "node-1",
-        "west",
-        Some(&lease),
-        "1",
-        start,
-        start + 600,
-    );
-    assert_accepted(
-        &ledger
-            .append(vec![signed("node-1", node, seq, &body)])
-            .unwrap(),
-    );
+    use_one_h100(ledger, node, (tenant, seq), start, start + 600);
 }
 
 /// A rate card of west H100s of `class` at `price`, from `from`.

@@ -184,3 +184,21 @@ pub fn acme_globex_h100_leases(ledger: &gpuledger::store::Ledger) {
         );
     }
 }
+
+/// Appends, and asserts accepted, record `seq` of node-1 (key `node`): one west H100 of
+/// `tenant` under its lease `lease-<tenant>` for [at(start), at(end)).
+pub fn use_one_h100(
+    ledger: &gpuledger::store::Ledger,
+    node: &SigningKey,
+    (tenant, seq): (&str, u64),
+    start: i64,
+    end: i64,
+) {
+    let lease = gpuledger::sample::lease(tenant);
+    let body = h100_usage(tenant, "node-1", "west", Some(&lease), "1", start, end);
+    assert_accepted(
+        &ledger
+            .append(vec![signed("node-1", node, seq, &body)])
+            .unwrap(),
+    );
+}

@@ -10,6 +10,24 @@ fn agent(args: &[&str]) -> std::process::Output {
         .expect("gpuledger-agent runs")
 }
 
+/// An `agent.toml` of node-a posting to `server_url`, with `gpus` simulated H100s.
+fn agent_toml(server_url: &str, gpus: u32) -> String {
+    format!(
+        r#"
+signer = "node-a"
+key_file = "node.key"
+server_url = "{server_url}"
+region = "cn-north-imx"
+node = "node-a"
+lease_file = "leases.toml"
+spool_dir = "spool"
+[collector]
+kind = "simulated"
+gpus = [{{ model = "H100-SXM-80G", count = {gpus}, idle_watts = 70, max_watts = 700 }}]
+"#
+    )
+}
+
 #[test]
 fn keygen_writes_a_private_key_only_its_owner_reads() {
     let dir = tempfile::tempdir().unwrap();
@@ -54,22 +72,7 @@ fn tls_settings_that_cannot_work_stop_the_start() {
         .status
         .success());
     let config = dir.path().join("agent.toml");
-    std::fs::write(
-        &config,
-        r#"
-signer = "node-a"
-key_file = "node.key"
-server_url = "https://127.0.0.1:9"
-region = "cn-north-imx"
-node = "node-a"
-lease_file = "leases.toml"
-spool_dir = "spool"
-[collector]
-kind = "simulated"
-gpus = [{ model = "H100-SXM-80G", count = 1, idle_watts = 70, max_watts = 700 }]
-"#,
-    )
-    .unwrap();
+    std::fs::write(&config, agent_toml("https://127.0.0.1:9", 1)).unwrap();
     let config = config.to_str().unwrap();
     // A CA file that is not there, given on the command line: refused before any connection.
     let o = agent(&[
@@ -107,22 +110,7 @@ fn leases_prints_the_registration_each_lease_needs() {
     let config = dir.path().join("agent.toml");
     let write = |leases: &str| {
         std::fs::write(dir.path().join("leases.toml"), leases).unwrap();
-        std::fs::write(
-            &config,
-            r#"
-signer = "node-a"
-key_file = "node.key"
-server_url = "http://127.0.0.1:9"
-region = "cn-north-imx"
-node = "node-a"
-lease_file = "leases.toml"
-spool_dir = "spool"
-[collector]
-kind = "simulated"
-gpus = [{ model = "H100-SXM-80G", count = 4, idle_watts = 70, max_watts = 700 }]
-"#,
-        )
-        .unwrap();
+        std::fs::write(&config, agent_toml("http://127.0.0.1:9", 4)).unwrap();
     };
     let run = |extra: &[&str]| {
         let mut args = vec!["leases", "--config", config.to_str().unwrap()];

@@ -680,7 +680,12 @@ body! {
 impl NodeRegistered {
     /// The node's GPU at `index`.
     pub fn gpu(&self, index: u32) -> Option<&NodeGpu> {
-        self.gpus.iter().find(|g| g.index == index)
+        // Validation keeps the GPUs by strictly increasing index; a lease's coverage looks
+        // GPUs up for every usage record it bills.
+        self.gpus
+            .binary_search_by_key(&index, |g| g.index)
+            .ok()
+            .map(|i| &self.gpus[i])
     }
 
     /// How many of the node's GPUs are of `model`.

@@ -456,7 +456,8 @@ impl Ledger {
     }
 
     /// [`Ledger::append`], also saying which records' signatures verified (those the
-    /// sequencer judged, accepted or refused): what a signer's rate limit charges, so that
+    /// sequencer judged, accepted or refused, and those refused before it by the scope, party
+    /// or fleet rules): what a signer's rate limit charges, so that
     /// forged records naming a signer cannot spend its budget, and a validly signed flood of
     /// refusals (conflicting re-signed variants, overlaps) does.
     pub fn append_judged(&self, batch: Vec<Envelope>) -> Result<Appended, StoreError> {
@@ -957,9 +958,9 @@ pub struct Appended {
 /// Checks the signer, key, role and scope of a record against the registry (the rules of
 /// [`admission::check_key`] and [`admission::check_scope`]). Revocation is checked only under
 /// the write lock, after the duplicate check, so that resending a record logged before its key
-/// was revoked still answers `duplicate`. Returns the key to verify with.
-/// The key to verify `c` with, and the scope refusal to give if its signature verifies (a
-/// forgery is not told which nodes and regions the key may name).
+/// was revoked still answers `duplicate`. Returns the key to verify with, and the scope
+/// refusal to give if the signature verifies (a forgery is not told which nodes and regions
+/// the key may name).
 fn authorise(
     c: &Checked,
     cache: &HashMap<String, Option<CachedKey>>,
