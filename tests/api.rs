@@ -142,9 +142,9 @@ const USAGE: &[(u64, &str, &str)] = &[
 /// Energy records: (seq, tenant, kWh).
 const ENERGY: &[(u64, Option<&str>, &str)] = &[
     (6, Some("tenant-a"), "0.1"),
-    (7, Some("tenant-a"), "0.2"),
+    (7, Some("tenant-a"), "0.1"),
     (8, Some("tenant-a"), "0.000000001"),
-    (9, None, "0.5"),
+    (9, None, "0.6"),
 ];
 /// A later usage record of tenant-b, in the second hour of the day, after a gap in seq.
 const LATE: (u64, &str, &str) = (400, "tenant-b", "8");
@@ -499,7 +499,7 @@ both_backends!(every_endpoint, |db: &TestDb| {
     assert_eq!(
         u,
         json!({"tenant": "tenant-a", "from": day.to_string(), "to": day.plus(86_400).to_string(),
-               "group_by": [], "rows": [{"gpu_seconds": "45", "kwh": "0.300000001",
+               "group_by": [], "rows": [{"gpu_seconds": "45", "kwh": "0.200000001",
                "usage_records": 4, "energy_records": 3}]})
     );
     let u = h
@@ -1576,7 +1576,8 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
         one("1,024 GPUs on the node",                edited(43, &[("gpu_count", "1024"), ("gpu_seconds", "10240")]), Reason("over_capacity", Some("body.gpu_count"))),
         one("one GPU more than the node has",        edited(44, &[("gpu_count", "33"), ("gpu_seconds", "330")]), Reason("over_capacity", Some("body.gpu_count"))),
         one("a GPU model the node lacks",            edited(45, &[("gpu_model", "H200-SXM-141G")]), Reason("unknown_gpu_model", Some("body.gpu_model"))),
-        one("energy above what the node draws",      energy(46, "0.934"),                   Reason("energy_over_bound", Some("body.kwh"))),
+        // tenant-a's energy: within what its lease's 8 GPUs draw, 8 × 5000 W × 10 s + 5 % = 0.11666… kWh.
+        one("energy above what the lease draws",     energy(46, "0.116667"),                Reason("energy_over_bound", Some("body.kwh"))),
         // The lease (PROTOCOL §6.7, leases): A's sample lease covers 8 sample-model GPUs of
         // node-1 from 2020 on, and nothing else.
         one("no lease",                              no_lease,                              Reason("lease_not_on_node", Some("body.lease"))),
@@ -1775,8 +1776,8 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
     assert_eq!(e["entry"]["envelope"], value(&original));
 
     // The limits at their edges are accepted: exactly 8 MiB, exactly 10000 records, all 8 GPUs
-    // A's lease covers and the most energy node-1's 64 GPUs draw in 10 s (64 × 5000 W × 10 s +
-    // 5 % = 0.9333… kWh), and a lease of the last 8 sample-model GPUs of node-1. (1024 GPUs,
+    // A's lease covers and the most energy (to the millionth) they draw in 10 s (8 × 5000 W ×
+    // 10 s + 5 % = 0.11666… kWh), and a lease of the last 8 sample-model GPUs of node-1. (1024 GPUs,
     // the limit of a record, is more than a node has.)
     let mut edge = vec![b' '; MAX_BODY];
     edge[0] = b'[';
@@ -1796,7 +1797,7 @@ both_backends!(bad_inputs_change_nothing, |db: &TestDb| {
             None,
             &json!([
                 value(&usage("node-1", &k, 40, "tenant-a", "8")),
-                energy(47, "0.933333")
+                energy(47, "0.116666")
             ]),
         )
         .ok_json(200);

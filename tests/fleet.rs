@@ -1,7 +1,8 @@
 //! Issue #27 attacked over HTTP, on SQLite and PostgreSQL: a key registered for node `n1` (8
 //! GPUs) tries to bill, for one and the same hour, the honest 8 GPUs under lease L-acme-1, the
 //! same hour with no lease, under acme's other lease, 1,024 GPUs for the next hour, and the same
-//! hour to a second tenant. Every attack is refused with its own reason and the tenant's preview
+//! hour to a second tenant, and the node's energy to a tenant that leases none of it or above
+//! what the tenant's GPUs draw. Every attack is refused with its own reason and the tenant's preview
 //! is what the honest record makes; a lease that would overbook n1 is refused at registration.
 //! (The same records in a hand-built log are named by every verifier: tests/trust.rs.)
 
@@ -10,7 +11,7 @@ mod common;
 use common::*;
 use ed25519_dalek::SigningKey;
 use gpuledger::core::envelope::Envelope;
-use gpuledger::core::record::{Body, GpuUsage, Kind};
+use gpuledger::core::record::{Body, Energy, GpuUsage, Kind};
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
 use serde_json::{json, Value};
@@ -35,6 +36,25 @@ fn record(
         gpu_seconds: dec(count) * rust_decimal::Decimal::from(start.seconds_until(end)),
     });
     Envelope::sign(sample::ORIGIN, Kind::GpuUsage, "n1", key, seq, &body)
+}
+
+/// An `energy` record of n1 for [start, end), billed to `tenant`, signed with `key`.
+fn energy(
+    key: &SigningKey,
+    seq: u64,
+    tenant: &str,
+    kwh: &str,
+    (start, end): (Timestamp, Timestamp),
+) -> Envelope {
+    let body = Body::Energy(Energy {
+        tenant: Some(tenant.into()),
+        region: sample::REGION.into(),
+        node: "n1".into(),
+        start,
+        end,
+        kwh: dec(kwh),
+    });
+    Envelope::sign(sample::ORIGIN, Kind::Energy, "n1", key, seq, &body)
 }
 
 /// A lease body covering `items` (`{node, gpus}` or `{node, gpu_model, count}` objects) from
@@ -191,6 +211,17 @@ both_backends!(
                     ),
                 ),
                 "outside_lease_term body.start",
+            ),
+            (
+                // n1: 8 GPUs of at most 1000 W, 8 × 1000 W × 3600 s + 5 % = 8.4 kWh an hour.
+                "the node's energy billed to beta, which leases none of it",
+                energy(&key, 11, "beta", "8.4", hour),
+                "lease_not_on_node body.tenant",
+            ),
+            (
+                "more energy than acme's 8 leased GPUs draw",
+                energy(&key, 12, "acme", "8.400001", hour),
+                "energy_over_bound body.kwh",
             ),
         ];
         let batch: Vec<Envelope> = attacks.iter().map(|(_, e, _)| e.clone()).collect();

@@ -743,8 +743,8 @@ fn served_answers_match_their_documented_schemas() {
             Some("tenant-a"),
             // 9 places × PUE 1.2: billed kWh of 10 places, shown rounded to 6 (the invoice
             // read back below once answered 500 for a quantity of more places than 9). At
-            // most what the node's GPUs draw in 10 s (0.9333… kWh).
-            records::dec("0.234567891"),
+            // most what tenant-a's leased 8 GPUs draw in 10 s (0.11666… kWh).
+            records::dec("0.114567891"),
             end(3),
         ),
     ];
@@ -778,7 +778,7 @@ fn served_answers_match_their_documented_schemas() {
     assert_eq!(energy.len(), 1, "{issued}");
     assert_eq!(
         (&energy[0]["measured_kwh"], &energy[0]["quantity"]),
-        (&json!("0.234567891"), &json!("0.281481")),
+        (&json!("0.114567891"), &json!("0.137481")),
         "{issued}"
     );
     h.post(

@@ -615,7 +615,7 @@ both_backends!(an_overtaken_certificate_is_recomputed, |db: &TestDb| {
         &seq,
         &[
             leased("acme", "n2", "west", "4", 0, 3600),
-            acme_energy("n2", "10", DAY - 240, DAY),
+            acme_energy("n2", "2.5", DAY - 240, DAY),
         ],
     );
     let request = |d| CertificateRequest {

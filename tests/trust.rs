@@ -16,7 +16,7 @@ use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
 use gpuledger::core::logcheck::LogChecker;
 use gpuledger::core::merkle::{self, MemoryHashes};
 use gpuledger::core::record::{
-    Body, InvoiceIssued, LogPolicy, Role, Settlement, SignerKeyRegistered,
+    Body, InvoiceIssued, LogPolicy, Role, Settlement, SignerKeyRegistered, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
@@ -346,8 +346,12 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             context.push(ledger(b));
         }
     }
-    // A 60 s energy record of t1 ending `end`: the node's bound for 60 s is
-    // 8 × 1000 W × 60 s × 1.05 / 3,600,000 = 0.14 kWh.
+    // t3: a tenant with no lease on node-f.
+    context.push(ledger(Body::TenantRegistered(TenantRegistered {
+        tenant: "t3".into(),
+    })));
+    // A 60 s energy record of t1 ending `end`: the bound of t1's 4 leased GPUs for 60 s is
+    // 4 × 1000 W × 60 s × 1.05 / 3,600,000 = 0.07 kWh (the node's, 8 GPUs, 0.14 kWh).
     let energy = |seq: u64, kwh: &str, end: Timestamp| {
         let e = sample::energy("node-f", &node, seq, Some("t1"), Decimal::ONE, end);
         edited(&e, &node, |b| {
@@ -566,16 +570,28 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             })],
         ),
         (
-            // 0.000001 kWh above the 0.14 kWh bound (one exactly at it passes, below).
+            // 0.000001 kWh above t1's 0.07 kWh bound (one exactly at it passes, below).
             "energy_over_bound",
-            vec![energy(1, "0.140001", now.plus(-60))],
+            vec![energy(1, "0.070001", now.plus(-60))],
         ),
         (
-            // Over 7 s the bound is 8 × 1000 W × 7 s × 1.05 / 3,600,000 = 0.016333… kWh, no
-            // finite decimal: every verifier compares without dividing.
+            // The node's whole draw billed to t1, which leases half of it.
+            "energy_over_bound",
+            vec![energy(1, "0.14", now.plus(-60))],
+        ),
+        (
+            // Energy billed to a tenant with no lease on the node.
+            "lease_not_on_node",
+            vec![edited(&energy(1, "0.001", now.plus(-60)), &node, |b| {
+                b["tenant"] = "t3".into()
+            })],
+        ),
+        (
+            // Over 7 s t1's bound is 4 × 1000 W × 7 s × 1.05 / 3,600,000 = 0.0081666… kWh,
+            // no finite decimal: every verifier compares without dividing.
             "energy_over_bound",
             vec![edited(
-                &energy(1, "0.016333334", now.plus(-60)),
+                &energy(1, "0.008166667", now.plus(-60)),
                 &node,
                 |b| b["start"] = now.plus(-67).to_string().into(),
             )],
@@ -625,7 +641,7 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             Decimal::from(sample::NODE_GPUS / 2),
             now.plus(-60),
         ),
-        energy(2, "0.14", now.plus(-60)),
+        energy(2, "0.07", now.plus(-60)),
     ]);
     let leaves = leaves_of(envs, now);
     let failures = checker_failures(&leaves);

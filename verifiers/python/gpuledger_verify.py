@@ -1003,6 +1003,22 @@ class Lease:
                 total = DEC.add(total, item.count)
         return total
 
+    def covers_node(self, node_body: Dict[str, Any]) -> Decimal:
+        """What the lease covers of the node's GPUs, every model (record.rs `covers_node`): the
+        share (1 when absent) of each listed GPU the node has, plus the counts. Exact."""
+        indexes = {g["index"] for g in node_body["gpus"]}
+        total = Decimal(0)
+        for item in self.items:
+            if item.node != node_body["node"]:
+                continue
+            if item.gpus is not None:
+                listed = sum(1 for g in item.gpus if g in indexes)
+                total = DEC.add(total, DEC.multiply(Decimal(listed), item.share if item.share is not None
+                                                    else Decimal(1)))
+            elif item.count is not None:
+                total = DEC.add(total, item.count)
+        return total
+
     def term_holds(self, start: int, end: int) -> bool:
         """[start, end) lies within the term."""
         return start >= self.start and (self.end is None or end <= self.end)
@@ -1997,7 +2013,7 @@ class LogView:
         # fits the node it names; and the leases: a lease covers GPUs its nodes have without
         # overbooking them, and usage is billed under a lease that covers it (section 6.7).
         self.check_fleet(kind, body, index, parsed, fail,
-                         leases=kind != "gpu_usage" or subject(body["tenant"]))
+                         leases=kind not in NODE_KINDS or "tenant" not in body or subject(body["tenant"]))
 
         # Time, with the log policy in force at this index (now = received_at).
         policy = self.policy_at(index)
@@ -2071,16 +2087,20 @@ class LogView:
         """Section 6.7, fleet (crates/core/src/fleet.rs `check_fleet`), after the party rules and
         before the time rules: a node is registered once; a node key's nodes are registered before
         it; a record names a node registered before it (its region is bounded by its key's scope,
-        not by the node's), a GPU model the node has, at most as many GPUs of that model as the node has, and at most the energy the
-        node's GPUs draw in its interval: GPUs x max_watts_per_gpu x seconds, plus 5 %, in kWh.
+        not by the node's), a GPU model the node has, at most as many GPUs of that model as the node
+        has, and at most the energy its GPUs draw in its interval: GPUs x max_watts_per_gpu x
+        seconds, plus 5 %, in kWh, where GPUs are the node's for an energy record without a tenant
+        and, for one with a tenant, what the tenant's leases of the node whose terms hold the
+        interval cover (energy_lease_cover).
 
         Then the leases (section 6.7, leases; fleet.rs `check_usage_lease`, `check_not_overbooked`):
         a gpu_usage record names a lease that covers its node's GPUs of its model, for its whole
         interval, and at least its gpu_count of them; a lease_registered names registered nodes,
         GPU indexes and models they have, and overbooks no node at any instant of its term,
         counting the node's earlier leases the view holds (a bundle: the subject tenant's only).
-        `leases` False skips the usage lease rules: a record of another tenant than a
-        certificate's, to which the party rules (which the lease rules build on) do not apply."""
+        `leases` False skips the lease rules of records (usage, and a tenant's energy): a record of
+        another tenant than a certificate's, to which the party rules (which the lease rules build
+        on) do not apply."""
         if kind == "node_registered":
             reg = self.registered_node(body["node"], index)
             if reg is not None:
@@ -2108,18 +2128,50 @@ class LogView:
                 if leases:
                     self.check_usage_lease(body, nb, index, parsed, fail)
             else:
-                gpus, watts, seconds = len(nb["gpus"]), n_parsed["max_watts_per_gpu"], parsed["end"] - parsed["start"]
+                watts, seconds = n_parsed["max_watts_per_gpu"], parsed["end"] - parsed["start"]
+                tenant = body.get("tenant")
+                if tenant is None:
+                    gpus = Decimal(len(nb["gpus"]))
+                    whose = f"node {node}'s {len(nb['gpus'])} GPUs"
+                elif leases:
+                    gpus = self.energy_lease_cover(body, tenant, nb, index, parsed, fail)
+                    whose = f"the {dec_str(gpus)} GPUs {tenant} leases of node {node}"
+                else:
+                    return  # another tenant's record in a bundle: its leases are not in the view
                 # kwh <= gpus x watts x seconds x (100 + margin) / 100 / 3,600,000, compared exactly
                 # (both sides multiplied by 360,000,000: no division, nothing rounded; the bound
                 # itself need not be a finite decimal).
-                allowed = DEC.multiply(Decimal(gpus * seconds * (100 + ENERGY_BOUND_MARGIN_PERCENT)), watts)
+                allowed = DEC.multiply(DEC.multiply(gpus, Decimal(seconds * (100 + ENERGY_BOUND_MARGIN_PERCENT))),
+                                       watts)
                 scale = Decimal(100 * WATT_SECONDS_PER_KWH)
                 if DEC.multiply(parsed["kwh"], scale) > allowed:
                     bound = DEC.divide(allowed, scale).quantize(Decimal("0.000001"), context=DEC)
                     raise fail("energy_over_bound", "body.kwh",
-                               f"is {body['kwh']} kWh, above what node {node}'s {gpus} GPUs x "
+                               f"is {body['kwh']} kWh, above what {whose} x "
                                f"{nb['max_watts_per_gpu']} W draw in {seconds} s (+{ENERGY_BOUND_MARGIN_PERCENT} %): "
                                f"{dec_str(bound)} kWh")
+
+    def energy_lease_cover(self, body: Dict[str, Any], tenant: str, node_body: Dict[str, Any], index: int,
+                           parsed: Dict[str, Any], fail) -> Decimal:
+        """fleet.rs `energy_lease_cover`: a tenant's energy on a node is billed only under the
+        tenant's leases of the node registered before it (else lease_not_on_node), whose terms
+        hold its whole interval (else outside_lease_term), for what those leases cover of the
+        node, every model."""
+        node = body["node"]
+        mine = [self.leases[n] for n in self.leases_by_node.get(node, ())]
+        mine = [l for l in mine if l.index < index and l.tenant == tenant]
+        if not mine:
+            raise fail("lease_not_on_node", "body.tenant",
+                       f"{tenant} has no lease on node {node}: its energy is billed only under a lease of the node")
+        holding = [l for l in mine if l.term_holds(parsed["start"], parsed["end"])]
+        if not holding:
+            raise fail("outside_lease_term", "body.start",
+                       f"[{body['start']}, {body['end']}) is not within the term of any lease of {tenant} "
+                       f"on node {node}")
+        total = Decimal(0)
+        for l in holding:
+            total = DEC.add(total, l.covers_node(node_body))
+        return total
 
     def check_usage_lease(self, body: Dict[str, Any], node_body: Dict[str, Any], index: int,
                           parsed: Dict[str, Any], fail) -> None:

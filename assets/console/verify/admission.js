@@ -120,6 +120,21 @@ export function leaseCovers(lease, node, model) {
   return sum;
 }
 
+/** What `lease` covers of `node`'s GPUs, every model (record.rs `covers_node`). */
+export function leaseCoversNode(lease, node) {
+  let sum = Dec.zero();
+  for (const item of lease.nodes) {
+    if (item.node !== node.node) continue;
+    if (Array.isArray(item.gpus)) {
+      const listed = item.gpus.filter((i) => gpuOf(node, i)).length;
+      sum = sum.add(Dec.int(listed).mul(shareOf(item)));
+    } else if ('count' in item) {
+      sum = sum.add(Dec.parse(item.count));
+    }
+  }
+  return sum;
+}
+
 /** Whether two leases' terms ({from, to}: seconds, to null when open-ended) share an instant. */
 const termsOverlap = (a, b) => (a.to === null || b.from < a.to) && (b.to === null || a.from < b.to);
 
@@ -333,13 +348,44 @@ export class Admission {
       return;
     }
     // kwh ≤ GPUs × watts × seconds × (100 + margin) / 100 / 3,600,000, both sides multiplied
-    // by 100 × 3,600,000: no division, nothing rounded.
+    // by 100 × 3,600,000: no division, nothing rounded. GPUs: the node's, or for a tenant's
+    // energy what the tenant's leases of the node cover (energyLeaseCover).
     const seconds = secondsOf(b.end, item, 'body.end') - secondsOf(b.start, item, 'body.start');
-    const allowed = Dec.int(node.gpus.length * seconds * (100 + ENERGY_BOUND_MARGIN_PERCENT)).mul(Dec.parse(node.max_watts_per_gpu));
+    let gpus = Dec.int(node.gpus.length);
+    let whose = `node ${b.node}'s ${node.gpus.length} GPUs`;
+    if ('tenant' in b) {
+      gpus = this.energyLeaseCover(index, b, node, item);
+      whose = `the ${gpus} GPUs ${b.tenant} leases of node ${b.node}`;
+    }
+    const allowed = gpus.mul(Dec.int(seconds * (100 + ENERGY_BOUND_MARGIN_PERCENT))).mul(Dec.parse(node.max_watts_per_gpu));
     const scale = 100 * WATT_SECONDS_PER_KWH;
     if (Dec.parse(b.kwh).mul(Dec.int(scale)).cmp(allowed) > 0) {
-      throw new Failure('energy_over_bound', item, `kwh is ${b.kwh}, above what node ${b.node}'s ${node.gpus.length} GPUs × ${node.max_watts_per_gpu} W draw in ${seconds} s (+${ENERGY_BOUND_MARGIN_PERCENT} %): ${quotientText(allowed, scale)} kWh`);
+      throw new Failure('energy_over_bound', item, `kwh is ${b.kwh}, above what ${whose} × ${node.max_watts_per_gpu} W draw in ${seconds} s (+${ENERGY_BOUND_MARGIN_PERCENT} %): ${quotientText(allowed, scale)} kWh`);
     }
+  }
+
+  /**
+   * The GPUs a tenant's energy record on `node` may draw for (fleet.rs `energy_lease_cover`):
+   * what the tenant's leases naming the node, registered before it, whose terms hold its whole
+   * interval cover of the node, every model. None name the node: `lease_not_on_node`; none
+   * holds the interval: `outside_lease_term`.
+   */
+  energyLeaseCover(index, b, node, item) {
+    const mine = (this.leasesByNode.get(b.node) ?? [])
+      .map((id) => this.leases.get(id))
+      .filter((l) => l.at < index && l.tenant === b.tenant);
+    if (mine.length === 0) {
+      throw new Failure('lease_not_on_node', item, `body.tenant: ${b.tenant} has no lease on node ${b.node}: its energy is billed only under a lease of the node`);
+    }
+    const start = secondsOf(b.start, item, 'body.start');
+    const end = secondsOf(b.end, item, 'body.end');
+    const holding = mine.filter((l) => start >= l.from && (l.to === null || end <= l.to));
+    if (holding.length === 0) {
+      throw new Failure('outside_lease_term', item, `body.start: [${b.start}, ${b.end}) is not within the term of any lease of ${b.tenant} on node ${b.node}`);
+    }
+    let sum = Dec.zero();
+    for (const l of holding) sum = sum.add(leaseCoversNode(l.body, node));
+    return sum;
   }
 
   /**

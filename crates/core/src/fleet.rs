@@ -1,7 +1,8 @@
 //! The fleet rules (docs/PROTOCOL.md §6.7, fleet): a node key names only registered nodes, a
 //! node is registered once, and a record fits the node it names: a GPU model the node has, at
 //! most as many GPUs of that model as the node has, and no more energy than the node's GPUs
-//! can draw. Leases bind tenants to GPUs: a lease covers GPUs of registered nodes without
+//! can draw (a tenant's energy: no more than the GPUs its leases of the node cover, under a
+//! lease of the node in force). Leases bind tenants to GPUs: a lease covers GPUs of registered nodes without
 //! overbooking any (at no instant of its term more of a GPU, or of a model's GPUs, than the
 //! node has, counting the node's other leases), and usage is billed only under a lease that
 //! covers its node and model during its interval, for at most as many GPUs as it covers. (A
@@ -11,7 +12,7 @@
 //! leases rebuilt from the log, `admission::Registry`).
 
 use super::limits::ENERGY_BOUND_MARGIN_PERCENT;
-use super::record::{Body, GpuUsage, LeaseRegistered, NodeRegistered};
+use super::record::{Body, Energy, GpuUsage, LeaseRegistered, NodeRegistered};
 use super::rejection::{Reason, Rejection};
 use rust_decimal::Decimal;
 
@@ -25,26 +26,36 @@ pub trait Fleet {
     fn leases_on(&self, node: &str) -> Vec<(&LeaseRegistered, u64)>;
 }
 
-/// The most kWh `node`'s GPUs may draw in `seconds`: GPUs × `max_watts_per_gpu` × seconds,
-/// plus [`ENERGY_BOUND_MARGIN_PERCENT`], in kWh, for people (the division may round in the
-/// 28th digit; [`within_energy_bound`] decides without dividing).
-pub fn energy_bound_kwh(node: &NodeRegistered, seconds: i64) -> Decimal {
-    let watt_seconds =
-        Decimal::from(node.gpus.len()) * node.max_watts_per_gpu * Decimal::from(seconds);
+/// The most kWh `gpus` GPUs (or GPU shares) of `node` may draw in `seconds`: GPUs ×
+/// `max_watts_per_gpu` × seconds, plus [`ENERGY_BOUND_MARGIN_PERCENT`], in kWh, for people
+/// (the division may round in the 28th digit; [`within_energy_bound`] decides without dividing).
+pub fn energy_bound_kwh(gpus: Decimal, node: &NodeRegistered, seconds: i64) -> Decimal {
+    let watt_seconds = gpus * node.max_watts_per_gpu * Decimal::from(seconds);
     let margin = Decimal::from(100 + ENERGY_BOUND_MARGIN_PERCENT) / Decimal::from(100);
     watt_seconds * margin / Decimal::from(3_600_000)
 }
 
-/// Whether `kwh` in `seconds` is within `node`'s bound, exactly: kWh × 3,600,000 × 100 ≤
-/// GPUs × W × seconds × (100 + margin), every product exact (kWh ≤ 100,000 and W ≤ 5,000 with at
-/// most 9 decimals, seconds ≤ 86,400, GPUs ≤ 64: at most 23 digits), as the Python and browser
-/// verifiers compare.
-pub fn within_energy_bound(node: &NodeRegistered, seconds: i64, kwh: Decimal) -> bool {
-    let used = kwh * Decimal::from(3_600_000) * Decimal::from(100);
-    let allowed = Decimal::from(node.gpus.len())
-        * node.max_watts_per_gpu
-        * Decimal::from(seconds)
-        * Decimal::from(100 + ENERGY_BOUND_MARGIN_PERCENT);
+/// Whether `kwh` in `seconds` is within what `gpus` GPUs of `node` draw, exactly: kWh ×
+/// 3,600,000 × 100 ≤ GPUs × W × seconds × (100 + margin), compared in integers of 10⁻¹⁸ (every
+/// operand has at most 9 decimals; kWh ≤ 100,000, W ≤ 5,000, GPUs ≤ 64, seconds ≤ 86,400: both
+/// sides below 10³² < 2¹²⁷), as the Python and browser verifiers compare.
+pub fn within_energy_bound(
+    gpus: Decimal,
+    node: &NodeRegistered,
+    seconds: i64,
+    kwh: Decimal,
+) -> bool {
+    let nano = |d: Decimal| -> i128 {
+        let d = d.round_dp(9);
+        d.mantissa() * 10i128.pow(9 - d.scale())
+    };
+    let used = nano(kwh)
+        .saturating_mul(3_600_000 * 100)
+        .saturating_mul(1_000_000_000);
+    let allowed = nano(gpus)
+        .saturating_mul(nano(node.max_watts_per_gpu))
+        .saturating_mul(i128::from(seconds))
+        .saturating_mul(i128::from(100 + ENERGY_BOUND_MARGIN_PERCENT));
     used <= allowed
 }
 
@@ -139,16 +150,29 @@ pub fn check_fleet(body: &Body, index: u64, fleet: &dyn Fleet) -> Result<(), Rej
         Body::Energy(e) => {
             let node = registered(&e.node, "body.node")?;
             let seconds = e.start.seconds_until(e.end);
-            if !within_energy_bound(node, seconds, e.kwh) {
-                let bound = energy_bound_kwh(node, seconds);
+            let (gpus, whose) = match &e.tenant {
+                None => (
+                    Decimal::from(node.gpus.len()),
+                    format!("node {}'s {} GPUs", e.node, node.gpus.len()),
+                ),
+                Some(tenant) => {
+                    let gpus = energy_lease_cover(e, tenant, node, index, fleet)?;
+                    let text = format!(
+                        "the {} GPUs {tenant} leases of node {}",
+                        gpus.normalize(),
+                        e.node
+                    );
+                    (gpus, text)
+                }
+            };
+            if !within_energy_bound(gpus, node, seconds, e.kwh) {
+                let bound = energy_bound_kwh(gpus, node, seconds);
                 return Err(Rejection::field(
                     Reason::EnergyOverBound,
                     "body.kwh",
                     format!(
-                        "is {} kWh, above what node {}'s {} GPUs × {} W draw in {} s (+{ENERGY_BOUND_MARGIN_PERCENT} %): {} kWh",
+                        "is {} kWh, above what {whose} × {} W draw in {} s (+{ENERGY_BOUND_MARGIN_PERCENT} %): {} kWh",
                         e.kwh,
-                        e.node,
-                        node.gpus.len(),
                         node.max_watts_per_gpu,
                         seconds,
                         bound.round_dp(9).normalize()
@@ -159,6 +183,48 @@ pub fn check_fleet(body: &Body, index: u64, fleet: &dyn Fleet) -> Result<(), Rej
         _ => {}
     }
     Ok(())
+}
+
+/// The GPUs a tenant's `energy` record on `node` may draw for: what the tenant's leases that
+/// name the node (registered before `index`) and whose terms hold the record's whole interval
+/// cover of the node, every model (shares of listed GPUs, counts). None name the node:
+/// `lease_not_on_node`; none holds the interval: `outside_lease_term`. Leases never overbook a
+/// node, so the tenants' bounds together stay within the node's.
+fn energy_lease_cover(
+    e: &Energy,
+    tenant: &str,
+    node: &NodeRegistered,
+    index: u64,
+    fleet: &dyn Fleet,
+) -> Result<Decimal, Rejection> {
+    let mut leases: Vec<&LeaseRegistered> = fleet
+        .leases_on(&e.node)
+        .into_iter()
+        .filter(|(l, at)| *at < index && l.tenant == tenant)
+        .map(|(l, _)| l)
+        .collect();
+    if leases.is_empty() {
+        return Err(Rejection::field(
+            Reason::LeaseNotOnNode,
+            "body.tenant",
+            format!(
+                "{tenant} has no lease on node {}: its energy is billed only under a lease of the node",
+                e.node
+            ),
+        ));
+    }
+    leases.retain(|l| l.term_holds(e.start, e.end));
+    if leases.is_empty() {
+        return Err(Rejection::field(
+            Reason::OutsideLeaseTerm,
+            "body.start",
+            format!(
+                "[{}, {}) is not within the term of any lease of {tenant} on node {}",
+                e.start, e.end, e.node
+            ),
+        ));
+    }
+    Ok(leases.iter().map(|l| l.covers_node(node)).sum())
 }
 
 /// The lease rules of a usage record on `node`: it names a lease (registered earlier, to its
@@ -440,7 +506,7 @@ mod tests {
         );
         // 9 GPUs × 700 W × 3600 s = 22,680,000 J = 6.3 kWh, + 5 % = 6.615 kWh.
         assert_eq!(
-            energy_bound_kwh(&n1(), 3_600),
+            energy_bound_kwh(Decimal::from(9), &n1(), 3_600),
             "6.615".parse::<Decimal>().unwrap()
         );
         for (name, body, want) in [
@@ -541,6 +607,157 @@ mod tests {
             end: t(to),
             gpu_seconds: gpu_count * Decimal::from(to - from),
         })
+    }
+
+    fn tenant_energy(tenant: &str, node: &str, from: i64, to: i64, kwh: &str) -> Body {
+        Body::Energy(Energy {
+            tenant: Some(tenant.into()),
+            region: "west".into(),
+            node: node.into(),
+            start: t(from),
+            end: t(to),
+            kwh: kwh.parse().unwrap(),
+        })
+    }
+
+    /// A node key bills a tenant energy only under the tenant's leases of the node, for what
+    /// they cover: not every tenant the node's whole draw.
+    #[test]
+    fn a_tenants_energy_is_bounded_by_its_leases() {
+        let of = |tenant: &str, l: LeaseRegistered| LeaseRegistered {
+            tenant: tenant.into(),
+            ..l
+        };
+        let fleet = Nodes(
+            HashMap::from([("n1".to_owned(), (n1(), 1)), ("n2".to_owned(), (n2(), 2))]),
+            HashMap::from([
+                // acme: GPUs 0-3 of n1, open-ended, and half of GPUs 4 and 5 for 2 h.
+                (
+                    "L".to_owned(),
+                    (
+                        lease("L", 0, None, vec![gpus("n1", &[0, 1, 2, 3], None)]),
+                        4,
+                    ),
+                ),
+                (
+                    "S".to_owned(),
+                    (
+                        lease("S", 0, Some(7_200), vec![gpus("n1", &[4, 5], Some("0.5"))]),
+                        5,
+                    ),
+                ),
+                // globex: any 2 H100s of n1; beta: the L40S from 1 h on.
+                (
+                    "G".to_owned(),
+                    (
+                        of(
+                            "globex",
+                            lease("G", 0, None, vec![count("n1", "H100", "2")]),
+                        ),
+                        6,
+                    ),
+                ),
+                (
+                    "B".to_owned(),
+                    (
+                        of(
+                            "beta",
+                            lease("B", 3_600, None, vec![gpus("n1", &[8], None)]),
+                        ),
+                        7,
+                    ),
+                ),
+            ]),
+        );
+        let verdict = |body: &Body, index: u64| {
+            check_fleet(body, index, &fleet)
+                .err()
+                .map(|r| (r.reason, r.field.unwrap_or_default()))
+        };
+        let refused = |r: Reason, f: &str| Some((r, f.to_owned()));
+        // acme holds 4 + 2 × 0.5 = 5 GPUs for the first hour: 5 × 700 W × 3600 s + 5 % = 3.675 kWh.
+        assert_eq!(
+            energy_bound_kwh(Decimal::from(5), &n1(), 3_600),
+            "3.675".parse::<Decimal>().unwrap()
+        );
+        for (name, body, index, want) in [
+            (
+                "acme at its bound",
+                tenant_energy("acme", "n1", 0, 3_600, "3.675"),
+                10,
+                None,
+            ),
+            (
+                "acme a billionth above",
+                tenant_energy("acme", "n1", 0, 3_600, "3.675000001"),
+                10,
+                refused(Reason::EnergyOverBound, "body.kwh"),
+            ),
+            (
+                "the node's whole draw billed to acme",
+                tenant_energy("acme", "n1", 0, 3_600, "6.615"),
+                10,
+                refused(Reason::EnergyOverBound, "body.kwh"),
+            ),
+            (
+                // The slices end at 2 h: across that end only GPUs 0-3 hold, 4 × 700 W × 300 s + 5 %.
+                "a lease ending inside the interval does not count",
+                tenant_energy("acme", "n1", 7_000, 7_300, "0.245"),
+                10,
+                None,
+            ),
+            (
+                "above the lease that holds",
+                tenant_energy("acme", "n1", 7_000, 7_300, "0.245000001"),
+                10,
+                refused(Reason::EnergyOverBound, "body.kwh"),
+            ),
+            (
+                "globex's 2 counted H100s",
+                tenant_energy("globex", "n1", 0, 3_600, "1.47"),
+                10,
+                None,
+            ),
+            (
+                "globex above them",
+                tenant_energy("globex", "n1", 0, 3_600, "1.470000001"),
+                10,
+                refused(Reason::EnergyOverBound, "body.kwh"),
+            ),
+            (
+                "a tenant with no lease on the node",
+                tenant_energy("nobody", "n1", 0, 3_600, "0.001"),
+                10,
+                refused(Reason::LeaseNotOnNode, "body.tenant"),
+            ),
+            (
+                "acme on a node it does not lease",
+                tenant_energy("acme", "n2", 0, 3_600, "0.001"),
+                10,
+                refused(Reason::LeaseNotOnNode, "body.tenant"),
+            ),
+            (
+                "beta before its term",
+                tenant_energy("beta", "n1", 3_000, 3_700, "0.001"),
+                10,
+                refused(Reason::OutsideLeaseTerm, "body.start"),
+            ),
+            (
+                "beta within it",
+                tenant_energy("beta", "n1", 3_600, 7_200, "0.735"),
+                10,
+                None,
+            ),
+            (
+                "a lease registered after the record",
+                tenant_energy("beta", "n1", 3_600, 7_200, "0.001"),
+                7,
+                refused(Reason::LeaseNotOnNode, "body.tenant"),
+            ),
+            ("no tenant: the node's bound", energy("6.615"), 10, None),
+        ] {
+            assert_eq!(verdict(&body, index), want, "{name}");
+        }
     }
 
     /// Issue #27, leases: usage is billed only under a lease that covers its node, model and

@@ -530,6 +530,23 @@ impl LeaseRegistered {
             .sum()
     }
 
+    /// How many of `node`'s GPUs the lease covers, every model: the shares of the listed GPUs
+    /// plus the counts (what its tenant's energy on the node is bounded by, §6.7 fleet).
+    pub fn covers_node(&self, node: &NodeRegistered) -> Decimal {
+        self.nodes
+            .iter()
+            .filter(|n| n.node == node.node)
+            .map(|n| match (&n.gpus, n.count) {
+                (Some(gpus), _) => {
+                    let listed = gpus.iter().filter(|i| node.gpu(**i).is_some()).count();
+                    Decimal::from(listed) * n.share.unwrap_or(Decimal::ONE)
+                }
+                (None, Some(count)) => count,
+                _ => Decimal::ZERO,
+            })
+            .sum()
+    }
+
     /// Whether [start, end) lies within the lease's term.
     pub fn term_holds(&self, start: Timestamp, end: Timestamp) -> bool {
         start >= self.from && self.to.is_none_or(|to| end <= to)

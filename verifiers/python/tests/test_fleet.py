@@ -145,10 +145,66 @@ class FleetRules(VerifierTestCase):
         self.log.node("n2", "r1", "2026-10-02T00:00:00Z", {"H100": 1}, "1")
         nb = producer.Key.from_byte(0x63)
         self.log.register("node-b", nb, "node", "2026-10-02T00:00:00Z", regions=["r1"], nodes=["n2"])
+        self.log.lease("L2", "t", "on_demand", "2026-10-02T00:00:00Z", [producer.lease_gpus("n2", range(1))])
         self.log.energy("node-b", nb, "t", "r1", "0.000000291", "2026-11-05T00:00:00Z", 1, node="n2")
         self.passes(self.bundle())
         i = self.log.energy("node-b", nb, "t", "r1", "0.000000292", "2026-11-05T00:00:01Z", 1, node="n2")
         self.refused(self.bundle(), "energy_over_bound", i, "body.kwh")
+
+    # a tenant's energy: under its leases of the node, for what they cover
+
+    def tenant_energy(self, tenant, kwh, start="2026-11-05T00:00:00Z", seconds=3600):
+        return self.log.energy("node-a", self.na, tenant, "r1", kwh, start, seconds, node="n1")
+
+    def partial_leases(self):
+        """Tenant u leases GPU 0 of n1 whole and GPUs 1 and 2 at a quarter each, from
+        2026-11-05T00:00Z to 02:00Z: 1.5 GPUs, 1.5 x 700 W x 3600 s + 5 % = 1.1025 kWh an hour
+        (t's lease L shares those GPUs: it is replaced by one of GPUs 3-8)."""
+        self.setUp()
+        self.log.entries.pop()
+        self.log.lease("L", "t", "on_demand", "2026-10-01T00:00:00Z", [producer.lease_gpus("n1", range(3, 9))])
+        self.log.tenant("u", "2026-10-01T00:00:00Z")
+        self.log.lease("U1", "u", "on_demand", "2026-10-01T00:00:00Z", [producer.lease_gpus("n1", [0])],
+                       start="2026-11-05T00:00:00Z", end="2026-11-05T02:00:00Z")
+        self.log.lease("U2", "u", "on_demand", "2026-10-01T00:00:00Z", [producer.lease_gpus("n1", [1, 2], "0.25")],
+                       start="2026-11-05T00:00:00Z", end="2026-11-05T01:00:00Z")
+
+    def test_a_tenants_energy_at_the_bound_of_its_leases(self):
+        self.partial_leases()
+        self.tenant_energy("u", "1.1025")
+        # after U2's term only U1's GPU holds: 700 W x 3600 s + 5 % = 0.735 kWh
+        self.tenant_energy("u", "0.735", start="2026-11-05T01:00:00Z")
+        self.passes(self.bundle())
+
+    def test_a_tenants_energy_above_its_leases_is_over_bound(self):
+        self.partial_leases()
+        i = self.tenant_energy("u", "1.102500001")
+        self.refused(self.bundle(), "energy_over_bound", i, "body.kwh", says="the 1.5 GPUs u leases of node n1")
+
+    def test_the_nodes_whole_draw_billed_to_a_tenant_with_part_of_it(self):
+        self.partial_leases()
+        i = self.tenant_energy("u", "6.615")
+        self.refused(self.bundle(), "energy_over_bound", i, "body.kwh")
+
+    def test_a_lease_ending_inside_the_interval_does_not_count(self):
+        self.partial_leases()
+        i = self.tenant_energy("u", "0.8", start="2026-11-05T00:30:00Z")  # U2 ends at 01:00
+        self.refused(self.bundle(), "energy_over_bound", i, "body.kwh")
+
+    def test_a_tenants_energy_outside_its_leases_terms(self):
+        self.partial_leases()
+        i = self.tenant_energy("u", "0.1", start="2026-11-05T01:30:00Z")  # U1 ends at 02:00
+        self.refused(self.bundle(), "outside_lease_term", i, "body.start", says="any lease of u on node n1")
+
+    def test_a_tenants_energy_on_a_node_it_does_not_lease(self):
+        self.log.tenant("u", "2026-10-01T00:00:00Z")
+        i = self.tenant_energy("u", "0.001")
+        self.refused(self.bundle(), "lease_not_on_node", i, "body.tenant", says="u has no lease on node n1")
+
+    def test_energy_without_a_tenant_keeps_the_nodes_bound(self):
+        self.partial_leases()
+        self.tenant_energy(None, "6.615")
+        self.passes(self.bundle())
 
     def test_energy_bound_uses_the_records_interval(self):
         self.energy("0.11025", seconds=60)  # 6.615 / 60

@@ -641,11 +641,11 @@ class AdmissionRules(VerifierTestCase):
 
     def test_in_future_under_a_policy_without_skew(self):
         self.log.policy("2026-11-01T00:00:00Z", max_future_skew_seconds=0)
-        i = self.log.energy("node-a", self.na, "t", "r1", "1", "2026-11-05T00:00:00Z", 60,
+        i = self.log.energy("node-a", self.na, "t", "r1", "0.1", "2026-11-05T00:00:00Z", 60,
                             received_at="2026-11-05T00:00:59Z")
         self.refused(self.bundle(), "in_future", i, "body.end")
         self.log.entries.pop()
-        self.log.energy("node-a", self.na, "t", "r1", "1", "2026-11-05T00:00:00Z", 60,
+        self.log.energy("node-a", self.na, "t", "r1", "0.1", "2026-11-05T00:00:00Z", 60,
                         received_at="2026-11-05T00:01:00Z")
         self.passes(self.bundle())
 

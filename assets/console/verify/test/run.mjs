@@ -1281,6 +1281,49 @@ await test('fleet: bundles signed here: node registrations are context, and the 
   eq(await verdictOf(await fleetCase(async ({ ledger }) => { await ledger('node_registered', { ...N1, node: 'n2', gpus: [] }); })), 'leaf_invalid (entry 5)', 'a node without GPUs');
 });
 
+await test("fleet: a tenant's energy is billed only under its leases of the node, for what they cover", async () => {
+  const a = new Admission();
+  a.apply(3, { kind: 'node_registered', body: N1 });
+  // u: GPU 0 whole for 2 h and a quarter of GPUs 1 and 2 for 1 h: 1.5 GPUs, then 1.
+  a.apply(4, { kind: 'lease_registered', body: { class: 'on_demand', from: '2026-11-05T00:00:00Z', to: '2026-11-05T02:00:00Z', lease: 'U1', nodes: [{ gpus: [0], node: 'n1' }], tenant: 'u' } });
+  a.apply(5, { kind: 'lease_registered', body: { class: 'on_demand', from: '2026-11-05T00:00:00Z', to: '2026-11-05T01:00:00Z', lease: 'U2', nodes: [{ gpus: [1, 2], node: 'n1', share: '0.25' }], tenant: 'u' } });
+  // v: any 2 H100s of n1.
+  a.apply(6, { kind: 'lease_registered', body: { class: 'on_demand', from: '2026-11-01T00:00:00Z', lease: 'V', nodes: [{ count: '2', gpu_model: 'H100', node: 'n1' }], tenant: 'v' } });
+  const verdictOf = (tenant, kwh, { from = 0, seconds = 3600, index = 10 } = {}) => {
+    const body = { ...energyBody(kwh, { seconds }), ...(tenant === null ? {} : { tenant }) };
+    body.start = new Date(Date.parse('2026-11-05T00:00:00Z') + from * 1000).toISOString().replace('.000Z', 'Z');
+    body.end = new Date(Date.parse('2026-11-05T00:00:00Z') + (from + seconds) * 1000).toISOString().replace('.000Z', 'Z');
+    try {
+      a.checkFleet(index, 'energy', body, `entry ${index}`);
+      return 'PASS';
+    } catch (e) {
+      return `${e.reason}${e.message.startsWith('body.') ? ` ${e.message.split(':')[0]}` : ''}`;
+    }
+  };
+  // 1.5 × 700 W × 3600 s + 5 % = 1.1025 kWh
+  eq(verdictOf('u', '1.1025'), 'PASS', "u at its leases' bound");
+  eq(verdictOf('u', '1.102500001'), 'energy_over_bound', 'a billionth above it');
+  eq(verdictOf('u', '6.615'), 'energy_over_bound', "the node's whole draw billed to u");
+  eq(verdictOf('u', '0.735', { from: 1800 }), 'PASS', 'across the end of U2 only U1 counts: 0.735 kWh');
+  eq(verdictOf('u', '0.735000001', { from: 1800 }), 'energy_over_bound', 'above U1 alone');
+  eq(verdictOf('u', '0.1', { from: 5400 }), 'outside_lease_term body.start', 'past U1 too');
+  eq(verdictOf('v', '1.47'), 'PASS', "v's 2 counted H100s");
+  eq(verdictOf('v', '1.470000001'), 'energy_over_bound', 'above them');
+  eq(verdictOf('w', '0.001'), 'lease_not_on_node body.tenant', 'a tenant with no lease on n1');
+  eq(verdictOf('v', '0.001', { index: 6 }), 'lease_not_on_node body.tenant', 'a lease registered at the record\'s index');
+  eq(verdictOf(null, '6.615'), 'PASS', "no tenant: the node's bound");
+  eq(verdictOf(null, '6.615001'), 'energy_over_bound', 'above it');
+  // Signed here, checked by the console and the binary alike: t leases only GPU 0 of n1.
+  const one = { ...LEASE_L, nodes: [{ gpus: [0], node: 'n1' }] };
+  const bundleVerdict = async (c) => {
+    const r = await verify.verifyBundle({ bundle: c.bundle, logKey: c.logKey });
+    if (bin) eq(binaryVerdict(['--bundle', writeTmp('energy.ndjson', c.bundle), '--log-key', c.logKey]), verdict(r), 'gpuledger verify');
+    return r.ok ? 'PASS' : `${r.failure.reason} (${r.failure.item})`;
+  };
+  eq(await bundleVerdict(await fleetCase(async ({ node }) => { await node('energy', { ...energyBody('0.735'), tenant: 't' }); }, { lease: one })), 'PASS', "t's one GPU at the bound");
+  eq(await bundleVerdict(await fleetCase(async ({ node }) => { await node('energy', { ...energyBody('0.735000001'), tenant: 't' }); }, { lease: one })), 'energy_over_bound (entry 5)', "t's one GPU above it");
+});
+
 // ---------------------------------------------------------------- leases (§5.8; §6.7, leases; crates/core/src/fleet.rs)
 
 /** The LeafError message of checkEnvelope on a lease_registered body, or 'PASS'. */
