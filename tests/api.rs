@@ -791,6 +791,8 @@ static ACCESS: &[Access] = &[
     get("prices",                        "/v1/prices",                                            [200, 200, 200, 200, 401, 401]),
     get("A's preview",                   "/v1/invoices/preview?tenant=tenant-a&{period}",         [200, 200, 200, 404, 401, 401]),
     get("own preview (admins name one)", "/v1/invoices/preview?{period}",                         [400, 400, 200, 200, 401, 401]),
+    // Disputes: admins exclude a record (B's first, before B's invoice rates it).
+    post("exclusion",                    "/v1/exclusions", |w| json!({"tenant": "tenant-b", "entry": MATRIX_IB, "reason": w}), [201, 403, 403, 403, 401, 401]),
     // Invoices: admins issue and settle; tenants read their own, 404 for others'.
     post("issue invoice",                "/v1/invoices", |_| json!({"tenant": "tenant-b", "from": base().to_string(), "to": base().plus(86_400).to_string()}), [201, 403, 403, 403, 401, 401]),
     get("invoices (own, or all)",        "/v1/invoices",                                          [200, 200, 200, 200, 401, 401]),
@@ -961,6 +963,9 @@ fn announced() -> Timestamp {
     base().plus(31 * 86_400)
 }
 
+/// The index of B's first record in the access matrix's log (the exclusion row excludes it).
+const MATRIX_IB: u64 = 11;
+
 both_backends!(access_matrix, |db: &TestDb| {
     // The prices of the invoices below, logged first, when they take effect, a day before the
     // records (no price may take effect more than the policy's skew before it is logged, and
@@ -1009,6 +1014,8 @@ both_backends!(access_matrix, |db: &TestDb| {
     let ans = h.post_records(&batch);
     let idx = each_u64(&ans["outcomes"], "/index");
     let (ia, ib, ie) = (idx[0], idx[1], idx[3]);
+    // The exclusion row's body is a plain function: it names B's record by its index.
+    assert_eq!(ib, MATRIX_IB);
     // A's registration and lease (entries 4 and 5, after the policy entry, the prices and
     // node-1, which a tenant does not see), then its records.
     let mut of_a: Vec<u64> = vec![4, 5, idx[0], idx[2]];
@@ -1184,6 +1191,7 @@ both_backends!(access_matrix, |db: &TestDb| {
             "lease_registered",
             "volume_tiers",
             "tenant_plan",
+            "record_excluded",
             "invoice_issued",
             "payment",
             "credit_note",

@@ -830,6 +830,7 @@ fn text_a_spreadsheet_would_run_is_neutralised_and_credits_stay_numbers() {
         net_total: t.net,
         tax_total: t.tax,
         total: t.gross,
+        excluded: Vec::new(),
     };
     let mut rows = invoice_rows(&inv, &Context::default()).unwrap();
     rows.push(

@@ -127,6 +127,7 @@ fn golden() -> Invoice {
         net_total: Decimal::ZERO,
         tax_total: Decimal::ZERO,
         total: Decimal::ZERO,
+        excluded: Vec::new(),
     };
     settle_totals(&mut inv);
     inv

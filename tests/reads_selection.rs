@@ -208,6 +208,7 @@ fn preview(ledger: &Ledger, tenant: &str, period: Period) -> BTreeMap<String, Ve
         .reads()
         .run(|c| invoices::preview(c, tenant, period, size))
         .unwrap()
+        .0
         .finish()
         .0
 }

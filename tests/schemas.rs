@@ -157,6 +157,7 @@ fn schemas_are_valid_2020_12_and_named_by_their_id() {
         "node_registered.v2.json",
         "payment.v2.json",
         "rate_card.v2.json",
+        "record_excluded.v2.json",
         "region_params.v2.json",
         "signer_key_registered.v2.json",
         "signer_key_revoked.v2.json",
@@ -681,6 +682,60 @@ fn volume_tiers_and_tenant_plan_schemas_agree_with_rust() {
     assert_eq!(b.to_value(), tiers);
     let p = Body::from_value(Kind::TenantPlan, &plan).unwrap();
     assert_eq!(p.to_value(), plan);
+}
+
+/// The ledger-written `record_excluded` body (docs/PROTOCOL.md §5.17): the schema and
+/// `Body::from_value` agree on its shape, and on the reason's length and spaces; control
+/// characters are beyond the schema.
+#[test]
+fn record_excluded_bodies_agree_with_their_schema() {
+    use gpuledger::core::record::{Body, Kind};
+    let x = json!({"tenant": "acme", "entry": 12, "reason": "node-7 counted twice"});
+    let with = |k: &str, v: Value| {
+        let mut b = x.clone();
+        b[k] = v;
+        b
+    };
+    let without = |k: &str| {
+        let mut b = x.clone();
+        b.as_object_mut().unwrap().remove(k);
+        b
+    };
+    type BodyCase = (&'static str, Value, Result<(), Reason>, bool);
+    #[rustfmt::skip]
+    let cases: Vec<BodyCase> = vec![
+        ("valid exclusion",            x.clone(), Ok(()), true),
+        ("entry 0",                    with("entry", json!(0)), Ok(()), true),
+        ("500-byte reason",            with("reason", json!("r".repeat(500))), Ok(()), true),
+        ("501-byte reason",            with("reason", json!("r".repeat(501))), INVALID, true),
+        ("empty reason",               with("reason", json!("")), INVALID, true),
+        ("reason with a leading space", with("reason", json!(" late")), INVALID, true),
+        ("reason with a trailing space", with("reason", json!("late ")), INVALID, true),
+        ("entry as a string",          with("entry", json!("12")), MALFORMED, true),
+        ("negative entry",             with("entry", json!(-1)), MALFORMED, true),
+        ("reason null",                with("reason", Value::Null), MALFORMED, true),
+        ("no entry",                   without("entry"), MALFORMED, true),
+        ("an extra member",            with("lines", json!([])), MALFORMED, true),
+        ("tenant not an id",           with("tenant", json!("a b")), INVALID, true),
+        // Beyond the schema.
+        ("reason with a control character", with("reason", json!("bell\u{7}ring")), INVALID, false),
+    ];
+    let mut failures = Vec::new();
+    for (name, body, expect, expressed) in cases {
+        let schema = schema_valid("record_excluded", &body);
+        let rust = Body::from_value(Kind::RecordExcluded, &body)
+            .map(|_| ())
+            .map_err(|r| r.reason);
+        let env = json!({"v": 2, "kind": "record_excluded", "signer": "ledger", "key_id": "0123456789abcdef",
+                         "seq": 1, "body": body, "sig": base64_of(&[0u8; 64])});
+        if schema_valid("envelope", &env) != schema {
+            failures.push(format!("{name}: the envelope schema says {}", !schema));
+        }
+        failures.extend(disagreement(name, schema, rust, expect, expressed));
+    }
+    assert_all_agree(&failures);
+    let b = Body::from_value(Kind::RecordExcluded, &x).unwrap();
+    assert_eq!(b.to_value(), x);
 }
 
 /// The ledger-written `node_registered` body (docs/PROTOCOL.md §5.16): for shape cases the body

@@ -16,7 +16,8 @@ use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
 use gpuledger::core::logcheck::LogChecker;
 use gpuledger::core::merkle::{self, MemoryHashes};
 use gpuledger::core::record::{
-    Body, InvoiceIssued, LogPolicy, Role, Settlement, SignerKeyRegistered, TenantRegistered,
+    Body, InvoiceIssued, Kind, LogPolicy, RecordExcluded, Role, Settlement, SignerKeyRegistered,
+    TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
@@ -138,7 +139,16 @@ fn bundle_of(leaves: &[Vec<u8>]) -> Vec<u8> {
         BundleSubject::Certificate("CERT-000001".into()),
     );
     let mut out = bundle::header_line(&header);
-    for (i, l) in leaves.iter().enumerate() {
+    // The context entries first, then the records, each part in index order (§14).
+    let is_record = |l: &[u8]| {
+        Leaf::from_bytes(l)
+            .ok()
+            .and_then(|l| Kind::parse(&l.envelope.kind))
+            .is_some_and(bundle::is_record_kind)
+    };
+    let (records, context): (Vec<_>, Vec<_>) =
+        leaves.iter().enumerate().partition(|(_, l)| is_record(l));
+    for (i, l) in context.into_iter().chain(records) {
         let proof = merkle::prove_record(n, i as u64, &tree).unwrap();
         out.extend(bundle::entry_line(i as u64, l, &proof));
     }
@@ -382,6 +392,15 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
     let spot_at = now.plus(600);
     let good_spot = sample::spot("market-f", &market, 1, Decimal::ONE, spot_at);
     let usage = sample::usage("node-f", &node, 1, "t1", Decimal::ONE, now.plus(-60));
+    // The index of a case's first entry, and an exclusion of t1's record there.
+    let first_tail = context.len() as u64;
+    let exclusion = |entry: u64| {
+        Body::RecordExcluded(RecordExcluded {
+            tenant: "t1".into(),
+            entry,
+            reason: "counted twice".into(),
+        })
+    };
     let set = |k: &'static str, v: String| move |b: &mut serde_json::Value| b[k] = v.into();
     let old = now.plus(-40 * 86_400);
     let cases: Vec<(&str, Vec<Envelope>)> = vec![
@@ -598,6 +617,16 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
         ),
         ("already_registered", vec![ledger(sample::node("node-f"))]),
         (
+            // One record excluded from rating twice (the rule a bundle can check: its
+            // records follow the exclusions, PROTOCOL §6.7 disputes).
+            "already_excluded",
+            vec![
+                usage.clone(),
+                ledger(exclusion(first_tail)),
+                ledger(exclusion(first_tail)),
+            ],
+        ),
+        (
             // Five seconds of the first record's stream claimed again (§6.4a).
             "overlapping_interval",
             vec![
@@ -723,4 +752,131 @@ fn a_forged_registration_admits_nothing_after_it() {
             (record, "unknown_signer")
         ]
     );
+}
+
+/// The dispute rules that need the record an exclusion names (PROTOCOL §6.7, disputes):
+/// verify-log's checker names an exclusion of another tenant's record, of an entry that is no
+/// record, of one not below it, and of a record an invoice rated; the bundle verifiers, whose
+/// records follow the exclusions, cannot tell and pass the same log (as PROTOCOL says), while
+/// an exclusion of an uninvoiced record of the tenant, late or not, passes everywhere.
+#[test]
+fn exclusions_the_log_cannot_support_are_named_by_verify_log() {
+    let node = sample::key("node-f");
+    let now = Timestamp::now();
+    let mut ledger = ledger_signer();
+    let mut base = vec![
+        ledger(Body::LogPolicy(LogPolicy::default())),
+        ledger(sample::node("node-f")),
+        ledger(registration("node-f", Role::Node, &node)),
+    ];
+    for t in ["t1", "t2"] {
+        for b in sample::parties(t, &["node-f"], sample::NODE_GPUS / 2) {
+            base.push(ledger(b));
+        }
+    }
+    // An invoice of t1's hour [−2 h, −1 h), then t1's record in that hour (late: logged after
+    // the invoice), and t1's and t2's records of the last minute.
+    let invoice = |from: i64, to: i64, size: usize| {
+        Body::InvoiceIssued(InvoiceIssued {
+            number: format!("INV-{size:06}"),
+            tenant: "t1".into(),
+            period_from: now.plus(from),
+            period_to: now.plus(to),
+            currency: "CNY".into(),
+            total: Decimal::new(100, 2),
+            checkpoint_size: size as u64,
+            invoice_sha256: "00".repeat(32),
+        })
+    };
+    let size = base.len();
+    base.push(ledger(invoice(-7_200, -3_600, size)));
+    // Each appended at the next index, which it returns.
+    let mut record = |seq: u64, tenant: &str, end: i64| {
+        base.push(sample::usage(
+            "node-f",
+            &node,
+            seq,
+            tenant,
+            Decimal::ONE,
+            now.plus(end),
+        ));
+        base.len() as u64 - 1
+    };
+    let late = record(1, "t1", -7_000);
+    let t1 = record(2, "t1", -60);
+    let t2 = record(3, "t2", -60);
+    let exclude = |entry: u64| {
+        Body::RecordExcluded(RecordExcluded {
+            tenant: "t1".into(),
+            entry,
+            reason: "disputed".into(),
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = verifier_key_file(dir.path());
+    let python = python_verifier_ready();
+    let browser = browser_verifier_ready();
+    let passes = |name: &str, leaves: &[Vec<u8>]| {
+        let path = dir
+            .path()
+            .join(format!("{}.ndjson", name.replace(' ', "-")));
+        std::fs::write(&path, bundle_of(leaves)).unwrap();
+        let (_, v) = verify_json(bin().arg("verify"), &path, &key_file);
+        assert_eq!(v["result"], "PASS", "{name}: {v}");
+        if python {
+            let (_, v) = verify_json(python_verifier().arg("bundle"), &path, &key_file);
+            assert_eq!(v["result"], "PASS", "{name}, python: {v}");
+        }
+        if browser {
+            let v = browser_verdict(&path, &key_file);
+            assert_eq!(v["result"], "PASS", "{name}, the console: {v}");
+        }
+    };
+    // The late record and the last minute's are not invoiced yet: both may be excluded.
+    let mut good = base.clone();
+    good.push(ledger(exclude(late)));
+    good.push(ledger(exclude(t1)));
+    let leaves = leaves_of(good, now);
+    let failures = checker_failures(&leaves);
+    assert!(failures.is_empty(), "{failures:?}");
+    passes("good", &leaves);
+    // An invoice computed after the late record was logged rated it.
+    let mut invoiced = base.clone();
+    let size = invoiced.len();
+    invoiced.push(ledger(invoice(-3_600, -1_800, size)));
+    let cases = [
+        (
+            "another tenant's record",
+            base.clone(),
+            t2,
+            "unknown_record",
+        ),
+        (
+            "an entry that is no record",
+            base.clone(),
+            0,
+            "unknown_record",
+        ),
+        (
+            "an entry not below it",
+            base.clone(),
+            base.len() as u64,
+            "unknown_record",
+        ),
+        (
+            "a record an invoice rated",
+            invoiced,
+            late,
+            "record_invoiced",
+        ),
+    ];
+    for (name, mut log, entry, reason) in cases {
+        let bad = log.len() as u64;
+        log.push(ledger(exclude(entry)));
+        let leaves = leaves_of(log, now);
+        let failures = checker_failures(&leaves);
+        let named: Vec<(u64, &str)> = failures.iter().map(|f| (f.index, f.reason)).collect();
+        assert_eq!(named, [(bad, reason)], "{name}");
+        passes(name, &leaves);
+    }
 }

@@ -64,7 +64,7 @@ pub fn run_preview(
     let size = ledger.reads().head()?.0;
     progress("previewing");
     let started = Instant::now();
-    let rater = ledger
+    let (rater, _excluded) = ledger
         .reads()
         .run(|c| pricing::rate_period(c, "bench-tenant", month_start, month_end, size))?;
     let cny = super::cny_lines(rater)?;

@@ -139,6 +139,13 @@ REASONS = (
     "lease_overbooked",
     "lease_not_on_node",
     "outside_lease_term",
+    # Disputes (issue #27 item 5; section 6.7, disputes): a record_excluded entry names an earlier
+    # record of its tenant (unknown_record), one not excluded before (already_excluded) and not
+    # invoiced (record_invoiced). A bundle rechecks already_excluded only: its records come after
+    # its context, so a record_excluded entry of the context names a record not yet seen.
+    "unknown_record",
+    "already_excluded",
+    "record_invoiced",
 )
 ADMISSION_REASONS = REASONS[REASONS.index("node_not_allowed"):]
 CONSISTENCY_REASON = "consistency_proof"  # not in section 15: see README "Where the document was unclear"
@@ -217,6 +224,7 @@ MAX_PUE = Decimal(5)
 MAX_CARBON_G_PER_KWH = Decimal(5000)
 MAX_AMOUNT = Decimal(10**12)  # from the schemas' descriptions (invoice_issued, payment, credit_note)
 MAX_NOTE_BYTES = 500
+MAX_EXCLUSION_REASON_BYTES = 500  # record_excluded.reason (section 5.17)
 # Ids no body may give a thing it names (section 2.3; crates/core/src/ids.rs RESERVED_IDS).
 RESERVED_IDS = frozenset({"ledger"})
 MAX_EXTERNAL_REFERENCE_BYTES = 128
@@ -717,6 +725,7 @@ LEDGER_KINDS = (
     "tenant_registered",  # version 2
     "log_policy",  # version 2
     "node_registered",  # the fleet: a node, its region and its GPUs
+    "record_excluded",  # disputes: a record of a tenant excluded from rating (section 5.17)
 )
 KINDS = NODE_KINDS + MARKET_KINDS + LEDGER_KINDS
 RECORD_KINDS = NODE_KINDS
@@ -1271,6 +1280,19 @@ def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
     elif kind == "tenant_registered":
         b = _Body(body, {"tenant": True})
         b.id("tenant")
+    elif kind == "record_excluded":
+        # Section 5.17 (record.rs `RecordExcluded::check`): tenant, entry (a JSON integer,
+        # section 2.5), reason (1 to 500 bytes, no control characters or surrounding spaces; as
+        # Rust's `trim`, white space is Unicode White_Space, which str.strip also removes).
+        b = _Body(body, {"tenant": True, "entry": True, "reason": True}, int_members=("entry",))
+        b.id("tenant")
+        b.integer("entry", 0, MAX_INDEX)
+        reason = body["reason"]
+        if (not reason or len(reason.encode("utf-8")) > MAX_EXCLUSION_REASON_BYTES
+                or reason.strip() != reason or any(_is_control(c) for c in reason)):
+            raise FieldError("invalid_field", "body.reason",
+                             f"1 to {MAX_EXCLUSION_REASON_BYTES} bytes without control characters or "
+                             "surrounding spaces")
     elif kind == "log_policy":
         b = _Body(body, {"max_record_age_seconds": True, "max_future_skew_seconds": True},
                   int_members=("max_record_age_seconds", "max_future_skew_seconds"))
@@ -1792,7 +1814,7 @@ class RegionParams:
 
 # Ledger kinds that name a tenant (version 2, section 6 "Parties").
 TENANT_LEDGER_KINDS = ("lease_registered", "tenant_plan", "invoice_issued", "payment", "credit_note",
-                       "certificate_issued")
+                       "certificate_issued", "record_excluded")
 
 
 def _stream(kind: str, body: Dict[str, Any]) -> Optional[str]:
@@ -1851,6 +1873,8 @@ class LogView:
         self.accounts: Dict[str, List[Any]] = {}
         # (tenant, kind, external_reference) -> index of the settlement that carries it
         self.references: Dict[Tuple[str, str, str], int] = {}
+        # Disputes (section 6.7): excluded entry -> index of the (first) record_excluded naming it
+        self.exclusions: Dict[int, int] = {}
         # Section 6.4a: stream -> (starts, [(end, index)]) of the intervals held so far, by start.
         self.intervals: Dict[str, Tuple[List[int], List[Tuple[int, int]]]] = {}
         self.invoices: List[Tuple[int, str, int, int]] = []  # (index, tenant, period_from, period_to)
@@ -2288,6 +2312,21 @@ class LogView:
                           f"body.amount: credit notes on {body['invoice']} would total "
                           f"{DEC.add(account[3], Decimal(body['amount']))}, above its total {account[2]}")
 
+    def check_dispute(self, env: Dict[str, Any], index: int, item: str) -> None:
+        """Section 6.7, disputes (core::dispute), after the settlements: a record_excluded entry
+        names an entry no earlier record_excluded entry names (already_excluded).
+
+        Not checked here: unknown_record (the entry is an earlier gpu_usage or energy record of
+        the tenant) and record_invoiced (no invoice of the tenant rated it). Both need the record,
+        and a bundle holds its records after its context (section 14): at a record_excluded
+        entry of the context the record has not been read. verify-log (and the ledger) check them."""
+        if env["kind"] != "record_excluded":
+            return
+        entry = env["body"]["entry"]
+        at = self.exclusions.get(entry)
+        if at is not None and at < index:
+            raise Failure("already_excluded", item, f"body.entry: entry {entry} is already excluded (entry {at})")
+
     def claim_interval(self, env: Dict[str, Any], index: int, parsed: Dict[str, Any]) -> None:
         """Section 6.4a: the interval of a record that passed is claimed for its stream."""
         stream = _stream(env["kind"], env["body"])
@@ -2330,6 +2369,8 @@ class LogView:
             self.spot_prices.setdefault((body["region"], body["gpu_model"], parsed["effective_from"]), index)
         if kind in ("payment", "credit_note") and "external_reference" in body:
             self.references.setdefault((body["tenant"], kind, body["external_reference"]), index)
+        if kind == "record_excluded":
+            self.exclusions.setdefault(body["entry"], index)
         if kind == "credit_note" and body["invoice"] in self.accounts:
             self.accounts[body["invoice"]][3] = DEC.add(self.accounts[body["invoice"]][3], Decimal(body["amount"]))
         elif kind == "invoice_issued":
@@ -2418,6 +2459,7 @@ def check_entry(e: EntryLine, cp: Checkpoint, view: LogView, prev_known: Dict[in
     pub = view.key_for(env, e.index, item)
     view.check_admission(env, e.index, parsed, now, item)
     view.check_settlement(env, item)
+    view.check_dispute(env, e.index, item)
     if not verify_strict(pub, parsed["message"], parsed["sig"]):
         raise Failure("entry_signature", item, f"the signature of {env['signer']} (key {env['key_id']}) does not "
                       f"verify strictly over the signed message (origin {view.origin})")

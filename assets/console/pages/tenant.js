@@ -312,6 +312,7 @@ async function periodToDate(box) {
       : h("p", { class: "muted", id: "no-estimate" }, t("estimate_none")),
     h("p", {}, t("estimate_period"), " ", h("span", { dataset: { estimatePeriod: `${from}/${to}` } }, fmtPeriod(from, to))),
     (preview.unpriced || []).length ? h("p", { class: "error" }, t("estimate_unpriced", { n: preview.unpriced.length })) : null,
+    (preview.excluded || []).length ? h("p", { class: "muted", id: "estimate-excluded" }, t("estimate_excluded", { n: preview.excluded.length })) : null,
     h("p", { class: "muted" }, t("estimate_caveat")),
   );
 }
@@ -492,6 +493,23 @@ async function invoicePage(main, number) {
       { class: "card" },
       h("h2", {}, t("lines")),
       table(lineHeaders, lineRows, { numeric: v2 ? [4, 6, 7, 8, 9] : [4, 6, 7], id: "invoice-lines" }),
+    ),
+    excludedCard(inv.excluded),
+  );
+}
+
+/** The records a dispute excluded from rating (an invoice's or a preview's `excluded`), or null. */
+function excludedCard(excluded) {
+  if (!excluded || !excluded.length) return null;
+  return h(
+    "section",
+    { class: "card" },
+    h("h2", {}, t("excluded_title")),
+    h("p", { class: "muted" }, t("excluded_explain")),
+    table(
+      [t("excluded_entry"), t("excluded_reason")],
+      excluded.map((x) => [String(x.entry), x.reason]),
+      { numeric: [0], id: "invoice-excluded" },
     ),
   );
 }

@@ -6,8 +6,9 @@
 // the keys and records that name them, GPU models, GPU count and energy; leases over GPUs the
 // nodes have, never overbooking a node, and usage only under a lease that covers its node,
 // model and interval, for at most what it covers), time (the log policy in force at the
-// entry's index), the spot series, no stream claiming a second twice (§6.4a) and prices that
-// only move forward. Key validity and scope are bundle.js's Registry.
+// entry's index), the spot series, no stream claiming a second twice (§6.4a), prices that
+// only move forward, settlements (§5.10) and disputes (§6.7, disputes: a record excluded at
+// most once). Key validity and scope are bundle.js's Registry.
 
 import { Failure } from './result.js';
 import { timestampSeconds } from './leaf.js';
@@ -36,6 +37,7 @@ function tenantOf(kind, b) {
     case 'payment':
     case 'credit_note':
     case 'certificate_issued':
+    case 'record_excluded':
       return b.tenant;
     case 'energy':
       return 'tenant' in b ? b.tenant : undefined;
@@ -222,6 +224,8 @@ export class Admission {
     this.references = new Map();
     /** node → {body, at}: its first node_registered entry */
     this.nodes = new Map();
+    /** excluded entry → index of the first record_excluded entry naming it (§6.7, disputes) */
+    this.exclusions = new Map();
   }
 
   /** The policy in force at `index`: the latest log_policy entry before it, or the defaults. */
@@ -246,6 +250,24 @@ export class Admission {
     this.checkOverlap(e.kind, b, item);
     this.checkForward(e.kind, b, item);
     this.checkSettlement(e.kind, b, item);
+    this.checkDispute(index, e.kind, b, item);
+  }
+
+  /**
+   * §6.7, disputes (crates/core/src/dispute.rs), after the settlements: a record_excluded entry
+   * names an entry that no earlier record_excluded entry names (`already_excluded`, of any
+   * tenant). Its tenant is registered: checkParties.
+   *
+   * Not checked here: `unknown_record` (the entry is an earlier gpu_usage, or energy with a
+   * tenant, of the entry's tenant) and `record_invoiced` (no invoice of the tenant rated it).
+   * Both need the record, and a bundle holds its records after its context (§14): at a
+   * record_excluded entry of the context the record has not been read. `gpuledger verify-log`
+   * (and the ledger) check them.
+   */
+  checkDispute(index, kind, b, item) {
+    if (kind !== 'record_excluded') return;
+    const at = this.exclusions.get(b.entry);
+    if (at !== undefined && at < index) throw new Failure('already_excluded', item, `body.entry: entry ${b.entry} is already excluded (entry ${at})`);
   }
 
   /**
@@ -552,6 +574,9 @@ export class Admission {
         if (a && e.kind === 'credit_note') a.credited = a.credited.add(Dec.parse(b.amount));
         break;
       }
+      case 'record_excluded':
+        if (!this.exclusions.has(b.entry)) this.exclusions.set(b.entry, index);
+        break;
       case 'invoice_issued':
         if (!this.accounts.has(b.number)) this.accounts.set(b.number, { tenant: b.tenant, currency: b.currency, total: Dec.parse(b.total), credited: Dec.zero() });
         this.invoiced.push({ at: index, tenant: b.tenant, from: timestampSeconds(b.period_from), to: timestampSeconds(b.period_to) });

@@ -48,7 +48,10 @@
 //   model, `lease_not_on_node`, within its term, `outside_lease_term`, for at most what it
 //   covers, `over_capacity`), the time rules under the log policy in force (`too_old`, `in_future`, `price_in_past`), the spot series (`price_conflict`,
 //   `price_in_invoiced_period`), no stream claiming a second twice (`overlapping_interval`,
-//   §6.4a) and prices that only move forward (`price_not_forward`).
+//   §6.4a), prices that only move forward (`price_not_forward`), and the dispute rule a bundle
+//   can show: a record excluded at most once (`already_excluded`; a `record_excluded` entry's
+//   tenant registered, `unknown_tenant`). Not `unknown_record` nor `record_invoiced`: they need
+//   the record an exclusion names, which a bundle holds only after its context (§6.7).
 //
 // NOT checked here (the offline verifier, `gpuledger verify`, does; every verdict on evidence
 // says so, lib/trust.js `showResult`):

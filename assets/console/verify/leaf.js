@@ -41,6 +41,12 @@ export const MAX_NODE_GPUS = 64;
 export const MAX_WATTS_PER_GPU = Dec.int(5000);
 /** `MAX_LEASE_NODES`: a lease_registered entry covers 1 to 64 items (§5.8). */
 export const MAX_LEASE_NODES = 64;
+/** `MAX_EXCLUSION_REASON_BYTES`: a record_excluded entry's reason is 1 to 500 bytes (§5.17). */
+export const MAX_EXCLUSION_REASON_BYTES = 500;
+/** Control characters (Unicode Cc, Rust's `char::is_control`). */
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/u;
+/** White space as Rust's `str::trim` removes it (Unicode White_Space; unlike JS's `trim`, not U+FEFF). */
+const WHITE_SPACE = /^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]|[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]$/u;
 /** A GPU's index on its node is a u32. */
 export const MAX_GPU_INDEX = 4294967295;
 /** A GPU's UUID: 1 to 128 visible ASCII characters. */
@@ -55,6 +61,7 @@ export const LEDGER_KINDS = new Set([
   'signer_key_registered', 'signer_key_revoked', 'rate_card', 'region_params',
   'lease_registered', 'invoice_issued', 'payment', 'credit_note', 'volume_tiers',
   'tenant_plan', 'certificate_issued', 'tenant_registered', 'log_policy', 'node_registered',
+  'record_excluded',
 ]);
 /** What each signer role may sign (§6.1). */
 export const ROLE_KINDS = { node: new Set(['gpu_usage', 'energy']), market: new Set(['spot_price']) };
@@ -257,6 +264,19 @@ async function checkBody(kind, b) {
       members(b, 'body', ['tenant']);
       bodyId(b.tenant, 'body.tenant');
       return;
+    case 'record_excluded': {
+      // §5.17, as record.rs reads it (`RecordExcluded::check`): the shape first (serde's part:
+      // the members, strings, `entry` a JSON integer, §2.5), then tenant and reason.
+      members(b, 'body', ['tenant', 'entry', 'reason']);
+      check(typeof b.tenant === 'string', 'body.tenant is not a string');
+      check(Number.isSafeInteger(b.entry) && b.entry >= 0, 'body.entry is not an integer 0 to 2^53 − 1');
+      check(typeof b.reason === 'string', 'body.reason is not a string');
+      bodyId(b.tenant, 'body.tenant');
+      const r = b.reason;
+      check(r.length > 0 && utf8(r).length <= MAX_EXCLUSION_REASON_BYTES && !WHITE_SPACE.test(r) && !CONTROL.test(r),
+        `invalid_field: body.reason: 1 to ${MAX_EXCLUSION_REASON_BYTES} bytes without control characters or surrounding spaces`);
+      return;
+    }
     case 'node_registered': {
       // As record.rs reads it: the whole shape first (every GPU exactly {index, uuid, model},
       // index a u32), then the identifiers, 1 to MAX_NODE_GPUS GPUs by strictly increasing

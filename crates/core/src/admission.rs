@@ -149,6 +149,7 @@ pub fn check_parties(body: &Body, index: u64, parties: &dyn Parties) -> Result<(
         Body::InvoiceIssued(i) => Some(&i.tenant),
         Body::Payment(p) | Body::CreditNote(p) => Some(&p.tenant),
         Body::CertificateIssued(c) => Some(&c.tenant),
+        Body::RecordExcluded(x) => Some(&x.tenant),
         _ => None,
     };
     if let Some(t) = tenant {
@@ -679,6 +680,7 @@ pub struct Registry {
     prices: PriceSeries,
     intervals: Intervals,
     settlements: Settlements,
+    disputes: super::dispute::Disputes,
     nodes: HashMap<String, (NodeRegistered, u64)>,
 }
 
@@ -726,7 +728,17 @@ impl Registry {
             prices: PriceSeries::default(),
             intervals: Intervals::default(),
             settlements: Settlements::default(),
+            disputes: super::dispute::Disputes::whole_log(),
             nodes: HashMap::new(),
+        }
+    }
+
+    /// A registry for a bundle (§14), whose records follow its context: the dispute rules
+    /// that need the record an exclusion names are left to `verify-log` (§6.7, disputes).
+    pub fn for_bundle(log_key: VerifyingKey) -> Self {
+        Registry {
+            disputes: super::dispute::Disputes::bundle(),
+            ..Registry::new(log_key)
         }
     }
 
@@ -814,6 +826,7 @@ impl Registry {
         }
         self.prices.check(body)?;
         self.settlements.check(body)?;
+        self.disputes.check(body)?;
         self.check_registry_entry(index, body)?;
         Ok(key)
     }
@@ -926,6 +939,7 @@ impl Registry {
         self.spot.apply(index, body);
         self.prices.apply(index, body);
         self.settlements.apply(index, body);
+        self.disputes.apply(index, body);
     }
 }
 

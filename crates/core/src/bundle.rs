@@ -784,7 +784,7 @@ impl BundleChecker {
     /// A checker for entries proven against `anchor`.
     pub fn new(anchor: &Anchor) -> Self {
         BundleChecker {
-            registry: Registry::new(anchor.log_key),
+            registry: Registry::for_bundle(anchor.log_key),
             subject_tenant: None,
             last_index: None,
             in_records: false,

@@ -440,6 +440,9 @@ pub struct InvoiceScope {
     pub earlier: Vec<Period>,
     /// The log size of the last earlier invoice: records below it were invoiced already.
     pub since: u64,
+    /// The records excluded from rating (the tenant's `record_excluded` entries below the
+    /// invoice's checkpoint, docs/PROTOCOL.md §5.17): entry → reason.
+    pub excluded: BTreeMap<u64, String>,
 }
 
 /// Where one of the tenant's records goes on an invoice ([`InvoiceScope::place`]).
@@ -453,7 +456,11 @@ pub enum Placement {
     /// It starts in an earlier invoiced period and was invoiced already: it only counts toward
     /// that period's volume tiers, which late records continue from.
     Invoiced(Period),
-    /// It starts in no period the invoice covers.
+    /// It would go on the invoice (`Period` or `Late`) but is excluded from rating: listed as
+    /// excluded, rated nowhere.
+    Excluded,
+    /// It starts in no period the invoice covers (or it is excluded, and would only have
+    /// continued an invoiced period's count).
     Outside,
 }
 
@@ -466,18 +473,33 @@ impl InvoiceScope {
             period,
             earlier,
             since: sizes.into_iter().max().unwrap_or(0),
+            excluded: BTreeMap::new(),
         }
+    }
+
+    /// The scope with the records of `excluded` (entry, reason) excluded from rating.
+    pub fn excluding(mut self, excluded: impl IntoIterator<Item = (u64, String)>) -> Self {
+        self.excluded.extend(excluded);
+        self
     }
 
     /// Where the record at log `index`, whose interval starts at `start`, goes.
     pub fn place(&self, index: u64, start: Timestamp) -> Placement {
-        if self.period.contains(start) {
-            return Placement::Period;
+        let placement = if self.period.contains(start) {
+            Placement::Period
+        } else {
+            match self.earlier.iter().find(|p| p.contains(start)) {
+                Some(p) if index >= self.since => Placement::Late(*p),
+                Some(p) => Placement::Invoiced(*p),
+                None => Placement::Outside,
+            }
+        };
+        if !self.excluded.contains_key(&index) {
+            return placement;
         }
-        match self.earlier.iter().find(|p| p.contains(start)) {
-            Some(p) if index >= self.since => Placement::Late(*p),
-            Some(p) => Placement::Invoiced(*p),
-            None => Placement::Outside,
+        match placement {
+            Placement::Period | Placement::Late(_) => Placement::Excluded,
+            _ => Placement::Outside,
         }
     }
 
@@ -485,7 +507,7 @@ impl InvoiceScope {
     /// volume tiers are logged (`tiered`), the invoiced records its adjustments count from.
     pub fn in_bundle(&self, index: u64, start: Timestamp, tiered: bool) -> bool {
         match self.place(index, start) {
-            Placement::Period | Placement::Late(_) => true,
+            Placement::Period | Placement::Late(_) | Placement::Excluded => true,
             Placement::Invoiced(_) => tiered,
             Placement::Outside => false,
         }
@@ -507,6 +529,7 @@ pub struct InvoiceRating {
     scope: InvoiceScope,
     main: Rater,
     late: BTreeMap<Period, Rater>,
+    excluded: Vec<ExcludedRecord>,
 }
 
 /// What an [`InvoiceRating`] came to, per currency.
@@ -517,6 +540,8 @@ pub struct Rated {
     pub adjustments: BTreeMap<String, Vec<RatedLine>>,
     /// Usage that no price in force priced (the invoice's period first, then late records).
     pub unpriced: Vec<(Option<Period>, Vec<Unpriced>)>,
+    /// The records excluded from rating, by increasing entry.
+    pub excluded: Vec<ExcludedRecord>,
 }
 
 impl InvoiceRating {
@@ -526,6 +551,7 @@ impl InvoiceRating {
             main: Rater::new(scope.period.from),
             scope,
             late: BTreeMap::new(),
+            excluded: Vec::new(),
         }
     }
 
@@ -546,6 +572,13 @@ impl InvoiceRating {
             Placement::Period => &mut self.main,
             Placement::Late(p) | Placement::Invoiced(p) => {
                 self.late.entry(p).or_insert_with(|| Rater::new(p.from))
+            }
+            Placement::Excluded => {
+                self.excluded.push(ExcludedRecord {
+                    entry: index,
+                    reason: self.scope.excluded[&index].clone(),
+                });
+                return placement;
             }
             Placement::Outside => return placement,
         };
@@ -569,7 +602,10 @@ impl InvoiceRating {
                 .collect(),
             adjustments: BTreeMap::new(),
             unpriced: Vec::new(),
+            excluded: self.excluded,
         };
+        rated.excluded.sort_by_key(|x| x.entry);
+        rated.excluded.dedup_by_key(|x| x.entry);
         if !unpriced.is_empty() {
             rated.unpriced.push((None, unpriced));
         }
@@ -625,6 +661,20 @@ pub struct Invoice {
     #[serde(with = "money_str")]
     #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub total: Decimal,
+    /// The records the invoice would have rated but that are excluded from rating (disputes,
+    /// docs/PROTOCOL.md §5.17), by increasing entry; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded: Vec<ExcludedRecord>,
+}
+
+/// A record left out of an invoice by a `record_excluded` entry: its log index and the
+/// exclusion's reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ExcludedRecord {
+    pub entry: u64,
+    pub reason: String,
 }
 
 impl Invoice {
@@ -914,6 +964,8 @@ pub struct InvoiceCheck {
     invoice: InvoiceDoc,
     book: PriceBook,
     earlier: Vec<(Period, u64)>,
+    /// The tenant's exclusions in the context: entry → reason.
+    excluded: BTreeMap<u64, String>,
     /// Set by the first record: the scope is known once the context (the earlier invoices)
     /// has been read.
     rating: Option<InvoiceRating>,
@@ -942,6 +994,7 @@ impl InvoiceCheck {
             invoice,
             book: Default::default(),
             earlier: Vec::new(),
+            excluded: BTreeMap::new(),
             rating: None,
         })
     }
@@ -982,6 +1035,7 @@ impl InvoiceCheck {
                 let t = apply_tax(&mut lines, &c);
                 let recomputed = Invoice {
                     lines,
+                    excluded: std::mem::take(&mut rated.excluded),
                     net_total: t.net,
                     tax_total: t.tax,
                     total: t.gross,
@@ -1045,10 +1099,10 @@ fn first_difference(a: &serde_json::Value, b: &serde_json::Value) -> Option<Stri
 
 impl InvoiceCheck {
     fn start_rating(&self) -> InvoiceRating {
-        InvoiceRating::new(InvoiceScope::new(
-            self.invoice.period(),
-            self.earlier.iter().copied(),
-        ))
+        InvoiceRating::new(
+            InvoiceScope::new(self.invoice.period(), self.earlier.iter().copied())
+                .excluding(self.excluded.clone()),
+        )
     }
 }
 
@@ -1072,6 +1126,9 @@ impl super::bundle::Subject for InvoiceCheck {
                     to: i.period_to,
                 };
                 self.earlier.push((p, i.checkpoint_size));
+            }
+            Body::RecordExcluded(x) if x.tenant == self.invoice.tenant() => {
+                self.excluded.entry(x.entry).or_insert(x.reason.clone());
             }
             b => self.book.add_entry(b),
         }
@@ -1215,6 +1272,40 @@ impl CreditNoteDoc {
 mod tests {
     use super::*;
     use std::str::FromStr;
+
+    /// An excluded record that the invoice would rate (in its period, or late) is placed
+    /// `Excluded`; one that would only continue an invoiced period's tier count counts for
+    /// nothing (`Outside`); records not excluded are placed as before.
+    #[test]
+    fn exclusions_take_records_out_of_rating_only() {
+        let t = |s: i64| Timestamp::from_unix(1_800_000_000 + s).unwrap();
+        let p = |from: i64, to: i64| Period {
+            from: t(from),
+            to: t(to),
+        };
+        // The invoice of [1 h, 2 h), after one of [0, 1 h) computed at log size 10.
+        let scope = InvoiceScope::new(p(3_600, 7_200), [(p(0, 3_600), 10)]);
+        let excluding = scope.clone().excluding([
+            (5, "a".to_owned()),
+            (11, "b".to_owned()),
+            (12, "c".to_owned()),
+        ]);
+        for (index, start, before, after) in [
+            (12, 4_000, Placement::Period, Placement::Excluded),
+            (11, 60, Placement::Late(p(0, 3_600)), Placement::Excluded),
+            (5, 60, Placement::Invoiced(p(0, 3_600)), Placement::Outside),
+            (13, 4_000, Placement::Period, Placement::Period),
+            (12, 9_000, Placement::Outside, Placement::Outside),
+        ] {
+            assert_eq!(scope.place(index, t(start)), before, "{index}");
+            assert_eq!(excluding.place(index, t(start)), after, "{index}");
+        }
+        assert!(
+            excluding.in_bundle(12, t(4_000), false),
+            "listed, so in the bundle"
+        );
+        assert!(!excluding.in_bundle(5, t(60), true), "counts for nothing");
+    }
 
     #[test]
     fn credit_note_numbers_round_trip_and_only_canonical_ones_parse() {

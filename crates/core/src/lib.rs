@@ -13,6 +13,7 @@ pub mod checkpoint;
 pub mod clock;
 pub mod cosignature;
 pub mod decimal;
+pub mod dispute;
 pub mod envelope;
 pub mod fleet;
 pub mod ids;

@@ -49,6 +49,9 @@ pub const MAX_TIER_BOUND_GPU_HOURS: u32 = 1_000_000_000;
 /// Longest `external_reference` of a payment or credit note, in bytes.
 pub const MAX_EXTERNAL_REFERENCE_BYTES: usize = 128;
 
+/// Longest `reason` of a `record_excluded` entry, in bytes.
+pub const MAX_EXCLUSION_REASON_BYTES: usize = 500;
+
 /// Most GPUs one `node_registered` entry lists (an entry is at most `MAX_ENVELOPE_BYTES`).
 pub const MAX_NODE_GPUS: usize = 64;
 

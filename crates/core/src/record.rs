@@ -84,11 +84,14 @@ pub enum Kind {
     /// A GPU server of the fleet with its region and GPUs; node keys may name only registered
     /// nodes, and records must fit their node (written by the ledger).
     NodeRegistered,
+    /// A logged record of a tenant is excluded from rating, with the reason (a dispute settled
+    /// without billing; written by the ledger).
+    RecordExcluded,
 }
 
 impl Kind {
     /// All kinds, in a fixed order.
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 18] = [
         Kind::GpuUsage,
         Kind::Energy,
         Kind::SpotPrice,
@@ -106,6 +109,7 @@ impl Kind {
         Kind::TenantRegistered,
         Kind::LogPolicy,
         Kind::NodeRegistered,
+        Kind::RecordExcluded,
     ];
 
     /// The wire name.
@@ -128,6 +132,7 @@ impl Kind {
             Kind::TenantRegistered => "tenant_registered",
             Kind::LogPolicy => "log_policy",
             Kind::NodeRegistered => "node_registered",
+            Kind::RecordExcluded => "record_excluded",
         }
     }
 
@@ -154,7 +159,8 @@ impl Kind {
             | Kind::TenantPlan
             | Kind::TenantRegistered
             | Kind::LogPolicy
-            | Kind::NodeRegistered => Role::Ledger,
+            | Kind::NodeRegistered
+            | Kind::RecordExcluded => Role::Ledger,
         }
     }
 }
@@ -377,6 +383,20 @@ impl KeyScope {
 #[serde(deny_unknown_fields)]
 pub struct TenantRegistered {
     pub tenant: String,
+}
+
+/// A logged record of `tenant` excluded from rating (docs/PROTOCOL.md §5.17): invoices
+/// computed after this entry neither rate it nor count it, and list it as excluded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RecordExcluded {
+    pub tenant: String,
+    /// The log index of the excluded `gpu_usage` or `energy` record.
+    pub entry: u64,
+    /// Why, for people (the tenant reads it on the invoice): 1 to
+    /// [`MAX_EXCLUSION_REASON_BYTES`] bytes, no control characters or surrounding spaces.
+    pub reason: String,
 }
 
 /// The admission policy in force from this entry on (docs/PROTOCOL.md §5.15).
@@ -766,6 +786,7 @@ bodies! {
     TenantRegistered(TenantRegistered),
     LogPolicy(LogPolicy),
     NodeRegistered(NodeRegistered),
+    RecordExcluded(RecordExcluded),
 }
 
 impl Body {
@@ -780,6 +801,7 @@ impl Body {
             Body::CertificateIssued(c) => Some(&c.tenant),
             Body::TenantPlan(p) => Some(&p.tenant),
             Body::TenantRegistered(t) => Some(&t.tenant),
+            Body::RecordExcluded(x) => Some(&x.tenant),
             _ => None,
         }
     }
@@ -985,6 +1007,25 @@ impl Record for TenantRegistered {
     fn check(t: Self) -> Result<Self, Rejection> {
         id("body.tenant", &t.tenant)?;
         Ok(t)
+    }
+}
+
+impl Record for RecordExcluded {
+    type Wire = Self;
+    fn check(x: Self) -> Result<Self, Rejection> {
+        id("body.tenant", &x.tenant)?;
+        if x.reason.is_empty()
+            || x.reason.len() > MAX_EXCLUSION_REASON_BYTES
+            || x.reason.trim() != x.reason
+            || x.reason.chars().any(char::is_control)
+        {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                "body.reason",
+                format!("1 to {MAX_EXCLUSION_REASON_BYTES} bytes without control characters or surrounding spaces"),
+            ));
+        }
+        Ok(x)
     }
 }
 

@@ -97,6 +97,12 @@ pub enum Reason {
     LeaseNotOnNode,
     /// The usage record's interval is not within its lease's term.
     OutsideLeaseTerm,
+    /// An exclusion names no earlier `gpu_usage` or tenant `energy` record of its tenant.
+    UnknownRecord,
+    /// An exclusion names a record an earlier exclusion excludes already.
+    AlreadyExcluded,
+    /// An exclusion names a record an issued invoice has rated.
+    RecordInvoiced,
 }
 
 impl Reason {
@@ -145,6 +151,9 @@ impl Reason {
             Reason::LeaseOverbooked => "lease_overbooked",
             Reason::LeaseNotOnNode => "lease_not_on_node",
             Reason::OutsideLeaseTerm => "outside_lease_term",
+            Reason::UnknownRecord => "unknown_record",
+            Reason::AlreadyExcluded => "already_excluded",
+            Reason::RecordInvoiced => "record_invoiced",
         }
     }
 }
@@ -216,7 +225,11 @@ impl Reason {
             | Reason::UnknownGpu
             | Reason::LeaseOverbooked
             | Reason::LeaseNotOnNode
-            | Reason::OutsideLeaseTerm => Final,
+            | Reason::OutsideLeaseTerm
+            // Exclusions are the ledger's own; no signer sends them.
+            | Reason::UnknownRecord
+            | Reason::AlreadyExcluded
+            | Reason::RecordInvoiced => Final,
         }
     }
 

@@ -642,6 +642,7 @@ mod tests {
             net_total: t.net,
             tax_total: t.tax,
             total: t.gross,
+            excluded: Vec::new(),
         }
     }
 

@@ -239,7 +239,8 @@ pub(crate) struct Context {
     tenant: String,
     /// Plans the tenant was on below the bundle's size (their volume tiers are context).
     plans: HashSet<String>,
-    /// An invoice bundle also carries prices, plans and the tenant's earlier invoices.
+    /// An invoice bundle also carries prices, plans, and the tenant's earlier invoices and
+    /// exclusions.
     invoice: bool,
 }
 
@@ -288,13 +289,14 @@ impl Context {
                 Kind::VolumeTiers,
                 Kind::TenantPlan,
                 Kind::InvoiceIssued,
+                Kind::RecordExcluded,
             ]);
         }
         k
     }
 
     /// Whether a context entry of one of [`Context::kinds`] goes in: the tenant's own
-    /// registration, leases, plans and invoices; the volume tiers of its plans; the rest
+    /// registration, leases, plans, invoices and exclusions; the volume tiers of its plans; the rest
     /// (keys, policies, public prices and region parameters) whole.
     pub(crate) fn keep(&self, body: &Body) -> bool {
         match body {
@@ -302,6 +304,7 @@ impl Context {
             Body::LeaseRegistered(l) => l.tenant == self.tenant,
             Body::TenantPlan(p) => p.tenant == self.tenant,
             Body::InvoiceIssued(i) => i.tenant == self.tenant,
+            Body::RecordExcluded(x) => x.tenant == self.tenant,
             Body::VolumeTiers(v) => self.plans.contains(&v.plan),
             _ => true,
         }

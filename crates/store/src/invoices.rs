@@ -99,13 +99,13 @@ pub fn priced_lines(
 }
 
 /// An invoice already issued to a tenant, as its row holds it.
-struct Issued {
-    period: Period,
-    checkpoint_size: u64,
+pub(crate) struct Issued {
+    pub(crate) period: Period,
+    pub(crate) checkpoint_size: u64,
 }
 
 /// The tenant's invoices whose `invoice_issued` entry is below log size `size`.
-fn issued_for(
+pub(crate) fn issued_for(
     conn: &mut DbConn,
     tenant: &str,
     size: u64,
@@ -188,7 +188,21 @@ fn new_scope(
     Ok(InvoiceScope::new(
         period,
         previous.iter().map(|(_, i)| (i.period, i.checkpoint_size)),
-    ))
+    )
+    .excluding(excluded_below(conn, tenant, size)?))
+}
+
+/// The tenant's exclusions below log size `size` as an [`InvoiceScope`] takes them: entry →
+/// reason.
+fn excluded_below(
+    conn: &mut DbConn,
+    tenant: &str,
+    size: u64,
+) -> Result<Vec<(u64, String)>, StoreError> {
+    Ok(read::exclusions(conn, tenant, size)?
+        .into_iter()
+        .map(|(entry, (_, reason))| (entry, reason))
+        .collect())
 }
 
 /// The tenant's records below log size `size` (ascending) that an invoice of `scope` is fed: a superset of every record whose placement can change its lines.
@@ -221,9 +235,14 @@ fn selection(
     }
     let mut late_periods = BTreeSet::new();
     for (entry, start) in usage::logged_in(conn, tenant, scope.since..size)? {
-        if let Placement::Late(p) = scope.place(entry.idx, start) {
-            idxs.push(entry);
-            late_periods.insert(p);
+        match scope.place(entry.idx, start) {
+            Placement::Late(p) => {
+                idxs.push(entry);
+                late_periods.insert(p);
+            }
+            // A late record excluded from rating is listed as excluded.
+            Placement::Excluded => idxs.push(entry),
+            _ => {}
         }
     }
     if tiered {
@@ -311,23 +330,37 @@ fn rate(
 
 /// Rates `tenant`'s usage and energy records whose intervals start in `period`, with the prices
 /// of the log as of size `size` (and the plan and volume tiers in force at the period's start):
-/// the invoice preview. Reads the records starting in the period, nothing else of the
-/// tenant's history.
+/// the invoice preview, with the records of the period excluded from rating (as an invoice
+/// leaves them out). Reads the records starting in the period and the tenant's exclusions,
+/// nothing else of the tenant's history.
 pub fn preview(
     conn: &mut DbConn,
     tenant: &str,
     period: Period,
     size: u64,
-) -> Result<Rater, StoreError> {
+) -> Result<(Rater, Vec<core_invoice::ExcludedRecord>), StoreError> {
     let book: PriceBook = pricing::price_book(conn, size)?;
     let mut rater = Rater::new(period.from);
+    let exclusions = read::exclusions(conn, tenant, size)?;
+    let mut excluded = Vec::new();
     let idxs = usage::starting_in(conn, tenant, period.from, period.to, size)?;
-    usage::for_each_of(conn, Some(tenant), &idxs, &mut |_, _, _, body| match body {
-        Body::GpuUsage(u) if period.contains(u.start) => rater.add_usage(&book, u),
-        Body::Energy(e) if period.contains(e.start) => rater.add_energy(&book, e),
-        _ => {}
+    usage::for_each_of(conn, Some(tenant), &idxs, &mut |idx, _, _, body| {
+        if record_start(body).is_some_and(|start| period.contains(start)) {
+            if let Some((_, reason)) = exclusions.get(&idx) {
+                excluded.push(core_invoice::ExcludedRecord {
+                    entry: idx,
+                    reason: reason.clone(),
+                });
+                return;
+            }
+        }
+        match body {
+            Body::GpuUsage(u) if period.contains(u.start) => rater.add_usage(&book, u),
+            Body::Energy(e) if period.contains(e.start) => rater.add_energy(&book, e),
+            _ => {}
+        }
     })?;
-    Ok(rater)
+    Ok((rater, excluded))
 }
 
 /// An invoice computed outside the head lock, at log size `size`: its lines per currency, and
@@ -341,6 +374,8 @@ pub(crate) struct Draft {
     /// Per currency (in order): the period's lines, then the adjustment lines, taxed, and
     /// their totals.
     lines: Vec<(String, Vec<InvoiceLine>, core_invoice::Totals)>,
+    /// The records excluded from rating that the invoices list (each currency's alike).
+    excluded: Vec<core_invoice::ExcludedRecord>,
     /// The bill-to block (the tenant's account: display name and billing address).
     bill_to: BillTo,
     /// The issuer, payment terms and taxes of the server's configuration.
@@ -369,6 +404,7 @@ pub(crate) fn draft(
         Rated {
             mut lines,
             mut adjustments,
+            excluded,
             ..
         },
         watch,
@@ -406,6 +442,7 @@ pub(crate) fn draft(
         size,
         scope,
         lines,
+        excluded,
         bill_to,
         settings,
         watch,
@@ -428,7 +465,8 @@ impl Draft {
             return Ok(false);
         };
         for (idx, kind, start) in logged {
-            if kind == Kind::InvoiceIssued.as_str() {
+            // Another invoice changes the scope; an exclusion, what is rated.
+            if kind == Kind::InvoiceIssued.as_str() || kind == Kind::RecordExcluded.as_str() {
                 return Ok(true);
             }
             if let Some(start) = start.and_then(Timestamp::from_unix) {
@@ -594,6 +632,7 @@ fn documents(
             net_total: totals.net,
             tax_total: totals.tax,
             total: totals.gross,
+            excluded: draft.excluded.clone(),
         };
         assert!(
             invoice.is_consistent(),
@@ -1207,7 +1246,8 @@ pub fn write_invoice_bundle_as(
         issued_for(conn, invoice.tenant(), size)?
             .into_iter()
             .map(|(_, i)| (i.period, i.checkpoint_size)),
-    );
+    )
+    .excluding(excluded_below(conn, invoice.tenant(), size)?);
     let tiered: i64 = entries::table
         .filter(entries::kind.eq(Kind::VolumeTiers.as_str()))
         .filter(entries::idx.lt(size as i64))

@@ -263,14 +263,15 @@ pub fn price_book(conn: &mut DbConn, size: u64) -> Result<PriceBook, StoreError>
 }
 
 /// Rates a tenant's usage and energy records whose intervals start in `[from, to)`, with the
-/// prices of the log as of size `size` (and the plan and volume tiers in force at `from`).
+/// prices of the log as of size `size` (and the plan and volume tiers in force at `from`); the
+/// records excluded from rating (disputes) are left out and returned.
 pub fn rate_period(
     conn: &mut DbConn,
     tenant: &str,
     from: Timestamp,
     to: Timestamp,
     size: u64,
-) -> Result<Rater, StoreError> {
+) -> Result<(Rater, Vec<gpuledger_core::invoice::ExcludedRecord>), StoreError> {
     // The tenant-month's records through the start index (`store::invoices::preview`), not
     // the tenant's whole history.
     super::invoices::preview(

@@ -288,6 +288,57 @@ pub fn bodies_of(
     bodies_between(conn, kinds, 0, size)
 }
 
+/// The exclusions of `tenant`'s records logged below `size` (docs/PROTOCOL.md §5.17): excluded
+/// entry → (index of the exclusion, reason), the first exclusion of an entry counting (the
+/// ledger admits no second).
+pub fn exclusions(
+    conn: &mut DbConn,
+    tenant: &str,
+    size: u64,
+) -> Result<std::collections::BTreeMap<u64, (u64, String)>, StoreError> {
+    let rows: Vec<(i64, Vec<u8>)> = entries::table
+        .filter(entries::kind.eq(Kind::RecordExcluded.as_str()))
+        .filter(entries::tenant.eq(tenant))
+        .filter(entries::idx.lt(size.min(i64::MAX as u64) as i64))
+        .order(entries::idx.asc())
+        .select((entries::idx, entries::leaf))
+        .load(conn)?;
+    let mut out = std::collections::BTreeMap::new();
+    for (i, leaf) in rows {
+        if let Body::RecordExcluded(x) = super::usage::parse_body(i, &leaf)? {
+            out.entry(x.entry).or_insert((i as u64, x.reason));
+        }
+    }
+    Ok(out)
+}
+
+/// The record at `entry` below `size` as an exclusion names it: its tenant and start, if it is
+/// a `gpu_usage` record or an `energy` record with a tenant.
+pub fn record_at(
+    conn: &mut DbConn,
+    entry: u64,
+    size: u64,
+) -> Result<Option<(String, Timestamp)>, StoreError> {
+    if entry >= size {
+        return Ok(None);
+    }
+    let row: Option<(String, Option<String>, Option<i64>)> = entries::table
+        .find(entry.min(i64::MAX as u64) as i64)
+        .select((entries::kind, entries::tenant, entries::start_at))
+        .first(conn)
+        .optional()?;
+    Ok(match row {
+        Some((kind, Some(tenant), Some(start)))
+            if kind == Kind::GpuUsage.as_str() || kind == Kind::Energy.as_str() =>
+        {
+            let start = Timestamp::from_unix(start)
+                .ok_or_else(|| StoreError::Corrupt(format!("entry {entry}: start")))?;
+            Some((tenant, start))
+        }
+        _ => None,
+    })
+}
+
 /// The bodies of the entries of `kinds` at `from <= index < to`, in index order (through the
 /// `(kind, idx)` index).
 pub(crate) fn bodies_between(

@@ -9,6 +9,7 @@ use super::schema::*;
 use diesel::prelude::*;
 use gpuledger_core::admission;
 use gpuledger_core::checkpoint::LogSigner;
+use gpuledger_core::dispute::{check_exclusion, IssuedInvoice, NamedRecord};
 use gpuledger_core::envelope::{Checked, Envelope};
 use gpuledger_core::ids::LEDGER_SIGNER;
 use gpuledger_core::keys;
@@ -898,6 +899,25 @@ fn admit_ledger_entry(conn: &mut DbConn, app: &Appender, body: &Body) -> Result<
     admission::check_parties(body, u64::MAX, &parties).map_err(refusal)?;
     gpuledger_core::fleet::check_fleet(body, u64::MAX, &parties).map_err(refusal)?;
     admission::check_issued(body, app.received_at).map_err(refusal)?;
+    if let Body::RecordExcluded(x) = body {
+        // The dispute rules (core::dispute), on what the database holds below `size`.
+        let excluded_at = read::exclusions(conn, &x.tenant, size)?
+            .get(&x.entry)
+            .map(|(at, _)| *at);
+        let record = read::record_at(conn, x.entry, size)?;
+        let invoices: Vec<IssuedInvoice> = super::invoices::issued_for(conn, &x.tenant, size)?
+            .into_iter()
+            .map(|(_, i)| IssuedInvoice {
+                period: i.period,
+                checkpoint_size: i.checkpoint_size,
+            })
+            .collect();
+        let named = record.as_ref().map(|(tenant, start)| NamedRecord {
+            tenant,
+            start: *start,
+        });
+        check_exclusion(x, excluded_at, named, &invoices).map_err(refusal)?;
+    }
     if let Some(from) = admission::price_effective_from(body) {
         // No price takes effect in the past (beyond the policy's skew) or inside an invoiced
         // period: the spot rules, for the ledger's own prices.
@@ -1189,10 +1209,11 @@ pub(crate) fn checkpoint_locked(
 }
 
 /// Appends an entry written and signed by the ledger (rate card, region parameters, lease,
-/// volume tiers, tenant plan, tenant registration, log policy or node registration). Prices are never edited in
-/// place: a new price for a series (or tiers for a plan's series, or a tenant's plan) must
-/// take effect after the latest one already logged for it, and a lease or tenant is registered
-/// once ([`admit_ledger_entry`]).
+/// volume tiers, tenant plan, tenant registration, log policy, node registration or record
+/// exclusion). Prices are never edited in place: a new price for a series (or tiers for a
+/// plan's series, or a tenant's plan) must take effect after the latest one already logged for
+/// it, a lease or tenant is registered once, and a record is excluded once, before it is
+/// invoiced ([`admit_ledger_entry`]).
 pub(crate) fn ledger_entry(
     conn: &mut DbConn,
     log: &LogSigner,
@@ -1209,6 +1230,7 @@ pub(crate) fn ledger_entry(
             | Body::TenantRegistered(_)
             | Body::LogPolicy(_)
             | Body::NodeRegistered(_)
+            | Body::RecordExcluded(_)
     ) {
         return Err(StoreError::Refused(format!(
             "{} entries are not written this way",

@@ -3,7 +3,7 @@ docs/PROTOCOL.md and the version-2 change list (issue #12).
 
 It builds logs (a log policy, tenant registrations, node registrations (the fleet: a node's
 region and GPUs), ledger-signed key registrations with their node/region scopes and revocations, node and market records, region parameters, leases, prices,
-invoices), the RFC 6962 tree over them with inclusion and consistency proofs
+invoices, exclusions of records from rating), the RFC 6962 tree over them with inclusion and consistency proofs
 (by the recursive definitions of RFC 6962 2.1, independently of the verifier's RFC 9162
 algorithms), signed checkpoint notes (section 9), certificates (section 13) and evidence
 bundles (section 14). Its certificate arithmetic is its own, so that the verifier is tested
@@ -384,6 +384,12 @@ class Log:
                                               "checkpoint_size": checkpoint_size, "invoice_sha256": "cd" * 32},
                            received_at)
 
+    def exclude(self, tenant: str, entry: Any, reason: Any, received_at: str) -> int:
+        """A record_excluded entry (section 5.17): the ledger excludes `tenant`'s record at index
+        `entry` from rating, for `reason`. Any values are written as given (also those a ledger
+        refuses)."""
+        return self.ledger("record_excluded", {"tenant": tenant, "entry": entry, "reason": reason}, received_at)
+
     # signed records
     def spot_price(self, signer: str, key: Key, region: str, model: str, price: str, effective_from: str,
                    received_at: str, currency: str = "CNY", **kw) -> int:
@@ -519,7 +525,8 @@ def context_for(log: Log, size: int, records: Iterable[int], tenant: Optional[st
     tenant_registered entry and every lease_registered entry of the subject tenant; every
     region_params below the size; and, for an invoice, every rate_card and spot_price below the
     size, the tenant's tenant_plan entries, the volume_tiers of the plans the tenant was ever on,
-    and the tenant's invoice_issued entries below it. Nothing of another tenant."""
+    and the tenant's invoice_issued and record_excluded entries below it (section 14). Nothing of
+    another tenant."""
     records = list(records)
     if tenant is None and records:
         tenant = log.entries[records[0]].body.get("tenant")
@@ -532,7 +539,7 @@ def context_for(log: Log, size: int, records: Iterable[int], tenant: Optional[st
         elif e.kind in ("tenant_registered", "lease_registered") and b["tenant"] == tenant:
             ctx.add(e.index)
         elif invoice and (e.kind in ("rate_card", "spot_price")
-                          or (e.kind in ("tenant_plan", "invoice_issued") and b["tenant"] == tenant)
+                          or (e.kind in ("tenant_plan", "invoice_issued", "record_excluded") and b["tenant"] == tenant)
                           or (e.kind == "volume_tiers" and b["plan"] in plans)):
             ctx.add(e.index)
     signing_keys = {log.entries[i].envelope["key_id"] for i in records + sorted(ctx)}

@@ -1604,6 +1604,173 @@ await test('leases: bundles signed here: lease registrations are context, and th
   }
 });
 
+// ---------------------------------------------------------------- disputes (§5.17; §6.7, disputes; crates/core/src/dispute.rs)
+//
+// A ledger-written record_excluded entry takes one record of a tenant out of rating. In a
+// bundle it is context, read before the records: the console rechecks its tenant
+// (`unknown_tenant`) and that no earlier exclusion names its entry (`already_excluded`); not
+// `unknown_record` nor `record_invoiced`, which need the record (verify-log's).
+
+/** The reason of the exclusions below. */
+const EXCLUSION_REASON = 'meter fault on n1, confirmed by the operator';
+
+/** The LeafError message of checkEnvelope on a record_excluded body, or 'PASS'. */
+async function exclusionBodyVerdict(body) {
+  const env = { v: 2, kind: 'record_excluded', signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
+  try {
+    await checkEnvelope(env, 'gpuledger.test/fleet');
+    return 'PASS';
+  } catch (e) {
+    return e.message;
+  }
+}
+
+await test('disputes: a record_excluded body is checked as record.rs checks it', async () => {
+  const base = { entry: 5, reason: EXCLUSION_REASON, tenant: 't' };
+  const without = (k) => Object.fromEntries(Object.entries(base).filter(([m]) => m !== k));
+  for (const [what, body] of [
+    ['an exclusion', base],
+    ['entry 0', { ...base, entry: 0 }],
+    ['entry 2^53 − 1', { ...base, entry: Number.MAX_SAFE_INTEGER }],
+    ['a reason of 500 bytes', { ...base, reason: 'x'.repeat(500) }],
+    ['a reason of 250 two-byte characters', { ...base, reason: '\u00e9'.repeat(250) }],
+    ['a reason of 500 bytes of Chinese', { ...base, reason: `${'\u4e2d'.repeat(166)}xx` }],
+    ['white space inside', { ...base, reason: 'meter  fault\u3000\u8ba1\u91cf\u6545\u969c (ticket #42)' }],
+    ['a trailing zero-width space (not White_Space)', { ...base, reason: 'meter fault\u200b' }],
+    ["a trailing U+FEFF (JS's trim removes it, Rust's does not)", { ...base, reason: 'meter fault\ufeff' }],
+  ]) {
+    eq(await exclusionBodyVerdict(body), 'PASS', what);
+  }
+  const refused = [
+    ['no tenant', without('tenant'), /has no member tenant/],
+    ['no entry', without('entry'), /has no member entry/],
+    ['no reason', without('reason'), /has no member reason/],
+    ['an extra member', { ...base, invoice: 'INV-000001' }, /unknown member invoice/],
+    ['a null reason', { ...base, reason: null }, /body\.reason is not a string/],
+    ['a null entry', { ...base, entry: null }, /body\.entry is not an integer/],
+    ['a null tenant', { ...base, tenant: null }, /body\.tenant is not a string/],
+    ['entry as a string', { ...base, entry: '5' }, /body\.entry is not an integer/],
+    ['entry true', { ...base, entry: true }, /body\.entry is not an integer/],
+    ['entry 5.5', { ...base, entry: 5.5 }, /body\.entry is not an integer/],
+    ['entry −1', { ...base, entry: -1 }, /body\.entry is not an integer/],
+    ['entry 2^53', { ...base, entry: 2 ** 53 }, /body\.entry is not an integer/],
+    ['a reason that is a number', { ...base, reason: 7 }, /body\.reason is not a string/],
+    ['an empty reason', { ...base, reason: '' }, /^invalid_field: body\.reason/],
+    ['a reason of 501 bytes', { ...base, reason: 'x'.repeat(501) }, /^invalid_field: body\.reason/],
+    ['a reason of 501 bytes, two-byte characters', { ...base, reason: `${'\u00e9'.repeat(250)}x` }, /^invalid_field: body\.reason/],
+    ['a reason of 501 bytes of Chinese', { ...base, reason: '\u4e2d'.repeat(167) }, /^invalid_field: body\.reason/],
+    ['a bell', { ...base, reason: 'meter\u0007fault' }, /^invalid_field: body\.reason/],
+    ['a line feed inside', { ...base, reason: 'meter\nfault' }, /^invalid_field: body\.reason/],
+    ['DEL', { ...base, reason: 'meter fault\u007f' }, /^invalid_field: body\.reason/],
+    ['U+0085', { ...base, reason: 'meter\u0085fault' }, /^invalid_field: body\.reason/],
+    ['U+009F', { ...base, reason: 'meter\u009ffault' }, /^invalid_field: body\.reason/],
+    ['a trailing space', { ...base, reason: 'meter fault ' }, /^invalid_field: body\.reason/],
+    ['a leading space', { ...base, reason: ' meter fault' }, /^invalid_field: body\.reason/],
+    ['a trailing ideographic space', { ...base, reason: 'meter fault\u3000' }, /^invalid_field: body\.reason/],
+    ['a leading no-break space', { ...base, reason: '\u00a0meter fault' }, /^invalid_field: body\.reason/],
+    ['a space alone', { ...base, reason: ' ' }, /^invalid_field: body\.reason/],
+    ['a tenant with a space', { ...base, tenant: 'a b' }, /body\.tenant is not an identifier/],
+    ['an empty tenant', { ...base, tenant: '' }, /body\.tenant is not an identifier/],
+    ['the reserved tenant', { ...base, tenant: 'ledger' }, /body\.tenant "ledger" is reserved/],
+    ['the shape first: a string entry before a bad tenant', { tenant: 'a b', entry: '5', reason: '' }, /body\.entry is not an integer/],
+    ['tenant before reason', { tenant: 'a b', entry: 5, reason: '' }, /body\.tenant is not an identifier/],
+  ];
+  for (const [what, body, want] of refused) {
+    const got = await exclusionBodyVerdict(body);
+    assert(want.test(got), `${what}: ${got}`);
+  }
+});
+
+await test('disputes: Admission refuses a second exclusion of an entry and an unknown tenant', async () => {
+  const a = new Admission();
+  a.apply(1, { kind: 'tenant_registered', body: { tenant: 't' } });
+  a.apply(2, { kind: 'tenant_registered', body: { tenant: 'u' } });
+  const exclusion = (entry, tenant = 't') => ({ kind: 'record_excluded', body: { entry, reason: EXCLUSION_REASON, tenant } });
+  const verdictOf = (index, e) => {
+    try {
+      a.check(index, e, '2026-11-06T00:00:00Z');
+      return 'PASS';
+    } catch (err) {
+      return `${err.reason}: ${err.message}`;
+    }
+  };
+  eq(verdictOf(10, exclusion(5)), 'PASS', 'a first exclusion of entry 5');
+  a.apply(10, exclusion(5));
+  eq(verdictOf(10, exclusion(5)), 'PASS', 'the exclusion at its own index is not earlier');
+  eq(verdictOf(11, exclusion(5)), 'already_excluded: body.entry: entry 5 is already excluded (entry 10)', 'entry 5 again');
+  eq(verdictOf(11, exclusion(5, 'u')), 'already_excluded: body.entry: entry 5 is already excluded (entry 10)', "entry 5 again, by another tenant's exclusion");
+  eq(verdictOf(11, exclusion(6)), 'PASS', 'entry 6');
+  eq(verdictOf(11, exclusion(5, 'v')).split(':')[0], 'unknown_tenant', 'an unregistered tenant: the parties first');
+  eq(verdictOf(1, exclusion(6)).split(':')[0], 'unknown_tenant', 'a tenant registered at the exclusion\'s index');
+  // The first exclusion of an entry counts.
+  a.apply(12, exclusion(5));
+  eq(verdictOf(13, exclusion(5)), 'already_excluded: body.entry: entry 5 is already excluded (entry 10)', 'the first exclusion is named');
+});
+
+await test('disputes: bundles signed here: exclusions are context, rechecked as far as a bundle shows', async () => {
+  const verdictOf = async (c) => {
+    const r = await verify.verifyBundle({ bundle: c.bundle, logKey: c.logKey });
+    if (bin) {
+      eq(binaryVerdict(['--bundle', writeTmp('disputes.ndjson', c.bundle), '--log-key', c.logKey]), verdict(r), 'gpuledger verify');
+      compareItems(r, 'disputes bundle');
+    }
+    return r.ok ? 'PASS' : `${r.failure.reason} (${r.failure.item})`;
+  };
+  const exclude = (entry, more = {}) => ({ entry, reason: EXCLUSION_REASON, tenant: 't', ...more });
+  // 0 log_policy, 1 tenant_registered t, 2 node_registered n1, 3 node-a's key, 4 the lease,
+  // 5 and 6 usage of t, then `more`'s
+  const twoRecords = (more) => fleetCase(async ({ ledger, node }) => {
+    await node('gpu_usage', usageBody('8'));
+    await node('gpu_usage', usageBody('8', { from: 3600 }));
+    await more({ ledger, node });
+  });
+  for (const [name, c, want] of [
+    ['an exclusion', await twoRecords(async ({ ledger }) => { await ledger('record_excluded', exclude(5)); }), 'PASS'],
+    ['exclusions of two records', await twoRecords(async ({ ledger }) => {
+      await ledger('record_excluded', exclude(6));
+      await ledger('record_excluded', exclude(5, { reason: 'duplicate of entry 6' }));
+    }), 'PASS'],
+    ['an entry excluded twice', await twoRecords(async ({ ledger }) => {
+      await ledger('record_excluded', exclude(5));
+      await ledger('record_excluded', exclude(5, { reason: 'excluded again' }));
+    }), 'already_excluded (entry 8)'],
+    ["an entry excluded twice, the second by another tenant's exclusion", await twoRecords(async ({ ledger }) => {
+      await ledger('record_excluded', exclude(5));
+      await ledger('tenant_registered', { tenant: 'u' });
+      await ledger('record_excluded', exclude(5, { tenant: 'u' }));
+    }), 'already_excluded (entry 9)'],
+    ['an unknown tenant', await twoRecords(async ({ ledger }) => { await ledger('record_excluded', exclude(5, { tenant: 'v' })); }), 'unknown_tenant (entry 7)'],
+    ['a tenant registered after its exclusion', await twoRecords(async ({ ledger }) => {
+      await ledger('record_excluded', exclude(5, { tenant: 'v' }));
+      await ledger('tenant_registered', { tenant: 'v' });
+    }), 'unknown_tenant (entry 7)'],
+    ['an entry excluded twice, the second of an unknown tenant: the parties first', await twoRecords(async ({ ledger }) => {
+      await ledger('record_excluded', exclude(5));
+      await ledger('record_excluded', exclude(5, { tenant: 'v' }));
+    }), 'unknown_tenant (entry 8)'],
+    // What a bundle cannot show: verify-log refuses these (unknown_record, record_invoiced).
+    ['an exclusion of a lease, and of no entry at all (unknown_record: not from a bundle)', await twoRecords(async ({ ledger }) => {
+      await ledger('record_excluded', exclude(4));
+      await ledger('record_excluded', exclude(99));
+    }), 'PASS'],
+    ['an exclusion of an invoiced record (record_invoiced: not from a bundle)', await twoRecords(async ({ ledger }) => {
+      await ledger('invoice_issued', { checkpoint_size: 7, currency: 'CNY', invoice_sha256: 'cd'.repeat(32), number: 'INV-000001', period_from: '2026-11-01T00:00:00Z', period_to: '2026-11-05T01:00:00Z', tenant: 't', total: '148.00' });
+      await ledger('record_excluded', exclude(5));
+    }), 'PASS'],
+    ['a reason of 500 bytes', await twoRecords(async ({ ledger }) => { await ledger('record_excluded', exclude(5, { reason: 'x'.repeat(500) })); }), 'PASS'],
+    ['a reason of 501 bytes', await twoRecords(async ({ ledger }) => { await ledger('record_excluded', exclude(5, { reason: 'x'.repeat(501) })); }), 'leaf_invalid (entry 7)'],
+    ['an empty reason', await twoRecords(async ({ ledger }) => { await ledger('record_excluded', exclude(5, { reason: '' })); }), 'leaf_invalid (entry 7)'],
+    ['a reason with a trailing space', await twoRecords(async ({ ledger }) => { await ledger('record_excluded', exclude(5, { reason: 'meter fault ' })); }), 'leaf_invalid (entry 7)'],
+    ['a reason with a control character', await twoRecords(async ({ ledger }) => { await ledger('record_excluded', exclude(5, { reason: 'meter\u0007fault' })); }), 'leaf_invalid (entry 7)'],
+    ['a null reason', await twoRecords(async ({ ledger }) => { await ledger('record_excluded', exclude(5, { reason: null })); }), 'leaf_invalid (entry 7)'],
+    ['an extra member', await twoRecords(async ({ ledger }) => { await ledger('record_excluded', exclude(5, { invoice: 'INV-000001' })); }), 'leaf_invalid (entry 7)'],
+    ['entry as a string', await twoRecords(async ({ ledger }) => { await ledger('record_excluded', exclude('5')); }), 'leaf_invalid (entry 7)'],
+    ['a tenant that is not an id', await twoRecords(async ({ ledger }) => { await ledger('record_excluded', exclude(5, { tenant: 'a b' })); }), 'leaf_invalid (entry 7)'],
+  ]) {
+    eq(await verdictOf(c), want, name);
+  }
+});
+
 await test('decimals: exact sums and products, numeric comparison', async () => {
   eq(Dec.parse('12.5').mul(Dec.parse('1.08')).toString(), '13.5', 'kwh × pue');
   eq(Dec.parse('13.5').mul(Dec.parse('550')).shift(3).toString(), '7.425', 'carbon');

@@ -120,6 +120,7 @@ impl InvoiceV1 {
             net_total: self.total,
             tax_total: zero,
             total: self.total,
+            excluded: Vec::new(),
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod certificates;
 pub mod console;
 pub mod credit_notes;
 pub mod error;
+pub mod exclusions;
 pub mod exports;
 pub mod fleet;
 pub mod idempotency;
@@ -454,6 +455,7 @@ fn v1_routes(cfg: &mut ServiceConfig) {
         .service(invoices::account)
         .service(invoices::download)
         .service(invoices::payment)
+        .service(exclusions::create)
         .service(credit_notes::create)
         .service(credit_notes::get)
         .service(credit_notes::download)

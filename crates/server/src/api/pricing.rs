@@ -59,7 +59,8 @@ pub(super) async fn append_entry(
     }))
 }
 
-async fn append(
+/// [`append_entry`] through the ledger's append of its own entries (prices, leases, exclusions).
+pub(super) async fn append(
     state: web::Data<AppState>,
     caller: Caller,
     req: HttpRequest,
@@ -422,6 +423,9 @@ pub struct Preview {
     pub currencies: Vec<CurrencyLines>,
     /// Usage no price was in force for; an invoice cannot be issued while this is not empty.
     pub unpriced: Vec<Unpriced>,
+    /// The period's records excluded from rating (disputes, `POST /v1/exclusions`), by
+    /// increasing entry: an invoice lists them as excluded and rates them nowhere.
+    pub excluded: Vec<gpuledger_core::invoice::ExcludedRecord>,
 }
 
 /// A draft invoice for a tenant and period, rated from the log (records belong to the period
@@ -442,7 +446,7 @@ pub async fn get_preview(
     let (from, to) = super::period(&q.from, &q.to)?;
     let t = tenant.clone();
     let settings = state.ledger.invoicing();
-    let (size, rater) = state
+    let (size, (rater, excluded)) = state
         .read(move |c| {
             gpuledger_store::access::require_tenant(c, &t)?;
             let size = gpuledger_store::read::head(c)?.0;
@@ -479,5 +483,6 @@ pub async fn get_preview(
         log_size: size,
         currencies,
         unpriced,
+        excluded,
     }))
 }
