@@ -42,9 +42,9 @@ fn schema_files() -> &'static BTreeMap<String, Value> {
         for entry in std::fs::read_dir(Path::new(ROOT).join("schemas")).unwrap() {
             let path = entry.unwrap().path();
             let name = path.file_name().unwrap().to_str().unwrap().to_owned();
-            // Protocol schemas are versioned (`*.v2.json`); openapi.json is the HTTP API's
+            // Protocol schemas are versioned (`*.v3.json`); openapi.json is the HTTP API's
             // document and has its own test (tests/openapi.rs).
-            if name.ends_with(".v2.json") {
+            if name.ends_with(".v3.json") {
                 let v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap())
                     .unwrap_or_else(|e| panic!("schemas/{name} is not JSON: {e}"));
                 out.insert(name, v);
@@ -79,11 +79,11 @@ fn validators() -> &'static BTreeMap<&'static str, Validator> {
     static V: OnceLock<BTreeMap<&'static str, Validator>> = OnceLock::new();
     V.get_or_init(|| {
         let mut m = BTreeMap::new();
-        m.insert("envelope", validator("envelope.v2.json"));
-        m.insert("leaf", validator("leaf.v2.json"));
+        m.insert("envelope", validator("envelope.v3.json"));
+        m.insert("leaf", validator("leaf.v3.json"));
         // One body schema for each kind of record the Rust reader knows.
         for k in gpuledger::core::record::Kind::ALL.map(|k| k.as_str()) {
-            m.insert(k, validator(&format!("{k}.v2.json")));
+            m.insert(k, validator(&format!("{k}.v3.json")));
         }
         m
     })
@@ -144,27 +144,27 @@ fn log_leaves() -> Vec<Value> {
 fn schemas_are_valid_2020_12_and_named_by_their_id() {
     let files = schema_files();
     let expected = [
-        "certificate_issued.v2.json",
-        "credit_note.v2.json",
-        "defs.v2.json",
-        "energy.v2.json",
-        "envelope.v2.json",
-        "gpu_usage.v2.json",
-        "invoice_issued.v2.json",
-        "leaf.v2.json",
-        "lease_registered.v2.json",
-        "log_policy.v2.json",
-        "node_registered.v2.json",
-        "payment.v2.json",
-        "rate_card.v2.json",
-        "record_excluded.v2.json",
-        "region_params.v2.json",
-        "signer_key_registered.v2.json",
-        "signer_key_revoked.v2.json",
-        "spot_price.v2.json",
-        "tenant_plan.v2.json",
-        "tenant_registered.v2.json",
-        "volume_tiers.v2.json",
+        "certificate_issued.v3.json",
+        "credit_note.v3.json",
+        "defs.v3.json",
+        "energy.v3.json",
+        "envelope.v3.json",
+        "gpu_usage.v3.json",
+        "invoice_issued.v3.json",
+        "leaf.v3.json",
+        "lease_registered.v3.json",
+        "log_policy.v3.json",
+        "node_registered.v3.json",
+        "payment.v3.json",
+        "rate_card.v3.json",
+        "record_excluded.v3.json",
+        "region_params.v3.json",
+        "signer_key_registered.v3.json",
+        "signer_key_revoked.v3.json",
+        "spot_price.v3.json",
+        "tenant_plan.v3.json",
+        "tenant_registered.v3.json",
+        "volume_tiers.v3.json",
     ];
     assert_eq!(
         files.keys().map(String::as_str).collect::<Vec<_>>(),
@@ -178,7 +178,7 @@ fn schemas_are_valid_2020_12_and_named_by_their_id() {
         assert_eq!(schema["$id"], format!("{ID_BASE}{name}"), "{name}");
         jsonschema::meta::validate(schema)
             .unwrap_or_else(|e| panic!("{name} is not a valid schema: {e}"));
-        if name != "defs.v2.json" {
+        if name != "defs.v3.json" {
             assert_eq!(schema["additionalProperties"], false, "{name}");
             assert_eq!(schema["type"], "object", "{name}");
         }
@@ -521,7 +521,7 @@ fn semantic_cases() -> Vec<Case> {
         case("registered key_id of another key",          Registered, vec![Set("body.key_id", json!("0000000000000000"))], INVALID),
         case("registered weak public key",                Registered, vec![Set("body.public_key", json!(weak_key))], INVALID),
         case("seq written as 1.0",                        Gpu, vec![Set("seq", json!(1.0))], MALFORMED),
-        case("v written as 1.0",                          Gpu, vec![Set("v", json!(2.0))], MALFORMED),
+        case("v written as 3.0",                          Gpu, vec![Set("v", json!(3.0))], MALFORMED),
     ];
     cases
 }
@@ -669,7 +669,7 @@ fn volume_tiers_and_tenant_plan_schemas_agree_with_rust() {
             .map(|_| ())
             .map_err(|r| r.reason);
         // The envelope schema selects the body schema by kind.
-        let env = json!({"v": 2, "kind": kind.as_str(), "signer": "ledger", "key_id": "0123456789abcdef",
+        let env = json!({"v": 3, "kind": kind.as_str(), "signer": "ledger", "key_id": "0123456789abcdef",
                          "seq": 1, "body": body, "sig": base64_of(&[0u8; 64])});
         if schema_valid("envelope", &env) != schema {
             failures.push(format!("{name}: the envelope schema says {}", !schema));
@@ -726,7 +726,7 @@ fn record_excluded_bodies_agree_with_their_schema() {
         let rust = Body::from_value(Kind::RecordExcluded, &body)
             .map(|_| ())
             .map_err(|r| r.reason);
-        let env = json!({"v": 2, "kind": "record_excluded", "signer": "ledger", "key_id": "0123456789abcdef",
+        let env = json!({"v": 3, "kind": "record_excluded", "signer": "ledger", "key_id": "0123456789abcdef",
                          "seq": 1, "body": body, "sig": base64_of(&[0u8; 64])});
         if schema_valid("envelope", &env) != schema {
             failures.push(format!("{name}: the envelope schema says {}", !schema));
@@ -780,7 +780,7 @@ fn node_registered_bodies_agree_with_their_schema() {
             .map(|_| ())
             .map_err(|r| r.reason);
         // The envelope schema selects the body schema by kind.
-        let env = json!({"v": 2, "kind": "node_registered", "signer": "ledger", "key_id": "0123456789abcdef",
+        let env = json!({"v": 3, "kind": "node_registered", "signer": "ledger", "key_id": "0123456789abcdef",
                          "seq": 1, "body": body, "sig": base64_of(&[0u8; 64])});
         if schema_valid("envelope", &env) != schema {
             failures.push(format!("{name}: the envelope schema says {}", !schema));
@@ -801,7 +801,7 @@ fn def_validator(def: &str) -> &'static Validator {
             .map(|d| {
                 (
                     d.to_string(),
-                    validator(&format!("defs.v2.json#/$defs/{d}")),
+                    validator(&format!("defs.v3.json#/$defs/{d}")),
                 )
             })
             .collect()

@@ -713,13 +713,13 @@ fn signed_records_verify_from_the_files_alone() {
         // The stored envelope is canonical (RFC 8785).
         assert_eq!(serde_jcs::to_vec(&env_value).unwrap(), env_bytes, "{name}");
         assert_eq!(env_value["kind"], name);
-        assert_eq!(env_value["v"], 2);
+        assert_eq!(env_value["v"], 3);
 
-        // message = "gpuledger/v2/<kind>\n<origin>\n" ‖ JCS(envelope without sig)
+        // message = "gpuledger/v3/<kind>\n<origin>\n" ‖ JCS(envelope without sig)
         let message = read(&format!("{name}.message.bin"));
         let mut unsigned = env_value.clone();
         let sig_b64 = unsigned.as_object_mut().unwrap().remove("sig").unwrap();
-        let mut expected = format!("gpuledger/v2/{name}\n{ORIGIN}\n").into_bytes();
+        let mut expected = format!("gpuledger/v3/{name}\n{ORIGIN}\n").into_bytes();
         expected.extend(serde_jcs::to_vec(&unsigned).unwrap());
         assert_eq!(message, expected, "{name}: message bytes");
         assert_eq!(
@@ -755,7 +755,7 @@ fn signed_records_verify_from_the_files_alone() {
         pk.verify_strict(&message, &sig)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         // Domain separation: the same bytes under another kind's tag do not verify.
-        let mut other = format!("gpuledger/v2/energy\n{ORIGIN}\n").into_bytes();
+        let mut other = format!("gpuledger/v3/energy\n{ORIGIN}\n").into_bytes();
         other.extend(serde_jcs::to_vec(&unsigned).unwrap());
         if name != "energy" {
             assert!(
@@ -764,7 +764,7 @@ fn signed_records_verify_from_the_files_alone() {
             );
         }
         // Nor under another log's origin (a staging record replayed into production).
-        let mut staging = format!("gpuledger/v2/{name}\nstaging.example/log\n").into_bytes();
+        let mut staging = format!("gpuledger/v3/{name}\nstaging.example/log\n").into_bytes();
         staging.extend(serde_jcs::to_vec(&unsigned).unwrap());
         assert!(
             pk.verify_strict(&staging, &sig).is_err(),
@@ -809,7 +809,7 @@ fn leaves_hash_and_chain() {
     let mut prev = [0u8; 32];
     for (i, bytes) in lines.iter().enumerate() {
         let leaf = Leaf::from_bytes(bytes).unwrap_or_else(|e| panic!("entry {i}: {e}"));
-        assert_eq!(leaf.v, 2);
+        assert_eq!(leaf.v, 3);
         assert_eq!(leaf.index, i as u64);
         assert_eq!(
             b64_32(&leaf.prev),

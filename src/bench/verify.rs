@@ -426,7 +426,7 @@ impl Files {
         Files {
             cert: dir.join("certificate.json"),
             bundle: dir.join("bundle.jsonl"),
-            bundle_v2: dir.join("bundle.v2.jsonl"),
+            bundle_v2: dir.join("bundle.v3.jsonl"),
             key: dir.join("verifier_key.txt"),
         }
     }

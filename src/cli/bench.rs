@@ -330,7 +330,7 @@ fn verify(records: u64, interleave: u64, keep: Option<PathBuf>, json: bool) -> R
     report(&r, json)?;
     if let (Some(dir), false) = (&keep, json) {
         println!(
-            "kept:                   {0}/certificate.json {0}/bundle.jsonl {0}/bundle.v2.jsonl {0}/verifier_key.txt",
+            "kept:                   {0}/certificate.json {0}/bundle.jsonl {0}/bundle.v3.jsonl {0}/verifier_key.txt",
             dir.display()
         );
     }

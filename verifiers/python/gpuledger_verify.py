@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""gpuledger_verify: a second, independent verifier for gpuledger, protocol version 2.
+"""gpuledger_verify: a second, independent verifier for gpuledger, protocol version 3.
 
-Written from docs/PROTOCOL.md and the version-2 changes of issue #12 (envelope and leaf `v` 2,
+Written from docs/PROTOCOL.md (version 3: envelope and leaf `v` 3; version 2's changes of issue
+#12 kept, and issue #27's fleet, leases, settlements and disputes added:
 signed messages that name the log's origin, key validity, strict signatures, signer scopes,
 tenant registrations, log policies and the admission rules rechecked from a bundle), with the
 JSON Schemas and vectors the document makes part of the contract; not from the Rust code. It
@@ -243,9 +244,9 @@ MAX_LEASE_COUNT = Decimal(64)  # lease_registered.nodes[i].count: above 0, at mo
 ENERGY_BOUND_MARGIN_PERCENT = 5  # an energy record may exceed GPUs x watts x seconds by 5 %
 WATT_SECONDS_PER_KWH = 3600000
 
-# Version 2 (issue #12): one protocol version for envelopes and leaves, and the log policy.
-PROTOCOL_VERSION = 2
-MESSAGE_TAG_PREFIX = b"gpuledger/v2/"
+# One protocol version for envelopes and leaves (3 since issue #27; 1 and 2 are retired).
+PROTOCOL_VERSION = 3
+MESSAGE_TAG_PREFIX = b"gpuledger/v3/"
 MIN_RECORD_AGE_SECONDS, MAX_RECORD_AGE_SECONDS = 3600, 31536000  # log_policy.max_record_age_seconds
 MIN_FUTURE_SKEW_SECONDS, MAX_FUTURE_SKEW_SECONDS = 0, 3600  # log_policy.max_future_skew_seconds
 DEFAULT_MAX_RECORD_AGE_SECONDS = 3024000  # 35 days, in force before any log_policy entry
@@ -739,7 +740,7 @@ def _message(kind: str, origin: str, unsigned_jcs: bytes) -> bytes:
 
 
 def signed_message(envelope: Dict[str, Any], origin: str) -> bytes:
-    """Section 4.1, version 2: "gpuledger/v2/" || kind || LF || origin || LF || JCS(envelope
+    """Section 4.1: "gpuledger/v3/" || kind || LF || origin || LF || JCS(envelope
     without sig). `origin` is the log's checkpoint origin, the verifier key's name."""
     unsigned = {k: v for k, v in envelope.items() if k != "sig"}
     return _message(envelope["kind"], origin, jcs(unsigned))
@@ -2803,7 +2804,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpuledger_verify.py",
                 description="Independent verifier for gpuledger certificates, bundles, checkpoints and "
-                            "consistency proofs (docs/PROTOCOL.md, protocol version 2).")
+                            "consistency proofs (docs/PROTOCOL.md, protocol version 3).")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def common(sp):

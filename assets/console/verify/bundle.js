@@ -531,7 +531,7 @@ export async function checkBundle({ input, logKey, logKeyId, importKey, makeSubj
     let e;
     try {
       // The leaf text is canonical: the envelope's canonical text is in it, before the rest.
-      const rest = `,"index":${leaf.index},"prev":${JSON.stringify(leaf.prev)},"received_at":${JSON.stringify(leaf.received_at)},"v":2}`;
+      const rest = `,"index":${leaf.index},"prev":${JSON.stringify(leaf.prev)},"received_at":${JSON.stringify(leaf.received_at)},"v":3}`;
       const envText = leafText.startsWith('{"envelope":') && leafText.endsWith(rest) ? leafText.slice(12, -rest.length) : null;
       e = await checkEnvelope(leaf.envelope, origin, envText);
     } catch (err) {

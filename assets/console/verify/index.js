@@ -20,7 +20,7 @@
 //   and id are the bundle's;
 // - the bundle's form, line by line: header, canonical lines in v3, end-line counts, order
 //   (context before records, increasing indexes), no repeated member names (§14, §15 step 1);
-// - every leaf: canonical version-2 leaf bytes at its index, the hash chain (`prev`) where the
+// - every leaf: canonical version-3 leaf bytes at its index, the hash chain (`prev`) where the
 //   bundle holds the entry before, the envelope's shape (§4) and the signed message for the
 //   verifier key's origin (§4.1);
 // - the key of every entry by log position (§6.1, §6.2): ledger entries by the log key, other

@@ -450,7 +450,7 @@ async function checkBody(kind, b) {
  */
 export async function checkEnvelope(env, origin, envText = null) {
   members(env, 'the envelope', ['v', 'kind', 'signer', 'key_id', 'seq', 'body', 'sig']);
-  check(env.v === 2, 'unsupported_version: v is not 2');
+  check(env.v === 3, 'unsupported_version: v is not 3');
   check(typeof env.kind === 'string' && KINDS.has(env.kind), `unknown_kind: ${JSON.stringify(env.kind)}`);
   id(env.signer, 'signer');
   check(typeof env.key_id === 'string' && /^[0-9a-f]{16}$/.test(env.key_id), 'key_id is not a key id');
@@ -469,14 +469,14 @@ export async function checkEnvelope(env, origin, envText = null) {
   const at = text.lastIndexOf(member);
   check(at > 0, 'the envelope text has no sig member');
   const unsignedText = text.slice(0, at) + text.slice(at + member.length);
-  const message = utf8(`gpuledger/v2/${env.kind}\n${origin}\n${unsignedText}`);
+  const message = utf8(`gpuledger/v3/${env.kind}\n${origin}\n${unsignedText}`);
   return { kind: env.kind, signer: env.signer, keyId: env.key_id, seq: env.seq, body: env.body, sig, message };
 }
 
 /** The members and forms of a leaf (§7), without the canonical-bytes check. */
 function checkLeaf(leaf) {
   members(leaf, 'the leaf', ['envelope', 'index', 'prev', 'received_at', 'v']);
-  check(leaf.v === 2, 'the leaf is not version 2');
+  check(leaf.v === 3, 'the leaf is not version 3');
   check(Number.isSafeInteger(leaf.index), 'the leaf index is not an integer');
   check(typeof leaf.prev === 'string', 'prev is not a string');
   ts(leaf.received_at, 'received_at');

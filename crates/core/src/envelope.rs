@@ -1,7 +1,7 @@
 //! The signed envelope: `{v, kind, signer, key_id, seq, body, sig}`.
 //!
 //! The signature is Ed25519 (strict verification) over
-//! `"gpuledger/v2/<kind>\n<origin>\n" ‖ JCS({v, kind, signer, key_id, seq, body})`, where JCS
+//! `"gpuledger/v3/<kind>\n<origin>\n" ‖ JCS({v, kind, signer, key_id, seq, body})`, where JCS
 //! is the RFC 8785 canonical form. The tag binds the signature to one kind of object and one
 //! log (its checkpoint origin), so it can be replayed neither as another kind nor into another
 //! log.
@@ -20,7 +20,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The only envelope version this code writes and reads.
-pub const ENVELOPE_VERSION: u32 = 2;
+pub const ENVELOPE_VERSION: u32 = 3;
 
 /// A signed record as it travels on the wire and sits inside a leaf.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,7 +63,7 @@ pub struct Checked {
 
 impl Envelope {
     /// The bytes a signature covers for the log named `origin`,
-    /// `"gpuledger/v2/<kind>\n<origin>\n" ‖ JCS(envelope without sig)`, and the canonical bytes
+    /// `"gpuledger/v3/<kind>\n<origin>\n" ‖ JCS(envelope without sig)`, and the canonical bytes
     /// of the whole envelope, `JCS(envelope)`.
     pub fn canonical_parts(&self, origin: &str) -> Result<(Vec<u8>, Vec<u8>), CanonicalError> {
         let mut body = Vec::with_capacity(256);
@@ -221,11 +221,11 @@ impl Envelope {
     }
 }
 
-/// The domain-separation prefix of a signed message: `gpuledger/v2/<kind>\n<origin>\n`.
+/// The domain-separation prefix of a signed message: `gpuledger/v3/<kind>\n<origin>\n`.
 /// An origin holds no whitespace (docs/PROTOCOL.md §9), so the prefix reads back one way.
 fn signing_prefix(kind: &str, origin: &str) -> Vec<u8> {
     let mut m = Vec::with_capacity(16 + kind.len() + origin.len() + 512);
-    m.extend_from_slice(b"gpuledger/v2/");
+    m.extend_from_slice(b"gpuledger/v3/");
     m.extend_from_slice(kind.as_bytes());
     m.push(b'\n');
     m.extend_from_slice(origin.as_bytes());

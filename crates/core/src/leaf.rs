@@ -12,7 +12,7 @@ use base64::prelude::{Engine, BASE64_STANDARD};
 use serde::{Deserialize, Serialize};
 
 /// The leaf format version written by this code.
-pub const LEAF_VERSION: u32 = 2;
+pub const LEAF_VERSION: u32 = 3;
 
 /// The `prev` of entry 0.
 pub const GENESIS_PREV: Hash = Hash([0; 32]);

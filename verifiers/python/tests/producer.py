@@ -1,4 +1,4 @@
-"""A small, self-contained producer of gpuledger artefacts, protocol version 2, written from
+"""A small, self-contained producer of gpuledger artefacts, protocol version 3, written from
 docs/PROTOCOL.md and the version-2 change list (issue #12).
 
 It builds logs (a log policy, tenant registrations, node registrations (the fleet: a node's
@@ -236,14 +236,14 @@ class Log:
         return log
 
     def message(self, kind: str, unsigned: Dict[str, Any], origin: Optional[str] = None) -> bytes:
-        """Version 2: "gpuledger/v2/" || kind || LF || origin || LF || JCS(envelope without sig)."""
+        """Version 3: "gpuledger/v3/" || kind || LF || origin || LF || JCS(envelope without sig)."""
         origin = self.origin if origin is None else origin
-        return b"gpuledger/v2/" + kind.encode() + b"\n" + origin.encode() + b"\n" + jcs(unsigned)
+        return b"gpuledger/v3/" + kind.encode() + b"\n" + origin.encode() + b"\n" + jcs(unsigned)
 
     # envelopes and leaves
     def append(self, kind: str, signer: str, key: Key, body: Dict[str, Any], received_at: str,
                seq: Optional[int] = None, sig_mode: str = "good", sign_origin: Optional[str] = None,
-               version: int = 2) -> int:
+               version: int = 3) -> int:
         """sig_mode: good, flipped (one bit of R), small_order_r (R = identity, S = k*a), torsion_r
         (R = rB + T8, S = r + k*a: passes a cofactored verifier, not a strict one).
         sign_origin: sign the message under another log's origin (a replay from another log)."""
@@ -271,7 +271,7 @@ class Log:
             t = max(t, unix(self.entries[-1].received_at))
         return _ts(t)
 
-    def append_envelope(self, envelope: Dict[str, Any], received_at: str, version: int = 2) -> int:
+    def append_envelope(self, envelope: Dict[str, Any], received_at: str, version: int = 3) -> int:
         index = len(self.entries)
         prev = self.entries[-1].leaf_hash if self.entries else bytes(32)
         leaf = jcs({"v": version, "index": index, "received_at": received_at, "prev": b64(prev),

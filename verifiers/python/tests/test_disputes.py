@@ -230,7 +230,7 @@ class Disputes(VerifierTestCase):
         self.assertNotEqual(leaf, e.leaf)
         self.log.append_leaf_bytes(leaf, e.envelope, e.received_at)
         self.refused(self.bundle(), "leaf_invalid", i)
-        env = {"v": 2, "kind": "record_excluded", "signer": "ledger", "key_id": self.lk.key_id, "seq": 1,
+        env = {"v": 3, "kind": "record_excluded", "signer": "ledger", "key_id": self.lk.key_id, "seq": 1,
                "body": {"tenant": "t", "entry": 5.0, "reason": REASON}, "sig": "A" * 86 + "=="}
         with self.assertRaises(gv.FieldError) as cm:
             gv.check_envelope(env, self.ORIGIN)
@@ -267,7 +267,7 @@ class DisputeBodies(unittest.TestCase):
                 del body[k]
             else:
                 body[k] = v
-        env = {"v": 2, "kind": "record_excluded", "signer": "ledger", "key_id": "34750f98bd59fcfc", "seq": 1,
+        env = {"v": 3, "kind": "record_excluded", "signer": "ledger", "key_id": "34750f98bd59fcfc", "seq": 1,
                "body": body, "sig": "A" * 86 + "=="}
         try:
             gv.check_envelope(env, "gpuledger.test/disputes")

@@ -34,7 +34,7 @@ from support import (ED25519_CASES, ED_L, ED_P, IDENTITY, NONCANONICAL_ON_CURVE_
                      openssl_accepts, producer, REPO, s_of, scalar, scalar_int, torsion_of_order, torsion_order,
                      torsion_point)
 
-MESSAGE = b"gpuledger/v2/gpu_usage\ngpuledger.test/ed25519\n{}"
+MESSAGE = b"gpuledger/v3/gpu_usage\ngpuledger.test/ed25519\n{}"
 
 
 def case(name, pub, message, sig, key_valid, verdict, note=""):

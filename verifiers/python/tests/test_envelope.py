@@ -57,7 +57,7 @@ BODIES = {
 
 
 def envelope(kind, body=None, **over):
-    env = {"v": 2, "kind": kind, "signer": "node-imx-0001", "key_id": "34750f98bd59fcfc", "seq": 1,
+    env = {"v": 3, "kind": kind, "signer": "node-imx-0001", "key_id": "34750f98bd59fcfc", "seq": 1,
            "body": copy.deepcopy(BODIES[kind]) if body is None else body, "sig": "A" * 86 + "=="}
     env.update(over)
     return env
@@ -78,7 +78,7 @@ class EnvelopeChecks(unittest.TestCase):
     def test_signed_message_names_the_origin(self):
         env = envelope("gpu_usage")
         msg = gv.check_envelope(env, ORIGIN)["message"]
-        self.assertTrue(msg.startswith(b"gpuledger/v2/gpu_usage\n" + ORIGIN.encode() + b"\n{"))
+        self.assertTrue(msg.startswith(b"gpuledger/v3/gpu_usage\n" + ORIGIN.encode() + b"\n{"))
         self.assertEqual(msg.count(b"\n"), 2)
         self.assertEqual(msg, gv.signed_message(env, ORIGIN))
         unsigned = {k: v for k, v in env.items() if k != "sig"}
@@ -92,7 +92,7 @@ class EnvelopeChecks(unittest.TestCase):
         self.assertEqual(self.code(dict(env, seq="1"))[0], "malformed")
         self.assertEqual(self.code(dict(env, seq=True))[0], "malformed")
         self.assertEqual(self.code(dict(env, v=1)), ("unsupported_version", "v"))  # version 1 is retired
-        self.assertEqual(self.code(dict(env, v=3)), ("unsupported_version", "v"))
+        self.assertEqual(self.code(dict(env, v=2)), ("unsupported_version", "v"))  # and so is version 2
         self.assertEqual(self.code(dict(env, kind="gpu_use")), ("unknown_kind", "kind"))
         self.assertEqual(self.code(dict(env, signer="-x")), ("invalid_field", "signer"))
         self.assertEqual(self.code(dict(env, key_id="34750F98BD59FCFC")), ("invalid_field", "key_id"))

@@ -552,7 +552,7 @@ class LeaseBodies(unittest.TestCase):
                                      {"node": "n1", "gpus": [0]}))
 
     def test_in_an_envelope(self):
-        env = {"v": 2, "kind": "lease_registered", "signer": "ledger", "key_id": "34750f98bd59fcfc", "seq": 1,
+        env = {"v": 3, "kind": "lease_registered", "signer": "ledger", "key_id": "34750f98bd59fcfc", "seq": 1,
                "body": copy.deepcopy(self.EXAMPLE), "sig": "A" * 86 + "=="}
         gv.check_envelope(env, "gpuledger.test/leases")
         env["body"]["to"] = env["body"]["from"]

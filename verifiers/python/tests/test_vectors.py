@@ -1,7 +1,7 @@
 """The committed vectors (tests/vectors/, produced by the Rust code) checked from the document.
 
 Protocol version 2: these fail until the Rust side regenerates tests/vectors/ for version 2
-(envelope and leaf v 2, messages "gpuledger/v2/<kind>" LF origin LF JCS). Positions in the vector
+(envelope and leaf v 2, messages "gpuledger/v3/<kind>" LF origin LF JCS). Positions in the vector
 log are derived from the log itself, not from version 1's layout."""
 
 import base64
@@ -100,14 +100,14 @@ class Messages(unittest.TestCase):
             with self.subTest(kind):
                 env_bytes = vector(f"{kind}.envelope.json")
                 env = gv.parse_json(env_bytes)
-                self.assertEqual(env["v"], 2)
+                self.assertEqual(env["v"], 3)
                 self.assertEqual(gv.jcs(env), env_bytes)
                 self.assertEqual(gv.jcs(env["body"]), vector(f"{kind}.body.json"))
                 msg = gv.signed_message(env, ORIGIN)
                 self.assertEqual(msg, vector(f"{kind}.message.bin"))
                 self.assertEqual(msg.hex(), vector_line(f"{kind}.message.hex"))
-                # "gpuledger/v2/" || kind || LF || origin || LF || JCS(envelope without sig): two LFs
-                self.assertTrue(msg.startswith(f"gpuledger/v2/{kind}\n{ORIGIN}\n{{".encode()), msg[:80])
+                # "gpuledger/v3/" || kind || LF || origin || LF || JCS(envelope without sig): two LFs
+                self.assertTrue(msg.startswith(f"gpuledger/v3/{kind}\n{ORIGIN}\n{{".encode()), msg[:80])
                 self.assertEqual(msg.count(b"\n"), 2)
                 self.assertTrue(msg.endswith(b"}"))
                 self.assertEqual(env["sig"], vector_line(f"{kind}.sig.b64"))
@@ -116,14 +116,14 @@ class Messages(unittest.TestCase):
                 sig = gv.b64decode_canonical(env["sig"], 64)
                 self.assertTrue(gv.verify_strict(pub, msg, sig))
                 # The tag binds the kind: the same bytes under another tag do not verify.
-                other = msg.replace(b"gpuledger/v2/" + kind.encode(), b"gpuledger/v2/energy" if kind != "energy"
-                                    else b"gpuledger/v2/gpu_usage", 1)
+                other = msg.replace(b"gpuledger/v3/" + kind.encode(), b"gpuledger/v3/energy" if kind != "energy"
+                                    else b"gpuledger/v3/gpu_usage", 1)
                 self.assertFalse(gv.verify_strict(pub, other, sig))
                 # The origin binds the log: the same envelope for another log does not verify.
                 self.assertFalse(gv.verify_strict(pub, gv.signed_message(env, "gpuledger.example/staging"), sig))
         msg = vector("gpu_usage.message.bin")
         unsigned = {k: v for k, v in gv.parse_json(vector("gpu_usage.envelope.json")).items() if k != "sig"}
-        self.assertEqual(len(msg), len(b"gpuledger/v2/gpu_usage\n") + len(ORIGIN) + 1 + len(gv.jcs(unsigned)))
+        self.assertEqual(len(msg), len(b"gpuledger/v3/gpu_usage\n") + len(ORIGIN) + 1 + len(gv.jcs(unsigned)))
 
     def test_leaves_and_hashes(self):
         hashes = [gv.b64decode_canonical(h, 32) for h in TREE["leaf_hashes"]]
@@ -133,7 +133,7 @@ class Messages(unittest.TestCase):
             with self.subTest(index=i):
                 obj = gv.parse_json(leaf)
                 self.assertEqual(gv.jcs(obj), leaf)
-                self.assertEqual(obj["v"], 2)
+                self.assertEqual(obj["v"], 3)
                 self.assertEqual(obj["index"], i)
                 self.assertEqual(gv.b64decode_canonical(obj["prev"], 32), prev)
                 self.assertEqual(gv.leaf_hash(leaf), hashes[i])

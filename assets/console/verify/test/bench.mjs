@@ -53,11 +53,11 @@ function generate(records, keep, dir) {
   let prev = new Uint8Array(32);
   let ledgerSeq = 0;
   const entry = (kind, signer, key, kid, seq, body, receivedAt = received) => {
-    const env = { body, key_id: kid, kind, seq, signer, v: 2 };
-    const msg = concat(utf8(`gpuledger/v2/${kind}\n${origin}\n`), utf8(canonicalize(env)));
+    const env = { body, key_id: kid, kind, seq, signer, v: 3 };
+    const msg = concat(utf8(`gpuledger/v3/${kind}\n${origin}\n`), utf8(canonicalize(env)));
     env.sig = b64encode(sign(key, msg));
     const index = hashes.length;
-    const leaf = canonicalize({ envelope: env, index, prev: b64encode(prev), received_at: receivedAt, v: 2 });
+    const leaf = canonicalize({ envelope: env, index, prev: b64encode(prev), received_at: receivedAt, v: 3 });
     const h = leafHash(utf8(leaf));
     hashes.push(h);
     prev = h;

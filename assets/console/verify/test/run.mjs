@@ -360,7 +360,7 @@ await test('v2: a line with a repeated member name → malformed', async () => {
 await test('v2: a leaf with a repeated member name → leaf_invalid', async () => {
   const lines = parsed(bundleV2);
   const r = lastRecord(lines);
-  const text = canonicalize(r.leafObject).replace('{"envelope":', '{"v":2,"envelope":');
+  const text = canonicalize(r.leafObject).replace('{"envelope":', '{"v":3,"envelope":');
   const raw = Object.assign(Object.create(null), r);
   delete raw.leafObject;
   raw.leaf = b64encode(utf8(text));
@@ -441,7 +441,7 @@ async function resignLedgerEntry(o) {
   const env = o.leafObject.envelope;
   const unsigned = Object.assign(Object.create(null), env);
   delete unsigned.sig;
-  const message = utf8(`gpuledger/v2/${env.kind}\n${(await parseVerifierKey(logKey)).name}\n${canonicalize(unsigned)}`);
+  const message = utf8(`gpuledger/v3/${env.kind}\n${(await parseVerifierKey(logKey)).name}\n${canonicalize(unsigned)}`);
   env.sig = b64encode(new Uint8Array(await crypto.subtle.sign({ name: 'Ed25519' }, await fixtureSigningKey(), message)));
 }
 
@@ -457,7 +457,7 @@ async function resignRecord(o) {
   const env = o.leafObject.envelope;
   const unsigned = Object.assign(Object.create(null), env);
   delete unsigned.sig;
-  const message = utf8(`gpuledger/v2/${env.kind}\n${(await parseVerifierKey(logKey)).name}\n${canonicalize(unsigned)}`);
+  const message = utf8(`gpuledger/v3/${env.kind}\n${(await parseVerifierKey(logKey)).name}\n${canonicalize(unsigned)}`);
   env.sig = b64encode(new Uint8Array(await crypto.subtle.sign({ name: 'Ed25519' }, await sampleSigningKey(env.signer), message)));
 }
 
@@ -978,7 +978,7 @@ await test('timestamps (§2.2): real dates in range only', async () => {
 
 await test('an envelope over 8192 canonical bytes → leaf_invalid (too_large), counted in UTF-8 bytes', async () => {
   const env = parseStrict(read(path.join(vectors, 'gpu_usage.envelope.json')));
-  const revoke = { body: { key_id: '0000000000000000', reason: '\u00e9'.repeat(3000), signer: 'x' }, key_id: env.key_id, kind: 'signer_key_revoked', seq: 1, sig: env.sig, signer: 'ledger', v: 2 };
+  const revoke = { body: { key_id: '0000000000000000', reason: '\u00e9'.repeat(3000), signer: 'x' }, key_id: env.key_id, kind: 'signer_key_revoked', seq: 1, sig: env.sig, signer: 'ledger', v: 3 };
   revoke.body.reason = '\u00e9'.repeat(3000);
   let refused = null;
   try {
@@ -1045,7 +1045,7 @@ const energyBody = (kwh, { node = 'n1', region = 'r1', seconds = 3600 } = {}) =>
 
 /** The LeafError message of checkEnvelope on a node_registered body, or 'PASS'. */
 async function nodeBodyVerdict(body) {
-  const env = { v: 2, kind: 'node_registered', signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
+  const env = { v: 3, kind: 'node_registered', signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
   try {
     await checkEnvelope(env, 'gpuledger.test/fleet');
     return 'PASS';
@@ -1212,10 +1212,10 @@ async function fleetLog(build) {
   const append = async (kind, signer, k, body, receivedAt) => {
     const seq = (seqs.get(signer) ?? 0) + 1;
     seqs.set(signer, seq);
-    const env = { body, key_id: k.keyId, kind, seq, signer, v: 2 };
-    const message = utf8(`gpuledger/v2/${kind}\n${origin}\n${canonicalize(env)}`);
+    const env = { body, key_id: k.keyId, kind, seq, signer, v: 3 };
+    const message = utf8(`gpuledger/v3/${kind}\n${origin}\n${canonicalize(env)}`);
     env.sig = b64encode(new Uint8Array(await crypto.subtle.sign({ name: 'Ed25519' }, k.key, message)));
-    const leaf = canonicalize({ envelope: env, index: leaves.length, prev: b64encode(prev), received_at: receivedAt, v: 2 });
+    const leaf = canonicalize({ envelope: env, index: leaves.length, prev: b64encode(prev), received_at: receivedAt, v: 3 });
     prev = await leafHash(utf8(leaf));
     leaves.push({ leaf, kind, hash: prev });
     return leaves.length - 1;
@@ -1328,7 +1328,7 @@ await test("fleet: a tenant's energy is billed only under its leases of the node
 
 /** The LeafError message of checkEnvelope on a lease_registered body, or 'PASS'. */
 async function leaseBodyVerdict(body) {
-  const env = { v: 2, kind: 'lease_registered', signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
+  const env = { v: 3, kind: 'lease_registered', signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
   try {
     await checkEnvelope(env, 'gpuledger.test/fleet');
     return 'PASS';
@@ -1616,7 +1616,7 @@ const EXCLUSION_REASON = 'meter fault on n1, confirmed by the operator';
 
 /** The LeafError message of checkEnvelope on a record_excluded body, or 'PASS'. */
 async function exclusionBodyVerdict(body) {
-  const env = { v: 2, kind: 'record_excluded', signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
+  const env = { v: 3, kind: 'record_excluded', signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
   try {
     await checkEnvelope(env, 'gpuledger.test/fleet');
     return 'PASS';
