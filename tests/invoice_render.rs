@@ -347,6 +347,40 @@ fn pdf_text_has_issuer_bill_to_terms_taxes_how_to_pay_and_how_to_verify() {
     assert!(!text.contains("No billing address"), "{text}");
 }
 
+/// Records a dispute excluded from billing are listed on the PDF, in either language, with
+/// their log entry and reason; an invoice without any has no such section.
+#[test]
+fn excluded_records_are_listed_on_the_pdf() {
+    let mut inv = golden();
+    let plain = pdf_text(&to_pdf(&doc(&inv), &notes()).unwrap()).1;
+    assert!(!plain.contains("Excluded from billing"), "{plain}");
+    inv.excluded = vec![gpuledger::core::invoice::ExcludedRecord {
+        entry: 4711,
+        reason: "node-7 counted [10 s, 20 s) twice".into(),
+    }];
+    let text = pdf_text(&to_pdf(&doc(&inv), &notes()).unwrap()).1;
+    for needle in [
+        "Excluded from billing",
+        "Log entry 4711: node-7 counted [10 s, 20 s) twice",
+    ] {
+        assert!(
+            text.contains(needle),
+            "{needle:?} not in the PDF text:\n{text}"
+        );
+    }
+    let zh = PdfNotes {
+        lang: Some(Lang::ZhCn),
+        ..notes()
+    };
+    let text = pdf_text(&to_pdf(&doc(&inv), &zh).unwrap()).1;
+    for needle in ["不计费的记录", "日志条目 4711"] {
+        assert!(
+            text.contains(needle),
+            "{needle:?} not in the PDF text:\n{text}"
+        );
+    }
+}
+
 /// A tenant with a Chinese name and address: the CJK font is embedded (a subset, not 4 MB),
 /// and the text extracts back to the Chinese strings through its ToUnicode CMap.
 #[test]

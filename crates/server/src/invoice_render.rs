@@ -716,6 +716,7 @@ pub fn to_pdf(doc: &InvoiceDoc, notes: &PdfNotes) -> Result<Vec<u8>, RenderError
     let mut pdf = Pages::new(invoice, lang);
     pdf.heading(invoice, notes);
     pdf.table(invoice);
+    pdf.excluded(invoice);
     pdf.payment(invoice, notes);
     pdf.verification_note(invoice, notes);
     let pages = pdf.finish();
@@ -1468,6 +1469,30 @@ impl Pages {
         for p in paragraphs {
             self.y -= 1.0;
             self.text_wrapped(&p, MARGIN_X, RIGHT - MARGIN_X, 9.0);
+        }
+        self.y -= 14.0;
+    }
+
+    /// The records a dispute excluded from billing (`excluded`), each with its log entry and
+    /// reason; nothing when there are none.
+    fn excluded(&mut self, invoice: &Invoice) {
+        if invoice.excluded.is_empty() {
+            return;
+        }
+        let lang = self.lang;
+        self.ensure(4.0 * LEADING);
+        let title = match lang {
+            Lang::En => "Excluded from billing",
+            Lang::ZhCn => "不计费的记录",
+        };
+        self.text_wrapped_face(title, MARGIN_X, RIGHT - MARGIN_X, 11.0, Face::Bold);
+        for x in &invoice.excluded {
+            self.y -= 1.0;
+            let line = match lang {
+                Lang::En => format!("Log entry {}: {}", x.entry, x.reason),
+                Lang::ZhCn => format!("日志条目 {}：{}", x.entry, x.reason),
+            };
+            self.text_wrapped(&line, MARGIN_X, RIGHT - MARGIN_X, 9.0);
         }
         self.y -= 14.0;
     }

@@ -533,8 +533,9 @@ pub fn set_issue_hook(f: Option<Box<dyn FnMut(u32)>>) {
 ///
 /// A draft at a witnessed checkpoint is issued against that checkpoint: records logged since
 /// are late for the next invoice. Only another invoice of the tenant logged since changes it
-/// (its scope, and the overlap check, were read below the checkpoint); then `None`, and the
-/// caller waits for a newer cosigned checkpoint.
+/// (its scope, and the overlap check, were read below the checkpoint), or an exclusion of the
+/// tenant's (which the invoice at the checkpoint would not apply); then `None`, and the caller
+/// waits for a newer cosigned checkpoint.
 pub(crate) fn issue(
     conn: &mut DbConn,
     log: &super::write::Signer,
@@ -574,13 +575,16 @@ fn issue_size(
 ) -> Result<Option<u64>, StoreError> {
     match &draft.witnessed {
         Some(w) => {
+            // Another invoice of the tenant since the checkpoint changes the scope; an
+            // exclusion since, what the admin meant to leave out (an invoice at the checkpoint
+            // would rate the record): either waits for a newer cosigned checkpoint.
             let since = read::tenant_entries_since(conn, &draft.tenant, w.size, head)?;
-            let issued_since = since.is_some_and(|logged| {
-                logged
-                    .iter()
-                    .any(|(_, kind, _)| kind == Kind::InvoiceIssued.as_str())
+            let changed_since = since.is_some_and(|logged| {
+                logged.iter().any(|(_, kind, _)| {
+                    kind == Kind::InvoiceIssued.as_str() || kind == Kind::RecordExcluded.as_str()
+                })
             });
-            Ok((!issued_since).then_some(w.size))
+            Ok((!changed_since).then_some(w.size))
         }
         None => {
             if draft.changed(conn, head)? {
