@@ -213,6 +213,7 @@ both_backends!(events_arrive_signed_retried_and_scoped, |db: &TestDb| {
         "certificate.issued",
         "checkpoint.cosigned",
         "record.conflict",
+        "record.excluded",
         "signer.revoked",
     ];
     let listed = h.get("/v1/webhooks/event-types", a).ok_json(200);
@@ -312,6 +313,7 @@ both_backends!(events_arrive_signed_retried_and_scoped, |db: &TestDb| {
     let ans = h.post_records(&[gpu_hour(&k, 1, "tenant-a"), usage(&k, 2, "tenant-b", "4")]);
     assert_eq!(ans["accepted"], 2, "{ans}");
     let ia = ans["outcomes"][0]["index"].as_u64().unwrap();
+    let ib = ans["outcomes"][1]["index"].as_u64().unwrap();
     let ans = h.post_records(&[usage(&k, 1, "tenant-a", "5"), usage(&k, 2, "tenant-b", "6")]);
     assert_eq!(ans["outcomes"][0]["reason"], "conflict", "{ans}");
     let cert = h
@@ -355,6 +357,13 @@ both_backends!(events_arrive_signed_retried_and_scoped, |db: &TestDb| {
         "currency": "CNY", "amount": "1000", "note": "too much"}),
     );
     assert!((400..500).contains(&refused.status), "{}", refused.lossy());
+    // B's record excluded from rating: an event of B's (not on A's endpoint).
+    h.post(
+        "/v1/exclusions",
+        a,
+        &json!({"tenant": "tenant-b", "entry": ib, "reason": "disputed by B"}),
+    )
+    .ok_json(201);
     let kr = sample::key("wh-revoked");
     h.register(&admin, "node-r", "node", &kr);
     let revoked = h
@@ -371,10 +380,11 @@ both_backends!(events_arrive_signed_retried_and_scoped, |db: &TestDb| {
         "invoice.issued",
         "payment.recorded",
         "record.conflict",
+        "record.excluded",
         "signer.revoked",
     ];
     rx.wait_for("the global endpoint's events", |r| {
-        types(&r.at("/ok")) == want_ok && r.at("/ok").len() >= 7
+        types(&r.at("/ok")) == want_ok && r.at("/ok").len() >= 8
     });
     rx.wait_for("the HMAC endpoint's events", |r| r.at("/hmac").len() >= 3);
     rx.wait_for("tenant A's events", |r| {
@@ -454,6 +464,13 @@ both_backends!(events_arrive_signed_retried_and_scoped, |db: &TestDb| {
         "{rv} {revoked}"
     );
     assert!(rv["payload"]["data"]["tenant"].is_null());
+    let x = of("record.excluded");
+    assert_eq!(
+        (&x["tenant"], &x["entry"], &x["reason"]),
+        (&json!("tenant-b"), &json!(ib), &json!("disputed by B")),
+        "{x}"
+    );
+    assert!(x["log_index"].is_u64(), "{x}");
     // The tenant endpoint got only A's events; the HMAC one only its two types.
     for r in rx.at("/tenant-a") {
         assert_eq!(r["payload"]["data"]["tenant"], "tenant-a", "{r}");

@@ -46,19 +46,22 @@ pub enum EventType {
     CheckpointCosigned,
     /// A record was refused as a conflict: its (signer, seq) is logged with other content.
     RecordConflict,
+    /// A `record_excluded` entry was appended: a record of the tenant is excluded from rating.
+    RecordExcluded,
     /// A `signer_key_revoked` entry was appended.
     SignerRevoked,
 }
 
 impl EventType {
     /// Every event type, in the order the documentation lists them.
-    pub const ALL: [EventType; 7] = [
+    pub const ALL: [EventType; 8] = [
         EventType::InvoiceIssued,
         EventType::CreditNoteCreated,
         EventType::PaymentRecorded,
         EventType::CertificateIssued,
         EventType::CheckpointCosigned,
         EventType::RecordConflict,
+        EventType::RecordExcluded,
         EventType::SignerRevoked,
     ];
 
@@ -71,6 +74,7 @@ impl EventType {
             EventType::CertificateIssued => "certificate.issued",
             EventType::CheckpointCosigned => "checkpoint.cosigned",
             EventType::RecordConflict => "record.conflict",
+            EventType::RecordExcluded => "record.excluded",
             EventType::SignerRevoked => "signer.revoked",
         }
     }
@@ -99,6 +103,9 @@ impl EventType {
             EventType::RecordConflict => {
                 "A record was refused as a conflict (its signer and seq are logged with other content) and kept as evidence"
             }
+            EventType::RecordExcluded => {
+                "A logged record was excluded from rating, with the reason (its `record_excluded` log entry)"
+            }
             EventType::SignerRevoked => {
                 "A signer's key was revoked (its `signer_key_revoked` log entry)"
             }
@@ -114,6 +121,7 @@ impl EventType {
                 | EventType::PaymentRecorded
                 | EventType::CertificateIssued
                 | EventType::RecordConflict
+                | EventType::RecordExcluded
         )
     }
 }
@@ -237,7 +245,8 @@ fn body_data<T: Serialize>(body: &T) -> Map<String, Value> {
 }
 
 /// Enqueues the event a ledger-written entry at `index` causes, if its kind causes one
-/// (`invoice_issued`, `payment`, `credit_note`, `certificate_issued`, `signer_key_revoked`).
+/// (`invoice_issued`, `payment`, `credit_note`, `certificate_issued`, `record_excluded`,
+/// `signer_key_revoked`).
 /// Called in the entry's transaction by `write::push_ledger_entry`.
 pub(crate) fn enqueue_entry(
     conn: &mut DbConn,
@@ -251,6 +260,7 @@ pub(crate) fn enqueue_entry(
         Body::CreditNote(b) => (EventType::CreditNoteCreated, Some(&b.tenant), body_data(b)),
         Body::CertificateIssued(b) => (EventType::CertificateIssued, Some(&b.tenant), body_data(b)),
         Body::SignerKeyRevoked(b) => (EventType::SignerRevoked, None, body_data(b)),
+        Body::RecordExcluded(b) => (EventType::RecordExcluded, Some(&b.tenant), body_data(b)),
         _ => return Ok(()),
     };
     data.insert("kind".into(), json!(body.kind().as_str()));
