@@ -352,3 +352,58 @@ both_backends!(usage_stays_within_its_lease_term, |db: &TestDb| {
         .collect();
     assert_eq!(got, want, "{ans}");
 });
+
+// A tenant's energy names no lease: a lease registered after the server's cache of leases was
+// filled (by a usage record naming another lease) still bills that tenant's energy, and only
+// within it; a tenant with no lease on the node is still refused.
+both_backends!(
+    energy_sees_a_lease_registered_after_the_cache,
+    |db: &TestDb| {
+        let log = init(db);
+        let srv = log.serve();
+        let h = srv.http();
+        let admin = log.admin.clone();
+        let a = Some(admin.as_str());
+        h.post("/v1/nodes", a, &sample::node("n1").to_value())
+            .ok_json(201);
+        for t in ["acme", "beta", "gamma"] {
+            h.post("/v1/tenants", a, &json!({"id": t, "name": t}))
+                .ok_json(201);
+        }
+        h.post(
+            "/v1/leases",
+            a,
+            &lease(
+                "L-acme",
+                "acme",
+                json!([{"node": "n1", "gpus": [0, 1, 2, 3]}]),
+            ),
+        )
+        .ok_json(201);
+        let key = sample::key("n1");
+        h.register(&admin, "n1", "node", &key);
+        let hour = (base_day(), base_day().plus(3_600));
+        // The cache now holds every lease there is: acme's.
+        let ans = h.post_records(&[record(&key, 1, ("acme", Some("L-acme")), "4", hour)]);
+        assert_eq!(verdict(&ans["outcomes"][0]), "accepted", "{ans}");
+        h.post(
+            "/v1/leases",
+            a,
+            &lease(
+                "L-beta",
+                "beta",
+                json!([{"node": "n1", "gpus": [4, 5, 6, 7]}]),
+            ),
+        )
+        .ok_json(201);
+        // beta's 4 GPUs × 1000 W × 3600 s + 5 % = 4.2 kWh; each record alone in its batch.
+        for (seq, tenant, kwh, want) in [
+            (2, "beta", "4.2", "accepted"),
+            (3, "gamma", "0.1", "lease_not_on_node body.tenant"),
+            (4, "acme", "4.200001", "energy_over_bound body.kwh"),
+        ] {
+            let ans = h.post_records(&[energy(&key, seq, tenant, kwh, hour)]);
+            assert_eq!(verdict(&ans["outcomes"][0]), want, "{tenant}: {ans}");
+        }
+    }
+);

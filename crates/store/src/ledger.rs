@@ -22,7 +22,7 @@ use gpuledger_core::keys;
 use gpuledger_core::limits::MAX_APPEND_BATCH;
 
 use gpuledger_core::outcome::Outcome;
-use gpuledger_core::record::{KeyScope, Role, SignerKeyRegistered};
+use gpuledger_core::record::{Body, KeyScope, Role, SignerKeyRegistered};
 use gpuledger_core::rejection::{Reason, Rejection};
 use gpuledger_core::time::Timestamp;
 use rayon::prelude::*;
@@ -573,16 +573,41 @@ impl Ledger {
         pending: &mut Vec<Pending>,
     ) -> Result<Vec<(Pending, Rejection)>, StoreError> {
         self.load_parties(pending.iter().map(|(_, c, _)| c))?;
-        let parties = self.parties.read().expect("parties cache lock");
         // The refusals first, by position; then the refused records taken out in one pass.
-        let mut reasons: Vec<(usize, Rejection)> = Vec::new();
-        for (at, (_, c, _)) in pending.iter().enumerate() {
-            // Nodes and leases are registered once, so the cache never holds a stale one.
-            let r = admission::check_parties(&c.body, u64::MAX, &*parties)
-                .and_then(|()| gpuledger_core::fleet::check_fleet(&c.body, u64::MAX, &*parties));
-            if let Err(r) = r {
-                reasons.push((at, r));
+        let judge = |pending: &[Pending]| {
+            let parties = self.parties.read().expect("parties cache lock");
+            let mut reasons: Vec<(usize, Rejection)> = Vec::new();
+            for (at, (_, c, _)) in pending.iter().enumerate() {
+                // Nodes and leases are registered once, so the cache never holds a stale one.
+                let r = admission::check_parties(&c.body, u64::MAX, &*parties).and_then(|()| {
+                    gpuledger_core::fleet::check_fleet(&c.body, u64::MAX, &*parties)
+                });
+                if let Err(r) = r {
+                    reasons.push((at, r));
+                }
             }
+            reasons
+        };
+        let mut reasons = judge(pending);
+        // A tenant's energy names no lease, so the cache may lack a lease of the tenant
+        // registered since it was filled. Leases are only ever added, and more leases never
+        // refuse what fewer accepted: a lease refusal of such a record is judged again, once
+        // a batch, after every lease is read.
+        let stale = |(at, r): &(usize, Rejection)| {
+            matches!(&pending[*at].1.body, Body::Energy(e) if e.tenant.is_some())
+                && matches!(
+                    r.reason,
+                    Reason::LeaseNotOnNode | Reason::OutsideLeaseTerm | Reason::EnergyOverBound
+                )
+        };
+        if reasons.iter().any(stale) {
+            let mut found = read::DbParties::default();
+            self.reads.run(|c| found.fill_leases(c, u64::MAX >> 1))?;
+            self.parties
+                .write()
+                .expect("parties cache lock")
+                .merge(found);
+            reasons = judge(pending);
         }
         if reasons.is_empty() {
             return Ok(Vec::new());
@@ -702,10 +727,10 @@ impl Ledger {
             found.fill(c, u64::MAX >> 1, &tenants, &leases)?;
             found.fill_nodes(c, u64::MAX >> 1, &nodes)
         })?;
-        let mut known = self.parties.write().expect("parties cache lock");
-        known.tenants.extend(found.tenants);
-        known.leases.extend(found.leases);
-        known.nodes.extend(found.nodes);
+        self.parties
+            .write()
+            .expect("parties cache lock")
+            .merge(found);
         Ok(())
     }
 

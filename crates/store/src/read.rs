@@ -445,8 +445,11 @@ pub fn registration(conn: &mut DbConn, index: u64) -> Result<SignerKeyRegistered
 #[derive(Debug, Default, Clone)]
 pub struct DbParties {
     pub tenants: HashMap<String, u64>,
-    /// Lease registrations (immutable once logged: a lease is registered once).
+    /// Lease registrations (immutable once logged: a lease is registered once); add them
+    /// with [`DbParties::add_lease`], which keeps `leases_by_node`.
     pub leases: HashMap<String, (LeaseRegistered, u64)>,
+    /// node → the leases naming it, so a node's leases are found without a scan of all.
+    leases_by_node: HashMap<String, Vec<String>>,
     /// Node registrations (immutable once logged: a node is registered once).
     pub nodes: HashMap<String, (NodeRegistered, u64)>,
 }
@@ -459,9 +462,11 @@ impl gpuledger_core::fleet::Fleet for DbParties {
         self.leases.get(lease).map(|(l, at)| (l, *at))
     }
     fn leases_on(&self, node: &str) -> Vec<(&LeaseRegistered, u64)> {
-        self.leases
-            .values()
-            .filter(|(l, _)| l.names_node(node))
+        self.leases_by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.leases.get(id))
             .map(|(l, at)| (l, *at))
             .collect()
     }
@@ -479,6 +484,32 @@ impl admission::Parties for DbParties {
 }
 
 impl DbParties {
+    /// Adds a lease registered at `index` (the first registration of an id counts).
+    pub fn add_lease(&mut self, lease: LeaseRegistered, index: u64) {
+        if self.leases.contains_key(&lease.lease) {
+            return;
+        }
+        let mut nodes: Vec<&String> = lease.nodes.iter().map(|n| &n.node).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        for n in nodes {
+            self.leases_by_node
+                .entry(n.clone())
+                .or_default()
+                .push(lease.lease.clone());
+        }
+        self.leases.insert(lease.lease.clone(), (lease, index));
+    }
+
+    /// Adds what `other` holds that this lacks.
+    pub fn merge(&mut self, other: DbParties) {
+        self.tenants.extend(other.tenants);
+        self.nodes.extend(other.nodes);
+        for (_, (l, at)) in other.leases {
+            self.add_lease(l, at);
+        }
+    }
+
     /// The registrations of the tenants and leases `body` names, below `size`.
     pub fn load(conn: &mut DbConn, size: u64, body: &Body) -> Result<DbParties, StoreError> {
         let mut p = DbParties::default();
@@ -541,10 +572,16 @@ impl DbParties {
             }
         }
         if !leases.is_empty() {
-            for (i, b) in bodies_of(conn, &[Kind::LeaseRegistered], size)? {
-                if let Body::LeaseRegistered(l) = b {
-                    self.leases.entry(l.lease.clone()).or_insert((l, i));
-                }
+            self.fill_leases(conn, size)?;
+        }
+        Ok(())
+    }
+
+    /// Adds every lease registration below `size` (one read of the `lease_registered` entries).
+    pub fn fill_leases(&mut self, conn: &mut DbConn, size: u64) -> Result<(), StoreError> {
+        for (i, b) in bodies_of(conn, &[Kind::LeaseRegistered], size)? {
+            if let Body::LeaseRegistered(l) = b {
+                self.add_lease(l, i);
             }
         }
         Ok(())
