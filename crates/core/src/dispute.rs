@@ -118,17 +118,10 @@ impl Disputes {
     /// Takes in an admitted entry.
     pub fn apply(&mut self, index: u64, body: &Body) {
         match body {
-            Body::GpuUsage(u) if self.whole_log => self
-                .records
-                .entry(u.tenant.clone())
-                .or_default()
-                .push((index, u.start)),
+            Body::GpuUsage(u) if self.whole_log => self.record(&u.tenant, index, u.start),
             Body::Energy(e) if self.whole_log => {
                 if let Some(t) = &e.tenant {
-                    self.records
-                        .entry(t.clone())
-                        .or_default()
-                        .push((index, e.start));
+                    self.record(t, index, e.start);
                 }
             }
             Body::RecordExcluded(x) => {
@@ -147,6 +140,16 @@ impl Disputes {
                     })
             }
             _ => {}
+        }
+    }
+
+    /// Keeps a record of `tenant` (its id allocated once, not once a record).
+    fn record(&mut self, tenant: &str, index: u64, start: Timestamp) {
+        match self.records.get_mut(tenant) {
+            Some(rs) => rs.push((index, start)),
+            None => {
+                self.records.insert(tenant.to_owned(), vec![(index, start)]);
+            }
         }
     }
 

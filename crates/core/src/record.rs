@@ -1014,17 +1014,7 @@ impl Record for RecordExcluded {
     type Wire = Self;
     fn check(x: Self) -> Result<Self, Rejection> {
         id("body.tenant", &x.tenant)?;
-        if x.reason.is_empty()
-            || x.reason.len() > MAX_EXCLUSION_REASON_BYTES
-            || x.reason.trim() != x.reason
-            || x.reason.chars().any(char::is_control)
-        {
-            return Err(Rejection::field(
-                Reason::InvalidField,
-                "body.reason",
-                format!("1 to {MAX_EXCLUSION_REASON_BYTES} bytes without control characters or surrounding spaces"),
-            ));
-        }
+        trimmed_text("body.reason", &x.reason, MAX_EXCLUSION_REASON_BYTES)?;
         Ok(x)
     }
 }
@@ -1309,17 +1299,7 @@ impl Record for Settlement {
             ));
         }
         if let Some(r) = &w.external_reference {
-            if r.is_empty()
-                || r.len() > MAX_EXTERNAL_REFERENCE_BYTES
-                || r.trim() != r
-                || r.chars().any(char::is_control)
-            {
-                return Err(Rejection::field(
-                    Reason::InvalidField,
-                    "body.external_reference",
-                    format!("1 to {MAX_EXTERNAL_REFERENCE_BYTES} bytes without control characters or surrounding spaces"),
-                ));
-            }
+            trimmed_text("body.external_reference", r, MAX_EXTERNAL_REFERENCE_BYTES)?;
         }
         Ok(Settlement {
             tenant: id("body.tenant", &w.tenant)?,
@@ -1624,6 +1604,19 @@ fn key_id(field: &str, s: &str) -> Result<(), Rejection> {
 
 fn ts(field: &str, s: &str) -> Result<Timestamp, Rejection> {
     Timestamp::parse(s).map_err(|e| Rejection::field(Reason::InvalidField, field, e))
+}
+
+/// One line of text for people (an external reference, an exclusion's reason): 1 to
+/// `max` bytes, no control characters, no leading or trailing white space (`invalid_field`).
+fn trimmed_text(field: &str, s: &str, max: usize) -> Result<(), Rejection> {
+    if s.is_empty() || s.len() > max || s.trim() != s || s.chars().any(char::is_control) {
+        return Err(Rejection::field(
+            Reason::InvalidField,
+            field,
+            format!("1 to {max} bytes without control characters or surrounding spaces"),
+        ));
+    }
+    Ok(())
 }
 
 fn quantity(field: &str, s: &str, max: Decimal) -> Result<Decimal, Rejection> {

@@ -266,3 +266,43 @@ def mixed_order_key(a: bytes, torsion_k: int = 1) -> bytes:
 
 
 NONCANONICAL_ON_CURVE_Y = (3, 4, 5, 6, 9, 10, 14, 15, 16, 18)  # y0 <= 18 on the curve: y0 + p < 2^255
+
+
+class LogBundleTestCase(VerifierTestCase):
+    """A test that builds `self.log` (a producer.Log) and checks it whole as a bundle, or as a
+    certificate of one tenant with its bundle; `refused` names the failing entry's line."""
+
+    def bundle(self, context=None, records=None, drop=(), subject=None):
+        """Every entry (or `context` and `records` as given), `drop` left out; subject an invoice."""
+        log = self.log
+        if context is None:
+            context = [e.index for e in log.entries if e.kind not in ("gpu_usage", "energy") and e.index not in drop]
+        if records is None:
+            records = [e.index for e in log.entries if e.kind in ("gpu_usage", "energy") and e.index not in drop]
+        lines = producer.make_bundle(log, len(log.entries), context, records, subject or {"invoice": "INV-000009"})
+        return self.run_bundle(lines, log.verifier_key()), lines
+
+    def cert(self, tenant="t"):
+        log = self.log
+        size = len(log.entries)
+        records = producer.covered(log, size, tenant, *producer.PERIOD, {})
+        context = producer.context_for(log, size, records, tenant)
+        cert = producer.make_certificate(log, size, tenant, *producer.PERIOD, records=records)
+        lines = producer.make_bundle(log, size, context, records, {"certificate": cert["id"]})
+        return self.run_certificate(cert, lines, log.verifier_key()), lines
+
+    def refused(self, result_and_lines, reason, index, field=None, says=None):
+        """The result fails with `reason` at entry `index` (by its bundle line), its message
+        starting with `field:` and holding `says` when given."""
+        r, lines = result_and_lines
+        pos = [i for i, l in enumerate(lines) if l.get("type") == "entry" and l["index"] == index]
+        self.assertEqual(len(pos), 1, f"entry {index} is not in the bundle")
+        self.assertFail(r, reason, f"entry {index} (bundle line {pos[0] + 1})")
+        if field is not None:
+            self.assertTrue(r.message.startswith(field + ":"), r.message)
+        if says is not None:
+            self.assertIn(says, r.message)
+        return r
+
+    def passes(self, result_and_lines):
+        self.assertPass(result_and_lines[0])

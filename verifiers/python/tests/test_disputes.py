@@ -10,14 +10,14 @@ are left to verify-log (and the ledger)."""
 import copy
 import unittest
 
-from support import VerifierTestCase, gv, producer
+from support import LogBundleTestCase, gv, producer
 
 N1_GPUS = producer.node_gpus({"H100": 8}, prefix="GPU-n1")
 EXCLUDED_AT = "2026-11-06T00:00:00Z"  # after the records' received_at: receive times never decrease
 REASON = "meter fault on n1, confirmed by the operator"
 
 
-class Disputes(VerifierTestCase):
+class Disputes(LogBundleTestCase):
     """The base log: 0 log_policy, 1 tenant_registered t, 2 node_registered n1 (r1, 8 H100), 3
     node-a's key (n1, r1), 4 lease L of t (all of n1), 5 and 6 gpu_usage of t under L; the test
     appends exclusions. `bundle()` holds every entry, as an invoice's bundle (context: every
@@ -42,28 +42,6 @@ class Disputes(VerifierTestCase):
 
     def exclude(self, entry, tenant="t", reason=REASON, received_at=EXCLUDED_AT):
         return self.log.exclude(tenant, entry, reason, received_at)
-
-    def bundle(self):
-        log = self.log
-        size = len(log.entries)
-        context = [e.index for e in log.entries if e.kind not in ("gpu_usage", "energy")]
-        records = [e.index for e in log.entries if e.kind in ("gpu_usage", "energy")]
-        lines = producer.make_bundle(log, size, context, records, {"invoice": "INV-000009"})
-        return self.run_bundle(lines, log.verifier_key()), lines
-
-    def refused(self, result_and_lines, reason, index, field=None, says=None):
-        r, lines = result_and_lines
-        pos = [i for i, l in enumerate(lines) if l.get("type") == "entry" and l["index"] == index]
-        self.assertEqual(len(pos), 1, f"entry {index} is not in the bundle")
-        self.assertFail(r, reason, f"entry {index} (bundle line {pos[0] + 1})")
-        if field is not None:
-            self.assertTrue(r.message.startswith(field + ":"), r.message)
-        if says is not None:
-            self.assertIn(says, r.message)
-        return r
-
-    def passes(self, result_and_lines):
-        self.assertPass(result_and_lines[0])
 
     def test_reasons_are_known(self):
         for reason in ("unknown_record", "already_excluded", "record_invoiced"):

@@ -8,14 +8,14 @@ import copy
 import unittest
 from decimal import Decimal
 
-from support import VerifierTestCase, gv, producer
+from support import LogBundleTestCase, gv, producer
 
 # n1: 8 H100 and one L40S, 700 W each: 9 x 700 W x 3600 s = 22,680,000 W s = 6.3 kWh, + 5 % = 6.615 kWh
 # an hour (1 kWh = 3,600,000 W s).
 N1_GPUS = producer.node_gpus({"H100": 8, "L40S": 1}, prefix="GPU-n1")
 
 
-class FleetRules(VerifierTestCase):
+class FleetRules(LogBundleTestCase):
     """The base log: 0 log_policy, 1 tenant_registered t, 2 node_registered n1 (region r1, 8 H100 +
     1 L40S, 700 W), 3 node-a's key (nodes [n1], regions [r1, r2]: wider than n1's region, which is
     not a rule), 4 lease L of t (all 9 of n1's GPUs, open-ended: the lease rules are
@@ -41,39 +41,6 @@ class FleetRules(VerifierTestCase):
 
     def energy(self, kwh, seconds=3600, region="r1", node="n1", start="2026-11-05T00:00:00Z", **kw):
         return self.log.energy("node-a", self.na, "t", region, kwh, start, seconds, node=node, **kw)
-
-    def bundle(self, context=None, records=None, drop=()):
-        log = self.log
-        size = len(log.entries)
-        if context is None:
-            context = [e.index for e in log.entries if e.kind not in ("gpu_usage", "energy") and e.index not in drop]
-        if records is None:
-            records = [e.index for e in log.entries if e.kind in ("gpu_usage", "energy") and e.index not in drop]
-        lines = producer.make_bundle(log, size, context, records, {"invoice": "INV-000009"})
-        return self.run_bundle(lines, log.verifier_key()), lines
-
-    def cert(self):
-        log = self.log
-        size = len(log.entries)
-        records = producer.covered(log, size, "t", *producer.PERIOD, {})
-        context = producer.context_for(log, size, records, "t")
-        cert = producer.make_certificate(log, size, "t", *producer.PERIOD, records=records)
-        lines = producer.make_bundle(log, size, context, records, {"certificate": cert["id"]})
-        return self.run_certificate(cert, lines, log.verifier_key()), lines
-
-    def refused(self, result_and_lines, reason, index, field=None, says=None):
-        r, lines = result_and_lines
-        pos = [i for i, l in enumerate(lines) if l.get("type") == "entry" and l["index"] == index]
-        self.assertEqual(len(pos), 1, f"entry {index} is not in the bundle")
-        self.assertFail(r, reason, f"entry {index} (bundle line {pos[0] + 1})")
-        if field is not None:
-            self.assertTrue(r.message.startswith(field + ":"), r.message)
-        if says is not None:
-            self.assertIn(says, r.message)
-        return r
-
-    def passes(self, result_and_lines):
-        self.assertPass(result_and_lines[0])
 
     def test_reasons_are_known(self):
         for reason in ("unknown_node", "unknown_gpu_model", "over_capacity", "energy_over_bound"):

@@ -12,7 +12,7 @@ import copy
 import unittest
 from decimal import Decimal
 
-from support import VerifierTestCase, gv, producer
+from support import LogBundleTestCase, gv, producer
 
 # n1 and n2: GPUs 0-7 H100, GPU 8 an L40S (the Rust test's nodes).
 MODELS = {"H100": 8, "L40S": 1}
@@ -202,7 +202,7 @@ class LeaseState(unittest.TestCase):
                          ("outside_lease_term", "body.start"))
 
 
-class LeaseRules(VerifierTestCase):
+class LeaseRules(LogBundleTestCase):
     """The lease rules rechecked from bundles and certificates. The base log: 0 log_policy, 1
     tenant_registered t, 2 tenant_registered u, 3, 4 node_registered n1, n2 (region r1, GPUs 0-7
     H100 and 8 an L40S, 700 W), 5 node-a's key (nodes [n1, n2], regions [r1]), 6, 7, 8 the leases
@@ -233,36 +233,6 @@ class LeaseRules(VerifierTestCase):
     def usage(self, lease, node, model, n, start, end, tenant="t", **kw):
         return self.log.gpu_usage("node-a", self.na, tenant, "r1", model, n, ts(start), end - start, node=node,
                                   lease=lease, **kw)
-
-    def bundle(self):
-        log = self.log
-        context = [e.index for e in log.entries if e.kind not in ("gpu_usage", "energy")]
-        records = [e.index for e in log.entries if e.kind in ("gpu_usage", "energy")]
-        lines = producer.make_bundle(log, len(log.entries), context, records, {"invoice": "INV-000009"})
-        return self.run_bundle(lines, log.verifier_key()), lines
-
-    def cert(self, tenant="t"):
-        log = self.log
-        size = len(log.entries)
-        records = producer.covered(log, size, tenant, *producer.PERIOD, {})
-        context = producer.context_for(log, size, records, tenant)
-        cert = producer.make_certificate(log, size, tenant, *producer.PERIOD, records=records)
-        lines = producer.make_bundle(log, size, context, records, {"certificate": cert["id"]})
-        return self.run_certificate(cert, lines, log.verifier_key()), lines
-
-    def refused(self, result_and_lines, reason, index, field=None, says=None):
-        r, lines = result_and_lines
-        pos = [i for i, l in enumerate(lines) if l.get("type") == "entry" and l["index"] == index]
-        self.assertEqual(len(pos), 1, f"entry {index} is not in the bundle")
-        self.assertFail(r, reason, f"entry {index} (bundle line {pos[0] + 1})")
-        if field is not None:
-            self.assertTrue(r.message.startswith(field + ":"), r.message)
-        if says is not None:
-            self.assertIn(says, r.message)
-        return r
-
-    def passes(self, result_and_lines):
-        self.assertPass(result_and_lines[0])
 
     def test_reasons_are_known(self):
         for reason in ("unknown_gpu", "lease_overbooked", "lease_not_on_node", "outside_lease_term"):

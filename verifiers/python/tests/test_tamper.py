@@ -7,8 +7,9 @@ import json
 import unittest
 from decimal import Decimal
 
-from support import (ED_P, ORDER8, VerifierTestCase, encode_y, entry_lines, get_path, gv, leaf_of, leaf_paths,
-                     mixed_order_key, mutate_string, producer, scalar, set_path, with_leaf, with_leaf_bytes)
+from support import (ED_P, ORDER8, LogBundleTestCase, VerifierTestCase, encode_y, entry_lines, get_path, gv, leaf_of,
+                     leaf_paths, mixed_order_key, mutate_string, producer, scalar, set_path, with_leaf,
+                     with_leaf_bytes)
 
 NUMERIC_CLAIMS = {
     "gpu": ("gpu_seconds", "records"),
@@ -388,7 +389,7 @@ LEASE_1 = [producer.lease_count("node-a", "m", "4")]
 LEASE_2 = [producer.lease_count("node-a", "m", "2")]
 
 
-class AdmissionRules(VerifierTestCase):
+class AdmissionRules(LogBundleTestCase):
     """Version 2, section 6: every admission rule rechecked from the bundle's entries, each
     refusal with its own reason (section 8's bundle reasons), on logs a ledger would refuse.
 
@@ -418,37 +419,6 @@ class AdmissionRules(VerifierTestCase):
     def spot(self, effective_from, received_at, region="r1", model="m", currency="CNY", **kw):
         return self.log.spot_price("market-a", self.mk, region, model, "14.75", effective_from, received_at,
                                    currency=currency, **kw)
-
-    def bundle(self, context=None, records=None, subject=None):
-        log = self.log
-        size = len(log.entries)
-        if context is None:
-            context = [e.index for e in log.entries if e.kind not in ("gpu_usage", "energy")]
-        if records is None:
-            records = [e.index for e in log.entries if e.kind in ("gpu_usage", "energy")]
-        lines = producer.make_bundle(log, size, context, records, subject or {"invoice": "INV-000009"})
-        return self.run_bundle(lines, log.verifier_key()), lines
-
-    def cert(self, tenant="t"):
-        log = self.log
-        size = len(log.entries)
-        records = producer.covered(log, size, tenant, *producer.PERIOD, {})
-        context = producer.context_for(log, size, records, tenant)
-        cert = producer.make_certificate(log, size, tenant, *producer.PERIOD, records=records)
-        lines = producer.make_bundle(log, size, context, records, {"certificate": cert["id"]})
-        return self.run_certificate(cert, lines, log.verifier_key()), lines
-
-    def refused(self, result_and_lines, reason, index, field=None):
-        r, lines = result_and_lines
-        pos = [i for i, l in enumerate(lines) if l.get("type") == "entry" and l["index"] == index]
-        self.assertEqual(len(pos), 1, f"entry {index} is not in the bundle")
-        self.assertFail(r, reason, f"entry {index} (bundle line {pos[0] + 1})")
-        if field is not None:
-            self.assertTrue(r.message.startswith(field + ":"), r.message)
-        return r
-
-    def passes(self, result_and_lines):
-        self.assertPass(result_and_lines[0])
 
     def test_baseline(self):
         self.spot("2026-11-03T00:00:00Z", "2026-11-02T00:00:00Z")
