@@ -139,6 +139,9 @@ both_backends!(
             assert_eq!(refusal(&r), want, "{what}: {}", r.lossy());
         }
         assert_eq!(h.size(), size, "no refused exclusion reached the log");
+        // beta's own dispute: on nothing of acme's.
+        let r = exclude("beta", json!(betas), "beta's dispute");
+        assert_eq!(r.status, 201, "{}", r.lossy());
 
         // The invoice rates the first record only and lists the disputed one.
         let invoice =
@@ -167,7 +170,15 @@ both_backends!(
         let fetch = |fmt: &str| h.get(&format!("/v1/invoices/{number}/{fmt}"), a).body;
         let json_doc = fetch("json");
         std::fs::write(dir.path().join("inv.json"), &json_doc).unwrap();
-        std::fs::write(dir.path().join("inv.bundle"), fetch("bundle")).unwrap();
+        let bundle = fetch("bundle");
+        // acme's bundle carries acme's exclusion and the record it excludes, nothing of beta's.
+        let text = String::from_utf8_lossy(&bundle);
+        assert_eq!(text.matches("record_excluded").count(), 1, "{text}");
+        assert!(
+            !text.contains("beta"),
+            "another tenant's entries in acme's bundle"
+        );
+        std::fs::write(dir.path().join("inv.bundle"), &bundle).unwrap();
         let vkey = h.get("/v1/log", None).ok_json(200)["verifier_key"]
             .as_str()
             .unwrap()
