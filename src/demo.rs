@@ -207,6 +207,7 @@ fn ensure_node(ledger: &Ledger, n: &NodeSpec, i: usize) -> Result<(), DemoError>
                 index: g.index,
                 uuid: g.uuid.clone(),
                 model: g.model.clone(),
+                mig: None,
             })
             .collect(),
         max_watts_per_gpu: Decimal::from(n.max),

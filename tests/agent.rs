@@ -206,7 +206,7 @@ compact_after_bytes = 4096
 "#
     );
     let dir = s.dir.path().join(node);
-    write_agent_config(&dir, node, server, "cn-east-sh", leases, &rest)
+    write_agent_config(&dir, node, server, gpuledger::sample::REGION, leases, &rest)
 }
 
 /// A ledger with `node` registered and served, and the files of that node's agent (sending to

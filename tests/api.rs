@@ -771,6 +771,8 @@ static ACCESS: &[Access] = &[
     // row); admins and auditors list them.
     post("register node",                "/v1/nodes", |w| test_node(&format!("node-{w}")).to_value(), [201, 403, 403, 403, 401, 401]),
     get("list nodes",                    "/v1/nodes",                                             [200, 200, 403, 403, 401, 401]),
+    // Admins update nodes: here a replaced board of node-1 (a new UUID each time).
+    post("update node",                  "/v1/node-updates", |w| json!({"node": "node-1", "gpus": [{"index": 0, "uuid": format!("GPU-replaced-{w}"), "model": test_node_model(0)}]}), [201, 403, 403, 403, 401, 401]),
     post("register signer",              "/v1/signers", |w| json!({"id": format!("node-{w}"), "role": "node", "public_key": public(&sample::key(w)), "nodes": [format!("node-{w}")], "regions": ["west"]}), [201, 403, 403, 403, 401, 401]),
     get("list signers",                  "/v1/signers",                                           [200, 200, 403, 403, 401, 401]),
     post("add key",                      "/v1/signers/node-1/keys", |w| json!({"public_key": public(&sample::key(&format!("extra-{w}")))}), [201, 403, 403, 403, 401, 401]),
@@ -1183,6 +1185,7 @@ both_backends!(access_matrix, |db: &TestDb| {
         [
             "tenant_registered",     // create tenant
             "node_registered",       // register node
+            "node_updated",          // update node
             "signer_key_registered", // register signer
             "signer_key_registered", // add key
             "signer_key_revoked",

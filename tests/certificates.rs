@@ -52,8 +52,9 @@ fn scenario_with(db: &TestDb, rate_cards: bool) -> Ledger {
 }
 
 fn scenario(ledger: &Ledger, rate_cards: bool) {
+    ensure_nodes_in(ledger, &WEST_EAST_NODES);
     let n1 = signer(ledger, "node-1", Role::Node);
-    let n2 = signer(ledger, "node-2", Role::Node);
+    let n2 = signer_for(ledger, "node-2", Role::Node, &["node-2", "node-3"]);
     parties(ledger, &["acme", "globex"]);
     acme_globex_h100_leases(ledger);
     ledger
@@ -83,7 +84,7 @@ fn scenario(ledger: &Ledger, rate_cards: bool) {
     #[rustfmt::skip]
     let records = [
         ("node-1", &n1, 1, h100_usage("acme", "node-1", "west", Some("h100-acme"), "8", 0, 3600)),
-        ("node-2", &n2, 1, h100_usage("acme", "node-2", "east", Some("h100-acme"), "0.5", 0, 600)),
+        ("node-2", &n2, 1, h100_usage("acme", "node-3", "east", Some("h100-acme"), "0.5", 0, 600)),
         ("node-1", &n1, 2, h100_usage("acme", "node-1", "west", Some("l1"), "2", 3600, 7200)),
         ("node-1", &n1, 3, acme_energy("node-1", "12.5", 0, 3600)),
         ("node-2", &n2, 2, h100_usage("globex", "node-2", "west", Some("h100-globex"), "1", 0, 60)),
@@ -197,10 +198,10 @@ both_backends!(
         assert_eq!(Certificate::from_json(json.as_bytes()).unwrap(), cert);
 
         let lines = bundle_of(&ledger, &cert);
-        // Header; the policy, 2 node registrations, 2 key registrations, acme's registration
+        // Header; the policy, 3 node registrations, 2 key registrations, acme's registration
         // and its three leases (its sample lease, h100-acme and l1), region parameters (nothing
         // of globex); 4 records; end.
-        assert_eq!(lines.len(), 1 + 10 + 4 + 1);
+        assert_eq!(lines.len(), 1 + 11 + 4 + 1);
         let claims = verify(&cert, &lines).unwrap();
         assert_eq!(claims, cert.claims());
         let (v, _) = bundle::verify_bundle(
@@ -210,7 +211,7 @@ both_backends!(
             &mut |_| {},
         )
         .unwrap();
-        assert_eq!((v.entries, v.records), (14, 4));
+        assert_eq!((v.entries, v.records), (15, 4));
         // The log with the new kind still verifies end to end.
         verified(&db.url);
     }
@@ -239,7 +240,7 @@ both_backends!(
         let nodes = ledger
             .issuance()
             .certificate(request(Scope {
-                nodes: Some(vec!["node-2".into()]),
+                nodes: Some(vec!["node-3".into()]),
                 ..Scope::default()
             }))
             .unwrap();
@@ -475,14 +476,14 @@ fn tamper_matrix_each_case_fails_with_its_own_reason() {
         // no longer matches.
         ("a dropped record",        Box::new(|t| { t.remove(records[1]); }),                Reason::Truncated, None),
         ("a dropped record, ended", Box::new(|t| { t.remove(records[1]); set_end(t); }),    Reason::EntriesMismatch, Some("entries.count")),
-        // Another tenant's record (entry 17, globex's), genuinely in the log.
-        ("another tenant's record", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 17, size)); set_end(t); }), Reason::WrongTenant, Some("entry 17")),
-        // The tenant's own record from after the period (entry 18).
-        ("a record after the period", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 18, size)); set_end(t); }), Reason::OutsidePeriod, Some("entry 18")),
+        // Another tenant's record (entry 18, globex's), genuinely in the log.
+        ("another tenant's record", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 18, size)); set_end(t); }), Reason::WrongTenant, Some("entry 18")),
+        // The tenant's own record from after the period (entry 19).
+        ("a record after the period", Box::new(|t| { t.insert(records[3] + 1, line_of(&ledger, 19, size)); set_end(t); }), Reason::OutsidePeriod, Some("entry 19")),
         ("reordered records",       Box::new(|t| t.swap(records[0], records[1])),           Reason::Order, None),
         ("no end line",             Box::new(|t| { t.pop(); }),                             Reason::Truncated, None),
-        // The region parameters (line 10) among the records.
-        ("a context entry among the records", Box::new(|t| { let ctx = t.remove(10); t.insert(records[3] - 1, ctx); }), Reason::Order, None),
+        // The region parameters (line 11) among the records.
+        ("a context entry among the records", Box::new(|t| { let ctx = t.remove(11); t.insert(records[3] - 1, ctx); }), Reason::Order, None),
         ("a malformed line",        Box::new(|t| t[2] = b"{\"type\":\"entry\"".to_vec()),  Reason::Malformed, None),
     ];
     let mut wrong = Vec::new();
@@ -670,7 +671,7 @@ impl HandLog {
 /// Registers node `name` (a test node), acme's lease `h100-<name>` of 8 of its H100s, and
 /// `key` for it; returns the index of the key's registration.
 fn register(log: &mut HandLog, name: &str, key: &SigningKey) -> u64 {
-    log.ledger(test_node(name));
+    log.ledger(test_node_in(name, "west"));
     log.ledger(lease_body(
         &format!("h100-{name}"),
         "acme",
@@ -1138,7 +1139,7 @@ both_backends!(
         // An admin certifies any tenant, narrowed to nodes.
         let r = certify(
             &admin,
-            &with("scope", serde_json::json!({"nodes": ["node-2"]})),
+            &with("scope", serde_json::json!({"nodes": ["node-3"]})),
         );
         assert_eq!(r.status, 201);
         assert_eq!(r.json()["id"], "CERT-000002");

@@ -177,6 +177,8 @@ fn console_files_are_served_from_the_binary_with_a_strict_csp() {
 // ---------------------------------------------------------------------------------------------
 
 const NODE: &str = "node-1";
+/// The east node, with the A800s (a record names its node's region).
+const NODE_EAST: &str = "node-e";
 const NORTH: &str = "cn-north-imx";
 const EAST: &str = "cn-east-sh";
 const H100: &str = "H100-SXM-80G";
@@ -188,6 +190,15 @@ const DAYS: i64 = 5;
 fn first_day() -> Timestamp {
     let now = Timestamp::now().unix();
     Timestamp::from_unix(now - now % 86_400 - DAYS * 86_400).unwrap()
+}
+
+/// The demo's node in `region`: node-1 in the north, node-e in the east.
+fn node_in(region: &str) -> &'static str {
+    if region == EAST {
+        NODE_EAST
+    } else {
+        NODE
+    }
 }
 
 /// One hour of `count` GPUs ending at `end`.
@@ -206,7 +217,7 @@ fn gpu(
         tenant: tenant.into(),
         lease: Some(lease.into()),
         region: region.into(),
-        node: NODE.into(),
+        node: node_in(region).into(),
         gpu_model: model.into(),
         gpu_count: Decimal::from(count),
         start: end.plus(-3600),
@@ -227,7 +238,7 @@ fn energy(
     let body = Body::Energy(Energy {
         tenant: Some(tenant.into()),
         region: region.into(),
-        node: NODE.into(),
+        node: node_in(region).into(),
         start: end.plus(-3600),
         end,
         kwh: dec(kwh),
@@ -277,12 +288,12 @@ fn prices(since: Timestamp) -> Vec<Body> {
     cards.into_iter().chain(params).collect()
 }
 
-/// The GPUs of node-1: 16 H100s, then 8 A800s.
-const NODE_GPUS: u32 = 24;
+/// The GPUs of node-1: 16 H100s (node-e has 8 A800s).
+const NODE_GPUS: u32 = 16;
 
-/// The demo's leases, open-ended from 2020: A's on-demand lease (8 H100s and up to 8 A800s
-/// of node-1, whichever), A's spot lease (4 H100s) and B's on-demand lease (H100s 14 and 15):
-/// 14 of node-1's 16 H100s.
+/// The demo's leases, open-ended from 2020: A's on-demand lease (8 H100s of node-1 and up to
+/// 8 A800s of node-e, whichever), A's spot lease (4 H100s) and B's on-demand lease (H100s 14
+/// and 15): 14 of node-1's 16 H100s.
 fn leases() -> [Value; 3] {
     let from = Timestamp::from_unix(sample::LEASE_FROM)
         .unwrap()
@@ -290,7 +301,7 @@ fn leases() -> [Value; 3] {
     [
         json!({"lease": "lease-tenant-a", "tenant": "tenant-a", "class": "on_demand", "from": from,
                "nodes": [{"node": NODE, "gpu_model": H100, "count": "8"},
-                         {"node": NODE, "gpu_model": A800, "count": "8"}]}),
+                         {"node": NODE_EAST, "gpu_model": A800, "count": "8"}]}),
         json!({"lease": "spot-tenant-a", "tenant": "tenant-a", "class": "spot", "from": from,
                "nodes": [{"node": NODE, "gpu_model": H100, "count": "4"}]}),
         json!({"lease": "lease-tenant-b", "tenant": "tenant-b", "class": "on_demand", "from": from,
@@ -298,7 +309,7 @@ fn leases() -> [Value; 3] {
     ]
 }
 
-/// Tenants A and B; `node-1` in two regions; their leases; five days of A's usage (on-demand in both regions,
+/// Tenants A and B; `node-1` in the north and `node-e` in the east; their leases; five days of A's usage (on-demand in both regions,
 /// spot on the last two days) and energy, one hour of B's; prices; one invoice each for the
 /// first day (A's INV-000001, B's INV-000002); checkpoints of two sizes.
 fn demo(db: &TestDb) -> Demo<'_> {
@@ -313,20 +324,20 @@ fn demo(db: &TestDb) -> Demo<'_> {
     let h = srv.http();
     let admin = log.admin.clone();
     let a = Some(admin.as_str());
-    // node-1, registered before its key and its leases (which name registered nodes only):
-    // 16 H100s and 8 A800s, room for every lease below.
-    let gpus: Vec<Value> = (0..NODE_GPUS)
-        .map(|i| {
-            let model = if i < 16 { H100 } else { A800 };
-            json!({"index": i, "uuid": format!("GPU-console-{i}"), "model": model})
-        })
-        .collect();
-    h.post(
-        "/v1/nodes",
-        a,
-        &json!({"node": NODE, "region": NORTH, "gpus": gpus, "max_watts_per_gpu": "700"}),
-    )
-    .ok_json(201);
+    // node-1 and node-e, registered before their key and their leases (which name registered
+    // nodes only): 16 H100s in the north and 8 A800s in the east, room for every lease below.
+    for (node, region, model, count) in [(NODE, NORTH, H100, NODE_GPUS), (NODE_EAST, EAST, A800, 8)]
+    {
+        let gpus: Vec<Value> = (0..count)
+            .map(|i| json!({"index": i, "uuid": format!("GPU-console-{node}-{i}"), "model": model}))
+            .collect();
+        h.post(
+            "/v1/nodes",
+            a,
+            &json!({"node": node, "region": region, "gpus": gpus, "max_watts_per_gpu": "700"}),
+        )
+        .ok_json(201);
+    }
     for t in ["tenant-a", "tenant-b"] {
         h.post("/v1/tenants", a, &json!({"id": t, "name": t}))
             .ok_json(201);
@@ -339,7 +350,7 @@ fn demo(db: &TestDb) -> Demo<'_> {
     h.post(
         "/v1/signers",
         a,
-        &json!({"id": NODE, "role": "node", "public_key": public(&key), "nodes": [NODE], "regions": [NORTH, EAST]}),
+        &json!({"id": NODE, "role": "node", "public_key": public(&key), "nodes": [NODE, NODE_EAST], "regions": [NORTH, EAST]}),
     )
     .ok_json(201);
     let mut seq = 0;
@@ -1032,7 +1043,7 @@ fn admin_fleet(b: &Browser, d: &Demo, base: &str) {
     assert_eq!(attr(b, &b.find(node1), "data-gpus"), NODE_GPUS.to_string());
     assert_eq!(
         b.text(&b.find(&format!("{node1} summary"))),
-        format!("16 × {H100}, 8 × {A800}")
+        format!("16 × {H100}")
     );
     // The Leases column: node-1's three leases, each with what it covers of the node.
     let leases: Vec<String> = serde_json::from_value(b.execute(
@@ -1043,10 +1054,7 @@ fn admin_fleet(b: &Browser, d: &Demo, base: &str) {
     .unwrap();
     assert_eq!(leases.len(), 3, "{leases:?}");
     for (shown, (id, covers)) in leases.iter().zip([
-        (
-            "lease-tenant-a",
-            format!("up to 8 × {H100}; up to 8 × {A800}"),
-        ),
+        ("lease-tenant-a", format!("up to 8 × {H100}")),
         ("spot-tenant-a", format!("up to 4 × {H100}")),
         ("lease-tenant-b", "GPUs 14, 15".to_owned()),
     ]) {
@@ -1080,6 +1088,36 @@ fn admin_fleet(b: &Browser, d: &Demo, base: &str) {
     register("node-1");
     let problem = b.find("form:has(#node-id) [data-problem]");
     assert_eq!(attr(b, &problem, "data-status"), "409");
+    // node-2 updated: a third GPU, partitioned into 7 MIG instances, and 400 W.
+    let update = |gpus: &str, watts: &str| {
+        set_value(b, "#upd-node", "node-2");
+        set_value(b, "#upd-gpus", gpus);
+        set_value(b, "#upd-watts", watts);
+        b.click(&b.find("form:has(#upd-node) button[type=submit]"));
+    };
+    update(&format!("2 GPU-node-2-c {A800} mig=7:1g.10gb*7"), "400");
+    b.find("#nodes details[data-node=\"node-2\"][data-gpus=\"3\"]");
+    b.find("#nodes [data-mig=\"7:1g.10gb*7\"]");
+    let nodes = d.h.get("/v1/nodes", Some(&d.log.admin)).ok_json(200);
+    let two = items(&nodes["nodes"])
+        .iter()
+        .find(|n| n["node"] == "node-2")
+        .expect("node-2 listed");
+    assert_eq!(two["max_watts_per_gpu"], "400", "{two}");
+    assert_eq!(
+        two["gpus"][2]["mig"],
+        json!({"slices": 7, "instances": [{"profile": "1g.10gb", "count": 7}]}),
+        "{two}"
+    );
+    let at = two["updates"][0]["index"].to_string();
+    assert_eq!(
+        attr(b, &b.find("#nodes [data-updates]"), "data-updates"),
+        at
+    );
+    // A power limit that does not rise: the API's problem shows in the form.
+    update("", "300");
+    let problem = b.find("form:has(#upd-node) [data-problem]");
+    assert_eq!(attr(b, &problem, "data-status"), "400");
 }
 
 /// Sets a form control's value as a person would (the date pickers take no typed keys in

@@ -44,10 +44,21 @@ fn energy(
     seq: u64,
     tenant: &str,
     kwh: &str,
+    span: (Timestamp, Timestamp),
+) -> Envelope {
+    energy_of(key, seq, Some(tenant), kwh, span)
+}
+
+/// An `energy` record of n1 for [start, end), billed to `tenant` if any, signed with `key`.
+fn energy_of(
+    key: &SigningKey,
+    seq: u64,
+    tenant: Option<&str>,
+    kwh: &str,
     (start, end): (Timestamp, Timestamp),
 ) -> Envelope {
     let body = Body::Energy(Energy {
-        tenant: Some(tenant.into()),
+        tenant: tenant.map(str::to_owned),
         region: sample::REGION.into(),
         node: "n1".into(),
         start,
@@ -407,3 +418,149 @@ both_backends!(
         }
     }
 );
+
+/// An `energy` record of n1's own (no tenant) for [start, end), signed with `key`.
+fn node_energy(key: &SigningKey, seq: u64, kwh: &str, span: (Timestamp, Timestamp)) -> Envelope {
+    energy_of(key, seq, None, kwh, span)
+}
+
+// Issue #27, node updates: an update adds capacity for the records appended after it. A record
+// refused because the node lacked a GPU model or power is accepted when sent again after the
+// update (the agent holds such records), though the ledger's cache had read the node before;
+// an update that would take capacity away, or reuse a UUID, is refused and logs nothing; the
+// fleet listing shows the node as its entries made it; the log verifies.
+both_backends!(a_node_update_adds_capacity_from_then_on, |db: &TestDb| {
+    let log = init(db);
+    let srv = log.serve();
+    let h = srv.http();
+    let admin = log.admin.clone();
+    let a = Some(admin.as_str());
+    let n1 = h
+        .post("/v1/nodes", a, &sample::node("n1").to_value())
+        .ok_json(201);
+    h.post("/v1/tenants", a, &json!({"id": "acme", "name": "acme"}))
+        .ok_json(201);
+    h.post(
+        "/v1/leases",
+        a,
+        &lease(
+            "L-acme-1",
+            "acme",
+            json!([{"node": "n1", "gpus": [0, 1, 2, 3, 4, 5, 6, 7]}]),
+        ),
+    )
+    .ok_json(201);
+    let key = sample::key("n1");
+    h.register(&admin, "n1", "node", &key);
+    let hour = (base_day(), base_day().plus(3_600));
+    // The ledger's cache reads n1 for this record.
+    let ans = h.post_records(&[record(&key, 1, ("acme", Some("L-acme-1")), "8", hour)]);
+    assert_eq!(verdict(&ans["outcomes"][0]), "accepted", "{ans}");
+    // n1's 8 GPUs × 1000 W for an hour, +5 %: 8.4 kWh. 10 kWh is above it.
+    let heavy = node_energy(&key, 2, "10", hour);
+    let ans = h.post_records(std::slice::from_ref(&heavy));
+    assert_eq!(
+        verdict(&ans["outcomes"][0]),
+        "energy_over_bound body.kwh",
+        "{ans}"
+    );
+    let l40s = |seq: u64, lease: &str| {
+        let mut body = record(&key, seq, ("acme", Some(lease)), "1", hour).body;
+        body["gpu_model"] = "L40S".into();
+        let body = Body::from_value(Kind::GpuUsage, &body).unwrap();
+        Envelope::sign(sample::ORIGIN, Kind::GpuUsage, "n1", &key, seq, &body)
+    };
+    let ans = h.post_records(&[l40s(3, "L-acme-1")]);
+    assert_eq!(
+        verdict(&ans["outcomes"][0]),
+        "unknown_gpu_model body.gpu_model",
+        "{ans}"
+    );
+
+    // Updates that would take capacity away, or name what the log lacks, log nothing.
+    let size = h.size();
+    let gpu8 = |uuid: &str, model: &str| json!({"index": 8, "uuid": uuid, "model": model});
+    for (body, reason, field) in [
+        (
+            json!({"node": "n9", "max_watts_per_gpu": "1200"}),
+            "unknown_node",
+            "body.node",
+        ),
+        (
+            json!({"node": "n1", "gpus": [gpu8("GPU-sample-n1-0", "L40S")]}),
+            "invalid_field",
+            "body.gpus[0].uuid",
+        ),
+        (
+            json!({"node": "n1", "gpus": [{"index": 0, "uuid": "GPU-n1-0b", "model": "L40S"}]}),
+            "invalid_field",
+            "body.gpus[0].model",
+        ),
+        (
+            json!({"node": "n1", "max_watts_per_gpu": "1000"}),
+            "invalid_field",
+            "body.max_watts_per_gpu",
+        ),
+        (json!({"node": "n1"}), "invalid_field", "body.gpus"),
+    ] {
+        let r = h.post("/v1/node-updates", a, &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.lossy());
+        let p = r.json();
+        assert_eq!(
+            (
+                p["errors"][0]["reason"].as_str(),
+                p["errors"][0]["field"].as_str()
+            ),
+            (Some(reason), Some(field)),
+            "{body}: {p}"
+        );
+    }
+    assert_eq!(h.size(), size, "refused updates log nothing");
+    // GPU 8, an L40S, and 1200 W; then GPU 0 replaced by another board of its model.
+    let up = h
+        .post(
+            "/v1/node-updates",
+            a,
+            &json!({"node": "n1", "gpus": [gpu8("GPU-n1-8", "L40S")], "max_watts_per_gpu": "1200"}),
+        )
+        .ok_json(201);
+    assert_eq!(up, json!({"index": size, "kind": "node_updated"}));
+    h.post(
+        "/v1/node-updates",
+        a,
+        &json!({"node": "n1", "gpus": [{"index": 0, "uuid": "GPU-n1-0b", "model": sample::MODEL}]}),
+    )
+    .ok_json(201);
+
+    // The held energy, sent again: 9 GPUs × 1200 W for an hour, +5 %, is 11.34 kWh.
+    let ans = h.post_records(std::slice::from_ref(&heavy));
+    assert_eq!(verdict(&ans["outcomes"][0]), "accepted", "{ans}");
+    // The L40S is n1's now, but acme's lease does not cover it; a lease of it does.
+    let ans = h.post_records(&[l40s(3, "L-acme-1")]);
+    assert_eq!(
+        verdict(&ans["outcomes"][0]),
+        "lease_not_on_node body.lease",
+        "{ans}"
+    );
+    h.post(
+        "/v1/leases",
+        a,
+        &lease("L-acme-2", "acme", json!([{"node": "n1", "gpus": [8]}])),
+    )
+    .ok_json(201);
+    let ans = h.post_records(&[l40s(3, "L-acme-2")]);
+    assert_eq!(verdict(&ans["outcomes"][0]), "accepted", "{ans}");
+
+    // The fleet as its entries made it.
+    let nodes = h.get("/v1/nodes", a).ok_json(200);
+    let node = &nodes["nodes"][0];
+    assert_eq!(node["index"], n1["index"], "{node}");
+    assert_eq!(node["max_watts_per_gpu"], "1200", "{node}");
+    assert_eq!(node["gpus"].as_array().unwrap().len(), 9, "{node}");
+    assert_eq!(node["gpus"][0]["uuid"], "GPU-n1-0b", "{node}");
+    assert_eq!(node["gpus"][8], gpu8("GPU-n1-8", "L40S"), "{node}");
+    assert_eq!(node["updates"][0]["index"], size, "{node}");
+    assert_eq!(node["updates"].as_array().unwrap().len(), 2, "{node}");
+    assert_eq!(node["leases"].as_array().unwrap().len(), 2, "{node}");
+    verified(&db.url);
+});

@@ -109,6 +109,9 @@ fn scenario(db: &TestDb) -> Issued {
     // Set up a day before the records, when the rate cards and region parameters take effect
     // (no price may take effect in the past; receive times never decrease).
     let ledger = open_at(db, at(-86_400));
+    for n in NODES {
+        ensure_node_in(&ledger, n, "west");
+    }
     let node = signer_for(&ledger, "node-1", Role::Node, &NODES);
     let market = signer(&ledger, "market-1", Role::Market);
     parties(&ledger, &["acme", "beta"]);

@@ -58,6 +58,7 @@ const LEASED_H100S: u32 = 2;
 /// real one.
 fn ledger_with(db: &TestDb, tenants: &[&str]) -> (Ledger, ed25519_dalek::SigningKey) {
     let ledger = open_at(db, at(-86_400));
+    ensure_node_in(&ledger, "node-1", "west");
     let node = signer_for(&ledger, "node-1", Role::Node, &NODES);
     for t in tenants {
         ledger

@@ -763,7 +763,7 @@ fn spawn_agent(dir: &Path, node: &str, server: &str) -> (Proc, String) {
         &dir.join(node),
         node,
         server,
-        "cn-east-sh",
+        gpuledger::sample::REGION,
         "[[lease]]\nid = \"l-a\"\ntenant = \"tenant-a\"\ngpus = [0, 1, 2, 3]\n",
         r#"metrics_listen = "127.0.0.1:1"
 

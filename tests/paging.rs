@@ -157,6 +157,7 @@ struct Tokens {
 /// card takes effect (no price may take effect in the past) until the cards are logged, then
 /// it is the real one.
 fn scenario(ledger: &Ledger) -> Tokens {
+    ensure_node_in(ledger, "node-1", "west");
     let node = signer_for(ledger, "node-1", Role::Node, &["node-1"]);
     for t in ["acme", "globex"] {
         ledger

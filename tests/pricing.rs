@@ -53,7 +53,7 @@ fn append_signed(
 /// Registers node-p (a test node) and its key (for east and west) over HTTP, then posts its
 /// `records` (seq, body), which must all be accepted.
 fn post_node_p_records(h: &Http, admin: &str, records: &[(u64, Body)]) {
-    h.node(admin, "node-p");
+    h.node_in(admin, "node-p", "west");
     let node = gpuledger::sample::key("node-p");
     let body = serde_json::json!({"id": "node-p", "role": "node", "public_key": public(&node),
                                   "nodes": ["node-p"], "regions": ["east", "west"]});
@@ -78,7 +78,7 @@ fn node_p_lease(id: &str, tenant: &str, class: &str, count: u32) -> serde_json::
 /// Registers node-p (a test node, if it is not) and acme's on-demand lease `od-acme` of 8 of
 /// its H100s over HTTP: the lease acme's on-demand usage on node-p names.
 fn od_acme_on_node_p(h: &Http, admin: &str) {
-    h.node(admin, "node-p");
+    h.node_in(admin, "node-p", "west");
     h.post(
         "/v1/leases",
         Some(admin),
@@ -99,14 +99,26 @@ fn preview_of(tenant: &str, from: i64, to: i64) -> String {
 /// The nodes the tests' node-1 key may sign for.
 const NODES: [&str; 5] = ["node-1", "node-b", "node-e", "node-e1", "node-2"];
 
+/// The [`NODES`] with their regions (a record names its node's region), and node-e2, where
+/// node-2's key bills east.
+const NODE_REGIONS: [(&str, &str); 6] = [
+    ("node-1", "west"),
+    ("node-b", "west"),
+    ("node-e", "east"),
+    ("node-e1", "east"),
+    ("node-2", "west"),
+    ("node-e2", "east"),
+];
+
 /// acme's on-demand lease `od-acme`, which its on-demand usage names: 8 H100s of each of the
 /// nodes but node-b (half of each node's 16 H100s, the other half left to spot or reserved
 /// leases).
-const OD_ACME: [(&str, &str, u32); 4] = [
+const OD_ACME: [(&str, &str, u32); 5] = [
     ("node-1", "H100", 8),
     ("node-e", "H100", 8),
     ("node-e1", "H100", 8),
     ("node-2", "H100", 8),
+    ("node-e2", "H100", 8),
 ];
 
 fn rate_card(region: &str, class: LeaseClass, price: &str, from: Timestamp) -> Body {
@@ -148,6 +160,7 @@ fn golden_log(db: &TestDb) -> gpuledger::store::Ledger {
     // effect before it is logged (beyond the policy's skew), and receive times never decrease.
     let log = open_at(db, at(-86_400));
     let ledger = &log;
+    ensure_nodes_in(ledger, &NODE_REGIONS);
     let node = signer_for(ledger, "node-1", Role::Node, &NODES);
     let market = signer(ledger, "market-1", Role::Market);
     // beta is registered too, so that invoice bundles have another tenant's entries to leave out.
@@ -374,7 +387,7 @@ both_backends!(pricing_endpoints_and_preview, |db: &TestDb| {
     );
     assert_eq!(h.call("POST", "/v1/rate-cards", None, Some(card)).0, 401);
     // Leases cover GPUs of registered nodes: 4 of node-p's 16 H100s each.
-    h.node(&admin, "node-p");
+    h.node_in(&admin, "node-p", "west");
     let lease = node_p_lease("l-1", "acme", "reserved", 4);
     assert_eq!(
         h.call("POST", "/v1/leases", Some(&admin), Some(lease.clone()))
@@ -618,6 +631,8 @@ both_backends!(
         // The rate card is logged as it takes effect, a day before the records; then the
         // ledger's clock is the real one again for the records.
         let ledger = open_at(db, at(-86_400));
+        ensure_nodes_in(&ledger, &NODE_REGIONS);
+        ensure_nodes_in(&ledger, &NODE_REGIONS);
         let node = signer_for(&ledger, "node-1", Role::Node, &NODES);
         parties(&ledger, &["acme"]);
         ledger
@@ -783,12 +798,12 @@ both_backends!(
         // 9.25); 3 GPUs on the spot lease 00:48:20–00:51:40, across the change to 8 at 00:50
         // (300 GPU-s × 11.35 = 0.9458… → 0.95, and 300 GPU-s × 8 = 0.666… → 0.67); 2 kWh in west
         // (2 × 1.08 × 0.28 = 0.6048 → 0.60). Day 2: 1 GPU east for an hour, 24.00.
-        let node2 = signer(&ledger, "node-2", Role::Node);
+        let node2 = signer_for(&ledger, "node-2", Role::Node, &["node-2", "node-e2"]);
         let late = [
             usage("node-2", 1, "west", Some("od-acme"), "1", 7200, 9000),
             usage("node-2", 2, "west", Some("spot-1"), "3", 2900, 3100),
             (3, acme_energy("node-2", "2", 0, 3600)),
-            usage("node-2", 4, "east", Some("od-acme"), "1", 86_400, 90_000),
+            usage("node-e2", 4, "east", Some("od-acme"), "1", 86_400, 90_000),
         ];
         append_signed(&ledger, "node-2", &node2, &late);
         let second = ledger.issuance().invoices("acme", day2).unwrap();
@@ -813,7 +828,7 @@ both_backends!(
         assert_eq!(inv2.total, inv2.sum_of_lines().gross);
         // The late records are adjusted once: day 3's invoice has nothing of day 1.
         let (_, east) = usage(
-            "node-2",
+            "node-e2",
             5,
             "east",
             Some("od-acme"),
@@ -898,6 +913,7 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
     use gpuledger::core::rating::LineKey;
     // Set up before the spot price takes effect (receive times never decrease).
     let ledger = open_at(db, at(-90_000));
+    ensure_nodes_in(&ledger, &NODE_REGIONS);
     let node = signer_for(&ledger, "node-1", Role::Node, &NODES);
     let market = signer(&ledger, "market-1", Role::Market);
     parties(&ledger, &["acme", "beta"]);

@@ -63,6 +63,9 @@ const LEASED_H100S: u32 = 8;
 /// days before the records' first day; returns the node key (signer `node-1`, for nodes
 /// n0–n3).
 fn priced(ledger: &Ledger) -> SigningKey {
+    for n in NODES {
+        ensure_node_in(ledger, n, "west");
+    }
     let key = signer_for(ledger, "node-1", Role::Node, &NODES);
     for t in ["acme", "beta"] {
         ledger
@@ -702,7 +705,7 @@ both_backends!(concurrent_issues_are_gapless_and_exact, |db: &TestDb| {
             for i in 0..40u64 {
                 // Day -1, which nobody issues: these never change what is computed.
                 let start = -DAY + 60 * i as i64;
-                let b = leased("beta", "n3", "east", "1", start, start + 60);
+                let b = leased("beta", "n3", "west", "1", start, start + 60);
                 assert_accepted(
                     &l.append(vec![signed("node-1", &k, first + 1 + i, &b)])
                         .unwrap(),

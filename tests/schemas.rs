@@ -155,6 +155,7 @@ fn schemas_are_valid_2020_12_and_named_by_their_id() {
         "lease_registered.v3.json",
         "log_policy.v3.json",
         "node_registered.v3.json",
+        "node_updated.v3.json",
         "payment.v3.json",
         "rate_card.v3.json",
         "record_excluded.v3.json",
@@ -746,6 +747,16 @@ fn record_excluded_bodies_agree_with_their_schema() {
 fn node_registered_bodies_agree_with_their_schema() {
     use gpuledger::core::record::{Body, Kind};
     let gpu = |index: u64, uuid: &str| json!({"index": index, "uuid": uuid, "model": "H100"});
+    let mig = |index: u64, slices: u64, instances: Value| {
+        let instances: Vec<Value> = instances
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| json!({"profile": p[0], "count": p[1]}))
+            .collect();
+        json!({"index": index, "uuid": format!("GPU-{index}"), "model": "H100",
+               "mig": {"slices": slices, "instances": instances}})
+    };
     let gpus = |n: u64| -> Value { (0..n).map(|i| gpu(i, &format!("GPU-{i}"))).collect() };
     let node = json!({"node": "n1", "region": "west", "hub": "hub-1", "gpus": gpus(8),
                       "max_watts_per_gpu": "1000"});
@@ -772,6 +783,22 @@ fn node_registered_bodies_agree_with_their_schema() {
         ("repeated uuid",               with("gpus", json!([gpu(0, "GPU-0"), gpu(1, "GPU-0")])), INVALID, false),
         ("zero watts",                  with("max_watts_per_gpu", json!("0")), Err(Reason::QuantityOutOfRange), false),
         ("5001 watts",                  with("max_watts_per_gpu", json!("5001")), Err(Reason::QuantityOutOfRange), false),
+        // MIG layouts.
+        ("a MIG layout",                with("gpus", json!([mig(0, 7, json!([["1g.10gb", 3], ["3g.40gb", 1]]))])), Ok(()), true),
+        ("8 slices of 1g",              with("gpus", json!([mig(0, 8, json!([["1g.10gb", 8]]))])), Ok(()), true),
+        ("0 slices",                    with("gpus", json!([mig(0, 0, json!([["1g.10gb", 1]]))])), INVALID, true),
+        ("9 slices",                    with("gpus", json!([mig(0, 9, json!([["1g.10gb", 1]]))])), INVALID, true),
+        ("no instances",                with("gpus", json!([mig(0, 7, json!([]))])), INVALID, true),
+        ("a profile that is no profile",with("gpus", json!([mig(0, 7, json!([["1g.10GB", 1]]))])), INVALID, true),
+        ("a profile of 9 slices",       with("gpus", json!([mig(0, 8, json!([["9g.80gb", 1]]))])), INVALID, true),
+        ("count 0",                     with("gpus", json!([mig(0, 7, json!([["1g.10gb", 0]]))])), INVALID, true),
+        ("count 9",                     with("gpus", json!([mig(0, 8, json!([["1g.10gb", 9]]))])), INVALID, true),
+        ("an unknown layout member",    with("gpus", json!([{"index": 0, "uuid": "GPU-0", "model": "H100", "mig": {"slices": 7, "instances": [], "mode": "x"}}])), MALFORMED, true),
+        ("more slices than the GPU's",  with("gpus", json!([mig(0, 7, json!([["3g.40gb", 2], ["2g.20gb", 1]]))])), INVALID, false),
+        ("a profile above the slices",  with("gpus", json!([mig(0, 4, json!([["7g.80gb", 1]]))])), INVALID, false),
+        ("profiles out of order",       with("gpus", json!([mig(0, 7, json!([["3g.40gb", 1], ["1g.10gb", 1]]))])), INVALID, false),
+        ("a profile twice",             with("gpus", json!([mig(0, 7, json!([["1g.10gb", 1], ["1g.10gb", 1]]))])), INVALID, false),
+        ("one model, other slices",     with("gpus", json!([mig(0, 7, json!([["1g.10gb", 7]])), mig(1, 4, json!([["1g.10gb", 4]]))])), INVALID, false),
     ];
     let mut failures = Vec::new();
     for (name, body, expect, expressed) in cases {
@@ -791,6 +818,48 @@ fn node_registered_bodies_agree_with_their_schema() {
     // A valid body round-trips through the Rust type to the same JSON.
     let b = Body::from_value(Kind::NodeRegistered, &node).unwrap();
     assert_eq!(b.to_value(), node);
+}
+
+/// `node_updated` bodies (PROTOCOL §5.18): the schema and the Rust type agree; what needs the
+/// node (a reused UUID, a changed model, a power limit that does not rise) is an admission rule.
+#[test]
+fn node_updated_bodies_agree_with_their_schema() {
+    use gpuledger::core::record::{Body, Kind};
+    let gpu = |index: u64, uuid: &str| json!({"index": index, "uuid": uuid, "model": "H100"});
+    let both = json!({"node": "n1", "gpus": [gpu(8, "GPU-8")], "max_watts_per_gpu": "800"});
+    // (name, body, expected, schema expresses the rule)
+    type BodyCase = (&'static str, Value, Result<(), Reason>, bool);
+    #[rustfmt::skip]
+    let cases: Vec<BodyCase> = vec![
+        ("GPUs and watts",           both.clone(), Ok(()), true),
+        ("GPUs only",                json!({"node": "n1", "gpus": [gpu(8, "GPU-8")]}), Ok(()), true),
+        ("watts only",               json!({"node": "n1", "max_watts_per_gpu": "800"}), Ok(()), true),
+        ("no node",                  json!({"max_watts_per_gpu": "800"}), MALFORMED, true),
+        ("empty gpus",               json!({"node": "n1", "gpus": []}), Err(Reason::QuantityOutOfRange), true),
+        ("65 gpus",                  json!({"node": "n1", "gpus": (0..65).map(|i| gpu(i, &format!("G{i}"))).collect::<Vec<_>>()}), Err(Reason::QuantityOutOfRange), true),
+        ("null watts",               json!({"node": "n1", "max_watts_per_gpu": null}), MALFORMED, true),
+        ("an unknown member",        json!({"node": "n1", "max_watts_per_gpu": "800", "region": "east"}), MALFORMED, true),
+        // Beyond the schema.
+        ("nothing to change",        json!({"node": "n1"}), INVALID, false),
+        ("zero watts",               json!({"node": "n1", "max_watts_per_gpu": "0"}), Err(Reason::QuantityOutOfRange), false),
+        ("repeated uuid",            json!({"node": "n1", "gpus": [gpu(8, "G"), gpu(9, "G")]}), INVALID, false),
+    ];
+    let mut failures = Vec::new();
+    for (name, body, expect, expressed) in cases {
+        let schema = schema_valid("node_updated", &body);
+        let rust = Body::from_value(Kind::NodeUpdated, &body)
+            .map(|_| ())
+            .map_err(|r| r.reason);
+        let env = json!({"v": 3, "kind": "node_updated", "signer": "ledger", "key_id": "0123456789abcdef",
+                         "seq": 1, "body": body, "sig": base64_of(&[0u8; 64])});
+        if schema_valid("envelope", &env) != schema {
+            failures.push(format!("{name}: the envelope schema says {}", !schema));
+        }
+        failures.extend(disagreement(name, schema, rust, expect, expressed));
+    }
+    assert_all_agree(&failures);
+    let b = Body::from_value(Kind::NodeUpdated, &both).unwrap();
+    assert_eq!(b.to_value(), both);
 }
 
 fn def_validator(def: &str) -> &'static Validator {

@@ -234,15 +234,16 @@ use gpuledger::store::certificates::{self as store_certs, CertificateRequest};
 /// A log in which acme's records, the context and other entries interleave, so the bundle's
 /// multi-proof has nodes to give; and acme's certificate for the first two hours.
 fn certified(ledger: &Ledger) -> Certificate {
+    ensure_nodes_in(ledger, &WEST_EAST_NODES);
     let n1 = signer(ledger, "node-1", Role::Node);
-    let n2 = signer(ledger, "node-2", Role::Node);
+    let n2 = signer_for(ledger, "node-2", Role::Node, &["node-2", "node-3"]);
     parties(ledger, &["acme", "globex"]);
     acme_globex_h100_leases(ledger);
     #[rustfmt::skip]
     let records = [
         ("node-1", &n1, 1, h100_usage("acme", "node-1", "west", Some("h100-acme"), "8", 0, 3600)),
         ("node-2", &n2, 1, h100_usage("globex", "node-2", "west", Some("h100-globex"), "1", 0, 60)),
-        ("node-2", &n2, 2, h100_usage("acme", "node-2", "east", Some("h100-acme"), "0.5", 0, 600)),
+        ("node-2", &n2, 2, h100_usage("acme", "node-3", "east", Some("h100-acme"), "0.5", 0, 600)),
         ("node-2", &n2, 3, h100_usage("globex", "node-2", "west", Some("h100-globex"), "1", 600, 660)),
         ("node-2", &n2, 4, h100_usage("globex", "node-2", "west", Some("h100-globex"), "1", 660, 720)),
         ("node-1", &n1, 2, h100_usage("acme", "node-1", "west", Some("l1"), "2", 3600, 7200)),
@@ -708,6 +709,7 @@ both_backends!(bundles_are_served_as_v3_v2_and_gzip, |db: &TestDb| {
 fn a_multiproof_over_several_node_lines() {
     let db = sqlite();
     let ledger = open(&db);
+    ensure_nodes_in(&ledger, &WEST_EAST_NODES);
     let n1 = signer(&ledger, "node-1", Role::Node);
     let n2 = signer(&ledger, "node-2", Role::Node);
     parties(&ledger, &["acme", "globex"]);

@@ -16,8 +16,8 @@ use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
 use gpuledger::core::logcheck::LogChecker;
 use gpuledger::core::merkle::{self, MemoryHashes};
 use gpuledger::core::record::{
-    Body, InvoiceIssued, Kind, LogPolicy, RecordExcluded, Role, Settlement, SignerKeyRegistered,
-    TenantRegistered,
+    Body, InvoiceIssued, Kind, LogPolicy, NodeGpu, NodeUpdated, RecordExcluded, Role, Settlement,
+    SignerKeyRegistered, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use gpuledger::sample;
@@ -312,6 +312,34 @@ fn leaves_of(envs: Vec<Envelope>, now: Timestamp) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// [`sample::node`] `node` in `region`.
+fn node_in(node: &str, region: &str) -> Body {
+    let mut n = sample::node(node);
+    if let Body::NodeRegistered(n) = &mut n {
+        n.region = region.into();
+    }
+    n
+}
+
+/// A whole GPU of a node.
+fn gpu(index: u32, uuid: &str, model: &str) -> NodeGpu {
+    NodeGpu {
+        index,
+        uuid: uuid.into(),
+        model: model.into(),
+        mig: None,
+    }
+}
+
+/// A `node_updated` body: `gpus` (none: absent) and a power limit.
+fn update(node: &str, gpus: Vec<NodeGpu>, watts: Option<Decimal>) -> Body {
+    Body::NodeUpdated(NodeUpdated {
+        node: node.into(),
+        gpus: (!gpus.is_empty()).then_some(gpus),
+        max_watts_per_gpu: watts,
+    })
+}
+
 /// Every admission rule, broken by an honestly signed last entry of a log the ledger would not
 /// have written: verify-log's checker, `gpuledger verify`, verifiers/python and the console's
 /// verifier (under Node) each name that entry with the rule's own reason, and nothing else.
@@ -344,6 +372,7 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             effective_from: from,
         })
     };
+    let node_w = sample::key("node-w");
     // node-f is a sample node: 8 H100-SXM-80G GPUs of at most 1000 W each.
     let mut context = vec![
         ledger(Body::LogPolicy(LogPolicy::default())),
@@ -617,6 +646,78 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
         ),
         ("already_registered", vec![ledger(sample::node("node-f"))]),
         (
+            // A node in another region, and a key for it whose scope holds the sample region:
+            // its usage billed at the sample region's prices.
+            "wrong_region",
+            vec![
+                ledger(node_in("node-w", "cn-west-x")),
+                ledger(registration("node-w", Role::Node, &node_w)),
+                sample::usage("node-w", &node_w, 1, "t1", Decimal::ONE, now.plus(-60)),
+            ],
+        ),
+        (
+            "wrong_region",
+            vec![
+                ledger(node_in("node-w", "cn-west-x")),
+                ledger(registration("node-w", Role::Node, &node_w)),
+                sample::energy(
+                    "node-w",
+                    &node_w,
+                    1,
+                    None,
+                    Decimal::new(1, 3),
+                    now.plus(-60),
+                ),
+            ],
+        ),
+        // Node updates only add capacity (§5.18).
+        (
+            "unknown_node",
+            vec![ledger(update(
+                "node-x",
+                vec![gpu(8, "GPU-new-8", "H100-SXM-80G")],
+                None,
+            ))],
+        ),
+        (
+            // A UUID node-f was registered with, under a new index.
+            "invalid_field",
+            vec![ledger(update(
+                "node-f",
+                vec![gpu(8, "GPU-sample-node-f-0", "H100-SXM-80G")],
+                None,
+            ))],
+        ),
+        (
+            // GPU 0 "replaced" by a board of another model.
+            "invalid_field",
+            vec![ledger(update(
+                "node-f",
+                vec![gpu(0, "GPU-new-0", "L40S")],
+                None,
+            ))],
+        ),
+        (
+            // 8 + 57 GPUs.
+            "quantity_out_of_range",
+            vec![ledger(update(
+                "node-f",
+                (8..65)
+                    .map(|i| gpu(i, &format!("GPU-new-{i}"), "H100-SXM-80G"))
+                    .collect(),
+                None,
+            ))],
+        ),
+        (
+            // The power limit does not rise.
+            "invalid_field",
+            vec![ledger(update(
+                "node-f",
+                Vec::new(),
+                Some(Decimal::from(1_000)),
+            ))],
+        ),
+        (
             // One record excluded from rating twice (the rule a bundle can check: its
             // records follow the exclusions, PROTOCOL §6.7 disputes).
             "already_excluded",
@@ -724,6 +825,149 @@ fn a_broken_admission_rule_is_named_by_every_verifier() {
             );
         }
     }
+}
+
+/// A record is judged by its node as the log held it when the record was appended (issue #27,
+/// node updates): a bundle's context holds every `node_updated` entry, later ones too, and
+/// every verifier (verify-log's checker, `gpuledger verify`, verifiers/python, the console)
+/// refuses a record that claims a GPU model, or energy, the node had only after it; the same
+/// records after the update pass all four.
+#[test]
+fn a_record_is_judged_by_its_node_as_it_was_when_logged() {
+    let node = sample::key("node-f");
+    let now = Timestamp::now();
+    let mut ledger = ledger_signer();
+    let mut context = vec![
+        ledger(Body::LogPolicy(LogPolicy::default())),
+        ledger(sample::node("node-f")),
+        ledger(registration("node-f", Role::Node, &node)),
+    ];
+    for b in sample::parties("t1", &["node-f"], sample::NODE_GPUS) {
+        context.push(ledger(b));
+    }
+    // An L40S added as GPU 8, and the power limit raised from 1000 W to 2000 W.
+    let added = || {
+        ledger_signer_at(
+            context_len(&context),
+            update(
+                "node-f",
+                vec![gpu(8, "GPU-added-8", "L40S")],
+                Some(Decimal::from(2_000)),
+            ),
+        )
+    };
+    // t1's lease of the L40S (registered after the update).
+    let l40s_lease = |seq: u64| {
+        ledger_signer_at(
+            seq,
+            Body::LeaseRegistered(gpuledger::core::record::LeaseRegistered {
+                lease: "lease-t1-l40s".into(),
+                tenant: "t1".into(),
+                class: gpuledger::core::rating::LeaseClass::OnDemand,
+                from: Timestamp::from_unix(sample::LEASE_FROM).unwrap(),
+                to: None,
+                nodes: vec![gpuledger::core::record::LeaseNode {
+                    node: "node-f".into(),
+                    gpus: Some(vec![8]),
+                    share: None,
+                    gpu_model: None,
+                    count: None,
+                }],
+            }),
+        )
+    };
+    let l40s = |seq: u64, lease: &str| {
+        edited(
+            &sample::usage("node-f", &node, seq, "t1", Decimal::ONE, now.plus(-60)),
+            &node,
+            |b| {
+                b["gpu_model"] = "L40S".into();
+                b["lease"] = lease.into();
+            },
+        )
+    };
+    // The node's 8 GPUs for 10 s at 1000 W: 8 × 1000 × 10 × 1.05 / 3,600,000 = 0.02333… kWh;
+    // at 2000 W, twice that. 0.03 kWh fits only after the update.
+    let energy = |seq: u64| {
+        sample::energy(
+            "node-f",
+            &node,
+            seq,
+            None,
+            Decimal::new(3, 2),
+            now.plus(-30),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = verifier_key_file(dir.path());
+    let python = python_verifier_ready();
+    let browser = browser_verifier_ready();
+    let n = context.len() as u64;
+    // (name, the entries after the context, the verdict: PASS, or a reason at an index)
+    type Case<'a> = (&'a str, Vec<Envelope>, Option<(&'a str, u64)>);
+    let cases: Vec<Case> = vec![
+        (
+            "after the update",
+            vec![
+                added(),
+                l40s_lease(n + 2),
+                l40s(1, "lease-t1-l40s"),
+                energy(2),
+            ],
+            None,
+        ),
+        (
+            // The sample lease covers H100s only; the node had no L40S when it was logged.
+            "an L40S before the update",
+            vec![l40s(1, &sample::lease("t1")), added()],
+            Some(("unknown_gpu_model", n)),
+        ),
+        (
+            "energy at the new limit before the update",
+            vec![energy(1), added()],
+            Some(("energy_over_bound", n)),
+        ),
+    ];
+    for (name, tail, want) in cases {
+        let mut envs = context.clone();
+        envs.extend(tail);
+        let leaves = leaves_of(envs, now);
+        let failures = checker_failures(&leaves);
+        let got = failures.first().map(|f| (f.reason, f.index));
+        assert_eq!(got, want, "{name}: {failures:?}");
+        let path = dir
+            .path()
+            .join(format!("{}.ndjson", name.replace(' ', "-")));
+        std::fs::write(&path, bundle_of(&leaves)).unwrap();
+        let (_, v) = verify_json(bin().arg("verify"), &path, &key_file);
+        let verdict = |v: &serde_json::Value| match want {
+            None => v["result"] == "PASS",
+            Some((code, at)) => v["reason"] == code && v["item"] == format!("entry {at}"),
+        };
+        assert!(verdict(&v), "{name}: gpuledger verify: {v}");
+        if python {
+            let (_, v) = verify_json(python_verifier().arg("bundle"), &path, &key_file);
+            let ok = match want {
+                None => v["result"] == "PASS",
+                Some((code, _)) => v["reason"] == code,
+            };
+            assert!(ok, "{name}: python: {v}");
+        }
+        if browser {
+            let v = browser_verdict(&path, &key_file);
+            assert!(verdict(&v), "{name}: the console: {v}");
+        }
+    }
+}
+
+/// The number of entries so far: the seq the ledger gives its next entry is one more.
+fn context_len(context: &[Envelope]) -> u64 {
+    context.len() as u64 + 1
+}
+
+/// A ledger entry with seq `seq` (the ledger's seqs count its entries from 1).
+fn ledger_signer_at(seq: u64, body: Body) -> Envelope {
+    signed(LEDGER_SIGNER, &log_key(), seq, &body)
 }
 
 /// A registration the log key did not sign registers nothing: verify-log's checker names it

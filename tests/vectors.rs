@@ -17,8 +17,9 @@ use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
 use gpuledger::core::merkle::{self, Hash, MemoryHashes};
 use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{
-    Body, Energy, GpuUsage, LeaseNode, LeaseRegistered, LogPolicy, NodeGpu, NodeRegistered, Role,
-    SignerKeyRegistered, SignerKeyRevoked, SpotPrice, TenantRegistered,
+    Body, Energy, GpuUsage, LeaseNode, LeaseRegistered, LogPolicy, MigInstances, MigLayout,
+    NodeGpu, NodeRegistered, NodeUpdated, Role, SignerKeyRegistered, SignerKeyRevoked, SpotPrice,
+    TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use rust_decimal::Decimal;
@@ -49,7 +50,7 @@ const DETAILED: [(&str, u64); 3] = [("gpu_usage", 7), ("energy", 8), ("spot_pric
 /// are made over).
 const GPU_USAGE_INDEX: usize = DETAILED[0].1 as usize;
 /// Entries in the vector log.
-const LOG_SIZE: u64 = 13;
+const LOG_SIZE: u64 = 14;
 /// Inclusion proofs (leaf index, tree size) and consistency proofs (old size, new size).
 const INCLUSIONS: [(u64, u64); 3] = [(2, 7), (6, 7), (0, 1)];
 const CONSISTENCIES: [(u64, u64); 3] = [(3, 7), (4, 7), (7, 7)];
@@ -116,6 +117,7 @@ fn log_specs() -> Vec<EntrySpec> {
                 index: i,
                 uuid: format!("GPU-00000000-0000-0000-0000-{:012x}", i + 1),
                 model: "H100-SXM5-80GB".into(),
+                mig: None,
             })
             .collect(),
         max_watts_per_gpu: dec("5000"),
@@ -236,6 +238,35 @@ fn log_specs() -> Vec<EntrySpec> {
                 reason: Some("rotated".into()),
             }),
             received_at: "2026-11-30T12:10:00Z",
+        },
+        // The node gains a tenth GPU, partitioned into MIG instances (§5.16, §5.18).
+        EntrySpec {
+            signer: LEDGER_SIGNER,
+            seed: LOG_SEED,
+            seq: 10,
+            body: Body::NodeUpdated(NodeUpdated {
+                node: NODE_SIGNER.into(),
+                gpus: Some(vec![NodeGpu {
+                    index: 9,
+                    uuid: "GPU-00000000-0000-0000-0000-00000000000a".into(),
+                    model: "H100-SXM5-80GB".into(),
+                    mig: Some(MigLayout {
+                        slices: 7,
+                        instances: vec![
+                            MigInstances {
+                                profile: "1g.10gb".into(),
+                                count: 3,
+                            },
+                            MigInstances {
+                                profile: "3g.40gb".into(),
+                                count: 1,
+                            },
+                        ],
+                    }),
+                }]),
+                max_watts_per_gpu: None,
+            }),
+            received_at: "2026-11-30T12:11:00Z",
         },
     ]
 }

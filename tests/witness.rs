@@ -689,6 +689,7 @@ fn certificate_files(dir: &Path) -> (String, String) {
     use gpuledger::store::certificates::{self as store_certs, CertificateRequest};
     let db = common::sqlite();
     let ledger = common::open(&db);
+    common::ensure_node_in(&ledger, "node-1", "west");
     let node = common::signer(&ledger, "node-1", Role::Node);
     common::parties(&ledger, &["acme"]);
     // The usage is of node-1's H100s: a lease of acme covers 8 of them.

@@ -497,7 +497,13 @@ impl Http {
 
     /// Registers node `node` as a [`super::test_node`] unless the log has it (201 or 409).
     pub fn node(&self, admin: &str, node: &str) {
-        let r = self.post("/v1/nodes", Some(admin), &super::test_node(node).to_value());
+        self.node_in(admin, node, sample::REGION)
+    }
+
+    /// [`Http::node`] in `region`.
+    pub fn node_in(&self, admin: &str, node: &str, region: &str) {
+        let body = super::test_node_in(node, region).to_value();
+        let r = self.post("/v1/nodes", Some(admin), &body);
         assert!(matches!(r.status, 201 | 409), "node {node}: {}", r.lossy());
     }
 

@@ -212,16 +212,22 @@ pub fn signer(ledger: &Ledger, name: &str, role: Role) -> SigningKey {
 /// The test fleet's node: every GPU model the tests' records name, 8 of each (64 GPUs), each
 /// drawing at most `MAX_WATTS_PER_GPU`, in the sample region.
 pub fn test_node(node: &str) -> gpuledger::core::record::Body {
+    test_node_in(node, gpuledger::sample::REGION)
+}
+
+/// A [`test_node`] in `region` (a record names its node's region, PROTOCOL §6.7 fleet).
+pub fn test_node_in(node: &str, region: &str) -> gpuledger::core::record::Body {
     use gpuledger::core::record::{Body, NodeGpu, NodeRegistered};
     Body::NodeRegistered(NodeRegistered {
         node: node.into(),
-        region: gpuledger::sample::REGION.into(),
+        region: region.into(),
         hub: None,
         gpus: (0..64)
             .map(|i| NodeGpu {
                 index: i,
                 uuid: format!("GPU-test-{node}-{i}"),
                 model: test_node_model(i).into(),
+                mig: None,
             })
             .collect(),
         max_watts_per_gpu: rust_decimal::Decimal::from(gpuledger::core::limits::MAX_WATTS_PER_GPU),
@@ -297,7 +303,21 @@ pub const TEST_NODE: &str = "node-1";
 /// Registers `node` as a [`test_node`] unless the log has it (node keys name registered nodes
 /// only).
 pub fn ensure_node(ledger: &Ledger, node: &str) {
-    match ledger.append_ledger_entry(test_node(node)) {
+    ensure_node_in(ledger, node, gpuledger::sample::REGION)
+}
+
+/// Registers each of `nodes` (node, region) as a [`test_node_in`] its region unless the log
+/// has it: before the keys that name them, for tests whose records are in other regions than
+/// the sample region.
+pub fn ensure_nodes_in(ledger: &Ledger, nodes: &[(&str, &str)]) {
+    for (node, region) in nodes {
+        ensure_node_in(ledger, node, region);
+    }
+}
+
+/// [`ensure_node`] in `region`.
+pub fn ensure_node_in(ledger: &Ledger, node: &str, region: &str) {
+    match ledger.append_ledger_entry(test_node_in(node, region)) {
         Ok(_) | Err(gpuledger::store::StoreError::AlreadyExists(_)) => {}
         Err(e) => panic!("register node {node}: {e}"),
     }

@@ -165,12 +165,18 @@ pub fn sample_prices(since: Timestamp, per_gpu_hour: &str) -> [Body; 2] {
     ]
 }
 
+/// The nodes of [`acme_globex_h100_leases`] with their regions: node-1 and node-2 in west,
+/// node-3 in east (where node-2's key bills acme's east usage). Register them before the keys
+/// that name them (a record names its node's region).
+pub const WEST_EAST_NODES: [(&str, &str); 3] =
+    [("node-1", "west"), ("node-2", "west"), ("node-3", "east")];
+
 /// The H100 leases of the two-node scenarios (tests/certificates.rs, tests/tamper.rs): acme
 /// leases 8 of the 16 H100s of node-1 and of node-2 (`h100-acme`) and 8 more of node-1 (`l1`);
 /// globex the other 8 of node-2 (`h100-globex`). All on-demand and open-ended.
 pub fn acme_globex_h100_leases(ledger: &gpuledger::store::Ledger) {
     for (lease, tenant, nodes) in [
-        ("h100-acme", "acme", &["node-1", "node-2"][..]),
+        ("h100-acme", "acme", &["node-1", "node-2", "node-3"][..]),
         ("l1", "acme", &["node-1"][..]),
         ("h100-globex", "globex", &["node-2"][..]),
     ] {

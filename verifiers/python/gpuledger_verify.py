@@ -5,7 +5,9 @@ Written from docs/PROTOCOL.md (version 3: envelope and leaf `v` 3; version 2's c
 #12 kept, and issue #27's fleet, leases, settlements and disputes added:
 signed messages that name the log's origin, key validity, strict signatures, signer scopes,
 tenant registrations, log policies and the admission rules rechecked from a bundle), with the
-JSON Schemas and vectors the document makes part of the contract; not from the Rust code. It
+JSON Schemas and vectors the document makes part of the contract; not from the Rust code (the
+fleet rules of node updates, MIG layouts and the node's region, which the document does not
+describe yet, follow crates/core/src/fleet.rs and record.rs: README, items 42-44). It
 checks compute-usage certificates with their evidence bundles (PROTOCOL.md section 15), bundles
 alone (steps 1, 2 and 4), signed checkpoints (section 9) and consistency proofs between two
 checkpoints (section 8).
@@ -131,6 +133,9 @@ REASONS = (
     # fits the node it names (its region, a GPU model it has, at most as many GPUs of that model,
     # no more energy than its GPUs can draw).
     "unknown_node",
+    # A gpu_usage or energy record names another region than its node's registration (checked
+    # right after unknown_node, before the GPU model, lease and energy rules).
+    "wrong_region",
     "unknown_gpu_model",
     "over_capacity",
     "energy_over_bound",
@@ -147,6 +152,13 @@ REASONS = (
     "unknown_record",
     "already_excluded",
     "record_invoiced",
+    # Node updates (section 5.18; fleet.rs `check_node_update`): a node_updated entry that lists
+    # a UUID the node had, changes a replaced board's model or MIG layout, or lowers the power
+    # limit (invalid_field), or gives the node more than 64 GPUs (quantity_out_of_range). The
+    # Rust bundle verifier reports these with the ledger's own codes (bundle.rs
+    # `Reason::of_rejection`: Admission(invalid_field)), and so does this one.
+    "invalid_field",
+    "quantity_out_of_range",
 )
 ADMISSION_REASONS = REASONS[REASONS.index("node_not_allowed"):]
 CONSISTENCY_REASON = "consistency_proof"  # not in section 15: see README "Where the document was unclear"
@@ -234,13 +246,17 @@ MAX_SIGNER_NODES = 256  # version 2: signer_key_registered.nodes
 MAX_SIGNER_REGIONS = 64  # version 2: signer_key_registered.regions
 MAX_VOLUME_TIERS = 16
 MAX_TIER_BOUND_GPU_HOURS = Decimal(1000000000)
-MAX_NODE_GPUS = 64  # node_registered.gpus
+MAX_NODE_GPUS = 64  # node_registered.gpus; and the most GPUs a node has after its node_updated entries
+MAX_MIG_SLICES = 8  # limits.rs: the most compute slices of a MIG-partitioned GPU, profiles and instances
+GPU_UNITS = 840  # limits.rs: a GPU in units of 1/840 (the lcm of 1..MAX_MIG_SLICES), for the energy bound
 MAX_GPU_INDEX = 2**32 - 1  # node_registered.gpus[i].index is a u32
 MAX_GPU_UUID_LEN = 128  # node_registered.gpus[i].uuid: 1 to 128 visible ASCII characters
 MAX_WATTS_PER_GPU = Decimal(5000)  # node_registered.max_watts_per_gpu
 MAX_LEASE_NODES = 64  # lease_registered.nodes: 1 to 64 items
 MAX_LEASE_GPUS = 64  # lease_registered.nodes[i].gpus: 1 to 64 indexes (MAX_NODE_GPUS)
-MAX_LEASE_COUNT = Decimal(64)  # lease_registered.nodes[i].count: above 0, at most 64 (MAX_NODE_GPUS)
+# lease_registered.nodes[i].count: above 0, at most MAX_NODE_GPUS x MAX_MIG_SLICES = 512 (a count of a
+# MIG profile's instances)
+MAX_LEASE_COUNT = Decimal(MAX_NODE_GPUS * MAX_MIG_SLICES)
 ENERGY_BOUND_MARGIN_PERCENT = 5  # an energy record may exceed GPUs x watts x seconds by 5 %
 WATT_SECONDS_PER_KWH = 3600000
 
@@ -269,7 +285,11 @@ INVOICE_NUMBER_RE = re.compile(r"INV-[0-9]{6}")
 CERT_ID_RE = re.compile(r"CERT-[0-9]{6,}")
 SIZE_RE = re.compile(r"0|[1-9][0-9]*")
 GPU_UUID_RE = re.compile(r"[\x21-\x7e]{1,128}")  # visible ASCII
-GPU_MEMBERS = ("index", "uuid", "model")
+GPU_MEMBERS = ("index", "uuid", "model")  # required; `mig` is optional (GPU_OPTIONAL_MEMBERS)
+GPU_OPTIONAL_MEMBERS = ("mig",)
+MIG_MEMBERS = ("slices", "instances")
+MIG_INSTANCE_MEMBERS = ("profile", "count")
+MAX_U32 = 2**32 - 1
 
 
 def is_id(value: Any) -> bool:
@@ -727,6 +747,7 @@ LEDGER_KINDS = (
     "log_policy",  # version 2
     "node_registered",  # the fleet: a node, its region and its GPUs
     "record_excluded",  # disputes: a record of a tenant excluded from rating (section 5.17)
+    "node_updated",  # the fleet: capacity added to a registered node (GPUs, a replaced board, watts)
 )
 KINDS = NODE_KINDS + MARKET_KINDS + LEDGER_KINDS
 RECORD_KINDS = NODE_KINDS
@@ -927,17 +948,18 @@ def _tiers(b: _Body) -> None:
 
 
 def _node_gpus(b: _Body) -> List[Dict[str, Any]]:
-    """node_registered.gpus: 1 to MAX_NODE_GPUS objects {index, uuid, model}, by strictly
-    increasing index, UUIDs (1 to 128 visible ASCII characters) distinct, models identifiers.
-    The members' presence and types are checked for every GPU first (malformed), as the ledger
-    reads the whole body before it checks any value; the values come after the body's ids."""
+    """node_registered.gpus (and node_updated.gpus) as serde reads them: objects {index, uuid,
+    model} with an optional `mig` {slices, instances: [{profile, count}]} (no null, no other
+    member; integers u32). The members' presence and types are checked for every GPU first
+    (malformed), as the ledger reads the whole body before it checks any value; the values come
+    after the body's ids (_check_node_gpus)."""
     gpus = b.body["gpus"]
     for i, gpu in enumerate(gpus):
         f = f"body.gpus[{i}]"
         if not isinstance(gpu, dict):
             raise FieldError("malformed", f, "not an object")
         for name in gpu:
-            if name not in GPU_MEMBERS:
+            if name not in GPU_MEMBERS and name not in GPU_OPTIONAL_MEMBERS:
                 raise FieldError("malformed", f"{f}.{name}", "unknown member")
         for name in GPU_MEMBERS:
             if name not in gpu:
@@ -947,12 +969,50 @@ def _node_gpus(b: _Body) -> List[Dict[str, Any]]:
         for name in ("uuid", "model"):
             if not isinstance(gpu[name], str):
                 raise FieldError("malformed", f"{f}.{name}", "not a string (null is not allowed)")
+        if "mig" in gpu:
+            _mig_shape(gpu["mig"], f"{f}.mig")
     return gpus
 
 
+def _serde_members(obj: Dict[str, Any], members, at: str) -> None:
+    """serde's deny_unknown_fields and required members: an unknown member, then a missing one,
+    each `malformed` at `<at>.<name>`."""
+    for name in obj:
+        if name not in members:
+            raise FieldError("malformed", f"{at}.{name}", "unknown member")
+    for name in members:
+        if name not in obj:
+            raise FieldError("malformed", f"{at}.{name}", "missing")
+
+
+def _mig_shape(mig: Any, f: str) -> None:
+    """record.rs `MigLayout` as serde reads it: {slices: u32, instances: [{profile: string,
+    count: u32}]}, nothing else, no null (malformed)."""
+    if not isinstance(mig, dict):
+        raise FieldError("malformed", f, "not an object (null is not allowed)")
+    _serde_members(mig, MIG_MEMBERS, f)
+    if not is_int(mig["slices"]) or not 0 <= mig["slices"] <= MAX_U32:
+        raise FieldError("malformed", f"{f}.slices", f"not an integer 0..{MAX_U32}")
+    if not isinstance(mig["instances"], list):
+        raise FieldError("malformed", f"{f}.instances", "not an array (null is not allowed)")
+    for j, inst in enumerate(mig["instances"]):
+        at = f"{f}.instances[{j}]"
+        if not isinstance(inst, dict):
+            raise FieldError("malformed", at, "not an object")
+        _serde_members(inst, MIG_INSTANCE_MEMBERS, at)
+        if not isinstance(inst["profile"], str):
+            raise FieldError("malformed", f"{at}.profile", "not a string (null is not allowed)")
+        if not is_int(inst["count"]) or not 0 <= inst["count"] <= MAX_U32:
+            raise FieldError("malformed", f"{at}.count", f"not an integer 0..{MAX_U32}")
+
+
 def _check_node_gpus(gpus: List[Dict[str, Any]]) -> None:
+    """record.rs `node_gpus`: 1 to MAX_NODE_GPUS GPUs (quantity_out_of_range, body.gpus), GPU by
+    GPU: strictly increasing index, UUID of 1 to 128 visible ASCII characters, UUIDs distinct,
+    model an identifier, MIG layout whole (`mig_layout`), then no earlier GPU of the same model
+    partitioned into other slices (invalid_field, body.gpus[i].mig.slices; `mig_slices_differ`)."""
     if not 1 <= len(gpus) <= MAX_NODE_GPUS:
-        raise FieldError("quantity_out_of_range", "body.gpus", f"{len(gpus)} GPUs; a node has 1 to {MAX_NODE_GPUS}")
+        raise FieldError("quantity_out_of_range", "body.gpus", f"{len(gpus)} GPUs; lists 1 to {MAX_NODE_GPUS} GPUs")
     uuids = set()
     for i, gpu in enumerate(gpus):
         f = f"body.gpus[{i}]"
@@ -968,6 +1028,109 @@ def _check_node_gpus(gpus: List[Dict[str, Any]]) -> None:
         uuids.add(gpu["uuid"])
         if not is_id(gpu["model"]) or gpu["model"] in RESERVED_IDS:
             raise FieldError("invalid_field", f"{f}.model", f"{gpu['model']!r} is not an identifier a body may name")
+        if "mig" in gpu:
+            _check_mig_layout(f"{f}.mig", gpu["model"], gpu["mig"])
+            for other in gpus[:i]:
+                if other["model"] == gpu["model"] and "mig" in other \
+                        and other["mig"]["slices"] != gpu["mig"]["slices"]:
+                    raise mig_slices_differ(i, gpu, other)
+
+
+def mig_slices_differ(i: int, gpu: Dict[str, Any], other: Dict[str, Any]) -> "FieldError":
+    """record.rs `mig_slices_differ`: the refusal of GPU `i`, partitioned into other slices than
+    `other`, a partitioned GPU of the same model (invalid_field, body.gpus[i].mig.slices): one MIG
+    profile of a model is one share of a GPU on a node."""
+    return FieldError("invalid_field", f"body.gpus[{i}].mig.slices",
+                      f"GPU {gpu['index']} of model {gpu['model']} has {gpu['mig']['slices']} slices, GPU "
+                      f"{other['index']} of the node {other['mig']['slices']}: a node's partitioned GPUs of one "
+                      "model have the same slices")
+
+
+MIG_PROFILE_RE = re.compile(r"([0-9])g\.([1-9][0-9]{0,3})gb")
+
+
+def mig_profile_slices(profile: str) -> Optional[int]:
+    """record.rs `mig_profile_slices`: the compute slices of a MIG profile `<g>g.<GB>gb` (g one
+    digit 1 to MAX_MIG_SLICES, GB 1 to 9999 without a leading zero), else None."""
+    m = MIG_PROFILE_RE.fullmatch(profile)
+    if m is None:
+        return None
+    g = int(m.group(1))
+    return g if 1 <= g <= MAX_MIG_SLICES else None
+
+
+def _check_mig_layout(f: str, model: str, layout: Dict[str, Any]) -> None:
+    """record.rs `mig_layout`: slices 1 to MAX_MIG_SLICES (`.slices`); 1 to MAX_MIG_SLICES
+    profiles (`.instances`); instance by instance: a profile of at most the GPU's slices, then by
+    strictly increasing name (`.instances[j].profile`), count 1 to MAX_MIG_SLICES
+    (`.instances[j].count`), `<model>/<profile>` an identifier (`.instances[j].profile`); the
+    instances together within the slices (`.instances`). All invalid_field."""
+    slices = layout["slices"]
+    if not 1 <= slices <= MAX_MIG_SLICES:
+        raise FieldError("invalid_field", f"{f}.slices", f"{slices}: a GPU has 1 to {MAX_MIG_SLICES} compute slices")
+    instances = layout["instances"]
+    if not 1 <= len(instances) <= MAX_MIG_SLICES:
+        raise FieldError("invalid_field", f"{f}.instances", f"{len(instances)} profiles; lists 1 to "
+                         f"{MAX_MIG_SLICES} profiles")
+    used = 0
+    for j, inst in enumerate(instances):
+        at = f"{f}.instances[{j}]"
+        g = mig_profile_slices(inst["profile"])
+        if g is None or g > slices:
+            raise FieldError("invalid_field", f"{at}.profile",
+                             f"{inst['profile']!r} is not a MIG profile <g>g.<GB>gb of at most the GPU's "
+                             f"{slices} slices")
+        if j > 0 and inst["profile"].encode("utf-8") <= instances[j - 1]["profile"].encode("utf-8"):
+            raise FieldError("invalid_field", f"{at}.profile", "profiles are listed once each, by increasing name")
+        if not 1 <= inst["count"] <= MAX_MIG_SLICES:
+            raise FieldError("invalid_field", f"{at}.count", f"{inst['count']}: 1 to {MAX_MIG_SLICES} instances")
+        unit = f"{model}/{inst['profile']}"
+        if not is_id(unit) or unit in RESERVED_IDS:
+            raise FieldError("invalid_field", f"{at}.profile", f"{unit!r} is not an identifier a body may name")
+        used += g * inst["count"]
+    if used > slices:
+        raise FieldError("invalid_field", f"{f}.instances", f"take {used} compute slices of the GPU's {slices}")
+
+
+# --- A GPU's units (record.rs `NodeGpu::units_of`, `unit_share`, `unit_models`) ----------------
+
+
+def gpu_units_of(gpu: Dict[str, Any], model: str) -> int:
+    """How many units of GPU model `model` the GPU is: unpartitioned, 1 when it is of that model;
+    partitioned (`mig`), the count of the profile's instances when `model` is
+    `<its model>/<profile>`; otherwise 0."""
+    mig = gpu.get("mig")
+    if mig is None:
+        return 1 if gpu["model"] == model else 0
+    prefix = gpu["model"] + "/"
+    if not model.startswith(prefix):
+        return 0
+    profile = model[len(prefix):]
+    for inst in mig["instances"]:
+        if inst["profile"] == profile:
+            return inst["count"]
+    return 0
+
+
+def gpu_unit_share(gpu: Dict[str, Any], model: str) -> int:
+    """What one unit of `model` on the GPU is, in GPU_UNITS of a GPU: the whole GPU (840)
+    unpartitioned, an instance's slices of the GPU's slices (840 / slices x g) partitioned; 0
+    when the GPU has no unit of `model`."""
+    if gpu_units_of(gpu, model) == 0:
+        return 0
+    mig = gpu.get("mig")
+    if mig is None:
+        return GPU_UNITS
+    profile = model[len(gpu["model"]) + 1:]
+    return GPU_UNITS // mig["slices"] * (mig_profile_slices(profile) or 0)
+
+
+def gpu_unit_models(gpu: Dict[str, Any]) -> List[str]:
+    """The models the GPU's units are: its own, or `<model>/<profile>` per MIG profile."""
+    mig = gpu.get("mig")
+    if mig is None:
+        return [gpu["model"]]
+    return [f"{gpu['model']}/{inst['profile']}" for inst in mig["instances"]]
 
 
 LEASE_ITEM_MEMBERS = ("node", "gpus", "share", "gpu_model", "count")
@@ -996,38 +1159,12 @@ class Lease:
     items: Tuple[LeaseItem, ...]
     index: int = -1
 
-    def covers(self, node_body: Dict[str, Any], model: str) -> Decimal:
-        """What the lease covers of the node's GPUs of `model` (section 5.8; record.rs `covers`):
-        the share (1 when absent) of each listed GPU of that model, plus the counts of that
-        model. Exact."""
-        models = {g["index"]: g["model"] for g in node_body["gpus"]}
-        total = Decimal(0)
-        for item in self.items:
-            if item.node != node_body["node"]:
-                continue
-            if item.gpus is not None:
-                of_model = sum(1 for g in item.gpus if models.get(g) == model)
-                total = DEC.add(total, DEC.multiply(Decimal(of_model), item.share if item.share is not None
-                                                    else Decimal(1)))
-            elif item.gpu_model == model:
-                total = DEC.add(total, item.count)
-        return total
-
-    def covers_node(self, node_body: Dict[str, Any]) -> Decimal:
-        """What the lease covers of the node's GPUs, every model (record.rs `covers_node`): the
-        share (1 when absent) of each listed GPU the node has, plus the counts. Exact."""
-        indexes = {g["index"] for g in node_body["gpus"]}
-        total = Decimal(0)
-        for item in self.items:
-            if item.node != node_body["node"]:
-                continue
-            if item.gpus is not None:
-                listed = sum(1 for g in item.gpus if g in indexes)
-                total = DEC.add(total, DEC.multiply(Decimal(listed), item.share if item.share is not None
-                                                    else Decimal(1)))
-            elif item.count is not None:
-                total = DEC.add(total, item.count)
-        return total
+    def covers(self, node: Any, model: str) -> Decimal:
+        """How many units of `model` the lease covers on `node` (a NodeAt, or a node_registered
+        body: the node as registered): lease_covers."""
+        if isinstance(node, dict):
+            node = FleetNode(node, -1).at(None)
+        return lease_covers(self, node, model)
 
     def term_holds(self, start: int, end: int) -> bool:
         """[start, end) lies within the term."""
@@ -1039,6 +1176,149 @@ class Lease:
     def term_overlaps(self, other: "Lease") -> bool:
         """The two half-open terms share an instant."""
         return (self.end is None or other.start < self.end) and (other.end is None or self.start < other.end)
+
+
+# --- The fleet as of a log index (crates/core/src/fleet/inventory.rs `Node`, `NodeAt`) ---------
+
+
+class FleetNode:
+    """A node as the log holds it (inventory.rs `Node`): its registration and what its
+    node_updated entries added, each GPU, UUID and power limit with the index of the entry that
+    brought it. Every question is answered as of a log index (`at`): a bundle's context may hold
+    updates logged after a record, which do not count for it."""
+
+    def __init__(self, registration: Dict[str, Any], at: int):
+        self.registration = registration
+        self.name: str = registration["node"]
+        self.region: str = registration["region"]
+        self.registered_at = at
+        # (GPU, index of the entry that added it), by increasing GPU index; a replaced board's
+        # entry keeps its index and takes the latest UUID (index, model and mig never change).
+        self.gpus: List[Tuple[Dict[str, Any], int]] = [(dict(g), at) for g in registration["gpus"]]
+        self.uuids: List[Tuple[str, int]] = [(g["uuid"], at) for g in registration["gpus"]]
+        self.watts: List[Tuple[Decimal, int]] = [(Decimal(registration["max_watts_per_gpu"]), at)]
+        self._entries: List[int] = [at]  # the indexes of the node's entries, increasing
+        self._views: Dict[int, "NodeAt"] = {}
+
+    def apply(self, update: Dict[str, Any], at: int) -> None:
+        """inventory.rs `Node::apply`: takes in the node_updated body at `at` (after check_fleet
+        admitted it)."""
+        for g in update.get("gpus") or ():
+            self.uuids.append((g["uuid"], at))
+            indexes = [h["index"] for h, _ in self.gpus]
+            i = bisect.bisect_left(indexes, g["index"])
+            if i < len(indexes) and indexes[i] == g["index"]:
+                self.gpus[i][0]["uuid"] = g["uuid"]
+            else:
+                self.gpus.insert(i, (dict(g), at))
+        if "max_watts_per_gpu" in update:
+            self.watts.append((Decimal(update["max_watts_per_gpu"]), at))
+        bisect.insort(self._entries, at)
+        self._views.clear()
+
+    def uuid_listed(self, uuid: str, index: int) -> Optional[int]:
+        """The index of the latest entry that listed `uuid` for this node before `index`."""
+        for u, at in reversed(self.uuids):
+            if u == uuid and at < index:
+                return at
+        return None
+
+    def at(self, index: Optional[int]) -> "NodeAt":
+        """The node as the entries before `index` made it (None: every entry so far)."""
+        k = len(self._entries) if index is None else bisect.bisect_left(self._entries, index)
+        view = self._views.get(k)
+        if view is None:
+            view = self._views[k] = NodeAt(self, self._entries[k - 1] + 1 if k else -1)
+        return view
+
+
+class NodeAt:
+    """inventory.rs `NodeAt`: a node as of a log index, the GPUs and power limit the entries
+    before it gave it."""
+
+    def __init__(self, node: FleetNode, index: int):
+        self.node = node
+        self.index = index
+        self.name = node.name
+        self.region = node.region
+        self.gpus: List[Dict[str, Any]] = [g for g, at in node.gpus if at < index]
+        self.by_index: Dict[int, Dict[str, Any]] = {g["index"]: g for g in self.gpus}
+        watts = node.watts[0][0]
+        for w, at in node.watts:
+            if at < index:
+                watts = w
+        self.max_watts_per_gpu: Decimal = watts
+        self._units: Dict[str, int] = {}
+
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    def gpu(self, index: int) -> Optional[Dict[str, Any]]:
+        """Its GPU at `index` (as nvidia-smi numbers it), if it had it."""
+        return self.by_index.get(index)
+
+    def units_of(self, model: str) -> int:
+        """How many units of `model` it has: its unpartitioned GPUs of that model, or the MIG
+        instances of `<model>/<profile>` (gpu_units_of, summed)."""
+        n = self._units.get(model)
+        if n is None:
+            n = self._units[model] = sum(gpu_units_of(g, model) for g in self.gpus)
+        return n
+
+
+def lease_covers(lease: Lease, node: NodeAt, model: str) -> Decimal:
+    """fleet.rs `lease_covers`: how many units of `model` (whole GPUs, or MIG instances of
+    `<model>/<profile>`) the lease covers on `node`: for each item listing GPUs, its share (1 when
+    absent) x the units of `model` of each listed GPU the node has (a partitioned GPU listed covers
+    its instances); plus the count of the items of that model. Exact."""
+    total = Decimal(0)
+    for item in lease.items:
+        if item.node != node.name:
+            continue
+        if item.gpus is not None:
+            units = sum(gpu_units_of(g, model) for g in (node.gpu(i) for i in item.gpus) if g is not None)
+            total = DEC.add(total, DEC.multiply(Decimal(units), item.share if item.share is not None
+                                                else Decimal(1)))
+        elif item.gpu_model == model and item.count is not None:
+            total = DEC.add(total, item.count)
+    return total
+
+
+def lease_units_on(lease: Lease, node: NodeAt) -> Decimal:
+    """fleet.rs `lease_units_on`: how much of `node` the lease covers, every model, in GPU_UNITS
+    (1/840) of a GPU: each listed GPU the node has x share x 840, and each count of a model x what
+    one unit of it is (the largest gpu_unit_share of that model over the node's GPUs; 0 when none).
+    Exact."""
+    total = Decimal(0)
+    for item in lease.items:
+        if item.node != node.name:
+            continue
+        if item.gpus is not None:
+            listed = sum(1 for i in item.gpus if node.gpu(i) is not None)
+            share = item.share if item.share is not None else Decimal(1)
+            total = DEC.add(total, DEC.multiply(DEC.multiply(Decimal(listed), share), Decimal(GPU_UNITS)))
+        elif item.gpu_model is not None and item.count is not None:
+            unit = max((gpu_unit_share(g, item.gpu_model) for g in node.gpus), default=0)
+            total = DEC.add(total, DEC.multiply(item.count, Decimal(unit)))
+    return total
+
+
+def within_energy_bound(units: Decimal, watts: Decimal, seconds: int, kwh: Decimal) -> bool:
+    """fleet.rs `within_energy_bound`: kWh x 3,600,000 x 100 x 840 <= units x W x seconds x (100 +
+    margin), `units` in GPU_UNITS of a GPU; exact (every operand has at most 9 decimals, as the
+    ledger's integers of 1e-18 compare them)."""
+    used = DEC.multiply(kwh, Decimal(WATT_SECONDS_PER_KWH * 100 * GPU_UNITS))
+    allowed = DEC.multiply(DEC.multiply(DEC.multiply(units, watts), Decimal(seconds)),
+                           Decimal(100 + ENERGY_BOUND_MARGIN_PERCENT))
+    return used <= allowed
+
+
+def energy_bound_kwh(units: Decimal, watts: Decimal, seconds: int) -> Decimal:
+    """fleet.rs `energy_bound_kwh`, for people: the bound in kWh, to 9 decimals."""
+    allowed = DEC.multiply(DEC.multiply(DEC.multiply(units, watts), Decimal(seconds)),
+                           Decimal(100 + ENERGY_BOUND_MARGIN_PERCENT))
+    return DEC.divide(allowed, Decimal(WATT_SECONDS_PER_KWH * 100 * GPU_UNITS)).quantize(Decimal("1e-9"),
+                                                                                          context=DEC)
 
 
 def _lease_items_shape(items: List[Any]) -> None:
@@ -1078,8 +1358,8 @@ def _lease_items(items: List[Dict[str, Any]]) -> Tuple[LeaseItem, ...]:
     """Section 5.8, as record.rs `lease_nodes`: 1 to MAX_LEASE_NODES items (empty: invalid_field,
     more: quantity_out_of_range), each checked in order: its `node`; then either `gpus` (1 to 64
     indexes, strictly increasing, none of the node listed before in the lease; an optional
-    `share` above 0 and below 1) or `gpu_model` and `count` (above 0, at most 64; a model of a
-    node counted once), else invalid_field on the item."""
+    `share` above 0 and below 1) or `gpu_model` and `count` (above 0, at most 512: 64 GPUs x 8
+    MIG instances; a model of a node counted once), else invalid_field on the item."""
     if not items:
         raise FieldError("invalid_field", "body.nodes", "an empty array (a lease covers 1 to "
                          f"{MAX_LEASE_NODES} items)")
@@ -1310,6 +1590,20 @@ def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
             b.id("hub")
         _check_node_gpus(gpus)
         watts = b.decimal("max_watts_per_gpu", Decimal(0), MAX_WATTS_PER_GPU, lo_exclusive=True)
+        out.update(max_watts_per_gpu=watts)
+    elif kind == "node_updated":
+        # record.rs `NodeUpdated::check` (section 5.18): the node; the GPUs, if any, as
+        # node_registered's; the power limit, if any, as node_registered's; at least one of them.
+        b = _Body(body, {"node": True, "gpus": False, "max_watts_per_gpu": False}, array_members=("gpus",))
+        gpus = _node_gpus(b) if b.has("gpus") else None
+        b.id("node")
+        if gpus is not None:
+            _check_node_gpus(gpus)
+        watts = None
+        if b.has("max_watts_per_gpu"):
+            watts = b.decimal("max_watts_per_gpu", Decimal(0), MAX_WATTS_PER_GPU, lo_exclusive=True)
+        if gpus is None and watts is None:
+            raise FieldError("invalid_field", "body.gpus", "an update adds GPUs, raises max_watts_per_gpu, or both")
         out.update(max_watts_per_gpu=watts)
     else:  # pragma: no cover - kinds are checked before
         raise FieldError("unknown_kind", "kind", kind)
@@ -1864,9 +2158,9 @@ class LogView:
         # registration of a lease counts. leases_by_node: node -> the leases naming it, in log order.
         self.leases: Dict[str, Lease] = {}
         self.leases_by_node: Dict[str, List[str]] = {}
-        # The fleet: node -> (its node_registered body, parsed values, index of the entry); the
-        # first registration of a node counts.
-        self.nodes: Dict[str, Tuple[Dict[str, Any], Dict[str, Any], int]] = {}
+        # The fleet (inventory.rs `FleetLog`): node -> its registration (the first counts) with
+        # what its node_updated entries added, each with the index of its entry.
+        self.nodes: Dict[str, FleetNode] = {}
         self.region_params: Dict[str, List[RegionParams]] = {}
         self.series_latest: Dict[Tuple[str, ...], int] = {}  # price series -> latest effective_from
         self.spot_prices: Dict[Tuple[str, str, int], int] = {}  # (region, gpu_model, effective_from) -> index
@@ -2102,35 +2396,45 @@ class LogView:
                            f"{body['effective_from']} is not later than the latest effective_from of the series "
                            f"{'/'.join(series[1:])} earlier in the log")
 
-    def registered_node(self, node: str, index: int) -> Optional[Tuple[Dict[str, Any], Dict[str, Any], int]]:
-        """The registration of `node` at an index below `index`, if the bundle holds one."""
+    def registered_node(self, node: str, index: int) -> Optional[NodeAt]:
+        """The node as of entry `index` (its registration and the updates before it), if the
+        bundle holds a registration of it at an index below `index`."""
         reg = self.nodes.get(node)
-        return reg if reg is not None and reg[2] < index else None
+        return reg.at(index) if reg is not None and reg.registered_at < index else None
 
     def check_fleet(self, kind: str, body: Dict[str, Any], index: int, parsed: Dict[str, Any], fail,
                     leases: bool = True) -> None:
         """Section 6.7, fleet (crates/core/src/fleet.rs `check_fleet`), after the party rules and
-        before the time rules: a node is registered once; a node key's nodes are registered before
-        it; a record names a node registered before it (its region is bounded by its key's scope,
-        not by the node's), a GPU model the node has, at most as many GPUs of that model as the node
-        has, and at most the energy its GPUs draw in its interval: GPUs x max_watts_per_gpu x
-        seconds, plus 5 %, in kWh, where GPUs are the node's for an energy record without a tenant
-        and, for one with a tenant, what the tenant's leases of the node whose terms hold the
-        interval cover (energy_lease_cover).
+        before the time rules. Every question is answered as of the entry checked: a node's GPUs
+        are those added by entries below its index, its power limit the latest set below it (a
+        bundle's context may hold node_updated entries logged after a record).
 
-        Then the leases (section 6.7, leases; fleet.rs `check_usage_lease`, `check_not_overbooked`):
-        a gpu_usage record names a lease that covers its node's GPUs of its model, for its whole
-        interval, and at least its gpu_count of them; a lease_registered names registered nodes,
-        GPU indexes and models they have, and overbooks no node at any instant of its term,
-        counting the node's earlier leases the view holds (a bundle: the subject tenant's only).
+        - node_registered: a node is registered once (already_registered).
+        - node_updated: the node is registered (unknown_node), then `check_node_update`.
+        - signer_key_registered: a node key's nodes are registered (unknown_node).
+        - gpu_usage: its node is registered (unknown_node), the record names the node's region
+          (wrong_region), a model the node has units of (unknown_gpu_model: an unpartitioned
+          GPU's model, or `<model>/<profile>` of a MIG-partitioned GPU), at most as many units as
+          the node has (over_capacity); then the lease rules (`check_usage_lease`).
+        - lease_registered: `check_lease_registration`.
+        - energy: its node is registered, the node's region (wrong_region), and at most what the
+          node's units draw: units x max_watts_per_gpu x seconds, + 5 %, in units of 1/840 GPU
+          (`within_energy_bound`); the units are the node's GPUs x 840 without a tenant, what the
+          tenant's leases of the node cover with one (`energy_lease_cover`).
+
         `leases` False skips the lease rules of records (usage, and a tenant's energy): a record of
         another tenant than a certificate's, to which the party rules (which the lease rules build
-        on) do not apply."""
+        on) do not apply. The region rule is the node's, and applies to every record."""
         if kind == "node_registered":
-            reg = self.registered_node(body["node"], index)
-            if reg is not None:
+            reg = self.nodes.get(body["node"])
+            if reg is not None and reg.registered_at < index:
                 raise fail("already_registered", "body.node",
-                           f"{body['node']} is already registered (entry {reg[2]})")
+                           f"{body['node']} is already registered (entry {reg.registered_at})")
+        elif kind == "node_updated":
+            node = self.registered_node(body["node"], index)
+            if node is None:
+                raise fail("unknown_node", "body.node", f"{body['node']} is not a registered node")
+            self.check_node_update(body, node, index, parsed, fail)
         elif kind == "signer_key_registered":
             for node in body.get("nodes") or ():
                 if self.registered_node(node, index) is None:
@@ -2138,71 +2442,110 @@ class LogView:
         elif kind == "lease_registered":
             self.check_lease_registration(parsed["lease"], index, fail)
         elif kind in NODE_KINDS:
-            node = body["node"]
-            reg = self.registered_node(node, index)
-            if reg is None:
-                raise fail("unknown_node", "body.node", f"{node} is not a registered node")
-            nb, n_parsed, _ = reg
+            name = body["node"]
+            node = self.registered_node(name, index)
+            if node is None:
+                raise fail("unknown_node", "body.node", f"{name} is not a registered node")
+            if node.region != body["region"]:
+                raise fail("wrong_region", "body.region",
+                           f"is {body['region']}, but node {name} is registered in {node.region}")
             if kind == "gpu_usage":
-                has = sum(1 for g in nb["gpus"] if g["model"] == body["gpu_model"])
+                model = body["gpu_model"]
+                has = node.units_of(model)
                 if has == 0:
-                    raise fail("unknown_gpu_model", "body.gpu_model", f"node {node} has no {body['gpu_model']} GPU")
+                    raise fail("unknown_gpu_model", "body.gpu_model", f"node {name} has no {model} GPU")
                 if Decimal(body["gpu_count"]) > has:
                     raise fail("over_capacity", "body.gpu_count",
-                               f"is {body['gpu_count']}, but node {node} has {has} {body['gpu_model']} GPUs")
+                               f"is {body['gpu_count']}, but node {name} has {has} {model} GPUs")
                 if leases:
-                    self.check_usage_lease(body, nb, index, parsed, fail)
+                    self.check_usage_lease(body, node, index, parsed, fail)
             else:
-                watts, seconds = n_parsed["max_watts_per_gpu"], parsed["end"] - parsed["start"]
+                seconds = parsed["end"] - parsed["start"]
                 tenant = body.get("tenant")
                 if tenant is None:
-                    gpus = Decimal(len(nb["gpus"]))
-                    whose = f"node {node}'s {len(nb['gpus'])} GPUs"
+                    units = Decimal(node.gpu_count() * GPU_UNITS)
+                    whose = f"node {name}'s {node.gpu_count()} GPUs"
                 elif leases:
-                    gpus = self.energy_lease_cover(body, tenant, nb, index, parsed, fail)
-                    whose = f"the {dec_str(gpus)} GPUs {tenant} leases of node {node}"
+                    units = self.energy_lease_cover(body, tenant, node, index, parsed, fail)
+                    gpus = DEC.divide(units, Decimal(GPU_UNITS)).quantize(Decimal("0.000001"), context=DEC)
+                    whose = f"the {dec_str(gpus)} GPUs {tenant} leases of node {name}"
                 else:
                     return  # another tenant's record in a bundle: its leases are not in the view
-                # kwh <= gpus x watts x seconds x (100 + margin) / 100 / 3,600,000, compared exactly
-                # (both sides multiplied by 360,000,000: no division, nothing rounded; the bound
-                # itself need not be a finite decimal).
-                allowed = DEC.multiply(DEC.multiply(gpus, Decimal(seconds * (100 + ENERGY_BOUND_MARGIN_PERCENT))),
-                                       watts)
-                scale = Decimal(100 * WATT_SECONDS_PER_KWH)
-                if DEC.multiply(parsed["kwh"], scale) > allowed:
-                    bound = DEC.divide(allowed, scale).quantize(Decimal("0.000001"), context=DEC)
+                watts = node.max_watts_per_gpu
+                if not within_energy_bound(units, watts, seconds, parsed["kwh"]):
                     raise fail("energy_over_bound", "body.kwh",
-                               f"is {body['kwh']} kWh, above what {whose} x "
-                               f"{nb['max_watts_per_gpu']} W draw in {seconds} s (+{ENERGY_BOUND_MARGIN_PERCENT} %): "
-                               f"{dec_str(bound)} kWh")
+                               f"is {body['kwh']} kWh, above what {whose} x {dec_str(watts)} W draw in {seconds} s "
+                               f"(+{ENERGY_BOUND_MARGIN_PERCENT} %): "
+                               f"{dec_str(energy_bound_kwh(units, watts, seconds))} kWh")
 
-    def energy_lease_cover(self, body: Dict[str, Any], tenant: str, node_body: Dict[str, Any], index: int,
+    def check_node_update(self, body: Dict[str, Any], node: NodeAt, index: int, parsed: Dict[str, Any],
+                          fail) -> None:
+        """fleet.rs `check_node_update`: an update adds capacity only. GPU by GPU, in order: its
+        UUID was listed for the node by no earlier entry (invalid_field, body.gpus[i].uuid); an
+        index the node has keeps its model and MIG layout (a replaced board; invalid_field,
+        body.gpus[i].model), one it lacks is a new GPU, which, if partitioned, has the slices of
+        the node's partitioned GPUs of its model (invalid_field, body.gpus[i].mig.slices). Then the node has at most MAX_NODE_GPUS
+        GPUs (quantity_out_of_range, body.gpus); then the power limit, if given, rises strictly
+        above the node's (invalid_field, body.max_watts_per_gpu)."""
+        reg = self.nodes[body["node"]]
+        added = 0
+        for i, g in enumerate(body.get("gpus") or ()):
+            at = reg.uuid_listed(g["uuid"], index)
+            if at is not None:
+                raise fail("invalid_field", f"body.gpus[{i}].uuid",
+                           f"{g['uuid']} was listed for node {node.name} already (entry {at})")
+            had = node.gpu(g["index"])
+            if had is None:
+                if "mig" in g:
+                    for other in node.gpus:
+                        if other["model"] == g["model"] and "mig" in other \
+                                and other["mig"]["slices"] != g["mig"]["slices"]:
+                            e = mig_slices_differ(i, g, other)
+                            raise fail(e.code, e.field, e.message)
+                added += 1
+            elif had["model"] != g["model"] or had.get("mig") != g.get("mig"):
+                partitioned = " partitioned into MIG instances" if had.get("mig") is not None else ""
+                raise fail("invalid_field", f"body.gpus[{i}].model",
+                           f"GPU {g['index']} of node {node.name} is a {had['model']}{partitioned}: a replaced "
+                           "board keeps its model and partition (add a new board under a new index)")
+        if node.gpu_count() + added > MAX_NODE_GPUS:
+            raise fail("quantity_out_of_range", "body.gpus",
+                       f"would give node {node.name} {node.gpu_count() + added} GPUs; a node has at most "
+                       f"{MAX_NODE_GPUS}")
+        watts = parsed.get("max_watts_per_gpu")
+        if watts is not None and watts <= node.max_watts_per_gpu:
+            raise fail("invalid_field", "body.max_watts_per_gpu",
+                       f"is {dec_str(watts)} W, not above node {node.name}'s {dec_str(node.max_watts_per_gpu)} W: "
+                       "a power limit only rises (a node that draws less is registered anew)")
+
+    def energy_lease_cover(self, body: Dict[str, Any], tenant: str, node: NodeAt, index: int,
                            parsed: Dict[str, Any], fail) -> Decimal:
         """fleet.rs `energy_lease_cover`: a tenant's energy on a node is billed only under the
         tenant's leases of the node registered before it (else lease_not_on_node), whose terms
         hold its whole interval (else outside_lease_term), for what those leases cover of the
-        node, every model."""
-        node = body["node"]
-        mine = [self.leases[n] for n in self.leases_by_node.get(node, ())]
+        node as of the record, every model, in GPU_UNITS of a GPU (lease_units_on)."""
+        name = body["node"]
+        mine = [self.leases[n] for n in self.leases_by_node.get(name, ())]
         mine = [l for l in mine if l.index < index and l.tenant == tenant]
         if not mine:
             raise fail("lease_not_on_node", "body.tenant",
-                       f"{tenant} has no lease on node {node}: its energy is billed only under a lease of the node")
+                       f"{tenant} has no lease on node {name}: its energy is billed only under a lease of the node")
         holding = [l for l in mine if l.term_holds(parsed["start"], parsed["end"])]
         if not holding:
             raise fail("outside_lease_term", "body.start",
                        f"[{body['start']}, {body['end']}) is not within the term of any lease of {tenant} "
-                       f"on node {node}")
+                       f"on node {name}")
         total = Decimal(0)
         for l in holding:
-            total = DEC.add(total, l.covers_node(node_body))
+            total = DEC.add(total, lease_units_on(l, node))
         return total
 
-    def check_usage_lease(self, body: Dict[str, Any], node_body: Dict[str, Any], index: int,
+    def check_usage_lease(self, body: Dict[str, Any], node: NodeAt, index: int,
                           parsed: Dict[str, Any], fail) -> None:
         """fleet.rs `check_usage_lease`: the record names a lease (registered earlier to its tenant:
-        the party rules, which come first) that covers more than 0 of its node's GPUs of its model,
-        whose term holds its interval, and that covers at least its gpu_count of them."""
+        the party rules, which come first) that covers more than 0 of its node's units of its model
+        (as of the record), whose term holds its interval, and that covers at least its gpu_count
+        of them."""
         name = body.get("lease")
         if name is None:
             raise fail("lease_not_on_node", "body.lease",
@@ -2210,7 +2553,7 @@ class LogView:
         lease = self.leases.get(name)
         if lease is None or lease.index >= index:
             return  # the party rules' refusal (unknown_lease)
-        covered = lease.covers(node_body, body["gpu_model"])
+        covered = lease_covers(lease, node, body["gpu_model"])
         if covered == 0:
             raise fail("lease_not_on_node", "body.lease",
                        f"{name} covers no {body['gpu_model']} GPU of node {body['node']}")
@@ -2227,39 +2570,34 @@ class LogView:
 
     def check_lease_registration(self, lease: Lease, index: int, fail) -> None:
         """fleet.rs `check_fleet` for a lease_registered: item by item, its node is registered,
-        its GPU indexes are the node's, its count's model is one the node has; then, node by node
-        in byte order, no overbooking against the node's other earlier leases whose terms overlap
-        its own."""
+        its GPU indexes are the node's, its count's model is one the node has units of (as of the
+        lease's entry); then, node by node in byte order, no overbooking against the node's other
+        earlier leases whose terms overlap its own."""
         for i, item in enumerate(lease.items):
-            reg = self.registered_node(item.node, index)
-            if reg is None:
+            node = self.registered_node(item.node, index)
+            if node is None:
                 raise fail("unknown_node", f"body.nodes[{i}].node", f"{item.node} is not a registered node")
-            node_body = reg[0]
-            indexes = {g["index"] for g in node_body["gpus"]}
             for g in item.gpus or ():
-                if g not in indexes:
+                if node.gpu(g) is None:
                     raise fail("unknown_gpu", f"body.nodes[{i}].gpus", f"node {item.node} has no GPU {g}")
-            if item.gpu_model is not None and not any(g["model"] == item.gpu_model for g in node_body["gpus"]):
+            if item.gpu_model is not None and node.units_of(item.gpu_model) == 0:
                 raise fail("unknown_gpu_model", f"body.nodes[{i}].gpu_model",
                            f"node {item.node} has no {item.gpu_model} GPU")
-        for node in sorted({item.node for item in lease.items}, key=str.encode):
-            others = [o for o in (self.leases[n] for n in self.leases_by_node.get(node, ()))
+        for name in sorted({item.node for item in lease.items}, key=str.encode):
+            others = [o for o in (self.leases[n] for n in self.leases_by_node.get(name, ()))
                       if o.index < index and o.lease != lease.lease and o.term_overlaps(lease)]
-            self.check_not_overbooked(lease, self.nodes[node][0], others, fail)
+            self.check_not_overbooked(lease, self.registered_node(name, index), others, fail)
 
     @staticmethod
-    def check_not_overbooked(lease: Lease, node_body: Dict[str, Any], others: List[Lease], fail) -> None:
+    def check_not_overbooked(lease: Lease, node: NodeAt, others: List[Lease], fail) -> None:
         """fleet.rs `check_not_overbooked`: at no instant of the lease's term do it and the node's
         `others` (whose terms overlap it) lease more of a GPU than all of it (the sum of the shares,
-        1 when absent, of the items listing it), nor more of a model than the node's GPUs of it
-        (the shares of listed GPUs of that model plus the counts of it). The load changes only
-        where a term starts or ends: evaluated at the lease's start and at every other lease's
-        start or end strictly inside its term. Exact decimals."""
-        name = node_body["node"]
-        models = {g["index"]: g["model"] for g in node_body["gpus"]}
-        has: Dict[str, int] = {}
-        for g in node_body["gpus"]:
-            has[g["model"]] = has.get(g["model"], 0) + 1
+        1 when absent, of the items listing it), nor more units of a model than the node has (the
+        counts of that model, plus share x units of that model of each listed GPU the node has: a
+        MIG-partitioned GPU counts its instances of each profile). The load changes only where a
+        term starts or ends: evaluated at the lease's start and at every other lease's start or end
+        strictly inside its term. Exact decimals."""
+        name = node.name
         instants = {lease.start}
         for o in others:
             for t in (o.start, o.end):
@@ -2277,18 +2615,22 @@ class LogView:
                     share = item.share if item.share is not None else Decimal(1)
                     for g in item.gpus or ():
                         per_gpu[g] = DEC.add(per_gpu.get(g, Decimal(0)), share)
-                        if g in models:
-                            per_model[models[g]] = DEC.add(per_model.get(models[g], Decimal(0)), share)
+                        gpu = node.gpu(g)
+                        if gpu is not None:
+                            for model in gpu_unit_models(gpu):
+                                units = DEC.multiply(share, Decimal(gpu_units_of(gpu, model)))
+                                per_model[model] = DEC.add(per_model.get(model, Decimal(0)), units)
             for g in sorted(per_gpu):
                 if per_gpu[g] > 1:
                     raise fail("lease_overbooked", "body.nodes",
                                f"would lease {dec_str(per_gpu[g])} of GPU {g} of node {name} at {format_ts(t)}, "
                                "counting its other leases")
             for model in sorted(per_model, key=str.encode):
-                if per_model[model] > has.get(model, 0):
+                has = node.units_of(model)
+                if per_model[model] > has:
                     raise fail("lease_overbooked", "body.nodes",
                                f"would lease {dec_str(per_model[model])} {model} GPUs of node {name} at "
-                               f"{format_ts(t)}, which has {has.get(model, 0)}, counting its other leases")
+                               f"{format_ts(t)}, which has {has}, counting its other leases")
 
     def check_settlement(self, env: Dict[str, Any], item: str) -> None:
         """Section 5.10: a payment or credit note names an invoice issued earlier to its tenant, in
@@ -2363,7 +2705,12 @@ class LogView:
         elif kind == "tenant_registered":
             self.tenants.setdefault(body["tenant"], index)
         elif kind == "node_registered":
-            self.nodes.setdefault(body["node"], (body, parsed, index))
+            if body["node"] not in self.nodes:
+                self.nodes[body["node"]] = FleetNode(body, index)
+        elif kind == "node_updated":
+            node = self.nodes.get(body["node"])
+            if node is not None:
+                node.apply(body, index)
         elif kind == "log_policy":
             self.policies.append(Policy(index, parsed["max_record_age_seconds"], parsed["max_future_skew_seconds"]))
         elif kind == "spot_price":

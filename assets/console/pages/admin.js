@@ -1,6 +1,6 @@
-// Admin pages: tenants, the fleet (registered nodes and their GPUs; register a node), signers
-// (register from a pasted key, rotate, revoke), tokens, prices in force, ingest rate and
-// rejections (the Prometheus text of /metrics), witness status.
+// Admin pages: tenants, the fleet (registered nodes and their GPUs; register a node, add
+// capacity to one), signers (register from a pasted key, rotate, revoke), tokens, prices in
+// force, ingest rate and rejections (the Prometheus text of /metrics), witness status.
 
 import { h, t, tOr, replace, fmtNumber, fmtMoney, fmtDateTime, fmtPeriod } from "../lib/dom.js";
 import { getJson, getText, postJson, del, ApiError } from "../lib/api.js";
@@ -96,31 +96,96 @@ export async function tenantsPage(main) {
 }
 
 /**
+ * A MIG layout token's value (after `mig=`): `SLICES:PROFILE*COUNT[,PROFILE*COUNT…]`, e.g.
+ * `7:1g.10gb*3,3g.40gb*1` → `{slices: 7, instances: [{profile: "1g.10gb", count: 3},
+ * {profile: "3g.40gb", count: 1}]}`, the instances by profile name (byte order, as the server
+ * wants them). `null` when the token is not of that shape; the profiles' names, the counts'
+ * bounds and whether the instances fit the slices are the server's to check.
+ */
+export function parseMigToken(value) {
+  const m = /^(\d+):(.+)$/.exec(String(value).trim());
+  if (!m) return null;
+  const instances = [];
+  for (const item of m[2].split(/\s*,\s*/)) {
+    const x = /^([^\s*:,=]+)\*(\d+)$/.exec(item);
+    if (!x) return null;
+    instances.push({ profile: x[1], count: Number(x[2]) });
+  }
+  if (!instances.length) return null;
+  instances.sort((a, b) => (a.profile < b.profile ? -1 : a.profile > b.profile ? 1 : 0));
+  return { slices: Number(m[1]), instances };
+}
+
+/** A GPU's MIG layout back in the token form `parseMigToken` reads: `7:1g.10gb*7`. */
+export function migToken(mig) {
+  return `${mig.slices}:${(mig.instances || []).map((i) => `${i.profile}*${i.count}`).join(",")}`;
+}
+
+/**
  * The GPUs of a node from pasted lines, one GPU a line: `index uuid model`, separated by
  * whitespace or commas (`nvidia-smi --query-gpu=index,uuid --format=csv,noheader` with the
- * model id appended). Empty lines and `#` comments are skipped; a line of another shape throws
- * (naming it). Order, distinct UUIDs and the number of GPUs are the server's to check.
+ * model id appended), and for a GPU partitioned into MIG instances a fourth token
+ * `mig=SLICES:PROFILE*COUNT[,PROFILE*COUNT…]` (e.g. `9 GPU-abc H100-SXM-80G
+ * mig=7:1g.10gb*3,3g.40gb*1`; `parseMigToken`). Empty lines and `#` comments are skipped; a
+ * line of another shape throws (naming it). No GPU at all throws too, unless `allowEmpty` (a
+ * node update may list none): then it is `[]`. Order, distinct UUIDs, the number of GPUs and
+ * the layouts' rules are the server's to check.
  */
-export function parseGpuLines(text) {
+export function parseGpuLines(text, { allowEmpty = false } = {}) {
   const gpus = [];
   String(text)
     .split(/\r?\n/)
     .forEach((raw, i) => {
       const line = raw.trim();
       if (!line || line.startsWith("#")) return;
-      const parts = line.split(/[\s,]+/).filter(Boolean);
-      if (parts.length !== 3 || !/^\d+$/.test(parts[0])) throw new Error(String(t("gpu_line_bad", { line: i + 1, text: line })));
-      gpus.push({ index: Number(parts[0]), uuid: parts[1], model: parts[2] });
+      const bad = () => new Error(String(t("gpu_line_bad", { line: i + 1, text: line })));
+      // The layout token runs to the end of the line (its profiles are comma-separated).
+      const at = /(^|[\s,])mig=/i.exec(line);
+      const head = at ? line.slice(0, at.index) : line;
+      const parts = head.split(/[\s,]+/).filter(Boolean);
+      if (parts.length !== 3 || !/^\d+$/.test(parts[0])) throw bad();
+      const gpu = { index: Number(parts[0]), uuid: parts[1], model: parts[2] };
+      if (at) {
+        const mig = parseMigToken(line.slice(at.index + at[0].length).replace(/,\s*$/, ""));
+        if (!mig) throw bad();
+        gpu.mig = mig;
+      }
+      gpus.push(gpu);
     });
-  if (!gpus.length) throw new Error(String(t("gpu_lines_empty")));
+  if (!gpus.length && !allowEmpty) throw new Error(String(t("gpu_lines_empty")));
   return gpus;
 }
 
-/** A node's GPUs by model, in the order the models first appear: `8 × H100-SXM-80G, 2 × L4`. */
+/** The GPU lines of an update (`POST /v1/node-updates`): as `parseGpuLines`, none allowed. */
+export function parseUpdateGpuLines(text) {
+  return parseGpuLines(text, { allowEmpty: true });
+}
+
+/**
+ * A node's GPUs by model, in the order the models first appear, its partitioned GPUs of a
+ * model counted apart from its whole ones: `6 × H100-SXM-80G, 2 × H100-SXM-80G (MIG), 2 × L4`.
+ */
 export function gpuSummary(gpus) {
   const by = new Map();
-  for (const g of gpus || []) by.set(g.model, (by.get(g.model) || 0) + 1);
+  for (const g of gpus || []) {
+    const key = g.mig ? `${g.model} (MIG)` : g.model;
+    by.set(key, (by.get(key) || 0) + 1);
+  }
   return [...by.entries()].map(([model, n]) => `${n} × ${model}`).join(", ");
+}
+
+/** A MIG layout in words: `7 × 1g.10gb` or `3 × 1g.10gb, 1 × 3g.40gb`. */
+export function migLayout(mig) {
+  return (mig?.instances || []).map((i) => `${i.count} × ${i.profile}`).join(", ");
+}
+
+/**
+ * A GPU's model cell: its model, and for a partitioned GPU its layout (`H100-SXM-80G · MIG 7 ×
+ * 1g.10gb`), marked `data-mig` with the layout as `parseMigToken` reads it (`7:1g.10gb*7`).
+ */
+function gpuModelCell(g) {
+  if (!g.mig) return g.model;
+  return h("span", { dataset: { mig: migToken(g.mig) } }, `${g.model} · MIG ${migLayout(g.mig)}`);
 }
 
 /** What lease `l` covers of node `node`, in words: whole GPUs, shares of GPUs, counts. */
@@ -155,7 +220,18 @@ function nodeLeases(n) {
   );
 }
 
-/** The registered nodes (`GET /v1/nodes`), each with its GPUs behind a disclosure. */
+/** The `node_updated` entries of node `n`, by index (`Updated by entries 12, 15`), or nothing. */
+function nodeUpdates(n) {
+  const indexes = (n.updates || []).map((u) => u.index);
+  if (!indexes.length) return null;
+  return h("p", { class: "muted", dataset: { updates: indexes.join(",") } }, t("node_updated_by", { entries: indexes.join(", ") }));
+}
+
+/**
+ * The registered nodes (`GET /v1/nodes`, each as its entries made it: its GPUs now and its
+ * power limit now), each with its GPUs behind a disclosure and, under them, the entries that
+ * updated it.
+ */
 function nodesTable(nodes) {
   return table(
     [t("node"), t("region"), t("hub"), t("gpus"), t("node_leases"), t("max_watts_per_gpu"), t("index")],
@@ -163,16 +239,19 @@ function nodesTable(nodes) {
       h("code", {}, n.node),
       n.region,
       n.hub || "—",
-      h(
-        "details",
-        { dataset: { node: n.node, gpus: (n.gpus || []).length } },
-        h("summary", {}, gpuSummary(n.gpus)),
-        table(
-          [t("gpu_index"), t("gpu_uuid"), t("gpu_model")],
-          (n.gpus || []).map((g) => [fmtNumber(g.index), h("code", {}, g.uuid), g.model]),
-          { numeric: [0] },
+      [
+        h(
+          "details",
+          { dataset: { node: n.node, gpus: (n.gpus || []).length } },
+          h("summary", {}, gpuSummary(n.gpus)),
+          table(
+            [t("gpu_index"), t("gpu_uuid"), t("gpu_model")],
+            (n.gpus || []).map((g) => [fmtNumber(g.index), h("code", {}, g.uuid), gpuModelCell(g)]),
+            { numeric: [0] },
+          ),
         ),
-      ),
+        nodeUpdates(n),
+      ],
       nodeLeases(n),
       fmtNumber(n.max_watts_per_gpu),
       fmtNumber(n.index),
@@ -187,7 +266,19 @@ export async function fleetListPage(main) {
   replace(main, h("h1", {}, t("fleet_title")), h("p", { class: "muted" }, t("fleet_explain")), h("section", { class: "card" }, nodesTable(nodes)));
 }
 
-/** `#/fleet`: the registered nodes and their GPUs; register a node (`POST /v1/nodes`). */
+/** The field that takes GPU lines: a textarea with its hint (`id`-hint), wide. */
+function gpuLinesField(id, label, textarea, hint) {
+  textarea.setAttribute("aria-describedby", `${id}-hint`);
+  const f = field(id, label, textarea);
+  f.classList.add("wide");
+  f.append(h("div", { id: `${id}-hint`, class: "muted" }, hint));
+  return f;
+}
+
+/**
+ * `#/fleet`: the registered nodes and their GPUs; register a node (`POST /v1/nodes`) and add
+ * capacity to one (`POST /v1/node-updates`: GPUs, replaced boards, a higher power limit).
+ */
 export async function fleetPage(main) {
   const { nodes } = await getJson("/v1/nodes");
   const node = h("input", { required: true, autocomplete: "off", spellcheck: "false" });
@@ -199,21 +290,33 @@ export async function fleetPage(main) {
     rows: 6,
     spellcheck: "false",
     autocomplete: "off",
-    "aria-describedby": "node-gpus-hint",
     placeholder: "0 GPU-5f1c2a9e-… H100-SXM-80G",
   });
-  const gpuField = field("node-gpus", t("gpu_lines"), gpus);
-  gpuField.classList.add("wide");
-  gpuField.append(
-    h(
-      "div",
-      { id: "node-gpus-hint", class: "muted" },
-      h("p", {}, t("gpu_lines_run")),
-      h("pre", { class: "note" }, "nvidia-smi --query-gpu=index,uuid,name --format=csv,noheader"),
-      h("p", {}, t("gpu_lines_hint")),
-      h("pre", { class: "note" }, "0 GPU-5f1c2a9e-… H100-SXM-80G\n1 GPU-0b7d41c3-… H100-SXM-80G"),
-    ),
-  );
+  const gpuField = gpuLinesField("node-gpus", t("gpu_lines"), gpus, [
+    h("p", {}, t("gpu_lines_run")),
+    h("pre", { class: "note" }, "nvidia-smi --query-gpu=index,uuid,name --format=csv,noheader"),
+    h("p", {}, t("gpu_lines_hint")),
+    h("pre", { class: "note" }, "0 GPU-5f1c2a9e-… H100-SXM-80G\n1 GPU-0b7d41c3-… H100-SXM-80G"),
+    h("p", {}, t("gpu_lines_mig_hint")),
+    h("pre", { class: "note" }, "2 GPU-7a3e90d2-… H100-SXM-80G mig=7:1g.10gb*3,3g.40gb*1"),
+  ]);
+
+  const updNode = h("input", { required: true, autocomplete: "off", spellcheck: "false", list: "upd-node-list" });
+  const updNodeList = h("datalist", { id: "upd-node-list" }, nodes.map((n) => h("option", { value: n.node })));
+  const updWatts = h("input", { inputmode: "decimal", autocomplete: "off", pattern: "[0-9]+(\\.[0-9]+)?" });
+  const updGpus = h("textarea", {
+    rows: 4,
+    spellcheck: "false",
+    autocomplete: "off",
+    placeholder: "8 GPU-9c1e0b7a-… H100-SXM-80G",
+  });
+  const updGpuField = gpuLinesField("upd-gpus", t("update_gpu_lines"), updGpus, [
+    h("p", {}, t("update_gpu_lines_hint")),
+    h("pre", { class: "note" }, "3 GPU-2e8b51f0-… H100-SXM-80G\n8 GPU-9c1e0b7a-… H100-SXM-80G"),
+  ]);
+  const updNodeField = field("upd-node", t("node_id"), updNode);
+  updNodeField.append(updNodeList);
+
   const reload = () => setTimeout(() => fleetPage(main), 0);
   replace(
     main,
@@ -235,6 +338,21 @@ export async function fleetPage(main) {
         const ans = await postJson("/v1/nodes", body);
         reload();
         return h("span", { dataset: { registeredNode: body.node } }, t("node_registered_ok", { node: body.node, index: ans?.index ?? "?" }));
+      },
+    ),
+    actionForm(
+      t("update_node"),
+      [updNodeField, field("upd-watts", t("update_watts_optional"), updWatts), updGpuField],
+      t("update"),
+      async () => {
+        // Absent members are omitted: the server says when there is nothing to update.
+        const body = { node: updNode.value.trim() };
+        const added = parseUpdateGpuLines(updGpus.value);
+        if (added.length) body.gpus = added;
+        if (updWatts.value.trim()) body.max_watts_per_gpu = updWatts.value.trim();
+        const ans = await postJson("/v1/node-updates", body);
+        reload();
+        return h("span", { dataset: { updatedNode: body.node } }, t("node_updated_ok", { node: body.node, index: ans?.index ?? "?" }));
       },
     ),
     h("section", { class: "card" }, nodesTable(nodes)),

@@ -3,15 +3,18 @@
 // and with the reason codes of `gpuledger verify` (crates/core/src/admission.rs,
 // `Registry::admit`): parties (tenants and leases registered before the records that name
 // them), the fleet (crates/core/src/fleet.rs `check_fleet`: nodes registered once and before
-// the keys and records that name them, GPU models, GPU count and energy; leases over GPUs the
-// nodes have, never overbooking a node, and usage only under a lease that covers its node,
-// model and interval, for at most what it covers), time (the log policy in force at the
+// the keys and records that name them, updated only to add capacity; a record in its node's
+// region, of a GPU model or MIG profile the node has, for at most its units of it and the
+// energy its GPUs draw; leases over GPUs the nodes have, never overbooking a node, and usage
+// only under a lease that covers its node, model and interval, for at most what it covers;
+// every question about a node answered as of the entry's index, crates/core/src/fleet/
+// inventory.rs), time (the log policy in force at the
 // entry's index), the spot series, no stream claiming a second twice (§6.4a), prices that
 // only move forward, settlements (§5.10) and disputes (§6.7, disputes: a record excluded at
 // most once). Key validity and scope are bundle.js's Registry.
 
 import { Failure } from './result.js';
-import { timestampSeconds } from './leaf.js';
+import { GPU_UNITS, MAX_NODE_GPUS, migProfileSlices, migSlicesDiffer, timestampSeconds } from './leaf.js';
 import { Dec } from './decimal.js';
 
 /** `DEFAULT_MAX_RECORD_AGE_SECONDS` (§6.7): a record may start at most 35 days before it arrives. */
@@ -24,6 +27,8 @@ export const MAX_SPOT_SCHEDULE_AHEAD_SECONDS = 7 * 86400;
 export const ENERGY_BOUND_MARGIN_PERCENT = 5;
 /** Watt-seconds in a kWh. */
 const WATT_SECONDS_PER_KWH = 3600000;
+/** The watts × seconds × units side of the energy bound and the kWh side, scaled alike: kWh × 3,600,000 × 100 × GPU_UNITS. */
+const ENERGY_SCALE = WATT_SECONDS_PER_KWH * 100 * GPU_UNITS;
 /** Every kind of price entry: none takes effect in the past or inside an invoiced period. */
 const PRICE_KINDS = new Set(['spot_price', 'rate_card', 'region_params', 'volume_tiers', 'tenant_plan']);
 
@@ -81,11 +86,11 @@ function lowerBound(a, x) {
   return lo;
 }
 
-/** `d` ÷ `n` (a positive integer) to 6 decimal places, rounded half up: for messages only. */
-function quotientText(d, n) {
-  const num = d.coef * 10n ** 6n;
+/** `d` ÷ `n` (a positive integer) to `places` decimal places, rounded half up: for messages only. */
+function quotientText(d, n, places = 6) {
+  const num = d.coef * 10n ** BigInt(places);
   const den = BigInt(n) * 10n ** BigInt(d.scale);
-  return new Dec((2n * num + den) / (2n * den), 6).toString();
+  return new Dec((2n * num + den) / (2n * den), places).toString();
 }
 
 /** The §2.2 spelling of `seconds` since the epoch, for messages. */
@@ -94,27 +99,135 @@ const isoOf = (seconds) => new Date(seconds * 1000).toISOString().replace('.000Z
 /** Byte order of ASCII identifiers (Rust's `str` order). */
 const byBytes = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
 
-/** The GPU of a node's registration at `index`, or undefined (record.rs `NodeRegistered::gpu`). */
-const gpuOf = (node, index) => node.gpus.find((g) => g.index === index);
+/**
+ * How many units of GPU model `model` one GPU is (record.rs `NodeGpu::units_of`): unpartitioned,
+ * 1 when it is of that model; partitioned, the count of the profile's instances when `model` is
+ * `<its model>/<profile>`; otherwise 0.
+ */
+export function unitsOf(gpu, model) {
+  if (!('mig' in gpu)) return gpu.model === model ? 1 : 0;
+  if (!model.startsWith(`${gpu.model}/`)) return 0;
+  const profile = model.slice(gpu.model.length + 1);
+  const inst = gpu.mig.instances.find((i) => i.profile === profile);
+  return inst ? inst.count : 0;
+}
 
-/** How many of a node's GPUs are of `model` (record.rs `NodeRegistered::gpus_of`). */
-const gpusOf = (node, model) => node.gpus.filter((g) => g.model === model).length;
+/**
+ * What one unit of `model` on a GPU is, in GPU_UNITS of a GPU (record.rs `NodeGpu::unit_share`):
+ * the whole GPU unpartitioned, an instance's slices of the GPU's slices partitioned; 0 when the
+ * GPU has no unit of `model`. 840 is a multiple of every slice count: exact.
+ */
+export function unitShare(gpu, model) {
+  if (unitsOf(gpu, model) === 0) return 0;
+  if (!('mig' in gpu)) return GPU_UNITS;
+  return (GPU_UNITS / gpu.mig.slices) * (migProfileSlices(model.slice(gpu.model.length + 1)) ?? 0);
+}
+
+/** The models a GPU's units are (record.rs `NodeGpu::unit_models`): its own, or one per MIG profile. */
+export const unitModels = (gpu) => ('mig' in gpu ? gpu.mig.instances.map((i) => `${gpu.model}/${i.profile}`) : [gpu.model]);
+
+/** Whether two MIG partitions (or their absence) are the same (record.rs `MigLayout`'s `==`). */
+function sameMig(a, b) {
+  if (a === undefined || b === undefined) return a === b;
+  return a.slices === b.slices && a.instances.length === b.instances.length
+    && a.instances.every((x, k) => x.profile === b.instances[k].profile && x.count === b.instances[k].count);
+}
+
+/**
+ * A node as the log holds it (fleet/inventory.rs `Node`): its registration and what its
+ * node_updated entries added, each GPU, UUID and power limit with the index of the entry that
+ * brought it. A bundle's context may hold updates after a record: every answer is as of an
+ * index (`asOf(index)`), never the final state.
+ */
+export class FleetNode {
+  constructor(body, at) {
+    /** The node_registered body. */
+    this.body = body;
+    /** The index of its node_registered entry. */
+    this.at = at;
+    /** [{gpu, at}] by increasing GPU index: index, model and partition never change; the UUID is the latest listed. */
+    this.gpus = body.gpus.map((g) => ({ gpu: { ...g }, at }));
+    /** [{uuid, at}]: every UUID the node's entries listed. */
+    this.uuids = body.gpus.map((g) => ({ uuid: g.uuid, at }));
+    /** [{watts: Dec, at}], increasing. */
+    this.watts = [{ watts: Dec.parse(body.max_watts_per_gpu), at }];
+  }
+
+  /** Takes in the node_updated body at `at` (once admitted), as `Node::apply`. */
+  apply(u, at) {
+    for (const g of Array.isArray(u.gpus) ? u.gpus : []) {
+      this.uuids.push({ uuid: g.uuid, at });
+      const k = this.gpus.findIndex((h) => h.gpu.index >= g.index);
+      if (k >= 0 && this.gpus[k].gpu.index === g.index) this.gpus[k].gpu = { ...this.gpus[k].gpu, uuid: g.uuid };
+      else this.gpus.splice(k < 0 ? this.gpus.length : k, 0, { gpu: { ...g }, at });
+    }
+    if ('max_watts_per_gpu' in u) this.watts.push({ watts: Dec.parse(u.max_watts_per_gpu), at });
+  }
+
+  /** The index of the latest entry before `index` that listed `uuid` for the node, or undefined. */
+  uuidListed(uuid, index) {
+    for (let k = this.uuids.length - 1; k >= 0; k--) {
+      if (this.uuids[k].uuid === uuid && this.uuids[k].at < index) return this.uuids[k].at;
+    }
+    return undefined;
+  }
+
+  /** The node as the entries before `index` made it. */
+  asOf(index) {
+    return new NodeAt(this, index);
+  }
+}
+
+/** A node as of a log index (fleet/inventory.rs `NodeAt`): the GPUs and power limit the entries before it gave it. */
+export class NodeAt {
+  constructor(node, index) {
+    this.node = node;
+    this.index = index;
+    this.name = node.body.node;
+    this.region = node.body.region;
+    /** Its GPUs, by increasing index. */
+    this.gpus = node.gpus.filter((h) => h.at < index).map((h) => h.gpu);
+  }
+
+  /** Its GPU at `index` (as nvidia-smi numbers it), or undefined. */
+  gpu(index) {
+    return this.gpus.find((g) => g.index === index);
+  }
+
+  /** How many units of `model` it has: unpartitioned GPUs of that model, or MIG instances of `<model>/<profile>`. */
+  unitsOf(model) {
+    return this.gpus.reduce((n, g) => n + unitsOf(g, model), 0);
+  }
+
+  /** Its power limit per GPU: the latest set before its index. */
+  maxWatts() {
+    for (let k = this.node.watts.length - 1; k >= 0; k--) {
+      if (this.node.watts[k].at < this.index) return this.node.watts[k].watts;
+    }
+    return Dec.parse(this.node.body.max_watts_per_gpu);
+  }
+}
 
 /** A lease item's share of each GPU it lists: 1 when it has none (§5.8). */
 const shareOf = (item) => ('share' in item ? Dec.parse(item.share) : Dec.int(1));
 
 /**
- * What lease body `lease` covers of `node`'s (registration's) GPUs of `model` (§5.8, record.rs
- * `LeaseRegistered::covers`): the shares of the listed GPUs of that model, plus the counts of
- * that model, over the items naming the node; exact.
+ * How many units of `model` (whole GPUs, or MIG instances of `<model>/<profile>`) lease body
+ * `lease` covers on `node` (a NodeAt; fleet.rs `lease_covers`): for each item listing GPUs, its
+ * share × the units of `model` of each listed GPU the node has, plus the counts of that model;
+ * exact.
  */
 export function leaseCovers(lease, node, model) {
   let sum = Dec.zero();
   for (const item of lease.nodes) {
-    if (item.node !== node.node) continue;
+    if (item.node !== node.name) continue;
     if (Array.isArray(item.gpus)) {
-      const ofModel = item.gpus.filter((i) => gpuOf(node, i)?.model === model).length;
-      sum = sum.add(Dec.int(ofModel).mul(shareOf(item)));
+      let units = 0;
+      for (const i of item.gpus) {
+        const g = node.gpu(i);
+        if (g) units += unitsOf(g, model);
+      }
+      sum = sum.add(Dec.int(units).mul(shareOf(item)));
     } else if (item.gpu_model === model) {
       sum = sum.add(Dec.parse(item.count));
     }
@@ -122,16 +235,21 @@ export function leaseCovers(lease, node, model) {
   return sum;
 }
 
-/** What `lease` covers of `node`'s GPUs, every model (record.rs `covers_node`). */
-export function leaseCoversNode(lease, node) {
+/**
+ * How much of `node` (a NodeAt) `lease` covers, every model, in GPU_UNITS of a GPU (fleet.rs
+ * `lease_units_on`): each listed GPU the node has × the item's share × GPU_UNITS, and each
+ * count of a model × the largest unit of it among the node's GPUs (`unitShare`).
+ */
+export function leaseUnitsOn(lease, node) {
   let sum = Dec.zero();
   for (const item of lease.nodes) {
-    if (item.node !== node.node) continue;
+    if (item.node !== node.name) continue;
     if (Array.isArray(item.gpus)) {
-      const listed = item.gpus.filter((i) => gpuOf(node, i)).length;
-      sum = sum.add(Dec.int(listed).mul(shareOf(item)));
-    } else if ('count' in item) {
-      sum = sum.add(Dec.parse(item.count));
+      const listed = item.gpus.filter((i) => node.gpu(i)).length;
+      sum = sum.add(Dec.int(listed).mul(shareOf(item)).mul(Dec.int(GPU_UNITS)));
+    } else if ('gpu_model' in item && 'count' in item) {
+      const unit = node.gpus.reduce((m, g) => Math.max(m, unitShare(g, item.gpu_model)), 0);
+      sum = sum.add(Dec.parse(item.count).mul(Dec.int(unit)));
     }
   }
   return sum;
@@ -142,8 +260,9 @@ const termsOverlap = (a, b) => (a.to === null || b.from < a.to) && (b.to === nul
 
 /**
  * fleet.rs `check_not_overbooked`: whether `lease` ({body, from, to}), with the node's `others`
- * whose terms overlap its own, leases at no instant of its term more of `node` than it has: of
- * each GPU at most all of it, of each model at most its GPUs. The load changes only where a
+ * whose terms overlap its own, leases at no instant of its term more of `node` (a NodeAt) than
+ * it has: of each GPU at most all of it, of each model at most its units (a listed GPU's share
+ * of each of its units, a partitioned GPU's instances included, plus the counts). The load changes only where a
  * term starts or ends: it is evaluated at the lease's `from` and at every other lease's `from`
  * or `to` strictly inside its term. Decimals exact; throws `lease_overbooked`.
  */
@@ -162,27 +281,29 @@ function checkNotOverbooked(lease, node, others, item) {
     const add = (m, k, d) => m.set(k, (m.get(k) ?? Dec.zero()).add(d));
     for (const l of active) {
       for (const it of l.body.nodes) {
-        if (it.node !== node.node) continue;
+        if (it.node !== node.name) continue;
         if ('gpu_model' in it && 'count' in it) add(perModel, it.gpu_model, Dec.parse(it.count));
         for (const g of Array.isArray(it.gpus) ? it.gpus : []) {
           const share = shareOf(it);
           add(perGpu, g, share);
-          const gpu = gpuOf(node, g);
-          if (gpu) add(perModel, gpu.model, share);
+          const gpu = node.gpu(g);
+          if (gpu) {
+            for (const model of unitModels(gpu)) add(perModel, model, share.mul(Dec.int(unitsOf(gpu, model))));
+          }
         }
       }
     }
     for (const g of [...perGpu.keys()].sort((a, b) => a - b)) {
       const load = perGpu.get(g);
       if (load.cmp(one) > 0) {
-        throw new Failure('lease_overbooked', item, `body.nodes would lease ${load} of GPU ${g} of node ${node.node} at ${isoOf(t)}, counting its other leases`);
+        throw new Failure('lease_overbooked', item, `body.nodes would lease ${load} of GPU ${g} of node ${node.name} at ${isoOf(t)}, counting its other leases`);
       }
     }
     for (const model of [...perModel.keys()].sort(byBytes)) {
       const load = perModel.get(model);
-      const has = gpusOf(node, model);
+      const has = node.unitsOf(model);
       if (load.cmp(Dec.int(has)) > 0) {
-        throw new Failure('lease_overbooked', item, `body.nodes would lease ${load} ${model} GPUs of node ${node.node} at ${isoOf(t)}, which has ${has}, counting its other leases`);
+        throw new Failure('lease_overbooked', item, `body.nodes would lease ${load} ${model} GPUs of node ${node.name} at ${isoOf(t)}, which has ${has}, counting its other leases`);
       }
     }
   }
@@ -222,7 +343,7 @@ export class Admission {
     this.accounts = new Map();
     /** `tenant|kind|external_reference` → index of the settlement that carries it. */
     this.references = new Map();
-    /** node → {body, at}: its first node_registered entry */
+    /** node → FleetNode: its first node_registered entry ({body, at}) and its updates */
     this.nodes = new Map();
     /** excluded entry → index of the first record_excluded entry naming it (§6.7, disputes) */
     this.exclusions = new Map();
@@ -327,28 +448,36 @@ export class Admission {
   }
 
   /**
-   * The fleet rules (crates/core/src/fleet.rs `check_fleet`): a node is registered once; a node
-   * key names nodes registered before it; a record names a node registered before it, a GPU
-   * model the node has, at most as many GPUs of that model as the node
-   * has, and at most the kWh the node's GPUs draw in its interval (GPUs × max_watts_per_gpu ×
-   * seconds, + ENERGY_BOUND_MARGIN_PERCENT), compared exactly. Then the lease rules (§6.7,
-   * leases): a lease names registered nodes, GPUs and models they have, and overbooks none of
-   * them; usage names a lease that covers its node's model, within its term, for at most what
-   * it covers.
+   * The fleet rules (crates/core/src/fleet.rs `check_fleet`), every node as of `index` (the
+   * entries before it; NodeAt): a node is registered once, and updated only to add capacity
+   * (checkNodeUpdate); a node key names nodes registered before it; a record names a node
+   * registered before it (`unknown_node`), in its region (`wrong_region`), a GPU model or MIG
+   * profile the node has (`unknown_gpu_model`), at most as many units of it as the node has
+   * (`over_capacity`), and at most the kWh the node's GPUs draw in its interval (GPUs × the
+   * power limit in force × seconds, + ENERGY_BOUND_MARGIN_PERCENT, in GPU_UNITS, compared
+   * exactly: `energy_over_bound`). Then the lease rules (§6.7, leases): a lease names
+   * registered nodes, GPUs and models they have, and overbooks none of them; usage names a
+   * lease that covers its node's model, within its term, for at most what it covers.
    */
   checkFleet(index, kind, b, item) {
     const registered = (node) => {
       const n = this.nodes.get(node);
-      return n && n.at < index ? n : null;
+      return n && n.at < index ? n.asOf(index) : null;
     };
     if (kind === 'node_registered') {
-      const n = registered(b.node);
-      if (n) throw new Failure('already_registered', item, `${b.node} is already registered (entry ${n.at})`);
+      const n = this.nodes.get(b.node);
+      if (n && n.at < index) throw new Failure('already_registered', item, `body.node ${b.node} is already registered (entry ${n.at})`);
+      return;
+    }
+    if (kind === 'node_updated') {
+      const node = registered(b.node);
+      if (!node) throw new Failure('unknown_node', item, `body.node ${b.node} is not a registered node`);
+      this.checkNodeUpdate(index, b, node, item);
       return;
     }
     if (kind === 'signer_key_registered') {
       for (const node of Array.isArray(b.nodes) ? b.nodes : []) {
-        if (!registered(node)) throw new Failure('unknown_node', item, `${node}, a node of the key, is not a registered node`);
+        if (!registered(node)) throw new Failure('unknown_node', item, `body.nodes ${node}, a node of the key, is not a registered node`);
       }
       return;
     }
@@ -357,40 +486,82 @@ export class Admission {
       return;
     }
     if (kind !== 'gpu_usage' && kind !== 'energy') return;
-    const n = registered(b.node);
-    if (!n) throw new Failure('unknown_node', item, `${b.node} is not a registered node`);
-    const node = n.body;
+    const node = registered(b.node);
+    if (!node) throw new Failure('unknown_node', item, `body.node ${b.node} is not a registered node`);
+    if (node.region !== b.region) {
+      throw new Failure('wrong_region', item, `body.region is ${b.region}, but node ${b.node} is registered in ${node.region}`);
+    }
     if (kind === 'gpu_usage') {
-      const has = node.gpus.filter((g) => g.model === b.gpu_model).length;
-      if (has === 0) throw new Failure('unknown_gpu_model', item, `node ${b.node} has no ${b.gpu_model} GPU`);
+      const has = node.unitsOf(b.gpu_model);
+      if (has === 0) throw new Failure('unknown_gpu_model', item, `body.gpu_model: node ${b.node} has no ${b.gpu_model} GPU`);
       if (Dec.parse(b.gpu_count).cmp(Dec.int(has)) > 0) {
-        throw new Failure('over_capacity', item, `gpu_count is ${b.gpu_count}, but node ${b.node} has ${has} ${b.gpu_model} GPUs`);
+        throw new Failure('over_capacity', item, `body.gpu_count is ${b.gpu_count}, but node ${b.node} has ${has} ${b.gpu_model} GPUs`);
       }
       this.checkUsageLease(index, b, node, item);
       return;
     }
-    // kwh ≤ GPUs × watts × seconds × (100 + margin) / 100 / 3,600,000, both sides multiplied
-    // by 100 × 3,600,000: no division, nothing rounded. GPUs: the node's, or for a tenant's
+    // kwh ≤ units × watts × seconds × (100 + margin) / 100 / 3,600,000 / GPU_UNITS, both sides
+    // multiplied by 100 × 3,600,000 × GPU_UNITS: no division, nothing rounded (fleet.rs
+    // `within_energy_bound`). Units (GPU_UNITS of a GPU): the node's GPUs, or for a tenant's
     // energy what the tenant's leases of the node cover (energyLeaseCover).
     const seconds = secondsOf(b.end, item, 'body.end') - secondsOf(b.start, item, 'body.start');
-    let gpus = Dec.int(node.gpus.length);
-    let whose = `node ${b.node}'s ${node.gpus.length} GPUs`;
+    const count = node.gpus.length;
+    let units = Dec.int(count * GPU_UNITS);
+    let whose = `node ${b.node}'s ${count} GPUs`;
     if ('tenant' in b) {
-      gpus = this.energyLeaseCover(index, b, node, item);
-      whose = `the ${gpus} GPUs ${b.tenant} leases of node ${b.node}`;
+      units = this.energyLeaseCover(index, b, node, item);
+      whose = `the ${quotientText(units, GPU_UNITS)} GPUs ${b.tenant} leases of node ${b.node}`;
     }
-    const allowed = gpus.mul(Dec.int(seconds * (100 + ENERGY_BOUND_MARGIN_PERCENT))).mul(Dec.parse(node.max_watts_per_gpu));
-    const scale = 100 * WATT_SECONDS_PER_KWH;
-    if (Dec.parse(b.kwh).mul(Dec.int(scale)).cmp(allowed) > 0) {
-      throw new Failure('energy_over_bound', item, `kwh is ${b.kwh}, above what ${whose} × ${node.max_watts_per_gpu} W draw in ${seconds} s (+${ENERGY_BOUND_MARGIN_PERCENT} %): ${quotientText(allowed, scale)} kWh`);
+    const watts = node.maxWatts();
+    const allowed = units.mul(Dec.int(seconds * (100 + ENERGY_BOUND_MARGIN_PERCENT))).mul(watts);
+    if (Dec.parse(b.kwh).mul(Dec.int(ENERGY_SCALE)).cmp(allowed) > 0) {
+      throw new Failure('energy_over_bound', item, `body.kwh is ${b.kwh} kWh, above what ${whose} × ${watts} W draw in ${seconds} s (+${ENERGY_BOUND_MARGIN_PERCENT} %): ${quotientText(allowed, ENERGY_SCALE, 9)} kWh`);
     }
   }
 
   /**
-   * The GPUs a tenant's energy record on `node` may draw for (fleet.rs `energy_lease_cover`):
-   * what the tenant's leases naming the node, registered before it, whose terms hold its whole
-   * interval cover of the node, every model. None name the node: `lease_not_on_node`; none
-   * holds the interval: `outside_lease_term`.
+   * fleet.rs `check_node_update`: an update adds capacity only. GPU by GPU, in order: a UUID no
+   * entry of the node listed before (`invalid_field`, body.gpus[i].uuid); at an index the node
+   * has (a replaced board) the same model and partition (`invalid_field`, body.gpus[i].model),
+   * at one it lacks a new GPU, partitioned, if at all, into the slices of the node's partitioned
+   * GPUs of its model (`invalid_field`, body.gpus[i].mig.slices); then the node at most MAX_NODE_GPUS GPUs (`quantity_out_of_range`,
+   * body.gpus); then a power limit strictly above the node's (`invalid_field`,
+   * body.max_watts_per_gpu). `node` is the node as of `index`.
+   */
+  checkNodeUpdate(index, b, node, item) {
+    let added = 0;
+    (Array.isArray(b.gpus) ? b.gpus : []).forEach((g, i) => {
+      const at = node.node.uuidListed(g.uuid, index);
+      if (at !== undefined) {
+        throw new Failure('invalid_field', item, `body.gpus[${i}].uuid ${g.uuid} was listed for node ${node.name} already (entry ${at})`);
+      }
+      const had = node.gpu(g.index);
+      if (!had) {
+        const other = 'mig' in g ? node.gpus.find((o) => o.model === g.model && 'mig' in o && o.mig.slices !== g.mig.slices) : undefined;
+        if (other) throw new Failure('invalid_field', item, migSlicesDiffer(i, g, other));
+        added++;
+      } else if (had.model !== g.model || !sameMig(had.mig, g.mig)) {
+        throw new Failure('invalid_field', item, `body.gpus[${i}].model GPU ${g.index} of node ${node.name} is a ${had.model}${'mig' in had ? ' partitioned into MIG instances' : ''}: a replaced board keeps its model and partition (add a new board under a new index)`);
+      }
+    });
+    const total = node.gpus.length + added;
+    if (total > MAX_NODE_GPUS) {
+      throw new Failure('quantity_out_of_range', item, `body.gpus would give node ${node.name} ${total} GPUs; a node has at most ${MAX_NODE_GPUS}`);
+    }
+    if ('max_watts_per_gpu' in b) {
+      const had = node.maxWatts();
+      if (Dec.parse(b.max_watts_per_gpu).cmp(had) <= 0) {
+        throw new Failure('invalid_field', item, `body.max_watts_per_gpu is ${b.max_watts_per_gpu} W, not above node ${node.name}'s ${had} W: a power limit only rises (a node that draws less is registered anew)`);
+      }
+    }
+  }
+
+  /**
+   * What of `node` (a NodeAt) a tenant's energy record may draw for, in GPU_UNITS of a GPU
+   * (fleet.rs `energy_lease_cover`): what the tenant's leases naming the node, registered
+   * before it, whose terms hold its whole interval cover of the node, every model
+   * (leaseUnitsOn). None name the node: `lease_not_on_node`; none holds the interval:
+   * `outside_lease_term`.
    */
   energyLeaseCover(index, b, node, item) {
     const mine = (this.leasesByNode.get(b.node) ?? [])
@@ -406,14 +577,14 @@ export class Admission {
       throw new Failure('outside_lease_term', item, `body.start: [${b.start}, ${b.end}) is not within the term of any lease of ${b.tenant} on node ${b.node}`);
     }
     let sum = Dec.zero();
-    for (const l of holding) sum = sum.add(leaseCoversNode(l.body, node));
+    for (const l of holding) sum = sum.add(leaseUnitsOn(l.body, node));
     return sum;
   }
 
   /**
-   * The lease rules of a usage record on `node` (fleet.rs `check_usage_lease`): it names a lease
-   * (registered earlier, to its tenant: checkParties) that covers the node's GPUs of its model,
-   * for its whole interval, and at least `gpu_count` of them.
+   * The lease rules of a usage record on `node` (a NodeAt; fleet.rs `check_usage_lease`): it
+   * names a lease (registered earlier, to its tenant: checkParties) that covers the node's units
+   * of its model, for its whole interval, and at least `gpu_count` of them.
    */
   checkUsageLease(index, b, node, item) {
     if (!('lease' in b)) {
@@ -433,24 +604,25 @@ export class Admission {
       throw new Failure('outside_lease_term', item, `${field}: [${b.start}, ${b.end}) is not within the term of ${b.lease}, [${l.body.from}, ${l.to === null ? 'open-ended' : l.body.to})`);
     }
     if (Dec.parse(b.gpu_count).cmp(covered) > 0) {
-      throw new Failure('over_capacity', item, `gpu_count is ${b.gpu_count}, but ${b.lease} covers ${covered} ${b.gpu_model} GPUs of node ${b.node}`);
+      throw new Failure('over_capacity', item, `body.gpu_count is ${b.gpu_count}, but ${b.lease} covers ${covered} ${b.gpu_model} GPUs of node ${b.node}`);
     }
   }
 
   /**
-   * A lease registration (fleet.rs `check_fleet`, LeaseRegistered): item by item, its node
-   * registered (`unknown_node`), its GPU indexes the node's (`unknown_gpu`), its counted model
-   * one the node has (`unknown_gpu_model`); then, node by node in byte order, no overbooking
-   * counting the node's earlier leases whose terms overlap its own (`lease_overbooked`).
+   * A lease registration (fleet.rs `check_fleet`, LeaseRegistered), each node as of `index`:
+   * item by item, its node registered (`unknown_node`), its GPU indexes the node's
+   * (`unknown_gpu`), its counted model (or MIG profile) one the node has
+   * (`unknown_gpu_model`); then, node by node in byte order, no overbooking counting the
+   * node's earlier leases whose terms overlap its own (`lease_overbooked`).
    */
   checkLease(index, b, item, registered) {
     b.nodes.forEach((it, i) => {
       const n = registered(it.node);
       if (!n) throw new Failure('unknown_node', item, `body.nodes[${i}].node: ${it.node} is not a registered node`);
       for (const g of Array.isArray(it.gpus) ? it.gpus : []) {
-        if (!gpuOf(n.body, g)) throw new Failure('unknown_gpu', item, `body.nodes[${i}].gpus: node ${it.node} has no GPU ${g}`);
+        if (!n.gpu(g)) throw new Failure('unknown_gpu', item, `body.nodes[${i}].gpus: node ${it.node} has no GPU ${g}`);
       }
-      if ('gpu_model' in it && gpusOf(n.body, it.gpu_model) === 0) {
+      if ('gpu_model' in it && n.unitsOf(it.gpu_model) === 0) {
         throw new Failure('unknown_gpu_model', item, `body.nodes[${i}].gpu_model: node ${it.node} has no ${it.gpu_model} GPU`);
       }
     });
@@ -463,7 +635,7 @@ export class Admission {
       const others = (this.leasesByNode.get(name) ?? [])
         .map((id) => this.leases.get(id))
         .filter((o) => o.at < index && o.body.lease !== b.lease && termsOverlap(o, lease));
-      checkNotOverbooked(lease, registered(name).body, others, item);
+      checkNotOverbooked(lease, registered(name), others, item);
     }
   }
 
@@ -547,7 +719,10 @@ export class Admission {
         if (!this.tenants.has(b.tenant)) this.tenants.set(b.tenant, index);
         break;
       case 'node_registered':
-        if (!this.nodes.has(b.node)) this.nodes.set(b.node, { body: b, at: index });
+        if (!this.nodes.has(b.node)) this.nodes.set(b.node, new FleetNode(b, index));
+        break;
+      case 'node_updated':
+        this.nodes.get(b.node)?.apply(b, index);
         break;
       case 'lease_registered':
         if (!this.leases.has(b.lease)) {

@@ -38,10 +38,13 @@
 // - the admission rules of §6.7 beyond the key registry, at each entry's position against the
 //   context (admission.js): tenants and leases registered (`unknown_tenant`, `unknown_lease`,
 //   `lease_tenant_mismatch`, `already_registered`), the fleet (nodes registered once and before
-//   the keys and records that name them, `unknown_node`; a record in its node's region,
-//   `region_not_allowed`, of a GPU model the node has, `unknown_gpu_model`, for at most its
-//   GPUs of that model, `over_capacity`, and at most the energy they draw,
-//   `energy_over_bound`), the leases (§5.8: a lease over registered nodes, `unknown_node`,
+//   the keys and records that name them, `unknown_node`, and updated only to add capacity:
+//   new GPUs, a replaced board under a new UUID, a higher power limit, `invalid_field`,
+//   `quantity_out_of_range`; a record in its node's region, `wrong_region`, of a GPU model or
+//   MIG profile the node has, `unknown_gpu_model`, for at most its units of it,
+//   `over_capacity`, and at most the energy they draw under the power limit in force,
+//   `energy_over_bound`; every node as of the entry's index, so an update later in the
+//   context changes nothing for an earlier record), the leases (§5.8: a lease over registered nodes, `unknown_node`,
 //   GPUs and models they have, `unknown_gpu`, `unknown_gpu_model`, that overbooks no node at
 //   any instant of its term counting the bundle's other leases, i.e. the subject tenant's own,
 //   `lease_overbooked`; usage only under a lease, `lease_not_on_node`, that covers its node's

@@ -35,8 +35,12 @@ export const MAX_MONEY_AMOUNT = Dec.int(1000000000000);
 export const MAX_VOLUME_TIERS = 16;
 /** `MAX_TIER_BOUND_GPU_HOURS` (§5). */
 export const MAX_TIER_BOUND_GPU_HOURS = Dec.int(1000000000);
-/** `MAX_NODE_GPUS`: a node_registered entry lists 1 to 64 GPUs. */
+/** `MAX_NODE_GPUS`: a node_registered or node_updated entry lists 1 to 64 GPUs, and a node has at most 64 after its updates. */
 export const MAX_NODE_GPUS = 64;
+/** `MAX_MIG_SLICES`: a MIG-partitioned GPU has 1 to 8 compute slices, 1 to 8 profiles, 1 to 8 instances of each. */
+export const MAX_MIG_SLICES = 8;
+/** `GPU_UNITS`: a GPU in the units shares of differently partitioned GPUs add up in (lcm of 1 to 8). */
+export const GPU_UNITS = 840;
 /** `MAX_WATTS_PER_GPU`: the highest max_watts_per_gpu a node may declare. */
 export const MAX_WATTS_PER_GPU = Dec.int(5000);
 /** `MAX_LEASE_NODES`: a lease_registered entry covers 1 to 64 items (§5.8). */
@@ -61,7 +65,7 @@ export const LEDGER_KINDS = new Set([
   'signer_key_registered', 'signer_key_revoked', 'rate_card', 'region_params',
   'lease_registered', 'invoice_issued', 'payment', 'credit_note', 'volume_tiers',
   'tenant_plan', 'certificate_issued', 'tenant_registered', 'log_policy', 'node_registered',
-  'record_excluded',
+  'record_excluded', 'node_updated',
 ]);
 /** What each signer role may sign (§6.1). */
 export const ROLE_KINDS = { node: new Set(['gpu_usage', 'energy']), market: new Set(['spot_price']) };
@@ -72,6 +76,15 @@ export const isRecordKind = (k) => k === 'gpu_usage' || k === 'energy';
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/;
 const TIMESTAMP = /^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})Z$/;
+
+/** A MIG profile name `<g>g.<GB>gb` (record.rs `mig_profile_slices`): g 1 to MAX_MIG_SLICES, GB 1 to 9999 without a leading zero. */
+const MIG_PROFILE = /^([1-8])g\.[1-9][0-9]{0,3}gb$/;
+
+/** The compute slices of a MIG profile name (record.rs `mig_profile_slices`), or null when it is not one. */
+export function migProfileSlices(profile) {
+  const m = typeof profile === 'string' ? MIG_PROFILE.exec(profile) : null;
+  return m ? Number(m[1]) : null;
+}
 
 /** An envelope or leaf that fails a check: the caller reports it as `leaf_invalid`. */
 export class LeafError extends Error {}
@@ -163,7 +176,8 @@ function interval(b) {
 /**
  * A lease's items (§5.8, record.rs `lease_nodes`): 1 to MAX_LEASE_NODES, each either GPUs (1 to
  * MAX_NODE_GPUS indexes, strictly increasing, with an optional share above 0 and below 1) or a
- * GPU model with a count above 0 and at most MAX_NODE_GPUS; no GPU of a node, and no model of a
+ * GPU model (or MIG profile `<model>/<profile>`) with a count above 0 and at most
+ * MAX_NODE_GPUS × MAX_MIG_SLICES; no GPU of a node, and no model of a
  * node's counts, listed twice. Their shape is checked already.
  */
 function leaseItems(items) {
@@ -189,7 +203,8 @@ function leaseItems(items) {
       }
     } else if (!('gpus' in n) && 'gpu_model' in n && 'count' in n && !('share' in n)) {
       bodyId(n.gpu_model, `${f}.gpu_model`);
-      const count = quantity(n.count, Dec.int(MAX_NODE_GPUS), `${f}.count`);
+      // A count of a model may be of MIG instances: up to MAX_NODE_GPUS × MAX_MIG_SLICES.
+      const count = quantity(n.count, Dec.int(MAX_NODE_GPUS * MAX_MIG_SLICES), `${f}.count`);
       check(count.cmp(Dec.zero()) > 0, `quantity_out_of_range: ${f}.count must be above 0`);
       const key = `${n.node}\u0000model\u0000${n.gpu_model}`;
       check(!seen.has(key), `invalid_field: ${f}.gpu_model: ${n.gpu_model} of ${n.node} is listed twice`);
@@ -198,6 +213,99 @@ function leaseItems(items) {
       throw new LeafError(`invalid_field: ${f} covers either gpus (with an optional share) or a gpu_model with a count`);
     }
   });
+}
+
+/** A u32 (serde's part of reading one). */
+const isU32 = (v) => Number.isSafeInteger(v) && v >= 0 && v <= MAX_GPU_INDEX;
+
+/**
+ * The shape of a node's GPUs as serde reads `Vec<NodeGpu>` (record.rs): an array of exactly
+ * {index, uuid, model} and an optional `mig` (never null) of exactly {slices, instances}, each
+ * instance exactly {profile, count}; index, slices and count u32s.
+ */
+function nodeGpusShape(gpus) {
+  check(Array.isArray(gpus), 'body.gpus is not an array');
+  gpus.forEach((g, i) => {
+    const f = `body.gpus[${i}]`;
+    members(g, f, ['index', 'uuid', 'model'], ['mig']);
+    check(isU32(g.index), `${f}.index is not an integer 0 to ${MAX_GPU_INDEX}`);
+    check(typeof g.uuid === 'string', `${f}.uuid is not a string`);
+    check(typeof g.model === 'string', `${f}.model is not a string`);
+    if ('mig' in g) {
+      members(g.mig, `${f}.mig`, ['slices', 'instances']);
+      check(isU32(g.mig.slices), `${f}.mig.slices is not an integer 0 to ${MAX_GPU_INDEX}`);
+      check(Array.isArray(g.mig.instances), `${f}.mig.instances is not an array`);
+      g.mig.instances.forEach((inst, j) => {
+        const at = `${f}.mig.instances[${j}]`;
+        members(inst, at, ['profile', 'count']);
+        check(typeof inst.profile === 'string', `${at}.profile is not a string`);
+        check(isU32(inst.count), `${at}.count is not an integer 0 to ${MAX_GPU_INDEX}`);
+      });
+    }
+  });
+}
+
+/**
+ * The GPUs of a node_registered or node_updated entry (record.rs `node_gpus`): 1 to
+ * MAX_NODE_GPUS, by strictly increasing index, UUIDs of visible ASCII and distinct, models
+ * identifiers, MIG partitions whole (migLayout), GPU by GPU, each partitioned GPU into the
+ * slices of the earlier partitioned GPUs of its model (migSlicesDiffer). Their shape is
+ * checked already.
+ */
+function nodeGpus(gpus) {
+  check(gpus.length >= 1 && gpus.length <= MAX_NODE_GPUS, `quantity_out_of_range: body.gpus lists 1 to ${MAX_NODE_GPUS} GPUs`);
+  const uuids = new Set();
+  gpus.forEach((g, i) => {
+    check(i === 0 || g.index > gpus[i - 1].index, `invalid_field: body.gpus[${i}].index: GPUs are listed by strictly increasing index`);
+    check(GPU_UUID.test(g.uuid), `invalid_field: body.gpus[${i}].uuid must be 1 to 128 visible ASCII characters`);
+    check(!uuids.has(g.uuid), `invalid_field: body.gpus[${i}].uuid ${g.uuid} is listed twice`);
+    uuids.add(g.uuid);
+    bodyId(g.model, `body.gpus[${i}].model`);
+    if ('mig' in g) {
+      migLayout(`body.gpus[${i}].mig`, g.model, g.mig);
+      const other = gpus.slice(0, i).find((o) => o.model === g.model && 'mig' in o && o.mig.slices !== g.mig.slices);
+      if (other) throw new LeafError(`invalid_field: ${migSlicesDiffer(i, g, other)}`);
+    }
+  });
+}
+
+/**
+ * The refusal of GPU `i`, partitioned into other slices than `other`, a partitioned GPU of the
+ * same model (record.rs `mig_slices_differ`): one MIG profile of a model is one share of a GPU
+ * on a node.
+ */
+export function migSlicesDiffer(i, g, other) {
+  return `body.gpus[${i}].mig.slices: GPU ${g.index} of model ${g.model} has ${g.mig?.slices ?? 0} slices, GPU ${other.index} of the node ${other.mig?.slices ?? 0}: a node's partitioned GPUs of one model have the same slices`;
+}
+
+/**
+ * A MIG partition (record.rs `mig_layout`): 1 to MAX_MIG_SLICES slices; 1 to MAX_MIG_SLICES
+ * profiles, instance by instance: a profile `<g>g.<GB>gb` of at most the GPU's slices, by
+ * strictly increasing name, a count of 1 to MAX_MIG_SLICES, `<model>/<profile>` an
+ * identifier; then the instances together within the slices.
+ */
+function migLayout(f, model, layout) {
+  check(layout.slices >= 1 && layout.slices <= MAX_MIG_SLICES, `invalid_field: ${f}.slices: a GPU has 1 to ${MAX_MIG_SLICES} compute slices`);
+  const n = layout.instances.length;
+  check(n >= 1 && n <= MAX_MIG_SLICES, `invalid_field: ${f}.instances lists 1 to ${MAX_MIG_SLICES} profiles`);
+  let used = 0;
+  layout.instances.forEach((inst, j) => {
+    const at = `${f}.instances[${j}]`;
+    const g = migProfileSlices(inst.profile);
+    check(g !== null && g <= layout.slices, `invalid_field: ${at}.profile is not a MIG profile <g>g.<GB>gb of at most the GPU's ${layout.slices} slices`);
+    check(j === 0 || inst.profile > layout.instances[j - 1].profile, `invalid_field: ${at}.profile: profiles are listed once each, by increasing name`);
+    check(inst.count >= 1 && inst.count <= MAX_MIG_SLICES, `invalid_field: ${at}.count: 1 to ${MAX_MIG_SLICES} instances`);
+    bodyId(`${model}/${inst.profile}`, `${at}.profile`);
+    used += g * inst.count;
+  });
+  check(used <= layout.slices, `invalid_field: ${f}.instances take ${used} compute slices of the GPU's ${layout.slices}`);
+}
+
+/** A node's power limit per GPU (record.rs `watts`): above 0 and at most MAX_WATTS_PER_GPU. */
+function watts(v) {
+  const w = quantity(v, MAX_WATTS_PER_GPU, 'body.max_watts_per_gpu');
+  check(w.cmp(Dec.zero()) > 0, 'quantity_out_of_range: body.max_watts_per_gpu must be above 0');
+  return w;
 }
 
 /** The body checks this verifier makes (see the module docs). */
@@ -278,32 +386,31 @@ async function checkBody(kind, b) {
       return;
     }
     case 'node_registered': {
-      // As record.rs reads it: the whole shape first (every GPU exactly {index, uuid, model},
-      // index a u32), then the identifiers, 1 to MAX_NODE_GPUS GPUs by strictly increasing
-      // index with distinct UUIDs and identifier models, and max_watts_per_gpu above 0.
+      // As record.rs reads it: the whole shape first (every GPU exactly {index, uuid, model}
+      // and an optional mig {slices, instances: [{profile, count}]}, index, slices and count
+      // u32s), then the identifiers, the GPUs (nodeGpus) and max_watts_per_gpu above 0.
       members(b, 'body', ['node', 'region', 'gpus', 'max_watts_per_gpu'], ['hub']);
-      check(Array.isArray(b.gpus), 'body.gpus is not an array');
-      b.gpus.forEach((g, i) => {
-        members(g, `body.gpus[${i}]`, ['index', 'uuid', 'model']);
-        check(Number.isSafeInteger(g.index) && g.index >= 0 && g.index <= MAX_GPU_INDEX, `body.gpus[${i}].index is not an integer 0 to ${MAX_GPU_INDEX}`);
-        check(typeof g.uuid === 'string', `body.gpus[${i}].uuid is not a string`);
-        check(typeof g.model === 'string', `body.gpus[${i}].model is not a string`);
-      });
+      nodeGpusShape(b.gpus);
       check(typeof b.max_watts_per_gpu === 'string', 'body.max_watts_per_gpu is not a string');
       bodyId(b.node, 'body.node');
       bodyId(b.region, 'body.region');
       if ('hub' in b) bodyId(b.hub, 'body.hub');
-      check(b.gpus.length >= 1 && b.gpus.length <= MAX_NODE_GPUS, `quantity_out_of_range: body.gpus must hold 1 to ${MAX_NODE_GPUS} GPUs`);
-      const uuids = new Set();
-      b.gpus.forEach((g, i) => {
-        check(i === 0 || g.index > b.gpus[i - 1].index, `body.gpus[${i}].index: GPUs are listed by strictly increasing index`);
-        check(GPU_UUID.test(g.uuid), `body.gpus[${i}].uuid must be 1 to 128 visible ASCII characters`);
-        check(!uuids.has(g.uuid), `body.gpus[${i}].uuid ${g.uuid} is listed twice`);
-        uuids.add(g.uuid);
-        bodyId(g.model, `body.gpus[${i}].model`);
-      });
-      const watts = quantity(b.max_watts_per_gpu, MAX_WATTS_PER_GPU, 'body.max_watts_per_gpu');
-      check(watts.cmp(Dec.zero()) > 0, 'quantity_out_of_range: body.max_watts_per_gpu must be above 0');
+      nodeGpus(b.gpus);
+      watts(b.max_watts_per_gpu);
+      return;
+    }
+    case 'node_updated': {
+      // As record.rs reads it (`impl Record for NodeUpdated`): the shape (gpus and
+      // max_watts_per_gpu optional, never null), the node, the GPUs as node_registered's, the
+      // watts, then at least one of the two (`invalid_field`, body.gpus).
+      members(b, 'body', ['node'], ['gpus', 'max_watts_per_gpu']);
+      if ('gpus' in b) nodeGpusShape(b.gpus);
+      if ('max_watts_per_gpu' in b) check(typeof b.max_watts_per_gpu === 'string', 'body.max_watts_per_gpu is not a string');
+      check(typeof b.node === 'string', 'body.node is not a string');
+      bodyId(b.node, 'body.node');
+      if ('gpus' in b) nodeGpus(b.gpus);
+      if ('max_watts_per_gpu' in b) watts(b.max_watts_per_gpu);
+      check('gpus' in b || 'max_watts_per_gpu' in b, 'invalid_field: body.gpus: an update adds GPUs, raises max_watts_per_gpu, or both');
       return;
     }
     case 'lease_registered': {

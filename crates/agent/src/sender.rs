@@ -47,7 +47,7 @@ pub enum Disposition {
 
 /// The reasons whose disposition is [`Disposition::Hold`], each with a
 /// `gpuledger_agent_refused_total{reason}` counter.
-pub const HELD_REASONS: [Reason; 10] = [
+pub const HELD_REASONS: [Reason; 12] = [
     Reason::UnknownSigner,
     Reason::UnknownKey,
     Reason::KeySignerMismatch,
@@ -58,6 +58,8 @@ pub const HELD_REASONS: [Reason; 10] = [
     Reason::UnknownTenant,
     Reason::UnknownLease,
     Reason::UnknownNode,
+    Reason::UnknownGpuModel,
+    Reason::EnergyOverBound,
 ];
 
 /// Largest difference, in seconds, between this signer's clock and the ledger's (as its last
@@ -88,7 +90,9 @@ pub fn hint(r: Reason) -> &'static str {
         Reason::UnknownTenant => "register the tenant (POST /v1/tenants) before the lease file names it",
         Reason::UnknownLease => "register the lease for its tenant (POST /v1/leases) before the lease file names it",
         Reason::UnknownNode => "register the node with its GPUs (POST /v1/nodes) before a key is registered for it; records of a key registered for an unregistered node stay held",
-        Reason::UnknownGpuModel | Reason::OverCapacity | Reason::EnergyOverBound => "the record does not fit the node's registration (GPU models, count, power per GPU): fix the collector's model ids, or register the machine as it is under a new node id",
+        Reason::UnknownGpuModel | Reason::EnergyOverBound => "the record does not fit the node's registration (its GPU models, MIG profiles, power per GPU): add the GPUs the node has or raise its power limit (POST /v1/nodes/{id}/updates), or fix the collector's model ids; held records are sent again and accepted once it fits",
+        Reason::OverCapacity => "the record bills more GPUs than its node has or its lease covers: add the node's GPUs (POST /v1/nodes/{id}/updates) or fix the lease file to match the registered lease",
+        Reason::WrongRegion => "the record's `region` is not the region its node is registered in: fix `region` in the config",
         Reason::LeaseNotOnNode | Reason::OutsideLeaseTerm => "the lease file bills GPUs, or a time, that the lease's registration does not cover (its nodes, GPUs and term): fix the lease file to match the registered lease",
         Reason::LeaseTenantMismatch => "the lease file names this lease for another tenant than its registration: fix the lease file",
         Reason::Conflict => "another record holds this seq: was the spool directory deleted? register a new signer id and start with an empty spool",
@@ -746,7 +750,7 @@ mod tests {
     /// Every rejection reason of the protocol, by its wire code, and what the agent does with
     /// it. A reason that core adds fails to compile in core's `Reason::class`; one renamed
     /// fails here.
-    const TABLE: [(&str, Disposition); 42] = [
+    const TABLE: [(&str, Disposition); 43] = [
         ("malformed", DeadLetter),
         ("unsupported_version", DeadLetter),
         ("unknown_kind", DeadLetter),
@@ -782,9 +786,10 @@ mod tests {
         ("currency_mismatch", DeadLetter),
         ("credit_above_total", DeadLetter),
         ("reference_used", DeadLetter),
-        ("unknown_gpu_model", DeadLetter),
+        ("unknown_gpu_model", Hold),
         ("over_capacity", DeadLetter),
-        ("energy_over_bound", DeadLetter),
+        ("energy_over_bound", Hold),
+        ("wrong_region", DeadLetter),
         ("unknown_gpu", DeadLetter),
         ("lease_overbooked", DeadLetter),
         ("lease_not_on_node", DeadLetter),

@@ -5,12 +5,11 @@
 //! log the ledger wrote passes them, and one it could not have written does not.
 
 use super::envelope::Checked;
+use super::fleet::FleetLog;
 use super::ids::LEDGER_SIGNER;
 use super::keys;
 use super::limits::MAX_SPOT_SCHEDULE_AHEAD_SECONDS;
-use super::record::{
-    Body, Kind, LeaseRegistered, LogPolicy, NodeRegistered, Role, SignerKeyRegistered,
-};
+use super::record::{Body, Kind, LogPolicy, Role, SignerKeyRegistered};
 use super::rejection::{Reason, Rejection};
 use super::time::Timestamp;
 use ed25519_dalek::VerifyingKey;
@@ -672,34 +671,14 @@ pub struct Registry {
     log_key_id: String,
     keys: HashMap<String, KeyState>,
     tenants: HashMap<String, u64>,
-    leases: HashMap<String, (LeaseRegistered, u64)>,
-    /// node → the leases naming it.
-    leases_by_node: HashMap<String, Vec<String>>,
+    /// The nodes and leases registered so far.
+    fleet: FleetLog,
     policies: Vec<(u64, LogPolicy)>,
     spot: SpotHistory,
     prices: PriceSeries,
     intervals: Intervals,
     settlements: Settlements,
     disputes: super::dispute::Disputes,
-    nodes: HashMap<String, (NodeRegistered, u64)>,
-}
-
-impl super::fleet::Fleet for Registry {
-    fn node(&self, node: &str) -> Option<(&NodeRegistered, u64)> {
-        self.nodes.get(node).map(|(n, at)| (n, *at))
-    }
-    fn lease(&self, lease: &str) -> Option<(&LeaseRegistered, u64)> {
-        self.leases.get(lease).map(|(l, at)| (l, *at))
-    }
-    fn leases_on(&self, node: &str) -> Vec<(&LeaseRegistered, u64)> {
-        self.leases_by_node
-            .get(node)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.leases.get(id))
-            .map(|(l, at)| (l, *at))
-            .collect()
-    }
 }
 
 impl Parties for Registry {
@@ -707,9 +686,9 @@ impl Parties for Registry {
         self.tenants.get(tenant).copied()
     }
     fn lease(&self, lease: &str) -> Option<(String, u64)> {
-        self.leases
-            .get(lease)
-            .map(|(l, at)| (l.tenant.clone(), *at))
+        self.fleet
+            .lease(lease)
+            .map(|(l, at)| (l.tenant.clone(), at))
     }
 }
 
@@ -721,15 +700,13 @@ impl Registry {
             log_key,
             keys: HashMap::new(),
             tenants: HashMap::new(),
-            leases: HashMap::new(),
-            leases_by_node: HashMap::new(),
+            fleet: FleetLog::default(),
             policies: Vec::new(),
             spot: SpotHistory::default(),
             prices: PriceSeries::default(),
             intervals: Intervals::default(),
             settlements: Settlements::default(),
             disputes: super::dispute::Disputes::whole_log(),
-            nodes: HashMap::new(),
         }
     }
 
@@ -740,6 +717,11 @@ impl Registry {
             disputes: super::dispute::Disputes::bundle(),
             ..Registry::new(log_key)
         }
+    }
+
+    /// The nodes and leases registered so far.
+    pub fn fleet(&self) -> &FleetLog {
+        &self.fleet
     }
 
     /// The keys registered so far, by key id.
@@ -817,7 +799,7 @@ impl Registry {
             check_scope(&k.registration, body)?;
         }
         check_parties(body, index, self)?;
-        super::fleet::check_fleet(body, index, self)?;
+        super::fleet::check_fleet(body, index, &self.fleet)?;
         check_time(body, received_at, &self.policy_at(index))?;
         self.spot.check(index, body)?;
         // The stream was computed once, when the envelope was checked.
@@ -916,26 +898,10 @@ impl Registry {
             Body::TenantRegistered(t) => {
                 self.tenants.entry(t.tenant.clone()).or_insert(index);
             }
-            Body::LeaseRegistered(l) if !self.leases.contains_key(&l.lease) => {
-                let mut nodes: Vec<&String> = l.nodes.iter().map(|n| &n.node).collect();
-                nodes.sort_unstable();
-                nodes.dedup();
-                for n in nodes {
-                    self.leases_by_node
-                        .entry(n.clone())
-                        .or_default()
-                        .push(l.lease.clone());
-                }
-                self.leases.insert(l.lease.clone(), (l.clone(), index));
-            }
             Body::LogPolicy(p) => self.policies.push((index, *p)),
-            Body::NodeRegistered(n) => {
-                self.nodes
-                    .entry(n.node.clone())
-                    .or_insert_with(|| (n.clone(), index));
-            }
             _ => {}
         }
+        self.fleet.apply(index, body);
         self.spot.apply(index, body);
         self.prices.apply(index, body);
         self.settlements.apply(index, body);

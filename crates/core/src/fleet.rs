@@ -1,71 +1,112 @@
 //! The fleet rules (docs/PROTOCOL.md §6.7, fleet): a node key names only registered nodes, a
-//! node is registered once, and a record fits the node it names: a GPU model the node has, at
-//! most as many GPUs of that model as the node has, and no more energy than the node's GPUs
-//! can draw (a tenant's energy: no more than the GPUs its leases of the node cover, under a
-//! lease of the node in force). Leases bind tenants to GPUs: a lease covers GPUs of registered nodes without
-//! overbooking any (at no instant of its term more of a GPU, or of a model's GPUs, than the
-//! node has, counting the node's other leases), and usage is billed only under a lease that
-//! covers its node and model during its interval, for at most as many GPUs as it covers. (A
-//! record's region is bounded by its key's scope, §6.7 scope; the node's own region is not yet
-//! a rule.) One function, [`check_fleet`], applied by the ledger at ingest (to its cache of the
-//! registered nodes and leases) and by `verify-log` and the bundle verifiers (to the nodes and
-//! leases rebuilt from the log, `admission::Registry`).
+//! node is registered once and updated only to add capacity, and a record fits the node it
+//! names as the log held it when the record was appended: the node's region, a GPU model (or
+//! MIG profile) the node has, at most as many GPUs (instances) of it as the node has, and no
+//! more energy than the node's GPUs can draw (a tenant's energy: no more than what its leases
+//! of the node cover, under a lease of the node in force). Leases bind tenants to GPUs: a
+//! lease covers GPUs of registered nodes without overbooking any (at no instant of its term
+//! more of a GPU, or of a model's GPUs, than the node has, counting the node's other leases),
+//! and usage is billed only under a lease that covers its node and model during its interval,
+//! for at most as many GPUs as it covers. One function, [`check_fleet`], applied by the ledger
+//! at ingest (to its cache of the registered nodes and leases) and by `verify-log` and the
+//! bundle verifiers (to the nodes and leases rebuilt from the log, `admission::Registry`).
 
-use super::limits::ENERGY_BOUND_MARGIN_PERCENT;
-use super::record::{Body, Energy, GpuUsage, LeaseRegistered, NodeRegistered};
+mod inventory;
+
+pub use inventory::{FleetLog, Node, NodeAt};
+
+use super::limits::{ENERGY_BOUND_MARGIN_PERCENT, GPU_UNITS, MAX_NODE_GPUS};
+use super::record::{
+    mig_slices_differ, Body, Energy, GpuUsage, LeaseRegistered, NodeGpu, NodeUpdated,
+};
 use super::rejection::{Reason, Rejection};
 use rust_decimal::Decimal;
 
-/// Where the log registered nodes and leases.
-pub trait Fleet {
-    /// The node's registration and the index of its `node_registered` entry.
-    fn node(&self, node: &str) -> Option<(&NodeRegistered, u64)>;
-    /// The lease's registration and the index of its `lease_registered` entry.
-    fn lease(&self, lease: &str) -> Option<(&LeaseRegistered, u64)>;
-    /// The registrations of the leases that name `node`, with their indexes, in any order.
-    fn leases_on(&self, node: &str) -> Vec<(&LeaseRegistered, u64)>;
-}
-
-/// The most kWh `gpus` GPUs (or GPU shares) of `node` may draw in `seconds`: GPUs ×
-/// `max_watts_per_gpu` × seconds, plus [`ENERGY_BOUND_MARGIN_PERCENT`], in kWh, for people
-/// (the division may round in the 28th digit; [`within_energy_bound`] decides without dividing).
-pub fn energy_bound_kwh(gpus: Decimal, node: &NodeRegistered, seconds: i64) -> Decimal {
-    let watt_seconds = gpus * node.max_watts_per_gpu * Decimal::from(seconds);
+/// The most kWh `units` ([`GPU_UNITS`] of a GPU) of a node whose GPUs draw at most `watts` may
+/// draw in `seconds`: GPUs × watts × seconds, plus [`ENERGY_BOUND_MARGIN_PERCENT`], in kWh, for
+/// people (the division may round in the 28th digit; [`within_energy_bound`] decides without
+/// dividing).
+pub fn energy_bound_kwh(units: Decimal, watts: Decimal, seconds: i64) -> Decimal {
+    let watt_seconds = units * watts * Decimal::from(seconds) / Decimal::from(GPU_UNITS);
     let margin = Decimal::from(100 + ENERGY_BOUND_MARGIN_PERCENT) / Decimal::from(100);
     watt_seconds * margin / Decimal::from(3_600_000)
 }
 
-/// Whether `kwh` in `seconds` is within what `gpus` GPUs of `node` draw, exactly: kWh ×
-/// 3,600,000 × 100 ≤ GPUs × W × seconds × (100 + margin), compared in integers of 10⁻¹⁸ (every
-/// operand has at most 9 decimals; kWh ≤ 100,000, W ≤ 5,000, GPUs ≤ 64, seconds ≤ 86,400: both
-/// sides below 10³² < 2¹²⁷), as the Python and browser verifiers compare.
-pub fn within_energy_bound(
-    gpus: Decimal,
-    node: &NodeRegistered,
-    seconds: i64,
-    kwh: Decimal,
-) -> bool {
+/// Whether `kwh` in `seconds` is within what `units` ([`GPU_UNITS`] of a GPU) drawing at most
+/// `watts` per GPU draw, exactly: kWh × 3,600,000 × 100 × 840 ≤ units × W × seconds × (100 +
+/// margin), compared in integers of 10⁻¹⁸ (every operand has at most 9 decimals; kWh ≤
+/// 100,000, W ≤ 5,000, units ≤ 64 × 840, seconds ≤ 86,400: both sides below 10³⁵ < 2¹²⁷), as
+/// the Python and browser verifiers compare.
+pub fn within_energy_bound(units: Decimal, watts: Decimal, seconds: i64, kwh: Decimal) -> bool {
     let nano = |d: Decimal| -> i128 {
         let d = d.round_dp(9);
         d.mantissa() * 10i128.pow(9 - d.scale())
     };
     let used = nano(kwh)
-        .saturating_mul(3_600_000 * 100)
+        .saturating_mul(3_600_000 * 100 * i128::from(GPU_UNITS))
         .saturating_mul(1_000_000_000);
-    let allowed = nano(gpus)
-        .saturating_mul(nano(node.max_watts_per_gpu))
+    let allowed = nano(units)
+        .saturating_mul(nano(watts))
         .saturating_mul(i128::from(seconds))
         .saturating_mul(i128::from(100 + ENERGY_BOUND_MARGIN_PERCENT));
     used <= allowed
 }
 
+/// How many units of GPU model `model` (whole GPUs, or MIG instances of `<model>/<profile>`)
+/// `lease` covers on `node`: for each item listing GPUs, its `share` × the units of `model` of
+/// each listed GPU (a partitioned GPU listed covers its instances); plus the `count` of items
+/// of that model.
+pub fn lease_covers(lease: &LeaseRegistered, node: &NodeAt, model: &str) -> Decimal {
+    lease
+        .nodes
+        .iter()
+        .filter(|n| n.node == node.name())
+        .map(|n| match (&n.gpus, &n.gpu_model, n.count) {
+            (Some(gpus), _, _) => {
+                let units: u32 = gpus
+                    .iter()
+                    .filter_map(|i| node.gpu(*i))
+                    .map(|g| g.units_of(model))
+                    .sum();
+                Decimal::from(units) * n.share.unwrap_or(Decimal::ONE)
+            }
+            (None, Some(m), Some(count)) if m == model => count,
+            _ => Decimal::ZERO,
+        })
+        .sum()
+}
+
+/// How much of `node` `lease` covers, every model, in [`GPU_UNITS`] of a GPU (what its
+/// tenant's energy on the node is bounded by): each listed GPU's `share` of the whole GPU, and
+/// each count of a model × what one unit of it is ([`crate::record::NodeGpu::unit_share`]; the
+/// same on every GPU of the node that has the model, as its partitioned GPUs of one model have
+/// the same slices).
+pub fn lease_units_on(lease: &LeaseRegistered, node: &NodeAt) -> Decimal {
+    lease
+        .nodes
+        .iter()
+        .filter(|n| n.node == node.name())
+        .map(|n| match (&n.gpus, &n.gpu_model, n.count) {
+            (Some(gpus), _, _) => {
+                let listed = gpus.iter().filter(|i| node.gpu(**i).is_some()).count();
+                Decimal::from(listed) * n.share.unwrap_or(Decimal::ONE) * Decimal::from(GPU_UNITS)
+            }
+            (None, Some(model), Some(count)) => {
+                let unit = node.gpus().map(|g| g.unit_share(model)).max().unwrap_or(0);
+                count * Decimal::from(unit)
+            }
+            _ => Decimal::ZERO,
+        })
+        .sum()
+}
+
 /// The fleet rules for the entry at `index` (`u64::MAX` for one not yet appended).
-pub fn check_fleet(body: &Body, index: u64, fleet: &dyn Fleet) -> Result<(), Rejection> {
+pub fn check_fleet(body: &Body, index: u64, fleet: &FleetLog) -> Result<(), Rejection> {
     let registered = |node: &str, field: &str| {
         fleet
             .node(node)
-            .filter(|(_, at)| *at < index)
-            .map(|(n, _)| n)
+            .filter(|n| n.registered_at() < index)
+            .map(|n| n.at(index))
             .ok_or_else(|| {
                 Rejection::field(
                     Reason::UnknownNode,
@@ -74,15 +115,39 @@ pub fn check_fleet(body: &Body, index: u64, fleet: &dyn Fleet) -> Result<(), Rej
                 )
             })
     };
+    let in_region = |node: &NodeAt, region: &str| {
+        if node.region() == region {
+            Ok(())
+        } else {
+            Err(Rejection::field(
+                Reason::WrongRegion,
+                "body.region",
+                format!(
+                    "is {region}, but node {} is registered in {}",
+                    node.name(),
+                    node.region()
+                ),
+            ))
+        }
+    };
     match body {
         Body::NodeRegistered(n) => {
-            if let Some((_, at)) = fleet.node(&n.node).filter(|(_, at)| *at < index) {
+            if let Some(at) = fleet
+                .node(&n.node)
+                .map(|n| n.registered_at())
+                .filter(|at| *at < index)
+            {
                 return Err(Rejection::field(
                     Reason::AlreadyRegistered,
                     "body.node",
                     format!("{} is already registered (entry {at})", n.node),
                 ));
             }
+        }
+        Body::NodeUpdated(u) => {
+            let node = registered(&u.node, "body.node")?;
+            let listed = |uuid: &str| fleet.node(&u.node).and_then(|n| n.uuid_listed(uuid, index));
+            check_node_update(u, &node, listed)?;
         }
         Body::SignerKeyRegistered(r) => {
             for node in r.nodes.iter().flatten() {
@@ -91,7 +156,8 @@ pub fn check_fleet(body: &Body, index: u64, fleet: &dyn Fleet) -> Result<(), Rej
         }
         Body::GpuUsage(u) => {
             let node = registered(&u.node, "body.node")?;
-            let has = node.gpus_of(&u.gpu_model);
+            in_region(&node, &u.region)?;
+            let has = node.units_of(&u.gpu_model);
             if has == 0 {
                 return Err(Rejection::field(
                     Reason::UnknownGpuModel,
@@ -109,7 +175,7 @@ pub fn check_fleet(body: &Body, index: u64, fleet: &dyn Fleet) -> Result<(), Rej
                     ),
                 ));
             }
-            check_usage_lease(u, node, index, fleet)?;
+            check_usage_lease(u, &node, index, fleet)?;
         }
         Body::LeaseRegistered(l) => {
             for (i, item) in l.nodes.iter().enumerate() {
@@ -124,7 +190,7 @@ pub fn check_fleet(body: &Body, index: u64, fleet: &dyn Fleet) -> Result<(), Rej
                     }
                 }
                 if let Some(model) = &item.gpu_model {
-                    if node.gpus_of(model) == 0 {
+                    if node.units_of(model) == 0 {
                         return Err(Rejection::field(
                             Reason::UnknownGpuModel,
                             &format!("body.nodes[{i}].gpu_model"),
@@ -137,44 +203,43 @@ pub fn check_fleet(body: &Body, index: u64, fleet: &dyn Fleet) -> Result<(), Rej
             nodes.sort_unstable();
             nodes.dedup();
             for name in nodes {
-                let (node, _) = fleet.node(name).expect("checked above");
+                let node = registered(name, "body.nodes")?;
                 let others: Vec<&LeaseRegistered> = fleet
                     .leases_on(name)
-                    .into_iter()
                     .filter(|(o, at)| *at < index && o.lease != l.lease && o.term_overlaps(l))
                     .map(|(o, _)| o)
                     .collect();
-                check_not_overbooked(l, node, &others)?;
+                check_not_overbooked(l, &node, &others)?;
             }
         }
         Body::Energy(e) => {
             let node = registered(&e.node, "body.node")?;
+            in_region(&node, &e.region)?;
             let seconds = e.start.seconds_until(e.end);
-            let (gpus, whose) = match &e.tenant {
+            let (units, whose) = match &e.tenant {
                 None => (
-                    Decimal::from(node.gpus.len()),
-                    format!("node {}'s {} GPUs", e.node, node.gpus.len()),
+                    Decimal::from(node.gpu_count() as u64 * u64::from(GPU_UNITS)),
+                    format!("node {}'s {} GPUs", e.node, node.gpu_count()),
                 ),
                 Some(tenant) => {
-                    let gpus = energy_lease_cover(e, tenant, node, index, fleet)?;
+                    let units = energy_lease_cover(e, tenant, &node, index, fleet)?;
                     let text = format!(
                         "the {} GPUs {tenant} leases of node {}",
-                        gpus.normalize(),
+                        (units / Decimal::from(GPU_UNITS)).round_dp(6).normalize(),
                         e.node
                     );
-                    (gpus, text)
+                    (units, text)
                 }
             };
-            if !within_energy_bound(gpus, node, seconds, e.kwh) {
-                let bound = energy_bound_kwh(gpus, node, seconds);
+            let watts = node.max_watts_per_gpu();
+            if !within_energy_bound(units, watts, seconds, e.kwh) {
+                let bound = energy_bound_kwh(units, watts, seconds);
                 return Err(Rejection::field(
                     Reason::EnergyOverBound,
                     "body.kwh",
                     format!(
-                        "is {} kWh, above what {whose} × {} W draw in {} s (+{ENERGY_BOUND_MARGIN_PERCENT} %): {} kWh",
+                        "is {} kWh, above what {whose} × {watts} W draw in {seconds} s (+{ENERGY_BOUND_MARGIN_PERCENT} %): {} kWh",
                         e.kwh,
-                        node.max_watts_per_gpu,
-                        seconds,
                         bound.round_dp(9).normalize()
                     ),
                 ));
@@ -185,21 +250,100 @@ pub fn check_fleet(body: &Body, index: u64, fleet: &dyn Fleet) -> Result<(), Rej
     Ok(())
 }
 
-/// The GPUs a tenant's `energy` record on `node` may draw for: what the tenant's leases that
-/// name the node (registered before `index`) and whose terms hold the record's whole interval
-/// cover of the node, every model (shares of listed GPUs, counts). None name the node:
-/// `lease_not_on_node`; none holds the interval: `outside_lease_term`. Leases never overbook a
-/// node, so the tenants' bounds together stay within the node's.
+/// An update adds capacity only: each GPU it lists is either new to the node (an index it has
+/// not, partitioned, if at all, into the slices of the node's partitioned GPUs of its model;
+/// the node then has at most `MAX_NODE_GPUS`) or a replaced board (an index it has, the
+/// same model and partition), under a UUID no entry of the node listed before (`listed`); a
+/// power limit rises above the node's.
+fn check_node_update(
+    u: &NodeUpdated,
+    node: &NodeAt,
+    listed: impl Fn(&str) -> Option<u64>,
+) -> Result<(), Rejection> {
+    let mut added = 0;
+    for (i, g) in u.gpus.iter().flatten().enumerate() {
+        if let Some(at) = listed(&g.uuid) {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                &format!("body.gpus[{i}].uuid"),
+                format!(
+                    "{} was listed for node {} already (entry {at})",
+                    g.uuid,
+                    node.name()
+                ),
+            ));
+        }
+        match node.gpu(g.index) {
+            None => {
+                let differs = |o: &&NodeGpu| {
+                    o.model == g.model
+                        && o.mig
+                            .as_ref()
+                            .zip(g.mig.as_ref())
+                            .is_some_and(|(a, b)| a.slices != b.slices)
+                };
+                if let Some(other) = node.gpus().find(differs) {
+                    return Err(mig_slices_differ(i, g, other));
+                }
+                added += 1
+            }
+            Some(had) if had.model != g.model || had.mig != g.mig => {
+                return Err(Rejection::field(
+                    Reason::InvalidField,
+                    &format!("body.gpus[{i}].model"),
+                    format!(
+                        "GPU {} of node {} is a {}{}: a replaced board keeps its model and partition (add a new board under a new index)",
+                        g.index,
+                        node.name(),
+                        had.model,
+                        if had.mig.is_some() { " partitioned into MIG instances" } else { "" }
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    if node.gpu_count() + added > MAX_NODE_GPUS {
+        return Err(Rejection::field(
+            Reason::QuantityOutOfRange,
+            "body.gpus",
+            format!(
+                "would give node {} {} GPUs; a node has at most {MAX_NODE_GPUS}",
+                node.name(),
+                node.gpu_count() + added
+            ),
+        ));
+    }
+    if let Some(w) = u.max_watts_per_gpu {
+        let had = node.max_watts_per_gpu();
+        if w <= had {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                "body.max_watts_per_gpu",
+                format!(
+                    "is {w} W, not above node {}'s {had} W: a power limit only rises (a node that draws less is registered anew)",
+                    node.name()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What of `node` a tenant's `energy` record may draw for, in [`GPU_UNITS`] of a GPU: what the
+/// tenant's leases that name the node (registered before `index`) and whose terms hold the
+/// record's whole interval cover of the node, every model ([`lease_units_on`]). None name the
+/// node: `lease_not_on_node`; none holds the interval: `outside_lease_term`. Leases never
+/// overbook a node, so the tenants' bounds together stay within the node's.
 fn energy_lease_cover(
     e: &Energy,
     tenant: &str,
-    node: &NodeRegistered,
+    node: &NodeAt,
     index: u64,
-    fleet: &dyn Fleet,
+    fleet: &FleetLog,
 ) -> Result<Decimal, Rejection> {
     let mut leases: Vec<&LeaseRegistered> = fleet
         .leases_on(&e.node)
-        .into_iter()
         .filter(|(l, at)| *at < index && l.tenant == tenant)
         .map(|(l, _)| l)
         .collect();
@@ -224,7 +368,7 @@ fn energy_lease_cover(
             ),
         ));
     }
-    Ok(leases.iter().map(|l| l.covers_node(node)).sum())
+    Ok(leases.iter().map(|l| lease_units_on(l, node)).sum())
 }
 
 /// The lease rules of a usage record on `node`: it names a lease (registered earlier, to its
@@ -234,9 +378,9 @@ fn energy_lease_cover(
 /// them counts against what the lease covers there: the per-instant rule is this per-record one.
 fn check_usage_lease(
     u: &GpuUsage,
-    node: &NodeRegistered,
+    node: &NodeAt,
     index: u64,
-    fleet: &dyn Fleet,
+    fleet: &FleetLog,
 ) -> Result<(), Rejection> {
     let Some(name) = &u.lease else {
         return Err(Rejection::field(
@@ -252,7 +396,7 @@ fn check_usage_lease(
     let Some((lease, _)) = fleet.lease(name).filter(|(_, at)| *at < index) else {
         return Ok(());
     };
-    let covered = lease.covers(node, &u.gpu_model);
+    let covered = lease_covers(lease, node, &u.gpu_model);
     if covered.is_zero() {
         return Err(Rejection::field(
             Reason::LeaseNotOnNode,
@@ -293,13 +437,14 @@ fn check_usage_lease(
 
 /// Whether `lease`, with the node's `others` whose terms overlap its own, leases at no instant
 /// of its term more of `node` than it has: of each GPU at most all of it (the shares of the
-/// leases listing it), and of each model at most its GPUs (the shares of listed GPUs of that
-/// model plus the counts of that model). The load changes only where a term starts or ends, so
-/// it is evaluated at the start of the lease's term and at every other lease's start or end
-/// inside it: O(k²) for the node's k overlapping leases, no scan of usage.
+/// leases listing it), and of each model at most its units (the shares of listed GPUs' units
+/// of that model, a partitioned GPU's instances included, plus the counts of that model). The
+/// load changes only where a term starts or ends, so it is evaluated at the start of the
+/// lease's term and at every other lease's start or end inside it: O(k²) for the node's k
+/// overlapping leases, no scan of usage.
 pub fn check_not_overbooked(
     lease: &LeaseRegistered,
-    node: &NodeRegistered,
+    node: &NodeAt,
     others: &[&LeaseRegistered],
 ) -> Result<(), Rejection> {
     let mut instants = vec![lease.from];
@@ -319,17 +464,20 @@ pub fn check_not_overbooked(
             .copied()
             .chain(std::iter::once(lease));
         let mut per_gpu: std::collections::BTreeMap<u32, Decimal> = Default::default();
-        let mut per_model: std::collections::BTreeMap<&str, Decimal> = Default::default();
+        let mut per_model: std::collections::BTreeMap<String, Decimal> = Default::default();
         for l in active {
-            for item in l.nodes.iter().filter(|n| n.node == node.node) {
+            for item in l.nodes.iter().filter(|n| n.node == node.name()) {
                 if let (Some(model), Some(count)) = (&item.gpu_model, item.count) {
-                    *per_model.entry(model.as_str()).or_default() += count;
+                    *per_model.entry(model.clone()).or_default() += count;
                 }
                 for g in item.gpus.iter().flatten() {
                     let share = item.share.unwrap_or(Decimal::ONE);
                     *per_gpu.entry(*g).or_default() += share;
                     if let Some(gpu) = node.gpu(*g) {
-                        *per_model.entry(gpu.model.as_str()).or_default() += share;
+                        for model in gpu.unit_models() {
+                            let units = Decimal::from(gpu.units_of(&model));
+                            *per_model.entry(model).or_default() += share * units;
+                        }
                     }
                 }
             }
@@ -341,12 +489,12 @@ pub fn check_not_overbooked(
                 format!(
                     "would lease {} of GPU {g} of node {} at {t}, counting its other leases",
                     load.normalize(),
-                    node.node
+                    node.name()
                 ),
             ));
         }
         for (model, load) in per_model {
-            let has = node.gpus_of(model);
+            let has = node.units_of(&model);
             if load > Decimal::from(has) {
                 return Err(Rejection::field(
                     Reason::LeaseOverbooked,
@@ -354,7 +502,7 @@ pub fn check_not_overbooked(
                     format!(
                         "would lease {} {model} GPUs of node {} at {t}, which has {has}, counting its other leases",
                         load.normalize(),
-                        node.node
+                        node.name()
                     ),
                 ));
             }
@@ -366,28 +514,30 @@ pub fn check_not_overbooked(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Energy, GpuUsage, LeaseNode, NodeGpu};
+    use crate::record::{Energy, GpuUsage, LeaseNode, NodeGpu, NodeRegistered};
     use crate::time::Timestamp;
     use std::collections::HashMap;
 
-    struct Nodes(
-        HashMap<String, (NodeRegistered, u64)>,
-        HashMap<String, (LeaseRegistered, u64)>,
-    );
-    impl Fleet for Nodes {
-        fn node(&self, node: &str) -> Option<(&NodeRegistered, u64)> {
-            self.0.get(node).map(|(n, at)| (n, *at))
+    /// The fleet the entries make: the nodes, then the leases, each at its index.
+    fn fleet_of(
+        nodes: HashMap<String, (NodeRegistered, u64)>,
+        leases: HashMap<String, (LeaseRegistered, u64)>,
+    ) -> FleetLog {
+        let mut entries: Vec<(u64, Body)> = nodes
+            .into_values()
+            .map(|(n, at)| (at, Body::NodeRegistered(n)))
+            .chain(
+                leases
+                    .into_values()
+                    .map(|(l, at)| (at, Body::LeaseRegistered(l))),
+            )
+            .collect();
+        entries.sort_by_key(|(at, _)| *at);
+        let mut fleet = FleetLog::default();
+        for (at, body) in entries {
+            fleet.apply(at, &body);
         }
-        fn lease(&self, lease: &str) -> Option<(&LeaseRegistered, u64)> {
-            self.1.get(lease).map(|(l, at)| (l, *at))
-        }
-        fn leases_on(&self, node: &str) -> Vec<(&LeaseRegistered, u64)> {
-            self.1
-                .values()
-                .filter(|(l, _)| l.names_node(node))
-                .map(|(l, at)| (l, *at))
-                .collect()
-        }
+        fleet
     }
 
     /// Lease `id` of acme over `items` for [from, to) (seconds after [`t`]'s origin).
@@ -430,12 +580,14 @@ mod tests {
                 index: i,
                 uuid: format!("GPU-{i}"),
                 model: "H100".into(),
+                mig: None,
             })
             .collect();
         gpus.push(NodeGpu {
             index: 8,
             uuid: "GPU-8".into(),
             model: "L40S".into(),
+            mig: None,
         });
         NodeRegistered {
             node: "n1".into(),
@@ -490,6 +642,7 @@ mod tests {
                 index: 0,
                 uuid: "GPU-t".into(),
                 model: "H100".into(),
+                mig: None,
             }],
             max_watts_per_gpu: Decimal::ONE,
             ..n1()
@@ -500,13 +653,13 @@ mod tests {
             None,
             vec![gpus("n1", &[0, 1, 2, 3, 4, 5, 6, 7, 8], None)],
         );
-        let fleet = Nodes(
+        let fleet = fleet_of(
             HashMap::from([("n1".to_owned(), (n1(), 3)), ("tiny".to_owned(), (tiny, 3))]),
             HashMap::from([("L".to_owned(), (all_of_n1, 4))]),
         );
         // 9 GPUs × 700 W × 3600 s = 22,680,000 J = 6.3 kWh, + 5 % = 6.615 kWh.
         assert_eq!(
-            energy_bound_kwh(Decimal::from(9), &n1(), 3_600),
+            energy_bound_kwh(Decimal::from(9 * GPU_UNITS), Decimal::from(700), 3_600),
             "6.615".parse::<Decimal>().unwrap()
         );
         for (name, body, want) in [
@@ -628,7 +781,7 @@ mod tests {
             tenant: tenant.into(),
             ..l
         };
-        let fleet = Nodes(
+        let fleet = fleet_of(
             HashMap::from([("n1".to_owned(), (n1(), 1)), ("n2".to_owned(), (n2(), 2))]),
             HashMap::from([
                 // acme: GPUs 0-3 of n1, open-ended, and half of GPUs 4 and 5 for 2 h.
@@ -677,7 +830,7 @@ mod tests {
         let refused = |r: Reason, f: &str| Some((r, f.to_owned()));
         // acme holds 4 + 2 × 0.5 = 5 GPUs for the first hour: 5 × 700 W × 3600 s + 5 % = 3.675 kWh.
         assert_eq!(
-            energy_bound_kwh(Decimal::from(5), &n1(), 3_600),
+            energy_bound_kwh(Decimal::from(5 * GPU_UNITS), Decimal::from(700), 3_600),
             "3.675".parse::<Decimal>().unwrap()
         );
         for (name, body, index, want) in [
@@ -764,7 +917,7 @@ mod tests {
     /// interval, for at most what it covers; and leases never overbook a node, at any instant.
     #[test]
     fn leases_bind_usage_to_gpus_and_never_overbook() {
-        let fleet = Nodes(
+        let fleet = fleet_of(
             HashMap::from([("n1".to_owned(), (n1(), 1)), ("n2".to_owned(), (n2(), 2))]),
             HashMap::from([
                 // GPUs 0-3 of n1, open-ended.
@@ -973,5 +1126,351 @@ mod tests {
             &fleet,
         );
         assert!(r.is_ok(), "left to the parties rule (unknown_lease)");
+    }
+
+    fn update(node: &str, gpus: Vec<NodeGpu>, watts: Option<&str>) -> Body {
+        Body::NodeUpdated(NodeUpdated {
+            node: node.into(),
+            gpus: (!gpus.is_empty()).then_some(gpus),
+            max_watts_per_gpu: watts.map(|w| w.parse().unwrap()),
+        })
+    }
+
+    fn whole(index: u32, uuid: &str, model: &str) -> NodeGpu {
+        NodeGpu {
+            index,
+            uuid: uuid.into(),
+            model: model.into(),
+            mig: None,
+        }
+    }
+
+    fn partitioned(index: u32, slices: u32, profiles: &[(&str, u32)]) -> NodeGpu {
+        NodeGpu {
+            mig: Some(crate::record::MigLayout {
+                slices,
+                instances: profiles
+                    .iter()
+                    .map(|(p, c)| crate::record::MigInstances {
+                        profile: (*p).into(),
+                        count: *c,
+                    })
+                    .collect(),
+            }),
+            ..whole(index, &format!("GPU-m{index}"), "H100")
+        }
+    }
+
+    fn verdict(body: &Body, index: u64, fleet: &FleetLog) -> Option<(Reason, String)> {
+        check_fleet(body, index, fleet)
+            .err()
+            .map(|r| (r.reason, r.field.unwrap_or_default()))
+    }
+
+    fn refused(r: Reason, f: &str) -> Option<(Reason, String)> {
+        Some((r, f.to_owned()))
+    }
+
+    /// A node's update adds capacity for the records appended after it, never before: a
+    /// record is judged by the node as the entries before it made it.
+    #[test]
+    fn a_record_is_judged_by_its_node_as_of_its_index() {
+        let mut fleet = fleet_of(
+            HashMap::from([("n1".to_owned(), (n1(), 1))]),
+            HashMap::from([(
+                "L".to_owned(),
+                (lease("L", 0, None, vec![count("n1", "H100", "8")]), 2),
+            )]),
+        );
+        // At 10: GPU 9, an A100, and 1400 W; at 20, GPU 3 replaced by another H100.
+        fleet.apply(
+            10,
+            &update("n1", vec![whole(9, "GPU-9", "A100")], Some("1400")),
+        );
+        fleet.apply(20, &update("n1", vec![whole(3, "GPU-3b", "H100")], None));
+        let a100 = usage_under(Some("L"), "n1", "A100", "1", 0, 3_600);
+        assert_eq!(
+            verdict(&a100, 5, &fleet),
+            refused(Reason::UnknownGpuModel, "body.gpu_model"),
+            "before the update that adds it"
+        );
+        // After it, the A100 is the node's, but lease L covers none.
+        assert_eq!(
+            verdict(&a100, 11, &fleet),
+            refused(Reason::LeaseNotOnNode, "body.lease")
+        );
+        // The node's 9 GPUs × 700 W (before) or 10 × 1400 W (after) for an hour, +5 %.
+        let before = energy_bound_kwh(Decimal::from(9 * GPU_UNITS), Decimal::from(700), 3_600);
+        let after = energy_bound_kwh(Decimal::from(10 * GPU_UNITS), Decimal::from(1_400), 3_600);
+        assert_eq!((before, after), (dec("6.615"), dec("14.7")));
+        let e = energy("14.7");
+        assert_eq!(
+            verdict(&e, 10, &fleet),
+            refused(Reason::EnergyOverBound, "body.kwh"),
+            "at the update's own index, it is not in force yet"
+        );
+        assert_eq!(verdict(&e, 11, &fleet), None);
+        assert_eq!(verdict(&energy("6.615"), 5, &fleet), None);
+        // A lease may list GPU 9 only after it was added.
+        let l9 = Body::LeaseRegistered(lease("F", 0, None, vec![gpus("n1", &[9], None)]));
+        assert_eq!(
+            verdict(&l9, 9, &fleet),
+            refused(Reason::UnknownGpu, "body.nodes[0].gpus")
+        );
+        assert_eq!(verdict(&l9, 11, &fleet), None);
+        // What the fleet pages show: GPU 3's new UUID, GPU 9 added at 10, 1400 W.
+        let node = fleet.node("n1").unwrap();
+        let gpus = node.current_gpus();
+        assert_eq!(
+            (gpus[3].0.uuid.as_str(), gpus[9].1, gpus.len()),
+            ("GPU-3b", 10, 10)
+        );
+        assert_eq!(node.at(u64::MAX).max_watts_per_gpu(), dec("1400"));
+        assert_eq!(node.at(10).max_watts_per_gpu(), dec("700"));
+    }
+
+    /// `node_updated` only adds capacity: new GPUs, a replaced board (same model and
+    /// partition, a UUID the node never listed), a higher power limit.
+    #[test]
+    fn node_updates_only_add_capacity() {
+        let mut fleet = fleet_of(
+            HashMap::from([("n1".to_owned(), (n1(), 1))]),
+            HashMap::new(),
+        );
+        fleet.apply(
+            5,
+            &update("n1", vec![partitioned(20, 7, &[("1g.10gb", 7)])], None),
+        );
+        let at = |body: Body| verdict(&body, 10, &fleet);
+        for (name, body, want) in [
+            (
+                "a new GPU",
+                update("n1", vec![whole(10, "GPU-10", "H100")], None),
+                None,
+            ),
+            (
+                "a replaced board",
+                update("n1", vec![whole(2, "GPU-2b", "H100")], None),
+                None,
+            ),
+            (
+                "a higher limit",
+                update("n1", Vec::new(), Some("701")),
+                None,
+            ),
+            (
+                "an unregistered node",
+                update("n9", vec![whole(10, "GPU-10", "H100")], None),
+                refused(Reason::UnknownNode, "body.node"),
+            ),
+            (
+                "a UUID the node has",
+                update("n1", vec![whole(10, "GPU-1", "H100")], None),
+                refused(Reason::InvalidField, "body.gpus[0].uuid"),
+            ),
+            (
+                "a replaced board of another model",
+                update("n1", vec![whole(2, "GPU-2b", "A100")], None),
+                refused(Reason::InvalidField, "body.gpus[0].model"),
+            ),
+            (
+                "a whole GPU replaced by a partitioned one",
+                update("n1", vec![partitioned(2, 7, &[("7g.80gb", 1)])], None),
+                refused(Reason::InvalidField, "body.gpus[0].model"),
+            ),
+            (
+                "a new H100 of other slices than the node's partitioned H100",
+                update("n1", vec![partitioned(21, 4, &[("1g.10gb", 4)])], None),
+                refused(Reason::InvalidField, "body.gpus[0].mig.slices"),
+            ),
+            (
+                "one of the same slices",
+                update("n1", vec![partitioned(21, 7, &[("3g.40gb", 2)])], None),
+                None,
+            ),
+            (
+                "65 GPUs",
+                update(
+                    "n1",
+                    (30..85)
+                        .map(|i| whole(i, &format!("GPU-{i}"), "H100"))
+                        .collect(),
+                    None,
+                ),
+                refused(Reason::QuantityOutOfRange, "body.gpus"),
+            ),
+            (
+                "exactly 64",
+                update(
+                    "n1",
+                    (30..84)
+                        .map(|i| whole(i, &format!("GPU-{i}"), "H100"))
+                        .collect(),
+                    None,
+                ),
+                None,
+            ),
+            (
+                "the same limit",
+                update("n1", Vec::new(), Some("700")),
+                refused(Reason::InvalidField, "body.max_watts_per_gpu"),
+            ),
+        ] {
+            assert_eq!(at(body), want, "{name}");
+        }
+        // A replaced board's old UUID never comes back.
+        fleet.apply(11, &update("n1", vec![whole(2, "GPU-2b", "H100")], None));
+        assert_eq!(
+            verdict(
+                &update("n1", vec![whole(2, "GPU-2", "H100")], None),
+                12,
+                &fleet
+            ),
+            refused(Reason::InvalidField, "body.gpus[0].uuid")
+        );
+        assert_eq!(fleet.node("n1").unwrap().at(12).gpu_count(), 10);
+    }
+
+    /// MIG instances are units of `<model>/<profile>`: usage, leases, overbooking and the
+    /// energy bound count them, and a partitioned GPU is no unit of its whole model.
+    #[test]
+    fn mig_instances_are_metered_as_their_profile() {
+        let mut node = n1();
+        // GPU 9: 2 × 3g.40gb + 1 × 1g.10gb (7 of 7 slices); GPU 10: 7 × 1g.10gb.
+        node.gpus
+            .push(partitioned(9, 7, &[("1g.10gb", 1), ("3g.40gb", 2)]));
+        node.gpus.push(partitioned(10, 7, &[("1g.10gb", 7)]));
+        let fleet = fleet_of(
+            HashMap::from([("n1".to_owned(), (node, 1))]),
+            HashMap::from([
+                // L lists GPU 10 whole: its 7 instances; C counts 2 of the 3g.40gb.
+                (
+                    "L".to_owned(),
+                    (lease("L", 0, None, vec![gpus("n1", &[10], None)]), 2),
+                ),
+                (
+                    "C".to_owned(),
+                    (
+                        lease("C", 0, None, vec![count("n1", "H100/3g.40gb", "2")]),
+                        3,
+                    ),
+                ),
+            ]),
+        );
+        let n = fleet.node("n1").unwrap().at(10);
+        assert_eq!(
+            (
+                n.units_of("H100"),
+                n.units_of("H100/1g.10gb"),
+                n.units_of("H100/3g.40gb")
+            ),
+            (8, 8, 2)
+        );
+        let v = |b: &Body| verdict(b, 10, &fleet);
+        for (name, body, want) in [
+            (
+                "7 instances of the listed GPU",
+                usage_under(Some("L"), "n1", "H100/1g.10gb", "7", 0, 60),
+                None,
+            ),
+            (
+                "8: one more than the lease's",
+                usage_under(Some("L"), "n1", "H100/1g.10gb", "8", 0, 60),
+                refused(Reason::OverCapacity, "body.gpu_count"),
+            ),
+            (
+                "9: more than the node's",
+                usage_under(Some("L"), "n1", "H100/1g.10gb", "9", 0, 60),
+                refused(Reason::OverCapacity, "body.gpu_count"),
+            ),
+            (
+                "the listed GPU whole",
+                usage_under(Some("L"), "n1", "H100", "1", 0, 60),
+                refused(Reason::LeaseNotOnNode, "body.lease"),
+            ),
+            (
+                "2 × 3g.40gb by count",
+                usage_under(Some("C"), "n1", "H100/3g.40gb", "2", 0, 60),
+                None,
+            ),
+            (
+                "a profile the node lacks",
+                usage_under(Some("C"), "n1", "H100/2g.20gb", "1", 0, 60),
+                refused(Reason::UnknownGpuModel, "body.gpu_model"),
+            ),
+            (
+                "a lease of one more 1g.10gb than is left (8 − 7)",
+                Body::LeaseRegistered(lease("F", 0, None, vec![count("n1", "H100/1g.10gb", "2")])),
+                refused(Reason::LeaseOverbooked, "body.nodes"),
+            ),
+            (
+                "the one left",
+                Body::LeaseRegistered(lease("F", 0, None, vec![count("n1", "H100/1g.10gb", "1")])),
+                None,
+            ),
+            (
+                "GPU 9 whole, whose 3g.40gb are leased",
+                Body::LeaseRegistered(lease("F", 0, None, vec![gpus("n1", &[9], None)])),
+                refused(Reason::LeaseOverbooked, "body.nodes"),
+            ),
+            (
+                "half of GPU 10, listed whole already",
+                Body::LeaseRegistered(lease("F", 0, None, vec![gpus("n1", &[10], Some("0.5"))])),
+                refused(Reason::LeaseOverbooked, "body.nodes"),
+            ),
+        ] {
+            assert_eq!(v(&body), want, "{name}");
+        }
+        // acme's energy: GPU 10 whole (840 units) and 2 × 3/7 of a GPU (2 × 360): 1560 units
+        // of 840, × 700 W × 3600 s × 1.05 / 3,600,000 = 1.365 kWh.
+        let units = lease_units_on(fleet.lease("L").unwrap().0, &n)
+            + lease_units_on(fleet.lease("C").unwrap().0, &n);
+        assert_eq!(units, Decimal::from(1_560));
+        assert_eq!(
+            energy_bound_kwh(units, Decimal::from(700), 3_600),
+            dec("1.365")
+        );
+        let e = |kwh: &str| tenant_energy("acme", "n1", 0, 3_600, kwh);
+        assert_eq!(v(&e("1.365")), None);
+        assert_eq!(
+            v(&e("1.365000001")),
+            refused(Reason::EnergyOverBound, "body.kwh")
+        );
+    }
+
+    /// A record names its node's region: a key whose scope holds several regions cannot bill
+    /// a node's GPUs at another region's prices.
+    #[test]
+    fn a_record_names_its_nodes_region() {
+        let fleet = fleet_of(
+            HashMap::from([("n1".to_owned(), (n1(), 1))]),
+            HashMap::from([(
+                "L".to_owned(),
+                (lease("L", 0, None, vec![count("n1", "H100", "8")]), 2),
+            )]),
+        );
+        let east = usage("n1", "east", "H100", "1");
+        assert_eq!(
+            verdict(&east, 10, &fleet),
+            refused(Reason::WrongRegion, "body.region")
+        );
+        // Before the model and capacity rules: 1,024 GPUs in the wrong region is wrong_region.
+        assert_eq!(
+            verdict(&usage("n1", "east", "H100", "1024"), 10, &fleet),
+            refused(Reason::WrongRegion, "body.region")
+        );
+        let mut e = energy("0.1");
+        if let Body::Energy(e) = &mut e {
+            e.region = "east".into();
+        }
+        assert_eq!(
+            verdict(&e, 10, &fleet),
+            refused(Reason::WrongRegion, "body.region")
+        );
+        assert_eq!(verdict(&usage("n1", "west", "H100", "1"), 10, &fleet), None);
+    }
+
+    fn dec(s: &str) -> Decimal {
+        s.parse().unwrap()
     }
 }

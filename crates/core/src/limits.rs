@@ -52,8 +52,17 @@ pub const MAX_EXTERNAL_REFERENCE_BYTES: usize = 128;
 /// Longest `reason` of a `record_excluded` entry, in bytes.
 pub const MAX_EXCLUSION_REASON_BYTES: usize = 500;
 
-/// Most GPUs one `node_registered` entry lists (an entry is at most `MAX_ENVELOPE_BYTES`).
+/// Most GPUs one `node_registered` entry lists, and most GPUs a node has after its
+/// `node_updated` entries (an entry is at most `MAX_ENVELOPE_BYTES`).
 pub const MAX_NODE_GPUS: usize = 64;
+
+/// Most compute slices a MIG-partitioned GPU has (A100, H100, H200, B200: 7; A30: 4).
+pub const MAX_MIG_SLICES: u32 = 8;
+
+/// A GPU in these units when shares of GPUs of different partitions are added up exactly (the
+/// energy bound of a tenant's leases): 840 is the least common multiple of 1 to
+/// [`MAX_MIG_SLICES`], so every MIG instance is a whole number of units.
+pub const GPU_UNITS: u32 = 840;
 
 /// Most items (node, GPUs or a GPU model's count) one `lease_registered` entry covers.
 pub const MAX_LEASE_NODES: usize = 64;

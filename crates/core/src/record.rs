@@ -87,11 +87,14 @@ pub enum Kind {
     /// A logged record of a tenant is excluded from rating, with the reason (a dispute settled
     /// without billing; written by the ledger).
     RecordExcluded,
+    /// Capacity added to a registered node: GPUs, a replaced board's UUID, a higher power
+    /// limit (written by the ledger).
+    NodeUpdated,
 }
 
 impl Kind {
     /// All kinds, in a fixed order.
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 19] = [
         Kind::GpuUsage,
         Kind::Energy,
         Kind::SpotPrice,
@@ -110,6 +113,7 @@ impl Kind {
         Kind::LogPolicy,
         Kind::NodeRegistered,
         Kind::RecordExcluded,
+        Kind::NodeUpdated,
     ];
 
     /// The wire name.
@@ -133,6 +137,7 @@ impl Kind {
             Kind::LogPolicy => "log_policy",
             Kind::NodeRegistered => "node_registered",
             Kind::RecordExcluded => "record_excluded",
+            Kind::NodeUpdated => "node_updated",
         }
     }
 
@@ -160,7 +165,8 @@ impl Kind {
             | Kind::TenantRegistered
             | Kind::LogPolicy
             | Kind::NodeRegistered
-            | Kind::RecordExcluded => Role::Ledger,
+            | Kind::RecordExcluded
+            | Kind::NodeUpdated => Role::Ledger,
         }
     }
 }
@@ -530,43 +536,6 @@ impl LeaseRegistered {
         self.nodes.iter().any(|n| n.node == node)
     }
 
-    /// How many GPUs of `model` the lease covers on `node` (its registration): the shares of
-    /// the listed GPUs of that model, plus the counts of that model.
-    pub fn covers(&self, node: &NodeRegistered, model: &str) -> Decimal {
-        self.nodes
-            .iter()
-            .filter(|n| n.node == node.node)
-            .map(|n| match (&n.gpus, &n.gpu_model, n.count) {
-                (Some(gpus), _, _) => {
-                    let of_model = gpus
-                        .iter()
-                        .filter(|i| node.gpu(**i).is_some_and(|g| g.model == model))
-                        .count();
-                    Decimal::from(of_model) * n.share.unwrap_or(Decimal::ONE)
-                }
-                (None, Some(m), Some(count)) if m == model => count,
-                _ => Decimal::ZERO,
-            })
-            .sum()
-    }
-
-    /// How many of `node`'s GPUs the lease covers, every model: the shares of the listed GPUs
-    /// plus the counts (what its tenant's energy on the node is bounded by, §6.7 fleet).
-    pub fn covers_node(&self, node: &NodeRegistered) -> Decimal {
-        self.nodes
-            .iter()
-            .filter(|n| n.node == node.node)
-            .map(|n| match (&n.gpus, n.count) {
-                (Some(gpus), _) => {
-                    let listed = gpus.iter().filter(|i| node.gpu(**i).is_some()).count();
-                    Decimal::from(listed) * n.share.unwrap_or(Decimal::ONE)
-                }
-                (None, Some(count)) => count,
-                _ => Decimal::ZERO,
-            })
-            .sum()
-    }
-
     /// Whether [start, end) lies within the lease's term.
     pub fn term_holds(&self, start: Timestamp, end: Timestamp) -> bool {
         start >= self.from && self.to.is_none_or(|to| end <= to)
@@ -683,8 +652,8 @@ body! {
     }
 }
 
-/// One GPU of a registered node: its index on the node (as `nvidia-smi` numbers it), its UUID
-/// and its model (the GPU model records name).
+/// One GPU of a registered node: its index on the node (as `nvidia-smi` numbers it), its UUID,
+/// its model (the GPU model records name) and its MIG partition, if any.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
@@ -693,6 +662,101 @@ pub struct NodeGpu {
     /// 1 to 128 visible ASCII characters, e.g. `GPU-5f1c…`.
     pub uuid: String,
     pub model: String,
+    /// Absent for a GPU used whole (or time-sliced: a lease's `share`); present for a GPU
+    /// partitioned into MIG instances, which records name as `<model>/<profile>`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub mig: Option<MigLayout>,
+}
+
+/// A GPU's MIG partition (docs/PROTOCOL.md §5.16): its compute slices and the instances made
+/// of them, by profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct MigLayout {
+    /// The GPU's compute slices, 1 to `MAX_MIG_SLICES` (7 on an A100, H100, H200 or B200).
+    pub slices: u32,
+    /// 1 to `MAX_MIG_SLICES` profiles, by increasing name, together at most `slices` slices.
+    pub instances: Vec<MigInstances>,
+}
+
+/// `count` MIG instances of one profile (`1g.10gb`: 1 compute slice, 10 GB).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct MigInstances {
+    /// `<slices>g.<GB>gb`, as `nvidia-smi mig -lgip` names it.
+    pub profile: String,
+    /// 1 to `MAX_MIG_SLICES`.
+    pub count: u32,
+}
+
+impl MigInstances {
+    /// The compute slices one instance of the profile takes (its leading digit).
+    pub fn slices(&self) -> u32 {
+        mig_profile_slices(&self.profile).unwrap_or(0)
+    }
+}
+
+/// The compute slices of a MIG profile name `<g>g.<GB>gb` (g 1 to `MAX_MIG_SLICES`, GB 1 to
+/// 9999 without leading zero), or `None` when it is not one.
+pub fn mig_profile_slices(profile: &str) -> Option<u32> {
+    let (g, memory) = profile.split_once("g.")?;
+    let gb = memory.strip_suffix("gb")?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if g.len() != 1 || !digits(g) || !digits(gb) || gb.len() > 4 || gb.starts_with('0') {
+        return None;
+    }
+    let slices: u32 = g.parse().ok()?;
+    (1..=MAX_MIG_SLICES).contains(&slices).then_some(slices)
+}
+
+impl NodeGpu {
+    /// How many units of GPU model `model` this GPU is: unpartitioned, 1 when it is of that
+    /// model; partitioned, the count of the profile's instances when `model` is
+    /// `<its model>/<profile>`; otherwise 0.
+    pub fn units_of(&self, model: &str) -> u32 {
+        match &self.mig {
+            None => u32::from(self.model == model),
+            Some(layout) => model
+                .strip_prefix(self.model.as_str())
+                .and_then(|m| m.strip_prefix('/'))
+                .and_then(|p| layout.instances.iter().find(|i| i.profile == p))
+                .map_or(0, |i| i.count),
+        }
+    }
+
+    /// What one unit of `model` on this GPU is, in [`GPU_UNITS`] of a GPU: the whole GPU when
+    /// unpartitioned, an instance's slices of the GPU's slices when partitioned; 0 when the
+    /// GPU has no unit of `model`.
+    pub fn unit_share(&self, model: &str) -> u32 {
+        if self.units_of(model) == 0 {
+            return 0;
+        }
+        match &self.mig {
+            None => GPU_UNITS,
+            Some(layout) => {
+                let profile = &model[self.model.len() + 1..];
+                GPU_UNITS / layout.slices * mig_profile_slices(profile).unwrap_or(0)
+            }
+        }
+    }
+
+    /// The models this GPU's units are: its own, or one per MIG profile.
+    pub fn unit_models(&self) -> Vec<String> {
+        match &self.mig {
+            None => vec![self.model.clone()],
+            Some(layout) => layout
+                .instances
+                .iter()
+                .map(|i| format!("{}/{}", self.model, i.profile))
+                .collect(),
+        }
+    }
 }
 
 body! {
@@ -714,20 +778,28 @@ body! {
     }
 }
 
-impl NodeRegistered {
-    /// The node's GPU at `index`.
-    pub fn gpu(&self, index: u32) -> Option<&NodeGpu> {
-        // Validation keeps the GPUs by strictly increasing index; a lease's coverage looks
-        // GPUs up for every usage record it bills.
-        self.gpus
-            .binary_search_by_key(&index, |g| g.index)
-            .ok()
-            .map(|i| &self.gpus[i])
-    }
-
-    /// How many of the node's GPUs are of `model`.
-    pub fn gpus_of(&self, model: &str) -> usize {
-        self.gpus.iter().filter(|g| g.model == model).count()
+body! {
+    /// Capacity added to a registered node (docs/PROTOCOL.md §5.18): GPUs under new indexes,
+    /// a replaced board (an index the node has, its model and partition, a new UUID), or a
+    /// higher power limit. Nothing a node had is ever taken away, so no record or lease the
+    /// log accepted before an update is judged otherwise after it.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct NodeUpdated, read as NodeUpdatedWire {
+        pub node: String,
+        /// 1 to `MAX_NODE_GPUS` GPUs, by increasing index, UUIDs distinct; absent when only
+        /// the power limit rises.
+        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+        pub gpus: Option<Vec<NodeGpu>>,
+        /// Watts, above the node's limit so far and at most `MAX_WATTS_PER_GPU`; absent when
+        /// unchanged.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            serialize_with = "canonical_option",
+            deserialize_with = "present"
+        )]
+        @schema(value_type = Option<crate::decimal::DecimalString>)
+        pub max_watts_per_gpu: Option<Decimal>,
     }
 }
 
@@ -787,6 +859,7 @@ bodies! {
     LogPolicy(LogPolicy),
     NodeRegistered(NodeRegistered),
     RecordExcluded(RecordExcluded),
+    NodeUpdated(NodeUpdated),
 }
 
 impl Body {
@@ -1196,7 +1269,8 @@ fn lease_nodes(wire: Vec<LeaseNodeWire>) -> Result<Vec<LeaseNode>, Rejection> {
             }
             (None, Some(model), Some(count)) if w.share.is_none() => {
                 let model = id(&field("gpu_model"), &model)?;
-                let count = quantity(&field("count"), &count, Decimal::from(MAX_NODE_GPUS))?;
+                let most = MAX_NODE_GPUS * MAX_MIG_SLICES as usize;
+                let count = quantity(&field("count"), &count, Decimal::from(most))?;
                 if count.is_zero() {
                     return Err(Rejection::field(
                         Reason::QuantityOutOfRange,
@@ -1318,59 +1392,181 @@ impl Record for NodeRegistered {
         let node = id("body.node", &w.node)?;
         let region = id("body.region", &w.region)?;
         let hub = w.hub.as_deref().map(|h| id("body.hub", h)).transpose()?;
-        if w.gpus.is_empty() || w.gpus.len() > MAX_NODE_GPUS {
-            return Err(Rejection::field(
-                Reason::QuantityOutOfRange,
-                "body.gpus",
-                format!("a node has 1 to {MAX_NODE_GPUS} GPUs"),
-            ));
-        }
-        let mut uuids = std::collections::HashSet::new();
-        for (i, g) in w.gpus.iter().enumerate() {
-            if i > 0 && g.index <= w.gpus[i - 1].index {
-                return Err(Rejection::field(
-                    Reason::InvalidField,
-                    &format!("body.gpus[{i}].index"),
-                    "GPUs are listed by strictly increasing index",
-                ));
-            }
-            let visible = |c: char| c.is_ascii_graphic();
-            if g.uuid.is_empty() || g.uuid.len() > MAX_ID_LEN || !g.uuid.chars().all(visible) {
-                return Err(Rejection::field(
-                    Reason::InvalidField,
-                    &format!("body.gpus[{i}].uuid"),
-                    format!("1 to {MAX_ID_LEN} visible ASCII characters"),
-                ));
-            }
-            if !uuids.insert(g.uuid.as_str()) {
-                return Err(Rejection::field(
-                    Reason::InvalidField,
-                    &format!("body.gpus[{i}].uuid"),
-                    format!("{} is listed twice", g.uuid),
-                ));
-            }
-            id(&format!("body.gpus[{i}].model"), &g.model)?;
-        }
-        let watts = quantity(
-            "body.max_watts_per_gpu",
-            &w.max_watts_per_gpu,
-            Decimal::from(MAX_WATTS_PER_GPU),
-        )?;
-        if watts.is_zero() {
-            return Err(Rejection::field(
-                Reason::QuantityOutOfRange,
-                "body.max_watts_per_gpu",
-                "must be above 0",
-            ));
-        }
+        node_gpus(&w.gpus)?;
         Ok(NodeRegistered {
             node,
             region,
             hub,
             gpus: w.gpus,
-            max_watts_per_gpu: watts,
+            max_watts_per_gpu: watts(&w.max_watts_per_gpu)?,
         })
     }
+}
+
+impl Record for NodeUpdated {
+    type Wire = NodeUpdatedWire;
+    fn check(w: NodeUpdatedWire) -> Result<Self, Rejection> {
+        let node = id("body.node", &w.node)?;
+        if let Some(gpus) = &w.gpus {
+            node_gpus(gpus)?;
+        }
+        let max_watts_per_gpu = w.max_watts_per_gpu.as_deref().map(watts).transpose()?;
+        if w.gpus.is_none() && max_watts_per_gpu.is_none() {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                "body.gpus",
+                "an update adds GPUs, raises max_watts_per_gpu, or both",
+            ));
+        }
+        Ok(NodeUpdated {
+            node,
+            gpus: w.gpus,
+            max_watts_per_gpu,
+        })
+    }
+}
+
+/// A node's power limit per GPU: above 0 and at most `MAX_WATTS_PER_GPU`.
+fn watts(s: &str) -> Result<Decimal, Rejection> {
+    let field = "body.max_watts_per_gpu";
+    let watts = quantity(field, s, Decimal::from(MAX_WATTS_PER_GPU))?;
+    if watts.is_zero() {
+        return Err(Rejection::field(
+            Reason::QuantityOutOfRange,
+            field,
+            "must be above 0",
+        ));
+    }
+    Ok(watts)
+}
+
+/// The GPUs of a `node_registered` or `node_updated` entry: 1 to `MAX_NODE_GPUS`, by strictly
+/// increasing index, UUIDs of visible ASCII and distinct, models ids, MIG partitions whole.
+fn node_gpus(gpus: &[NodeGpu]) -> Result<(), Rejection> {
+    if gpus.is_empty() || gpus.len() > MAX_NODE_GPUS {
+        return Err(Rejection::field(
+            Reason::QuantityOutOfRange,
+            "body.gpus",
+            format!("lists 1 to {MAX_NODE_GPUS} GPUs"),
+        ));
+    }
+    let mut uuids = std::collections::HashSet::new();
+    for (i, g) in gpus.iter().enumerate() {
+        if i > 0 && g.index <= gpus[i - 1].index {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                &format!("body.gpus[{i}].index"),
+                "GPUs are listed by strictly increasing index",
+            ));
+        }
+        let visible = |c: char| c.is_ascii_graphic();
+        if g.uuid.is_empty() || g.uuid.len() > MAX_ID_LEN || !g.uuid.chars().all(visible) {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                &format!("body.gpus[{i}].uuid"),
+                format!("1 to {MAX_ID_LEN} visible ASCII characters"),
+            ));
+        }
+        if !uuids.insert(g.uuid.as_str()) {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                &format!("body.gpus[{i}].uuid"),
+                format!("{} is listed twice", g.uuid),
+            ));
+        }
+        id(&format!("body.gpus[{i}].model"), &g.model)?;
+        if let Some(layout) = &g.mig {
+            mig_layout(&format!("body.gpus[{i}].mig"), &g.model, layout)?;
+            if let Some(other) = gpus[..i].iter().find(|o| {
+                o.model == g.model && o.mig.as_ref().is_some_and(|m| m.slices != layout.slices)
+            }) {
+                return Err(mig_slices_differ(i, g, other));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The refusal of GPU `i`, partitioned into other slices than `other`, a partitioned GPU of
+/// the same model: one MIG profile of a model is one share of a GPU on a node (what a count of
+/// its instances may draw, §6.7 fleet).
+pub fn mig_slices_differ(i: usize, g: &NodeGpu, other: &NodeGpu) -> Rejection {
+    Rejection::field(
+        Reason::InvalidField,
+        &format!("body.gpus[{i}].mig.slices"),
+        format!(
+            "GPU {} of model {} has {} slices, GPU {} of the node {}: a node's partitioned GPUs of one model have the same slices",
+            g.index,
+            g.model,
+            g.mig.as_ref().map_or(0, |m| m.slices),
+            other.index,
+            other.mig.as_ref().map_or(0, |m| m.slices)
+        ),
+    )
+}
+
+/// A MIG partition: 1 to `MAX_MIG_SLICES` slices; 1 to `MAX_MIG_SLICES` profiles by strictly
+/// increasing name, each `<g>g.<GB>gb` with g within the slices, `count` 1 to
+/// `MAX_MIG_SLICES`, `<model>/<profile>` an id; the instances together within the slices.
+fn mig_layout(field: &str, model: &str, layout: &MigLayout) -> Result<(), Rejection> {
+    if !(1..=MAX_MIG_SLICES).contains(&layout.slices) {
+        return Err(Rejection::field(
+            Reason::InvalidField,
+            &format!("{field}.slices"),
+            format!("a GPU has 1 to {MAX_MIG_SLICES} compute slices"),
+        ));
+    }
+    let n = layout.instances.len();
+    if n == 0 || n > MAX_MIG_SLICES as usize {
+        return Err(Rejection::field(
+            Reason::InvalidField,
+            &format!("{field}.instances"),
+            format!("lists 1 to {MAX_MIG_SLICES} profiles"),
+        ));
+    }
+    let mut used = 0;
+    for (j, inst) in layout.instances.iter().enumerate() {
+        let at = format!("{field}.instances[{j}]");
+        let slices = mig_profile_slices(&inst.profile)
+            .filter(|g| *g <= layout.slices)
+            .ok_or_else(|| {
+                Rejection::field(
+                    Reason::InvalidField,
+                    &format!("{at}.profile"),
+                    format!(
+                        "is not a MIG profile <g>g.<GB>gb of at most the GPU's {} slices",
+                        layout.slices
+                    ),
+                )
+            })?;
+        if j > 0 && inst.profile <= layout.instances[j - 1].profile {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                &format!("{at}.profile"),
+                "profiles are listed once each, by increasing name",
+            ));
+        }
+        if !(1..=MAX_MIG_SLICES).contains(&inst.count) {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                &format!("{at}.count"),
+                format!("1 to {MAX_MIG_SLICES} instances"),
+            ));
+        }
+        id(
+            &format!("{at}.profile"),
+            &format!("{model}/{}", inst.profile),
+        )?;
+        used += slices * inst.count;
+    }
+    if used > layout.slices {
+        return Err(Rejection::field(
+            Reason::InvalidField,
+            &format!("{field}.instances"),
+            format!("take {used} compute slices of the GPU's {}", layout.slices),
+        ));
+    }
+    Ok(())
 }
 
 impl Record for VolumeTiers {

@@ -52,6 +52,8 @@ pub enum Reason {
     NodeNotAllowed,
     /// The record names a region its key is not registered for.
     RegionNotAllowed,
+    /// The record names another region than its node's registration.
+    WrongRegion,
     /// The record names a tenant the log has not registered.
     UnknownTenant,
     /// The record names a lease the log has not registered.
@@ -130,6 +132,7 @@ impl Reason {
             Reason::OverlappingInterval => "overlapping_interval",
             Reason::NodeNotAllowed => "node_not_allowed",
             Reason::RegionNotAllowed => "region_not_allowed",
+            Reason::WrongRegion => "wrong_region",
             Reason::UnknownTenant => "unknown_tenant",
             Reason::UnknownLease => "unknown_lease",
             Reason::LeaseTenantMismatch => "lease_tenant_mismatch",
@@ -189,7 +192,10 @@ impl Reason {
             | Reason::RegionNotAllowed
             | Reason::UnknownTenant
             | Reason::UnknownLease
-            | Reason::UnknownNode => Registration,
+            | Reason::UnknownNode
+            // A node's update adds the GPU model, or raises its power limit (§5.18).
+            | Reason::UnknownGpuModel
+            | Reason::EnergyOverBound => Registration,
             Reason::Malformed
             | Reason::UnsupportedVersion
             | Reason::UnknownKind
@@ -217,10 +223,10 @@ impl Reason {
             | Reason::CurrencyMismatch
             | Reason::CreditAboveTotal
             | Reason::ReferenceUsed
-            // A node's GPUs are registered once: a record that does not fit them never will.
-            | Reason::UnknownGpuModel
+            // A node's region never changes. More GPUs than the node has is as often more
+            // than the lease covers, which never changes either.
+            | Reason::WrongRegion
             | Reason::OverCapacity
-            | Reason::EnergyOverBound
             // Leases are registered once: a record outside its lease never fits it.
             | Reason::UnknownGpu
             | Reason::LeaseOverbooked

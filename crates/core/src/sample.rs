@@ -90,6 +90,7 @@ pub fn node(node: &str) -> Body {
                 index: i,
                 uuid: format!("GPU-sample-{node}-{i}"),
                 model: "H100-SXM-80G".into(),
+                mig: None,
             })
             .collect(),
         max_watts_per_gpu: Decimal::from(1_000),

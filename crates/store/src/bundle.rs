@@ -281,6 +281,7 @@ impl Context {
             Kind::LeaseRegistered,
             Kind::RegionParams,
             Kind::NodeRegistered,
+            Kind::NodeUpdated,
         ];
         if self.invoice {
             k.extend([

@@ -578,9 +578,10 @@ impl Ledger {
             let parties = self.parties.read().expect("parties cache lock");
             let mut reasons: Vec<(usize, Rejection)> = Vec::new();
             for (at, (_, c, _)) in pending.iter().enumerate() {
-                // Nodes and leases are registered once, so the cache never holds a stale one.
+                // A stale node or lease can only refuse what the log accepts, never the
+                // reverse (below).
                 let r = admission::check_parties(&c.body, u64::MAX, &*parties).and_then(|()| {
-                    gpuledger_core::fleet::check_fleet(&c.body, u64::MAX, &*parties)
+                    gpuledger_core::fleet::check_fleet(&c.body, u64::MAX, &parties.fleet)
                 });
                 if let Err(r) = r {
                     reasons.push((at, r));
@@ -589,20 +590,44 @@ impl Ledger {
             reasons
         };
         let mut reasons = judge(pending);
-        // A tenant's energy names no lease, so the cache may lack a lease of the tenant
-        // registered since it was filled. Leases are only ever added, and more leases never
-        // refuse what fewer accepted: a lease refusal of such a record is judged again, once
-        // a batch, after every lease is read.
+        // The cache may be stale: a node updated since it was read (GPUs added, a higher
+        // power limit), or a lease of a tenant registered since (a tenant's energy names no
+        // lease). Nodes only gain capacity and leases are only ever added, and more never
+        // refuses what less accepted: a fleet refusal is judged again, once a batch, after
+        // the refused records' nodes (and, for a tenant's energy, every lease) are read afresh.
         let stale = |(at, r): &(usize, Rejection)| {
-            matches!(&pending[*at].1.body, Body::Energy(e) if e.tenant.is_some())
-                && matches!(
-                    r.reason,
-                    Reason::LeaseNotOnNode | Reason::OutsideLeaseTerm | Reason::EnergyOverBound
-                )
+            matches!(
+                r.reason,
+                Reason::UnknownGpuModel
+                    | Reason::OverCapacity
+                    | Reason::EnergyOverBound
+                    | Reason::LeaseNotOnNode
+                    | Reason::OutsideLeaseTerm
+            ) && matches!(&pending[*at].1.body, Body::GpuUsage(_) | Body::Energy(_))
         };
         if reasons.iter().any(stale) {
+            let mut nodes: Vec<&str> = reasons
+                .iter()
+                .filter(|r| stale(r))
+                .filter_map(|(at, _)| match &pending[*at].1.body {
+                    Body::GpuUsage(u) => Some(u.node.as_str()),
+                    Body::Energy(e) => Some(e.node.as_str()),
+                    _ => None,
+                })
+                .collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            // A usage record names its lease, which the cache holds as logged.
+            let leases = reasons.iter().any(
+                |(at, _)| matches!(&pending[*at].1.body, Body::Energy(e) if e.tenant.is_some()),
+            );
             let mut found = read::DbParties::default();
-            self.reads.run(|c| found.fill_leases(c, u64::MAX >> 1))?;
+            self.reads.run(|c| {
+                if leases {
+                    found.fill_leases(c, u64::MAX >> 1)?;
+                }
+                found.fill_nodes(c, u64::MAX >> 1, &nodes)
+            })?;
             self.parties
                 .write()
                 .expect("parties cache lock")
@@ -703,14 +728,14 @@ impl Ledger {
                     gpuledger_core::record::Body::Energy(e) => Some(e.node.as_str()),
                     _ => None,
                 };
-                if let Some(n) = node.filter(|n| !known.nodes.contains_key(*n)) {
+                if let Some(n) = node.filter(|n| known.fleet.node(n).is_none()) {
                     nodes.push(n);
                 }
                 if let gpuledger_core::record::Body::GpuUsage(u) = &c.body {
                     if let Some(l) = u
                         .lease
                         .as_deref()
-                        .filter(|l| !known.leases.contains_key(*l))
+                        .filter(|l| known.fleet.lease(l).is_none())
                     {
                         leases.push(l);
                     }

@@ -5,10 +5,9 @@ use super::error::StoreError;
 use super::schema::*;
 use diesel::prelude::*;
 use gpuledger_core::admission;
+use gpuledger_core::fleet::FleetLog;
 use gpuledger_core::merkle::{Hash, HashReader};
-use gpuledger_core::record::{
-    Body, KeyScope, Kind, LeaseRegistered, LogPolicy, NodeRegistered, SignerKeyRegistered,
-};
+use gpuledger_core::record::{Body, KeyScope, Kind, LogPolicy, SignerKeyRegistered};
 use gpuledger_core::time::Timestamp;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -445,31 +444,9 @@ pub fn registration(conn: &mut DbConn, index: u64) -> Result<SignerKeyRegistered
 #[derive(Debug, Default, Clone)]
 pub struct DbParties {
     pub tenants: HashMap<String, u64>,
-    /// Lease registrations (immutable once logged: a lease is registered once); add them
-    /// with [`DbParties::add_lease`], which keeps `leases_by_node`.
-    pub leases: HashMap<String, (LeaseRegistered, u64)>,
-    /// node → the leases naming it, so a node's leases are found without a scan of all.
-    leases_by_node: HashMap<String, Vec<String>>,
-    /// Node registrations (immutable once logged: a node is registered once).
-    pub nodes: HashMap<String, (NodeRegistered, u64)>,
-}
-
-impl gpuledger_core::fleet::Fleet for DbParties {
-    fn node(&self, node: &str) -> Option<(&NodeRegistered, u64)> {
-        self.nodes.get(node).map(|(n, at)| (n, *at))
-    }
-    fn lease(&self, lease: &str) -> Option<(&LeaseRegistered, u64)> {
-        self.leases.get(lease).map(|(l, at)| (l, *at))
-    }
-    fn leases_on(&self, node: &str) -> Vec<(&LeaseRegistered, u64)> {
-        self.leases_by_node
-            .get(node)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.leases.get(id))
-            .map(|(l, at)| (l, *at))
-            .collect()
-    }
+    /// The nodes and leases read so far (a node with every update below the size it was
+    /// read at; leases are immutable once logged).
+    pub fleet: FleetLog,
 }
 
 impl admission::Parties for DbParties {
@@ -477,37 +454,18 @@ impl admission::Parties for DbParties {
         self.tenants.get(tenant).copied()
     }
     fn lease(&self, lease: &str) -> Option<(String, u64)> {
-        self.leases
-            .get(lease)
-            .map(|(l, at)| (l.tenant.clone(), *at))
+        self.fleet
+            .lease(lease)
+            .map(|(l, at)| (l.tenant.clone(), at))
     }
 }
 
 impl DbParties {
-    /// Adds a lease registered at `index` (the first registration of an id counts).
-    pub fn add_lease(&mut self, lease: LeaseRegistered, index: u64) {
-        if self.leases.contains_key(&lease.lease) {
-            return;
-        }
-        let mut nodes: Vec<&String> = lease.nodes.iter().map(|n| &n.node).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        for n in nodes {
-            self.leases_by_node
-                .entry(n.clone())
-                .or_default()
-                .push(lease.lease.clone());
-        }
-        self.leases.insert(lease.lease.clone(), (lease, index));
-    }
-
-    /// Adds what `other` holds that this lacks.
+    /// Adds what `other` holds that this lacks, and `other`'s nodes in place of these (read
+    /// later, they hold every update these hold).
     pub fn merge(&mut self, other: DbParties) {
         self.tenants.extend(other.tenants);
-        self.nodes.extend(other.nodes);
-        for (_, (l, at)) in other.leases {
-            self.add_lease(l, at);
-        }
+        self.fleet.merge(other.fleet);
     }
 
     /// The registrations of the tenants and leases `body` names, below `size`.
@@ -522,6 +480,7 @@ impl DbParties {
         p.fill(conn, size, &tenants, &leases)?;
         let nodes: Vec<&str> = match body {
             Body::NodeRegistered(n) => vec![n.node.as_str()],
+            Body::NodeUpdated(u) => vec![u.node.as_str()],
             Body::LeaseRegistered(l) => l.nodes.iter().map(|n| n.node.as_str()).collect(),
             Body::SignerKeyRegistered(r) => r.nodes.iter().flatten().map(String::as_str).collect(),
             _ => Vec::new(),
@@ -530,8 +489,9 @@ impl DbParties {
         Ok(p)
     }
 
-    /// Adds the registrations of `nodes` below `size` (one read of the `node_registered`
-    /// entries, whose ids are inside the bodies, when any is named).
+    /// Adds the registrations of `nodes` below `size`, each with its updates (one read of the
+    /// `node_registered` and `node_updated` entries, whose ids are inside the bodies, when
+    /// any is named).
     pub fn fill_nodes(
         &mut self,
         conn: &mut DbConn,
@@ -541,10 +501,12 @@ impl DbParties {
         if nodes.is_empty() {
             return Ok(());
         }
-        for (i, b) in bodies_of(conn, &[Kind::NodeRegistered], size)? {
-            if let Body::NodeRegistered(n) = b {
-                self.nodes.entry(n.node.clone()).or_insert((n, i));
-            }
+        let mut read = FleetLog::default();
+        for (i, b) in bodies_of(conn, &[Kind::NodeRegistered, Kind::NodeUpdated], size)? {
+            read.apply(i, &b);
+        }
+        for node in read.nodes() {
+            self.fleet.put_node(node.clone());
         }
         Ok(())
     }
@@ -581,7 +543,7 @@ impl DbParties {
     pub fn fill_leases(&mut self, conn: &mut DbConn, size: u64) -> Result<(), StoreError> {
         for (i, b) in bodies_of(conn, &[Kind::LeaseRegistered], size)? {
             if let Body::LeaseRegistered(l) = b {
-                self.add_lease(l, i);
+                self.fleet.add_lease(l, i);
             }
         }
         Ok(())

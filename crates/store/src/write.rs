@@ -897,7 +897,7 @@ fn admit_ledger_entry(conn: &mut DbConn, app: &Appender, body: &Body) -> Result<
     let size = app.next_index();
     let parties = read::DbParties::load(conn, size, body)?;
     admission::check_parties(body, u64::MAX, &parties).map_err(refusal)?;
-    gpuledger_core::fleet::check_fleet(body, u64::MAX, &parties).map_err(refusal)?;
+    gpuledger_core::fleet::check_fleet(body, u64::MAX, &parties.fleet).map_err(refusal)?;
     admission::check_issued(body, app.received_at).map_err(refusal)?;
     if let Body::RecordExcluded(x) = body {
         // The dispute rules (core::dispute), on what the database holds below `size`.
@@ -1230,6 +1230,7 @@ pub(crate) fn ledger_entry(
             | Body::TenantRegistered(_)
             | Body::LogPolicy(_)
             | Body::NodeRegistered(_)
+            | Body::NodeUpdated(_)
             | Body::RecordExcluded(_)
     ) {
         return Err(StoreError::Refused(format!(

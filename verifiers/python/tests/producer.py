@@ -1,8 +1,8 @@
 """A small, self-contained producer of gpuledger artefacts, protocol version 3, written from
 docs/PROTOCOL.md and the version-2 change list (issue #12).
 
-It builds logs (a log policy, tenant registrations, node registrations (the fleet: a node's
-region and GPUs), ledger-signed key registrations with their node/region scopes and revocations, node and market records, region parameters, leases, prices,
+It builds logs (a log policy, tenant registrations, node registrations and updates (the fleet: a
+node's region and GPUs, MIG layouts, added GPUs, replaced boards, higher power limits), ledger-signed key registrations with their node/region scopes and revocations, node and market records, region parameters, leases, prices,
 invoices, exclusions of records from rating), the RFC 6962 tree over them with inclusion and consistency proofs
 (by the recursive definitions of RFC 6962 2.1, independently of the verifier's RFC 9162
 algorithms), signed checkpoint notes (section 9), certificates (section 13) and evidence
@@ -213,6 +213,22 @@ def node_gpus(models: Dict[str, int], prefix: str = "GPU") -> List[Dict[str, Any
     return gpus
 
 
+def mig(slices: int, instances: Dict[str, int]) -> Dict[str, Any]:
+    """A GPU's MIG layout (record.rs `MigLayout`): `slices` compute slices, `instances` profile ->
+    count (e.g. {"1g.10gb": 7}), listed by increasing profile name as the ledger requires."""
+    ordered = sorted(instances.items(), key=lambda kv: kv[0].encode())
+    return {"slices": slices, "instances": [{"profile": p, "count": c} for p, c in ordered]}
+
+
+def gpu(index: int, uuid: str, model: str, layout: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """One GPU of a node_registered or node_updated entry: index, UUID, model, and a MIG layout
+    (`mig(...)`) when the GPU is partitioned."""
+    g: Dict[str, Any] = {"index": index, "uuid": uuid, "model": model}
+    if layout is not None:
+        g["mig"] = layout
+    return g
+
+
 class Log:
     VERSION = 2
 
@@ -320,6 +336,19 @@ class Log:
         index = self.ledger("node_registered", body, received_at)
         self.nodes.setdefault(node, index)
         return index
+
+    def node_update(self, node: str, received_at: str, gpus: Optional[List[Dict[str, Any]]] = None,
+                    max_watts_per_gpu: Optional[str] = None, **body_extra: Any) -> int:
+        """A node_updated entry (ledger-written): GPUs added under new indexes or a replaced board
+        (an index the node has, a new UUID), and/or a higher power limit. Written as given (also
+        updates a ledger refuses)."""
+        body: Dict[str, Any] = {"node": node}
+        if gpus is not None:
+            body["gpus"] = gpus
+        if max_watts_per_gpu is not None:
+            body["max_watts_per_gpu"] = max_watts_per_gpu
+        body.update(body_extra)
+        return self.ledger("node_updated", body, received_at)
 
     def register(self, signer: str, key: Key, role: str, received_at: str, regions: Sequence[str] = ("cn-nmg-1",),
                  nodes: Optional[Sequence[str]] = None, register_nodes: bool = True) -> int:
@@ -520,7 +549,8 @@ def commitment(log: Log, records: Iterable[int]) -> str:
 
 def context_for(log: Log, size: int, records: Iterable[int], tenant: Optional[str] = None,
                 invoice: bool = False) -> List[int]:
-    """Version 2, section 8: every log_policy and node_registered below the size; the registrations (and revocations
+    """Version 2, section 8: every log_policy, node_registered and node_updated below the size (a
+    node's updates too, also those logged after a record: bundle.rs); the registrations (and revocations
     below the size) of every key that signed a record or a context entry; the subject tenant's
     tenant_registered entry and every lease_registered entry of the subject tenant; every
     region_params below the size; and, for an invoice, every rate_card and spot_price below the
@@ -534,7 +564,7 @@ def context_for(log: Log, size: int, records: Iterable[int], tenant: Optional[st
     plans = {e.body["plan"] for e in log.entries[:size] if e.kind == "tenant_plan" and e.body["tenant"] == tenant}
     for e in log.entries[:size]:
         b = e.body
-        if e.kind in ("log_policy", "region_params", "node_registered"):
+        if e.kind in ("log_policy", "region_params", "node_registered", "node_updated"):
             ctx.add(e.index)
         elif e.kind in ("tenant_registered", "lease_registered") and b["tenant"] == tenant:
             ctx.add(e.index)

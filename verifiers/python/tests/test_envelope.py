@@ -53,6 +53,7 @@ BODIES = {
                                  {"index": 3, "uuid": "GPU-5f1c0a7e-0003", "model": "L40S"}],
                         "max_watts_per_gpu": "700"},
     "record_excluded": {"tenant": "tenant-acme", "entry": 12, "reason": "node-imx-0001's meter was faulty"},
+    "node_updated": {"node": "node-imx-0001", "max_watts_per_gpu": "800"},
 }
 
 

@@ -1,8 +1,9 @@
 """The fleet rules (section 6.7, fleet; crates/core/src/fleet.rs `check_fleet`), rechecked from a
 bundle's entries: a node is registered once (`node_registered`, a ledger kind the bundle carries
 as context), a node key names registered nodes only, and a record fits the node it names: its
-region, a GPU model the node has, at most as many GPUs of that model as the node has, and no more
-energy than the node's GPUs can draw (GPUs x max_watts_per_gpu x seconds, plus 5 %)."""
+region (the node's own: `wrong_region`), a GPU model the node has, at most as many GPUs of that
+model as the node has, and no more energy than the node's GPUs can draw (GPUs x max_watts_per_gpu
+x seconds, plus 5 %). Node updates and MIG layouts: tests/test_fleet_updates.py."""
 
 import copy
 import unittest
@@ -79,11 +80,37 @@ class FleetRules(LogBundleTestCase):
         self.refused(self.bundle(), "unknown_gpu_model", i, "body.gpu_model", says="n1 has no A100 GPU")
         self.refused(self.cert(), "unknown_gpu_model", i, "body.gpu_model")
 
-    # region: bounded by the key's scope (section 6.7, scope), not yet by the node's region
+    # region: within the key's scope (section 6.7, scope) and the node's own region (wrong_region)
 
-    def test_a_region_of_the_key_other_than_the_nodes_passes(self):
-        self.usage("1", region="r2")  # within the key's scope, not the node's region
-        self.energy("1", region="r2", start="2026-11-05T01:00:00Z")
+    def test_reasons_include_wrong_region(self):
+        self.assertIn("wrong_region", gv.REASONS)
+        self.assertIn("wrong_region", gv.ADMISSION_REASONS)
+
+    def test_usage_in_a_region_of_the_key_other_than_the_nodes_is_wrong_region(self):
+        i = self.usage("1", region="r2")  # within the key's scope (r1, r2), not node n1's region r1
+        self.refused(self.bundle(), "wrong_region", i, "body.region", says="node n1 is registered in r1")
+        self.refused(self.cert(), "wrong_region", i, "body.region")
+
+    def test_energy_in_a_region_of_the_key_other_than_the_nodes_is_wrong_region(self):
+        i = self.energy("1", region="r2")
+        self.refused(self.bundle(), "wrong_region", i, "body.region", says="node n1 is registered in r1")
+        self.refused(self.cert(), "wrong_region", i, "body.region")
+
+    def test_wrong_region_comes_before_the_model_and_capacity(self):
+        i = self.usage("9", model="A100", region="r2")  # a model n1 lacks, and too many: the region speaks first
+        self.refused(self.bundle(), "wrong_region", i, "body.region")
+
+    def test_wrong_region_comes_before_the_energy_bound(self):
+        i = self.energy("100", region="r2")
+        self.refused(self.bundle(), "wrong_region", i, "body.region")
+
+    def test_the_keys_scope_comes_before_wrong_region(self):
+        i = self.usage("1", region="r3")  # neither the key's regions nor the node's
+        self.refused(self.bundle(), "region_not_allowed", i, "body.region")
+
+    def test_the_nodes_region_passes(self):
+        self.usage("1", region="r1")
+        self.energy("1", region="r1", start="2026-11-05T01:00:00Z")
         self.passes(self.bundle())
 
     # energy: at most GPUs x max_watts_per_gpu x seconds, + 5 %
@@ -288,8 +315,12 @@ class FleetState(unittest.TestCase):
         self.assertEqual(self.check(view, "gpu_usage", self.usage("8.000001")), ("over_capacity", "body.gpu_count"))
         self.assertEqual(self.check(view, "gpu_usage", self.usage("1", model="NO-PRICE")),
                          ("unknown_gpu_model", "body.gpu_model"))
-        # The node's region is not a rule: the key's scope bounds a record's region.
-        self.assertEqual(self.check(view, "gpu_usage", self.usage("1", region="east")), "PASS")
+        # A record names its node's region (wrong_region), checked right after unknown_node and
+        # before the model (a model the node lacks in another region is wrong_region).
+        self.assertEqual(self.check(view, "gpu_usage", self.usage("1", region="east")),
+                         ("wrong_region", "body.region"))
+        self.assertEqual(self.check(view, "gpu_usage", self.usage("1", model="NO-PRICE", region="east")),
+                         ("wrong_region", "body.region"))
         self.assertEqual(self.check(view, "gpu_usage", self.usage("1", node="n9")), ("unknown_node", "body.node"))
         energy = {"region": "r1", "node": "n9", "start": "2026-11-05T00:00:00Z", "end": "2026-11-05T01:00:00Z",
                   "kwh": "1"}
@@ -297,6 +328,8 @@ class FleetState(unittest.TestCase):
         self.assertEqual(self.check(view, "energy", dict(energy, node="n1", kwh="6.615")), "PASS")
         self.assertEqual(self.check(view, "energy", dict(energy, node="n1", kwh="6.615001")),
                          ("energy_over_bound", "body.kwh"))
+        self.assertEqual(self.check(view, "energy", dict(energy, node="n1", region="east", kwh="0")),
+                         ("wrong_region", "body.region"))
         # a node registered at or after the record's index does not count
         self.assertEqual(self.check(view, "gpu_usage", self.usage("1"), index=3), ("unknown_node", "body.node"))
         self.assertEqual(self.check(view, "gpu_usage", self.usage("1"), index=5), "PASS")
@@ -310,7 +343,7 @@ class FleetState(unittest.TestCase):
     def test_the_first_registration_counts(self):
         other = dict(self.N1, region="r2", gpus=producer.node_gpus({"H100": 64}), max_watts_per_gpu="5000")
         view = self.view_with((3, self.N1), (5, other))
-        self.assertEqual(view.nodes["n1"][2], 3)
+        self.assertEqual(view.nodes["n1"].registered_at, 3)
         self.assertEqual(self.check(view, "gpu_usage", self.usage("9")), ("over_capacity", "body.gpu_count"))
 
     def test_key_registrations(self):

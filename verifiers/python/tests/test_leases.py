@@ -500,9 +500,11 @@ class LeaseBodies(unittest.TestCase):
 
     def test_count(self):
         c = "body.nodes[0].count"
+        # up to MAX_NODE_GPUS x MAX_MIG_SLICES = 512 units (MIG instances; record.rs `quantity`)
         for n, want in (("4", None), ("0.5", None), ("64", None), ("0.000000001", None),
-                        ("0", ("quantity_out_of_range", c)), ("64.000000001", ("quantity_out_of_range", c)),
-                        ("65", ("quantity_out_of_range", c)), ("-1", ("negative_quantity", c)),
+                        ("64.000000001", None), ("65", None), ("512", None), ("511.999999999", None),
+                        ("0", ("quantity_out_of_range", c)), ("512.000000001", ("quantity_out_of_range", c)),
+                        ("513", ("quantity_out_of_range", c)), ("-1", ("negative_quantity", c)),
                         ("4.0", ("invalid_field", c)), ("04", ("invalid_field", c))):
             with self.subTest(count=n):
                 self.assertEqual(self.items({"node": "n1", "gpu_model": "H100", "count": n}), want)

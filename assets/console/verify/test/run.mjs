@@ -1043,6 +1043,9 @@ const energyBody = (kwh, { node = 'n1', region = 'r1', seconds = 3600 } = {}) =>
   end: new Date(Date.parse('2026-11-05T00:00:00Z') + seconds * 1000).toISOString().replace('.000Z', 'Z'),
 });
 
+/** The field at the head of a fleet failure's message (Rust's Rejection field: `body.kwh`, `body.gpus[0].uuid`), or ''. */
+const fieldOf = (message) => /^body\.[A-Za-z0-9_.[\]]+/.exec(message)?.[0].replace(/\.$/, '') ?? '';
+
 /** The LeafError message of checkEnvelope on a node_registered body, or 'PASS'. */
 async function nodeBodyVerdict(body) {
   const env = { v: 3, kind: 'node_registered', signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
@@ -1125,7 +1128,7 @@ await test('fleet: Admission refuses what does not fit the node, with the reason
   eq(verdictOf('gpu_usage', usageBody('1024', { seconds: 60 })), 'over_capacity', '1,024 GPUs on an 8-GPU node');
   eq(verdictOf('gpu_usage', usageBody('2', { model: 'L40S' })), 'over_capacity', 'capacity counts the model only');
   eq(verdictOf('gpu_usage', usageBody('1', { model: 'NO-PRICE' })), 'unknown_gpu_model', 'a model the node lacks');
-  eq(verdictOf('gpu_usage', usageBody('1', { region: 'east' })), 'PASS', 'another region: the key\'s scope bounds it, not the node');
+  eq(verdictOf('gpu_usage', usageBody('1', { region: 'east' })), 'wrong_region', "another region than the node's (fleet.rs in_region)");
   eq(verdictOf('gpu_usage', usageBody('1', { node: 'n9' })), 'unknown_node', 'an unregistered node');
   eq(verdictOf('gpu_usage', usageBody('1'), 3), 'unknown_node', 'a node registered at the record\'s index');
   eq(verdictOf('gpu_usage', usageBody('1'), 5), 'PASS', 'a node (and its lease) registered just before');
@@ -1133,7 +1136,7 @@ await test('fleet: Admission refuses what does not fit the node, with the reason
   eq(verdictOf('energy', energyBody('6.615001')), 'energy_over_bound', 'a millionth of a kWh above it');
   eq(verdictOf('energy', energyBody('0.0128625', { seconds: 7 })), 'PASS', '7 s at the bound');
   eq(verdictOf('energy', energyBody('0.012862501', { seconds: 7 })), 'energy_over_bound', '7 s above it');
-  eq(verdictOf('energy', energyBody('1', { region: 'east' })), 'PASS', 'energy in another region');
+  eq(verdictOf('energy', energyBody('1', { region: 'east' })), 'wrong_region', "energy in another region than the node's");
   eq(verdictOf('energy', energyBody('1', { node: 'n9' })), 'unknown_node', 'energy of an unregistered node');
   let message = '';
   try {
@@ -1247,10 +1250,10 @@ async function fleetLog(build) {
 /**
  * A node key for n1 (regions r1 and r2, wider than n1's region), `lease` (LEASE_L unless given;
  * null: none) and the entries `more` appends: 0 log_policy, 1 tenant_registered t,
- * 2 node_registered n1, 3 node-a's key, 4 the lease, then `more`'s.
+ * 2 node_registered n1 (`nodeBody`, N1 unless given), 3 node-a's key, 4 the lease, then `more`'s.
  */
-const fleetCase = (more, { register = true, keyNodes = ['n1'], lease = LEASE_L } = {}) => fleetLog(async ({ ledger, node, nodeKey }) => {
-  if (register) await ledger('node_registered', N1);
+const fleetCase = (more, { register = true, keyNodes = ['n1'], lease = LEASE_L, nodeBody = N1 } = {}) => fleetLog(async ({ ledger, node, nodeKey }) => {
+  if (register) await ledger('node_registered', nodeBody);
   const keyIndex = await ledger('signer_key_registered', { key_id: nodeKey.keyId, nodes: keyNodes, public_key: b64encode(nodeKey.pub), regions: ['r1', 'r2'], role: 'node', signer: 'node-a' });
   if (lease) await ledger('lease_registered', lease);
   await more({ ledger, node, keyIndex });
@@ -1273,7 +1276,7 @@ await test('fleet: bundles signed here: node registrations are context, and the 
   eq(r.summary.records, 3, 'records');
   eq(await verdictOf(await fleetCase(async ({ node }) => { await node('gpu_usage', usageBody('8.000001')); })), 'over_capacity (entry 5)', '8.000001 GPUs');
   eq(await verdictOf(await fleetCase(async ({ node }) => { await node('gpu_usage', usageBody('1', { model: 'A100' })); })), 'unknown_gpu_model (entry 5)', 'a model n1 lacks');
-  eq(await verdictOf(await fleetCase(async ({ node }) => { await node('gpu_usage', usageBody('1', { region: 'r2' })); })), 'PASS', 'a region the key has, not the node: the scope bounds it');
+  eq(await verdictOf(await fleetCase(async ({ node }) => { await node('gpu_usage', usageBody('1', { region: 'r2' })); })), 'wrong_region (entry 5)', "a region the key has, not the node's: wrong_region");
   eq(await verdictOf(await fleetCase(async ({ node }) => { await node('energy', energyBody('6.615001')); })), 'energy_over_bound (entry 5)', 'energy above the bound');
   eq(await verdictOf(await fleetCase(async () => {}, { register: false })), 'unknown_node (entry 2)', 'a key for an unregistered node');
   eq(await verdictOf(await fleetCase(async () => {}, { keyNodes: ['n1', 'n2'] })), 'unknown_node (entry 3)', 'a key naming an unregistered node too');
@@ -1297,22 +1300,22 @@ await test("fleet: a tenant's energy is billed only under its leases of the node
       a.checkFleet(index, 'energy', body, `entry ${index}`);
       return 'PASS';
     } catch (e) {
-      return `${e.reason}${e.message.startsWith('body.') ? ` ${e.message.split(':')[0]}` : ''}`;
+      return `${e.reason}${fieldOf(e.message) ? ` ${fieldOf(e.message)}` : ''}`;
     }
   };
   // 1.5 × 700 W × 3600 s + 5 % = 1.1025 kWh
   eq(verdictOf('u', '1.1025'), 'PASS', "u at its leases' bound");
-  eq(verdictOf('u', '1.102500001'), 'energy_over_bound', 'a billionth above it');
-  eq(verdictOf('u', '6.615'), 'energy_over_bound', "the node's whole draw billed to u");
+  eq(verdictOf('u', '1.102500001'), 'energy_over_bound body.kwh', 'a billionth above it');
+  eq(verdictOf('u', '6.615'), 'energy_over_bound body.kwh', "the node's whole draw billed to u");
   eq(verdictOf('u', '0.735', { from: 1800 }), 'PASS', 'across the end of U2 only U1 counts: 0.735 kWh');
-  eq(verdictOf('u', '0.735000001', { from: 1800 }), 'energy_over_bound', 'above U1 alone');
+  eq(verdictOf('u', '0.735000001', { from: 1800 }), 'energy_over_bound body.kwh', 'above U1 alone');
   eq(verdictOf('u', '0.1', { from: 5400 }), 'outside_lease_term body.start', 'past U1 too');
   eq(verdictOf('v', '1.47'), 'PASS', "v's 2 counted H100s");
-  eq(verdictOf('v', '1.470000001'), 'energy_over_bound', 'above them');
+  eq(verdictOf('v', '1.470000001'), 'energy_over_bound body.kwh', 'above them');
   eq(verdictOf('w', '0.001'), 'lease_not_on_node body.tenant', 'a tenant with no lease on n1');
   eq(verdictOf('v', '0.001', { index: 6 }), 'lease_not_on_node body.tenant', 'a lease registered at the record\'s index');
   eq(verdictOf(null, '6.615'), 'PASS', "no tenant: the node's bound");
-  eq(verdictOf(null, '6.615001'), 'energy_over_bound', 'above it');
+  eq(verdictOf(null, '6.615001'), 'energy_over_bound body.kwh', 'above it');
   // Signed here, checked by the console and the binary alike: t leases only GPU 0 of n1.
   const one = { ...LEASE_L, nodes: [{ gpus: [0], node: 'n1' }] };
   const bundleVerdict = async (c) => {
@@ -1353,6 +1356,8 @@ await test('leases: a lease_registered body is checked as record.rs checks it (L
     ['a share just above 0', withItems({ gpus: [0], node: 'n1', share: '0.000000001' })],
     ['a share just below 1', withItems({ gpus: [0], node: 'n1', share: '0.999999999' })],
     ['a count of 64', withItems({ count: '64', gpu_model: 'H100', node: 'n1' })],
+    ['a count of 512 (64 GPUs × 8 MIG instances)', withItems({ count: '512', gpu_model: 'H100/1g.10gb', node: 'n1' })],
+    ['a count above 64', withItems({ count: '64.000000001', gpu_model: 'H100/1g.10gb', node: 'n1' })],
     ['a fractional count', withItems({ count: '0.5', gpu_model: 'H100', node: 'n1' })],
     ['the same GPU index on two nodes', withItems({ gpus: [0], node: 'n1' }, { gpus: [0], node: 'n2' })],
     ['GPUs of a node in two items', withItems({ gpus: [0, 1], node: 'n1' }, { gpus: [2], node: 'n1', share: '0.5' })],
@@ -1397,7 +1402,7 @@ await test('leases: a lease_registered body is checked as record.rs checks it (L
     ['a share above 1', withItems({ gpus: [0], node: 'n1', share: '1.5' }), /^quantity_out_of_range: body\.nodes\[0\]\.share/],
     ['a share not canonical', withItems({ gpus: [0], node: 'n1', share: '0.50' }), /body\.nodes\[0\]\.share is not a canonical decimal/],
     ['a count of 0', withItems({ count: '0', gpu_model: 'H100', node: 'n1' }), /^quantity_out_of_range: body\.nodes\[0\]\.count must be above 0/],
-    ['a count above 64', withItems({ count: '64.000000001', gpu_model: 'H100', node: 'n1' }), /^quantity_out_of_range: body\.nodes\[0\]\.count/],
+    ['a count above 512 (64 GPUs × 8 MIG instances)', withItems({ count: '512.000000001', gpu_model: 'H100', node: 'n1' }), /^quantity_out_of_range: body\.nodes\[0\]\.count/],
     ['a negative count', withItems({ count: '-1', gpu_model: 'H100', node: 'n1' }), /body\.nodes\[0\]\.count is not a canonical decimal/],
     ['a model that is no identifier', withItems({ count: '1', gpu_model: 'H100 SXM', node: 'n1' }), /body\.nodes\[0\]\.gpu_model is not an identifier/],
     ['both forms', withItems({ count: '1', gpu_model: 'H100', gpus: [0], node: 'n1' }), /^invalid_field: body\.nodes\[0\] covers either/],
@@ -1450,19 +1455,19 @@ await test('leases: Admission binds usage to leases and never overbooks (fleet.r
   // [name, body, reason, the failing field (Rust's Rejection field, at the head of the message)]
   for (const [name, body, want, field] of [
     ["the lease's 4 GPUs", usageUnder('L', 'n1', 'H100', '4', 0, 3600), 'PASS'],
-    ['one GPU more than the lease', usageUnder('L', 'n1', 'H100', '4.000001', 0, 3600), 'over_capacity', 'gpu_count'],
+    ['one GPU more than the lease', usageUnder('L', 'n1', 'H100', '4.000001', 0, 3600), 'over_capacity', 'body.gpu_count'],
     ['no lease', usageUnder(null, 'n1', 'H100', '1', 0, 3600), 'lease_not_on_node', 'body.lease'],
     ['a model the lease lacks on the node', usageUnder('L', 'n1', 'L40S', '1', 0, 3600), 'lease_not_on_node', 'body.lease'],
     ['another node', usageUnder('L', 'n2', 'H100', '1', 0, 3600), 'lease_not_on_node', 'body.lease'],
     ['two half GPUs make one', usageUnder('S', 'n1', 'H100', '1', 0, 3600), 'PASS'],
-    ['more than the halves', usageUnder('S', 'n1', 'H100', '1.5', 0, 3600), 'over_capacity', 'gpu_count'],
+    ['more than the halves', usageUnder('S', 'n1', 'H100', '1.5', 0, 3600), 'over_capacity', 'body.gpu_count'],
     ["after the slices' term", usageUnder('S', 'n1', 'H100', '1', 7000, 7201), 'outside_lease_term', 'body.end'],
     ['any 4 of n2', usageUnder('P', 'n2', 'H100', '4', 3600, 7200), 'PASS'],
     ["up to the term's end", usageUnder('P', 'n2', 'H100', '4', 7200, 10800), 'PASS'],
     ['before the term', usageUnder('P', 'n2', 'H100', '1', 3599, 4000), 'outside_lease_term', 'body.start'],
     ['past the term', usageUnder('P', 'n2', 'H100', '1', 10000, 10801), 'outside_lease_term', 'body.end'],
     // The node's own bound comes first: 1,024 GPUs on a 9-GPU node.
-    ['1,024 GPUs', usageUnder('L', 'n1', 'H100', '1024', 0, 60), 'over_capacity', 'gpu_count is 1024, but node n1 has 8'],
+    ['1,024 GPUs', usageUnder('L', 'n1', 'H100', '1024', 0, 60), 'over_capacity', 'body.gpu_count is 1024, but node n1 has 8'],
   ]) {
     const [got, message] = fleetVerdict(a, 'gpu_usage', body);
     eq(got, want, name);
@@ -1601,6 +1606,446 @@ await test('leases: bundles signed here: lease registrations are context, and th
     }, { lease: { ...LEASE_L, nodes: [gpusItem('n1', [1, 2, 3, 4, 5, 6, 7, 8])] } }), 'lease_tenant_mismatch (entry 7)'],
   ]) {
     eq(await verdictOf(c), want, name);
+  }
+});
+
+// ---------------------------------------------------------------- node updates, MIG and regions (§5.16, §5.18; §6.7, fleet; crates/core/src/fleet.rs, fleet/inventory.rs)
+//
+// A ledger-written node_updated entry adds capacity to a registered node: GPUs under new
+// indexes, a replaced board (an index the node has, same model and partition, a new UUID), a
+// higher power limit. Every fleet question is answered as of the entry's index: a bundle's
+// context may hold an update later than a record, and the record is judged by the node as it
+// was. A GPU partitioned into MIG instances is units of `<model>/<profile>`, not of its model.
+
+/** The LeafError message of checkEnvelope on a `kind` body, or 'PASS'. */
+async function bodyVerdict(kind, body) {
+  const env = { v: 3, kind, signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
+  try {
+    await checkEnvelope(env, 'gpuledger.test/fleet');
+    return 'PASS';
+  } catch (e) {
+    return e.message;
+  }
+}
+
+/** A MIG partition of `slices` slices: [[profile, count], …]. */
+const mig = (slices, ...instances) => ({ instances: instances.map(([profile, count]) => ({ count, profile })), slices });
+
+/**
+ * m1 (region r1, 700 W a GPU): GPU 0 an H100 in 3 × 1g.10gb + 2 × 2g.20gb of 7 slices; GPU 1
+ * an H100 in 7 × 1g.10gb; GPUs 2 and 3 whole H100s; GPU 4 an H100 in 2 × 1g.10gb + 1 × 2g.20gb
+ * of 7 slices (a node's partitioned GPUs of one model have the same slices). Units: H100 2,
+ * H100/1g.10gb 12, H100/2g.20gb 3. A 1g.10gb instance is 120 of 840 units of a GPU, a 2g.20gb 240.
+ */
+const M1 = {
+  node: 'm1', region: 'r1', max_watts_per_gpu: '700',
+  gpus: [
+    { index: 0, uuid: 'GPU-m1-0', model: 'H100', mig: mig(7, ['1g.10gb', 3], ['2g.20gb', 2]) },
+    { index: 1, uuid: 'GPU-m1-1', model: 'H100', mig: mig(7, ['1g.10gb', 7]) },
+    { index: 2, uuid: 'GPU-m1-2', model: 'H100' },
+    { index: 3, uuid: 'GPU-m1-3', model: 'H100' },
+    { index: 4, uuid: 'GPU-m1-4', model: 'H100', mig: mig(7, ['1g.10gb', 2], ['2g.20gb', 1]) },
+  ],
+};
+
+await test('node updates: node_registered with MIG partitions, and node_updated, are checked as record.rs checks them', async () => {
+  const gpus = (n, from = 0, prefix = 'GPU-') => Array.from({ length: n }, (_, i) => ({ index: from + i, uuid: `${prefix}${from + i}`, model: 'H100' }));
+  const withGpu = (g) => ({ ...N1, gpus: [{ index: 0, uuid: 'GPU-0', model: 'H100', ...g }] });
+  // node_registered: the mig member.
+  for (const [what, body] of [
+    ['m1', M1],
+    ['7 × 1g.10gb of 7', withGpu({ mig: mig(7, ['1g.10gb', 7]) })],
+    ['one 7g.80gb', withGpu({ mig: mig(7, ['7g.80gb', 1]) })],
+    ['8 slices, 8 profiles', withGpu({ mig: mig(8, ...['1g.1gb', '1g.2gb', '1g.3gb', '1g.4gb', '1g.5gb', '1g.6gb', '1g.7gb', '1g.8gb'].map((p) => [p, 1])) })],
+    ['a profile of 9999 GB', withGpu({ mig: mig(1, ['1g.9999gb', 1]) })],
+    ['two H100s partitioned alike, other profiles', { ...N1, gpus: [{ index: 0, uuid: 'GPU-0', model: 'H100', mig: mig(7, ['1g.10gb', 7]) }, { index: 1, uuid: 'GPU-1', model: 'H100', mig: mig(7, ['3g.40gb', 2]) }] }],
+    ['a whole H100 beside a partitioned one', { ...N1, gpus: [{ index: 0, uuid: 'GPU-0', model: 'H100', mig: mig(7, ['1g.10gb', 7]) }, { index: 1, uuid: 'GPU-1', model: 'H100' }] }],
+    ['other slices on another model', { ...N1, gpus: [{ index: 0, uuid: 'GPU-0', model: 'H100', mig: mig(7, ['1g.10gb', 7]) }, { index: 1, uuid: 'GPU-1', model: 'A30', mig: mig(4, ['1g.6gb', 4]) }] }],
+    ['fewer instances than slices', withGpu({ mig: mig(7, ['3g.40gb', 1]) })],
+    ['profiles by byte order (10gb before 5gb)', withGpu({ mig: mig(7, ['1g.10gb', 1], ['1g.5gb', 1]) })],
+  ]) eq(await nodeBodyVerdict(body), 'PASS', what);
+  const long = 'M'.repeat(121);
+  for (const [what, body, want] of [
+    ['a null mig', withGpu({ mig: null }), /body\.gpus\[0\]\.mig is not an object/],
+    ['a mig member unknown', withGpu({ mig: { ...mig(7, ['1g.10gb', 1]), memory: 80 } }), /body\.gpus\[0\]\.mig has an unknown member memory/],
+    ['a mig without instances', withGpu({ mig: { slices: 7 } }), /body\.gpus\[0\]\.mig has no member instances/],
+    ['slices as a string', withGpu({ mig: { instances: [], slices: '7' } }), /body\.gpus\[0\]\.mig\.slices is not an integer/],
+    ['a count as a string', withGpu({ mig: mig(7, ['1g.10gb', '1']) }), /body\.gpus\[0\]\.mig\.instances\[0\]\.count is not an integer/],
+    ['an instance member unknown', withGpu({ mig: { instances: [{ count: 1, profile: '1g.10gb', uuid: 'MIG-0' }], slices: 7 } }), /instances\[0\] has an unknown member uuid/],
+    ['0 slices', withGpu({ mig: mig(0, ['1g.10gb', 1]) }), /^invalid_field: body\.gpus\[0\]\.mig\.slices/],
+    ['9 slices', withGpu({ mig: mig(9, ['1g.10gb', 1]) }), /^invalid_field: body\.gpus\[0\]\.mig\.slices/],
+    ['no instances', withGpu({ mig: mig(7) }), /^invalid_field: body\.gpus\[0\]\.mig\.instances/],
+    ['9 profiles', withGpu({ mig: mig(8, ...Array.from({ length: 9 }, (_, k) => [`1g.${k + 1}gb`, 1])) }), /^invalid_field: body\.gpus\[0\]\.mig\.instances/],
+    ['a profile that is no profile', withGpu({ mig: mig(7, ['1g10gb', 1]) }), /^invalid_field: body\.gpus\[0\]\.mig\.instances\[0\]\.profile is not a MIG profile/],
+    ['a profile of 0 slices', withGpu({ mig: mig(7, ['0g.10gb', 1]) }), /instances\[0\]\.profile is not a MIG profile/],
+    ['a profile of 9 slices', withGpu({ mig: mig(8, ['9g.10gb', 1]) }), /instances\[0\]\.profile is not a MIG profile/],
+    ['a profile of two digits', withGpu({ mig: mig(8, ['10g.10gb', 1]) }), /instances\[0\]\.profile is not a MIG profile/],
+    ['a profile of 0 GB', withGpu({ mig: mig(7, ['1g.0gb', 1]) }), /instances\[0\]\.profile is not a MIG profile/],
+    ['a GB with a leading zero', withGpu({ mig: mig(7, ['1g.05gb', 1]) }), /instances\[0\]\.profile is not a MIG profile/],
+    ['a GB of 5 digits', withGpu({ mig: mig(7, ['1g.10000gb', 1]) }), /instances\[0\]\.profile is not a MIG profile/],
+    ['a profile upper-case', withGpu({ mig: mig(7, ['1G.10GB', 1]) }), /instances\[0\]\.profile is not a MIG profile/],
+    ['a profile of more slices than the GPU', withGpu({ mig: mig(4, ['7g.80gb', 1]) }), /instances\[0\]\.profile is not a MIG profile .* at most the GPU's 4 slices/],
+    ['a profile twice', withGpu({ mig: mig(7, ['1g.10gb', 1], ['1g.10gb', 1]) }), /^invalid_field: body\.gpus\[0\]\.mig\.instances\[1\]\.profile: profiles are listed once each/],
+    ['profiles decreasing', withGpu({ mig: mig(7, ['2g.20gb', 1], ['1g.10gb', 1]) }), /instances\[1\]\.profile: profiles are listed once each, by increasing name/],
+    ['a count of 0', withGpu({ mig: mig(7, ['1g.10gb', 0]) }), /^invalid_field: body\.gpus\[0\]\.mig\.instances\[0\]\.count/],
+    ['a count of 9', withGpu({ mig: mig(8, ['1g.10gb', 9]) }), /^invalid_field: body\.gpus\[0\]\.mig\.instances\[0\]\.count/],
+    ['<model>/<profile> no identifier (129 characters)', { ...N1, gpus: [{ index: 0, uuid: 'GPU-0', model: long, mig: mig(7, ['1g.10gb', 1]) }] }, /body\.gpus\[0\]\.mig\.instances\[0\]\.profile is not an identifier/],
+    ['more slices than the GPU has', withGpu({ mig: mig(7, ['1g.10gb', 4], ['2g.20gb', 2]) }), /^invalid_field: body\.gpus\[0\]\.mig\.instances take 8 compute slices of the GPU's 7/],
+    ['instance by instance: the order before the count', withGpu({ mig: mig(7, ['2g.20gb', 0], ['1g.10gb', 1]) }), /instances\[0\]\.count/],
+    ['GPU by GPU: the partition of GPU 0 before the uuid of GPU 1', { ...N1, gpus: [{ index: 0, uuid: 'GPU-0', model: 'H100', mig: mig(7) }, { index: 1, uuid: '', model: 'H100' }] }, /body\.gpus\[0\]\.mig\.instances/],
+    ['two H100s of other slices (mig_slices_differ)', { ...N1, gpus: [{ index: 0, uuid: 'GPU-0', model: 'H100', mig: mig(7, ['1g.10gb', 7]) }, { index: 1, uuid: 'GPU-1', model: 'H100', mig: mig(4, ['1g.10gb', 4]) }] },
+      /^invalid_field: body\.gpus\[1\]\.mig\.slices: GPU 1 of model H100 has 4 slices, GPU 0 of the node 7: a node's partitioned GPUs of one model have the same slices$/],
+    ['the first partitioned GPU of the model differs, past whole ones and other models', { ...N1, gpus: [{ index: 0, uuid: 'GPU-0', model: 'H100' }, { index: 1, uuid: 'GPU-1', model: 'A30', mig: mig(4, ['1g.6gb', 4]) }, { index: 2, uuid: 'GPU-2', model: 'H100', mig: mig(7, ['7g.80gb', 1]) }, { index: 5, uuid: 'GPU-5', model: 'H100', mig: mig(8, ['1g.10gb', 1]) }] },
+      /^invalid_field: body\.gpus\[3\]\.mig\.slices: GPU 5 of model H100 has 8 slices, GPU 2 of the node 7/],
+    ["GPU by GPU: GPU 1's own partition before its slices", { ...N1, gpus: [{ index: 0, uuid: 'GPU-0', model: 'H100', mig: mig(7, ['1g.10gb', 7]) }, { index: 1, uuid: 'GPU-1', model: 'H100', mig: mig(4, ['1g.10gb', 5]) }] }, /^invalid_field: body\.gpus\[1\]\.mig\.instances take/],
+    ["GPU by GPU: GPU 1's slices before GPU 2's uuid", { ...N1, gpus: [{ index: 0, uuid: 'GPU-0', model: 'H100', mig: mig(7, ['1g.10gb', 7]) }, { index: 1, uuid: 'GPU-1', model: 'H100', mig: mig(4, ['1g.10gb', 4]) }, { index: 2, uuid: 'GPU-0', model: 'H100' }] }, /^invalid_field: body\.gpus\[1\]\.mig\.slices/],
+  ]) {
+    const got = await nodeBodyVerdict(body);
+    assert(want.test(got), `node_registered, ${what}: ${got}`);
+  }
+  eq(await nodeBodyVerdict({ ...N1, gpus: [{ index: 0, uuid: 'GPU-0', model: 'M'.repeat(120), mig: mig(7, ['1g.10gb', 1]) }] }), 'PASS', '<model>/<profile> of 128 characters');
+  // node_updated: a ledger kind, its own members.
+  const U = { node: 'n1', gpus: [{ index: 9, uuid: 'GPU-n1-9', model: 'H100' }], max_watts_per_gpu: '1000' };
+  const without = (o, k) => Object.fromEntries(Object.entries(o).filter(([m]) => m !== k));
+  for (const [what, body] of [
+    ['GPUs and watts', U],
+    ['GPUs only', without(U, 'max_watts_per_gpu')],
+    ['watts only', without(U, 'gpus')],
+    ['a partitioned GPU', { node: 'n1', gpus: [{ index: 9, uuid: 'GPU-n1-9', model: 'H100', mig: mig(7, ['1g.10gb', 7]) }] }],
+    ['two partitioned alike', { node: 'n1', gpus: [{ index: 9, uuid: 'GPU-n1-9', model: 'H100', mig: mig(7, ['1g.10gb', 7]) }, { index: 10, uuid: 'GPU-n1-10', model: 'H100', mig: mig(7, ['7g.80gb', 1]) }] }],
+    ['64 GPUs', { node: 'n1', gpus: gpus(64, 100) }],
+    ['5000 W', { node: 'n1', max_watts_per_gpu: '5000' }],
+  ]) eq(await bodyVerdict('node_updated', body), 'PASS', `node_updated, ${what}`);
+  for (const [what, body, want] of [
+    ['neither gpus nor watts', { node: 'n1' }, /^invalid_field: body\.gpus: an update adds GPUs, raises max_watts_per_gpu, or both/],
+    ['no node', without(U, 'node'), /has no member node/],
+    ['an unknown member', { ...U, region: 'r2' }, /unknown member region/],
+    ['null gpus', { ...U, gpus: null }, /body\.gpus is not an array/],
+    ['null watts', { ...U, max_watts_per_gpu: null }, /body\.max_watts_per_gpu is not a string/],
+    ['a bad node id', { ...U, node: '-n1' }, /body\.node is not an identifier/],
+    ['the reserved id', { ...U, node: 'ledger' }, /reserved/],
+    ['no GPUs', { ...U, gpus: [] }, /^quantity_out_of_range: body\.gpus/],
+    ['65 GPUs', { ...U, gpus: gpus(65, 100) }, /^quantity_out_of_range: body\.gpus/],
+    ['a repeated index', { ...U, gpus: [...gpus(2, 9), { index: 10, uuid: 'x', model: 'H100' }] }, /body\.gpus\[2\]\.index: GPUs are listed by strictly increasing index/],
+    ['a uuid twice', { ...U, gpus: [{ index: 9, uuid: 'x', model: 'H100' }, { index: 10, uuid: 'x', model: 'H100' }] }, /body\.gpus\[1\]\.uuid x is listed twice/],
+    ['a bad partition', { ...U, gpus: [{ index: 9, uuid: 'x', model: 'H100', mig: mig(7, ['8g.80gb', 1]) }] }, /body\.gpus\[0\]\.mig\.instances\[0\]\.profile/],
+    ['two H100s of other slices', { ...U, gpus: [{ index: 9, uuid: 'x', model: 'H100', mig: mig(7, ['1g.10gb', 7]) }, { index: 10, uuid: 'y', model: 'H100', mig: mig(2, ['1g.10gb', 2]) }] }, /^invalid_field: body\.gpus\[1\]\.mig\.slices/],
+    ['0 W', { ...U, max_watts_per_gpu: '0' }, /^quantity_out_of_range: body\.max_watts_per_gpu must be above 0/],
+    ['above 5000 W', { ...U, max_watts_per_gpu: '5000.000000001' }, /^quantity_out_of_range: body\.max_watts_per_gpu/],
+    ['watts not canonical', { ...U, max_watts_per_gpu: '1000.0' }, /body\.max_watts_per_gpu is not a canonical decimal/],
+    ['the GPUs before the watts', { ...U, gpus: [], max_watts_per_gpu: '0' }, /body\.gpus/],
+  ]) {
+    const got = await bodyVerdict('node_updated', body);
+    assert(want.test(got), `node_updated, ${what}: ${got}`);
+  }
+  // A ledger kind: in LEDGER_KINDS, so only the log key signs it (bundle.js keyFor).
+  const { LEDGER_KINDS, KINDS } = await import('../leaf.js');
+  assert(LEDGER_KINDS.has('node_updated') && KINDS.has('node_updated'), 'node_updated is a ledger kind');
+});
+
+await test('node updates: Admission judges every entry by the node as of its index (fleet/inventory.rs NodeAt)', async () => {
+  const a = new Admission();
+  a.apply(1, { kind: 'node_registered', body: N1 });
+  a.apply(4, { kind: 'lease_registered', body: LEASE_L });
+  // 20: GPU 9 (an H100) and an A100 at 10 added, 1000 W; 22: a lease over them.
+  a.apply(20, { kind: 'node_updated', body: { node: 'n1', gpus: [{ index: 9, uuid: 'GPU-n1-9', model: 'H100' }, { index: 10, uuid: 'GPU-n1-10', model: 'A100' }], max_watts_per_gpu: '1000' } });
+  a.apply(22, { kind: 'lease_registered', body: { ...LEASE_L, lease: 'L9', nodes: [{ gpus: [9, 10], node: 'n1' }] } });
+  const v = (kind, body, index) => {
+    const [reason, message] = fleetVerdict(a, kind, body, index);
+    return reason === 'PASS' ? 'PASS' : `${reason} ${fieldOf(message)}`;
+  };
+  // Usage on the added GPUs: after the update under a lease over them; before it, the node had neither.
+  eq(v('gpu_usage', usageBody('2', { lease: 'L9', model: 'H100' }), 30), 'over_capacity body.gpu_count', 'L9 covers one H100');
+  eq(v('gpu_usage', usageBody('1', { lease: 'L9', model: 'H100' }), 30), 'PASS', 'the added H100 under L9');
+  eq(v('gpu_usage', usageBody('1', { lease: 'L9', model: 'A100' }), 30), 'PASS', 'the added A100 under L9');
+  eq(v('gpu_usage', usageBody('9', { lease: 'L9' }), 30), 'over_capacity body.gpu_count', '9 H100s: the node has them, L9 covers 1');
+  eq(v('gpu_usage', usageBody('1', { model: 'A100' }), 15), 'unknown_gpu_model body.gpu_model', 'an A100 before the update that adds it');
+  eq(v('gpu_usage', usageBody('9'), 15), 'over_capacity body.gpu_count', '9 H100s before the update: the node had 8');
+  eq(v('gpu_usage', usageBody('9'), 20), 'over_capacity body.gpu_count', "9 H100s at the update's own index");
+  eq(v('gpu_usage', usageBody('1', { model: 'A100' }), 21), 'lease_not_on_node body.lease', 'an A100 just after it: L covers none');
+  // Leases: GPUs the node has at the lease's index.
+  eq(v('lease_registered', { ...LEASE_L, lease: 'F', nodes: [{ gpus: [10], node: 'n1' }] }, 15), 'unknown_gpu body.nodes[0].gpus', 'a lease of GPU 10 before it was added');
+  eq(v('lease_registered', { ...LEASE_L, lease: 'F', nodes: [{ count: '1', gpu_model: 'A100', node: 'n1' }] }, 15), 'unknown_gpu_model body.nodes[0].gpu_model', 'a count of A100s before one was added');
+  eq(v('lease_registered', { ...LEASE_L, lease: 'F', nodes: [{ count: '1', gpu_model: 'A100', node: 'n1' }] }, 21), 'PASS', 'after (L9 not yet registered)');
+  eq(v('lease_registered', { ...LEASE_L, lease: 'F', nodes: [{ count: '1', gpu_model: 'A100', node: 'n1' }] }, 30), 'lease_overbooked body.nodes', 'after L9 holds it');
+  // Energy: GPUs and watts as of the record's index. 9 × 700 W an hour + 5 %: 6.615 kWh; 11 × 1000 W: 11.55 kWh.
+  eq(v('energy', energyBody('6.615'), 15), 'PASS', "the node's bound before the update");
+  eq(v('energy', energyBody('6.615001'), 15), 'energy_over_bound body.kwh', 'above it, though the context holds the update');
+  eq(v('energy', energyBody('6.615001'), 20), 'energy_over_bound body.kwh', "above it at the update's own index");
+  eq(v('energy', energyBody('11.55'), 21), 'PASS', '11 GPUs at 1000 W after it');
+  eq(v('energy', energyBody('11.550000001'), 21), 'energy_over_bound body.kwh', 'a billionth above that');
+  // A tenant's energy: its leases' GPUs × the watts in force. t's L: 9 GPUs; at 30 also L9: 11.
+  eq(v('energy', { ...energyBody('6.615'), tenant: 't' }, 15), 'PASS', "t's 9 GPUs at 700 W");
+  eq(v('energy', { ...energyBody('9.45'), tenant: 't' }, 21), 'PASS', "t's 9 GPUs at 1000 W (L9 not yet registered)");
+  eq(v('energy', { ...energyBody('9.450000001'), tenant: 't' }, 21), 'energy_over_bound body.kwh', 'above them');
+  eq(v('energy', { ...energyBody('6.615000001'), tenant: 't' }, 15), 'energy_over_bound body.kwh', 'above 700 W before the update');
+  eq(v('energy', { ...energyBody('11.55'), tenant: 't' }, 30), 'PASS', "t's 11 GPUs at 1000 W");
+  // node_updated, at 30 (n1: GPUs 0-10, 1000 W) and at 15 (GPUs 0-8, 700 W).
+  const upd = (gpus, watts) => ({ node: 'n1', ...(gpus ? { gpus } : {}), ...(watts ? { max_watts_per_gpu: watts } : {}) });
+  const h = (index, uuid, model = 'H100', more = {}) => ({ index, uuid, model, ...more });
+  const many = (n, from) => Array.from({ length: n }, (_, k) => h(from + k, `GPU-new-${from + k}`));
+  for (const [name, body, index, want] of [
+    ['a replaced board', upd([h(3, 'GPU-n1-3b')]), 30, 'PASS'],
+    ['a replaced board and a new GPU', upd([h(3, 'GPU-n1-3b'), h(11, 'GPU-n1-11')]), 30, 'PASS'],
+    ['a replaced board of another model', upd([h(3, 'GPU-n1-3b', 'A100')]), 30, 'invalid_field body.gpus[0].model'],
+    ['a replaced board partitioned', upd([h(3, 'GPU-n1-3b', 'H100', { mig: mig(7, ['1g.10gb', 7]) })]), 30, 'invalid_field body.gpus[0].model'],
+    ['the added A100 replaced by an H100', upd([h(10, 'GPU-n1-10b')]), 30, 'invalid_field body.gpus[0].model'],
+    ['index 10 as an H100 before the A100 was added there', upd([h(10, 'GPU-x')]), 15, 'PASS'],
+    ["a GPU's own UUID again", upd([h(3, 'GPU-n1-3')]), 30, 'invalid_field body.gpus[0].uuid'],
+    ["another GPU's UUID at a new index", upd([h(11, 'GPU-n1-0')]), 30, 'invalid_field body.gpus[0].uuid'],
+    ['the UUID an update listed', upd([h(11, 'GPU-n1-9')]), 30, 'invalid_field body.gpus[0].uuid'],
+    ['the UUID a later update lists, before it', upd([h(11, 'GPU-n1-9')]), 15, 'PASS'],
+    ['GPU by GPU: a model change before a later UUID', upd([h(3, 'GPU-n1-3b', 'A100'), h(11, 'GPU-n1-0')]), 30, 'invalid_field body.gpus[0].model'],
+    ['the UUID before the model', upd([h(3, 'GPU-n1-0', 'A100')]), 30, 'invalid_field body.gpus[0].uuid'],
+    ['53 new GPUs: 64', upd(many(53, 11)), 30, 'PASS'],
+    ['54 new GPUs: 65', upd(many(54, 11)), 30, 'quantity_out_of_range body.gpus'],
+    ['54 new GPUs before the update: 63', upd(many(54, 11)), 15, 'PASS'],
+    ['55 new GPUs before the update: 64', upd(many(55, 11)), 15, 'PASS'],
+    ['56 new GPUs before the update: 65', upd(many(56, 11)), 15, 'quantity_out_of_range body.gpus'],
+    ['replaced boards do not count', upd([...N1.gpus.map((g) => h(g.index, `${g.uuid}b`, g.model)), ...many(55, 11)]), 15, 'PASS'],
+    ['the GPU count before the watts', upd(many(56, 11), '700'), 15, 'quantity_out_of_range body.gpus'],
+    ['watts rising', upd(null, '1000.000000001'), 30, 'PASS'],
+    ['watts unchanged', upd(null, '1000'), 30, 'invalid_field body.max_watts_per_gpu'],
+    ['watts falling', upd(null, '999'), 30, 'invalid_field body.max_watts_per_gpu'],
+    ['800 W before the update to 1000', upd(null, '800'), 15, 'PASS'],
+    ['700 W before it', upd(null, '700'), 15, 'invalid_field body.max_watts_per_gpu'],
+    ['an unregistered node', { ...upd(null, '800'), node: 'n9' }, 30, 'unknown_node body.node'],
+    ["at the node's own index", upd(null, '800'), 1, 'unknown_node body.node'],
+  ]) {
+    eq(v('node_updated', body, index), want, name);
+  }
+  // Replaced boards keep their index's "added at": a replacement after a record changes nothing for it.
+  a.apply(40, { kind: 'node_updated', body: upd([h(3, 'GPU-n1-3b')]) });
+  eq(v('node_updated', upd([h(12, 'GPU-n1-3')]), 50), 'invalid_field body.gpus[0].uuid', 'the UUID of a replaced board');
+  eq(v('gpu_usage', usageBody('8'), 15), 'PASS', 'GPU 3 counts before and after its replacement');
+  eq(v('gpu_usage', usageBody('8'), 50), 'PASS', 'after');
+  eq(a.nodes.get('n1').asOf(50).gpu(3).uuid, 'GPU-n1-3b', 'the latest UUID');
+  eq(a.nodes.get('n1').asOf(50).gpus.length, 11, '11 GPUs');
+  eq(a.nodes.get('n1').asOf(20).gpus.length, 9, '9 GPUs as of the update');
+  eq(N1.gpus[3].uuid, 'GPU-n1-3', 'the registration body is not changed');
+});
+
+await test('MIG: capacity, coverage, overbooking and the energy bound count instances (fleet.rs units_of, lease_covers, lease_units_on)', async () => {
+  const a = new Admission();
+  a.apply(1, { kind: 'node_registered', body: M1 });
+  // t: all of m1 (P), open-ended; u: GPU 0 only (G0); w: 3 of the 1g.10gb instances (C).
+  a.apply(2, { kind: 'lease_registered', body: leaseOf('ALL', 0, 3600, [gpusItem('m1', [0, 1, 2, 3, 4])]) });
+  a.apply(3, { kind: 'lease_registered', body: leaseOf('G0', 3600, null, [gpusItem('m1', [0])]) });
+  a.apply(4, { kind: 'lease_registered', body: { ...leaseOf('C', 3600, null, [countItem('m1', 'H100/1g.10gb', '3')]), tenant: 'w' } });
+  a.apply(5, { kind: 'lease_registered', body: { ...leaseOf('H', 3600, null, [gpusItem('m1', [1], '0.5')]), tenant: 'h' } });
+  const v = (kind, body, index = 10) => {
+    const [reason, message] = fleetVerdict(a, kind, body, index);
+    return reason === 'PASS' ? 'PASS' : `${reason} ${fieldOf(message)}`;
+  };
+  const use = (lease, model, count, from = 0, to = 3600) => usageUnder(lease, 'm1', model, count, from, to).valueOf();
+  const on = (b) => ({ ...b, node: 'm1' });
+  // The node's units (before any lease rule).
+  eq(v('gpu_usage', on(use('ALL', 'H100/1g.10gb', '12'))), 'PASS', 'all 12 1g.10gb instances');
+  eq(v('gpu_usage', on(use('ALL', 'H100/1g.10gb', '12.000001'))), 'over_capacity body.gpu_count', 'one more than the instances');
+  eq(v('gpu_usage', on(use('ALL', 'H100/1g.10gb', '13'))), 'over_capacity body.gpu_count', 'a 13th instance');
+  eq(v('gpu_usage', on(use('ALL', 'H100/2g.20gb', '3'))), 'PASS', '3 2g.20gb instances');
+  eq(v('gpu_usage', on(use('ALL', 'H100/2g.20gb', '4'))), 'over_capacity body.gpu_count', 'a 4th');
+  eq(v('gpu_usage', on(use('ALL', 'H100', '2'))), 'PASS', 'the 2 whole H100s');
+  eq(v('gpu_usage', on(use('ALL', 'H100', '3'))), 'over_capacity body.gpu_count', 'a partitioned GPU is no H100 unit');
+  eq(v('gpu_usage', on(use('ALL', 'H100/3g.40gb', '1'))), 'unknown_gpu_model body.gpu_model', 'a profile the node lacks');
+  eq(v('gpu_usage', on(use('ALL', 'H100/1g.10gb/x', '1'))), 'unknown_gpu_model body.gpu_model', 'no such model');
+  // A lease listing a partitioned GPU covers its instances; its share, that share of each.
+  eq(v('gpu_usage', on(use('G0', 'H100/1g.10gb', '3', 3600, 7200))), 'PASS', "GPU 0's 3 1g.10gb instances");
+  eq(v('gpu_usage', on(use('G0', 'H100/1g.10gb', '4', 3600, 7200))), 'over_capacity body.gpu_count', 'a 4th under G0');
+  eq(v('gpu_usage', on(use('G0', 'H100/2g.20gb', '2', 3600, 7200))), 'PASS', "GPU 0's 2 2g.20gb instances");
+  eq(v('gpu_usage', on(use('G0', 'H100', '1', 3600, 7200))), 'lease_not_on_node body.lease', 'G0 covers no whole H100');
+  assert(fleetVerdict(a, 'gpu_usage', on(use('G0', 'H100/1g.10gb', '4', 3600, 7200)))[1].includes('G0 covers 3 H100/1g.10gb GPUs of node m1'), 'what G0 covers, in the message');
+  // Leases over instances: overbooking counts them. During [1 h, …): G0 holds GPU 0 (3 + 2), C 3 of
+  // the 1g.10gb, H half of GPU 1 (3.5 of them): 12 − 3 − 3 − 3.5 = 2.5 1g.10gb left, 1 2g.20gb.
+  const reg = (body) => v('lease_registered', body);
+  for (const [name, body, want] of [
+    ['the 2.5 1g.10gb left', leaseOf('F', 3600, null, [countItem('m1', 'H100/1g.10gb', '2.5')]), 'PASS'],
+    ['2.5 and a billionth', leaseOf('F', 3600, null, [countItem('m1', 'H100/1g.10gb', '2.500000001')]), 'lease_overbooked body.nodes'],
+    ['the other half of GPU 1 (3.5 instances)', leaseOf('F', 3600, null, [gpusItem('m1', [1], '0.5')]), 'lease_overbooked body.nodes'],
+    ['GPU 4 whole (2 of the 1g.10gb, 1 2g.20gb)', leaseOf('F', 3600, null, [gpusItem('m1', [4])]), 'PASS'],
+    ['GPU 4 and one 1g.10gb more', leaseOf('F', 3600, null, [gpusItem('m1', [4]), countItem('m1', 'H100/1g.10gb', '1')]), 'lease_overbooked body.nodes'],
+    ['the last 2g.20gb', leaseOf('F', 3600, null, [countItem('m1', 'H100/2g.20gb', '1')]), 'PASS'],
+    ['two 2g.20gb', leaseOf('F', 3600, null, [countItem('m1', 'H100/2g.20gb', '2')]), 'lease_overbooked body.nodes'],
+    ['GPU 0 again (per GPU)', leaseOf('F', 3600, null, [gpusItem('m1', [0], '0.1')]), 'lease_overbooked body.nodes'],
+    ['the 2 whole H100s', leaseOf('F', 3600, null, [countItem('m1', 'H100', '2')]), 'PASS'],
+    ['3 whole H100s', leaseOf('F', 3600, null, [countItem('m1', 'H100', '3')]), 'lease_overbooked body.nodes'],
+    ['a profile the node lacks', leaseOf('F', 3600, null, [countItem('m1', 'H100/3g.40gb', '1')]), 'unknown_gpu_model body.nodes[0].gpu_model'],
+    ['all 12 before the others start', leaseOf('F', 0, 3600, [countItem('m1', 'H100/1g.10gb', '12')]), 'lease_overbooked body.nodes'],
+  ]) eq(reg(body), want, name);
+  eq(fleetVerdict(a, 'lease_registered', leaseOf('F', 3600, null, [countItem('m1', 'H100/1g.10gb', '3')]))[1],
+    'body.nodes would lease 12.5 H100/1g.10gb GPUs of node m1 at 2026-11-05T01:00:00Z, which has 12, counting its other leases', 'the overbooking message');
+  // The energy bound in 840ths of a GPU (700 W a GPU, an hour, + 5 %: 0.735 kWh a GPU).
+  const energy = (tenant, kwh, from = 3600, seconds = 3600) => ({ ...energyBody(kwh, { node: 'm1', seconds }), ...(tenant ? { tenant } : {}), start: at(from), end: at(from + seconds) });
+  eq(v('energy', energy(null, '3.675')), 'PASS', "the node's 5 GPUs, partitioned or not");
+  eq(v('energy', energy(null, '3.675000001')), 'energy_over_bound body.kwh', 'above them');
+  eq(v('energy', energy('t', '0.735')), 'PASS', "t's GPU 0, whole");
+  eq(v('energy', energy('t', '0.735000001')), 'energy_over_bound body.kwh', 'above it');
+  // w: 3 × a 1g.10gb on m1 (120/840, one share on the node): 0.315 kWh.
+  eq(v('energy', energy('w', '0.315')), 'PASS', "w's 3 instances");
+  eq(v('energy', energy('w', '0.315000001')), 'energy_over_bound body.kwh', 'above them');
+  // h: half of GPU 1: 420/840.
+  eq(v('energy', energy('h', '0.3675')), 'PASS', "h's half GPU");
+  eq(v('energy', energy('h', '0.367500001')), 'energy_over_bound body.kwh', 'above it');
+  // 1/7 of a GPU: m2's only GPU in 7 × 1g.10gb; x leases 2 of them for 1 s: 2/7 × 700 W × 1 s × 1.05 = 210 J.
+  a.apply(6, { kind: 'node_registered', body: { node: 'm2', region: 'r1', max_watts_per_gpu: '700', gpus: [{ index: 0, uuid: 'GPU-m2-0', model: 'H100', mig: mig(7, ['1g.10gb', 7]) }] } });
+  a.apply(7, { kind: 'lease_registered', body: { ...leaseOf('X', 0, null, [countItem('m2', 'H100/1g.10gb', '2')]), tenant: 'x' } });
+  eq(v('energy', { ...energy('x', '0.000058333', 0, 1), node: 'm2' }), 'PASS', '210 J: 0.0000583 kWh and a third');
+  eq(v('energy', { ...energy('x', '0.000058334', 0, 1), node: 'm2' }), 'energy_over_bound body.kwh', 'a billionth of a kWh above it');
+  eq(v('gpu_usage', { ...use('X', 'H100/1g.10gb', '2'), node: 'm2', tenant: 't' }), 'PASS', 'the fleet rules leave the tenant to the parties');
+  eq(v('gpu_usage', { ...use('X', 'H100/1g.10gb', '2.5'), node: 'm2' }), 'over_capacity body.gpu_count', '2.5 of the 2 X covers');
+  // node_updated: a new partitioned GPU takes the slices of the node's partitioned GPUs of its
+  // model (fleet.rs check_node_update, mig_slices_differ), as of the update's index. m3: a whole
+  // H100 at 8, GPU 1 an H100 in 4 slices added at 9.
+  a.apply(8, { kind: 'node_registered', body: { node: 'm3', region: 'r1', max_watts_per_gpu: '700', gpus: [{ index: 0, uuid: 'GPU-m3-0', model: 'H100' }] } });
+  a.apply(9, { kind: 'node_updated', body: { node: 'm3', gpus: [{ index: 1, uuid: 'GPU-m3-1', model: 'H100', mig: mig(4, ['1g.10gb', 4]) }] } });
+  const g = (index, uuid, model, more = {}) => ({ index, uuid, model, ...more });
+  for (const [name, node, gpus, index, want] of [
+    ['m1: a new H100 of 4 slices (its partitioned H100s have 7)', 'm1', [g(5, 'GPU-m1-5', 'H100', { mig: mig(4, ['1g.10gb', 4]) })], 10, 'invalid_field body.gpus[0].mig.slices'],
+    ['m1: a new H100 of 7 slices, other profiles', 'm1', [g(5, 'GPU-m1-5', 'H100', { mig: mig(7, ['3g.40gb', 2]) })], 10, 'PASS'],
+    ['m1: a new whole H100', 'm1', [g(5, 'GPU-m1-5', 'H100')], 10, 'PASS'],
+    ['m1: a new A100 of 4 slices (another model)', 'm1', [g(5, 'GPU-m1-5', 'A100', { mig: mig(4, ['1g.10gb', 4]) })], 10, 'PASS'],
+    ['m1: the second new GPU differs', 'm1', [g(5, 'GPU-m1-5', 'H100', { mig: mig(7, ['1g.10gb', 7]) }), g(6, 'GPU-m1-6', 'H100', { mig: mig(8, ['1g.10gb', 8]) })], 10, 'invalid_field body.gpus[1].mig.slices'],
+    ['m1: the UUID before the slices', 'm1', [g(5, 'GPU-m1-0', 'H100', { mig: mig(4, ['1g.10gb', 4]) })], 10, 'invalid_field body.gpus[0].uuid'],
+    ['m1: a replaced board of other slices: the replacement rule', 'm1', [g(4, 'GPU-m1-4b', 'H100', { mig: mig(4, ['1g.10gb', 2], ['2g.20gb', 1]) })], 10, 'invalid_field body.gpus[0].model'],
+    ['m1: the slices before the GPU count', 'm1', [g(5, 'GPU-m1-5', 'H100', { mig: mig(4, ['1g.10gb', 4]) }), ...Array.from({ length: 60 }, (_, k) => g(6 + k, `GPU-m1-${6 + k}`, 'H100'))], 10, 'invalid_field body.gpus[0].mig.slices'],
+    ['m3: an H100 of 7 slices before GPU 1 was added', 'm3', [g(2, 'GPU-m3-2', 'H100', { mig: mig(7, ['1g.10gb', 7]) })], 9, 'PASS'],
+    ['m3: after it', 'm3', [g(2, 'GPU-m3-2', 'H100', { mig: mig(7, ['1g.10gb', 7]) })], 10, 'invalid_field body.gpus[0].mig.slices'],
+    ['m3: of 4 slices after it', 'm3', [g(2, 'GPU-m3-2', 'H100', { mig: mig(4, ['4g.40gb', 1]) })], 10, 'PASS'],
+  ]) eq(v('node_updated', { node, gpus }, index), want, name);
+  const [, message] = fleetVerdict(a, 'node_updated', { node: 'm3', gpus: [g(2, 'GPU-m3-2', 'H100', { mig: mig(7, ['1g.10gb', 7]) })] }, 10);
+  eq(message, "body.gpus[0].mig.slices: GPU 2 of model H100 has 7 slices, GPU 1 of the node 4: a node's partitioned GPUs of one model have the same slices", 'the message');
+});
+
+await test('regions: usage and energy name their node\'s region (wrong_region, right after unknown_node)', async () => {
+  const a = new Admission();
+  a.apply(3, { kind: 'node_registered', body: N1 });
+  a.apply(4, { kind: 'lease_registered', body: LEASE_L });
+  const v = (kind, body) => {
+    const [reason, message] = fleetVerdict(a, kind, body);
+    return reason === 'PASS' ? 'PASS' : `${reason} ${fieldOf(message)}`;
+  };
+  eq(v('gpu_usage', usageBody('1')), 'PASS', "usage in n1's region");
+  eq(v('gpu_usage', usageBody('1', { region: 'r2' })), 'wrong_region body.region', 'usage in another');
+  eq(v('gpu_usage', usageBody('1', { region: 'r2', node: 'n9' })), 'unknown_node body.node', 'an unregistered node first');
+  eq(v('gpu_usage', usageBody('1', { region: 'r2', model: 'A100' })), 'wrong_region body.region', 'before the GPU model');
+  eq(v('gpu_usage', usageBody('9', { region: 'r2' })), 'wrong_region body.region', 'before the capacity');
+  eq(v('gpu_usage', usageBody('1', { region: 'r2', lease: null })), 'wrong_region body.region', 'before the lease');
+  eq(v('energy', energyBody('1')), 'PASS', "energy in n1's region");
+  eq(v('energy', energyBody('1', { region: 'r2' })), 'wrong_region body.region', 'energy in another');
+  eq(v('energy', energyBody('7', { region: 'r2' })), 'wrong_region body.region', 'before the energy bound');
+  eq(v('energy', { ...energyBody('1', { region: 'r2' }), tenant: 'nobody' }), 'wrong_region body.region', "before the tenant's leases");
+  eq(v('energy', energyBody('1', { region: 'r1', node: 'n9' })), 'unknown_node body.node', 'energy of an unregistered node');
+  const [, message] = fleetVerdict(a, 'gpu_usage', usageBody('1', { region: 'r2' }));
+  eq(message, 'body.region is r2, but node n1 is registered in r1', 'the message');
+  // In check(): the parties first, the time rules after.
+  a.apply(1, { kind: 'tenant_registered', body: { tenant: 't' } });
+  const checked = (body, receivedAt) => {
+    try {
+      a.check(10, { kind: 'gpu_usage', body }, receivedAt);
+      return 'PASS';
+    } catch (e) {
+      return e.reason;
+    }
+  };
+  eq(checked(usageBody('1', { region: 'r2', tenant: 't2' }), '2026-11-05T01:00:02Z'), 'unknown_tenant', 'the parties first');
+  eq(checked(usageBody('1', { region: 'r2' }), '2026-12-10T00:00:01Z'), 'wrong_region', 'then the fleet, before time');
+});
+
+await test('node updates, MIG and regions: bundles signed here, judged alike by the console and gpuledger verify', async () => {
+  const verdictOf = async (c) => {
+    const r = await verify.verifyBundle({ bundle: c.bundle, logKey: c.logKey });
+    if (bin) {
+      eq(binaryVerdict(['--bundle', writeTmp('node-update.ndjson', c.bundle), '--log-key', c.logKey]), verdict(r), `gpuledger verify (${lastReport?.message})`);
+      compareItems(r, 'node update bundle');
+    }
+    return r.ok ? 'PASS' : `${r.failure.reason} (${r.failure.item})`;
+  };
+  const update = (body) => ({ node: 'n1', ...body });
+  const gpu = (index, uuid, model = 'H100') => ({ index, uuid, model });
+  const L9 = { ...LEASE_L, lease: 'L9', nodes: [gpusItem('n1', [9])] };
+  const many = (n) => Array.from({ length: n }, (_, k) => gpu(9 + k, `GPU-n1-${9 + k}`));
+  // 0 log_policy, 1 tenant_registered t, 2 node_registered n1, 3 node-a's key, 4 lease L (GPUs 0-8), then:
+  for (const [name, more, want, opts] of [
+    ['usage on a GPU an update added, under a lease over it', async ({ ledger, node }) => {
+      await ledger('node_updated', update({ gpus: [gpu(9, 'GPU-n1-9')] }));
+      await ledger('lease_registered', L9);
+      await node('gpu_usage', usageBody('1', { lease: 'L9' }));
+      await node('gpu_usage', usageBody('8', { lease: 'L' }));
+    }, 'PASS'],
+    ['a lease over the added GPU before the update', async ({ ledger }) => {
+      await ledger('lease_registered', L9);
+      await ledger('node_updated', update({ gpus: [gpu(9, 'GPU-n1-9')] }));
+    }, 'unknown_gpu (entry 5)'],
+    ['usage of 9 H100s logged before the update that adds the 9th (the context holds it)', async ({ ledger, node }) => {
+      await node('gpu_usage', usageBody('9'));
+      await ledger('node_updated', update({ gpus: [gpu(9, 'GPU-n1-9')] }));
+    }, 'over_capacity (entry 5)'],
+    ['usage of an A100 logged before the update that adds one', async ({ ledger, node }) => {
+      await node('gpu_usage', usageBody('1', { model: 'A100' }));
+      await ledger('node_updated', update({ gpus: [gpu(9, 'GPU-n1-9', 'A100')] }));
+    }, 'unknown_gpu_model (entry 5)'],
+    ['energy at the new bound after the update (10 GPUs × 1000 W: 10.5 kWh)', async ({ ledger, node }) => {
+      await ledger('node_updated', update({ gpus: [gpu(9, 'GPU-n1-9')], max_watts_per_gpu: '1000' }));
+      await node('energy', energyBody('10.5'));
+    }, 'PASS'],
+    ['energy above the new bound', async ({ ledger, node }) => {
+      await ledger('node_updated', update({ gpus: [gpu(9, 'GPU-n1-9')], max_watts_per_gpu: '1000' }));
+      await node('energy', energyBody('10.500000001'));
+    }, 'energy_over_bound (entry 6)'],
+    ['energy within 1000 W logged before the update to 1000 W (700 W in force)', async ({ ledger, node }) => {
+      await node('energy', energyBody('9.45'));
+      await ledger('node_updated', update({ max_watts_per_gpu: '1000' }));
+    }, 'energy_over_bound (entry 5)'],
+    ["a tenant's energy at 700 W logged before the update", async ({ ledger, node }) => {
+      await node('energy', { ...energyBody('6.615'), tenant: 't' });
+      await ledger('node_updated', update({ max_watts_per_gpu: '1000' }));
+    }, 'PASS'],
+    ["a tenant's energy at 1000 W logged after it", async ({ ledger, node }) => {
+      await ledger('node_updated', update({ max_watts_per_gpu: '1000' }));
+      await node('energy', { ...energyBody('9.45'), tenant: 't' });
+    }, 'PASS'],
+    ['a replaced board (a new UUID, same model), then usage of all 8', async ({ ledger, node }) => {
+      await ledger('node_updated', update({ gpus: [gpu(3, 'GPU-n1-3-new')] }));
+      await node('gpu_usage', usageBody('8'));
+    }, 'PASS'],
+    ['a replaced board of another model', async ({ ledger }) => { await ledger('node_updated', update({ gpus: [gpu(3, 'GPU-n1-3-new', 'A100')] })); }, 'invalid_field (entry 5)'],
+    ['a replaced board partitioned', async ({ ledger }) => { await ledger('node_updated', update({ gpus: [{ ...gpu(3, 'GPU-n1-3-new'), mig: mig(7, ['1g.10gb', 7]) }] })); }, 'invalid_field (entry 5)'],
+    ["a new GPU under another GPU's UUID", async ({ ledger }) => { await ledger('node_updated', update({ gpus: [gpu(9, 'GPU-n1-0')] })); }, 'invalid_field (entry 5)'],
+    ['a new GPU under the UUID of a replaced board', async ({ ledger }) => {
+      await ledger('node_updated', update({ gpus: [gpu(3, 'GPU-n1-3-new')] }));
+      await ledger('node_updated', update({ gpus: [gpu(9, 'GPU-n1-3')] }));
+    }, 'invalid_field (entry 6)'],
+    ['55 GPUs added: 64', async ({ ledger }) => { await ledger('node_updated', update({ gpus: many(55) })); }, 'PASS'],
+    ['56 GPUs added: 65', async ({ ledger }) => { await ledger('node_updated', update({ gpus: many(56) })); }, 'quantity_out_of_range (entry 5)'],
+    ['watts rising', async ({ ledger }) => { await ledger('node_updated', update({ max_watts_per_gpu: '700.000000001' })); }, 'PASS'],
+    ['watts unchanged', async ({ ledger }) => { await ledger('node_updated', update({ max_watts_per_gpu: '700' })); }, 'invalid_field (entry 5)'],
+    ['watts falling', async ({ ledger }) => { await ledger('node_updated', update({ max_watts_per_gpu: '699' })); }, 'invalid_field (entry 5)'],
+    ['watts raised twice, the second not above the first', async ({ ledger }) => {
+      await ledger('node_updated', update({ max_watts_per_gpu: '800' }));
+      await ledger('node_updated', update({ max_watts_per_gpu: '750' }));
+    }, 'invalid_field (entry 6)'],
+    ['an update of an unregistered node', async ({ ledger }) => { await ledger('node_updated', { node: 'n9', max_watts_per_gpu: '800' }); }, 'unknown_node (entry 5)'],
+    ['an update with neither GPUs nor watts', async ({ ledger }) => { await ledger('node_updated', { node: 'n1' }); }, 'leaf_invalid (entry 5)'],
+    ['usage in another region than the node\'s (the key has it)', async ({ node }) => { await node('gpu_usage', usageBody('1', { region: 'r2' })); }, 'wrong_region (entry 5)'],
+    ['energy in another region than the node\'s', async ({ node }) => { await node('energy', energyBody('1', { region: 'r2' })); }, 'wrong_region (entry 5)'],
+    ['MIG: 12 1g.10gb instances under a lease of every GPU', async ({ node }) => { await node('gpu_usage', { ...usageBody('12', { model: 'H100/1g.10gb' }) }); }, 'PASS', { nodeBody: { ...M1, node: 'n1' }, lease: { ...LEASE_L, nodes: [gpusItem('n1', [0, 1, 2, 3, 4])] } }],
+    ['MIG: a 13th instance', async ({ node }) => { await node('gpu_usage', { ...usageBody('13', { model: 'H100/1g.10gb' }) }); }, 'over_capacity (entry 5)', { nodeBody: { ...M1, node: 'n1' }, lease: { ...LEASE_L, nodes: [gpusItem('n1', [0, 1, 2, 3, 4])] } }],
+    ['MIG: 3 instances under a lease of GPU 0', async ({ node }) => { await node('gpu_usage', { ...usageBody('3', { model: 'H100/1g.10gb' }) }); }, 'PASS', { nodeBody: { ...M1, node: 'n1' }, lease: { ...LEASE_L, nodes: [gpusItem('n1', [0])] } }],
+    ['MIG: a 4th under it', async ({ node }) => { await node('gpu_usage', { ...usageBody('4', { model: 'H100/1g.10gb' }) }); }, 'over_capacity (entry 5)', { nodeBody: { ...M1, node: 'n1' }, lease: { ...LEASE_L, nodes: [gpusItem('n1', [0])] } }],
+    ['MIG: a count lease of the instances GPU 0 leaves', async ({ ledger }) => { await ledger('lease_registered', { ...LEASE_L, lease: 'L2', nodes: [countItem('n1', 'H100/1g.10gb', '9')] }); }, 'PASS', { nodeBody: { ...M1, node: 'n1' }, lease: { ...LEASE_L, nodes: [gpusItem('n1', [0])] } }],
+    ['MIG: one instance more (overbooking counts instances)', async ({ ledger }) => { await ledger('lease_registered', { ...LEASE_L, lease: 'L2', nodes: [countItem('n1', 'H100/1g.10gb', '10')] }); }, 'lease_overbooked (entry 5)', { nodeBody: { ...M1, node: 'n1' }, lease: { ...LEASE_L, nodes: [gpusItem('n1', [0])] } }],
+    ["MIG: a tenant's energy under a count lease of 3 instances (3 × 120/840 × 700 W)", async ({ node }) => { await node('energy', { ...energyBody('0.315'), tenant: 't' }); }, 'PASS', { nodeBody: { ...M1, node: 'n1' }, lease: { ...LEASE_L, nodes: [countItem('n1', 'H100/1g.10gb', '3')] } }],
+    ['MIG: a billionth above it', async ({ node }) => { await node('energy', { ...energyBody('0.315000001'), tenant: 't' }); }, 'energy_over_bound (entry 5)', { nodeBody: { ...M1, node: 'n1' }, lease: { ...LEASE_L, nodes: [countItem('n1', 'H100/1g.10gb', '3')] } }],
+    ['MIG: a GPU added partitioned, then usage of its instances', async ({ ledger, node }) => {
+      await ledger('node_updated', update({ gpus: [{ ...gpu(9, 'GPU-n1-9'), mig: mig(7, ['3g.40gb', 2]) }] }));
+      await ledger('lease_registered', L9);
+      await node('gpu_usage', usageBody('2', { lease: 'L9', model: 'H100/3g.40gb' }));
+    }, 'PASS'],
+    ['MIG: a GPU added in the slices of the partitioned H100s', async ({ ledger }) => { await ledger('node_updated', update({ gpus: [{ ...gpu(9, 'GPU-n1-9'), mig: mig(7, ['3g.40gb', 2]) }] })); }, 'PASS', { nodeBody: { ...M1, node: 'n1' }, lease: { ...LEASE_L, nodes: [gpusItem('n1', [0])] } }],
+    ['MIG: a GPU added in other slices than the partitioned H100s', async ({ ledger }) => { await ledger('node_updated', update({ gpus: [{ ...gpu(9, 'GPU-n1-9'), mig: mig(4, ['1g.10gb', 4]) }] })); }, 'invalid_field (entry 5)', { nodeBody: { ...M1, node: 'n1' }, lease: { ...LEASE_L, nodes: [gpusItem('n1', [0])] } }],
+    ['MIG: an update listing two H100s of other slices', async ({ ledger }) => { await ledger('node_updated', update({ gpus: [{ ...gpu(9, 'GPU-n1-9'), mig: mig(7, ['3g.40gb', 2]) }, { ...gpu(10, 'GPU-n1-10'), mig: mig(4, ['1g.10gb', 4]) }] })); }, 'leaf_invalid (entry 5)'],
+  ]) {
+    eq(await verdictOf(await fleetCase(more, opts ?? {})), want, name);
   }
 });
 

@@ -444,6 +444,7 @@ fn v1_routes(cfg: &mut ServiceConfig) {
         .service(pricing::post_lease)
         .service(fleet::post_node)
         .service(fleet::get_nodes)
+        .service(fleet::post_node_update)
         .service(pricing::post_volume_tiers)
         .service(pricing::post_tenant_plan)
         .service(pricing::get_prices)
