@@ -287,7 +287,8 @@ impl Browser {
             .unwrap_or_else(|e| panic!("clear: {e}"));
     }
 
-    fn try_text(&self, el: &Element) -> Option<String> {
+    /// The rendered text of `el`, or `None` when it is gone (re-rendered since it was found).
+    pub fn try_text(&self, el: &Element) -> Option<String> {
         self.session_command("GET", &format!("/element/{}/text", el.0), None)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
