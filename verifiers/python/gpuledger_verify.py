@@ -794,8 +794,10 @@ class _Body:
                 continue
             value = body[name]
             if name in int_members:
-                if not is_int(value):
-                    raise FieldError("malformed", f"body.{name}", "not an integer")
+                # Section 2.5: a JSON integer 0 to 2^53 - 1; anything else is malformed (Rust's
+                # serde reads these members as u64 before any rule).
+                if not is_int(value) or not 0 <= value <= MAX_INDEX:
+                    raise FieldError("malformed", f"body.{name}", "not an integer 0 to 2^53 - 1")
             elif name in array_members:
                 if not isinstance(value, list):
                     raise FieldError("malformed", f"body.{name}", "not an array (null is not allowed)")
