@@ -158,6 +158,26 @@ both_backends!(
         // A tenant reads its own invoice, exclusions included; beta's token does not see it.
         let own = h.get(&format!("/v1/invoices/{number}"), Some(&tenant));
         assert_eq!(own.json()["excluded"], inv["excluded"]);
+        // The CSV lists it too: a row of kind `excluded`, before the total, priced nowhere.
+        let csv = h.get(&format!("/v1/invoices/{number}/csv"), Some(&tenant));
+        let mut reader = csv::Reader::from_reader(csv.body.as_slice());
+        let header = reader.headers().unwrap().clone();
+        let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+        let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+        let kinds: Vec<&str> = rows.iter().map(|r| &r[col("kind")]).collect();
+        assert_eq!(kinds, ["gpu", "excluded", "total"], "{}", csv.lossy());
+        let x = &rows[1];
+        assert_eq!(
+            (
+                &x[col("excluded_entry")],
+                &x[col("description")],
+                &x[col("records")],
+                &x[col("gross")]
+            ),
+            (disputed.to_string().as_str(), reason, "1", ""),
+            "{}",
+            csv.lossy()
+        );
         let beta = h.secret(&admin, json!({"role": "tenant", "tenant": "beta"}));
         assert_eq!(
             h.get(&format!("/v1/invoices/{number}"), Some(&beta)).status,

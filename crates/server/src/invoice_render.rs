@@ -129,7 +129,7 @@ impl Slot {
 }
 
 /// The CSV columns, in order.
-pub const CSV_HEADER: [&str; 29] = [
+pub const CSV_HEADER: [&str; 30] = [
     "invoice_number",
     "format",
     "tenant",
@@ -159,6 +159,7 @@ pub const CSV_HEADER: [&str; 29] = [
     "records",
     "adjustment_for_from",
     "adjustment_for_to",
+    "excluded_entry",
 ];
 
 /// Why an invoice could not be rendered.
@@ -296,7 +297,9 @@ pub fn to_json(invoice: &InvoiceDoc) -> Vec<u8> {
 // CSV
 
 /// The invoice as CSV: the [`CSV_HEADER`] row, one row per line in the invoice's order with
-/// the line's members of the JSON document, and a final row of kind `total` whose `net`,
+/// the line's members of the JSON document, one row of kind `excluded` per record the
+/// document's `excluded` lists (its log index in `excluded_entry`, its reason in
+/// `description`, `records` 1, nothing priced), and a final row of kind `total` whose `net`,
 /// `tax` and `gross` are the invoice's `net_total`, `tax_total` and `total`. Empty cells for
 /// what a line does not have. Text cells go through [`csv_text`] (a name beginning with `=`
 /// is written `'=`); the numeric and timestamp columns are written as the JSON has them.
@@ -351,7 +354,18 @@ fn write_csv(invoice: &Invoice) -> Result<Vec<u8>, csv::Error> {
             line.records.to_string(),
             adj_from,
             adj_to,
+            String::new(), // excluded_entry
         ]);
+        w.write_record(&row)?;
+    }
+    for x in &invoice.excluded {
+        let mut row: Vec<String> = common.to_vec();
+        row.push("excluded".into());
+        row.push(text(&x.reason));
+        row.extend(std::iter::repeat_n(String::new(), 14)); // region .. gross
+        row.push("1".into()); // records
+        row.extend([String::new(), String::new(), x.entry.to_string()]);
+        debug_assert_eq!(row.len(), CSV_HEADER.len());
         w.write_record(&row)?;
     }
     let mut row: Vec<String> = common.to_vec();
@@ -362,7 +376,7 @@ fn write_csv(invoice: &Invoice) -> Result<Vec<u8>, csv::Error> {
     row.push(String::new()); // tax_rate
     row.push(money(invoice.tax_total));
     row.push(money(invoice.total));
-    row.extend(std::iter::repeat_n(String::new(), 3)); // records, adjustment_for_*
+    row.extend(std::iter::repeat_n(String::new(), 4)); // records, adjustment_for_*, excluded_entry
     debug_assert_eq!(row.len(), CSV_HEADER.len());
     w.write_record(&row)?;
     w.into_inner().map_err(|e| e.into_error().into())
