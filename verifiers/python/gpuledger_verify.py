@@ -2796,6 +2796,14 @@ def check_entry(e: EntryLine, cp: Checkpoint, view: LogView, prev_known: Dict[in
         parsed = check_envelope(env, view.origin)
     except FieldError as err:
         raise Failure("leaf_invalid", item, f"{err.code}: {err.field}: {err.message}") from None
+    # A record of another tenant than the subject's is named at once, before its chain, time and
+    # admission rules (crates/core/src/bundle.rs `place`): the bundle holds none of that
+    # tenant's registrations, so its rules could only fail for want of them (an energy record's
+    # lease_not_on_node, say), and the verdict would differ from the Rust verifier's.
+    tenant = env["body"].get("tenant") if isinstance(env.get("body"), dict) else None
+    if view.subject_tenant is not None and env["kind"] in RECORD_KINDS and tenant != view.subject_tenant:
+        raise Failure("wrong_tenant", item, f"{env['kind']} of tenant {tenant!r}, the subject is "
+                      f"{view.subject_tenant!r}")
     # The hash chain (section 7), where the bundle holds the entry before.
     expected_prev = ZERO_HASH if e.index == 0 else prev_known.get(e.index - 1)
     if expected_prev is not None and prev != expected_prev:

@@ -293,10 +293,18 @@ class Membership(Base):
         self.assertFail(self.run_certificate(sc.certificate, bundle, sc.verifier_key()), "outside_scope",
                         "entry 11 (bundle line 13)")
 
-    def test_step_4_failures_come_before_step_5(self):
-        # A wrong-tenant record early, a bad proof later: step 4 is reported.
+    def test_a_wrong_tenant_record_is_named_at_its_line(self):
+        # A wrong-tenant record early, a bad proof later: the record is named where it stands,
+        # before its own chain, time and admission rules and before later lines, as the Rust
+        # verifier names it (crates/core/src/bundle.rs `place`).
         records = sorted(self.sc.records + [12])
         bundle = producer.make_bundle(self.sc.log, self.sc.size, self.sc.context, records,
+                                      {"certificate": self.cert["id"]})
+        last = entry_lines(bundle)[-1]
+        bundle[last] = dict(bundle[last], proof=list(reversed(bundle[last]["proof"])))
+        self.assertFail(self.verify(bundle=bundle), "wrong_tenant")
+        # Without the wrong-tenant record, the bad proof is what is named.
+        bundle = producer.make_bundle(self.sc.log, self.sc.size, self.sc.context, self.sc.records,
                                       {"certificate": self.cert["id"]})
         last = entry_lines(bundle)[-1]
         bundle[last] = dict(bundle[last], proof=list(reversed(bundle[last]["proof"])))
