@@ -382,7 +382,16 @@ export async function checkBundle({ input, logKey, logKeyId, importKey, makeSubj
     if (allowed === undefined) throw malformed(`unknown line type ${JSON.stringify(raw.type)}`);
     if (allowed === null) return { type: 'header' };
     for (const k of Object.keys(raw)) if (!allowed.includes(k)) throw malformed(`members do not fit a ${raw.type} line`);
-    if (v3 && !isCanonical(raw, text)) throw malformed('a version-3 line must be canonical JSON (RFC 8785)');
+    if (v3 && raw.type === 'entry') {
+      // As bundle.rs `LineCheck::entry` reads it: the line is {"index":N,"leaf":<leaf>,
+      // "type":"entry"} around the leaf's bytes as they are; a leaf that is not canonical is
+      // its entry's failure (prepareEntry), named `entry N` as the Rust verifier names it.
+      const prefix = `{"index":${raw.index},"leaf":`;
+      const suffix = ',"type":"entry"}';
+      const framed = Number.isSafeInteger(raw.index) && raw.index >= 0 && text.length > prefix.length + suffix.length
+        && text.startsWith(prefix) && text.endsWith(suffix);
+      if (!framed) throw malformed('a version-3 line must be canonical JSON (RFC 8785)');
+    } else if (v3 && !isCanonical(raw, text)) throw malformed('a version-3 line must be canonical JSON (RFC 8785)');
     if (v3 && raw.type === 'entry') Object.defineProperty(raw, 'text', { value: text });
     return raw;
   };
@@ -487,8 +496,8 @@ export async function checkBundle({ input, logKey, logKeyId, importKey, makeSubj
     let leafText;
     if (v3) {
       if (!isObject(raw.leaf)) throw malformed('a version-3 leaf is a JSON object');
-      // The line is canonical (checked by parseLine), so the leaf's canonical text is the
-      // line's `leaf` member exactly: {"index":N,"leaf":<leaf>,"type":"entry"}.
+      // The line is {"index":N,"leaf":<leaf>,"type":"entry"} (checked by parseLine), so the
+      // leaf's text is the line's `leaf` member exactly; whether it is canonical is checked below.
       leafText = raw.text.slice(`{"index":${index},"leaf":`.length, -',"type":"entry"}'.length);
     } else {
       if (!('proof' in raw)) throw malformed('an entry needs index, leaf and proof');
@@ -496,6 +505,9 @@ export async function checkBundle({ input, logKey, logKeyId, importKey, makeSubj
     }
     if (index >= anchor.size) {
       throw new Failure('not_in_checkpoint', item, `index is not below the checkpoint's size ${anchor.size}`);
+    }
+    if (v3 && !isCanonical(raw.leaf, leafText)) {
+      throw new Failure('malformed', item, 'a version-3 line must be canonical JSON (RFC 8785)');
     }
     let leafBytes;
     if (v3) {

@@ -351,6 +351,14 @@ await test('v3: a line that is not canonical JSON → malformed', async () => {
   await certificateCase(certText, joinLines(lines), 'malformed');
 });
 
+await test('v3: a leaf that is not canonical JSON in a line framed as one → malformed, named by its entry as gpuledger verify names it', async () => {
+  const lines = linesOf(bundleV3);
+  const at = lines.findIndex((l) => l.includes('"type":"entry"') && l.includes('"kind":"gpu_usage"'));
+  const index = JSON.parse(lines[at]).index;
+  lines[at] = lines[at].replace('{"envelope":{', '{"envelope": {');
+  await certificateCase(certText, joinLines(lines), 'malformed', { item: `entry ${index}` });
+});
+
 await test('v2: a line with a repeated member name → malformed', async () => {
   const lines = linesOf(bundleV2);
   lines[1] = lines[1].replace('{"index":', '{"type":"entry","index":');
