@@ -156,7 +156,7 @@ impl Mirror {
     }
 
     /// Deletes the partial tiles of `tile`'s position narrower than it (C2SP: a partial tile
-    /// may go once a wider one exists).
+    /// may go once a wider one exists), and once it is full, their whole directory.
     fn drop_narrower(&self, tile: &TilePath) -> Result<(), PublishError> {
         let full_path = self.dir.join(tile_full_path(tile));
         let partials = PathBuf::from(format!("{}.p", full_path.display()));
@@ -171,7 +171,9 @@ impl Mirror {
             }
         }
         if tile.is_full() {
-            let _ = fs::remove_dir(&partials);
+            // Everything left there is superseded, a temporary file of a write that a killed
+            // server never finished included (which would keep the directory alive).
+            fs::remove_dir_all(&partials).map_err(io(&partials))?;
         }
         Ok(())
     }
@@ -267,5 +269,41 @@ impl EntrySource for MirrorReader {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(format!("{}: {e}", path.display())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full tile takes the place of its partial ones, and of what a killed server left among
+    /// them (a temporary file of a write it never finished), so no stale partial directory
+    /// outlives it.
+    #[test]
+    fn a_full_tile_removes_its_partials_and_leftovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Mirror::open(dir.path()).unwrap();
+        let partial = TilePath::entries(0, 3).unwrap();
+        write_private(&dir.path().join(partial.path()), b"three").unwrap();
+        let partials = dir.path().join("tile/entries/000.p");
+        std::fs::write(partials.join(".5.4242.tmp"), b"half").unwrap();
+        let wider = TilePath::entries(0, 5).unwrap();
+        write_private(&dir.path().join(wider.path()), b"five").unwrap();
+        m.drop_narrower(&wider).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(&partials)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [".5.4242.tmp", "5"],
+            "a wider partial drops the narrower"
+        );
+        let full = TilePath::entries(0, tiles::FULL_WIDTH).unwrap();
+        write_private(&dir.path().join(full.path()), b"full").unwrap();
+        m.drop_narrower(&full).unwrap();
+        assert!(!partials.exists(), "the partials' directory is gone");
+        assert!(dir.path().join("tile/entries/000").is_file());
     }
 }
