@@ -1227,6 +1227,19 @@ mod tests {
         );
         assert_eq!(node.at(u64::MAX).max_watts_per_gpu(), dec("1400"));
         assert_eq!(node.at(10).max_watts_per_gpu(), dec("700"));
+        // Two reads of the log merged in either order keep the fresher node (the ingest
+        // cache merges reads of concurrent batches).
+        let older = fleet_of(
+            HashMap::from([("n1".to_owned(), (n1(), 1))]),
+            HashMap::new(),
+        );
+        for order in [[fleet.clone(), older.clone()], [older, fleet.clone()]] {
+            let mut cache = FleetLog::default();
+            for read in order {
+                cache.merge(read);
+            }
+            assert_eq!(cache.node("n1").unwrap().at(u64::MAX).gpu_count(), 10);
+        }
     }
 
     /// `node_updated` only adds capacity: new GPUs, a replaced board (same model and

@@ -618,20 +618,15 @@ impl Ledger {
             nodes.sort_unstable();
             nodes.dedup();
             // A usage record names its lease, which the cache holds as logged.
-            let leases = reasons.iter().any(
+            let leases = reasons.iter().filter(|r| stale(r)).any(
                 |(at, _)| matches!(&pending[*at].1.body, Body::Energy(e) if e.tenant.is_some()),
             );
-            let mut found = read::DbParties::default();
-            self.reads.run(|c| {
+            self.refresh_parties(|c, found| {
                 if leases {
                     found.fill_leases(c, u64::MAX >> 1)?;
                 }
                 found.fill_nodes(c, u64::MAX >> 1, &nodes)
             })?;
-            self.parties
-                .write()
-                .expect("parties cache lock")
-                .merge(found);
             reasons = judge(pending);
         }
         if reasons.is_empty() {
@@ -747,10 +742,23 @@ impl Ledger {
         }
         tenants.sort_unstable();
         tenants.dedup();
-        let mut found = read::DbParties::default();
-        self.reads.run(|c| {
+        self.refresh_parties(|c, found| {
             found.fill(c, u64::MAX >> 1, &tenants, &leases)?;
             found.fill_nodes(c, u64::MAX >> 1, &nodes)
+        })
+    }
+
+    /// Reads registrations from the log with `fill` (on one read connection) and merges them
+    /// into the parties cache ([`read::DbParties::merge`]: a node read earlier never replaces
+    /// one read later).
+    fn refresh_parties(
+        &self,
+        mut fill: impl FnMut(&mut DbConn, &mut read::DbParties) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let found = self.reads.run(|c| {
+            let mut found = read::DbParties::default();
+            fill(c, &mut found)?;
+            Ok(found)
         })?;
         self.parties
             .write()

@@ -19,6 +19,8 @@ pub struct Node {
     uuids: Vec<(String, u64)>,
     /// The power limits, increasing, with the index of the entry that set each.
     watts: Vec<(Decimal, u64)>,
+    /// The index of the latest entry taken in (its registration or an update).
+    last_at: u64,
 }
 
 impl Node {
@@ -34,6 +36,7 @@ impl Node {
             watts: vec![(registration.max_watts_per_gpu, at)],
             registration,
             registered_at: at,
+            last_at: at,
         }
     }
 
@@ -49,6 +52,7 @@ impl Node {
         if let Some(w) = update.max_watts_per_gpu {
             self.watts.push((w, at));
         }
+        self.last_at = self.last_at.max(at);
     }
 
     /// The node's registration entry (its id, region and hub, and the GPUs it was registered
@@ -80,11 +84,6 @@ impl Node {
     /// fleet pages show.
     pub fn current_gpus(&self) -> &[(NodeGpu, u64)] {
         &self.gpus
-    }
-
-    /// The index of each `node_updated` entry of the node's power limit, with the limit.
-    pub fn power_limits(&self) -> &[(Decimal, u64)] {
-        &self.watts
     }
 }
 
@@ -222,13 +221,20 @@ impl FleetLog {
         self.leases.insert(lease.lease.clone(), (lease, index));
     }
 
-    /// Puts `node` in place of what this holds of it (a fresher read of the log).
+    /// Puts `node` in place of what this holds of it, unless this holds it as of a later
+    /// entry: two reads of the log merged in either order keep the fresher node (a node only
+    /// gains capacity, so an older one could only refuse what the log accepts).
     pub fn put_node(&mut self, node: Node) {
-        self.nodes.insert(node.registration.node.clone(), node);
+        match self.nodes.get(&node.registration.node) {
+            Some(held) if held.last_at > node.last_at => {}
+            _ => {
+                self.nodes.insert(node.registration.node.clone(), node);
+            }
+        }
     }
 
-    /// Adds what `other` holds that this lacks, and `other`'s nodes in place of these (a node
-    /// read later has every update an earlier read had).
+    /// Adds what `other` holds that this lacks, and `other`'s nodes where they are as of a
+    /// later entry than these ([`FleetLog::put_node`]).
     pub fn merge(&mut self, other: FleetLog) {
         for (_, node) in other.nodes {
             self.put_node(node);

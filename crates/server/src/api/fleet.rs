@@ -118,8 +118,18 @@ pub async fn get_nodes(
         })
         .await?;
     let mut fleet = FleetLog::default();
+    let mut updates: std::collections::HashMap<&str, Vec<UpdateView>> = Default::default();
     for (i, b) in &bodies {
         fleet.apply(*i, b);
+        if let Body::NodeUpdated(u) = b {
+            // The admitted ones only: an update of a node registered before it.
+            if fleet.node(&u.node).is_some_and(|n| n.registered_at() < *i) {
+                updates.entry(&u.node).or_default().push(UpdateView {
+                    index: *i,
+                    update: u.clone(),
+                });
+            }
+        }
     }
     let mut nodes: Vec<NodeView> = fleet
         .nodes()
@@ -142,18 +152,7 @@ pub async fn get_nodes(
                     ..n.registration().clone()
                 },
                 leases,
-                updates: bodies
-                    .iter()
-                    .filter_map(|(i, b)| match b {
-                        Body::NodeUpdated(u) if &u.node == name && *i > n.registered_at() => {
-                            Some(UpdateView {
-                                index: *i,
-                                update: u.clone(),
-                            })
-                        }
-                        _ => None,
-                    })
-                    .collect(),
+                updates: updates.remove(name.as_str()).unwrap_or_default(),
             }
         })
         .collect();
