@@ -242,12 +242,60 @@ fn ensure_signer(
     Ok(key)
 }
 
-/// Registers the demo tenants on the log (once).
+/// Registers the demo tenants on the log (once), and bluefin-labs' contract.
 fn ensure_parties(ledger: &Ledger) -> Result<(), DemoError> {
     for (id, _, _) in TENANTS {
         tolerate(ledger.register_tenant(id))?;
     }
-    Ok(())
+    tolerate(ledger.append_ledger_entry(demo_contract(ledger.now())))
+}
+
+/// The demo's contract (synthetic): bluefin-labs rents a bare-metal node by the month (包月) for
+/// a year from the start of the minute the demo log is made, billed on calendar months: 96,000
+/// CNY a month in advance (prorated by the second for the first and last month), 2,000 once
+/// for rack setup, public IPs at 300 a month in arrears. A restarted demo finds it registered.
+fn demo_contract(now: Timestamp) -> gpuledger::core::record::Body {
+    use gpuledger::core::record::{
+        BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
+    };
+    let from = Timestamp::from_unix(now.unix() - now.unix() % 60).expect("in range");
+    let fee = |name: &str, amount: &str, timing, category| ContractFee {
+        name: name.into(),
+        amount: amount.parse().expect("demo amount"),
+        timing,
+        category,
+    };
+    Body::ContractRegistered(ContractRegistered {
+        tenant: "bluefin-labs".into(),
+        contract: "C-bluefin-baremetal".into(),
+        currency: "CNY".into(),
+        region: "cn-east-sh".into(),
+        term_from: from,
+        term_to: from.plus(365 * 86_400),
+        billing_period: BillingPeriod::Month,
+        billing_anchor: BillingAnchor::Calendar,
+        fees: Some(vec![
+            fee(
+                "裸金属服务器 8 × H20 包月 (demo)",
+                "96000",
+                FeeTiming::Advance,
+                FeeCategory::Compute,
+            ),
+            fee(
+                "Rack setup (demo)",
+                "2000",
+                FeeTiming::Once,
+                FeeCategory::Support,
+            ),
+            fee(
+                "Public IPs (demo)",
+                "300",
+                FeeTiming::Arrears,
+                FeeCategory::Networking,
+            ),
+        ]),
+        commitment: None,
+    })
 }
 
 /// Ok for an entry written now or before (a demo restarted on its directory).

@@ -558,6 +558,24 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
     let tenant_token = after("sign in as tenant acme-ai:");
     let auditor_token = after("sign in as auditor:");
     h.get("/v1/invoices", Some(&tenant_token)).ok_json(200);
+    // bluefin-labs rents a bare-metal node by the month: its contract, with its billing
+    // periods, is listed to an admin, not to another tenant.
+    let contracts = h
+        .get("/v1/contracts?tenant=bluefin-labs", Some(&token))
+        .ok_json(200);
+    assert_eq!(
+        contracts["contracts"][0]["contract"], "C-bluefin-baremetal",
+        "{contracts}"
+    );
+    assert!(
+        contracts["contracts"][0]["billing_periods"]
+            .as_array()
+            .unwrap()
+            .len()
+            >= 12
+    );
+    h.get("/v1/contracts?tenant=bluefin-labs", Some(&tenant_token))
+        .assert_problem(404, "not_found", "another tenant's contracts");
     h.get("/v1/invoices?tenant=bluefin-labs", Some(&tenant_token))
         .assert_problem(404, "not_found", "another tenant's invoices");
     h.get("/v1/entries?start=0&end=5", Some(&auditor_token))

@@ -793,6 +793,11 @@ static ACCESS: &[Access] = &[
     get("prices",                        "/v1/prices",                                            [200, 200, 200, 200, 401, 401]),
     get("A's preview",                   "/v1/invoices/preview?tenant=tenant-a&{period}",         [200, 200, 200, 404, 401, 401]),
     get("own preview (admins name one)", "/v1/invoices/preview?{period}",                         [400, 400, 200, 200, 401, 401]),
+    // Contracts: admins register them (for the tenant the admin created above); tenants read
+    // their own, 404 for others'.
+    post("contract",                     "/v1/contracts", |w| json!({"tenant": format!("new-{w}"), "contract": format!("C-{w}"), "currency": "CNY", "region": "west", "term_from": announced().to_string(), "term_to": announced().plus(86_400 * 365).to_string(), "billing_period": "month", "billing_anchor": "calendar", "commitment": "100"}), [201, 403, 403, 403, 401, 401]),
+    get("contracts (own, or all)",       "/v1/contracts",                                         [200, 200, 200, 200, 401, 401]),
+    get("A's contracts",                 "/v1/contracts?tenant=tenant-a",                         [200, 200, 200, 404, 401, 401]),
     // Disputes: admins exclude a record (B's first, before B's invoice rates it).
     post("exclusion",                    "/v1/exclusions", |w| json!({"tenant": "tenant-b", "entry": MATRIX_IB, "reason": w}), [201, 403, 403, 403, 401, 401]),
     // Invoices: admins issue and settle; tenants read their own, 404 for others'.
@@ -1194,6 +1199,7 @@ both_backends!(access_matrix, |db: &TestDb| {
             "lease_registered",
             "volume_tiers",
             "tenant_plan",
+            "contract_registered",
             "record_excluded",
             "invoice_issued",
             "payment",

@@ -47,14 +47,22 @@ fn node_major() -> Result<u32, String> {
         .ok_or_else(|| format!("`node --version` printed {text:?}"))
 }
 
+/// Whether `node` is there and recent enough; if not, the test is skipped (or fails).
+fn node_ready() -> bool {
+    match node_major() {
+        Err(why) => skip_or_fail(&why),
+        Ok(major) if major < MIN_NODE_MAJOR => {
+            skip_or_fail(&format!("node is version {major}"));
+        }
+        Ok(_) => return true,
+    }
+    false
+}
+
 #[test]
 fn browser_verifier_passes_its_tests_under_node() {
-    match node_major() {
-        Err(why) => return skip_or_fail(&why),
-        Ok(major) if major < MIN_NODE_MAJOR => {
-            return skip_or_fail(&format!("node is version {major}"));
-        }
-        Ok(_) => {}
+    if !node_ready() {
+        return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("node")
@@ -75,5 +83,28 @@ fn browser_verifier_passes_its_tests_under_node() {
     assert!(
         stdout.contains("verdicts compared with"),
         "the verdicts were not compared with gpuledger verify:\n{stdout}"
+    );
+}
+
+/// `node assets/console/verify/test/contracts.mjs`: the console's checks of a
+/// `contract_registered` body and its admission rules (PROTOCOL §5.19, §6.7 contracts), each
+/// with the reason and field the ledger names.
+#[test]
+fn browser_verifier_checks_contracts_under_node() {
+    if !node_ready() {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("node")
+        .arg(root.join("assets/console/verify/test/contracts.mjs"))
+        .current_dir(root)
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(" passed, 0 failed"),
+        "the console's contract checks failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
     );
 }

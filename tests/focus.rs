@@ -803,6 +803,10 @@ fn text_a_spreadsheet_would_run_is_neutralised_and_credits_stay_numbers() {
         gross: Decimal::ZERO,
         records: 1,
         adjustment_for: None,
+        contract: None,
+        category: None,
+        timing: None,
+        service_period: None,
     }];
     let t = apply_tax(&mut lines, "CNY");
     let inv = Invoice {
@@ -834,6 +838,7 @@ fn text_a_spreadsheet_would_run_is_neutralised_and_credits_stay_numbers() {
         tax_total: t.tax,
         total: t.gross,
         excluded: Vec::new(),
+        commitments: Vec::new(),
     };
     let mut rows = invoice_rows(&inv, &Context::default()).unwrap();
     rows.push(

@@ -48,6 +48,10 @@ fn gpu(region: &str, class: LeaseClass, seconds: &str, price: &str, net: &str) -
         gross: Decimal::ZERO,
         records: 1,
         adjustment_for: None,
+        contract: None,
+        category: None,
+        timing: None,
+        service_period: None,
     }
 }
 
@@ -94,6 +98,10 @@ fn golden() -> Invoice {
             gross: Decimal::ZERO,
             records: 1,
             adjustment_for: None,
+            contract: None,
+            category: None,
+            timing: None,
+            service_period: None,
         },
         late,
     ];
@@ -128,6 +136,7 @@ fn golden() -> Invoice {
         tax_total: Decimal::ZERO,
         total: Decimal::ZERO,
         excluded: Vec::new(),
+        commitments: Vec::new(),
     };
     settle_totals(&mut inv);
     inv

@@ -8,9 +8,7 @@ mod common;
 
 use common::*;
 use gpuledger::core::bundle;
-use gpuledger::core::invoice::{
-    from_json, InvoiceCheck, InvoiceDoc, Issuer, Period, Tax, TaxTable,
-};
+use gpuledger::core::invoice::{from_json, InvoiceDoc, Issuer, Period, Tax, TaxTable};
 use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{Body, RateCard, Role, Settlement, TenantRegistered};
 use gpuledger::core::time::Timestamp;
@@ -111,33 +109,8 @@ fn use_gpu(
     use_one_h100(ledger, node, (tenant, seq), start, start + seconds);
 }
 
-/// The invoice recomputed from its evidence bundle, as `gpuledger verify --invoice` does.
-fn recomputed(ledger: &Ledger, inv: &InvoiceDoc) -> Result<InvoiceDoc, bundle::Failure> {
-    let mut lines = Vec::new();
-    ledger
-        .reads()
-        .run(|c| {
-            invoices::write_invoice_bundle_as(c, inv, bundle::Format::V3, &mut |mut l| {
-                l.pop();
-                lines.push(l);
-                Ok(())
-            })
-        })
-        .unwrap();
-    let vkey = gpuledger::core::checkpoint::LogSigner::new(gpuledger::sample::ORIGIN, log_key())
-        .unwrap()
-        .verifier_key();
-    let (_, check) = bundle::verify_bundle(
-        lines.into_iter().map(Ok),
-        &vkey,
-        |h, a| InvoiceCheck::start(inv.clone(), h, a),
-        &mut |_| {},
-    )?;
-    check.finish()
-}
-
 fn claim_mismatch(ledger: &Ledger, inv: &InvoiceDoc) -> String {
-    let f = recomputed(ledger, inv).unwrap_err();
+    let f = recompute_invoice(ledger, inv, |_| {}).unwrap_err();
     assert_eq!(f.reason, bundle::Reason::ClaimMismatch, "{f:?}");
     f.item
 }
@@ -220,7 +193,7 @@ both_backends!(
         verified(&db.url);
 
         // The bundle recomputes it exactly; every forged figure is named.
-        assert_eq!(recomputed(&ledger, &doc), Ok(doc.clone()));
+        assert_eq!(recompute_invoice(&ledger, &doc, |_| {}), Ok(doc.clone()));
         let forge = |f: &dyn Fn(&mut gpuledger::core::invoice::Invoice)| {
             let mut i = inv.clone();
             f(&mut i);
@@ -262,7 +235,10 @@ both_backends!(
         other_rate.tax_total = dec("0.44");
         other_rate.total = dec("3.81");
         let other_rate = InvoiceDoc::V2(other_rate);
-        assert_eq!(recomputed(&ledger, &other_rate), Ok(other_rate.clone()));
+        assert_eq!(
+            recompute_invoice(&ledger, &other_rate, |_| {}),
+            Ok(other_rate.clone())
+        );
     }
 );
 
@@ -288,7 +264,7 @@ both_backends!(version_1_invoices_still_verify, |db: &TestDb| {
     );
     let doc = from_json(&v1).unwrap();
     assert!(matches!(doc, InvoiceDoc::V1(_)));
-    assert_eq!(recomputed(&ledger, &doc), Ok(doc.clone()));
+    assert_eq!(recompute_invoice(&ledger, &doc, |_| {}), Ok(doc.clone()));
     let forged = from_json(&v1.replace("\"3.37\"", "\"3.38\"")).unwrap();
     assert_eq!(claim_mismatch(&ledger, &forged), "lines[0].amount");
 });

@@ -145,6 +145,7 @@ fn schemas_are_valid_2020_12_and_named_by_their_id() {
     let files = schema_files();
     let expected = [
         "certificate_issued.v3.json",
+        "contract_registered.v3.json",
         "credit_note.v3.json",
         "defs.v3.json",
         "energy.v3.json",
@@ -210,7 +211,7 @@ fn every_vector_validates() {
     }
     assert_eq!(seen, 9, "three kinds × body, envelope, leaf");
     let leaves = log_leaves();
-    assert_eq!(leaves.len(), 14);
+    assert_eq!(leaves.len(), 15);
     for (i, leaf) in leaves.iter().enumerate() {
         assert!(schema_valid("leaf", leaf), "log entry {i}");
         assert!(schema_valid("envelope", &leaf["envelope"]), "log entry {i}");
@@ -737,6 +738,88 @@ fn record_excluded_bodies_agree_with_their_schema() {
     assert_all_agree(&failures);
     let b = Body::from_value(Kind::RecordExcluded, &x).unwrap();
     assert_eq!(b.to_value(), x);
+}
+
+/// The ledger-written `contract_registered` body (docs/PROTOCOL.md §5.19): the schema and
+/// `Body::from_value` agree on its shape, enums, amounts' grammar and list lengths; the term's
+/// order and length, a zero amount, a name of refused characters and "fees or a commitment"
+/// are beyond the schema.
+#[test]
+fn contract_registered_bodies_agree_with_their_schema() {
+    use gpuledger::core::record::{Body, Kind};
+    let fee =
+        json!({"name": "Bare metal", "amount": "3100", "timing": "advance", "category": "compute"});
+    let c = json!({"tenant": "acme", "contract": "C-1", "currency": "CNY", "region": "west",
+                   "term_from": "2027-01-15T12:00:00Z", "term_to": "2028-01-15T12:00:00Z",
+                   "billing_period": "month", "billing_anchor": "calendar",
+                   "fees": [fee.clone()], "commitment": "1000"});
+    let with = |k: &str, v: Value| {
+        let mut b = c.clone();
+        b[k] = v;
+        b
+    };
+    let without = |k: &str| {
+        let mut b = c.clone();
+        b.as_object_mut().unwrap().remove(k);
+        b
+    };
+    let fee_with = |k: &str, v: Value| {
+        let mut f = fee.clone();
+        f[k] = v;
+        with("fees", json!([f]))
+    };
+    const RANGE: Result<(), Reason> = Err(Reason::QuantityOutOfRange);
+    type BodyCase = (&'static str, Value, Result<(), Reason>, bool);
+    #[rustfmt::skip]
+    let cases: Vec<BodyCase> = vec![
+        ("valid contract",              c.clone(), Ok(()), true),
+        ("fees only",                   without("commitment"), Ok(()), true),
+        ("commitment only",             without("fees"), Ok(()), true),
+        ("16 fees",                     with("fees", json!(vec![fee.clone(); 16])), Ok(()), true),
+        ("17 fees",                     with("fees", json!(vec![fee.clone(); 17])), RANGE, true),
+        ("no fees listed",              with("fees", json!([])), INVALID, true),
+        ("quarterly on anniversaries",  with("billing_period", json!("quarter")), Ok(()), true),
+        ("weekly",                      with("billing_period", json!("week")), INVALID, true),
+        ("anchor on the 1st",           with("billing_anchor", json!("first")), INVALID, true),
+        ("timing monthly",              fee_with("timing", json!("monthly")), INVALID, true),
+        ("category gpu",                fee_with("category", json!("gpu")), INVALID, true),
+        ("amount with 5 decimals",      fee_with("amount", json!("1.00001")), INVALID, true),
+        ("amount as a number",          fee_with("amount", json!(3100)), MALFORMED, true),
+        ("101-byte name",               fee_with("name", json!("n".repeat(101))), INVALID, true),
+        ("empty name",                  fee_with("name", json!("")), INVALID, true),
+        ("a fee member too many",       fee_with("sku", json!("x")), MALFORMED, true),
+        ("no term_to",                  without("term_to"), MALFORMED, true),
+        ("an extra member",             with("leases", json!([])), MALFORMED, true),
+        ("currency in lower case",      with("currency", json!("cny")), INVALID, true),
+        ("commitment null",             with("commitment", Value::Null), MALFORMED, true),
+        // Beyond the schema.
+        ("term_to before term_from",    with("term_to", json!("2027-01-01T00:00:00Z")), INVALID, false),
+        ("a term of 3661 days",         with("term_to", json!("2037-01-27T12:00:00Z")), RANGE, false),
+        ("zero commitment",             with("commitment", json!("0")), RANGE, false),
+        ("amount above 10^12",          fee_with("amount", json!("1000000000001")), RANGE, false),
+        ("a name of spaces",            fee_with("name", json!("   ")), INVALID, false),
+        ("neither fees nor commitment", without("fees").as_object().map(|o| {
+            let mut o = o.clone();
+            o.remove("commitment");
+            Value::Object(o)
+        }).unwrap(), INVALID, false),
+    ];
+    let mut failures = Vec::new();
+    for (name, body, expect, expressed) in cases {
+        let schema = schema_valid("contract_registered", &body);
+        let rust = Body::from_value(Kind::ContractRegistered, &body)
+            .map(|_| ())
+            .map_err(|r| r.reason);
+        let env = json!({"v": 3, "kind": "contract_registered", "signer": "ledger", "key_id": "0123456789abcdef",
+                         "seq": 1, "body": body, "sig": base64_of(&[0u8; 64])});
+        if schema_valid("envelope", &env) != schema {
+            failures.push(format!("{name}: the envelope schema says {}", !schema));
+        }
+        failures.extend(disagreement(name, schema, rust, expect, expressed));
+    }
+    assert_all_agree(&failures);
+    let b = Body::from_value(Kind::ContractRegistered, &c).unwrap();
+    assert_eq!(b.to_value(), c);
 }
 
 /// The ledger-written `node_registered` body (docs/PROTOCOL.md §5.16): for shape cases the body

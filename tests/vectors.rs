@@ -17,8 +17,9 @@ use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
 use gpuledger::core::merkle::{self, Hash, MemoryHashes};
 use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{
-    Body, Energy, GpuUsage, LeaseNode, LeaseRegistered, LogPolicy, MigInstances, MigLayout,
-    NodeGpu, NodeRegistered, NodeUpdated, Role, SignerKeyRegistered, SignerKeyRevoked, SpotPrice,
+    BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, Energy, FeeCategory,
+    FeeTiming, GpuUsage, LeaseNode, LeaseRegistered, LogPolicy, MigInstances, MigLayout, NodeGpu,
+    NodeRegistered, NodeUpdated, Role, SignerKeyRegistered, SignerKeyRevoked, SpotPrice,
     TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
@@ -50,7 +51,7 @@ const DETAILED: [(&str, u64); 3] = [("gpu_usage", 7), ("energy", 8), ("spot_pric
 /// are made over).
 const GPU_USAGE_INDEX: usize = DETAILED[0].1 as usize;
 /// Entries in the vector log.
-const LOG_SIZE: u64 = 14;
+const LOG_SIZE: u64 = 15;
 /// Inclusion proofs (leaf index, tree size) and consistency proofs (old size, new size).
 const INCLUSIONS: [(u64, u64); 3] = [(2, 7), (6, 7), (0, 1)];
 const CONSISTENCIES: [(u64, u64); 3] = [(3, 7), (4, 7), (7, 7)];
@@ -267,6 +268,38 @@ fn log_specs() -> Vec<EntrySpec> {
                 max_watts_per_gpu: None,
             }),
             received_at: "2026-11-30T12:11:00Z",
+        },
+        // tenant-acme's yearly contract, billed monthly on the calendar (§5.19).
+        EntrySpec {
+            signer: LEDGER_SIGNER,
+            seed: LOG_SEED,
+            seq: 11,
+            body: Body::ContractRegistered(ContractRegistered {
+                tenant: "tenant-acme".into(),
+                contract: "C-acme-2027".into(),
+                currency: "CNY".into(),
+                region: "cn-nmg-1".into(),
+                term_from: Timestamp::parse("2026-12-01T00:00:00Z").unwrap(),
+                term_to: Timestamp::parse("2027-12-01T00:00:00Z").unwrap(),
+                billing_period: BillingPeriod::Month,
+                billing_anchor: BillingAnchor::Calendar,
+                fees: Some(vec![
+                    ContractFee {
+                        name: "Bare-metal node, 8 × H100, monthly".into(),
+                        amount: "120000".parse().unwrap(),
+                        timing: FeeTiming::Advance,
+                        category: FeeCategory::Compute,
+                    },
+                    ContractFee {
+                        name: "Rack setup".into(),
+                        amount: "800".parse().unwrap(),
+                        timing: FeeTiming::Once,
+                        category: FeeCategory::Support,
+                    },
+                ]),
+                commitment: Some("5000".parse().unwrap()),
+            }),
+            received_at: "2026-11-30T12:12:00Z",
         },
     ]
 }

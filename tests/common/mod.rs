@@ -632,3 +632,37 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// The invoice recomputed from its evidence bundle (version 3, as the ledger writes it for a
+/// log of the sample origin and [`log_key`]), as `gpuledger verify --invoice` does; `edit` may
+/// alter the bundle's lines first (a tampering test).
+#[allow(dead_code)]
+pub fn recompute_invoice(
+    ledger: &Ledger,
+    inv: &gpuledger::core::invoice::InvoiceDoc,
+    edit: impl Fn(&mut Vec<Vec<u8>>),
+) -> Result<gpuledger::core::invoice::InvoiceDoc, gpuledger::core::bundle::Failure> {
+    use gpuledger::core::bundle;
+    let mut lines = Vec::new();
+    ledger
+        .reads()
+        .run(|c| {
+            store::invoices::write_invoice_bundle_as(c, inv, bundle::Format::V3, &mut |mut l| {
+                l.pop();
+                lines.push(l);
+                Ok(())
+            })
+        })
+        .unwrap();
+    edit(&mut lines);
+    let vkey = gpuledger::core::checkpoint::LogSigner::new(gpuledger::sample::ORIGIN, log_key())
+        .unwrap()
+        .verifier_key();
+    let (_, check) = bundle::verify_bundle(
+        lines.into_iter().map(Ok),
+        &vkey,
+        |h, a| gpuledger::core::invoice::InvoiceCheck::start(inv.clone(), h, a),
+        &mut |_| {},
+    )?;
+    check.finish()
+}

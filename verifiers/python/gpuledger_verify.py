@@ -7,7 +7,8 @@ signed messages that name the log's origin, key validity, strict signatures, sig
 tenant registrations, log policies and the admission rules rechecked from a bundle), with the
 JSON Schemas and vectors the document makes part of the contract; not from the Rust code (the
 fleet rules of node updates, MIG layouts and the node's region, which the document does not
-describe yet, follow crates/core/src/fleet.rs and record.rs: README, items 42-44). It
+describe yet, follow crates/core/src/fleet.rs and record.rs: README, items 42-44; issue #28's
+contract_registered entries follow the specification of section 5.19: README, items 45-48). It
 checks compute-usage certificates with their evidence bundles (PROTOCOL.md section 15), bundles
 alone (steps 1, 2 and 4), signed checkpoints (section 9) and consistency proofs between two
 checkpoints (section 8).
@@ -159,6 +160,11 @@ REASONS = (
     # `Reason::of_rejection`: Admission(invalid_field)), and so does this one.
     "invalid_field",
     "quantity_out_of_range",
+    # Contracts (section 5.19, issue #28; section 6.7, contracts): a contract_registered entry's
+    # term [term_from, term_to) overlaps the term of an earlier contract of the same tenant (a
+    # tenant has at most one contract in force at any instant). An admission rule, after
+    # unknown_tenant, already_registered, price_in_past and price_in_invoiced_period.
+    "contract_overlap",
 )
 ADMISSION_REASONS = REASONS[REASONS.index("node_not_allowed"):]
 CONSISTENCY_REASON = "consistency_proof"  # not in section 15: see README "Where the document was unclear"
@@ -257,6 +263,16 @@ MAX_LEASE_GPUS = 64  # lease_registered.nodes[i].gpus: 1 to 64 indexes (MAX_NODE
 # lease_registered.nodes[i].count: above 0, at most MAX_NODE_GPUS x MAX_MIG_SLICES = 512 (a count of a
 # MIG profile's instances)
 MAX_LEASE_COUNT = Decimal(MAX_NODE_GPUS * MAX_MIG_SLICES)
+# contract_registered (section 5.19): a term of at most 3660 days, 1 to 16 fees, a fee's name of
+# 1 to 100 bytes of display text; its enumerations.
+MAX_CONTRACT_TERM_SECONDS = 316224000
+MAX_CONTRACT_FEES = 16
+MAX_FEE_NAME_BYTES = 100
+CONTRACT_BILLING_PERIODS = ("month", "quarter", "year")
+CONTRACT_BILLING_ANCHORS = ("calendar", "anniversary")
+FEE_MEMBERS = ("name", "amount", "timing", "category")  # contract_registered.fees[i]: exactly these
+FEE_TIMINGS = ("advance", "arrears", "once")
+FEE_CATEGORIES = ("compute", "networking", "storage", "support", "other")
 ENERGY_BOUND_MARGIN_PERCENT = 5  # an energy record may exceed GPUs x watts x seconds by 5 %
 WATT_SECONDS_PER_KWH = 3600000
 
@@ -748,6 +764,7 @@ LEDGER_KINDS = (
     "node_registered",  # the fleet: a node, its region and its GPUs
     "record_excluded",  # disputes: a record of a tenant excluded from rating (section 5.17)
     "node_updated",  # the fleet: capacity added to a registered node (GPUs, a replaced board, watts)
+    "contract_registered",  # contracts: a tenant's term, fees and commitment (section 5.19, issue #28)
 )
 KINDS = NODE_KINDS + MARKET_KINDS + LEDGER_KINDS
 RECORD_KINDS = NODE_KINDS
@@ -776,6 +793,66 @@ def certificate_message(cert: Dict[str, Any]) -> bytes:
 def _is_control(c: str) -> bool:
     """Unicode category Cc, as Rust's `char::is_control`."""
     return unicodedata.category(c) == "Cc"
+
+
+# The invisible format characters text shown to people may not hold (core::ids
+# `display_char_refusal`): (first, last, why), inclusive code point ranges.
+_DISPLAY_REFUSED = (
+    (0x2028, 0x2029, "a line or paragraph separator"),
+    (0x061C, 0x061C, "a bidirectional mark"),
+    (0x200E, 0x200F, "a bidirectional mark"),
+    (0x202A, 0x202E, "a bidirectional embedding or override"),
+    (0x2066, 0x2069, "a bidirectional isolate"),
+    (0x00AD, 0x00AD, "an invisible format character"),
+    (0x034F, 0x034F, "an invisible format character"),
+    (0x180E, 0x180E, "an invisible format character"),
+    (0x200B, 0x200B, "an invisible format character"),
+    (0x2060, 0x2064, "an invisible format character"),
+    (0x206A, 0x206F, "a deprecated format character"),
+    (0xFEFF, 0xFEFF, "a byte-order mark (zero-width no-break space)"),
+    (0xFFF9, 0xFFFB, "an interlinear annotation character"),
+    (0x115F, 0x1160, "a Hangul filler"),
+    (0x3164, 0x3164, "a Hangul filler"),
+    (0xFFA0, 0xFFA0, "a Hangul filler"),
+    (0xE0000, 0xE007F, "a tag character"),
+)
+
+
+def display_char_refusal(c: str) -> Optional[str]:
+    """Why `c` may not appear in text shown to people (a display name, a fee's name), or None
+    when it may: control characters (Cc), the line and paragraph separators, the bidirectional
+    marks, embeddings, overrides and isolates, and the invisible format characters that make two
+    strings look alike (core::ids `display_char_refusal`). The zero-width joiner and non-joiner
+    (U+200D, U+200C) are allowed. A lone surrogate (which JSON's \\u escapes can spell, and no
+    Rust string holds) is refused too."""
+    if _is_control(c):
+        return "a control character"
+    o = ord(c)
+    if 0xD800 <= o <= 0xDFFF:
+        return "a lone surrogate (not a Unicode scalar value)"
+    for first, last, why in _DISPLAY_REFUSED:
+        if first <= o <= last:
+            return why
+    return None
+
+
+def display_text_refusal(text: str, max_bytes: int) -> Optional[str]:
+    """core::ids `check_display_text`: text shown to people is not empty or only white space
+    (Unicode White_Space, as Rust's `trim`; str.strip also strips U+001C..U+001F, control
+    characters refused anyway), at most `max_bytes` bytes of UTF-8, and holds no character
+    display_char_refusal refuses. Returns why not, or None. Unlike record_excluded.reason and
+    external_reference, white space around the text is allowed."""
+    if not text.strip():
+        return "must not be empty or only white space"
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        return f"is {size} bytes long, above {max_bytes}"
+    for i, c in enumerate(text, 1):
+        why = display_char_refusal(c)
+        if why is not None:
+            return (f"character {i} is U+{ord(c):04X}, {why}, which is not allowed in text shown to "
+                    "people")
+    return None
 
 
 class _Body:
@@ -1408,6 +1485,92 @@ def _lease_items(items: List[Dict[str, Any]]) -> Tuple[LeaseItem, ...]:
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class Contract:
+    """A contract registration (section 5.19): its tenant, its term [start, end) and the index of
+    its contract_registered entry (-1 before it is logged)."""
+    contract: str
+    tenant: str
+    start: int
+    end: int
+    index: int = -1
+
+    def term_overlaps(self, other: "Contract") -> bool:
+        """The two half-open terms share an instant (one ending at T and one starting at T do not)."""
+        return self.start < other.end and other.start < self.end
+
+
+def _contract_fees_shape(fees: List[Any]) -> None:
+    """contract_registered.fees as serde reads it before any value is checked: objects with
+    exactly the members name, amount, timing and category, each a string (no null); else
+    `malformed`, naming `body.fees[i]` or `body.fees[i].<member>`, for every fee first."""
+    for i, fee in enumerate(fees):
+        f = f"body.fees[{i}]"
+        if not isinstance(fee, dict):
+            raise FieldError("malformed", f, "not an object")
+        _serde_members(fee, FEE_MEMBERS, f)
+        for name in FEE_MEMBERS:
+            if not isinstance(fee[name], str):
+                raise FieldError("malformed", f"{f}.{name}", "not a string (null is not allowed)")
+
+
+def _contract_fees(fees: List[Dict[str, str]]) -> None:
+    """Section 5.19, contract_registered.fees: 1 to MAX_CONTRACT_FEES fees (empty: invalid_field,
+    more: quantity_out_of_range, both on body.fees), each in order: its name display text of 1 to
+    MAX_FEE_NAME_BYTES bytes (display_text_refusal), its amount above 0 and at most 10^12 (the
+    amount form), its timing and its category one of theirs; invalid_field (the amount's limits
+    quantity_out_of_range) on body.fees[i].<member>."""
+    if not fees:
+        raise FieldError("invalid_field", "body.fees", "an empty array (absent when there is no fee; "
+                         f"else 1 to {MAX_CONTRACT_FEES} fees)")
+    if len(fees) > MAX_CONTRACT_FEES:
+        raise FieldError("quantity_out_of_range", "body.fees",
+                         f"{len(fees)} fees, above MAX_CONTRACT_FEES = {MAX_CONTRACT_FEES}")
+    for i, fee in enumerate(fees):
+        f = f"body.fees[{i}]"
+        why = display_text_refusal(fee["name"], MAX_FEE_NAME_BYTES)
+        if why is not None:
+            raise FieldError("invalid_field", f"{f}.name", why)
+        t = _Body(fee, {name: True for name in FEE_MEMBERS})
+        _item_field(f, t.amount, "amount", True)
+        _item_field(f, t.enum, "timing", FEE_TIMINGS)
+        _item_field(f, t.enum, "category", FEE_CATEGORIES)
+
+
+def _contract(b: _Body) -> Contract:
+    """Section 5.19 (issue #28), contract_registered, in the member table's order: tenant and
+    contract (ids), currency, region, term_from, term_to (after term_from, else invalid_field;
+    at most MAX_CONTRACT_TERM_SECONDS later, else quantity_out_of_range; both on body.term_to),
+    billing_period, billing_anchor, fees (_contract_fees), commitment (above 0, at most 10^12);
+    then at least one of fees and commitment (invalid_field, body.fees). The fees' shape
+    (malformed) is checked before any value (_contract_fees_shape)."""
+    fees = b.body.get("fees")
+    if fees is not None:
+        _contract_fees_shape(fees)
+    tenant = b.id("tenant")
+    contract = b.id("contract")
+    b.currency("currency")
+    b.id("region")
+    start = b.timestamp("term_from")
+    end = b.timestamp("term_to")
+    if end <= start:
+        raise FieldError("invalid_field", "body.term_to",
+                         f"{b.body['term_to']} is not after body.term_from ({b.body['term_from']})")
+    if end - start > MAX_CONTRACT_TERM_SECONDS:
+        raise FieldError("quantity_out_of_range", "body.term_to",
+                         f"the term is {end - start} s, above MAX_CONTRACT_TERM_SECONDS = "
+                         f"{MAX_CONTRACT_TERM_SECONDS} (3660 days)")
+    b.enum("billing_period", CONTRACT_BILLING_PERIODS)
+    b.enum("billing_anchor", CONTRACT_BILLING_ANCHORS)
+    if fees is not None:
+        _contract_fees(fees)
+    if b.has("commitment"):
+        b.amount("commitment", positive=True)
+    elif fees is None:
+        raise FieldError("invalid_field", "body.fees", "a contract has fees, a commitment, or both")
+    return Contract(contract, tenant, start, end)
+
+
 def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
     """Section 5 (version 2), in each table's order. Returns parsed values useful later."""
     out: Dict[str, Any] = {}
@@ -1607,6 +1770,12 @@ def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
         if gpus is None and watts is None:
             raise FieldError("invalid_field", "body.gpus", "an update adds GPUs, raises max_watts_per_gpu, or both")
         out.update(max_watts_per_gpu=watts)
+    elif kind == "contract_registered":
+        # Section 5.19 (issue #28): a tenant's contract, written by the ledger (_contract).
+        b = _Body(body, {"tenant": True, "contract": True, "currency": True, "region": True, "term_from": True,
+                         "term_to": True, "billing_period": True, "billing_anchor": True, "fees": False,
+                         "commitment": False}, array_members=("fees",))
+        out.update(contract=_contract(b))
     else:  # pragma: no cover - kinds are checked before
         raise FieldError("unknown_kind", "kind", kind)
     return out
@@ -2111,7 +2280,7 @@ class RegionParams:
 
 # Ledger kinds that name a tenant (version 2, section 6 "Parties").
 TENANT_LEDGER_KINDS = ("lease_registered", "tenant_plan", "invoice_issued", "payment", "credit_note",
-                       "certificate_issued", "record_excluded")
+                       "certificate_issued", "record_excluded", "contract_registered")
 
 
 def _stream(kind: str, body: Dict[str, Any]) -> Optional[str]:
@@ -2172,6 +2341,10 @@ class LogView:
         self.references: Dict[Tuple[str, str, str], int] = {}
         # Disputes (section 6.7): excluded entry -> index of the (first) record_excluded naming it
         self.exclusions: Dict[int, int] = {}
+        # Contracts (section 6.7, contracts): contract id -> its registration (the first counts),
+        # and tenant -> its contracts in log order.
+        self.contracts: Dict[str, Contract] = {}
+        self.contracts_by_tenant: Dict[str, List[Contract]] = {}
         # Section 6.4a: stream -> (starts, [(end, index)]) of the intervals held so far, by start.
         self.intervals: Dict[str, Tuple[List[int], List[Tuple[int, int]]]] = {}
         self.invoices: List[Tuple[int, str, int, int]] = []  # (index, tenant, period_from, period_to)
@@ -2324,6 +2497,12 @@ class LogView:
                 if lease is not None and lease.index < index:
                     raise fail("already_registered", "body.lease",
                                f"lease {body['lease']!r} is already declared at entry {lease.index}")
+            elif kind == "contract_registered":
+                # Among the entries seen: a bundle holds its tenant's contracts only (section 14).
+                other = self.contracts.get(body["contract"])
+                if other is not None and other.index < index:
+                    raise fail("already_registered", "body.contract",
+                               f"contract {body['contract']!r} is already registered at entry {other.index}")
         elif kind == "tenant_registered":
             at = self.tenants.get(body["tenant"])
             if at is not None and at < index:
@@ -2377,6 +2556,9 @@ class LogView:
                     raise fail("price_in_invoiced_period", "body.effective_from",
                                f"{body['effective_from']} is inside the period invoiced at entry {inv_index} "
                                f"(tenant {tenant})")
+        elif kind == "contract_registered":
+            # Contracts (section 6.7): the term rules, with the policy in force, after the parties.
+            self.check_contract_term(parsed["contract"], index, now, policy, fail)
 
         # Section 6.4a: no second of a stream claimed twice. The intervals of one stream never
         # overlap each other, so the one starting last before this end is the only candidate.
@@ -2634,6 +2816,33 @@ class LogView:
                                f"would lease {dec_str(per_model[model])} {model} GPUs of node {name} at "
                                f"{format_ts(t)}, which has {has}, counting its other leases")
 
+    def check_contract_term(self, contract: Contract, index: int, now: int, policy: Policy, fail) -> None:
+        """Section 6.7, contracts (issue #28), after the parties (unknown_tenant, then
+        already_registered by contract id): a contract never re-prices the past, nor an invoiced
+        period, and a tenant has at most one contract in force at any instant. In order, all on
+        body.term_from: term_from not before received_at minus the policy's
+        max_future_skew_seconds (price_in_past, as a price's effective_from); not before the
+        period_to of any earlier invoice_issued of its tenant (price_in_invoiced_period: a
+        contract bills from its term_from on, so an invoiced period must lie wholly before it);
+        its term overlapping the term of no earlier contract of its tenant, half-open
+        (contract_overlap)."""
+        start = contract.start
+        if start < now - policy.max_future_skew_seconds:
+            raise fail("price_in_past", "body.term_from",
+                       f"term_from is {now - start} s before received_at (max_future_skew_seconds "
+                       f"{policy.max_future_skew_seconds})")
+        for inv_index, tenant, _, pt in self.invoices:
+            if inv_index < index and tenant == contract.tenant and start < pt:
+                raise fail("price_in_invoiced_period", "body.term_from",
+                           f"{format_ts(start)} is before {format_ts(pt)}, the end of the period invoiced to "
+                           f"{tenant} at entry {inv_index}")
+        for other in self.contracts_by_tenant.get(contract.tenant, ()):
+            if other.index < index and other.term_overlaps(contract):
+                raise fail("contract_overlap", "body.term_from",
+                           f"the term [{format_ts(start)}, {format_ts(contract.end)}) overlaps the term of "
+                           f"contract {other.contract} of {other.tenant} (entry {other.index}), "
+                           f"[{format_ts(other.start)}, {format_ts(other.end)})")
+
     def check_settlement(self, env: Dict[str, Any], item: str) -> None:
         """Section 5.10: a payment or credit note names an invoice issued earlier to its tenant, in
         its currency; credit notes on an invoice never total more than it."""
@@ -2706,6 +2915,11 @@ class LogView:
                     self.leases_by_node.setdefault(node, []).append(lease.lease)
         elif kind == "tenant_registered":
             self.tenants.setdefault(body["tenant"], index)
+        elif kind == "contract_registered":
+            if body["contract"] not in self.contracts:
+                contract = dataclasses.replace(parsed["contract"], index=index)
+                self.contracts[contract.contract] = contract
+                self.contracts_by_tenant.setdefault(contract.tenant, []).append(contract)
         elif kind == "node_registered":
             if body["node"] not in self.nodes:
                 self.nodes[body["node"]] = FleetNode(body, index)

@@ -10,8 +10,10 @@
 // every question about a node answered as of the entry's index, crates/core/src/fleet/
 // inventory.rs), time (the log policy in force at the
 // entry's index), the spot series, no stream claiming a second twice (§6.4a), prices that
-// only move forward, settlements (§5.10) and disputes (§6.7, disputes: a record excluded at
-// most once). Key validity and scope are bundle.js's Registry.
+// only move forward, settlements (§5.10), disputes (§6.7, disputes: a record excluded at
+// most once) and contracts (§6.7, contracts: registered once, a term that starts neither in
+// the past nor before the end of an invoiced period of its tenant, and overlaps no earlier
+// contract of its tenant). Key validity and scope are bundle.js's Registry.
 
 import { Failure } from './result.js';
 import { GPU_UNITS, MAX_NODE_GPUS, migProfileSlices, migSlicesDiffer, timestampSeconds } from './leaf.js';
@@ -43,6 +45,7 @@ function tenantOf(kind, b) {
     case 'credit_note':
     case 'certificate_issued':
     case 'record_excluded':
+    case 'contract_registered':
       return b.tenant;
     case 'energy':
       return 'tenant' in b ? b.tenant : undefined;
@@ -347,6 +350,10 @@ export class Admission {
     this.nodes = new Map();
     /** excluded entry → index of the first record_excluded entry naming it (§6.7, disputes) */
     this.exclusions = new Map();
+    /** contract → index of its first contract_registered entry (§6.7, contracts) */
+    this.contracts = new Map();
+    /** tenant → [{contract, at, from, to}]: its contracts' terms [from, to) in seconds */
+    this.contractsByTenant = new Map();
   }
 
   /** The policy in force at `index`: the latest log_policy entry before it, or the defaults. */
@@ -368,6 +375,7 @@ export class Admission {
     this.checkFleet(index, e.kind, b, item);
     this.checkTime(index, e.kind, b, receivedAt, item);
     this.checkPriceHistory(index, e.kind, b, item);
+    this.checkContractTerm(index, e.kind, b, item);
     this.checkOverlap(e.kind, b, item);
     this.checkForward(e.kind, b, item);
     this.checkSettlement(e.kind, b, item);
@@ -441,6 +449,10 @@ export class Admission {
     } else if (kind === 'lease_registered') {
       const l = this.leases.get(b.lease);
       if (l && l.at < index) throw new Failure('already_registered', item, `${b.lease} is already registered (entry ${l.at})`);
+    } else if (kind === 'contract_registered') {
+      // Among the entries a bundle holds: its context carries the tenant's own contracts.
+      const at = this.contracts.get(b.contract);
+      if (at !== undefined && at < index) throw new Failure('already_registered', item, `body.contract ${b.contract} is already registered (entry ${at})`);
     } else if (kind === 'tenant_registered') {
       const at = this.tenants.get(b.tenant);
       if (at !== undefined && at < index) throw new Failure('already_registered', item, `${b.tenant} is already registered (entry ${at})`);
@@ -647,6 +659,14 @@ export class Admission {
       if (ends > 0) throw new Failure('in_future', item, `the period ends ${ends} s after the ledger's clock (${receivedAt}): it had not ended when it was issued`);
       return;
     }
+    if (kind === 'contract_registered') {
+      // A contract never re-prices the past: its term starts as a price takes effect.
+      const ahead = secondsOf(b.term_from, item, 'body.term_from') - now;
+      if (-ahead > skew) {
+        throw new Failure('price_in_past', item, `body.term_from (${b.term_from}) is ${-ahead} s before the ledger's clock (${receivedAt}); a contract's term may start at most ${skew} s in the past`);
+      }
+      return;
+    }
     if (PRICE_KINDS.has(kind)) {
       // No price of any kind takes effect in the past beyond the skew; a spot price, signed by
       // a market signer, is also scheduled at most 7 days ahead.
@@ -671,8 +691,19 @@ export class Admission {
   }
 
   /** A spot price not at the instant of an earlier one of its series; no price of any kind
-   *  inside an invoiced period (a tenant plan: one of its own tenant's). */
+   *  inside an invoiced period (a tenant plan: one of its own tenant's); no contract's term
+   *  starting before the end of an invoiced period of its tenant. */
   checkPriceHistory(index, kind, b, item) {
+    if (kind === 'contract_registered') {
+      // Not in an invoiced period of its tenant, nor before one: term_from ≥ every earlier
+      // invoice's period_to.
+      const from = secondsOf(b.term_from, item, 'body.term_from');
+      const hit = this.invoiced.find((p) => p.at < index && p.tenant === b.tenant && from < p.to);
+      if (hit) {
+        throw new Failure('price_in_invoiced_period', item, `body.term_from (${b.term_from}) is before ${isoOf(hit.to)}, the end of the period invoiced to ${b.tenant} at entry ${hit.at}`);
+      }
+      return;
+    }
     if (!PRICE_KINDS.has(kind)) return;
     if (kind === 'spot_price') {
       const at = this.spotInstants.get(`${b.region}|${b.gpu_model}|${b.effective_from}`);
@@ -686,6 +717,22 @@ export class Admission {
       && (only === undefined || p.tenant === only));
     if (hit) {
       throw new Failure('price_in_invoiced_period', item, `effective_from (${b.effective_from}) is inside the period invoiced at entry ${hit.at}`);
+    }
+  }
+
+  /**
+   * §6.7, contracts: a contract's term [term_from, term_to) overlaps the term of no earlier
+   * contract_registered entry of its tenant (`contract_overlap`, body.term_from); half-open, so
+   * one ending at T and the next starting at T do not overlap. A tenant has at most one contract
+   * in force at any instant.
+   */
+  checkContractTerm(index, kind, b, item) {
+    if (kind !== 'contract_registered') return;
+    const from = secondsOf(b.term_from, item, 'body.term_from');
+    const to = secondsOf(b.term_to, item, 'body.term_to');
+    const hit = (this.contractsByTenant.get(b.tenant) ?? []).find((c) => c.at < index && from < c.to && c.from < to);
+    if (hit) {
+      throw new Failure('contract_overlap', item, `body.term_from: [${b.term_from}, ${b.term_to}) overlaps the term of ${b.tenant}'s contract ${hit.contract}, [${isoOf(hit.from)}, ${isoOf(hit.to)}) (entry ${hit.at})`);
     }
   }
 
@@ -751,6 +798,13 @@ export class Admission {
       }
       case 'record_excluded':
         if (!this.exclusions.has(b.entry)) this.exclusions.set(b.entry, index);
+        break;
+      case 'contract_registered':
+        if (!this.contracts.has(b.contract)) {
+          this.contracts.set(b.contract, index);
+          if (!this.contractsByTenant.has(b.tenant)) this.contractsByTenant.set(b.tenant, []);
+          this.contractsByTenant.get(b.tenant).push({ contract: b.contract, at: index, from: timestampSeconds(b.term_from), to: timestampSeconds(b.term_to) });
+        }
         break;
       case 'invoice_issued':
         if (!this.accounts.has(b.number)) this.accounts.set(b.number, { tenant: b.tenant, currency: b.currency, total: Dec.parse(b.total), credited: Dec.zero() });

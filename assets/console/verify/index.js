@@ -51,14 +51,20 @@
 //   model, `lease_not_on_node`, within its term, `outside_lease_term`, for at most what it
 //   covers, `over_capacity`), the time rules under the log policy in force (`too_old`, `in_future`, `price_in_past`), the spot series (`price_conflict`,
 //   `price_in_invoiced_period`), no stream claiming a second twice (`overlapping_interval`,
-//   §6.4a), prices that only move forward (`price_not_forward`), and the dispute rule a bundle
+//   §6.4a), prices that only move forward (`price_not_forward`), the dispute rule a bundle
 //   can show: a record excluded at most once (`already_excluded`; a `record_excluded` entry's
 //   tenant registered, `unknown_tenant`). Not `unknown_record` nor `record_invoiced`: they need
-//   the record an exclusion names, which a bundle holds only after its context (§6.7).
+//   the record an exclusion names, which a bundle holds only after its context (§6.7); and the
+//   contract rules (§5.19, §6.7 contracts): a `contract_registered` entry's tenant registered
+//   (`unknown_tenant`), its contract id registered once among the entries the bundle holds
+//   (`already_registered`; like leases, the context carries the tenant's own), its term
+//   starting neither in the past beyond the policy's skew (`price_in_past`) nor before the end
+//   of an invoiced period of its tenant (`price_in_invoiced_period`), and overlapping no earlier
+//   contract of its tenant, half-open (`contract_overlap`).
 //
 // NOT checked here (the offline verifier, `gpuledger verify`, does; every verdict on evidence
 // says so, lib/trust.js `showResult`):
-// - invoices (the recomputation of docs/RATING.md).
+// - invoices (the recomputation of docs/RATING.md, a contract's fee and true-up lines included).
 // And whatever it checks, code served by the log's own server cannot protect against that
 // server: docs/CONSOLE.md says how to run it from a copy you trust (offline.html).
 //

@@ -4,9 +4,10 @@
 // Every kind's body is checked as `gpuledger verify` checks it (crates/core/src/record.rs):
 // every member's presence and form and no other member, identifiers (not the reserved
 // `ledger`), timestamps, canonical decimals within their limits, money amounts, currencies,
-// and the rules the certificate's sums and the key registry rely on (gpu_seconds = gpu_count ×
-// duration, interval limits, the key id and §3.1 validity of a registered key). Any failure
-// here is `leaf_invalid`.
+// text shown to people (a contract fee's name: ids.rs `check_display_text`), and the rules
+// the certificate's sums and the key registry rely on (gpu_seconds = gpu_count × duration,
+// interval limits, the key id and §3.1 validity of a registered key). Any failure here is
+// `leaf_invalid`.
 
 import { b64decode, canonicalize, parseStrict, utf8 } from './jcs.js';
 import { Dec } from './decimal.js';
@@ -47,10 +48,41 @@ export const MAX_WATTS_PER_GPU = Dec.int(5000);
 export const MAX_LEASE_NODES = 64;
 /** `MAX_EXCLUSION_REASON_BYTES`: a record_excluded entry's reason is 1 to 500 bytes (§5.17). */
 export const MAX_EXCLUSION_REASON_BYTES = 500;
+/** `MAX_CONTRACT_FEES`: a contract_registered entry lists 1 to 16 fees (§5.19). */
+export const MAX_CONTRACT_FEES = 16;
+/** `MAX_FEE_NAME_BYTES`: a contract fee's name is 1 to 100 bytes of text for people (§5.19). */
+export const MAX_FEE_NAME_BYTES = 100;
+/** `MAX_CONTRACT_TERM_SECONDS`: a contract's term is at most 3660 days (§5.19). */
+export const MAX_CONTRACT_TERM_SECONDS = 316224000;
+/** A contract's billing periods, anchors, and its fees' timings and categories (§5.19). */
+export const BILLING_PERIODS = new Set(['month', 'quarter', 'year']);
+export const BILLING_ANCHORS = new Set(['calendar', 'anniversary']);
+export const FEE_TIMINGS = new Set(['advance', 'arrears', 'once']);
+export const FEE_CATEGORIES = new Set(['compute', 'networking', 'storage', 'support', 'other']);
 /** Control characters (Unicode Cc, Rust's `char::is_control`). */
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/u;
 /** White space as Rust's `str::trim` removes it (Unicode White_Space; unlike JS's `trim`, not U+FEFF). */
 const WHITE_SPACE = /^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]|[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]$/u;
+/** Text that is empty or only white space as Rust's `str::trim` sees it. */
+const ONLY_WHITE_SPACE = /^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$/u;
+/**
+ * The characters text shown to people may not hold, and why (ids.rs `display_char_refusal`):
+ * controls, line and paragraph separators, bidirectional controls, and the invisible format
+ * characters that make two strings look alike or hide text. ZWJ and ZWNJ are allowed.
+ */
+const DISPLAY_REFUSALS = [
+  [CONTROL, 'a control character'],
+  [/[\u2028\u2029]/u, 'a line or paragraph separator'],
+  [/[\u061c\u200e\u200f]/u, 'a bidirectional mark'],
+  [/[\u202a-\u202e]/u, 'a bidirectional embedding or override'],
+  [/[\u2066-\u2069]/u, 'a bidirectional isolate'],
+  [/[\u00ad\u034f\u180e\u200b\u2060-\u2064]/u, 'an invisible format character'],
+  [/[\u206a-\u206f]/u, 'a deprecated format character'],
+  [/\ufeff/u, 'a byte-order mark (zero-width no-break space)'],
+  [/[\ufff9-\ufffb]/u, 'an interlinear annotation character'],
+  [/[\u115f\u1160\u3164\uffa0]/u, 'a Hangul filler'],
+  [/[\u{e0000}-\u{e007f}]/u, 'a tag character'],
+];
 /** A GPU's index on its node is a u32. */
 export const MAX_GPU_INDEX = 4294967295;
 /** A GPU's UUID: 1 to 128 visible ASCII characters. */
@@ -65,7 +97,7 @@ export const LEDGER_KINDS = new Set([
   'signer_key_registered', 'signer_key_revoked', 'rate_card', 'region_params',
   'lease_registered', 'invoice_issued', 'payment', 'credit_note', 'volume_tiers',
   'tenant_plan', 'certificate_issued', 'tenant_registered', 'log_policy', 'node_registered',
-  'record_excluded', 'node_updated',
+  'record_excluded', 'node_updated', 'contract_registered',
 ]);
 /** What each signer role may sign (§6.1). */
 export const ROLE_KINDS = { node: new Set(['gpu_usage', 'energy']), market: new Set(['spot_price']) };
@@ -301,6 +333,33 @@ function migLayout(f, model, layout) {
   check(used <= layout.slices, `invalid_field: ${f}.instances take ${used} compute slices of the GPU's ${layout.slices}`);
 }
 
+/**
+ * Text shown to people (ids.rs `check_display_text`, the rule of a tenant's display name): not
+ * empty nor only white space, at most `max` bytes of UTF-8, and no character
+ * DISPLAY_REFUSALS refuses (named by its position and code point). `invalid_field`.
+ */
+function displayText(v, max, f) {
+  check(typeof v === 'string', `${f} is not a string`);
+  check(!ONLY_WHITE_SPACE.test(v), `invalid_field: ${f} must not be empty or only white space`);
+  check(utf8(v).length <= max, `invalid_field: ${f} is longer than ${max} bytes`);
+  let i = 0;
+  for (const c of v) {
+    i++;
+    const refused = DISPLAY_REFUSALS.find(([re]) => re.test(c));
+    if (refused) {
+      const cp = c.codePointAt(0).toString(16).toUpperCase().padStart(4, '0');
+      throw new LeafError(`invalid_field: ${f}: character ${i} is U+${cp}, ${refused[1]}, which is not allowed in text shown to people`);
+    }
+  }
+}
+
+/** A contract's amount (a fee or its commitment, §5.19): an amount (money) above 0. */
+function contractAmount(v, f) {
+  const d = money(v, f);
+  check(d.cmp(Dec.zero()) > 0, `quantity_out_of_range: ${f} must be above 0`);
+  return d;
+}
+
 /** A node's power limit per GPU (record.rs `watts`): above 0 and at most MAX_WATTS_PER_GPU. */
 function watts(v) {
   const w = quantity(v, MAX_WATTS_PER_GPU, 'body.max_watts_per_gpu');
@@ -411,6 +470,49 @@ async function checkBody(kind, b) {
       if ('gpus' in b) nodeGpus(b.gpus);
       if ('max_watts_per_gpu' in b) watts(b.max_watts_per_gpu);
       check('gpus' in b || 'max_watts_per_gpu' in b, 'invalid_field: body.gpus: an update adds GPUs, raises max_watts_per_gpu, or both');
+      return;
+    }
+    case 'contract_registered': {
+      // §5.19, as record.rs reads it: the whole shape first (serde's part: the members, strings,
+      // fees an array of exactly {name, amount, timing, category}, fees and commitment optional
+      // and never null), then the members in the order of the spec's table, then at least one
+      // of fees and commitment (`invalid_field`, body.fees).
+      members(b, 'body', ['tenant', 'contract', 'currency', 'region', 'term_from', 'term_to', 'billing_period', 'billing_anchor'], ['fees', 'commitment']);
+      for (const k of ['tenant', 'contract', 'currency', 'region', 'term_from', 'term_to', 'billing_period', 'billing_anchor', 'commitment']) {
+        if (k in b) check(typeof b[k] === 'string', `body.${k} is not a string`);
+      }
+      if ('fees' in b) {
+        check(Array.isArray(b.fees), 'body.fees is not an array');
+        b.fees.forEach((fee, i) => {
+          const f = `body.fees[${i}]`;
+          members(fee, f, ['name', 'amount', 'timing', 'category']);
+          for (const k of ['name', 'amount', 'timing', 'category']) check(typeof fee[k] === 'string', `${f}.${k} is not a string`);
+        });
+      }
+      bodyId(b.tenant, 'body.tenant');
+      bodyId(b.contract, 'body.contract');
+      currency(b.currency, 'body.currency');
+      bodyId(b.region, 'body.region');
+      ts(b.term_from, 'body.term_from');
+      ts(b.term_to, 'body.term_to');
+      const term = timestampSeconds(b.term_to) - timestampSeconds(b.term_from);
+      check(term > 0, `invalid_field: body.term_to (${b.term_to}) is not after body.term_from (${b.term_from})`);
+      check(term <= MAX_CONTRACT_TERM_SECONDS, `quantity_out_of_range: body.term_to: a term is at most ${MAX_CONTRACT_TERM_SECONDS} s (3660 days), this one ${term} s`);
+      check(BILLING_PERIODS.has(b.billing_period), 'invalid_field: body.billing_period must be month, quarter or year');
+      check(BILLING_ANCHORS.has(b.billing_anchor), 'invalid_field: body.billing_anchor must be calendar or anniversary');
+      if ('fees' in b) {
+        check(b.fees.length >= 1, `invalid_field: body.fees: a contract lists 1 to ${MAX_CONTRACT_FEES} fees (none: leave fees out)`);
+        check(b.fees.length <= MAX_CONTRACT_FEES, `quantity_out_of_range: body.fees: a contract lists 1 to ${MAX_CONTRACT_FEES} fees`);
+        b.fees.forEach((fee, i) => {
+          const f = `body.fees[${i}]`;
+          displayText(fee.name, MAX_FEE_NAME_BYTES, `${f}.name`);
+          contractAmount(fee.amount, `${f}.amount`);
+          check(FEE_TIMINGS.has(fee.timing), `invalid_field: ${f}.timing must be advance, arrears or once`);
+          check(FEE_CATEGORIES.has(fee.category), `invalid_field: ${f}.category must be compute, networking, storage, support or other`);
+        });
+      }
+      if ('commitment' in b) contractAmount(b.commitment, 'body.commitment');
+      check('fees' in b || 'commitment' in b, 'invalid_field: body.fees: a contract has fees, a commitment, or both');
       return;
     }
     case 'lease_registered': {

@@ -149,6 +149,7 @@ pub fn check_parties(body: &Body, index: u64, parties: &dyn Parties) -> Result<(
         Body::Payment(p) | Body::CreditNote(p) => Some(&p.tenant),
         Body::CertificateIssued(c) => Some(&c.tenant),
         Body::RecordExcluded(x) => Some(&x.tenant),
+        Body::ContractRegistered(c) => Some(&c.tenant),
         _ => None,
     };
     if let Some(t) = tenant {
@@ -679,6 +680,7 @@ pub struct Registry {
     intervals: Intervals,
     settlements: Settlements,
     disputes: super::dispute::Disputes,
+    contracts: super::contract::ContractBook,
 }
 
 impl Parties for Registry {
@@ -707,6 +709,7 @@ impl Registry {
             intervals: Intervals::default(),
             settlements: Settlements::default(),
             disputes: super::dispute::Disputes::whole_log(),
+            contracts: Default::default(),
         }
     }
 
@@ -800,7 +803,9 @@ impl Registry {
         }
         check_parties(body, index, self)?;
         super::fleet::check_fleet(body, index, &self.fleet)?;
-        check_time(body, received_at, &self.policy_at(index))?;
+        let policy = self.policy_at(index);
+        check_time(body, received_at, &policy)?;
+        self.contracts.check(body, received_at, &policy)?;
         self.spot.check(index, body)?;
         // The stream was computed once, when the envelope was checked.
         if let Some((stream, start, end)) = &checked.stream {
@@ -903,6 +908,7 @@ impl Registry {
         }
         self.fleet.apply(index, body);
         self.spot.apply(index, body);
+        self.contracts.apply(index, body);
         self.prices.apply(index, body);
         self.settlements.apply(index, body);
         self.disputes.apply(index, body);

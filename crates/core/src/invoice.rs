@@ -13,8 +13,13 @@
 //!
 //! [`InvoiceDoc`] is either; [`from_json`] reads both.
 
+mod contract_lines;
 mod v1;
 
+use super::record::{ContractRegistered, FeeCategory, FeeTiming};
+pub use contract_lines::{
+    contract_lines, Commitment, ContractLines, SplitPeriod, PERIOD_SHARE_DECIMALS,
+};
 pub use v1::{legacy_lines, InvoiceV1, LegacyLine};
 
 use super::rating::{round_amount, LeaseClass, Line, LineKey, PriceBook, Rater, Unpriced};
@@ -46,6 +51,10 @@ pub enum LineKind {
     Gpu,
     /// Energy, priced per billed kWh (measured kWh × PUE).
     Energy,
+    /// A contract's fixed fee for a billing period (or a one-off charge).
+    Fee,
+    /// A contract's minimum commitment, the shortfall of the usage below it.
+    TrueUp,
 }
 
 impl LineKind {
@@ -54,6 +63,8 @@ impl LineKind {
         match self {
             LineKind::Gpu => "gpu",
             LineKind::Energy => "energy",
+            LineKind::Fee => "fee",
+            LineKind::TrueUp => "true_up",
         }
     }
 }
@@ -68,6 +79,9 @@ pub enum Unit {
     /// Kilowatt-hours.
     #[serde(rename = "kWh")]
     Kwh,
+    /// Billing periods (a contract's lines: the share of the period a fee is for).
+    #[serde(rename = "period")]
+    Period,
 }
 
 impl Unit {
@@ -76,6 +90,7 @@ impl Unit {
         match self {
             Unit::GpuHour => "GPU-h",
             Unit::Kwh => "kWh",
+            Unit::Period => "period",
         }
     }
 }
@@ -170,6 +185,19 @@ pub struct InvoiceLine {
     /// Set on adjustment lines: the earlier period the late records belong to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adjustment_for: Option<Period>,
+    /// `fee` and `true_up` lines: the contract that bills them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract: Option<String>,
+    /// `fee` lines: what the fee is for (its FOCUS `ServiceCategory`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<FeeCategory>,
+    /// `fee` lines: when the fee is billed (`advance`, `arrears`, `once`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<FeeTiming>,
+    /// `fee` lines: the billing period (clipped to the term) the fee is for; a one-off fee's
+    /// is the term.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_period: Option<Period>,
 }
 
 /// Who issues the invoices (the server's `[issuer]` settings).
@@ -366,6 +394,10 @@ fn line_v2(rated: RatedLine, tax: &dyn Fn(&str) -> Tax) -> InvoiceLine {
             gross: Decimal::ZERO,
             records,
             adjustment_for,
+            contract: None,
+            category: None,
+            timing: None,
+            service_period: None,
         }
     };
     match l.key {
@@ -665,6 +697,10 @@ pub struct Invoice {
     /// docs/PROTOCOL.md §5.17), by increasing entry; absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub excluded: Vec<ExcludedRecord>,
+    /// The commitments of the tenant's contracts over the period (docs/RATING.md,
+    /// "Contracts"); absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commitments: Vec<Commitment>,
 }
 
 /// A record left out of an invoice by a `record_excluded` entry: its log index and the
@@ -966,6 +1002,8 @@ pub struct InvoiceCheck {
     earlier: Vec<(Period, u64)>,
     /// The tenant's exclusions in the context: entry → reason.
     excluded: BTreeMap<u64, String>,
+    /// The tenant's contracts in the context.
+    contracts: Vec<ContractRegistered>,
     /// Set by the first record: the scope is known once the context (the earlier invoices)
     /// has been read.
     rating: Option<InvoiceRating>,
@@ -995,6 +1033,7 @@ impl InvoiceCheck {
             book: Default::default(),
             earlier: Vec::new(),
             excluded: BTreeMap::new(),
+            contracts: Vec::new(),
             rating: None,
         })
     }
@@ -1013,12 +1052,27 @@ impl InvoiceCheck {
             ));
         }
         let c = self.invoice.currency().to_owned();
-        let mut lines = rated.lines.remove(&c).unwrap_or_default();
-        lines.extend(rated.adjustments.remove(&c).unwrap_or_default());
+        let period_lines = rated.lines.remove(&c).unwrap_or_default();
+        let adjustments = rated.adjustments.remove(&c).unwrap_or_default();
         let recomputed = match &self.invoice {
-            InvoiceDoc::V1(inv) => InvoiceDoc::V1(inv.recomputed(lines)),
+            InvoiceDoc::V1(inv) => {
+                let mut lines = period_lines;
+                lines.extend(adjustments);
+                InvoiceDoc::V1(inv.recomputed(lines))
+            }
             InvoiceDoc::V2(inv) => {
-                let mut lines = lines_v2(lines, &|_| Tax::none());
+                let mut lines = lines_v2(period_lines, &|_| Tax::none());
+                let contract = contract_lines(
+                    &self.contracts,
+                    inv.period,
+                    &c,
+                    &lines,
+                    &|_| Tax::none(),
+                    true,
+                )
+                .map_err(|e| fail("period".into(), &e.to_string()))?;
+                lines.extend(contract.lines);
+                lines.extend(lines_v2(adjustments, &|_| Tax::none()));
                 // The rates are the issuer's declaration; the log proves usage and net prices.
                 // A rate is a fraction from 0 to 1 (as `serve` accepts them), so the tax of any
                 // line stays within the decimals' range: a crafted rate is named, not computed.
@@ -1036,6 +1090,7 @@ impl InvoiceCheck {
                 let recomputed = Invoice {
                     lines,
                     excluded: std::mem::take(&mut rated.excluded),
+                    commitments: contract.commitments,
                     net_total: t.net,
                     tax_total: t.tax,
                     total: t.gross,
@@ -1129,6 +1184,9 @@ impl super::bundle::Subject for InvoiceCheck {
             }
             Body::RecordExcluded(x) if x.tenant == self.invoice.tenant() => {
                 self.excluded.entry(x.entry).or_insert(x.reason.clone());
+            }
+            Body::ContractRegistered(c) if c.tenant == self.invoice.tenant() => {
+                self.contracts.push(c.clone());
             }
             b => self.book.add_entry(b),
         }
@@ -1358,6 +1416,10 @@ mod tests {
             gross: Decimal::ZERO,
             records: 1,
             adjustment_for: None,
+            contract: None,
+            category: None,
+            timing: None,
+            service_period: None,
         }
     }
 

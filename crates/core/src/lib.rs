@@ -11,6 +11,7 @@ pub mod canonical;
 pub mod certificate;
 pub mod checkpoint;
 pub mod clock;
+pub mod contract;
 pub mod cosignature;
 pub mod decimal;
 pub mod dispute;

@@ -73,3 +73,13 @@ pub const MAX_WATTS_PER_GPU: u32 = 5_000;
 /// The margin, in percent, a node's energy record may exceed its GPUs × `max_watts_per_gpu` ×
 /// seconds by (meter error and rounding): 5 %.
 pub const ENERGY_BOUND_MARGIN_PERCENT: u32 = 5;
+
+/// Longest term of a `contract_registered` entry, in seconds (3660 days: ten years and leap
+/// days).
+pub const MAX_CONTRACT_TERM_SECONDS: i64 = 3_660 * 86_400;
+
+/// Most fees one `contract_registered` entry lists.
+pub const MAX_CONTRACT_FEES: usize = 16;
+
+/// Longest `name` of a contract's fee (its invoice line's description), in bytes.
+pub const MAX_FEE_NAME_BYTES: usize = 100;

@@ -21,6 +21,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
+mod contract;
+pub use contract::{
+    BillingAnchor, BillingPeriod, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
+};
+
 /// How a lease is billed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -90,11 +95,14 @@ pub enum Kind {
     /// Capacity added to a registered node: GPUs, a replaced board's UUID, a higher power
     /// limit (written by the ledger).
     NodeUpdated,
+    /// A tenant's contract: fixed fees per billing period, one-off charges, a minimum spend
+    /// (written by the ledger).
+    ContractRegistered,
 }
 
 impl Kind {
     /// All kinds, in a fixed order.
-    pub const ALL: [Kind; 19] = [
+    pub const ALL: [Kind; 20] = [
         Kind::GpuUsage,
         Kind::Energy,
         Kind::SpotPrice,
@@ -114,6 +122,7 @@ impl Kind {
         Kind::NodeRegistered,
         Kind::RecordExcluded,
         Kind::NodeUpdated,
+        Kind::ContractRegistered,
     ];
 
     /// The wire name.
@@ -138,6 +147,7 @@ impl Kind {
             Kind::NodeRegistered => "node_registered",
             Kind::RecordExcluded => "record_excluded",
             Kind::NodeUpdated => "node_updated",
+            Kind::ContractRegistered => "contract_registered",
         }
     }
 
@@ -166,7 +176,8 @@ impl Kind {
             | Kind::LogPolicy
             | Kind::NodeRegistered
             | Kind::RecordExcluded
-            | Kind::NodeUpdated => Role::Ledger,
+            | Kind::NodeUpdated
+            | Kind::ContractRegistered => Role::Ledger,
         }
     }
 }
@@ -860,6 +871,7 @@ bodies! {
     NodeRegistered(NodeRegistered),
     RecordExcluded(RecordExcluded),
     NodeUpdated(NodeUpdated),
+    ContractRegistered(ContractRegistered),
 }
 
 impl Body {
@@ -875,6 +887,7 @@ impl Body {
             Body::TenantPlan(p) => Some(&p.tenant),
             Body::TenantRegistered(t) => Some(&t.tenant),
             Body::RecordExcluded(x) => Some(&x.tenant),
+            Body::ContractRegistered(c) => Some(&c.tenant),
             _ => None,
         }
     }

@@ -70,6 +70,8 @@ pub enum Reason {
     PriceInInvoicedPeriod,
     /// A price, parameter or plan does not take effect after the latest of its series.
     PriceNotForward,
+    /// A contract's term overlaps the term of an earlier contract of the same tenant.
+    ContractOverlap,
     /// A tenant or lease registered a second time.
     AlreadyRegistered,
     /// A payment or credit note names no invoice issued earlier to its tenant.
@@ -141,6 +143,7 @@ impl Reason {
             Reason::PriceConflict => "price_conflict",
             Reason::PriceInInvoicedPeriod => "price_in_invoiced_period",
             Reason::PriceNotForward => "price_not_forward",
+            Reason::ContractOverlap => "contract_overlap",
             Reason::AlreadyRegistered => "already_registered",
             Reason::UnknownInvoice => "unknown_invoice",
             Reason::CurrencyMismatch => "currency_mismatch",
@@ -217,6 +220,8 @@ impl Reason {
             | Reason::PriceConflict
             | Reason::PriceInInvoicedPeriod
             | Reason::PriceNotForward
+            // Contracts are the ledger's own; no signer sends them.
+            | Reason::ContractOverlap
             | Reason::AlreadyRegistered
             // Settlement entries are the ledger's own; no signer sends them.
             | Reason::UnknownInvoice

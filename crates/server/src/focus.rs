@@ -15,7 +15,7 @@
 use gpuledger_core::certificate::Certificate;
 use gpuledger_core::invoice::{Invoice, InvoiceLine, LineKind, Period};
 use gpuledger_core::rating::LeaseClass;
-use gpuledger_core::record::{RegionParameters, Settlement};
+use gpuledger_core::record::{FeeCategory, FeeTiming, RegionParameters, Settlement};
 use rust_decimal::Decimal;
 
 /// The FOCUS version the rows follow.
@@ -407,6 +407,16 @@ fn base_row(inv: &Invoice, charge: Period, billed: Decimal) -> Row {
     }
 }
 
+/// The FOCUS `ServiceCategory` of a contract fee's category.
+pub fn service_category(category: FeeCategory) -> &'static str {
+    match category {
+        FeeCategory::Compute => "Compute",
+        FeeCategory::Networking => "Networking",
+        FeeCategory::Storage => "Storage",
+        FeeCategory::Support | FeeCategory::Other => "Other",
+    }
+}
+
 /// The FOCUS `PricingCategory` of a lease class.
 pub fn pricing_category(class: LeaseClass) -> &'static str {
     match class {
@@ -466,6 +476,36 @@ fn usage_row(inv: &Invoice, line: &InvoiceLine, ctx: &Context) -> Row {
             row.x_carbon_grams_co2e = ctx
                 .carbon_intensity(inv, line, charge)
                 .map(|c| (line.quantity * c).normalize());
+        }
+        // A contract's fixed fee: a purchase for its billing period (FOCUS 1.2: ChargeCategory
+        // Purchase, ChargeFrequency Recurring, or One-Time for a one-off fee).
+        LineKind::Fee => {
+            let one_off = line.timing == Some(FeeTiming::Once);
+            row.charge_category = "Purchase".into();
+            row.charge_frequency = if one_off { "One-Time" } else { "Recurring" }.into();
+            if let Some(p) = line.service_period {
+                row.charge_period_start = p.from;
+                row.charge_period_end = p.to;
+            }
+            row.pricing_unit = Some("Billing Period".into());
+            row.pricing_category = Some("Committed".into());
+            row.service_category = line
+                .category
+                .map_or(SERVICE_CATEGORY, service_category)
+                .into();
+            let contract = line.contract.as_deref().unwrap_or("contract");
+            row.sku_id = Some(format!("contract/{contract}"));
+            row.sku_price_id = Some(format!("contract/{contract}/fee"));
+        }
+        // A commitment's shortfall: a purchase of what was committed and not used.
+        LineKind::TrueUp => {
+            row.charge_category = "Purchase".into();
+            row.charge_frequency = "Recurring".into();
+            row.pricing_unit = Some("Billing Period".into());
+            row.pricing_category = Some("Committed".into());
+            let contract = line.contract.as_deref().unwrap_or("contract");
+            row.sku_id = Some(format!("contract/{contract}"));
+            row.sku_price_id = Some(format!("contract/{contract}/true-up"));
         }
     }
     row
@@ -612,6 +652,10 @@ mod tests {
             gross: Decimal::ZERO,
             records: 1,
             adjustment_for: None,
+            contract: None,
+            category: None,
+            timing: None,
+            service_period: None,
         }
     }
 
@@ -643,6 +687,7 @@ mod tests {
             tax_total: t.tax,
             total: t.gross,
             excluded: Vec::new(),
+            commitments: Vec::new(),
         }
     }
 

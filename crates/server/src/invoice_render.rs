@@ -1302,14 +1302,19 @@ impl Pages {
             (LineKind::Energy, Lang::ZhCn) => {
                 line.measured_kwh.map(|k| format!("实测 {} kWh", exact(k)))
             }
+            // A contract's line: the billing period it is for, and its contract.
+            (LineKind::Fee | LineKind::TrueUp, _) => line.service_period.map(|p| lang.period(p)),
         };
         let sep = match lang {
             Lang::En => ", ",
             Lang::ZhCn => "，",
         };
-        let detail = match measured {
-            Some(m) => format!("{m}{sep}{}", lang.records(line.records)),
-            None => lang.records(line.records),
+        let counted = !matches!(line.kind, LineKind::Fee | LineKind::TrueUp);
+        let detail = match (measured, counted) {
+            (Some(m), true) => format!("{m}{sep}{}", lang.records(line.records)),
+            (Some(m), false) => m,
+            (None, true) => lang.records(line.records),
+            (None, false) => String::new(),
         };
         let mut item_lines = wrap(&item, ITEM_W, BODY, Face::Regular);
         item_lines.extend(wrap(&detail, ITEM_W, BODY - 1.0, Face::Regular));

@@ -239,8 +239,8 @@ pub(crate) struct Context {
     tenant: String,
     /// Plans the tenant was on below the bundle's size (their volume tiers are context).
     plans: HashSet<String>,
-    /// An invoice bundle also carries prices, plans, and the tenant's earlier invoices and
-    /// exclusions.
+    /// An invoice bundle also carries prices, plans, and the tenant's earlier invoices,
+    /// exclusions and contracts.
     invoice: bool,
 }
 
@@ -291,6 +291,7 @@ impl Context {
                 Kind::TenantPlan,
                 Kind::InvoiceIssued,
                 Kind::RecordExcluded,
+                Kind::ContractRegistered,
             ]);
         }
         k
@@ -306,6 +307,7 @@ impl Context {
             Body::TenantPlan(p) => p.tenant == self.tenant,
             Body::InvoiceIssued(i) => i.tenant == self.tenant,
             Body::RecordExcluded(x) => x.tenant == self.tenant,
+            Body::ContractRegistered(c) => c.tenant == self.tenant,
             Body::VolumeTiers(v) => self.plans.contains(&v.plan),
             _ => true,
         }

@@ -55,6 +55,10 @@ pub enum StoreError {
         closes_at: gpuledger_core::time::Timestamp,
         now: gpuledger_core::time::Timestamp,
     },
+    /// An invoice period that holds part, not all, of a billing period of a contract with a
+    /// commitment (`core::invoice::SplitPeriod`).
+    #[error("{0}")]
+    ContractPeriodSplit(String),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     /// The database no longer holds the tree of the high-water mark (the largest checkpoint

@@ -32,7 +32,7 @@ use gpuledger_core::invoice::{
 };
 use gpuledger_core::leaf::Leaf;
 use gpuledger_core::rating::{self, PriceBook, Rater};
-use gpuledger_core::record::{Body, InvoiceIssued, Kind, Settlement};
+use gpuledger_core::record::{Body, ContractRegistered, InvoiceIssued, Kind, Settlement};
 use gpuledger_core::rejection::Reason;
 use gpuledger_core::time::Timestamp;
 use rust_decimal::Decimal;
@@ -85,17 +85,42 @@ impl Default for InvoiceSettings {
     }
 }
 
-/// Version 2 lines of one currency from rated lines, taxed per region by `taxes` with tax,
-/// gross and the totals set by [`core_invoice::apply_tax`] (the rule the verifier recomputes
-/// by). Used to issue and to preview, so both serve the same line objects.
+/// The lines of one currency of an invoice (or preview) of `period`, taxed per region by
+/// `taxes`, with tax, gross and the totals set by [`core_invoice::apply_tax`] (the rule the
+/// verifier recomputes by): the period's usage lines, then the lines of the tenant's
+/// `contracts` in the currency ([`core_invoice::contract_lines`]), then the adjustment lines.
+/// Used to issue and to preview, so both serve the same line objects.
+pub struct PricedLines {
+    pub lines: Vec<InvoiceLine>,
+    pub totals: core_invoice::Totals,
+    pub commitments: Vec<core_invoice::Commitment>,
+}
+
+/// [`PricedLines`] of `rated` (the period's lines, then adjustment lines). With `whole`
+/// (issuing), a period that splits a committed billing period is refused; a preview of part
+/// of one (`whole` false) shows the commitment of the whole billing periods it holds only.
 pub fn priced_lines(
+    period: Period,
     rated: Vec<core_invoice::RatedLine>,
+    contracts: &[ContractRegistered],
     currency: &str,
     taxes: &TaxTable,
-) -> (Vec<InvoiceLine>, core_invoice::Totals) {
-    let mut lines = core_invoice::lines_v2(rated, &|region| taxes.for_region(region));
+    whole: bool,
+) -> Result<PricedLines, StoreError> {
+    let tax = |region: &str| taxes.for_region(region);
+    let (adjustments, usage): (Vec<_>, Vec<_>) =
+        rated.into_iter().partition(|r| r.adjustment_for.is_some());
+    let mut lines = core_invoice::lines_v2(usage, &tax);
+    let contract = core_invoice::contract_lines(contracts, period, currency, &lines, &tax, whole)
+        .map_err(|e| StoreError::ContractPeriodSplit(e.to_string()))?;
+    lines.extend(contract.lines);
+    lines.extend(core_invoice::lines_v2(adjustments, &tax));
     let totals = core_invoice::apply_tax(&mut lines, currency);
-    (lines, totals)
+    Ok(PricedLines {
+        lines,
+        totals,
+        commitments: contract.commitments,
+    })
 }
 
 /// An invoice already issued to a tenant, as its row holds it.
@@ -371,9 +396,9 @@ pub(crate) struct Draft {
     period: Period,
     size: u64,
     scope: InvoiceScope,
-    /// Per currency (in order): the period's lines, then the adjustment lines, taxed, and
-    /// their totals.
-    lines: Vec<(String, Vec<InvoiceLine>, core_invoice::Totals)>,
+    /// Per currency (in order): the period's lines, the contract lines, then the adjustment
+    /// lines, taxed, with their totals and the contracts' commitments.
+    lines: Vec<(String, PricedLines)>,
     /// The records excluded from rating that the invoices list (each currency's alike).
     excluded: Vec<core_invoice::ExcludedRecord>,
     /// The bill-to block (the tenant's account: display name and billing address).
@@ -409,29 +434,30 @@ pub(crate) fn draft(
         },
         watch,
     ) = rate(conn, tenant, scope.clone(), size)?;
-    let mut currencies: Vec<String> = lines.keys().chain(adjustments.keys()).cloned().collect();
+    let contracts = read::contracts(conn, tenant, size)?;
+    let mut currencies: Vec<String> = lines
+        .keys()
+        .chain(adjustments.keys())
+        .chain(contracts.iter().map(|c| &c.currency))
+        .cloned()
+        .collect();
     currencies.sort();
     currencies.dedup();
-    if currencies.is_empty() {
-        return Err(StoreError::Refused(format!(
-            "{tenant} has no usage in [{}, {}) and no late records to adjust; nothing to invoice",
-            period.from, period.to
-        )));
+    let mut priced = Vec::new();
+    for c in currencies {
+        let mut l = lines.remove(&c).unwrap_or_default();
+        l.extend(adjustments.remove(&c).unwrap_or_default());
+        let p = priced_lines(period, l, &contracts, &c, &settings.taxes, true)?;
+        // Only zero-quantity lines (left out) and no contract line: nothing to invoice in
+        // this currency.
+        if !p.lines.is_empty() {
+            priced.push((c, p));
+        }
     }
-    let lines: Vec<_> = currencies
-        .into_iter()
-        .filter_map(|c| {
-            let mut l = lines.remove(&c).unwrap_or_default();
-            l.extend(adjustments.remove(&c).unwrap_or_default());
-            let (l, totals) = priced_lines(l, &c, &settings.taxes);
-            // Only zero-quantity lines (left out): nothing to invoice in this currency.
-            (!l.is_empty()).then_some((c, l, totals))
-        })
-        .collect();
-    if lines.is_empty() {
+    if priced.is_empty() {
         return Err(StoreError::Refused(format!(
-            "{tenant} has only zero quantities in [{}, {}) and no late records to adjust; \
-             nothing to invoice",
+            "{tenant} has no usage and no contract charges in [{}, {}) and no late records to \
+             adjust; nothing to invoice",
             period.from, period.to
         )));
     }
@@ -441,7 +467,7 @@ pub(crate) fn draft(
         period,
         size,
         scope,
-        lines,
+        lines: priced,
         excluded,
         bill_to,
         settings,
@@ -465,8 +491,12 @@ impl Draft {
             return Ok(false);
         };
         for (idx, kind, start) in logged {
-            // Another invoice changes the scope; an exclusion, what is rated.
-            if kind == Kind::InvoiceIssued.as_str() || kind == Kind::RecordExcluded.as_str() {
+            // Another invoice changes the scope; an exclusion, what is rated; a contract, the
+            // contract lines.
+            if kind == Kind::InvoiceIssued.as_str()
+                || kind == Kind::RecordExcluded.as_str()
+                || kind == Kind::ContractRegistered.as_str()
+            {
                 return Ok(true);
             }
             if let Some(start) = start.and_then(Timestamp::from_unix) {
@@ -617,7 +647,8 @@ fn documents(
         ))
     })?;
     let mut out = Vec::with_capacity(draft.lines.len());
-    for (i, (currency, lines, totals)) in draft.lines.iter().enumerate() {
+    for (i, (currency, p)) in draft.lines.iter().enumerate() {
+        let (lines, totals) = (&p.lines, &p.totals);
         let invoice = Invoice {
             format: INVOICE_FORMAT_V2.to_owned(),
             number: format!("INV-{:06}", count + i + 1),
@@ -637,6 +668,7 @@ fn documents(
             tax_total: totals.tax,
             total: totals.gross,
             excluded: draft.excluded.clone(),
+            commitments: p.commitments.clone(),
         };
         assert!(
             invoice.is_consistent(),

@@ -287,6 +287,28 @@ pub fn bodies_of(
     bodies_between(conn, kinds, 0, size)
 }
 
+/// The contracts of `tenant` registered below `size` (docs/PROTOCOL.md §5.19), in log order.
+pub fn contracts(
+    conn: &mut DbConn,
+    tenant: &str,
+    size: u64,
+) -> Result<Vec<gpuledger_core::record::ContractRegistered>, StoreError> {
+    let rows: Vec<(i64, Vec<u8>)> = entries::table
+        .filter(entries::kind.eq(Kind::ContractRegistered.as_str()))
+        .filter(entries::tenant.eq(tenant))
+        .filter(entries::idx.lt(size.min(i64::MAX as u64) as i64))
+        .order(entries::idx.asc())
+        .select((entries::idx, entries::leaf))
+        .load(conn)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (i, leaf) in rows {
+        if let Body::ContractRegistered(c) = super::usage::parse_body(i, &leaf)? {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
 /// The exclusions of `tenant`'s records logged below `size` (docs/PROTOCOL.md §5.17): excluded
 /// entry → (index of the exclusion, reason), the first exclusion of an entry counting (the
 /// ledger admits no second).

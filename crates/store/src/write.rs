@@ -918,6 +918,21 @@ fn admit_ledger_entry(conn: &mut DbConn, app: &Appender, body: &Body) -> Result<
         });
         check_exclusion(x, excluded_at, named, &invoices).map_err(refusal)?;
     }
+    if let Body::ContractRegistered(c) = body {
+        // The contract rules (core::contract::ContractBook), on every contract (ids are the
+        // log's) and the tenant's invoices below `size`. Contracts are few: one per tenant
+        // and term.
+        let mut book = gpuledger_core::contract::ContractBook::default();
+        for (index, old) in read::bodies_of(conn, &[Kind::ContractRegistered], size)? {
+            book.apply(index, &old);
+        }
+        for (_, issued) in super::invoices::issued_for(conn, &c.tenant, size)? {
+            book.invoiced(&c.tenant, issued.period.to);
+        }
+        let policy = read::policy(conn, size)?;
+        book.check(body, app.received_at, &policy)
+            .map_err(refusal)?;
+    }
     if let Some(from) = admission::price_effective_from(body) {
         // No price takes effect in the past (beyond the policy's skew) or inside an invoiced
         // period: the spot rules, for the ledger's own prices.
@@ -1232,6 +1247,7 @@ pub(crate) fn ledger_entry(
             | Body::NodeRegistered(_)
             | Body::NodeUpdated(_)
             | Body::RecordExcluded(_)
+            | Body::ContractRegistered(_)
     ) {
         return Err(StoreError::Refused(format!(
             "{} entries are not written this way",

@@ -3,7 +3,7 @@ docs/PROTOCOL.md and the version-2 change list (issue #12).
 
 It builds logs (a log policy, tenant registrations, node registrations and updates (the fleet: a
 node's region and GPUs, MIG layouts, added GPUs, replaced boards, higher power limits), ledger-signed key registrations with their node/region scopes and revocations, node and market records, region parameters, leases, prices,
-invoices, exclusions of records from rating), the RFC 6962 tree over them with inclusion and consistency proofs
+invoices, exclusions of records from rating, contracts), the RFC 6962 tree over them with inclusion and consistency proofs
 (by the recursive definitions of RFC 6962 2.1, independently of the verifier's RFC 9162
 algorithms), signed checkpoint notes (section 9), certificates (section 13) and evidence
 bundles (section 14). Its certificate arithmetic is its own, so that the verifier is tested
@@ -229,6 +229,12 @@ def gpu(index: int, uuid: str, model: str, layout: Optional[Dict[str, Any]] = No
     return g
 
 
+def fee(name: str, amount: str, timing: str = "advance", category: str = "compute") -> Dict[str, Any]:
+    """One fee of a contract_registered entry (section 5.19): its name (text for people), amount
+    (per whole billing period; a `once` fee: the whole fee), timing and category."""
+    return {"name": name, "amount": amount, "timing": timing, "category": category}
+
+
 class Log:
     VERSION = 2
 
@@ -419,6 +425,24 @@ class Log:
         refuses)."""
         return self.ledger("record_excluded", {"tenant": tenant, "entry": entry, "reason": reason}, received_at)
 
+    def contract(self, tenant: str, contract: str, term_from: str, term_to: str, received_at: str,
+                 fees: Optional[List[Any]] = None, commitment: Optional[str] = None, currency: str = "CNY",
+                 region: str = "cn-east", billing_period: str = "month", billing_anchor: str = "calendar",
+                 **body_extra: Any) -> int:
+        """A contract_registered entry (section 5.19, ledger-written): `tenant`'s contract for the
+        term [term_from, term_to), its fees (`fee(...)`; None: absent) and its minimum spend per
+        billing period (`commitment`; None: absent). Written as given (also contracts a ledger
+        refuses); `body_extra` adds or replaces members."""
+        body: Dict[str, Any] = {"tenant": tenant, "contract": contract, "currency": currency, "region": region,
+                                "term_from": term_from, "term_to": term_to, "billing_period": billing_period,
+                                "billing_anchor": billing_anchor}
+        if fees is not None:
+            body["fees"] = fees
+        if commitment is not None:
+            body["commitment"] = commitment
+        body.update(body_extra)
+        return self.ledger("contract_registered", body, received_at)
+
     # signed records
     def spot_price(self, signer: str, key: Key, region: str, model: str, price: str, effective_from: str,
                    received_at: str, currency: str = "CNY", **kw) -> int:
@@ -555,8 +579,8 @@ def context_for(log: Log, size: int, records: Iterable[int], tenant: Optional[st
     tenant_registered entry and every lease_registered entry of the subject tenant; every
     region_params below the size; and, for an invoice, every rate_card and spot_price below the
     size, the tenant's tenant_plan entries, the volume_tiers of the plans the tenant was ever on,
-    and the tenant's invoice_issued and record_excluded entries below it (section 14). Nothing of
-    another tenant."""
+    and the tenant's invoice_issued, record_excluded and contract_registered entries below it
+    (section 14). Nothing of another tenant."""
     records = list(records)
     if tenant is None and records:
         tenant = log.entries[records[0]].body.get("tenant")
@@ -569,7 +593,8 @@ def context_for(log: Log, size: int, records: Iterable[int], tenant: Optional[st
         elif e.kind in ("tenant_registered", "lease_registered") and b["tenant"] == tenant:
             ctx.add(e.index)
         elif invoice and (e.kind in ("rate_card", "spot_price")
-                          or (e.kind in ("tenant_plan", "invoice_issued", "record_excluded") and b["tenant"] == tenant)
+                          or (e.kind in ("tenant_plan", "invoice_issued", "record_excluded", "contract_registered")
+                              and b["tenant"] == tenant)
                           or (e.kind == "volume_tiers" and b["plan"] in plans)):
             ctx.add(e.index)
     signing_keys = {log.entries[i].envelope["key_id"] for i in records + sorted(ctx)}

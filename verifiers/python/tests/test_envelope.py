@@ -54,6 +54,15 @@ BODIES = {
                         "max_watts_per_gpu": "700"},
     "record_excluded": {"tenant": "tenant-acme", "entry": 12, "reason": "node-imx-0001's meter was faulty"},
     "node_updated": {"node": "node-imx-0001", "max_watts_per_gpu": "800"},
+    # Section 5.19's example (issue #28).
+    "contract_registered": {"billing_anchor": "calendar", "billing_period": "month", "commitment": "5000",
+                            "contract": "C-acme-2027", "currency": "CNY",
+                            "fees": [{"amount": "120000", "category": "compute",
+                                      "name": "Bare-metal 8\u00d7H100 node, monthly", "timing": "advance"},
+                                     {"amount": "800", "category": "support", "name": "Rack setup",
+                                      "timing": "once"}],
+                            "region": "cn-east", "tenant": "acme", "term_from": "2027-01-15T00:00:00Z",
+                            "term_to": "2028-01-15T00:00:00Z"},
 }
 
 

@@ -121,6 +121,7 @@ impl InvoiceV1 {
             tax_total: zero,
             total: self.total,
             excluded: Vec::new(),
+            commitments: Vec::new(),
         }
     }
 }
@@ -184,6 +185,10 @@ impl LegacyLine {
             gross: self.amount,
             records: self.records,
             adjustment_for: self.adjustment_for,
+            contract: None,
+            category: None,
+            timing: None,
+            service_period: None,
         }
     }
 }

@@ -303,6 +303,10 @@ impl From<StoreError> for ApiError {
                 }]),
                 detail: r.message,
             },
+            StoreError::ContractPeriodSplit(detail) => ApiError::Unprocessable {
+                slug: "contract_period_split",
+                detail,
+            },
             e @ StoreError::PeriodNotEnded { .. } => ApiError::Unprocessable {
                 slug: "period_not_ended",
                 detail: e.to_string(),

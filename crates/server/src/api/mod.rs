@@ -8,6 +8,7 @@ pub mod admin;
 pub mod auth;
 pub mod certificates;
 pub mod console;
+pub mod contracts;
 pub mod credit_notes;
 pub mod error;
 pub mod exclusions;
@@ -445,6 +446,8 @@ fn v1_routes(cfg: &mut ServiceConfig) {
         .service(fleet::post_node)
         .service(fleet::get_nodes)
         .service(fleet::post_node_update)
+        .service(contracts::post_contract)
+        .service(contracts::get_contracts)
         .service(pricing::post_volume_tiers)
         .service(pricing::post_tenant_plan)
         .service(pricing::get_prices)

@@ -410,6 +410,9 @@ pub struct CurrencyLines {
     /// Σ gross: what the invoice's total would be.
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub total: String,
+    /// The commitments of the tenant's contracts in this currency over the billing periods
+    /// the period wholly holds (docs/RATING.md, "Contracts"); empty when none.
+    pub commitments: Vec<gpuledger_core::invoice::Commitment>,
 }
 
 /// A draft invoice computed live from the log.
@@ -446,36 +449,48 @@ pub async fn get_preview(
     let (from, to) = super::period(&q.from, &q.to)?;
     let t = tenant.clone();
     let settings = state.ledger.invoicing();
-    let (size, (rater, excluded)) = state
+    let (size, (rater, excluded), contracts) = state
         .read(move |c| {
             gpuledger_store::access::require_tenant(c, &t)?;
             let size = gpuledger_store::read::head(c)?.0;
-            Ok((size, pricing::rate_period(c, &t, from, to, size)?))
+            let rated = pricing::rate_period(c, &t, from, to, size)?;
+            Ok((size, rated, gpuledger_store::read::contracts(c, &t, size)?))
         })
         .await?;
-    let (by_currency, unpriced) = rater.finish();
-    let currencies = by_currency
-        .into_iter()
-        .filter_map(|(currency, lines)| {
-            let rated = lines
-                .into_iter()
-                .map(|line| gpuledger_core::invoice::RatedLine {
-                    line,
-                    adjustment_for: None,
-                })
-                .collect();
-            let (lines, t) =
-                gpuledger_store::invoices::priced_lines(rated, &currency, &settings.taxes);
-            // A currency whose lines all have zero quantity would make no invoice.
-            (!lines.is_empty()).then(|| CurrencyLines {
-                net_total: t.net.to_string(),
-                tax_total: t.tax.to_string(),
-                total: t.gross.to_string(),
-                currency,
-                lines,
+    let (mut by_currency, unpriced) = rater.finish();
+    for c in &contracts {
+        by_currency.entry(c.currency.clone()).or_default();
+    }
+    let period = gpuledger_core::invoice::Period { from, to };
+    let mut currencies = Vec::new();
+    for (currency, lines) in by_currency {
+        let rated = lines
+            .into_iter()
+            .map(|line| gpuledger_core::invoice::RatedLine {
+                line,
+                adjustment_for: None,
             })
-        })
-        .collect();
+            .collect();
+        let p = gpuledger_store::invoices::priced_lines(
+            period,
+            rated,
+            &contracts,
+            &currency,
+            &settings.taxes,
+            false,
+        )?;
+        // A currency whose lines all have zero quantity would make no invoice.
+        if !p.lines.is_empty() {
+            currencies.push(CurrencyLines {
+                net_total: p.totals.net.to_string(),
+                tax_total: p.totals.tax.to_string(),
+                total: p.totals.gross.to_string(),
+                currency,
+                lines: p.lines,
+                commitments: p.commitments,
+            });
+        }
+    }
     Ok(HttpResponse::Ok().json(Preview {
         tenant,
         from: from.to_string(),

@@ -1,0 +1,287 @@
+// Tests of the console verifier's contract_registered rules (§5.19 and §6.7, contracts), run
+// with Node ≥ 20 and no npm packages, and without the `gpuledger` binary:
+//
+//     node assets/console/verify/test/contracts.mjs
+//
+// The body checks are run through leaf.js's checkEnvelope (an envelope with a signature of the
+// right length that is never verified: checkEnvelope checks forms, bundle.js verifies), the
+// admission rules through admission.js's Admission (apply the context, then check an entry at
+// its index), as run.mjs does for nodes and leases. A whole bundle needs the log key's entries
+// signed; run.mjs's bundle tests do that and compare with `gpuledger verify`.
+// Exit status 0 when every test passed, 1 otherwise.
+
+import { checkEnvelope, KINDS, LEDGER_KINDS, MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS } from '../leaf.js';
+import { Admission } from '../admission.js';
+
+let passed = 0;
+const failures = [];
+
+async function test(name, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    failures.push(name);
+    console.log(`FAIL ${name}\n     ${e && e.stack ? e.stack.split('\n').slice(0, 3).join('\n     ') : e}`);
+  }
+}
+
+function assert(cond, message) {
+  if (!cond) throw new Error(message);
+}
+
+function eq(actual, expected, what) {
+  const a = JSON.stringify(actual);
+  const b = JSON.stringify(expected);
+  if (a !== b) throw new Error(`${what}: expected ${b}, got ${a}`);
+}
+
+/** The field a message starts with (`body.fees[1].amount`), or ''. */
+const fieldOf = (message) => /^body\.[A-Za-z0-9_.[\]]+/.exec(message)?.[0].replace(/\.$/, '') ?? '';
+
+/**
+ * The verdict of checkEnvelope on a contract_registered body: 'PASS', `<code> <field>` when the
+ * message starts with a reason code and a field, else the whole message (a form error of the
+ * shape, reported as plain `leaf_invalid`).
+ */
+async function bodyVerdict(body) {
+  const env = { v: 3, kind: 'contract_registered', signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
+  try {
+    await checkEnvelope(env, 'gpuledger.test/contracts');
+    return 'PASS';
+  } catch (e) {
+    const m = /^([a-z_]+): (.*)$/s.exec(e.message);
+    return m && fieldOf(m[2]) ? `${m[1]} ${fieldOf(m[2])}` : e.message;
+  }
+}
+
+/** The spec's example body. */
+const C = {
+  billing_anchor: 'calendar',
+  billing_period: 'month',
+  commitment: '5000',
+  contract: 'C-acme-2027',
+  currency: 'CNY',
+  fees: [
+    { amount: '120000', category: 'compute', name: 'Bare-metal 8×H100 node, monthly', timing: 'advance' },
+    { amount: '800', category: 'support', name: 'Rack setup', timing: 'once' },
+  ],
+  region: 'cn-east',
+  tenant: 'acme',
+  term_from: '2027-01-15T00:00:00Z',
+  term_to: '2028-01-15T00:00:00Z',
+};
+const without = (o, k) => Object.fromEntries(Object.entries(o).filter(([m]) => m !== k));
+/** C with fee `i` changed. */
+const feeWith = (i, changes) => ({ ...C, fees: C.fees.map((f, k) => (k === i ? { ...f, ...changes } : f)) });
+const fees = (n) => Array.from({ length: n }, (_, k) => ({ amount: '1', category: 'other', name: `fee ${k}`, timing: 'arrears' }));
+/** The §2.2 spelling of `seconds` since the epoch. */
+const iso = (seconds) => new Date(seconds * 1000).toISOString().replace('.000Z', 'Z');
+const at = (s) => Date.parse(s) / 1000;
+
+await test('contract_registered is a ledger kind', async () => {
+  assert(KINDS.has('contract_registered'), 'a kind');
+  assert(LEDGER_KINDS.has('contract_registered'), 'signed by the log key only (bundle.js keyFor)');
+  eq(MAX_CONTRACT_FEES, 16, 'MAX_CONTRACT_FEES');
+  eq(MAX_CONTRACT_TERM_SECONDS, 3660 * 86400, 'MAX_CONTRACT_TERM_SECONDS');
+});
+
+await test('contract_registered bodies that pass (§5.19)', async () => {
+  const from = at(C.term_from);
+  for (const [what, body] of [
+    ["the spec's example", C],
+    ['fees only', without(C, 'commitment')],
+    ['a commitment only', without(C, 'fees')],
+    ['16 fees', { ...C, fees: fees(16) }],
+    ['every timing and category', { ...C, fees: [['advance', 'compute'], ['arrears', 'networking'], ['once', 'storage'], ['advance', 'support'], ['arrears', 'other']].map(([timing, category], k) => ({ amount: '1', category, name: `f${k}`, timing })) }],
+    ['quarterly, anniversary', { ...C, billing_period: 'quarter', billing_anchor: 'anniversary' }],
+    ['yearly', { ...C, billing_period: 'year' }],
+    ['a term of one second', { ...C, term_to: iso(from + 1) }],
+    ['a term of 3660 days', { ...C, term_to: iso(from + MAX_CONTRACT_TERM_SECONDS) }],
+    ['amounts of 10^12', { ...feeWith(0, { amount: '1000000000000' }), commitment: '1000000000000.0000' }],
+    ['amounts of 0.0001', { ...feeWith(0, { amount: '0.0001' }), commitment: '0.0001' }],
+    ['a name of 100 bytes', feeWith(0, { name: 'a'.repeat(100) })],
+    ['a name of 100 bytes in 50 two-byte characters', feeWith(0, { name: '×'.repeat(50) })],
+    ['a name in Chinese', feeWith(0, { name: '裸金属 8×H100 节点，包月' })],
+    ['a name with inner spaces and a zero-width joiner', feeWith(0, { name: 'GPU  node \u200d emoji 👩\u200d💻' })],
+    ['a name with a leading space', feeWith(0, { name: ' Rack setup' })],
+  ]) eq(await bodyVerdict(body), 'PASS', what);
+});
+
+await test('contract_registered bodies refused with the code and field of the spec (§5.19)', async () => {
+  const from = at(C.term_from);
+  for (const [what, body, want] of [
+    // The term.
+    ['term_to = term_from', { ...C, term_to: C.term_from }, 'invalid_field body.term_to'],
+    ['term_to before term_from', { ...C, term_to: '2027-01-14T23:59:59Z' }, 'invalid_field body.term_to'],
+    ['a term of 3660 days and a second', { ...C, term_to: iso(from + MAX_CONTRACT_TERM_SECONDS + 1) }, 'quantity_out_of_range body.term_to'],
+    // The enums.
+    ['billing_period week', { ...C, billing_period: 'week' }, 'invalid_field body.billing_period'],
+    ['billing_period Month', { ...C, billing_period: 'Month' }, 'invalid_field body.billing_period'],
+    ['billing_anchor start', { ...C, billing_anchor: 'start' }, 'invalid_field body.billing_anchor'],
+    // The fees.
+    ['an empty fees array', { ...C, fees: [] }, 'invalid_field body.fees'],
+    ['an empty fees array without a commitment', without({ ...C, fees: [] }, 'commitment'), 'invalid_field body.fees'],
+    ['17 fees', { ...C, fees: fees(17) }, 'quantity_out_of_range body.fees'],
+    ['a bad timing', feeWith(1, { timing: 'monthly' }), 'invalid_field body.fees[1].timing'],
+    ['a bad category', feeWith(1, { category: 'Compute' }), 'invalid_field body.fees[1].category'],
+    ['a zero amount', feeWith(1, { amount: '0' }), 'quantity_out_of_range body.fees[1].amount'],
+    ['a zero amount with decimals', feeWith(1, { amount: '0.0000' }), 'quantity_out_of_range body.fees[1].amount'],
+    ['an amount above 10^12', feeWith(1, { amount: '1000000000000.0001' }), 'quantity_out_of_range body.fees[1].amount'],
+    ['an amount of 10^13', feeWith(0, { amount: '10000000000000' }), 'quantity_out_of_range body.fees[0].amount'],
+    ['an empty name', feeWith(0, { name: '' }), 'invalid_field body.fees[0].name'],
+    ['a name of spaces', feeWith(0, { name: ' \u3000\u00a0 ' }), 'invalid_field body.fees[0].name'],
+    ['a name of 101 bytes', feeWith(0, { name: 'a'.repeat(101) }), 'invalid_field body.fees[0].name'],
+    ['a name of 101 bytes in 51 characters', feeWith(0, { name: `${'×'.repeat(50)}a` }), 'invalid_field body.fees[0].name'],
+    ['a name with a newline', feeWith(0, { name: 'Rack\nsetup' }), 'invalid_field body.fees[0].name'],
+    ['a name with a right-to-left override', feeWith(0, { name: 'Rack \u202esetup' }), 'invalid_field body.fees[0].name'],
+    ['a name with a zero-width space', feeWith(0, { name: 'Rack\u200bsetup' }), 'invalid_field body.fees[0].name'],
+    ['a name with a byte-order mark', feeWith(0, { name: '\ufeffRack setup' }), 'invalid_field body.fees[0].name'],
+    ['a name with a tag character', feeWith(0, { name: 'Rack setup\u{e0041}' }), 'invalid_field body.fees[0].name'],
+    ['a name with a Hangul filler', feeWith(0, { name: 'Rack\u3164setup' }), 'invalid_field body.fees[0].name'],
+    // The commitment, and at least one of the two.
+    ['a zero commitment', { ...C, commitment: '0' }, 'quantity_out_of_range body.commitment'],
+    ['a commitment above 10^12', { ...C, commitment: '1000000000000.0001' }, 'quantity_out_of_range body.commitment'],
+    ['neither fees nor a commitment', without(without(C, 'fees'), 'commitment'), 'invalid_field body.fees'],
+  ]) eq(await bodyVerdict(body), want, what);
+  // Form errors (plain leaf_invalid): the message names what is wrong.
+  for (const [what, body, want] of [
+    ['an unknown member', { ...C, discount: '10' }, /^body has an unknown member discount$/],
+    ['an unknown member of a fee', feeWith(1, { unit: 'month' }), /^body\.fees\[1\] has an unknown member unit$/],
+    ['a fee without its category', { ...C, fees: [without(C.fees[0], 'category')] }, /^body\.fees\[0\] has no member category$/],
+    ['no term_to', without(C, 'term_to'), /^body has no member term_to$/],
+    ['no billing_anchor', without(C, 'billing_anchor'), /^body has no member billing_anchor$/],
+    ['fees null', { ...C, fees: null }, /^body\.fees is not an array$/],
+    ['fees an object', { ...C, fees: C.fees[0] }, /^body\.fees is not an array$/],
+    ['a fee not an object', { ...C, fees: ['Rack setup'] }, /^body\.fees\[0\] is not an object$/],
+    ['commitment null', { ...C, commitment: null }, /^body\.commitment is not a string$/],
+    ['a number amount', feeWith(0, { amount: 800 }), /^body\.fees\[0\]\.amount is not a string$/],
+    ['an amount with 5 decimals', feeWith(0, { amount: '1.00000' }), /^body\.fees\[0\]\.amount is not an amount/],
+    ['an amount with a leading zero', feeWith(0, { amount: '0800' }), /^body\.fees\[0\]\.amount is not an amount/],
+    ['a negative commitment', { ...C, commitment: '-1' }, /^body\.commitment is not an amount/],
+    ['a lower-case currency', { ...C, currency: 'cny' }, /^body\.currency is not an ISO 4217 code$/],
+    ['a bad contract id', { ...C, contract: '-C1' }, /^body\.contract is not an identifier$/],
+    ['the reserved tenant id', { ...C, tenant: 'ledger' }, /^body\.tenant "ledger" is reserved/],
+    ['a region that is no id', { ...C, region: 'cn east' }, /^body\.region is not an identifier$/],
+    ['term_from not a timestamp', { ...C, term_from: '2027-01-15' }, /^body\.term_from is not a timestamp$/],
+    ['term_to not a timestamp', { ...C, term_to: '2027-02-30T00:00:00Z' }, /^body\.term_to is not a timestamp$/],
+  ]) {
+    const got = await bodyVerdict(body);
+    assert(want.test(got), `${what}: ${got}`);
+  }
+});
+
+/**
+ * The context: tenants acme (1) and beta (2); an invoice of acme for January 2027 (3, issued
+ * 2027-02-01T00:10Z); a log policy with a skew of 3600 s (4); acme's contract C1 for
+ * [2027-03-01, 2027-06-01) (5); beta's invoice for January to March (6).
+ */
+function context() {
+  const a = new Admission();
+  a.apply(1, { kind: 'tenant_registered', body: { tenant: 'acme' } });
+  a.apply(2, { kind: 'tenant_registered', body: { tenant: 'beta' } });
+  a.apply(3, { kind: 'invoice_issued', body: { number: 'INV-000001', tenant: 'acme', period_from: '2027-01-01T00:00:00Z', period_to: '2027-02-01T00:00:00Z', currency: 'CNY', total: '100.00', checkpoint_size: 3, invoice_sha256: '0'.repeat(64) } });
+  a.apply(4, { kind: 'log_policy', body: { max_record_age_seconds: 35 * 86400, max_future_skew_seconds: 3600 } });
+  a.apply(5, { kind: 'contract_registered', body: { ...C, contract: 'C1', term_from: '2027-03-01T00:00:00Z', term_to: '2027-06-01T00:00:00Z' } });
+  a.apply(6, { kind: 'invoice_issued', body: { number: 'INV-000002', tenant: 'beta', period_from: '2027-01-01T00:00:00Z', period_to: '2027-04-01T00:00:00Z', currency: 'CNY', total: '1.00', checkpoint_size: 5, invoice_sha256: '0'.repeat(64) } });
+  return a;
+}
+
+/** A contract of `tenant` for [from, to) with id `contract`. */
+const contract = (contract, tenant, from, to) => ({ ...C, contract, tenant, term_from: from, term_to: to });
+
+/** `reason field` of Admission.check on the entry at `index`, received at `received`, or 'PASS'. */
+function admit(a, body, index, received = '2027-02-01T00:00:00Z') {
+  try {
+    a.check(index, { kind: 'contract_registered', body }, received);
+    return 'PASS';
+  } catch (e) {
+    assert(e.item === `entry ${index}`, `the item: ${e.item}`);
+    const field = fieldOf(e.message);
+    return field ? `${e.reason} ${field}` : e.reason;
+  }
+}
+
+await test('contract admission: the tenant registered earlier (unknown_tenant)', async () => {
+  const a = context();
+  eq(admit(a, contract('C2', 'acme', '2027-06-01T00:00:00Z', '2027-09-01T00:00:00Z'), 10), 'PASS', "acme's second contract");
+  eq(admit(a, contract('C2', 'zeta', '2027-06-01T00:00:00Z', '2027-09-01T00:00:00Z'), 10), 'unknown_tenant', 'an unregistered tenant');
+  eq(admit(a, contract('C2', 'beta', '2027-06-01T00:00:00Z', '2027-09-01T00:00:00Z'), 2), 'unknown_tenant', "at the tenant's own index");
+  eq(admit(a, contract('C2', 'beta', '2027-06-01T00:00:00Z', '2027-09-01T00:00:00Z'), 3), 'PASS', 'just after it');
+});
+
+await test('contract admission: a contract id registered once (already_registered, body.contract)', async () => {
+  const a = context();
+  eq(admit(a, contract('C1', 'acme', '2027-06-01T00:00:00Z', '2027-09-01T00:00:00Z'), 10), 'already_registered body.contract', "C1 again, acme's, after C1's term");
+  eq(admit(a, contract('C1', 'beta', '2027-06-01T00:00:00Z', '2027-09-01T00:00:00Z'), 10), 'already_registered body.contract', 'C1 again, for another tenant');
+  eq(admit(a, contract('C1', 'acme', '2027-06-01T00:00:00Z', '2027-09-01T00:00:00Z'), 5), 'PASS', "at C1's own index");
+  // An entry the ledger refused never enters the log; were one applied, the first registration stays.
+  a.apply(11, { kind: 'contract_registered', body: contract('C1', 'acme', '2028-01-01T00:00:00Z', '2028-02-01T00:00:00Z') });
+  eq(admit(a, contract('C3', 'acme', '2028-01-01T00:00:00Z', '2028-02-01T00:00:00Z'), 12), 'PASS', 'the first registration of an id is the one kept');
+  eq(a.contracts.get('C1'), 5, "C1's entry");
+});
+
+await test('contract admission: term_from not in the past beyond the policy skew (price_in_past, body.term_from)', async () => {
+  const a = context();
+  const body = (from) => contract('C2', 'acme', from, '2027-09-01T00:00:00Z');
+  // From 4 on, the policy's skew is 3600 s; before it, the default 300 s.
+  eq(admit(a, body('2027-06-01T00:00:00Z'), 10, '2027-06-01T01:00:00Z'), 'PASS', '3600 s before the clock');
+  eq(admit(a, body('2027-06-01T00:00:00Z'), 10, '2027-06-01T01:00:01Z'), 'price_in_past body.term_from', '3601 s before the clock');
+  eq(admit(a, body('2027-06-01T00:00:00Z'), 4, '2027-06-01T00:05:00Z'), 'PASS', '300 s under the default policy');
+  eq(admit(a, body('2027-06-01T00:00:00Z'), 4, '2027-06-01T00:05:01Z'), 'price_in_past body.term_from', '301 s under the default policy');
+  eq(admit(a, body('2027-06-01T00:00:00Z'), 10, '2026-06-01T00:00:00Z'), 'PASS', 'a term a year ahead');
+});
+
+await test('contract admission: term_from not before the end of an invoiced period of its tenant (price_in_invoiced_period, body.term_from)', async () => {
+  const a = context();
+  const received = '2027-02-01T00:12:00Z';
+  const body = (tenant, from) => contract('C2', tenant, from, '2027-02-15T00:00:00Z');
+  eq(admit(a, body('acme', '2027-02-01T00:00:00Z'), 10, received), 'PASS', "at the invoice's period_to");
+  eq(admit(a, body('acme', '2027-01-31T23:59:59Z'), 10, received), 'price_in_invoiced_period body.term_from', 'a second before it');
+  eq(admit(a, body('acme', '2027-01-31T23:30:00Z'), 3, '2027-01-31T23:00:00Z'), 'PASS', "at the invoice's own index");
+  eq(admit(a, body('beta', '2027-01-31T23:30:00Z'), 10, received), 'price_in_invoiced_period body.term_from', "inside beta's invoiced period");
+  // Before the invoiced period's start is refused too (term_from ≥ every period_to); that
+  // needs a log whose clock was before the period's end, as a unit test may have it.
+  eq(admit(a, body('acme', '2026-12-15T00:00:00Z'), 10, '2026-12-15T00:00:00Z'), 'price_in_invoiced_period body.term_from', "before the invoiced period's start");
+  // Another tenant's invoice is not the contract's: acme after January, inside beta's period.
+  eq(admit(a, contract('C2', 'acme', '2027-02-01T00:00:00Z', '2027-03-01T00:00:00Z'), 10, received), 'PASS', "beta's invoice does not hold acme back");
+});
+
+await test('contract admission: no overlap with an earlier contract of its tenant, half-open (contract_overlap, body.term_from)', async () => {
+  const a = context();
+  const acme = (from, to) => contract('C2', 'acme', from, to);
+  for (const [what, body, index, want] of [
+    ['adjacent after C1', acme('2027-06-01T00:00:00Z', '2027-09-01T00:00:00Z'), 10, 'PASS'],
+    ['adjacent before C1', acme('2027-02-01T00:00:00Z', '2027-03-01T00:00:00Z'), 10, 'PASS'],
+    ['one second into the end of C1', acme('2027-05-31T23:59:59Z', '2027-09-01T00:00:00Z'), 10, 'contract_overlap body.term_from'],
+    ['one second into the start of C1', acme('2027-02-01T00:00:00Z', '2027-03-01T00:00:01Z'), 10, 'contract_overlap body.term_from'],
+    ["C1's term", acme('2027-03-01T00:00:00Z', '2027-06-01T00:00:00Z'), 10, 'contract_overlap body.term_from'],
+    ['inside C1', acme('2027-04-01T00:00:00Z', '2027-05-01T00:00:00Z'), 10, 'contract_overlap body.term_from'],
+    ['around C1', acme('2027-02-01T00:00:00Z', '2027-07-01T00:00:00Z'), 10, 'contract_overlap body.term_from'],
+    ["C1's term for another tenant", contract('C2', 'beta', '2027-04-01T00:00:00Z', '2027-06-01T00:00:00Z'), 10, 'PASS'],
+    ["C1's term at C1's own index", acme('2027-03-01T00:00:00Z', '2027-06-01T00:00:00Z'), 5, 'PASS'],
+  ]) eq(admit(a, body, index), want, what);
+  // A second contract, then one between the two: adjacent to both passes, any overlap not.
+  a.apply(12, { kind: 'contract_registered', body: acme('2027-09-01T00:00:00Z', '2028-09-01T00:00:00Z') });
+  eq(admit(a, contract('C3', 'acme', '2027-06-01T00:00:00Z', '2027-09-01T00:00:00Z'), 13), 'PASS', 'between C1 and C2, adjacent to both');
+  eq(admit(a, contract('C3', 'acme', '2027-06-01T00:00:00Z', '2027-09-01T00:00:01Z'), 13), 'contract_overlap body.term_from', 'into C2');
+  eq(admit(a, contract('C3', 'acme', '2027-06-01T00:00:00Z', '2027-09-01T00:00:01Z'), 12), 'PASS', "into C2 at C2's own index");
+});
+
+await test("contract admission: the rules in the spec's order", async () => {
+  const a = context();
+  // Each body breaks every rule from one on; the first is named.
+  const past = '2027-08-01T00:00:00Z';
+  eq(admit(a, contract('C1', 'zeta', '2027-01-15T00:00:00Z', '2027-04-01T00:00:00Z'), 10, past), 'unknown_tenant', 'unknown_tenant first');
+  eq(admit(a, contract('C1', 'acme', '2027-01-15T00:00:00Z', '2027-04-01T00:00:00Z'), 10, past), 'already_registered body.contract', 'then already_registered');
+  eq(admit(a, contract('C2', 'acme', '2027-01-15T00:00:00Z', '2027-04-01T00:00:00Z'), 10, past), 'price_in_past body.term_from', 'then price_in_past');
+  eq(admit(a, contract('C2', 'acme', '2027-01-15T00:00:00Z', '2027-04-01T00:00:00Z'), 10, '2027-01-15T00:00:00Z'), 'price_in_invoiced_period body.term_from', 'then price_in_invoiced_period');
+  eq(admit(a, contract('C2', 'acme', '2027-02-15T00:00:00Z', '2027-04-01T00:00:00Z'), 10, '2027-02-15T00:00:00Z'), 'contract_overlap body.term_from', 'then contract_overlap');
+});
+
+console.log(`\n${passed} passed, ${failures.length} failed`);
+if (failures.length) {
+  for (const f of failures) console.log(`FAIL ${f}`);
+  process.exit(1);
+}

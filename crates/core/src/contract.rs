@@ -1,0 +1,523 @@
+//! Contracts (docs/RATING.md, "Contracts"; docs/PROTOCOL.md §5.19): what a
+//! `contract_registered` entry charges an invoice, and the rules that admit one.
+//!
+//! One function each, used by the ledger to issue and preview and by `gpuledger verify
+//! --invoice` and `verify-log` to recheck:
+//! - [`billing_periods`]: the term cut at the billing period's boundaries;
+//! - [`charges`]: the fees and the commitment an invoice period bills;
+//! - [`ContractBook`]: a contract names a registered tenant, is registered once, neither starts
+//!   in the past nor inside an invoiced period, and overlaps no other contract of its tenant.
+
+use crate::rating::round_amount;
+use crate::record::{BillingAnchor, Body, ContractFee, ContractRegistered, FeeTiming, LogPolicy};
+use crate::rejection::{Reason, Rejection};
+use crate::time::Timestamp;
+use rust_decimal::Decimal;
+use std::collections::HashMap;
+use time::{Date, Month, OffsetDateTime, Time};
+
+/// One billing period of a contract: the period as the calendar or the anniversary cuts it
+/// (`full_from`, `full_to`), clipped to the term (`from`, `to`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BillingSpan {
+    pub from: Timestamp,
+    pub to: Timestamp,
+    pub full_from: Timestamp,
+    pub full_to: Timestamp,
+}
+
+impl BillingSpan {
+    /// The share of the whole period the span holds, exact: used seconds ÷ full seconds.
+    pub fn share(&self) -> Decimal {
+        Decimal::from(self.from.seconds_until(self.to))
+            / Decimal::from(self.full_from.seconds_until(self.full_to))
+    }
+
+    /// `amount` × used seconds ÷ full seconds, rounded half-even once to the currency's
+    /// minor unit (the one rounding rule, docs/RATING.md).
+    pub fn prorate(&self, amount: Decimal, currency: &str) -> Decimal {
+        let used = Decimal::from(self.from.seconds_until(self.to));
+        let full = Decimal::from(self.full_from.seconds_until(self.full_to));
+        round_amount(amount * used / full, currency)
+    }
+}
+
+/// `t` moved by `months` calendar months, the day clamped to the last day of a shorter month,
+/// the time of day kept. `None` past year 9999.
+fn add_months(t: Timestamp, months: u32) -> Option<Timestamp> {
+    let at = OffsetDateTime::from_unix_timestamp(t.unix()).ok()?;
+    let index = at.year() * 12 + i32::from(u8::from(at.month())) - 1 + months as i32;
+    let (year, month) = (index.div_euclid(12), index.rem_euclid(12) as u8 + 1);
+    let month = Month::try_from(month).ok()?;
+    let day = at.day().min(month.length(year));
+    let date = Date::from_calendar_date(year, month, day).ok()?;
+    Timestamp::from_unix(date.with_time(at.time()).assume_utc().unix_timestamp())
+}
+
+/// The first calendar boundary at or before `t` for periods of `months` months: 00:00 UTC on
+/// the first day of a month whose index from January is a multiple of `months`.
+fn calendar_start(t: Timestamp, months: u32) -> Option<Timestamp> {
+    let at = OffsetDateTime::from_unix_timestamp(t.unix()).ok()?;
+    let m0 = (u32::from(u8::from(at.month())) - 1) / months * months + 1;
+    let date = Date::from_calendar_date(at.year(), Month::try_from(m0 as u8).ok()?, 1).ok()?;
+    Timestamp::from_unix(date.with_time(Time::MIDNIGHT).assume_utc().unix_timestamp())
+}
+
+/// The contract's billing periods, in order: the term cut at every boundary of its billing
+/// period (calendar or anniversary), the first and last clipped to the term.
+pub fn billing_periods(c: &ContractRegistered) -> Vec<BillingSpan> {
+    let months = c.billing_period.months();
+    let (first, step): (Timestamp, Box<dyn Fn(u32) -> Option<Timestamp>>) = match c.billing_anchor {
+        BillingAnchor::Calendar => {
+            let Some(s) = calendar_start(c.term_from, months) else {
+                return Vec::new();
+            };
+            (s, Box::new(move |k| add_months(s, k * months)))
+        }
+        // Each boundary from the term's start, so a 31st stays the 31st after February.
+        BillingAnchor::Anniversary => {
+            let s = c.term_from;
+            (s, Box::new(move |k| add_months(s, k * months)))
+        }
+    };
+    let mut out = Vec::new();
+    let mut full_from = first;
+    for k in 1.. {
+        // A boundary past year 9999 ends the last period at the term's end.
+        let full_to = step(k).unwrap_or(c.term_to.max(full_from.plus(1)));
+        let (from, to) = (full_from.max(c.term_from), full_to.min(c.term_to));
+        if from < to {
+            out.push(BillingSpan {
+                from,
+                to,
+                full_from,
+                full_to,
+            });
+        }
+        if full_to >= c.term_to {
+            break;
+        }
+        full_from = full_to;
+    }
+    out
+}
+
+/// One fee an invoice period bills: the fee, the span it is for, and its amount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeeCharge {
+    /// The fee's place in the contract's `fees`.
+    pub fee: usize,
+    /// The billing period (a `once` fee: the term), as the invoice line's `service_period`.
+    pub from: Timestamp,
+    pub to: Timestamp,
+    /// The share of the period billed, exact (1 for a `once` fee).
+    pub share: Decimal,
+    /// The fee's amount for the span, rounded once.
+    pub net: Decimal,
+}
+
+/// What one contract charges an invoice period `[from, to)`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Charges {
+    /// The fees whose anchor instant the period contains, in order of billing period, then of
+    /// the contract's fees (`once` fees first, at the term's start).
+    pub fees: Vec<FeeCharge>,
+    /// The commitment of the billing periods wholly inside the period, each prorated and
+    /// rounded once; `None` when the contract has no commitment or no such period.
+    pub committed: Option<Decimal>,
+    /// A billing period that the invoice period holds part of but not all (only for a
+    /// contract with a commitment): an invoice that would split it cannot be issued.
+    pub split: Option<BillingSpan>,
+}
+
+/// The fees and commitment of contract `c` that an invoice of `[from, to)` in its currency
+/// bills (docs/RATING.md, "Contracts"): a fee of a billing period when the period contains
+/// its anchor (`advance`: the span's start; `arrears`: its end minus one second; `once`: the
+/// term's start), the commitment of each billing period the invoice period wholly contains.
+pub fn charges(c: &ContractRegistered, from: Timestamp, to: Timestamp) -> Charges {
+    let contains = |t: Timestamp| from <= t && t < to;
+    let mut out = Charges::default();
+    let fees: &[ContractFee] = c.fees();
+    for (i, f) in fees.iter().enumerate() {
+        if f.timing == FeeTiming::Once && contains(c.term_from) {
+            out.fees.push(FeeCharge {
+                fee: i,
+                from: c.term_from,
+                to: c.term_to,
+                share: Decimal::ONE,
+                net: round_amount(f.amount, &c.currency),
+            });
+        }
+    }
+    if to <= c.term_from || c.term_to <= from {
+        return out;
+    }
+    for span in billing_periods(c) {
+        if span.to <= from || to <= span.from {
+            continue;
+        }
+        for (i, f) in fees.iter().enumerate() {
+            let anchor = match f.timing {
+                FeeTiming::Advance => span.from,
+                FeeTiming::Arrears => span.to.plus(-1),
+                FeeTiming::Once => continue,
+            };
+            if contains(anchor) {
+                out.fees.push(FeeCharge {
+                    fee: i,
+                    from: span.from,
+                    to: span.to,
+                    share: span.share(),
+                    net: span.prorate(f.amount, &c.currency),
+                });
+            }
+        }
+        if let Some(commitment) = c.commitment {
+            if from <= span.from && span.to <= to {
+                let part = span.prorate(commitment, &c.currency);
+                out.committed = Some(out.committed.unwrap_or_default() + part);
+            } else if out.split.is_none() {
+                out.split = Some(span);
+            }
+        }
+    }
+    out
+}
+
+/// The admission rules of a `contract_registered` entry (docs/PROTOCOL.md §6.7, contracts),
+/// over the contracts and invoiced periods of the entries before it. The tenant's
+/// registration is [`crate::admission::check_parties`]'s.
+#[derive(Debug, Clone, Default)]
+pub struct ContractBook {
+    /// Contract id → the entry that registered it.
+    ids: HashMap<String, u64>,
+    /// Tenant → the terms of its contracts.
+    terms: HashMap<String, Vec<(Timestamp, Timestamp)>>,
+    /// Tenant → the latest `period_to` of its invoices.
+    invoiced_to: HashMap<String, Timestamp>,
+}
+
+impl ContractBook {
+    /// Takes in an entry at `index` (contracts and invoices; any other kind is ignored).
+    pub fn apply(&mut self, index: u64, body: &Body) {
+        match body {
+            Body::ContractRegistered(c) => {
+                self.ids.entry(c.contract.clone()).or_insert(index);
+                self.terms
+                    .entry(c.tenant.clone())
+                    .or_default()
+                    .push((c.term_from, c.term_to));
+            }
+            Body::InvoiceIssued(i) => self.invoiced(&i.tenant, i.period_to),
+            _ => {}
+        }
+    }
+
+    /// Takes in an invoice of `tenant` for a period ending at `to`.
+    pub fn invoiced(&mut self, tenant: &str, to: Timestamp) {
+        let at = self.invoiced_to.entry(tenant.to_owned()).or_insert(to);
+        *at = (*at).max(to);
+    }
+
+    /// The rules for `body` arriving at `now` under `policy`, in order: registered once
+    /// (`already_registered`), not starting before `now` minus the policy's skew
+    /// (`price_in_past`) nor inside an invoiced period of its tenant
+    /// (`price_in_invoiced_period`), overlapping no other contract of its tenant
+    /// (`contract_overlap`). Other kinds pass.
+    pub fn check(&self, body: &Body, now: Timestamp, policy: &LogPolicy) -> Result<(), Rejection> {
+        let Body::ContractRegistered(c) = body else {
+            return Ok(());
+        };
+        if let Some(at) = self.ids.get(&c.contract) {
+            return Err(Rejection::field(
+                Reason::AlreadyRegistered,
+                "body.contract",
+                format!("contract {} is already registered (entry {at})", c.contract),
+            ));
+        }
+        let earliest = now.plus(-(policy.max_future_skew_seconds as i64));
+        if c.term_from < earliest {
+            return Err(Rejection::field(
+                Reason::PriceInPast,
+                "body.term_from",
+                format!(
+                    "the term starts at {}, before {earliest} (the ledger clock {now} less the \
+                     policy's {} s): a contract never charges the past",
+                    c.term_from, policy.max_future_skew_seconds
+                ),
+            ));
+        }
+        if let Some(to) = self
+            .invoiced_to
+            .get(&c.tenant)
+            .filter(|to| c.term_from < **to)
+        {
+            return Err(Rejection::field(
+                Reason::PriceInInvoicedPeriod,
+                "body.term_from",
+                format!(
+                    "the term starts at {}, inside a period of {} invoiced up to {to}",
+                    c.term_from, c.tenant
+                ),
+            ));
+        }
+        let overlap = self
+            .terms
+            .get(&c.tenant)
+            .into_iter()
+            .flatten()
+            .find(|(f, t)| c.term_from < *t && *f < c.term_to);
+        if let Some((f, t)) = overlap {
+            return Err(Rejection::field(
+                Reason::ContractOverlap,
+                "body.term_from",
+                format!(
+                    "the term [{}, {}) overlaps {}'s contract of [{f}, {t})",
+                    c.term_from, c.term_to, c.tenant
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{BillingPeriod, FeeCategory};
+
+    fn t(s: &str) -> Timestamp {
+        Timestamp::parse(s).unwrap()
+    }
+
+    fn d(s: &str) -> Decimal {
+        s.parse().unwrap()
+    }
+
+    fn contract(
+        from: &str,
+        to: &str,
+        period: BillingPeriod,
+        anchor: BillingAnchor,
+    ) -> ContractRegistered {
+        ContractRegistered {
+            tenant: "acme".into(),
+            contract: "C-1".into(),
+            currency: "CNY".into(),
+            region: "cn-east".into(),
+            term_from: t(from),
+            term_to: t(to),
+            billing_period: period,
+            billing_anchor: anchor,
+            fees: Some(vec![
+                ContractFee {
+                    name: "Bare metal".into(),
+                    amount: d("3100"),
+                    timing: FeeTiming::Advance,
+                    category: FeeCategory::Compute,
+                },
+                ContractFee {
+                    name: "Public IPs".into(),
+                    amount: d("10"),
+                    timing: FeeTiming::Arrears,
+                    category: FeeCategory::Networking,
+                },
+                ContractFee {
+                    name: "Setup".into(),
+                    amount: d("500"),
+                    timing: FeeTiming::Once,
+                    category: FeeCategory::Support,
+                },
+            ]),
+            commitment: Some(d("1000")),
+        }
+    }
+
+    fn spans(c: &ContractRegistered) -> Vec<(String, String, String, String)> {
+        billing_periods(c)
+            .iter()
+            .map(|s| {
+                (
+                    s.from.to_string(),
+                    s.to.to_string(),
+                    s.full_from.to_string(),
+                    s.full_to.to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn calendar_months_clip_the_first_and_last_to_the_term() {
+        let c = contract(
+            "2027-01-15T12:00:00Z",
+            "2027-03-10T00:00:00Z",
+            BillingPeriod::Month,
+            BillingAnchor::Calendar,
+        );
+        let s = spans(&c);
+        assert_eq!(s.len(), 3);
+        assert_eq!(
+            s[0],
+            (
+                "2027-01-15T12:00:00Z".into(),
+                "2027-02-01T00:00:00Z".into(),
+                "2027-01-01T00:00:00Z".into(),
+                "2027-02-01T00:00:00Z".into()
+            )
+        );
+        assert_eq!(s[1].0, "2027-02-01T00:00:00Z");
+        assert_eq!(s[1].1, "2027-03-01T00:00:00Z");
+        assert_eq!(
+            (s[2].1.as_str(), s[2].3.as_str()),
+            ("2027-03-10T00:00:00Z", "2027-04-01T00:00:00Z")
+        );
+    }
+
+    #[test]
+    fn anniversaries_keep_the_day_and_clamp_it_to_short_months() {
+        let c = contract(
+            "2028-01-31T08:00:00Z",
+            "2028-05-31T08:00:00Z",
+            BillingPeriod::Month,
+            BillingAnchor::Anniversary,
+        );
+        let starts: Vec<String> = spans(&c).into_iter().map(|s| s.0).collect();
+        assert_eq!(
+            starts,
+            [
+                "2028-01-31T08:00:00Z",
+                "2028-02-29T08:00:00Z",
+                "2028-03-31T08:00:00Z",
+                "2028-04-30T08:00:00Z"
+            ]
+        );
+        let q = contract(
+            "2027-11-05T00:00:00Z",
+            "2028-11-05T00:00:00Z",
+            BillingPeriod::Quarter,
+            BillingAnchor::Calendar,
+        );
+        let s = spans(&q);
+        assert_eq!(s[0].2, "2027-10-01T00:00:00Z");
+        assert_eq!(s[1].0, "2028-01-01T00:00:00Z");
+        assert_eq!(s.last().unwrap().3, "2029-01-01T00:00:00Z");
+        let y = contract(
+            "2027-06-01T00:00:00Z",
+            "2029-06-01T00:00:00Z",
+            BillingPeriod::Year,
+            BillingAnchor::Calendar,
+        );
+        assert_eq!(spans(&y).len(), 3);
+    }
+
+    #[test]
+    fn fees_are_prorated_by_the_second_and_billed_at_their_anchor() {
+        // January 2027 has 31 days; the term starts on the 15th at noon: 16.5 days used.
+        let c = contract(
+            "2027-01-15T12:00:00Z",
+            "2027-03-10T00:00:00Z",
+            BillingPeriod::Month,
+            BillingAnchor::Calendar,
+        );
+        let jan = charges(&c, t("2027-01-01T00:00:00Z"), t("2027-02-01T00:00:00Z"));
+        // Setup (once), the January rent in advance (3100 × 16.5 / 31 = 1650), the January IPs
+        // in arrears (10 × 16.5 / 31 = 5.3225… → 5.32).
+        let nets: Vec<(usize, Decimal)> = jan.fees.iter().map(|f| (f.fee, f.net)).collect();
+        assert_eq!(nets, [(2, d("500")), (0, d("1650.00")), (1, d("5.32"))]);
+        // 1000 × 16.5 / 31 = 532.258… → 532.26
+        assert_eq!(jan.committed, Some(d("532.26")));
+        assert_eq!(jan.split, None);
+        // March: 9 of 31 days: rent 900, IPs 2.903… → 2.90.
+        let mar = charges(&c, t("2027-03-01T00:00:00Z"), t("2027-04-01T00:00:00Z"));
+        let nets: Vec<Decimal> = mar.fees.iter().map(|f| f.net).collect();
+        assert_eq!(nets, [d("900.00"), d("2.90")]);
+        // A quarter's invoice pools its months' commitments.
+        let q = charges(&c, t("2027-01-01T00:00:00Z"), t("2027-04-01T00:00:00Z"));
+        assert_eq!(q.fees.len(), 7);
+        assert_eq!(q.committed, Some(d("532.26") + d("1000.00") + d("290.32")));
+    }
+
+    #[test]
+    fn an_invoice_that_splits_a_committed_period_is_named() {
+        let c = contract(
+            "2027-01-01T00:00:00Z",
+            "2028-01-01T00:00:00Z",
+            BillingPeriod::Month,
+            BillingAnchor::Calendar,
+        );
+        let mid = charges(&c, t("2027-01-01T00:00:00Z"), t("2027-01-16T00:00:00Z"));
+        assert_eq!(mid.split.map(|s| s.to), Some(t("2027-02-01T00:00:00Z")));
+        assert_eq!(mid.committed, None);
+        // The advance fee of January is still billed there (its anchor is inside).
+        assert_eq!(mid.fees.len(), 2);
+        let mut no_commitment = c.clone();
+        no_commitment.commitment = None;
+        let ok = charges(
+            &no_commitment,
+            t("2027-01-01T00:00:00Z"),
+            t("2027-01-16T00:00:00Z"),
+        );
+        assert_eq!(ok.split, None);
+        // Outside the term: nothing.
+        let after = charges(&c, t("2028-01-01T00:00:00Z"), t("2028-02-01T00:00:00Z"));
+        assert_eq!(after, Charges::default());
+    }
+
+    #[test]
+    fn contracts_are_admitted_once_forward_and_without_overlap() {
+        let policy = LogPolicy::default();
+        let now = t("2027-01-01T00:00:00Z");
+        let c = contract(
+            "2027-01-01T00:00:00Z",
+            "2027-07-01T00:00:00Z",
+            BillingPeriod::Month,
+            BillingAnchor::Calendar,
+        );
+        let mut book = ContractBook::default();
+        book.check(&Body::ContractRegistered(c.clone()), now, &policy)
+            .unwrap();
+        book.apply(5, &Body::ContractRegistered(c.clone()));
+        let code = |b: &ContractBook, c: &ContractRegistered, now| {
+            b.check(&Body::ContractRegistered(c.clone()), now, &policy)
+                .err()
+                .map(|r| (r.reason.code(), r.field.unwrap_or_default()))
+        };
+        assert_eq!(
+            code(&book, &c, now),
+            Some(("already_registered", "body.contract".into()))
+        );
+        let mut next = c.clone();
+        next.contract = "C-2".into();
+        next.term_from = t("2027-06-30T00:00:00Z");
+        next.term_to = t("2027-12-31T00:00:00Z");
+        assert_eq!(
+            code(&book, &next, now),
+            Some(("contract_overlap", "body.term_from".into()))
+        );
+        next.term_from = t("2027-07-01T00:00:00Z");
+        assert_eq!(
+            code(&book, &next, now),
+            None,
+            "adjacent terms do not overlap"
+        );
+        let late = t("2027-07-01T00:05:01Z");
+        assert_eq!(
+            code(&book, &next, late),
+            Some(("price_in_past", "body.term_from".into()))
+        );
+        book.invoiced("acme", t("2027-07-02T00:00:00Z"));
+        assert_eq!(
+            code(&book, &next, now),
+            Some(("price_in_invoiced_period", "body.term_from".into()))
+        );
+        let mut other = next.clone();
+        other.tenant = "beta".into();
+        other.term_from = t("2027-01-01T00:00:00Z");
+        assert_eq!(
+            code(&book, &other, now),
+            None,
+            "another tenant's terms are its own"
+        );
+    }
+}

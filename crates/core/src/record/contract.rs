@@ -1,0 +1,302 @@
+//! The `contract_registered` body (docs/PROTOCOL.md §5.19): a tenant's contract with fixed
+//! fees per billing period, one-off charges and a minimum spend. What it charges is
+//! [`crate::contract`]; the rules that need the log are [`crate::contract::ContractBook`].
+
+use super::{currency, id, money, ts, Record};
+use crate::ids::check_display_text;
+use crate::limits::{MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS, MAX_FEE_NAME_BYTES};
+use crate::rejection::{Reason, Rejection};
+use crate::time::Timestamp;
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+/// Declares a closed set of wire words: the enum, its spelling and a reader that names the
+/// field it refuses (`invalid_field`).
+macro_rules! words {
+    ($(#[$attr:meta])* pub enum $name:ident { $($(#[$vattr:meta])* $variant:ident = $wire:literal,)* }) => {
+        $(#[$attr])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name {
+            $($(#[$vattr])* $variant,)*
+        }
+
+        impl $name {
+            /// Every word, in order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            /// The wire word.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $wire,)*
+                }
+            }
+
+            fn read(field: &str, s: &str) -> Result<Self, Rejection> {
+                Self::ALL.iter().copied().find(|w| w.as_str() == s).ok_or_else(|| {
+                    let words: Vec<&str> = Self::ALL.iter().map(|w| w.as_str()).collect();
+                    Rejection::field(
+                        Reason::InvalidField,
+                        field,
+                        format!("must be one of {}", words.join(", ")),
+                    )
+                })
+            }
+        }
+    };
+}
+
+words! {
+    /// How long a contract's billing period is.
+    pub enum BillingPeriod {
+        /// A month.
+        Month = "month",
+        /// Three months.
+        Quarter = "quarter",
+        /// Twelve months.
+        Year = "year",
+    }
+}
+
+impl BillingPeriod {
+    /// The period in months.
+    pub fn months(self) -> u32 {
+        match self {
+            BillingPeriod::Month => 1,
+            BillingPeriod::Quarter => 3,
+            BillingPeriod::Year => 12,
+        }
+    }
+}
+
+words! {
+    /// Where a contract's billing periods begin.
+    pub enum BillingAnchor {
+        /// On the calendar: the first of the month (of January, April, July, October for a
+        /// quarter; of January for a year), 00:00 UTC.
+        Calendar = "calendar",
+        /// On the term's start: every period starts on its day of the month and time of day.
+        Anniversary = "anniversary",
+    }
+}
+
+words! {
+    /// When a fee is billed.
+    pub enum FeeTiming {
+        /// At the start of each billing period.
+        Advance = "advance",
+        /// At the end of each billing period.
+        Arrears = "arrears",
+        /// Once, at the start of the term, not prorated (setup, an installation).
+        Once = "once",
+    }
+}
+
+words! {
+    /// What a fee is for (its FOCUS `ServiceCategory`, docs/FOCUS.md).
+    pub enum FeeCategory {
+        /// GPU servers, bare metal, reserved capacity.
+        Compute = "compute",
+        /// Bandwidth, public IPs.
+        Networking = "networking",
+        /// Disks, object storage.
+        Storage = "storage",
+        /// Support, setup, remote hands.
+        Support = "support",
+        /// Anything else.
+        Other = "other",
+    }
+}
+
+/// One fixed fee of a contract.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ContractFee {
+    /// The invoice line's description: 1 to [`MAX_FEE_NAME_BYTES`] bytes of text for people.
+    pub name: String,
+    /// Per whole billing period (`once`: the whole fee), in the contract's currency.
+    #[serde(serialize_with = "super::money_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub amount: Decimal,
+    pub timing: FeeTiming,
+    pub category: FeeCategory,
+}
+
+/// A tenant's contract (docs/PROTOCOL.md §5.19): fixed fees per billing period of its term,
+/// one-off charges, and a minimum spend per billing period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ContractRegistered {
+    pub tenant: String,
+    /// The contract's id, registered once in a log.
+    pub contract: String,
+    /// The currency of every line the contract makes.
+    pub currency: String,
+    /// The region whose tax its lines take.
+    pub region: String,
+    /// The term `[term_from, term_to)`.
+    pub term_from: Timestamp,
+    pub term_to: Timestamp,
+    pub billing_period: BillingPeriod,
+    pub billing_anchor: BillingAnchor,
+    /// 1 to [`MAX_CONTRACT_FEES`] fees; absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fees: Option<Vec<ContractFee>>,
+    /// The minimum spend per whole billing period; absent when none.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "money_option"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::decimal::DecimalString>))]
+    pub commitment: Option<Decimal>,
+}
+
+impl ContractRegistered {
+    /// The fees, none when absent.
+    pub fn fees(&self) -> &[ContractFee] {
+        self.fees.as_deref().unwrap_or_default()
+    }
+}
+
+fn money_option<S: serde::Serializer>(d: &Option<Decimal>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => super::money_string(d, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// [`ContractFee`] as serde reads it, before validation.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ContractFeeWire {
+    name: String,
+    amount: String,
+    timing: String,
+    category: String,
+}
+
+/// [`ContractRegistered`] as serde reads it, before validation.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ContractWire {
+    tenant: String,
+    contract: String,
+    currency: String,
+    region: String,
+    term_from: String,
+    term_to: String,
+    billing_period: String,
+    billing_anchor: String,
+    #[serde(default, deserialize_with = "super::present")]
+    fees: Option<Vec<ContractFeeWire>>,
+    #[serde(default, deserialize_with = "super::present")]
+    commitment: Option<String>,
+}
+
+/// An amount above 0 (`quantity_out_of_range` at 0).
+fn positive_money(field: &str, s: &str) -> Result<Decimal, Rejection> {
+    let d = money(field, s)?;
+    if d.is_zero() {
+        return Err(Rejection::field(
+            Reason::QuantityOutOfRange,
+            field,
+            "must be above 0",
+        ));
+    }
+    Ok(d)
+}
+
+impl Record for ContractRegistered {
+    type Wire = ContractWire;
+    fn check(w: ContractWire) -> Result<Self, Rejection> {
+        let tenant = id("body.tenant", &w.tenant)?;
+        let contract = id("body.contract", &w.contract)?;
+        let currency = currency("body.currency", &w.currency)?;
+        let region = id("body.region", &w.region)?;
+        let term_from = ts("body.term_from", &w.term_from)?;
+        let term_to = ts("body.term_to", &w.term_to)?;
+        if term_to <= term_from {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                "body.term_to",
+                "must be after term_from",
+            ));
+        }
+        if term_from.seconds_until(term_to) > MAX_CONTRACT_TERM_SECONDS {
+            return Err(Rejection::field(
+                Reason::QuantityOutOfRange,
+                "body.term_to",
+                format!(
+                    "the term is longer than {} days",
+                    MAX_CONTRACT_TERM_SECONDS / 86_400
+                ),
+            ));
+        }
+        let billing_period = BillingPeriod::read("body.billing_period", &w.billing_period)?;
+        let billing_anchor = BillingAnchor::read("body.billing_anchor", &w.billing_anchor)?;
+        let fees = match w.fees {
+            None => None,
+            Some(list) => Some(fees(list)?),
+        };
+        let commitment = w
+            .commitment
+            .as_deref()
+            .map(|c| positive_money("body.commitment", c))
+            .transpose()?;
+        if fees.is_none() && commitment.is_none() {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                "body.fees",
+                "a contract has fees, a commitment or both",
+            ));
+        }
+        Ok(ContractRegistered {
+            tenant,
+            contract,
+            currency,
+            region,
+            term_from,
+            term_to,
+            billing_period,
+            billing_anchor,
+            fees,
+            commitment,
+        })
+    }
+}
+
+fn fees(list: Vec<ContractFeeWire>) -> Result<Vec<ContractFee>, Rejection> {
+    if list.is_empty() {
+        return Err(Rejection::field(
+            Reason::InvalidField,
+            "body.fees",
+            "must not be empty (leave it out when there are no fees)",
+        ));
+    }
+    if list.len() > MAX_CONTRACT_FEES {
+        return Err(Rejection::field(
+            Reason::QuantityOutOfRange,
+            "body.fees",
+            format!(
+                "lists {} fees; at most {MAX_CONTRACT_FEES} are allowed",
+                list.len()
+            ),
+        ));
+    }
+    list.into_iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let field = |m: &str| format!("body.fees[{i}].{m}");
+            check_display_text(&f.name, MAX_FEE_NAME_BYTES)
+                .map_err(|m| Rejection::field(Reason::InvalidField, &field("name"), m))?;
+            Ok(ContractFee {
+                amount: positive_money(&field("amount"), &f.amount)?,
+                timing: FeeTiming::read(&field("timing"), &f.timing)?,
+                category: FeeCategory::read(&field("category"), &f.category)?,
+                name: f.name,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,100 @@
+//! Contracts: `POST /v1/contracts` registers a tenant's contract (a `contract_registered`
+//! entry, PROTOCOL §5.19: fixed fees per billing period, one-off charges, a minimum spend);
+//! `GET /v1/contracts` lists a tenant's contracts with their billing periods. What a contract
+//! charges an invoice is `core::contract` (docs/RATING.md, "Contracts").
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::AppState;
+use actix_web::{get, post, web, HttpRequest, HttpResponse};
+use gpuledger_core::contract::billing_periods;
+use gpuledger_core::invoice::Period;
+use gpuledger_core::record::{Body, ContractRegistered, Kind};
+use serde::{Deserialize, Serialize};
+
+/// Registers a tenant's contract (admin): `{tenant, contract, currency, region, term_from,
+/// term_to, billing_period: month|quarter|year, billing_anchor: calendar|anniversary,
+/// fees?: [{name, amount, timing: advance|arrears|once, category}], commitment?}`. A contract
+/// never starts in the past or inside an invoiced period of its tenant, and a tenant has at
+/// most one contract in force at any instant.
+#[utoipa::path(tag = "invoices", request_body = ContractRegistered,
+    responses(super::error::RoleForbidden, (status = 201, body = super::pricing::Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, or `refused`: the body is not a valid contract or an admission rule refused it (`errors[0]` names the field and reason: `unknown_tenant`, `price_in_past`, `price_in_invoiced_period`, `contract_overlap`, `invalid_field`, `quantity_out_of_range`)", body = super::error::Problem, content_type = "application/problem+json"), (status = 409, description = "`conflict`: the contract id is registered already, or the first request with this `Idempotency-Key` is still running", body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+#[post("/contracts")]
+pub async fn post_contract(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    super::pricing::append(state, caller, req, payload, Kind::ContractRegistered).await
+}
+
+/// Whose contracts to list.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ContractQuery {
+    /// The tenant (admins and auditors; a tenant's token lists its own). Absent: every
+    /// tenant's.
+    #[param(value_type = Option<gpuledger_core::ids::IdString>, inline)]
+    pub tenant: Option<String>,
+}
+
+/// A contract, the index of its entry and its billing periods (clipped to the term).
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ContractView {
+    pub index: u64,
+    #[serde(flatten)]
+    pub contract: ContractRegistered,
+    pub billing_periods: Vec<Period>,
+}
+
+/// The contracts, in log order.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ContractList {
+    pub contracts: Vec<ContractView>,
+}
+
+/// Lists contracts with their billing periods: a tenant's own, or (admins and auditors) a
+/// named tenant's or every tenant's.
+#[utoipa::path(tag = "invoices", params(ContractQuery),
+    responses((status = 200, body = ContractList), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+#[get("/contracts")]
+pub async fn get_contracts(
+    state: web::Data<AppState>,
+    caller: Caller,
+    q: web::Query<ContractQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = caller.tenant_scope(q.into_inner().tenant)?;
+    let t = tenant.clone();
+    let bodies = state
+        .read(move |c| {
+            if let Some(t) = &t {
+                gpuledger_store::access::require_tenant(c, t)?;
+            }
+            let size = gpuledger_store::read::head(c)?.0;
+            gpuledger_store::read::bodies_of(c, &[Kind::ContractRegistered], size)
+        })
+        .await?;
+    let contracts = bodies
+        .into_iter()
+        .filter_map(|(index, b)| match b {
+            Body::ContractRegistered(c) if tenant.as_ref().is_none_or(|t| *t == c.tenant) => {
+                Some(ContractView {
+                    index,
+                    billing_periods: billing_periods(&c)
+                        .iter()
+                        .map(|s| Period {
+                            from: s.from,
+                            to: s.to,
+                        })
+                        .collect(),
+                    contract: c,
+                })
+            }
+            _ => None,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(ContractList { contracts }))
+}

@@ -1,0 +1,367 @@
+//! Issue #28, contracts (first slice), on SQLite and PostgreSQL, with the ledger's clock set:
+//! a yearly contract billed monthly on the calendar, started mid-month, with a monthly fee in
+//! advance, public IPs in arrears, a one-off setup fee and a minimum spend. Each invoice's
+//! lines are recomputed here to the cent by integer arithmetic of its own (not the crate's
+//! rating), and by `gpuledger verify --invoice`'s check from the invoice's bundle; an invoice
+//! that hides the true-up, or a bundle whose contract was altered, fails with a named reason;
+//! an invoice that would split a committed month is refused; a contract that overlaps another,
+//! starts in the past or inside an invoiced period, or names no tenant is refused and writes
+//! nothing; verify-log passes the whole log.
+
+mod common;
+
+use common::*;
+use gpuledger::core::invoice::{Invoice, InvoiceDoc, LineKind, Period};
+use gpuledger::core::rating::LeaseClass;
+use gpuledger::core::record::{
+    BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
+    GpuUsage, RateCard, TenantRegistered,
+};
+use gpuledger::core::time::Timestamp;
+use gpuledger::store::{access, Ledger, StoreError};
+
+fn t(s: &str) -> Timestamp {
+    Timestamp::parse(s).unwrap()
+}
+
+fn period(from: &str, to: &str) -> Period {
+    Period {
+        from: t(from),
+        to: t(to),
+    }
+}
+
+/// acme's contract: 2027-01-15 12:00 to 2028-01-15 12:00, calendar months; a bare-metal fee of
+/// 3100 a month in advance, public IPs at 10 a month in arrears, a setup fee of 500 once, and
+/// a minimum spend of 1000 a month.
+fn contract() -> ContractRegistered {
+    let fee = |name: &str, amount: &str, timing, category| ContractFee {
+        name: name.into(),
+        amount: dec(amount),
+        timing,
+        category,
+    };
+    ContractRegistered {
+        tenant: "acme".into(),
+        contract: "C-acme-2027".into(),
+        currency: "CNY".into(),
+        region: "west".into(),
+        term_from: t("2027-01-15T12:00:00Z"),
+        term_to: t("2028-01-15T12:00:00Z"),
+        billing_period: BillingPeriod::Month,
+        billing_anchor: BillingAnchor::Calendar,
+        fees: Some(vec![
+            fee(
+                "Bare-metal node, 2 × H100, monthly",
+                "3100",
+                FeeTiming::Advance,
+                FeeCategory::Compute,
+            ),
+            fee(
+                "Public IPs",
+                "10",
+                FeeTiming::Arrears,
+                FeeCategory::Networking,
+            ),
+            fee("Rack setup", "500", FeeTiming::Once, FeeCategory::Support),
+        ]),
+        commitment: Some(dec("1000")),
+    }
+}
+
+/// `hours` H100-hours of acme on node-1 (one GPU) from `start`, as record `seq`, logged at
+/// its end.
+fn use_h100(ledger: &Ledger, node: &ed25519_dalek::SigningKey, seq: u64, start: &str, hours: i64) {
+    let start = t(start);
+    let end = start.plus(hours * 3600);
+    ledger.set_clock(Some(end));
+    let body = Body::GpuUsage(GpuUsage {
+        tenant: "acme".into(),
+        lease: Some(gpuledger::sample::lease("acme")),
+        region: "west".into(),
+        node: "node-1".into(),
+        gpu_model: "H100".into(),
+        gpu_count: dec("1"),
+        start,
+        end,
+        gpu_seconds: dec(&(hours * 3600).to_string()),
+    });
+    assert_accepted(
+        &ledger
+            .append(vec![signed("node-1", node, seq, &body)])
+            .unwrap(),
+    );
+}
+
+/// Half-even rounding of `num / den` cents (both non-negative): the test's own arithmetic.
+fn cents(num: i128, den: i128) -> i128 {
+    let (q, r) = (num / den, num % den);
+    match (2 * r).cmp(&den) {
+        std::cmp::Ordering::Less => q,
+        std::cmp::Ordering::Greater => q + 1,
+        std::cmp::Ordering::Equal => q + (q & 1),
+    }
+}
+
+fn money(c: i128) -> String {
+    format!("{}.{:02}", c / 100, c % 100)
+}
+
+fn lines_of(inv: &Invoice) -> Vec<(&'static str, String, String)> {
+    inv.lines
+        .iter()
+        .map(|l| (l.kind.as_str(), l.description.clone(), l.net.to_string()))
+        .collect()
+}
+
+/// The log's size.
+fn size_of(ledger: &Ledger) -> u64 {
+    ledger
+        .reads()
+        .run(|c| Ok(gpuledger::store::read::head(c)?.0))
+        .unwrap()
+}
+
+/// The reason and field of a refused ledger entry.
+fn refused(r: Result<u64, StoreError>) -> String {
+    match r {
+        Err(StoreError::Rejected(r)) => format!("{} {}", r.reason.code(), r.field.unwrap()),
+        Err(StoreError::AlreadyExists(m)) => format!("already_registered {m}"),
+        other => panic!("not refused by a rule: {other:?}"),
+    }
+}
+
+both_backends!(
+    a_yearly_contract_bills_fees_and_its_commitment,
+    |db: &TestDb| {
+        let ledger = open_at(db, t("2027-01-01T00:00:00Z"));
+        ensure_node_in(&ledger, "node-1", "west");
+        let node = signer_for(
+            &ledger,
+            "node-1",
+            gpuledger::core::record::Role::Node,
+            &["node-1"],
+        );
+        ledger
+            .append_ledger_entry(Body::TenantRegistered(TenantRegistered {
+                tenant: "acme".into(),
+            }))
+            .unwrap();
+        ledger
+            .with_account_writer(|c| access::create_tenant(c, "acme", "acme").map(|_| ()))
+            .unwrap();
+        lease_with(
+            &ledger,
+            &gpuledger::sample::lease("acme"),
+            "acme",
+            LeaseClass::OnDemand,
+            &[("node-1", "H100", 2)],
+        );
+        ledger
+            .append_ledger_entry(Body::RateCard(RateCard {
+                region: "west".into(),
+                gpu_model: "H100".into(),
+                lease_class: LeaseClass::OnDemand,
+                currency: "CNY".into(),
+                price_per_gpu_hour: dec("18.5"),
+                effective_from: t("2027-01-01T00:00:00Z"),
+            }))
+            .unwrap();
+
+        // Refused, each with its reason, writing nothing.
+        let size = size_of(&ledger);
+        let mut ghost = contract();
+        ghost.tenant = "ghost".into();
+        assert_eq!(
+            refused(ledger.append_ledger_entry(Body::ContractRegistered(ghost))),
+            "unknown_tenant body.tenant"
+        );
+        let mut past = contract();
+        past.term_from = t("2026-12-31T23:54:59Z");
+        assert_eq!(
+            refused(ledger.append_ledger_entry(Body::ContractRegistered(past))),
+            "price_in_past body.term_from"
+        );
+        assert_eq!(size_of(&ledger), size);
+
+        ledger
+            .append_ledger_entry(Body::ContractRegistered(contract()))
+            .expect("the contract");
+        let mut overlapping = contract();
+        overlapping.contract = "C-acme-2".into();
+        overlapping.term_from = t("2028-01-15T11:59:59Z");
+        overlapping.term_to = t("2029-01-01T00:00:00Z");
+        assert_eq!(
+            refused(ledger.append_ledger_entry(Body::ContractRegistered(overlapping))),
+            "contract_overlap body.term_from"
+        );
+        let mut again = contract();
+        again.term_from = t("2029-01-01T00:00:00Z");
+        again.term_to = t("2030-01-01T00:00:00Z");
+        assert!(
+            refused(ledger.append_ledger_entry(Body::ContractRegistered(again)))
+                .starts_with("already_registered")
+        );
+
+        // January: 10 H100-hours at 18.5 = 185.00, below the prorated commitment.
+        use_h100(&ledger, &node, 1, "2027-01-20T00:00:00Z", 10);
+        // February: 100 H100-hours = 1850.00, above it.
+        for (i, day) in ["02", "03", "04", "05", "06"].iter().enumerate() {
+            use_h100(
+                &ledger,
+                &node,
+                2 + i as u64,
+                &format!("2027-02-{day}T00:00:00Z"),
+                20,
+            );
+        }
+        ledger.set_clock(Some(t("2027-03-01T01:00:00Z")));
+
+        // A half-month invoice would split a committed month: refused, nothing written.
+        let size = size_of(&ledger);
+        let split = ledger.issuance().invoices(
+            "acme",
+            period("2027-02-01T00:00:00Z", "2027-02-15T00:00:00Z"),
+        );
+        assert!(
+            matches!(&split, Err(StoreError::ContractPeriodSplit(m)) if m.contains("C-acme-2027")),
+            "{split:?}"
+        );
+        assert_eq!(size_of(&ledger), size);
+
+        // The test's own arithmetic, in cents. January 2027 has 2678400 s; the term holds
+        // 1425600 s of it (16.5 days).
+        let (jan_used, jan_full) = (1_425_600, 2_678_400);
+        let usage_jan = cents(10 * 1850 * 100, 100); // 10 h × 18.50
+        let rent_jan = cents(310_000 * jan_used, jan_full);
+        let ips_jan = cents(1_000 * jan_used, jan_full);
+        let committed_jan = cents(100_000 * jan_used, jan_full);
+        let true_up_jan = (committed_jan - usage_jan).max(0);
+        assert_eq!(
+            (rent_jan, ips_jan, committed_jan),
+            (165_000, 532, 53_226),
+            "the arithmetic itself"
+        );
+
+        let jan = ledger
+            .issuance()
+            .invoices(
+                "acme",
+                period("2027-01-01T00:00:00Z", "2027-02-01T00:00:00Z"),
+            )
+            .unwrap();
+        assert_eq!(jan.len(), 1);
+        let inv = &jan[0];
+        assert_eq!(
+            lines_of(inv),
+            [
+                (
+                    "gpu",
+                    "GPU compute, H100, west, on-demand".into(),
+                    money(usage_jan)
+                ),
+                ("fee", "Rack setup".into(), money(50_000)),
+                (
+                    "fee",
+                    "Bare-metal node, 2 × H100, monthly".into(),
+                    money(rent_jan)
+                ),
+                ("fee", "Public IPs".into(), money(ips_jan)),
+                (
+                    "true_up",
+                    "Minimum commitment true-up, contract C-acme-2027".into(),
+                    money(true_up_jan)
+                ),
+            ]
+        );
+        let total = usage_jan + 50_000 + rent_jan + ips_jan + true_up_jan;
+        assert_eq!(inv.total.to_string(), money(total));
+        assert_eq!(inv.total.to_string(), "2687.58");
+        let rent = &inv.lines[2];
+        assert_eq!(
+            (
+                rent.quantity.to_string(),
+                rent.unit.as_str(),
+                rent.unit_price.to_string(),
+                rent.service_period
+            ),
+            (
+                "0.532258".into(),
+                "period",
+                "3100".into(),
+                Some(period("2027-01-15T12:00:00Z", "2027-02-01T00:00:00Z"))
+            )
+        );
+        assert_eq!(
+            serde_json::to_value(&inv.commitments).unwrap(),
+            serde_json::json!([{"contract": "C-acme-2027", "committed": money(committed_jan),
+                                "drawn": money(usage_jan), "true_up": money(true_up_jan)}])
+        );
+
+        // February: its rent in advance and its IPs in arrears; no setup; usage above the
+        // commitment, so no true-up.
+        let feb = ledger
+            .issuance()
+            .invoices(
+                "acme",
+                period("2027-02-01T00:00:00Z", "2027-03-01T00:00:00Z"),
+            )
+            .unwrap();
+        let inv2 = &feb[0];
+        let kinds: Vec<LineKind> = inv2.lines.iter().map(|l| l.kind).collect();
+        assert_eq!(kinds, [LineKind::Gpu, LineKind::Fee, LineKind::Fee]);
+        assert_eq!(
+            (
+                inv2.total.to_string(),
+                inv2.commitments[0].true_up.to_string()
+            ),
+            (money(185_000 + 310_000 + 1_000), "0.00".into())
+        );
+
+        // Offline: each recomputes from its bundle, which carries the contract.
+        for inv in [inv, inv2] {
+            let doc = InvoiceDoc::from(inv.clone());
+            assert_eq!(recompute_invoice(&ledger, &doc, |_| {}).unwrap(), doc);
+        }
+        // An invoice that hides the true-up is named at the first line that differs.
+        let mut hidden = inv.clone();
+        let t_up = hidden.lines.pop().unwrap();
+        hidden.net_total -= t_up.net;
+        hidden.total -= t_up.gross;
+        let f = recompute_invoice(&ledger, &InvoiceDoc::from(hidden), |_| {}).unwrap_err();
+        assert_eq!(
+            (f.reason.code(), f.item.as_str()),
+            ("claim_mismatch", "lines[4]"),
+            "{f:?}"
+        );
+        // A bundle whose contract was altered (a smaller commitment) does not verify.
+        let f = recompute_invoice(&ledger, &InvoiceDoc::from(inv.clone()), |lines| {
+            let l = lines
+                .iter_mut()
+                .find(|l| String::from_utf8_lossy(l).contains("contract_registered"))
+                .expect("the contract is in the bundle");
+            let s = String::from_utf8(l.clone()).unwrap();
+            *l = s
+                .replace(r#"\"commitment\":\"1000\""#, r#"\"commitment\":\"10\""#)
+                .replace(r#""commitment":"1000""#, r#""commitment":"10""#)
+                .into_bytes();
+        })
+        .unwrap_err();
+        assert_ne!(f.reason.code(), "claim_mismatch", "{f:?}");
+
+        // A contract cannot start in what is past by then.
+        ledger.set_clock(Some(t("2027-03-02T00:00:00Z")));
+        let mut inside = contract();
+        inside.tenant = "acme".into();
+        inside.contract = "C-acme-inside".into();
+        inside.term_from = t("2027-02-28T00:00:00Z");
+        inside.term_to = t("2027-03-01T00:00:00Z");
+        let r = ledger.append_ledger_entry(Body::ContractRegistered(inside));
+        assert!(
+            matches!(&r, Err(StoreError::Rejected(x)) if x.reason.code() == "price_in_past"),
+            "{r:?}"
+        );
+        let size = size_of(&ledger);
+        assert_eq!(verified(&db.url).size, size, "verify-log passes the log");
+    }
+);
