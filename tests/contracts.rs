@@ -361,7 +361,96 @@ both_backends!(
             matches!(&r, Err(StoreError::Rejected(x)) if x.reason.code() == "price_in_past"),
             "{r:?}"
         );
+        // Scheduled issuance (serve runs it on a timer): once April has closed, March and
+        // April are invoiced, each once: the same run again, or after a restart, issues
+        // nothing. Each is 3100 rent + 10 IPs + a true-up of the whole 1000 (no usage).
+        ledger.set_clock(Some(t("2027-05-01T01:00:00Z")));
+        let run = ledger.issuance().due_contract_invoices().unwrap();
+        assert!(run.failed.is_empty(), "{:?}", run.failed);
+        let periods: Vec<(String, String)> = run
+            .issued
+            .iter()
+            .map(|i| (i.period.from.to_string(), i.total.to_string()))
+            .collect();
+        assert_eq!(
+            periods,
+            [
+                (
+                    "2027-03-01T00:00:00Z".into(),
+                    money(310_000 + 1_000 + 100_000)
+                ),
+                (
+                    "2027-04-01T00:00:00Z".into(),
+                    money(310_000 + 1_000 + 100_000)
+                ),
+            ]
+        );
+        let again = ledger.issuance().due_contract_invoices().unwrap();
+        assert!(again.issued.is_empty() && again.failed.is_empty());
+        drop(ledger);
+        let ledger = Ledger::open_at(&db.url, log_key(), t("2027-05-01T02:00:00Z")).unwrap();
+        let after_restart = ledger.issuance().due_contract_invoices().unwrap();
+        assert!(after_restart.issued.is_empty() && after_restart.failed.is_empty());
+        for inv in &run.issued {
+            let doc = InvoiceDoc::from(inv.clone());
+            assert_eq!(recompute_invoice(&ledger, &doc, |_| {}).unwrap(), doc);
+        }
         let size = size_of(&ledger);
         assert_eq!(verified(&db.url).size, size, "verify-log passes the log");
+    }
+);
+
+both_backends!(
+    serve_issues_each_closed_billing_period_once_across_restarts,
+    |db: &TestDb| {
+        let log = init(db);
+        let srv = log.serve_with(&["--invoice-close-seconds", "0"]);
+        let h = srv.http();
+        let admin = log.admin.clone();
+        let a = Some(admin.as_str());
+        h.parties(&admin, &["acme"]);
+        // A short contract that has just ended (its one billing period, the whole term,
+        // closes at once with a close margin of 0): a setup fee once.
+        let now = Timestamp::now();
+        let body = serde_json::json!({
+            "tenant": "acme", "contract": "C-short", "currency": "CNY", "region": "west",
+            "term_from": now.plus(-120).to_string(), "term_to": now.plus(2).to_string(),
+            "billing_period": "month", "billing_anchor": "calendar",
+            "fees": [{"name": "Setup", "amount": "500", "timing": "once", "category": "support"}]
+        });
+        h.post("/v1/contracts", a, &body).ok_json(201);
+        let invoices = || {
+            h.get("/v1/invoices?tenant=acme", a)
+                .ok_json(200)
+                .as_array()
+                .unwrap()
+                .clone()
+        };
+        let started = std::time::Instant::now();
+        while invoices().is_empty() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "serve issued no contract invoice"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        let issued = invoices();
+        assert_eq!(issued.len(), 1, "{issued:?}");
+        assert_eq!(issued[0]["total"], "500.00", "{issued:?}");
+        // Restarted, the server issues nothing more.
+        drop(srv);
+        let srv = log.serve_with(&["--invoice-close-seconds", "0"]);
+        let h = srv.http();
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        let again = h
+            .get("/v1/invoices?tenant=acme", a)
+            .ok_json(200)
+            .as_array()
+            .unwrap()
+            .len();
+        assert_eq!(again, 1);
+        let size = h.size();
+        drop(srv);
+        log.assert_verifies(size);
     }
 );

@@ -773,3 +773,67 @@ fn write_sample_pdfs_when_asked() {
     zh.issuer.address = vec!["北京市海淀区中关村大街 1 号".into(), "100080 中国".into()];
     std::fs::write(dir.join("zh.pdf"), to_pdf(&doc(&zh), &notes()).unwrap()).unwrap();
 }
+
+/// A contract's lines (docs/RATING.md, "Contracts") on the PDF and the CSV: each fee by its
+/// name with the billing period it is for and no record count, the true-up, and the totals
+/// still the sums of the lines.
+#[test]
+fn contract_lines_are_rendered_with_their_billing_period() {
+    use gpuledger::core::invoice::{apply_tax, LineKind, Unit};
+    use gpuledger::core::record::{FeeCategory, FeeTiming};
+    let mut inv = golden();
+    let mut fee = inv.lines[0].clone();
+    fee.kind = LineKind::Fee;
+    fee.description = "Bare-metal node, 2 × H100, monthly".into();
+    fee.gpu_model = None;
+    fee.class = None;
+    fee.gpu_seconds = None;
+    fee.quantity = dec("0.532258");
+    fee.unit = Unit::Period;
+    fee.unit_price = dec("3100");
+    fee.net = dec("1650.00");
+    fee.records = 0;
+    fee.contract = Some("C-acme-2027".into());
+    fee.category = Some(FeeCategory::Compute);
+    fee.timing = Some(FeeTiming::Advance);
+    fee.service_period = Some(Period {
+        from: Timestamp::parse("2026-11-15T12:00:00Z").unwrap(),
+        to: Timestamp::parse("2026-12-01T00:00:00Z").unwrap(),
+    });
+    let mut true_up = fee.clone();
+    true_up.kind = LineKind::TrueUp;
+    true_up.description = "Minimum commitment true-up, contract C-acme-2027".into();
+    true_up.quantity = dec("1");
+    true_up.unit_price = dec("347.26");
+    true_up.net = dec("347.26");
+    true_up.category = None;
+    true_up.timing = None;
+    true_up.service_period = None;
+    inv.lines = vec![inv.lines[0].clone(), fee, true_up];
+    let t = apply_tax(&mut inv.lines, &inv.currency);
+    (inv.net_total, inv.tax_total, inv.total) = (t.net, t.tax, t.gross);
+    let text = pdf_text(&to_pdf(&doc(&inv), &notes()).unwrap()).1;
+    // (Long descriptions wrap in the item column.)
+    for needle in [
+        "Bare-metal node, 2 × H100,",
+        "15 November 2026, 12:00 to 1",
+        "Minimum commitment true-up,",
+        "0.532258 period",
+        "3100/period",
+    ] {
+        assert!(
+            text.contains(needle),
+            "{needle:?} not in the PDF text:\n{text}"
+        );
+    }
+    let csv = String::from_utf8(to_csv(&doc(&inv))).unwrap();
+    let kinds: Vec<&str> = csv
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            l.split(',')
+                .find(|c| ["gpu", "fee", "true_up", "total"].contains(c))
+        })
+        .collect();
+    assert_eq!(kinds, ["gpu", "fee", "true_up", "total"], "{csv}");
+}

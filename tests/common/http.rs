@@ -93,9 +93,14 @@ impl Log<'_> {
 
     /// Starts `gpuledger serve` on a free port, checkpointing every second.
     pub fn serve(&self) -> Server {
+        self.serve_with(&[])
+    }
+
+    /// [`Log::serve`] with more arguments for `serve`.
+    pub fn serve_with(&self, extra: &[&str]) -> Server {
         let n = self.servers_started.get();
         self.servers_started.set(n + 1);
-        Server::start(&self.db.url, &self.key_path(), self.dir.path(), n)
+        Server::start_with(&self.db.url, &self.key_path(), self.dir.path(), n, extra)
     }
 
     /// Runs `gpuledger verify-log`; returns its exit code and output.

@@ -756,6 +756,10 @@ fn serve_with_witnesses(
         on_bound(&addrs, &metrics_addrs);
         log_serving(&ledger, settings, http, &addrs, &metrics_addrs);
         let prober = tokio::spawn(probe_loop(ledger.clone()));
+        let contracts = tokio::spawn(contract_invoice_loop(
+            ledger.clone(),
+            settings.checkpoint_interval,
+        ));
         let checkpointer = tokio::spawn(checkpoint_loop(
             ledger.clone(),
             settings.checkpoint_interval,
@@ -768,6 +772,7 @@ fn serve_with_witnesses(
             h.stop(true).await;
         }
         checkpointer.abort();
+        contracts.abort();
         prober.abort();
         tracing::info!("stopped accepting; in-flight requests finished");
         Ok::<_, ServeError>(())
@@ -1076,6 +1081,49 @@ async fn checkpoint_loop(
                 metrics::gauge!("gpuledger_filesystem_available_bytes", "volume" => *volume)
                     .set(free as f64);
             }
+        }
+    }
+}
+
+/// Every `every` (the checkpoint interval): issues the contract invoices that are due
+/// (`Issuance::due_contract_invoices`: each billing period once, after it closes). A billing
+/// period that cannot be invoiced is said in the log once, and tried again on every tick.
+async fn contract_invoice_loop(ledger: Arc<Ledger>, every: Duration) {
+    ::metrics::describe_counter!(
+        "gpuledger_contract_invoices_issued_total",
+        "Invoices issued by the scheduled contract run (one per currency per billing period)"
+    );
+    let mut tick = tokio::time::interval(every);
+    let mut reported = std::collections::BTreeSet::new();
+    loop {
+        tick.tick().await;
+        let l = ledger.clone();
+        match tokio::task::spawn_blocking(move || l.issuance().due_contract_invoices()).await {
+            Ok(Ok(run)) => {
+                for inv in &run.issued {
+                    ::metrics::counter!("gpuledger_contract_invoices_issued_total").increment(1);
+                    tracing::info!(
+                        invoice = %inv.number,
+                        tenant = %inv.tenant,
+                        from = %inv.period.from,
+                        to = %inv.period.to,
+                        total = %inv.total,
+                        currency = %inv.currency,
+                        "issued a contract invoice"
+                    );
+                }
+                for (tenant, period, e) in run.failed {
+                    if reported.insert((tenant.clone(), period)) {
+                        tracing::warn!(
+                            %tenant, from = %period.from, to = %period.to, error = %e,
+                            "a contract's billing period could not be invoiced; will retry"
+                        );
+                    }
+                }
+            }
+            // The clock or the database: the probe and the checkpoint loop say so.
+            Ok(Err(e)) => tracing::debug!(error = %e, "the contract invoice run did not run"),
+            Err(e) => tracing::error!(error = %e, "contract invoice task failed"),
         }
     }
 }

@@ -195,6 +195,53 @@ pub fn invoice_json(invoice: &Invoice) -> Result<(String, String), StoreError> {
     Ok((String::from_utf8(bytes).expect("JSON is UTF-8"), hash))
 }
 
+/// The contract billing periods due for an invoice at `now` (docs/RATING.md, "Scheduled
+/// issuance"): of every contract logged so far, each billing period (clipped to its term) that
+/// has closed (`core::admission::period_closes_at`, with `close_seconds` or the policy's
+/// skew), that charges something ([`gpuledger_core::contract::charges`]: a fee anchored in it,
+/// or a commitment) and that no invoice of the contract's tenant overlaps. By tenant, then
+/// period.
+pub fn due_contract_periods(
+    conn: &mut DbConn,
+    now: Timestamp,
+    close_seconds: Option<u64>,
+) -> Result<Vec<(String, Period)>, StoreError> {
+    let size = read::head(conn)?.0;
+    let policy = read::policy(conn, size)?;
+    let mut due = BTreeSet::new();
+    let mut invoiced: std::collections::HashMap<String, Vec<Period>> = Default::default();
+    for (_, body) in read::bodies_of(conn, &[Kind::ContractRegistered], size)? {
+        let Body::ContractRegistered(c) = body else {
+            continue;
+        };
+        if !invoiced.contains_key(&c.tenant) {
+            let periods = issued_for(conn, &c.tenant, size)?
+                .into_iter()
+                .map(|(_, i)| i.period)
+                .collect();
+            invoiced.insert(c.tenant.clone(), periods);
+        }
+        let taken = &invoiced[&c.tenant];
+        for span in gpuledger_core::contract::billing_periods(&c) {
+            let period = Period {
+                from: span.from,
+                to: span.to,
+            };
+            if admission::period_closes_at(span.to, &policy, close_seconds) > now {
+                break;
+            }
+            let charged = gpuledger_core::contract::charges(&c, span.from, span.to);
+            if (charged.fees.is_empty() && charged.committed.is_none())
+                || taken.iter().any(|p| p.overlaps(&period))
+            {
+                continue;
+            }
+            due.insert((c.tenant.clone(), period));
+        }
+    }
+    Ok(due.into_iter().collect())
+}
+
 /// The scope of a new invoice of `tenant` for `period` at log size `size`: refused when an
 /// earlier invoice covers part of the period.
 fn new_scope(

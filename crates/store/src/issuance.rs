@@ -40,6 +40,33 @@ impl Issuance<'_> {
         )
     }
 
+    /// Issues every contract invoice that is due (`serve` runs it on a timer; docs/RATING.md,
+    /// "Scheduled issuance"): for each contract, each of its billing periods that has closed by
+    /// the ledger's checked clock, that charges something (a fee anchored in it, or a
+    /// commitment) and that no invoice of its tenant overlaps yet is invoiced, as
+    /// `POST /v1/invoices` would for that period. Idempotent: an issued invoice covers its
+    /// billing period, so the next run (after a restart too, or in another process on the same
+    /// database, whose invoice this one's refusal names) issues it no more. Returns the issued
+    /// invoices and, per billing period that could not be invoiced, why (the others go on).
+    pub fn due_contract_invoices(&self) -> Result<ContractRun, StoreError> {
+        let now = self.ledger.checked_now()?;
+        let close = self.ledger.guard.close_seconds();
+        let due = self
+            .ledger
+            .reads()
+            .run(|c| crate::invoices::due_contract_periods(c, now, close))?;
+        let mut run = ContractRun::default();
+        for (tenant, period) in due {
+            match self.invoices(&tenant, period) {
+                Ok(issued) => run.issued.extend(issued),
+                // Another process issued it between the read and the write.
+                Err(StoreError::AlreadyExists(_)) => {}
+                Err(e) => run.failed.push((tenant, period, e)),
+            }
+        }
+        Ok(run)
+    }
+
     /// `PeriodNotEnded` unless a period ending at `to` has closed by the ledger's checked clock
     /// (`core::admission::period_closes_at`: the configured `close_seconds`, or the skew of
     /// the log policy in force), checked before the draft is computed. Time only moves forward
@@ -167,4 +194,13 @@ impl Issuance<'_> {
             w.wait_for_cosignature(seen, left.min(std::time::Duration::from_millis(250)));
         }
     }
+}
+
+/// What one run of [`Issuance::due_contract_invoices`] did.
+#[derive(Debug, Default)]
+pub struct ContractRun {
+    /// The invoices issued (one per currency per billing period).
+    pub issued: Vec<gpuledger_core::invoice::Invoice>,
+    /// The billing periods that could not be invoiced: tenant, period and why.
+    pub failed: Vec<(String, gpuledger_core::invoice::Period, StoreError)>,
 }
