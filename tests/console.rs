@@ -457,6 +457,19 @@ fn demo(db: &TestDb) -> Demo<'_> {
             .ok_json(201);
         assert_eq!(issued[0]["number"], number);
     }
+    // tenant-a's contract, from now on (after its invoiced day): its invoices page lists it.
+    let now = Timestamp::now();
+    h.post(
+        "/v1/contracts",
+        a,
+        &json!({"tenant": "tenant-a", "contract": "C-console-a", "currency": "CNY",
+                "region": NORTH, "term_from": now.plus(-60).to_string(),
+                "term_to": now.plus(365 * 86_400).to_string(), "billing_period": "month",
+                "billing_anchor": "calendar", "commitment": "100",
+                "fees": [{"name": "Bare metal, monthly", "amount": "9000", "timing": "advance",
+                          "category": "compute"}]}),
+    )
+    .ok_json(201);
     h.checkpoint_at(h.size(), &verifier_key);
     let auditor = h.secret(
         &admin,
@@ -695,6 +708,13 @@ fn tenant_sees_usage_and_downloads_an_invoice_pdf(b: &Browser, d: &Demo, base: &
     let rows = b.find_all("#invoices a[data-invoice]");
     let numbers: Vec<String> = rows.iter().map(|r| b.text(r)).collect();
     assert_eq!(numbers, vec!["INV-000001"], "A sees its own invoice only");
+    let contracts = b.find_all("#contracts tbody tr");
+    assert_eq!(contracts.len(), 1, "A's contract is listed");
+    let row = b.text(&contracts[0]);
+    assert!(
+        row.contains("C-console-a") && row.contains("Bare metal, monthly"),
+        "{row}"
+    );
     shot(b, "tenant-invoices");
     b.click(&b.find("#invoices button[data-download=\"pdf\"]"));
     let pdf = b.downloaded("INV-000001.pdf");

@@ -409,7 +409,11 @@ function unitLabel(u) {
 export async function invoicesPage(main, number) {
   if (number) return invoicePage(main, number);
   replace(main, h("h1", {}, t("invoices_title")), h("p", { class: "muted" }, t("loading")));
-  const [found, balance] = await Promise.all([getJson("/v1/invoices"), getJson("/v1/balance")]);
+  const [found, balance, contracts] = await Promise.all([
+    getJson("/v1/invoices"),
+    getJson("/v1/balance"),
+    getJson("/v1/contracts").catch(() => ({ contracts: [] })),
+  ]);
   const balances = Object.entries(balance.currencies || {});
   // Each invoice's account (total, paid, balance due, status) where the server has the view.
   const recent = found.slice(-MAX_ACCOUNTS);
@@ -447,6 +451,7 @@ export async function invoicesPage(main, number) {
         { numeric: [1, 2, 3, 4], id: "balances" },
       ),
     ),
+    contractsCard(contracts.contracts),
     h("section", { class: "card" }, h("h2", {}, t("invoices_list")), table(headers, rows, { id: "invoices" })),
   );
 }
@@ -460,7 +465,13 @@ async function invoicePage(main, number) {
   // Version 2 lines have net, tax and gross; version 1 lines an amount. Both are shown from
   // their structured members (the v2 `description` is the PDF's English text).
   const v2 = lines.some((l) => l.net !== undefined);
-  const item = (l) => (l.kind ? tOr(`line_${l.kind}`, l.kind) : l.description ?? "—");
+  // A contract's fee is named by the contract (its description); other lines by their kind.
+  const item = (l) =>
+    l.kind === "fee" || l.kind === "true_up"
+      ? `${tOr(`line_${l.kind}`, l.kind)}: ${l.description}`
+      : l.kind
+        ? tOr(`line_${l.kind}`, l.kind)
+        : (l.description ?? "—");
   const common = (l) => [item(l), l.region ?? "—", l.gpu_model ?? "—", l.class ? tOr(`class_${l.class}`, l.class) : "—", fmtNumber(l.quantity, 6), unitLabel(l.unit), money(l.unit_price)];
   const lineHeaders = [t("line_kind"), t("region"), t("gpu_model"), t("lease_class"), t("quantity"), t("unit"), t("unit_price")].concat(
     v2 ? [t("net"), t("tax"), t("gross")] : [t("amount")],
@@ -494,7 +505,45 @@ async function invoicePage(main, number) {
       h("h2", {}, t("lines")),
       table(lineHeaders, lineRows, { numeric: v2 ? [4, 6, 7, 8, 9] : [4, 6, 7], id: "invoice-lines" }),
     ),
+    commitmentsCard(inv.commitments, money),
     excludedCard(inv.excluded),
+  );
+}
+
+/** A contract's commitment on an invoice (`commitments`: committed, drawn, true-up), or null. */
+function commitmentsCard(commitments, money) {
+  if (!commitments || !commitments.length) return null;
+  return h(
+    "section",
+    { class: "card" },
+    h("h2", {}, t("commitments_title")),
+    table(
+      [t("contract"), t("committed"), t("drawn"), t("true_up")],
+      commitments.map((c) => [c.contract, money(c.committed), money(c.drawn), money(c.true_up)]),
+      { numeric: [1, 2, 3], id: "invoice-commitments" },
+    ),
+  );
+}
+
+/** The tenant's contracts (`GET /v1/contracts`): term, billing, fees and commitment, or null. */
+function contractsCard(contracts) {
+  if (!contracts || !contracts.length) return null;
+  const fee = (f, cur) => `${f.name}: ${fmtMoney(f.amount, cur)} (${tOr(`timing_${f.timing}`, f.timing)})`;
+  return h(
+    "section",
+    { class: "card" },
+    h("h2", {}, t("contracts_title")),
+    table(
+      [t("contract"), t("term"), t("billing"), t("fees"), t("commitment")],
+      contracts.map((c) => [
+        c.contract,
+        fmtPeriod(c.term_from, c.term_to),
+        `${tOr(`billing_${c.billing_period}`, c.billing_period)}, ${tOr(`anchor_${c.billing_anchor}`, c.billing_anchor)}`,
+        (c.fees || []).map((f) => fee(f, c.currency)).join("; ") || "—",
+        c.commitment ? fmtMoney(c.commitment, c.currency) : "—",
+      ]),
+      { id: "contracts" },
+    ),
   );
 }
 
