@@ -318,6 +318,50 @@ both_backends!(
             (money(185_000 + 310_000 + 1_000), "0.00".into())
         );
 
+        // The January invoice and its bundle are the committed fixture that verifiers/python
+        // rechecks the contract lines of (tests/fixtures/contract; the same bytes on either
+        // database: a set clock and fixed keys). GPULEDGER_WRITE_ARTEFACTS=<dir> rewrites it.
+        let (json, _) = gpuledger::store::invoices::invoice_json(inv).unwrap();
+        let mut bundle = Vec::new();
+        ledger
+            .reads()
+            .run(|c| {
+                gpuledger::store::invoices::write_invoice_bundle_as(
+                    c,
+                    &InvoiceDoc::from(inv.clone()),
+                    gpuledger::core::bundle::Format::V3,
+                    &mut |l| {
+                        bundle.extend_from_slice(&l);
+                        Ok(())
+                    },
+                )
+            })
+            .unwrap();
+        let vkey =
+            gpuledger::core::checkpoint::LogSigner::new(gpuledger::sample::ORIGIN, log_key())
+                .unwrap()
+                .verifier_key();
+        let fixture =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/contract");
+        if let Ok(out) = std::env::var("GPULEDGER_WRITE_ARTEFACTS") {
+            let out = std::path::Path::new(&out);
+            std::fs::create_dir_all(out).unwrap();
+            std::fs::write(out.join("invoice.json"), &json).unwrap();
+            std::fs::write(out.join("bundle.ndjson"), &bundle).unwrap();
+            std::fs::write(out.join("verifier_key.txt"), format!("{vkey}\n")).unwrap();
+        } else {
+            assert_eq!(
+                std::fs::read_to_string(fixture.join("invoice.json")).unwrap(),
+                json,
+                "tests/fixtures/contract/invoice.json is what the ledger issues"
+            );
+            assert_eq!(
+                std::fs::read(fixture.join("bundle.ndjson")).unwrap(),
+                bundle,
+                "tests/fixtures/contract/bundle.ndjson is the invoice's bundle"
+            );
+        }
+
         // Offline: each recomputes from its bundle, which carries the contract.
         for inv in [inv, inv2] {
             let doc = InvoiceDoc::from(inv.clone());
