@@ -29,15 +29,15 @@ pub struct IssueRequest {
 }
 
 /// Issues a tenant's invoices for a period, one per currency (admin). Refused while any usage
-/// is unpriced, for a period overlapping an invoiced one, and for a period that has not closed.
-/// A tenant without a billing address is invoiced all the same, with a `Warning: 299` header
+/// is unpriced, for a period overlapping an invoiced one, for a period that has not closed, and
+/// for one that splits a billing period of a contract with a commitment. A tenant without a billing address is invoiced all the same, with a `Warning: 299` header
 /// saying so (and a note on the PDF).
 #[utoipa::path(operation_id = "issue_invoice", tag = "invoices", request_body = IssueRequest,
     responses(super::error::RoleForbidden, (status = 201, description = "The issued invoices", body = Vec<Invoice>),
               (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
               (status = 404, description = "The tenant is not registered", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 409, body = super::error::Problem, content_type = "application/problem+json"),
-              (status = 422, description = "`period_not_ended`: the period has not closed (ended by the log policy max_future_skew_seconds, 300 s by default); the problem names when it closes", body = super::error::Problem, content_type = "application/problem+json"),
+              (status = 422, description = "`period_not_ended`: the period has not closed (ended by the log policy max_future_skew_seconds, 300 s by default); the problem names when it closes. `contract_period_split`: the period holds part, not all, of a billing period of the tenant's contract with a commitment (docs/RATING.md, Contracts); the problem names it", body = super::error::Problem, content_type = "application/problem+json"),
               (status = 503, description = "`busy`: the log changed under the computation three times; `witnesses_behind`: with `witness_quorum`, no checkpoint reached the quorum within `witness_wait_seconds` (nothing written); or `database_unavailable`; see `Retry-After`", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/invoices")]
