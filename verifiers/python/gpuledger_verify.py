@@ -11,12 +11,14 @@ describe yet, follow crates/core/src/fleet.rs and record.rs: README, items 42-44
 contract_registered entries follow the specification of section 5.19: README, items 45-48). It
 checks compute-usage certificates with their evidence bundles (PROTOCOL.md section 15), bundles
 alone (steps 1, 2 and 4), signed checkpoints (section 9) and consistency proofs between two
-checkpoints (section 8).
+checkpoints (section 8). With a bundle and its invoice (`bundle --invoice`), it recomputes the
+invoice's contract lines (fees, true-ups), commitments, taxes and totals from the bundle's
+contracts by docs/RATING.md "Contracts" (exact fractions); it does not re-rate usage lines.
 
 Usage (exit 0 on PASS, 1 on FAIL, 2 on usage errors or unreadable files):
 
     gpuledger_verify.py certificate --certificate CERT.json --bundle BUNDLE.ndjson --log-key KEY [--json]
-    gpuledger_verify.py bundle --bundle BUNDLE.ndjson --log-key KEY [--json]
+    gpuledger_verify.py bundle --bundle BUNDLE.ndjson --log-key KEY [--invoice INVOICE.json] [--json]
     gpuledger_verify.py checkpoint --checkpoint NOTE --log-key KEY [--json]
     gpuledger_verify.py consistency --old NOTE1 --new NOTE2 --proof PROOF.json --log-key KEY [--json]
 
@@ -35,6 +37,7 @@ import base64
 import bisect
 import calendar
 import contextlib
+import copy
 import dataclasses
 import datetime
 import hashlib
@@ -48,6 +51,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from decimal import Context as _DecimalContext
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import nacl.bindings
@@ -66,6 +70,11 @@ __all__ = [
     "verify_checkpoint_note",
     "verify_certificate",
     "verify_bundle",
+    "check_invoice_contract_lines",
+    "billing_periods",
+    "contract_charges",
+    "round_half_even",
+    "minor_units",
     "verify_consistency_files",
     "verify_inclusion",
     "verify_consistency",
@@ -2345,6 +2354,9 @@ class LogView:
         # and tenant -> its contracts in log order.
         self.contracts: Dict[str, Contract] = {}
         self.contracts_by_tenant: Dict[str, List[Contract]] = {}
+        # The bodies of those registrations, in log order: an invoice's contract lines are
+        # recomputed from them (RATING.md, "Contracts"; verify_bundle with an invoice).
+        self.contract_bodies: List[Dict[str, Any]] = []
         # Section 6.4a: stream -> (starts, [(end, index)]) of the intervals held so far, by start.
         self.intervals: Dict[str, Tuple[List[int], List[Tuple[int, int]]]] = {}
         self.invoices: List[Tuple[int, str, int, int]] = []  # (index, tenant, period_from, period_to)
@@ -2920,6 +2932,7 @@ class LogView:
                 contract = dataclasses.replace(parsed["contract"], index=index)
                 self.contracts[contract.contract] = contract
                 self.contracts_by_tenant.setdefault(contract.tenant, []).append(contract)
+                self.contract_bodies.append(body)
         elif kind == "node_registered":
             if body["node"] not in self.nodes:
                 self.nodes[body["node"]] = FleetNode(body, index)
@@ -3289,11 +3302,19 @@ def verify_certificate(cert_path: str, bundle_path: str, key: VerifierKey) -> Re
     return Result(True, None, None, msg, summary)
 
 
-def verify_bundle(bundle_path: str, key: VerifierKey) -> Result:
-    """A bundle alone (section 15 steps 1, 2 and 4), e.g. an invoice's."""
+def verify_bundle(bundle_path: str, key: VerifierKey, invoice_path: Optional[str] = None) -> Result:
+    """A bundle alone (section 15 steps 1, 2 and 4), e.g. an invoice's. With `invoice_path` (a
+    version 2 invoice document, read and shape-checked before the bundle, as a certificate is),
+    then also the invoice's contract lines, commitments, taxes and totals recomputed from the
+    bundle's contracts (check_invoice_contract_lines); its usage lines are not re-rated."""
+    invoice: Optional[Dict[str, Any]] = None
     try:
+        inv = read_invoice(invoice_path) if invoice_path is not None else None
         with _rereadable(bundle_path) as path:
             st, cp, view, _, kinds = _run_bundle(path, key, None)
+        if inv is not None:
+            contracts = [c for c in view.contract_bodies if c["tenant"] == inv.tenant]
+            invoice = check_invoice_contract_lines(inv, st.header, cp, contracts)
     except Failure as f:
         return _failure_result(f)
     summary = {
@@ -3308,6 +3329,14 @@ def verify_bundle(bundle_path: str, key: VerifierKey) -> Result:
     }
     msg = (f"bundle for {st.header.subject_kind} {st.header.subject_id}: {st.entries} entries "
            f"({st.context} context, {st.records} records) verified under checkpoint {cp.origin} size {cp.size}")
+    if invoice is not None:
+        summary["invoice"] = invoice
+        msg += (f"; invoice {invoice['number']}: its {invoice['contract_lines']} contract lines (fees, true-ups) and "
+                f"{invoice['commitments']} commitments recomputed from the bundle's "
+                f"{len(invoice['contracts'])} contracts of {invoice['tenant']} in {invoice['currency']}, every "
+                f"line's tax and gross and the totals rechecked (total {invoice['total']} {invoice['currency']}); "
+                f"its {invoice['usage_lines']} usage and {invoice['other_lines']} adjustment lines were NOT "
+                "re-rated (their nets are taken as the invoice states them, also for the commitments' drawn)")
     return Result(True, None, None, msg, summary)
 
 
@@ -3361,6 +3390,494 @@ def verify_consistency_files(old_path: str, new_path: str, proof_path: str, key:
 
 
 # ---------------------------------------------------------------------------------------------
+# An invoice's contract lines (docs/RATING.md, "Contracts"), recomputed from the
+# contract_registered entries of its bundle with exact fractions (fractions.Fraction, never a
+# float). The invoice's usage lines (gpu, energy) are NOT re-rated: their nets are taken as the
+# invoice states them (for the commitment's draw-down and for tax and totals).
+# ---------------------------------------------------------------------------------------------
+
+INVOICE_FORMAT_V2 = "gpuledger-invoice/v2"
+LINE_KINDS = ("gpu", "energy", "fee", "true_up")
+USAGE_LINE_KINDS = ("gpu", "energy")
+CONTRACT_LINE_KINDS = ("fee", "true_up")
+BILLING_PERIOD_MONTHS = {"month": 1, "quarter": 3, "year": 12}
+PERIOD_SHARE_DECIMALS = 6  # a fee line's quantity: used / full, half-even to 6 places
+# RATING.md "Exact amounts": 0 minor digits for JPY and KRW, 3 for the seven below, else 2. The
+# ledger's table (crates/core/src/rating.rs `minor_units`) also gives VND, CLP, ISK and UGX 0
+# digits, as ISO 4217 does; those are kept here so that an invoice in them is read alike.
+ZERO_MINOR_UNIT_CURRENCIES = ("JPY", "KRW", "VND", "CLP", "ISK", "UGX")
+THREE_MINOR_UNIT_CURRENCIES = ("BHD", "KWD", "OMR", "JOD", "TND", "IQD", "LYD")
+PLAIN_DECIMAL_RE = re.compile(r"(0|[1-9][0-9]*)(\.[0-9]+)?")
+
+
+def minor_units(currency: str) -> int:
+    """The digits of a currency's minor unit (RATING.md, "Exact amounts and the one rounding rule")."""
+    if currency in ZERO_MINOR_UNIT_CURRENCIES:
+        return 0
+    if currency in THREE_MINOR_UNIT_CURRENCIES:
+        return 3
+    return 2
+
+
+def round_half_even(x: Fraction, places: int) -> Fraction:
+    """`x` rounded to `places` decimal places, a tie to the even last digit (RATING.md, "the one
+    rounding rule"): exact integer arithmetic on the fraction."""
+    scale = 10 ** places
+    n = x * scale
+    q, r = divmod(n.numerator, n.denominator)  # floor division: 0 <= r < denominator
+    if 2 * r > n.denominator or (2 * r == n.denominator and q % 2 == 1):
+        q += 1
+    return Fraction(q, scale)
+
+
+def fixed_str(x: Fraction, places: int) -> str:
+    """An amount with exactly `places` digits after the point (`148.00`; `185` for 0 places), as
+    the invoice writes money (`net`, `tax`, `gross`, the totals, the commitments). `x` must be a
+    multiple of 10^-places."""
+    n = x * 10 ** places
+    if n.denominator != 1:
+        raise ValueError(f"{x} has more than {places} decimal places")
+    sign = "-" if n < 0 else ""
+    digits = str(abs(n.numerator))
+    if places == 0:
+        return sign + digits
+    digits = digits.rjust(places + 1, "0")
+    return f"{sign}{digits[:-places]}.{digits[-places:]}"
+
+
+def canonical_str(x: Fraction) -> str:
+    """A terminating fraction as a canonical decimal (PROTOCOL.md section 2.1: no trailing zeros,
+    `0` for zero), as the invoice writes `quantity` and `unit_price`."""
+    places = 0
+    while (x * 10 ** places).denominator != 1:
+        places += 1
+        if places > 60:
+            raise ValueError(f"{x} is not a terminating decimal")
+    s = fixed_str(x, places)
+    if "." in s:
+        s = s.rstrip("0").rstrip(".")
+    return "0" if s in ("", "-0") else s
+
+
+def decimal_fraction(text: str) -> Fraction:
+    """A plain decimal string (digits, an optional point and digits) as an exact fraction."""
+    if not isinstance(text, str) or PLAIN_DECIMAL_RE.fullmatch(text) is None:
+        raise ValueError(f"{text!r} is not a decimal")
+    return Fraction(text)
+
+
+def _month_length(year: int, month: int) -> int:
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)[month - 1]
+
+
+def _days_since_year_one(year: int, month: int, day: int) -> int:
+    """Days from 0001-01-01 to the date (proleptic Gregorian), for any year from 1 on (a billing
+    boundary may fall in year 10000, which datetime cannot hold)."""
+    y = year - 1
+    days = 365 * y + y // 4 - y // 100 + y // 400
+    days += sum(_month_length(year, m) for m in range(1, month))
+    return days + day - 1
+
+
+_UNIX_EPOCH_DAYS = _days_since_year_one(1970, 1, 1)
+
+
+def _unix_of(year: int, month: int, day: int, second_of_day: int = 0) -> int:
+    return (_days_since_year_one(year, month, day) - _UNIX_EPOCH_DAYS) * 86400 + second_of_day
+
+
+def add_months(unix: int, months: int) -> int:
+    """`unix` moved by `months` calendar months, on the same day of the month and time of day,
+    the day clamped to the last day of a shorter month (RATING.md, "Contracts", anniversary)."""
+    at = datetime.datetime.fromtimestamp(unix, datetime.timezone.utc)
+    index = at.year * 12 + at.month - 1 + months
+    year, month = index // 12, index % 12 + 1
+    day = min(at.day, _month_length(year, month))
+    return _unix_of(year, month, day, at.hour * 3600 + at.minute * 60 + at.second)
+
+
+def calendar_start(unix: int, months: int) -> int:
+    """The calendar boundary at or before `unix` for billing periods of `months` months: 00:00:00
+    UTC on the first day of a month whose number from January is a multiple of `months`
+    (RATING.md, "Contracts": month, quarter, year)."""
+    at = datetime.datetime.fromtimestamp(unix, datetime.timezone.utc)
+    first_month = (at.month - 1) // months * months + 1
+    return _unix_of(at.year, first_month, 1)
+
+
+@dataclass(frozen=True)
+class BillingSpan:
+    """One billing period of a contract (RATING.md, "Contracts"): the unclipped period
+    [full_start, full_end) and the period clipped to the term, [start, end)."""
+    start: int
+    end: int
+    full_start: int
+    full_end: int
+
+    @property
+    def used(self) -> int:
+        return self.end - self.start
+
+    @property
+    def full(self) -> int:
+        return self.full_end - self.full_start
+
+    @property
+    def share(self) -> Fraction:
+        """used ÷ full seconds, exact."""
+        return Fraction(self.used, self.full)
+
+    def prorate(self, amount: Fraction, places: int) -> Fraction:
+        """amount × used ÷ full, exact, rounded half-even once to `places` (the minor unit)."""
+        return round_half_even(amount * self.share, places)
+
+
+def billing_periods(term_from: int, term_to: int, billing_period: str, billing_anchor: str) -> List[BillingSpan]:
+    """A contract's billing periods, in order (RATING.md, "Contracts", billing periods):
+    `calendar` boundaries at 00:00:00 UTC on the first day of each month, quarter (January, April,
+    July, October) or year; `anniversary` boundaries at term_from plus k × 1, 3 or 12 months, each
+    computed from term_from (the day clamped to a shorter month's last). Each period is clipped to
+    the term [term_from, term_to); periods outside it are left out."""
+    months = BILLING_PERIOD_MONTHS[billing_period]
+    first = calendar_start(term_from, months) if billing_anchor == "calendar" else term_from
+    out: List[BillingSpan] = []
+    full_start, k = first, 1
+    while True:
+        full_end = add_months(first, k * months)
+        start, end = max(full_start, term_from), min(full_end, term_to)
+        if start < end:
+            out.append(BillingSpan(start, end, full_start, full_end))
+        if full_end >= term_to:
+            return out
+        full_start, k = full_end, k + 1
+
+
+@dataclass(frozen=True)
+class FeeCharge:
+    """A fee an invoice period bills: the fee's place in the contract's `fees`, the span it is
+    for (a `once` fee: the term), the share of its billing period (1 for `once`) and its net."""
+    fee: int
+    start: int
+    end: int
+    share: Fraction
+    net: Fraction
+
+
+@dataclass
+class Charges:
+    """What one contract charges an invoice period: its fees in line order, the commitment of
+    the billing periods wholly inside the period (None: no commitment, or no such period) and
+    the first committed billing period the period holds part, not all, of."""
+    fees: List[FeeCharge]
+    committed: Optional[Fraction]
+    split: Optional[BillingSpan]
+
+
+def contract_charges(contract: Dict[str, Any], period_from: int, period_to: int) -> Charges:
+    """RATING.md, "Contracts": the fees and the commitment that an invoice of [period_from,
+    period_to) in the contract's currency bills. A fee of a billing period is billed by the
+    invoice whose period holds its anchor (`advance`: the clipped period's start; `arrears`: its
+    end minus one second; `once`: term_from); it is amount × used ÷ full rounded half-even once
+    to the minor unit (a `once` fee: its amount, not prorated). Fees come in order of billing
+    period and within one in the order of the contract's `fees`, `once` fees first (at the
+    term's start). committed = Σ over the billing periods whose clipped span lies wholly inside
+    the invoice period of round_half_even(commitment × used ÷ full)."""
+    places = minor_units(contract["currency"])
+    term_from = parse_timestamp(contract["term_from"])
+    term_to = parse_timestamp(contract["term_to"])
+    fees = contract.get("fees") or []
+    amounts = [decimal_fraction(f["amount"]) for f in fees]
+
+    def holds(t: int) -> bool:
+        return period_from <= t < period_to
+
+    out = Charges([], None, None)
+    for i, fee in enumerate(fees):
+        if fee["timing"] == "once" and holds(term_from):
+            out.fees.append(FeeCharge(i, term_from, term_to, Fraction(1), round_half_even(amounts[i], places)))
+    if period_to <= term_from or term_to <= period_from:
+        return out
+    commitment = decimal_fraction(contract["commitment"]) if "commitment" in contract else None
+    for span in billing_periods(term_from, term_to, contract["billing_period"], contract["billing_anchor"]):
+        if span.end <= period_from or period_to <= span.start:
+            continue
+        for i, fee in enumerate(fees):
+            if fee["timing"] == "once":
+                continue
+            anchor = span.start if fee["timing"] == "advance" else span.end - 1
+            if holds(anchor):
+                out.fees.append(FeeCharge(i, span.start, span.end, span.share, span.prorate(amounts[i], places)))
+        if commitment is not None:
+            if period_from <= span.start and span.end <= period_to:
+                out.committed = (out.committed or Fraction(0)) + span.prorate(commitment, places)
+            elif out.split is None:
+                out.split = span
+    return out
+
+
+def contract_lines(contracts: List[Dict[str, Any]], period_from: int, period_to: int, currency: str,
+                   drawn: Fraction, drawn_text: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """RATING.md, "Contracts", lines and commitments: the contract lines of an invoice of
+    [period_from, period_to) in `currency` from its tenant's contracts (those in other currencies
+    make nothing), contract by contract in order of term (the terms of a tenant never overlap),
+    each contract's fee lines then its `true_up` line; and the invoice's `commitments`. `drawn` is
+    Σ net of the invoice's own-period usage lines (spelled `drawn_text`). Tax members are left to
+    the caller. An invoice period that splits a committed billing period is `claim_mismatch`,
+    item `period`."""
+    places = minor_units(currency)
+    ordered = sorted((c for c in contracts if c["currency"] == currency),
+                     key=lambda c: (parse_timestamp(c["term_from"]), c["contract"].encode()))
+    lines: List[Dict[str, Any]] = []
+    commitments: List[Dict[str, Any]] = []
+    for c in ordered:
+        ch = contract_charges(c, period_from, period_to)
+        if ch.split is not None:
+            raise Failure("claim_mismatch", "period",
+                          f"the invoice period [{format_ts(period_from)}, {format_ts(period_to)}) holds part, not "
+                          f"all, of the billing period [{format_ts(ch.split.start)}, {format_ts(ch.split.end)}) of "
+                          f"contract {c['contract']}, which has a commitment: invoices hold whole billing periods")
+        for f in ch.fees:
+            fee = c["fees"][f.fee]
+            lines.append({
+                "kind": "fee",
+                "description": fee["name"],
+                "region": c["region"],
+                "contract": c["contract"],
+                "category": fee["category"],
+                "timing": fee["timing"],
+                "service_period": {"from": format_ts(f.start), "to": format_ts(f.end)},
+                "quantity": canonical_str(round_half_even(f.share, PERIOD_SHARE_DECIMALS)),
+                "unit": "period",
+                "unit_price": canonical_str(decimal_fraction(fee["amount"])),
+                "net": fixed_str(f.net, places),
+                "records": 0,
+            })
+        if ch.committed is not None:
+            true_up = max(Fraction(0), ch.committed - drawn)
+            commitments.append({"contract": c["contract"], "committed": fixed_str(ch.committed, places),
+                                "drawn": drawn_text, "true_up": fixed_str(true_up, places)})
+            if true_up > 0:
+                lines.append({
+                    "kind": "true_up",
+                    "description": f"Minimum commitment true-up, contract {c['contract']}",
+                    "region": c["region"],
+                    "contract": c["contract"],
+                    "quantity": "1",
+                    "unit": "period",
+                    "unit_price": canonical_str(true_up),
+                    "net": fixed_str(true_up, places),
+                    "records": 0,
+                })
+    return lines, commitments
+
+
+@dataclass
+class InvoiceInfo:
+    raw: Dict[str, Any]
+    number: str
+    tenant: str
+    currency: str
+    period_from: int
+    period_to: int
+
+
+def _invoice_malformed(item: str, message: str) -> Failure:
+    return Failure("malformed", f"invoice.{item}" if item else "invoice", message)
+
+
+def check_invoice_shape(obj: Any) -> InvoiceInfo:
+    """The members of a version 2 invoice document (RATING.md, "Invoices") that the contract-line
+    check reads: `format` gpuledger-invoice/v2, `number`, `tenant`, `currency`, `period`,
+    `log_origin`, `checkpoint_size`, `checkpoint_root`, `lines` (objects with a known `kind`, a
+    `net` string, a canonical `tax_rate`, `adjustment_for` an object if present), the totals as
+    strings, `commitments` an array if present; else `malformed`, naming `invoice.<member>`."""
+    if not isinstance(obj, dict):
+        raise _invoice_malformed("", "not a JSON object")
+    if obj.get("format") != INVOICE_FORMAT_V2:
+        raise _invoice_malformed("format", f"{obj.get('format')!r}: contract lines are on {INVOICE_FORMAT_V2} "
+                                 "invoices only (a version 1 invoice has none)")
+    if not isinstance(obj.get("number"), str) or INVOICE_NUMBER_RE.fullmatch(obj["number"]) is None:
+        raise _invoice_malformed("number", "not INV- and six digits")
+    if not is_id(obj.get("tenant")):
+        raise _invoice_malformed("tenant", "not an identifier")
+    if not isinstance(obj.get("currency"), str) or CURRENCY_RE.fullmatch(obj["currency"]) is None:
+        raise _invoice_malformed("currency", "not three upper-case letters")
+    period = obj.get("period")
+    if not isinstance(period, dict) or set(period) != {"from", "to"}:
+        raise _invoice_malformed("period", "not an object {from, to}")
+    try:
+        period_from, period_to = parse_timestamp(period["from"]), parse_timestamp(period["to"])
+    except (TypeError, ValueError) as e:
+        raise _invoice_malformed("period", f"not a timestamp ({e})") from None
+    for name in ("log_origin", "checkpoint_root", "net_total", "tax_total", "total"):
+        if not isinstance(obj.get(name), str):
+            raise _invoice_malformed(name, "missing or not a string")
+    if not is_int(obj.get("checkpoint_size")):
+        raise _invoice_malformed("checkpoint_size", "missing or not an integer")
+    lines = obj.get("lines")
+    if not isinstance(lines, list):
+        raise _invoice_malformed("lines", "missing or not an array")
+    for i, line in enumerate(lines):
+        at = f"lines[{i}]"
+        if not isinstance(line, dict):
+            raise _invoice_malformed(at, "not an object")
+        if line.get("kind") not in LINE_KINDS:
+            raise _invoice_malformed(f"{at}.kind", f"{line.get('kind')!r} is not one of {', '.join(LINE_KINDS)}")
+        if not isinstance(line.get("net"), str):
+            raise _invoice_malformed(f"{at}.net", "missing or not a string")
+        rate = line.get("tax_rate")
+        if not isinstance(rate, str) or len(rate) > MAX_DECIMAL_LEN or DECIMAL_RE.fullmatch(rate) is None:
+            raise _invoice_malformed(f"{at}.tax_rate", f"{rate!r} is not a canonical decimal")
+        if "adjustment_for" in line and not isinstance(line["adjustment_for"], dict):
+            raise _invoice_malformed(f"{at}.adjustment_for", "not an object {from, to}")
+    if "commitments" in obj and not isinstance(obj["commitments"], list):
+        raise _invoice_malformed("commitments", "not an array")
+    return InvoiceInfo(obj, obj["number"], obj["tenant"], obj["currency"], period_from, period_to)
+
+
+def read_invoice(path: str) -> InvoiceInfo:
+    """An invoice document (JSON, parsed strictly as every JSON here); unreadable: a usage error."""
+    raw = _read_bytes(path)
+    try:
+        obj = parse_json(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise Failure("malformed", "invoice", f"not JSON ({e})") from None
+    return check_invoice_shape(obj)
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """JSON values equal as JSON (true is not 1, a string is compared by its spelling)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+_ABSENT = object()
+
+
+def _shown(v: Any) -> str:
+    return "absent" if v is _ABSENT else json.dumps(v, ensure_ascii=False)
+
+
+def invoice_first_difference(claimed: Dict[str, Any], computed: Dict[str, Any]) -> Optional[Tuple[str, str]]:
+    """The first member where the invoice and its recomputation differ, and a message (as
+    crates/core/src/invoice.rs `first_difference`): at the first position i where the lines
+    differ, `lines[i].member` (members in byte order), or `lines[i]` when one side has no line
+    there (the counts differ) or a line is not an object; then the totals `net_total`,
+    `tax_total`, `total`, then any other member in byte order (here only `commitments` can
+    differ: every other member is taken from the invoice)."""
+    cl, co = claimed.get("lines", []), computed.get("lines", [])
+    for i in range(max(len(cl), len(co))):
+        if i >= len(cl) or i >= len(co):
+            kinds = ", ".join(l.get("kind", "?") for l in co)
+            return f"lines[{i}]", f"the invoice has {len(cl)} lines; the bundle's contracts give {len(co)} ({kinds})"
+        x, y = cl[i], co[i]
+        if _json_equal(x, y):
+            continue
+        if not isinstance(x, dict) or not isinstance(y, dict):
+            return f"lines[{i}]", "not a line object"
+        for k in sorted(set(x) | set(y)):
+            a, b = x.get(k, _ABSENT), y.get(k, _ABSENT)
+            if a is _ABSENT or b is _ABSENT or not _json_equal(a, b):
+                return f"lines[{i}].{k}", f"the invoice says {_shown(a)}, the bundle's contracts give {_shown(b)}"
+        return f"lines[{i}]", "the lines differ"
+    others = sorted((set(claimed) | set(computed)) - {"lines", "net_total", "tax_total", "total"})
+    for k in ["net_total", "tax_total", "total"] + others:
+        a, b = claimed.get(k, _ABSENT), computed.get(k, _ABSENT)
+        if a is _ABSENT or b is _ABSENT or not _json_equal(a, b):
+            return k, f"the invoice says {_shown(a)}, the bundle's contracts give {_shown(b)}"
+    return None
+
+
+def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoint,
+                                 contracts: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """RATING.md, "Contracts" and "Invoice lines", for an invoice and its verified bundle: the
+    bundle is the invoice's (subject, checkpoint size, root and origin: `checkpoint_mismatch`,
+    item `invoice`); then the invoice's contract lines and `commitments` are recomputed from
+    the `contract_registered` entries of its tenant in the bundle's context (`contracts`), and
+    placed right after the invoice's own-period usage lines (kind gpu or energy without
+    `adjustment_for`), before the rest (adjustment lines). Every line's tax =
+    round_half_even(net × tax_rate) to the minor unit and gross = net + tax, the totals the exact
+    sums. The first difference is `claim_mismatch` (invoice_first_difference). The usage lines'
+    own members and nets are taken as the invoice states them: they are NOT re-rated; the tax
+    rates (and names) are the issuer's declaration, each at most 1."""
+    doc = inv.raw
+    if header.subject_kind != "invoice" or header.subject_id != inv.number:
+        raise Failure("checkpoint_mismatch", "invoice",
+                      f"the bundle is for {header.subject_kind} {header.subject_id}, not invoice {inv.number}")
+    if (doc["checkpoint_size"] != cp.size or doc["checkpoint_root"] != b64(cp.root)
+            or doc["log_origin"] != cp.origin):
+        raise Failure("checkpoint_mismatch", "invoice",
+                      f"the invoice's checkpoint ({doc['log_origin']} size {doc['checkpoint_size']} root "
+                      f"{doc['checkpoint_root']}) is not the bundle's ({cp.origin} size {cp.size} root {b64(cp.root)})")
+    places = minor_units(inv.currency)
+    lines = doc["lines"]
+    usage = [i for i, l in enumerate(lines) if l["kind"] in USAGE_LINE_KINDS and "adjustment_for" not in l]
+    rest = [i for i, l in enumerate(lines) if l["kind"] in USAGE_LINE_KINDS and "adjustment_for" in l]
+    money_re = re.compile(r"(0|[1-9][0-9]*)" + (rf"\.[0-9]{{{places}}}" if places else ""))
+    nets: Dict[int, Fraction] = {}
+    for i in usage + rest:
+        net = lines[i]["net"]
+        if money_re.fullmatch(net) is None:
+            raise Failure("claim_mismatch", f"lines[{i}].net",
+                          f"{net!r} is not an amount with {inv.currency}'s {places} minor digits")
+        nets[i] = Fraction(net)
+    drawn = sum((nets[i] for i in usage), Fraction(0))
+    # The draw-down is an amount like every other: with the currency's minor digits (0.00 when
+    # the invoice has no usage line of its period).
+    drawn_text = fixed_str(drawn, places)
+    computed_contract, commitments = contract_lines(contracts, inv.period_from, inv.period_to, inv.currency,
+                                                    drawn, drawn_text)
+    expected = ([copy.deepcopy(lines[i]) for i in usage] + computed_contract
+                + [copy.deepcopy(lines[i]) for i in rest])
+    net_total = tax_total = gross_total = Fraction(0)
+    for i, line in enumerate(expected):
+        claimed = lines[i] if i < len(lines) else {"tax_rate": "0"}
+        line.pop("tax_name", None)
+        if "tax_name" in claimed:
+            line["tax_name"] = claimed["tax_name"]
+        line["tax_rate"] = claimed["tax_rate"]
+        rate = Fraction(claimed["tax_rate"])
+        if rate > 1:
+            raise Failure("claim_mismatch", f"lines[{i}].tax_rate", "a tax rate is a fraction from 0 to 1")
+        net = Fraction(line["net"])
+        tax = round_half_even(net * rate, places)
+        gross = net + tax
+        line["tax"], line["gross"] = fixed_str(tax, places), fixed_str(gross, places)
+        net_total, tax_total, gross_total = net_total + net, tax_total + tax, gross_total + gross
+    computed = dict(doc, lines=expected, net_total=fixed_str(net_total, places),
+                    tax_total=fixed_str(tax_total, places), total=fixed_str(gross_total, places))
+    computed.pop("commitments", None)
+    if commitments:
+        computed["commitments"] = commitments
+    diff = invoice_first_difference(doc, computed)
+    if diff is not None:
+        raise Failure("claim_mismatch", diff[0], diff[1])
+    return {
+        "number": inv.number,
+        "tenant": inv.tenant,
+        "currency": inv.currency,
+        "period_from": doc["period"]["from"],
+        "period_to": doc["period"]["to"],
+        "contracts": [c["contract"] for c in contracts if c["currency"] == inv.currency],
+        "contract_lines": len(computed_contract),
+        "commitments": len(commitments),
+        "usage_lines": len(usage),
+        "other_lines": len(rest),
+        "usage_lines_rerated": False,
+        "net_total": doc["net_total"],
+        "tax_total": doc["tax_total"],
+        "total": doc["total"],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------
 
@@ -3389,6 +3906,10 @@ def build_parser() -> argparse.ArgumentParser:
     common(c)
     b = sub.add_parser("bundle", help="check a bundle alone (section 15 steps 1, 2, 4)")
     b.add_argument("--bundle", required=True, help="the bundle file (- for stdin)")
+    b.add_argument("--invoice", metavar="INVOICE.json",
+                   help="the bundle's invoice (gpuledger-invoice/v2): recompute its contract lines, commitments, "
+                        "taxes and totals from the bundle's contracts (docs/RATING.md, Contracts); its usage "
+                        "lines are not re-rated")
     common(b)
     k = sub.add_parser("checkpoint", help="check a signed checkpoint note (section 9)")
     k.add_argument("--checkpoint", required=True)
@@ -3413,7 +3934,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "certificate":
             result = verify_certificate(args.certificate, args.bundle, key)
         elif args.command == "bundle":
-            result = verify_bundle(args.bundle, key)
+            result = verify_bundle(args.bundle, key, args.invoice)
         elif args.command == "checkpoint":
             result = verify_checkpoint_file(args.checkpoint, key)
         else:

@@ -1118,8 +1118,9 @@ impl InvoiceCheck {
     }
 }
 
-/// The path of the first member where two invoice values differ: `lines[i].member` (or
-/// `lines[i]`, or `lines` when the counts differ), else the first differing top-level member.
+/// The path of the first member where two invoice values differ: at the first position i
+/// where the lines differ, `lines[i].member`, or `lines[i]` (one side has no line there, or a
+/// line is not an object); else the first differing top-level member.
 fn first_difference(a: &serde_json::Value, b: &serde_json::Value) -> Option<String> {
     use serde_json::Value;
     if a == b {

@@ -70,11 +70,15 @@ pub fn contract_lines(
         .filter(|c| c.currency == currency)
         .collect();
     ordered.sort_by_key(|c| (c.term_from, c.contract.clone()));
-    let drawn: Decimal = usage
-        .iter()
-        .filter(|l| l.adjustment_for.is_none())
-        .map(|l| l.net)
-        .sum();
+    // An amount like every other, with the currency's minor digits (0.00 without usage).
+    let drawn = round_amount(
+        usage
+            .iter()
+            .filter(|l| l.adjustment_for.is_none())
+            .map(|l| l.net)
+            .sum(),
+        currency,
+    );
     let mut out = ContractLines::default();
     for c in ordered {
         let ch = charges(c, period.from, period.to);
