@@ -184,7 +184,7 @@ both_backends!(
         );
         assert_eq!(size_of(&ledger), size);
 
-        ledger
+        let contract_entry = ledger
             .append_ledger_entry(Body::ContractRegistered(contract()))
             .expect("the contract");
         let mut overlapping = contract();
@@ -391,7 +391,15 @@ both_backends!(
                 .into_bytes();
         })
         .unwrap_err();
-        assert_ne!(f.reason.code(), "claim_mismatch", "{f:?}");
+        // Named at the contract's own entry: its signature no longer verifies.
+        assert_eq!(
+            (f.reason.code(), f.item.as_str()),
+            (
+                "entry_signature",
+                format!("entry {contract_entry}").as_str()
+            ),
+            "{f:?}"
+        );
 
         // A contract cannot start in what is past by then.
         ledger.set_clock(Some(t("2027-03-02T00:00:00Z")));

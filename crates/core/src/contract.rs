@@ -67,19 +67,16 @@ fn calendar_start(t: Timestamp, months: u32) -> Option<Timestamp> {
 /// period (calendar or anniversary), the first and last clipped to the term.
 pub fn billing_periods(c: &ContractRegistered) -> Vec<BillingSpan> {
     let months = c.billing_period.months();
-    let (first, step): (Timestamp, Box<dyn Fn(u32) -> Option<Timestamp>>) = match c.billing_anchor {
-        BillingAnchor::Calendar => {
-            let Some(s) = calendar_start(c.term_from, months) else {
-                return Vec::new();
-            };
-            (s, Box::new(move |k| add_months(s, k * months)))
-        }
-        // Each boundary from the term's start, so a 31st stays the 31st after February.
-        BillingAnchor::Anniversary => {
-            let s = c.term_from;
-            (s, Box::new(move |k| add_months(s, k * months)))
-        }
+    // Every boundary is counted from the first one (a calendar boundary, or the term's start
+    // for anniversaries), so a 31st stays the 31st after February.
+    let first = match c.billing_anchor {
+        BillingAnchor::Calendar => match calendar_start(c.term_from, months) {
+            Some(s) => s,
+            None => return Vec::new(),
+        },
+        BillingAnchor::Anniversary => c.term_from,
     };
+    let step = |k: u32| add_months(first, k * months);
     let mut out = Vec::new();
     let mut full_from = first;
     for k in 1.. {
@@ -182,6 +179,17 @@ pub fn charges(c: &ContractRegistered, from: Timestamp, to: Timestamp) -> Charge
         }
     }
     out
+}
+
+/// Whether the billing period `span` of contract `c` charges anything on its own invoice: a
+/// periodic fee (anchored inside every billing period), a commitment, or a `once` fee (in the
+/// period that starts the term). What [`charges`] of the span would find non-empty, without
+/// cutting the term again.
+pub fn charges_in(c: &ContractRegistered, span: &BillingSpan) -> bool {
+    c.commitment.is_some()
+        || c.fees()
+            .iter()
+            .any(|f| f.timing != FeeTiming::Once || span.from == c.term_from)
 }
 
 /// The admission rules of a `contract_registered` entry (docs/PROTOCOL.md §6.7, contracts),
@@ -436,6 +444,43 @@ mod tests {
         let q = charges(&c, t("2027-01-01T00:00:00Z"), t("2027-04-01T00:00:00Z"));
         assert_eq!(q.fees.len(), 7);
         assert_eq!(q.committed, Some(d("532.26") + d("1000.00") + d("290.32")));
+    }
+
+    #[test]
+    fn charges_in_says_what_charges_finds() {
+        let mut c = contract(
+            "2027-01-15T12:00:00Z",
+            "2027-06-01T00:00:00Z",
+            BillingPeriod::Month,
+            BillingAnchor::Calendar,
+        );
+        let once_only = |c: &mut ContractRegistered| {
+            c.commitment = None;
+            c.fees
+                .as_mut()
+                .unwrap()
+                .retain(|f| f.timing == FeeTiming::Once);
+        };
+        for variant in 0..2 {
+            if variant == 1 {
+                once_only(&mut c);
+            }
+            for span in billing_periods(&c) {
+                let ch = charges(&c, span.from, span.to);
+                assert_eq!(
+                    charges_in(&c, &span),
+                    !ch.fees.is_empty() || ch.committed.is_some(),
+                    "variant {variant}, span from {}",
+                    span.from
+                );
+            }
+        }
+        // With a setup fee only, the first billing period alone charges anything.
+        let charged: Vec<bool> = billing_periods(&c)
+            .iter()
+            .map(|s| charges_in(&c, s))
+            .collect();
+        assert_eq!(charged, [true, false, false, false, false]);
     }
 
     #[test]

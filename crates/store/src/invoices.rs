@@ -230,8 +230,7 @@ pub fn due_contract_periods(
             if admission::period_closes_at(span.to, &policy, close_seconds) > now {
                 break;
             }
-            let charged = gpuledger_core::contract::charges(&c, span.from, span.to);
-            if (charged.fees.is_empty() && charged.committed.is_none())
+            if !gpuledger_core::contract::charges_in(&c, &span)
                 || taken.iter().any(|p| p.overlaps(&period))
             {
                 continue;

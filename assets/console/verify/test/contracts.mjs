@@ -12,30 +12,9 @@
 
 import { checkEnvelope, KINDS, LEDGER_KINDS, MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS } from '../leaf.js';
 import { Admission } from '../admission.js';
+import { results, test, assert, eq } from './harness.mjs';
 
-let passed = 0;
-const failures = [];
 
-async function test(name, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failures.push(name);
-    console.log(`FAIL ${name}\n     ${e && e.stack ? e.stack.split('\n').slice(0, 3).join('\n     ') : e}`);
-  }
-}
-
-function assert(cond, message) {
-  if (!cond) throw new Error(message);
-}
-
-function eq(actual, expected, what) {
-  const a = JSON.stringify(actual);
-  const b = JSON.stringify(expected);
-  if (a !== b) throw new Error(`${what}: expected ${b}, got ${a}`);
-}
 
 /** The field a message starts with (`body.fees[1].amount`), or ''. */
 const fieldOf = (message) => /^body\.[A-Za-z0-9_.[\]]+/.exec(message)?.[0].replace(/\.$/, '') ?? '';
@@ -280,8 +259,8 @@ await test("contract admission: the rules in the spec's order", async () => {
   eq(admit(a, contract('C2', 'acme', '2027-02-15T00:00:00Z', '2027-04-01T00:00:00Z'), 10, '2027-02-15T00:00:00Z'), 'contract_overlap body.term_from', 'then contract_overlap');
 });
 
-console.log(`\n${passed} passed, ${failures.length} failed`);
-if (failures.length) {
-  for (const f of failures) console.log(`FAIL ${f}`);
+console.log(`\n${results.passed} passed, ${results.failures.length} failed`);
+if (results.failures.length) {
+  for (const f of results.failures) console.log(`FAIL ${f}`);
   process.exit(1);
 }

@@ -28,6 +28,7 @@ import { envelopeKeyId, parseVerifierKey, ALG_COSIGNATURE_V1, validCosignatures 
 import { signedMessage } from '../certificate.js';
 import { Dec } from '../decimal.js';
 import { Admission } from '../admission.js';
+import { results, test, assert, eq } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../../../..');
@@ -38,8 +39,6 @@ const readBytes = (p) => new Uint8Array(fs.readFileSync(p));
 const bin = process.env.GPULEDGER_BIN || null;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'console-verify-'));
 
-let passed = 0;
-const failures = [];
 let binaryChecks = 0;
 /** The last report of `gpuledger verify`. */
 let lastReport = null;
@@ -54,26 +53,6 @@ function compareItems(r, what) {
   }
 }
 
-async function test(name, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failures.push(name);
-    console.log(`FAIL ${name}\n     ${e && e.stack ? e.stack.split('\n').slice(0, 3).join('\n     ') : e}`);
-  }
-}
-
-function assert(cond, message) {
-  if (!cond) throw new Error(message);
-}
-
-function eq(actual, expected, what) {
-  const a = JSON.stringify(actual);
-  const b = JSON.stringify(expected);
-  if (a !== b) throw new Error(`${what}: expected ${b}, got ${a}`);
-}
 
 /** The verdict of a result: 'PASS' or the reason. */
 const verdict = (r) => (r.ok ? 'PASS' : r.failure.reason);
@@ -2298,8 +2277,8 @@ if (itemsCompared.length) {
   for (const d of differ) console.log(`  item differs (${d.what}): ours ${JSON.stringify(d.ours)}, gpuledger verify ${JSON.stringify(d.theirs)}`);
 }
 fs.rmSync(tmp, { recursive: true, force: true });
-console.log(`\n${passed} passed, ${failures.length} failed${bin ? `; ${binaryChecks} verdicts compared with ${bin} (${witnessChecks} PASSes with the same summary.witnesses)` : '; GPULEDGER_BIN not set: verdicts not compared with gpuledger verify'}`);
-if (failures.length) {
-  console.log(`failed:\n  ${failures.join('\n  ')}`);
+console.log(`\n${results.passed} passed, ${results.failures.length} failed${bin ? `; ${binaryChecks} verdicts compared with ${bin} (${witnessChecks} PASSes with the same summary.witnesses)` : '; GPULEDGER_BIN not set: verdicts not compared with gpuledger verify'}`);
+if (results.failures.length) {
+  console.log(`failed:\n  ${results.failures.join('\n  ')}`);
   process.exit(1);
 }

@@ -69,7 +69,7 @@ pub fn contract_lines(
         .iter()
         .filter(|c| c.currency == currency)
         .collect();
-    ordered.sort_by_key(|c| (c.term_from, c.contract.clone()));
+    ordered.sort_by(|a, b| (a.term_from, &a.contract).cmp(&(b.term_from, &b.contract)));
     // An amount like every other, with the currency's minor digits (0.00 without usage).
     let drawn = round_amount(
         usage
