@@ -798,6 +798,11 @@ static ACCESS: &[Access] = &[
     post("contract",                     "/v1/contracts", |w| json!({"tenant": format!("new-{w}"), "contract": format!("C-{w}"), "currency": "CNY", "region": "west", "term_from": announced().to_string(), "term_to": announced().plus(86_400 * 365).to_string(), "billing_period": "month", "billing_anchor": "calendar", "commitment": "100"}), [201, 403, 403, 403, 401, 401]),
     get("contracts (own, or all)",       "/v1/contracts",                                         [200, 200, 200, 200, 401, 401]),
     get("A's contracts",                 "/v1/contracts?tenant=tenant-a",                         [200, 200, 200, 404, 401, 401]),
+    // Prepaid lots: admins record them (tenant A's, one reference per caller); tenants read
+    // their own, 404 for others'.
+    post("prepayment",                   "/v1/prepayments", |w| json!({"tenant": "tenant-a", "reference": format!("TOPUP-{w}"), "source": "purchase", "currency": "CNY", "amount": "1.00"}), [201, 403, 403, 403, 401, 401]),
+    get("prepayments (own, or all)",     "/v1/prepayments",                                       [200, 200, 200, 200, 401, 401]),
+    get("A's prepayments",               "/v1/prepayments?tenant=tenant-a",                       [200, 200, 200, 404, 401, 401]),
     // Disputes: admins exclude a record (B's first, before B's invoice rates it).
     post("exclusion",                    "/v1/exclusions", |w| json!({"tenant": "tenant-b", "entry": MATRIX_IB, "reason": w}), [201, 403, 403, 403, 401, 401]),
     // Invoices: admins issue and settle; tenants read their own, 404 for others'.
@@ -1200,6 +1205,7 @@ both_backends!(access_matrix, |db: &TestDb| {
             "volume_tiers",
             "tenant_plan",
             "contract_registered",
+            "prepayment",
             "record_excluded",
             "invoice_issued",
             "payment",

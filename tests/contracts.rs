@@ -10,12 +10,11 @@
 
 mod common;
 
+use common::billing::{acme_on_h100, invoice_fixture, size_of, use_h100};
 use common::*;
 use gpuledger::core::invoice::{Invoice, InvoiceDoc, LineKind, Period};
-use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{
     BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
-    GpuUsage, RateCard, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::{access, Ledger, StoreError};
@@ -69,30 +68,6 @@ fn contract() -> ContractRegistered {
     }
 }
 
-/// `hours` H100-hours of acme on node-1 (one GPU) from `start`, as record `seq`, logged at
-/// its end.
-fn use_h100(ledger: &Ledger, node: &ed25519_dalek::SigningKey, seq: u64, start: &str, hours: i64) {
-    let start = t(start);
-    let end = start.plus(hours * 3600);
-    ledger.set_clock(Some(end));
-    let body = Body::GpuUsage(GpuUsage {
-        tenant: "acme".into(),
-        lease: Some(gpuledger::sample::lease("acme")),
-        region: "west".into(),
-        node: "node-1".into(),
-        gpu_model: "H100".into(),
-        gpu_count: dec("1"),
-        start,
-        end,
-        gpu_seconds: dec(&(hours * 3600).to_string()),
-    });
-    assert_accepted(
-        &ledger
-            .append(vec![signed("node-1", node, seq, &body)])
-            .unwrap(),
-    );
-}
-
 /// Half-even rounding of `num / den` cents (both non-negative): the test's own arithmetic.
 fn cents(num: i128, den: i128) -> i128 {
     let (q, r) = (num / den, num % den);
@@ -114,14 +89,6 @@ fn lines_of(inv: &Invoice) -> Vec<(&'static str, String, String)> {
         .collect()
 }
 
-/// The log's size.
-fn size_of(ledger: &Ledger) -> u64 {
-    ledger
-        .reads()
-        .run(|c| Ok(gpuledger::store::read::head(c)?.0))
-        .unwrap()
-}
-
 /// The reason and field of a refused ledger entry.
 fn refused(r: Result<u64, StoreError>) -> String {
     match r {
@@ -135,37 +102,9 @@ both_backends!(
     a_yearly_contract_bills_fees_and_its_commitment,
     |db: &TestDb| {
         let ledger = open_at(db, t("2027-01-01T00:00:00Z"));
-        ensure_node_in(&ledger, "node-1", "west");
-        let node = signer_for(
-            &ledger,
-            "node-1",
-            gpuledger::core::record::Role::Node,
-            &["node-1"],
-        );
-        ledger
-            .append_ledger_entry(Body::TenantRegistered(TenantRegistered {
-                tenant: "acme".into(),
-            }))
-            .unwrap();
+        let node = acme_on_h100(&ledger);
         ledger
             .with_account_writer(|c| access::create_tenant(c, "acme", "acme").map(|_| ()))
-            .unwrap();
-        lease_with(
-            &ledger,
-            &gpuledger::sample::lease("acme"),
-            "acme",
-            LeaseClass::OnDemand,
-            &[("node-1", "H100", 2)],
-        );
-        ledger
-            .append_ledger_entry(Body::RateCard(RateCard {
-                region: "west".into(),
-                gpu_model: "H100".into(),
-                lease_class: LeaseClass::OnDemand,
-                currency: "CNY".into(),
-                price_per_gpu_hour: dec("18.5"),
-                effective_from: t("2027-01-01T00:00:00Z"),
-            }))
             .unwrap();
 
         // Refused, each with its reason, writing nothing.
@@ -321,46 +260,7 @@ both_backends!(
         // The January invoice and its bundle are the committed fixture that verifiers/python
         // rechecks the contract lines of (tests/fixtures/contract; the same bytes on either
         // database: a set clock and fixed keys). GPULEDGER_WRITE_ARTEFACTS=<dir> rewrites it.
-        let (json, _) = gpuledger::store::invoices::invoice_json(inv).unwrap();
-        let mut bundle = Vec::new();
-        ledger
-            .reads()
-            .run(|c| {
-                gpuledger::store::invoices::write_invoice_bundle_as(
-                    c,
-                    &InvoiceDoc::from(inv.clone()),
-                    gpuledger::core::bundle::Format::V3,
-                    &mut |l| {
-                        bundle.extend_from_slice(&l);
-                        Ok(())
-                    },
-                )
-            })
-            .unwrap();
-        let vkey =
-            gpuledger::core::checkpoint::LogSigner::new(gpuledger::sample::ORIGIN, log_key())
-                .unwrap()
-                .verifier_key();
-        let fixture =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/contract");
-        if let Ok(out) = std::env::var("GPULEDGER_WRITE_ARTEFACTS") {
-            let out = std::path::Path::new(&out);
-            std::fs::create_dir_all(out).unwrap();
-            std::fs::write(out.join("invoice.json"), &json).unwrap();
-            std::fs::write(out.join("bundle.ndjson"), &bundle).unwrap();
-            std::fs::write(out.join("verifier_key.txt"), format!("{vkey}\n")).unwrap();
-        } else {
-            assert_eq!(
-                std::fs::read_to_string(fixture.join("invoice.json")).unwrap(),
-                json,
-                "tests/fixtures/contract/invoice.json is what the ledger issues"
-            );
-            assert_eq!(
-                std::fs::read(fixture.join("bundle.ndjson")).unwrap(),
-                bundle,
-                "tests/fixtures/contract/bundle.ndjson is the invoice's bundle"
-            );
-        }
+        invoice_fixture(&ledger, inv, "tests/fixtures/contract");
 
         // Offline: each recomputes from its bundle, which carries the contract.
         for inv in [inv, inv2] {

@@ -839,6 +839,8 @@ fn text_a_spreadsheet_would_run_is_neutralised_and_credits_stay_numbers() {
         total: t.gross,
         excluded: Vec::new(),
         commitments: Vec::new(),
+        prepaid: Vec::new(),
+        amount_due: None,
     };
     let mut rows = invoice_rows(&inv, &Context::default()).unwrap();
     rows.push(

@@ -137,6 +137,8 @@ fn golden() -> Invoice {
         total: Decimal::ZERO,
         excluded: Vec::new(),
         commitments: Vec::new(),
+        prepaid: Vec::new(),
+        amount_due: None,
     };
     settle_totals(&mut inv);
     inv
@@ -388,6 +390,80 @@ fn excluded_records_are_listed_on_the_pdf() {
             "{needle:?} not in the PDF text:\n{text}"
         );
     }
+}
+
+/// An invoice its tenant's prepaid lots paid part of (docs/RATING.md, "Prepaid balances"):
+/// the PDF lists each draw under the totals, then the amount due, which "How to pay" asks
+/// for; the CSV adds a `prepaid` row per draw and an `amount_due` row after the total.
+#[test]
+fn prepaid_draws_and_the_amount_due_show_on_the_pdf_and_csv() {
+    use gpuledger::core::prepaid::PrepaidDraw;
+    use gpuledger::core::record::PrepaymentSource;
+    let mut inv = golden();
+    inv.prepaid = vec![
+        PrepaidDraw {
+            prepayment: "PROMO-2027".into(),
+            source: PrepaymentSource::Grant,
+            amount: dec("50.00"),
+        },
+        PrepaidDraw {
+            prepayment: "=TOPUP-1".into(),
+            source: PrepaymentSource::Purchase,
+            amount: dec("100.00"),
+        },
+    ];
+    inv.amount_due = Some(dec("47.58"));
+    let text = pdf_text(&to_pdf(&doc(&inv), &notes()).unwrap()).1;
+    for needle in [
+        "Paid from prepaid balance (PROMO-2027, CNY)",
+        "-50.00",
+        "Paid from prepaid balance (=TOPUP-1, CNY)",
+        "-100.00",
+        "Amount due (CNY)",
+        "47.58 CNY, due by",
+    ] {
+        assert!(
+            text.contains(needle),
+            "{needle:?} not in the PDF text:\n{text}"
+        );
+    }
+    let zh = PdfNotes {
+        lang: Some(Lang::ZhCn),
+        ..notes()
+    };
+    let text = pdf_text(&to_pdf(&doc(&inv), &zh).unwrap()).1;
+    for needle in ["预付余额抵扣", "应付金额", "应付 47.58 CNY"] {
+        assert!(
+            text.contains(needle),
+            "{needle:?} not in the PDF text:\n{text}"
+        );
+    }
+    let csv_bytes = to_csv(&doc(&inv));
+    let mut reader = csv::Reader::from_reader(csv_bytes.as_slice());
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let col = |name: &str| CSV_HEADER.iter().position(|h| *h == name).unwrap();
+    let tail: Vec<(String, String, String, String)> = rows[rows.len() - 3..]
+        .iter()
+        .map(|r| {
+            (
+                r[col("kind")].to_owned(),
+                r[col("description")].to_owned(),
+                r[col("class")].to_owned(),
+                r[col("gross")].to_owned(),
+            )
+        })
+        .collect();
+    let row = |k: &str, d: &str, c: &str, g: &str| (k.into(), d.into(), c.into(), g.into());
+    assert_eq!(
+        tail,
+        [
+            row("prepaid", "PROMO-2027", "grant", "-50.00"),
+            // A reference a spreadsheet would run is written as text.
+            row("prepaid", "'=TOPUP-1", "purchase", "-100.00"),
+            row("amount_due", "", "", "47.58"),
+        ]
+    );
+    assert_eq!(&rows[rows.len() - 4][col("kind")], "total");
 }
 
 /// A tenant with a Chinese name and address: the CJK font is embedded (a subset, not 4 MB),

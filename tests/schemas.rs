@@ -158,6 +158,7 @@ fn schemas_are_valid_2020_12_and_named_by_their_id() {
         "node_registered.v3.json",
         "node_updated.v3.json",
         "payment.v3.json",
+        "prepayment.v3.json",
         "rate_card.v3.json",
         "record_excluded.v3.json",
         "region_params.v3.json",
@@ -211,7 +212,7 @@ fn every_vector_validates() {
     }
     assert_eq!(seen, 9, "three kinds × body, envelope, leaf");
     let leaves = log_leaves();
-    assert_eq!(leaves.len(), 15);
+    assert_eq!(leaves.len(), 16);
     for (i, leaf) in leaves.iter().enumerate() {
         assert!(schema_valid("leaf", leaf), "log entry {i}");
         assert!(schema_valid("envelope", &leaf["envelope"]), "log entry {i}");
@@ -820,6 +821,66 @@ fn contract_registered_bodies_agree_with_their_schema() {
     assert_all_agree(&failures);
     let b = Body::from_value(Kind::ContractRegistered, &c).unwrap();
     assert_eq!(b.to_value(), c);
+}
+
+/// The ledger-written `prepayment` body (docs/PROTOCOL.md §5.20): the schema and
+/// `Body::from_value` agree on its shape, source words, the amount's grammar and the
+/// reference's length; a zero amount, one above 10^12 and more digits than the currency's
+/// minor unit are beyond the schema.
+#[test]
+fn prepayment_bodies_agree_with_their_schema() {
+    use gpuledger::core::record::{Body, Kind};
+    let p = json!({"tenant": "acme", "reference": "TOPUP-2027-0042", "source": "purchase",
+                   "currency": "CNY", "amount": "5000.00", "expires_at": "2028-01-01T00:00:00Z"});
+    let with = |k: &str, v: Value| {
+        let mut b = p.clone();
+        b[k] = v;
+        b
+    };
+    let without = |k: &str| {
+        let mut b = p.clone();
+        b.as_object_mut().unwrap().remove(k);
+        b
+    };
+    const RANGE: Result<(), Reason> = Err(Reason::QuantityOutOfRange);
+    type BodyCase = (&'static str, Value, Result<(), Reason>, bool);
+    #[rustfmt::skip]
+    let cases: Vec<BodyCase> = vec![
+        ("valid top-up",               p.clone(), Ok(()), true),
+        ("never expires",              without("expires_at"), Ok(()), true),
+        ("a grant",                    with("source", json!("grant")), Ok(()), true),
+        ("a gift",                     with("source", json!("gift")), INVALID, true),
+        ("no reference",               without("reference"), MALFORMED, true),
+        ("empty reference",            with("reference", json!("")), INVALID, true),
+        ("129-byte reference",         with("reference", json!("r".repeat(129))), INVALID, true),
+        ("reference with a space",     with("reference", json!(" TOPUP")), INVALID, true),
+        ("amount with 5 decimals",     with("amount", json!("1.00001")), INVALID, true),
+        ("amount as a number",         with("amount", json!(5000)), MALFORMED, true),
+        ("expires_at null",            with("expires_at", Value::Null), MALFORMED, true),
+        ("an extra member",            with("contract", json!("C-1")), MALFORMED, true),
+        ("currency in lower case",     with("currency", json!("cny")), INVALID, true),
+        // Beyond the schema.
+        ("zero amount",                with("amount", json!("0")), RANGE, false),
+        ("amount above 10^12",         with("amount", json!("1000000000001")), RANGE, false),
+        ("3 decimals in CNY",          with("amount", json!("10.001")), INVALID, false),
+        ("2 decimals in JPY",          with("currency", json!("JPY")), INVALID, false),
+    ];
+    let mut failures = Vec::new();
+    for (name, body, expect, expressed) in cases {
+        let schema = schema_valid("prepayment", &body);
+        let rust = Body::from_value(Kind::Prepayment, &body)
+            .map(|_| ())
+            .map_err(|r| r.reason);
+        let env = json!({"v": 3, "kind": "prepayment", "signer": "ledger", "key_id": "0123456789abcdef",
+                         "seq": 1, "body": body, "sig": base64_of(&[0u8; 64])});
+        if schema_valid("envelope", &env) != schema {
+            failures.push(format!("{name}: the envelope schema says {}", !schema));
+        }
+        failures.extend(disagreement(name, schema, rust, expect, expressed));
+    }
+    assert_all_agree(&failures);
+    let b = Body::from_value(Kind::Prepayment, &p).unwrap();
+    assert_eq!(b.to_value(), p);
 }
 
 /// The ledger-written `node_registered` body (docs/PROTOCOL.md §5.16): for shape cases the body

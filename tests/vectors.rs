@@ -19,8 +19,8 @@ use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{
     BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, Energy, FeeCategory,
     FeeTiming, GpuUsage, LeaseNode, LeaseRegistered, LogPolicy, MigInstances, MigLayout, NodeGpu,
-    NodeRegistered, NodeUpdated, Role, SignerKeyRegistered, SignerKeyRevoked, SpotPrice,
-    TenantRegistered,
+    NodeRegistered, NodeUpdated, Prepayment, PrepaymentSource, Role, SignerKeyRegistered,
+    SignerKeyRevoked, SpotPrice, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use rust_decimal::Decimal;
@@ -51,7 +51,7 @@ const DETAILED: [(&str, u64); 3] = [("gpu_usage", 7), ("energy", 8), ("spot_pric
 /// are made over).
 const GPU_USAGE_INDEX: usize = DETAILED[0].1 as usize;
 /// Entries in the vector log.
-const LOG_SIZE: u64 = 15;
+const LOG_SIZE: u64 = 16;
 /// Inclusion proofs (leaf index, tree size) and consistency proofs (old size, new size).
 const INCLUSIONS: [(u64, u64); 3] = [(2, 7), (6, 7), (0, 1)];
 const CONSISTENCIES: [(u64, u64); 3] = [(3, 7), (4, 7), (7, 7)];
@@ -300,6 +300,21 @@ fn log_specs() -> Vec<EntrySpec> {
                 commitment: Some("5000".parse().unwrap()),
             }),
             received_at: "2026-11-30T12:12:00Z",
+        },
+        // tenant-acme's top-up, to the end of 2027 (§5.20).
+        EntrySpec {
+            signer: LEDGER_SIGNER,
+            seed: LOG_SEED,
+            seq: 12,
+            body: Body::Prepayment(Prepayment {
+                tenant: "tenant-acme".into(),
+                reference: "TOPUP-2027-0042".into(),
+                source: PrepaymentSource::Purchase,
+                currency: "CNY".into(),
+                amount: "5000.00".parse().unwrap(),
+                expires_at: Some(Timestamp::parse("2028-01-01T00:00:00Z").unwrap()),
+            }),
+            received_at: "2026-11-30T12:13:00Z",
         },
     ]
 }

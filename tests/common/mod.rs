@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod billing;
 pub mod cluster;
 pub mod forge;
 pub mod http;

@@ -150,6 +150,7 @@ pub fn check_parties(body: &Body, index: u64, parties: &dyn Parties) -> Result<(
         Body::CertificateIssued(c) => Some(&c.tenant),
         Body::RecordExcluded(x) => Some(&x.tenant),
         Body::ContractRegistered(c) => Some(&c.tenant),
+        Body::Prepayment(p) => Some(&p.tenant),
         _ => None,
     };
     if let Some(t) = tenant {
@@ -681,6 +682,7 @@ pub struct Registry {
     settlements: Settlements,
     disputes: super::dispute::Disputes,
     contracts: super::contract::ContractBook,
+    prepaid: super::prepaid::PrepaidBook,
 }
 
 impl Parties for Registry {
@@ -710,6 +712,7 @@ impl Registry {
             settlements: Settlements::default(),
             disputes: super::dispute::Disputes::whole_log(),
             contracts: Default::default(),
+            prepaid: Default::default(),
         }
     }
 
@@ -806,6 +809,7 @@ impl Registry {
         let policy = self.policy_at(index);
         check_time(body, received_at, &policy)?;
         self.contracts.check(body, received_at, &policy)?;
+        self.prepaid.check(body, received_at)?;
         self.spot.check(index, body)?;
         // The stream was computed once, when the envelope was checked.
         if let Some((stream, start, end)) = &checked.stream {
@@ -909,6 +913,7 @@ impl Registry {
         self.fleet.apply(index, body);
         self.spot.apply(index, body);
         self.contracts.apply(index, body);
+        self.prepaid.apply(index, body);
         self.prices.apply(index, body);
         self.settlements.apply(index, body);
         self.disputes.apply(index, body);

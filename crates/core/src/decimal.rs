@@ -115,6 +115,46 @@ pub fn serialize<S: serde::Serializer>(d: &Decimal, s: S) -> Result<S::Ok, S::Er
     s.serialize_str(&to_canonical(*d))
 }
 
+/// Amounts: every digit of the currency's minor unit (`148.00`), read with their scale.
+pub mod money_str {
+    use rust_decimal::Decimal;
+    /// Writes the amount as it is (its scale kept).
+    pub fn serialize<S: serde::Serializer>(d: &Decimal, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(d)
+    }
+    /// Reads an amount string, keeping its scale.
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Decimal, D::Error> {
+        let s: String = serde::Deserialize::deserialize(d)?;
+        if s.is_empty()
+            || !s
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-')
+        {
+            return Err(serde::de::Error::custom(format!("not an amount: {s:?}")));
+        }
+        s.parse::<Decimal>().map_err(serde::de::Error::custom)
+    }
+}
+
+/// An optional amount as [`money_str`] spells it (absent members are skipped by the field's
+/// `skip_serializing_if`).
+pub mod money_str_option {
+    use rust_decimal::Decimal;
+    /// Writes the amount as it is (its scale kept).
+    pub fn serialize<S: serde::Serializer>(d: &Option<Decimal>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::money_str::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+    /// Reads an amount string, keeping its scale.
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Decimal>, D::Error> {
+        super::money_str::deserialize(d).map(Some)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -701,6 +701,18 @@ pub struct Invoice {
     /// "Contracts"); absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub commitments: Vec<Commitment>,
+    /// What the tenant's prepaid lots paid of `total`, in drawing order (docs/RATING.md,
+    /// "Prepaid balances"); absent when nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prepaid: Vec<crate::prepaid::PrepaidDraw>,
+    /// `total` − Σ `prepaid`: what is left to pay; absent when nothing was drawn.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::decimal::money_str_option"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::decimal::DecimalString>))]
+    pub amount_due: Option<Decimal>,
 }
 
 /// A record left out of an invoice by a `record_excluded` entry: its log index and the
@@ -962,24 +974,7 @@ mod opt_decimal_str {
     }
 }
 
-/// Amounts: every digit of the currency's minor unit (`148.00`), read with their scale.
-mod money_str {
-    use rust_decimal::Decimal;
-    pub fn serialize<S: serde::Serializer>(d: &Decimal, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(d)
-    }
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Decimal, D::Error> {
-        let s: String = serde::Deserialize::deserialize(d)?;
-        if s.is_empty()
-            || !s
-                .bytes()
-                .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-')
-        {
-            return Err(serde::de::Error::custom(format!("not an amount: {s:?}")));
-        }
-        s.parse::<Decimal>().map_err(serde::de::Error::custom)
-    }
-}
+use crate::decimal::money_str;
 
 /// Rated lines of one group (the period's, or one earlier period's late records).
 fn rated_lines(lines: Vec<Line>, adjustment_for: Option<Period>) -> Vec<RatedLine> {
@@ -1004,6 +999,8 @@ pub struct InvoiceCheck {
     excluded: BTreeMap<u64, String>,
     /// The tenant's contracts in the context.
     contracts: Vec<ContractRegistered>,
+    /// The tenant's prepaid lots and what its earlier invoices drew from them.
+    prepaid: crate::prepaid::PrepaidBook,
     /// Set by the first record: the scope is known once the context (the earlier invoices)
     /// has been read.
     rating: Option<InvoiceRating>,
@@ -1034,6 +1031,7 @@ impl InvoiceCheck {
             earlier: Vec::new(),
             excluded: BTreeMap::new(),
             contracts: Vec::new(),
+            prepaid: Default::default(),
             rating: None,
         })
     }
@@ -1087,7 +1085,16 @@ impl InvoiceCheck {
                     l.tax_rate = claimed.tax_rate;
                 }
                 let t = apply_tax(&mut lines, &c);
+                let prepaid = self.prepaid.draws(
+                    &inv.tenant,
+                    &c,
+                    t.gross,
+                    inv.checkpoint_size,
+                    inv.period.to,
+                );
                 let recomputed = Invoice {
+                    amount_due: crate::prepaid::amount_due(t.gross, &prepaid, &c),
+                    prepaid,
                     lines,
                     excluded: std::mem::take(&mut rated.excluded),
                     commitments: contract.commitments,
@@ -1141,7 +1148,14 @@ fn first_difference(a: &serde_json::Value, b: &serde_json::Value) -> Option<Stri
         });
     }
     // Totals first (the fields the rules compute), then any other member.
-    let order = ["net_total", "tax_total", "total", "due_at"];
+    let order = [
+        "net_total",
+        "tax_total",
+        "total",
+        "due_at",
+        "prepaid",
+        "amount_due",
+    ];
     let (Value::Object(x), Value::Object(y)) = (a, b) else {
         return Some("invoice".into());
     };
@@ -1169,7 +1183,7 @@ impl super::bundle::Subject for InvoiceCheck {
 
     fn context(
         &mut self,
-        _index: u64,
+        index: u64,
         body: &super::record::Body,
     ) -> Result<(), super::bundle::Failure> {
         use super::record::Body;
@@ -1177,6 +1191,7 @@ impl super::bundle::Subject for InvoiceCheck {
             Body::InvoiceIssued(i)
                 if i.tenant == self.invoice.tenant() && i.number != self.invoice.number() =>
             {
+                self.prepaid.apply(index, body);
                 let p = Period {
                     from: i.period_from,
                     to: i.period_to,
@@ -1188,6 +1203,9 @@ impl super::bundle::Subject for InvoiceCheck {
             }
             Body::ContractRegistered(c) if c.tenant == self.invoice.tenant() => {
                 self.contracts.push(c.clone());
+            }
+            Body::Prepayment(p) if p.tenant == self.invoice.tenant() => {
+                self.prepaid.apply(index, body);
             }
             b => self.book.add_entry(b),
         }

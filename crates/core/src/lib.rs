@@ -27,6 +27,7 @@ pub mod logcheck;
 pub mod merkle;
 pub mod multiproof;
 pub mod outcome;
+pub mod prepaid;
 pub mod rating;
 pub mod record;
 pub mod rejection;

@@ -38,6 +38,16 @@ pub fn minor_units(currency: &str) -> u32 {
     }
 }
 
+/// An amount with at least the currency's minor-unit digits (`100.00`, not `100`): padded,
+/// never rounded, so an amount with more digits keeps them all.
+pub fn pad_amount(mut amount: Decimal, currency: &str) -> Decimal {
+    let units = minor_units(currency);
+    if amount.scale() < units {
+        amount.rescale(units);
+    }
+    amount
+}
+
 /// Rounds an exact amount half-even to the currency's minor unit, keeping exactly that many
 /// digits after the point (`148.00`, not `148`).
 pub fn round_amount(amount: Decimal, currency: &str) -> Decimal {

@@ -21,10 +21,49 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
+/// Declares a closed set of wire words: the enum, its spelling and a reader that names the
+/// field it refuses (`invalid_field`).
+macro_rules! words {
+    ($(#[$attr:meta])* pub enum $name:ident { $($(#[$vattr:meta])* $variant:ident = $wire:literal,)* }) => {
+        $(#[$attr])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name {
+            $($(#[$vattr])* $variant,)*
+        }
+
+        impl $name {
+            /// Every word, in order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            /// The wire word.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $wire,)*
+                }
+            }
+
+            fn read(field: &str, s: &str) -> Result<Self, Rejection> {
+                Self::ALL.iter().copied().find(|w| w.as_str() == s).ok_or_else(|| {
+                    let words: Vec<&str> = Self::ALL.iter().map(|w| w.as_str()).collect();
+                    Rejection::field(
+                        Reason::InvalidField,
+                        field,
+                        format!("must be one of {}", words.join(", ")),
+                    )
+                })
+            }
+        }
+    };
+}
+
 mod contract;
+mod prepayment;
 pub use contract::{
     BillingAnchor, BillingPeriod, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
 };
+pub use prepayment::{Prepayment, PrepaymentSource};
 
 /// How a lease is billed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -98,11 +137,14 @@ pub enum Kind {
     /// A tenant's contract: fixed fees per billing period, one-off charges, a minimum spend
     /// (written by the ledger).
     ContractRegistered,
+    /// Money a tenant paid ahead, or credit it was granted, that its invoices draw down
+    /// (written by the ledger).
+    Prepayment,
 }
 
 impl Kind {
     /// All kinds, in a fixed order.
-    pub const ALL: [Kind; 20] = [
+    pub const ALL: [Kind; 21] = [
         Kind::GpuUsage,
         Kind::Energy,
         Kind::SpotPrice,
@@ -123,6 +165,7 @@ impl Kind {
         Kind::RecordExcluded,
         Kind::NodeUpdated,
         Kind::ContractRegistered,
+        Kind::Prepayment,
     ];
 
     /// The wire name.
@@ -148,6 +191,7 @@ impl Kind {
             Kind::RecordExcluded => "record_excluded",
             Kind::NodeUpdated => "node_updated",
             Kind::ContractRegistered => "contract_registered",
+            Kind::Prepayment => "prepayment",
         }
     }
 
@@ -177,7 +221,8 @@ impl Kind {
             | Kind::NodeRegistered
             | Kind::RecordExcluded
             | Kind::NodeUpdated
-            | Kind::ContractRegistered => Role::Ledger,
+            | Kind::ContractRegistered
+            | Kind::Prepayment => Role::Ledger,
         }
     }
 }
@@ -872,6 +917,7 @@ bodies! {
     RecordExcluded(RecordExcluded),
     NodeUpdated(NodeUpdated),
     ContractRegistered(ContractRegistered),
+    Prepayment(Prepayment),
 }
 
 impl Body {
@@ -888,6 +934,7 @@ impl Body {
             Body::TenantRegistered(t) => Some(&t.tenant),
             Body::RecordExcluded(x) => Some(&x.tenant),
             Body::ContractRegistered(c) => Some(&c.tenant),
+            Body::Prepayment(p) => Some(&p.tenant),
             _ => None,
         }
     }

@@ -688,6 +688,8 @@ mod tests {
             total: t.gross,
             excluded: Vec::new(),
             commitments: Vec::new(),
+            prepaid: Vec::new(),
+            amount_due: None,
         }
     }
 

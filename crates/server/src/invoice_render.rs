@@ -379,6 +379,32 @@ fn write_csv(invoice: &Invoice) -> Result<Vec<u8>, csv::Error> {
     row.extend(std::iter::repeat_n(String::new(), 4)); // records, adjustment_for_*, excluded_entry
     debug_assert_eq!(row.len(), CSV_HEADER.len());
     w.write_record(&row)?;
+    // What the prepaid lots paid: one `prepaid` row per draw (the lot's reference in
+    // `description`, its source in `class`, the amount drawn, negative, in `gross`), then an
+    // `amount_due` row.
+    let tail = |kind: &str, description: String, class: &str, gross: String| {
+        let mut row: Vec<String> = common.to_vec();
+        row.push(kind.into());
+        row.push(description);
+        row.extend(std::iter::repeat_n(String::new(), 2)); // region, gpu_model
+        row.push(class.into());
+        row.extend(std::iter::repeat_n(String::new(), 10)); // quantity .. tax
+        row.push(gross);
+        row.extend(std::iter::repeat_n(String::new(), 4));
+        debug_assert_eq!(row.len(), CSV_HEADER.len());
+        row
+    };
+    for d in &invoice.prepaid {
+        w.write_record(tail(
+            "prepaid",
+            text(&d.prepayment),
+            d.source.as_str(),
+            money(-d.amount),
+        ))?;
+    }
+    if let Some(due) = invoice.amount_due {
+        w.write_record(tail("amount_due", String::new(), "", money(due)))?;
+    }
     w.into_inner().map_err(|e| e.into_error().into())
 }
 
@@ -467,6 +493,9 @@ struct Labels {
     net_total: &'static str,
     tax_total: &'static str,
     total: &'static str,
+    /// "Paid from prepaid balance": a draw of a prepaid lot, with the lot's reference.
+    prepaid: &'static str,
+    amount_due: &'static str,
     payment: &'static str,
     verify: &'static str,
     continued: &'static str,
@@ -501,6 +530,8 @@ const EN: Labels = Labels {
     net_total: "Net total",
     tax_total: "Tax total",
     total: "Total",
+    prepaid: "Paid from prepaid balance",
+    amount_due: "Amount due",
     payment: "How to pay",
     verify: "How to verify",
     continued: "(continued)",
@@ -534,6 +565,8 @@ const ZH: Labels = Labels {
     net_total: "不含税合计",
     tax_total: "税额合计",
     total: "价税合计",
+    prepaid: "预付余额抵扣",
+    amount_due: "应付金额",
     payment: "付款方式",
     verify: "如何验证",
     continued: "（续）",
@@ -1419,6 +1452,29 @@ impl Pages {
             self.text(&label, MARGIN_X, y, size, face);
             self.text_right(&money(amount), RIGHT, 90.0, size, face);
         }
+        // What the tenant's prepaid lots paid (docs/RATING.md, "Prepaid balances"), each lot
+        // by its reference, then what is left to pay.
+        for d in &invoice.prepaid {
+            self.ensure(LEADING + 4.0);
+            self.y -= LEADING + 2.0;
+            let y = self.y;
+            let label = format!("{} ({}, {cur})", l.prepaid, d.prepayment);
+            self.text(&label, MARGIN_X, y, 9.5, Face::Regular);
+            self.text_right(&money(-d.amount), RIGHT, 90.0, 9.5, Face::Regular);
+        }
+        if let Some(due) = invoice.amount_due {
+            self.ensure(LEADING + 4.0);
+            self.y -= LEADING + 2.0;
+            let y = self.y;
+            self.text(
+                &format!("{} ({cur})", l.amount_due),
+                MARGIN_X,
+                y,
+                11.0,
+                Face::Bold,
+            );
+            self.text_right(&money(due), RIGHT, 90.0, 11.0, Face::Bold);
+        }
         self.in_table = false;
         self.y -= 20.0;
     }
@@ -1442,7 +1498,8 @@ impl Pages {
         let lang = self.lang;
         let n = &invoice.number;
         let cur = &invoice.currency;
-        let total = money(invoice.total);
+        // What is left to pay once the prepaid lots paid their part.
+        let total = money(invoice.amount_due.unwrap_or(invoice.total));
         let base = notes
             .public_url
             .as_deref()

@@ -240,7 +240,7 @@ pub(crate) struct Context {
     /// Plans the tenant was on below the bundle's size (their volume tiers are context).
     plans: HashSet<String>,
     /// An invoice bundle also carries prices, plans, and the tenant's earlier invoices,
-    /// exclusions and contracts.
+    /// exclusions, contracts and prepaid lots.
     invoice: bool,
 }
 
@@ -292,13 +292,14 @@ impl Context {
                 Kind::InvoiceIssued,
                 Kind::RecordExcluded,
                 Kind::ContractRegistered,
+                Kind::Prepayment,
             ]);
         }
         k
     }
 
     /// Whether a context entry of one of [`Context::kinds`] goes in: the tenant's own
-    /// registration, leases, plans, invoices and exclusions; the volume tiers of its plans; the rest
+    /// registration, leases, plans, invoices, exclusions, contracts and lots; the volume tiers of its plans; the rest
     /// (keys, policies, public prices and region parameters) whole.
     pub(crate) fn keep(&self, body: &Body) -> bool {
         match body {
@@ -308,6 +309,7 @@ impl Context {
             Body::InvoiceIssued(i) => i.tenant == self.tenant,
             Body::RecordExcluded(x) => x.tenant == self.tenant,
             Body::ContractRegistered(c) => c.tenant == self.tenant,
+            Body::Prepayment(p) => p.tenant == self.tenant,
             Body::VolumeTiers(v) => self.plans.contains(&v.plan),
             _ => true,
         }

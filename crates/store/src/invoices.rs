@@ -629,7 +629,24 @@ pub(crate) fn issue(
         // Numbers are gapless per issuer (this log): the count of invoices, read under the
         // head lock, in the transaction that inserts the next ones.
         let count: i64 = invoices::table.count().get_result(conn)?;
-        let out = documents(draft, log.origin(), now, (size, root), count as usize)?;
+        let mut out = documents(draft, log.origin(), now, (size, root), count as usize)?;
+        // What the tenant's prepaid lots pay of each (one currency each, so one invoice's
+        // draws leave the others' lots as they are), by the rule verifiers recompute.
+        let lots = super::prepaid::book(conn, Some(&draft.tenant), app.next_index())?;
+        for invoice in &mut out {
+            invoice.prepaid = lots.draws(
+                &invoice.tenant,
+                &invoice.currency,
+                invoice.total,
+                invoice.checkpoint_size,
+                invoice.period.to,
+            );
+            invoice.amount_due = gpuledger_core::prepaid::amount_due(
+                invoice.total,
+                &invoice.prepaid,
+                &invoice.currency,
+            );
+        }
         for invoice in &out {
             record_invoice(conn, &mut app, log, invoice)?;
         }
@@ -715,6 +732,8 @@ fn documents(
             total: totals.gross,
             excluded: draft.excluded.clone(),
             commitments: p.commitments.clone(),
+            prepaid: Vec::new(),
+            amount_due: None,
         };
         assert!(
             invoice.is_consistent(),
@@ -863,14 +882,18 @@ pub struct Balance {
     /// Σ invoice totals (gross).
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub invoiced: Decimal,
+    /// Σ what the tenant's prepaid lots paid of its invoices (docs/RATING.md, "Prepaid
+    /// balances").
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
+    pub prepaid: Decimal,
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub paid: Decimal,
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub credited: Decimal,
-    /// invoiced − paid − credited: what the tenant owes (negative: in credit).
+    /// invoiced − prepaid − paid − credited: what the tenant owes (negative: in credit).
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub due: Decimal,
-    /// The tenant's credit: what was paid (and credited) above invoices' totals, accepted
+    /// The tenant's credit: what was paid (prepaid and credited) above invoices' totals, accepted
     /// explicitly as credit (`POST /v1/payments?excess=credit`), summed over its invoices.
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub credit: Decimal,
@@ -897,8 +920,9 @@ pub fn balances(conn: &mut DbConn, tenant: &str) -> Result<Balances, StoreError>
         .select(entries::idx)
         .load(conn)?;
     let mut out = Balances::default();
-    // Per invoice: (currency, total, paid + credited).
+    // Per invoice: (currency, total, prepaid + paid + credited).
     let mut per_invoice: BTreeMap<String, (String, Decimal, Decimal)> = BTreeMap::new();
+    let lots = super::prepaid::book(conn, Some(tenant), u64::MAX)?;
     for idx in idxs {
         match body_at(conn, idx)? {
             Body::InvoiceIssued(i) => {
@@ -906,8 +930,14 @@ pub fn balances(conn: &mut DbConn, tenant: &str) -> Result<Balances, StoreError>
                     .entry(i.currency.clone())
                     .or_default()
                     .invoiced += i.total;
+                let drawn = lots.drawn_by(tenant, &i.number);
+                out.by_currency
+                    .entry(i.currency.clone())
+                    .or_default()
+                    .prepaid += drawn;
                 let e = per_invoice.entry(i.number).or_default();
                 (e.0, e.1) = (i.currency, i.total);
+                e.2 += drawn;
             }
             Body::Payment(p) => {
                 out.by_currency.entry(p.currency).or_default().paid += p.amount;
@@ -931,10 +961,11 @@ pub fn balances(conn: &mut DbConn, tenant: &str) -> Result<Balances, StoreError>
     // Every figure with at least the currency's minor unit's digits (`0.00`, not `0`), as the
     // invoices and their accounts write amounts.
     for (c, b) in out.by_currency.iter_mut() {
-        b.due = b.invoiced - b.paid - b.credited;
+        b.due = b.invoiced - b.prepaid - b.paid - b.credited;
         let digits = gpuledger_core::rating::minor_units(c);
         for d in [
             &mut b.invoiced,
+            &mut b.prepaid,
             &mut b.paid,
             &mut b.credited,
             &mut b.due,
@@ -989,14 +1020,18 @@ pub struct InvoiceAccount {
     /// The invoice's total (gross), as its `invoice_issued` entry records it.
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub total: Decimal,
+    /// What the tenant's prepaid lots paid of it when it was issued (the invoice's `prepaid`
+    /// draws, docs/RATING.md "Prepaid balances").
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
+    pub prepaid: Decimal,
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub paid: Decimal,
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub credited: Decimal,
-    /// max(0, total − paid − credited).
+    /// max(0, total − prepaid − paid − credited).
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub balance_due: Decimal,
-    /// max(0, paid + credited − total): what became the tenant's credit.
+    /// max(0, prepaid + paid + credited − total): what became the tenant's credit.
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub excess: Decimal,
     pub status: AccountStatus,
@@ -1027,7 +1062,8 @@ pub fn account(
     };
     let mut settled = settlements(conn, Some(&tenant))?;
     let mine = settled.remove(number).unwrap_or_default();
-    Ok(account_of(&inv, tenant, mine, now))
+    let prepaid = super::prepaid::book(conn, Some(&tenant), u64::MAX)?.drawn_by(&tenant, number);
+    Ok(account_of(&inv, tenant, mine, prepaid, now))
 }
 
 /// The payment and credit-note entries of `tenant` (or of every tenant), by the invoice they
@@ -1070,14 +1106,17 @@ fn settlements(
     Ok(by_invoice)
 }
 
-/// The account of invoice `inv` (owned by `tenant`) with its `settlements`, as of `now`.
+/// The account of invoice `inv` (owned by `tenant`) with its `settlements` and what its
+/// tenant's prepaid lots paid of it, as of `now`.
 fn account_of(
     inv: &InvoiceIssued,
     tenant: String,
     settlements: Vec<SettlementView>,
+    prepaid: Decimal,
     now: Timestamp,
 ) -> InvoiceAccount {
     let zero = gpuledger_core::rating::round_amount(Decimal::ZERO, &inv.currency);
+    let prepaid = gpuledger_core::rating::pad_amount(prepaid, &inv.currency);
     let (mut paid, mut credited) = (zero, zero);
     for s in &settlements {
         match s.kind.as_str() {
@@ -1085,7 +1124,7 @@ fn account_of(
             _ => credited += s.amount,
         }
     }
-    let open = inv.total - paid - credited;
+    let open = inv.total - prepaid - paid - credited;
     let status = match open.cmp(&Decimal::ZERO) {
         std::cmp::Ordering::Greater => AccountStatus::Open,
         std::cmp::Ordering::Equal => AccountStatus::Paid,
@@ -1096,6 +1135,7 @@ fn account_of(
         tenant,
         currency: inv.currency.clone(),
         total: inv.total,
+        prepaid,
         paid,
         credited,
         balance_due: open.max(Decimal::ZERO) + zero,
@@ -1118,11 +1158,14 @@ pub struct InvoiceSummary {
     /// The invoice's total (gross).
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub total: Decimal,
+    /// What the tenant's prepaid lots paid of it.
+    #[schema(value_type = gpuledger_core::decimal::DecimalString)]
+    pub prepaid: Decimal,
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub paid: Decimal,
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub credited: Decimal,
-    /// max(0, total − paid − credited).
+    /// max(0, total − prepaid − paid − credited).
     #[schema(value_type = gpuledger_core::decimal::DecimalString)]
     pub balance_due: Decimal,
     pub status: AccountStatus,
@@ -1172,6 +1215,7 @@ pub fn list_page(
     let rows: Vec<(String, String, String, i64, i64, i64)> = q.load(conn)?;
     let mut issued = issued_entries(conn, tenant)?;
     let mut settled = settlements(conn, tenant)?;
+    let lots = super::prepaid::book(conn, tenant, u64::MAX)?;
     let ts = |x: i64| {
         Timestamp::from_unix(x)
             .map(|t| t.to_string())
@@ -1187,6 +1231,7 @@ pub fn list_page(
                 &inv,
                 tenant.clone(),
                 settled.remove(&number).unwrap_or_default(),
+                lots.drawn_by(&tenant, &number),
                 now,
             );
             Ok(InvoiceSummary {
@@ -1197,6 +1242,7 @@ pub fn list_page(
                 period_to: ts(t),
                 entry_index: i as u64,
                 total: a.total,
+                prepaid: a.prepaid,
                 paid: a.paid,
                 credited: a.credited,
                 balance_due: a.balance_due,

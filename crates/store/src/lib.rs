@@ -22,6 +22,7 @@ pub mod idempotency;
 pub mod invoices;
 pub mod issuance;
 pub mod ledger;
+pub mod prepaid;
 pub mod pricing;
 pub mod read;
 pub mod reads;

@@ -631,6 +631,20 @@ pub fn certificate_documents(
         .load(conn)?)
 }
 
+/// When the entry at `index` was received (`NotFound` beyond the log).
+pub fn received_at(
+    conn: &mut DbConn,
+    index: u64,
+) -> Result<gpuledger_core::time::Timestamp, StoreError> {
+    let t: Option<i64> = entries::table
+        .find(index.min(i64::MAX as u64) as i64)
+        .select(entries::received_at)
+        .first(conn)
+        .optional()?;
+    t.and_then(gpuledger_core::time::Timestamp::from_unix)
+        .ok_or_else(|| StoreError::NotFound(format!("entry {index}")))
+}
+
 /// When the log's last entry was received, if it has any.
 pub fn last_received_at(
     conn: &mut DbConn,

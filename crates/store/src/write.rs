@@ -933,6 +933,19 @@ fn admit_ledger_entry(conn: &mut DbConn, app: &Appender, body: &Body) -> Result<
         book.check(body, app.received_at, &policy)
             .map_err(refusal)?;
     }
+    if let Body::Prepayment(p) = body {
+        // The prepayment rules (core::prepaid::PrepaidBook) on the tenant's lots below
+        // `size`. A reference sent again is the top-up recorded already: a conflict that
+        // names its entry.
+        let book = super::prepaid::book(conn, Some(&p.tenant), size)?;
+        book.check(body, app.received_at)
+            .map_err(|r| match r.reason {
+                gpuledger_core::rejection::Reason::ReferenceUsed => {
+                    StoreError::AlreadyExists(r.message)
+                }
+                _ => refusal(r),
+            })?;
+    }
     if let Some(from) = admission::price_effective_from(body) {
         // No price takes effect in the past (beyond the policy's skew) or inside an invoiced
         // period: the spot rules, for the ledger's own prices.
@@ -1248,6 +1261,7 @@ pub(crate) fn ledger_entry(
             | Body::NodeUpdated(_)
             | Body::RecordExcluded(_)
             | Body::ContractRegistered(_)
+            | Body::Prepayment(_)
     ) {
         return Err(StoreError::Refused(format!(
             "{} entries are not written this way",

@@ -122,6 +122,8 @@ impl InvoiceV1 {
             total: self.total,
             excluded: Vec::new(),
             commitments: Vec::new(),
+            prepaid: Vec::new(),
+            amount_due: None,
         }
     }
 }

@@ -10,43 +10,6 @@ use crate::time::Timestamp;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
-/// Declares a closed set of wire words: the enum, its spelling and a reader that names the
-/// field it refuses (`invalid_field`).
-macro_rules! words {
-    ($(#[$attr:meta])* pub enum $name:ident { $($(#[$vattr:meta])* $variant:ident = $wire:literal,)* }) => {
-        $(#[$attr])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-        #[serde(rename_all = "snake_case")]
-        pub enum $name {
-            $($(#[$vattr])* $variant,)*
-        }
-
-        impl $name {
-            /// Every word, in order.
-            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
-
-            /// The wire word.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($name::$variant => $wire,)*
-                }
-            }
-
-            fn read(field: &str, s: &str) -> Result<Self, Rejection> {
-                Self::ALL.iter().copied().find(|w| w.as_str() == s).ok_or_else(|| {
-                    let words: Vec<&str> = Self::ALL.iter().map(|w| w.as_str()).collect();
-                    Rejection::field(
-                        Reason::InvalidField,
-                        field,
-                        format!("must be one of {}", words.join(", ")),
-                    )
-                })
-            }
-        }
-    };
-}
-
 words! {
     /// How long a contract's billing period is.
     pub enum BillingPeriod {
@@ -196,7 +159,7 @@ pub(super) struct ContractWire {
 }
 
 /// An amount above 0 (`quantity_out_of_range` at 0).
-fn positive_money(field: &str, s: &str) -> Result<Decimal, Rejection> {
+pub(super) fn positive_money(field: &str, s: &str) -> Result<Decimal, Rejection> {
     let d = money(field, s)?;
     if d.is_zero() {
         return Err(Rejection::field(

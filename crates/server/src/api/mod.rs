@@ -20,6 +20,7 @@ pub mod limits;
 pub mod log;
 pub mod ops;
 pub mod paging;
+pub mod prepayments;
 pub mod pricing;
 pub mod records;
 pub mod tiles;
@@ -448,6 +449,8 @@ fn v1_routes(cfg: &mut ServiceConfig) {
         .service(fleet::post_node_update)
         .service(contracts::post_contract)
         .service(contracts::get_contracts)
+        .service(prepayments::post_prepayment)
+        .service(prepayments::get_prepayments)
         .service(pricing::post_volume_tiers)
         .service(pricing::post_tenant_plan)
         .service(pricing::get_prices)

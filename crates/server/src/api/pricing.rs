@@ -413,6 +413,14 @@ pub struct CurrencyLines {
     /// The commitments of the tenant's contracts in this currency over the billing periods
     /// the period wholly holds (docs/RATING.md, "Contracts"); empty when none.
     pub commitments: Vec<gpuledger_core::invoice::Commitment>,
+    /// What the tenant's prepaid lots would pay of `total` if the invoice were issued now, at
+    /// this log size (docs/RATING.md, "Prepaid balances"); absent when nothing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub prepaid: Vec<gpuledger_core::prepaid::PrepaidDraw>,
+    /// `total` − Σ `prepaid`; absent when nothing would be drawn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<gpuledger_core::decimal::DecimalString>)]
+    pub amount_due: Option<String>,
 }
 
 /// A draft invoice computed live from the log.
@@ -449,12 +457,14 @@ pub async fn get_preview(
     let (from, to) = super::period(&q.from, &q.to)?;
     let t = tenant.clone();
     let settings = state.ledger.invoicing();
-    let (size, (rater, excluded), contracts) = state
+    let (size, (rater, excluded), contracts, lots) = state
         .read(move |c| {
             gpuledger_store::access::require_tenant(c, &t)?;
             let size = gpuledger_store::read::head(c)?.0;
             let rated = pricing::rate_period(c, &t, from, to, size)?;
-            Ok((size, rated, gpuledger_store::read::contracts(c, &t, size)?))
+            let contracts = gpuledger_store::read::contracts(c, &t, size)?;
+            let lots = gpuledger_store::prepaid::book(c, Some(&t), size)?;
+            Ok((size, rated, contracts, lots))
         })
         .await?;
     let (mut by_currency, unpriced) = rater.finish();
@@ -481,7 +491,13 @@ pub async fn get_preview(
         )?;
         // A currency whose lines all have zero quantity would make no invoice.
         if !p.lines.is_empty() {
+            let prepaid = lots.draws(&tenant, &currency, p.totals.gross, size, to);
+            let amount_due =
+                gpuledger_core::prepaid::amount_due(p.totals.gross, &prepaid, &currency)
+                    .map(|d| d.to_string());
             currencies.push(CurrencyLines {
+                prepaid,
+                amount_due,
                 net_total: p.totals.net.to_string(),
                 tax_total: p.totals.tax.to_string(),
                 total: p.totals.gross.to_string(),

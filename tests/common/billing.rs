@@ -1,0 +1,119 @@
+//! A small billing world shared by the contract and prepaid tests (issue #28): node-1 in
+//! `west` with a node key, tenant acme leasing two of its H100s on demand at 18.50 CNY an
+//! hour from 2027-01-01, usage records of it, and the committed invoice fixtures that
+//! verifiers/python rechecks.
+
+use super::{assert_accepted, dec, ensure_node_in, lease_with, log_key, signed, signer_for};
+use ed25519_dalek::SigningKey;
+use gpuledger::core::invoice::{Invoice, InvoiceDoc};
+use gpuledger::core::rating::LeaseClass;
+use gpuledger::core::record::{Body, GpuUsage, RateCard, Role, TenantRegistered};
+use gpuledger::core::time::Timestamp;
+use gpuledger::store::Ledger;
+
+/// Registers node-1 in `west` (with its key, returned), tenant acme, its on-demand lease of
+/// two H100s of node-1, and the H100 rate card of 18.50 CNY an hour from 2027-01-01.
+pub fn acme_on_h100(ledger: &Ledger) -> SigningKey {
+    ensure_node_in(ledger, "node-1", "west");
+    let node = signer_for(ledger, "node-1", Role::Node, &["node-1"]);
+    ledger
+        .append_ledger_entry(Body::TenantRegistered(TenantRegistered {
+            tenant: "acme".into(),
+        }))
+        .unwrap();
+    lease_with(
+        ledger,
+        &gpuledger::sample::lease("acme"),
+        "acme",
+        LeaseClass::OnDemand,
+        &[("node-1", "H100", 2)],
+    );
+    ledger
+        .append_ledger_entry(Body::RateCard(RateCard {
+            region: "west".into(),
+            gpu_model: "H100".into(),
+            lease_class: LeaseClass::OnDemand,
+            currency: "CNY".into(),
+            price_per_gpu_hour: dec("18.5"),
+            effective_from: Timestamp::parse("2027-01-01T00:00:00Z").unwrap(),
+        }))
+        .unwrap();
+    node
+}
+
+/// `hours` H100-hours of acme on node-1 (one GPU) from `start`, as record `seq`, logged at
+/// its end (the ledger's clock is set there).
+pub fn use_h100(ledger: &Ledger, node: &SigningKey, seq: u64, start: &str, hours: i64) {
+    let start = Timestamp::parse(start).unwrap();
+    let end = start.plus(hours * 3600);
+    ledger.set_clock(Some(end));
+    let body = Body::GpuUsage(GpuUsage {
+        tenant: "acme".into(),
+        lease: Some(gpuledger::sample::lease("acme")),
+        region: "west".into(),
+        node: "node-1".into(),
+        gpu_model: "H100".into(),
+        gpu_count: dec("1"),
+        start,
+        end,
+        gpu_seconds: dec(&(hours * 3600).to_string()),
+    });
+    assert_accepted(
+        &ledger
+            .append(vec![signed("node-1", node, seq, &body)])
+            .unwrap(),
+    );
+}
+
+/// The log's size.
+pub fn size_of(ledger: &Ledger) -> u64 {
+    ledger
+        .reads()
+        .run(|c| Ok(gpuledger::store::read::head(c)?.0))
+        .unwrap()
+}
+
+/// A committed invoice fixture (`dir`, relative to the repository: `invoice.json`,
+/// `bundle.ndjson`, `verifier_key.txt`): with `GPULEDGER_WRITE_ARTEFACTS=<dir>` set, writes the
+/// invoice, its bundle and the log's verifier key there; else checks that `dir` holds exactly
+/// what the ledger issues (the same bytes on either database: a set clock and fixed keys).
+pub fn invoice_fixture(ledger: &Ledger, inv: &Invoice, dir: &str) {
+    let (json, _) = gpuledger::store::invoices::invoice_json(inv).unwrap();
+    let mut bundle = Vec::new();
+    ledger
+        .reads()
+        .run(|c| {
+            gpuledger::store::invoices::write_invoice_bundle_as(
+                c,
+                &InvoiceDoc::from(inv.clone()),
+                gpuledger::core::bundle::Format::V3,
+                &mut |l| {
+                    bundle.extend_from_slice(&l);
+                    Ok(())
+                },
+            )
+        })
+        .unwrap();
+    let vkey = gpuledger::core::checkpoint::LogSigner::new(gpuledger::sample::ORIGIN, log_key())
+        .unwrap()
+        .verifier_key();
+    if let Ok(out) = std::env::var("GPULEDGER_WRITE_ARTEFACTS") {
+        let out = std::path::Path::new(&out);
+        std::fs::create_dir_all(out).unwrap();
+        std::fs::write(out.join("invoice.json"), &json).unwrap();
+        std::fs::write(out.join("bundle.ndjson"), &bundle).unwrap();
+        std::fs::write(out.join("verifier_key.txt"), format!("{vkey}\n")).unwrap();
+        return;
+    }
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    assert_eq!(
+        std::fs::read_to_string(fixture.join("invoice.json")).unwrap(),
+        json,
+        "{dir}/invoice.json is what the ledger issues"
+    );
+    assert_eq!(
+        std::fs::read(fixture.join("bundle.ndjson")).unwrap(),
+        bundle,
+        "{dir}/bundle.ndjson is the invoice's bundle"
+    );
+}
