@@ -8,12 +8,15 @@ tenant registrations, log policies and the admission rules rechecked from a bund
 JSON Schemas and vectors the document makes part of the contract; not from the Rust code (the
 fleet rules of node updates, MIG layouts and the node's region, which the document does not
 describe yet, follow crates/core/src/fleet.rs and record.rs: README, items 42-44; issue #28's
-contract_registered entries follow the specification of section 5.19: README, items 45-48). It
+contract_registered entries follow the specification of section 5.19: README, items 45-48; its
+prepayment entries, section 5.20: README, items 60-69). It
 checks compute-usage certificates with their evidence bundles (PROTOCOL.md section 15), bundles
 alone (steps 1, 2 and 4), signed checkpoints (section 9) and consistency proofs between two
 checkpoints (section 8). With a bundle and its invoice (`bundle --invoice`), it recomputes the
 invoice's contract lines (fees, true-ups), commitments, taxes and totals from the bundle's
-contracts by docs/RATING.md "Contracts" (exact fractions); it does not re-rate usage lines.
+contracts by docs/RATING.md "Contracts", and what it draws on the tenant's prepaid lots
+(`prepaid`, `amount_due`) by "Prepaid balances" (exact fractions); it does not re-rate usage
+lines.
 
 Usage (exit 0 on PASS, 1 on FAIL, 2 on usage errors or unreadable files):
 
@@ -71,6 +74,8 @@ __all__ = [
     "verify_certificate",
     "verify_bundle",
     "check_invoice_contract_lines",
+    "PrepaidBook",
+    "prepaid_members",
     "billing_periods",
     "contract_charges",
     "round_half_even",
@@ -282,6 +287,8 @@ CONTRACT_BILLING_ANCHORS = ("calendar", "anniversary")
 FEE_MEMBERS = ("name", "amount", "timing", "category")  # contract_registered.fees[i]: exactly these
 FEE_TIMINGS = ("advance", "arrears", "once")
 FEE_CATEGORIES = ("compute", "networking", "storage", "support", "other")
+# prepayment (section 5.20): where a lot's money came from, in drawing order (grants first).
+PREPAYMENT_SOURCES = ("grant", "purchase")
 ENERGY_BOUND_MARGIN_PERCENT = 5  # an energy record may exceed GPUs x watts x seconds by 5 %
 WATT_SECONDS_PER_KWH = 3600000
 
@@ -774,6 +781,7 @@ LEDGER_KINDS = (
     "record_excluded",  # disputes: a record of a tenant excluded from rating (section 5.17)
     "node_updated",  # the fleet: capacity added to a registered node (GPUs, a replaced board, watts)
     "contract_registered",  # contracts: a tenant's term, fees and commitment (section 5.19, issue #28)
+    "prepayment",  # prepaid balances: a tenant's lot, a top-up or a grant (section 5.20)
 )
 KINDS = NODE_KINDS + MARKET_KINDS + LEDGER_KINDS
 RECORD_KINDS = NODE_KINDS
@@ -1580,6 +1588,43 @@ def _contract(b: _Body) -> Contract:
     return Contract(contract, tenant, start, end)
 
 
+def _trimmed_text_refusal(text: str, max_bytes: int) -> Optional[str]:
+    """record.rs `trimmed_text` (payment.external_reference, prepayment.reference): 1 to
+    `max_bytes` bytes of UTF-8, no control character, no white space at either end (Rust's
+    `trim`: Unicode White_Space, which str.strip also removes). Returns why not, or None."""
+    if (not text or len(text.encode("utf-8", "surrogatepass")) > max_bytes or text.strip() != text
+            or any(_is_control(c) for c in text)):
+        return f"1 to {max_bytes} bytes without control characters or surrounding spaces"
+    return None
+
+
+def _prepayment(b: _Body) -> Dict[str, Any]:
+    """Section 5.20, prepayment, in the member table's order ("the checks run in the order of the
+    table"): tenant (an id); reference (_trimmed_text_refusal, 1 to 128 bytes, invalid_field);
+    source (grant or purchase, invalid_field); currency; amount (the payment.amount form: above 0,
+    at most 10^12, quantity_out_of_range), then at most the currency's minor-unit digits as
+    written (`100.00` in CNY passes, `100.001` and `5.0` in JPY do not; invalid_field,
+    body.amount); expires_at, if present, a timestamp. That expires_at is after the entry's
+    received_at is an admission rule (LogView.check_prepayment)."""
+    tenant = b.id("tenant")
+    ref = b.body["reference"]
+    why = _trimmed_text_refusal(ref, MAX_EXTERNAL_REFERENCE_BYTES)
+    if why is not None:
+        raise FieldError("invalid_field", "body.reference", why)
+    source = b.enum("source", PREPAYMENT_SOURCES)
+    currency = b.currency("currency")
+    b.amount("amount", positive=True)
+    text = b.body["amount"]
+    digits = len(text.partition(".")[2])
+    if digits > minor_units(currency):
+        raise FieldError("invalid_field", "body.amount",
+                         f"{text} has {digits} decimal places, more than {currency}'s minor unit "
+                         f"({minor_units(currency)})")
+    expires_at = b.timestamp("expires_at") if b.has("expires_at") else None
+    return {"tenant": tenant, "reference": ref, "source": source, "currency": currency,
+            "amount": Fraction(text), "expires_at": expires_at}
+
+
 def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
     """Section 5 (version 2), in each table's order. Returns parsed values useful later."""
     out: Dict[str, Any] = {}
@@ -1785,6 +1830,11 @@ def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
                          "term_to": True, "billing_period": True, "billing_anchor": True, "fees": False,
                          "commitment": False}, array_members=("fees",))
         out.update(contract=_contract(b))
+    elif kind == "prepayment":
+        # Section 5.20: a tenant's prepaid lot, written by the ledger (_prepayment).
+        b = _Body(body, {"tenant": True, "reference": True, "source": True, "currency": True, "amount": True,
+                         "expires_at": False})
+        out.update(prepayment=_prepayment(b))
     else:  # pragma: no cover - kinds are checked before
         raise FieldError("unknown_kind", "kind", kind)
     return out
@@ -2289,7 +2339,7 @@ class RegionParams:
 
 # Ledger kinds that name a tenant (version 2, section 6 "Parties").
 TENANT_LEDGER_KINDS = ("lease_registered", "tenant_plan", "invoice_issued", "payment", "credit_note",
-                       "certificate_issued", "record_excluded", "contract_registered")
+                       "certificate_issued", "record_excluded", "contract_registered", "prepayment")
 
 
 def _stream(kind: str, body: Dict[str, Any]) -> Optional[str]:
@@ -2357,6 +2407,12 @@ class LogView:
         # The bodies of those registrations, in log order: an invoice's contract lines are
         # recomputed from them (RATING.md, "Contracts"; verify_bundle with an invoice).
         self.contract_bodies: List[Dict[str, Any]] = []
+        # Prepaid balances (section 6.7, prepayments): (tenant, reference) -> index of the
+        # prepayment that carries it (the first counts); and the prepayment and invoice_issued
+        # entries, (index, kind, body) in index order, from which an invoice's draws on its
+        # tenant's lots are recomputed (RATING.md, "Prepaid balances"; PrepaidBook).
+        self.prepayments: Dict[Tuple[str, str], int] = {}
+        self.prepaid_entries: List[Tuple[int, str, Dict[str, Any]]] = []
         # Section 6.4a: stream -> (starts, [(end, index)]) of the intervals held so far, by start.
         self.intervals: Dict[str, Tuple[List[int], List[Tuple[int, int]]]] = {}
         self.invoices: List[Tuple[int, str, int, int]] = []  # (index, tenant, period_from, period_to)
@@ -2571,6 +2627,9 @@ class LogView:
         elif kind == "contract_registered":
             # Contracts (section 6.7): the term rules, with the policy in force, after the parties.
             self.check_contract_term(parsed["contract"], index, now, policy, fail)
+        elif kind == "prepayment":
+            # Prepayments (section 6.7): after the parties, in the table's order.
+            self.check_prepayment(parsed["prepayment"], index, now, fail)
 
         # Section 6.4a: no second of a stream claimed twice. The intervals of one stream never
         # overlap each other, so the one starting last before this end is the only candidate.
@@ -2855,6 +2914,23 @@ class LogView:
                            f"contract {other.contract} of {other.tenant} (entry {other.index}), "
                            f"[{format_ts(other.start)}, {format_ts(other.end)})")
 
+    def check_prepayment(self, lot: Dict[str, Any], index: int, now: int, fail) -> None:
+        """Section 6.7, prepayments (core::prepaid `PrepaidBook::check`), after the parties
+        (unknown_tenant), in order: no earlier prepayment of the same tenant in the bundle carries
+        the same reference (reference_used, body.reference; a payment's or credit note's
+        external_reference is another namespace); expires_at, if present, is after the entry's
+        received_at (invalid_field, body.expires_at: a lot is never logged expired). An invoice's
+        bundle holds its tenant's prepayments (section 14), so both are rechecked among them."""
+        at = self.prepayments.get((lot["tenant"], lot["reference"]))
+        if at is not None and at < index:
+            raise fail("reference_used", "body.reference",
+                       f"a prepayment of {lot['tenant']} already carries {lot['reference']!r} (entry {at})")
+        expires_at = lot["expires_at"]
+        if expires_at is not None and expires_at <= now:
+            raise fail("invalid_field", "body.expires_at",
+                       f"{format_ts(expires_at)} is not after the entry's received_at {format_ts(now)}: a lot is "
+                       "never logged expired")
+
     def check_settlement(self, env: Dict[str, Any], item: str) -> None:
         """Section 5.10: a payment or credit note names an invoice issued earlier to its tenant, in
         its currency; credit notes on an invoice never total more than it."""
@@ -2933,6 +3009,9 @@ class LogView:
                 self.contracts[contract.contract] = contract
                 self.contracts_by_tenant.setdefault(contract.tenant, []).append(contract)
                 self.contract_bodies.append(body)
+        elif kind == "prepayment":
+            self.prepayments.setdefault((body["tenant"], body["reference"]), index)
+            self.prepaid_entries.append((index, kind, body))
         elif kind == "node_registered":
             if body["node"] not in self.nodes:
                 self.nodes[body["node"]] = FleetNode(body, index)
@@ -2955,6 +3034,7 @@ class LogView:
             self.invoice_numbers.append(body["number"])
             self.invoice_periods.setdefault(body["tenant"], []).append((parsed["period_from"], parsed["period_to"]))
             self.invoices.append((index, body["tenant"], parsed["period_from"], parsed["period_to"]))
+            self.prepaid_entries.append((index, kind, body))
         series = _price_series(kind, body)
         if series is not None:
             self.series_latest[series] = max(parsed["effective_from"], self.series_latest.get(series, parsed["effective_from"]))
@@ -3306,7 +3386,9 @@ def verify_bundle(bundle_path: str, key: VerifierKey, invoice_path: Optional[str
     """A bundle alone (section 15 steps 1, 2 and 4), e.g. an invoice's. With `invoice_path` (a
     version 2 invoice document, read and shape-checked before the bundle, as a certificate is),
     then also the invoice's contract lines, commitments, taxes and totals recomputed from the
-    bundle's contracts (check_invoice_contract_lines); its usage lines are not re-rated."""
+    bundle's contracts, and its prepaid draws and amount due from the bundle's prepayment and
+    earlier invoice_issued entries of its tenant (check_invoice_contract_lines); its usage
+    lines are not re-rated."""
     invoice: Optional[Dict[str, Any]] = None
     try:
         inv = read_invoice(invoice_path) if invoice_path is not None else None
@@ -3314,7 +3396,8 @@ def verify_bundle(bundle_path: str, key: VerifierKey, invoice_path: Optional[str
             st, cp, view, _, kinds = _run_bundle(path, key, None)
         if inv is not None:
             contracts = [c for c in view.contract_bodies if c["tenant"] == inv.tenant]
-            invoice = check_invoice_contract_lines(inv, st.header, cp, contracts)
+            book = invoice_prepaid_book(view.prepaid_entries, inv.tenant, inv.number)
+            invoice = check_invoice_contract_lines(inv, st.header, cp, contracts, book)
     except Failure as f:
         return _failure_result(f)
     summary = {
@@ -3335,9 +3418,19 @@ def verify_bundle(bundle_path: str, key: VerifierKey, invoice_path: Optional[str
                 f"{invoice['commitments']} commitments recomputed from the bundle's "
                 f"{len(invoice['contracts'])} contracts of {invoice['tenant']} in {invoice['currency']}, every "
                 f"line's tax and gross and the totals rechecked (total {invoice['total']} {invoice['currency']}); "
+                f"{_prepaid_text(invoice)}; "
                 f"its {invoice['usage_lines']} usage and {invoice['other_lines']} adjustment lines were NOT "
                 "re-rated (their nets are taken as the invoice states them, also for the commitments' drawn)")
     return Result(True, None, None, msg, summary)
+
+
+def _prepaid_text(invoice: Dict[str, Any]) -> str:
+    lots = len(invoice["prepaid_lots"])
+    if not invoice["prepaid"]:
+        return f"nothing drawn on the bundle's {lots} prepaid lots of {invoice['tenant']} in {invoice['currency']}"
+    drawn = ", ".join(f"{d['amount']} from {d['prepayment']} ({d['source']})" for d in invoice["prepaid"])
+    return (f"prepaid draws recomputed from the bundle's {lots} prepaid lots of {invoice['tenant']} in "
+            f"{invoice['currency']}: {drawn}; amount due {invoice['amount_due']}")
 
 
 def verify_checkpoint_file(path: str, key: VerifierKey) -> Result:
@@ -3673,6 +3766,133 @@ def contract_lines(contracts: List[Dict[str, Any]], period_from: int, period_to:
     return lines, commitments
 
 
+# ---------------------------------------------------------------------------------------------
+# Prepaid balances (docs/RATING.md, "Prepaid balances"; PROTOCOL.md section 5.20): a tenant's
+# prepayment entries are lots; every invoice issued to it draws on them by one rule, recomputed
+# here from the bundle's prepayment and invoice_issued entries with exact fractions.
+# ---------------------------------------------------------------------------------------------
+
+
+def padded_str(x: Fraction, places: int) -> str:
+    """An exact terminating amount with at least `places` digits after the point: padded, never
+    rounded (RATING.md, "Prepaid balances": "every amount is written with at least the
+    currency's minor-unit digits", `100.00`); an amount with more digits keeps them."""
+    needed = 0
+    while (x * 10 ** needed).denominator != 1:
+        needed += 1
+        if needed > 60:
+            raise ValueError(f"{x} is not a terminating decimal")
+    return fixed_str(x, max(places, needed))
+
+
+@dataclass
+class Lot:
+    """A prepaid lot: its prepayment entry's index and body, and what the invoices drew from it,
+    (invoice number, amount) in log order."""
+    index: int
+    tenant: str
+    reference: str
+    source: str
+    currency: str
+    amount: Fraction
+    expires_at: Optional[int]
+    draws: List[Tuple[str, Fraction]] = field(default_factory=list)
+
+    @property
+    def remaining(self) -> Fraction:
+        return self.amount - sum((a for _, a in self.draws), Fraction(0))
+
+    def pays(self, size: int, period_to: int) -> bool:
+        """Whether an invoice issued at checkpoint size `size` for a period ending at `period_to`
+        may draw on it (its tenant and currency aside): its entry is below the size, and it does
+        not expire before the period ends (no expires_at, or period_to <= expires_at)."""
+        return self.index < size and (self.expires_at is None or period_to <= self.expires_at)
+
+    def order(self) -> Tuple[int, bool, int, int]:
+        """The drawing order: grants before purchases, then the earliest expires_at first (a lot
+        without one after every lot with one), then log order."""
+        return (PREPAYMENT_SOURCES.index(self.source), self.expires_at is None, self.expires_at or 0, self.index)
+
+
+class PrepaidBook:
+    """The lots of a log (or of a bundle) and what its invoices drew from them, rebuilt from its
+    prepayment and invoice_issued entries taken in increasing index order (`apply`). An
+    invoice_issued entry draws by the same rule as the invoice checked, with its own tenant,
+    currency, `total`, `checkpoint_size` and `period_to`. A second prepayment of a tenant with a
+    reference it used is not a lot (the ledger refuses it: reference_used)."""
+
+    def __init__(self):
+        self.lots: List[Lot] = []
+        self._by_reference: Dict[Tuple[str, str], Lot] = {}
+        self._last_index = -1
+
+    def apply(self, index: int, kind: str, body: Dict[str, Any]) -> None:
+        if index <= self._last_index:
+            raise ValueError(f"entry {index} after entry {self._last_index}: a book is built in index order")
+        self._last_index = index
+        if kind == "prepayment":
+            key = (body["tenant"], body["reference"])
+            if key not in self._by_reference:
+                expires_at = parse_timestamp(body["expires_at"]) if "expires_at" in body else None
+                lot = Lot(index, body["tenant"], body["reference"], body["source"], body["currency"],
+                          Fraction(body["amount"]), expires_at)
+                self.lots.append(lot)
+                self._by_reference[key] = lot
+        elif kind == "invoice_issued":
+            for lot, amount in self.draws(body["tenant"], body["currency"], Fraction(body["total"]),
+                                          body["checkpoint_size"], parse_timestamp(body["period_to"])):
+                lot.draws.append((body["number"], amount))
+
+    def lot(self, tenant: str, reference: str) -> Optional[Lot]:
+        return self._by_reference.get((tenant, reference))
+
+    def draws(self, tenant: str, currency: str, total: Fraction, size: int,
+              period_to: int) -> List[Tuple[Lot, Fraction]]:
+        """RATING.md, "Prepaid balances": what an invoice of `tenant` in `currency` with total
+        `total` (gross), issued at checkpoint size `size` for a period ending at `period_to`,
+        draws from the lots as they stand, in drawing order. The lots of the tenant in the
+        currency that the invoice may draw on (`Lot.pays`) with something left, in `Lot.order`;
+        from max(total, 0) left to pay, each gives min(what is left of it, what is left to pay)
+        until nothing is left to pay. Empty when nothing is drawn (a total of 0 or less, no lot)."""
+        eligible = sorted((l for l in self.lots if l.tenant == tenant and l.currency == currency
+                           and l.pays(size, period_to) and l.remaining > 0), key=Lot.order)
+        left = max(total, Fraction(0))
+        out: List[Tuple[Lot, Fraction]] = []
+        for lot in eligible:
+            if left <= 0:
+                break
+            take = min(lot.remaining, left)
+            left -= take
+            out.append((lot, take))
+        return out
+
+
+def prepaid_members(draws: List[Tuple[Lot, Fraction]], total: Fraction,
+                    currency: str) -> Tuple[Optional[List[Dict[str, str]]], Optional[str]]:
+    """The invoice's `prepaid` list ([{prepayment, source, amount}] in drawing order) and
+    `amount_due` (total − Σ prepaid.amount), amounts padded to the currency's minor digits
+    (`padded_str`); (None, None), both absent, when nothing was drawn."""
+    if not draws:
+        return None, None
+    places = minor_units(currency)
+    prepaid = [{"prepayment": lot.reference, "source": lot.source, "amount": padded_str(amount, places)}
+               for lot, amount in draws]
+    drawn = sum((amount for _, amount in draws), Fraction(0))
+    return prepaid, padded_str(total - drawn, places)
+
+
+def invoice_prepaid_book(entries: List[Tuple[int, str, Dict[str, Any]]], tenant: str, number: str) -> PrepaidBook:
+    """The book of an invoice's bundle (LogView.prepaid_entries): the tenant's prepayment
+    entries and its invoice_issued entries other than the invoice's own (a bundle at the
+    invoice's checkpoint cannot hold that one), in index order; other tenants' are left out."""
+    book = PrepaidBook()
+    for index, kind, body in sorted(entries, key=lambda e: e[0]):
+        if body["tenant"] != tenant or (kind == "invoice_issued" and body["number"] == number):
+            continue
+        book.apply(index, kind, body)
+    return book
+
+
 @dataclass
 class InvoiceInfo:
     raw: Dict[str, Any]
@@ -3681,6 +3901,9 @@ class InvoiceInfo:
     currency: str
     period_from: int
     period_to: int
+
+
+PREPAID_DRAW_MEMBERS = ("prepayment", "source", "amount")  # an invoice's prepaid[i]
 
 
 def _invoice_malformed(item: str, message: str) -> Failure:
@@ -3692,7 +3915,9 @@ def check_invoice_shape(obj: Any) -> InvoiceInfo:
     check reads: `format` gpuledger-invoice/v2, `number`, `tenant`, `currency`, `period`,
     `log_origin`, `checkpoint_size`, `checkpoint_root`, `lines` (objects with a known `kind`, a
     `net` string, a canonical `tax_rate`, `adjustment_for` an object if present), the totals as
-    strings, `commitments` an array if present; else `malformed`, naming `invoice.<member>`."""
+    strings, `commitments` an array if present, `prepaid` an array of {prepayment, source,
+    amount} (strings; source grant or purchase) and `amount_due` a string if present; else
+    `malformed`, naming `invoice.<member>`."""
     if not isinstance(obj, dict):
         raise _invoice_malformed("", "not a JSON object")
     if obj.get("format") != INVOICE_FORMAT_V2:
@@ -3734,6 +3959,26 @@ def check_invoice_shape(obj: Any) -> InvoiceInfo:
             raise _invoice_malformed(f"{at}.adjustment_for", "not an object {from, to}")
     if "commitments" in obj and not isinstance(obj["commitments"], list):
         raise _invoice_malformed("commitments", "not an array")
+    if "prepaid" in obj:
+        # core::prepaid `PrepaidDraw` as serde reads it: exactly {prepayment, source, amount},
+        # strings, source a word it knows.
+        if not isinstance(obj["prepaid"], list):
+            raise _invoice_malformed("prepaid", "not an array")
+        for i, draw in enumerate(obj["prepaid"]):
+            at = f"prepaid[{i}]"
+            if not isinstance(draw, dict):
+                raise _invoice_malformed(at, "not an object")
+            for name in draw:
+                if name not in PREPAID_DRAW_MEMBERS:
+                    raise _invoice_malformed(f"{at}.{name}", "unknown member")
+            for name in PREPAID_DRAW_MEMBERS:
+                if not isinstance(draw.get(name), str):
+                    raise _invoice_malformed(f"{at}.{name}", "missing or not a string")
+            if draw["source"] not in PREPAYMENT_SOURCES:
+                raise _invoice_malformed(f"{at}.source", f"{draw['source']!r} is not one of "
+                                         f"{', '.join(PREPAYMENT_SOURCES)}")
+    if "amount_due" in obj and not isinstance(obj["amount_due"], str):
+        raise _invoice_malformed("amount_due", "not a string")
     return InvoiceInfo(obj, obj["number"], obj["tenant"], obj["currency"], period_from, period_to)
 
 
@@ -3769,9 +4014,11 @@ def invoice_first_difference(claimed: Dict[str, Any], computed: Dict[str, Any]) 
     """The first member where the invoice and its recomputation differ, and a message (as
     crates/core/src/invoice.rs `first_difference`): at the first position i where the lines
     differ, `lines[i].member` (members in byte order), or `lines[i]` when one side has no line
-    there (the counts differ) or a line is not an object; then the totals `net_total`,
-    `tax_total`, `total`, then any other member in byte order (here only `commitments` can
-    differ: every other member is taken from the invoice)."""
+    there (the counts differ) or a line is not an object; then `net_total`, `tax_total`,
+    `total`, `due_at`, `prepaid`, `amount_due` in that order, then any other member in byte
+    order (here only `commitments` can differ besides those: every other member, `due_at`
+    included, is taken from the invoice). A difference in `prepaid` is named `prepaid`, as the
+    Rust verifier names it; the message says which draw and member differ."""
     cl, co = claimed.get("lines", []), computed.get("lines", [])
     for i in range(max(len(cl), len(co))):
         if i >= len(cl) or i >= len(co):
@@ -3787,16 +4034,42 @@ def invoice_first_difference(claimed: Dict[str, Any], computed: Dict[str, Any]) 
             if a is _ABSENT or b is _ABSENT or not _json_equal(a, b):
                 return f"lines[{i}].{k}", f"the invoice says {_shown(a)}, the bundle's contracts give {_shown(b)}"
         return f"lines[{i}]", "the lines differ"
-    others = sorted((set(claimed) | set(computed)) - {"lines", "net_total", "tax_total", "total"})
-    for k in ["net_total", "tax_total", "total"] + others:
+    first = ["net_total", "tax_total", "total", "due_at", "prepaid", "amount_due"]
+    others = sorted((set(claimed) | set(computed)) - {"lines"} - set(first))
+    for k in first + others:
         a, b = claimed.get(k, _ABSENT), computed.get(k, _ABSENT)
+        if a is _ABSENT and b is _ABSENT:
+            continue
         if a is _ABSENT or b is _ABSENT or not _json_equal(a, b):
-            return k, f"the invoice says {_shown(a)}, the bundle's contracts give {_shown(b)}"
+            if k == "prepaid":
+                return k, _prepaid_difference(a, b)
+            source = "the bundle's prepaid lots give" if k == "amount_due" else "the bundle's contracts give"
+            return k, f"the invoice says {_shown(a)}, {source} {_shown(b)}"
     return None
 
 
+def _prepaid_difference(claimed: Any, computed: Any) -> str:
+    """The message of a `prepaid` difference: the first draw (and member) that differs."""
+    whole = f"the invoice says {_shown(claimed)}, the bundle's prepaid lots give {_shown(computed)}"
+    if not isinstance(claimed, list) or not isinstance(computed, list):
+        return whole
+    for i in range(max(len(claimed), len(computed))):
+        if i >= len(claimed) or i >= len(computed):
+            return (f"prepaid[{i}]: the invoice lists {len(claimed)} draws, the bundle's prepaid lots give "
+                    f"{len(computed)}; {whole}")
+        x, y = claimed[i], computed[i]
+        if _json_equal(x, y):
+            continue
+        for k in sorted(set(x) | set(y)):
+            a, b = x.get(k, _ABSENT), y.get(k, _ABSENT)
+            if a is _ABSENT or b is _ABSENT or not _json_equal(a, b):
+                return f"prepaid[{i}].{k}: the invoice says {_shown(a)}, the bundle's prepaid lots give {_shown(b)}"
+    return whole
+
+
 def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoint,
-                                 contracts: List[Dict[str, Any]]) -> Dict[str, Any]:
+                                 contracts: List[Dict[str, Any]],
+                                 prepaid: Optional[PrepaidBook] = None) -> Dict[str, Any]:
     """RATING.md, "Contracts" and "Invoice lines", for an invoice and its verified bundle: the
     bundle is the invoice's (subject, checkpoint size, root and origin: `checkpoint_mismatch`,
     item `invoice`); then the invoice's contract lines and `commitments` are recomputed from
@@ -3804,9 +4077,13 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
     placed right after the invoice's own-period usage lines (kind gpu or energy without
     `adjustment_for`), before the rest (adjustment lines). Every line's tax =
     round_half_even(net × tax_rate) to the minor unit and gross = net + tax, the totals the exact
-    sums. The first difference is `claim_mismatch` (invoice_first_difference). The usage lines'
-    own members and nets are taken as the invoice states them: they are NOT re-rated; the tax
-    rates (and names) are the issuer's declaration, each at most 1."""
+    sums. Then what the invoice draws on its tenant's prepaid lots (`prepaid`, the book of the
+    bundle's prepayment and earlier invoice_issued entries, invoice_prepaid_book) with the
+    recomputed total, the bundle's checkpoint size and the invoice's period end, and
+    `amount_due` (PrepaidBook.draws, prepaid_members; both absent when nothing is drawn). The
+    first difference is `claim_mismatch` (invoice_first_difference). The usage lines' own
+    members and nets are taken as the invoice states them: they are NOT re-rated; the tax rates
+    (and names) are the issuer's declaration, each at most 1."""
     doc = inv.raw
     if header.subject_kind != "invoice" or header.subject_id != inv.number:
         raise Failure("checkpoint_mismatch", "invoice",
@@ -3856,6 +4133,14 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
     computed.pop("commitments", None)
     if commitments:
         computed["commitments"] = commitments
+    book = prepaid if prepaid is not None else PrepaidBook()
+    draws = book.draws(inv.tenant, inv.currency, gross_total, cp.size, inv.period_to)
+    prepaid_list, amount_due = prepaid_members(draws, gross_total, inv.currency)
+    computed.pop("prepaid", None)
+    computed.pop("amount_due", None)
+    if prepaid_list is not None:
+        computed["prepaid"] = prepaid_list
+        computed["amount_due"] = amount_due
     diff = invoice_first_difference(doc, computed)
     if diff is not None:
         raise Failure("claim_mismatch", diff[0], diff[1])
@@ -3874,6 +4159,10 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
         "net_total": doc["net_total"],
         "tax_total": doc["tax_total"],
         "total": doc["total"],
+        "prepaid_lots": [lot.reference for lot in book.lots if lot.tenant == inv.tenant
+                         and lot.currency == inv.currency],
+        "prepaid": prepaid_list or [],
+        "amount_due": amount_due,
     }
 
 
@@ -3908,7 +4197,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--bundle", required=True, help="the bundle file (- for stdin)")
     b.add_argument("--invoice", metavar="INVOICE.json",
                    help="the bundle's invoice (gpuledger-invoice/v2): recompute its contract lines, commitments, "
-                        "taxes and totals from the bundle's contracts (docs/RATING.md, Contracts); its usage "
+                        "taxes and totals from the bundle's contracts (docs/RATING.md, Contracts), and its prepaid "
+                        "draws and amount due from the bundle's prepaid lots (Prepaid balances); its usage "
                         "lines are not re-rated")
     common(b)
     k = sub.add_parser("checkpoint", help="check a signed checkpoint note (section 9)")

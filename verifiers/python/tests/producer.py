@@ -3,7 +3,7 @@ docs/PROTOCOL.md and the version-2 change list (issue #12).
 
 It builds logs (a log policy, tenant registrations, node registrations and updates (the fleet: a
 node's region and GPUs, MIG layouts, added GPUs, replaced boards, higher power limits), ledger-signed key registrations with their node/region scopes and revocations, node and market records, region parameters, leases, prices,
-invoices, exclusions of records from rating, contracts), the RFC 6962 tree over them with inclusion and consistency proofs
+invoices, exclusions of records from rating, contracts, prepaid lots), the RFC 6962 tree over them with inclusion and consistency proofs
 (by the recursive definitions of RFC 6962 2.1, independently of the verifier's RFC 9162
 algorithms), signed checkpoint notes (section 9), certificates (section 13) and evidence
 bundles (section 14). Its certificate arithmetic is its own, so that the verifier is tested
@@ -443,6 +443,19 @@ class Log:
         body.update(body_extra)
         return self.ledger("contract_registered", body, received_at)
 
+    def prepayment(self, tenant: str, reference: str, amount: str, received_at: str, source: str = "purchase",
+                   currency: str = "CNY", expires_at: Optional[str] = None, **body_extra: Any) -> int:
+        """A prepayment entry (section 5.20, ledger-written): `tenant`'s lot named `reference`, of
+        `amount` in `currency`, a `purchase` (a top-up) or a `grant`, expiring at `expires_at`
+        (None: absent, never). Written as given (also lots a ledger refuses); `body_extra` adds or
+        replaces members."""
+        body: Dict[str, Any] = {"tenant": tenant, "reference": reference, "source": source, "currency": currency,
+                                "amount": amount}
+        if expires_at is not None:
+            body["expires_at"] = expires_at
+        body.update(body_extra)
+        return self.ledger("prepayment", body, received_at)
+
     # signed records
     def spot_price(self, signer: str, key: Key, region: str, model: str, price: str, effective_from: str,
                    received_at: str, currency: str = "CNY", **kw) -> int:
@@ -579,8 +592,8 @@ def context_for(log: Log, size: int, records: Iterable[int], tenant: Optional[st
     tenant_registered entry and every lease_registered entry of the subject tenant; every
     region_params below the size; and, for an invoice, every rate_card and spot_price below the
     size, the tenant's tenant_plan entries, the volume_tiers of the plans the tenant was ever on,
-    and the tenant's invoice_issued, record_excluded and contract_registered entries below it
-    (section 14). Nothing of another tenant."""
+    and the tenant's invoice_issued, record_excluded, contract_registered and prepayment entries
+    below it (section 14). Nothing of another tenant."""
     records = list(records)
     if tenant is None and records:
         tenant = log.entries[records[0]].body.get("tenant")
@@ -593,7 +606,8 @@ def context_for(log: Log, size: int, records: Iterable[int], tenant: Optional[st
         elif e.kind in ("tenant_registered", "lease_registered") and b["tenant"] == tenant:
             ctx.add(e.index)
         elif invoice and (e.kind in ("rate_card", "spot_price")
-                          or (e.kind in ("tenant_plan", "invoice_issued", "record_excluded", "contract_registered")
+                          or (e.kind in ("tenant_plan", "invoice_issued", "record_excluded", "contract_registered",
+                                         "prepayment")
                               and b["tenant"] == tenant)
                           or (e.kind == "volume_tiers" and b["plan"] in plans)):
             ctx.add(e.index)

@@ -63,6 +63,9 @@ BODIES = {
                                       "timing": "once"}],
                             "region": "cn-east", "tenant": "acme", "term_from": "2027-01-15T00:00:00Z",
                             "term_to": "2028-01-15T00:00:00Z"},
+    # Section 5.20's example.
+    "prepayment": {"amount": "5000.00", "currency": "CNY", "expires_at": "2028-01-01T00:00:00Z",
+                   "reference": "TOPUP-2027-0042", "source": "purchase", "tenant": "acme"},
 }
 
 
