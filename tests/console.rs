@@ -470,6 +470,15 @@ fn demo(db: &TestDb) -> Demo<'_> {
                           "category": "compute"}]}),
     )
     .ok_json(201);
+    // tenant-a's top-up: its invoices page shows the balance the next invoices draw on. In
+    // dollars, so the yuan invoices the admin pages issue and settle below draw nothing.
+    h.post(
+        "/v1/prepayments",
+        a,
+        &json!({"tenant": "tenant-a", "reference": "TOPUP-console", "source": "purchase",
+                "currency": "USD", "amount": "500.00"}),
+    )
+    .ok_json(201);
     h.checkpoint_at(h.size(), &verifier_key);
     let auditor = h.secret(
         &admin,
@@ -715,6 +724,13 @@ fn tenant_sees_usage_and_downloads_an_invoice_pdf(b: &Browser, d: &Demo, base: &
         row.contains("C-console-a") && row.contains("Bare metal, monthly"),
         "{row}"
     );
+    let available = b.text(&b.find("#prepaid [data-prepaid-available]"));
+    assert!(
+        available.contains("500.00"),
+        "A's prepaid balance: {available}"
+    );
+    let lot = b.text(&b.find("#prepaid tbody tr"));
+    assert!(lot.contains("TOPUP-console"), "{lot}");
     shot(b, "tenant-invoices");
     b.click(&b.find("#invoices button[data-download=\"pdf\"]"));
     let pdf = b.downloaded("INV-000001.pdf");

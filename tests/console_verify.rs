@@ -108,3 +108,26 @@ fn browser_verifier_checks_contracts_under_node() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `node assets/console/verify/test/prepaid.mjs`: the console's checks of a `prepayment` body
+/// and its admission rules (PROTOCOL §5.20, §6.7 prepayments), each with the reason and field
+/// the ledger names.
+#[test]
+fn browser_verifier_checks_prepayments_under_node() {
+    if !node_ready() {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("node")
+        .arg(root.join("assets/console/verify/test/prepaid.mjs"))
+        .current_dir(root)
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(" passed, 0 failed"),
+        "the console's prepayment checks failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -97,6 +97,28 @@ export async function download(path, filename) {
 }
 
 /**
+ * `GET /v1/prepayments` (docs/PROTOCOL.md §5.20, docs/RATING.md "Prepaid balances"): a
+ * tenant's prepaid lots, what each invoice drew from them, and its position per currency,
+ * `{log_size, as_of, positions: [{currency, purchased, granted, drawn, expired, available}],
+ * prepayments: [{index, reference, source, currency, amount, expires_at?, logged_at, drawn,
+ * remaining, expired, draws: [{invoice, amount}]}]}`. A tenant token reads its own; an admin
+ * (or auditor) names the `tenant` (absent: every tenant's). `size`: as of that log size
+ * (absent: the head). null where the server has no such view (404).
+ */
+export async function getPrepayments({ tenant, size, token } = {}) {
+  const params = new URLSearchParams();
+  if (tenant) params.set("tenant", tenant);
+  if (size !== undefined && size !== null) params.set("size", String(size));
+  const q = params.toString() ? `?${params}` : "";
+  try {
+    return await getJson(`/v1/prepayments${q}`, { token });
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 404) return null;
+    throw e;
+  }
+}
+
+/**
  * Which role a token has, through the public API alone: `GET /v1/witnesses` is for admins and
  * auditors (a tenant token gets 403); `GET /v1/tokens` is for admins; a tenant's own id is in
  * its `GET /v1/balance` answer. A token the server does not know is a 401 (thrown).

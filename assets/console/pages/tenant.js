@@ -1,8 +1,8 @@
-// Tenant pages: usage charts, invoices (with downloads), certificates (issue, list, download,
-// check in the browser).
+// Tenant pages: usage charts, invoices (with downloads, contracts and the prepaid balance),
+// certificates (issue, list, download, check in the browser).
 
 import { h, t, tOr, replace, fmtNumber, fmtMoney, fmtDate, fmtDateTime, fmtBucket, fmtPeriod, decSum, gpuHours } from "../lib/dom.js";
-import { getJson, getText, getBlob, postJson, download, mapLimited, ApiError } from "../lib/api.js";
+import { getJson, getText, getBlob, postJson, download, mapLimited, getPrepayments, ApiError } from "../lib/api.js";
 import { stackedBars, legend, shareBar } from "../lib/chart.js";
 import { trustForChecks, loadVerifier, showResult, trustPanel } from "../lib/trust.js";
 
@@ -306,6 +306,10 @@ async function periodToDate(box) {
               h("strong", { dataset: { estimate: c.total, currency: c.currency } }, fmtMoney(c.total, c.currency)),
               " ",
               h("span", { class: "muted" }, t("estimate_net_tax", { net: fmtMoney(c.net_total, c.currency), tax: fmtMoney(c.tax_total, c.currency) })),
+              // A preview that draws on the prepaid balance says what would be left to pay.
+              c.amount_due !== undefined && c.amount_due !== null
+                ? [" ", h("span", { class: "muted", dataset: { estimateDue: c.amount_due } }, t("estimate_amount_due", { due: fmtMoney(c.amount_due, c.currency) }))]
+                : null,
             ),
           ),
         )
@@ -409,10 +413,12 @@ function unitLabel(u) {
 export async function invoicesPage(main, number) {
   if (number) return invoicePage(main, number);
   replace(main, h("h1", {}, t("invoices_title")), h("p", { class: "muted" }, t("loading")));
-  const [found, balance, contracts] = await Promise.all([
+  const [found, balance, contracts, prepaid] = await Promise.all([
     getJson("/v1/invoices"),
     getJson("/v1/balance"),
     getJson("/v1/contracts").catch(() => ({ contracts: [] })),
+    // The prepaid balance is a card of its own: its failure leaves the rest of the page.
+    getPrepayments().catch((error) => ({ error })),
   ]);
   const balances = Object.entries(balance.currencies || {});
   // Each invoice's account (total, paid, balance due, status) where the server has the view.
@@ -424,6 +430,7 @@ export async function invoicesPage(main, number) {
   const headers = [t("invoice_number"), t("period"), t("currency")];
   if (has("status")) headers.push(t("status"));
   if (has("total")) headers.push(t("total"));
+  if (has("amount_due")) headers.push(t("amount_due"));
   if (has("balance_due")) headers.push(t("balance_due"));
   headers.push(t("downloads"));
   const rows = list.map((i) => {
@@ -434,6 +441,7 @@ export async function invoicesPage(main, number) {
     ];
     if (has("status")) r.push(statusCell(i.status));
     if (has("total")) r.push(fmtMoney(i.total, i.currency));
+    if (has("amount_due")) r.push(i.amount_due === undefined || i.amount_due === null ? "—" : fmtMoney(i.amount_due, i.currency));
     if (has("balance_due")) r.push(fmtMoney(i.balance_due, i.currency));
     r.push(invoiceDownloads(i.number));
     return r;
@@ -451,6 +459,7 @@ export async function invoicesPage(main, number) {
         { numeric: [1, 2, 3, 4], id: "balances" },
       ),
     ),
+    prepaidCard(prepaid),
     contractsCard(contracts.contracts),
     h("section", { class: "card" }, h("h2", {}, t("invoices_list")), table(headers, rows, { id: "invoices" })),
   );
@@ -478,6 +487,7 @@ async function invoicePage(main, number) {
   );
   const lineRows = lines.map((l) => common(l).concat(v2 ? [money(l.net), money(l.tax), money(l.gross)] : [money(l.amount)]));
   const account = acct || inv.account || inv;
+  const prepaidDraws = Array.isArray(inv.prepaid) ? inv.prepaid : [];
   const facts = [
     [t("tenant"), inv.tenant],
     [t("period"), fmtPeriod(inv.period?.from ?? inv.period_from, inv.period?.to ?? inv.period_to)],
@@ -490,6 +500,9 @@ async function invoicePage(main, number) {
     [t("net_total"), inv.net_total !== undefined ? money(inv.net_total) : null],
     [t("tax_total"), inv.tax_total !== undefined ? money(inv.tax_total) : null],
     [t("total"), inv.total !== undefined ? money(inv.total) : null],
+    // What the invoice drew from the tenant's prepaid lots, and what was left to pay.
+    [t("prepaid_applied"), prepaidDraws.length ? money(decSum(prepaidDraws.map((d) => d.amount))) : null],
+    [t("amount_due"), inv.amount_due !== undefined && inv.amount_due !== null ? money(inv.amount_due) : null],
     [t("paid"), account.paid !== undefined ? money(account.paid) : null],
     [t("balance_due"), account.balance_due !== undefined ? money(account.balance_due) : null],
     [t("status"), account.status ? statusCell(account.status) : null],
@@ -506,6 +519,7 @@ async function invoicePage(main, number) {
       table(lineHeaders, lineRows, { numeric: v2 ? [4, 6, 7, 8, 9] : [4, 6, 7], id: "invoice-lines" }),
     ),
     commitmentsCard(inv.commitments, money),
+    invoicePrepaidCard(prepaidDraws, money),
     excludedCard(inv.excluded),
   );
 }
@@ -522,6 +536,101 @@ function commitmentsCard(commitments, money) {
       commitments.map((c) => [c.contract, money(c.committed), money(c.drawn), money(c.true_up)]),
       { numeric: [1, 2, 3], id: "invoice-commitments" },
     ),
+  );
+}
+
+/** What an invoice drew from the tenant's prepaid lots (its `prepaid` list, in drawing order), or null. */
+function invoicePrepaidCard(draws, money) {
+  if (!draws.length) return null;
+  return h(
+    "section",
+    { class: "card" },
+    h("h2", {}, t("invoice_prepaid_title")),
+    table(
+      [t("prepaid_reference"), t("prepaid_source"), t("amount")],
+      draws.map((d) => [d.prepayment, tOr(`prepaid_source_${d.source}`, d.source), money(d.amount)]),
+      { numeric: [2], id: "invoice-prepaid" },
+    ),
+  );
+}
+
+/**
+ * The tenant's prepaid balance (`GET /v1/prepayments`, lib/api.js `getPrepayments`): per
+ * currency what the next invoices may still draw, prominently, with what was purchased,
+ * granted, drawn and expired; then each lot (top-up or grant) with its expiry, what is left of
+ * it and every invoice that drew on it. `data` null (no such view on the server) or without
+ * positions and lots: nothing; `{error}`: the error, in the card.
+ */
+export function prepaidCard(data) {
+  if (!data) return null;
+  const title = h("h2", {}, t("prepaid_title"));
+  if (data.error) {
+    return h("section", { class: "card", id: "prepaid" }, title, h("p", { class: "error" }, t("error_with", { message: data.error.message })));
+  }
+  const positions = Array.isArray(data.positions) ? data.positions : [];
+  const lots = Array.isArray(data.prepayments) ? data.prepayments : [];
+  if (!positions.length && !lots.length) return null;
+  const draws = (lot) =>
+    (lot.draws || []).length
+      ? h(
+          "ul",
+          { class: "draws" },
+          lot.draws.map((d) =>
+            h("li", {}, h("a", { href: `#/invoices/${encodeURIComponent(d.invoice)}`, dataset: { prepaidDraw: d.invoice } }, d.invoice), " ", fmtMoney(d.amount, lot.currency)),
+          ),
+        )
+      : "—";
+  const expires = (lot) => [
+    lot.expires_at ? fmtDateTime(lot.expires_at) : t("prepaid_never"),
+    lot.expired ? [" ", h("span", { class: "badge lot-expired", dataset: { expired: lot.reference } }, t("prepaid_expired_badge"))] : null,
+  ];
+  return h(
+    "section",
+    { class: "card", id: "prepaid" },
+    title,
+    positions.length
+      ? h(
+          "ul",
+          { class: "estimate", id: "prepaid-positions" },
+          positions.map((p) =>
+            h(
+              "li",
+              { dataset: { currency: p.currency } },
+              h("strong", { dataset: { prepaidAvailable: p.available, currency: p.currency } }, fmtMoney(p.available, p.currency)),
+              " ",
+              h("span", { class: "muted" }, t("prepaid_available")),
+              h(
+                "p",
+                { class: "muted" },
+                t("prepaid_position", {
+                  purchased: fmtMoney(p.purchased, p.currency),
+                  granted: fmtMoney(p.granted, p.currency),
+                  drawn: fmtMoney(p.drawn, p.currency),
+                  expired: fmtMoney(p.expired, p.currency),
+                }),
+              ),
+            ),
+          ),
+        )
+      : null,
+    data.as_of ? h("p", { class: "muted" }, t("prepaid_as_of", { at: fmtDateTime(data.as_of), size: fmtNumber(data.log_size) })) : null,
+    lots.length
+      ? table(
+          [t("prepaid_reference"), t("prepaid_source"), t("prepaid_logged"), t("amount"), t("prepaid_expires"), t("prepaid_drawn"), t("prepaid_remaining"), t("prepaid_draws")],
+          lots.map((l) => [
+            l.reference,
+            tOr(`prepaid_source_${l.source}`, l.source),
+            fmtDate(l.logged_at),
+            fmtMoney(l.amount, l.currency),
+            h("span", {}, expires(l)),
+            fmtMoney(l.drawn, l.currency),
+            fmtMoney(l.remaining, l.currency),
+            draws(l),
+          ]),
+          { numeric: [3, 5, 6], id: "prepaid-lots", caption: t("prepaid_lots") },
+        )
+      : null,
+    h("p", { class: "muted" }, t("prepaid_explain")),
   );
 }
 

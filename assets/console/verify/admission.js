@@ -13,7 +13,9 @@
 // only move forward, settlements (§5.10), disputes (§6.7, disputes: a record excluded at
 // most once) and contracts (§6.7, contracts: registered once, a term that starts neither in
 // the past nor before the end of an invoiced period of its tenant, and overlaps no earlier
-// contract of its tenant). Key validity and scope are bundle.js's Registry.
+// contract of its tenant) and prepayments (§6.7, prepayments: a reference carried by one
+// prepayment of its tenant, a lot not expired when it is logged). Key validity and scope are
+// bundle.js's Registry.
 
 import { Failure } from './result.js';
 import { GPU_UNITS, MAX_NODE_GPUS, migProfileSlices, migSlicesDiffer, timestampSeconds } from './leaf.js';
@@ -46,6 +48,7 @@ function tenantOf(kind, b) {
     case 'certificate_issued':
     case 'record_excluded':
     case 'contract_registered':
+    case 'prepayment':
       return b.tenant;
     case 'energy':
       return 'tenant' in b ? b.tenant : undefined;
@@ -354,6 +357,9 @@ export class Admission {
     this.contracts = new Map();
     /** tenant → [{contract, at, from, to}]: its contracts' terms [from, to) in seconds */
     this.contractsByTenant = new Map();
+    /** `tenant|reference` → index of the first prepayment of the tenant carrying the reference
+     *  (§6.7, prepayments; a tenant id holds no `|`) */
+    this.prepayments = new Map();
   }
 
   /** The policy in force at `index`: the latest log_policy entry before it, or the defaults. */
@@ -376,6 +382,7 @@ export class Admission {
     this.checkTime(index, e.kind, b, receivedAt, item);
     this.checkPriceHistory(index, e.kind, b, item);
     this.checkContractTerm(index, e.kind, b, item);
+    this.checkPrepayment(index, e.kind, b, receivedAt, item);
     this.checkOverlap(e.kind, b, item);
     this.checkForward(e.kind, b, item);
     this.checkSettlement(e.kind, b, item);
@@ -736,6 +743,30 @@ export class Admission {
     }
   }
 
+  /**
+   * §6.7, prepayments (crates/core/src/prepaid.rs `PrepaidBook::check`), after the party rules
+   * (its tenant registered earlier: checkParties), in this order: no earlier prepayment of its
+   * tenant carries its reference (`reference_used`, body.reference), so a top-up sent twice is
+   * recorded once; and its expires_at, if any, is after the entry's received_at
+   * (`invalid_field`, body.expires_at): a lot is not logged expired. An invoice bundle's
+   * context carries the tenant's own prepayments (§14), so both are rechecked among them. What
+   * invoices draw from the lots is no admission rule (docs/RATING.md, "Prepaid balances"): the
+   * invoice's recomputation, `gpuledger verify --invoice`.
+   */
+  checkPrepayment(index, kind, b, receivedAt, item) {
+    if (kind !== 'prepayment') return;
+    const at = this.prepayments.get(`${b.tenant}|${b.reference}`);
+    if (at !== undefined && at < index) {
+      throw new Failure('reference_used', item, `body.reference: a prepayment of ${b.tenant} already carries ${JSON.stringify(b.reference)} (entry ${at})`);
+    }
+    if ('expires_at' in b) {
+      const expires = secondsOf(b.expires_at, item, 'body.expires_at');
+      if (expires <= secondsOf(receivedAt, item, 'received_at')) {
+        throw new Failure('invalid_field', item, `body.expires_at (${b.expires_at}) is not after the entry's time (${receivedAt}): a lot is not logged expired`);
+      }
+    }
+  }
+
   checkForward(kind, b, item) {
     const s = seriesOf(kind, b);
     if (!s) return;
@@ -806,6 +837,11 @@ export class Admission {
           this.contractsByTenant.get(b.tenant).push({ contract: b.contract, at: index, from: timestampSeconds(b.term_from), to: timestampSeconds(b.term_to) });
         }
         break;
+      case 'prepayment': {
+        const ref = `${b.tenant}|${b.reference}`;
+        if (!this.prepayments.has(ref)) this.prepayments.set(ref, index);
+        break;
+      }
       case 'invoice_issued':
         if (!this.accounts.has(b.number)) this.accounts.set(b.number, { tenant: b.tenant, currency: b.currency, total: Dec.parse(b.total), credited: Dec.zero() });
         this.invoiced.push({ at: index, tenant: b.tenant, from: timestampSeconds(b.period_from), to: timestampSeconds(b.period_to) });

@@ -60,11 +60,17 @@
 //   (`already_registered`; like leases, the context carries the tenant's own), its term
 //   starting neither in the past beyond the policy's skew (`price_in_past`) nor before the end
 //   of an invoiced period of its tenant (`price_in_invoiced_period`), and overlapping no earlier
-//   contract of its tenant, half-open (`contract_overlap`).
+//   contract of its tenant, half-open (`contract_overlap`); and the prepayment rules (§5.20,
+//   §6.7 prepayments): a `prepayment` entry's tenant registered (`unknown_tenant`), its
+//   reference carried by no earlier prepayment of its tenant among the entries the bundle
+//   holds (`reference_used`; the context carries the tenant's own), and its `expires_at`, if
+//   any, after the entry's `received_at` (`invalid_field`).
 //
 // NOT checked here (the offline verifier, `gpuledger verify`, does; every verdict on evidence
 // says so, lib/trust.js `showResult`):
-// - invoices (the recomputation of docs/RATING.md, a contract's fee and true-up lines included).
+// - invoices (the recomputation of docs/RATING.md, a contract's fee and true-up lines and
+//   what the invoice draws from the tenant's prepaid lots, its `prepaid` and `amount_due`,
+//   included).
 // And whatever it checks, code served by the log's own server cannot protect against that
 // server: docs/CONSOLE.md says how to run it from a copy you trust (offline.html).
 //

@@ -4,7 +4,8 @@
 // Every kind's body is checked as `gpuledger verify` checks it (crates/core/src/record.rs):
 // every member's presence and form and no other member, identifiers (not the reserved
 // `ledger`), timestamps, canonical decimals within their limits, money amounts, currencies,
-// text shown to people (a contract fee's name: ids.rs `check_display_text`), and the rules
+// text shown to people (a contract fee's name: ids.rs `check_display_text`), amounts within
+// their currency's minor unit (a prepayment's: rating.rs `minor_units`), and the rules
 // the certificate's sums and the key registry rely on (gpu_seconds = gpu_count × duration,
 // interval limits, the key id and §3.1 validity of a registered key). Any failure here is
 // `leaf_invalid`.
@@ -59,6 +60,17 @@ export const BILLING_PERIODS = new Set(['month', 'quarter', 'year']);
 export const BILLING_ANCHORS = new Set(['calendar', 'anniversary']);
 export const FEE_TIMINGS = new Set(['advance', 'arrears', 'once']);
 export const FEE_CATEGORIES = new Set(['compute', 'networking', 'storage', 'support', 'other']);
+/** `MAX_EXTERNAL_REFERENCE_BYTES`: a settlement's external_reference and a prepayment's reference are 1 to 128 bytes (§5.10, §5.20). */
+export const MAX_EXTERNAL_REFERENCE_BYTES = 128;
+/** Where a prepayment's money came from (§5.20): grants are drawn before purchases. */
+export const PREPAYMENT_SOURCES = new Set(['grant', 'purchase']);
+/** Currencies whose minor unit is not 2 digits (docs/RATING.md; rating.rs `minor_units`). */
+const MINOR_UNITS = new Map([
+  ...['JPY', 'KRW', 'VND', 'CLP', 'ISK', 'UGX'].map((c) => [c, 0]),
+  ...['BHD', 'KWD', 'OMR', 'JOD', 'TND', 'IQD', 'LYD'].map((c) => [c, 3]),
+]);
+/** The digits of a currency's minor unit (rating.rs `minor_units`): 0 or 3 for those listed, else 2. */
+export const minorUnits = (currency) => MINOR_UNITS.get(currency) ?? 2;
 /** Control characters (Unicode Cc, Rust's `char::is_control`). */
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/u;
 /** White space as Rust's `str::trim` removes it (Unicode White_Space; unlike JS's `trim`, not U+FEFF). */
@@ -97,7 +109,7 @@ export const LEDGER_KINDS = new Set([
   'signer_key_registered', 'signer_key_revoked', 'rate_card', 'region_params',
   'lease_registered', 'invoice_issued', 'payment', 'credit_note', 'volume_tiers',
   'tenant_plan', 'certificate_issued', 'tenant_registered', 'log_policy', 'node_registered',
-  'record_excluded', 'node_updated', 'contract_registered',
+  'record_excluded', 'node_updated', 'contract_registered', 'prepayment',
 ]);
 /** What each signer role may sign (§6.1). */
 export const ROLE_KINDS = { node: new Set(['gpu_usage', 'energy']), market: new Set(['spot_price']) };
@@ -353,12 +365,29 @@ function displayText(v, max, f) {
   }
 }
 
-/** A contract's amount (a fee or its commitment, §5.19): an amount (money) above 0. */
+/** A contract's amount (a fee or its commitment, §5.19) or a prepayment's (§5.20): an amount (money) above 0. */
 function contractAmount(v, f) {
   const d = money(v, f);
   check(d.cmp(Dec.zero()) > 0, `quantity_out_of_range: ${f} must be above 0`);
   return d;
 }
+
+/**
+ * One line of text for people that is a reference or a reason (record.rs `trimmed_text`): 1 to
+ * `max` bytes, no control characters, no white space at either end as Rust's `str::trim`
+ * sees it. `invalid_field`.
+ */
+function trimmedText(v, max, f) {
+  check(typeof v === 'string', `${f} is not a string`);
+  check(v.length > 0 && utf8(v).length <= max && !WHITE_SPACE.test(v) && !CONTROL.test(v),
+    `invalid_field: ${f}: 1 to ${max} bytes without control characters or surrounding spaces`);
+}
+
+/** The decimal places an amount (money) is written with: `5000.00` has 2, `5000` none. */
+const decimalPlaces = (v) => {
+  const dot = v.indexOf('.');
+  return dot < 0 ? 0 : v.length - dot - 1;
+};
 
 /** A node's power limit per GPU (record.rs `watts`): above 0 and at most MAX_WATTS_PER_GPU. */
 function watts(v) {
@@ -439,9 +468,7 @@ async function checkBody(kind, b) {
       check(Number.isSafeInteger(b.entry) && b.entry >= 0, 'body.entry is not an integer 0 to 2^53 − 1');
       check(typeof b.reason === 'string', 'body.reason is not a string');
       bodyId(b.tenant, 'body.tenant');
-      const r = b.reason;
-      check(r.length > 0 && utf8(r).length <= MAX_EXCLUSION_REASON_BYTES && !WHITE_SPACE.test(r) && !CONTROL.test(r),
-        `invalid_field: body.reason: 1 to ${MAX_EXCLUSION_REASON_BYTES} bytes without control characters or surrounding spaces`);
+      trimmedText(b.reason, MAX_EXCLUSION_REASON_BYTES, 'body.reason');
       return;
     }
     case 'node_registered': {
@@ -513,6 +540,29 @@ async function checkBody(kind, b) {
       }
       if ('commitment' in b) contractAmount(b.commitment, 'body.commitment');
       check('fees' in b || 'commitment' in b, 'invalid_field: body.fees: a contract has fees, a commitment, or both');
+      return;
+    }
+    case 'prepayment': {
+      // §5.20, as record/prepayment.rs reads it: the whole shape first (serde's part: exactly
+      // these members, strings, expires_at optional and never null), then the members in the
+      // order of the spec's table: the tenant, the reference (as payment.external_reference),
+      // the source, the currency, the amount (above 0, at most MAX_MONEY_AMOUNT, with at most
+      // the currency's minor-unit digits) and expires_at. That it is after the entry's
+      // received_at, and its reference new for its tenant, are admission rules (§6.7,
+      // prepayments: admission.js).
+      members(b, 'body', ['tenant', 'reference', 'source', 'currency', 'amount'], ['expires_at']);
+      for (const k of ['tenant', 'reference', 'source', 'currency', 'amount', 'expires_at']) {
+        if (k in b) check(typeof b[k] === 'string', `body.${k} is not a string`);
+      }
+      bodyId(b.tenant, 'body.tenant');
+      trimmedText(b.reference, MAX_EXTERNAL_REFERENCE_BYTES, 'body.reference');
+      check(PREPAYMENT_SOURCES.has(b.source), 'invalid_field: body.source must be grant or purchase');
+      currency(b.currency, 'body.currency');
+      contractAmount(b.amount, 'body.amount');
+      const places = decimalPlaces(b.amount);
+      const minor = minorUnits(b.currency);
+      check(places <= minor, `invalid_field: body.amount has ${places} decimal places, more than ${b.currency}'s minor unit (${minor})`);
+      if ('expires_at' in b) ts(b.expires_at, 'body.expires_at');
       return;
     }
     case 'lease_registered': {
