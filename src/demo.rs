@@ -242,12 +242,50 @@ fn ensure_signer(
     Ok(key)
 }
 
-/// Registers the demo tenants on the log (once), and bluefin-labs' contract.
+/// Registers the demo tenants on the log (once), bluefin-labs' contract and acme-ai's prepaid
+/// lots.
 fn ensure_parties(ledger: &Ledger) -> Result<(), DemoError> {
     for (id, _, _) in TENANTS {
         tolerate(ledger.register_tenant(id))?;
     }
-    tolerate(ledger.append_ledger_entry(demo_contract(ledger.now())))
+    tolerate(ledger.append_ledger_entry(demo_contract(ledger.now())))?;
+    for lot in demo_prepayments(ledger.now()) {
+        tolerate(ledger.append_ledger_entry(lot))?;
+    }
+    Ok(())
+}
+
+/// The demo's prepaid cloud-GPU tenant (synthetic): acme-ai, billed by the GPU-hour, topped up
+/// 20,000 CNY (充值) and granted 500 CNY of welcome credit for 90 days from the start of the
+/// day; its invoices draw on them (docs/RATING.md, "Prepaid balances"). A restarted demo finds
+/// both references recorded (a reference is recorded once).
+fn demo_prepayments(now: Timestamp) -> [gpuledger::core::record::Body; 2] {
+    use gpuledger::core::record::{Body, Prepayment, PrepaymentSource};
+    let day = Timestamp::from_unix(now.unix() - now.unix() % 86_400).expect("in range");
+    let lot = |reference: &str, source, amount: &str, expires_at| {
+        Body::Prepayment(Prepayment {
+            tenant: "acme-ai".into(),
+            reference: reference.into(),
+            source,
+            currency: "CNY".into(),
+            amount: amount.parse().expect("demo amount"),
+            expires_at,
+        })
+    };
+    [
+        lot(
+            "DEMO-TOPUP-0001",
+            PrepaymentSource::Purchase,
+            "20000.00",
+            None,
+        ),
+        lot(
+            "DEMO-WELCOME",
+            PrepaymentSource::Grant,
+            "500.00",
+            Some(day.plus(90 * 86_400)),
+        ),
+    ]
 }
 
 /// The demo's contract (synthetic): bluefin-labs rents a bare-metal node by the month (包月) for

@@ -576,6 +576,15 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
     );
     h.get("/v1/contracts?tenant=bluefin-labs", Some(&tenant_token))
         .assert_problem(404, "not_found", "another tenant's contracts");
+    // acme-ai is a prepaid cloud-GPU tenant: it sees its top-up and welcome grant.
+    let prepaid = h.get("/v1/prepayments", Some(&tenant_token)).ok_json(200);
+    let references: Vec<&str> = prepaid["prepayments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["reference"].as_str())
+        .collect();
+    assert_eq!(references, ["DEMO-TOPUP-0001", "DEMO-WELCOME"], "{prepaid}");
     h.get("/v1/invoices?tenant=bluefin-labs", Some(&tenant_token))
         .assert_problem(404, "not_found", "another tenant's invoices");
     h.get("/v1/entries?start=0&end=5", Some(&auditor_token))
