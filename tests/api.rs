@@ -803,6 +803,8 @@ static ACCESS: &[Access] = &[
     post("prepayment",                   "/v1/prepayments", |w| json!({"tenant": "tenant-a", "reference": format!("TOPUP-{w}"), "source": "purchase", "currency": "CNY", "amount": "1.00"}), [201, 403, 403, 403, 401, 401]),
     get("prepayments (own, or all)",     "/v1/prepayments",                                       [200, 200, 200, 200, 401, 401]),
     get("A's prepayments",               "/v1/prepayments?tenant=tenant-a",                       [200, 200, 200, 404, 401, 401]),
+    Access { what: "set A's alerts", method: "PUT", path: "/v1/tenants/tenant-a/alerts", body: Some(|_| json!({"low_balance": {"CNY": "10.00"}})), want: [200, 403, 403, 403, 401, 401] },
+    get("A's alerts",                    "/v1/tenants/tenant-a/alerts",                           [200, 200, 200, 404, 401, 401]),
     // Disputes: admins exclude a record (B's first, before B's invoice rates it).
     post("exclusion",                    "/v1/exclusions", |w| json!({"tenant": "tenant-b", "entry": MATRIX_IB, "reason": w}), [201, 403, 403, 403, 401, 401]),
     // Invoices: admins issue and settle; tenants read their own, 404 for others'.
@@ -900,10 +902,10 @@ impl Access {
                 Http::read(req.call()).unwrap_or_else(|e| panic!("HEAD {path}: {e}"))
             }
             ("POST", Some(body)) => h.post(path, token, &body(&format!("{who:?}").to_lowercase())),
-            ("PATCH", Some(body)) => {
+            (m @ ("PATCH" | "PUT"), Some(body)) => {
                 let bytes = serde_json::to_vec(&body(&format!("{who:?}").to_lowercase())).unwrap();
-                h.try_request("PATCH", path, token, Some("application/json"), &bytes)
-                    .unwrap_or_else(|e| panic!("PATCH {path}: {e}"))
+                h.try_request(m, path, token, Some("application/json"), &bytes)
+                    .unwrap_or_else(|e| panic!("{m} {path}: {e}"))
             }
             (m, b) => panic!("{}: {m} with a body: {}", self.what, b.is_some()),
         }

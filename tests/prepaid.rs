@@ -63,11 +63,11 @@ fn refused(r: Result<u64, StoreError>) -> String {
 
 /// The test's own drawing rule, in cents: lots as (name, is_grant, expires, cents left) in log
 /// order; grants first, earliest expiry first (none last), log order; only lots that have
-/// not expired when the period ends.
+/// not expired when the invoice is issued.
 fn draw_cents(
     lots: &mut [(&str, bool, Option<i64>, i64)],
     total: i64,
-    period_to: i64,
+    issued_at: i64,
 ) -> Vec<(String, String)> {
     let mut order: Vec<usize> = (0..lots.len()).collect();
     order.sort_by_key(|&i| {
@@ -78,7 +78,7 @@ fn draw_cents(
     let mut out = Vec::new();
     for i in order {
         let (name, _, exp, have) = lots[i];
-        if left == 0 || have == 0 || exp.is_some_and(|e| e < period_to) {
+        if left == 0 || have == 0 || exp.is_some_and(|e| e <= issued_at) {
             continue;
         }
         let take = have.min(left);
@@ -92,6 +92,24 @@ fn draw_cents(
 both_backends!(invoices_draw_on_prepaid_lots_in_order, |db: &TestDb| {
     let ledger = open_at(db, t("2027-01-01T00:00:00Z"));
     let node = acme_on_h100(&ledger);
+    // acme's account wants a balance.low event when its yuan balance falls under 1000.00, and
+    // an endpoint subscribes to it.
+    let endpoint = {
+        let mut c = gpuledger::store::connect(&db.url).unwrap();
+        gpuledger::store::access::create_tenant(&mut c, "acme", "Acme").unwrap();
+        let low = std::collections::BTreeMap::from([("CNY".to_owned(), dec("1000.00"))]);
+        gpuledger::store::access::set_low_balance(&mut c, "acme", &low).unwrap();
+        let endpoint = gpuledger::store::webhooks::NewEndpoint {
+            url: "https://hooks.example/balance".into(),
+            tenant: None,
+            event_types: vec![gpuledger::store::webhooks::EventType::BalanceLow],
+            secret: None,
+            description: "low balances".into(),
+        };
+        gpuledger::store::webhooks::create_endpoint(&mut c, &endpoint, t("2027-01-01T00:00:00Z"))
+            .unwrap()
+            .id
+    };
 
     use PrepaymentSource::{Grant, Purchase};
     // Refused, each with its reason, writing nothing.
@@ -117,14 +135,14 @@ both_backends!(invoices_draw_on_prepaid_lots_in_order, |db: &TestDb| {
     assert_eq!(size_of(&ledger), size);
 
     // The lots, in log order: a top-up of 1000.00 that never expires; a grant of 200.00
-    // to the end of February; a welcome grant of 50.00 to the end of January; a grant of
-    // 500.00 that expires on 20 January, before any monthly invoice may draw on it.
+    // to mid-March; a welcome grant of 50.00 to 10 February; a grant of 500.00 that expires
+    // on 20 January, before any monthly invoice is issued.
     let topup = ledger
         .append_ledger_entry(lot("TOPUP-1", Purchase, "1000.00", None))
         .unwrap();
     for l in [
-        lot("PROMO-2027", Grant, "200.00", Some("2027-03-01T00:00:00Z")),
-        lot("WELCOME", Grant, "50.00", Some("2027-02-01T00:00:00Z")),
+        lot("PROMO-2027", Grant, "200.00", Some("2027-03-15T00:00:00Z")),
+        lot("WELCOME", Grant, "50.00", Some("2027-02-10T00:00:00Z")),
         lot("FLASH", Grant, "500.00", Some("2027-01-20T00:00:00Z")),
     ] {
         ledger.append_ledger_entry(l).unwrap();
@@ -139,17 +157,23 @@ both_backends!(invoices_draw_on_prepaid_lots_in_order, |db: &TestDb| {
     assert_eq!(size_of(&ledger), size);
 
     // The test's own ledger of the lots, in cents.
-    let jan_end = t("2027-02-01T00:00:00Z").unix();
-    let feb_end = t("2027-03-01T00:00:00Z").unix();
+    // Each month's invoice is issued an hour after the month ends.
+    let jan_issued = t("2027-02-01T01:00:00Z").unix();
+    let feb_issued = t("2027-03-01T01:00:00Z").unix();
     let mut mine = [
         ("TOPUP-1", false, None, 100_000),
         (
             "PROMO-2027",
             true,
-            Some(t("2027-03-01T00:00:00Z").unix()),
+            Some(t("2027-03-15T00:00:00Z").unix()),
             20_000,
         ),
-        ("WELCOME", true, Some(jan_end), 5_000),
+        (
+            "WELCOME",
+            true,
+            Some(t("2027-02-10T00:00:00Z").unix()),
+            5_000,
+        ),
         (
             "FLASH",
             true,
@@ -170,7 +194,7 @@ both_backends!(invoices_draw_on_prepaid_lots_in_order, |db: &TestDb| {
         .unwrap();
     let jan = &jan[0];
     assert_eq!(jan.total.to_string(), money(18_500));
-    let expected = draw_cents(&mut mine, 18_500, jan_end);
+    let expected = draw_cents(&mut mine, 18_500, jan_issued);
     assert_eq!(draws(jan), expected);
     assert_eq!(
         expected,
@@ -202,7 +226,7 @@ both_backends!(invoices_draw_on_prepaid_lots_in_order, |db: &TestDb| {
         )
         .unwrap();
     let feb = &feb[0];
-    let expected = draw_cents(&mut mine, 185_000, feb_end);
+    let expected = draw_cents(&mut mine, 185_000, feb_issued);
     assert_eq!(draws(feb), expected);
     assert_eq!(
         expected,
@@ -340,6 +364,33 @@ both_backends!(invoices_draw_on_prepaid_lots_in_order, |db: &TestDb| {
         ),
         ("185.00".into(), "500.00".into(), "1065.00".into())
     );
+    // balance.low, once: January left 1065.00 (of 1250.00 unexpired), at or above the
+    // threshold; February's draws took it to 0.00, under it.
+    let low: Vec<serde_json::Value> = ledger
+        .reads()
+        .run(|c| gpuledger::store::webhooks::deliveries(c, &endpoint))
+        .unwrap()
+        .into_iter()
+        .map(|d| serde_json::from_str(&d.payload).unwrap())
+        .collect();
+    assert_eq!(low.len(), 1, "{low:?}");
+    assert_eq!(low[0]["type"], "balance.low");
+    let data = &low[0]["data"];
+    assert_eq!(
+        (
+            &data["invoice"],
+            &data["available"],
+            &data["below"],
+            &data["tenant"]
+        ),
+        (
+            &serde_json::json!(feb.number),
+            &serde_json::json!("0.00"),
+            &serde_json::json!("1000.00"),
+            &serde_json::json!("acme")
+        ),
+        "{data}"
+    );
     let now = &positions(size_of(&ledger), "2027-03-02T00:00:00Z")[0];
     assert_eq!(
         (
@@ -464,6 +515,36 @@ both_backends!(prepayments_over_http, |db: &TestDb| {
     assert_eq!(before["prepayments"], serde_json::json!([]), "{before}");
     h.get(&format!("/v1/prepayments?size={}", h.size() + 1), a)
         .problem(400, "invalid_parameter")
+        .unwrap();
+    // Alerts: an admin sets acme's threshold, acme reads its own, beta cannot; bad ones are
+    // named.
+    let alerts = serde_json::json!({"low_balance": {"CNY": "250"}});
+    let set = h.put("/v1/tenants/acme/alerts", a, &alerts).ok_json(200);
+    assert_eq!(set, serde_json::json!({"low_balance": {"CNY": "250.00"}}));
+    let own = h
+        .get("/v1/tenants/acme/alerts", Some(acme.as_str()))
+        .ok_json(200);
+    assert_eq!(own, set);
+    h.get("/v1/tenants/acme/alerts", Some(beta.as_str()))
+        .problem(404, "not_found")
+        .unwrap();
+    h.put("/v1/tenants/acme/alerts", Some(acme.as_str()), &alerts)
+        .problem(403, "forbidden")
+        .unwrap();
+    for bad in [
+        serde_json::json!({"low_balance": {"cny": "1"}}),
+        serde_json::json!({"low_balance": {"CNY": "1.001"}}),
+        serde_json::json!({"low_balance": {"CNY": "-1"}}),
+        serde_json::json!({"low_balance": {"CNY": "1e3"}}),
+    ] {
+        let p = h
+            .put("/v1/tenants/acme/alerts", a, &bad)
+            .problem(400, "invalid_parameter")
+            .unwrap();
+        assert!(p.to_string().contains("low_balance"), "{bad}: {p}");
+    }
+    h.put("/v1/tenants/ghost/alerts", a, &alerts)
+        .problem(404, "not_found")
         .unwrap();
     let size = h.size();
     drop(srv);

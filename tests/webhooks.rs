@@ -215,6 +215,7 @@ both_backends!(events_arrive_signed_retried_and_scoped, |db: &TestDb| {
         "record.conflict",
         "record.excluded",
         "signer.revoked",
+        "balance.low",
     ];
     let listed = h.get("/v1/webhooks/event-types", a).ok_json(200);
     assert_eq!(

@@ -400,6 +400,13 @@ impl Http {
                 }
                 b.send(body)
             }
+            "PUT" => {
+                let mut b = headers!(self.agent.put(&url));
+                if let Some(ct) = content_type {
+                    b = b.header("Content-Type", ct);
+                }
+                b.send(body)
+            }
             m => panic!("method {m}"),
         };
         Self::read(r)
@@ -424,6 +431,19 @@ impl Http {
             path,
             self.try_request("POST", path, None, content_type, body),
         )
+    }
+
+    /// `PUT path` with a JSON body.
+    pub fn put(&self, path: &str, token: Option<&str>, body: &Value) -> Reply {
+        let body = body.to_string();
+        let r = self.try_request(
+            "PUT",
+            path,
+            token,
+            Some("application/json"),
+            body.as_bytes(),
+        );
+        answered("PUT", path, r)
     }
 
     pub fn post(&self, path: &str, token: Option<&str>, body: &Value) -> Reply {

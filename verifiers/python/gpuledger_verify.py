@@ -2412,7 +2412,7 @@ class LogView:
         # entries, (index, kind, body) in index order, from which an invoice's draws on its
         # tenant's lots are recomputed (RATING.md, "Prepaid balances"; PrepaidBook).
         self.prepayments: Dict[Tuple[str, str], int] = {}
-        self.prepaid_entries: List[Tuple[int, str, Dict[str, Any]]] = []
+        self.prepaid_entries: List[Tuple[int, str, Dict[str, Any], Optional[int]]] = []
         # Section 6.4a: stream -> (starts, [(end, index)]) of the intervals held so far, by start.
         self.intervals: Dict[str, Tuple[List[int], List[Tuple[int, int]]]] = {}
         self.invoices: List[Tuple[int, str, int, int]] = []  # (index, tenant, period_from, period_to)
@@ -2979,7 +2979,10 @@ class LogView:
         starts.insert(at, parsed["start"])
         ends.insert(at, (parsed["end"], index))
 
-    def apply(self, env: Dict[str, Any], index: int, parsed: Dict[str, Any]) -> None:
+    def apply(self, env: Dict[str, Any], index: int, parsed: Dict[str, Any],
+              received_at: Optional[int] = None) -> None:
+        """A context entry that passed, into the view; `received_at` its leaf's (the instant an
+        invoice_issued entry's invoice was issued: its prepaid draws, PrepaidBook)."""
         kind, body = env["kind"], env["body"]
         self.context_seqs.add((env["signer"], env["seq"]))
         if kind == "signer_key_registered":
@@ -3011,7 +3014,7 @@ class LogView:
                 self.contract_bodies.append(body)
         elif kind == "prepayment":
             self.prepayments.setdefault((body["tenant"], body["reference"]), index)
-            self.prepaid_entries.append((index, kind, body))
+            self.prepaid_entries.append((index, kind, body, received_at))
         elif kind == "node_registered":
             if body["node"] not in self.nodes:
                 self.nodes[body["node"]] = FleetNode(body, index)
@@ -3034,7 +3037,7 @@ class LogView:
             self.invoice_numbers.append(body["number"])
             self.invoice_periods.setdefault(body["tenant"], []).append((parsed["period_from"], parsed["period_to"]))
             self.invoices.append((index, body["tenant"], parsed["period_from"], parsed["period_to"]))
-            self.prepaid_entries.append((index, kind, body))
+            self.prepaid_entries.append((index, kind, body, received_at))
         series = _price_series(kind, body)
         if series is not None:
             self.series_latest[series] = max(parsed["effective_from"], self.series_latest.get(series, parsed["effective_from"]))
@@ -3057,6 +3060,7 @@ class CheckedEntry:
     leaf_hash: bytes
     envelope: Dict[str, Any]
     parsed: Dict[str, Any]
+    received_at: int
 
 
 def check_entry(e: EntryLine, cp: Checkpoint, view: LogView, prev_known: Dict[int, bytes]) -> CheckedEntry:
@@ -3128,7 +3132,7 @@ def check_entry(e: EntryLine, cp: Checkpoint, view: LogView, prev_known: Dict[in
     if not verify_strict(pub, parsed["message"], parsed["sig"]):
         raise Failure("entry_signature", item, f"the signature of {env['signer']} (key {env['key_id']}) does not "
                       f"verify strictly over the signed message (origin {view.origin})")
-    return CheckedEntry(e.index, lh, env, parsed)
+    return CheckedEntry(e.index, lh, env, parsed, now)
 
 
 class Claims:
@@ -3299,7 +3303,7 @@ def _run_bundle(path: str, key: VerifierKey, cert: Optional[CertInfo]) -> Tuple[
                     first_subject_failure = _check_record_subject(ce, cert, e.item)
                 claims.add(ce, view)
         else:
-            view.apply(ce.envelope, e.index, ce.parsed)
+            view.apply(ce.envelope, e.index, ce.parsed, ce.received_at)
             view.context_leaf_hashes[e.index] = ce.leaf_hash
     if seen != st.entries:
         raise Failure("malformed", "bundle", "the file changed while it was read")
@@ -3802,11 +3806,12 @@ class Lot:
     def remaining(self) -> Fraction:
         return self.amount - sum((a for _, a in self.draws), Fraction(0))
 
-    def pays(self, size: int, period_to: int) -> bool:
-        """Whether an invoice issued at checkpoint size `size` for a period ending at `period_to`
-        may draw on it (its tenant and currency aside): its entry is below the size, and it does
-        not expire before the period ends (no expires_at, or period_to <= expires_at)."""
-        return self.index < size and (self.expires_at is None or period_to <= self.expires_at)
+    def pays(self, size: int, issued: int) -> bool:
+        """Whether an invoice issued at checkpoint size `size` at the instant `issued` may draw on
+        it (its tenant and currency aside): its entry is below the size, and it had not expired
+        when the invoice was issued (no expires_at, or issued < expires_at, strictly: from
+        expires_at on, what is left of it is forfeit)."""
+        return self.index < size and (self.expires_at is None or issued < self.expires_at)
 
     def order(self) -> Tuple[int, bool, int, int]:
         """The drawing order: grants before purchases, then the earliest expires_at first (a lot
@@ -3818,7 +3823,8 @@ class PrepaidBook:
     """The lots of a log (or of a bundle) and what its invoices drew from them, rebuilt from its
     prepayment and invoice_issued entries taken in increasing index order (`apply`). An
     invoice_issued entry draws by the same rule as the invoice checked, with its own tenant,
-    currency, `total`, `checkpoint_size` and `period_to`. A second prepayment of a tenant with a
+    currency, `total` and `checkpoint_size`, issued at its entry's `received_at` (the ledger
+    writes the entry at the invoice's issued_at). A second prepayment of a tenant with a
     reference it used is not a lot (the ledger refuses it: reference_used)."""
 
     def __init__(self):
@@ -3826,9 +3832,13 @@ class PrepaidBook:
         self._by_reference: Dict[Tuple[str, str], Lot] = {}
         self._last_index = -1
 
-    def apply(self, index: int, kind: str, body: Dict[str, Any]) -> None:
+    def apply(self, index: int, kind: str, body: Dict[str, Any], received_at: Optional[int]) -> None:
+        """Entry `index` of kind `kind` with `body`, its leaf's `received_at` (for an
+        invoice_issued entry, the instant its invoice was issued; a prepayment's is not read)."""
         if index <= self._last_index:
             raise ValueError(f"entry {index} after entry {self._last_index}: a book is built in index order")
+        if kind == "invoice_issued" and received_at is None:
+            raise ValueError(f"entry {index}: an invoice_issued entry draws as issued at its received_at")
         self._last_index = index
         if kind == "prepayment":
             key = (body["tenant"], body["reference"])
@@ -3840,22 +3850,22 @@ class PrepaidBook:
                 self._by_reference[key] = lot
         elif kind == "invoice_issued":
             for lot, amount in self.draws(body["tenant"], body["currency"], Fraction(body["total"]),
-                                          body["checkpoint_size"], parse_timestamp(body["period_to"])):
+                                          body["checkpoint_size"], received_at):
                 lot.draws.append((body["number"], amount))
 
     def lot(self, tenant: str, reference: str) -> Optional[Lot]:
         return self._by_reference.get((tenant, reference))
 
     def draws(self, tenant: str, currency: str, total: Fraction, size: int,
-              period_to: int) -> List[Tuple[Lot, Fraction]]:
+              issued: int) -> List[Tuple[Lot, Fraction]]:
         """RATING.md, "Prepaid balances": what an invoice of `tenant` in `currency` with total
-        `total` (gross), issued at checkpoint size `size` for a period ending at `period_to`,
-        draws from the lots as they stand, in drawing order. The lots of the tenant in the
+        `total` (gross), issued at checkpoint size `size` at the instant `issued`, draws from
+        the lots as they stand, in drawing order. The lots of the tenant in the
         currency that the invoice may draw on (`Lot.pays`) with something left, in `Lot.order`;
         from max(total, 0) left to pay, each gives min(what is left of it, what is left to pay)
         until nothing is left to pay. Empty when nothing is drawn (a total of 0 or less, no lot)."""
         eligible = sorted((l for l in self.lots if l.tenant == tenant and l.currency == currency
-                           and l.pays(size, period_to) and l.remaining > 0), key=Lot.order)
+                           and l.pays(size, issued) and l.remaining > 0), key=Lot.order)
         left = max(total, Fraction(0))
         out: List[Tuple[Lot, Fraction]] = []
         for lot in eligible:
@@ -3881,15 +3891,18 @@ def prepaid_members(draws: List[Tuple[Lot, Fraction]], total: Fraction,
     return prepaid, padded_str(total - drawn, places)
 
 
-def invoice_prepaid_book(entries: List[Tuple[int, str, Dict[str, Any]]], tenant: str, number: str) -> PrepaidBook:
-    """The book of an invoice's bundle (LogView.prepaid_entries): the tenant's prepayment
-    entries and its invoice_issued entries other than the invoice's own (a bundle at the
-    invoice's checkpoint cannot hold that one), in index order; other tenants' are left out."""
+def invoice_prepaid_book(entries: List[Tuple[int, str, Dict[str, Any], Optional[int]]], tenant: str,
+                         number: str) -> PrepaidBook:
+    """The book of an invoice's bundle (LogView.prepaid_entries: index, kind, body, the leaf's
+    received_at): the tenant's prepayment entries and its invoice_issued entries other than
+    the invoice's own (a bundle at the invoice's checkpoint cannot hold that one), in index
+    order, each invoice drawing as issued at its entry's received_at; other tenants' are left
+    out."""
     book = PrepaidBook()
-    for index, kind, body in sorted(entries, key=lambda e: e[0]):
+    for index, kind, body, received_at in sorted(entries, key=lambda e: e[0]):
         if body["tenant"] != tenant or (kind == "invoice_issued" and body["number"] == number):
             continue
-        book.apply(index, kind, body)
+        book.apply(index, kind, body, received_at)
     return book
 
 
@@ -3901,6 +3914,7 @@ class InvoiceInfo:
     currency: str
     period_from: int
     period_to: int
+    issued_at: int
 
 
 PREPAID_DRAW_MEMBERS = ("prepayment", "source", "amount")  # an invoice's prepaid[i]
@@ -3913,6 +3927,7 @@ def _invoice_malformed(item: str, message: str) -> Failure:
 def check_invoice_shape(obj: Any) -> InvoiceInfo:
     """The members of a version 2 invoice document (RATING.md, "Invoices") that the contract-line
     check reads: `format` gpuledger-invoice/v2, `number`, `tenant`, `currency`, `period`,
+    `issued_at` (a timestamp: the instant the invoice's prepaid draws are judged at),
     `log_origin`, `checkpoint_size`, `checkpoint_root`, `lines` (objects with a known `kind`, a
     `net` string, a canonical `tax_rate`, `adjustment_for` an object if present), the totals as
     strings, `commitments` an array if present, `prepaid` an array of {prepayment, source,
@@ -3936,6 +3951,10 @@ def check_invoice_shape(obj: Any) -> InvoiceInfo:
         period_from, period_to = parse_timestamp(period["from"]), parse_timestamp(period["to"])
     except (TypeError, ValueError) as e:
         raise _invoice_malformed("period", f"not a timestamp ({e})") from None
+    try:
+        issued_at = parse_timestamp(obj.get("issued_at"))
+    except (TypeError, ValueError) as e:
+        raise _invoice_malformed("issued_at", f"missing or not a timestamp ({e})") from None
     for name in ("log_origin", "checkpoint_root", "net_total", "tax_total", "total"):
         if not isinstance(obj.get(name), str):
             raise _invoice_malformed(name, "missing or not a string")
@@ -3979,7 +3998,7 @@ def check_invoice_shape(obj: Any) -> InvoiceInfo:
                                          f"{', '.join(PREPAYMENT_SOURCES)}")
     if "amount_due" in obj and not isinstance(obj["amount_due"], str):
         raise _invoice_malformed("amount_due", "not a string")
-    return InvoiceInfo(obj, obj["number"], obj["tenant"], obj["currency"], period_from, period_to)
+    return InvoiceInfo(obj, obj["number"], obj["tenant"], obj["currency"], period_from, period_to, issued_at)
 
 
 def read_invoice(path: str) -> InvoiceInfo:
@@ -4079,7 +4098,7 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
     round_half_even(net × tax_rate) to the minor unit and gross = net + tax, the totals the exact
     sums. Then what the invoice draws on its tenant's prepaid lots (`prepaid`, the book of the
     bundle's prepayment and earlier invoice_issued entries, invoice_prepaid_book) with the
-    recomputed total, the bundle's checkpoint size and the invoice's period end, and
+    recomputed total, the bundle's checkpoint size and the invoice's issued_at, and
     `amount_due` (PrepaidBook.draws, prepaid_members; both absent when nothing is drawn). The
     first difference is `claim_mismatch` (invoice_first_difference). The usage lines' own
     members and nets are taken as the invoice states them: they are NOT re-rated; the tax rates
@@ -4134,7 +4153,7 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
     if commitments:
         computed["commitments"] = commitments
     book = prepaid if prepaid is not None else PrepaidBook()
-    draws = book.draws(inv.tenant, inv.currency, gross_total, cp.size, inv.period_to)
+    draws = book.draws(inv.tenant, inv.currency, gross_total, cp.size, inv.issued_at)
     prepaid_list, amount_due = prepaid_members(draws, gross_total, inv.currency)
     computed.pop("prepaid", None)
     computed.pop("amount_due", None)

@@ -152,7 +152,7 @@ export default {
   "prepaid_drawn": "Drawn",
   "prepaid_remaining": "Remaining",
   "prepaid_draws": "Drawn by invoices",
-  "prepaid_explain": "Every invoice issued to you draws on these lots by itself: grants before top-ups, then the earliest expiry first. A lot pays only invoices whose period ends by its expiry; what is left of it then is forfeit.",
+  "prepaid_explain": "Every invoice issued to you draws on these lots by itself: grants before top-ups, then the earliest expiry first. A lot pays only invoices issued before it expires; what is left of it then is forfeit.",
   "prepaid_applied": "Paid from prepaid balance",
   "amount_due": "Amount due",
   "invoice_prepaid_title": "Paid from prepaid balance",

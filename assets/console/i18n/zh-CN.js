@@ -152,7 +152,7 @@ export default {
   "prepaid_drawn": "已抵扣",
   "prepaid_remaining": "剩余",
   "prepaid_draws": "抵扣的发票",
-  "prepaid_explain": "此后开具给您的每张发票都会自动从这些预付款中抵扣：先赠送、后充值，同类中先到期的先抵扣。预付款只抵扣账期在其到期时间之前（含）结束的发票；到期后剩余部分作废。",
+  "prepaid_explain": "此后开具给您的每张发票都会自动从这些预付款中抵扣：先赠送、后充值，同类中先到期的先抵扣。预付款只抵扣在其到期之前开具的发票；到期后剩余部分作废。",
   "prepaid_applied": "预付余额抵扣",
   "amount_due": "抵扣后应付金额",
   "invoice_prepaid_title": "预付余额抵扣明细",

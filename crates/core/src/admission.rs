@@ -682,6 +682,7 @@ pub struct Registry {
     settlements: Settlements,
     disputes: super::dispute::Disputes,
     contracts: super::contract::ContractBook,
+    /// The lots, for the prepayment rules (the invoices' draws are no admission rule).
     prepaid: super::prepaid::PrepaidBook,
 }
 
@@ -913,7 +914,7 @@ impl Registry {
         self.fleet.apply(index, body);
         self.spot.apply(index, body);
         self.contracts.apply(index, body);
-        self.prepaid.apply(index, body);
+        self.prepaid.add_lot(index, body);
         self.prices.apply(index, body);
         self.settlements.apply(index, body);
         self.disputes.apply(index, body);

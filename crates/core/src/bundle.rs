@@ -712,8 +712,9 @@ fn checked_entry(
 
 /// What a bundle is checked for: receives context entries, then records, in order.
 pub trait Subject {
-    /// A context entry (every kind but `gpu_usage` and `energy`), after its key and signature.
-    fn context(&mut self, index: u64, body: &Body) -> Result<(), Failure>;
+    /// A context entry (every kind but `gpu_usage` and `energy`), received at `received_at`,
+    /// after its key and signature.
+    fn context(&mut self, index: u64, received_at: Timestamp, body: &Body) -> Result<(), Failure>;
     /// A record entry (`gpu_usage` or `energy`).
     fn record(&mut self, index: u64, leaf_hash: &Hash, body: &Body) -> Result<(), Failure>;
     /// The tenant the bundle is about, if any: a record of another tenant is `wrong_tenant`
@@ -728,7 +729,7 @@ pub trait Subject {
 pub struct NoSubject;
 
 impl Subject for NoSubject {
-    fn context(&mut self, _: u64, _: &Body) -> Result<(), Failure> {
+    fn context(&mut self, _: u64, _: Timestamp, _: &Body) -> Result<(), Failure> {
         Ok(())
     }
     fn record(&mut self, _: u64, _: &Hash, _: &Body) -> Result<(), Failure> {
@@ -1131,7 +1132,7 @@ impl BundleChecker {
         if is_record_kind(e.checked.kind) {
             subject.record(e.index, &e.leaf_hash, &e.checked.body)
         } else {
-            subject.context(e.index, &e.checked.body)
+            subject.context(e.index, e.received_at, &e.checked.body)
         }
     }
 

@@ -684,7 +684,7 @@ impl Subject for CertificateCheck {
         Some(&self.cert.tenant)
     }
 
-    fn context(&mut self, _index: u64, body: &Body) -> Result<(), Failure> {
+    fn context(&mut self, _index: u64, _: Timestamp, body: &Body) -> Result<(), Failure> {
         if let Body::RegionParams(_) = body {
             self.book.add_entry(body);
         }

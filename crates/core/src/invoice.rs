@@ -1090,7 +1090,7 @@ impl InvoiceCheck {
                     &c,
                     t.gross,
                     inv.checkpoint_size,
-                    inv.period.to,
+                    inv.issued_at,
                 );
                 let recomputed = Invoice {
                     amount_due: crate::prepaid::amount_due(t.gross, &prepaid, &c),
@@ -1184,6 +1184,7 @@ impl super::bundle::Subject for InvoiceCheck {
     fn context(
         &mut self,
         index: u64,
+        received_at: Timestamp,
         body: &super::record::Body,
     ) -> Result<(), super::bundle::Failure> {
         use super::record::Body;
@@ -1191,7 +1192,7 @@ impl super::bundle::Subject for InvoiceCheck {
             Body::InvoiceIssued(i)
                 if i.tenant == self.invoice.tenant() && i.number != self.invoice.number() =>
             {
-                self.prepaid.apply(index, body);
+                self.prepaid.apply(index, received_at, body);
                 let p = Period {
                     from: i.period_from,
                     to: i.period_to,
@@ -1205,7 +1206,7 @@ impl super::bundle::Subject for InvoiceCheck {
                 self.contracts.push(c.clone());
             }
             Body::Prepayment(p) if p.tenant == self.invoice.tenant() => {
-                self.prepaid.apply(index, body);
+                self.prepaid.apply(index, received_at, body);
             }
             b => self.book.add_entry(b),
         }

@@ -4,10 +4,10 @@
 //! (issuing), `verify-log` (the reference rule), `gpuledger verify --invoice` (the invoice's
 //! `prepaid` list) and the balance of any log size all come from [`PrepaidBook`].
 //!
-//! The rule, for an invoice of tenant T in currency C with total G, issued at checkpoint size
-//! S for a period ending at E:
-//! - it may draw on a lot of T in C logged below S (index < S) that does not expire before E
-//!   (no `expires_at`, or `expires_at` ≥ E), as the lot stands after the draws of T's
+//! The rule, for an invoice of tenant T in currency C with total G, issued at the instant I
+//! (its `issued_at`, the `received_at` of its `invoice_issued` entry) at checkpoint size S:
+//! - it may draw on a lot of T in C logged below S (index < S) that has not expired when it is
+//!   issued (no `expires_at`, or I < `expires_at`), as the lot stands after the draws of T's
 //!   invoices logged before it;
 //! - lots are drawn in this order: grants before purchases, then earliest `expires_at` first
 //!   (a lot without one last), then in log order;
@@ -45,6 +45,14 @@ pub fn amount_due(total: Decimal, draws: &[PrepaidDraw], currency: &str) -> Opti
     })
 }
 
+/// Whether draws that took the tenant's available balance from `before` to `after` cross below
+/// the `below` threshold (a `balance.low` event): it was at or above it and is under it now.
+/// Once per crossing: below it already, further draws do not cross again until a top-up
+/// lifts the balance back to it.
+pub fn crossed_below(before: Decimal, after: Decimal, below: Decimal) -> bool {
+    before >= below && after < below
+}
+
 /// A lot and what the invoices drew from it so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lot {
@@ -71,10 +79,10 @@ impl Lot {
         self.prepayment.expires_at.is_some_and(|e| e <= at)
     }
 
-    /// Whether an invoice issued at checkpoint size `size` for a period ending at `period_to`
-    /// may draw on it (its currency and tenant aside).
-    fn pays(&self, size: u64, period_to: Timestamp) -> bool {
-        self.index < size && self.prepayment.expires_at.is_none_or(|e| period_to <= e)
+    /// Whether an invoice issued at `issued_at` at checkpoint size `size` may draw on it (its
+    /// currency and tenant aside): the lot is below the checkpoint and has not expired.
+    fn pays(&self, size: u64, issued_at: Timestamp) -> bool {
+        self.index < size && !self.expired_at(issued_at)
     }
 
     /// The drawing order: grants first, earliest expiry first (none last), log order.
@@ -151,51 +159,54 @@ impl PrepaidBook {
         Ok(())
     }
 
-    /// Takes in the entry at `index`, in increasing index order: a `prepayment` is a new lot;
-    /// an `invoice_issued` draws on the lots ([`PrepaidBook::draws`]).
-    pub fn apply(&mut self, index: u64, body: &Body) {
+    /// Takes in the entry at `index`, received at `received_at`, in increasing index order: a
+    /// `prepayment` is a new lot; an `invoice_issued` draws on the lots
+    /// ([`PrepaidBook::draws`], issued at `received_at`).
+    pub fn apply(&mut self, index: u64, received_at: Timestamp, body: &Body) {
         match body {
-            Body::Prepayment(p) => {
-                let key = (p.tenant.clone(), p.reference.clone());
-                if !self.references.contains_key(&key) {
-                    self.references.insert(key, self.lots.len());
-                    self.lots.push(Lot {
-                        index,
-                        prepayment: p.clone(),
-                        draws: Vec::new(),
-                    });
-                }
-            }
-            Body::InvoiceIssued(i) => self.draw(i),
+            Body::Prepayment(_) => self.add_lot(index, body),
+            Body::InvoiceIssued(i) => self.draw(i, received_at),
             _ => {}
         }
     }
 
-    /// Records what the issued invoice draws.
-    fn draw(&mut self, i: &InvoiceIssued) {
-        for d in self.draws(
-            &i.tenant,
-            &i.currency,
-            i.total,
-            i.checkpoint_size,
-            i.period_to,
-        ) {
+    /// Takes in a `prepayment` entry at `index` as a new lot (other kinds: nothing), without
+    /// the invoices' draws: all that the admission rules ([`PrepaidBook::check`]) need.
+    pub fn add_lot(&mut self, index: u64, body: &Body) {
+        let Body::Prepayment(p) = body else {
+            return;
+        };
+        let key = (p.tenant.clone(), p.reference.clone());
+        if !self.references.contains_key(&key) {
+            self.references.insert(key, self.lots.len());
+            self.lots.push(Lot {
+                index,
+                prepayment: p.clone(),
+                draws: Vec::new(),
+            });
+        }
+    }
+
+    /// Records what the invoice issued at `issued_at` draws.
+    fn draw(&mut self, i: &InvoiceIssued, issued_at: Timestamp) {
+        let size = i.checkpoint_size;
+        for d in self.draws(&i.tenant, &i.currency, i.total, size, issued_at) {
             if let Some(&at) = self.references.get(&(i.tenant.clone(), d.prepayment)) {
                 self.lots[at].draws.push((i.number.clone(), d.amount));
             }
         }
     }
 
-    /// What an invoice of `tenant` in `currency` totalling `total`, issued at checkpoint size
-    /// `size` for a period ending at `period_to`, draws from the lots as they stand (the rule
-    /// in the module's doc), in drawing order; empty when it draws nothing.
+    /// What an invoice of `tenant` in `currency` totalling `total`, issued at `issued_at` at
+    /// checkpoint size `size`, draws from the lots as they stand (the rule in the module's
+    /// doc), in drawing order; empty when it draws nothing.
     pub fn draws(
         &self,
         tenant: &str,
         currency: &str,
         total: Decimal,
         size: u64,
-        period_to: Timestamp,
+        issued_at: Timestamp,
     ) -> Vec<PrepaidDraw> {
         let mut open: Vec<&Lot> = self
             .lots
@@ -203,7 +214,7 @@ impl PrepaidBook {
             .filter(|l| {
                 l.prepayment.tenant == tenant
                     && l.prepayment.currency == currency
-                    && l.pays(size, period_to)
+                    && l.pays(size, issued_at)
                     && l.remaining() > Decimal::ZERO
             })
             .collect();
@@ -322,8 +333,8 @@ mod tests {
         })
     }
 
-    fn drawn(book: &PrepaidBook, total: i64, size: u64, to: i64) -> Vec<(String, i64)> {
-        book.draws("acme", "CNY", Decimal::new(total, 2), size, t(to))
+    fn drawn(book: &PrepaidBook, total: i64, size: u64, at: i64) -> Vec<(String, i64)> {
+        book.draws("acme", "CNY", Decimal::new(total, 2), size, t(at))
             .into_iter()
             .map(|d| {
                 (
@@ -340,10 +351,10 @@ mod tests {
     fn lots_are_drawn_in_the_stated_order() {
         use PrepaymentSource::*;
         let mut book = PrepaidBook::default();
-        book.apply(1, &lot("p-late", Purchase, 10_000, None));
-        book.apply(2, &lot("p-soon", Purchase, 5_000, Some(100_000)));
-        book.apply(3, &lot("g-never", Grant, 2_000, None));
-        book.apply(4, &lot("g-soon", Grant, 1_000, Some(50_000)));
+        book.apply(1, t(0), &lot("p-late", Purchase, 10_000, None));
+        book.apply(2, t(0), &lot("p-soon", Purchase, 5_000, Some(100_000)));
+        book.apply(3, t(0), &lot("g-never", Grant, 2_000, None));
+        book.apply(4, t(0), &lot("g-soon", Grant, 1_000, Some(50_000)));
         assert_eq!(
             drawn(&book, 12_345, 10, 0),
             [
@@ -353,7 +364,7 @@ mod tests {
                 ("p-late".to_owned(), 4_345),
             ]
         );
-        book.apply(10, &invoice("INV-000001", 12_345, 10, 0));
+        book.apply(10, t(0), &invoice("INV-000001", 12_345, 10, 0));
         assert_eq!(
             book.lot("acme", "p-late").unwrap().remaining(),
             Decimal::new(5_655, 2)
@@ -364,28 +375,57 @@ mod tests {
         assert_eq!(book.drawn_by("acme", "INV-000001"), Decimal::new(12_345, 2));
     }
 
-    /// A lot pays an invoice whose period ends at or before its expiry, and only one issued at
-    /// a checkpoint that holds it.
+    /// A lot pays an invoice issued before it expires, and only one issued at a checkpoint that
+    /// holds it; the balance counts it expired from the same instant.
     #[test]
     fn expiry_and_checkpoint_bound_what_a_lot_pays() {
         let mut book = PrepaidBook::default();
-        book.apply(5, &lot("p", PrepaymentSource::Purchase, 1_000, Some(3_600)));
-        assert_eq!(drawn(&book, 500, 6, 3_600).len(), 1, "ends as it expires");
+        book.apply(
+            5,
+            t(0),
+            &lot("p", PrepaymentSource::Purchase, 1_000, Some(3_600)),
+        );
+        assert_eq!(
+            drawn(&book, 500, 6, 3_599).len(),
+            1,
+            "issued a second before"
+        );
         assert!(
-            drawn(&book, 500, 6, 3_601).is_empty(),
-            "ends after it expired"
+            drawn(&book, 500, 6, 3_600).is_empty(),
+            "issued as it expires"
         );
         assert!(
             drawn(&book, 500, 5, 0).is_empty(),
             "checkpoint below the lot"
         );
+        // An earlier invoice's draws are replayed at its own issue time.
+        let mut late = book.clone();
+        late.apply(6, t(3_600), &invoice("INV-000001", 500, 6, 0));
+        assert!(late.lot("acme", "p").unwrap().draws.is_empty());
+        book.apply(6, t(3_599), &invoice("INV-000001", 500, 6, 0));
+        assert_eq!(
+            book.lot("acme", "p").unwrap().remaining(),
+            Decimal::new(500, 2)
+        );
         let at = |s| book.positions("acme", t(s))[0].clone();
-        assert_eq!(at(3_599).available, Decimal::new(1_000, 2));
+        assert_eq!(at(3_599).available, Decimal::new(500, 2));
         assert_eq!(
             (at(3_600).expired, at(3_600).available),
-            (Decimal::new(1_000, 2), Decimal::ZERO)
+            (Decimal::new(500, 2), Decimal::ZERO)
         );
-        assert_eq!(at(0).available.to_string(), "10.00");
+        assert_eq!(at(0).available.to_string(), "5.00");
+    }
+
+    /// A crossing is from at or above the threshold to under it.
+    #[test]
+    fn crossing_below_a_threshold() {
+        let d = |c| Decimal::new(c, 2);
+        assert!(crossed_below(d(1_000), d(999), d(1_000)));
+        assert!(!crossed_below(d(999), d(500), d(1_000)), "below already");
+        assert!(
+            !crossed_below(d(2_000), d(1_000), d(1_000)),
+            "at it, not under"
+        );
     }
 
     /// A reference is a tenant's once; a lot cannot be logged already expired.
@@ -394,7 +434,7 @@ mod tests {
         let mut book = PrepaidBook::default();
         let first = lot("bank-1", PrepaymentSource::Purchase, 100, None);
         assert!(book.check(&first, t(0)).is_ok());
-        book.apply(1, &first);
+        book.apply(1, t(0), &first);
         let again = lot("bank-1", PrepaymentSource::Grant, 5, None);
         assert_eq!(
             book.check(&again, t(0)).unwrap_err().reason,

@@ -146,6 +146,86 @@ fn address_of(column: Option<String>, id: &str) -> Result<Vec<String>, StoreErro
     }
 }
 
+/// Most currencies a tenant's `low_balance` thresholds name.
+pub const MAX_ALERT_CURRENCIES: usize = 16;
+
+/// A tenant's `low_balance` thresholds (docs/RATING.md, "Prepaid balances"): per currency, the
+/// prepaid balance below which an invoice's draws raise a `balance.low` event. Empty when none;
+/// `NotFound` for a tenant without an account.
+pub fn low_balance(
+    conn: &mut DbConn,
+    id: &str,
+) -> Result<std::collections::BTreeMap<String, rust_decimal::Decimal>, StoreError> {
+    let column: Option<Option<String>> = tenants::table
+        .find(id)
+        .select(tenants::low_balance)
+        .first(conn)
+        .optional()?;
+    match column.ok_or_else(|| StoreError::NotFound(format!("tenant {id}")))? {
+        None => Ok(Default::default()),
+        Some(text) => serde_json::from_str::<std::collections::BTreeMap<String, String>>(&text)
+            .map_err(|e| StoreError::Corrupt(format!("tenant {id} low_balance: {e}")))?
+            .into_iter()
+            .map(|(c, a)| {
+                let d = a.parse().map_err(|e| {
+                    StoreError::Corrupt(format!("tenant {id} low_balance {c}: {e}"))
+                })?;
+                Ok((c, d))
+            })
+            .collect(),
+    }
+}
+
+/// Replaces a tenant's `low_balance` thresholds (an empty map removes them): at most
+/// [`MAX_ALERT_CURRENCIES`] ISO 4217 codes, each an amount of 0 or more with at most the
+/// currency's minor-unit digits. `NotFound` for a tenant without an account.
+pub fn set_low_balance(
+    conn: &mut DbConn,
+    id: &str,
+    thresholds: &std::collections::BTreeMap<String, rust_decimal::Decimal>,
+) -> Result<(), StoreError> {
+    check_low_balance(thresholds).map_err(StoreError::Refused)?;
+    let column = (!thresholds.is_empty()).then(|| {
+        let spelled: std::collections::BTreeMap<&String, String> =
+            thresholds.iter().map(|(c, a)| (c, a.to_string())).collect();
+        serde_json::to_string(&spelled).expect("strings serialise")
+    });
+    let n = diesel::update(tenants::table.find(id))
+        .set(tenants::low_balance.eq(column))
+        .execute(conn)?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("tenant {id}")));
+    }
+    Ok(())
+}
+
+/// The rules of `low_balance` thresholds ([`set_low_balance`]): what is wrong, naming the
+/// currency.
+pub fn check_low_balance(
+    thresholds: &std::collections::BTreeMap<String, rust_decimal::Decimal>,
+) -> Result<(), String> {
+    if thresholds.len() > MAX_ALERT_CURRENCIES {
+        return Err(format!(
+            "names {} currencies; at most {MAX_ALERT_CURRENCIES}",
+            thresholds.len()
+        ));
+    }
+    for (c, a) in thresholds {
+        if c.len() != 3 || !c.bytes().all(|b| b.is_ascii_uppercase()) {
+            return Err(format!(
+                "{c:?} is not an ISO 4217 code of three upper-case letters"
+            ));
+        }
+        if a.is_sign_negative() || a.scale() > gpuledger_core::rating::minor_units(c) {
+            return Err(format!(
+                "{c}: {a} is not an amount of 0 or more with at most {} decimal places",
+                gpuledger_core::rating::minor_units(c)
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn ts(secs: i64) -> Timestamp {
     Timestamp::from_unix(secs).unwrap_or_else(Timestamp::now)
 }

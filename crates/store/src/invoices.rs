@@ -639,7 +639,7 @@ pub(crate) fn issue(
                 &invoice.currency,
                 invoice.total,
                 invoice.checkpoint_size,
-                invoice.period.to,
+                invoice.issued_at,
             );
             invoice.amount_due = gpuledger_core::prepaid::amount_due(
                 invoice.total,
@@ -647,8 +647,17 @@ pub(crate) fn issue(
                 &invoice.currency,
             );
         }
+        // The tenant's available balance before these draws, for its `low_balance` alerts.
+        let before = lots.positions(&draft.tenant, now);
+        let thresholds = match super::access::low_balance(conn, &draft.tenant) {
+            Err(StoreError::NotFound(_)) => Default::default(),
+            other => other?,
+        };
         for invoice in &out {
-            record_invoice(conn, &mut app, log, invoice)?;
+            let index = record_invoice(conn, &mut app, log, invoice)?;
+            if let Some(below) = thresholds.get(&invoice.currency) {
+                alert_low_balance(conn, invoice, index, &before, *below, now)?;
+            }
         }
         app.finish(conn)?;
         Ok(Some(out))
@@ -744,13 +753,53 @@ fn documents(
     Ok(out)
 }
 
-/// Appends an issued invoice's `invoice_issued` entry (with its SHA-256) and keeps its JSON.
+/// Enqueues `balance.low` (in the invoice's transaction) when the invoice's prepaid draws take
+/// its tenant's available balance in its currency from at or above `below` to under it
+/// (`core::prepaid::crossed_below`; `before`: the tenant's positions before the draws).
+fn alert_low_balance(
+    conn: &mut DbConn,
+    invoice: &Invoice,
+    index: u64,
+    before: &[gpuledger_core::prepaid::Position],
+    below: Decimal,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let c = &invoice.currency;
+    let was = before
+        .iter()
+        .find(|p| &p.currency == c)
+        .map_or(Decimal::ZERO, |p| p.available);
+    let drawn: Decimal = invoice.prepaid.iter().map(|d| d.amount).sum();
+    let is = gpuledger_core::rating::pad_amount(was - drawn, c);
+    if !gpuledger_core::prepaid::crossed_below(was, is, below) {
+        return Ok(());
+    }
+    let mut data = serde_json::Map::new();
+    data.insert("currency".into(), c.clone().into());
+    data.insert("available".into(), is.to_string().into());
+    data.insert("below".into(), below.to_string().into());
+    data.insert("invoice".into(), invoice.number.clone().into());
+    super::webhooks::enqueue(
+        conn,
+        &super::webhooks::Event {
+            kind: super::webhooks::EventType::BalanceLow,
+            tenant: Some(invoice.tenant.clone()),
+            log_index: Some(index),
+            dedupe: format!("balance.low:{}", invoice.number),
+            data,
+        },
+        now,
+    )
+}
+
+/// Appends an issued invoice's `invoice_issued` entry (with its SHA-256) and keeps its JSON;
+/// returns the entry's index.
 fn record_invoice(
     conn: &mut DbConn,
     app: &mut Appender,
     log: &LogSigner,
     invoice: &Invoice,
-) -> Result<(), StoreError> {
+) -> Result<u64, StoreError> {
     let (json, hash) = invoice_json(invoice)?;
     let body = Body::InvoiceIssued(InvoiceIssued {
         number: invoice.number.clone(),
@@ -775,7 +824,7 @@ fn record_invoice(
             invoices::json.eq(&json),
         ))
         .execute(conn)?;
-    Ok(())
+    Ok(idx)
 }
 
 /// Records a payment or credit note against an invoice of the same tenant and currency.

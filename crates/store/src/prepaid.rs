@@ -9,6 +9,7 @@ use super::schema::entries;
 use diesel::prelude::*;
 use gpuledger_core::prepaid::PrepaidBook;
 use gpuledger_core::record::Kind;
+use gpuledger_core::time::Timestamp;
 
 /// The prepaid lots of `tenant` (or of every tenant) logged below `size`, with what the
 /// invoices logged below `size` drew from them. A tenant without lots costs one read of an
@@ -35,13 +36,15 @@ pub fn book(conn: &mut DbConn, tenant: Option<&str>, size: u64) -> Result<Prepai
         .filter(entries::kind.eq_any(kinds))
         .filter(entries::idx.lt(size))
         .order(entries::idx.asc())
-        .select((entries::idx, entries::leaf))
+        .select((entries::idx, entries::received_at, entries::leaf))
         .into_boxed();
     if let Some(t) = tenant {
         q = q.filter(entries::tenant.eq(t));
     }
-    for (i, leaf) in q.load::<(i64, Vec<u8>)>(conn)? {
-        book.apply(i as u64, &super::usage::parse_body(i, &leaf)?);
+    for (i, at, leaf) in q.load::<(i64, i64, Vec<u8>)>(conn)? {
+        let at = Timestamp::from_unix(at)
+            .ok_or_else(|| StoreError::Corrupt(format!("entry {i}: received_at {at}")))?;
+        book.apply(i as u64, at, &super::usage::parse_body(i, &leaf)?);
     }
     Ok(book)
 }
@@ -52,7 +55,7 @@ pub fn logged_at(
     conn: &mut DbConn,
     tenant: Option<&str>,
     size: u64,
-) -> Result<std::collections::HashMap<u64, gpuledger_core::time::Timestamp>, StoreError> {
+) -> Result<std::collections::HashMap<u64, Timestamp>, StoreError> {
     let mut q = entries::table
         .filter(entries::kind.eq(Kind::Prepayment.as_str()))
         .filter(entries::idx.lt(size.min(i64::MAX as u64) as i64))
@@ -63,6 +66,6 @@ pub fn logged_at(
     }
     Ok(q.load::<(i64, i64)>(conn)?
         .into_iter()
-        .filter_map(|(i, t)| Some((i as u64, gpuledger_core::time::Timestamp::from_unix(t)?)))
+        .filter_map(|(i, t)| Some((i as u64, Timestamp::from_unix(t)?)))
         .collect())
 }

@@ -617,6 +617,7 @@ struct TenantRow {
     name: String,
     created_at: i64,
     billing_address: Option<String>,
+    low_balance: Option<String>,
 }
 
 #[derive(Queryable, Insertable)]

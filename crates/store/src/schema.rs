@@ -85,6 +85,7 @@ diesel::table! {
         name -> Text,
         created_at -> BigInt,
         billing_address -> Nullable<Text>,
+        low_balance -> Nullable<Text>,
     }
 }
 

@@ -50,11 +50,14 @@ pub enum EventType {
     RecordExcluded,
     /// A `signer_key_revoked` entry was appended.
     SignerRevoked,
+    /// An invoice's prepaid draws took its tenant's available balance in a currency below
+    /// the tenant's `low_balance` threshold (once per crossing).
+    BalanceLow,
 }
 
 impl EventType {
     /// Every event type, in the order the documentation lists them.
-    pub const ALL: [EventType; 8] = [
+    pub const ALL: [EventType; 9] = [
         EventType::InvoiceIssued,
         EventType::CreditNoteCreated,
         EventType::PaymentRecorded,
@@ -63,6 +66,7 @@ impl EventType {
         EventType::RecordConflict,
         EventType::RecordExcluded,
         EventType::SignerRevoked,
+        EventType::BalanceLow,
     ];
 
     /// The type's name on the wire (`type` of the payload).
@@ -76,6 +80,7 @@ impl EventType {
             EventType::RecordConflict => "record.conflict",
             EventType::RecordExcluded => "record.excluded",
             EventType::SignerRevoked => "signer.revoked",
+            EventType::BalanceLow => "balance.low",
         }
     }
 
@@ -109,6 +114,9 @@ impl EventType {
             EventType::SignerRevoked => {
                 "A signer's key was revoked (its `signer_key_revoked` log entry)"
             }
+            EventType::BalanceLow => {
+                "An invoice's prepaid draws took the tenant's available balance in a currency below its `low_balance` threshold (once per crossing; `log_index` is the invoice's `invoice_issued` entry)"
+            }
         }
     }
 
@@ -122,6 +130,7 @@ impl EventType {
                 | EventType::CertificateIssued
                 | EventType::RecordConflict
                 | EventType::RecordExcluded
+                | EventType::BalanceLow
         )
     }
 }

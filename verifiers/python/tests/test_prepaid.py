@@ -2,12 +2,13 @@
 prepayment rules of section 6.7 that a bundle rechecks, and what an invoice draws on its
 tenant's lots (docs/RATING.md, "Prepaid balances"), recomputed by `bundle --invoice`.
 
-The draw rule, for an invoice of tenant T in currency C with total G, issued at checkpoint size
-S for a period ending at E: the lots of T in C logged below S that do not expire before E
-(`expires_at` absent or >= E) and have something left after the draws of T's earlier
-invoice_issued entries (each drawing by the same rule with its own total, checkpoint_size and
-period_to), grants before purchases, earliest expiry first (none last), then log order; each
-gives min(what is left of it, what is left to pay), from max(G, 0). The figures below are worked
+The draw rule, for an invoice of tenant T in currency C with total G, issued at the instant I
+(its `issued_at`) at checkpoint size S: the lots of T in C logged below S that had not expired
+when it was issued (`expires_at` absent or I < `expires_at`, strictly) and have something left
+after the draws of T's earlier invoice_issued entries (each drawing by the same rule with its own
+total and checkpoint_size, issued at its entry's `received_at`), grants before purchases,
+earliest expiry first (none last), then log order; each gives min(what is left of it, what is
+left to pay), from max(G, 0). The figures below are worked
 out by hand, not with the verifier's arithmetic.
 
 Body rules are `leaf_invalid`, with the ledger's code and field in the message; the admission
@@ -31,6 +32,7 @@ FIXTURE_KEY = os.path.join(FIXTURE, "verifier_key.txt")
 
 LOGGED = "2026-10-02T00:00:00Z"  # when the tests' lots arrive, after the tenants' registrations
 PERIOD = ("2026-12-01T00:00:00Z", "2027-01-01T00:00:00Z")  # the invoice checked
+ISSUED = "2027-01-01T01:00:00Z"  # its issued_at
 NUMBER = "INV-000009"
 
 
@@ -339,26 +341,30 @@ class DrawRule(unittest.TestCase):
 
     def book(self, *entries):
         b = gv.PrepaidBook()
-        for index, kind, body_ in entries:
-            b.apply(index, kind, body_)
+        for index, kind, body_, received_at in entries:
+            b.apply(index, kind, body_, received_at)
         return b
 
     @staticmethod
-    def lot(reference, source, amount, expires_at=None, tenant="acme", currency="CNY"):
+    def lot(reference, source, amount, expires_at=None, tenant="acme", currency="CNY",
+            received_at="2026-11-01T00:00:00Z"):
+        """(kind, body, received_at) of a prepayment entry (a lot's received_at is not read)."""
         out = {"tenant": tenant, "reference": reference, "source": source, "currency": currency, "amount": amount}
         if expires_at is not None:
             out["expires_at"] = expires_at
-        return "prepayment", out
+        return "prepayment", out, ts(received_at)
 
     @staticmethod
-    def invoice(number, total, size, period_to, tenant="acme", currency="CNY"):
-        return "invoice_issued", {"number": number, "tenant": tenant, "period_from": "2027-01-01T00:00:00Z",
+    def invoice(number, total, size, issued, tenant="acme", currency="CNY", period_to="2027-01-01T00:00:00Z"):
+        """(kind, body, received_at) of an invoice_issued entry received (so issued) at `issued`;
+        its period is not read by the rule."""
+        return "invoice_issued", {"number": number, "tenant": tenant, "period_from": "2026-12-01T00:00:00Z",
                                   "period_to": period_to, "currency": currency, "total": total,
-                                  "checkpoint_size": size, "invoice_sha256": "00" * 32}
+                                  "checkpoint_size": size, "invoice_sha256": "00" * 32}, ts(issued)
 
-    def drawn(self, book, total, size, period_to, tenant="acme", currency="CNY"):
+    def drawn(self, book, total, size, issued, tenant="acme", currency="CNY"):
         return [(lot.reference, amount)
-                for lot, amount in book.draws(tenant, currency, Fraction(total), size, ts(period_to))]
+                for lot, amount in book.draws(tenant, currency, Fraction(total), size, ts(issued))]
 
     def four_lots(self):
         return self.book((1, *self.lot("p-late", "purchase", "100.00")),
@@ -391,15 +397,30 @@ class DrawRule(unittest.TestCase):
         book.apply(11, *self.invoice("INV-000002", "56.55", 11, "2027-02-01T00:00:00Z"))
         self.assertEqual(self.drawn(book, "1", 12, "2027-03-01T00:00:00Z"), [])
 
-    def test_an_earlier_invoice_draws_by_its_own_size_period_and_currency(self):
+    def test_an_earlier_invoice_draws_by_its_own_size_issue_and_currency(self):
         book = self.book((1, *self.lot("a", "purchase", "10")),
                          (5, *self.lot("b", "purchase", "10")),
                          (6, *self.lot("soon", "grant", "10", "2027-01-01T00:00:00Z")),
-                         (7, *self.invoice("INV-000001", "15", 5, "2027-01-01T00:00:01Z")),
+                         (7, *self.invoice("INV-000001", "15", 5, "2027-01-01T00:00:00Z")),
                          (8, *self.invoice("INV-000002", "15", 8, "2027-01-01T00:00:01Z", currency="USD")),
                          (9, *self.invoice("INV-000003", "15", 8, "2027-01-01T00:00:01Z", tenant="other")))
-        # INV-000001: size 5 holds only a; its period ends after soon expired.
+        # INV-000001: size 5 holds only a; it was issued as soon expired.
         self.assertEqual([(l.reference, l.remaining) for l in book.lots], [("a", 0), ("b", 10), ("soon", 10)])
+
+    def test_an_earlier_invoice_draws_as_of_its_received_at(self):
+        # The issue instant of an invoice_issued entry is its leaf's received_at, not its period:
+        # the same body, received a second before the lot expires, draws on it; received as it
+        # expires, not (the period ends long before either).
+        for received_at, left in (("2027-02-28T23:59:59Z", [("soon", 0), ("late", 10)]),
+                                  ("2027-03-01T00:00:00Z", [("soon", 10), ("late", 0)])):
+            with self.subTest(received_at):
+                book = self.book((1, *self.lot("soon", "grant", "10", "2027-03-01T00:00:00Z")),
+                                 (2, *self.lot("late", "purchase", "10")),
+                                 (3, *self.invoice("INV-000001", "10", 3, received_at,
+                                                   period_to="2026-12-01T00:00:00Z")))
+                self.assertEqual([(l.reference, l.remaining) for l in book.lots], left)
+        with self.assertRaises(ValueError):
+            gv.PrepaidBook().apply(0, "invoice_issued", self.invoice("INV-000001", "1", 0, LOGGED)[1], None)
 
     def test_a_total_of_zero_or_less_draws_nothing(self):
         book = self.four_lots()
@@ -409,8 +430,9 @@ class DrawRule(unittest.TestCase):
 
     def test_expiry_and_checkpoint_bound_what_a_lot_pays(self):
         book = self.book((5, *self.lot("p", "purchase", "10.00", "2027-02-01T00:00:00Z")))
-        self.assertEqual(len(self.drawn(book, "5", 6, "2027-02-01T00:00:00Z")), 1, "ends as it expires")
-        self.assertEqual(self.drawn(book, "5", 6, "2027-02-01T00:00:01Z"), [], "ends after it expired")
+        self.assertEqual(len(self.drawn(book, "5", 6, "2027-01-31T23:59:59Z")), 1, "issued a second before")
+        self.assertEqual(self.drawn(book, "5", 6, "2027-02-01T00:00:00Z"), [], "issued as it expires")
+        self.assertEqual(self.drawn(book, "5", 6, "2027-02-01T00:00:01Z"), [], "issued after it expired")
         self.assertEqual(self.drawn(book, "5", 5, "2027-01-01T00:00:00Z"), [], "checkpoint at the lot")
         self.assertEqual(self.drawn(book, "5", 6, "2027-01-01T00:00:00Z", tenant="other"), [])
         self.assertEqual(self.drawn(book, "5", 6, "2027-01-01T00:00:00Z", currency="USD"), [])
@@ -444,7 +466,7 @@ class PrepaidInvoices(LogBundleTestCase):
     """Invoices written by hand over producer logs, checked with `bundle --invoice` on the
     invoice's bundle (section 14: the context producer.context_for gives it). The invoice is
     for tenant t, December 2026 (PERIOD), in CNY unless said, with one usage line of net =
-    total (usage lines are not re-rated), issued at the log's size. The base log: 0
+    total (usage lines are not re-rated), issued at the log's size, at ISSUED unless said. The base log: 0
     log_policy, 1 tenant_registered t, 2 tenant_registered u."""
 
     ORIGIN = "gpuledger.test/prepaid"
@@ -462,13 +484,16 @@ class PrepaidInvoices(LogBundleTestCase):
         return self.log.prepayment(tenant, reference, amount, received_at, source=source, currency=currency,
                                    expires_at=expires_at)
 
-    def earlier(self, number, period, total, size=None, tenant="t", currency="CNY"):
-        """An earlier invoice_issued of `tenant`, received as its period ends; `size` its
-        checkpoint_size (default: the log's size as it is logged)."""
+    def earlier(self, number, period, total, size=None, tenant="t", currency="CNY", received_at=None):
+        """An earlier invoice_issued of `tenant`, received (so issued) at `received_at` (default:
+        as its period ends); `size` its checkpoint_size (default: the log's size as it is logged)."""
         size = len(self.log.entries) if size is None else size
-        return self.log.invoice(number, tenant, period[0], period[1], size, period[1], total=total, currency=currency)
+        received_at = period[1] if received_at is None else received_at
+        return self.log.invoice(number, tenant, period[0], period[1], size, received_at, total=total,
+                                currency=currency)
 
-    def invoice(self, total, prepaid=None, amount_due=None, currency="CNY", tenant="t", period=PERIOD):
+    def invoice(self, total, prepaid=None, amount_due=None, currency="CNY", tenant="t", period=PERIOD,
+                issued_at=ISSUED):
         size = len(self.log.entries)
         zero = "0" if currency == "JPY" else "0.00"
         lines = []
@@ -479,7 +504,7 @@ class PrepaidInvoices(LogBundleTestCase):
                       "gross": total, "records": 1}]
         inv = {"format": "gpuledger-invoice/v2", "number": NUMBER, "tenant": tenant,
                "period": {"from": period[0], "to": period[1]}, "currency": currency,
-               "issued_at": "2027-01-01T01:00:00Z", "log_origin": self.ORIGIN, "checkpoint_size": size,
+               "issued_at": issued_at, "log_origin": self.ORIGIN, "checkpoint_size": size,
                "checkpoint_root": producer.b64(self.log.root(size)),
                "issuer": {"name": self.ORIGIN, "address": []}, "bill_to": {"tenant": tenant, "name": tenant, "address": []},
                "payment_terms_days": 30, "due_at": "2027-01-31T01:00:00Z", "lines": lines,
@@ -553,15 +578,44 @@ class PrepaidInvoices(LogBundleTestCase):
         self.assertFail(self.run_invoice(self.invoice("35.00", swapped, "0.00")), "claim_mismatch", "prepaid")
 
     def test_the_expiry_boundary(self):
-        # A lot pays an invoice whose period ends at or before its expires_at.
-        self.lot("ends-with-period", "30.00", expires_at=PERIOD[1])
-        self.assertPass(self.run_invoice(self.invoice("20.00", [("ends-with-period", "purchase", "20.00")], "0.00")))
-        self.setUp()
-        self.lot("one-second-early", "30.00", expires_at="2026-12-31T23:59:59Z")
-        self.assertPass(self.run_invoice(self.invoice("20.00")))
-        r = self.run_invoice(self.invoice("20.00", [("one-second-early", "purchase", "20.00")], "0.00"))
-        self.assertFail(r, "claim_mismatch", "prepaid")
-        self.assertIn("the bundle's prepaid lots give absent", r.message)
+        # A lot pays an invoice issued before its expires_at (strictly): issued one second before,
+        # it draws; issued at expires_at or later, the lot's remainder is forfeit. The period's end
+        # does not count: a lot that expires as the period ends pays none of it, issued after.
+        for expires_at, issued_at, draws in (("2027-01-01T01:00:00Z", "2027-01-01T00:59:59Z", True),
+                                             ("2027-01-01T01:00:00Z", "2027-01-01T01:00:00Z", False),
+                                             ("2027-01-01T01:00:00Z", "2027-01-01T01:00:01Z", False),
+                                             (PERIOD[1], ISSUED, False),
+                                             ("2027-01-01T01:00:01Z", ISSUED, True)):
+            with self.subTest(expires_at=expires_at, issued_at=issued_at):
+                self.setUp()
+                self.lot("expiring", "30.00", expires_at=expires_at)
+                paid = self.invoice("20.00", [("expiring", "purchase", "20.00")], "0.00", issued_at=issued_at)
+                unpaid = self.invoice("20.00", issued_at=issued_at)
+                if draws:
+                    self.assertPass(self.run_invoice(paid))
+                    r = self.run_invoice(unpaid)
+                    self.assertFail(r, "claim_mismatch", "prepaid")
+                    self.assertIn("the invoice says absent", r.message)
+                else:
+                    self.assertPass(self.run_invoice(unpaid))
+                    r = self.run_invoice(paid)
+                    self.assertFail(r, "claim_mismatch", "prepaid")
+                    self.assertIn("the bundle's prepaid lots give absent", r.message)
+
+    def test_an_earlier_invoice_draws_as_of_its_entrys_received_at(self):
+        # INV-000001 (October; its period ends long before the grant expires) is issued, so drawn,
+        # at its entry's received_at: a second before the grant expires it draws 20.00 of the
+        # grant, leaving the purchase whole; as the grant expires, 20.00 of the purchase. The
+        # invoice checked (issued after the grant expired) finds 60.00 or 40.00 of it.
+        for received_at, draws, due in (("2026-11-14T23:59:59Z", "50.00", "0.00"),
+                                        ("2026-11-15T00:00:00Z", "40.00", "10.00")):
+            with self.subTest(received_at):
+                self.setUp()
+                self.lot("grant", "30.00", "grant", expires_at="2026-11-15T00:00:00Z")
+                self.lot("purchase", "60.00")
+                self.earlier("INV-000001", ("2026-10-01T00:00:00Z", "2026-11-01T00:00:00Z"), "20.00",
+                             received_at=received_at)
+                self.assertPass(self.run_invoice(self.invoice("50.00", [("purchase", "purchase", draws)], due)))
 
     def test_an_expired_lot_is_skipped_not_the_rest(self):
         self.lot("expired", "30.00", "grant", expires_at="2026-12-15T00:00:00Z")
@@ -694,6 +748,8 @@ class PrepaidInvoices(LogBundleTestCase):
                            (lambda inv: inv["prepaid"][0].update(lot="x"), "invoice.prepaid[0].lot"),
                            (lambda inv: inv["prepaid"][0].update(source="gift"), "invoice.prepaid[0].source"),
                            (lambda inv: inv.update(amount_due=0), "invoice.amount_due"),
+                           (lambda inv: inv.pop("issued_at"), "invoice.issued_at"),
+                           (lambda inv: inv.update(issued_at="2027-01-01"), "invoice.issued_at"),
                            (lambda inv: inv.update(amount_due=None), "invoice.amount_due")):
             with self.subTest(item=item):
                 self.setUp()

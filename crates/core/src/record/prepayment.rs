@@ -35,8 +35,8 @@ pub struct Prepayment {
     #[serde(serialize_with = "super::money_string")]
     #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
     pub amount: Decimal,
-    /// From this instant the lot pays nothing more: it pays invoices whose period ends at or
-    /// before it; what is left then is forfeit. Absent: it never expires.
+    /// From this instant the lot pays nothing more: it pays invoices issued before it; what is
+    /// left then is forfeit. Absent: it never expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<Timestamp>,
 }

@@ -451,6 +451,8 @@ fn v1_routes(cfg: &mut ServiceConfig) {
         .service(contracts::get_contracts)
         .service(prepayments::post_prepayment)
         .service(prepayments::get_prepayments)
+        .service(prepayments::get_alerts)
+        .service(prepayments::put_alerts)
         .service(pricing::post_volume_tiers)
         .service(pricing::post_tenant_plan)
         .service(pricing::get_prices)

@@ -6,7 +6,7 @@
 use super::auth::Caller;
 use super::error::ApiError;
 use super::AppState;
-use actix_web::{get, post, web, HttpRequest, HttpResponse};
+use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
 use gpuledger_core::prepaid::Position;
 use gpuledger_core::rating::pad_amount;
 use gpuledger_core::record::{Kind, Prepayment};
@@ -179,4 +179,87 @@ pub async fn get_prepayments(
         positions,
         prepayments,
     }))
+}
+
+/// A tenant's alerts: per currency, the prepaid balance below which an invoice's draws raise a
+/// `balance.low` event (docs/WEBHOOKS.md), once per crossing. Account data, not the log.
+#[derive(Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Alerts {
+    /// Currency → amount (`{"CNY": "1000.00"}`); `{}` removes every threshold.
+    #[schema(value_type = std::collections::BTreeMap<String, gpuledger_core::decimal::DecimalString>)]
+    pub low_balance: std::collections::BTreeMap<String, String>,
+}
+
+/// The alerts of a tenant: its own, or (admins and auditors) any tenant's; another tenant's
+/// is 404.
+#[utoipa::path(tag = "invoices", params(("id" = inline(gpuledger_core::ids::IdString), Path)),
+    responses((status = 200, body = Alerts), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+#[get("/tenants/{id}/alerts")]
+pub async fn get_alerts(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = caller
+        .tenant_scope(Some(path.into_inner()))?
+        .unwrap_or_default();
+    let thresholds = state
+        .read(move |c| gpuledger_store::access::low_balance(c, &id))
+        .await?;
+    Ok(HttpResponse::Ok().json(alerts_of(&thresholds)))
+}
+
+/// Replaces a tenant's alerts (admin): `{"low_balance": {"CNY": "1000.00"}}`, at most 16
+/// currencies, each an amount of 0 or more with at most the currency's minor-unit digits.
+/// When an invoice's prepaid draws take the tenant's available balance in a currency from at or
+/// above its threshold to under it, a `balance.low` event is enqueued in the invoice's
+/// transaction (a top-up lifting it back arms the next crossing). An expiry is no crossing:
+/// the lot's `expires_at` is known when it is recorded.
+#[utoipa::path(tag = "invoices", params(("id" = inline(gpuledger_core::ids::IdString), Path)), request_body = Alerts,
+    responses(super::error::RoleForbidden, (status = 200, body = Alerts), (status = 400, description = "`malformed_json` or `invalid_parameter` (`low_balance`: a code that is not ISO 4217, an amount that is not one, negative or with more digits than the currency's minor unit, more than 16 currencies)", body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+#[put("/tenants/{id}/alerts")]
+pub async fn put_alerts(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+    req: HttpRequest,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_admin()?;
+    let id = path.into_inner();
+    gpuledger_core::ids::check_id(&id).map_err(|e| ApiError::invalid_parameter("id", e))?;
+    let asked: Alerts = super::json_body(&req, body).await?;
+    let bad = |m: String| ApiError::invalid_parameter("low_balance", m);
+    let mut thresholds = std::collections::BTreeMap::new();
+    for (c, a) in asked.low_balance {
+        let plain =
+            !a.is_empty() && a.len() <= 24 && a.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+        let d: Decimal = a
+            .parse()
+            .ok()
+            .filter(|_| plain)
+            .ok_or_else(|| bad(format!("{c}: {a:?} is not an amount")))?;
+        thresholds.insert(c, d);
+    }
+    gpuledger_store::access::check_low_balance(&thresholds).map_err(bad)?;
+    let ledger = state.ledger.clone();
+    let kept = thresholds.clone();
+    web::block(move || {
+        ledger.with_account_writer(|c| gpuledger_store::access::set_low_balance(c, &id, &kept))
+    })
+    .await??;
+    Ok(HttpResponse::Ok().json(alerts_of(&thresholds)))
+}
+
+/// The thresholds as the API spells them (amounts padded to the currency's minor unit).
+fn alerts_of(thresholds: &std::collections::BTreeMap<String, Decimal>) -> Alerts {
+    Alerts {
+        low_balance: thresholds
+            .iter()
+            .map(|(c, a)| (c.clone(), pad_amount(*a, c).to_string()))
+            .collect(),
+    }
 }

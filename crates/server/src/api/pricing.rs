@@ -457,6 +457,8 @@ pub async fn get_preview(
     let (from, to) = super::period(&q.from, &q.to)?;
     let t = tenant.clone();
     let settings = state.ledger.invoicing();
+    // Were the invoice issued now: the lots that have not expired by now pay it.
+    let now = state.ledger.now();
     let (size, (rater, excluded), contracts, lots) = state
         .read(move |c| {
             gpuledger_store::access::require_tenant(c, &t)?;
@@ -491,7 +493,7 @@ pub async fn get_preview(
         )?;
         // A currency whose lines all have zero quantity would make no invoice.
         if !p.lines.is_empty() {
-            let prepaid = lots.draws(&tenant, &currency, p.totals.gross, size, to);
+            let prepaid = lots.draws(&tenant, &currency, p.totals.gross, size, now);
             let amount_due =
                 gpuledger_core::prepaid::amount_due(p.totals.gross, &prepaid, &currency)
                     .map(|d| d.to_string());
