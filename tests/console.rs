@@ -1168,8 +1168,9 @@ fn set_value(b: &Browser, selector: &str, value: &str) {
 }
 
 /// The admin issues a sub-day invoice, records a payment, sees an overpayment refused with the
-/// API's problem, and grants a credit note, all from the billing page; the tenant's list shows
-/// the sub-day period with its times.
+/// API's problem, grants a credit note, records a top-up (and sees the same reference refused)
+/// and sets a low-balance alert, all from the billing page; the tenant's list shows the sub-day
+/// period with its times.
 fn admin_billing(b: &Browser, d: &Demo, base: &str) {
     open(b, base, "billing");
     shot(b, "admin-billing");
@@ -1235,6 +1236,42 @@ fn admin_billing(b: &Browser, d: &Demo, base: &str) {
         dec("0.5"),
         "{acct}"
     );
+    // A top-up for tenant-a, in dollars (the yuan invoices draw nothing of it): recorded, and
+    // the tenant's balance below the forms counts it beside the 500.00 recorded at the start.
+    set_value(b, "#topup-tenant", "tenant-a");
+    set_value(b, "#topup-reference", "TOPUP-admin");
+    set_value(b, "#topup-source", "purchase");
+    set_value(b, "#topup-currency", "USD");
+    set_value(b, "#topup-amount", "75.00");
+    b.click(&b.find("form:has(#topup-reference) button[type=submit]"));
+    b.find("[data-recorded=\"prepayment\"]");
+    let available = b.find("#billing-prepaid [data-prepaid-available][data-currency=\"USD\"]");
+    assert_eq!(
+        dec(&attr(b, &available, "data-prepaid-available")),
+        dec("575.00"),
+        "tenant-a's dollar balance after the top-up"
+    );
+    // The same reference again: recorded once, the API's problem shows.
+    set_value(b, "#topup-reference", "TOPUP-admin");
+    b.click(&b.find("form:has(#topup-reference) button[type=submit]"));
+    let refused = b.find("form:has(#topup-reference) [data-problem]");
+    assert_eq!(attr(b, &refused, "data-problem"), "conflict");
+    assert_eq!(attr(b, &refused, "data-status"), "409");
+    // A low-balance alert in dollars: the thresholds are read, merged and put back.
+    set_value(b, "#alert-tenant", "tenant-a");
+    set_value(b, "#alert-currency", "USD");
+    set_value(b, "#alert-threshold", "10");
+    b.click(&b.find("form:has(#alert-threshold) button[type=submit]"));
+    b.find("[data-recorded=\"alerts\"]");
+    let alerts =
+        d.h.get("/v1/tenants/tenant-a/alerts", Some(&d.log.admin))
+            .ok_json(200);
+    assert_eq!(
+        dec(alerts["low_balance"]["USD"].as_str().unwrap()),
+        dec("10"),
+        "{alerts}"
+    );
+    shot(b, "admin-billing-prepaid");
 }
 
 /// The check run in the page: every visible text node (and placeholder, label, title) is marked

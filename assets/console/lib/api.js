@@ -77,6 +77,13 @@ export async function postJson(path, body, opts) {
   return text ? JSON.parse(text) : null;
 }
 
+/** PUT `body` as JSON to `path`; the answer as JSON (or null when it has none). */
+export async function putJson(path, body, opts) {
+  const res = await request("PUT", path, { ...opts, body });
+  const text = await res.text();
+  return text ? JSON.parse(text) : null;
+}
+
 /** DELETE `path`. */
 export async function del(path, opts) {
   await request("DELETE", path, opts);

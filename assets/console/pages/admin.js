@@ -2,9 +2,9 @@
 // capacity to one), signers (register from a pasted key, rotate, revoke), tokens, prices in
 // force, ingest rate and rejections (the Prometheus text of /metrics), witness status.
 
-import { h, t, tOr, replace, fmtNumber, fmtMoney, fmtDateTime, fmtPeriod } from "../lib/dom.js";
-import { getJson, getText, postJson, del, ApiError } from "../lib/api.js";
-import { table, inputValue, toTimestamp } from "./tenant.js";
+import { h, t, tOr, replace, fmtNumber, fmtMoney, fmtDateTime, fmtPeriod, decSum } from "../lib/dom.js";
+import { getJson, getText, postJson, putJson, del, getPrepayments, ApiError } from "../lib/api.js";
+import { table, inputValue, toTimestamp, prepaidPositions, prepaidLots } from "./tenant.js";
 
 /** Seconds between the two /metrics samples the ingest rate is computed from. */
 export const RATE_SAMPLE_SECONDS = 5;
@@ -655,11 +655,39 @@ function lastMonth(now = new Date()) {
   return [inputValue(start), inputValue(end)];
 }
 
+/** What an invoice list row says its tenant's prepaid lots paid of it (an amount), or null. */
+export function invoicePrepaid(i) {
+  const p = i?.prepaid;
+  if (p === undefined || p === null || p === "") return null;
+  // The invoice's own shape lists the draws; a list row has their sum.
+  return Array.isArray(p) ? (p.length ? decSum(p.map((d) => d.amount)) : null) : String(p);
+}
+
+/** Whether an amount (a decimal string) is other than zero. */
+const nonZero = (a) => a !== null && /[1-9]/.test(a);
+
+/**
+ * A tenant's low-balance thresholds (`{CNY: "1000.00"}`) as people read them, each marked
+ * `data-alert-currency` with its threshold as `data-threshold`; "none" when there is none.
+ */
+function alertsView(lowBalance) {
+  const items = Object.entries(lowBalance || {});
+  if (!items.length) return h("span", { dataset: { alerts: "" } }, t("billing_alerts_none"));
+  return h(
+    "span",
+    { dataset: { alerts: items.map(([c]) => c).join(",") } },
+    items.map(([c, a], n) => [n ? ", " : null, h("span", { dataset: { alertCurrency: c, threshold: a } }, fmtMoney(a, c))]),
+  );
+}
+
 /**
  * `#/billing`: issue a tenant's invoices for a period (`POST /v1/invoices`), record a payment
  * (`POST /v1/payments`, optionally `excess=credit`) or grant a credit note
- * (`POST /v1/credit-notes`) against an invoice, and the invoices with their balances. The
- * API's refusals (problem+json) are shown as they come: status, title, detail, field errors.
+ * (`POST /v1/credit-notes`) against an invoice, record a tenant's top-up or grant
+ * (`POST /v1/prepayments`), set its low-balance alert in a currency (`GET`, then `PUT
+ * /v1/tenants/{id}/alerts` with the merged thresholds), the chosen tenant's prepaid balance,
+ * and the invoices with their balances. The API's refusals (problem+json) are shown as they
+ * come: status, title, detail, field errors.
  */
 export async function billingPage(main) {
   const tenants = await getJson("/v1/tenants");
@@ -685,11 +713,16 @@ export async function billingPage(main) {
     return sel;
   };
   const listBox = h("div", {});
-  const drawList = () =>
+  const drawList = () => {
+    // The prepaid column only where a tenant's lots paid something.
+    const prepaid = invoices.some((i) => nonZero(invoicePrepaid(i)));
+    const headers = [t("invoice_number"), t("tenant"), t("period"), t("status"), t("total")];
+    if (prepaid) headers.push(t("billing_prepaid_column"));
+    headers.push(t("paid"), t("credited"), t("balance_due"));
     replace(
       listBox,
       table(
-        [t("invoice_number"), t("tenant"), t("period"), t("status"), t("total"), t("paid"), t("credited"), t("balance_due")],
+        headers,
         invoices
           .slice()
           .reverse()
@@ -699,13 +732,15 @@ export async function billingPage(main) {
             fmtPeriod(i.period_from, i.period_to),
             h("span", { class: `badge status-${i.status}` }, tOr(`status_${i.status}`, i.status)),
             fmtMoney(i.total, i.currency),
+            prepaid ? fmtMoney(invoicePrepaid(i) ?? "0", i.currency) : null,
             fmtMoney(i.paid, i.currency),
             fmtMoney(i.credited, i.currency),
             fmtMoney(i.balance_due, i.currency),
-          ]),
-        { id: "billing-invoices", numeric: [4, 5, 6, 7] },
+          ].filter((c) => c !== null)),
+        { id: "billing-invoices", numeric: prepaid ? [4, 5, 6, 7, 8] : [4, 5, 6, 7] },
       ),
     );
+  };
   const show = () => {
     byNumber = new Map(invoices.map((i) => [i.number, i]));
     selects.forEach(fillOptions);
@@ -771,13 +806,142 @@ export async function billingPage(main) {
 
   const payment = settlementForm("payment");
   const credit = settlementForm("credit");
+
+  // Prepaid balances: both forms name the same tenant, whose balance and alerts show below them.
+  const prepaidBox = h("section", { class: "card", id: "billing-prepaid", "aria-live": "polite" });
+  let prepaidSeq = 0;
+  const alertsPath = (id) => `/v1/tenants/${encodeURIComponent(id)}/alerts`;
+  const showPrepaid = async (tenant) => {
+    if (!tenant) return replace(prepaidBox);
+    const seq = ++prepaidSeq;
+    const [data, alerts] = await Promise.all([
+      getPrepayments({ tenant }).catch((error) => ({ error })),
+      // A server without alerts (404) shows none; any other failure says so.
+      getJson(alertsPath(tenant)).catch((error) => (error instanceof ApiError && error.status === 404 ? null : { error })),
+    ]);
+    if (seq !== prepaidSeq) return;
+    const positions = prepaidPositions(data?.positions);
+    replace(
+      prepaidBox,
+      h("h2", {}, t("billing_prepaid_title", { tenant })),
+      data?.error
+        ? h("p", { class: "error" }, t("error_with", { message: problemText(data.error) }))
+        : positions || h("p", { class: "muted", dataset: { prepaidNone: tenant } }, t("billing_prepaid_none")),
+      alerts?.error
+        ? h("p", { class: "error" }, t("error_with", { message: problemText(alerts.error) }))
+        : alerts
+          ? h("p", { id: "billing-alerts" }, h("span", { class: "muted" }, t("billing_alerts_current")), " ", alertsView(alerts.low_balance))
+          : null,
+      data?.as_of ? h("p", { class: "muted" }, t("prepaid_as_of", { at: fmtDateTime(data.as_of), size: fmtNumber(data.log_size) })) : null,
+      data && !data.error ? prepaidLots(data.prepayments, { links: false }) : null,
+      h("p", { class: "muted" }, t("billing_prepaid_explain")),
+    );
+  };
+
+  const topupTenant = tenantSelect();
+  const topupReference = h("input", { required: true, autocomplete: "off", spellcheck: "false", maxlength: 128 });
+  const topupSource = h(
+    "select",
+    { required: true },
+    ["purchase", "grant"].map((s) => h("option", { value: s }, t(`prepaid_source_${s}`))),
+  );
+  const currencyInput = () =>
+    h("input", { required: true, value: "CNY", autocomplete: "off", spellcheck: "false", maxlength: 3, pattern: "[A-Za-z]{3}", size: 4 });
+  const topupCurrency = currencyInput();
+  const topupAmount = h("input", { required: true, inputmode: "decimal", autocomplete: "off", pattern: "[0-9]+(\\.[0-9]+)?" });
+  const topupExpires = h("input", { type: "datetime-local" });
+  const topup = actionForm(
+    t("billing_topup_title"),
+    [
+      field("topup-tenant", t("tenant"), topupTenant),
+      field("topup-reference", t("billing_topup_reference"), topupReference),
+      field("topup-source", t("prepaid_source"), topupSource),
+      field("topup-currency", t("currency"), topupCurrency),
+      field("topup-amount", t("amount"), topupAmount),
+      field("topup-expires", t("billing_topup_expires"), topupExpires),
+    ],
+    t("billing_record_topup"),
+    async () => {
+      const body = {
+        tenant: topupTenant.value,
+        reference: topupReference.value.trim(),
+        source: topupSource.value,
+        currency: topupCurrency.value.trim().toUpperCase(),
+        amount: topupAmount.value.trim(),
+      };
+      if (topupExpires.value) {
+        const at = toTimestamp(topupExpires.value);
+        if (!at) throw new Error(String(t("billing_topup_expires_bad")));
+        body.expires_at = at;
+      }
+      const ans = await postJson("/v1/prepayments", body);
+      await Promise.all([reload(), showPrepaid(body.tenant)]);
+      return h(
+        "span",
+        { dataset: { recorded: "prepayment", reference: body.reference } },
+        t(body.source === "grant" ? "billing_grant_recorded" : "billing_topup_recorded", {
+          amount: fmtMoney(body.amount, body.currency),
+          tenant: body.tenant,
+          reference: body.reference,
+        }),
+        ans && ans.index !== undefined ? ` (#${ans.index})` : "",
+      );
+    },
+  );
+
+  const alertTenant = tenantSelect();
+  const alertCurrency = currencyInput();
+  const alertThreshold = h("input", { inputmode: "decimal", autocomplete: "off", pattern: "[0-9]+(\\.[0-9]+)?", "aria-describedby": "alert-threshold-hint" });
+  const alert = actionForm(
+    t("billing_alert_title"),
+    [
+      field("alert-tenant", t("tenant"), alertTenant),
+      field("alert-currency", t("currency"), alertCurrency),
+      field("alert-threshold", t("billing_alert_threshold"), alertThreshold),
+      h("p", { id: "alert-threshold-hint", class: "muted" }, t("billing_alert_threshold_hint")),
+    ],
+    t("billing_save_alert"),
+    async () => {
+      const tenant = alertTenant.value;
+      const currency = alertCurrency.value.trim().toUpperCase();
+      const amount = alertThreshold.value.trim();
+      // The PUT replaces every threshold: the others are kept as they are now.
+      const now = await getJson(alertsPath(tenant));
+      const low = { ...(now?.low_balance || {}) };
+      if (amount) low[currency] = amount;
+      else delete low[currency];
+      const saved = await putJson(alertsPath(tenant), { low_balance: low });
+      await showPrepaid(tenant);
+      return h(
+        "span",
+        { dataset: { recorded: "alerts", tenant } },
+        t("billing_alerts_saved", { tenant }),
+        " ",
+        alertsView(saved?.low_balance ?? low),
+      );
+    },
+  );
+
+  // One tenant for both forms and the balance shown.
+  const pickTenant = (from, to) =>
+    from.addEventListener("change", () => {
+      to.value = from.value;
+      showPrepaid(from.value);
+    });
+  pickTenant(topupTenant, alertTenant);
+  pickTenant(alertTenant, topupTenant);
+
   show();
+  await showPrepaid(topupTenant.value);
   replace(
     main,
     h("h1", {}, t("billing_title")),
     issue,
     payment,
     credit,
+    topup,
+    alert,
+    prepaidBox,
     h("section", { class: "card" }, h("h2", {}, t("invoices_list")), listBox),
   );
 }

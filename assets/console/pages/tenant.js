@@ -555,6 +555,75 @@ function invoicePrepaidCard(draws, money) {
 }
 
 /**
+ * The prepaid positions of a tenant (`GET /v1/prepayments` `positions`), one per currency:
+ * what the next invoices may still draw, prominently (marked `data-prepaid-available`), with
+ * what was purchased, granted, drawn and expired; null when there is none.
+ */
+export function prepaidPositions(positions) {
+  if (!Array.isArray(positions) || !positions.length) return null;
+  return h(
+    "ul",
+    { class: "estimate", id: "prepaid-positions" },
+    positions.map((p) =>
+      h(
+        "li",
+        { dataset: { currency: p.currency } },
+        h("strong", { dataset: { prepaidAvailable: p.available, currency: p.currency } }, fmtMoney(p.available, p.currency)),
+        " ",
+        h("span", { class: "muted" }, t("prepaid_available")),
+        h(
+          "p",
+          { class: "muted" },
+          t("prepaid_position", {
+            purchased: fmtMoney(p.purchased, p.currency),
+            granted: fmtMoney(p.granted, p.currency),
+            drawn: fmtMoney(p.drawn, p.currency),
+            expired: fmtMoney(p.expired, p.currency),
+          }),
+        ),
+      ),
+    ),
+  );
+}
+
+/**
+ * The prepaid lots of a tenant (`GET /v1/prepayments` `prepayments`): each top-up or grant with
+ * its expiry, what is left of it and every invoice that drew on it (linked to the tenant's
+ * invoice page unless `links` is false); null when there is none.
+ */
+export function prepaidLots(lots, { links = true } = {}) {
+  if (!Array.isArray(lots) || !lots.length) return null;
+  const invoiceRef = (n) =>
+    links ? h("a", { href: `#/invoices/${encodeURIComponent(n)}`, dataset: { prepaidDraw: n } }, n) : h("code", { dataset: { prepaidDraw: n } }, n);
+  const draws = (lot) =>
+    (lot.draws || []).length
+      ? h(
+          "ul",
+          { class: "draws" },
+          lot.draws.map((d) => h("li", {}, invoiceRef(d.invoice), " ", fmtMoney(d.amount, lot.currency))),
+        )
+      : "—";
+  const expires = (lot) => [
+    lot.expires_at ? fmtDateTime(lot.expires_at) : t("prepaid_never"),
+    lot.expired ? [" ", h("span", { class: "badge lot-expired", dataset: { expired: lot.reference } }, t("prepaid_expired_badge"))] : null,
+  ];
+  return table(
+    [t("prepaid_reference"), t("prepaid_source"), t("prepaid_logged"), t("amount"), t("prepaid_expires"), t("prepaid_drawn"), t("prepaid_remaining"), t("prepaid_draws")],
+    lots.map((l) => [
+      l.reference,
+      tOr(`prepaid_source_${l.source}`, l.source),
+      fmtDate(l.logged_at),
+      fmtMoney(l.amount, l.currency),
+      h("span", {}, expires(l)),
+      fmtMoney(l.drawn, l.currency),
+      fmtMoney(l.remaining, l.currency),
+      draws(l),
+    ]),
+    { numeric: [3, 5, 6], id: "prepaid-lots", caption: t("prepaid_lots") },
+  );
+}
+
+/**
  * The tenant's prepaid balance (`GET /v1/prepayments`, lib/api.js `getPrepayments`): per
  * currency what the next invoices may still draw, prominently, with what was purchased,
  * granted, drawn and expired; then each lot (top-up or grant) with its expiry, what is left of
@@ -570,66 +639,13 @@ export function prepaidCard(data) {
   const positions = Array.isArray(data.positions) ? data.positions : [];
   const lots = Array.isArray(data.prepayments) ? data.prepayments : [];
   if (!positions.length && !lots.length) return null;
-  const draws = (lot) =>
-    (lot.draws || []).length
-      ? h(
-          "ul",
-          { class: "draws" },
-          lot.draws.map((d) =>
-            h("li", {}, h("a", { href: `#/invoices/${encodeURIComponent(d.invoice)}`, dataset: { prepaidDraw: d.invoice } }, d.invoice), " ", fmtMoney(d.amount, lot.currency)),
-          ),
-        )
-      : "—";
-  const expires = (lot) => [
-    lot.expires_at ? fmtDateTime(lot.expires_at) : t("prepaid_never"),
-    lot.expired ? [" ", h("span", { class: "badge lot-expired", dataset: { expired: lot.reference } }, t("prepaid_expired_badge"))] : null,
-  ];
   return h(
     "section",
     { class: "card", id: "prepaid" },
     title,
-    positions.length
-      ? h(
-          "ul",
-          { class: "estimate", id: "prepaid-positions" },
-          positions.map((p) =>
-            h(
-              "li",
-              { dataset: { currency: p.currency } },
-              h("strong", { dataset: { prepaidAvailable: p.available, currency: p.currency } }, fmtMoney(p.available, p.currency)),
-              " ",
-              h("span", { class: "muted" }, t("prepaid_available")),
-              h(
-                "p",
-                { class: "muted" },
-                t("prepaid_position", {
-                  purchased: fmtMoney(p.purchased, p.currency),
-                  granted: fmtMoney(p.granted, p.currency),
-                  drawn: fmtMoney(p.drawn, p.currency),
-                  expired: fmtMoney(p.expired, p.currency),
-                }),
-              ),
-            ),
-          ),
-        )
-      : null,
+    prepaidPositions(positions),
     data.as_of ? h("p", { class: "muted" }, t("prepaid_as_of", { at: fmtDateTime(data.as_of), size: fmtNumber(data.log_size) })) : null,
-    lots.length
-      ? table(
-          [t("prepaid_reference"), t("prepaid_source"), t("prepaid_logged"), t("amount"), t("prepaid_expires"), t("prepaid_drawn"), t("prepaid_remaining"), t("prepaid_draws")],
-          lots.map((l) => [
-            l.reference,
-            tOr(`prepaid_source_${l.source}`, l.source),
-            fmtDate(l.logged_at),
-            fmtMoney(l.amount, l.currency),
-            h("span", {}, expires(l)),
-            fmtMoney(l.drawn, l.currency),
-            fmtMoney(l.remaining, l.currency),
-            draws(l),
-          ]),
-          { numeric: [3, 5, 6], id: "prepaid-lots", caption: t("prepaid_lots") },
-        )
-      : null,
+    prepaidLots(lots),
     h("p", { class: "muted" }, t("prepaid_explain")),
   );
 }
