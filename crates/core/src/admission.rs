@@ -682,7 +682,7 @@ pub struct Registry {
     settlements: Settlements,
     disputes: super::dispute::Disputes,
     contracts: super::contract::ContractBook,
-    /// The lots, for the prepayment rules (the invoices' draws are no admission rule).
+    /// The lots and what the invoices drew, for the prepayment rules.
     prepaid: super::prepaid::PrepaidBook,
 }
 
@@ -883,8 +883,9 @@ impl Registry {
         Ok(())
     }
 
-    /// Takes in the checked entry at `index` (after it was admitted), in increasing index order.
-    pub fn apply(&mut self, index: u64, checked: &Checked) {
+    /// Takes in the checked entry at `index`, received at `received_at` (after it was
+    /// admitted), in increasing index order.
+    pub fn apply(&mut self, index: u64, received_at: Timestamp, checked: &Checked) {
         let body = &checked.body;
         if let Some((stream, start, end)) = &checked.stream {
             self.intervals.claim(stream, *start, *end, index);
@@ -914,7 +915,7 @@ impl Registry {
         self.fleet.apply(index, body);
         self.spot.apply(index, body);
         self.contracts.apply(index, body);
-        self.prepaid.add_lot(index, body);
+        self.prepaid.apply(index, received_at, body);
         self.prices.apply(index, body);
         self.settlements.apply(index, body);
         self.disputes.apply(index, body);

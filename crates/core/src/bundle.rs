@@ -915,10 +915,10 @@ impl BundleChecker {
             if !e.checked.verify(&key) {
                 return Err(bad_signature(e.index));
             }
-            self.registry.apply(e.index, &e.checked);
+            self.registry.apply(e.index, e.received_at, &e.checked);
             return Ok(None);
         }
-        self.registry.apply(e.index, &e.checked);
+        self.registry.apply(e.index, e.received_at, &e.checked);
         Ok(Some(PendingSignature {
             index: e.index,
             message: &e.checked.message,

@@ -223,7 +223,7 @@ impl LogChecker {
             self.pending
                 .push((index, checked.message.clone(), checked.signature, key));
         }
-        self.registry.apply(index, checked);
+        self.registry.apply(index, leaf.received_at, checked);
         Ok(())
     }
 

@@ -58,6 +58,8 @@ pub fn crossed_below(before: Decimal, after: Decimal, below: Decimal) -> bool {
 pub struct Lot {
     /// The index of its `prepayment` entry.
     pub index: u64,
+    /// When the ledger logged it (the entry's `received_at`).
+    pub logged_at: Timestamp,
     pub prepayment: Prepayment,
     /// (invoice number, amount), in log order.
     pub draws: Vec<(String, Decimal)>,
@@ -164,23 +166,20 @@ impl PrepaidBook {
     /// ([`PrepaidBook::draws`], issued at `received_at`).
     pub fn apply(&mut self, index: u64, received_at: Timestamp, body: &Body) {
         match body {
-            Body::Prepayment(_) => self.add_lot(index, body),
+            Body::Prepayment(p) => self.add_lot(index, received_at, p),
             Body::InvoiceIssued(i) => self.draw(i, received_at),
             _ => {}
         }
     }
 
-    /// Takes in a `prepayment` entry at `index` as a new lot (other kinds: nothing), without
-    /// the invoices' draws: all that the admission rules ([`PrepaidBook::check`]) need.
-    pub fn add_lot(&mut self, index: u64, body: &Body) {
-        let Body::Prepayment(p) = body else {
-            return;
-        };
+    /// A new lot, unless its tenant's reference is taken (a log the rules refuse).
+    fn add_lot(&mut self, index: u64, logged_at: Timestamp, p: &Prepayment) {
         let key = (p.tenant.clone(), p.reference.clone());
         if !self.references.contains_key(&key) {
             self.references.insert(key, self.lots.len());
             self.lots.push(Lot {
                 index,
+                logged_at,
                 prepayment: p.clone(),
                 draws: Vec::new(),
             });

@@ -48,24 +48,3 @@ pub fn book(conn: &mut DbConn, tenant: Option<&str>, size: u64) -> Result<Prepai
     }
     Ok(book)
 }
-
-/// When each prepayment entry of `tenant` (or of every tenant) below `size` was logged: entry
-/// index → its `received_at`.
-pub fn logged_at(
-    conn: &mut DbConn,
-    tenant: Option<&str>,
-    size: u64,
-) -> Result<std::collections::HashMap<u64, Timestamp>, StoreError> {
-    let mut q = entries::table
-        .filter(entries::kind.eq(Kind::Prepayment.as_str()))
-        .filter(entries::idx.lt(size.min(i64::MAX as u64) as i64))
-        .select((entries::idx, entries::received_at))
-        .into_boxed();
-    if let Some(t) = tenant {
-        q = q.filter(entries::tenant.eq(t));
-    }
-    Ok(q.load::<(i64, i64)>(conn)?
-        .into_iter()
-        .filter_map(|(i, t)| Some((i as u64, Timestamp::from_unix(t)?)))
-        .collect())
-}

@@ -89,7 +89,7 @@ pub struct PrepaidView {
     /// The instant expiry is judged at.
     #[schema(value_type = String, example = "2027-02-01T00:00:00Z")]
     pub as_of: Timestamp,
-    /// Per tenant and currency.
+    /// Per tenant (in id order) and currency.
     pub positions: Vec<TenantPosition>,
     /// Every lot, in log order.
     pub prepayments: Vec<LotView>,
@@ -128,25 +128,23 @@ pub async fn get_prepayments(
                 Some(s) => gpuledger_store::read::received_at(c, s - 1)?,
             };
             let book = gpuledger_store::prepaid::book(c, t.as_deref(), size)?;
-            let logged = gpuledger_store::prepaid::logged_at(c, t.as_deref(), size)?;
-            Ok(Ok((size, as_of, book, logged)))
+            Ok(Ok((size, as_of, book)))
         })
         .await?;
-    let (size, as_of, book, logged) = view.map_err(|head| {
+    let (size, as_of, book) = view.map_err(|head| {
         ApiError::invalid_parameter("size", format!("is above the log's size {head}"))
     })?;
-    let mut tenants: Vec<String> = Vec::new();
+    // The tenants with lots, in id order (a set: an auditor's view may hold many lots).
+    let mut tenants = std::collections::BTreeSet::new();
     let prepayments: Vec<LotView> = book
         .all_lots()
         .filter(|l| tenant.as_ref().is_none_or(|t| *t == l.prepayment.tenant))
         .map(|l| {
             let p = &l.prepayment;
-            if !tenants.contains(&p.tenant) {
-                tenants.push(p.tenant.clone());
-            }
+            tenants.insert(p.tenant.clone());
             LotView {
                 index: l.index,
-                logged_at: logged.get(&l.index).copied().unwrap_or(as_of),
+                logged_at: l.logged_at,
                 drawn: pad_amount(l.drawn(), &p.currency),
                 remaining: pad_amount(l.remaining(), &p.currency),
                 expired: l.expired_at(as_of),
