@@ -86,27 +86,33 @@ fn browser_verifier_passes_its_tests_under_node() {
     );
 }
 
-/// `node assets/console/verify/test/contracts.mjs`: the console's checks of a
-/// `contract_registered` body and its admission rules (PROTOCOL §5.19, §6.7 contracts), each
-/// with the reason and field the ledger names.
-#[test]
-fn browser_verifier_checks_contracts_under_node() {
+/// Runs one of the console verifier's Node suites (`assets/console/verify/test/<file>`, no
+/// binary needed) and requires every test in it to pass; `what` names it in the failure.
+fn node_suite(file: &str, what: &str) {
     if !node_ready() {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("node")
-        .arg(root.join("assets/console/verify/test/contracts.mjs"))
+        .arg(root.join("assets/console/verify/test").join(file))
         .current_dir(root)
         .output()
         .expect("node runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains(" passed, 0 failed"),
-        "the console's contract checks failed ({}):\n{stdout}\n{}",
+        "the console's {what} failed ({}):\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `node assets/console/verify/test/contracts.mjs`: the console's checks of a
+/// `contract_registered` body and its admission rules (PROTOCOL §5.19, §6.7 contracts), each
+/// with the reason and field the ledger names.
+#[test]
+fn browser_verifier_checks_contracts_under_node() {
+    node_suite("contracts.mjs", "contract checks");
 }
 
 /// `node assets/console/verify/test/prepaid.mjs`: the console's checks of a `prepayment` body
@@ -114,20 +120,5 @@ fn browser_verifier_checks_contracts_under_node() {
 /// the ledger names.
 #[test]
 fn browser_verifier_checks_prepayments_under_node() {
-    if !node_ready() {
-        return;
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("node")
-        .arg(root.join("assets/console/verify/test/prepaid.mjs"))
-        .current_dir(root)
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains(" passed, 0 failed"),
-        "the console's prepayment checks failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    node_suite("prepaid.mjs", "prepayment checks");
 }

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::billing::{acme_on_h100, invoice_fixture, size_of, use_h100};
+use common::billing::{acme_on_h100, edit_bundle_line, invoice_fixture, size_of, use_h100};
 use common::*;
 use gpuledger::core::invoice::{Invoice, InvoiceDoc, LineKind, Period};
 use gpuledger::core::record::{
@@ -280,15 +280,12 @@ both_backends!(
         );
         // A bundle whose contract was altered (a smaller commitment) does not verify.
         let f = recompute_invoice(&ledger, &InvoiceDoc::from(inv.clone()), |lines| {
-            let l = lines
-                .iter_mut()
-                .find(|l| String::from_utf8_lossy(l).contains("contract_registered"))
-                .expect("the contract is in the bundle");
-            let s = String::from_utf8(l.clone()).unwrap();
-            *l = s
-                .replace(r#"\"commitment\":\"1000\""#, r#"\"commitment\":\"10\""#)
-                .replace(r#""commitment":"1000""#, r#""commitment":"10""#)
-                .into_bytes();
+            edit_bundle_line(
+                lines,
+                "contract_registered",
+                r#""commitment":"1000""#,
+                r#""commitment":"10""#,
+            )
         })
         .unwrap_err();
         // Named at the contract's own entry: its signature no longer verifies.

@@ -168,6 +168,19 @@ fn pdf_text(pdf: &[u8]) -> (usize, String) {
     (pages.len(), text)
 }
 
+/// Asserts that the PDF of `inv` in `lang` (`None`: the invoice's own) has every needle in its
+/// extracted text.
+fn pdf_says(inv: &Invoice, lang: Option<Lang>, needles: &[&str]) {
+    let notes = PdfNotes { lang, ..notes() };
+    let text = pdf_text(&to_pdf(&doc(inv), &notes).unwrap()).1;
+    for needle in needles {
+        assert!(
+            text.contains(needle),
+            "{needle:?} not in the PDF text:\n{text}"
+        );
+    }
+}
+
 fn field<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
 }
@@ -369,27 +382,15 @@ fn excluded_records_are_listed_on_the_pdf() {
         entry: 4711,
         reason: "node-7 counted [10 s, 20 s) twice".into(),
     }];
-    let text = pdf_text(&to_pdf(&doc(&inv), &notes()).unwrap()).1;
-    for needle in [
-        "Excluded from billing",
-        "Log entry 4711: node-7 counted [10 s, 20 s) twice",
-    ] {
-        assert!(
-            text.contains(needle),
-            "{needle:?} not in the PDF text:\n{text}"
-        );
-    }
-    let zh = PdfNotes {
-        lang: Some(Lang::ZhCn),
-        ..notes()
-    };
-    let text = pdf_text(&to_pdf(&doc(&inv), &zh).unwrap()).1;
-    for needle in ["不计费的记录", "日志条目 4711"] {
-        assert!(
-            text.contains(needle),
-            "{needle:?} not in the PDF text:\n{text}"
-        );
-    }
+    pdf_says(
+        &inv,
+        None,
+        &[
+            "Excluded from billing",
+            "Log entry 4711: node-7 counted [10 s, 20 s) twice",
+        ],
+    );
+    pdf_says(&inv, Some(Lang::ZhCn), &["不计费的记录", "日志条目 4711"]);
 }
 
 /// An invoice its tenant's prepaid lots paid part of (docs/RATING.md, "Prepaid balances"):
@@ -413,31 +414,23 @@ fn prepaid_draws_and_the_amount_due_show_on_the_pdf_and_csv() {
         },
     ];
     inv.amount_due = Some(dec("47.58"));
-    let text = pdf_text(&to_pdf(&doc(&inv), &notes()).unwrap()).1;
-    for needle in [
-        "Paid from prepaid balance (PROMO-2027, CNY)",
-        "-50.00",
-        "Paid from prepaid balance (=TOPUP-1, CNY)",
-        "-100.00",
-        "Amount due (CNY)",
-        "47.58 CNY, due by",
-    ] {
-        assert!(
-            text.contains(needle),
-            "{needle:?} not in the PDF text:\n{text}"
-        );
-    }
-    let zh = PdfNotes {
-        lang: Some(Lang::ZhCn),
-        ..notes()
-    };
-    let text = pdf_text(&to_pdf(&doc(&inv), &zh).unwrap()).1;
-    for needle in ["预付余额抵扣", "应付金额", "应付 47.58 CNY"] {
-        assert!(
-            text.contains(needle),
-            "{needle:?} not in the PDF text:\n{text}"
-        );
-    }
+    pdf_says(
+        &inv,
+        None,
+        &[
+            "Paid from prepaid balance (PROMO-2027, CNY)",
+            "-50.00",
+            "Paid from prepaid balance (=TOPUP-1, CNY)",
+            "-100.00",
+            "Amount due (CNY)",
+            "47.58 CNY, due by",
+        ],
+    );
+    pdf_says(
+        &inv,
+        Some(Lang::ZhCn),
+        &["预付余额抵扣", "应付金额", "应付 47.58 CNY"],
+    );
     let csv_bytes = to_csv(&doc(&inv));
     let mut reader = csv::Reader::from_reader(csv_bytes.as_slice());
     let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();

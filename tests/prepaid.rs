@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::billing::{acme_on_h100, invoice_fixture, size_of, use_h100};
+use common::billing::{acme_on_h100, edit_bundle_line, invoice_fixture, size_of, use_h100};
 use common::*;
 use gpuledger::core::invoice::{Invoice, InvoiceDoc, Period};
 use gpuledger::core::record::{Body, Prepayment, PrepaymentSource};
@@ -276,15 +276,12 @@ both_backends!(invoices_draw_on_prepaid_lots_in_order, |db: &TestDb| {
     );
     // A bundle whose top-up was altered (a bigger lot) fails at the top-up's own entry.
     let f = recompute_invoice(&ledger, &InvoiceDoc::from(feb.clone()), |lines| {
-        let l = lines
-            .iter_mut()
-            .find(|l| String::from_utf8_lossy(l).contains("TOPUP-1"))
-            .expect("the top-up is in the bundle");
-        let s = String::from_utf8(l.clone()).unwrap();
-        *l = s
-            .replace(r#"\"amount\":\"1000.00\""#, r#"\"amount\":\"9000.00\""#)
-            .replace(r#""amount":"1000.00""#, r#""amount":"9000.00""#)
-            .into_bytes();
+        edit_bundle_line(
+            lines,
+            "TOPUP-1",
+            r#""amount":"1000.00""#,
+            r#""amount":"9000.00""#,
+        )
     })
     .unwrap_err();
     assert_eq!(

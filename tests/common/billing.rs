@@ -117,3 +117,19 @@ pub fn invoice_fixture(ledger: &Ledger, inv: &Invoice, dir: &str) {
         "{dir}/bundle.ndjson is the invoice's bundle"
     );
 }
+
+/// Edits the bundle line (one of [`super::recompute_invoice`]'s `lines`) that contains `needle`:
+/// `from` becomes `to`, as a canonical leaf spells it or as the leaf's escaped envelope does.
+/// A tampering test; panics when no line has `needle`.
+pub fn edit_bundle_line(lines: &mut [Vec<u8>], needle: &str, from: &str, to: &str) {
+    let l = lines
+        .iter_mut()
+        .find(|l| String::from_utf8_lossy(l).contains(needle))
+        .unwrap_or_else(|| panic!("no bundle line holds {needle}"));
+    let escaped = |s: &str| s.replace('"', "\\\"");
+    let s = String::from_utf8(l.clone()).unwrap();
+    *l = s
+        .replace(&escaped(from), &escaped(to))
+        .replace(from, to)
+        .into_bytes();
+}
