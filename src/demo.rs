@@ -242,13 +242,11 @@ fn ensure_signer(
     Ok(key)
 }
 
-/// Registers the demo tenants on the log (once), bluefin-labs' contract and acme-ai's prepaid
-/// lots.
+/// Registers the demo tenants on the log (once) and acme-ai's prepaid lots.
 fn ensure_parties(ledger: &Ledger) -> Result<(), DemoError> {
     for (id, _, _) in TENANTS {
         tolerate(ledger.register_tenant(id))?;
     }
-    tolerate(ledger.append_ledger_entry(demo_contract(ledger.now())))?;
     for lot in demo_prepayments(ledger.now()) {
         tolerate(ledger.append_ledger_entry(lot))?;
     }
@@ -288,20 +286,28 @@ fn demo_prepayments(now: Timestamp) -> [gpuledger::core::record::Body; 2] {
     ]
 }
 
-/// The demo's contract (synthetic): bluefin-labs rents a bare-metal node by the month (包月) for
-/// a year from the start of the minute the demo log is made, billed on calendar months: 96,000
-/// CNY a month in advance (prorated by the second for the first and last month), 2,000 once
-/// for rack setup, public IPs at 300 a month in arrears. A restarted demo finds it registered.
+/// The demo's contract (synthetic): bluefin-labs rents its H20 GPUs on sh-h20-01 (lease
+/// `bluefin-c-101`, 4½ GPUs) by the month (包月) for a year from the start of the minute the
+/// demo log is made, billed on calendar months: 96,000 CNY a month in advance (prorated by the
+/// second for the first and last month), 2,000 once for rack setup, public IPs at 300 a month
+/// in arrears; an SLA of 99.9 % availability a month on the lease (10 % of the month's fee
+/// below it, 25 % below 99 %). Registered after the lease; a restarted demo finds it.
 fn demo_contract(now: Timestamp) -> gpuledger::core::record::Body {
     use gpuledger::core::record::{
-        BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
+        BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, FeeCategory,
+        FeeTiming, Sla, SlaStep,
     };
     let from = Timestamp::from_unix(now.unix() - now.unix() % 60).expect("in range");
-    let fee = |name: &str, amount: &str, timing, category| ContractFee {
+    let fee = |name: &str, amount: &str, timing, category, lease: Option<&str>| ContractFee {
         name: name.into(),
         amount: amount.parse().expect("demo amount"),
         timing,
         category,
+        lease: lease.map(Into::into),
+    };
+    let step = |below: &str, percent: &str| SlaStep {
+        below: below.parse().expect("demo percentage"),
+        percent: percent.parse().expect("demo percentage"),
     };
     Body::ContractRegistered(ContractRegistered {
         tenant: "bluefin-labs".into(),
@@ -314,25 +320,32 @@ fn demo_contract(now: Timestamp) -> gpuledger::core::record::Body {
         billing_anchor: BillingAnchor::Calendar,
         fees: Some(vec![
             fee(
-                "裸金属服务器 8 × H20 包月 (demo)",
+                "H20 GPU 服务器 4.5 卡 包月 (demo)",
                 "96000",
                 FeeTiming::Advance,
                 FeeCategory::Compute,
+                Some("bluefin-c-101"),
             ),
             fee(
                 "Rack setup (demo)",
                 "2000",
                 FeeTiming::Once,
                 FeeCategory::Support,
+                None,
             ),
             fee(
                 "Public IPs (demo)",
                 "300",
                 FeeTiming::Arrears,
                 FeeCategory::Networking,
+                None,
             ),
         ]),
         commitment: None,
+        sla: Some(Sla {
+            target: "99.9".parse().expect("demo percentage"),
+            credits: vec![step("99.9", "10"), step("99", "25")],
+        }),
     })
 }
 
@@ -444,6 +457,8 @@ pub fn run(opts: DemoOptions) -> Result<(), DemoError> {
     print_banner(dir, resumed, ledger.reads().head()?.0);
     let tokens = prepare_log(&ledger)?;
     let signers = ensure_signers(&ledger, dir)?;
+    // bluefin-labs' contract, once the lease its SLA is measured on is registered.
+    tolerate(ledger.append_ledger_entry(demo_contract(ledger.now())))?;
     let witness = start_witness(dir, &ledger.info().verifier_key)?;
 
     let settings = Resolved {

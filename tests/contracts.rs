@@ -39,6 +39,7 @@ fn contract() -> ContractRegistered {
         amount: dec(amount),
         timing,
         category,
+        lease: None,
     };
     ContractRegistered {
         tenant: "acme".into(),
@@ -65,6 +66,7 @@ fn contract() -> ContractRegistered {
             fee("Rack setup", "500", FeeTiming::Once, FeeCategory::Support),
         ]),
         commitment: Some(dec("1000")),
+        sla: None,
     }
 }
 
@@ -261,6 +263,42 @@ both_backends!(
         // rechecks the contract lines of (tests/fixtures/contract; the same bytes on either
         // database: a set clock and fixed keys). GPULEDGER_WRITE_ARTEFACTS=<dir> rewrites it.
         invoice_fixture(&ledger, inv, "tests/fixtures/contract");
+
+        // The FOCUS export writes the commitment with FOCUS 1.2's commitment-discount
+        // columns: the usage row draws it down (Used, its net), the true-up row is what was
+        // left unused (a Usage row, Unused, its net); the fee rows are no part of it.
+        let ctx = gpuledger::focus::Context {
+            certificates: Vec::new(),
+            regions: Vec::new(),
+        };
+        let rows = gpuledger::focus::invoice_rows(inv, &ctx).unwrap();
+        let commitment: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                let cell = |c: &Option<String>| c.clone().unwrap_or_else(|| "-".into());
+                format!(
+                    "{} {} {} {}",
+                    r.charge_category,
+                    cell(&r.commitment_discount_id),
+                    cell(&r.commitment_discount_status),
+                    cell(&r.commitment_discount_quantity.map(|q| q.to_string()))
+                )
+            })
+            .collect();
+        let id = "contract/C-acme-2027/commitment";
+        assert_eq!(
+            commitment,
+            [
+                format!("Usage {id} Used {}", money(usage_jan)),
+                "Purchase - - -".into(),
+                "Purchase - - -".into(),
+                "Purchase - - -".into(),
+                format!("Usage {id} Unused {}", money(true_up_jan)),
+            ]
+        );
+        assert!(rows.iter().all(|r| r.commitment_discount_id.is_none()
+            || (r.commitment_discount_category.as_deref() == Some("Spend")
+                && r.commitment_discount_unit.as_deref() == Some("CNY"))));
 
         // Offline: each recomputes from its bundle, which carries the contract.
         for inv in [inv, inv2] {

@@ -137,6 +137,7 @@ fn golden() -> Invoice {
         total: Decimal::ZERO,
         excluded: Vec::new(),
         commitments: Vec::new(),
+        availability: Vec::new(),
         prepaid: Vec::new(),
         amount_due: None,
     };

@@ -209,7 +209,7 @@ fn preview(ledger: &Ledger, tenant: &str, period: Period) -> BTreeMap<String, Ve
     let size = ledger.reads().size().unwrap();
     ledger
         .reads()
-        .run(|c| invoices::preview(c, tenant, period, size))
+        .run(|c| invoices::preview(c, tenant, period, size, &mut Default::default()))
         .unwrap()
         .0
         .finish()

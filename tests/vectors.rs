@@ -20,7 +20,7 @@ use gpuledger::core::record::{
     BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, Energy, FeeCategory,
     FeeTiming, GpuUsage, LeaseNode, LeaseRegistered, LogPolicy, MigInstances, MigLayout, NodeGpu,
     NodeRegistered, NodeUpdated, Prepayment, PrepaymentSource, Role, SignerKeyRegistered,
-    SignerKeyRevoked, SpotPrice, TenantRegistered,
+    SignerKeyRevoked, Sla, SlaStep, SpotPrice, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use rust_decimal::Decimal;
@@ -51,7 +51,7 @@ const DETAILED: [(&str, u64); 3] = [("gpu_usage", 7), ("energy", 8), ("spot_pric
 /// are made over).
 const GPU_USAGE_INDEX: usize = DETAILED[0].1 as usize;
 /// Entries in the vector log.
-const LOG_SIZE: u64 = 16;
+const LOG_SIZE: u64 = 17;
 /// Inclusion proofs (leaf index, tree size) and consistency proofs (old size, new size).
 const INCLUSIONS: [(u64, u64); 3] = [(2, 7), (6, 7), (0, 1)];
 const CONSISTENCIES: [(u64, u64); 3] = [(3, 7), (4, 7), (7, 7)];
@@ -289,15 +289,18 @@ fn log_specs() -> Vec<EntrySpec> {
                         amount: "120000".parse().unwrap(),
                         timing: FeeTiming::Advance,
                         category: FeeCategory::Compute,
+                        lease: None,
                     },
                     ContractFee {
                         name: "Rack setup".into(),
                         amount: "800".parse().unwrap(),
                         timing: FeeTiming::Once,
                         category: FeeCategory::Support,
+                        lease: None,
                     },
                 ]),
                 commitment: Some("5000".parse().unwrap()),
+                sla: None,
             }),
             received_at: "2026-11-30T12:12:00Z",
         },
@@ -315,6 +318,44 @@ fn log_specs() -> Vec<EntrySpec> {
                 expires_at: Some(Timestamp::parse("2028-01-01T00:00:00Z").unwrap()),
             }),
             received_at: "2026-11-30T12:13:00Z",
+        },
+        // tenant-beta's contract for its share of GPU 8, with an SLA on that lease (§5.19).
+        EntrySpec {
+            signer: LEDGER_SIGNER,
+            seed: LOG_SEED,
+            seq: 13,
+            body: Body::ContractRegistered(ContractRegistered {
+                tenant: "tenant-beta".into(),
+                contract: "C-beta-2027".into(),
+                currency: "CNY".into(),
+                region: "cn-nmg-1".into(),
+                term_from: Timestamp::parse("2026-12-01T00:00:00Z").unwrap(),
+                term_to: Timestamp::parse("2027-12-01T00:00:00Z").unwrap(),
+                billing_period: BillingPeriod::Month,
+                billing_anchor: BillingAnchor::Calendar,
+                fees: Some(vec![ContractFee {
+                    name: "A quarter of an H100, monthly".into(),
+                    amount: "1500".parse().unwrap(),
+                    timing: FeeTiming::Advance,
+                    category: FeeCategory::Compute,
+                    lease: Some("lease-0043".into()),
+                }]),
+                commitment: None,
+                sla: Some(Sla {
+                    target: "99.9".parse().unwrap(),
+                    credits: vec![
+                        SlaStep {
+                            below: "99.9".parse().unwrap(),
+                            percent: "10".parse().unwrap(),
+                        },
+                        SlaStep {
+                            below: "99".parse().unwrap(),
+                            percent: "25".parse().unwrap(),
+                        },
+                    ],
+                }),
+            }),
+            received_at: "2026-11-30T12:14:00Z",
         },
     ]
 }

@@ -408,7 +408,7 @@ fn reads(ledger: &Ledger, month: Period) -> Result<Reads, StoreError> {
     let started = Instant::now();
     let (rater, _excluded) = ledger
         .reads()
-        .run(|c| invoices::preview(c, TENANT, month, size))?;
+        .run(|c| invoices::preview(c, TENANT, month, size, &mut Default::default()))?;
     let cny = super::cny_lines(rater)?;
     let preview_seconds = started.elapsed().as_secs_f64();
     let started = Instant::now();

@@ -14,7 +14,8 @@ checks compute-usage certificates with their evidence bundles (PROTOCOL.md secti
 alone (steps 1, 2 and 4), signed checkpoints (section 9) and consistency proofs between two
 checkpoints (section 8). With a bundle and its invoice (`bundle --invoice`), it recomputes the
 invoice's contract lines (fees, true-ups), commitments, taxes and totals from the bundle's
-contracts by docs/RATING.md "Contracts", and what it draws on the tenant's prepaid lots
+contracts by docs/RATING.md "Contracts", its SLA `availability` and `sla_credit` lines from the
+bundle's leases and usage records by "SLA credits", and what it draws on the tenant's prepaid lots
 (`prepaid`, `amount_due`) by "Prepaid balances" (exact fractions); it does not re-rate usage
 lines.
 
@@ -284,7 +285,14 @@ MAX_CONTRACT_FEES = 16
 MAX_FEE_NAME_BYTES = 100
 CONTRACT_BILLING_PERIODS = ("month", "quarter", "year")
 CONTRACT_BILLING_ANCHORS = ("calendar", "anniversary")
-FEE_MEMBERS = ("name", "amount", "timing", "category")  # contract_registered.fees[i]: exactly these
+FEE_MEMBERS = ("name", "amount", "timing", "category")  # contract_registered.fees[i]: these, required
+FEE_OPTIONAL_MEMBERS = ("lease",)  # and optionally the lease the fee rents (an SLA is measured on it)
+# contract_registered.sla (section 5.19, docs/RATING.md "SLA credits"): exactly {target, credits},
+# 1 to MAX_SLA_STEPS steps of exactly {below, percent}; percentages are amounts (at most 4 decimals).
+MAX_SLA_STEPS = 8
+SLA_MEMBERS = ("target", "credits")
+SLA_STEP_MEMBERS = ("below", "percent")
+ONE_HUNDRED = Decimal(100)
 FEE_TIMINGS = ("advance", "arrears", "once")
 FEE_CATEGORIES = ("compute", "networking", "storage", "support", "other")
 # prepayment (section 5.20): where a lot's money came from, in drawing order (grants first).
@@ -876,7 +884,7 @@ class _Body:
     """Field-by-field checks of one body, with the ledger's reason codes."""
 
     def __init__(self, body: Dict[str, Any], members: Dict[str, bool], int_members: Tuple[str, ...] = (),
-                 array_members: Tuple[str, ...] = ()):
+                 array_members: Tuple[str, ...] = (), object_members: Tuple[str, ...] = ()):
         self.body = body
         for name in body:
             if name not in members:
@@ -895,6 +903,9 @@ class _Body:
             elif name in array_members:
                 if not isinstance(value, list):
                     raise FieldError("malformed", f"body.{name}", "not an array (null is not allowed)")
+            elif name in object_members:
+                if not isinstance(value, dict):
+                    raise FieldError("malformed", f"body.{name}", "not an object (null is not allowed)")
             elif not isinstance(value, str):
                 raise FieldError("malformed", f"body.{name}", "not a string (null is not allowed)")
 
@@ -956,18 +967,7 @@ class _Body:
         return d
 
     def amount(self, name: str, positive: bool) -> Decimal:
-        value = self.body[name]
-        f = f"body.{name}"
-        if value.startswith("-"):
-            raise FieldError("negative_quantity", f, f"{value!r} is negative")
-        if len(value) > 24 or AMOUNT_RE.fullmatch(value) is None:
-            raise FieldError("invalid_field", f, f"{value!r} is not an amount (digits, at most 4 decimals)")
-        d = Decimal(value)
-        if positive and d <= 0:
-            raise FieldError("quantity_out_of_range", f, f"{value} is not above 0")
-        if d > MAX_AMOUNT:
-            raise FieldError("quantity_out_of_range", f, f"{value} is above 1000000000000")
-        return d
+        return _amount(self.body[name], f"body.{name}", positive)
 
     def currency(self, name: str) -> str:
         value = self.body[name]
@@ -992,6 +992,22 @@ class _Body:
         if not lo <= value <= hi:
             raise FieldError("quantity_out_of_range", f"body.{name}", f"{value} is outside {lo}..{hi}")
         return value
+
+
+def _amount(value: str, f: str, positive: bool) -> Decimal:
+    """An amount (section 5.10, payment.amount) at field `f`: digits, at most 4 after the point,
+    at most 24 characters (a minus sign: negative_quantity; another spelling: invalid_field),
+    at most 10^12 and, if `positive`, above 0 (quantity_out_of_range)."""
+    if value.startswith("-"):
+        raise FieldError("negative_quantity", f, f"{value!r} is negative")
+    if len(value) > 24 or AMOUNT_RE.fullmatch(value) is None:
+        raise FieldError("invalid_field", f, f"{value!r} is not an amount (digits, at most 4 decimals)")
+    d = Decimal(value)
+    if positive and d <= 0:
+        raise FieldError("quantity_out_of_range", f, f"{value} is not above 0")
+    if d > MAX_AMOUNT:
+        raise FieldError("quantity_out_of_range", f, f"{value} is above 1000000000000")
+    return d
 
 
 def _interval(b: _Body) -> Tuple[int, int]:
@@ -1519,16 +1535,86 @@ class Contract:
 
 def _contract_fees_shape(fees: List[Any]) -> None:
     """contract_registered.fees as serde reads it before any value is checked: objects with
-    exactly the members name, amount, timing and category, each a string (no null); else
-    `malformed`, naming `body.fees[i]` or `body.fees[i].<member>`, for every fee first."""
+    the members name, amount, timing and category and optionally lease, nothing else, each a
+    string (no null); else `malformed`, naming `body.fees[i]` or `body.fees[i].<member>`, for
+    every fee first."""
     for i, fee in enumerate(fees):
         f = f"body.fees[{i}]"
         if not isinstance(fee, dict):
             raise FieldError("malformed", f, "not an object")
-        _serde_members(fee, FEE_MEMBERS, f)
+        for name in fee:
+            if name not in FEE_MEMBERS and name not in FEE_OPTIONAL_MEMBERS:
+                raise FieldError("malformed", f"{f}.{name}", "unknown member")
         for name in FEE_MEMBERS:
-            if not isinstance(fee[name], str):
+            if name not in fee:
+                raise FieldError("malformed", f"{f}.{name}", "missing")
+        for name in FEE_MEMBERS + FEE_OPTIONAL_MEMBERS:
+            if name in fee and not isinstance(fee[name], str):
                 raise FieldError("malformed", f"{f}.{name}", "not a string (null is not allowed)")
+
+
+def _contract_sla_shape(sla: Dict[str, Any]) -> None:
+    """contract_registered.sla as serde reads it before any value is checked (the body's member
+    check made it an object): exactly `target` (a string) and `credits` (an array of objects
+    with exactly `below` and `percent`, strings), no null; else `malformed`, naming
+    `body.sla.<member>`, `body.sla.credits[i]` or `body.sla.credits[i].<member>`."""
+    _serde_members(sla, SLA_MEMBERS, "body.sla")
+    if not isinstance(sla["target"], str):
+        raise FieldError("malformed", "body.sla.target", "not a string (null is not allowed)")
+    if not isinstance(sla["credits"], list):
+        raise FieldError("malformed", "body.sla.credits", "not an array (null is not allowed)")
+    for i, step in enumerate(sla["credits"]):
+        f = f"body.sla.credits[{i}]"
+        if not isinstance(step, dict):
+            raise FieldError("malformed", f, "not an object")
+        _serde_members(step, SLA_STEP_MEMBERS, f)
+        for name in SLA_STEP_MEMBERS:
+            if not isinstance(step[name], str):
+                raise FieldError("malformed", f"{f}.{name}", "not a string (null is not allowed)")
+
+
+def _percentage(obj: Dict[str, Any], name: str, field_name: str) -> Decimal:
+    """record/contract.rs `percent`: an amount (digits, at most 4 decimals; `negative_quantity`
+    for a minus sign, else `invalid_field`) above 0 and at most 100 (`quantity_out_of_range`),
+    read as a number of percent (`99.9` is 99.9 %)."""
+    d = _amount(obj[name], field_name, True)
+    if d > ONE_HUNDRED:
+        raise FieldError("quantity_out_of_range", field_name, f"{obj[name]} is a percentage, at most 100")
+    return d
+
+
+def _contract_sla(sla: Dict[str, Any]) -> None:
+    """Section 5.19, contract_registered.sla (docs/RATING.md "SLA credits"), in the table's order:
+    `target` a percentage above 0 and below 100 (`quantity_out_of_range`, 100 included); 1 to
+    MAX_SLA_STEPS `credits` (else `invalid_field`, `body.sla.credits`); then step by step its
+    `below` (a percentage; at most the target for the first step, strictly below the step
+    before's for the others, else `invalid_field`), then its `percent` (a percentage; strictly
+    above the step before's, else `invalid_field`)."""
+    target = _percentage(sla, "target", "body.sla.target")
+    if target == ONE_HUNDRED:
+        raise FieldError("quantity_out_of_range", "body.sla.target",
+                         "must be below 100: no measurement proves every second")
+    credits = sla["credits"]
+    if not 1 <= len(credits) <= MAX_SLA_STEPS:
+        raise FieldError("invalid_field", "body.sla.credits",
+                         f"lists {len(credits)} steps; 1 to {MAX_SLA_STEPS} (MAX_SLA_STEPS) are allowed")
+    previous: Optional[Tuple[Decimal, Decimal]] = None
+    for i, step in enumerate(credits):
+        f = f"body.sla.credits[{i}]"
+        below = _percentage(step, "below", f"{f}.below")
+        percent = _percentage(step, "percent", f"{f}.percent")
+        if previous is None and below > target:
+            raise FieldError("invalid_field", f"{f}.below",
+                             f"{step['below']} is above the target {sla['target']}: the first step's below is at "
+                             "most the target")
+        if previous is not None and below >= previous[0]:
+            raise FieldError("invalid_field", f"{f}.below",
+                             f"{step['below']} is not below the step before's ({credits[i - 1]['below']})")
+        if previous is not None and percent <= previous[1]:
+            raise FieldError("invalid_field", f"{f}.percent",
+                             f"{step['percent']} is not above the step before's ({credits[i - 1]['percent']}): a "
+                             "lower availability credits more")
+        previous = (below, percent)
 
 
 def _contract_fees(fees: List[Dict[str, str]]) -> None:
@@ -1548,22 +1634,31 @@ def _contract_fees(fees: List[Dict[str, str]]) -> None:
         why = display_text_refusal(fee["name"], MAX_FEE_NAME_BYTES)
         if why is not None:
             raise FieldError("invalid_field", f"{f}.name", why)
-        t = _Body(fee, {name: True for name in FEE_MEMBERS})
+        t = _Body(fee, {**{name: True for name in FEE_MEMBERS}, **{name: False for name in FEE_OPTIONAL_MEMBERS}})
         _item_field(f, t.amount, "amount", True)
-        _item_field(f, t.enum, "timing", FEE_TIMINGS)
+        timing = _item_field(f, t.enum, "timing", FEE_TIMINGS)
         _item_field(f, t.enum, "category", FEE_CATEGORIES)
+        if t.has("lease"):
+            _item_field(f, t.id, "lease")
+            if timing == "once":
+                raise FieldError("invalid_field", f"{f}.lease", "a one-off fee rents no lease over a period")
 
 
 def _contract(b: _Body) -> Contract:
     """Section 5.19 (issue #28), contract_registered, in the member table's order: tenant and
     contract (ids), currency, region, term_from, term_to (after term_from, else invalid_field;
     at most MAX_CONTRACT_TERM_SECONDS later, else quantity_out_of_range; both on body.term_to),
-    billing_period, billing_anchor, fees (_contract_fees), commitment (above 0, at most 10^12);
-    then at least one of fees and commitment (invalid_field, body.fees). The fees' shape
-    (malformed) is checked before any value (_contract_fees_shape)."""
+    billing_period, billing_anchor, fees (_contract_fees: a fee's name, amount, timing,
+    category, lease), commitment (above 0, at most 10^12); then at least one of fees and
+    commitment (invalid_field, body.fees); then the sla (_contract_sla); last, an sla with no fee
+    that names a lease (invalid_field, body.sla). The shapes of the fees and of the sla
+    (malformed) are checked before any value (_contract_fees_shape, _contract_sla_shape)."""
     fees = b.body.get("fees")
     if fees is not None:
         _contract_fees_shape(fees)
+    sla = b.body.get("sla")
+    if sla is not None:
+        _contract_sla_shape(sla)
     tenant = b.id("tenant")
     contract = b.id("contract")
     b.currency("currency")
@@ -1585,6 +1680,11 @@ def _contract(b: _Body) -> Contract:
         b.amount("commitment", positive=True)
     elif fees is None:
         raise FieldError("invalid_field", "body.fees", "a contract has fees, a commitment, or both")
+    if sla is not None:
+        _contract_sla(sla)
+        if not any("lease" in fee for fee in fees or ()):
+            raise FieldError("invalid_field", "body.sla", "an SLA credits the fees of leases: name the lease of "
+                             "at least one periodic fee")
     return Contract(contract, tenant, start, end)
 
 
@@ -1828,7 +1928,7 @@ def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
         # Section 5.19 (issue #28): a tenant's contract, written by the ledger (_contract).
         b = _Body(body, {"tenant": True, "contract": True, "currency": True, "region": True, "term_from": True,
                          "term_to": True, "billing_period": True, "billing_anchor": True, "fees": False,
-                         "commitment": False}, array_members=("fees",))
+                         "commitment": False, "sla": False}, array_members=("fees",), object_members=("sla",))
         out.update(contract=_contract(b))
     elif kind == "prepayment":
         # Section 5.20: a tenant's prepaid lot, written by the ledger (_prepayment).
@@ -2400,6 +2500,12 @@ class LogView:
         self.references: Dict[Tuple[str, str, str], int] = {}
         # Disputes (section 6.7): excluded entry -> index of the (first) record_excluded naming it
         self.exclusions: Dict[int, int] = {}
+        # The same, (tenant of the record_excluded entry, excluded entry), in log order: the
+        # records an invoice's SLA availability leaves out (RATING.md, "SLA credits").
+        self.excluded_entries: List[Tuple[str, int]] = []
+        # The bundle's gpu_usage records that name a lease, as SLA availability reads them:
+        # (index, tenant, lease, start, end, gpu_count) (RATING.md, "SLA credits").
+        self.lease_usage: List[Tuple[int, str, str, int, int, str]] = []
         # Contracts (section 6.7, contracts): contract id -> its registration (the first counts),
         # and tenant -> its contracts in log order.
         self.contracts: Dict[str, Contract] = {}
@@ -2566,6 +2672,21 @@ class LogView:
                     raise fail("already_registered", "body.lease",
                                f"lease {body['lease']!r} is already declared at entry {lease.index}")
             elif kind == "contract_registered":
+                # The leases its fees rent (an SLA is measured on them): registered before it and
+                # the contract tenant's, fee by fee (section 6.7, parties; admission.rs
+                # `check_parties`, so before the contract rules of `ContractBook`).
+                for i, fee in enumerate(body.get("fees") or ()):
+                    if "lease" not in fee:
+                        continue
+                    f = f"body.fees[{i}].lease"
+                    lease = self.leases.get(fee["lease"])
+                    if lease is None or lease.index >= index:
+                        raise fail("unknown_lease", f,
+                                   f"lease {fee['lease']!r} has no lease_registered entry before entry {index} "
+                                   "in the bundle")
+                    if lease.tenant != body["tenant"]:
+                        raise fail("lease_tenant_mismatch", f,
+                                   f"lease {fee['lease']!r} is tenant {lease.tenant!r}'s, not {body['tenant']!r}'s")
                 # Among the entries seen: a bundle holds its tenant's contracts only (section 14).
                 other = self.contracts.get(body["contract"])
                 if other is not None and other.index < index:
@@ -3030,6 +3151,7 @@ class LogView:
             self.references.setdefault((body["tenant"], kind, body["external_reference"]), index)
         if kind == "record_excluded":
             self.exclusions.setdefault(body["entry"], index)
+            self.excluded_entries.append((body["tenant"], body["entry"]))
         if kind == "credit_note" and body["invoice"] in self.accounts:
             self.accounts[body["invoice"]][3] = DEC.add(self.accounts[body["invoice"]][3], Decimal(body["amount"]))
         elif kind == "invoice_issued":
@@ -3298,6 +3420,10 @@ def _run_bundle(path: str, key: VerifierKey, cert: Optional[CertInfo]) -> Tuple[
         if kind in RECORD_KINDS:
             last_record = (e.index, ce.leaf_hash)
             view.claim_interval(ce.envelope, e.index, ce.parsed)
+            body = ce.envelope["body"]
+            if kind == "gpu_usage" and "lease" in body:
+                view.lease_usage.append((e.index, body["tenant"], body["lease"], ce.parsed["start"],
+                                         ce.parsed["end"], body["gpu_count"]))
             if cert is not None:
                 if first_subject_failure is None:
                     first_subject_failure = _check_record_subject(ce, cert, e.item)
@@ -3401,7 +3527,8 @@ def verify_bundle(bundle_path: str, key: VerifierKey, invoice_path: Optional[str
         if inv is not None:
             contracts = [c for c in view.contract_bodies if c["tenant"] == inv.tenant]
             book = invoice_prepaid_book(view.prepaid_entries, inv.tenant, inv.number)
-            invoice = check_invoice_contract_lines(inv, st.header, cp, contracts, book)
+            invoice = check_invoice_contract_lines(inv, st.header, cp, contracts, book,
+                                                   SlaEvidence.of_view(view, inv.tenant))
     except Failure as f:
         return _failure_result(f)
     summary = {
@@ -3418,9 +3545,11 @@ def verify_bundle(bundle_path: str, key: VerifierKey, invoice_path: Optional[str
            f"({st.context} context, {st.records} records) verified under checkpoint {cp.origin} size {cp.size}")
     if invoice is not None:
         summary["invoice"] = invoice
-        msg += (f"; invoice {invoice['number']}: its {invoice['contract_lines']} contract lines (fees, true-ups) and "
-                f"{invoice['commitments']} commitments recomputed from the bundle's "
-                f"{len(invoice['contracts'])} contracts of {invoice['tenant']} in {invoice['currency']}, every "
+        msg += (f"; invoice {invoice['number']}: its {invoice['contract_lines']} contract lines (fees, SLA credits, "
+                f"true-ups), {invoice['commitments']} commitments and {invoice['availability']} SLA availability "
+                f"rows recomputed from the bundle's "
+                f"{len(invoice['contracts'])} contracts of {invoice['tenant']} in {invoice['currency']} (and, for "
+                "the SLAs, its leases and usage records), every "
                 f"line's tax and gross and the totals rechecked (total {invoice['total']} {invoice['currency']}); "
                 f"{_prepaid_text(invoice)}; "
                 f"its {invoice['usage_lines']} usage and {invoice['other_lines']} adjustment lines were NOT "
@@ -3494,9 +3623,10 @@ def verify_consistency_files(old_path: str, new_path: str, proof_path: str, key:
 # ---------------------------------------------------------------------------------------------
 
 INVOICE_FORMAT_V2 = "gpuledger-invoice/v2"
-LINE_KINDS = ("gpu", "energy", "fee", "true_up")
+LINE_KINDS = ("gpu", "energy", "fee", "sla_credit", "true_up")
 USAGE_LINE_KINDS = ("gpu", "energy")
-CONTRACT_LINE_KINDS = ("fee", "true_up")
+# Recomputed from the bundle, never taken as the invoice states them (an sla_credit line too).
+CONTRACT_LINE_KINDS = ("fee", "sla_credit", "true_up")
 BILLING_PERIOD_MONTHS = {"month": 1, "quarter": 3, "year": 12}
 PERIOD_SHARE_DECIMALS = 6  # a fee line's quantity: used / full, half-even to 6 places
 # RATING.md "Exact amounts": 0 minor digits for JPY and KRW, 3 for the seven below, else 2. The
@@ -3706,35 +3836,216 @@ def contract_charges(contract: Dict[str, Any], period_from: int, period_to: int)
             anchor = span.start if fee["timing"] == "advance" else span.end - 1
             if holds(anchor):
                 out.fees.append(FeeCharge(i, span.start, span.end, span.share, span.prorate(amounts[i], places)))
-        if commitment is not None:
-            if period_from <= span.start and span.end <= period_to:
-                out.committed = (out.committed or Fraction(0)) + span.prorate(commitment, places)
-            elif out.split is None:
-                out.split = span
+        whole = period_from <= span.start and span.end <= period_to
+        if commitment is not None and whole:
+            out.committed = (out.committed or Fraction(0)) + span.prorate(commitment, places)
+        # A commitment and an SLA are judged over whole billing periods only (RATING.md,
+        # "Contracts" and "SLA credits").
+        if not whole and (commitment is not None or "sla" in contract) and out.split is None:
+            out.split = span
     return out
 
 
-def contract_lines(contracts: List[Dict[str, Any]], period_from: int, period_to: int, currency: str,
-                   drawn: Fraction, drawn_text: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    """RATING.md, "Contracts", lines and commitments: the contract lines of an invoice of
-    [period_from, period_to) in `currency` from its tenant's contracts (those in other currencies
-    make nothing), contract by contract in order of term (the terms of a tenant never overlap),
-    each contract's fee lines then its `true_up` line; and the invoice's `commitments`. `drawn` is
-    Σ net of the invoice's own-period usage lines (spelled `drawn_text`). Tax members are left to
-    the caller. An invoice period that splits a committed billing period is `claim_mismatch`,
-    item `period`."""
+# ---------------------------------------------------------------------------------------------
+# SLA availability and credits (docs/RATING.md, "SLA credits"; PROTOCOL.md section 5.19, `sla`
+# and `fees[i].lease`), recomputed from the bundle's lease_registered, gpu_usage and
+# record_excluded entries of the invoice's tenant with exact fractions.
+# ---------------------------------------------------------------------------------------------
+
+AVAILABILITY_DECIMALS = 4  # an availability percentage is truncated (not rounded) to 4 places
+
+
+@dataclass
+class SlaEvidence:
+    """What an invoice's SLA availability is computed from: its tenant's leases in the bundle
+    (lease -> its registration), the tenant's gpu_usage records of the bundle that name a lease
+    (lease -> [(index, start, end, gpu_count)]), and the entries its tenant's record_excluded
+    entries exclude from rating."""
+    leases: Dict[str, Lease] = field(default_factory=dict)
+    usage: Dict[str, List[Tuple[int, int, int, Fraction]]] = field(default_factory=dict)
+    excluded: frozenset = frozenset()
+
+    @classmethod
+    def of_view(cls, view: "LogView", tenant: str) -> "SlaEvidence":
+        """The evidence of `view` (a verified bundle) for an invoice of `tenant`."""
+        usage: Dict[str, List[Tuple[int, int, int, Fraction]]] = {}
+        for index, t, lease, start, end, count in view.lease_usage:
+            if t == tenant:
+                usage.setdefault(lease, []).append((index, start, end, Fraction(count)))
+        return cls({name: l for name, l in view.leases.items() if l.tenant == tenant}, usage,
+                   frozenset(entry for t, entry in view.excluded_entries if t == tenant))
+
+
+def leased_gpus(lease: Lease) -> Fraction:
+    """RATING.md, "SLA credits": how many GPUs a lease rents: Σ over its items of the GPUs it
+    names × their share (1 for whole GPUs), or the item's count of a model. Exact."""
+    total = Fraction(0)
+    for item in lease.items:
+        if item.gpus is not None:
+            total += len(item.gpus) * (Fraction(item.share) if item.share is not None else Fraction(1))
+        elif item.count is not None:
+            total += Fraction(item.count)
+    return total
+
+
+def leased_gpu_seconds(lease: Lease, start: int, end: int) -> Fraction:
+    """The lease's GPUs × the seconds of its term [from, to) inside [start, end); 0 when it is not
+    in force then."""
+    lo = max(start, lease.start)
+    hi = end if lease.end is None else min(end, lease.end)
+    return leased_gpus(lease) * (hi - lo) if hi > lo else Fraction(0)
+
+
+def present_gpu_seconds(evidence: SlaEvidence, lease: str, start: int, end: int, period_from: int,
+                        period_to: int) -> Fraction:
+    """RATING.md, "SLA credits", present GPU-seconds of `lease` over the billing period [start,
+    end): over the tenant's gpu_usage records of the lease that the invoice of [period_from,
+    period_to) rates in its own period (their start in that period, not excluded by a
+    record_excluded entry) and whose start is in [start, end): Σ gpu_count × (min(record end,
+    end) − record start). A record running past the billing period counts its part in it only."""
+    total = Fraction(0)
+    for index, s, e, count in evidence.usage.get(lease, ()):
+        if index in evidence.excluded or not (period_from <= s < period_to and start <= s < end):
+            continue
+        total += count * (min(e, end) - s)
+    return total
+
+
+def availability_percent(leased: Fraction, present: Fraction) -> Optional[Fraction]:
+    """100 × present ÷ leased, at most 100, truncated toward zero to AVAILABILITY_DECIMALS places
+    (so that "below a step's bound" holds of the shown figure exactly when it holds of the exact
+    ratio); None when nothing was leased."""
+    if leased <= 0:
+        return None
+    ratio = min(Fraction(100), 100 * present / leased)
+    scale = 10 ** AVAILABILITY_DECIMALS
+    n = ratio * scale
+    return Fraction(n.numerator // n.denominator, scale)  # present >= 0: floor is truncation
+
+
+def sla_credit_step(sla: Dict[str, Any], availability: Fraction) -> Optional[Dict[str, str]]:
+    """The credit step an availability earns under an SLA: the step with the lowest `below`
+    that the availability is under (the steps' `below` fall strictly, so the last such step of
+    `credits`); None when it is under none."""
+    found = None
+    for step in sla["credits"]:
+        if availability < Fraction(step["below"]):
+            found = step
+    return found
+
+
+def judged_spans(contract: Dict[str, Any], period_from: int, period_to: int) -> List[BillingSpan]:
+    """The billing periods (clipped to the term) of a contract with an SLA that lie wholly inside
+    the invoice period [period_from, period_to): those whose availability the invoice judges.
+    None without an SLA."""
+    if "sla" not in contract:
+        return []
+    spans = billing_periods(parse_timestamp(contract["term_from"]), parse_timestamp(contract["term_to"]),
+                            contract["billing_period"], contract["billing_anchor"])
+    return [s for s in spans if period_from <= s.start and s.end <= period_to]
+
+
+def rented_leases(contract: Dict[str, Any]) -> List[str]:
+    """The leases a contract's fees rent, each once, in the order of the fees."""
+    out: List[str] = []
+    for fee in contract.get("fees") or ():
+        if "lease" in fee and fee["lease"] not in out:
+            out.append(fee["lease"])
+    return out
+
+
+def sla_rows_and_credits(contract: Dict[str, Any], period_from: int, period_to: int, currency: str,
+                         evidence: SlaEvidence) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """RATING.md, "SLA credits", for one contract of the invoice's currency: per billing period
+    it judges (judged_spans) and lease its fees rent (rented_leases), in that order, the
+    invoice's `availability` row {contract, lease, period, leased_gpu_seconds,
+    present_gpu_seconds, availability, target, credit_percent?} (none when the lease is not in
+    the bundle or was not in force), and, when a step applies, one `sla_credit` line per
+    periodic fee renting the lease (in the order of the fees): quantity percent ÷ 100,
+    unit_price the fee's amount for the billing period (amount × used ÷ full, rounded half-even
+    to the minor unit, as its fee line has it), net −round_half_even(quantity × unit_price).
+    Tax members are left to the caller."""
     places = minor_units(currency)
+    sla = contract.get("sla")
+    rows: List[Dict[str, Any]] = []
+    lines: List[Dict[str, Any]] = []
+    if sla is None:
+        return rows, lines
+    for span in judged_spans(contract, period_from, period_to):
+        period = {"from": format_ts(span.start), "to": format_ts(span.end)}
+        for name in rented_leases(contract):
+            lease = evidence.leases.get(name)
+            if lease is None:
+                continue
+            leased = leased_gpu_seconds(lease, span.start, span.end)
+            present = present_gpu_seconds(evidence, name, span.start, span.end, period_from, period_to)
+            availability = availability_percent(leased, present)
+            if availability is None:
+                continue
+            step = sla_credit_step(sla, availability)
+            row = {"contract": contract["contract"], "lease": name, "period": dict(period),
+                   "leased_gpu_seconds": canonical_str(leased), "present_gpu_seconds": canonical_str(present),
+                   "availability": canonical_str(availability), "target": canonical_str(Fraction(sla["target"]))}
+            if step is not None:
+                row["credit_percent"] = canonical_str(Fraction(step["percent"]))
+            rows.append(row)
+            if step is None:
+                continue
+            share = Fraction(step["percent"]) / 100
+            for fee in contract["fees"]:
+                if fee.get("lease") != name or fee["timing"] == "once":
+                    continue
+                base = span.prorate(decimal_fraction(fee["amount"]), minor_units(contract["currency"]))
+                credit = round_half_even(share * base, places)
+                if credit == 0:
+                    # A credit that rounds to nothing makes no line (as a true-up of 0).
+                    continue
+                lines.append({
+                    "kind": "sla_credit",
+                    # The percent, the availability and the target canonical.
+                    "description": (f"SLA credit {canonical_str(share * 100)} %: {fee['name']}, lease {name}, "
+                                    f"availability {canonical_str(availability)} % "
+                                    f"(target {canonical_str(Fraction(sla['target']))} %)"),
+                    "region": contract["region"],
+                    "contract": contract["contract"],
+                    "category": fee["category"],
+                    "service_period": dict(period),
+                    "quantity": canonical_str(share),
+                    "unit": "period",
+                    "unit_price": canonical_str(base),
+                    "net": fixed_str(-credit, places),
+                    "records": 0,
+                })
+    return rows, lines
+
+
+def contract_lines(contracts: List[Dict[str, Any]], period_from: int, period_to: int, currency: str,
+                   drawn: Fraction, drawn_text: str, sla: Optional[SlaEvidence] = None
+                   ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """RATING.md, "Contracts" and "SLA credits", lines, commitments and availability: the
+    contract lines of an invoice of [period_from, period_to) in `currency` from its tenant's
+    contracts (those in other currencies make nothing), contract by contract in order of term
+    (the terms of a tenant never overlap), each contract's fee lines, then its `sla_credit`
+    lines (sla_rows_and_credits, from the evidence `sla`), then its `true_up` line; the
+    invoice's `commitments`; and its `availability` rows. `drawn` is Σ net of the invoice's
+    own-period usage lines (spelled `drawn_text`): credits do not draw down. Tax members are
+    left to the caller. An invoice period that splits a billing period of a contract with a
+    commitment or an SLA is `claim_mismatch`, item `period`."""
+    places = minor_units(currency)
+    evidence = sla if sla is not None else SlaEvidence()
     ordered = sorted((c for c in contracts if c["currency"] == currency),
                      key=lambda c: (parse_timestamp(c["term_from"]), c["contract"].encode()))
     lines: List[Dict[str, Any]] = []
     commitments: List[Dict[str, Any]] = []
+    availability: List[Dict[str, Any]] = []
     for c in ordered:
         ch = contract_charges(c, period_from, period_to)
         if ch.split is not None:
             raise Failure("claim_mismatch", "period",
                           f"the invoice period [{format_ts(period_from)}, {format_ts(period_to)}) holds part, not "
                           f"all, of the billing period [{format_ts(ch.split.start)}, {format_ts(ch.split.end)}) of "
-                          f"contract {c['contract']}, which has a commitment: invoices hold whole billing periods")
+                          f"contract {c['contract']}, which has a commitment or an SLA: invoices hold whole "
+                          "billing periods")
         for f in ch.fees:
             fee = c["fees"][f.fee]
             lines.append({
@@ -3751,6 +4062,9 @@ def contract_lines(contracts: List[Dict[str, Any]], period_from: int, period_to:
                 "net": fixed_str(f.net, places),
                 "records": 0,
             })
+        rows, credits = sla_rows_and_credits(c, period_from, period_to, currency, evidence)
+        availability += rows
+        lines += credits
         if ch.committed is not None:
             true_up = max(Fraction(0), ch.committed - drawn)
             commitments.append({"contract": c["contract"], "committed": fixed_str(ch.committed, places),
@@ -3767,7 +4081,7 @@ def contract_lines(contracts: List[Dict[str, Any]], period_from: int, period_to:
                     "net": fixed_str(true_up, places),
                     "records": 0,
                 })
-    return lines, commitments
+    return lines, commitments, availability
 
 
 # ---------------------------------------------------------------------------------------------
@@ -3978,6 +4292,8 @@ def check_invoice_shape(obj: Any) -> InvoiceInfo:
             raise _invoice_malformed(f"{at}.adjustment_for", "not an object {from, to}")
     if "commitments" in obj and not isinstance(obj["commitments"], list):
         raise _invoice_malformed("commitments", "not an array")
+    if "availability" in obj and not isinstance(obj["availability"], list):
+        raise _invoice_malformed("availability", "not an array")
     if "prepaid" in obj:
         # core::prepaid `PrepaidDraw` as serde reads it: exactly {prepayment, source, amount},
         # strings, source a word it knows.
@@ -4088,13 +4404,16 @@ def _prepaid_difference(claimed: Any, computed: Any) -> str:
 
 def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoint,
                                  contracts: List[Dict[str, Any]],
-                                 prepaid: Optional[PrepaidBook] = None) -> Dict[str, Any]:
+                                 prepaid: Optional[PrepaidBook] = None,
+                                 sla: Optional[SlaEvidence] = None) -> Dict[str, Any]:
     """RATING.md, "Contracts" and "Invoice lines", for an invoice and its verified bundle: the
     bundle is the invoice's (subject, checkpoint size, root and origin: `checkpoint_mismatch`,
     item `invoice`); then the invoice's contract lines and `commitments` are recomputed from
     the `contract_registered` entries of its tenant in the bundle's context (`contracts`), and
     placed right after the invoice's own-period usage lines (kind gpu or energy without
-    `adjustment_for`), before the rest (adjustment lines). Every line's tax =
+    `adjustment_for`), before the rest (adjustment lines); with them the SLA `availability` rows
+    and `sla_credit` lines, from the tenant's leases, usage records and exclusions in the bundle
+    (`sla`, SlaEvidence; RATING.md "SLA credits"). Every line's tax =
     round_half_even(net × tax_rate) to the minor unit and gross = net + tax, the totals the exact
     sums. Then what the invoice draws on its tenant's prepaid lots (`prepaid`, the book of the
     bundle's prepayment and earlier invoice_issued entries, invoice_prepaid_book) with the
@@ -4128,8 +4447,8 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
     # The draw-down is an amount like every other: with the currency's minor digits (0.00 when
     # the invoice has no usage line of its period).
     drawn_text = fixed_str(drawn, places)
-    computed_contract, commitments = contract_lines(contracts, inv.period_from, inv.period_to, inv.currency,
-                                                    drawn, drawn_text)
+    computed_contract, commitments, availability = contract_lines(contracts, inv.period_from, inv.period_to,
+                                                                  inv.currency, drawn, drawn_text, sla)
     expected = ([copy.deepcopy(lines[i]) for i in usage] + computed_contract
                 + [copy.deepcopy(lines[i]) for i in rest])
     net_total = tax_total = gross_total = Fraction(0)
@@ -4152,6 +4471,9 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
     computed.pop("commitments", None)
     if commitments:
         computed["commitments"] = commitments
+    computed.pop("availability", None)
+    if availability:
+        computed["availability"] = availability
     book = prepaid if prepaid is not None else PrepaidBook()
     draws = book.draws(inv.tenant, inv.currency, gross_total, cp.size, inv.issued_at)
     prepaid_list, amount_due = prepaid_members(draws, gross_total, inv.currency)
@@ -4171,7 +4493,9 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
         "period_to": doc["period"]["to"],
         "contracts": [c["contract"] for c in contracts if c["currency"] == inv.currency],
         "contract_lines": len(computed_contract),
+        "sla_credit_lines": sum(1 for l in computed_contract if l["kind"] == "sla_credit"),
         "commitments": len(commitments),
+        "availability": len(availability),
         "usage_lines": len(usage),
         "other_lines": len(rest),
         "usage_lines_rerated": False,

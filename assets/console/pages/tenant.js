@@ -1,7 +1,7 @@
 // Tenant pages: usage charts, invoices (with downloads, contracts and the prepaid balance),
 // certificates (issue, list, download, check in the browser).
 
-import { h, t, tOr, replace, fmtNumber, fmtMoney, fmtDate, fmtDateTime, fmtBucket, fmtPeriod, decSum, gpuHours } from "../lib/dom.js";
+import { h, t, tOr, replace, currentLocale, fmtNumber, fmtMoney, fmtDate, fmtDateTime, fmtBucket, fmtPeriod, decSum, gpuHours } from "../lib/dom.js";
 import { getJson, getText, getBlob, postJson, download, mapLimited, getPrepayments, ApiError } from "../lib/api.js";
 import { stackedBars, legend, shareBar } from "../lib/chart.js";
 import { trustForChecks, loadVerifier, showResult, trustPanel } from "../lib/trust.js";
@@ -474,10 +474,13 @@ async function invoicePage(main, number) {
   // Version 2 lines have net, tax and gross; version 1 lines an amount. Both are shown from
   // their structured members (the v2 `description` is the PDF's English text).
   const v2 = lines.some((l) => l.net !== undefined);
-  // A contract's fee is named by the contract (its description); other lines by their kind.
+  // A contract's fee is named by the contract (its description), as are its SLA credit and
+  // true-up (what they are for); other lines by their kind.
+  // An SLA credit's description starts with its own English label ("SLA credit 10 %: …"),
+  // which the translated label replaces.
   const item = (l) =>
-    l.kind === "fee" || l.kind === "true_up"
-      ? `${tOr(`line_${l.kind}`, l.kind)}: ${l.description}`
+    l.kind === "fee" || l.kind === "sla_credit" || l.kind === "true_up"
+      ? `${tOr(`line_${l.kind}`, l.kind)}: ${l.kind === "sla_credit" ? String(l.description).replace(/^SLA credit /, "") : l.description}`
       : l.kind
         ? tOr(`line_${l.kind}`, l.kind)
         : (l.description ?? "—");
@@ -519,6 +522,7 @@ async function invoicePage(main, number) {
       table(lineHeaders, lineRows, { numeric: v2 ? [4, 6, 7, 8, 9] : [4, 6, 7], id: "invoice-lines" }),
     ),
     commitmentsCard(inv.commitments, money),
+    availabilityCard(inv.availability),
     invoicePrepaidCard(prepaidDraws, money),
     excludedCard(inv.excluded),
   );
@@ -535,6 +539,47 @@ function commitmentsCard(commitments, money) {
       [t("contract"), t("committed"), t("drawn"), t("true_up")],
       commitments.map((c) => [c.contract, money(c.committed), money(c.drawn), money(c.true_up)]),
       { numeric: [1, 2, 3], id: "invoice-commitments" },
+    ),
+  );
+}
+
+/**
+ * A percentage of the wire (`99.9`: 99.9 %, at most 4 decimals) formatted for the locale from
+ * its exact string: the point moved two places left (`0.999`, still exact), then Intl's
+ * percent style (as fmtNumber, Intl formats a decimal string exactly).
+ */
+function fmtPercent(v) {
+  if (v === undefined || v === null || v === "") return "—";
+  const m = /^([0-9]+)(?:\.([0-9]+))?$/.exec(String(v));
+  if (!m) return String(v);
+  const whole = m[1].padStart(3, "0");
+  const fraction = `${whole.slice(0, -2)}.${whole.slice(-2)}${m[2] ?? ""}`;
+  return new Intl.NumberFormat(currentLocale(), { style: "percent", maximumFractionDigits: 4 }).format(fraction);
+}
+
+/**
+ * The availability an invoice's SLAs judged (its `availability`: per contract, billing period
+ * and lease, what the usage records show present of what was leased, the target, and the
+ * credit step that applies, if any), or null.
+ */
+function availabilityCard(availability) {
+  if (!Array.isArray(availability) || !availability.length) return null;
+  return h(
+    "section",
+    { class: "card" },
+    h("h2", {}, t("availability_title")),
+    h("p", { class: "muted" }, t("availability_explain")),
+    table(
+      [t("contract"), t("lease"), t("period"), t("availability"), t("sla_target"), t("sla_credit_percent")],
+      availability.map((a) => [
+        a.contract,
+        a.lease,
+        fmtPeriod(a.period?.from, a.period?.to),
+        h("span", { dataset: { availability: a.availability, met: a.credit_percent === undefined || a.credit_percent === null } }, fmtPercent(a.availability)),
+        fmtPercent(a.target),
+        fmtPercent(a.credit_percent),
+      ]),
+      { numeric: [3, 4, 5], id: "invoice-availability" },
     ),
   );
 }
@@ -650,22 +695,36 @@ export function prepaidCard(data) {
   );
 }
 
-/** The tenant's contracts (`GET /v1/contracts`): term, billing, fees and commitment, or null. */
+/**
+ * The tenant's contracts (`GET /v1/contracts`): term, billing, fees (with the lease each
+ * rents, if any), commitment and SLA (its target and credit steps), or null.
+ */
 function contractsCard(contracts) {
   if (!contracts || !contracts.length) return null;
-  const fee = (f, cur) => `${f.name}: ${fmtMoney(f.amount, cur)} (${tOr(`timing_${f.timing}`, f.timing)})`;
+  const fee = (f, cur) =>
+    `${f.name}: ${fmtMoney(f.amount, cur)} (${tOr(`timing_${f.timing}`, f.timing)}${f.lease ? `, ${t("fee_lease", { lease: f.lease })}` : ""})`;
+  const sla = (s) =>
+    s
+      ? h(
+          "span",
+          { dataset: { slaTarget: s.target } },
+          t("sla_target_is", { target: fmtPercent(s.target) }),
+          (s.credits || []).map((step) => ["; ", t("sla_step", { below: fmtPercent(step.below), percent: fmtPercent(step.percent) })]),
+        )
+      : "—";
   return h(
     "section",
     { class: "card" },
     h("h2", {}, t("contracts_title")),
     table(
-      [t("contract"), t("term"), t("billing"), t("fees"), t("commitment")],
+      [t("contract"), t("term"), t("billing"), t("fees"), t("commitment"), t("sla")],
       contracts.map((c) => [
         c.contract,
         fmtPeriod(c.term_from, c.term_to),
         `${tOr(`billing_${c.billing_period}`, c.billing_period)}, ${tOr(`anchor_${c.billing_anchor}`, c.billing_anchor)}`,
         (c.fees || []).map((f) => fee(f, c.currency)).join("; ") || "—",
         c.commitment ? fmtMoney(c.commitment, c.currency) : "—",
+        sla(c.sla),
       ]),
       { id: "contracts" },
     ),

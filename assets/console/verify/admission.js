@@ -11,11 +11,11 @@
 // inventory.rs), time (the log policy in force at the
 // entry's index), the spot series, no stream claiming a second twice (§6.4a), prices that
 // only move forward, settlements (§5.10), disputes (§6.7, disputes: a record excluded at
-// most once) and contracts (§6.7, contracts: registered once, a term that starts neither in
-// the past nor before the end of an invoiced period of its tenant, and overlaps no earlier
-// contract of its tenant) and prepayments (§6.7, prepayments: a reference carried by one
-// prepayment of its tenant, a lot not expired when it is logged). Key validity and scope are
-// bundle.js's Registry.
+// most once) and contracts (§6.7, contracts: the leases its fees rent registered earlier to
+// its tenant, registered once, a term that starts neither in the past nor before the end of
+// an invoiced period of its tenant, and overlaps no earlier contract of its tenant) and
+// prepayments (§6.7, prepayments: a reference carried by one prepayment of its tenant, a lot
+// not expired when it is logged). Key validity and scope are bundle.js's Registry.
 
 import { Failure } from './result.js';
 import { GPU_UNITS, MAX_NODE_GPUS, migProfileSlices, migSlicesDiffer, timestampSeconds } from './leaf.js';
@@ -457,7 +457,17 @@ export class Admission {
       const l = this.leases.get(b.lease);
       if (l && l.at < index) throw new Failure('already_registered', item, `${b.lease} is already registered (entry ${l.at})`);
     } else if (kind === 'contract_registered') {
+      // The leases its fees rent (an SLA is measured on them), fee by fee: registered earlier,
+      // the contract tenant's (admission.rs `check_parties`).
+      (Array.isArray(b.fees) ? b.fees : []).forEach((fee, i) => {
+        if (!('lease' in fee)) return;
+        const l = this.leases.get(fee.lease);
+        if (!l || l.at >= index) throw new Failure('unknown_lease', item, `body.fees[${i}].lease ${fee.lease} is not a registered lease`);
+        if (l.tenant !== b.tenant) throw new Failure('lease_tenant_mismatch', item, `body.fees[${i}].lease ${fee.lease} is not a lease of tenant ${b.tenant}`);
+      });
       // Among the entries a bundle holds: its context carries the tenant's own contracts.
+      // (admission.rs checks this with the contract rules, `ContractBook::check`, after the
+      // parties and the fleet, which have no other rule for a contract: the same order.)
       const at = this.contracts.get(b.contract);
       if (at !== undefined && at < index) throw new Failure('already_registered', item, `body.contract ${b.contract} is already registered (entry ${at})`);
     } else if (kind === 'tenant_registered') {

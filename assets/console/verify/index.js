@@ -56,8 +56,10 @@
 //   tenant registered, `unknown_tenant`). Not `unknown_record` nor `record_invoiced`: they need
 //   the record an exclusion names, which a bundle holds only after its context (§6.7); and the
 //   contract rules (§5.19, §6.7 contracts): a `contract_registered` entry's tenant registered
-//   (`unknown_tenant`), its contract id registered once among the entries the bundle holds
-//   (`already_registered`; like leases, the context carries the tenant's own), its term
+//   (`unknown_tenant`), the lease each of its fees rents, if any, registered earlier
+//   (`unknown_lease`) to its tenant (`lease_tenant_mismatch`), its contract id registered once
+//   among the entries the bundle holds (`already_registered`; like leases, the context carries
+//   the tenant's own), its term
 //   starting neither in the past beyond the policy's skew (`price_in_past`) nor before the end
 //   of an invoiced period of its tenant (`price_in_invoiced_period`), and overlapping no earlier
 //   contract of its tenant, half-open (`contract_overlap`); and the prepayment rules (§5.20,
@@ -68,9 +70,9 @@
 //
 // NOT checked here (the offline verifier, `gpuledger verify`, does; every verdict on evidence
 // says so, lib/trust.js `showResult`):
-// - invoices (the recomputation of docs/RATING.md, a contract's fee and true-up lines and
-//   what the invoice draws from the tenant's prepaid lots, its `prepaid` and `amount_due`,
-//   included).
+// - invoices (the recomputation of docs/RATING.md, a contract's fee, SLA credit and true-up
+//   lines and the invoice's `availability`, and what the invoice draws from the tenant's
+//   prepaid lots, its `prepaid` and `amount_due`, included).
 // And whatever it checks, code served by the log's own server cannot protect against that
 // server: docs/CONSOLE.md says how to run it from a copy you trust (offline.html).
 //

@@ -55,6 +55,8 @@ export const MAX_CONTRACT_FEES = 16;
 export const MAX_FEE_NAME_BYTES = 100;
 /** `MAX_CONTRACT_TERM_SECONDS`: a contract's term is at most 3660 days (§5.19). */
 export const MAX_CONTRACT_TERM_SECONDS = 316224000;
+/** `MAX_SLA_STEPS`: a contract's SLA lists 1 to 8 credit steps (§5.19). */
+export const MAX_SLA_STEPS = 8;
 /** A contract's billing periods, anchors, and its fees' timings and categories (§5.19). */
 export const BILLING_PERIODS = new Set(['month', 'quarter', 'year']);
 export const BILLING_ANCHORS = new Set(['calendar', 'anniversary']);
@@ -372,6 +374,41 @@ function contractAmount(v, f) {
   return d;
 }
 
+/** A percentage of a contract's SLA (record/contract.rs `percent`): an amount above 0 and at most 100. */
+function percentage(v, f) {
+  const d = contractAmount(v, f);
+  check(d.cmp(Dec.int(100)) <= 0, `quantity_out_of_range: ${f} is a percentage, at most 100`);
+  return d;
+}
+
+/**
+ * A contract's SLA (record/contract.rs `sla`), its shape checked already: the target a
+ * percentage below 100 (`quantity_out_of_range`); 1 to MAX_SLA_STEPS credit steps
+ * (`invalid_field`, body.sla.credits); step by step, its below then its percent percentages,
+ * the below at most the target for the first step and strictly below the step before's for
+ * the others (`invalid_field`, body.sla.credits[i].below), the percent strictly above the
+ * step before's (`invalid_field`, body.sla.credits[i].percent).
+ */
+function slaTerms(sla) {
+  const target = percentage(sla.target, 'body.sla.target');
+  check(target.cmp(Dec.int(100)) < 0, 'quantity_out_of_range: body.sla.target must be below 100: no measurement proves every second');
+  const n = sla.credits.length;
+  check(n >= 1 && n <= MAX_SLA_STEPS, `invalid_field: body.sla.credits lists ${n} steps; 1 to ${MAX_SLA_STEPS} are allowed`);
+  let before = null;
+  sla.credits.forEach((step, i) => {
+    const f = `body.sla.credits[${i}]`;
+    const below = percentage(step.below, `${f}.below`);
+    const percent = percentage(step.percent, `${f}.percent`);
+    if (before === null) {
+      check(below.cmp(target) <= 0, `invalid_field: ${f}.below (${step.below}) must be at most the target (${sla.target})`);
+    } else {
+      check(below.cmp(before.below) < 0, `invalid_field: ${f}.below (${step.below}) must be below the step before it (${before.step.below})`);
+      check(percent.cmp(before.percent) > 0, `invalid_field: ${f}.percent (${step.percent}) must be above the step before it (${before.step.percent}): a lower availability credits more`);
+    }
+    before = { step, below, percent };
+  });
+}
+
 /**
  * One line of text for people that is a reference or a reason (record.rs `trimmed_text`): 1 to
  * `max` bytes, no control characters, no white space at either end as Rust's `str::trim`
@@ -500,11 +537,14 @@ async function checkBody(kind, b) {
       return;
     }
     case 'contract_registered': {
-      // §5.19, as record.rs reads it: the whole shape first (serde's part: the members, strings,
-      // fees an array of exactly {name, amount, timing, category}, fees and commitment optional
-      // and never null), then the members in the order of the spec's table, then at least one
-      // of fees and commitment (`invalid_field`, body.fees).
-      members(b, 'body', ['tenant', 'contract', 'currency', 'region', 'term_from', 'term_to', 'billing_period', 'billing_anchor'], ['fees', 'commitment']);
+      // §5.19, as record/contract.rs reads it: the whole shape first (serde's part: the
+      // members, strings, fees an array of exactly {name, amount, timing, category} and an
+      // optional lease, sla exactly {target, credits: [{below, percent}]}, fees, commitment,
+      // sla and a fee's lease optional and never null), then the members in the order of the
+      // spec's table, then at least one of fees and commitment (`invalid_field`, body.fees),
+      // then the SLA (slaTerms), then that an SLA has a fee naming a lease (`invalid_field`,
+      // body.sla).
+      members(b, 'body', ['tenant', 'contract', 'currency', 'region', 'term_from', 'term_to', 'billing_period', 'billing_anchor'], ['fees', 'commitment', 'sla']);
       for (const k of ['tenant', 'contract', 'currency', 'region', 'term_from', 'term_to', 'billing_period', 'billing_anchor', 'commitment']) {
         if (k in b) check(typeof b[k] === 'string', `body.${k} is not a string`);
       }
@@ -512,8 +552,20 @@ async function checkBody(kind, b) {
         check(Array.isArray(b.fees), 'body.fees is not an array');
         b.fees.forEach((fee, i) => {
           const f = `body.fees[${i}]`;
-          members(fee, f, ['name', 'amount', 'timing', 'category']);
-          for (const k of ['name', 'amount', 'timing', 'category']) check(typeof fee[k] === 'string', `${f}.${k} is not a string`);
+          members(fee, f, ['name', 'amount', 'timing', 'category'], ['lease']);
+          for (const k of ['name', 'amount', 'timing', 'category', 'lease']) {
+            if (k in fee) check(typeof fee[k] === 'string', `${f}.${k} is not a string`);
+          }
+        });
+      }
+      if ('sla' in b) {
+        members(b.sla, 'body.sla', ['target', 'credits']);
+        check(typeof b.sla.target === 'string', 'body.sla.target is not a string');
+        check(Array.isArray(b.sla.credits), 'body.sla.credits is not an array');
+        b.sla.credits.forEach((step, i) => {
+          const f = `body.sla.credits[${i}]`;
+          members(step, f, ['below', 'percent']);
+          for (const k of ['below', 'percent']) check(typeof step[k] === 'string', `${f}.${k} is not a string`);
         });
       }
       bodyId(b.tenant, 'body.tenant');
@@ -536,10 +588,18 @@ async function checkBody(kind, b) {
           contractAmount(fee.amount, `${f}.amount`);
           check(FEE_TIMINGS.has(fee.timing), `invalid_field: ${f}.timing must be advance, arrears or once`);
           check(FEE_CATEGORIES.has(fee.category), `invalid_field: ${f}.category must be compute, networking, storage, support or other`);
+          if ('lease' in fee) {
+            bodyId(fee.lease, `${f}.lease`);
+            check(fee.timing !== 'once', `invalid_field: ${f}.lease: a one-off fee rents no lease over a period`);
+          }
         });
       }
       if ('commitment' in b) contractAmount(b.commitment, 'body.commitment');
       check('fees' in b || 'commitment' in b, 'invalid_field: body.fees: a contract has fees, a commitment, or both');
+      if ('sla' in b) {
+        slaTerms(b.sla);
+        check((b.fees ?? []).some((fee) => 'lease' in fee), 'invalid_field: body.sla: an SLA credits the fees of leases: name the lease of at least one periodic fee');
+      }
       return;
     }
     case 'prepayment': {

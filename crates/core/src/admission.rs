@@ -184,6 +184,34 @@ pub fn check_parties(body: &Body, index: u64, parties: &dyn Parties) -> Result<(
                 }
             }
         }
+        Body::ContractRegistered(c) => {
+            // The leases its fees rent (an SLA is measured on them) are the tenant's.
+            for (i, lease) in c
+                .fees()
+                .iter()
+                .enumerate()
+                .filter_map(|(i, f)| Some((i, f.lease.as_ref()?)))
+            {
+                let field = format!("body.fees[{i}].lease");
+                match parties.lease(lease).filter(|(_, at)| *at < index) {
+                    None => {
+                        return Err(Rejection::field(
+                            Reason::UnknownLease,
+                            &field,
+                            format!("{lease} is not a registered lease"),
+                        ))
+                    }
+                    Some((owner, _)) if owner != c.tenant => {
+                        return Err(Rejection::field(
+                            Reason::LeaseTenantMismatch,
+                            &field,
+                            format!("{lease} is not a lease of tenant {}", c.tenant),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
         Body::LeaseRegistered(l) => {
             if let Some((_, at)) = parties.lease(&l.lease).filter(|(_, at)| *at < index) {
                 return Err(Rejection::field(

@@ -123,7 +123,7 @@ pub struct Charges {
     /// rounded once; `None` when the contract has no commitment or no such period.
     pub committed: Option<Decimal>,
     /// A billing period that the invoice period holds part of but not all (only for a
-    /// contract with a commitment): an invoice that would split it cannot be issued.
+    /// contract with a commitment or an SLA): an invoice that would split it cannot be issued.
     pub split: Option<BillingSpan>,
 }
 
@@ -169,13 +169,14 @@ pub fn charges(c: &ContractRegistered, from: Timestamp, to: Timestamp) -> Charge
                 });
             }
         }
-        if let Some(commitment) = c.commitment {
-            if from <= span.from && span.to <= to {
-                let part = span.prorate(commitment, &c.currency);
-                out.committed = Some(out.committed.unwrap_or_default() + part);
-            } else if out.split.is_none() {
-                out.split = Some(span);
-            }
+        let whole = from <= span.from && span.to <= to;
+        if let Some(commitment) = c.commitment.filter(|_| whole) {
+            let part = span.prorate(commitment, &c.currency);
+            out.committed = Some(out.committed.unwrap_or_default() + part);
+        }
+        // A commitment and an SLA are judged over whole billing periods only.
+        if !whole && (c.commitment.is_some() || c.sla.is_some()) && out.split.is_none() {
+            out.split = Some(span);
         }
     }
     out
@@ -323,21 +324,25 @@ mod tests {
                     amount: d("3100"),
                     timing: FeeTiming::Advance,
                     category: FeeCategory::Compute,
+                    lease: None,
                 },
                 ContractFee {
                     name: "Public IPs".into(),
                     amount: d("10"),
                     timing: FeeTiming::Arrears,
                     category: FeeCategory::Networking,
+                    lease: None,
                 },
                 ContractFee {
                     name: "Setup".into(),
                     amount: d("500"),
                     timing: FeeTiming::Once,
                     category: FeeCategory::Support,
+                    lease: None,
                 },
             ]),
             commitment: Some(d("1000")),
+            sla: None,
         }
     }
 

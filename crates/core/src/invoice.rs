@@ -55,6 +55,9 @@ pub enum LineKind {
     Fee,
     /// A contract's minimum commitment, the shortfall of the usage below it.
     TrueUp,
+    /// A credit (a negative net) for a lease whose availability fell below its contract's SLA
+    /// over a billing period: a share of the fee that rents it (docs/RATING.md, "SLA credits").
+    SlaCredit,
 }
 
 impl LineKind {
@@ -65,6 +68,7 @@ impl LineKind {
             LineKind::Energy => "energy",
             LineKind::Fee => "fee",
             LineKind::TrueUp => "true_up",
+            LineKind::SlaCredit => "sla_credit",
         }
     }
 }
@@ -185,17 +189,17 @@ pub struct InvoiceLine {
     /// Set on adjustment lines: the earlier period the late records belong to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adjustment_for: Option<Period>,
-    /// `fee` and `true_up` lines: the contract that bills them.
+    /// `fee`, `sla_credit` and `true_up` lines: the contract that bills them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contract: Option<String>,
-    /// `fee` lines: what the fee is for (its FOCUS `ServiceCategory`).
+    /// `fee` and `sla_credit` lines: what the fee is for (its FOCUS `ServiceCategory`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<FeeCategory>,
     /// `fee` lines: when the fee is billed (`advance`, `arrears`, `once`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<FeeTiming>,
-    /// `fee` lines: the billing period (clipped to the term) the fee is for; a one-off fee's
-    /// is the term.
+    /// `fee` and `sla_credit` lines: the billing period (clipped to the term) the fee or the
+    /// credit is for; a one-off fee's is the term.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_period: Option<Period>,
 }
@@ -559,6 +563,8 @@ pub fn record_start(body: &super::record::Body) -> Option<Timestamp> {
 /// placed by an [`InvoiceScope`].
 pub struct InvoiceRating {
     scope: InvoiceScope,
+    /// The leases whose availability the invoice judges (SLAs), fed the period's records.
+    presence: crate::sla::Presence,
     main: Rater,
     late: BTreeMap<Period, Rater>,
     excluded: Vec<ExcludedRecord>,
@@ -574,6 +580,8 @@ pub struct Rated {
     pub unpriced: Vec<(Option<Period>, Vec<Unpriced>)>,
     /// The records excluded from rating, by increasing entry.
     pub excluded: Vec<ExcludedRecord>,
+    /// What the period's usage records show present of the leases watched.
+    pub presence: crate::sla::Presence,
 }
 
 impl InvoiceRating {
@@ -581,10 +589,18 @@ impl InvoiceRating {
     pub fn new(scope: InvoiceScope) -> Self {
         InvoiceRating {
             main: Rater::new(scope.period.from),
+            presence: Default::default(),
             scope,
             late: BTreeMap::new(),
             excluded: Vec::new(),
         }
+    }
+
+    /// Watches the leases of `presence` (built for the scope's period): the usage records
+    /// the invoice rates in its own period count toward their availability.
+    pub fn watching(mut self, presence: crate::sla::Presence) -> Self {
+        self.presence = presence;
+        self
     }
 
     /// The scope the records are placed by.
@@ -617,7 +633,12 @@ impl InvoiceRating {
         match (placement, body) {
             (Placement::Invoiced(_), Body::GpuUsage(u)) => rater.add_invoiced_usage(book, u),
             (Placement::Invoiced(_), _) => {}
-            (_, Body::GpuUsage(u)) => rater.add_usage(book, u),
+            (_, Body::GpuUsage(u)) => {
+                if placement == Placement::Period {
+                    self.presence.add(u);
+                }
+                rater.add_usage(book, u)
+            }
             (_, Body::Energy(e)) => rater.add_energy(book, e),
             _ => {}
         }
@@ -635,6 +656,7 @@ impl InvoiceRating {
             adjustments: BTreeMap::new(),
             unpriced: Vec::new(),
             excluded: self.excluded,
+            presence: self.presence,
         };
         rated.excluded.sort_by_key(|x| x.entry);
         rated.excluded.dedup_by_key(|x| x.entry);
@@ -701,6 +723,10 @@ pub struct Invoice {
     /// "Contracts"); absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub commitments: Vec<Commitment>,
+    /// The availability of the leases of the tenant's contracts with an SLA over the billing
+    /// periods the invoice holds (docs/RATING.md, "SLA credits"); absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub availability: Vec<crate::sla::Availability>,
     /// What the tenant's prepaid lots paid of `total`, in drawing order (docs/RATING.md,
     /// "Prepaid balances"); absent when nothing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -945,7 +971,7 @@ pub fn from_json(json: &str) -> Result<InvoiceDoc, String> {
 }
 
 /// Canonical decimal strings (`core::decimal`), read strictly.
-mod decimal_str {
+pub(crate) mod decimal_str {
     use rust_decimal::Decimal;
     pub fn serialize<S: serde::Serializer>(d: &Decimal, s: S) -> Result<S::Ok, S::Error> {
         crate::decimal::serialize(d, s)
@@ -957,7 +983,7 @@ mod decimal_str {
 }
 
 /// Optional canonical decimal strings.
-mod opt_decimal_str {
+pub(crate) mod opt_decimal_str {
     use rust_decimal::Decimal;
     pub fn serialize<S: serde::Serializer>(d: &Option<Decimal>, s: S) -> Result<S::Ok, S::Error> {
         match d {
@@ -999,6 +1025,8 @@ pub struct InvoiceCheck {
     excluded: BTreeMap<u64, String>,
     /// The tenant's contracts in the context.
     contracts: Vec<ContractRegistered>,
+    /// The tenant's leases in the context (for the SLAs' leased GPU-seconds).
+    leases: BTreeMap<String, crate::record::LeaseRegistered>,
     /// The tenant's prepaid lots and what its earlier invoices drew from them.
     prepaid: crate::prepaid::PrepaidBook,
     /// Set by the first record: the scope is known once the context (the earlier invoices)
@@ -1031,6 +1059,7 @@ impl InvoiceCheck {
             earlier: Vec::new(),
             excluded: BTreeMap::new(),
             contracts: Vec::new(),
+            leases: BTreeMap::new(),
             prepaid: Default::default(),
             rating: None,
         })
@@ -1065,6 +1094,7 @@ impl InvoiceCheck {
                     inv.period,
                     &c,
                     &lines,
+                    &rated.presence,
                     &|_| Tax::none(),
                     true,
                 )
@@ -1098,6 +1128,7 @@ impl InvoiceCheck {
                     lines,
                     excluded: std::mem::take(&mut rated.excluded),
                     commitments: contract.commitments,
+                    availability: contract.availability,
                     net_total: t.net,
                     tax_total: t.tax,
                     total: t.gross,
@@ -1169,10 +1200,14 @@ fn first_difference(a: &serde_json::Value, b: &serde_json::Value) -> Option<Stri
 
 impl InvoiceCheck {
     fn start_rating(&self) -> InvoiceRating {
+        let period = self.invoice.period();
+        let presence =
+            crate::sla::Presence::new(&self.contracts, period, &|l| self.leases.get(l).cloned());
         InvoiceRating::new(
-            InvoiceScope::new(self.invoice.period(), self.earlier.iter().copied())
+            InvoiceScope::new(period, self.earlier.iter().copied())
                 .excluding(self.excluded.clone()),
         )
+        .watching(presence)
     }
 }
 
@@ -1207,6 +1242,12 @@ impl super::bundle::Subject for InvoiceCheck {
             }
             Body::Prepayment(p) if p.tenant == self.invoice.tenant() => {
                 self.prepaid.apply(index, received_at, body);
+            }
+            Body::LeaseRegistered(l) => {
+                if l.tenant == self.invoice.tenant() {
+                    self.leases.insert(l.lease.clone(), l.clone());
+                }
+                self.book.add_entry(body);
             }
             b => self.book.add_entry(b),
         }

@@ -33,6 +33,7 @@ pub mod record;
 pub mod rejection;
 #[cfg(any(test, feature = "sample"))]
 pub mod sample;
+pub mod sla;
 pub mod tiles;
 pub mod time;
 pub mod usage;

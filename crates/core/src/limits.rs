@@ -83,3 +83,6 @@ pub const MAX_CONTRACT_FEES: usize = 16;
 
 /// Longest `name` of a contract's fee (its invoice line's description), in bytes.
 pub const MAX_FEE_NAME_BYTES: usize = 100;
+
+/// The most steps an SLA's credit schedule may have.
+pub const MAX_SLA_STEPS: usize = 8;

@@ -61,7 +61,8 @@ macro_rules! words {
 mod contract;
 mod prepayment;
 pub use contract::{
-    BillingAnchor, BillingPeriod, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
+    BillingAnchor, BillingPeriod, ContractFee, ContractRegistered, FeeCategory, FeeTiming, Sla,
+    SlaStep,
 };
 pub use prepayment::{Prepayment, PrepaymentSource};
 

@@ -166,6 +166,21 @@ focus_columns! {
     /// The period the charge is for: the invoice's, or an adjustment's earlier period.
     charge_period_end: gpuledger_core::time::Timestamp => "ChargePeriodEnd",
     charge_period_start: gpuledger_core::time::Timestamp => "ChargePeriodStart",
+    /// `Spend` on the rows of a contract's commitment (a minimum spend); else null.
+    commitment_discount_category: Option<String> => "CommitmentDiscountCategory",
+    /// `contract/<id>/commitment` on the usage rows that draw a contract's commitment down
+    /// (`Used`) and on its true-up row (`Unused`); else null.
+    commitment_discount_id: Option<String> => "CommitmentDiscountId",
+    commitment_discount_name: Option<String> => "CommitmentDiscountName",
+    /// The amount drawn (a usage row's `BilledCost`) or left unused (the true-up), in the
+    /// billing currency.
+    commitment_discount_quantity: Option<Decimal> => "CommitmentDiscountQuantity",
+    /// `Used` (usage drawing it down) or `Unused` (the true-up).
+    commitment_discount_status: Option<String> => "CommitmentDiscountStatus",
+    /// `Minimum spend`.
+    commitment_discount_type: Option<String> => "CommitmentDiscountType",
+    /// The billing currency (a spend commitment is measured in money).
+    commitment_discount_unit: Option<String> => "CommitmentDiscountUnit",
     /// The measured quantity: GPU-seconds, or kWh before PUE. Usage rows only.
     consumed_quantity: Option<Decimal> => "ConsumedQuantity",
     consumed_unit: Option<String> => "ConsumedUnit",
@@ -367,6 +382,13 @@ fn base_row(inv: &Invoice, charge: Period, billed: Decimal) -> Row {
         charge_frequency: "Usage-Based".into(),
         charge_period_end: charge.to,
         charge_period_start: charge.from,
+        commitment_discount_category: None,
+        commitment_discount_id: None,
+        commitment_discount_name: None,
+        commitment_discount_quantity: None,
+        commitment_discount_status: None,
+        commitment_discount_type: None,
+        commitment_discount_unit: None,
         consumed_quantity: None,
         consumed_unit: None,
         contracted_cost: billed,
@@ -446,6 +468,13 @@ fn usage_row(inv: &Invoice, line: &InvoiceLine, ctx: &Context) -> Row {
     row.region_id = Some(line.region.clone());
     row.region_name = Some(line.region.clone());
     row.x_certificate_id = ctx.certificate(inv, &line.region, charge);
+    // Usage of the invoice's own period draws its (first) contract commitment down
+    // (docs/RATING.md, "Contracts": drawn = Σ net of those lines).
+    if matches!(line.kind, LineKind::Gpu | LineKind::Energy) && line.adjustment_for.is_none() {
+        if let Some(c) = inv.commitments.first() {
+            commitment_columns(&mut row, inv, &c.contract, "Used", line.net);
+        }
+    }
     match line.kind {
         LineKind::Gpu => {
             let model = line.gpu_model.as_deref().unwrap_or("unknown");
@@ -483,32 +512,74 @@ fn usage_row(inv: &Invoice, line: &InvoiceLine, ctx: &Context) -> Row {
             let one_off = line.timing == Some(FeeTiming::Once);
             row.charge_category = "Purchase".into();
             row.charge_frequency = if one_off { "One-Time" } else { "Recurring" }.into();
-            if let Some(p) = line.service_period {
-                row.charge_period_start = p.from;
-                row.charge_period_end = p.to;
-            }
             row.pricing_unit = Some("Billing Period".into());
             row.pricing_category = Some("Committed".into());
-            row.service_category = line
-                .category
-                .map_or(SERVICE_CATEGORY, service_category)
-                .into();
-            let contract = line.contract.as_deref().unwrap_or("contract");
-            row.sku_id = Some(format!("contract/{contract}"));
-            row.sku_price_id = Some(format!("contract/{contract}/fee"));
+            contract_charge(&mut row, line, "fee");
         }
-        // A commitment's shortfall: a purchase of what was committed and not used.
+        // A commitment's shortfall: the unused part of the minimum spend (FOCUS 1.2: a Usage
+        // row of the commitment with CommitmentDiscountStatus Unused).
         LineKind::TrueUp => {
-            row.charge_category = "Purchase".into();
+            row.charge_category = "Usage".into();
             row.charge_frequency = "Recurring".into();
             row.pricing_unit = Some("Billing Period".into());
             row.pricing_category = Some("Committed".into());
-            let contract = line.contract.as_deref().unwrap_or("contract");
-            row.sku_id = Some(format!("contract/{contract}"));
-            row.sku_price_id = Some(format!("contract/{contract}/true-up"));
+            contract_charge(&mut row, line, "true-up");
+            if let Some(c) = line.contract.as_deref() {
+                commitment_columns(&mut row, inv, c, "Unused", line.net);
+            }
+        }
+        // An SLA credit: a credit (FOCUS 1.2 ChargeCategory Credit, negative cost) against the
+        // fee of the billing period whose availability fell short.
+        LineKind::SlaCredit => {
+            row.charge_category = "Credit".into();
+            row.charge_frequency = "One-Time".into();
+            // A credit has a cost, not a price: as a credit note's row.
+            row.list_cost = line.net;
+            row.contracted_cost = line.net;
+            row.list_unit_price = None;
+            row.contracted_unit_price = None;
+            row.pricing_currency_list_unit_price = None;
+            row.pricing_currency_contracted_unit_price = None;
+            row.pricing_quantity = None;
+            contract_charge(&mut row, line, "sla-credit");
         }
     }
     row
+}
+
+/// The commitment columns of a row of contract `contract`'s minimum spend: `status` `Used`
+/// (usage drawing it down) or `Unused` (its true-up), `quantity` in the billing currency.
+fn commitment_columns(
+    row: &mut Row,
+    inv: &Invoice,
+    contract: &str,
+    status: &str,
+    quantity: Decimal,
+) {
+    row.commitment_discount_id = Some(format!("contract/{contract}/commitment"));
+    row.commitment_discount_name = Some(format!("Minimum spend, contract {contract}"));
+    row.commitment_discount_category = Some("Spend".into());
+    row.commitment_discount_type = Some("Minimum spend".into());
+    row.commitment_discount_status = Some(status.into());
+    row.commitment_discount_quantity = Some(quantity);
+    row.commitment_discount_unit = Some(inv.currency.clone());
+}
+
+/// What a contract's line (`fee`, `true_up`, `sla_credit`) says of itself on its row: the
+/// billing period it is for (when it names one), its `ServiceCategory` (from its fee's
+/// category), and its SKU: `contract/<id>`, priced as `contract/<id>/<what>`.
+fn contract_charge(row: &mut Row, line: &InvoiceLine, what: &str) {
+    if let Some(p) = line.service_period {
+        row.charge_period_start = p.from;
+        row.charge_period_end = p.to;
+    }
+    row.service_category = line
+        .category
+        .map_or(SERVICE_CATEGORY, service_category)
+        .into();
+    let contract = line.contract.as_deref().unwrap_or("contract");
+    row.sku_id = Some(format!("contract/{contract}"));
+    row.sku_price_id = Some(format!("contract/{contract}/{what}"));
 }
 
 /// The tax row of one invoice line (only for a line with a non-zero tax).
@@ -688,6 +759,7 @@ mod tests {
             total: t.gross,
             excluded: Vec::new(),
             commitments: Vec::new(),
+            availability: Vec::new(),
             prepaid: Vec::new(),
             amount_due: None,
         }

@@ -708,8 +708,20 @@ fn describe_zh(d: &str) -> Option<String> {
             let pue = pue.strip_prefix("PUE ")?;
             Some(format!("电力，{region}，PUE {pue}"))
         }
-        _ => None,
+        _ => sla_credit_zh(d),
     }
+}
+
+/// An `sla_credit` line's description (`core::invoice::contract_lines`) in Chinese.
+fn sla_credit_zh(d: &str) -> Option<String> {
+    let (percent, rest) = d.strip_prefix("SLA credit ")?.split_once(" %: ")?;
+    let (fee_lease, measured) = rest.rsplit_once(", availability ")?;
+    let (fee, lease) = fee_lease.rsplit_once(", lease ")?;
+    let (availability, target) = measured.split_once(" % (target ")?;
+    let target = target.strip_suffix(" %)")?;
+    Some(format!(
+        "SLA 赔付 {percent} %：{fee}，租约 {lease}，可用率 {availability} %（承诺 {target} %）"
+    ))
 }
 
 /// A timestamp's date and time of day in UTC.
@@ -763,6 +775,7 @@ pub fn to_pdf(doc: &InvoiceDoc, notes: &PdfNotes) -> Result<Vec<u8>, RenderError
     let mut pdf = Pages::new(invoice, lang);
     pdf.heading(invoice, notes);
     pdf.table(invoice);
+    pdf.availability(invoice);
     pdf.excluded(invoice);
     pdf.payment(invoice, notes);
     pdf.verification_note(invoice, notes);
@@ -1336,13 +1349,18 @@ impl Pages {
                 line.measured_kwh.map(|k| format!("实测 {} kWh", exact(k)))
             }
             // A contract's line: the billing period it is for, and its contract.
-            (LineKind::Fee | LineKind::TrueUp, _) => line.service_period.map(|p| lang.period(p)),
+            (LineKind::Fee | LineKind::TrueUp | LineKind::SlaCredit, _) => {
+                line.service_period.map(|p| lang.period(p))
+            }
         };
         let sep = match lang {
             Lang::En => ", ",
             Lang::ZhCn => "，",
         };
-        let counted = !matches!(line.kind, LineKind::Fee | LineKind::TrueUp);
+        let counted = !matches!(
+            line.kind,
+            LineKind::Fee | LineKind::TrueUp | LineKind::SlaCredit
+        );
         let detail = match (measured, counted) {
             (Some(m), true) => format!("{m}{sep}{}", lang.records(line.records)),
             (Some(m), false) => m,
@@ -1477,6 +1495,47 @@ impl Pages {
         }
         self.in_table = false;
         self.y -= 20.0;
+    }
+
+    /// The availability each SLA judged (docs/RATING.md, "SLA credits"): per lease and billing
+    /// period, leased and present GPU-seconds, the availability, and the credit if any.
+    fn availability(&mut self, invoice: &Invoice) {
+        if invoice.availability.is_empty() {
+            return;
+        }
+        let lang = self.lang;
+        self.ensure(4.0 * LEADING);
+        let title = match lang {
+            Lang::En => "Availability (SLA), from the signed usage records",
+            Lang::ZhCn => "可用率（SLA），依据已签名的用量记录",
+        };
+        self.text_wrapped_face(title, MARGIN_X, RIGHT - MARGIN_X, 10.0, Face::Bold);
+        for a in &invoice.availability {
+            let (leased, present) = (exact(a.leased_gpu_seconds), exact(a.present_gpu_seconds));
+            let period = lang.period(a.period);
+            let text = match (lang, a.credit_percent) {
+                (Lang::En, credit) => format!(
+                    "Contract {}, lease {}, {period}: {present} of {leased} leased GPU-seconds \
+                     present, availability {} % (target {} %){}",
+                    a.contract,
+                    a.lease,
+                    exact(a.availability),
+                    exact(a.target),
+                    credit.map_or(String::new(), |c| format!(": credit {} %", exact(c)))
+                ),
+                (Lang::ZhCn, credit) => format!(
+                    "合同 {}，租约 {}，{period}：租用 {leased} GPU 秒，在线 {present} GPU 秒，\
+                     可用率 {} %（承诺 {} %）{}",
+                    a.contract,
+                    a.lease,
+                    exact(a.availability),
+                    exact(a.target),
+                    credit.map_or(String::new(), |c| format!("，赔付 {} %", exact(c)))
+                ),
+            };
+            self.text_wrapped(&text, MARGIN_X, RIGHT - MARGIN_X, 9.0);
+        }
+        self.y -= 12.0;
     }
 
     /// GPU lines (by region and GPU model, then in invoice order), then energy lines.

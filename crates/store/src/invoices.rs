@@ -94,15 +94,18 @@ pub struct PricedLines {
     pub lines: Vec<InvoiceLine>,
     pub totals: core_invoice::Totals,
     pub commitments: Vec<core_invoice::Commitment>,
+    pub availability: Vec<gpuledger_core::sla::Availability>,
 }
 
-/// [`PricedLines`] of `rated` (the period's lines, then adjustment lines). With `whole`
-/// (issuing), a period that splits a committed billing period is refused; a preview of part
-/// of one (`whole` false) shows the commitment of the whole billing periods it holds only.
+/// [`PricedLines`] of `rated` (the period's lines, then adjustment lines) and the `presence`
+/// the period's records show (SLAs). With `whole` (issuing), a period that splits a billing
+/// period with a commitment or an SLA is refused; a preview of part of one (`whole` false)
+/// judges the whole billing periods it holds only.
 pub fn priced_lines(
     period: Period,
     rated: Vec<core_invoice::RatedLine>,
     contracts: &[ContractRegistered],
+    presence: &gpuledger_core::sla::Presence,
     currency: &str,
     taxes: &TaxTable,
     whole: bool,
@@ -111,8 +114,9 @@ pub fn priced_lines(
     let (adjustments, usage): (Vec<_>, Vec<_>) =
         rated.into_iter().partition(|r| r.adjustment_for.is_some());
     let mut lines = core_invoice::lines_v2(usage, &tax);
-    let contract = core_invoice::contract_lines(contracts, period, currency, &lines, &tax, whole)
-        .map_err(|e| StoreError::ContractPeriodSplit(e.to_string()))?;
+    let contract =
+        core_invoice::contract_lines(contracts, period, currency, &lines, presence, &tax, whole)
+            .map_err(|e| StoreError::ContractPeriodSplit(e.to_string()))?;
     lines.extend(contract.lines);
     lines.extend(core_invoice::lines_v2(adjustments, &tax));
     let totals = core_invoice::apply_tax(&mut lines, currency);
@@ -120,6 +124,7 @@ pub fn priced_lines(
         lines,
         totals,
         commitments: contract.commitments,
+        availability: contract.availability,
     })
 }
 
@@ -376,11 +381,12 @@ fn rate(
     conn: &mut DbConn,
     tenant: &str,
     scope: InvoiceScope,
+    presence: gpuledger_core::sla::Presence,
     size: u64,
 ) -> Result<(Rated, Watch), StoreError> {
     let book = pricing::price_book(conn, size)?;
     let idxs = selection(conn, tenant, &scope, size, book.has_tiers())?;
-    let mut rating = InvoiceRating::new(scope);
+    let mut rating = InvoiceRating::new(scope).watching(presence);
     let mut watch = Watch::default();
     usage::for_each_of(conn, Some(tenant), &idxs, &mut |idx, _, _, body| {
         if rating.add(&book, idx, body) != Placement::Outside {
@@ -402,13 +408,14 @@ fn rate(
 /// Rates `tenant`'s usage and energy records whose intervals start in `period`, with the prices
 /// of the log as of size `size` (and the plan and volume tiers in force at the period's start):
 /// the invoice preview, with the records of the period excluded from rating (as an invoice
-/// leaves them out). Reads the records starting in the period and the tenant's exclusions,
-/// nothing else of the tenant's history.
+/// leaves them out); the usage records rated count toward `presence` (SLAs). Reads the records
+/// starting in the period and the tenant's exclusions, nothing else of the tenant's history.
 pub fn preview(
     conn: &mut DbConn,
     tenant: &str,
     period: Period,
     size: u64,
+    presence: &mut gpuledger_core::sla::Presence,
 ) -> Result<(Rater, Vec<core_invoice::ExcludedRecord>), StoreError> {
     let book: PriceBook = pricing::price_book(conn, size)?;
     let mut rater = Rater::new(period.from);
@@ -426,7 +433,10 @@ pub fn preview(
             }
         }
         match body {
-            Body::GpuUsage(u) if period.contains(u.start) => rater.add_usage(&book, u),
+            Body::GpuUsage(u) if period.contains(u.start) => {
+                presence.add(u);
+                rater.add_usage(&book, u)
+            }
             Body::Energy(e) if period.contains(e.start) => rater.add_energy(&book, e),
             _ => {}
         }
@@ -471,16 +481,18 @@ pub(crate) fn draft(
         None => read::head(conn)?.0,
     };
     let scope = new_scope(conn, tenant, period, size)?;
+    let contracts = read::contracts(conn, tenant, size)?;
+    let presence = read::presence(conn, tenant, &contracts, period, size)?;
     let (
         Rated {
             mut lines,
             mut adjustments,
             excluded,
+            presence,
             ..
         },
         watch,
-    ) = rate(conn, tenant, scope.clone(), size)?;
-    let contracts = read::contracts(conn, tenant, size)?;
+    ) = rate(conn, tenant, scope.clone(), presence, size)?;
     let mut currencies: Vec<String> = lines
         .keys()
         .chain(adjustments.keys())
@@ -493,7 +505,7 @@ pub(crate) fn draft(
     for c in currencies {
         let mut l = lines.remove(&c).unwrap_or_default();
         l.extend(adjustments.remove(&c).unwrap_or_default());
-        let p = priced_lines(period, l, &contracts, &c, &settings.taxes, true)?;
+        let p = priced_lines(period, l, &contracts, &presence, &c, &settings.taxes, true)?;
         // Only zero-quantity lines (left out) and no contract line: nothing to invoice in
         // this currency.
         if !p.lines.is_empty() {
@@ -741,6 +753,7 @@ fn documents(
             total: totals.gross,
             excluded: draft.excluded.clone(),
             commitments: p.commitments.clone(),
+            availability: p.availability.clone(),
             prepaid: Vec::new(),
             amount_due: None,
         };

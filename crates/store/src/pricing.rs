@@ -272,6 +272,19 @@ pub fn rate_period(
     to: Timestamp,
     size: u64,
 ) -> Result<(Rater, Vec<gpuledger_core::invoice::ExcludedRecord>), StoreError> {
+    rate_period_watching(conn, tenant, from, to, size, &mut Default::default())
+}
+
+/// [`rate_period`], the usage records rated counting toward the leases `presence` watches
+/// (the SLAs of an invoice preview, `core::sla`).
+pub fn rate_period_watching(
+    conn: &mut DbConn,
+    tenant: &str,
+    from: Timestamp,
+    to: Timestamp,
+    size: u64,
+    presence: &mut gpuledger_core::sla::Presence,
+) -> Result<(Rater, Vec<gpuledger_core::invoice::ExcludedRecord>), StoreError> {
     // The tenant-month's records through the start index (`store::invoices::preview`), not
     // the tenant's whole history.
     super::invoices::preview(
@@ -279,5 +292,6 @@ pub fn rate_period(
         tenant,
         gpuledger_core::invoice::Period { from, to },
         size,
+        presence,
     )
 }

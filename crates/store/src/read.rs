@@ -309,6 +309,48 @@ pub fn contracts(
     Ok(out)
 }
 
+/// The leases of `tenant` registered below `size`, by id.
+pub fn leases(
+    conn: &mut DbConn,
+    tenant: &str,
+    size: u64,
+) -> Result<std::collections::BTreeMap<String, gpuledger_core::record::LeaseRegistered>, StoreError>
+{
+    let rows: Vec<(i64, Vec<u8>)> = entries::table
+        .filter(entries::kind.eq(Kind::LeaseRegistered.as_str()))
+        .filter(entries::tenant.eq(tenant))
+        .filter(entries::idx.lt(size.min(i64::MAX as u64) as i64))
+        .select((entries::idx, entries::leaf))
+        .load(conn)?;
+    let mut out = std::collections::BTreeMap::new();
+    for (i, leaf) in rows {
+        if let Body::LeaseRegistered(l) = super::usage::parse_body(i, &leaf)? {
+            out.insert(l.lease.clone(), l);
+        }
+    }
+    Ok(out)
+}
+
+/// The SLA watch of an invoice or preview of `tenant` for `period` at log size `size`
+/// (`core::sla::Presence`): the leases its contracts' fees rent, with their registrations.
+pub fn presence(
+    conn: &mut DbConn,
+    tenant: &str,
+    contracts: &[gpuledger_core::record::ContractRegistered],
+    period: gpuledger_core::invoice::Period,
+    size: u64,
+) -> Result<gpuledger_core::sla::Presence, StoreError> {
+    if contracts.iter().all(|c| c.sla.is_none()) {
+        return Ok(Default::default());
+    }
+    let leases = leases(conn, tenant, size)?;
+    Ok(gpuledger_core::sla::Presence::new(
+        contracts,
+        period,
+        &|l| leases.get(l).cloned(),
+    ))
+}
+
 /// The exclusions of `tenant`'s records logged below `size` (docs/PROTOCOL.md §5.17): excluded
 /// entry → (index of the exclusion, reason), the first exclusion of an entry counting (the
 /// ledger admits no second).
@@ -497,6 +539,9 @@ impl DbParties {
         let leases: Vec<&str> = match body {
             Body::GpuUsage(u) => u.lease.as_deref().into_iter().collect(),
             Body::LeaseRegistered(l) => vec![l.lease.as_str()],
+            Body::ContractRegistered(c) => {
+                c.fees().iter().filter_map(|f| f.lease.as_deref()).collect()
+            }
             _ => Vec::new(),
         };
         p.fill(conn, size, &tenants, &leases)?;

@@ -229,10 +229,15 @@ def gpu(index: int, uuid: str, model: str, layout: Optional[Dict[str, Any]] = No
     return g
 
 
-def fee(name: str, amount: str, timing: str = "advance", category: str = "compute") -> Dict[str, Any]:
+def fee(name: str, amount: str, timing: str = "advance", category: str = "compute",
+        lease: Optional[str] = None) -> Dict[str, Any]:
     """One fee of a contract_registered entry (section 5.19): its name (text for people), amount
-    (per whole billing period; a `once` fee: the whole fee), timing and category."""
-    return {"name": name, "amount": amount, "timing": timing, "category": category}
+    (per whole billing period; a `once` fee: the whole fee), timing and category; and the lease
+    it rents, if any (an SLA is measured on it)."""
+    out = {"name": name, "amount": amount, "timing": timing, "category": category}
+    if lease is not None:
+        out["lease"] = lease
+    return out
 
 
 class Log:

@@ -10,7 +10,7 @@
 // signed; run.mjs's bundle tests do that and compare with `gpuledger verify`.
 // Exit status 0 when every test passed, 1 otherwise.
 
-import { checkEnvelope, KINDS, LEDGER_KINDS, MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS } from '../leaf.js';
+import { checkEnvelope, KINDS, LEDGER_KINDS, MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS, MAX_SLA_STEPS } from '../leaf.js';
 import { Admission } from '../admission.js';
 import { results, test, assert, eq } from './harness.mjs';
 
@@ -64,6 +64,7 @@ await test('contract_registered is a ledger kind', async () => {
   assert(LEDGER_KINDS.has('contract_registered'), 'signed by the log key only (bundle.js keyFor)');
   eq(MAX_CONTRACT_FEES, 16, 'MAX_CONTRACT_FEES');
   eq(MAX_CONTRACT_TERM_SECONDS, 3660 * 86400, 'MAX_CONTRACT_TERM_SECONDS');
+  eq(MAX_SLA_STEPS, 8, 'MAX_SLA_STEPS');
 });
 
 await test('contract_registered bodies that pass (§5.19)', async () => {
@@ -145,6 +146,111 @@ await test('contract_registered bodies refused with the code and field of the sp
     ['a region that is no id', { ...C, region: 'cn east' }, /^body\.region is not an identifier$/],
     ['term_from not a timestamp', { ...C, term_from: '2027-01-15' }, /^body\.term_from is not a timestamp$/],
     ['term_to not a timestamp', { ...C, term_to: '2027-02-30T00:00:00Z' }, /^body\.term_to is not a timestamp$/],
+  ]) {
+    const got = await bodyVerdict(body);
+    assert(want.test(got), `${what}: ${got}`);
+  }
+});
+
+/** The spec's example with an SLA: a monthly fee renting lease-acme, credited below 99.9 and 99 %. */
+const S = {
+  billing_anchor: 'calendar',
+  billing_period: 'month',
+  contract: 'C-acme-sla',
+  currency: 'CNY',
+  fees: [{ amount: '3000', category: 'compute', lease: 'lease-acme', name: '2 × H100 on node-1, monthly', timing: 'advance' }],
+  region: 'west',
+  sla: { credits: [{ below: '99.9', percent: '10' }, { below: '99', percent: '25' }], target: '99.9' },
+  tenant: 'acme',
+  term_from: '2027-01-01T00:00:00Z',
+  term_to: '2027-04-01T00:00:00Z',
+};
+/** S with its SLA's members changed. */
+const slaWith = (changes) => ({ ...S, sla: { ...S.sla, ...changes } });
+/** S with these credit steps ([below, percent] pairs). */
+const steps = (...pairs) => slaWith({ credits: pairs.map(([below, percent]) => ({ below, percent })) });
+
+await test('contract_registered bodies with leases and an SLA that pass (§5.19)', async () => {
+  for (const [what, body] of [
+    ["the spec's SLA example", S],
+    ['a lease on a fee, no SLA', without(S, 'sla')],
+    ['a lease on an arrears fee', { ...S, fees: [{ ...S.fees[0], timing: 'arrears' }] }],
+    ['the same lease on two fees, another fee without one', { ...S, fees: [S.fees[0], { ...S.fees[0], name: 'Support' }, { amount: '800', category: 'support', name: 'Rack setup', timing: 'once' }] }],
+    ['two leases', { ...S, fees: [S.fees[0], { ...S.fees[0], lease: 'lease-acme-2' }] }],
+    ['with a commitment', { ...S, commitment: '1000' }],
+    ['one step at the target', steps(['99.9', '10'])],
+    ['one step below the target', steps(['99', '5'])],
+    ['a target and steps with 4 decimals and trailing zeros', { ...S, sla: { target: '99.9900', credits: [{ below: '99.99', percent: '0.0001' }, { below: '0.0001', percent: '100.0000' }] } }],
+    ['a target of 0.0001', { ...S, sla: { target: '0.0001', credits: [{ below: '0.0001', percent: '100' }] } }],
+    ['a target of 99.9999', slaWith({ target: '99.9999' })],
+    [`${MAX_SLA_STEPS} steps`, steps(...Array.from({ length: MAX_SLA_STEPS }, (_, k) => [String(99 - k), String(k + 1)]))],
+    ['a credit of 100 %', steps(['99', '50'], ['90', '100'])],
+  ]) eq(await bodyVerdict(body), 'PASS', what);
+});
+
+await test('contract_registered leases and SLAs refused with the code and field of the spec (§5.19)', async () => {
+  for (const [what, body, want] of [
+    // A fee's lease: not on a one-off fee; after the fee's other members.
+    ['a lease on a once fee', { ...S, fees: [S.fees[0], { amount: '800', category: 'support', lease: 'lease-acme', name: 'Rack setup', timing: 'once' }] }, 'invalid_field body.fees[1].lease'],
+    ['a lease on a once fee with a bad category', { ...S, fees: [{ ...S.fees[0], category: 'gpu', timing: 'once' }] }, 'invalid_field body.fees[0].category'],
+    // The target.
+    ['a target of 100', slaWith({ target: '100' }), 'quantity_out_of_range body.sla.target'],
+    ['a target of 100.0000', slaWith({ target: '100.0000' }), 'quantity_out_of_range body.sla.target'],
+    ['a target above 100', slaWith({ target: '100.5' }), 'quantity_out_of_range body.sla.target'],
+    ['a target of 0', slaWith({ target: '0' }), 'quantity_out_of_range body.sla.target'],
+    ['a target of 0.0', slaWith({ target: '0.0' }), 'quantity_out_of_range body.sla.target'],
+    ['a target above 10^12', slaWith({ target: '1000000000000.0001' }), 'quantity_out_of_range body.sla.target'],
+    ['a target of 100 and no steps: the target first', slaWith({ target: '100', credits: [] }), 'quantity_out_of_range body.sla.target'],
+    // How many steps.
+    ['no steps', steps(), 'invalid_field body.sla.credits'],
+    [`${MAX_SLA_STEPS + 1} steps`, steps(...Array.from({ length: MAX_SLA_STEPS + 1 }, (_, k) => [String(99 - k), String(k + 1)])), 'invalid_field body.sla.credits'],
+    // A step's percentages.
+    ['a below of 0', steps(['0', '10']), 'quantity_out_of_range body.sla.credits[0].below'],
+    ['a below above 100', steps(['100.0001', '10']), 'quantity_out_of_range body.sla.credits[0].below'],
+    ['a percent of 0', steps(['99', '0']), 'quantity_out_of_range body.sla.credits[0].percent'],
+    ['a percent above 100', steps(['99', '101']), 'quantity_out_of_range body.sla.credits[0].percent'],
+    ['a percent above 100 in the second step', steps(['99', '10'], ['98', '100.0001']), 'quantity_out_of_range body.sla.credits[1].percent'],
+    ['a below of 0 and a percent of 0: below first', steps(['0', '0']), 'quantity_out_of_range body.sla.credits[0].below'],
+    // The schedule's order.
+    ['the first below above the target', steps(['99.9001', '10']), 'invalid_field body.sla.credits[0].below'],
+    ['a below equal to the step before', steps(['99.9', '10'], ['99.9', '20']), 'invalid_field body.sla.credits[1].below'],
+    ['a below above the step before', steps(['99', '10'], ['99.5', '20']), 'invalid_field body.sla.credits[1].below'],
+    ['a percent equal to the step before', steps(['99.9', '10'], ['99', '10']), 'invalid_field body.sla.credits[1].percent'],
+    ['a percent below the step before', steps(['99.9', '10'], ['99', '5']), 'invalid_field body.sla.credits[1].percent'],
+    ['the third step out of order', steps(['99.9', '10'], ['99', '25'], ['98', '20']), 'invalid_field body.sla.credits[2].percent'],
+    ['a below out of order and a percent of 0: the range first', steps(['99', '10'], ['99.5', '0']), 'quantity_out_of_range body.sla.credits[1].percent'],
+    ['a below and a percent out of order: below first', steps(['99', '10'], ['99.5', '5']), 'invalid_field body.sla.credits[1].below'],
+    ['a bad step after a bad earlier one: the earlier first', steps(['99.95', '10'], ['0', '20']), 'invalid_field body.sla.credits[0].below'],
+    // An SLA needs a fee that names a lease: last of all.
+    ['an SLA without a leased fee', { ...S, fees: [without(S.fees[0], 'lease')] }, 'invalid_field body.sla'],
+    ['an SLA with a commitment only', without({ ...S, commitment: '1000' }, 'fees'), 'invalid_field body.sla'],
+    ['an SLA with neither fees nor a commitment: the presence rule first', without(S, 'fees'), 'invalid_field body.fees'],
+    ['an SLA without a leased fee and a bad target: the target first', { ...slaWith({ target: '100' }), fees: [without(S.fees[0], 'lease')] }, 'quantity_out_of_range body.sla.target'],
+    ['a bad SLA and a zero commitment: the commitment first', { ...slaWith({ target: '0' }), commitment: '0' }, 'quantity_out_of_range body.commitment'],
+  ]) eq(await bodyVerdict(body), want, what);
+  // Form errors (plain leaf_invalid): the message names what is wrong.
+  for (const [what, body, want] of [
+    ['a bad lease id', { ...S, fees: [{ ...S.fees[0], lease: 'lease acme' }] }, /^body\.fees\[0\]\.lease is not an identifier$/],
+    ['the reserved lease id', { ...S, fees: [{ ...S.fees[0], lease: 'ledger' }] }, /^body\.fees\[0\]\.lease "ledger" is reserved/],
+    ['a bad lease id on a once fee: the id first', { ...S, fees: [{ ...S.fees[0], lease: '', timing: 'once' }] }, /^body\.fees\[0\]\.lease is not an identifier$/],
+    ['lease null', { ...S, fees: [{ ...S.fees[0], lease: null }] }, /^body\.fees\[0\]\.lease is not a string$/],
+    ['sla null', { ...S, sla: null }, /^body\.sla is not an object$/],
+    ['sla an array', { ...S, sla: [S.sla] }, /^body\.sla is not an object$/],
+    ['an sla without credits', { ...S, sla: without(S.sla, 'credits') }, /^body\.sla has no member credits$/],
+    ['an sla without a target', { ...S, sla: without(S.sla, 'target') }, /^body\.sla has no member target$/],
+    ['an unknown member of the sla', slaWith({ window: 'month' }), /^body\.sla has an unknown member window$/],
+    ['a number target', slaWith({ target: 99.9 }), /^body\.sla\.target is not a string$/],
+    ['credits an object', slaWith({ credits: S.sla.credits[0] }), /^body\.sla\.credits is not an array$/],
+    ['a step not an object', slaWith({ credits: ['99'] }), /^body\.sla\.credits\[0\] is not an object$/],
+    ['a step without its percent', slaWith({ credits: [{ below: '99' }] }), /^body\.sla\.credits\[0\] has no member percent$/],
+    ['an unknown member of a step', slaWith({ credits: [{ below: '99', percent: '10', unit: '%' }] }), /^body\.sla\.credits\[0\] has an unknown member unit$/],
+    ['a number percent', steps(['99', 10]), /^body\.sla\.credits\[0\]\.percent is not a string$/],
+    ['a target with 5 decimals', slaWith({ target: '99.99999' }), /^body\.sla\.target is not an amount/],
+    ['a target with a percent sign', slaWith({ target: '99.9%' }), /^body\.sla\.target is not an amount/],
+    ['a below with a leading zero', steps(['099', '10']), /^body\.sla\.credits\[0\]\.below is not an amount/],
+    ['a negative percent', steps(['99', '-10']), /^body\.sla\.credits\[0\]\.percent is not an amount/],
+    // The shape comes first, all of it: a bad SLA shape before a bad fee amount.
+    ['a bad amount and an sla without credits: the shape first', { ...S, fees: [{ ...S.fees[0], amount: '0' }], sla: without(S.sla, 'credits') }, /^body\.sla has no member credits$/],
   ]) {
     const got = await bodyVerdict(body);
     assert(want.test(got), `${what}: ${got}`);
@@ -257,6 +363,56 @@ await test("contract admission: the rules in the spec's order", async () => {
   eq(admit(a, contract('C2', 'acme', '2027-01-15T00:00:00Z', '2027-04-01T00:00:00Z'), 10, past), 'price_in_past body.term_from', 'then price_in_past');
   eq(admit(a, contract('C2', 'acme', '2027-01-15T00:00:00Z', '2027-04-01T00:00:00Z'), 10, '2027-01-15T00:00:00Z'), 'price_in_invoiced_period body.term_from', 'then price_in_invoiced_period');
   eq(admit(a, contract('C2', 'acme', '2027-02-15T00:00:00Z', '2027-04-01T00:00:00Z'), 10, '2027-02-15T00:00:00Z'), 'contract_overlap body.term_from', 'then contract_overlap');
+});
+
+/**
+ * The context of the lease rules: context() and acme's lease L-acme (7), beta's lease L-beta
+ * (8); L-late, acme's, is registered at 20.
+ */
+function leaseContext() {
+  const a = context();
+  const lease = (lease, tenant) => ({ class: 'reserved', from: '2027-06-01T00:00:00Z', lease, nodes: [{ gpus: [0, 1], node: 'n1' }], tenant });
+  a.apply(7, { kind: 'lease_registered', body: lease('L-acme', 'acme') });
+  a.apply(8, { kind: 'lease_registered', body: lease('L-beta', 'beta') });
+  a.apply(20, { kind: 'lease_registered', body: lease('L-late', 'acme') });
+  return a;
+}
+
+/** A contract C2 of `tenant` from 2027-06-01 whose fees rent `leases` (null: a fee without one), with an SLA. */
+const leased = (tenant, ...leases) => ({
+  ...contract('C2', tenant, '2027-06-01T00:00:00Z', '2027-09-01T00:00:00Z'),
+  fees: leases.map((lease, k) => ({ amount: '3000', category: 'compute', name: `node ${k}`, timing: 'advance', ...(lease === null ? {} : { lease }) })),
+  sla: S.sla,
+});
+
+await test("contract admission: each fee's lease registered earlier (unknown_lease) to the contract's tenant (lease_tenant_mismatch), body.fees[i].lease", async () => {
+  const a = leaseContext();
+  eq(admit(a, leased('acme', 'L-acme'), 10), 'PASS', "acme's lease");
+  eq(admit(a, leased('acme', null, 'L-acme', 'L-acme'), 10), 'PASS', "acme's lease on two fees, one fee without a lease");
+  eq(admit(a, leased('beta', 'L-beta'), 10), 'PASS', "beta's lease");
+  eq(admit(a, leased('acme', 'L-none'), 10), 'unknown_lease body.fees[0].lease', 'an unregistered lease');
+  eq(admit(a, leased('acme', 'L-beta'), 10), 'lease_tenant_mismatch body.fees[0].lease', "beta's lease on acme's contract");
+  eq(admit(a, leased('acme', 'L-late'), 10), 'unknown_lease body.fees[0].lease', 'a lease registered after the contract');
+  eq(admit(a, leased('acme', 'L-late'), 20), 'unknown_lease body.fees[0].lease', "at the lease's own index");
+  eq(admit(a, leased('acme', 'L-late'), 21), 'PASS', 'just after it');
+  eq(admit(a, leased('acme', 'L-acme'), 7), 'unknown_lease body.fees[0].lease', "at L-acme's own index");
+  // Fee by fee: the first bad fee is named.
+  eq(admit(a, leased('acme', 'L-acme', null, 'L-beta', 'L-none'), 10), 'lease_tenant_mismatch body.fees[2].lease', 'the third fee first');
+  eq(admit(a, leased('acme', 'L-acme', 'L-none', 'L-beta'), 10), 'unknown_lease body.fees[1].lease', 'the second fee first');
+  // A contract whose fees rent no lease needs none.
+  eq(admit(a, without(leased('acme', null), 'sla'), 10), 'PASS', 'no lease');
+});
+
+await test("contract admission: the fees' leases after the tenant, before the contract rules", async () => {
+  const a = leaseContext();
+  const past = '2027-08-01T00:00:00Z';
+  eq(admit(a, leased('zeta', 'L-none'), 10), 'unknown_tenant', 'unknown_tenant first');
+  eq(admit(a, { ...leased('acme', 'L-none'), contract: 'C1' }, 10, past), 'unknown_lease body.fees[0].lease', 'then the leases, before already_registered');
+  eq(admit(a, { ...leased('acme', 'L-beta'), contract: 'C1' }, 10, past), 'lease_tenant_mismatch body.fees[0].lease', 'then the leases, before already_registered');
+  eq(admit(a, { ...leased('acme', 'L-acme'), contract: 'C1' }, 10, past), 'already_registered body.contract', 'then already_registered');
+  eq(admit(a, leased('acme', 'L-acme'), 10, past), 'price_in_past body.term_from', 'then price_in_past');
+  eq(admit(a, { ...leased('acme', 'L-none'), term_from: '2027-04-01T00:00:00Z' }, 10), 'unknown_lease body.fees[0].lease', 'before contract_overlap');
+  eq(admit(a, { ...leased('acme', 'L-acme'), term_from: '2027-04-01T00:00:00Z' }, 10), 'contract_overlap body.term_from', 'contract_overlap once the leases are good');
 });
 
 console.log(`\n${results.passed} passed, ${results.failures.length} failed`);

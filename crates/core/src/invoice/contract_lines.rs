@@ -1,11 +1,15 @@
 //! An invoice's contract lines (docs/RATING.md, "Contracts"): each contract's fees the period
-//! bills ([`crate::contract::charges`]) and the true-up of its commitment, as invoice lines.
-//! Used to issue, to preview and by [`super::InvoiceCheck`] to recompute.
+//! bills ([`crate::contract::charges`]), the SLA credits of its billing periods
+//! ([`crate::sla`]) and the true-up of its commitment, as invoice lines. Used to issue, to
+//! preview and by [`super::InvoiceCheck`] to recompute.
 
 use super::{money_str, InvoiceLine, LineKind, Period, Tax, Unit};
 use crate::contract::{charges, BillingSpan};
 use crate::rating::round_amount;
-use crate::record::ContractRegistered;
+use crate::record::{ContractRegistered, FeeTiming};
+use crate::sla::{
+    availability_percent, credit_percent, judged_spans, rented_leases, Availability, Presence,
+};
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde::{Deserialize, Serialize};
 
@@ -34,18 +38,22 @@ pub struct Commitment {
     pub true_up: Decimal,
 }
 
-/// The contract lines of an invoice and its commitments.
+/// The contract lines of an invoice, its commitments and the availability its SLAs judged.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContractLines {
-    /// Fee lines, then each contract's `true_up` line, contract by contract in order of term.
+    /// Contract by contract in order of term: fee lines, `sla_credit` lines, the `true_up`
+    /// line.
     pub lines: Vec<InvoiceLine>,
     pub commitments: Vec<Commitment>,
+    /// Per contract with an SLA, billing period wholly inside the invoice's, and lease its
+    /// fees rent (in that order): what the records show.
+    pub availability: Vec<Availability>,
 }
 
 /// An invoice period that holds part, not all, of a billing period of a contract with a
-/// commitment: its commitment could be met by no invoice, so none is issued.
+/// commitment or an SLA: no invoice could judge it, so none is issued.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the period splits the billing period [{}, {}) of contract {contract}, which has a commitment: invoice whole billing periods", span.from, span.to)]
+#[error("the period splits the billing period [{}, {}) of contract {contract}, which has a commitment or an SLA: invoice whole billing periods", span.from, span.to)]
 pub struct SplitPeriod {
     pub contract: String,
     pub span: BillingSpan,
@@ -53,15 +61,17 @@ pub struct SplitPeriod {
 
 /// The contract lines of an invoice of `period` in `currency` (tax and gross still zero:
 /// [`super::apply_tax`] sets them) from the tenant's `contracts` (any order; those in other
-/// currencies make nothing) and the invoice's `usage` lines; the taxes of each contract's
-/// region by `tax`. With `whole` (an invoice), refused when the period splits a committed
-/// billing period; without (a preview of a period so far), the commitment counts the whole
-/// billing periods the period holds only.
+/// currencies make nothing), the invoice's `usage` lines and the `presence` its usage records
+/// show (for SLAs); the taxes of each contract's region by `tax`. With `whole` (an invoice),
+/// refused when the period splits a billing period with a commitment or an SLA; without (a
+/// preview of a period so far), the commitment and the SLA judge the whole billing periods
+/// the period holds only.
 pub fn contract_lines(
     contracts: &[ContractRegistered],
     period: Period,
     currency: &str,
     usage: &[InvoiceLine],
+    presence: &Presence,
     tax: &dyn Fn(&str) -> Tax,
     whole: bool,
 ) -> Result<ContractLines, SplitPeriod> {
@@ -135,6 +145,64 @@ pub fn contract_lines(
                 ..line(LineKind::Fee, fee.name.clone(), f.net)
             });
         }
+        for span in judged_spans(c, period) {
+            let Some(sla) = &c.sla else { break };
+            let p = Period {
+                from: span.from,
+                to: span.to,
+            };
+            for lease in rented_leases(c) {
+                let Some((leased, present)) = presence.of(lease, p) else {
+                    continue;
+                };
+                let Some(availability) = availability_percent(leased, present) else {
+                    continue;
+                };
+                let credit = credit_percent(sla, availability);
+                out.availability.push(Availability {
+                    contract: c.contract.clone(),
+                    lease: lease.to_owned(),
+                    period: p,
+                    leased_gpu_seconds: leased.normalize(),
+                    present_gpu_seconds: present.normalize(),
+                    availability,
+                    target: sla.target,
+                    credit_percent: credit,
+                });
+                let Some(percent) = credit else { continue };
+                let share = (percent / Decimal::ONE_HUNDRED).normalize();
+                for fee in c
+                    .fees()
+                    .iter()
+                    .filter(|f| f.lease.as_deref() == Some(lease) && f.timing != FeeTiming::Once)
+                {
+                    // The fee's amount for the billing period, as its own line has it.
+                    let base = span.prorate(fee.amount, &c.currency);
+                    let credit = round_amount(base * share, currency);
+                    // A credit that rounds to nothing makes no line (as a true-up of 0).
+                    if credit.is_zero() {
+                        continue;
+                    }
+                    out.lines.push(InvoiceLine {
+                        quantity: share,
+                        unit_price: base,
+                        category: Some(fee.category),
+                        service_period: Some(p),
+                        ..line(
+                            LineKind::SlaCredit,
+                            format!(
+                                "SLA credit {} %: {}, lease {lease}, availability {availability} % \
+                                 (target {} %)",
+                                percent.normalize(),
+                                fee.name,
+                                sla.target.normalize()
+                            ),
+                            -credit,
+                        )
+                    });
+                }
+            }
+        }
         if let Some(committed) = ch.committed {
             let true_up = (committed - drawn).max(Decimal::ZERO);
             let true_up = round_amount(true_up, currency);
@@ -154,4 +222,107 @@ pub fn contract_lines(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{
+        BillingAnchor, BillingPeriod, ContractFee, FeeCategory, GpuUsage, LeaseClass, LeaseNode,
+        LeaseRegistered, Sla, SlaStep,
+    };
+    use crate::time::Timestamp;
+
+    fn t(s: &str) -> Timestamp {
+        Timestamp::parse(s).unwrap()
+    }
+
+    fn d(s: &str) -> Decimal {
+        s.parse().unwrap()
+    }
+
+    /// A month of one whole GPU, 3600 s of it absent; the fee `amount`, 10 % below 99.9.
+    fn credit_lines(amount: &str) -> ContractLines {
+        let jan = Period {
+            from: t("2027-01-01T00:00:00Z"),
+            to: t("2027-02-01T00:00:00Z"),
+        };
+        let c = ContractRegistered {
+            tenant: "acme".into(),
+            contract: "C-1".into(),
+            currency: "CNY".into(),
+            region: "west".into(),
+            term_from: jan.from,
+            term_to: jan.to,
+            billing_period: BillingPeriod::Month,
+            billing_anchor: BillingAnchor::Calendar,
+            fees: Some(vec![ContractFee {
+                name: "GPU".into(),
+                amount: d(amount),
+                timing: FeeTiming::Arrears,
+                category: FeeCategory::Compute,
+                lease: Some("L".into()),
+            }]),
+            commitment: None,
+            sla: Some(Sla {
+                target: d("99.90"),
+                credits: vec![SlaStep {
+                    below: d("99.90"),
+                    percent: d("10.0"),
+                }],
+            }),
+        };
+        let lease = LeaseRegistered {
+            lease: "L".into(),
+            tenant: "acme".into(),
+            class: LeaseClass::Reserved,
+            from: jan.from,
+            to: None,
+            nodes: vec![LeaseNode {
+                node: "n".into(),
+                gpus: Some(vec![0]),
+                share: None,
+                gpu_model: None,
+                count: None,
+            }],
+        };
+        let mut presence = Presence::new([&c], jan, &|_| Some(lease.clone()));
+        presence.add(&GpuUsage {
+            tenant: "acme".into(),
+            lease: Some("L".into()),
+            region: "west".into(),
+            node: "n".into(),
+            gpu_model: "H100".into(),
+            gpu_count: Decimal::ONE,
+            start: jan.from.plus(3600),
+            end: jan.to,
+            gpu_seconds: Decimal::from(2_678_400 - 3600),
+        });
+        contract_lines(&[c], jan, "CNY", &[], &presence, &|_| Tax::none(), true).unwrap()
+    }
+
+    #[test]
+    fn a_credit_is_a_share_of_its_fee_written_canonically() {
+        let out = credit_lines("3100");
+        // 1 − 3600 / 2678400 = 99.86559…% → 99.8655 < 99.9: 10 % of 3100.00.
+        assert_eq!(out.availability[0].availability, d("99.8655"));
+        assert_eq!(out.availability[0].target.to_string(), "99.90");
+        let credit = &out.lines[1];
+        assert_eq!(credit.kind, LineKind::SlaCredit);
+        assert_eq!(credit.net, d("-310.00"));
+        assert_eq!(
+            credit.description,
+            "SLA credit 10 %: GPU, lease L, availability 99.8655 % (target 99.9 %)"
+        );
+    }
+
+    #[test]
+    fn a_credit_that_rounds_to_nothing_makes_no_line() {
+        // 10 % of 0.01 is 0.001, 0.00 at the minor unit: the row says 10 %, no line is made
+        // (never a "-0.00").
+        let out = credit_lines("0.01");
+        assert_eq!(out.availability[0].credit_percent, Some(d("10.0")));
+        let kinds: Vec<LineKind> = out.lines.iter().map(|l| l.kind).collect();
+        assert_eq!(kinds, [LineKind::Fee]);
+    }
 }

@@ -122,6 +122,7 @@ impl InvoiceV1 {
             total: self.total,
             excluded: Vec::new(),
             commitments: Vec::new(),
+            availability: Vec::new(),
             prepaid: Vec::new(),
             amount_due: None,
         }

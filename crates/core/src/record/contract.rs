@@ -4,7 +4,9 @@
 
 use super::{currency, id, money, ts, Record};
 use crate::ids::check_display_text;
-use crate::limits::{MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS, MAX_FEE_NAME_BYTES};
+use crate::limits::{
+    MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS, MAX_FEE_NAME_BYTES, MAX_SLA_STEPS,
+};
 use crate::rejection::{Reason, Rejection};
 use crate::time::Timestamp;
 use rust_decimal::Decimal;
@@ -84,6 +86,39 @@ pub struct ContractFee {
     pub amount: Decimal,
     pub timing: FeeTiming,
     pub category: FeeCategory,
+    /// The lease the fee rents (a periodic fee only): the contract's SLA is measured on it and
+    /// credits a share of this fee (docs/RATING.md, "SLA credits"); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
+}
+
+/// One step of an SLA's credit schedule: when a lease's availability over a billing period
+/// is below `below` (a percentage), the credit is `percent` % of the fee that rents it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SlaStep {
+    /// A percentage above 0, at most the target, with at most 4 decimals.
+    #[serde(serialize_with = "crate::decimal::serialize")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub below: Decimal,
+    /// The credit, a percentage of the fee above 0 and at most 100, with at most 4 decimals.
+    #[serde(serialize_with = "crate::decimal::serialize")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub percent: Decimal,
+}
+
+/// A contract's service-level agreement (docs/RATING.md, "SLA credits"): the availability
+/// each billing period of every lease its fees rent is held to, and the credit schedule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Sla {
+    /// The availability promised, a percentage above 0 and below 100, at most 4 decimals.
+    #[serde(serialize_with = "crate::decimal::serialize")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub target: Decimal,
+    /// 1 to [`MAX_SLA_STEPS`] steps, `below` strictly decreasing from at most `target`,
+    /// `percent` strictly increasing: the lowest `below` the availability is under applies.
+    pub credits: Vec<SlaStep>,
 }
 
 /// A tenant's contract (docs/PROTOCOL.md §5.19): fixed fees per billing period of its term,
@@ -114,6 +149,9 @@ pub struct ContractRegistered {
     )]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::decimal::DecimalString>))]
     pub commitment: Option<Decimal>,
+    /// The availability the leases its fees rent are held to; absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla: Option<Sla>,
 }
 
 impl ContractRegistered {
@@ -138,6 +176,24 @@ pub(super) struct ContractFeeWire {
     amount: String,
     timing: String,
     category: String,
+    #[serde(default, deserialize_with = "super::present")]
+    lease: Option<String>,
+}
+
+/// [`SlaStep`] as serde reads it, before validation.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SlaStepWire {
+    below: String,
+    percent: String,
+}
+
+/// [`Sla`] as serde reads it, before validation.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SlaWire {
+    target: String,
+    credits: Vec<SlaStepWire>,
 }
 
 /// [`ContractRegistered`] as serde reads it, before validation.
@@ -156,6 +212,8 @@ pub(super) struct ContractWire {
     fees: Option<Vec<ContractFeeWire>>,
     #[serde(default, deserialize_with = "super::present")]
     commitment: Option<String>,
+    #[serde(default, deserialize_with = "super::present")]
+    sla: Option<SlaWire>,
 }
 
 /// An amount above 0 (`quantity_out_of_range` at 0).
@@ -215,6 +273,14 @@ impl Record for ContractRegistered {
                 "a contract has fees, a commitment or both",
             ));
         }
+        let sla = w.sla.map(sla).transpose()?;
+        if sla.is_some() && !fees.iter().flatten().any(|f| f.lease.is_some()) {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                "body.sla",
+                "an SLA credits the fees of leases: name the lease of at least one periodic fee",
+            ));
+        }
         Ok(ContractRegistered {
             tenant,
             contract,
@@ -226,8 +292,71 @@ impl Record for ContractRegistered {
             billing_anchor,
             fees,
             commitment,
+            sla,
         })
     }
+}
+
+/// A percentage: an amount (at most 4 decimals) above 0 and at most 100.
+fn percent(field: &str, s: &str) -> Result<Decimal, Rejection> {
+    let d = positive_money(field, s)?;
+    if d > Decimal::ONE_HUNDRED {
+        return Err(Rejection::field(
+            Reason::QuantityOutOfRange,
+            field,
+            "is a percentage, at most 100",
+        ));
+    }
+    Ok(d)
+}
+
+fn sla(w: SlaWire) -> Result<Sla, Rejection> {
+    let target = percent("body.sla.target", &w.target)?;
+    if target == Decimal::ONE_HUNDRED {
+        return Err(Rejection::field(
+            Reason::QuantityOutOfRange,
+            "body.sla.target",
+            "must be below 100: no measurement proves every second",
+        ));
+    }
+    if w.credits.is_empty() || w.credits.len() > MAX_SLA_STEPS {
+        return Err(Rejection::field(
+            Reason::InvalidField,
+            "body.sla.credits",
+            format!(
+                "lists {} steps; 1 to {MAX_SLA_STEPS} are allowed",
+                w.credits.len()
+            ),
+        ));
+    }
+    let mut credits: Vec<SlaStep> = Vec::with_capacity(w.credits.len());
+    for (i, step) in w.credits.into_iter().enumerate() {
+        let field = |m: &str| format!("body.sla.credits[{i}].{m}");
+        let below = percent(&field("below"), &step.below)?;
+        let percent = percent(&field("percent"), &step.percent)?;
+        let ceiling = credits.last().map_or(target, |p| p.below);
+        let strict = !credits.is_empty();
+        if below > ceiling || (strict && below == ceiling) {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                &field("below"),
+                if strict {
+                    "must be below the step before it"
+                } else {
+                    "must be at most the target"
+                },
+            ));
+        }
+        if credits.last().is_some_and(|p| percent <= p.percent) {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                &field("percent"),
+                "must be above the step before it: a lower availability credits more",
+            ));
+        }
+        credits.push(SlaStep { below, percent });
+    }
+    Ok(Sla { target, credits })
 }
 
 fn fees(list: Vec<ContractFeeWire>) -> Result<Vec<ContractFee>, Rejection> {
@@ -254,11 +383,27 @@ fn fees(list: Vec<ContractFeeWire>) -> Result<Vec<ContractFee>, Rejection> {
             let field = |m: &str| format!("body.fees[{i}].{m}");
             check_display_text(&f.name, MAX_FEE_NAME_BYTES)
                 .map_err(|m| Rejection::field(Reason::InvalidField, &field("name"), m))?;
+            let amount = positive_money(&field("amount"), &f.amount)?;
+            let timing = FeeTiming::read(&field("timing"), &f.timing)?;
+            let category = FeeCategory::read(&field("category"), &f.category)?;
+            let lease = f
+                .lease
+                .as_deref()
+                .map(|l| id(&field("lease"), l))
+                .transpose()?;
+            if lease.is_some() && timing == FeeTiming::Once {
+                return Err(Rejection::field(
+                    Reason::InvalidField,
+                    &field("lease"),
+                    "a one-off fee rents no lease over a period",
+                ));
+            }
             Ok(ContractFee {
-                amount: positive_money(&field("amount"), &f.amount)?,
-                timing: FeeTiming::read(&field("timing"), &f.timing)?,
-                category: FeeCategory::read(&field("category"), &f.category)?,
+                amount,
+                timing,
+                category,
                 name: f.name,
+                lease,
             })
         })
         .collect()

@@ -413,6 +413,10 @@ pub struct CurrencyLines {
     /// The commitments of the tenant's contracts in this currency over the billing periods
     /// the period wholly holds (docs/RATING.md, "Contracts"); empty when none.
     pub commitments: Vec<gpuledger_core::invoice::Commitment>,
+    /// The availability of the leases of the tenant's contracts with an SLA over the billing
+    /// periods the period wholly holds (docs/RATING.md, "SLA credits"); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub availability: Vec<gpuledger_core::sla::Availability>,
     /// What the tenant's prepaid lots would pay of `total` if the invoice were issued now, at
     /// this log size (docs/RATING.md, "Prepaid balances"); absent when nothing.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -459,21 +463,22 @@ pub async fn get_preview(
     let settings = state.ledger.invoicing();
     // Were the invoice issued now: the lots that have not expired by now pay it.
     let now = state.ledger.now();
-    let (size, (rater, excluded), contracts, lots) = state
+    let period = gpuledger_core::invoice::Period { from, to };
+    let (size, (rater, excluded), contracts, presence, lots) = state
         .read(move |c| {
             gpuledger_store::access::require_tenant(c, &t)?;
             let size = gpuledger_store::read::head(c)?.0;
-            let rated = pricing::rate_period(c, &t, from, to, size)?;
             let contracts = gpuledger_store::read::contracts(c, &t, size)?;
+            let mut presence = gpuledger_store::read::presence(c, &t, &contracts, period, size)?;
+            let rated = pricing::rate_period_watching(c, &t, from, to, size, &mut presence)?;
             let lots = gpuledger_store::prepaid::book(c, Some(&t), size)?;
-            Ok((size, rated, contracts, lots))
+            Ok((size, rated, contracts, presence, lots))
         })
         .await?;
     let (mut by_currency, unpriced) = rater.finish();
     for c in &contracts {
         by_currency.entry(c.currency.clone()).or_default();
     }
-    let period = gpuledger_core::invoice::Period { from, to };
     let mut currencies = Vec::new();
     for (currency, lines) in by_currency {
         let rated = lines
@@ -487,6 +492,7 @@ pub async fn get_preview(
             period,
             rated,
             &contracts,
+            &presence,
             &currency,
             &settings.taxes,
             false,
@@ -506,6 +512,7 @@ pub async fn get_preview(
                 currency,
                 lines: p.lines,
                 commitments: p.commitments,
+                availability: p.availability,
             });
         }
     }
