@@ -567,6 +567,18 @@ fn demo_starts_accepts_records_and_serves_checkpoints() {
         contracts["contracts"][0]["contract"], "C-bluefin-baremetal",
         "{contracts}"
     );
+    // Its monthly fee rents lease bluefin-c-101, held to a 99.9 % SLA.
+    assert_eq!(
+        (
+            &contracts["contracts"][0]["fees"][0]["lease"],
+            &contracts["contracts"][0]["sla"]["target"]
+        ),
+        (
+            &serde_json::json!("bluefin-c-101"),
+            &serde_json::json!("99.9")
+        ),
+        "{contracts}"
+    );
     assert!(
         contracts["contracts"][0]["billing_periods"]
             .as_array()

@@ -403,3 +403,94 @@ both_backends!(sla_credits_come_from_the_signed_records, |db: &TestDb| {
     // The log verifies as a whole, contract and credits included.
     verified(&db.url);
 });
+
+both_backends!(sla_contracts_over_http, |db: &TestDb| {
+    let log = init(db);
+    let srv = log.serve();
+    let h = srv.http();
+    let admin = log.admin.clone();
+    let a = Some(admin.as_str());
+    h.parties(&admin, &["acme", "beta"]);
+    let now = Timestamp::now();
+    let body = |lease: &str, sla: serde_json::Value| {
+        serde_json::json!({
+            "tenant": "acme", "contract": "C-acme-sla", "currency": "CNY", "region": "west",
+            "term_from": now.plus(120).to_string(), "term_to": now.plus(120 + 365 * 86_400).to_string(),
+            "billing_period": "month", "billing_anchor": "calendar",
+            "fees": [{"name": "GPUs, monthly", "amount": "3000", "timing": "advance",
+                      "category": "compute", "lease": lease}],
+            "sla": sla
+        })
+    };
+    let sla = serde_json::json!({"target": "99.9", "credits": [
+        {"below": "99.9", "percent": "10"}, {"below": "99", "percent": "25"}]});
+    // Refused with the reason and field, in the one problem shape, writing nothing.
+    let size = h.size();
+    for (b, slug, reason, field) in [
+        (
+            body("lease-beta", sla.clone()),
+            "refused",
+            "lease_tenant_mismatch",
+            "body.fees[0].lease",
+        ),
+        (
+            body("lease-ghost", sla.clone()),
+            "refused",
+            "unknown_lease",
+            "body.fees[0].lease",
+        ),
+        (
+            body(
+                "lease-acme",
+                serde_json::json!({"target": "99.9", "credits": [
+                    {"below": "99", "percent": "10"}, {"below": "99.5", "percent": "25"}]}),
+            ),
+            "invalid_field",
+            "invalid_field",
+            "body.sla.credits[1].below",
+        ),
+        (
+            body(
+                "lease-acme",
+                serde_json::json!({"target": "100", "credits": []}),
+            ),
+            "invalid_field",
+            "quantity_out_of_range",
+            "body.sla.target",
+        ),
+    ] {
+        let p = h.post("/v1/contracts", a, &b).problem(400, slug).unwrap();
+        assert_eq!(
+            (
+                p["errors"][0]["reason"].as_str(),
+                p["errors"][0]["field"].as_str()
+            ),
+            (Some(reason), Some(field)),
+            "{b}: {p}"
+        );
+    }
+    assert_eq!(h.size(), size);
+    h.post("/v1/contracts", a, &body("lease-acme", sla.clone()))
+        .ok_json(201);
+    // The tenant reads its contract with its SLA; another tenant gets 404 for it.
+    let acme = h.secret(
+        &admin,
+        serde_json::json!({"role": "tenant", "tenant": "acme"}),
+    );
+    let beta = h.secret(
+        &admin,
+        serde_json::json!({"role": "tenant", "tenant": "beta"}),
+    );
+    let listed = h.get("/v1/contracts", Some(acme.as_str())).ok_json(200);
+    let c = &listed["contracts"][0];
+    assert_eq!(
+        (&c["sla"], &c["fees"][0]["lease"]),
+        (&sla, &serde_json::json!("lease-acme")),
+        "{listed}"
+    );
+    h.get("/v1/contracts?tenant=acme", Some(beta.as_str()))
+        .assert_problem(404, "not_found", "another tenant's contracts");
+    let size = h.size();
+    drop(srv);
+    log.assert_verifies(size);
+});

@@ -14,11 +14,13 @@ use serde::{Deserialize, Serialize};
 
 /// Registers a tenant's contract (admin): `{tenant, contract, currency, region, term_from,
 /// term_to, billing_period: month|quarter|year, billing_anchor: calendar|anniversary,
-/// fees?: [{name, amount, timing: advance|arrears|once, category}], commitment?}`. A contract
-/// never starts in the past or inside an invoiced period of its tenant, and a tenant has at
-/// most one contract in force at any instant.
+/// fees?: [{name, amount, timing: advance|arrears|once, category, lease?}], commitment?,
+/// sla?: {target, credits: [{below, percent}]}}`. A contract never starts in the past or inside
+/// an invoiced period of its tenant, and a tenant has at most one contract in force at any
+/// instant. A fee's `lease` is one of the tenant's leases; an `sla` holds those leases to an
+/// availability per billing period, credited on the invoice (docs/RATING.md, "SLA credits").
 #[utoipa::path(tag = "invoices", request_body = ContractRegistered,
-    responses(super::error::RoleForbidden, (status = 201, body = super::pricing::Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, or `refused`: the body is not a valid contract or an admission rule refused it (`errors[0]` names the field and reason: `unknown_tenant`, `price_in_past`, `price_in_invoiced_period`, `contract_overlap`, `invalid_field`, `quantity_out_of_range`)", body = super::error::Problem, content_type = "application/problem+json"), (status = 409, description = "`conflict`: the contract id is registered already, or the first request with this `Idempotency-Key` is still running", body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 201, body = super::pricing::Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, `invalid_field` (the body is not a valid contract) or `refused` (an admission rule refused it); `errors[0]` names the field and reason: `invalid_field`, `quantity_out_of_range`, `unknown_tenant`, `unknown_lease`, `lease_tenant_mismatch`, `price_in_past`, `price_in_invoiced_period`, `contract_overlap`", body = super::error::Problem, content_type = "application/problem+json"), (status = 409, description = "`conflict`: the contract id is registered already, or the first request with this `Idempotency-Key` is still running", body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[post("/contracts")]
 pub async fn post_contract(
