@@ -907,3 +907,38 @@ fn contract_lines_are_rendered_with_their_billing_period() {
         .collect();
     assert_eq!(kinds, ["gpu", "fee", "true_up", "total"], "{csv}");
 }
+
+/// The ledger-issued SLA invoice (tests/fixtures/sla, written by tests/sla.rs): its PDF prints
+/// the availability each SLA judged and the credit line, in English and in Chinese.
+#[test]
+fn sla_availability_and_credits_are_printed_in_both_languages() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/sla/invoice.json"
+    );
+    let inv = gpuledger::core::invoice::from_json(&std::fs::read_to_string(path).unwrap())
+        .unwrap()
+        .into_v2()
+        .unwrap();
+    pdf_says(
+        &inv,
+        Some(Lang::En),
+        &[
+            "Availability (SLA)",
+            "lease lease-acme",
+            "availability 99.7983 %",
+            "credit 10 %",
+            "-300.00",
+        ],
+    );
+    pdf_says(
+        &inv,
+        Some(Lang::ZhCn),
+        &[
+            "可用率（SLA）",
+            "SLA 赔付 10 %",
+            "可用率 99.7983 %",
+            "赔付 10 %",
+        ],
+    );
+}
