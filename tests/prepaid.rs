@@ -10,7 +10,9 @@
 
 mod common;
 
-use common::billing::{acme_on_h100, edit_bundle_line, invoice_fixture, size_of, use_h100};
+use common::billing::{
+    acme_on_h100, assert_altered_entry_fails, invoice_fixture, size_of, use_h100,
+};
 use common::*;
 use gpuledger::core::invoice::{Invoice, InvoiceDoc, Period};
 use gpuledger::core::record::{Body, Prepayment, PrepaymentSource};
@@ -275,19 +277,11 @@ both_backends!(invoices_draw_on_prepaid_lots_in_order, |db: &TestDb| {
         "{f:?}"
     );
     // A bundle whose top-up was altered (a bigger lot) fails at the top-up's own entry.
-    let f = recompute_invoice(&ledger, &InvoiceDoc::from(feb.clone()), |lines| {
-        edit_bundle_line(
-            lines,
-            "TOPUP-1",
-            r#""amount":"1000.00""#,
-            r#""amount":"9000.00""#,
-        )
-    })
-    .unwrap_err();
-    assert_eq!(
-        (f.reason.code(), f.item.as_str()),
-        ("entry_signature", format!("entry {topup}").as_str()),
-        "{f:?}"
+    assert_altered_entry_fails(
+        &ledger,
+        feb,
+        ("TOPUP-1", r#""amount":"1000.00""#, r#""amount":"9000.00""#),
+        topup,
     );
 
     // Accounts count the draws as paid by the balance: February's open balance is what

@@ -10,13 +10,16 @@
 
 mod common;
 
-use common::billing::{acme_on_h100, edit_bundle_line, invoice_fixture, size_of};
+use common::billing::{
+    acme_on_h100, acme_usage, assert_altered_entry_fails, edit_bundle_line, invoice_fixture,
+    size_of,
+};
 use common::*;
 use ed25519_dalek::SigningKey;
 use gpuledger::core::invoice::{Invoice, InvoiceDoc, LineKind, Period};
 use gpuledger::core::record::{
     BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
-    GpuUsage, Sla, SlaStep, TenantRegistered,
+    Sla, SlaStep, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::{Ledger, StoreError};
@@ -75,25 +78,8 @@ fn present(ledger: &Ledger, node: &SigningKey, seq: &mut u64, start: &str, end: 
     let (mut from, end) = (t(start), t(end));
     while from < end {
         let to = from.plus(86_400 - from.unix().rem_euclid(86_400)).min(end);
-        ledger.set_clock(Some(to));
-        let seconds = from.seconds_until(to);
-        let body = Body::GpuUsage(GpuUsage {
-            tenant: "acme".into(),
-            lease: Some(gpuledger::sample::lease("acme")),
-            region: "west".into(),
-            node: "node-1".into(),
-            gpu_model: "H100".into(),
-            gpu_count: dec(&count.to_string()),
-            start: from,
-            end: to,
-            gpu_seconds: dec(&(count * seconds).to_string()),
-        });
         *seq += 1;
-        assert_accepted(
-            &ledger
-                .append(vec![signed("node-1", node, *seq, &body)])
-                .unwrap(),
-        );
+        acme_usage(ledger, node, *seq, from, to, count);
         from = to;
     }
 }
@@ -365,22 +351,15 @@ both_backends!(sla_credits_come_from_the_signed_records, |db: &TestDb| {
     let f = recompute_invoice(&ledger, &InvoiceDoc::from(rosy), |_| {}).unwrap_err();
     assert_eq!(f.reason.code(), "claim_mismatch", "{f:?}");
     // A bundle whose SLA credits less does not verify: the contract's signature fails.
-    let f = recompute_invoice(&ledger, &InvoiceDoc::from(jan.clone()), |lines| {
-        edit_bundle_line(
-            lines,
+    assert_altered_entry_fails(
+        &ledger,
+        &jan,
+        (
             "contract_registered",
             r#""percent":"10""#,
             r#""percent":"5""#,
-        )
-    })
-    .unwrap_err();
-    assert_eq!(
-        (f.reason.code(), f.item.as_str()),
-        (
-            "entry_signature",
-            format!("entry {contract_entry}").as_str()
         ),
-        "{f:?}"
+        contract_entry,
     );
     // A bundle whose degraded record was made whole does not verify either.
     let f = recompute_invoice(&ledger, &InvoiceDoc::from(jan.clone()), |lines| {

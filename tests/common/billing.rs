@@ -45,7 +45,19 @@ pub fn acme_on_h100(ledger: &Ledger) -> SigningKey {
 /// its end (the ledger's clock is set there).
 pub fn use_h100(ledger: &Ledger, node: &SigningKey, seq: u64, start: &str, hours: i64) {
     let start = Timestamp::parse(start).unwrap();
-    let end = start.plus(hours * 3600);
+    acme_usage(ledger, node, seq, start, start.plus(hours * 3600), 1);
+}
+
+/// acme's record `seq` on node-1 under its lease: `count` H100s over `[start, end)`, logged at
+/// its end (the ledger's clock is set there).
+pub fn acme_usage(
+    ledger: &Ledger,
+    node: &SigningKey,
+    seq: u64,
+    start: Timestamp,
+    end: Timestamp,
+    count: i64,
+) {
     ledger.set_clock(Some(end));
     let body = Body::GpuUsage(GpuUsage {
         tenant: "acme".into(),
@@ -53,15 +65,35 @@ pub fn use_h100(ledger: &Ledger, node: &SigningKey, seq: u64, start: &str, hours
         region: "west".into(),
         node: "node-1".into(),
         gpu_model: "H100".into(),
-        gpu_count: dec("1"),
+        gpu_count: dec(&count.to_string()),
         start,
         end,
-        gpu_seconds: dec(&(hours * 3600).to_string()),
+        gpu_seconds: dec(&(count * start.seconds_until(end)).to_string()),
     });
     assert_accepted(
         &ledger
             .append(vec![signed("node-1", node, seq, &body)])
             .unwrap(),
+    );
+}
+
+/// Asserts that `inv`, recomputed from its bundle with `from` replaced by `to` in the bundle
+/// line holding `needle`, fails at that entry's signature (`entry`): a signed entry cannot be
+/// altered, whatever it says.
+pub fn assert_altered_entry_fails(
+    ledger: &Ledger,
+    inv: &Invoice,
+    (needle, from, to): (&str, &str, &str),
+    entry: u64,
+) {
+    let f = super::recompute_invoice(ledger, &InvoiceDoc::from(inv.clone()), |lines| {
+        edit_bundle_line(lines, needle, from, to)
+    })
+    .unwrap_err();
+    assert_eq!(
+        (f.reason.code(), f.item.as_str()),
+        ("entry_signature", format!("entry {entry}").as_str()),
+        "{f:?}"
     );
 }
 
