@@ -467,7 +467,8 @@ fn demo(db: &TestDb) -> Demo<'_> {
                 "term_to": now.plus(365 * 86_400).to_string(), "billing_period": "month",
                 "billing_anchor": "calendar", "commitment": "100",
                 "fees": [{"name": "Bare metal, monthly", "amount": "9000", "timing": "advance",
-                          "category": "compute"}]}),
+                          "category": "compute", "lease": "lease-tenant-a"}],
+                "sla": {"target": "99.9", "credits": [{"below": "99.9", "percent": "10"}]}}),
     )
     .ok_json(201);
     // tenant-a's top-up: its invoices page shows the balance the next invoices draw on. In
@@ -722,6 +723,16 @@ fn tenant_sees_usage_and_downloads_an_invoice_pdf(b: &Browser, d: &Demo, base: &
     let row = b.text(&contracts[0]);
     assert!(
         row.contains("C-console-a") && row.contains("Bare metal, monthly"),
+        "{row}"
+    );
+    // Its SLA on the lease the fee rents, as the contract states it.
+    let target = b.find("#contracts [data-sla-target]");
+    assert_eq!(
+        b.attribute(&target, "data-sla-target").as_deref(),
+        Some("99.9")
+    );
+    assert!(
+        row.contains("lease-tenant-a") && row.contains("99.9"),
         "{row}"
     );
     let available = b.text(&b.find("#prepaid [data-prepaid-available]"));
