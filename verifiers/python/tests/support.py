@@ -306,3 +306,46 @@ class LogBundleTestCase(VerifierTestCase):
 
     def passes(self, result_and_lines):
         self.assertPass(result_and_lines[0])
+
+
+def body_verdict(kind: str, body: Dict[str, Any], origin: str) -> Any:
+    """check_envelope's verdict on a ledger-written `kind` body, in an envelope whose signature
+    has the right length and is never verified: (code, field) of the first rule it breaks, or
+    "PASS"."""
+    env = {"v": 3, "kind": kind, "signer": "ledger", "key_id": "34750f98bd59fcfc", "seq": 1,
+           "body": body, "sig": "A" * 86 + "=="}
+    try:
+        gv.check_envelope(env, origin)
+    except gv.FieldError as e:
+        return e.code, e.field
+    return "PASS"
+
+
+class RustInvoiceFixture(VerifierTestCase):
+    """A committed invoice fixture the Rust ledger writes (`invoice.json`, `bundle.ndjson`,
+    `verifier_key.txt` in `fixture_dir()`): loaded into `invoice`, `bundle_lines` and `key`;
+    skipped, loudly, while the directory lacks a file."""
+
+    def fixture_dir(self) -> str:
+        raise NotImplementedError
+
+    def setUp(self):
+        super().setUp()
+        self.load()
+
+    def load(self):
+        d = self.fixture_dir()
+        self.paths = [os.path.join(d, name) for name in ("invoice.json", "bundle.ndjson", "verifier_key.txt")]
+        missing = [p for p in self.paths if not os.path.isfile(p)]
+        if missing:
+            self.skipTest(f"*** SKIPPED: {os.path.relpath(d, REPO)}/ lacks "
+                          f"{', '.join(os.path.basename(p) for p in missing)} (yet): the Rust side writes it ***")
+        self.key = gv.load_verifier_key(self.paths[2])
+        self.invoice = json.loads(read(self.paths[0]))
+        self.bundle_lines = read(self.paths[1]).splitlines(keepends=True)
+
+    def check(self, invoice, bundle=None):
+        """verify_bundle's result on `invoice` (written out) with the fixture's bundle, or
+        `bundle` (a path)."""
+        path = self.write("checked-invoice.json", json.dumps(invoice, ensure_ascii=False))
+        return gv.verify_bundle(self.paths[1] if bundle is None else bundle, self.key, path)

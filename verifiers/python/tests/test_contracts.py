@@ -14,7 +14,7 @@ import io
 import unittest
 from contextlib import redirect_stdout
 
-from support import LogBundleTestCase, gv, producer
+from support import LogBundleTestCase, body_verdict, gv, producer
 
 FEES = [producer.fee("Bare-metal 8\u00d7H100 node, monthly", "120000"),
         producer.fee("Rack setup", "800", "once", "support")]
@@ -343,13 +343,7 @@ class ContractBodies(unittest.TestCase):
     """check_envelope on contract_registered bodies: each rule's code and field (section 5.19)."""
 
     def code(self, b):
-        env = {"v": 3, "kind": "contract_registered", "signer": "ledger", "key_id": "34750f98bd59fcfc", "seq": 1,
-               "body": b, "sig": "A" * 86 + "=="}
-        try:
-            gv.check_envelope(env, "gpuledger.test/contracts")
-        except gv.FieldError as e:
-            return e.code, e.field
-        return "PASS"
+        return body_verdict("contract_registered", b, "gpuledger.test/contracts")
 
     def with_fee(self, i, **changes):
         b = body()

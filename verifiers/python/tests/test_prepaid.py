@@ -23,7 +23,7 @@ import unittest
 from contextlib import redirect_stdout
 from fractions import Fraction
 
-from support import REPO, LogBundleTestCase, VerifierTestCase, gv, producer
+from support import REPO, LogBundleTestCase, RustInvoiceFixture, VerifierTestCase, gv, producer
 
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "prepaid")
 FIXTURE_INVOICE = os.path.join(FIXTURE, "invoice.json")
@@ -780,7 +780,7 @@ class PrepaidInvoices(LogBundleTestCase):
         self.assertTrue(out.getvalue().startswith("FAIL: claim_mismatch: amount_due: "), out.getvalue())
 
 
-class FixtureInvoice(VerifierTestCase):
+class FixtureInvoice(RustInvoiceFixture):
     """tests/fixtures/prepaid/ (invoice.json, bundle.ndjson, verifier_key.txt), written by the
     Rust ledger as tests/fixtures/contract/ is: an invoice that draws on its tenant's lots, and
     its bundle. Skipped, loudly, until the Rust side commits it (ProducerFixtureInvoice runs the
@@ -788,25 +788,6 @@ class FixtureInvoice(VerifierTestCase):
 
     def fixture_dir(self):
         return FIXTURE
-
-    def setUp(self):
-        super().setUp()
-        self.load()
-
-    def load(self):
-        d = self.fixture_dir()
-        self.paths = [os.path.join(d, name) for name in ("invoice.json", "bundle.ndjson", "verifier_key.txt")]
-        missing = [p for p in self.paths if not os.path.isfile(p)]
-        if missing:
-            self.skipTest(f"*** SKIPPED: {os.path.relpath(d, REPO)}/ lacks "
-                          f"{', '.join(os.path.basename(p) for p in missing)} (yet): the Rust side writes it ***")
-        self.key = gv.load_verifier_key(self.paths[2])
-        with open(self.paths[0], "rb") as f:
-            self.invoice = json.loads(f.read())
-
-    def check(self, invoice):
-        path = self.write("checked-invoice.json", json.dumps(invoice, ensure_ascii=False))
-        return gv.verify_bundle(self.paths[1], self.key, path)
 
     def test_passes(self):
         self.assertIn("prepaid", self.invoice, "the fixture's invoice should draw on a prepaid lot")

@@ -23,7 +23,7 @@ import unittest
 from contextlib import redirect_stdout
 from fractions import Fraction
 
-from support import REPO, LogBundleTestCase, VerifierTestCase, gv, producer
+from support import REPO, LogBundleTestCase, RustInvoiceFixture, VerifierTestCase, body_verdict, gv, producer
 
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "sla")
 
@@ -71,13 +71,7 @@ class SlaBodies(unittest.TestCase):
     field (record/contract.rs), and the order of the checks."""
 
     def code(self, b):
-        env = {"v": 3, "kind": "contract_registered", "signer": "ledger", "key_id": "34750f98bd59fcfc", "seq": 1,
-               "body": b, "sig": "A" * 86 + "=="}
-        try:
-            gv.check_envelope(env, "gpuledger.test/sla")
-        except gv.FieldError as e:
-            return e.code, e.field
-        return "PASS"
+        return body_verdict("contract_registered", b, "gpuledger.test/sla")
 
     def with_fee(self, i, **changes):
         b = body(fees=[producer.fee(FEE_NAME, "3000", lease=LEASE), producer.fee("Setup", "500", "once", "support")])
@@ -818,7 +812,7 @@ class SlaInvoices(VerifierTestCase):
 # --- the ledger's fixture -----------------------------------------------------------------------
 
 
-class FixtureInvoice(VerifierTestCase):
+class FixtureInvoice(RustInvoiceFixture):
     """tests/fixtures/sla/ (invoice.json, bundle.ndjson, verifier_key.txt), written by the Rust
     ledger (tests/sla.rs): acme's January 2027 invoice, 2 H100s leased (lease-acme, a count of
     2), one GPU lost for 3 hours: availability 99.7983, a 10 % credit of the 3000.00 fee,
@@ -827,27 +821,6 @@ class FixtureInvoice(VerifierTestCase):
 
     def fixture_dir(self):
         return FIXTURE
-
-    def setUp(self):
-        super().setUp()
-        self.load()
-
-    def load(self):
-        d = self.fixture_dir()
-        self.paths = [os.path.join(d, name) for name in ("invoice.json", "bundle.ndjson", "verifier_key.txt")]
-        missing = [p for p in self.paths if not os.path.isfile(p)]
-        if missing:
-            self.skipTest(f"*** SKIPPED: {os.path.relpath(d, REPO)}/ lacks "
-                          f"{', '.join(os.path.basename(p) for p in missing)} (yet): the Rust side writes it ***")
-        self.key = gv.load_verifier_key(self.paths[2])
-        with open(self.paths[0], "rb") as f:
-            self.invoice = json.loads(f.read())
-        with open(self.paths[1], "rb") as f:
-            self.bundle_lines = f.read().splitlines(keepends=True)
-
-    def check(self, invoice, bundle=None):
-        path = self.write("checked-invoice.json", json.dumps(invoice, ensure_ascii=False))
-        return gv.verify_bundle(self.paths[1] if bundle is None else bundle, self.key, path)
 
     def credit_index(self):
         kinds = [l["kind"] for l in self.invoice["lines"]]
