@@ -317,6 +317,31 @@ both_backends!(sla_credits_come_from_the_signed_records, |db: &TestDb| {
         ("100".into(), None)
     );
 
+    // FOCUS: the credit is a Credit row of its own cost (no unit price or pricing quantity),
+    // and the invoice's rows still add up to its total (invoice_rows checks it).
+    let ctx = gpuledger::focus::Context {
+        certificates: Vec::new(),
+        regions: Vec::new(),
+    };
+    let rows = gpuledger::focus::invoice_rows(&jan, &ctx).unwrap();
+    let credit_row = rows.iter().find(|r| r.charge_category == "Credit").unwrap();
+    assert_eq!(
+        (
+            credit_row.billed_cost.to_string(),
+            credit_row.list_cost.to_string(),
+            credit_row.pricing_quantity,
+            credit_row.charge_period_end,
+            credit_row.sku_price_id.as_deref()
+        ),
+        (
+            money(credit_jan),
+            money(credit_jan),
+            None,
+            t("2027-02-01T00:00:00Z"),
+            Some("contract/C-acme-sla/sla-credit")
+        )
+    );
+
     // The January invoice and its bundle are the committed fixture verifiers/python and the
     // console recheck (tests/fixtures/sla). GPULEDGER_WRITE_ARTEFACTS=<dir> rewrites it.
     invoice_fixture(&ledger, &jan, "tests/fixtures/sla");
