@@ -114,6 +114,48 @@ pub struct Availability {
     pub credit_percent: Option<Decimal>,
 }
 
+/// The availability an invoice of `period` states for contract `c` (its `availability` rows),
+/// each with the billing period it is for: per billing period of `c` wholly inside `period`
+/// ([`judged_spans`]), per lease its fees rent ([`rented_leases`]), in that order; none for a
+/// lease `presence` cannot measure (not watched, not registered) or not in force then. Empty
+/// without an SLA.
+pub fn judge(
+    c: &ContractRegistered,
+    period: Period,
+    presence: &Presence,
+) -> Vec<(BillingSpan, Availability)> {
+    let Some(sla) = &c.sla else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for span in judged_spans(c, period) {
+        let p = Period {
+            from: span.from,
+            to: span.to,
+        };
+        for lease in rented_leases(c) {
+            let Some((leased, present)) = presence.of(lease, p) else {
+                continue;
+            };
+            let Some(availability) = availability_percent(leased, present) else {
+                continue;
+            };
+            let row = Availability {
+                contract: c.contract.clone(),
+                lease: lease.to_owned(),
+                period: p,
+                leased_gpu_seconds: leased.normalize(),
+                present_gpu_seconds: present.normalize(),
+                availability,
+                target: sla.target,
+                credit_percent: credit_percent(sla, availability),
+            };
+            out.push((span, row));
+        }
+    }
+    out
+}
+
 /// The billing periods of `c` wholly inside `period` whose availability an invoice of
 /// `period` judges: none without an SLA.
 pub fn judged_spans(c: &ContractRegistered, period: Period) -> Vec<BillingSpan> {

@@ -7,9 +7,7 @@ use super::{money_str, InvoiceLine, LineKind, Period, Tax, Unit};
 use crate::contract::{charges, BillingSpan};
 use crate::rating::round_amount;
 use crate::record::{ContractRegistered, FeeTiming};
-use crate::sla::{
-    availability_percent, credit_percent, judged_spans, rented_leases, Availability, Presence,
-};
+use crate::sla::{judge, Availability, Presence};
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde::{Deserialize, Serialize};
 
@@ -145,37 +143,13 @@ pub fn contract_lines(
                 ..line(LineKind::Fee, fee.name.clone(), f.net)
             });
         }
-        for span in judged_spans(c, period) {
-            let Some(sla) = &c.sla else { break };
-            let p = Period {
-                from: span.from,
-                to: span.to,
-            };
-            for lease in rented_leases(c) {
-                let Some((leased, present)) = presence.of(lease, p) else {
-                    continue;
-                };
-                let Some(availability) = availability_percent(leased, present) else {
-                    continue;
-                };
-                let credit = credit_percent(sla, availability);
-                out.availability.push(Availability {
-                    contract: c.contract.clone(),
-                    lease: lease.to_owned(),
-                    period: p,
-                    leased_gpu_seconds: leased.normalize(),
-                    present_gpu_seconds: present.normalize(),
-                    availability,
-                    target: sla.target,
-                    credit_percent: credit,
-                });
-                let Some(percent) = credit else { continue };
+        for (span, a) in judge(c, period, presence) {
+            if let Some(percent) = a.credit_percent {
                 let share = (percent / Decimal::ONE_HUNDRED).normalize();
-                for fee in c
-                    .fees()
-                    .iter()
-                    .filter(|f| f.lease.as_deref() == Some(lease) && f.timing != FeeTiming::Once)
-                {
+                let renting = c.fees().iter().filter(|f| {
+                    f.lease.as_deref() == Some(a.lease.as_str()) && f.timing != FeeTiming::Once
+                });
+                for fee in renting {
                     // The fee's amount for the billing period, as its own line has it.
                     let base = span.prorate(fee.amount, &c.currency);
                     let credit = round_amount(base * share, currency);
@@ -183,25 +157,24 @@ pub fn contract_lines(
                     if credit.is_zero() {
                         continue;
                     }
+                    let description = format!(
+                        "SLA credit {} %: {}, lease {}, availability {} % (target {} %)",
+                        percent.normalize(),
+                        fee.name,
+                        a.lease,
+                        a.availability,
+                        a.target.normalize()
+                    );
                     out.lines.push(InvoiceLine {
                         quantity: share,
                         unit_price: base,
                         category: Some(fee.category),
-                        service_period: Some(p),
-                        ..line(
-                            LineKind::SlaCredit,
-                            format!(
-                                "SLA credit {} %: {}, lease {lease}, availability {availability} % \
-                                 (target {} %)",
-                                percent.normalize(),
-                                fee.name,
-                                sla.target.normalize()
-                            ),
-                            -credit,
-                        )
+                        service_period: Some(a.period),
+                        ..line(LineKind::SlaCredit, description, -credit)
                     });
                 }
             }
+            out.availability.push(a);
         }
         if let Some(committed) = ch.committed {
             let true_up = (committed - drawn).max(Decimal::ZERO);
