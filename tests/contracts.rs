@@ -11,26 +11,16 @@
 mod common;
 
 use common::billing::{
-    acme_on_h100, assert_altered_entry_fails, invoice_fixture, size_of, use_h100,
+    acme_on_h100, assert_altered_entry_fails, invoice_fixture, money, period, refused, size_of, t,
+    use_h100,
 };
 use common::*;
-use gpuledger::core::invoice::{Invoice, InvoiceDoc, LineKind, Period};
+use gpuledger::core::invoice::{Invoice, InvoiceDoc, LineKind};
 use gpuledger::core::record::{
     BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
 };
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::{access, Ledger, StoreError};
-
-fn t(s: &str) -> Timestamp {
-    Timestamp::parse(s).unwrap()
-}
-
-fn period(from: &str, to: &str) -> Period {
-    Period {
-        from: t(from),
-        to: t(to),
-    }
-}
 
 /// acme's contract: 2027-01-15 12:00 to 2028-01-15 12:00, calendar months; a bare-metal fee of
 /// 3100 a month in advance, public IPs at 10 a month in arrears, a setup fee of 500 once, and
@@ -82,24 +72,11 @@ fn cents(num: i128, den: i128) -> i128 {
     }
 }
 
-fn money(c: i128) -> String {
-    format!("{}.{:02}", c / 100, c % 100)
-}
-
 fn lines_of(inv: &Invoice) -> Vec<(&'static str, String, String)> {
     inv.lines
         .iter()
         .map(|l| (l.kind.as_str(), l.description.clone(), l.net.to_string()))
         .collect()
-}
-
-/// The reason and field of a refused ledger entry.
-fn refused(r: Result<u64, StoreError>) -> String {
-    match r {
-        Err(StoreError::Rejected(r)) => format!("{} {}", r.reason.code(), r.field.unwrap()),
-        Err(StoreError::AlreadyExists(m)) => format!("already_registered {m}"),
-        other => panic!("not refused by a rule: {other:?}"),
-    }
 }
 
 both_backends!(
@@ -143,7 +120,7 @@ both_backends!(
         again.term_to = t("2030-01-01T00:00:00Z");
         assert!(
             refused(ledger.append_ledger_entry(Body::ContractRegistered(again)))
-                .starts_with("already_registered")
+                .starts_with("conflict")
         );
 
         // January: 10 H100-hours at 18.5 = 185.00, below the prorated commitment.

@@ -11,24 +11,13 @@
 mod common;
 
 use common::billing::{
-    acme_on_h100, assert_altered_entry_fails, invoice_fixture, size_of, use_h100,
+    acme_on_h100, assert_altered_entry_fails, invoice_fixture, money, period, refused, size_of, t,
+    use_h100,
 };
 use common::*;
-use gpuledger::core::invoice::{Invoice, InvoiceDoc, Period};
+use gpuledger::core::invoice::{Invoice, InvoiceDoc};
 use gpuledger::core::record::{Body, Prepayment, PrepaymentSource};
-use gpuledger::core::time::Timestamp;
 use gpuledger::store::StoreError;
-
-fn t(s: &str) -> Timestamp {
-    Timestamp::parse(s).unwrap()
-}
-
-fn period(from: &str, to: &str) -> Period {
-    Period {
-        from: t(from),
-        to: t(to),
-    }
-}
 
 /// A lot of acme in CNY.
 fn lot(reference: &str, source: PrepaymentSource, amount: &str, expires: Option<&str>) -> Body {
@@ -42,25 +31,12 @@ fn lot(reference: &str, source: PrepaymentSource, amount: &str, expires: Option<
     })
 }
 
-fn money(c: i64) -> String {
-    format!("{}.{:02}", c / 100, c % 100)
-}
-
 /// The draws of an invoice as (lot, cents).
 fn draws(inv: &Invoice) -> Vec<(String, String)> {
     inv.prepaid
         .iter()
         .map(|d| (d.prepayment.clone(), d.amount.to_string()))
         .collect()
-}
-
-/// The reason and field of a refused ledger entry (`reference_used` is a conflict).
-fn refused(r: Result<u64, StoreError>) -> String {
-    match r {
-        Err(StoreError::Rejected(r)) => format!("{} {}", r.reason.code(), r.field.unwrap()),
-        Err(StoreError::AlreadyExists(m)) => format!("conflict {m}"),
-        other => panic!("not refused by a rule: {other:?}"),
-    }
 }
 
 /// The test's own drawing rule, in cents: lots as (name, is_grant, expires, cents left) in log
@@ -460,14 +436,10 @@ both_backends!(prepayments_over_http, |db: &TestDb| {
             "body.expires_at",
         ),
     ] {
-        let p = h.post("/v1/prepayments", a, &b).problem(400, slug).unwrap();
         assert_eq!(
-            (
-                p["errors"][0]["reason"].as_str(),
-                p["errors"][0]["field"].as_str()
-            ),
-            (Some(reason), Some(field)),
-            "{b}: {p}"
+            h.post("/v1/prepayments", a, &b).first_error(400, slug),
+            format!("{reason} {field}"),
+            "{b}"
         );
     }
     assert_eq!(h.size(), size);

@@ -11,29 +11,18 @@
 mod common;
 
 use common::billing::{
-    acme_on_h100, acme_usage, assert_altered_entry_fails, edit_bundle_line, invoice_fixture,
-    size_of,
+    acme_on_h100, acme_usage, assert_altered_entry_fails, edit_bundle_line, invoice_fixture, money,
+    period, refused, size_of, t,
 };
 use common::*;
 use ed25519_dalek::SigningKey;
-use gpuledger::core::invoice::{Invoice, InvoiceDoc, LineKind, Period};
+use gpuledger::core::invoice::{Invoice, InvoiceDoc, LineKind};
 use gpuledger::core::record::{
     BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
     Sla, SlaStep, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::{Ledger, StoreError};
-
-fn t(s: &str) -> Timestamp {
-    Timestamp::parse(s).unwrap()
-}
-
-fn period(from: &str, to: &str) -> Period {
-    Period {
-        from: t(from),
-        to: t(to),
-    }
-}
 
 /// acme's contract for the first quarter of 2027, calendar months: 3000 a month in advance for
 /// its lease of two H100s, with the SLA.
@@ -81,14 +70,6 @@ fn present(ledger: &Ledger, node: &SigningKey, seq: &mut u64, start: &str, end: 
         *seq += 1;
         acme_usage(ledger, node, *seq, from, to, count);
         from = to;
-    }
-}
-
-/// The reason and field of a refused ledger entry.
-fn refused(r: Result<u64, StoreError>) -> String {
-    match r {
-        Err(StoreError::Rejected(r)) => format!("{} {}", r.reason.code(), r.field.unwrap()),
-        other => panic!("not refused by a rule: {other:?}"),
     }
 }
 
@@ -240,7 +221,6 @@ both_backends!(sla_credits_come_from_the_signed_records, |db: &TestDb| {
     let usage_jan = (2 * 744 - 3) * 1850;
     let usage_feb = (2 * 672 - 20) * 1850;
     let (fee, credit_jan, credit_feb) = (300_000, -30_000, -75_000);
-    let money = |c: i128| format!("{}.{:02}", c / 100, c.abs() % 100);
 
     let invoice = |from: &str, to: &str| {
         let mut v = ledger
@@ -463,14 +443,10 @@ both_backends!(sla_contracts_over_http, |db: &TestDb| {
             "body.sla.target",
         ),
     ] {
-        let p = h.post("/v1/contracts", a, &b).problem(400, slug).unwrap();
         assert_eq!(
-            (
-                p["errors"][0]["reason"].as_str(),
-                p["errors"][0]["field"].as_str()
-            ),
-            (Some(reason), Some(field)),
-            "{b}: {p}"
+            h.post("/v1/contracts", a, &b).first_error(400, slug),
+            format!("{reason} {field}"),
+            "{b}"
         );
     }
     assert_eq!(h.size(), size);

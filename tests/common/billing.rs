@@ -1,15 +1,45 @@
-//! A small billing world shared by the contract and prepaid tests (issue #28): node-1 in
+//! A small billing world shared by the contract, prepaid and SLA tests (issue #28): node-1 in
 //! `west` with a node key, tenant acme leasing two of its H100s on demand at 18.50 CNY an
 //! hour from 2027-01-01, usage records of it, and the committed invoice fixtures that
 //! verifiers/python rechecks.
 
 use super::{assert_accepted, dec, ensure_node_in, lease_with, log_key, signed, signer_for};
 use ed25519_dalek::SigningKey;
-use gpuledger::core::invoice::{Invoice, InvoiceDoc};
+use gpuledger::core::invoice::{Invoice, InvoiceDoc, Period};
 use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{Body, GpuUsage, RateCard, Role, TenantRegistered};
 use gpuledger::core::time::Timestamp;
-use gpuledger::store::Ledger;
+use gpuledger::store::{Ledger, StoreError};
+
+/// A timestamp as the wire writes it.
+pub fn t(s: &str) -> Timestamp {
+    Timestamp::parse(s).unwrap()
+}
+
+/// The period `[from, to)`.
+pub fn period(from: &str, to: &str) -> Period {
+    Period {
+        from: t(from),
+        to: t(to),
+    }
+}
+
+/// Cents as an amount with two decimals (`-30000` → `-300.00`): the tests' own spelling.
+pub fn money(c: impl Into<i128>) -> String {
+    let c: i128 = c.into();
+    let sign = if c < 0 { "-" } else { "" };
+    format!("{sign}{}.{:02}", c.abs() / 100, c.abs() % 100)
+}
+
+/// `reason field` of a ledger entry a rule refused (`conflict <message>` for an id or a
+/// reference taken, the API's 409); panics on anything else.
+pub fn refused(r: Result<u64, StoreError>) -> String {
+    match r {
+        Err(StoreError::Rejected(r)) => format!("{} {}", r.reason.code(), r.field.unwrap()),
+        Err(StoreError::AlreadyExists(m)) => format!("conflict {m}"),
+        other => panic!("not refused by a rule: {other:?}"),
+    }
+}
 
 /// Registers node-1 in `west` (with its key, returned), tenant acme, its on-demand lease of
 /// two H100s of node-1, and the H100 rate card of 18.50 CNY an hour from 2027-01-01.

@@ -302,6 +302,14 @@ impl Reply {
         self.problem(status, slug)
             .unwrap_or_else(|e| panic!("{what}: {e}"))
     }
+
+    /// Asserts [`Reply::problem`]; returns `reason field` of its first error (`errors[0]`,
+    /// `-` for a missing member).
+    pub fn first_error(&self, status: u16, slug: &str) -> String {
+        let p = self.assert_problem(status, slug, "first_error");
+        let member = |m: &str| p["errors"][0][m].as_str().unwrap_or("-").to_owned();
+        format!("{} {}", member("reason"), member("field"))
+    }
 }
 
 /// The answer `r` to `method path`, which must have come.
