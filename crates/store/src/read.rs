@@ -287,26 +287,39 @@ pub fn bodies_of(
     bodies_between(conn, kinds, 0, size)
 }
 
+/// The bodies of `tenant`'s entries of `kind` below `size`, in log order.
+fn tenant_bodies(
+    conn: &mut DbConn,
+    kind: Kind,
+    tenant: &str,
+    size: u64,
+) -> Result<Vec<Body>, StoreError> {
+    let rows: Vec<(i64, Vec<u8>)> = entries::table
+        .filter(entries::kind.eq(kind.as_str()))
+        .filter(entries::tenant.eq(tenant))
+        .filter(entries::idx.lt(size.min(i64::MAX as u64) as i64))
+        .order(entries::idx.asc())
+        .select((entries::idx, entries::leaf))
+        .load(conn)?;
+    rows.into_iter()
+        .map(|(i, leaf)| super::usage::parse_body(i, &leaf))
+        .collect()
+}
+
 /// The contracts of `tenant` registered below `size` (docs/PROTOCOL.md §5.19), in log order.
 pub fn contracts(
     conn: &mut DbConn,
     tenant: &str,
     size: u64,
 ) -> Result<Vec<gpuledger_core::record::ContractRegistered>, StoreError> {
-    let rows: Vec<(i64, Vec<u8>)> = entries::table
-        .filter(entries::kind.eq(Kind::ContractRegistered.as_str()))
-        .filter(entries::tenant.eq(tenant))
-        .filter(entries::idx.lt(size.min(i64::MAX as u64) as i64))
-        .order(entries::idx.asc())
-        .select((entries::idx, entries::leaf))
-        .load(conn)?;
-    let mut out = Vec::with_capacity(rows.len());
-    for (i, leaf) in rows {
-        if let Body::ContractRegistered(c) = super::usage::parse_body(i, &leaf)? {
-            out.push(c);
-        }
-    }
-    Ok(out)
+    let bodies = tenant_bodies(conn, Kind::ContractRegistered, tenant, size)?;
+    Ok(bodies
+        .into_iter()
+        .filter_map(|b| match b {
+            Body::ContractRegistered(c) => Some(c),
+            _ => None,
+        })
+        .collect())
 }
 
 /// The leases of `tenant` registered below `size`, by id.
@@ -316,19 +329,14 @@ pub fn leases(
     size: u64,
 ) -> Result<std::collections::BTreeMap<String, gpuledger_core::record::LeaseRegistered>, StoreError>
 {
-    let rows: Vec<(i64, Vec<u8>)> = entries::table
-        .filter(entries::kind.eq(Kind::LeaseRegistered.as_str()))
-        .filter(entries::tenant.eq(tenant))
-        .filter(entries::idx.lt(size.min(i64::MAX as u64) as i64))
-        .select((entries::idx, entries::leaf))
-        .load(conn)?;
-    let mut out = std::collections::BTreeMap::new();
-    for (i, leaf) in rows {
-        if let Body::LeaseRegistered(l) = super::usage::parse_body(i, &leaf)? {
-            out.insert(l.lease.clone(), l);
-        }
-    }
-    Ok(out)
+    let bodies = tenant_bodies(conn, Kind::LeaseRegistered, tenant, size)?;
+    Ok(bodies
+        .into_iter()
+        .filter_map(|b| match b {
+            Body::LeaseRegistered(l) => Some((l.lease.clone(), l)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// The SLA watch of an invoice or preview of `tenant` for `period` at log size `size`
