@@ -282,6 +282,20 @@ class LogBundleTestCase(VerifierTestCase):
         lines = producer.make_bundle(log, len(log.entries), context, records, subject or {"invoice": "INV-000009"})
         return self.run_bundle(lines, log.verifier_key()), lines
 
+    def cli_fails_on_whole_log(self, number="INV-000009") -> str:
+        """Runs `gpuledger_verify.py bundle` on every entry of `self.log` as an invoice
+        `number`'s bundle; asserts it exits 1 and returns what it printed."""
+        import io
+        from contextlib import redirect_stdout
+        size = len(self.log.entries)
+        lines = producer.make_bundle(self.log, size, list(range(size)), [], {"invoice": number})
+        path = self.write("bundle.ndjson", producer.bundle_bytes(lines))
+        out = io.StringIO()
+        with redirect_stdout(out):
+            status = gv.main(["bundle", "--bundle", path, "--log-key", self.log.verifier_key()])
+        self.assertEqual(status, 1, out.getvalue())
+        return out.getvalue()
+
     def cert(self, tenant="t"):
         log = self.log
         size = len(log.entries)

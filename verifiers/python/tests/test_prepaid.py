@@ -199,15 +199,9 @@ class PrepaymentRules(LogBundleTestCase):
     def test_the_command_line_names_reference_used(self):
         self.lot()
         self.lot()
-        lines = producer.make_bundle(self.log, len(self.log.entries), list(range(len(self.log.entries))), [],
-                                     {"invoice": NUMBER})
-        path = self.write("bundle.ndjson", producer.bundle_bytes(lines))
-        out = io.StringIO()
-        with redirect_stdout(out):
-            status = gv.main(["bundle", "--bundle", path, "--log-key", self.log.verifier_key()])
-        self.assertEqual(status, 1)
-        self.assertTrue(out.getvalue().startswith("FAIL: reference_used: entry 4 (bundle line 6): body.reference:"),
-                        out.getvalue())
+        out = self.cli_fails_on_whole_log(NUMBER)
+        self.assertTrue(out.startswith("FAIL: reference_used: entry 4 (bundle line 6): body.reference:"),
+                        out)
 
     # bodies (section 5.20): every failure is leaf_invalid, the ledger's code and field in the message
 

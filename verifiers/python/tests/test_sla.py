@@ -289,14 +289,8 @@ class SlaAdmission(LogBundleTestCase):
 
     def test_the_command_line_names_the_fee(self):
         self.contract([producer.fee(FEE_NAME, "3000", lease="lease-ghost")])
-        lines = producer.make_bundle(self.log, len(self.log.entries), list(range(len(self.log.entries))), [],
-                                     {"invoice": "INV-000009"})
-        path = self.write("bundle.ndjson", producer.bundle_bytes(lines))
-        out = io.StringIO()
-        with redirect_stdout(out):
-            status = gv.main(["bundle", "--bundle", path, "--log-key", self.log.verifier_key()])
-        self.assertEqual(status, 1)
-        self.assertIn("FAIL: unknown_lease: entry 7 (bundle line 9): body.fees[0].lease:", out.getvalue())
+        out = self.cli_fails_on_whole_log()
+        self.assertIn("FAIL: unknown_lease: entry 7 (bundle line 9): body.fees[0].lease:", out)
 
 
 # --- the rule's pieces ----------------------------------------------------------------------------
