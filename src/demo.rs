@@ -290,12 +290,14 @@ fn demo_prepayments(now: Timestamp) -> [gpuledger::core::record::Body; 2] {
 /// `bluefin-c-101`, 4½ GPUs) by the month (包月) for a year from the start of the minute the
 /// demo log is made, billed on calendar months: 96,000 CNY a month in advance (prorated by the
 /// second for the first and last month), 2,000 once for rack setup, public IPs at 300 a month
-/// in arrears; an SLA of 99.9 % availability a month on the lease (10 % of the month's fee
-/// below it, 25 % below 99 %). Registered after the lease; a restarted demo finds it.
+/// in arrears; the fee includes the lease's H20 time (3 348 GPU-hours a month: 4½ GPUs × 744
+/// hours, so the rate card never bills it again; 12.80 an hour above); an SLA of 99.9 %
+/// availability a month on the lease (10 % of the month's fee below it, 25 % below 99 %).
+/// Registered after the lease; a restarted demo finds it.
 fn demo_contract(now: Timestamp) -> gpuledger::core::record::Body {
     use gpuledger::core::record::{
         BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, FeeCategory,
-        FeeTiming, Sla, SlaStep,
+        FeeTiming, Included, Sla, SlaStep,
     };
     let from = Timestamp::from_unix(now.unix() - now.unix() % 60).expect("in range");
     let fee = |name: &str, amount: &str, timing, category, lease: Option<&str>| ContractFee {
@@ -304,7 +306,20 @@ fn demo_contract(now: Timestamp) -> gpuledger::core::record::Body {
         timing,
         category,
         lease: lease.map(Into::into),
+        included: None,
     };
+    let mut monthly = fee(
+        "H20 GPU 服务器 4.5 卡 包月 (demo)",
+        "96000",
+        FeeTiming::Advance,
+        FeeCategory::Compute,
+        Some("bluefin-c-101"),
+    );
+    monthly.included = Some(vec![Included {
+        gpu_model: "H20-96G".into(),
+        gpu_hours: "3348".parse().expect("demo hours"),
+        overage_rate: "12.80".parse().expect("demo rate"),
+    }]);
     let step = |below: &str, percent: &str| SlaStep {
         below: below.parse().expect("demo percentage"),
         percent: percent.parse().expect("demo percentage"),
@@ -319,13 +334,7 @@ fn demo_contract(now: Timestamp) -> gpuledger::core::record::Body {
         billing_period: BillingPeriod::Month,
         billing_anchor: BillingAnchor::Calendar,
         fees: Some(vec![
-            fee(
-                "H20 GPU 服务器 4.5 卡 包月 (demo)",
-                "96000",
-                FeeTiming::Advance,
-                FeeCategory::Compute,
-                Some("bluefin-c-101"),
-            ),
+            monthly,
             fee(
                 "Rack setup (demo)",
                 "2000",

@@ -840,6 +840,7 @@ fn text_a_spreadsheet_would_run_is_neutralised_and_credits_stay_numbers() {
         excluded: Vec::new(),
         commitments: Vec::new(),
         availability: Vec::new(),
+        allowances: Vec::new(),
         prepaid: Vec::new(),
         amount_due: None,
     };

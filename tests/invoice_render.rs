@@ -138,6 +138,7 @@ fn golden() -> Invoice {
         excluded: Vec::new(),
         commitments: Vec::new(),
         availability: Vec::new(),
+        allowances: Vec::new(),
         prepaid: Vec::new(),
         amount_due: None,
     };

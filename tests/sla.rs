@@ -11,8 +11,8 @@
 mod common;
 
 use common::billing::{
-    acme_on_h100, acme_usage, assert_altered_entry_fails, edit_bundle_line, invoice_fixture, money,
-    period, refused, size_of, t,
+    acme_on_h100, acme_usage, assert_altered_entry_fails, assert_split_refused, edit_bundle_line,
+    invoice_fixture, money, period, refused, refused_contract, size_of, t,
 };
 use common::*;
 use ed25519_dalek::SigningKey;
@@ -22,7 +22,7 @@ use gpuledger::core::record::{
     Sla, SlaStep, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
-use gpuledger::store::{Ledger, StoreError};
+use gpuledger::store::Ledger;
 
 /// acme's contract for the first quarter of 2027, calendar months: 3000 a month in advance for
 /// its lease of two H100s, with the SLA.
@@ -42,6 +42,7 @@ fn contract() -> ContractRegistered {
             timing: FeeTiming::Advance,
             category: FeeCategory::Compute,
             lease: Some(gpuledger::sample::lease("acme")),
+            included: None,
         }]),
         commitment: None,
         sla: Some(Sla {
@@ -118,13 +119,7 @@ both_backends!(sla_credits_come_from_the_signed_records, |db: &TestDb| {
         refused(ledger.append_ledger_entry(with_lease("lease-ghost"))),
         "unknown_lease body.fees[0].lease"
     );
-    let refused_body = |edit: &dyn Fn(&mut serde_json::Value)| {
-        let mut v = Body::ContractRegistered(contract()).to_value();
-        edit(&mut v);
-        let kind = gpuledger::core::record::Kind::ContractRegistered;
-        let r = Body::from_value(kind, &v).unwrap_err();
-        format!("{} {}", r.reason.code(), r.field.unwrap())
-    };
+    let refused_body = |edit: &dyn Fn(&mut serde_json::Value)| refused_contract(contract(), edit);
     assert_eq!(
         refused_body(&|v| {
             v["fees"][0].as_object_mut().unwrap().remove("lease");
@@ -198,16 +193,12 @@ both_backends!(sla_credits_come_from_the_signed_records, |db: &TestDb| {
     ledger.set_clock(Some(t("2027-04-01T01:00:00Z")));
 
     // An invoice that would split a month of the SLA is refused, writing nothing.
-    let size = size_of(&ledger);
-    let split = ledger.issuance().invoices(
-        "acme",
-        period("2027-01-01T00:00:00Z", "2027-01-16T00:00:00Z"),
+    assert_split_refused(
+        &ledger,
+        "2027-01-01T00:00:00Z",
+        "2027-01-16T00:00:00Z",
+        "C-acme-sla",
     );
-    assert!(
-        matches!(&split, Err(StoreError::ContractPeriodSplit(m)) if m.contains("C-acme-sla")),
-        "{split:?}"
-    );
-    assert_eq!(size_of(&ledger), size);
 
     // The test's own arithmetic, in GPU-seconds and cents.
     let (jan_s, feb_s) = (2_678_400_i128, 2_419_200_i128);

@@ -18,8 +18,8 @@ use gpuledger::core::merkle::{self, Hash, MemoryHashes};
 use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{
     BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, Energy, FeeCategory,
-    FeeTiming, GpuUsage, LeaseNode, LeaseRegistered, LogPolicy, MigInstances, MigLayout, NodeGpu,
-    NodeRegistered, NodeUpdated, Prepayment, PrepaymentSource, Role, SignerKeyRegistered,
+    FeeTiming, GpuUsage, Included, LeaseNode, LeaseRegistered, LogPolicy, MigInstances, MigLayout,
+    NodeGpu, NodeRegistered, NodeUpdated, Prepayment, PrepaymentSource, Role, SignerKeyRegistered,
     SignerKeyRevoked, Sla, SlaStep, SpotPrice, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
@@ -51,7 +51,7 @@ const DETAILED: [(&str, u64); 3] = [("gpu_usage", 7), ("energy", 8), ("spot_pric
 /// are made over).
 const GPU_USAGE_INDEX: usize = DETAILED[0].1 as usize;
 /// Entries in the vector log.
-const LOG_SIZE: u64 = 17;
+const LOG_SIZE: u64 = 18;
 /// Inclusion proofs (leaf index, tree size) and consistency proofs (old size, new size).
 const INCLUSIONS: [(u64, u64); 3] = [(2, 7), (6, 7), (0, 1)];
 const CONSISTENCIES: [(u64, u64); 3] = [(3, 7), (4, 7), (7, 7)];
@@ -290,6 +290,7 @@ fn log_specs() -> Vec<EntrySpec> {
                         timing: FeeTiming::Advance,
                         category: FeeCategory::Compute,
                         lease: None,
+                        included: None,
                     },
                     ContractFee {
                         name: "Rack setup".into(),
@@ -297,6 +298,7 @@ fn log_specs() -> Vec<EntrySpec> {
                         timing: FeeTiming::Once,
                         category: FeeCategory::Support,
                         lease: None,
+                        included: None,
                     },
                 ]),
                 commitment: Some("5000".parse().unwrap()),
@@ -339,6 +341,7 @@ fn log_specs() -> Vec<EntrySpec> {
                     timing: FeeTiming::Advance,
                     category: FeeCategory::Compute,
                     lease: Some("lease-0043".into()),
+                    included: None,
                 }]),
                 commitment: None,
                 sla: Some(Sla {
@@ -356,6 +359,38 @@ fn log_specs() -> Vec<EntrySpec> {
                 }),
             }),
             received_at: "2026-11-30T12:14:00Z",
+        },
+        // tenant-beta's next contract: the same lease with 180 GPU-hours a month included and
+        // the hours above at 12.00 (§5.19, `fees[i].included`).
+        EntrySpec {
+            signer: LEDGER_SIGNER,
+            seed: LOG_SEED,
+            seq: 14,
+            body: Body::ContractRegistered(ContractRegistered {
+                tenant: "tenant-beta".into(),
+                contract: "C-beta-2028".into(),
+                currency: "CNY".into(),
+                region: "cn-nmg-1".into(),
+                term_from: Timestamp::parse("2027-12-01T00:00:00Z").unwrap(),
+                term_to: Timestamp::parse("2028-12-01T00:00:00Z").unwrap(),
+                billing_period: BillingPeriod::Month,
+                billing_anchor: BillingAnchor::Calendar,
+                fees: Some(vec![ContractFee {
+                    name: "A quarter of an H100, monthly, 180 GPU-h included".into(),
+                    amount: "1500".parse().unwrap(),
+                    timing: FeeTiming::Advance,
+                    category: FeeCategory::Compute,
+                    lease: Some("lease-0043".into()),
+                    included: Some(vec![Included {
+                        gpu_model: "H100-SXM5-80GB".into(),
+                        gpu_hours: "180".parse().unwrap(),
+                        overage_rate: "12.00".parse().unwrap(),
+                    }]),
+                }]),
+                commitment: None,
+                sla: None,
+            }),
+            received_at: "2026-11-30T12:15:00Z",
         },
     ]
 }

@@ -7,7 +7,9 @@ use super::{assert_accepted, dec, ensure_node_in, lease_with, log_key, signed, s
 use ed25519_dalek::SigningKey;
 use gpuledger::core::invoice::{Invoice, InvoiceDoc, Period};
 use gpuledger::core::rating::LeaseClass;
-use gpuledger::core::record::{Body, GpuUsage, RateCard, Role, TenantRegistered};
+use gpuledger::core::record::{
+    Body, ContractRegistered, GpuUsage, RateCard, Role, TenantRegistered,
+};
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::{Ledger, StoreError};
 
@@ -39,6 +41,28 @@ pub fn refused(r: Result<u64, StoreError>) -> String {
         Err(StoreError::AlreadyExists(m)) => format!("conflict {m}"),
         other => panic!("not refused by a rule: {other:?}"),
     }
+}
+
+/// The reason and field (`reason field`) a contract's body is refused with once `edit` has
+/// changed its JSON: the body rules of docs/PROTOCOL.md §5.19.
+pub fn refused_contract(c: ContractRegistered, edit: &dyn Fn(&mut serde_json::Value)) -> String {
+    let mut v = Body::ContractRegistered(c).to_value();
+    edit(&mut v);
+    let kind = gpuledger::core::record::Kind::ContractRegistered;
+    let r = Body::from_value(kind, &v).unwrap_err();
+    format!("{} {}", r.reason.code(), r.field.unwrap())
+}
+
+/// Asserts that an invoice of acme for `[from, to)` is refused for splitting a billing period
+/// of `contract` (`contract_period_split`), writing nothing.
+pub fn assert_split_refused(ledger: &Ledger, from: &str, to: &str, contract: &str) {
+    let size = size_of(ledger);
+    let split = ledger.issuance().invoices("acme", period(from, to));
+    assert!(
+        matches!(&split, Err(StoreError::ContractPeriodSplit(m)) if m.contains(contract)),
+        "{split:?}"
+    );
+    assert_eq!(size_of(ledger), size);
 }
 
 /// Registers node-1 in `west` (with its key, returned), tenant acme, its on-demand lease of
@@ -88,7 +112,19 @@ pub fn acme_usage(
     end: Timestamp,
     count: i64,
 ) {
-    ledger.set_clock(Some(end));
+    acme_usage_logged_at(ledger, node, seq, (start, end), count, end);
+}
+
+/// As [`acme_usage`], logged at `at` (a late record: after its end).
+pub fn acme_usage_logged_at(
+    ledger: &Ledger,
+    node: &SigningKey,
+    seq: u64,
+    (start, end): (Timestamp, Timestamp),
+    count: i64,
+    at: Timestamp,
+) {
+    ledger.set_clock(Some(at));
     let body = Body::GpuUsage(GpuUsage {
         tenant: "acme".into(),
         lease: Some(gpuledger::sample::lease("acme")),

@@ -15,7 +15,9 @@ alone (steps 1, 2 and 4), signed checkpoints (section 9) and consistency proofs 
 checkpoints (section 8). With a bundle and its invoice (`bundle --invoice`), it recomputes the
 invoice's contract lines (fees, true-ups), commitments, taxes and totals from the bundle's
 contracts by docs/RATING.md "Contracts", its SLA `availability` and `sla_credit` lines from the
-bundle's leases and usage records by "SLA credits", and what it draws on the tenant's prepaid lots
+bundle's leases and usage records by "SLA credits", its `allowances` and `included` and `overage`
+lines from the bundle's usage records and earlier invoices by "Included GPU-hours and overage",
+and what it draws on the tenant's prepaid lots
 (`prepaid`, `amount_due`) by "Prepaid balances" (exact fractions); it does not re-rate usage
 lines.
 
@@ -286,7 +288,14 @@ MAX_FEE_NAME_BYTES = 100
 CONTRACT_BILLING_PERIODS = ("month", "quarter", "year")
 CONTRACT_BILLING_ANCHORS = ("calendar", "anniversary")
 FEE_MEMBERS = ("name", "amount", "timing", "category")  # contract_registered.fees[i]: these, required
-FEE_OPTIONAL_MEMBERS = ("lease",)  # and optionally the lease the fee rents (an SLA is measured on it)
+# And optionally the lease the fee rents (an SLA is measured on it) and the GPU-hours it
+# includes (an array, docs/RATING.md "Included GPU-hours and overage").
+FEE_OPTIONAL_MEMBERS = ("lease", "included")
+FEE_STRING_MEMBERS = FEE_MEMBERS + ("lease",)  # the fee's members that are strings
+# contract_registered.fees[i].included (section 5.19): 1 to MAX_INCLUDED_MODELS entries of exactly
+# {gpu_model, gpu_hours, overage_rate}, strings.
+MAX_INCLUDED_MODELS = 8
+INCLUDED_MEMBERS = ("gpu_model", "gpu_hours", "overage_rate")
 # contract_registered.sla (section 5.19, docs/RATING.md "SLA credits"): exactly {target, credits},
 # 1 to MAX_SLA_STEPS steps of exactly {below, percent}; percentages are amounts (at most 4 decimals).
 MAX_SLA_STEPS = 8
@@ -1535,9 +1544,10 @@ class Contract:
 
 def _contract_fees_shape(fees: List[Any]) -> None:
     """contract_registered.fees as serde reads it before any value is checked: objects with
-    the members name, amount, timing and category and optionally lease, nothing else, each a
-    string (no null); else `malformed`, naming `body.fees[i]` or `body.fees[i].<member>`, for
-    every fee first."""
+    the members name, amount, timing and category and optionally lease and included, nothing
+    else, each a string (no null) but `included`, an array of objects with exactly gpu_model,
+    gpu_hours and overage_rate, strings (_included_shape); else `malformed`, naming
+    `body.fees[i]` or `body.fees[i].<member>`, for every fee first."""
     for i, fee in enumerate(fees):
         f = f"body.fees[{i}]"
         if not isinstance(fee, dict):
@@ -1548,9 +1558,28 @@ def _contract_fees_shape(fees: List[Any]) -> None:
         for name in FEE_MEMBERS:
             if name not in fee:
                 raise FieldError("malformed", f"{f}.{name}", "missing")
-        for name in FEE_MEMBERS + FEE_OPTIONAL_MEMBERS:
+        for name in FEE_STRING_MEMBERS:
             if name in fee and not isinstance(fee[name], str):
                 raise FieldError("malformed", f"{f}.{name}", "not a string (null is not allowed)")
+        if "included" in fee:
+            _included_shape(fee["included"], f"{f}.included")
+
+
+def _included_shape(included: Any, f: str) -> None:
+    """contract_registered.fees[i].included as serde reads it (at field `f`): an array (null is
+    not one) of objects with exactly gpu_model, gpu_hours and overage_rate (an unknown member,
+    then a missing one), each a string; else `malformed`, naming `f`, `f[j]` or
+    `f[j].<member>`."""
+    if not isinstance(included, list):
+        raise FieldError("malformed", f, "not an array (null is not allowed)")
+    for j, entry in enumerate(included):
+        at = f"{f}[{j}]"
+        if not isinstance(entry, dict):
+            raise FieldError("malformed", at, "not an object")
+        _serde_members(entry, INCLUDED_MEMBERS, at)
+        for name in INCLUDED_MEMBERS:
+            if not isinstance(entry[name], str):
+                raise FieldError("malformed", f"{at}.{name}", "not a string (null is not allowed)")
 
 
 def _contract_sla_shape(sla: Dict[str, Any]) -> None:
@@ -1617,24 +1646,29 @@ def _contract_sla(sla: Dict[str, Any]) -> None:
         previous = (below, percent)
 
 
-def _contract_fees(fees: List[Dict[str, str]]) -> None:
+def _contract_fees(fees: List[Dict[str, Any]]) -> None:
     """Section 5.19, contract_registered.fees: 1 to MAX_CONTRACT_FEES fees (empty: invalid_field,
     more: quantity_out_of_range, both on body.fees), each in order: its name display text of 1 to
     MAX_FEE_NAME_BYTES bytes (display_text_refusal), its amount above 0 and at most 10^12 (the
-    amount form), its timing and its category one of theirs; invalid_field (the amount's limits
-    quantity_out_of_range) on body.fees[i].<member>."""
+    amount form), its timing and its category one of theirs, its lease (an id, not on a `once`
+    fee), then its included GPU-hours (_included: after its lease, as the table has it);
+    invalid_field (the amount's limits quantity_out_of_range) on body.fees[i].<member>. A lease
+    and GPU model included twice is found at its second occurrence, fee by fee, entry by
+    entry."""
     if not fees:
         raise FieldError("invalid_field", "body.fees", "an empty array (absent when there is no fee; "
                          f"else 1 to {MAX_CONTRACT_FEES} fees)")
     if len(fees) > MAX_CONTRACT_FEES:
         raise FieldError("quantity_out_of_range", "body.fees",
                          f"{len(fees)} fees, above MAX_CONTRACT_FEES = {MAX_CONTRACT_FEES}")
+    seen: set = set()  # (lease, gpu_model) of the included entries checked so far
     for i, fee in enumerate(fees):
         f = f"body.fees[{i}]"
         why = display_text_refusal(fee["name"], MAX_FEE_NAME_BYTES)
         if why is not None:
             raise FieldError("invalid_field", f"{f}.name", why)
-        t = _Body(fee, {**{name: True for name in FEE_MEMBERS}, **{name: False for name in FEE_OPTIONAL_MEMBERS}})
+        t = _Body(fee, {**{name: True for name in FEE_MEMBERS}, **{name: False for name in FEE_OPTIONAL_MEMBERS}},
+                  array_members=("included",))
         _item_field(f, t.amount, "amount", True)
         timing = _item_field(f, t.enum, "timing", FEE_TIMINGS)
         _item_field(f, t.enum, "category", FEE_CATEGORIES)
@@ -1642,6 +1676,39 @@ def _contract_fees(fees: List[Dict[str, str]]) -> None:
             _item_field(f, t.id, "lease")
             if timing == "once":
                 raise FieldError("invalid_field", f"{f}.lease", "a one-off fee rents no lease over a period")
+        if "included" in fee:
+            _included(fee, f, seen)
+
+
+def _included(fee: Dict[str, Any], f: str, seen: set) -> None:
+    """Section 5.19, contract_registered.fees[i].included (docs/RATING.md, "Included GPU-hours
+    and overage"), of the fee at field `f` whose lease is checked already, in the order of the
+    spec: only on a fee that names a lease (invalid_field, `f.included`); 1 to
+    MAX_INCLUDED_MODELS entries (else invalid_field, `f.included`); then entry by entry its
+    gpu_model (an id, as gpu_usage.gpu_model), gpu_hours and overage_rate (amounts, 0 allowed, at
+    most 10^12: negative_quantity, invalid_field, quantity_out_of_range), then that the pair
+    (the fee's lease, the model) is not in `seen`, the pairs of the contract's entries before it
+    (invalid_field, `f.included[j].gpu_model`), which it joins."""
+    included = fee["included"]
+    field_name = f"{f}.included"
+    if "lease" not in fee:
+        raise FieldError("invalid_field", field_name, "GPU-hours are included in the fee of a lease: name the "
+                         "fee's lease")
+    if not 1 <= len(included) <= MAX_INCLUDED_MODELS:
+        raise FieldError("invalid_field", field_name, f"lists {len(included)} GPU models; 1 to "
+                         f"{MAX_INCLUDED_MODELS} (MAX_INCLUDED_MODELS) are allowed")
+    for j, entry in enumerate(included):
+        at = f"{field_name}[{j}]"
+        t = _Body(entry, {name: True for name in INCLUDED_MEMBERS})
+        model = _item_field(at, t.id, "gpu_model")
+        _item_field(at, t.amount, "gpu_hours", False)
+        _item_field(at, t.amount, "overage_rate", False)
+        pair = (fee["lease"], model)
+        if pair in seen:
+            raise FieldError("invalid_field", f"{at}.gpu_model",
+                             f"{model} of lease {fee['lease']} is included twice in the contract: a lease and "
+                             "model are included at most once")
+        seen.add(pair)
 
 
 def _contract(b: _Body) -> Contract:
@@ -1649,7 +1716,7 @@ def _contract(b: _Body) -> Contract:
     contract (ids), currency, region, term_from, term_to (after term_from, else invalid_field;
     at most MAX_CONTRACT_TERM_SECONDS later, else quantity_out_of_range; both on body.term_to),
     billing_period, billing_anchor, fees (_contract_fees: a fee's name, amount, timing,
-    category, lease), commitment (above 0, at most 10^12); then at least one of fees and
+    category, lease, included), commitment (above 0, at most 10^12); then at least one of fees and
     commitment (invalid_field, body.fees); then the sla (_contract_sla); last, an sla with no fee
     that names a lease (invalid_field, body.sla). The shapes of the fees and of the sla
     (malformed) are checked before any value (_contract_fees_shape, _contract_sla_shape)."""
@@ -2503,9 +2570,10 @@ class LogView:
         # The same, (tenant of the record_excluded entry, excluded entry), in log order: the
         # records an invoice's SLA availability leaves out (RATING.md, "SLA credits").
         self.excluded_entries: List[Tuple[str, int]] = []
-        # The bundle's gpu_usage records that name a lease, as SLA availability reads them:
-        # (index, tenant, lease, start, end, gpu_count) (RATING.md, "SLA credits").
-        self.lease_usage: List[Tuple[int, str, str, int, int, str]] = []
+        # The bundle's gpu_usage records that name a lease, as SLA availability and included
+        # GPU-hours read them: (index, tenant, lease, start, end, gpu_count, gpu_model,
+        # gpu_seconds) (RATING.md, "SLA credits", "Included GPU-hours and overage").
+        self.lease_usage: List[Tuple[int, str, str, int, int, str, str, str]] = []
         # Contracts (section 6.7, contracts): contract id -> its registration (the first counts),
         # and tenant -> its contracts in log order.
         self.contracts: Dict[str, Contract] = {}
@@ -2522,6 +2590,9 @@ class LogView:
         # Section 6.4a: stream -> (starts, [(end, index)]) of the intervals held so far, by start.
         self.intervals: Dict[str, Tuple[List[int], List[Tuple[int, int]]]] = {}
         self.invoices: List[Tuple[int, str, int, int]] = []  # (index, tenant, period_from, period_to)
+        # (tenant, number, period_from, period_to, checkpoint_size) of each invoice_issued entry, in
+        # log order: which of an invoice's records are late (InvoiceScope, RATING.md "Late records").
+        self.invoice_scopes: List[Tuple[str, str, int, int, int]] = []
         self.invoice_numbers: List[str] = []
         self.invoice_periods: Dict[str, List[Tuple[int, int]]] = {}
         self.context_seqs: set = set()  # (signer, seq) of the context entries (section 6.3)
@@ -3159,6 +3230,8 @@ class LogView:
             self.invoice_numbers.append(body["number"])
             self.invoice_periods.setdefault(body["tenant"], []).append((parsed["period_from"], parsed["period_to"]))
             self.invoices.append((index, body["tenant"], parsed["period_from"], parsed["period_to"]))
+            self.invoice_scopes.append((body["tenant"], body["number"], parsed["period_from"], parsed["period_to"],
+                                        body["checkpoint_size"]))
             self.prepaid_entries.append((index, kind, body, received_at))
         series = _price_series(kind, body)
         if series is not None:
@@ -3423,7 +3496,7 @@ def _run_bundle(path: str, key: VerifierKey, cert: Optional[CertInfo]) -> Tuple[
             body = ce.envelope["body"]
             if kind == "gpu_usage" and "lease" in body:
                 view.lease_usage.append((e.index, body["tenant"], body["lease"], ce.parsed["start"],
-                                         ce.parsed["end"], body["gpu_count"]))
+                                         ce.parsed["end"], body["gpu_count"], body["gpu_model"], body["gpu_seconds"]))
             if cert is not None:
                 if first_subject_failure is None:
                     first_subject_failure = _check_record_subject(ce, cert, e.item)
@@ -3528,7 +3601,7 @@ def verify_bundle(bundle_path: str, key: VerifierKey, invoice_path: Optional[str
             contracts = [c for c in view.contract_bodies if c["tenant"] == inv.tenant]
             book = invoice_prepaid_book(view.prepaid_entries, inv.tenant, inv.number)
             invoice = check_invoice_contract_lines(inv, st.header, cp, contracts, book,
-                                                   SlaEvidence.of_view(view, inv.tenant))
+                                                   SlaEvidence.of_view(view, inv.tenant, inv.number))
     except Failure as f:
         return _failure_result(f)
     summary = {
@@ -3545,11 +3618,12 @@ def verify_bundle(bundle_path: str, key: VerifierKey, invoice_path: Optional[str
            f"({st.context} context, {st.records} records) verified under checkpoint {cp.origin} size {cp.size}")
     if invoice is not None:
         summary["invoice"] = invoice
-        msg += (f"; invoice {invoice['number']}: its {invoice['contract_lines']} contract lines (fees, SLA credits, "
-                f"true-ups), {invoice['commitments']} commitments and {invoice['availability']} SLA availability "
-                f"rows recomputed from the bundle's "
+        msg += (f"; invoice {invoice['number']}: its {invoice['contract_lines']} contract lines (fees, included "
+                f"GPU-hours and overage, SLA credits, true-ups), {invoice['commitments']} commitments, "
+                f"{invoice['allowances']} allowances rows (included GPU-hours) and {invoice['availability']} SLA "
+                f"availability rows recomputed from the bundle's "
                 f"{len(invoice['contracts'])} contracts of {invoice['tenant']} in {invoice['currency']} (and, for "
-                "the SLAs, its leases and usage records), every "
+                "the SLAs and the included GPU-hours, its leases, usage records and earlier invoices), every "
                 f"line's tax and gross and the totals rechecked (total {invoice['total']} {invoice['currency']}); "
                 f"{_prepaid_text(invoice)}; "
                 f"its {invoice['usage_lines']} usage and {invoice['other_lines']} adjustment lines were NOT "
@@ -3619,14 +3693,16 @@ def verify_consistency_files(old_path: str, new_path: str, proof_path: str, key:
 # An invoice's contract lines (docs/RATING.md, "Contracts"), recomputed from the
 # contract_registered entries of its bundle with exact fractions (fractions.Fraction, never a
 # float). The invoice's usage lines (gpu, energy) are NOT re-rated: their nets are taken as the
-# invoice states them (for the commitment's draw-down and for tax and totals).
+# invoice states them (for the commitment's draw-down and for tax and totals). The `included` and
+# `overage` lines of GPU-hours a contract includes are contract lines: recomputed.
 # ---------------------------------------------------------------------------------------------
 
 INVOICE_FORMAT_V2 = "gpuledger-invoice/v2"
-LINE_KINDS = ("gpu", "energy", "fee", "sla_credit", "true_up")
+LINE_KINDS = ("gpu", "energy", "fee", "included", "overage", "sla_credit", "true_up")
 USAGE_LINE_KINDS = ("gpu", "energy")
-# Recomputed from the bundle, never taken as the invoice states them (an sla_credit line too).
-CONTRACT_LINE_KINDS = ("fee", "sla_credit", "true_up")
+# Recomputed from the bundle, never taken as the invoice states them (an sla_credit line too, and
+# the included and overage lines of a contract's GPU-hours, late overage lines included).
+CONTRACT_LINE_KINDS = ("fee", "included", "overage", "sla_credit", "true_up")
 BILLING_PERIOD_MONTHS = {"month": 1, "quarter": 3, "year": 12}
 PERIOD_SHARE_DECIMALS = 6  # a fee line's quantity: used / full, half-even to 6 places
 # RATING.md "Exact amounts": 0 minor digits for JPY and KRW, 3 for the seven below, else 2. The
@@ -3796,7 +3872,8 @@ class FeeCharge:
 class Charges:
     """What one contract charges an invoice period: its fees in line order, the commitment of
     the billing periods wholly inside the period (None: no commitment, or no such period) and
-    the first committed billing period the period holds part, not all, of."""
+    the first billing period the period holds part, not all, of, of a contract with a
+    commitment, an SLA or included GPU-hours (judged over whole billing periods only)."""
     fees: List[FeeCharge]
     committed: Optional[Fraction]
     split: Optional[BillingSpan]
@@ -3839,9 +3916,10 @@ def contract_charges(contract: Dict[str, Any], period_from: int, period_to: int)
         whole = period_from <= span.start and span.end <= period_to
         if commitment is not None and whole:
             out.committed = (out.committed or Fraction(0)) + span.prorate(commitment, places)
-        # A commitment and an SLA are judged over whole billing periods only (RATING.md,
-        # "Contracts" and "SLA credits").
-        if not whole and (commitment is not None or "sla" in contract) and out.split is None:
+        # A commitment, an SLA and included GPU-hours are judged over whole billing periods only
+        # (RATING.md, "Contracts", "SLA credits" and "Included GPU-hours and overage").
+        if (not whole and (commitment is not None or "sla" in contract or has_included(contract))
+                and out.split is None):
             out.split = span
     return out
 
@@ -3857,23 +3935,32 @@ AVAILABILITY_DECIMALS = 4  # an availability percentage is truncated (not rounde
 
 @dataclass
 class SlaEvidence:
-    """What an invoice's SLA availability is computed from: its tenant's leases in the bundle
-    (lease -> its registration), the tenant's gpu_usage records of the bundle that name a lease
-    (lease -> [(index, start, end, gpu_count)]), and the entries its tenant's record_excluded
-    entries exclude from rating."""
+    """What an invoice's SLA availability and included GPU-hours are computed from: its tenant's
+    leases in the bundle (lease -> its registration), the tenant's gpu_usage records of the
+    bundle that name a lease (lease -> [(index, start, end, gpu_count)]; and by lease and GPU
+    model, (lease, gpu_model) -> [(index, start, gpu_seconds)], in bundle order), the entries
+    its tenant's record_excluded entries exclude from rating, and the tenant's other invoices in
+    the bundle, [(period_from, period_to, checkpoint_size)] (which records are late: InvoiceScope
+    in crates/core/src/invoice.rs, late_period)."""
     leases: Dict[str, Lease] = field(default_factory=dict)
     usage: Dict[str, List[Tuple[int, int, int, Fraction]]] = field(default_factory=dict)
     excluded: frozenset = frozenset()
+    model_usage: Dict[Tuple[str, str], List[Tuple[int, int, Fraction]]] = field(default_factory=dict)
+    earlier: List[Tuple[int, int, int]] = field(default_factory=list)
 
     @classmethod
-    def of_view(cls, view: "LogView", tenant: str) -> "SlaEvidence":
-        """The evidence of `view` (a verified bundle) for an invoice of `tenant`."""
+    def of_view(cls, view: "LogView", tenant: str, number: Optional[str] = None) -> "SlaEvidence":
+        """The evidence of `view` (a verified bundle) for an invoice of `tenant` numbered `number`
+        (its own invoice_issued entry, were the bundle to hold it, is not an earlier invoice)."""
         usage: Dict[str, List[Tuple[int, int, int, Fraction]]] = {}
-        for index, t, lease, start, end, count in view.lease_usage:
+        model_usage: Dict[Tuple[str, str], List[Tuple[int, int, Fraction]]] = {}
+        for index, t, lease, start, end, count, model, seconds in view.lease_usage:
             if t == tenant:
                 usage.setdefault(lease, []).append((index, start, end, Fraction(count)))
+                model_usage.setdefault((lease, model), []).append((index, start, Fraction(seconds)))
+        earlier = [(pf, pt, size) for t, n, pf, pt, size in view.invoice_scopes if t == tenant and n != number]
         return cls({name: l for name, l in view.leases.items() if l.tenant == tenant}, usage,
-                   frozenset(entry for t, entry in view.excluded_entries if t == tenant))
+                   frozenset(entry for t, entry in view.excluded_entries if t == tenant), model_usage, earlier)
 
 
 def leased_gpus(lease: Lease) -> Fraction:
@@ -3934,15 +4021,21 @@ def sla_credit_step(sla: Dict[str, Any], availability: Fraction) -> Optional[Dic
     return found
 
 
+def whole_spans(contract: Dict[str, Any], period_from: int, period_to: int) -> List[BillingSpan]:
+    """The billing periods (clipped to the term) of a contract that lie wholly inside the invoice
+    period [period_from, period_to), in order."""
+    spans = billing_periods(parse_timestamp(contract["term_from"]), parse_timestamp(contract["term_to"]),
+                            contract["billing_period"], contract["billing_anchor"])
+    return [s for s in spans if period_from <= s.start and s.end <= period_to]
+
+
 def judged_spans(contract: Dict[str, Any], period_from: int, period_to: int) -> List[BillingSpan]:
     """The billing periods (clipped to the term) of a contract with an SLA that lie wholly inside
     the invoice period [period_from, period_to): those whose availability the invoice judges.
     None without an SLA."""
     if "sla" not in contract:
         return []
-    spans = billing_periods(parse_timestamp(contract["term_from"]), parse_timestamp(contract["term_to"]),
-                            contract["billing_period"], contract["billing_anchor"])
-    return [s for s in spans if period_from <= s.start and s.end <= period_to]
+    return whole_spans(contract, period_from, period_to)
 
 
 def rented_leases(contract: Dict[str, Any]) -> List[str]:
@@ -4019,33 +4112,217 @@ def sla_rows_and_credits(contract: Dict[str, Any], period_from: int, period_to: 
     return rows, lines
 
 
+# ---------------------------------------------------------------------------------------------
+# Included GPU-hours and overage (docs/RATING.md, "Included GPU-hours and overage"; PROTOCOL.md
+# section 5.19, `fees[i].included`), recomputed from the bundle's gpu_usage, record_excluded and
+# earlier invoice_issued entries of the invoice's tenant with exact fractions.
+# ---------------------------------------------------------------------------------------------
+
+GPU_HOUR_DECIMALS = 6  # GPU-seconds ÷ 3600 (a line's quantity, the figures of a description): half-even
+ALLOWANCE_DECIMALS = 6  # an allowance in GPU-seconds: half-even to 6 places
+SECONDS_PER_HOUR = 3600
+
+
+def has_included(contract: Dict[str, Any]) -> bool:
+    """Whether any fee of the contract includes GPU-hours (`fees[i].included`)."""
+    return any("included" in fee for fee in contract.get("fees") or ())
+
+
+def included_entries(contract: Dict[str, Any]) -> List[Tuple[int, Dict[str, Any], Dict[str, Any]]]:
+    """(fee's place in `fees`, fee, entry) of every included entry of the contract, in the
+    contract's order: fee by fee, entry by entry."""
+    return [(i, fee, entry) for i, fee in enumerate(contract.get("fees") or ())
+            for entry in fee.get("included") or ()]
+
+
+def gpu_hours_str(seconds: Fraction) -> str:
+    """GPU-seconds as GPU-hours: ÷ 3600 rounded half-even to 6 places, canonical (a line's
+    `quantity`; U and A of a description)."""
+    return canonical_str(round_half_even(seconds / SECONDS_PER_HOUR, GPU_HOUR_DECIMALS))
+
+
+def allowance_gpu_seconds(entry: Dict[str, Any], span: BillingSpan) -> Fraction:
+    """RATING.md, the allowance of an entry over the billing period `span`, in GPU-seconds:
+    gpu_hours × 3600 × used ÷ full (the span's proration, as its fee's own line), rounded
+    half-even to 6 decimals."""
+    exact = decimal_fraction(entry["gpu_hours"]) * SECONDS_PER_HOUR * span.share
+    return round_half_even(exact, ALLOWANCE_DECIMALS)
+
+
+def priced_records(contract: Dict[str, Any], fee: Dict[str, Any], entry: Dict[str, Any],
+                   evidence: SlaEvidence) -> List[Tuple[int, int, Fraction]]:
+    """RATING.md, contract-priced records: the tenant's gpu_usage records (index, start,
+    gpu_seconds) of the fee's lease and the entry's GPU model whose start is in the contract's
+    term [term_from, term_to). The contract prices them, not the rate card."""
+    term_from, term_to = parse_timestamp(contract["term_from"]), parse_timestamp(contract["term_to"])
+    return [r for r in evidence.model_usage.get((fee["lease"], entry["gpu_model"]), ())
+            if term_from <= r[1] < term_to]
+
+
+def used_records(records: List[Tuple[int, int, Fraction]], span: BillingSpan, period_from: int, period_to: int,
+                 evidence: SlaEvidence) -> List[Tuple[int, int, Fraction]]:
+    """RATING.md, used: of the contract-priced `records` of an entry, those the invoice of
+    [period_from, period_to) rates in its own period (their start in it, not excluded by a
+    record_excluded entry) whose start is in the billing period `span`. A record counts whole
+    toward the billing period it starts in."""
+    return [r for r in records if r[0] not in evidence.excluded
+            and period_from <= r[1] < period_to and span.start <= r[1] < span.end]
+
+
+def late_period(index: int, start: int, period_from: int, period_to: int,
+                evidence: SlaEvidence) -> Optional[Tuple[int, int]]:
+    """The earlier invoiced period a record is late for on the invoice of [period_from,
+    period_to), as crates/core/src/invoice.rs `InvoiceScope::place` places it (Late): its start
+    is not in the invoice's period but in the period of one of the tenant's other invoices
+    (evidence.earlier), its log index is at least the largest checkpoint_size of those
+    invoices (it was logged after the last of them), and it is not excluded. None otherwise."""
+    if period_from <= start < period_to or index in evidence.excluded:
+        return None
+    since = max((size for _, _, size in evidence.earlier), default=0)
+    for pf, pt, _ in evidence.earlier:
+        if pf <= start < pt:
+            return (pf, pt) if index >= since else None
+    return None
+
+
+def _usage_line(kind: str, description: str, contract: Dict[str, Any], fee: Dict[str, Any],
+                entry: Dict[str, Any], seconds: Fraction, unit_price: Fraction, net: Fraction, records: int,
+                places: int) -> Dict[str, Any]:
+    """An `included` or `overage` line (RATING.md): E's model, unit GPU-h, quantity the
+    GPU-seconds ÷ 3600 (gpu_hours_str), gpu_seconds exact, the contract's region, the contract,
+    F's category. The caller adds service_period or adjustment_for; tax members are left to
+    the caller of contract_lines."""
+    return {
+        "kind": kind,
+        "description": description,
+        "region": contract["region"],
+        "gpu_model": entry["gpu_model"],
+        "quantity": gpu_hours_str(seconds),
+        "unit": "GPU-h",
+        "gpu_seconds": canonical_str(seconds),
+        "unit_price": canonical_str(unit_price),
+        "net": fixed_str(net, places),
+        "records": records,
+        "contract": contract["contract"],
+        "category": fee["category"],
+    }
+
+
+def overage_net(seconds: Fraction, rate: Fraction, places: int) -> Fraction:
+    """What GPU-seconds above the allowance cost: round_half_even(seconds × rate ÷ 3600) to the
+    currency's minor unit."""
+    return round_half_even(seconds * rate / SECONDS_PER_HOUR, places)
+
+
+def allowance_rows_and_lines(contract: Dict[str, Any], period_from: int, period_to: int, currency: str,
+                             evidence: SlaEvidence
+                             ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """RATING.md, "Included GPU-hours and overage", for one contract of the invoice's currency:
+    per billing period it judges (whole_spans: wholly inside the invoice period), fee and
+    entry (in the contract's order), the invoice's `allowances` row {contract, lease,
+    gpu_model, period, included_gpu_seconds, used_gpu_seconds, overage_gpu_seconds} (used or
+    not), an `included` line when covered = min(used, allowance) is above 0 (unit_price 0, net
+    0) and an `overage` line when over = used − covered is above 0 (at the entry's
+    overage_rate, listed even when its net rounds to 0), both with the service_period B and
+    `records` the number of records used counts; and the late `overage` lines: per earlier
+    invoiced period (ascending), fee and entry, the contract-priced records late for it
+    (late_period) at the entry's rate, with `adjustment_for` that period. Returns (rows, own
+    lines, late lines); tax members are left to the caller."""
+    places = minor_units(currency)
+    rows: List[Dict[str, Any]] = []
+    lines: List[Dict[str, Any]] = []
+    entries = included_entries(contract)
+    if not entries:
+        return rows, lines, []
+    priced = [priced_records(contract, fee, entry, evidence) for _, fee, entry in entries]
+    # The billing periods whose included GPU-hours the invoice judges (RATING.md, "Which billing
+    # periods"): those wholly inside its period (one split is refused by contract_charges).
+    for span in whole_spans(contract, period_from, period_to):
+        period = {"from": format_ts(span.start), "to": format_ts(span.end)}
+        for (_, fee, entry), records in zip(entries, priced):
+            model, lease = entry["gpu_model"], fee["lease"]
+            rate = decimal_fraction(entry["overage_rate"])
+            allowance = allowance_gpu_seconds(entry, span)
+            used_by = used_records(records, span, period_from, period_to, evidence)
+            used = sum((r[2] for r in used_by), Fraction(0))
+            covered = min(used, allowance)
+            over = used - covered
+            rows.append({"contract": contract["contract"], "lease": lease, "gpu_model": model,
+                         "period": dict(period), "included_gpu_seconds": canonical_str(allowance),
+                         "used_gpu_seconds": canonical_str(used), "overage_gpu_seconds": canonical_str(over)})
+            a = gpu_hours_str(allowance)
+            if covered > 0:
+                line = _usage_line("included", f"Included GPU-hours, {model}, lease {lease}: {gpu_hours_str(used)} "
+                                   f"of {a} GPU-h ({fee['name']})", contract, fee, entry, covered, Fraction(0),
+                                   Fraction(0), len(used_by), places)
+                lines.append(dict(line, service_period=dict(period)))
+            if over > 0:
+                line = _usage_line("overage", f"Overage above {a} included GPU-h, {model}, lease {lease} "
+                                   f"({fee['name']})", contract, fee, entry, over, rate,
+                                   overage_net(over, rate, places), len(used_by), places)
+                lines.append(dict(line, service_period=dict(period)))
+    late: Dict[Tuple[int, int], Dict[int, List[Fraction]]] = {}
+    for k, records in enumerate(priced):
+        for index, start, seconds in records:
+            p = late_period(index, start, period_from, period_to, evidence)
+            if p is not None:
+                late.setdefault(p, {}).setdefault(k, []).append(seconds)
+    late_lines: List[Dict[str, Any]] = []
+    for p in sorted(late):
+        for k, (_, fee, entry) in enumerate(entries):
+            if k not in late[p]:
+                continue
+            seconds = sum(late[p][k], Fraction(0))
+            rate = decimal_fraction(entry["overage_rate"])
+            line = _usage_line("overage", f"Overage (late records), {entry['gpu_model']}, lease {fee['lease']} "
+                               f"({fee['name']})", contract, fee, entry, seconds, rate,
+                               overage_net(seconds, rate, places), len(late[p][k]), places)
+            late_lines.append(dict(line, adjustment_for={"from": format_ts(p[0]), "to": format_ts(p[1])}))
+    return rows, lines, late_lines
+
+
 def contract_lines(contracts: List[Dict[str, Any]], period_from: int, period_to: int, currency: str,
-                   drawn: Fraction, drawn_text: str, sla: Optional[SlaEvidence] = None
-                   ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], List[Dict[str, Any]]]:
-    """RATING.md, "Contracts" and "SLA credits", lines, commitments and availability: the
-    contract lines of an invoice of [period_from, period_to) in `currency` from its tenant's
-    contracts (those in other currencies make nothing), contract by contract in order of term
-    (the terms of a tenant never overlap), each contract's fee lines, then its `sla_credit`
-    lines (sla_rows_and_credits, from the evidence `sla`), then its `true_up` line; the
-    invoice's `commitments`; and its `availability` rows. `drawn` is Σ net of the invoice's
-    own-period usage lines (spelled `drawn_text`): credits do not draw down. Tax members are
-    left to the caller. An invoice period that splits a billing period of a contract with a
-    commitment or an SLA is `claim_mismatch`, item `period`."""
+                   drawn: Fraction, sla: Optional[SlaEvidence] = None
+                   ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], List[Dict[str, Any]],
+                              List[Dict[str, Any]]]:
+    """RATING.md, "Contracts", "SLA credits" and "Included GPU-hours and overage": the contract
+    lines of an invoice of [period_from, period_to) in `currency` from its tenant's contracts
+    (those in other currencies make nothing), its `commitments`, its `availability` rows and its
+    `allowances` rows. Contract by contract in order of term (the terms of a tenant never
+    overlap): its fee lines, its `included` and `overage` lines, its late `overage` lines
+    (allowance_rows_and_lines), its `sla_credit` lines (sla_rows_and_credits), its `true_up`
+    line; the SLAs and the included GPU-hours from the evidence `sla`. A commitment's drawn is
+    `drawn` (Σ net of the invoice's own-period usage lines) plus Σ net of the own-period (not
+    late) `overage` lines of every contract in the currency, all computed before any true-up;
+    credits do not draw down. Tax members are left to the caller. An invoice period that splits
+    a billing period of a contract with a commitment, an SLA or included GPU-hours is
+    `claim_mismatch`, item `period`."""
     places = minor_units(currency)
     evidence = sla if sla is not None else SlaEvidence()
     ordered = sorted((c for c in contracts if c["currency"] == currency),
                      key=lambda c: (parse_timestamp(c["term_from"]), c["contract"].encode()))
-    lines: List[Dict[str, Any]] = []
-    commitments: List[Dict[str, Any]] = []
-    availability: List[Dict[str, Any]] = []
+    charges = []
     for c in ordered:
         ch = contract_charges(c, period_from, period_to)
         if ch.split is not None:
             raise Failure("claim_mismatch", "period",
                           f"the invoice period [{format_ts(period_from)}, {format_ts(period_to)}) holds part, not "
                           f"all, of the billing period [{format_ts(ch.split.start)}, {format_ts(ch.split.end)}) of "
-                          f"contract {c['contract']}, which has a commitment or an SLA: invoices hold whole "
-                          "billing periods")
+                          f"contract {c['contract']}, which has a commitment, an SLA or included GPU-hours: "
+                          "invoices hold whole billing periods")
+        charges.append(ch)
+    # Every contract's included GPU-hours first: the own-period overage lines draw down the
+    # commitments as usage lines do (RATING.md, "Commitments").
+    priced = [allowance_rows_and_lines(c, period_from, period_to, currency, evidence) for c in ordered]
+    drawn += sum((Fraction(l["net"]) for _, own, _ in priced for l in own if l["kind"] == "overage"), Fraction(0))
+    # The draw-down is an amount like every other: with the currency's minor digits (0.00 when
+    # the invoice has no usage line of its period).
+    drawn_text = fixed_str(drawn, places)
+    lines: List[Dict[str, Any]] = []
+    commitments: List[Dict[str, Any]] = []
+    availability: List[Dict[str, Any]] = []
+    allowances: List[Dict[str, Any]] = []
+    for c, ch, (rows, own, late) in zip(ordered, charges, priced):
         for f in ch.fees:
             fee = c["fees"][f.fee]
             lines.append({
@@ -4062,6 +4339,8 @@ def contract_lines(contracts: List[Dict[str, Any]], period_from: int, period_to:
                 "net": fixed_str(f.net, places),
                 "records": 0,
             })
+        allowances += rows
+        lines += own + late
         rows, credits = sla_rows_and_credits(c, period_from, period_to, currency, evidence)
         availability += rows
         lines += credits
@@ -4081,7 +4360,7 @@ def contract_lines(contracts: List[Dict[str, Any]], period_from: int, period_to:
                     "net": fixed_str(true_up, places),
                     "records": 0,
                 })
-    return lines, commitments, availability
+    return lines, commitments, availability, allowances
 
 
 # ---------------------------------------------------------------------------------------------
@@ -4244,9 +4523,9 @@ def check_invoice_shape(obj: Any) -> InvoiceInfo:
     `issued_at` (a timestamp: the instant the invoice's prepaid draws are judged at),
     `log_origin`, `checkpoint_size`, `checkpoint_root`, `lines` (objects with a known `kind`, a
     `net` string, a canonical `tax_rate`, `adjustment_for` an object if present), the totals as
-    strings, `commitments` an array if present, `prepaid` an array of {prepayment, source,
-    amount} (strings; source grant or purchase) and `amount_due` a string if present; else
-    `malformed`, naming `invoice.<member>`."""
+    strings, `commitments`, `availability` and `allowances` arrays if present, `prepaid` an array
+    of {prepayment, source, amount} (strings; source grant or purchase) and `amount_due` a string
+    if present; else `malformed`, naming `invoice.<member>`."""
     if not isinstance(obj, dict):
         raise _invoice_malformed("", "not a JSON object")
     if obj.get("format") != INVOICE_FORMAT_V2:
@@ -4294,6 +4573,8 @@ def check_invoice_shape(obj: Any) -> InvoiceInfo:
         raise _invoice_malformed("commitments", "not an array")
     if "availability" in obj and not isinstance(obj["availability"], list):
         raise _invoice_malformed("availability", "not an array")
+    if "allowances" in obj and not isinstance(obj["allowances"], list):
+        raise _invoice_malformed("allowances", "not an array")
     if "prepaid" in obj:
         # core::prepaid `PrepaidDraw` as serde reads it: exactly {prepayment, source, amount},
         # strings, source a word it knows.
@@ -4411,9 +4692,11 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
     item `invoice`); then the invoice's contract lines and `commitments` are recomputed from
     the `contract_registered` entries of its tenant in the bundle's context (`contracts`), and
     placed right after the invoice's own-period usage lines (kind gpu or energy without
-    `adjustment_for`), before the rest (adjustment lines); with them the SLA `availability` rows
-    and `sla_credit` lines, from the tenant's leases, usage records and exclusions in the bundle
-    (`sla`, SlaEvidence; RATING.md "SLA credits"). Every line's tax =
+    `adjustment_for`), before the rest (the usage kinds' adjustment lines); with them the SLA
+    `availability` rows and `sla_credit` lines, and the included GPU-hours' `allowances` rows and
+    `included` and `overage` lines (late ones too), from the tenant's leases, usage records,
+    exclusions and other invoices in the bundle (`sla`, SlaEvidence; RATING.md "SLA credits",
+    "Included GPU-hours and overage"). Every line's tax =
     round_half_even(net × tax_rate) to the minor unit and gross = net + tax, the totals the exact
     sums. Then what the invoice draws on its tenant's prepaid lots (`prepaid`, the book of the
     bundle's prepayment and earlier invoice_issued entries, invoice_prepaid_book) with the
@@ -4444,11 +4727,8 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
                           f"{net!r} is not an amount with {inv.currency}'s {places} minor digits")
         nets[i] = Fraction(net)
     drawn = sum((nets[i] for i in usage), Fraction(0))
-    # The draw-down is an amount like every other: with the currency's minor digits (0.00 when
-    # the invoice has no usage line of its period).
-    drawn_text = fixed_str(drawn, places)
-    computed_contract, commitments, availability = contract_lines(contracts, inv.period_from, inv.period_to,
-                                                                  inv.currency, drawn, drawn_text, sla)
+    computed_contract, commitments, availability, allowances = contract_lines(
+        contracts, inv.period_from, inv.period_to, inv.currency, drawn, sla)
     expected = ([copy.deepcopy(lines[i]) for i in usage] + computed_contract
                 + [copy.deepcopy(lines[i]) for i in rest])
     net_total = tax_total = gross_total = Fraction(0)
@@ -4474,6 +4754,9 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
     computed.pop("availability", None)
     if availability:
         computed["availability"] = availability
+    computed.pop("allowances", None)
+    if allowances:
+        computed["allowances"] = allowances
     book = prepaid if prepaid is not None else PrepaidBook()
     draws = book.draws(inv.tenant, inv.currency, gross_total, cp.size, inv.issued_at)
     prepaid_list, amount_due = prepaid_members(draws, gross_total, inv.currency)
@@ -4496,6 +4779,9 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
         "sla_credit_lines": sum(1 for l in computed_contract if l["kind"] == "sla_credit"),
         "commitments": len(commitments),
         "availability": len(availability),
+        "included_lines": sum(1 for l in computed_contract if l["kind"] == "included"),
+        "overage_lines": sum(1 for l in computed_contract if l["kind"] == "overage"),
+        "allowances": len(allowances),
         "usage_lines": len(usage),
         "other_lines": len(rest),
         "usage_lines_rerated": False,

@@ -478,9 +478,12 @@ async function invoicePage(main, number) {
   // true-up (what they are for); other lines by their kind.
   // An SLA credit's description starts with its own English label ("SLA credit 10 %: …"),
   // which the translated label replaces.
+  // Included GPU-hours and overage lines are named by their model and lease.
   const item = (l) =>
     l.kind === "fee" || l.kind === "sla_credit" || l.kind === "true_up"
       ? `${tOr(`line_${l.kind}`, l.kind)}: ${l.kind === "sla_credit" ? String(l.description).replace(/^SLA credit /, "") : l.description}`
+      : l.kind === "included" || l.kind === "overage"
+        ? `${tOr(`line_${l.kind}`, l.kind)}: ${l.contract ?? ""}${l.adjustment_for ? ` (${t("late_records")})` : ""}`
       : l.kind
         ? tOr(`line_${l.kind}`, l.kind)
         : (l.description ?? "—");
@@ -523,6 +526,7 @@ async function invoicePage(main, number) {
     ),
     commitmentsCard(inv.commitments, money),
     availabilityCard(inv.availability),
+    allowancesCard(inv.allowances),
     invoicePrepaidCard(prepaidDraws, money),
     excludedCard(inv.excluded),
   );
@@ -582,6 +586,53 @@ function availabilityCard(availability) {
       { numeric: [3, 4, 5], id: "invoice-availability" },
     ),
   );
+}
+
+/**
+ * The included GPU-hours an invoice judged (its `allowances`: per contract, billing period,
+ * lease and GPU model, what was included, used and above), in GPU-hours, or null.
+ */
+function allowancesCard(allowances) {
+  if (!Array.isArray(allowances) || !allowances.length) return null;
+  const hours = (s) => fmtNumber(decDiv3600(s), 6);
+  return h(
+    "section",
+    { class: "card" },
+    h("h2", {}, t("allowances_title")),
+    h("p", { class: "muted" }, t("allowances_explain")),
+    table(
+      [t("contract"), t("lease"), t("gpu_model"), t("period"), t("included_hours"), t("used_hours"), t("overage_hours")],
+      allowances.map((a) => [
+        a.contract,
+        a.lease,
+        a.gpu_model,
+        fmtPeriod(a.period?.from, a.period?.to),
+        hours(a.included_gpu_seconds),
+        hours(a.used_gpu_seconds),
+        h("span", { dataset: { overage: a.overage_gpu_seconds } }, hours(a.overage_gpu_seconds)),
+      ]),
+      { numeric: [4, 5, 6], id: "invoice-allowances" },
+    ),
+  );
+}
+
+/**
+ * GPU-seconds (an exact decimal string) in GPU-hours for display, to 6 decimals, half-even as
+ * the invoice's quantities (BigInt arithmetic on the decimal string; no floating point).
+ */
+function decDiv3600(v) {
+  const m = /^([0-9]+)(?:\.([0-9]+))?$/.exec(String(v ?? ""));
+  if (!m) return String(v ?? "—");
+  const frac = m[2] ?? "";
+  const scaled = BigInt(m[1] + frac); // v × 10^frac.length
+  const den = 3600n * 10n ** BigInt(frac.length);
+  const num = scaled * 10n ** 6n; // result × 10^6 before rounding
+  let q = num / den;
+  const r = num % den;
+  if (r * 2n > den || (r * 2n === den && q % 2n === 1n)) q += 1n;
+  const digits = q.toString().padStart(7, "0");
+  const out = `${digits.slice(0, -6)}.${digits.slice(-6)}`.replace(/\.?0+$/, "");
+  return out === "" ? "0" : out;
 }
 
 /** What an invoice drew from the tenant's prepaid lots (its `prepaid` list, in drawing order), or null. */

@@ -57,6 +57,8 @@ export const MAX_FEE_NAME_BYTES = 100;
 export const MAX_CONTRACT_TERM_SECONDS = 316224000;
 /** `MAX_SLA_STEPS`: a contract's SLA lists 1 to 8 credit steps (§5.19). */
 export const MAX_SLA_STEPS = 8;
+/** `MAX_INCLUDED_MODELS`: a contract fee's `included` lists 1 to 8 GPU models (§5.19). */
+export const MAX_INCLUDED_MODELS = 8;
 /** A contract's billing periods, anchors, and its fees' timings and categories (§5.19). */
 export const BILLING_PERIODS = new Set(['month', 'quarter', 'year']);
 export const BILLING_ANCHORS = new Set(['calendar', 'anniversary']);
@@ -410,6 +412,31 @@ function slaTerms(sla) {
 }
 
 /**
+ * The GPU-hours fee `fee` (at field `f`, its lease checked already) includes
+ * (record/contract.rs, §5.19 `fees[i].included`), its shape checked already: only on a fee that
+ * names a lease (`invalid_field`, f.included); 1 to MAX_INCLUDED_MODELS entries (`invalid_field`,
+ * f.included); then entry by entry its gpu_model (an identifier, as gpu_usage.gpu_model), its
+ * gpu_hours and overage_rate (amounts, 0 allowed, at most MAX_MONEY_AMOUNT), and that the pair
+ * (the fee's lease, the model) is not in `seen`, the pairs of the contract's entries before it
+ * (`invalid_field`, f.included[j].gpu_model), which it joins.
+ */
+function includedHours(fee, f, seen) {
+  check('lease' in fee, `invalid_field: ${f}.included: GPU-hours are included in the fee of a lease: name the fee's lease`);
+  const n = fee.included.length;
+  check(n >= 1 && n <= MAX_INCLUDED_MODELS, `invalid_field: ${f}.included lists ${n} GPU models; 1 to ${MAX_INCLUDED_MODELS} are allowed`);
+  fee.included.forEach((entry, j) => {
+    const at = `${f}.included[${j}]`;
+    bodyId(entry.gpu_model, `${at}.gpu_model`);
+    money(entry.gpu_hours, `${at}.gpu_hours`);
+    money(entry.overage_rate, `${at}.overage_rate`);
+    // A lease and a model in one string: an id holds no newline.
+    const pair = `${fee.lease}\n${entry.gpu_model}`;
+    check(!seen.has(pair), `invalid_field: ${at}.gpu_model: ${entry.gpu_model} of lease ${fee.lease} is included twice in the contract: a lease and model are included at most once`);
+    seen.add(pair);
+  });
+}
+
+/**
  * One line of text for people that is a reference or a reason (record.rs `trimmed_text`): 1 to
  * `max` bytes, no control characters, no white space at either end as Rust's `str::trim`
  * sees it. `invalid_field`.
@@ -539,11 +566,12 @@ async function checkBody(kind, b) {
     case 'contract_registered': {
       // §5.19, as record/contract.rs reads it: the whole shape first (serde's part: the
       // members, strings, fees an array of exactly {name, amount, timing, category} and an
-      // optional lease, sla exactly {target, credits: [{below, percent}]}, fees, commitment,
-      // sla and a fee's lease optional and never null), then the members in the order of the
-      // spec's table, then at least one of fees and commitment (`invalid_field`, body.fees),
-      // then the SLA (slaTerms), then that an SLA has a fee naming a lease (`invalid_field`,
-      // body.sla).
+      // optional lease and included (an array of exactly {gpu_model, gpu_hours, overage_rate}),
+      // sla exactly {target, credits: [{below, percent}]}, fees, commitment, sla and a fee's
+      // lease and included optional and never null), then the members in the order of the
+      // spec's table (a fee's included after its lease: includedHours), then at least one of
+      // fees and commitment (`invalid_field`, body.fees), then the SLA (slaTerms), then that an
+      // SLA has a fee naming a lease (`invalid_field`, body.sla).
       members(b, 'body', ['tenant', 'contract', 'currency', 'region', 'term_from', 'term_to', 'billing_period', 'billing_anchor'], ['fees', 'commitment', 'sla']);
       for (const k of ['tenant', 'contract', 'currency', 'region', 'term_from', 'term_to', 'billing_period', 'billing_anchor', 'commitment']) {
         if (k in b) check(typeof b[k] === 'string', `body.${k} is not a string`);
@@ -552,9 +580,17 @@ async function checkBody(kind, b) {
         check(Array.isArray(b.fees), 'body.fees is not an array');
         b.fees.forEach((fee, i) => {
           const f = `body.fees[${i}]`;
-          members(fee, f, ['name', 'amount', 'timing', 'category'], ['lease']);
+          members(fee, f, ['name', 'amount', 'timing', 'category'], ['lease', 'included']);
           for (const k of ['name', 'amount', 'timing', 'category', 'lease']) {
             if (k in fee) check(typeof fee[k] === 'string', `${f}.${k} is not a string`);
+          }
+          if ('included' in fee) {
+            check(Array.isArray(fee.included), `${f}.included is not an array`);
+            fee.included.forEach((entry, j) => {
+              const at = `${f}.included[${j}]`;
+              members(entry, at, ['gpu_model', 'gpu_hours', 'overage_rate']);
+              for (const k of ['gpu_model', 'gpu_hours', 'overage_rate']) check(typeof entry[k] === 'string', `${at}.${k} is not a string`);
+            });
           }
         });
       }
@@ -582,6 +618,7 @@ async function checkBody(kind, b) {
       if ('fees' in b) {
         check(b.fees.length >= 1, `invalid_field: body.fees: a contract lists 1 to ${MAX_CONTRACT_FEES} fees (none: leave fees out)`);
         check(b.fees.length <= MAX_CONTRACT_FEES, `quantity_out_of_range: body.fees: a contract lists 1 to ${MAX_CONTRACT_FEES} fees`);
+        const seen = new Set(); // (lease, gpu_model) of the included entries checked so far
         b.fees.forEach((fee, i) => {
           const f = `body.fees[${i}]`;
           displayText(fee.name, MAX_FEE_NAME_BYTES, `${f}.name`);
@@ -592,6 +629,7 @@ async function checkBody(kind, b) {
             bodyId(fee.lease, `${f}.lease`);
             check(fee.timing !== 'once', `invalid_field: ${f}.lease: a one-off fee rents no lease over a period`);
           }
+          if ('included' in fee) includedHours(fee, f, seen);
         });
       }
       if ('commitment' in b) contractAmount(b.commitment, 'body.commitment');

@@ -123,7 +123,8 @@ pub struct Charges {
     /// rounded once; `None` when the contract has no commitment or no such period.
     pub committed: Option<Decimal>,
     /// A billing period that the invoice period holds part of but not all (only for a
-    /// contract with a commitment or an SLA): an invoice that would split it cannot be issued.
+    /// contract with a commitment, an SLA or included hours, [`judged_whole`]): an invoice
+    /// that would split it cannot be issued.
     pub split: Option<BillingSpan>,
 }
 
@@ -174,12 +175,18 @@ pub fn charges(c: &ContractRegistered, from: Timestamp, to: Timestamp) -> Charge
             let part = span.prorate(commitment, &c.currency);
             out.committed = Some(out.committed.unwrap_or_default() + part);
         }
-        // A commitment and an SLA are judged over whole billing periods only.
-        if !whole && (c.commitment.is_some() || c.sla.is_some()) && out.split.is_none() {
+        // A commitment, an SLA and included hours are judged over whole billing periods only.
+        if !whole && judged_whole(c) && out.split.is_none() {
             out.split = Some(span);
         }
     }
     out
+}
+
+/// Whether an invoice must hold each billing period of `c` whole: `c` has a commitment, an
+/// SLA or included GPU-hours, which are judged per billing period.
+pub fn judged_whole(c: &ContractRegistered) -> bool {
+    c.commitment.is_some() || c.sla.is_some() || c.fees().iter().any(|f| f.included.is_some())
 }
 
 /// Whether the billing period `span` of contract `c` charges anything on its own invoice: a
@@ -325,6 +332,7 @@ mod tests {
                     timing: FeeTiming::Advance,
                     category: FeeCategory::Compute,
                     lease: None,
+                    included: None,
                 },
                 ContractFee {
                     name: "Public IPs".into(),
@@ -332,6 +340,7 @@ mod tests {
                     timing: FeeTiming::Arrears,
                     category: FeeCategory::Networking,
                     lease: None,
+                    included: None,
                 },
                 ContractFee {
                     name: "Setup".into(),
@@ -339,6 +348,7 @@ mod tests {
                     timing: FeeTiming::Once,
                     category: FeeCategory::Support,
                     lease: None,
+                    included: None,
                 },
             ]),
             commitment: Some(d("1000")),

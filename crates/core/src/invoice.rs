@@ -18,7 +18,7 @@ mod v1;
 
 use super::record::{ContractRegistered, FeeCategory, FeeTiming};
 pub use contract_lines::{
-    contract_lines, Commitment, ContractLines, SplitPeriod, PERIOD_SHARE_DECIMALS,
+    contract_lines, Commitment, ContractLines, Measurement, SplitPeriod, PERIOD_SHARE_DECIMALS,
 };
 pub use v1::{legacy_lines, InvoiceV1, LegacyLine};
 
@@ -58,6 +58,12 @@ pub enum LineKind {
     /// A credit (a negative net) for a lease whose availability fell below its contract's SLA
     /// over a billing period: a share of the fee that rents it (docs/RATING.md, "SLA credits").
     SlaCredit,
+    /// GPU time of a lease a contract fee includes, up to the fee's included GPU-hours (net 0;
+    /// docs/RATING.md, "Included GPU-hours and overage").
+    Included,
+    /// GPU time of a lease a contract fee includes, above its included GPU-hours, at the
+    /// contract's `overage_rate`.
+    Overage,
 }
 
 impl LineKind {
@@ -69,6 +75,8 @@ impl LineKind {
             LineKind::Fee => "fee",
             LineKind::TrueUp => "true_up",
             LineKind::SlaCredit => "sla_credit",
+            LineKind::Included => "included",
+            LineKind::Overage => "overage",
         }
     }
 }
@@ -563,8 +571,9 @@ pub fn record_start(body: &super::record::Body) -> Option<Timestamp> {
 /// placed by an [`InvoiceScope`].
 pub struct InvoiceRating {
     scope: InvoiceScope,
-    /// The leases whose availability the invoice judges (SLAs), fed the period's records.
-    presence: crate::sla::Presence,
+    /// The leases whose availability the invoice judges (SLAs), fed the period's records, and
+    /// the contract-priced records (included GPU-hours), kept from the rate card.
+    measurement: Measurement,
     main: Rater,
     late: BTreeMap<Period, Rater>,
     excluded: Vec<ExcludedRecord>,
@@ -580,8 +589,9 @@ pub struct Rated {
     pub unpriced: Vec<(Option<Period>, Vec<Unpriced>)>,
     /// The records excluded from rating, by increasing entry.
     pub excluded: Vec<ExcludedRecord>,
-    /// What the period's usage records show present of the leases watched.
-    pub presence: crate::sla::Presence,
+    /// What the usage records show present of the leases watched, and the contract-priced
+    /// records' GPU-seconds (not in `lines` nor `adjustments`).
+    pub measurement: Measurement,
 }
 
 impl InvoiceRating {
@@ -589,17 +599,19 @@ impl InvoiceRating {
     pub fn new(scope: InvoiceScope) -> Self {
         InvoiceRating {
             main: Rater::new(scope.period.from),
-            presence: Default::default(),
+            measurement: Default::default(),
             scope,
             late: BTreeMap::new(),
             excluded: Vec::new(),
         }
     }
 
-    /// Watches the leases of `presence` (built for the scope's period): the usage records
-    /// the invoice rates in its own period count toward their availability.
-    pub fn watching(mut self, presence: crate::sla::Presence) -> Self {
-        self.presence = presence;
+    /// Measures what `measurement` watches (built for the scope's period from the tenant's
+    /// contracts): the usage records the invoice rates in its own period count toward the
+    /// availability of the leases its presence watches, and the records its metering finds
+    /// contract-priced are priced by their contracts, not by the rate card.
+    pub fn measuring(mut self, measurement: Measurement) -> Self {
+        self.measurement = measurement;
         self
     }
 
@@ -631,13 +643,18 @@ impl InvoiceRating {
             Placement::Outside => return placement,
         };
         match (placement, body) {
+            // A contract-priced record counts toward no volume tier.
+            (Placement::Invoiced(_), Body::GpuUsage(u)) if self.measurement.metering.prices(u) => {}
             (Placement::Invoiced(_), Body::GpuUsage(u)) => rater.add_invoiced_usage(book, u),
             (Placement::Invoiced(_), _) => {}
             (_, Body::GpuUsage(u)) => {
-                if placement == Placement::Period {
-                    self.presence.add(u);
+                let late = match placement {
+                    Placement::Late(p) => Some(p),
+                    _ => None,
+                };
+                if !self.measurement.add(u, late) {
+                    rater.add_usage(book, u)
                 }
-                rater.add_usage(book, u)
             }
             (_, Body::Energy(e)) => rater.add_energy(book, e),
             _ => {}
@@ -656,7 +673,7 @@ impl InvoiceRating {
             adjustments: BTreeMap::new(),
             unpriced: Vec::new(),
             excluded: self.excluded,
-            presence: self.presence,
+            measurement: self.measurement,
         };
         rated.excluded.sort_by_key(|x| x.entry);
         rated.excluded.dedup_by_key(|x| x.entry);
@@ -727,6 +744,11 @@ pub struct Invoice {
     /// periods the invoice holds (docs/RATING.md, "SLA credits"); absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub availability: Vec<crate::sla::Availability>,
+    /// The included GPU-hours of the tenant's contracts over the billing periods the invoice
+    /// holds, used and above (docs/RATING.md, "Included GPU-hours and overage"); absent when
+    /// none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowances: Vec<crate::allowance::Allowance>,
     /// What the tenant's prepaid lots paid of `total`, in drawing order (docs/RATING.md,
     /// "Prepaid balances"); absent when nothing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -1094,7 +1116,7 @@ impl InvoiceCheck {
                     inv.period,
                     &c,
                     &lines,
-                    &rated.presence,
+                    &rated.measurement,
                     &|_| Tax::none(),
                     true,
                 )
@@ -1129,6 +1151,7 @@ impl InvoiceCheck {
                     excluded: std::mem::take(&mut rated.excluded),
                     commitments: contract.commitments,
                     availability: contract.availability,
+                    allowances: contract.allowances,
                     net_total: t.net,
                     tax_total: t.tax,
                     total: t.gross,
@@ -1207,7 +1230,10 @@ impl InvoiceCheck {
             InvoiceScope::new(period, self.earlier.iter().copied())
                 .excluding(self.excluded.clone()),
         )
-        .watching(presence)
+        .measuring(Measurement {
+            presence,
+            metering: crate::allowance::Metering::new(&self.contracts, period),
+        })
     }
 }
 

@@ -6,6 +6,7 @@
 //! benchmarks and the demo.
 
 pub mod admission;
+pub mod allowance;
 pub mod bundle;
 pub mod canonical;
 pub mod certificate;

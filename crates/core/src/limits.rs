@@ -86,3 +86,6 @@ pub const MAX_FEE_NAME_BYTES: usize = 100;
 
 /// The most steps an SLA's credit schedule may have.
 pub const MAX_SLA_STEPS: usize = 8;
+
+/// The most GPU models one contract fee may include hours of (`fees[i].included`).
+pub const MAX_INCLUDED_MODELS: usize = 8;

@@ -61,8 +61,8 @@ macro_rules! words {
 mod contract;
 mod prepayment;
 pub use contract::{
-    BillingAnchor, BillingPeriod, ContractFee, ContractRegistered, FeeCategory, FeeTiming, Sla,
-    SlaStep,
+    BillingAnchor, BillingPeriod, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
+    Included, Sla, SlaStep,
 };
 pub use prepayment::{Prepayment, PrepaymentSource};
 

@@ -339,6 +339,7 @@ mod tests {
                 timing: FeeTiming::Advance,
                 category: FeeCategory::Compute,
                 lease: Some("L-1".into()),
+                included: None,
             }]),
             commitment: None,
             sla: Some(sla()),

@@ -469,8 +469,12 @@ fn usage_row(inv: &Invoice, line: &InvoiceLine, ctx: &Context) -> Row {
     row.region_name = Some(line.region.clone());
     row.x_certificate_id = ctx.certificate(inv, &line.region, charge);
     // Usage of the invoice's own period draws its (first) contract commitment down
-    // (docs/RATING.md, "Contracts": drawn = Σ net of those lines).
-    if matches!(line.kind, LineKind::Gpu | LineKind::Energy) && line.adjustment_for.is_none() {
+    // (docs/RATING.md, "Contracts": drawn = Σ net of those lines and of the overage lines).
+    let draws = matches!(
+        line.kind,
+        LineKind::Gpu | LineKind::Energy | LineKind::Overage
+    );
+    if draws && line.adjustment_for.is_none() {
         if let Some(c) = inv.commitments.first() {
             commitment_columns(&mut row, inv, &c.contract, "Used", line.net);
         }
@@ -505,6 +509,22 @@ fn usage_row(inv: &Invoice, line: &InvoiceLine, ctx: &Context) -> Row {
             row.x_carbon_grams_co2e = ctx
                 .carbon_intensity(inv, line, charge)
                 .map(|c| (line.quantity * c).normalize());
+        }
+        // GPU time a contract prices (docs/RATING.md, "Included GPU-hours and overage"):
+        // usage at the contract's price (0 within the included hours), of its billing period.
+        LineKind::Included | LineKind::Overage => {
+            let model = line.gpu_model.as_deref().unwrap_or("unknown");
+            row.pricing_unit = Some(GPU_PRICING_UNIT.into());
+            row.consumed_quantity = line.gpu_seconds.map(|s| s.normalize());
+            row.consumed_unit = row.consumed_quantity.map(|_| GPU_CONSUMED_UNIT.into());
+            row.pricing_category = Some("Committed".into());
+            let what = match line.kind {
+                LineKind::Included => "included",
+                _ => "overage",
+            };
+            contract_charge(&mut row, line, &format!("{what}/{model}"));
+            row.sku_id = Some(format!("gpu/{model}"));
+            row.sku_meter = Some("GPU Hours".into());
         }
         // A contract's fixed fee: a purchase for its billing period (FOCUS 1.2: ChargeCategory
         // Purchase, ChargeFrequency Recurring, or One-Time for a one-off fee).
@@ -760,6 +780,7 @@ mod tests {
             excluded: Vec::new(),
             commitments: Vec::new(),
             availability: Vec::new(),
+            allowances: Vec::new(),
             prepaid: Vec::new(),
             amount_due: None,
         }

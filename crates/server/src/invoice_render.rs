@@ -708,8 +708,39 @@ fn describe_zh(d: &str) -> Option<String> {
             let pue = pue.strip_prefix("PUE ")?;
             Some(format!("电力，{region}，PUE {pue}"))
         }
-        _ => sla_credit_zh(d),
+        _ => sla_credit_zh(d).or_else(|| allowance_zh(d)),
     }
+}
+
+/// An `included` or `overage` line's description (`core::invoice::contract_lines`) in
+/// Chinese.
+fn allowance_zh(d: &str) -> Option<String> {
+    if let Some(rest) = d.strip_prefix("Included GPU-hours, ") {
+        let (model_lease, rest) = rest.split_once(": ")?;
+        let (model, lease) = model_lease.split_once(", lease ")?;
+        let (used, rest) = rest.split_once(" of ")?;
+        let (included, fee) = rest.split_once(" GPU-h (")?;
+        let fee = fee.strip_suffix(')')?;
+        return Some(format!(
+            "包含 GPU 时，{model}，租约 {lease}：已用 {used} / 包含 {included} GPU 时（{fee}）"
+        ));
+    }
+    if let Some(rest) = d.strip_prefix("Overage (late records), ") {
+        let (model_lease, fee) = rest.split_once(" (")?;
+        let (model, lease) = model_lease.split_once(", lease ")?;
+        let fee = fee.strip_suffix(')')?;
+        return Some(format!(
+            "超出用量（迟到记录），{model}，租约 {lease}（{fee}）"
+        ));
+    }
+    let rest = d.strip_prefix("Overage above ")?;
+    let (included, rest) = rest.split_once(" included GPU-h, ")?;
+    let (model_lease, fee) = rest.split_once(" (")?;
+    let (model, lease) = model_lease.split_once(", lease ")?;
+    let fee = fee.strip_suffix(')')?;
+    Some(format!(
+        "超出包含 {included} GPU 时的用量，{model}，租约 {lease}（{fee}）"
+    ))
 }
 
 /// An `sla_credit` line's description (`core::invoice::contract_lines`) in Chinese.
@@ -776,6 +807,7 @@ pub fn to_pdf(doc: &InvoiceDoc, notes: &PdfNotes) -> Result<Vec<u8>, RenderError
     pdf.heading(invoice, notes);
     pdf.table(invoice);
     pdf.availability(invoice);
+    pdf.allowances(invoice);
     pdf.excluded(invoice);
     pdf.payment(invoice, notes);
     pdf.verification_note(invoice, notes);
@@ -1338,10 +1370,12 @@ impl Pages {
         let lang = self.lang;
         let item = lang.describe(line);
         let measured = match (line.kind, lang) {
-            (LineKind::Gpu, Lang::En) => line
+            (LineKind::Gpu | LineKind::Included | LineKind::Overage, Lang::En) => line
                 .gpu_seconds
                 .map(|s| format!("{} GPU-seconds", exact(s))),
-            (LineKind::Gpu, Lang::ZhCn) => line.gpu_seconds.map(|s| format!("{} GPU 秒", exact(s))),
+            (LineKind::Gpu | LineKind::Included | LineKind::Overage, Lang::ZhCn) => {
+                line.gpu_seconds.map(|s| format!("{} GPU 秒", exact(s)))
+            }
             (LineKind::Energy, Lang::En) => line
                 .measured_kwh
                 .map(|k| format!("{} kWh measured", exact(k))),
@@ -1531,6 +1565,44 @@ impl Pages {
                     exact(a.availability),
                     exact(a.target),
                     credit.map_or(String::new(), |c| format!("，赔付 {} %", exact(c)))
+                ),
+            };
+            self.text_wrapped(&text, MARGIN_X, RIGHT - MARGIN_X, 9.0);
+        }
+        self.y -= 12.0;
+    }
+
+    /// The included GPU-hours per contract, billing period, lease and model: included, used
+    /// and above (docs/RATING.md, "Included GPU-hours and overage").
+    fn allowances(&mut self, invoice: &Invoice) {
+        if invoice.allowances.is_empty() {
+            return;
+        }
+        let lang = self.lang;
+        self.ensure(4.0 * LEADING);
+        let title = match lang {
+            Lang::En => "Included GPU-hours, from the signed usage records",
+            Lang::ZhCn => "包含 GPU 时，依据已签名的用量记录",
+        };
+        self.text_wrapped_face(title, MARGIN_X, RIGHT - MARGIN_X, 10.0, Face::Bold);
+        for a in &invoice.allowances {
+            let hours = gpuledger_core::invoice::gpu_hours;
+            let (included, used, over) = (
+                exact(hours(a.included_gpu_seconds)),
+                exact(hours(a.used_gpu_seconds)),
+                exact(hours(a.overage_gpu_seconds)),
+            );
+            let period = lang.period(a.period);
+            let text = match lang {
+                Lang::En => format!(
+                    "Contract {}, lease {}, {}, {period}: {used} of {included} GPU-h used, \
+                     {over} GPU-h above",
+                    a.contract, a.lease, a.gpu_model
+                ),
+                Lang::ZhCn => format!(
+                    "合同 {}，租约 {}，{}，{period}：包含 {included} GPU 时，已用 {used} GPU 时，\
+                     超出 {over} GPU 时",
+                    a.contract, a.lease, a.gpu_model
                 ),
             };
             self.text_wrapped(&text, MARGIN_X, RIGHT - MARGIN_X, 9.0);

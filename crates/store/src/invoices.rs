@@ -95,17 +95,19 @@ pub struct PricedLines {
     pub totals: core_invoice::Totals,
     pub commitments: Vec<core_invoice::Commitment>,
     pub availability: Vec<gpuledger_core::sla::Availability>,
+    pub allowances: Vec<gpuledger_core::allowance::Allowance>,
 }
 
-/// [`PricedLines`] of `rated` (the period's lines, then adjustment lines) and the `presence`
-/// the period's records show (SLAs). With `whole` (issuing), a period that splits a billing
-/// period with a commitment or an SLA is refused; a preview of part of one (`whole` false)
-/// judges the whole billing periods it holds only.
+/// [`PricedLines`] of `rated` (the period's lines, then adjustment lines) and what the
+/// records show beyond them (`measured`: SLA presence, contract-priced GPU-seconds). With
+/// `whole` (issuing), a period that splits a billing period of a contract with a commitment,
+/// an SLA or included hours is refused; a preview of part of one (`whole` false) judges the
+/// whole billing periods it holds only (included hours: each billing period so far).
 pub fn priced_lines(
     period: Period,
     rated: Vec<core_invoice::RatedLine>,
     contracts: &[ContractRegistered],
-    presence: &gpuledger_core::sla::Presence,
+    measured: &core_invoice::Measurement,
     currency: &str,
     taxes: &TaxTable,
     whole: bool,
@@ -115,7 +117,7 @@ pub fn priced_lines(
         rated.into_iter().partition(|r| r.adjustment_for.is_some());
     let mut lines = core_invoice::lines_v2(usage, &tax);
     let contract =
-        core_invoice::contract_lines(contracts, period, currency, &lines, presence, &tax, whole)
+        core_invoice::contract_lines(contracts, period, currency, &lines, measured, &tax, whole)
             .map_err(|e| StoreError::ContractPeriodSplit(e.to_string()))?;
     lines.extend(contract.lines);
     lines.extend(core_invoice::lines_v2(adjustments, &tax));
@@ -125,6 +127,7 @@ pub fn priced_lines(
         totals,
         commitments: contract.commitments,
         availability: contract.availability,
+        allowances: contract.allowances,
     })
 }
 
@@ -381,12 +384,12 @@ fn rate(
     conn: &mut DbConn,
     tenant: &str,
     scope: InvoiceScope,
-    presence: gpuledger_core::sla::Presence,
+    measurement: core_invoice::Measurement,
     size: u64,
 ) -> Result<(Rated, Watch), StoreError> {
     let book = pricing::price_book(conn, size)?;
     let idxs = selection(conn, tenant, &scope, size, book.has_tiers())?;
-    let mut rating = InvoiceRating::new(scope).watching(presence);
+    let mut rating = InvoiceRating::new(scope).measuring(measurement);
     let mut watch = Watch::default();
     usage::for_each_of(conn, Some(tenant), &idxs, &mut |idx, _, _, body| {
         if rating.add(&book, idx, body) != Placement::Outside {
@@ -408,14 +411,15 @@ fn rate(
 /// Rates `tenant`'s usage and energy records whose intervals start in `period`, with the prices
 /// of the log as of size `size` (and the plan and volume tiers in force at the period's start):
 /// the invoice preview, with the records of the period excluded from rating (as an invoice
-/// leaves them out); the usage records rated count toward `presence` (SLAs). Reads the records
-/// starting in the period and the tenant's exclusions, nothing else of the tenant's history.
+/// leaves them out); the usage records rated count toward `measurement` (SLA presence), and
+/// those it finds contract-priced are not rated by the rate card. Reads the records starting
+/// in the period and the tenant's exclusions, nothing else of the tenant's history.
 pub fn preview(
     conn: &mut DbConn,
     tenant: &str,
     period: Period,
     size: u64,
-    presence: &mut gpuledger_core::sla::Presence,
+    measurement: &mut core_invoice::Measurement,
 ) -> Result<(Rater, Vec<core_invoice::ExcludedRecord>), StoreError> {
     let book: PriceBook = pricing::price_book(conn, size)?;
     let mut rater = Rater::new(period.from);
@@ -434,8 +438,11 @@ pub fn preview(
         }
         match body {
             Body::GpuUsage(u) if period.contains(u.start) => {
-                presence.add(u);
-                rater.add_usage(&book, u)
+                // A contract-priced record is its contract's, not the rate card's.
+                let by_contract = measurement.add(u, None);
+                if !by_contract {
+                    rater.add_usage(&book, u)
+                }
             }
             Body::Energy(e) if period.contains(e.start) => rater.add_energy(&book, e),
             _ => {}
@@ -482,17 +489,17 @@ pub(crate) fn draft(
     };
     let scope = new_scope(conn, tenant, period, size)?;
     let contracts = read::contracts(conn, tenant, size)?;
-    let presence = read::presence(conn, tenant, &contracts, period, size)?;
+    let measurement = read::measurement(conn, tenant, &contracts, period, size)?;
     let (
         Rated {
             mut lines,
             mut adjustments,
             excluded,
-            presence,
+            measurement,
             ..
         },
         watch,
-    ) = rate(conn, tenant, scope.clone(), presence, size)?;
+    ) = rate(conn, tenant, scope.clone(), measurement, size)?;
     let mut currencies: Vec<String> = lines
         .keys()
         .chain(adjustments.keys())
@@ -505,7 +512,15 @@ pub(crate) fn draft(
     for c in currencies {
         let mut l = lines.remove(&c).unwrap_or_default();
         l.extend(adjustments.remove(&c).unwrap_or_default());
-        let p = priced_lines(period, l, &contracts, &presence, &c, &settings.taxes, true)?;
+        let p = priced_lines(
+            period,
+            l,
+            &contracts,
+            &measurement,
+            &c,
+            &settings.taxes,
+            true,
+        )?;
         // Only zero-quantity lines (left out) and no contract line: nothing to invoice in
         // this currency.
         if !p.lines.is_empty() {
@@ -754,6 +769,7 @@ fn documents(
             excluded: draft.excluded.clone(),
             commitments: p.commitments.clone(),
             availability: p.availability.clone(),
+            allowances: p.allowances.clone(),
             prepaid: Vec::new(),
             amount_due: None,
         };

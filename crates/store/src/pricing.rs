@@ -283,7 +283,7 @@ pub fn rate_period_watching(
     from: Timestamp,
     to: Timestamp,
     size: u64,
-    presence: &mut gpuledger_core::sla::Presence,
+    measurement: &mut gpuledger_core::invoice::Measurement,
 ) -> Result<(Rater, Vec<gpuledger_core::invoice::ExcludedRecord>), StoreError> {
     // The tenant-month's records through the start index (`store::invoices::preview`), not
     // the tenant's whole history.
@@ -292,6 +292,6 @@ pub fn rate_period_watching(
         tenant,
         gpuledger_core::invoice::Period { from, to },
         size,
-        presence,
+        measurement,
     )
 }

@@ -339,24 +339,30 @@ pub fn leases(
         .collect())
 }
 
-/// The SLA watch of an invoice or preview of `tenant` for `period` at log size `size`
-/// (`core::sla::Presence`): the leases its contracts' fees rent, with their registrations.
-pub fn presence(
+/// What an invoice or preview of `tenant` for `period` at log size `size` measures beyond its
+/// usage lines (`core::invoice::Measurement`): the leases its contracts' SLAs watch, with their
+/// registrations, and the contract-priced records of its contracts' included hours.
+pub fn measurement(
     conn: &mut DbConn,
     tenant: &str,
     contracts: &[gpuledger_core::record::ContractRegistered],
     period: gpuledger_core::invoice::Period,
     size: u64,
-) -> Result<gpuledger_core::sla::Presence, StoreError> {
+) -> Result<gpuledger_core::invoice::Measurement, StoreError> {
+    let metering = gpuledger_core::allowance::Metering::new(contracts, period);
     if contracts.iter().all(|c| c.sla.is_none()) {
-        return Ok(Default::default());
+        return Ok(gpuledger_core::invoice::Measurement {
+            presence: Default::default(),
+            metering,
+        });
     }
     let leases = leases(conn, tenant, size)?;
-    Ok(gpuledger_core::sla::Presence::new(
-        contracts,
-        period,
-        &|l| leases.get(l).cloned(),
-    ))
+    Ok(gpuledger_core::invoice::Measurement {
+        presence: gpuledger_core::sla::Presence::new(contracts, period, &|l| {
+            leases.get(l).cloned()
+        }),
+        metering,
+    })
 }
 
 /// The exclusions of `tenant`'s records logged below `size` (docs/PROTOCOL.md §5.17): excluded

@@ -230,14 +230,23 @@ def gpu(index: int, uuid: str, model: str, layout: Optional[Dict[str, Any]] = No
 
 
 def fee(name: str, amount: str, timing: str = "advance", category: str = "compute",
-        lease: Optional[str] = None) -> Dict[str, Any]:
+        lease: Optional[str] = None, included: Optional[List[Any]] = None) -> Dict[str, Any]:
     """One fee of a contract_registered entry (section 5.19): its name (text for people), amount
-    (per whole billing period; a `once` fee: the whole fee), timing and category; and the lease
-    it rents, if any (an SLA is measured on it)."""
+    (per whole billing period; a `once` fee: the whole fee), timing and category; the lease it
+    rents, if any (an SLA is measured on it); and the GPU-hours it includes, if any
+    (`included(...)` entries, written as given)."""
     out = {"name": name, "amount": amount, "timing": timing, "category": category}
     if lease is not None:
         out["lease"] = lease
+    if included is not None:
+        out["included"] = included
     return out
+
+
+def included(gpu_model: str, gpu_hours: str, overage_rate: str) -> Dict[str, Any]:
+    """One entry of a fee's `included` (section 5.19): `gpu_hours` GPU-hours of `gpu_model` per
+    whole billing period, every GPU-hour above them at `overage_rate`."""
+    return {"gpu_model": gpu_model, "gpu_hours": gpu_hours, "overage_rate": overage_rate}
 
 
 class Log:

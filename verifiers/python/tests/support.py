@@ -44,6 +44,17 @@ def vector_line(name: str) -> str:
     return text[:-1]
 
 
+def changed(obj: Dict[str, Any], changes: Dict[str, Any]) -> Dict[str, Any]:
+    """`obj` with `changes` applied in place and returned: each member set to its value, or
+    removed where the value is `...`."""
+    for k, v in changes.items():
+        if v is ...:
+            del obj[k]
+        else:
+            obj[k] = v
+    return obj
+
+
 def leaf_of(line: Dict[str, Any]) -> Dict[str, Any]:
     return json.loads(base64.b64decode(line["leaf"]))
 

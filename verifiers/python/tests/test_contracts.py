@@ -12,7 +12,7 @@ no earlier contract of its tenant (`contract_overlap`, half-open terms). Body ru
 import copy
 import unittest
 
-from support import LogBundleTestCase, body_verdict, gv, producer
+from support import LogBundleTestCase, body_verdict, changed, gv, producer
 
 FEES = [producer.fee("Bare-metal 8\u00d7H100 node, monthly", "120000"),
         producer.fee("Rack setup", "800", "once", "support")]
@@ -26,11 +26,7 @@ def body(**changes):
     out = {"tenant": "t", "contract": "C-1", "currency": "CNY", "region": "cn-east", "term_from": TERM[0],
            "term_to": TERM[1], "billing_period": "month", "billing_anchor": "calendar",
            "fees": copy.deepcopy(FEES), "commitment": "5000"}
-    for k, v in changes.items():
-        if v is ...:
-            del out[k]
-        else:
-            out[k] = v
+    changed(out, changes)
     return out
 
 
@@ -339,11 +335,7 @@ class ContractBodies(unittest.TestCase):
 
     def with_fee(self, i, **changes):
         b = body()
-        for k, v in changes.items():
-            if v is ...:
-                del b["fees"][i][k]
-            else:
-                b["fees"][i][k] = v
+        changed(b["fees"][i], changes)
         return b
 
     def test_codes(self):

@@ -10,7 +10,7 @@ are left to verify-log (and the ledger)."""
 import copy
 import unittest
 
-from support import LogBundleTestCase, gv, producer
+from support import LogBundleTestCase, changed, gv, producer
 
 N1_GPUS = producer.node_gpus({"H100": 8}, prefix="GPU-n1")
 EXCLUDED_AT = "2026-11-06T00:00:00Z"  # after the records' received_at: receive times never decrease
@@ -241,11 +241,7 @@ class DisputeBodies(unittest.TestCase):
 
     def code(self, **changes):
         body = copy.deepcopy(self.BODY)
-        for k, v in changes.items():
-            if v is ...:
-                del body[k]
-            else:
-                body[k] = v
+        changed(body, changes)
         env = {"v": 3, "kind": "record_excluded", "signer": "ledger", "key_id": "34750f98bd59fcfc", "seq": 1,
                "body": body, "sig": "A" * 86 + "=="}
         try:

@@ -23,7 +23,7 @@ import unittest
 from contextlib import redirect_stdout
 from fractions import Fraction
 
-from support import REPO, LogBundleTestCase, RustInvoiceFixture, VerifierTestCase, gv, producer
+from support import LogBundleTestCase, REPO, RustInvoiceFixture, VerifierTestCase, changed, gv, producer
 
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "prepaid")
 FIXTURE_INVOICE = os.path.join(FIXTURE, "invoice.json")
@@ -45,11 +45,7 @@ def body(**changes):
     value of ... removes the member)."""
     out = {"tenant": "t", "reference": "TOPUP-2027-0042", "source": "purchase", "currency": "CNY",
            "amount": "5000.00", "expires_at": "2028-01-01T00:00:00Z"}
-    for k, v in changes.items():
-        if v is ...:
-            del out[k]
-        else:
-            out[k] = v
+    changed(out, changes)
     return out
 
 

@@ -23,7 +23,7 @@ import unittest
 from contextlib import redirect_stdout
 from fractions import Fraction
 
-from support import REPO, LogBundleTestCase, RustInvoiceFixture, VerifierTestCase, body_verdict, gv, producer
+from support import LogBundleTestCase, REPO, RustInvoiceFixture, VerifierTestCase, body_verdict, changed, gv, producer
 
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "sla")
 
@@ -54,11 +54,7 @@ def body(**changes):
     out = {"billing_anchor": "calendar", "billing_period": "month", "contract": "C-acme-sla", "currency": "CNY",
            "fees": [producer.fee(FEE_NAME, "3000", lease=LEASE)], "region": "west", "sla": copy.deepcopy(SLA),
            "tenant": "acme", "term_from": TERM[0], "term_to": TERM[1]}
-    for k, v in changes.items():
-        if v is ...:
-            del out[k]
-        else:
-            out[k] = v
+    changed(out, changes)
     return out
 
 
@@ -75,20 +71,12 @@ class SlaBodies(unittest.TestCase):
 
     def with_fee(self, i, **changes):
         b = body(fees=[producer.fee(FEE_NAME, "3000", lease=LEASE), producer.fee("Setup", "500", "once", "support")])
-        for k, v in changes.items():
-            if v is ...:
-                del b["fees"][i][k]
-            else:
-                b["fees"][i][k] = v
+        changed(b["fees"][i], changes)
         return b
 
     def with_sla(self, **changes):
         s = copy.deepcopy(SLA)
-        for k, v in changes.items():
-            if v is ...:
-                del s[k]
-            else:
-                s[k] = v
+        changed(s, changes)
         return body(sla=s)
 
     def test_the_section_5_19_example_passes(self):
@@ -734,7 +722,8 @@ class SlaInvoices(VerifierTestCase):
         inv = self.invoice(sl, (JAN[0], "2027-01-16T00:00:00Z"), [fee_line(JAN)])
         r = self.check(sl, inv)
         self.assertFail(r, "claim_mismatch", "period")
-        self.assertIn(f"[{JAN[0]}, {JAN[1]}) of contract C-acme-sla, which has a commitment or an SLA", r.message)
+        self.assertIn(f"[{JAN[0]}, {JAN[1]}) of contract C-acme-sla, which has a commitment, an SLA or included GPU-hours",
+                      r.message)
 
     def test_credits_do_not_draw_down_the_commitment(self):
         """With a commitment of 5000 and usage of 1000.00 (its line not re-rated): drawn 1000.00,

@@ -10,7 +10,7 @@
 // signed; run.mjs's bundle tests do that and compare with `gpuledger verify`.
 // Exit status 0 when every test passed, 1 otherwise.
 
-import { checkEnvelope, KINDS, LEDGER_KINDS, MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS, MAX_SLA_STEPS } from '../leaf.js';
+import { checkEnvelope, KINDS, LEDGER_KINDS, MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS, MAX_INCLUDED_MODELS, MAX_SLA_STEPS } from '../leaf.js';
 import { Admission } from '../admission.js';
 import { results, test, assert, eq } from './harness.mjs';
 
@@ -251,6 +251,100 @@ await test('contract_registered leases and SLAs refused with the code and field 
     ['a negative percent', steps(['99', '-10']), /^body\.sla\.credits\[0\]\.percent is not an amount/],
     // The shape comes first, all of it: a bad SLA shape before a bad fee amount.
     ['a bad amount and an sla without credits: the shape first', { ...S, fees: [{ ...S.fees[0], amount: '0' }], sla: without(S.sla, 'credits') }, /^body\.sla has no member credits$/],
+  ]) {
+    const got = await bodyVerdict(body);
+    assert(want.test(got), `${what}: ${got}`);
+  }
+});
+
+/** The spec's third example: 2000 H100 GPU-hours a month included in the fee of lease-acme, 9.50 per GPU-hour above. */
+const I = {
+  billing_anchor: 'calendar',
+  billing_period: 'month',
+  contract: 'C-acme-inc',
+  currency: 'CNY',
+  fees: [{ amount: '20000', category: 'compute', included: [{ gpu_hours: '2000', gpu_model: 'H100', overage_rate: '9.50' }], lease: 'lease-acme', name: '2 × H100 on node-1, monthly', timing: 'advance' }],
+  region: 'west',
+  tenant: 'acme',
+  term_from: '2027-01-01T00:00:00Z',
+  term_to: '2027-04-01T00:00:00Z',
+};
+/** An entry of a fee's `included`. */
+const inc = (gpu_model = 'H100', gpu_hours = '2000', overage_rate = '9.50') => ({ gpu_model, gpu_hours, overage_rate });
+/** I with its fee's included set to `entries` and the fee's other members changed (undefined: removed). */
+const includedWith = (entries, changes = {}) => {
+  const fee = { ...I.fees[0], included: entries, ...changes };
+  for (const [k, v] of Object.entries(changes)) if (v === undefined) delete fee[k];
+  return { ...I, fees: [fee] };
+};
+/** I with these fees after its own. */
+const withFees = (...more) => ({ ...I, fees: [I.fees[0], ...more] });
+const eight = Array.from({ length: MAX_INCLUDED_MODELS }, (_, k) => inc(`M${k}`));
+
+await test('contract_registered bodies with included GPU-hours that pass (§5.19)', async () => {
+  eq(MAX_INCLUDED_MODELS, 8, 'MAX_INCLUDED_MODELS');
+  for (const [what, body] of [
+    ["the spec's example", I],
+    ['0 hours included, a rate of 0', includedWith([inc('H100', '0', '0')])],
+    ['amounts with 4 decimals and trailing zeros', includedWith([inc('H100', '0.0000', '9.5000')])],
+    ['amounts of 10^12', includedWith([inc('H100', '1000000000000', '1000000000000.0000')])],
+    [`${MAX_INCLUDED_MODELS} models`, includedWith(eight)],
+    ['a MIG instance model', includedWith([inc('A100/1g.10gb')])],
+    ['on an arrears fee', includedWith([inc()], { timing: 'arrears' })],
+    ['the same model on another lease', withFees({ ...I.fees[0], lease: 'lease-2', name: 'Second node' })],
+    ['the same lease on another fee, another model', withFees({ ...I.fees[0], name: 'Support', included: [inc('A100')] })],
+    ['with a commitment', { ...I, commitment: '1000' }],
+    ['with an SLA', { ...I, sla: S.sla }],
+  ]) eq(await bodyVerdict(body), 'PASS', what);
+});
+
+await test('contract_registered included GPU-hours refused with the code and field of the spec (§5.19)', async () => {
+  for (const [what, body, want] of [
+    // Only on a fee that names a lease (after the lease's own rules).
+    ['on a fee without a lease', includedWith([inc()], { lease: undefined }), 'invalid_field body.fees[0].included'],
+    ['on a once fee without a lease', includedWith([inc()], { lease: undefined, timing: 'once' }), 'invalid_field body.fees[0].included'],
+    ['on a once fee with a lease: the lease first', includedWith([inc()], { timing: 'once' }), 'invalid_field body.fees[0].lease'],
+    // 1 to 8 entries.
+    ['no entries', includedWith([]), 'invalid_field body.fees[0].included'],
+    [`${MAX_INCLUDED_MODELS + 1} entries`, includedWith([...eight, inc('M8')]), 'invalid_field body.fees[0].included'],
+    // The amounts' range.
+    ['gpu_hours above 10^12', includedWith([inc('H100', '1000000000000.0001')]), 'quantity_out_of_range body.fees[0].included[0].gpu_hours'],
+    ['overage_rate above 10^12', includedWith([inc('H100', '1', '10000000000000')]), 'quantity_out_of_range body.fees[0].included[0].overage_rate'],
+    // A lease and model at most once in the contract: the second occurrence is named.
+    ['a model twice in one fee', includedWith([inc(), inc('H100', '1')]), 'invalid_field body.fees[0].included[1].gpu_model'],
+    ['a model twice, another between', includedWith([inc(), inc('A100'), inc()]), 'invalid_field body.fees[0].included[2].gpu_model'],
+    ['a model twice across fees of the lease', withFees({ ...I.fees[0], name: 'Support', included: [inc('A100'), inc()] }), 'invalid_field body.fees[1].included[1].gpu_model'],
+    // The order: the fee's other members first; needs-a-lease, then the count, then entry by
+    // entry gpu_model, gpu_hours, overage_rate and the at-most-once rule; fee by fee.
+    ['a bad category and a bad entry: the category first', includedWith([inc('H100', '1000000000000.0001')], { category: 'gpu' }), 'invalid_field body.fees[0].category'],
+    ['a zero amount and a bad entry: the amount first', includedWith([inc('H100', '1000000000000.0001')], { amount: '0' }), 'quantity_out_of_range body.fees[0].amount'],
+    ['no lease and 9 entries: the lease rule first', includedWith([...eight, inc('M8')], { lease: undefined }), 'invalid_field body.fees[0].included'],
+    ['9 entries, the first bad: the count first', includedWith([inc('H100', '1000000000000.0001'), ...eight]), 'invalid_field body.fees[0].included'],
+    ['a bad rate before a bad later hours', includedWith([inc('H100', '1', '1000000000000.0001'), inc('A100', '1000000000000.0001')]), 'quantity_out_of_range body.fees[0].included[0].overage_rate'],
+    ['bad hours and a bad rate: the hours first', includedWith([inc('H100', '1000000000000.0001', '1000000000000.0001')]), 'quantity_out_of_range body.fees[0].included[0].gpu_hours'],
+    ['a repeat with a bad rate: the rate first', includedWith([inc(), inc('H100', '1', '1000000000000.0001')]), 'quantity_out_of_range body.fees[0].included[1].overage_rate'],
+    ["fee 0's included before fee 1's name", { ...I, fees: [{ ...I.fees[0], included: [] }, { amount: '1', category: 'other', name: '', timing: 'arrears' }] }, 'invalid_field body.fees[0].included'],
+    ["fee 1's amount before its repeated model", withFees({ ...I.fees[0], amount: '0', name: 'Support' }), 'quantity_out_of_range body.fees[1].amount'],
+    ['a bad included and a zero commitment: the fees first', { ...includedWith([]), commitment: '0' }, 'invalid_field body.fees[0].included'],
+    ['a bad included and a bad SLA: the fees first', { ...includedWith([]), sla: { target: '100', credits: [] } }, 'invalid_field body.fees[0].included'],
+  ]) eq(await bodyVerdict(body), want, what);
+  // Form errors (plain leaf_invalid): the message names what is wrong.
+  for (const [what, body, want] of [
+    ['a model that is no id', includedWith([inc('H 100')]), /^body\.fees\[0\]\.included\[0\]\.gpu_model is not an identifier$/],
+    ['the reserved model id', includedWith([inc('ledger')]), /^body\.fees\[0\]\.included\[0\]\.gpu_model "ledger" is reserved/],
+    ['negative hours', includedWith([inc('H100', '-1')]), /^body\.fees\[0\]\.included\[0\]\.gpu_hours is not an amount/],
+    ['hours with 5 decimals', includedWith([inc('H100', '1.00001')]), /^body\.fees\[0\]\.included\[0\]\.gpu_hours is not an amount/],
+    ['a rate with a leading zero', includedWith([inc('H100', '1', '09.50')]), /^body\.fees\[0\]\.included\[0\]\.overage_rate is not an amount/],
+    ['a bad model and bad hours: the model first', includedWith([inc('H 100', '-1')]), /^body\.fees\[0\]\.included\[0\]\.gpu_model is not an identifier$/],
+    ['included null', includedWith(null), /^body\.fees\[0\]\.included is not an array$/],
+    ['included an object', includedWith(inc()), /^body\.fees\[0\]\.included is not an array$/],
+    ['an entry not an object', includedWith(['H100']), /^body\.fees\[0\]\.included\[0\] is not an object$/],
+    ['an entry without its rate', includedWith([{ gpu_model: 'H100', gpu_hours: '1' }]), /^body\.fees\[0\]\.included\[0\] has no member overage_rate$/],
+    ['an unknown member of an entry', includedWith([{ ...inc(), unit: 'GPU-h' }]), /^body\.fees\[0\]\.included\[0\] has an unknown member unit$/],
+    ['number hours', includedWith([{ ...inc(), gpu_hours: 2000 }]), /^body\.fees\[0\]\.included\[0\]\.gpu_hours is not a string$/],
+    ['a null rate', includedWith([{ ...inc(), overage_rate: null }]), /^body\.fees\[0\]\.included\[0\]\.overage_rate is not a string$/],
+    // The shape comes first, all of it: a bad entry shape of fee 1 before a bad amount of fee 0.
+    ['a bad amount and a bad later entry shape: the shape first', { ...I, fees: [{ ...I.fees[0], amount: '0' }, { ...I.fees[0], included: [null] }] }, /^body\.fees\[1\]\.included\[0\] is not an object$/],
   ]) {
     const got = await bodyVerdict(body);
     assert(want.test(got), `${what}: ${got}`);

@@ -1,9 +1,11 @@
 //! An invoice's contract lines (docs/RATING.md, "Contracts"): each contract's fees the period
-//! bills ([`crate::contract::charges`]), the SLA credits of its billing periods
-//! ([`crate::sla`]) and the true-up of its commitment, as invoice lines. Used to issue, to
-//! preview and by [`super::InvoiceCheck`] to recompute.
+//! bills ([`crate::contract::charges`]), its included GPU-hours and overage
+//! ([`crate::allowance`]), the SLA credits of its billing periods ([`crate::sla`]) and the
+//! true-up of its commitment, as invoice lines. Used to issue, to preview and by
+//! [`super::InvoiceCheck`] to recompute.
 
-use super::{money_str, InvoiceLine, LineKind, Period, Tax, Unit};
+use super::{gpu_hours, money_str, InvoiceLine, LineKind, Period, Tax, Unit};
+use crate::allowance::{Allowance, Metering};
 use crate::contract::{charges, BillingSpan};
 use crate::rating::round_amount;
 use crate::record::{ContractRegistered, FeeTiming};
@@ -36,16 +38,40 @@ pub struct Commitment {
     pub true_up: Decimal,
 }
 
-/// The contract lines of an invoice, its commitments and the availability its SLAs judged.
+/// The contract lines of an invoice, its commitments, the availability its SLAs judged and
+/// its included GPU-hours.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContractLines {
-    /// Contract by contract in order of term: fee lines, `sla_credit` lines, the `true_up`
-    /// line.
+    /// Contract by contract in order of term: fee lines, `included` and `overage` lines, late
+    /// `overage` lines, `sla_credit` lines, the `true_up` line.
     pub lines: Vec<InvoiceLine>,
     pub commitments: Vec<Commitment>,
     /// Per contract with an SLA, billing period wholly inside the invoice's, and lease its
     /// fees rent (in that order): what the records show.
     pub availability: Vec<Availability>,
+    /// Per contract, billing period, fee and included entry (in that order).
+    pub allowances: Vec<Allowance>,
+}
+
+/// What the records an invoice rates show beyond its usage lines: the presence of the leases
+/// its contracts' SLAs watch, and the contract-priced GPU-seconds of their included hours.
+#[derive(Debug, Clone, Default)]
+pub struct Measurement {
+    pub presence: Presence,
+    pub metering: Metering,
+}
+
+impl Measurement {
+    /// Takes in a usage record the invoice rates in its own period (`late`: `None`) or as a
+    /// late record of the earlier period `late`: its presence (own period only) and, when it
+    /// is contract-priced, its GPU-seconds. True when contract-priced: the rate card does not
+    /// rate it.
+    pub fn add(&mut self, u: &crate::record::GpuUsage, late: Option<Period>) -> bool {
+        if late.is_none() {
+            self.presence.add(u);
+        }
+        self.metering.add(u, late)
+    }
 }
 
 /// An invoice period that holds part, not all, of a billing period of a contract with a
@@ -59,17 +85,18 @@ pub struct SplitPeriod {
 
 /// The contract lines of an invoice of `period` in `currency` (tax and gross still zero:
 /// [`super::apply_tax`] sets them) from the tenant's `contracts` (any order; those in other
-/// currencies make nothing), the invoice's `usage` lines and the `presence` its usage records
-/// show (for SLAs); the taxes of each contract's region by `tax`. With `whole` (an invoice),
-/// refused when the period splits a billing period with a commitment or an SLA; without (a
-/// preview of a period so far), the commitment and the SLA judge the whole billing periods
-/// the period holds only.
+/// currencies make nothing), the invoice's `usage` lines and what its records show
+/// (`measured`: presence for SLAs, contract-priced GPU-seconds); the taxes of each contract's
+/// region by `tax`. With `whole` (an invoice), refused when the period splits a billing period
+/// of a contract with a commitment, an SLA or included hours; without (a preview of a period
+/// so far), the commitment and the SLA judge the whole billing periods the period holds only,
+/// the included hours each billing period so far.
 pub fn contract_lines(
     contracts: &[ContractRegistered],
     period: Period,
     currency: &str,
     usage: &[InvoiceLine],
-    presence: &Presence,
+    measured: &Measurement,
     tax: &dyn Fn(&str) -> Tax,
     whole: bool,
 ) -> Result<ContractLines, SplitPeriod> {
@@ -78,17 +105,8 @@ pub fn contract_lines(
         .filter(|c| c.currency == currency)
         .collect();
     ordered.sort_by(|a, b| (a.term_from, &a.contract).cmp(&(b.term_from, &b.contract)));
-    // An amount like every other, with the currency's minor digits (0.00 without usage).
-    let drawn = round_amount(
-        usage
-            .iter()
-            .filter(|l| l.adjustment_for.is_none())
-            .map(|l| l.net)
-            .sum(),
-        currency,
-    );
-    let mut out = ContractLines::default();
-    for c in ordered {
+    let mut metered = Vec::with_capacity(ordered.len());
+    for c in &ordered {
         let ch = charges(c, period.from, period.to);
         if let Some(span) = ch.split.filter(|_| whole) {
             return Err(SplitPeriod {
@@ -96,6 +114,24 @@ pub fn contract_lines(
                 span,
             });
         }
+        metered.push((
+            ch,
+            metered_lines(c, period, &measured.metering, &tax(&c.region)),
+        ));
+    }
+    // An amount like every other, with the currency's minor digits (0.00 without usage): the
+    // period's usage lines and the overage the contracts price, of the invoice's own period.
+    let drawn = round_amount(
+        usage
+            .iter()
+            .chain(metered.iter().flat_map(|(_, (lines, _))| lines))
+            .filter(|l| l.adjustment_for.is_none())
+            .map(|l| l.net)
+            .sum(),
+        currency,
+    );
+    let mut out = ContractLines::default();
+    for (c, (ch, (metered, allowances))) in ordered.into_iter().zip(metered) {
         let t = tax(&c.region);
         let line = |kind: LineKind, description: String, net: Decimal| InvoiceLine {
             kind,
@@ -143,7 +179,9 @@ pub fn contract_lines(
                 ..line(LineKind::Fee, fee.name.clone(), f.net)
             });
         }
-        for (span, a) in judge(c, period, presence) {
+        out.lines.extend(metered);
+        out.allowances.extend(allowances);
+        for (span, a) in judge(c, period, &measured.presence) {
             if let Some(percent) = a.credit_percent {
                 let share = (percent / Decimal::ONE_HUNDRED).normalize();
                 let renting = c.fees().iter().filter(|f| {
@@ -197,6 +235,109 @@ pub fn contract_lines(
     Ok(out)
 }
 
+/// The `included` and `overage` lines of contract `c` on an invoice of `period`, taxed by `t`
+/// (tax and gross still zero), and its `allowances` rows: per judged billing period, fee and
+/// entry, then the late records' overage per earlier period, fee and entry
+/// ([`crate::allowance`]).
+fn metered_lines(
+    c: &ContractRegistered,
+    period: Period,
+    metering: &Metering,
+    t: &Tax,
+) -> (Vec<InvoiceLine>, Vec<Allowance>) {
+    let mut lines = Vec::new();
+    let mut rows = Vec::new();
+    let line = |kind: LineKind, fee: usize, entry: usize, gpu_seconds: Decimal, records: u64| {
+        let f = &c.fees()[fee];
+        let e = &f.included()[entry];
+        let unit_price = match kind {
+            LineKind::Overage => e.overage_rate,
+            _ => Decimal::ZERO,
+        };
+        InvoiceLine {
+            kind,
+            description: String::new(),
+            region: c.region.clone(),
+            gpu_model: Some(e.gpu_model.clone()),
+            class: None,
+            plan: None,
+            tier: None,
+            quantity: gpu_hours(gpu_seconds),
+            unit: Unit::GpuHour,
+            gpu_seconds: Some(gpu_seconds.normalize()),
+            measured_kwh: None,
+            pue: None,
+            unit_price,
+            net: round_amount(gpu_seconds * unit_price / Decimal::from(3600), &c.currency),
+            tax_name: t.name.clone(),
+            tax_rate: t.rate.normalize(),
+            tax: Decimal::ZERO,
+            gross: Decimal::ZERO,
+            records,
+            adjustment_for: None,
+            contract: Some(c.contract.clone()),
+            category: Some(f.category),
+            timing: None,
+            service_period: None,
+        }
+    };
+    for j in crate::allowance::judge(c, period, metering) {
+        let f = &c.fees()[j.fee];
+        let (model, lease) = (&j.row.gpu_model, &j.row.lease);
+        let span = Some(j.row.period);
+        if !j.covered.is_zero() {
+            lines.push(InvoiceLine {
+                description: format!(
+                    "Included GPU-hours, {model}, lease {lease}: {} of {} GPU-h ({})",
+                    gpu_hours(j.row.used_gpu_seconds),
+                    gpu_hours(j.row.included_gpu_seconds),
+                    f.name
+                ),
+                service_period: span,
+                ..line(LineKind::Included, j.fee, j.entry, j.covered, j.records)
+            });
+        }
+        if !j.row.overage_gpu_seconds.is_zero() {
+            lines.push(InvoiceLine {
+                description: format!(
+                    "Overage above {} included GPU-h, {model}, lease {lease} ({})",
+                    gpu_hours(j.row.included_gpu_seconds),
+                    f.name
+                ),
+                service_period: span,
+                ..line(
+                    LineKind::Overage,
+                    j.fee,
+                    j.entry,
+                    j.row.overage_gpu_seconds,
+                    j.records,
+                )
+            });
+        }
+        rows.push(j.row);
+    }
+    for (p, fee, entry, used) in crate::allowance::late(c, metering) {
+        let f = &c.fees()[fee];
+        let model = &f.included()[entry].gpu_model;
+        lines.push(InvoiceLine {
+            description: format!(
+                "Overage (late records), {model}, lease {} ({})",
+                f.lease.as_deref().unwrap_or_default(),
+                f.name
+            ),
+            adjustment_for: Some(p),
+            ..line(
+                LineKind::Overage,
+                fee,
+                entry,
+                used.gpu_seconds,
+                used.records,
+            )
+        });
+    }
+    (lines, rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +376,7 @@ mod tests {
                 timing: FeeTiming::Arrears,
                 category: FeeCategory::Compute,
                 lease: Some("L".into()),
+                included: None,
             }]),
             commitment: None,
             sla: Some(Sla {
@@ -271,7 +413,11 @@ mod tests {
             end: jan.to,
             gpu_seconds: Decimal::from(2_678_400 - 3600),
         });
-        contract_lines(&[c], jan, "CNY", &[], &presence, &|_| Tax::none(), true).unwrap()
+        let measured = Measurement {
+            presence,
+            metering: Metering::default(),
+        };
+        contract_lines(&[c], jan, "CNY", &[], &measured, &|_| Tax::none(), true).unwrap()
     }
 
     #[test]

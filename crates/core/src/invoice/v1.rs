@@ -123,6 +123,7 @@ impl InvoiceV1 {
             excluded: Vec::new(),
             commitments: Vec::new(),
             availability: Vec::new(),
+            allowances: Vec::new(),
             prepaid: Vec::new(),
             amount_due: None,
         }

@@ -5,7 +5,8 @@
 use super::{currency, id, money, ts, Record};
 use crate::ids::check_display_text;
 use crate::limits::{
-    MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS, MAX_FEE_NAME_BYTES, MAX_SLA_STEPS,
+    MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS, MAX_FEE_NAME_BYTES, MAX_INCLUDED_MODELS,
+    MAX_SLA_STEPS,
 };
 use crate::rejection::{Reason, Rejection};
 use crate::time::Timestamp;
@@ -90,6 +91,35 @@ pub struct ContractFee {
     /// credits a share of this fee (docs/RATING.md, "SLA credits"); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<String>,
+    /// GPU-hours of GPU models the fee includes per billing period, and the rate above them
+    /// (a fee with a `lease` only): the contract prices that lease's GPU time of those models
+    /// (docs/RATING.md, "Included GPU-hours and overage"); absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub included: Option<Vec<Included>>,
+}
+
+impl ContractFee {
+    /// The included GPU-hours, none when absent.
+    pub fn included(&self) -> &[Included] {
+        self.included.as_deref().unwrap_or_default()
+    }
+}
+
+/// GPU-hours of one GPU model a fee includes per whole billing period, and the price of each
+/// GPU-hour above them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Included {
+    /// The model, as `gpu_usage.gpu_model` names it.
+    pub gpu_model: String,
+    /// GPU-hours per whole billing period (prorated for a partial one); 0 allowed.
+    #[serde(serialize_with = "super::money_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub gpu_hours: Decimal,
+    /// Per GPU-hour above the included hours, in the contract's currency; 0 allowed.
+    #[serde(serialize_with = "super::money_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::decimal::DecimalString))]
+    pub overage_rate: Decimal,
 }
 
 /// One step of an SLA's credit schedule: when a lease's availability over a billing period
@@ -178,6 +208,17 @@ pub(super) struct ContractFeeWire {
     category: String,
     #[serde(default, deserialize_with = "super::present")]
     lease: Option<String>,
+    #[serde(default, deserialize_with = "super::present")]
+    included: Option<Vec<IncludedWire>>,
+}
+
+/// [`Included`] as serde reads it, before validation.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct IncludedWire {
+    gpu_model: String,
+    gpu_hours: String,
+    overage_rate: String,
 }
 
 /// [`SlaStep`] as serde reads it, before validation.
@@ -377,6 +418,8 @@ fn fees(list: Vec<ContractFeeWire>) -> Result<Vec<ContractFee>, Rejection> {
             ),
         ));
     }
+    // (lease, model) pairs included by the fees before.
+    let mut seen: Vec<(String, String)> = Vec::new();
     list.into_iter()
         .enumerate()
         .map(|(i, f)| {
@@ -398,13 +441,71 @@ fn fees(list: Vec<ContractFeeWire>) -> Result<Vec<ContractFee>, Rejection> {
                     "a one-off fee rents no lease over a period",
                 ));
             }
+            let included = match f.included {
+                None => None,
+                Some(list) => Some(included(i, lease.as_deref(), list, &seen)?),
+            };
+            for e in included.iter().flatten() {
+                seen.push((lease.clone().unwrap_or_default(), e.gpu_model.clone()));
+            }
             Ok(ContractFee {
                 amount,
                 timing,
                 category,
                 name: f.name,
                 lease,
+                included,
             })
         })
         .collect()
+}
+
+/// Fee `i`'s `included` entries: only with a `lease`, 1 to [`MAX_INCLUDED_MODELS`], each
+/// (lease, model) at most once in the contract (`seen`: those of the fees before).
+fn included(
+    i: usize,
+    lease: Option<&str>,
+    list: Vec<IncludedWire>,
+    seen: &[(String, String)],
+) -> Result<Vec<Included>, Rejection> {
+    let at = format!("body.fees[{i}].included");
+    let Some(lease) = lease else {
+        return Err(Rejection::field(
+            Reason::InvalidField,
+            &at,
+            "included GPU-hours are of the lease a fee rents: name the fee's lease",
+        ));
+    };
+    if list.is_empty() || list.len() > MAX_INCLUDED_MODELS {
+        return Err(Rejection::field(
+            Reason::InvalidField,
+            &at,
+            format!(
+                "lists {} entries; 1 to {MAX_INCLUDED_MODELS} are allowed",
+                list.len()
+            ),
+        ));
+    }
+    let mut out: Vec<Included> = Vec::with_capacity(list.len());
+    for (j, e) in list.into_iter().enumerate() {
+        let field = |m: &str| format!("{at}[{j}].{m}");
+        let gpu_model = id(&field("gpu_model"), &e.gpu_model)?;
+        let gpu_hours = money(&field("gpu_hours"), &e.gpu_hours)?;
+        let overage_rate = money(&field("overage_rate"), &e.overage_rate)?;
+        let twice = seen.iter().any(|(l, m)| l == lease && *m == gpu_model)
+            || out.iter().any(|x| x.gpu_model == gpu_model);
+        if twice {
+            return Err(Rejection::field(
+                Reason::InvalidField,
+                &field("gpu_model"),
+                format!("{gpu_model} of lease {lease} is already included in this contract"),
+            ));
+        }
+        out.push(Included {
+            gpu_model,
+            gpu_hours,
+            overage_rate,
+        });
+    }
+    Ok(out)
 }

@@ -417,6 +417,11 @@ pub struct CurrencyLines {
     /// periods the period wholly holds (docs/RATING.md, "SLA credits"); absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub availability: Vec<gpuledger_core::sla::Availability>,
+    /// The included GPU-hours of the tenant's contracts in this currency over each billing
+    /// period the period overlaps, used so far (docs/RATING.md, "Included GPU-hours and
+    /// overage"); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowances: Vec<gpuledger_core::allowance::Allowance>,
     /// What the tenant's prepaid lots would pay of `total` if the invoice were issued now, at
     /// this log size (docs/RATING.md, "Prepaid balances"); absent when nothing.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -464,15 +469,16 @@ pub async fn get_preview(
     // Were the invoice issued now: the lots that have not expired by now pay it.
     let now = state.ledger.now();
     let period = gpuledger_core::invoice::Period { from, to };
-    let (size, (rater, excluded), contracts, presence, lots) = state
+    let (size, (rater, excluded), contracts, measurement, lots) = state
         .read(move |c| {
             gpuledger_store::access::require_tenant(c, &t)?;
             let size = gpuledger_store::read::head(c)?.0;
             let contracts = gpuledger_store::read::contracts(c, &t, size)?;
-            let mut presence = gpuledger_store::read::presence(c, &t, &contracts, period, size)?;
-            let rated = pricing::rate_period_watching(c, &t, from, to, size, &mut presence)?;
+            let mut measurement =
+                gpuledger_store::read::measurement(c, &t, &contracts, period, size)?;
+            let rated = pricing::rate_period_watching(c, &t, from, to, size, &mut measurement)?;
             let lots = gpuledger_store::prepaid::book(c, Some(&t), size)?;
-            Ok((size, rated, contracts, presence, lots))
+            Ok((size, rated, contracts, measurement, lots))
         })
         .await?;
     let (mut by_currency, unpriced) = rater.finish();
@@ -492,7 +498,7 @@ pub async fn get_preview(
             period,
             rated,
             &contracts,
-            &presence,
+            &measurement,
             &currency,
             &settings.taxes,
             false,
@@ -513,6 +519,7 @@ pub async fn get_preview(
                 lines: p.lines,
                 commitments: p.commitments,
                 availability: p.availability,
+                allowances: p.allowances,
             });
         }
     }
