@@ -11,8 +11,8 @@
 mod common;
 
 use common::billing::{
-    acme_on_h100, assert_altered_entry_fails, invoice_fixture, money, period, refused, size_of, t,
-    use_h100,
+    acme_on_h100, assert_altered_entry_fails, invoice_fixture, money, payloads, period, refused,
+    size_of, t, use_h100,
 };
 use common::*;
 use gpuledger::core::invoice::{Invoice, InvoiceDoc};
@@ -333,13 +333,7 @@ both_backends!(invoices_draw_on_prepaid_lots_in_order, |db: &TestDb| {
     );
     // balance.low, once: January left 1065.00 (of 1250.00 unexpired), at or above the
     // threshold; February's draws took it to 0.00, under it.
-    let low: Vec<serde_json::Value> = ledger
-        .reads()
-        .run(|c| gpuledger::store::webhooks::deliveries(c, &endpoint))
-        .unwrap()
-        .into_iter()
-        .map(|d| serde_json::from_str(&d.payload).unwrap())
-        .collect();
+    let low = payloads(&ledger, &endpoint);
     assert_eq!(low.len(), 1, "{low:?}");
     assert_eq!(low[0]["type"], "balance.low");
     let data = &low[0]["data"];
@@ -483,7 +477,10 @@ both_backends!(prepayments_over_http, |db: &TestDb| {
     // named.
     let alerts = serde_json::json!({"low_balance": {"CNY": "250"}});
     let set = h.put("/v1/tenants/acme/alerts", a, &alerts).ok_json(200);
-    assert_eq!(set, serde_json::json!({"low_balance": {"CNY": "250.00"}}));
+    assert_eq!(
+        set,
+        serde_json::json!({"low_balance": {"CNY": "250.00"}, "spend": {}, "commitment_percent": []})
+    );
     let own = h
         .get("/v1/tenants/acme/alerts", Some(acme.as_str()))
         .ok_json(200);

@@ -216,6 +216,8 @@ both_backends!(events_arrive_signed_retried_and_scoped, |db: &TestDb| {
         "record.excluded",
         "signer.revoked",
         "balance.low",
+        "spend.threshold",
+        "commitment.reached",
     ];
     let listed = h.get("/v1/webhooks/event-types", a).ok_json(200);
     assert_eq!(

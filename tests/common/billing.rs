@@ -65,6 +65,17 @@ pub fn assert_split_refused(ledger: &Ledger, from: &str, to: &str, contract: &st
     assert_eq!(size_of(ledger), size);
 }
 
+/// The payloads of the webhook deliveries to `endpoint`, in the order they were enqueued.
+pub fn payloads(ledger: &Ledger, endpoint: &str) -> Vec<serde_json::Value> {
+    ledger
+        .reads()
+        .run(|c| gpuledger::store::webhooks::deliveries(c, endpoint))
+        .unwrap()
+        .into_iter()
+        .map(|d| serde_json::from_str(&d.payload).unwrap())
+        .collect()
+}
+
 /// Registers node-1 in `west` (with its key, returned), tenant acme, its on-demand lease of
 /// two H100s of node-1, and the H100 rate card of 18.50 CNY an hour from 2027-01-01.
 pub fn acme_on_h100(ledger: &Ledger) -> SigningKey {

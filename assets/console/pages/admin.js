@@ -910,7 +910,8 @@ export async function billingPage(main) {
       const low = { ...(now?.low_balance || {}) };
       if (amount) low[currency] = amount;
       else delete low[currency];
-      const saved = await putJson(alertsPath(tenant), { low_balance: low });
+      // Its spend and commitment alerts too (the PUT replaces them all).
+      const saved = await putJson(alertsPath(tenant), { ...(now || {}), low_balance: low });
       await showPrepaid(tenant);
       return h(
         "span",

@@ -18,7 +18,8 @@ mod v1;
 
 use super::record::{ContractRegistered, FeeCategory, FeeTiming};
 pub use contract_lines::{
-    contract_lines, Commitment, ContractLines, Measurement, SplitPeriod, PERIOD_SHARE_DECIMALS,
+    contract_lines, drawn, draws_down, Commitment, ContractLines, Measurement, SplitPeriod,
+    PERIOD_SHARE_DECIMALS,
 };
 pub use v1::{legacy_lines, InvoiceV1, LegacyLine};
 

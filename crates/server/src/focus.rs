@@ -470,11 +470,7 @@ fn usage_row(inv: &Invoice, line: &InvoiceLine, ctx: &Context) -> Row {
     row.x_certificate_id = ctx.certificate(inv, &line.region, charge);
     // Usage of the invoice's own period draws its (first) contract commitment down
     // (docs/RATING.md, "Contracts": drawn = Σ net of those lines and of the overage lines).
-    let draws = matches!(
-        line.kind,
-        LineKind::Gpu | LineKind::Energy | LineKind::Overage
-    );
-    if draws && line.adjustment_for.is_none() {
+    if gpuledger_core::invoice::draws_down(line) {
         if let Some(c) = inv.commitments.first() {
             commitment_columns(&mut row, inv, &c.contract, "Used", line.net);
         }

@@ -1086,8 +1086,9 @@ async fn checkpoint_loop(
 }
 
 /// Every `every` (the checkpoint interval): issues the contract invoices that are due
-/// (`Issuance::due_contract_invoices`: each billing period once, after it closes). A billing
-/// period that cannot be invoiced is said in the log once, and tried again on every tick.
+/// (`Issuance::due_contract_invoices`: each billing period once, after it closes), then
+/// enqueues the usage alerts crossed (`Issuance::usage_alerts`). A billing period that cannot
+/// be invoiced is said in the log once, and tried again on every tick.
 async fn contract_invoice_loop(ledger: Arc<Ledger>, every: Duration) {
     ::metrics::describe_counter!(
         "gpuledger_contract_invoices_issued_total",
@@ -1124,6 +1125,13 @@ async fn contract_invoice_loop(ledger: Arc<Ledger>, every: Duration) {
             // The clock or the database: the probe and the checkpoint loop say so.
             Ok(Err(e)) => tracing::debug!(error = %e, "the contract invoice run did not run"),
             Err(e) => tracing::error!(error = %e, "contract invoice task failed"),
+        }
+        // Then the usage alerts (spend thresholds, commitment draw-downs), each crossing once.
+        let l = ledger.clone();
+        match tokio::task::spawn_blocking(move || l.issuance().usage_alerts()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "the usage alert run did not run"),
+            Err(e) => tracing::error!(error = %e, "usage alert task failed"),
         }
     }
 }

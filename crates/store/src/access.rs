@@ -226,6 +226,149 @@ pub fn check_low_balance(
     Ok(())
 }
 
+/// Most thresholds of one kind (per currency for spend) a tenant's usage alerts hold.
+pub const MAX_ALERT_THRESHOLDS: usize = 8;
+
+/// A tenant's usage alerts (docs/WEBHOOKS.md, `spend.threshold` and `commitment.reached`):
+/// per currency, the amounts of a calendar month's spend that raise `spend.threshold`; and the
+/// percentages of a contract's commitment whose draw-down raises `commitment.reached` (100
+/// when none are set, for every contract with a commitment). Account data, not the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UsageAlerts {
+    /// Currency → the thresholds, increasing, each above 0 with at most the currency's
+    /// minor-unit digits.
+    #[serde(default)]
+    pub spend: std::collections::BTreeMap<String, Vec<rust_decimal::Decimal>>,
+    /// Percentages of the commitment, increasing, each above 0 and at most 1000, at most 4
+    /// decimals; empty: 100.
+    #[serde(default)]
+    pub commitment_percent: Vec<rust_decimal::Decimal>,
+}
+
+impl UsageAlerts {
+    /// The commitment percentages in force: the configured ones, or 100.
+    pub fn commitment_percents(&self) -> Vec<rust_decimal::Decimal> {
+        if self.commitment_percent.is_empty() {
+            vec![rust_decimal::Decimal::ONE_HUNDRED]
+        } else {
+            self.commitment_percent.clone()
+        }
+    }
+
+    /// What is wrong with the thresholds, naming the member (`spend` or `commitment_percent`)
+    /// and the currency; nothing when they are well formed.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        let increasing = |v: &[rust_decimal::Decimal]| v.windows(2).all(|w| w[0] < w[1]);
+        if self.spend.len() > MAX_ALERT_CURRENCIES {
+            return Err((
+                "spend",
+                format!(
+                    "names {} currencies; at most {MAX_ALERT_CURRENCIES}",
+                    self.spend.len()
+                ),
+            ));
+        }
+        for (c, amounts) in &self.spend {
+            let digits = gpuledger_core::rating::minor_units(c);
+            if c.len() != 3 || !c.bytes().all(|b| b.is_ascii_uppercase()) {
+                return Err((
+                    "spend",
+                    format!("{c:?} is not an ISO 4217 code of three upper-case letters"),
+                ));
+            }
+            if amounts.is_empty() || amounts.len() > MAX_ALERT_THRESHOLDS || !increasing(amounts) {
+                return Err((
+                    "spend",
+                    format!("{c}: 1 to {MAX_ALERT_THRESHOLDS} thresholds, strictly increasing"),
+                ));
+            }
+            if let Some(a) = amounts
+                .iter()
+                .find(|a| **a <= rust_decimal::Decimal::ZERO || a.scale() > digits)
+            {
+                return Err((
+                    "spend",
+                    format!(
+                        "{c}: {a} is not an amount above 0 with at most {digits} decimal places"
+                    ),
+                ));
+            }
+        }
+        let p = &self.commitment_percent;
+        if p.len() > MAX_ALERT_THRESHOLDS || !increasing(p) {
+            return Err((
+                "commitment_percent",
+                format!("at most {MAX_ALERT_THRESHOLDS} percentages, strictly increasing"),
+            ));
+        }
+        if let Some(x) = p.iter().find(|x| {
+            **x <= rust_decimal::Decimal::ZERO
+                || **x > rust_decimal::Decimal::from(1000)
+                || x.scale() > 4
+        }) {
+            return Err((
+                "commitment_percent",
+                format!("{x} is not a percentage above 0 and at most 1000 with at most 4 decimals"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A tenant's usage alerts ([`UsageAlerts`]); the default when none are set. `NotFound` for a
+/// tenant without an account.
+pub fn usage_alerts(conn: &mut DbConn, id: &str) -> Result<UsageAlerts, StoreError> {
+    let column: Option<Option<String>> = tenants::table
+        .find(id)
+        .select(tenants::usage_alerts)
+        .first(conn)
+        .optional()?;
+    match column.ok_or_else(|| StoreError::NotFound(format!("tenant {id}")))? {
+        None => Ok(UsageAlerts::default()),
+        Some(text) => serde_json::from_str(&text)
+            .map_err(|e| StoreError::Corrupt(format!("tenant {id} usage_alerts: {e}"))),
+    }
+}
+
+/// Every tenant account with its usage alerts (the default for those without), by id.
+pub fn all_usage_alerts(conn: &mut DbConn) -> Result<Vec<(String, UsageAlerts)>, StoreError> {
+    let rows: Vec<(String, Option<String>)> = tenants::table
+        .select((tenants::id, tenants::usage_alerts))
+        .order(tenants::id.asc())
+        .load(conn)?;
+    rows.into_iter()
+        .map(|(id, text)| {
+            let alerts = match text {
+                None => UsageAlerts::default(),
+                Some(t) => serde_json::from_str(&t)
+                    .map_err(|e| StoreError::Corrupt(format!("tenant {id} usage_alerts: {e}")))?,
+            };
+            Ok((id, alerts))
+        })
+        .collect()
+}
+
+/// Replaces a tenant's usage alerts ([`UsageAlerts::check`]; the default removes them).
+/// `NotFound` for a tenant without an account.
+pub fn set_usage_alerts(
+    conn: &mut DbConn,
+    id: &str,
+    alerts: &UsageAlerts,
+) -> Result<(), StoreError> {
+    alerts
+        .check()
+        .map_err(|(member, m)| StoreError::Refused(format!("{member}: {m}")))?;
+    let column = (*alerts != UsageAlerts::default())
+        .then(|| serde_json::to_string(alerts).expect("usage alerts serialise"));
+    let n = diesel::update(tenants::table.find(id))
+        .set(tenants::usage_alerts.eq(column))
+        .execute(conn)?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("tenant {id}")));
+    }
+    Ok(())
+}
+
 fn ts(secs: i64) -> Timestamp {
     Timestamp::from_unix(secs).unwrap_or_else(Timestamp::now)
 }

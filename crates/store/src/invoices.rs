@@ -451,6 +451,67 @@ pub fn preview(
     Ok((rater, excluded))
 }
 
+/// The preview of `tenant`'s invoice for `period` at log size `size` ([`preview_period`]).
+pub struct PeriodPreview {
+    /// The tenant's contracts at `size`.
+    pub contracts: Vec<ContractRegistered>,
+    /// Per currency (in order) that has lines: the lines, totals, commitments, availability
+    /// and allowances, as an invoice would have them (a partial billing period judged so far).
+    pub currencies: Vec<(String, PricedLines)>,
+    /// Usage no price was in force for.
+    pub unpriced: Vec<rating::Unpriced>,
+    /// The period's records excluded from rating.
+    pub excluded: Vec<core_invoice::ExcludedRecord>,
+}
+
+/// What an invoice of `tenant` for `period` would hold at log size `size` (`GET
+/// /v1/invoices/preview`, and the usage alerts): the records starting in the period rated
+/// ([`preview`]), then each currency's contract lines ([`priced_lines`], `whole` false), taxed
+/// by `taxes`. A currency whose lines all have zero quantity is left out.
+pub fn preview_period(
+    conn: &mut DbConn,
+    tenant: &str,
+    period: Period,
+    size: u64,
+    taxes: &TaxTable,
+) -> Result<PeriodPreview, StoreError> {
+    let contracts = read::contracts(conn, tenant, size)?;
+    let mut measurement = read::measurement(conn, tenant, &contracts, period, size)?;
+    let (rater, excluded) = preview(conn, tenant, period, size, &mut measurement)?;
+    let (mut by_currency, unpriced) = rater.finish();
+    for c in &contracts {
+        by_currency.entry(c.currency.clone()).or_default();
+    }
+    let mut currencies = Vec::new();
+    for (currency, lines) in by_currency {
+        let rated = lines
+            .into_iter()
+            .map(|line| core_invoice::RatedLine {
+                line,
+                adjustment_for: None,
+            })
+            .collect();
+        let p = priced_lines(
+            period,
+            rated,
+            &contracts,
+            &measurement,
+            &currency,
+            taxes,
+            false,
+        )?;
+        if !p.lines.is_empty() {
+            currencies.push((currency, p));
+        }
+    }
+    Ok(PeriodPreview {
+        contracts,
+        currencies,
+        unpriced,
+        excluded,
+    })
+}
+
 /// An invoice computed outside the head lock, at log size `size`: its lines per currency, and
 /// what they depend on. [`issue`] issues it under the head lock if nothing relevant was logged
 /// since.

@@ -67,6 +67,30 @@ impl Issuance<'_> {
         Ok(run)
     }
 
+    /// Enqueues the usage alerts crossed by the ledger's checked clock
+    /// ([`crate::alerts::crossings`]: spend thresholds, commitment draw-downs), each once: an
+    /// event whose crossing was enqueued before (by an earlier run, another process, or before
+    /// a restart) is not enqueued again. Returns how many crossings it found.
+    pub fn usage_alerts(&self) -> Result<usize, StoreError> {
+        let now = self.ledger.checked_now()?;
+        let settings = self.ledger.invoicing();
+        let events = self
+            .ledger
+            .reads()
+            .run(|c| crate::alerts::crossings(c, now, &settings))?;
+        if !events.is_empty() {
+            self.ledger.with_account_writer(|c| {
+                diesel::Connection::transaction(c, |c| {
+                    for e in &events {
+                        crate::webhooks::enqueue(c, e, now)?;
+                    }
+                    Ok::<_, StoreError>(())
+                })
+            })?;
+        }
+        Ok(events.len())
+    }
+
     /// `PeriodNotEnded` unless a period ending at `to` has closed by the ledger's checked clock
     /// (`core::admission::period_closes_at`: the configured `close_seconds`, or the skew of
     /// the log policy in force), checked before the draft is computed. Time only moves forward

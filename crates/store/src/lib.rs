@@ -11,6 +11,7 @@
 //!   that no longer holds it is not written to (a failover that lost entries).
 
 pub mod access;
+pub mod alerts;
 pub mod bundle;
 pub mod certificates;
 pub mod clock;

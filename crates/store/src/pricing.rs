@@ -272,19 +272,6 @@ pub fn rate_period(
     to: Timestamp,
     size: u64,
 ) -> Result<(Rater, Vec<gpuledger_core::invoice::ExcludedRecord>), StoreError> {
-    rate_period_watching(conn, tenant, from, to, size, &mut Default::default())
-}
-
-/// [`rate_period`], the usage records rated counting toward the leases `presence` watches
-/// (the SLAs of an invoice preview, `core::sla`).
-pub fn rate_period_watching(
-    conn: &mut DbConn,
-    tenant: &str,
-    from: Timestamp,
-    to: Timestamp,
-    size: u64,
-    measurement: &mut gpuledger_core::invoice::Measurement,
-) -> Result<(Rater, Vec<gpuledger_core::invoice::ExcludedRecord>), StoreError> {
     // The tenant-month's records through the start index (`store::invoices::preview`), not
     // the tenant's whole history.
     super::invoices::preview(
@@ -292,6 +279,6 @@ pub fn rate_period_watching(
         tenant,
         gpuledger_core::invoice::Period { from, to },
         size,
-        measurement,
+        &mut Default::default(),
     )
 }

@@ -618,6 +618,7 @@ struct TenantRow {
     created_at: i64,
     billing_address: Option<String>,
     low_balance: Option<String>,
+    usage_alerts: Option<String>,
 }
 
 #[derive(Queryable, Insertable)]

@@ -86,6 +86,7 @@ diesel::table! {
         created_at -> BigInt,
         billing_address -> Nullable<Text>,
         low_balance -> Nullable<Text>,
+        usage_alerts -> Nullable<Text>,
     }
 }
 

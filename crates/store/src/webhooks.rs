@@ -53,11 +53,17 @@ pub enum EventType {
     /// An invoice's prepaid draws took its tenant's available balance in a currency below
     /// the tenant's `low_balance` threshold (once per crossing).
     BalanceLow,
+    /// The tenant's spend in a currency this calendar month reached one of its `spend`
+    /// thresholds (once per threshold and month; `store::alerts`).
+    SpendThreshold,
+    /// The draw-down of a contract's commitment over its current billing period reached one of
+    /// the tenant's `commitment_percent` (100 by default; once per percentage and period).
+    CommitmentReached,
 }
 
 impl EventType {
     /// Every event type, in the order the documentation lists them.
-    pub const ALL: [EventType; 9] = [
+    pub const ALL: [EventType; 11] = [
         EventType::InvoiceIssued,
         EventType::CreditNoteCreated,
         EventType::PaymentRecorded,
@@ -67,6 +73,8 @@ impl EventType {
         EventType::RecordExcluded,
         EventType::SignerRevoked,
         EventType::BalanceLow,
+        EventType::SpendThreshold,
+        EventType::CommitmentReached,
     ];
 
     /// The type's name on the wire (`type` of the payload).
@@ -81,6 +89,8 @@ impl EventType {
             EventType::RecordExcluded => "record.excluded",
             EventType::SignerRevoked => "signer.revoked",
             EventType::BalanceLow => "balance.low",
+            EventType::SpendThreshold => "spend.threshold",
+            EventType::CommitmentReached => "commitment.reached",
         }
     }
 
@@ -117,6 +127,12 @@ impl EventType {
             EventType::BalanceLow => {
                 "An invoice's prepaid draws took the tenant's available balance in a currency below its `low_balance` threshold (once per crossing; `log_index` is the invoice's `invoice_issued` entry)"
             }
+            EventType::SpendThreshold => {
+                "The tenant's spend in a currency this calendar month (the preview's total so far) reached one of its `spend` thresholds (once per threshold and month; found by `serve` every checkpoint interval)"
+            }
+            EventType::CommitmentReached => {
+                "The draw-down of a contract's commitment over its current billing period reached a percentage of it (the tenant's `commitment_percent`, 100 by default; once per percentage and billing period; found by `serve` every checkpoint interval)"
+            }
         }
     }
 
@@ -131,6 +147,8 @@ impl EventType {
                 | EventType::RecordConflict
                 | EventType::RecordExcluded
                 | EventType::BalanceLow
+                | EventType::SpendThreshold
+                | EventType::CommitmentReached
         )
     }
 }

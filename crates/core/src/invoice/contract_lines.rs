@@ -119,15 +119,11 @@ pub fn contract_lines(
             metered_lines(c, period, &measured.metering, &tax(&c.region)),
         ));
     }
-    // An amount like every other, with the currency's minor digits (0.00 without usage): the
-    // period's usage lines and the overage the contracts price, of the invoice's own period.
-    let drawn = round_amount(
+    // An amount like every other, with the currency's minor digits (0.00 without usage).
+    let drawn = drawn(
         usage
             .iter()
-            .chain(metered.iter().flat_map(|(_, (lines, _))| lines))
-            .filter(|l| l.adjustment_for.is_none())
-            .map(|l| l.net)
-            .sum(),
+            .chain(metered.iter().flat_map(|(_, (lines, _))| lines)),
         currency,
     );
     let mut out = ContractLines::default();
@@ -233,6 +229,28 @@ pub fn contract_lines(
         }
     }
     Ok(out)
+}
+
+/// Whether `line` draws a commitment down (docs/RATING.md, "Contracts"): a usage line (`gpu`,
+/// `energy`) or an `overage` line of the invoice's own period (not an adjustment line).
+pub fn draws_down(line: &InvoiceLine) -> bool {
+    matches!(
+        line.kind,
+        LineKind::Gpu | LineKind::Energy | LineKind::Overage
+    ) && line.adjustment_for.is_none()
+}
+
+/// A commitment's *drawn* over `lines` in `currency`: Σ net of those that draw it down
+/// ([`draws_down`]), with the currency's minor digits (0.00 when none does).
+pub fn drawn<'a>(lines: impl IntoIterator<Item = &'a InvoiceLine>, currency: &str) -> Decimal {
+    round_amount(
+        lines
+            .into_iter()
+            .filter(|l| draws_down(l))
+            .map(|l| l.net)
+            .sum(),
+        currency,
+    )
 }
 
 /// The `included` and `overage` lines of contract `c` on an invoice of `period`, taxed by `t`

@@ -179,14 +179,27 @@ pub async fn get_prepayments(
     }))
 }
 
-/// A tenant's alerts: per currency, the prepaid balance below which an invoice's draws raise a
-/// `balance.low` event (docs/WEBHOOKS.md), once per crossing. Account data, not the log.
+/// A tenant's alerts (docs/WEBHOOKS.md), each raised once per crossing. Account data, not the
+/// log.
 #[derive(Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Alerts {
-    /// Currency → amount (`{"CNY": "1000.00"}`); `{}` removes every threshold.
+    /// Per currency, the prepaid balance below which an invoice's draws raise `balance.low`
+    /// (`{"CNY": "1000.00"}`); `{}` removes every threshold.
     #[schema(value_type = std::collections::BTreeMap<String, gpuledger_core::decimal::DecimalString>)]
     pub low_balance: std::collections::BTreeMap<String, String>,
+    /// Per currency, 1 to 8 strictly increasing amounts of a calendar month's spend (the
+    /// preview's total so far) that raise `spend.threshold` (`{"CNY": ["10000.00"]}`); absent
+    /// or `{}`: none.
+    #[serde(default)]
+    #[schema(value_type = std::collections::BTreeMap<String, Vec<gpuledger_core::decimal::DecimalString>>)]
+    pub spend: std::collections::BTreeMap<String, Vec<String>>,
+    /// At most 8 strictly increasing percentages (above 0, at most 1000) of a contract's
+    /// commitment whose draw-down over its billing period raises `commitment.reached`; absent
+    /// or `[]`: 100.
+    #[serde(default)]
+    #[schema(value_type = Vec<gpuledger_core::decimal::DecimalString>)]
+    pub commitment_percent: Vec<String>,
 }
 
 /// The alerts of a tenant: its own, or (admins and auditors) any tenant's; another tenant's
@@ -203,20 +216,28 @@ pub async fn get_alerts(
     let id = caller
         .tenant_scope(Some(path.into_inner()))?
         .unwrap_or_default();
-    let thresholds = state
-        .read(move |c| gpuledger_store::access::low_balance(c, &id))
+    let (thresholds, usage) = state
+        .read(move |c| {
+            Ok((
+                gpuledger_store::access::low_balance(c, &id)?,
+                gpuledger_store::access::usage_alerts(c, &id)?,
+            ))
+        })
         .await?;
-    Ok(HttpResponse::Ok().json(alerts_of(&thresholds)))
+    Ok(HttpResponse::Ok().json(alerts_of(&thresholds, &usage)))
 }
 
-/// Replaces a tenant's alerts (admin): `{"low_balance": {"CNY": "1000.00"}}`, at most 16
-/// currencies, each an amount of 0 or more with at most the currency's minor-unit digits.
+/// Replaces a tenant's alerts (admin): `{"low_balance": {"CNY": "1000.00"}, "spend": {"CNY":
+/// ["10000.00", "50000.00"]}, "commitment_percent": ["80", "100"]}`, at most 16 currencies.
 /// When an invoice's prepaid draws take the tenant's available balance in a currency from at or
-/// above its threshold to under it, a `balance.low` event is enqueued in the invoice's
-/// transaction (a top-up lifting it back arms the next crossing). An expiry is no crossing:
-/// the lot's `expires_at` is known when it is recorded.
+/// above its `low_balance` threshold to under it, a `balance.low` event is enqueued in the
+/// invoice's transaction (a top-up lifting it back arms the next crossing; an expiry is no
+/// crossing: the lot's `expires_at` is known when it is recorded). Every checkpoint interval,
+/// `serve` enqueues `spend.threshold` for each `spend` threshold the calendar month's preview
+/// total has reached, and `commitment.reached` for each percentage of a contract's commitment
+/// its current billing period's draw-down has reached: each once per month or billing period.
 #[utoipa::path(tag = "invoices", params(("id" = inline(gpuledger_core::ids::IdString), Path)), request_body = Alerts,
-    responses(super::error::RoleForbidden, (status = 200, body = Alerts), (status = 400, description = "`malformed_json` or `invalid_parameter` (`low_balance`: a code that is not ISO 4217, an amount that is not one, negative or with more digits than the currency's minor unit, more than 16 currencies)", body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
+    responses(super::error::RoleForbidden, (status = 200, body = Alerts), (status = 400, description = "`malformed_json` or `invalid_parameter` (`low_balance`: a code that is not ISO 4217, an amount that is not one, negative or with more digits than the currency's minor unit, more than 16 currencies; `spend`: the same, or 0 or not 1 to 8 strictly increasing amounts; `commitment_percent`: more than 8, not strictly increasing, not above 0 and at most 1000 with at most 4 decimals)", body = super::error::Problem, content_type = "application/problem+json"), (status = 404, body = super::error::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 #[put("/tenants/{id}/alerts")]
 pub async fn put_alerts(
@@ -233,31 +254,73 @@ pub async fn put_alerts(
     let bad = |m: String| ApiError::invalid_parameter("low_balance", m);
     let mut thresholds = std::collections::BTreeMap::new();
     for (c, a) in asked.low_balance {
-        let plain =
-            !a.is_empty() && a.len() <= 24 && a.bytes().all(|b| b.is_ascii_digit() || b == b'.');
-        let d: Decimal = a
-            .parse()
-            .ok()
-            .filter(|_| plain)
-            .ok_or_else(|| bad(format!("{c}: {a:?} is not an amount")))?;
+        let d = plain_decimal(&a).ok_or_else(|| bad(format!("{c}: {a:?} is not an amount")))?;
         thresholds.insert(c, d);
     }
     gpuledger_store::access::check_low_balance(&thresholds).map_err(bad)?;
+    let mut usage = gpuledger_store::access::UsageAlerts::default();
+    for (c, amounts) in asked.spend {
+        let parsed = amounts
+            .iter()
+            .map(|a| plain_decimal(a).ok_or_else(|| format!("{c}: {a:?} is not an amount")))
+            .collect::<Result<Vec<Decimal>, String>>()
+            .map_err(|m| ApiError::invalid_parameter("spend", m))?;
+        usage.spend.insert(c, parsed);
+    }
+    usage.commitment_percent = asked
+        .commitment_percent
+        .iter()
+        .map(|p| plain_decimal(p).ok_or_else(|| format!("{p:?} is not a percentage")))
+        .collect::<Result<Vec<Decimal>, String>>()
+        .map_err(|m| ApiError::invalid_parameter("commitment_percent", m))?;
+    usage
+        .check()
+        .map_err(|(member, m)| ApiError::invalid_parameter(member, m))?;
     let ledger = state.ledger.clone();
-    let kept = thresholds.clone();
+    let (kept, kept_usage) = (thresholds.clone(), usage.clone());
     web::block(move || {
-        ledger.with_account_writer(|c| gpuledger_store::access::set_low_balance(c, &id, &kept))
+        ledger.with_account_writer(|c| {
+            gpuledger_store::access::set_low_balance(c, &id, &kept)?;
+            gpuledger_store::access::set_usage_alerts(c, &id, &kept_usage)
+        })
     })
     .await??;
-    Ok(HttpResponse::Ok().json(alerts_of(&thresholds)))
+    Ok(HttpResponse::Ok().json(alerts_of(&thresholds, &usage)))
 }
 
-/// The thresholds as the API spells them (amounts padded to the currency's minor unit).
-fn alerts_of(thresholds: &std::collections::BTreeMap<String, Decimal>) -> Alerts {
+/// A plain decimal as the API writes amounts and percentages (digits and at most one point, at
+/// most 24 characters); `None` otherwise.
+fn plain_decimal(a: &str) -> Option<Decimal> {
+    let plain =
+        !a.is_empty() && a.len() <= 24 && a.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    a.parse().ok().filter(|_| plain)
+}
+
+/// The thresholds as the API spells them (amounts padded to the currency's minor unit,
+/// percentages canonical).
+fn alerts_of(
+    thresholds: &std::collections::BTreeMap<String, Decimal>,
+    usage: &gpuledger_store::access::UsageAlerts,
+) -> Alerts {
     Alerts {
         low_balance: thresholds
             .iter()
             .map(|(c, a)| (c.clone(), pad_amount(*a, c).to_string()))
+            .collect(),
+        spend: usage
+            .spend
+            .iter()
+            .map(|(c, v)| {
+                (
+                    c.clone(),
+                    v.iter().map(|a| pad_amount(*a, c).to_string()).collect(),
+                )
+            })
+            .collect(),
+        commitment_percent: usage
+            .commitment_percent
+            .iter()
+            .map(|p| p.normalize().to_string())
             .collect(),
     }
 }

@@ -469,59 +469,39 @@ pub async fn get_preview(
     // Were the invoice issued now: the lots that have not expired by now pay it.
     let now = state.ledger.now();
     let period = gpuledger_core::invoice::Period { from, to };
-    let (size, (rater, excluded), contracts, measurement, lots) = state
+    let taxes = settings.taxes.clone();
+    let (size, preview, lots) = state
         .read(move |c| {
             gpuledger_store::access::require_tenant(c, &t)?;
             let size = gpuledger_store::read::head(c)?.0;
-            let contracts = gpuledger_store::read::contracts(c, &t, size)?;
-            let mut measurement =
-                gpuledger_store::read::measurement(c, &t, &contracts, period, size)?;
-            let rated = pricing::rate_period_watching(c, &t, from, to, size, &mut measurement)?;
+            let preview = gpuledger_store::invoices::preview_period(c, &t, period, size, &taxes)?;
             let lots = gpuledger_store::prepaid::book(c, Some(&t), size)?;
-            Ok((size, rated, contracts, measurement, lots))
+            Ok((size, preview, lots))
         })
         .await?;
-    let (mut by_currency, unpriced) = rater.finish();
-    for c in &contracts {
-        by_currency.entry(c.currency.clone()).or_default();
-    }
+    let gpuledger_store::invoices::PeriodPreview {
+        currencies: priced,
+        unpriced,
+        excluded,
+        ..
+    } = preview;
     let mut currencies = Vec::new();
-    for (currency, lines) in by_currency {
-        let rated = lines
-            .into_iter()
-            .map(|line| gpuledger_core::invoice::RatedLine {
-                line,
-                adjustment_for: None,
-            })
-            .collect();
-        let p = gpuledger_store::invoices::priced_lines(
-            period,
-            rated,
-            &contracts,
-            &measurement,
-            &currency,
-            &settings.taxes,
-            false,
-        )?;
-        // A currency whose lines all have zero quantity would make no invoice.
-        if !p.lines.is_empty() {
-            let prepaid = lots.draws(&tenant, &currency, p.totals.gross, size, now);
-            let amount_due =
-                gpuledger_core::prepaid::amount_due(p.totals.gross, &prepaid, &currency)
-                    .map(|d| d.to_string());
-            currencies.push(CurrencyLines {
-                prepaid,
-                amount_due,
-                net_total: p.totals.net.to_string(),
-                tax_total: p.totals.tax.to_string(),
-                total: p.totals.gross.to_string(),
-                currency,
-                lines: p.lines,
-                commitments: p.commitments,
-                availability: p.availability,
-                allowances: p.allowances,
-            });
-        }
+    for (currency, p) in priced {
+        let prepaid = lots.draws(&tenant, &currency, p.totals.gross, size, now);
+        let amount_due = gpuledger_core::prepaid::amount_due(p.totals.gross, &prepaid, &currency)
+            .map(|d| d.to_string());
+        currencies.push(CurrencyLines {
+            prepaid,
+            amount_due,
+            net_total: p.totals.net.to_string(),
+            tax_total: p.totals.tax.to_string(),
+            total: p.totals.gross.to_string(),
+            currency,
+            lines: p.lines,
+            commitments: p.commitments,
+            availability: p.availability,
+            allowances: p.allowances,
+        });
     }
     Ok(HttpResponse::Ok().json(Preview {
         tenant,
