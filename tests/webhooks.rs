@@ -579,6 +579,56 @@ both_backends!(events_arrive_signed_retried_and_scoped, |db: &TestDb| {
         .unwrap()
         .is_empty());
     assert!(rx.at("/late").is_empty());
+
+    // A usage alert, found by serve's run every checkpoint interval: tenant-a's spend this
+    // calendar month (a 10 s record ending now, at 2.5 an hour: 0.01) reaches its threshold.
+    let spend = endpoint(
+        &h,
+        &admin,
+        json!({"url": format!("{}/spend", rx.base), "event_types": ["spend.threshold"]}),
+    );
+    assert_eq!(spend["event_types"], json!(["spend.threshold"]));
+    h.put(
+        "/v1/tenants/tenant-a/alerts",
+        a,
+        &json!({"low_balance": {}, "spend": {"CNY": ["0.01"]}}),
+    )
+    .ok_json(200);
+    let (month, _) = gpuledger::store::alerts::month_so_far(Timestamp::now()).unwrap();
+    // The record lies inside this month: in its first seconds, wait them out.
+    if Timestamp::now().unix() - month.from.unix() < 12 {
+        std::thread::sleep(Duration::from_secs(12));
+    }
+    let record = sample::usage(
+        "node-1",
+        &k,
+        60,
+        "tenant-a",
+        dec("1"),
+        Timestamp::now().plus(-1),
+    );
+    let ans = h.post_records(&[record]);
+    assert_eq!(ans["accepted"], 1, "{ans}");
+    rx.wait_for("the spend alert", |r| !r.at("/spend").is_empty());
+    let got = &rx.at("/spend")[0]["payload"];
+    assert_eq!(
+        (
+            got["type"].as_str(),
+            got["data"]["tenant"].as_str(),
+            got["data"]["currency"].as_str(),
+            got["data"]["threshold"].as_str()
+        ),
+        (
+            Some("spend.threshold"),
+            Some("tenant-a"),
+            Some("CNY"),
+            Some("0.01")
+        ),
+        "{got}"
+    );
+    // Found again every second, delivered once.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(rx.at("/spend").len(), 1);
 });
 
 both_backends!(

@@ -681,6 +681,24 @@ function alertsView(lowBalance) {
 }
 
 /**
+ * A tenant's usage alerts (`spend` per currency, `commitment_percent`; set with
+ * `PUT /v1/tenants/{id}/alerts`), or null when it has none beyond the default 100 %.
+ */
+function usageAlertsView(alerts) {
+  const spend = Object.entries(alerts?.spend || {});
+  const percents = alerts?.commitment_percent || [];
+  if (!spend.length && !percents.length) return null;
+  return h(
+    "p",
+    { id: "billing-usage-alerts", dataset: { spend: spend.map(([c]) => c).join(","), commitment: percents.join(",") } },
+    h("span", { class: "muted" }, t("billing_usage_alerts")),
+    " ",
+    spend.map(([c, amounts], n) => [n ? "; " : null, amounts.map((a) => fmtMoney(a, c)).join(", ")]),
+    percents.length ? [spend.length ? "; " : null, t("billing_commitment_alerts", { percents: percents.map((p) => `${p} %`).join(", ") })] : null,
+  );
+}
+
+/**
  * `#/billing`: issue a tenant's invoices for a period (`POST /v1/invoices`), record a payment
  * (`POST /v1/payments`, optionally `excess=credit`) or grant a credit note
  * (`POST /v1/credit-notes`) against an invoice, record a tenant's top-up or grant
@@ -830,7 +848,10 @@ export async function billingPage(main) {
       alerts?.error
         ? h("p", { class: "error" }, t("error_with", { message: problemText(alerts.error) }))
         : alerts
-          ? h("p", { id: "billing-alerts" }, h("span", { class: "muted" }, t("billing_alerts_current")), " ", alertsView(alerts.low_balance))
+          ? [
+              h("p", { id: "billing-alerts" }, h("span", { class: "muted" }, t("billing_alerts_current")), " ", alertsView(alerts.low_balance)),
+              usageAlertsView(alerts),
+            ]
           : null,
       data?.as_of ? h("p", { class: "muted" }, t("prepaid_as_of", { at: fmtDateTime(data.as_of), size: fmtNumber(data.log_size) })) : null,
       data && !data.error ? prepaidLots(data.prepayments, { links: false }) : null,
