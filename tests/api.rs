@@ -796,6 +796,7 @@ static ACCESS: &[Access] = &[
     // Contracts: admins register them (for the tenant the admin created above); tenants read
     // their own, 404 for others'.
     post("contract",                     "/v1/contracts", |w| json!({"tenant": format!("new-{w}"), "contract": format!("C-{w}"), "currency": "CNY", "region": "west", "term_from": announced().to_string(), "term_to": announced().plus(86_400 * 365).to_string(), "billing_period": "month", "billing_anchor": "calendar", "commitment": "100"}), [201, 403, 403, 403, 401, 401]),
+    post("contract amendment",           "/v1/contract-amendments", |w| json!({"tenant": format!("new-{w}"), "contract": format!("C-{w}"), "term_to": announced().plus(86_400 * 200).to_string(), "reason": "Ended early"}), [201, 403, 403, 403, 401, 401]),
     get("contracts (own, or all)",       "/v1/contracts",                                         [200, 200, 200, 200, 401, 401]),
     get("A's contracts",                 "/v1/contracts?tenant=tenant-a",                         [200, 200, 200, 404, 401, 401]),
     // Prepaid lots: admins record them (tenant A's, one reference per caller); tenants read
@@ -1207,6 +1208,7 @@ both_backends!(access_matrix, |db: &TestDb| {
             "volume_tiers",
             "tenant_plan",
             "contract_registered",
+            "contract_amended", // amend it
             "prepayment",
             "record_excluded",
             "invoice_issued",

@@ -107,9 +107,10 @@ fn node_suite(file: &str, what: &str) {
     );
 }
 
-/// `node assets/console/verify/test/contracts.mjs`: the console's checks of a
-/// `contract_registered` body and its admission rules (PROTOCOL §5.19, §6.7 contracts), each
-/// with the reason and field the ledger names.
+/// `node assets/console/verify/test/contracts.mjs`: the console's checks of `contract_registered`
+/// and `contract_amended` bodies and their admission rules (PROTOCOL §5.19, §5.21, §6.7
+/// contracts and amendments) and its billing periods, each with the reason and field the ledger
+/// names.
 #[test]
 fn browser_verifier_checks_contracts_under_node() {
     node_suite("contracts.mjs", "contract checks");

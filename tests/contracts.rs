@@ -11,8 +11,8 @@
 mod common;
 
 use common::billing::{
-    acme_on_h100, assert_altered_entry_fails, assert_split_refused, invoice_fixture, money, period,
-    refused, size_of, t, use_h100,
+    acme_on_h100, assert_altered_entry_fails, assert_split_refused, cents, invoice_fixture, money,
+    period, refused, size_of, t, use_h100,
 };
 use common::*;
 use gpuledger::core::invoice::{Invoice, InvoiceDoc, LineKind};
@@ -60,16 +60,6 @@ fn contract() -> ContractRegistered {
         ]),
         commitment: Some(dec("1000")),
         sla: None,
-    }
-}
-
-/// Half-even rounding of `num / den` cents (both non-negative): the test's own arithmetic.
-fn cents(num: i128, den: i128) -> i128 {
-    let (q, r) = (num / den, num % den);
-    match (2 * r).cmp(&den) {
-        std::cmp::Ordering::Less => q,
-        std::cmp::Ordering::Greater => q + 1,
-        std::cmp::Ordering::Equal => q + (q & 1),
     }
 }
 

@@ -145,6 +145,7 @@ fn schemas_are_valid_2020_12_and_named_by_their_id() {
     let files = schema_files();
     let expected = [
         "certificate_issued.v3.json",
+        "contract_amended.v3.json",
         "contract_registered.v3.json",
         "credit_note.v3.json",
         "defs.v3.json",
@@ -212,7 +213,7 @@ fn every_vector_validates() {
     }
     assert_eq!(seen, 9, "three kinds × body, envelope, leaf");
     let leaves = log_leaves();
-    assert_eq!(leaves.len(), 18);
+    assert_eq!(leaves.len(), 19);
     for (i, leaf) in leaves.iter().enumerate() {
         assert!(schema_valid("leaf", leaf), "log entry {i}");
         assert!(schema_valid("envelope", &leaf["envelope"]), "log entry {i}");
@@ -881,6 +882,59 @@ fn prepayment_bodies_agree_with_their_schema() {
     assert_all_agree(&failures);
     let b = Body::from_value(Kind::Prepayment, &p).unwrap();
     assert_eq!(b.to_value(), p);
+}
+
+/// The ledger-written `contract_amended` body (docs/PROTOCOL.md §5.21): the schema and
+/// `Body::from_value` agree on its shape, the term's end and the reason's length; the reason's
+/// control characters are beyond the schema's pattern only where it cannot see them.
+#[test]
+fn contract_amended_bodies_agree_with_their_schema() {
+    use gpuledger::core::record::{Body, Kind};
+    let a = json!({"tenant": "acme", "contract": "C-acme-2027", "term_to": "2027-07-01T00:00:00Z",
+                   "reason": "Ended early by mutual agreement"});
+    let with = |k: &str, v: Value| {
+        let mut b = a.clone();
+        b[k] = v;
+        b
+    };
+    let without = |k: &str| {
+        let mut b = a.clone();
+        b.as_object_mut().unwrap().remove(k);
+        b
+    };
+    type BodyCase = (&'static str, Value, Result<(), Reason>, bool);
+    #[rustfmt::skip]
+    let cases: Vec<BodyCase> = vec![
+        ("valid amendment",            a.clone(), Ok(()), true),
+        ("no reason",                  without("reason"), MALFORMED, true),
+        ("no term_to",                 without("term_to"), MALFORMED, true),
+        ("no contract",                without("contract"), MALFORMED, true),
+        ("empty reason",               with("reason", json!("")), INVALID, true),
+        ("501-byte reason",            with("reason", json!("r".repeat(501))), INVALID, true),
+        ("reason with a space",        with("reason", json!("ended ")), INVALID, true),
+        ("term_to without a zone",     with("term_to", json!("2027-07-01T00:00:00")), INVALID, true),
+        ("term_to as a number",        with("term_to", json!(1814400000)), MALFORMED, true),
+        ("contract with a space",      with("contract", json!("C 1")), INVALID, true),
+        ("an extra member",            with("term_from", json!("2027-01-01T00:00:00Z")), MALFORMED, true),
+        // Beyond the schema.
+        ("February 30th",              with("term_to", json!("2027-02-30T00:00:00Z")), INVALID, false),
+    ];
+    let mut failures = Vec::new();
+    for (name, body, expect, expressed) in cases {
+        let schema = schema_valid("contract_amended", &body);
+        let rust = Body::from_value(Kind::ContractAmended, &body)
+            .map(|_| ())
+            .map_err(|r| r.reason);
+        let env = json!({"v": 3, "kind": "contract_amended", "signer": "ledger", "key_id": "0123456789abcdef",
+                         "seq": 1, "body": body, "sig": base64_of(&[0u8; 64])});
+        if schema_valid("envelope", &env) != schema {
+            failures.push(format!("{name}: the envelope schema says {}", !schema));
+        }
+        failures.extend(disagreement(name, schema, rust, expect, expressed));
+    }
+    assert_all_agree(&failures);
+    let b = Body::from_value(Kind::ContractAmended, &a).unwrap();
+    assert_eq!(b.to_value(), a);
 }
 
 /// The ledger-written `node_registered` body (docs/PROTOCOL.md §5.16): for shape cases the body

@@ -17,10 +17,10 @@ use gpuledger::core::leaf::{Leaf, GENESIS_PREV};
 use gpuledger::core::merkle::{self, Hash, MemoryHashes};
 use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{
-    BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, Energy, FeeCategory,
-    FeeTiming, GpuUsage, Included, LeaseNode, LeaseRegistered, LogPolicy, MigInstances, MigLayout,
-    NodeGpu, NodeRegistered, NodeUpdated, Prepayment, PrepaymentSource, Role, SignerKeyRegistered,
-    SignerKeyRevoked, Sla, SlaStep, SpotPrice, TenantRegistered,
+    BillingAnchor, BillingPeriod, Body, ContractAmended, ContractFee, ContractRegistered, Energy,
+    FeeCategory, FeeTiming, GpuUsage, Included, LeaseNode, LeaseRegistered, LogPolicy,
+    MigInstances, MigLayout, NodeGpu, NodeRegistered, NodeUpdated, Prepayment, PrepaymentSource,
+    Role, SignerKeyRegistered, SignerKeyRevoked, Sla, SlaStep, SpotPrice, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use rust_decimal::Decimal;
@@ -51,7 +51,7 @@ const DETAILED: [(&str, u64); 3] = [("gpu_usage", 7), ("energy", 8), ("spot_pric
 /// are made over).
 const GPU_USAGE_INDEX: usize = DETAILED[0].1 as usize;
 /// Entries in the vector log.
-const LOG_SIZE: u64 = 18;
+const LOG_SIZE: u64 = 19;
 /// Inclusion proofs (leaf index, tree size) and consistency proofs (old size, new size).
 const INCLUSIONS: [(u64, u64); 3] = [(2, 7), (6, 7), (0, 1)];
 const CONSISTENCIES: [(u64, u64); 3] = [(3, 7), (4, 7), (7, 7)];
@@ -391,6 +391,19 @@ fn log_specs() -> Vec<EntrySpec> {
                 sla: None,
             }),
             received_at: "2026-11-30T12:15:00Z",
+        },
+        // tenant-acme's contract ended early, on 1 June 2027 (§5.21).
+        EntrySpec {
+            signer: LEDGER_SIGNER,
+            seed: LOG_SEED,
+            seq: 15,
+            body: Body::ContractAmended(ContractAmended {
+                tenant: "tenant-acme".into(),
+                contract: "C-acme-2027".into(),
+                term_to: Timestamp::parse("2027-06-01T00:00:00Z").unwrap(),
+                reason: "Ended early by mutual agreement".into(),
+            }),
+            received_at: "2026-11-30T12:16:00Z",
         },
     ]
 }

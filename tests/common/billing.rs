@@ -33,6 +33,17 @@ pub fn money(c: impl Into<i128>) -> String {
     format!("{sign}{}.{:02}", c.abs() / 100, c.abs() % 100)
 }
 
+/// Half-even rounding of `num / den` cents (both non-negative): the tests' own arithmetic,
+/// not the crate's rating.
+pub fn cents(num: i128, den: i128) -> i128 {
+    let (q, r) = (num / den, num % den);
+    match (2 * r).cmp(&den) {
+        std::cmp::Ordering::Less => q,
+        std::cmp::Ordering::Greater => q + 1,
+        std::cmp::Ordering::Equal => q + (q & 1),
+    }
+}
+
 /// `reason field` of a ledger entry a rule refused (`conflict <message>` for an id or a
 /// reference taken, the API's 409); panics on anything else.
 pub fn refused(r: Result<u64, StoreError>) -> String {

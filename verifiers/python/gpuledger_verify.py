@@ -9,14 +9,15 @@ JSON Schemas and vectors the document makes part of the contract; not from the R
 fleet rules of node updates, MIG layouts and the node's region, which the document does not
 describe yet, follow crates/core/src/fleet.rs and record.rs: README, items 42-44; issue #28's
 contract_registered entries follow the specification of section 5.19: README, items 45-48; its
-prepayment entries, section 5.20: README, items 60-69). It
+prepayment entries, section 5.20: README, items 60-69; its contract_amended entries, section
+5.21: README, items 76-79). It
 checks compute-usage certificates with their evidence bundles (PROTOCOL.md section 15), bundles
 alone (steps 1, 2 and 4), signed checkpoints (section 9) and consistency proofs between two
 checkpoints (section 8). With a bundle and its invoice (`bundle --invoice`), it recomputes the
 invoice's contract lines (fees, true-ups), commitments, taxes and totals from the bundle's
-contracts by docs/RATING.md "Contracts", its SLA `availability` and `sla_credit` lines from the
-bundle's leases and usage records by "SLA credits", its `allowances` and `included` and `overage`
-lines from the bundle's usage records and earlier invoices by "Included GPU-hours and overage",
+contracts as amended there by docs/RATING.md "Contracts" and "Amendments", its SLA
+`availability` and `sla_credit` lines from the bundle's leases and usage records by "SLA
+credits", its `allowances` and `included` and `overage` lines from the bundle's usage records and earlier invoices by "Included GPU-hours and overage",
 and what it draws on the tenant's prepaid lots
 (`prepaid`, `amount_due`) by "Prepaid balances" (exact fractions); it does not re-rate usage
 lines.
@@ -180,8 +181,12 @@ REASONS = (
     # Contracts (section 5.19, issue #28; section 6.7, contracts): a contract_registered entry's
     # term [term_from, term_to) overlaps the term of an earlier contract of the same tenant (a
     # tenant has at most one contract in force at any instant). An admission rule, after
-    # unknown_tenant, already_registered, price_in_past and price_in_invoiced_period.
+    # unknown_tenant, already_registered, price_in_past and price_in_invoiced_period. Also a
+    # contract_amended entry's extension of a term over another contract of its tenant.
     "contract_overlap",
+    # Contract amendments (section 5.21; section 6.7, contract amendments): a contract_amended
+    # entry names no earlier contract_registered entry of its tenant (body.contract).
+    "unknown_contract",
 )
 ADMISSION_REASONS = REASONS[REASONS.index("node_not_allowed"):]
 CONSISTENCY_REASON = "consistency_proof"  # not in section 15: see README "Where the document was unclear"
@@ -260,7 +265,7 @@ MAX_PUE = Decimal(5)
 MAX_CARBON_G_PER_KWH = Decimal(5000)
 MAX_AMOUNT = Decimal(10**12)  # from the schemas' descriptions (invoice_issued, payment, credit_note)
 MAX_NOTE_BYTES = 500
-MAX_EXCLUSION_REASON_BYTES = 500  # record_excluded.reason (section 5.17)
+MAX_EXCLUSION_REASON_BYTES = 500  # record_excluded.reason (section 5.17), contract_amended.reason (5.21)
 # Ids no body may give a thing it names (section 2.3; crates/core/src/ids.rs RESERVED_IDS).
 RESERVED_IDS = frozenset({"ledger"})
 MAX_EXTERNAL_REFERENCE_BYTES = 128
@@ -799,6 +804,7 @@ LEDGER_KINDS = (
     "node_updated",  # the fleet: capacity added to a registered node (GPUs, a replaced board, watts)
     "contract_registered",  # contracts: a tenant's term, fees and commitment (section 5.19, issue #28)
     "prepayment",  # prepaid balances: a tenant's lot, a top-up or a grant (section 5.20)
+    "contract_amended",  # contracts: a contract's term ended early or extended (section 5.21)
 )
 KINDS = NODE_KINDS + MARKET_KINDS + LEDGER_KINDS
 RECORD_KINDS = NODE_KINDS
@@ -1542,6 +1548,52 @@ class Contract:
         return self.start < other.end and other.start < self.end
 
 
+class Contracts:
+    """A log's contracts as amended (section 5.21; core::contract `Contracts`): each
+    contract_registered entry (the first of an id counts) with the term_to of the latest
+    contract_amended entry of the same contract id and the same tenant, taken in log order
+    (`apply`); an amendment of a contract it does not hold, or of another tenant's, is ignored.
+    What the contract rules compare (LogView.check_contract_term, check_contract_amendment)
+    and what an invoice's contract lines are recomputed from (verify_bundle: every entry of a
+    bundle is below its size, so an invoice is rated with the terms its log held)."""
+
+    def __init__(self):
+        self._at: Dict[str, int] = {}  # contract id -> its place in `terms` and `bodies`
+        self.terms: List[Contract] = []  # in order of registration, each end as amended
+        self.bodies: List[Dict[str, Any]] = []  # their bodies, term_to as amended
+
+    def apply(self, index: int, kind: str, body: Dict[str, Any]) -> None:
+        """Takes in the entry at `index` (contract_registered and contract_amended; any other kind
+        is ignored). The bodies passed check_body."""
+        if kind == "contract_registered" and body["contract"] not in self._at:
+            self._at[body["contract"]] = len(self.terms)
+            self.terms.append(Contract(body["contract"], body["tenant"], parse_timestamp(body["term_from"]),
+                                       parse_timestamp(body["term_to"]), index))
+            self.bodies.append(body)
+        elif kind == "contract_amended":
+            at = self._at.get(body["contract"])
+            if at is not None and self.terms[at].tenant == body["tenant"]:
+                self.terms[at] = dataclasses.replace(self.terms[at], end=parse_timestamp(body["term_to"]))
+                self.bodies[at] = dict(self.bodies[at], term_to=body["term_to"])
+
+    def get(self, contract: str) -> Optional[Contract]:
+        """The contract `contract` as amended (its index: its contract_registered entry's), or None."""
+        at = self._at.get(contract)
+        return None if at is None else self.terms[at]
+
+    def body(self, contract: str) -> Dict[str, Any]:
+        """The contract_registered body of a contract `get` holds, term_to as amended."""
+        return self.bodies[self._at[contract]]
+
+    def of_tenant(self, tenant: str) -> List[Contract]:
+        """`tenant`'s contracts as amended, in order of registration."""
+        return [c for c in self.terms if c.tenant == tenant]
+
+    def bodies_of(self, tenant: str) -> List[Dict[str, Any]]:
+        """The bodies of `tenant`'s contracts as amended, in order of registration."""
+        return [b for c, b in zip(self.terms, self.bodies) if c.tenant == tenant]
+
+
 def _contract_fees_shape(fees: List[Any]) -> None:
     """contract_registered.fees as serde reads it before any value is checked: objects with
     the members name, amount, timing and category and optionally lease and included, nothing
@@ -1756,13 +1808,30 @@ def _contract(b: _Body) -> Contract:
 
 
 def _trimmed_text_refusal(text: str, max_bytes: int) -> Optional[str]:
-    """record.rs `trimmed_text` (payment.external_reference, prepayment.reference): 1 to
-    `max_bytes` bytes of UTF-8, no control character, no white space at either end (Rust's
-    `trim`: Unicode White_Space, which str.strip also removes). Returns why not, or None."""
+    """record.rs `trimmed_text` (payment.external_reference, prepayment.reference,
+    contract_amended.reason): 1 to `max_bytes` bytes of UTF-8, no control character, no white
+    space at either end (Rust's `trim`: Unicode White_Space, which str.strip also removes).
+    Returns why not, or None."""
     if (not text or len(text.encode("utf-8", "surrogatepass")) > max_bytes or text.strip() != text
             or any(_is_control(c) for c in text)):
         return f"1 to {max_bytes} bytes without control characters or surrounding spaces"
     return None
+
+
+def _contract_amendment(b: _Body) -> Dict[str, Any]:
+    """Section 5.21, contract_amended (record/contract.rs `ContractAmended::check`), in the
+    member table's order: tenant and contract (ids), term_to (a timestamp), reason (1 to
+    MAX_EXCLUSION_REASON_BYTES bytes without control characters or surrounding spaces, as
+    record_excluded.reason: _trimmed_text_refusal, invalid_field). The rules that need the log
+    (the contract, its term, the tenant's invoices and other contracts) are admission rules
+    (LogView.check_contract_amendment)."""
+    tenant = b.id("tenant")
+    contract = b.id("contract")
+    term_to = b.timestamp("term_to")
+    why = _trimmed_text_refusal(b.body["reason"], MAX_EXCLUSION_REASON_BYTES)
+    if why is not None:
+        raise FieldError("invalid_field", "body.reason", why)
+    return {"tenant": tenant, "contract": contract, "term_to": term_to}
 
 
 def _prepayment(b: _Body) -> Dict[str, Any]:
@@ -2002,6 +2071,11 @@ def check_body(kind: str, body: Dict[str, Any]) -> Dict[str, Any]:
         b = _Body(body, {"tenant": True, "reference": True, "source": True, "currency": True, "amount": True,
                          "expires_at": False})
         out.update(prepayment=_prepayment(b))
+    elif kind == "contract_amended":
+        # Section 5.21: a contract's term ended early or extended, written by the ledger
+        # (_contract_amendment).
+        b = _Body(body, {"tenant": True, "contract": True, "term_to": True, "reason": True})
+        out.update(amendment=_contract_amendment(b))
     else:  # pragma: no cover - kinds are checked before
         raise FieldError("unknown_kind", "kind", kind)
     return out
@@ -2506,7 +2580,8 @@ class RegionParams:
 
 # Ledger kinds that name a tenant (version 2, section 6 "Parties").
 TENANT_LEDGER_KINDS = ("lease_registered", "tenant_plan", "invoice_issued", "payment", "credit_note",
-                       "certificate_issued", "record_excluded", "contract_registered", "prepayment")
+                       "certificate_issued", "record_excluded", "contract_registered", "prepayment",
+                       "contract_amended")
 
 
 def _stream(kind: str, body: Dict[str, Any]) -> Optional[str]:
@@ -2574,13 +2649,12 @@ class LogView:
         # GPU-hours read them: (index, tenant, lease, start, end, gpu_count, gpu_model,
         # gpu_seconds) (RATING.md, "SLA credits", "Included GPU-hours and overage").
         self.lease_usage: List[Tuple[int, str, str, int, int, str, str, str]] = []
-        # Contracts (section 6.7, contracts): contract id -> its registration (the first counts),
-        # and tenant -> its contracts in log order.
-        self.contracts: Dict[str, Contract] = {}
-        self.contracts_by_tenant: Dict[str, List[Contract]] = {}
-        # The bodies of those registrations, in log order: an invoice's contract lines are
-        # recomputed from them (RATING.md, "Contracts"; verify_bundle with an invoice).
-        self.contract_bodies: List[Dict[str, Any]] = []
+        # Contracts (section 6.7, contracts and contract amendments): the contracts of the
+        # entries taken in so far, as amended by the contract_amended entries among them (the
+        # first registration of an id counts). The contract rules compare their terms; an
+        # invoice's contract lines are recomputed from their bodies (RATING.md, "Contracts",
+        # "Amendments"; verify_bundle with an invoice).
+        self.contracts = Contracts()
         # Prepaid balances (section 6.7, prepayments): (tenant, reference) -> index of the
         # prepayment that carries it (the first counts); and the prepayment and invoice_issued
         # entries, (index, kind, body) in index order, from which an invoice's draws on its
@@ -2819,6 +2893,9 @@ class LogView:
         elif kind == "contract_registered":
             # Contracts (section 6.7): the term rules, with the policy in force, after the parties.
             self.check_contract_term(parsed["contract"], index, now, policy, fail)
+        elif kind == "contract_amended":
+            # Contract amendments (section 6.7): after the parties, in the table's order.
+            self.check_contract_amendment(parsed["amendment"], index, now, policy, fail)
         elif kind == "prepayment":
             # Prepayments (section 6.7): after the parties, in the table's order.
             self.check_prepayment(parsed["prepayment"], index, now, fail)
@@ -3088,7 +3165,8 @@ class LogView:
         period_to of any earlier invoice_issued of its tenant (price_in_invoiced_period: a
         contract bills from its term_from on, so an invoiced period must lie wholly before it);
         its term overlapping the term of no earlier contract of its tenant, half-open
-        (contract_overlap)."""
+        (contract_overlap), each term as amended by the contract_amended entries before this
+        one (Contracts)."""
         start = contract.start
         if start < now - policy.max_future_skew_seconds:
             raise fail("price_in_past", "body.term_from",
@@ -3099,12 +3177,68 @@ class LogView:
                 raise fail("price_in_invoiced_period", "body.term_from",
                            f"{format_ts(start)} is before {format_ts(pt)}, the end of the period invoiced to "
                            f"{tenant} at entry {inv_index}")
-        for other in self.contracts_by_tenant.get(contract.tenant, ()):
+        for other in self.contracts.of_tenant(contract.tenant):
             if other.index < index and other.term_overlaps(contract):
                 raise fail("contract_overlap", "body.term_from",
                            f"the term [{format_ts(start)}, {format_ts(contract.end)}) overlaps the term of "
                            f"contract {other.contract} of {other.tenant} (entry {other.index}), "
                            f"[{format_ts(other.start)}, {format_ts(other.end)})")
+
+    def check_contract_amendment(self, amendment: Dict[str, Any], index: int, now: int, policy: Policy,
+                                 fail) -> None:
+        """Section 6.7, contract amendments (core::contract `ContractBook::check_amendment`), after
+        the parties (unknown_tenant): only a term's future changes, never an invoiced period. With
+        C the contract as amended by the entries before this one (Contracts) and m the earlier of
+        C's current term_to and the new one (where the change begins), in order:
+        1. an earlier contract_registered entry registers `contract` for `tenant`
+           (unknown_contract, body.contract; a bundle holds its tenant's contracts only);
+        2. term_to after C's term_from (invalid_field), the term at most
+           MAX_CONTRACT_TERM_SECONDS long (quantity_out_of_range), term_to not C's current end
+           (invalid_field);
+        3. m not before received_at minus the policy's max_future_skew_seconds (price_in_past):
+           the past is never amended;
+        4. the billing period of C that m falls in starts at or after the latest period_to of
+           the tenant's earlier invoices (price_in_invoiced_period): its clipped start, the first
+           of C's billing_periods whose start <= m < full_end, or m itself when none is (m starts
+           a whole period, or is C's end on a boundary);
+        5. an extension ([C's term_to, term_to), when later) overlaps the term, as amended, of
+           no other contract of the tenant, half-open (contract_overlap).
+        Rules 2 to 5 are on body.term_to."""
+        tenant, name, term_to = amendment["tenant"], amendment["contract"], amendment["term_to"]
+        c = self.contracts.get(name)
+        if c is None or c.index >= index or c.tenant != tenant:
+            raise fail("unknown_contract", "body.contract",
+                       f"{tenant} has no contract {name!r} registered before entry {index} in the bundle")
+        if term_to <= c.start:
+            raise fail("invalid_field", "body.term_to",
+                       f"{format_ts(term_to)} is not after the term's start, {format_ts(c.start)}")
+        if term_to - c.start > MAX_CONTRACT_TERM_SECONDS:
+            raise fail("quantity_out_of_range", "body.term_to",
+                       f"the term would be {term_to - c.start} s, above MAX_CONTRACT_TERM_SECONDS = "
+                       f"{MAX_CONTRACT_TERM_SECONDS} (3660 days)")
+        if term_to == c.end:
+            raise fail("invalid_field", "body.term_to", f"the term of {name} already ends at {format_ts(c.end)}")
+        m = min(c.end, term_to)
+        if m < now - policy.max_future_skew_seconds:
+            raise fail("price_in_past", "body.term_to",
+                       f"the amendment changes the term from {format_ts(m)}, {now - m} s before received_at "
+                       f"(max_future_skew_seconds {policy.max_future_skew_seconds}): the past is never amended")
+        body = self.contracts.body(name)
+        spans = billing_periods(c.start, c.end, body["billing_period"], body["billing_anchor"])
+        changed_from = next((s.start for s in spans if s.start <= m < s.full_end), m)
+        latest = max(((pt, i) for i, t, _, pt in self.invoices if i < index and t == tenant), default=None)
+        if latest is not None and changed_from < latest[0]:
+            pt, inv_index = latest
+            raise fail("price_in_invoiced_period", "body.term_to",
+                       f"the amendment changes the billing period from {format_ts(changed_from)}, before "
+                       f"{format_ts(pt)}, the end of the period invoiced to {tenant} at entry {inv_index}")
+        if term_to > c.end:
+            for other in self.contracts.of_tenant(tenant):
+                if other.contract != name and other.index < index and c.end < other.end and other.start < term_to:
+                    raise fail("contract_overlap", "body.term_to",
+                               f"the term extended to [{format_ts(c.start)}, {format_ts(term_to)}) overlaps the "
+                               f"term of contract {other.contract} of {tenant} (entry {other.index}), "
+                               f"[{format_ts(other.start)}, {format_ts(other.end)})")
 
     def check_prepayment(self, lot: Dict[str, Any], index: int, now: int, fail) -> None:
         """Section 6.7, prepayments (core::prepaid `PrepaidBook::check`), after the parties
@@ -3198,12 +3332,8 @@ class LogView:
                     self.leases_by_node.setdefault(node, []).append(lease.lease)
         elif kind == "tenant_registered":
             self.tenants.setdefault(body["tenant"], index)
-        elif kind == "contract_registered":
-            if body["contract"] not in self.contracts:
-                contract = dataclasses.replace(parsed["contract"], index=index)
-                self.contracts[contract.contract] = contract
-                self.contracts_by_tenant.setdefault(contract.tenant, []).append(contract)
-                self.contract_bodies.append(body)
+        elif kind in ("contract_registered", "contract_amended"):
+            self.contracts.apply(index, kind, body)
         elif kind == "prepayment":
             self.prepayments.setdefault((body["tenant"], body["reference"]), index)
             self.prepaid_entries.append((index, kind, body, received_at))
@@ -3598,7 +3728,8 @@ def verify_bundle(bundle_path: str, key: VerifierKey, invoice_path: Optional[str
         with _rereadable(bundle_path) as path:
             st, cp, view, _, kinds = _run_bundle(path, key, None)
         if inv is not None:
-            contracts = [c for c in view.contract_bodies if c["tenant"] == inv.tenant]
+            # The tenant's contracts as amended by the amendments in the bundle (all below its size).
+            contracts = view.contracts.bodies_of(inv.tenant)
             book = invoice_prepaid_book(view.prepaid_entries, inv.tenant, inv.number)
             invoice = check_invoice_contract_lines(inv, st.header, cp, contracts, book,
                                                    SlaEvidence.of_view(view, inv.tenant, inv.number))
@@ -4690,7 +4821,8 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
     """RATING.md, "Contracts" and "Invoice lines", for an invoice and its verified bundle: the
     bundle is the invoice's (subject, checkpoint size, root and origin: `checkpoint_mismatch`,
     item `invoice`); then the invoice's contract lines and `commitments` are recomputed from
-    the `contract_registered` entries of its tenant in the bundle's context (`contracts`), and
+    the `contract_registered` entries of its tenant in the bundle's context (`contracts`), as
+    amended by its `contract_amended` entries there (Contracts; RATING.md, "Amendments"), and
     placed right after the invoice's own-period usage lines (kind gpu or energy without
     `adjustment_for`), before the rest (the usage kinds' adjustment lines); with them the SLA
     `availability` rows and `sla_credit` lines, and the included GPU-hours' `allowances` rows and

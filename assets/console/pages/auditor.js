@@ -20,6 +20,7 @@ const KINDS = new Set([
   "gpu_usage", "energy", "spot_price", "signer_key_registered", "signer_key_revoked", "rate_card",
   "region_params", "lease_registered", "invoice_issued", "payment", "credit_note",
   "certificate_issued", "volume_tiers", "tenant_plan", "tenant_registered", "log_policy", "node_registered",
+  "record_excluded", "node_updated", "contract_registered", "prepayment", "contract_amended",
 ]);
 
 /** `#/log`: identity, latest checkpoint (its signature checked here), history with consistency. */

@@ -747,8 +747,38 @@ export function prepaidCard(data) {
 }
 
 /**
- * The tenant's contracts (`GET /v1/contracts`): term, billing, fees (with the lease each
- * rents, if any), commitment and SLA (its target and credit steps), or null.
+ * A contract's term as the API lists it (`term_to` already amended), with each of its
+ * amendments (`amendments: [{index, term_to, reason}]`, docs/PROTOCOL.md §5.21), in log order,
+ * below it: "Amended: ends <date> — <reason> (entry N)", each marked `data-amendment` (its
+ * entry) and `data-amended-to`.
+ */
+function contractTerm(c) {
+  const period = fmtPeriod(c.term_from, c.term_to);
+  const amendments = Array.isArray(c.amendments) ? c.amendments : [];
+  if (!amendments.length) return period;
+  const ends = (ts) => (typeof ts === "string" && ts.endsWith("T00:00:00Z") ? fmtDate(ts) : fmtDateTime(ts));
+  return h(
+    "span",
+    {},
+    h("span", { dataset: { term: c.term_to } }, period),
+    h(
+      "ul",
+      { class: "draws amendments" },
+      amendments.map((a) =>
+        h(
+          "li",
+          { class: "muted", dataset: { amendment: a.index, amendedTo: a.term_to } },
+          t("contract_amendment", { date: ends(a.term_to), reason: a.reason, index: a.index }),
+        ),
+      ),
+    ),
+  );
+}
+
+/**
+ * The tenant's contracts (`GET /v1/contracts`): term (as amended, with its amendments),
+ * billing, fees (with the lease each rents, if any), commitment and SLA (its target and credit
+ * steps), or null.
  */
 function contractsCard(contracts) {
   if (!contracts || !contracts.length) return null;
@@ -771,7 +801,7 @@ function contractsCard(contracts) {
       [t("contract"), t("term"), t("billing"), t("fees"), t("commitment"), t("sla")],
       contracts.map((c) => [
         c.contract,
-        fmtPeriod(c.term_from, c.term_to),
+        contractTerm(c),
         `${tOr(`billing_${c.billing_period}`, c.billing_period)}, ${tOr(`anchor_${c.billing_anchor}`, c.billing_anchor)}`,
         (c.fees || []).map((f) => fee(f, c.currency)).join("; ") || "—",
         c.commitment ? fmtMoney(c.commitment, c.currency) : "—",

@@ -13,13 +13,18 @@
 // only move forward, settlements (§5.10), disputes (§6.7, disputes: a record excluded at
 // most once) and contracts (§6.7, contracts: the leases its fees rent registered earlier to
 // its tenant, registered once, a term that starts neither in the past nor before the end of
-// an invoiced period of its tenant, and overlaps no earlier contract of its tenant) and
+// an invoiced period of its tenant, and overlaps no earlier contract of its tenant, every term
+// as amended by the amendments before the entry; contract amendments, §6.7: a contract of its
+// tenant registered earlier, a new end after the start, within 3660 days and not the current
+// one, changing neither the past nor a billing period an invoice of its tenant holds, and an
+// extension overlapping no other contract of its tenant) and
 // prepayments (§6.7, prepayments: a reference carried by one prepayment of its tenant, a lot
 // not expired when it is logged). Key validity and scope are bundle.js's Registry.
 
 import { Failure } from './result.js';
-import { GPU_UNITS, MAX_NODE_GPUS, migProfileSlices, migSlicesDiffer, timestampSeconds } from './leaf.js';
+import { GPU_UNITS, MAX_CONTRACT_TERM_SECONDS, MAX_NODE_GPUS, migProfileSlices, migSlicesDiffer, timestampSeconds } from './leaf.js';
 import { Dec } from './decimal.js';
+import { billingPeriods } from './billing.js';
 
 /** `DEFAULT_MAX_RECORD_AGE_SECONDS` (§6.7): a record may start at most 35 days before it arrives. */
 export const DEFAULT_MAX_RECORD_AGE_SECONDS = 35 * 86400;
@@ -49,6 +54,7 @@ function tenantOf(kind, b) {
     case 'record_excluded':
     case 'contract_registered':
     case 'prepayment':
+    case 'contract_amended':
       return b.tenant;
     case 'energy':
       return 'tenant' in b ? b.tenant : undefined;
@@ -261,6 +267,16 @@ export function leaseUnitsOn(lease, node) {
   return sum;
 }
 
+/**
+ * The end of contract `c` (a contract of `Admission.contractTerms`) as amended by its
+ * amendments before `index` (contract.rs `Contracts`: the latest in log order), in seconds.
+ */
+function termToAt(c, index) {
+  let latest = null;
+  for (const a of c.amendments) if (a.at < index && (latest === null || a.at > latest.at)) latest = a;
+  return latest === null ? c.to : latest.to;
+}
+
 /** Whether two leases' terms ({from, to}: seconds, to null when open-ended) share an instant. */
 const termsOverlap = (a, b) => (a.to === null || b.from < a.to) && (b.to === null || a.from < b.to);
 
@@ -355,8 +371,12 @@ export class Admission {
     this.exclusions = new Map();
     /** contract → index of its first contract_registered entry (§6.7, contracts) */
     this.contracts = new Map();
-    /** tenant → [{contract, at, from, to}]: its contracts' terms [from, to) in seconds */
+    /** tenant → [{contract, tenant, at, body, from, to, amendments: [{at, to}]}]: its
+     *  contracts' terms [from, to) as registered, in seconds, and the ends their
+     *  contract_amended entries set, in log order (termToAt: the term as of an index) */
     this.contractsByTenant = new Map();
+    /** contract → the same object as in contractsByTenant, for its first registration */
+    this.contractTerms = new Map();
     /** `tenant|reference` → index of the first prepayment of the tenant carrying the reference
      *  (§6.7, prepayments; a tenant id holds no `|`) */
     this.prepayments = new Map();
@@ -382,6 +402,7 @@ export class Admission {
     this.checkTime(index, e.kind, b, receivedAt, item);
     this.checkPriceHistory(index, e.kind, b, item);
     this.checkContractTerm(index, e.kind, b, item);
+    this.checkAmendment(index, e.kind, b, receivedAt, item);
     this.checkPrepayment(index, e.kind, b, receivedAt, item);
     this.checkOverlap(e.kind, b, item);
     this.checkForward(e.kind, b, item);
@@ -741,15 +762,91 @@ export class Admission {
    * §6.7, contracts: a contract's term [term_from, term_to) overlaps the term of no earlier
    * contract_registered entry of its tenant (`contract_overlap`, body.term_from); half-open, so
    * one ending at T and the next starting at T do not overlap. A tenant has at most one contract
-   * in force at any instant.
+   * in force at any instant. The terms compared are as amended by the contract_amended entries
+   * before `index` (contract.rs `ContractBook::overlapping`).
    */
   checkContractTerm(index, kind, b, item) {
     if (kind !== 'contract_registered') return;
     const from = secondsOf(b.term_from, item, 'body.term_from');
     const to = secondsOf(b.term_to, item, 'body.term_to');
-    const hit = (this.contractsByTenant.get(b.tenant) ?? []).find((c) => c.at < index && from < c.to && c.from < to);
+    const hit = this.overlapping(index, b.tenant, b.contract, from, to);
     if (hit) {
-      throw new Failure('contract_overlap', item, `body.term_from: [${b.term_from}, ${b.term_to}) overlaps the term of ${b.tenant}'s contract ${hit.contract}, [${isoOf(hit.from)}, ${isoOf(hit.to)}) (entry ${hit.at})`);
+      throw new Failure('contract_overlap', item, `body.term_from: [${b.term_from}, ${b.term_to}) overlaps the term of ${b.tenant}'s contract ${hit.c.contract}, [${isoOf(hit.c.from)}, ${isoOf(hit.to)}) (entry ${hit.c.at})`);
+    }
+  }
+
+  /**
+   * The first contract of `tenant` registered before `index`, other than `except`, whose term
+   * as amended before `index` overlaps [from, to) (half-open), as {c, to} (`to` its amended
+   * end), or undefined.
+   */
+  overlapping(index, tenant, except, from, to) {
+    for (const c of this.contractsByTenant.get(tenant) ?? []) {
+      if (c.at >= index || c.contract === except) continue;
+      const end = termToAt(c, index);
+      if (from < end && c.from < to) return { c, to: end };
+    }
+    return undefined;
+  }
+
+  /**
+   * §6.7, contract amendments (crates/core/src/contract.rs `ContractBook::check_amendment`),
+   * after the party rules (its tenant registered earlier: checkParties), with C the contract as
+   * amended by the entries before `index` and m the earlier of C's current end and the new one
+   * (where the change begins), in this order:
+   * 1. a contract_registered entry before it registers `contract` for `tenant`
+   *    (`unknown_contract`, body.contract);
+   * 2. term_to after C's term_from (`invalid_field`), term_to − term_from at most 3660 days
+   *    (`quantity_out_of_range`), term_to not C's current end (`invalid_field`), all
+   *    body.term_to;
+   * 3. m not before the entry's received_at less the policy's skew (`price_in_past`,
+   *    body.term_to): the past is never amended;
+   * 4. the billing period of C that m falls in (the first whose clipped start is at most m and
+   *    whose whole period ends after m; m itself when there is none) starts at or after the
+   *    period_to of every invoice of the tenant before it (`price_in_invoiced_period`,
+   *    body.term_to): no invoiced line changes;
+   * 5. when term_to is later than C's end, [C's end, term_to) overlaps the term (as amended) of
+   *    no other contract of the tenant (`contract_overlap`, body.term_to).
+   * An invoice bundle's context carries the tenant's contracts, amendments and invoices (§14),
+   * so all are rechecked among them.
+   */
+  checkAmendment(index, kind, b, receivedAt, item) {
+    if (kind !== 'contract_amended') return;
+    const c = this.contractTerms.get(b.contract);
+    if (!c || c.at >= index || c.tenant !== b.tenant) {
+      throw new Failure('unknown_contract', item, `body.contract: ${b.tenant} has no contract ${b.contract}`);
+    }
+    const to = secondsOf(b.term_to, item, 'body.term_to');
+    const current = termToAt(c, index);
+    if (to <= c.from) {
+      throw new Failure('invalid_field', item, `body.term_to (${b.term_to}) must be after the term's start, ${isoOf(c.from)}`);
+    }
+    if (to - c.from > MAX_CONTRACT_TERM_SECONDS) {
+      throw new Failure('quantity_out_of_range', item, `body.term_to (${b.term_to}): the term would be longer than ${MAX_CONTRACT_TERM_SECONDS / 86400} days`);
+    }
+    if (to === current) {
+      throw new Failure('invalid_field', item, `body.term_to: the term already ends at ${isoOf(current)}`);
+    }
+    const m = Math.min(to, current);
+    const { skew } = this.policyAt(index);
+    const now = secondsOf(receivedAt, item, 'received_at');
+    if (m < now - skew) {
+      throw new Failure('price_in_past', item, `body.term_to: the amendment changes the term from ${isoOf(m)}, more than ${skew} s before the ledger's clock (${receivedAt}): the past is never amended`);
+    }
+    const span = billingPeriods(c.from, current, c.body.billing_period, c.body.billing_anchor).find((s) => s.from <= m && m < s.fullTo);
+    const changedFrom = span ? span.from : m;
+    let hit;
+    for (const p of this.invoiced) {
+      if (p.at < index && p.tenant === b.tenant && (!hit || p.to > hit.to)) hit = p;
+    }
+    if (hit && changedFrom < hit.to) {
+      throw new Failure('price_in_invoiced_period', item, `body.term_to: the amendment changes the billing period from ${isoOf(changedFrom)}, inside a period of ${b.tenant} invoiced up to ${isoOf(hit.to)} (entry ${hit.at})`);
+    }
+    if (to > current) {
+      const other = this.overlapping(index, b.tenant, b.contract, current, to);
+      if (other) {
+        throw new Failure('contract_overlap', item, `body.term_to: the term extended to ${b.term_to} overlaps ${b.tenant}'s contract ${other.c.contract}, [${isoOf(other.c.from)}, ${isoOf(other.to)}) (entry ${other.c.at})`);
+      }
     }
   }
 
@@ -842,11 +939,20 @@ export class Admission {
         break;
       case 'contract_registered':
         if (!this.contracts.has(b.contract)) {
+          const c = { contract: b.contract, tenant: b.tenant, at: index, body: b, from: timestampSeconds(b.term_from), to: timestampSeconds(b.term_to), amendments: [] };
           this.contracts.set(b.contract, index);
+          this.contractTerms.set(b.contract, c);
           if (!this.contractsByTenant.has(b.tenant)) this.contractsByTenant.set(b.tenant, []);
-          this.contractsByTenant.get(b.tenant).push({ contract: b.contract, at: index, from: timestampSeconds(b.term_from), to: timestampSeconds(b.term_to) });
+          this.contractsByTenant.get(b.tenant).push(c);
         }
         break;
+      case 'contract_amended': {
+        // An amendment of a listed contract of the same tenant, after its registration, moves
+        // its end (contract.rs `Contracts::apply`); anything else is ignored (never admitted).
+        const c = this.contractTerms.get(b.contract);
+        if (c && c.tenant === b.tenant && c.at < index) c.amendments.push({ at: index, to: timestampSeconds(b.term_to) });
+        break;
+      }
       case 'prepayment': {
         const ref = `${b.tenant}|${b.reference}`;
         if (!this.prepayments.has(ref)) this.prepayments.set(ref, index);

@@ -62,7 +62,16 @@
 //   the tenant's own), its term
 //   starting neither in the past beyond the policy's skew (`price_in_past`) nor before the end
 //   of an invoiced period of its tenant (`price_in_invoiced_period`), and overlapping no earlier
-//   contract of its tenant, half-open (`contract_overlap`); and the prepayment rules (§5.20,
+//   contract of its tenant, half-open (`contract_overlap`), every term as amended by the
+//   `contract_amended` entries before it; the amendment rules (§5.21, §6.7 contract
+//   amendments): a `contract_amended` entry's tenant registered (`unknown_tenant`), its
+//   contract registered earlier for that tenant (`unknown_contract`), its new end after the
+//   term's start (`invalid_field`), within 3660 days of it (`quantity_out_of_range`) and not
+//   the current end (`invalid_field`), the change beginning neither in the past beyond the
+//   policy's skew (`price_in_past`) nor in a billing period an invoice of its tenant holds
+//   (`price_in_invoiced_period`, billing.js), and an extension overlapping no other contract
+//   of its tenant (`contract_overlap`; the context carries the tenant's contracts,
+//   amendments and invoices); and the prepayment rules (§5.20,
 //   §6.7 prepayments): a `prepayment` entry's tenant registered (`unknown_tenant`), its
 //   reference carried by no earlier prepayment of its tenant among the entries the bundle
 //   holds (`reference_used`; the context carries the tenant's own), and its `expires_at`, if

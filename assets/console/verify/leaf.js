@@ -47,7 +47,7 @@ export const GPU_UNITS = 840;
 export const MAX_WATTS_PER_GPU = Dec.int(5000);
 /** `MAX_LEASE_NODES`: a lease_registered entry covers 1 to 64 items (§5.8). */
 export const MAX_LEASE_NODES = 64;
-/** `MAX_EXCLUSION_REASON_BYTES`: a record_excluded entry's reason is 1 to 500 bytes (§5.17). */
+/** `MAX_EXCLUSION_REASON_BYTES`: a record_excluded or contract_amended entry's reason is 1 to 500 bytes (§5.17, §5.21). */
 export const MAX_EXCLUSION_REASON_BYTES = 500;
 /** `MAX_CONTRACT_FEES`: a contract_registered entry lists 1 to 16 fees (§5.19). */
 export const MAX_CONTRACT_FEES = 16;
@@ -113,7 +113,7 @@ export const LEDGER_KINDS = new Set([
   'signer_key_registered', 'signer_key_revoked', 'rate_card', 'region_params',
   'lease_registered', 'invoice_issued', 'payment', 'credit_note', 'volume_tiers',
   'tenant_plan', 'certificate_issued', 'tenant_registered', 'log_policy', 'node_registered',
-  'record_excluded', 'node_updated', 'contract_registered', 'prepayment',
+  'record_excluded', 'node_updated', 'contract_registered', 'prepayment', 'contract_amended',
 ]);
 /** What each signer role may sign (§6.1). */
 export const ROLE_KINDS = { node: new Set(['gpu_usage', 'energy']), market: new Set(['spot_price']) };
@@ -661,6 +661,21 @@ async function checkBody(kind, b) {
       const minor = minorUnits(b.currency);
       check(places <= minor, `invalid_field: body.amount has ${places} decimal places, more than ${b.currency}'s minor unit (${minor})`);
       if ('expires_at' in b) ts(b.expires_at, 'body.expires_at');
+      return;
+    }
+    case 'contract_amended': {
+      // §5.21, as record/contract.rs reads it (`ContractAmended::check`): the whole shape first
+      // (serde's part: exactly these members, strings), then the tenant, the contract, term_to
+      // and the reason (as record_excluded.reason: 1 to MAX_EXCLUSION_REASON_BYTES bytes
+      // without control characters or surrounding spaces, `invalid_field`). The term_to rules
+      // that need the contract, and the contract registered earlier for the tenant, are
+      // admission rules (§6.7, contract amendments: admission.js).
+      members(b, 'body', ['tenant', 'contract', 'term_to', 'reason']);
+      for (const k of ['tenant', 'contract', 'term_to', 'reason']) check(typeof b[k] === 'string', `body.${k} is not a string`);
+      bodyId(b.tenant, 'body.tenant');
+      bodyId(b.contract, 'body.contract');
+      ts(b.term_to, 'body.term_to');
+      trimmedText(b.reason, MAX_EXCLUSION_REASON_BYTES, 'body.reason');
       return;
     }
     case 'lease_registered': {

@@ -151,6 +151,7 @@ pub fn check_parties(body: &Body, index: u64, parties: &dyn Parties) -> Result<(
         Body::RecordExcluded(x) => Some(&x.tenant),
         Body::ContractRegistered(c) => Some(&c.tenant),
         Body::Prepayment(p) => Some(&p.tenant),
+        Body::ContractAmended(a) => Some(&a.tenant),
         _ => None,
     };
     if let Some(t) = tenant {

@@ -5,11 +5,16 @@
 //! --invoice` and `verify-log` to recheck:
 //! - [`billing_periods`]: the term cut at the billing period's boundaries;
 //! - [`charges`]: the fees and the commitment an invoice period bills;
+//! - [`Contracts`]: the contracts of a log with their amendments applied;
 //! - [`ContractBook`]: a contract names a registered tenant, is registered once, neither starts
-//!   in the past nor inside an invoiced period, and overlaps no other contract of its tenant.
+//!   in the past nor inside an invoiced period, and overlaps no other contract of its tenant;
+//!   an amendment changes only a term's future, never an invoiced period.
 
+use crate::limits::MAX_CONTRACT_TERM_SECONDS;
 use crate::rating::round_amount;
-use crate::record::{BillingAnchor, Body, ContractFee, ContractRegistered, FeeTiming, LogPolicy};
+use crate::record::{
+    BillingAnchor, Body, ContractAmended, ContractFee, ContractRegistered, FeeTiming, LogPolicy,
+};
 use crate::rejection::{Reason, Rejection};
 use crate::time::Timestamp;
 use rust_decimal::Decimal;
@@ -200,29 +205,93 @@ pub fn charges_in(c: &ContractRegistered, span: &BillingSpan) -> bool {
             .any(|f| f.timing != FeeTiming::Once || span.from == c.term_from)
 }
 
-/// The admission rules of a `contract_registered` entry (docs/PROTOCOL.md §6.7, contracts),
-/// over the contracts and invoiced periods of the entries before it. The tenant's
-/// registration is [`crate::admission::check_parties`]'s.
+/// A log's contracts as amended (docs/PROTOCOL.md §5.21): each `contract_registered` entry
+/// with the term of its latest `contract_amended` entry, folded in log order. What every
+/// reader of contracts rates with (the ledger, `gpuledger verify --invoice`, the scheduled
+/// run, the contract list), so an invoice is recomputed with the terms its log held.
+#[derive(Debug, Clone, Default)]
+pub struct Contracts {
+    /// The contracts in order of registration.
+    list: Vec<ContractRegistered>,
+    /// The entry that registered each of `list`.
+    registered_at: Vec<u64>,
+    /// Contract id → its place in `list`.
+    at: HashMap<String, usize>,
+}
+
+impl Contracts {
+    /// The contracts of `entries` (index and body, in log order; other kinds are ignored).
+    pub fn of(entries: impl IntoIterator<Item = (u64, Body)>) -> Contracts {
+        let mut out = Contracts::default();
+        for (index, body) in entries {
+            out.apply(index, &body);
+        }
+        out
+    }
+
+    /// Takes in an entry at `index`: a contract is listed, an amendment of a listed contract
+    /// of the same tenant moves its term's end. Anything else is ignored (an admitted log has
+    /// no amendment of an unknown contract: [`ContractBook::check`]).
+    pub fn apply(&mut self, index: u64, body: &Body) {
+        match body {
+            Body::ContractRegistered(c) if !self.at.contains_key(&c.contract) => {
+                self.at.insert(c.contract.clone(), self.list.len());
+                self.list.push(c.clone());
+                self.registered_at.push(index);
+            }
+            Body::ContractAmended(a) => {
+                if let Some(&i) = self.at.get(&a.contract) {
+                    if self.list[i].tenant == a.tenant {
+                        self.list[i].term_to = a.term_to;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The contract `id` as amended, with the entry that registered it.
+    pub fn get(&self, id: &str) -> Option<(u64, &ContractRegistered)> {
+        self.at
+            .get(id)
+            .map(|&i| (self.registered_at[i], &self.list[i]))
+    }
+
+    /// The contracts as amended, in log order.
+    pub fn all(&self) -> &[ContractRegistered] {
+        &self.list
+    }
+
+    /// The contracts as amended, with the entries that registered them, in log order.
+    pub fn entries(self) -> Vec<(u64, ContractRegistered)> {
+        self.registered_at.into_iter().zip(self.list).collect()
+    }
+
+    /// The contracts as amended, in log order.
+    pub fn into_vec(self) -> Vec<ContractRegistered> {
+        self.list
+    }
+}
+
+/// The admission rules of `contract_registered` and `contract_amended` entries
+/// (docs/PROTOCOL.md §6.7, contracts), over the contracts, amendments and invoiced periods of
+/// the entries before them. The tenant's registration is
+/// [`crate::admission::check_parties`]'s.
 #[derive(Debug, Clone, Default)]
 pub struct ContractBook {
-    /// Contract id → the entry that registered it.
-    ids: HashMap<String, u64>,
-    /// Tenant → the terms of its contracts.
-    terms: HashMap<String, Vec<(Timestamp, Timestamp)>>,
+    /// The contracts as amended so far.
+    contracts: Contracts,
     /// Tenant → the latest `period_to` of its invoices.
     invoiced_to: HashMap<String, Timestamp>,
 }
 
 impl ContractBook {
-    /// Takes in an entry at `index` (contracts and invoices; any other kind is ignored).
+    /// Takes in an entry at `index` (contracts, amendments and invoices; any other kind is
+    /// ignored).
     pub fn apply(&mut self, index: u64, body: &Body) {
         match body {
-            Body::ContractRegistered(c) => {
-                self.ids.entry(c.contract.clone()).or_insert(index);
-                self.terms
-                    .entry(c.tenant.clone())
-                    .or_default()
-                    .push((c.term_from, c.term_to));
+            Body::ContractRegistered(_) | Body::ContractAmended(_) => {
+                self.contracts.apply(index, body)
             }
             Body::InvoiceIssued(i) => self.invoiced(&i.tenant, i.period_to),
             _ => {}
@@ -235,16 +304,34 @@ impl ContractBook {
         *at = (*at).max(to);
     }
 
-    /// The rules for `body` arriving at `now` under `policy`, in order: registered once
-    /// (`already_registered`), not starting before `now` minus the policy's skew
-    /// (`price_in_past`) nor inside an invoiced period of its tenant
+    /// The term of a contract of `tenant` other than `except` that overlaps `[from, to)`.
+    fn overlapping(
+        &self,
+        tenant: &str,
+        except: &str,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Option<(Timestamp, Timestamp)> {
+        self.contracts
+            .all()
+            .iter()
+            .filter(|c| c.tenant == tenant && c.contract != except)
+            .map(|c| (c.term_from, c.term_to))
+            .find(|(f, t)| from < *t && *f < to)
+    }
+
+    /// The rules for `body` arriving at `now` under `policy` (other kinds pass): for a
+    /// contract, in order: registered once (`already_registered`), not starting before `now`
+    /// minus the policy's skew (`price_in_past`) nor inside an invoiced period of its tenant
     /// (`price_in_invoiced_period`), overlapping no other contract of its tenant
-    /// (`contract_overlap`). Other kinds pass.
+    /// (`contract_overlap`); for an amendment, [`ContractBook::check_amendment`]'s.
     pub fn check(&self, body: &Body, now: Timestamp, policy: &LogPolicy) -> Result<(), Rejection> {
-        let Body::ContractRegistered(c) = body else {
-            return Ok(());
+        let c = match body {
+            Body::ContractRegistered(c) => c,
+            Body::ContractAmended(a) => return self.check_amendment(a, now, policy),
+            _ => return Ok(()),
         };
-        if let Some(at) = self.ids.get(&c.contract) {
+        if let Some((at, _)) = self.contracts.get(&c.contract) {
             return Err(Rejection::field(
                 Reason::AlreadyRegistered,
                 "body.contract",
@@ -277,13 +364,7 @@ impl ContractBook {
                 ),
             ));
         }
-        let overlap = self
-            .terms
-            .get(&c.tenant)
-            .into_iter()
-            .flatten()
-            .find(|(f, t)| c.term_from < *t && *f < c.term_to);
-        if let Some((f, t)) = overlap {
+        if let Some((f, t)) = self.overlapping(&c.tenant, &c.contract, c.term_from, c.term_to) {
             return Err(Rejection::field(
                 Reason::ContractOverlap,
                 "body.term_from",
@@ -292,6 +373,103 @@ impl ContractBook {
                     c.term_from, c.term_to, c.tenant
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    /// The rules of a `contract_amended` entry (docs/PROTOCOL.md §6.7), in order, with `m` the
+    /// earlier of the term's current end and its new one (where the change begins):
+    /// 1. an earlier contract `contract` of `tenant` (`unknown_contract`, `body.contract`);
+    /// 2. the new end after the term's start (`invalid_field`), the term no longer than the
+    ///    limit (`quantity_out_of_range`), and not the current end (`invalid_field`), all
+    ///    `body.term_to`;
+    /// 3. `m` not before `now` minus the policy's skew (`price_in_past`): the past is never
+    ///    amended;
+    /// 4. the billing period `m` falls in (the term's end itself when `m` is a boundary)
+    ///    starts at or after the end of every invoiced period of the tenant
+    ///    (`price_in_invoiced_period`): no invoiced line changes;
+    /// 5. an extension overlaps no other contract of the tenant (`contract_overlap`).
+    pub fn check_amendment(
+        &self,
+        a: &ContractAmended,
+        now: Timestamp,
+        policy: &LogPolicy,
+    ) -> Result<(), Rejection> {
+        let Some((_, c)) = self
+            .contracts
+            .get(&a.contract)
+            .filter(|(_, c)| c.tenant == a.tenant)
+        else {
+            return Err(Rejection::field(
+                Reason::UnknownContract,
+                "body.contract",
+                format!("{} has no contract {}", a.tenant, a.contract),
+            ));
+        };
+        let invalid =
+            |reason, message: String| Err(Rejection::field(reason, "body.term_to", message));
+        if a.term_to <= c.term_from {
+            return invalid(
+                Reason::InvalidField,
+                format!("must be after the term's start, {}", c.term_from),
+            );
+        }
+        if c.term_from.seconds_until(a.term_to) > MAX_CONTRACT_TERM_SECONDS {
+            return invalid(
+                Reason::QuantityOutOfRange,
+                format!(
+                    "the term would be longer than {} days",
+                    MAX_CONTRACT_TERM_SECONDS / 86_400
+                ),
+            );
+        }
+        if a.term_to == c.term_to {
+            return invalid(
+                Reason::InvalidField,
+                format!("the term already ends at {}", c.term_to),
+            );
+        }
+        let m = a.term_to.min(c.term_to);
+        let earliest = now.plus(-(policy.max_future_skew_seconds as i64));
+        if m < earliest {
+            return invalid(
+                Reason::PriceInPast,
+                format!(
+                    "the amendment changes the term from {m}, before {earliest} (the ledger \
+                     clock {now} less the policy's {} s): the past is never amended",
+                    policy.max_future_skew_seconds
+                ),
+            );
+        }
+        let changed_from = billing_periods(c)
+            .into_iter()
+            .find(|s| s.from <= m && m < s.full_to)
+            .map_or(m, |s| s.from);
+        if let Some(to) = self
+            .invoiced_to
+            .get(&a.tenant)
+            .filter(|to| changed_from < **to)
+        {
+            return invalid(
+                Reason::PriceInInvoicedPeriod,
+                format!(
+                    "the amendment changes the billing period from {changed_from}, inside a \
+                     period of {} invoiced up to {to}",
+                    a.tenant
+                ),
+            );
+        }
+        if let Some((f, t)) = self
+            .overlapping(&a.tenant, &a.contract, c.term_to, a.term_to)
+            .filter(|_| a.term_to > c.term_to)
+        {
+            return invalid(
+                Reason::ContractOverlap,
+                format!(
+                    "the term extended to {} overlaps {}'s contract of [{f}, {t})",
+                    a.term_to, a.tenant
+                ),
+            );
         }
         Ok(())
     }
@@ -579,5 +757,155 @@ mod tests {
             None,
             "another tenant's terms are its own"
         );
+    }
+
+    fn amend(c: &ContractRegistered, to: &str) -> Body {
+        Body::ContractAmended(ContractAmended {
+            tenant: c.tenant.clone(),
+            contract: c.contract.clone(),
+            term_to: t(to),
+            reason: "Ended early by mutual agreement".into(),
+        })
+    }
+
+    #[test]
+    fn an_amendment_moves_the_terms_end_for_every_reader_after_it() {
+        let c = contract(
+            "2027-01-01T00:00:00Z",
+            "2028-01-01T00:00:00Z",
+            BillingPeriod::Month,
+            BillingAnchor::Calendar,
+        );
+        let mut other = c.clone();
+        other.tenant = "beta".into();
+        // An amendment naming the contract under another tenant changes nothing.
+        let mut stray = amend(&c, "2027-02-01T00:00:00Z");
+        if let Body::ContractAmended(a) = &mut stray {
+            a.tenant = "beta".into();
+        }
+        let log = vec![
+            (3, Body::ContractRegistered(c.clone())),
+            (7, amend(&c, "2027-06-15T00:00:00Z")),
+            (8, stray),
+            (9, amend(&c, "2027-03-20T12:00:00Z")),
+        ];
+        let all = Contracts::of(log.clone());
+        let (at, now) = all.get("C-1").unwrap();
+        assert_eq!((at, now.term_to), (3, t("2027-03-20T12:00:00Z")));
+        // As of entry 8 (the first amendment only).
+        let early = Contracts::of(log.iter().take(2).cloned());
+        assert_eq!(early.all()[0].term_to, t("2027-06-15T00:00:00Z"));
+        // The last billing period is cut at the new end and prorated by the second:
+        // March 2027 has 31 days; 19.5 of them are used: 3100 × 19.5 / 31 = 1950.
+        let amended = all.into_vec().remove(0);
+        let spans = billing_periods(&amended);
+        assert_eq!(spans.len(), 3);
+        let mar = charges(
+            &amended,
+            t("2027-03-01T00:00:00Z"),
+            t("2027-04-01T00:00:00Z"),
+        );
+        let nets: Vec<Decimal> = mar.fees.iter().map(|f| f.net).collect();
+        // Rent 1950.00, IPs 10 × 19.5 / 31 = 6.290… → 6.29; commitment 629.03.
+        assert_eq!(nets, [d("1950.00"), d("6.29")]);
+        assert_eq!(mar.committed, Some(d("629.03")));
+        let apr = charges(
+            &amended,
+            t("2027-04-01T00:00:00Z"),
+            t("2027-05-01T00:00:00Z"),
+        );
+        assert_eq!(apr, Charges::default());
+    }
+
+    #[test]
+    fn amendments_change_only_the_uninvoiced_future() {
+        let policy = LogPolicy::default();
+        let now = t("2027-02-10T00:00:00Z");
+        let c = contract(
+            "2027-01-15T12:00:00Z",
+            "2027-12-15T12:00:00Z",
+            BillingPeriod::Month,
+            BillingAnchor::Calendar,
+        );
+        let mut book = ContractBook::default();
+        book.apply(4, &Body::ContractRegistered(c.clone()));
+        let code = |b: &ContractBook, body: &Body, now| {
+            b.check(body, now, &policy)
+                .err()
+                .map(|r| (r.reason.code(), r.field.unwrap_or_default()))
+        };
+        let term = |r: &'static str| Some((r, "body.term_to".to_string()));
+        // Ending in March, extending to 2028: both fine today.
+        assert_eq!(code(&book, &amend(&c, "2027-03-20T00:00:00Z"), now), None);
+        assert_eq!(code(&book, &amend(&c, "2028-06-01T00:00:00Z"), now), None);
+        // Not a change, before the start, too long.
+        assert_eq!(
+            code(&book, &amend(&c, "2027-12-15T12:00:00Z"), now),
+            term("invalid_field")
+        );
+        assert_eq!(
+            code(&book, &amend(&c, "2027-01-15T12:00:00Z"), now),
+            term("invalid_field")
+        );
+        assert_eq!(
+            code(&book, &amend(&c, "2037-03-01T00:00:00Z"), now),
+            term("quantity_out_of_range")
+        );
+        // Ending before the ledger clock (less the skew) amends the past.
+        assert_eq!(
+            code(&book, &amend(&c, "2027-02-09T23:54:59Z"), now),
+            term("price_in_past")
+        );
+        // Another tenant's, or an unknown, contract.
+        let mut stray = amend(&c, "2027-03-20T00:00:00Z");
+        if let Body::ContractAmended(a) = &mut stray {
+            a.tenant = "beta".into();
+        }
+        assert_eq!(
+            code(&book, &stray, now),
+            Some(("unknown_contract", "body.contract".into()))
+        );
+        // Invoiced up to 1 March (at an earlier clock, so the past rule stays out of the way):
+        // an end inside February is refused; one on 1 March or inside March changes nothing
+        // invoiced.
+        book.invoiced("acme", t("2027-03-01T00:00:00Z"));
+        let early = t("2027-01-20T00:00:00Z");
+        assert_eq!(
+            code(&book, &amend(&c, "2027-02-20T00:00:00Z"), early),
+            term("price_in_invoiced_period")
+        );
+        assert_eq!(code(&book, &amend(&c, "2027-03-01T00:00:00Z"), early), None);
+        assert_eq!(code(&book, &amend(&c, "2027-03-02T00:00:00Z"), early), None);
+        // A non-committed contract invoiced to mid-March: March's advance rent is on that
+        // invoice, so an end anywhere in March (after the 15th too) is refused, April is not.
+        book.invoiced("acme", t("2027-03-15T00:00:00Z"));
+        assert_eq!(
+            code(&book, &amend(&c, "2027-03-20T00:00:00Z"), early),
+            term("price_in_invoiced_period")
+        );
+        assert_eq!(code(&book, &amend(&c, "2027-04-02T00:00:00Z"), early), None);
+        // Shortened to mid-June, then the tenant's next contract from July: extending the
+        // first past 1 July overlaps it; to 1 July exactly does not.
+        book.apply(9, &amend(&c, "2027-06-15T00:00:00Z"));
+        let mut next = c.clone();
+        next.contract = "C-2".into();
+        next.term_from = t("2027-07-01T00:00:00Z");
+        next.term_to = t("2028-01-01T00:00:00Z");
+        assert_eq!(
+            code(&book, &Body::ContractRegistered(next.clone()), early),
+            None
+        );
+        book.apply(10, &Body::ContractRegistered(next));
+        assert_eq!(
+            code(&book, &amend(&c, "2027-07-02T00:00:00Z"), early),
+            term("contract_overlap")
+        );
+        assert_eq!(code(&book, &amend(&c, "2027-07-01T00:00:00Z"), early), None);
+        // The shortened term no longer overlaps a contract from 20 June.
+        let mut gap = c.clone();
+        gap.contract = "C-3".into();
+        gap.term_from = t("2027-06-15T00:00:00Z");
+        gap.term_to = t("2027-07-01T00:00:00Z");
+        assert_eq!(code(&book, &Body::ContractRegistered(gap), early), None);
     }
 }

@@ -1046,8 +1046,8 @@ pub struct InvoiceCheck {
     earlier: Vec<(Period, u64)>,
     /// The tenant's exclusions in the context: entry → reason.
     excluded: BTreeMap<u64, String>,
-    /// The tenant's contracts in the context.
-    contracts: Vec<ContractRegistered>,
+    /// The tenant's contracts in the context, as amended there.
+    contracts: crate::contract::Contracts,
     /// The tenant's leases in the context (for the SLAs' leased GPU-seconds).
     leases: BTreeMap<String, crate::record::LeaseRegistered>,
     /// The tenant's prepaid lots and what its earlier invoices drew from them.
@@ -1081,7 +1081,7 @@ impl InvoiceCheck {
             book: Default::default(),
             earlier: Vec::new(),
             excluded: BTreeMap::new(),
-            contracts: Vec::new(),
+            contracts: Default::default(),
             leases: BTreeMap::new(),
             prepaid: Default::default(),
             rating: None,
@@ -1113,7 +1113,7 @@ impl InvoiceCheck {
             InvoiceDoc::V2(inv) => {
                 let mut lines = lines_v2(period_lines, &|_| Tax::none());
                 let contract = contract_lines(
-                    &self.contracts,
+                    self.contracts.all(),
                     inv.period,
                     &c,
                     &lines,
@@ -1225,15 +1225,16 @@ fn first_difference(a: &serde_json::Value, b: &serde_json::Value) -> Option<Stri
 impl InvoiceCheck {
     fn start_rating(&self) -> InvoiceRating {
         let period = self.invoice.period();
-        let presence =
-            crate::sla::Presence::new(&self.contracts, period, &|l| self.leases.get(l).cloned());
+        let presence = crate::sla::Presence::new(self.contracts.all(), period, &|l| {
+            self.leases.get(l).cloned()
+        });
         InvoiceRating::new(
             InvoiceScope::new(period, self.earlier.iter().copied())
                 .excluding(self.excluded.clone()),
         )
         .measuring(Measurement {
             presence,
-            metering: crate::allowance::Metering::new(&self.contracts, period),
+            metering: crate::allowance::Metering::new(self.contracts.all(), period),
         })
     }
 }
@@ -1264,8 +1265,11 @@ impl super::bundle::Subject for InvoiceCheck {
             Body::RecordExcluded(x) if x.tenant == self.invoice.tenant() => {
                 self.excluded.entry(x.entry).or_insert(x.reason.clone());
             }
-            Body::ContractRegistered(c) if c.tenant == self.invoice.tenant() => {
-                self.contracts.push(c.clone());
+            Body::ContractRegistered(ContractRegistered { tenant, .. })
+            | Body::ContractAmended(crate::record::ContractAmended { tenant, .. })
+                if tenant == self.invoice.tenant() =>
+            {
+                self.contracts.apply(index, body);
             }
             Body::Prepayment(p) if p.tenant == self.invoice.tenant() => {
                 self.prepaid.apply(index, received_at, body);

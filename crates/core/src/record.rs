@@ -61,8 +61,8 @@ macro_rules! words {
 mod contract;
 mod prepayment;
 pub use contract::{
-    BillingAnchor, BillingPeriod, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
-    Included, Sla, SlaStep,
+    BillingAnchor, BillingPeriod, ContractAmended, ContractFee, ContractRegistered, FeeCategory,
+    FeeTiming, Included, Sla, SlaStep,
 };
 pub use prepayment::{Prepayment, PrepaymentSource};
 
@@ -141,11 +141,13 @@ pub enum Kind {
     /// Money a tenant paid ahead, or credit it was granted, that its invoices draw down
     /// (written by the ledger).
     Prepayment,
+    /// A contract's term ends earlier or later than registered (written by the ledger).
+    ContractAmended,
 }
 
 impl Kind {
     /// All kinds, in a fixed order.
-    pub const ALL: [Kind; 21] = [
+    pub const ALL: [Kind; 22] = [
         Kind::GpuUsage,
         Kind::Energy,
         Kind::SpotPrice,
@@ -167,6 +169,7 @@ impl Kind {
         Kind::NodeUpdated,
         Kind::ContractRegistered,
         Kind::Prepayment,
+        Kind::ContractAmended,
     ];
 
     /// The wire name.
@@ -193,6 +196,7 @@ impl Kind {
             Kind::NodeUpdated => "node_updated",
             Kind::ContractRegistered => "contract_registered",
             Kind::Prepayment => "prepayment",
+            Kind::ContractAmended => "contract_amended",
         }
     }
 
@@ -223,7 +227,8 @@ impl Kind {
             | Kind::RecordExcluded
             | Kind::NodeUpdated
             | Kind::ContractRegistered
-            | Kind::Prepayment => Role::Ledger,
+            | Kind::Prepayment
+            | Kind::ContractAmended => Role::Ledger,
         }
     }
 }
@@ -919,6 +924,7 @@ bodies! {
     NodeUpdated(NodeUpdated),
     ContractRegistered(ContractRegistered),
     Prepayment(Prepayment),
+    ContractAmended(ContractAmended),
 }
 
 impl Body {
@@ -936,6 +942,7 @@ impl Body {
             Body::RecordExcluded(x) => Some(&x.tenant),
             Body::ContractRegistered(c) => Some(&c.tenant),
             Body::Prepayment(p) => Some(&p.tenant),
+            Body::ContractAmended(a) => Some(&a.tenant),
             _ => None,
         }
     }

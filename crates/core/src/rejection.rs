@@ -72,6 +72,8 @@ pub enum Reason {
     PriceNotForward,
     /// A contract's term overlaps the term of an earlier contract of the same tenant.
     ContractOverlap,
+    /// A contract amendment names no earlier contract of its tenant.
+    UnknownContract,
     /// A tenant or lease registered a second time.
     AlreadyRegistered,
     /// A payment or credit note names no invoice issued earlier to its tenant.
@@ -144,6 +146,7 @@ impl Reason {
             Reason::PriceInInvoicedPeriod => "price_in_invoiced_period",
             Reason::PriceNotForward => "price_not_forward",
             Reason::ContractOverlap => "contract_overlap",
+            Reason::UnknownContract => "unknown_contract",
             Reason::AlreadyRegistered => "already_registered",
             Reason::UnknownInvoice => "unknown_invoice",
             Reason::CurrencyMismatch => "currency_mismatch",
@@ -222,6 +225,7 @@ impl Reason {
             | Reason::PriceNotForward
             // Contracts are the ledger's own; no signer sends them.
             | Reason::ContractOverlap
+            | Reason::UnknownContract
             | Reason::AlreadyRegistered
             // Settlement entries are the ledger's own; no signer sends them.
             | Reason::UnknownInvoice

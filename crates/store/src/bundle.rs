@@ -292,6 +292,7 @@ impl Context {
                 Kind::InvoiceIssued,
                 Kind::RecordExcluded,
                 Kind::ContractRegistered,
+                Kind::ContractAmended,
                 Kind::Prepayment,
             ]);
         }
@@ -299,7 +300,7 @@ impl Context {
     }
 
     /// Whether a context entry of one of [`Context::kinds`] goes in: the tenant's own
-    /// registration, leases, plans, invoices, exclusions, contracts and lots; the volume tiers of its plans; the rest
+    /// registration, leases, plans, invoices, exclusions, contracts, amendments and lots; the volume tiers of its plans; the rest
     /// (keys, policies, public prices and region parameters) whole.
     pub(crate) fn keep(&self, body: &Body) -> bool {
         match body {
@@ -309,6 +310,7 @@ impl Context {
             Body::InvoiceIssued(i) => i.tenant == self.tenant,
             Body::RecordExcluded(x) => x.tenant == self.tenant,
             Body::ContractRegistered(c) => c.tenant == self.tenant,
+            Body::ContractAmended(a) => a.tenant == self.tenant,
             Body::Prepayment(p) => p.tenant == self.tenant,
             Body::VolumeTiers(v) => self.plans.contains(&v.plan),
             _ => true,

@@ -218,10 +218,9 @@ pub fn due_contract_periods(
     let policy = read::policy(conn, size)?;
     let mut due = BTreeSet::new();
     let mut invoiced: std::collections::HashMap<String, Vec<Period>> = Default::default();
-    for (_, body) in read::bodies_of(conn, &[Kind::ContractRegistered], size)? {
-        let Body::ContractRegistered(c) = body else {
-            continue;
-        };
+    let kinds = [Kind::ContractRegistered, Kind::ContractAmended];
+    let contracts = gpuledger_core::contract::Contracts::of(read::bodies_of(conn, &kinds, size)?);
+    for c in contracts.into_vec() {
         if !invoiced.contains_key(&c.tenant) {
             let periods = issued_for(conn, &c.tenant, size)?
                 .into_iter()
@@ -625,11 +624,12 @@ impl Draft {
             return Ok(false);
         };
         for (idx, kind, start) in logged {
-            // Another invoice changes the scope; an exclusion, what is rated; a contract, the
-            // contract lines.
+            // Another invoice changes the scope; an exclusion, what is rated; a contract or
+            // an amendment, the contract lines.
             if kind == Kind::InvoiceIssued.as_str()
                 || kind == Kind::RecordExcluded.as_str()
                 || kind == Kind::ContractRegistered.as_str()
+                || kind == Kind::ContractAmended.as_str()
             {
                 return Ok(true);
             }

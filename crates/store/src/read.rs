@@ -287,39 +287,36 @@ pub fn bodies_of(
     bodies_between(conn, kinds, 0, size)
 }
 
-/// The bodies of `tenant`'s entries of `kind` below `size`, in log order.
+/// The bodies of `tenant`'s entries of `kinds` below `size`, with their indexes, in log order.
 fn tenant_bodies(
     conn: &mut DbConn,
-    kind: Kind,
+    kinds: &[Kind],
     tenant: &str,
     size: u64,
-) -> Result<Vec<Body>, StoreError> {
+) -> Result<Vec<(u64, Body)>, StoreError> {
+    let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
     let rows: Vec<(i64, Vec<u8>)> = entries::table
-        .filter(entries::kind.eq(kind.as_str()))
+        .filter(entries::kind.eq_any(kinds))
         .filter(entries::tenant.eq(tenant))
         .filter(entries::idx.lt(size.min(i64::MAX as u64) as i64))
         .order(entries::idx.asc())
         .select((entries::idx, entries::leaf))
         .load(conn)?;
     rows.into_iter()
-        .map(|(i, leaf)| super::usage::parse_body(i, &leaf))
+        .map(|(i, leaf)| Ok((i as u64, super::usage::parse_body(i, &leaf)?)))
         .collect()
 }
 
-/// The contracts of `tenant` registered below `size` (docs/PROTOCOL.md §5.19), in log order.
+/// The contracts of `tenant` registered below `size` (docs/PROTOCOL.md §5.19), as amended
+/// below `size` (§5.21, `core::contract::Contracts`), in log order.
 pub fn contracts(
     conn: &mut DbConn,
     tenant: &str,
     size: u64,
 ) -> Result<Vec<gpuledger_core::record::ContractRegistered>, StoreError> {
-    let bodies = tenant_bodies(conn, Kind::ContractRegistered, tenant, size)?;
-    Ok(bodies
-        .into_iter()
-        .filter_map(|b| match b {
-            Body::ContractRegistered(c) => Some(c),
-            _ => None,
-        })
-        .collect())
+    let kinds = [Kind::ContractRegistered, Kind::ContractAmended];
+    let bodies = tenant_bodies(conn, &kinds, tenant, size)?;
+    Ok(gpuledger_core::contract::Contracts::of(bodies).into_vec())
 }
 
 /// The leases of `tenant` registered below `size`, by id.
@@ -329,10 +326,10 @@ pub fn leases(
     size: u64,
 ) -> Result<std::collections::BTreeMap<String, gpuledger_core::record::LeaseRegistered>, StoreError>
 {
-    let bodies = tenant_bodies(conn, Kind::LeaseRegistered, tenant, size)?;
+    let bodies = tenant_bodies(conn, &[Kind::LeaseRegistered], tenant, size)?;
     Ok(bodies
         .into_iter()
-        .filter_map(|b| match b {
+        .filter_map(|(_, b)| match b {
             Body::LeaseRegistered(l) => Some((l.lease.clone(), l)),
             _ => None,
         })

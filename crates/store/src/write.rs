@@ -918,16 +918,21 @@ fn admit_ledger_entry(conn: &mut DbConn, app: &Appender, body: &Body) -> Result<
         });
         check_exclusion(x, excluded_at, named, &invoices).map_err(refusal)?;
     }
-    if let Body::ContractRegistered(c) = body {
-        // The contract rules (core::contract::ContractBook), on every contract (ids are the
-        // log's) and the tenant's invoices below `size`. Contracts are few: one per tenant
-        // and term.
+    if let Some(tenant) = match body {
+        Body::ContractRegistered(c) => Some(&c.tenant),
+        Body::ContractAmended(a) => Some(&a.tenant),
+        _ => None,
+    } {
+        // The contract rules (core::contract::ContractBook), on every contract and amendment
+        // (ids are the log's) and the tenant's invoices below `size`. Contracts are few: one
+        // per tenant and term.
         let mut book = gpuledger_core::contract::ContractBook::default();
-        for (index, old) in read::bodies_of(conn, &[Kind::ContractRegistered], size)? {
+        let kinds = [Kind::ContractRegistered, Kind::ContractAmended];
+        for (index, old) in read::bodies_of(conn, &kinds, size)? {
             book.apply(index, &old);
         }
-        for (_, issued) in super::invoices::issued_for(conn, &c.tenant, size)? {
-            book.invoiced(&c.tenant, issued.period.to);
+        for (_, issued) in super::invoices::issued_for(conn, tenant, size)? {
+            book.invoiced(tenant, issued.period.to);
         }
         let policy = read::policy(conn, size)?;
         book.check(body, app.received_at, &policy)
@@ -1261,6 +1266,7 @@ pub(crate) fn ledger_entry(
             | Body::NodeUpdated(_)
             | Body::RecordExcluded(_)
             | Body::ContractRegistered(_)
+            | Body::ContractAmended(_)
             | Body::Prepayment(_)
     ) {
         return Err(StoreError::Refused(format!(

@@ -457,6 +457,15 @@ class Log:
         body.update(body_extra)
         return self.ledger("contract_registered", body, received_at)
 
+    def amend(self, tenant: str, contract: str, term_to: str, received_at: str,
+              reason: Any = "Amended by agreement", **body_extra: Any) -> int:
+        """A contract_amended entry (section 5.21, ledger-written): `tenant`'s contract `contract`
+        ends at `term_to` from this entry on, for `reason`. Written as given (also amendments a
+        ledger refuses); `body_extra` adds or replaces members."""
+        body: Dict[str, Any] = {"tenant": tenant, "contract": contract, "term_to": term_to, "reason": reason}
+        body.update(body_extra)
+        return self.ledger("contract_amended", body, received_at)
+
     def prepayment(self, tenant: str, reference: str, amount: str, received_at: str, source: str = "purchase",
                    currency: str = "CNY", expires_at: Optional[str] = None, **body_extra: Any) -> int:
         """A prepayment entry (section 5.20, ledger-written): `tenant`'s lot named `reference`, of
@@ -606,8 +615,8 @@ def context_for(log: Log, size: int, records: Iterable[int], tenant: Optional[st
     tenant_registered entry and every lease_registered entry of the subject tenant; every
     region_params below the size; and, for an invoice, every rate_card and spot_price below the
     size, the tenant's tenant_plan entries, the volume_tiers of the plans the tenant was ever on,
-    and the tenant's invoice_issued, record_excluded, contract_registered and prepayment entries
-    below it (section 14). Nothing of another tenant."""
+    and the tenant's invoice_issued, record_excluded, contract_registered, contract_amended and
+    prepayment entries below it (section 14). Nothing of another tenant."""
     records = list(records)
     if tenant is None and records:
         tenant = log.entries[records[0]].body.get("tenant")
@@ -621,7 +630,7 @@ def context_for(log: Log, size: int, records: Iterable[int], tenant: Optional[st
             ctx.add(e.index)
         elif invoice and (e.kind in ("rate_card", "spot_price")
                           or (e.kind in ("tenant_plan", "invoice_issued", "record_excluded", "contract_registered",
-                                         "prepayment")
+                                         "contract_amended", "prepayment")
                               and b["tenant"] == tenant)
                           or (e.kind == "volume_tiers" and b["plan"] in plans)):
             ctx.add(e.index)

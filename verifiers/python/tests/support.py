@@ -293,6 +293,18 @@ class LogBundleTestCase(VerifierTestCase):
         lines = producer.make_bundle(log, len(log.entries), context, records, subject or {"invoice": "INV-000009"})
         return self.run_bundle(lines, log.verifier_key()), lines
 
+    def assert_invoice_context_is_the_tenants(self, mine: int, theirs: int, number="INV-000009"):
+        """Section 14: an invoice bundle's context for tenant t holds entry `mine` (t's) and not
+        `theirs` (another tenant's); a certificate's context holds neither; the invoice's bundle
+        passes."""
+        size = len(self.log.entries)
+        ctx = producer.context_for(self.log, size, [], "t", invoice=True)
+        self.assertIn(mine, ctx)
+        self.assertNotIn(theirs, ctx)
+        self.assertNotIn(mine, producer.context_for(self.log, size, [], "t"))
+        lines = producer.make_bundle(self.log, size, ctx, [], {"invoice": number})
+        self.assertPass(self.run_bundle(lines, self.log.verifier_key()))
+
     def cli_fails_on_whole_log(self, number="INV-000009") -> str:
         """Runs `gpuledger_verify.py bundle` on every entry of `self.log` as an invoice
         `number`'s bundle; asserts it exits 1 and returns what it printed."""

@@ -222,13 +222,7 @@ class Contracts(LogBundleTestCase):
         # another tenant's; a certificate's context holds none.
         i = self.contract()
         j = self.contract("C-2", tenant="u")
-        size = len(self.log.entries)
-        ctx = producer.context_for(self.log, size, [], "t", invoice=True)
-        self.assertIn(i, ctx)
-        self.assertNotIn(j, ctx)
-        self.assertNotIn(i, producer.context_for(self.log, size, [], "t"))
-        lines = producer.make_bundle(self.log, size, ctx, [], {"invoice": "INV-000009"})
-        self.assertPass(self.run_bundle(lines, self.log.verifier_key()))
+        self.assert_invoice_context_is_the_tenants(i, j)
 
     def test_the_command_line_names_contract_overlap(self):
         self.contract()

@@ -66,6 +66,9 @@ BODIES = {
     # Section 5.20's example.
     "prepayment": {"amount": "5000.00", "currency": "CNY", "expires_at": "2028-01-01T00:00:00Z",
                    "reference": "TOPUP-2027-0042", "source": "purchase", "tenant": "acme"},
+    # Section 5.21's example.
+    "contract_amended": {"contract": "C-acme-2027", "reason": "Ended early by mutual agreement", "tenant": "acme",
+                         "term_to": "2027-07-01T00:00:00Z"},
 }
 
 

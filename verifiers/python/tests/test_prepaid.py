@@ -151,13 +151,7 @@ class PrepaymentRules(LogBundleTestCase):
         # tenant's; a certificate's context holds none.
         i = self.lot()
         j = self.lot(tenant="u")
-        size = len(self.log.entries)
-        ctx = producer.context_for(self.log, size, [], "t", invoice=True)
-        self.assertIn(i, ctx)
-        self.assertNotIn(j, ctx)
-        self.assertNotIn(i, producer.context_for(self.log, size, [], "t"))
-        lines = producer.make_bundle(self.log, size, ctx, [], {"invoice": NUMBER})
-        self.assertPass(self.run_bundle(lines, self.log.verifier_key()))
+        self.assert_invoice_context_is_the_tenants(i, j, NUMBER)
 
     def test_another_tenants_lot_in_an_invoice_bundle(self):
         # Nothing of another tenant: u's lot in t's bundle, without u's registration (which a

@@ -1,5 +1,7 @@
-// Tests of the console verifier's contract_registered rules (§5.19 and §6.7, contracts), run
-// with Node ≥ 20 and no npm packages, and without the `gpuledger` binary:
+// Tests of the console verifier's contract_registered and contract_amended rules (§5.19, §5.21
+// and §6.7, contracts and contract amendments) and of its billing periods (billing.js, as
+// crates/core/src/contract.rs `billing_periods`), run with Node ≥ 20 and no npm packages, and
+// without the `gpuledger` binary:
 //
 //     node assets/console/verify/test/contracts.mjs
 //
@@ -10,8 +12,9 @@
 // signed; run.mjs's bundle tests do that and compare with `gpuledger verify`.
 // Exit status 0 when every test passed, 1 otherwise.
 
-import { checkEnvelope, KINDS, LEDGER_KINDS, MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS, MAX_INCLUDED_MODELS, MAX_SLA_STEPS } from '../leaf.js';
+import { checkEnvelope, KINDS, LEDGER_KINDS, MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS, MAX_EXCLUSION_REASON_BYTES, MAX_INCLUDED_MODELS, MAX_SLA_STEPS, ROLE_KINDS } from '../leaf.js';
 import { Admission } from '../admission.js';
+import { addMonths, billingPeriods, calendarStart, MAX_UNIX } from '../billing.js';
 import { results, test, assert, eq } from './harness.mjs';
 
 
@@ -20,12 +23,12 @@ import { results, test, assert, eq } from './harness.mjs';
 const fieldOf = (message) => /^body\.[A-Za-z0-9_.[\]]+/.exec(message)?.[0].replace(/\.$/, '') ?? '';
 
 /**
- * The verdict of checkEnvelope on a contract_registered body: 'PASS', `<code> <field>` when the
- * message starts with a reason code and a field, else the whole message (a form error of the
- * shape, reported as plain `leaf_invalid`).
+ * The verdict of checkEnvelope on a contract_registered body (or one of `kind`): 'PASS',
+ * `<code> <field>` when the message starts with a reason code and a field, else the whole
+ * message (a form error of the shape, reported as plain `leaf_invalid`).
  */
-async function bodyVerdict(body) {
-  const env = { v: 3, kind: 'contract_registered', signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
+async function bodyVerdict(body, kind = 'contract_registered') {
+  const env = { v: 3, kind, signer: 'ledger', key_id: '0123456789abcdef', seq: 1, body, sig: `${'A'.repeat(86)}==` };
   try {
     await checkEnvelope(env, 'gpuledger.test/contracts');
     return 'PASS';
@@ -507,6 +510,336 @@ await test("contract admission: the fees' leases after the tenant, before the co
   eq(admit(a, leased('acme', 'L-acme'), 10, past), 'price_in_past body.term_from', 'then price_in_past');
   eq(admit(a, { ...leased('acme', 'L-none'), term_from: '2027-04-01T00:00:00Z' }, 10), 'unknown_lease body.fees[0].lease', 'before contract_overlap');
   eq(admit(a, { ...leased('acme', 'L-acme'), term_from: '2027-04-01T00:00:00Z' }, 10), 'contract_overlap body.term_from', 'contract_overlap once the leases are good');
+});
+
+// ---------------------------------------------------------------- billing periods (billing.js)
+
+/** The billing periods of a term as §2.2 strings: [from, to, full_from, full_to] each. */
+const spans = (from, to, period, anchor) =>
+  billingPeriods(at(from), at(to), period, anchor).map((s) => [iso(s.from), iso(s.to), iso(s.fullFrom), iso(s.fullTo)]);
+
+await test('billing periods: calendar months clip the first and last to the term (contract.rs calendar_months_clip_the_first_and_last_to_the_term)', async () => {
+  const s = spans('2027-01-15T12:00:00Z', '2027-03-10T00:00:00Z', 'month', 'calendar');
+  eq(s, [
+    ['2027-01-15T12:00:00Z', '2027-02-01T00:00:00Z', '2027-01-01T00:00:00Z', '2027-02-01T00:00:00Z'],
+    ['2027-02-01T00:00:00Z', '2027-03-01T00:00:00Z', '2027-02-01T00:00:00Z', '2027-03-01T00:00:00Z'],
+    ['2027-03-01T00:00:00Z', '2027-03-10T00:00:00Z', '2027-03-01T00:00:00Z', '2027-04-01T00:00:00Z'],
+  ], 'three months');
+  // A term on boundaries: whole periods, and no empty one after the end.
+  eq(spans('2027-01-01T00:00:00Z', '2027-03-01T00:00:00Z', 'month', 'calendar').map((x) => x[0]), ['2027-01-01T00:00:00Z', '2027-02-01T00:00:00Z'], 'whole months');
+  // One second.
+  eq(spans('2027-05-31T23:59:59Z', '2027-06-01T00:00:00Z', 'month', 'calendar'), [['2027-05-31T23:59:59Z', '2027-06-01T00:00:00Z', '2027-05-01T00:00:00Z', '2027-06-01T00:00:00Z']], 'a second');
+});
+
+await test('billing periods: anniversaries keep the day and clamp it to short months; quarters and years (contract.rs anniversaries_keep_the_day_and_clamp_it_to_short_months)', async () => {
+  eq(spans('2028-01-31T08:00:00Z', '2028-05-31T08:00:00Z', 'month', 'anniversary').map((x) => x[0]),
+    ['2028-01-31T08:00:00Z', '2028-02-29T08:00:00Z', '2028-03-31T08:00:00Z', '2028-04-30T08:00:00Z'], 'from 31 January 2028, a leap year');
+  // Each boundary counted from the first: back to the 31st after February.
+  eq(spans('2027-01-31T08:00:00Z', '2027-04-30T08:00:00Z', 'month', 'anniversary').map((x) => [x[0], x[3]]),
+    [['2027-01-31T08:00:00Z', '2027-02-28T08:00:00Z'], ['2027-02-28T08:00:00Z', '2027-03-31T08:00:00Z'], ['2027-03-31T08:00:00Z', '2027-04-30T08:00:00Z']], 'from 31 January 2027');
+  const q = spans('2027-11-05T00:00:00Z', '2028-11-05T00:00:00Z', 'quarter', 'calendar');
+  eq(q[0][2], '2027-10-01T00:00:00Z', 'the first quarter starts in October');
+  eq(q[1][0], '2028-01-01T00:00:00Z', 'the second in January');
+  eq(q[q.length - 1][3], '2029-01-01T00:00:00Z', 'the last ends in January 2029');
+  eq(q.map((x) => x[0]), ['2027-11-05T00:00:00Z', '2028-01-01T00:00:00Z', '2028-04-01T00:00:00Z', '2028-07-01T00:00:00Z', '2028-10-01T00:00:00Z'], 'quarters');
+  eq(spans('2027-06-01T00:00:00Z', '2029-06-01T00:00:00Z', 'year', 'calendar').length, 3, 'three calendar years');
+  eq(spans('2027-08-31T00:00:00Z', '2028-09-01T00:00:00Z', 'quarter', 'anniversary').map((x) => x[0]),
+    ['2027-08-31T00:00:00Z', '2027-11-30T00:00:00Z', '2028-02-29T00:00:00Z', '2028-05-31T00:00:00Z', '2028-08-31T00:00:00Z'], 'anniversary quarters from the 31st');
+  eq(spans('2028-02-29T12:00:00Z', '2032-03-01T00:00:00Z', 'year', 'anniversary').map((x) => x[0]),
+    ['2028-02-29T12:00:00Z', '2029-02-28T12:00:00Z', '2030-02-28T12:00:00Z', '2031-02-28T12:00:00Z', '2032-02-29T12:00:00Z'], 'anniversary years from 29 February');
+});
+
+await test('billing periods: the helpers, and a boundary past year 9999 ends the last period at the term', async () => {
+  eq(iso(addMonths(at('2027-01-31T08:00:00Z'), 1)), '2027-02-28T08:00:00Z', 'clamped');
+  eq(iso(addMonths(at('2027-01-31T08:00:00Z'), 13)), '2028-02-29T08:00:00Z', 'leap');
+  eq(iso(addMonths(at('2027-12-15T00:00:00Z'), 1)), '2028-01-15T00:00:00Z', 'over the year');
+  eq(addMonths(at('9999-12-01T00:00:00Z'), 1), null, 'past 9999');
+  eq(iso(calendarStart(at('2027-05-17T13:00:00Z'), 1)), '2027-05-01T00:00:00Z', 'month');
+  eq(iso(calendarStart(at('2027-05-17T13:00:00Z'), 3)), '2027-04-01T00:00:00Z', 'quarter');
+  eq(iso(calendarStart(at('2027-12-31T23:59:59Z'), 3)), '2027-10-01T00:00:00Z', 'the last quarter');
+  eq(iso(calendarStart(at('2027-05-17T13:00:00Z'), 12)), '2027-01-01T00:00:00Z', 'year');
+  eq(spans('9999-11-15T00:00:00Z', iso(MAX_UNIX), 'month', 'calendar'), [
+    ['9999-11-15T00:00:00Z', '9999-12-01T00:00:00Z', '9999-11-01T00:00:00Z', '9999-12-01T00:00:00Z'],
+    ['9999-12-01T00:00:00Z', '9999-12-31T23:59:59Z', '9999-12-01T00:00:00Z', '9999-12-31T23:59:59Z'],
+  ], 'the last period of time');
+  eq(billingPeriods(at('2027-01-01T00:00:00Z'), at('2028-01-01T00:00:00Z'), 'week', 'calendar'), [], 'an unknown period');
+  eq(billingPeriods(at('2027-01-01T00:00:00Z'), at('2028-01-01T00:00:00Z'), 'month', 'start'), [], 'an unknown anchor');
+  // A term of 3660 days, monthly: every period in order, each whole period's end the next one's start.
+  const long = billingPeriods(at('2027-01-31T00:00:00Z'), at('2027-01-31T00:00:00Z') + MAX_CONTRACT_TERM_SECONDS, 'month', 'anniversary');
+  eq(long.length, 121, 'the periods of 3660 days');
+  assert(long.every((x, k) => k === 0 || (x.fullFrom === long[k - 1].fullTo && x.from === long[k - 1].to)), 'contiguous');
+});
+
+// ---------------------------------------------------------------- contract_amended (§5.21)
+
+/** The spec's example amendment. */
+const A = { contract: 'C-acme-2027', reason: 'Ended early by mutual agreement', tenant: 'acme', term_to: '2027-07-01T00:00:00Z' };
+
+await test('contract_amended is a ledger kind', async () => {
+  assert(KINDS.has('contract_amended'), 'a kind');
+  assert(LEDGER_KINDS.has('contract_amended'), 'signed by the log key only (bundle.js keyFor)');
+  for (const [role, kinds] of Object.entries(ROLE_KINDS)) assert(!kinds.has('contract_amended'), `not a ${role} kind`);
+  eq(MAX_EXCLUSION_REASON_BYTES, 500, 'a reason of at most 500 bytes');
+});
+
+await test('contract_amended bodies that pass (§5.21)', async () => {
+  for (const [what, body] of [
+    ["the spec's example", A],
+    ['a reason of one byte', { ...A, reason: 'x' }],
+    ['a reason of 500 bytes', { ...A, reason: 'x'.repeat(500) }],
+    ['a reason of 500 bytes of Chinese', { ...A, reason: `${'\u4e2d'.repeat(166)}xx` }],
+    ['a reason in Chinese with inner spaces', { ...A, reason: '双方协商  提前终止\u3000(工单 #42)' }],
+    ['a trailing zero-width space (not White_Space)', { ...A, reason: 'Ended early\u200b' }],
+    ['the first instant', { ...A, term_to: '2000-01-01T00:00:00Z' }],
+    ['the last instant', { ...A, term_to: '9999-12-31T23:59:59Z' }],
+    ['a leap day', { ...A, term_to: '2028-02-29T00:00:00Z' }],
+  ]) eq(await bodyVerdict(body, 'contract_amended'), 'PASS', what);
+});
+
+await test('contract_amended bodies refused with the code and field of the spec (§5.21)', async () => {
+  for (const [what, body, want] of [
+    ['an empty reason', { ...A, reason: '' }, 'invalid_field body.reason'],
+    ['a reason of 501 bytes', { ...A, reason: 'x'.repeat(501) }, 'invalid_field body.reason'],
+    ['a reason of 501 bytes in two-byte characters', { ...A, reason: `${'\u00e9'.repeat(250)}x` }, 'invalid_field body.reason'],
+    ['a reason of 501 bytes of Chinese', { ...A, reason: '\u4e2d'.repeat(167) }, 'invalid_field body.reason'],
+    ['a reason with a leading space', { ...A, reason: ' Ended early' }, 'invalid_field body.reason'],
+    ['a reason with a trailing space', { ...A, reason: 'Ended early ' }, 'invalid_field body.reason'],
+    ['a reason with a trailing ideographic space', { ...A, reason: 'Ended early\u3000' }, 'invalid_field body.reason'],
+    ['a reason with a leading no-break space', { ...A, reason: '\u00a0Ended early' }, 'invalid_field body.reason'],
+    ['a reason of a space', { ...A, reason: ' ' }, 'invalid_field body.reason'],
+    ['a reason with a line feed', { ...A, reason: 'Ended\nearly' }, 'invalid_field body.reason'],
+    ['a reason with a tab', { ...A, reason: 'Ended\tearly' }, 'invalid_field body.reason'],
+    ['a reason with DEL', { ...A, reason: 'Ended early\u007f' }, 'invalid_field body.reason'],
+    ['a reason with U+0085', { ...A, reason: 'Ended\u0085early' }, 'invalid_field body.reason'],
+  ]) eq(await bodyVerdict(body, 'contract_amended'), want, what);
+  // Form errors (plain leaf_invalid): the message names what is wrong.
+  for (const [what, body, want] of [
+    ['no tenant', without(A, 'tenant'), /^body has no member tenant$/],
+    ['no contract', without(A, 'contract'), /^body has no member contract$/],
+    ['no term_to', without(A, 'term_to'), /^body has no member term_to$/],
+    ['no reason', without(A, 'reason'), /^body has no member reason$/],
+    ['a term_from', { ...A, term_from: '2027-01-01T00:00:00Z' }, /^body has an unknown member term_from$/],
+    ['fees', { ...A, fees: [] }, /^body has an unknown member fees$/],
+    ['a null reason', { ...A, reason: null }, /^body\.reason is not a string$/],
+    ['a number reason', { ...A, reason: 42 }, /^body\.reason is not a string$/],
+    ['a number term_to', { ...A, term_to: 1814400000 }, /^body\.term_to is not a string$/],
+    ['a null contract', { ...A, contract: null }, /^body\.contract is not a string$/],
+    ['a tenant that is no id', { ...A, tenant: 'a b' }, /^body\.tenant is not an identifier$/],
+    ['the reserved tenant', { ...A, tenant: 'ledger' }, /^body\.tenant "ledger" is reserved/],
+    ['a contract that is no id', { ...A, contract: '-C1' }, /^body\.contract is not an identifier$/],
+    ['the reserved contract id', { ...A, contract: 'ledger' }, /^body\.contract "ledger" is reserved/],
+    ['term_to a date', { ...A, term_to: '2027-07-01' }, /^body\.term_to is not a timestamp$/],
+    ['term_to 29 February 2027', { ...A, term_to: '2027-02-29T00:00:00Z' }, /^body\.term_to is not a timestamp$/],
+    ['term_to before 2000', { ...A, term_to: '1999-12-31T23:59:59Z' }, /^body\.term_to is not a timestamp$/],
+    ['term_to with a fraction', { ...A, term_to: '2027-07-01T00:00:00.000Z' }, /^body\.term_to is not a timestamp$/],
+    // The order: the whole shape, then tenant, contract, term_to, reason.
+    ['the shape first: a null reason and a bad tenant', { ...A, tenant: 'a b', reason: null }, /^body\.reason is not a string$/],
+    ['tenant before contract', { ...A, tenant: 'a b', contract: '-C1' }, /^body\.tenant is not an identifier$/],
+    ['contract before term_to', { ...A, contract: '-C1', term_to: '2027-07-01' }, /^body\.contract is not an identifier$/],
+    ['term_to before reason', { ...A, term_to: '2027-07-01', reason: '' }, /^body\.term_to is not a timestamp$/],
+  ]) {
+    const got = await bodyVerdict(body, 'contract_amended');
+    assert(want.test(got), `${what}: ${got}`);
+  }
+});
+
+/** An amendment of `tenant`'s contract `contract` ending its term at `to`. */
+const amendment = (contract, tenant, to, reason = A.reason) => ({ contract, reason, tenant, term_to: to });
+
+/** `reason field` of Admission.check on the contract_amended entry at `index`, received at `received`, or 'PASS'. */
+function admitAmendment(a, body, index, received = '2027-02-01T00:00:00Z') {
+  try {
+    a.check(index, { kind: 'contract_amended', body }, received);
+    return 'PASS';
+  } catch (e) {
+    assert(e.item === `entry ${index}`, `the item: ${e.item}`);
+    const field = fieldOf(e.message);
+    return field ? `${e.reason} ${field}` : e.reason;
+  }
+}
+
+/** An invoice of `tenant` for [from, to) (an invoice_issued entry). */
+const invoice = (number, tenant, from, to) => ({ kind: 'invoice_issued', body: { number, tenant, period_from: from, period_to: to, currency: 'CNY', total: '1.00', checkpoint_size: 1, invoice_sha256: '0'.repeat(64) } });
+
+// context(): tenants acme (1) and beta (2), acme invoiced for January 2027 (3), a skew of 3600 s
+// (4), acme's C1 for [2027-03-01, 2027-06-01) in calendar months (5), beta invoiced for January
+// to March (6).
+
+await test('amendment admission: the tenant registered earlier (unknown_tenant), then its contract (unknown_contract, body.contract)', async () => {
+  const a = context();
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-05-01T00:00:00Z'), 10), 'PASS', 'C1 ended early');
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-07-01T00:00:00Z'), 10), 'PASS', 'C1 extended');
+  eq(admitAmendment(a, amendment('C1', 'zeta', '2027-05-01T00:00:00Z'), 10), 'unknown_tenant', 'an unregistered tenant');
+  eq(admitAmendment(a, amendment('C9', 'zeta', '2027-05-01T00:00:00Z'), 10), 'unknown_tenant', 'an unregistered tenant and an unknown contract: the tenant first');
+  eq(admitAmendment(a, amendment('C1', 'beta', '2027-05-01T00:00:00Z'), 2), 'unknown_tenant', "at the tenant's own index");
+  eq(admitAmendment(a, amendment('C9', 'acme', '2027-05-01T00:00:00Z'), 10), 'unknown_contract body.contract', 'a contract never registered');
+  eq(admitAmendment(a, amendment('C1', 'beta', '2027-05-01T00:00:00Z'), 10), 'unknown_contract body.contract', "acme's C1 named by beta");
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-05-01T00:00:00Z'), 5), 'unknown_contract body.contract', "at C1's own index");
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-05-01T00:00:00Z'), 6), 'PASS', 'just after it');
+  // A contract registered later is unknown before its index.
+  a.apply(20, { kind: 'contract_registered', body: contract('C2', 'beta', '2027-06-01T00:00:00Z', '2027-09-01T00:00:00Z') });
+  eq(admitAmendment(a, amendment('C2', 'beta', '2027-08-01T00:00:00Z'), 10), 'unknown_contract body.contract', 'before its registration');
+  eq(admitAmendment(a, amendment('C2', 'beta', '2027-08-01T00:00:00Z'), 21), 'PASS', 'after it');
+});
+
+await test('amendment admission: term_to after the start (invalid_field), within 3660 days of it (quantity_out_of_range), not the current end (invalid_field), body.term_to', async () => {
+  const a = context();
+  const from = at('2027-03-01T00:00:00Z');
+  for (const [what, to, want] of [
+    ['the term_from', '2027-03-01T00:00:00Z', 'invalid_field body.term_to'],
+    ['before the term_from', '2027-02-15T00:00:00Z', 'invalid_field body.term_to'],
+    ['a second after the term_from', '2027-03-01T00:00:01Z', 'PASS'],
+    ['3660 days after the term_from', iso(from + MAX_CONTRACT_TERM_SECONDS), 'PASS'],
+    ['3660 days and a second', iso(from + MAX_CONTRACT_TERM_SECONDS + 1), 'quantity_out_of_range body.term_to'],
+    ['the current end', '2027-06-01T00:00:00Z', 'invalid_field body.term_to'],
+    ['a second before it', '2027-05-31T23:59:59Z', 'PASS'],
+    ['a second after it', '2027-06-01T00:00:01Z', 'PASS'],
+  ]) eq(admitAmendment(a, amendment('C1', 'acme', to), 10), want, what);
+  // The current end is the latest amendment's, as of the entry's index.
+  a.apply(7, { kind: 'contract_amended', body: amendment('C1', 'acme', '2027-05-15T00:00:00Z') });
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-05-15T00:00:00Z'), 10), 'invalid_field body.term_to', 'the amended end again');
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-06-01T00:00:00Z'), 10), 'PASS', 'back to the registered end');
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-05-15T00:00:00Z'), 7), 'PASS', "the amended end at the amendment's own index");
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-06-01T00:00:00Z'), 7), 'invalid_field body.term_to', 'the registered end before the amendment');
+  a.apply(8, { kind: 'contract_amended', body: amendment('C1', 'acme', '2027-08-01T00:00:00Z') });
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-08-01T00:00:00Z'), 10), 'invalid_field body.term_to', 'the latest amendment wins');
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-05-15T00:00:00Z'), 10), 'PASS', 'an earlier amendment is not the current end');
+  // The 3660 days count from the term's start, whatever the amendments.
+  eq(admitAmendment(a, amendment('C1', 'acme', iso(from + MAX_CONTRACT_TERM_SECONDS + 1)), 10), 'quantity_out_of_range body.term_to', 'too long after amendments');
+});
+
+await test('amendment admission: the change begins no earlier than the ledger clock less the skew (price_in_past, body.term_to)', async () => {
+  const a = context();
+  const end = (to, received, index = 10) => admitAmendment(a, amendment('C1', 'acme', to), index, received);
+  // Ending early: m is the new end.
+  eq(end('2027-04-09T23:00:00Z', '2027-04-10T00:00:00Z'), 'PASS', 'an end 3600 s before the clock');
+  eq(end('2027-04-09T22:59:59Z', '2027-04-10T00:00:00Z'), 'price_in_past body.term_to', 'an end 3601 s before the clock');
+  eq(end('2027-05-01T00:00:00Z', '2027-04-10T00:00:00Z'), 'PASS', 'an end ahead');
+  // Extending: m is the current end.
+  eq(end('2027-07-01T00:00:00Z', '2027-06-01T01:00:00Z'), 'PASS', 'a term that ended 3600 s ago extended');
+  eq(end('2027-07-01T00:00:00Z', '2027-06-01T01:00:01Z'), 'price_in_past body.term_to', 'a term that ended 3601 s ago extended');
+  eq(end('2027-05-31T00:00:00Z', '2027-06-01T01:00:00Z'), 'price_in_past body.term_to', 'an ended term shortened');
+  // The policy in force at the entry's index: a skew of 0 from entry 20 on.
+  a.apply(20, { kind: 'log_policy', body: { max_record_age_seconds: 35 * 86400, max_future_skew_seconds: 0 } });
+  eq(end('2027-04-10T00:00:00Z', '2027-04-10T00:00:00Z', 21), 'PASS', 'at the clock, no skew');
+  eq(end('2027-04-09T23:59:59Z', '2027-04-10T00:00:00Z', 21), 'price_in_past body.term_to', 'a second before it, no skew');
+  eq(end('2027-04-09T23:59:59Z', '2027-04-10T00:00:00Z', 20), 'PASS', "the old policy at the new one's index");
+});
+
+await test('amendment admission: no invoice of the tenant holds the billing period the change begins in (price_in_invoiced_period, body.term_to)', async () => {
+  const a = context();
+  const end = (to, index = 20, received = '2027-02-01T00:00:00Z') => admitAmendment(a, amendment('C1', 'acme', to), index, received);
+  // Another tenant's invoice is not the contract's: beta's January to March.
+  eq(end('2027-03-20T00:00:00Z'), 'PASS', "beta's invoice does not hold acme back");
+  a.apply(7, invoice('INV-000003', 'acme', '2027-03-01T00:00:00Z', '2027-04-01T00:00:00Z'));
+  for (const [what, to, want] of [
+    ['an end inside the invoiced March', '2027-03-20T00:00:00Z', 'price_in_invoiced_period body.term_to'],
+    ['an end a second into March', '2027-03-01T00:00:01Z', 'price_in_invoiced_period body.term_to'],
+    ['an end on 1 April, the end of the invoiced period', '2027-04-01T00:00:00Z', 'PASS'],
+    ['an end inside April', '2027-04-15T00:00:00Z', 'PASS'],
+    ['an extension', '2027-07-01T00:00:00Z', 'PASS'],
+  ]) eq(end(to), want, what);
+  eq(end('2027-03-20T00:00:00Z', 7), 'PASS', "the invoice at the amendment's own index is not earlier");
+  // Invoiced to 10 April (part of April, a contract without a commitment): the April fee is on
+  // that invoice, so any end in April is refused, also after the 10th; May is not.
+  a.apply(8, invoice('INV-000004', 'acme', '2027-04-01T00:00:00Z', '2027-04-10T00:00:00Z'));
+  for (const [what, to, want] of [
+    ['an end before the 10th', '2027-04-05T00:00:00Z', 'price_in_invoiced_period body.term_to'],
+    ['an end after the 10th, in the same month', '2027-04-20T00:00:00Z', 'price_in_invoiced_period body.term_to'],
+    ['an end on 1 May', '2027-05-01T00:00:00Z', 'PASS'],
+    ['an end inside May', '2027-05-20T00:00:00Z', 'PASS'],
+  ]) eq(end(to), want, what);
+  // Invoiced to its end, 1 June, a boundary: extending changes no invoiced period.
+  a.apply(9, invoice('INV-000005', 'acme', '2027-04-10T00:00:00Z', '2027-06-01T00:00:00Z'));
+  eq(end('2027-07-01T00:00:00Z'), 'PASS', 'a term ending on a boundary, invoiced to it, extended');
+  eq(end('2027-05-20T00:00:00Z'), 'price_in_invoiced_period body.term_to', 'that term shortened');
+});
+
+await test('amendment admission: a term ending inside a period lengthens that period when extended; the term as amended so far', async () => {
+  const a = context();
+  // C1 ended early on 15 May (7), invoiced to that end (8): its last period [1 May, 15 May) is invoiced.
+  a.apply(7, { kind: 'contract_amended', body: amendment('C1', 'acme', '2027-05-15T00:00:00Z') });
+  a.apply(8, invoice('INV-000003', 'acme', '2027-03-01T00:00:00Z', '2027-05-15T00:00:00Z'));
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-06-15T00:00:00Z'), 10), 'price_in_invoiced_period body.term_to', 'extending lengthens the invoiced May');
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-05-20T00:00:00Z'), 10), 'price_in_invoiced_period body.term_to', 'even within May');
+  // Invoiced only to 1 May: May is not invoiced, it may be lengthened.
+  const b = context();
+  b.apply(7, { kind: 'contract_amended', body: amendment('C1', 'acme', '2027-05-15T00:00:00Z') });
+  b.apply(8, invoice('INV-000003', 'acme', '2027-03-01T00:00:00Z', '2027-05-01T00:00:00Z'));
+  eq(admitAmendment(b, amendment('C1', 'acme', '2027-06-15T00:00:00Z'), 10), 'PASS', 'May not invoiced: extended');
+  eq(admitAmendment(b, amendment('C1', 'acme', '2027-05-10T00:00:00Z'), 10), 'PASS', 'May not invoiced: shortened again');
+  eq(admitAmendment(b, amendment('C1', 'acme', '2027-04-30T00:00:00Z'), 10), 'price_in_invoiced_period body.term_to', 'an end in the invoiced April');
+  // Anniversary periods: from 31 January at 08:00, cut on the 28th of February, the 31st of March, the 30th of April.
+  const c = context();
+  c.apply(7, { kind: 'tenant_registered', body: { tenant: 'gamma' } });
+  c.apply(8, { kind: 'contract_registered', body: { ...contract('C2', 'gamma', '2027-01-31T08:00:00Z', '2027-12-31T08:00:00Z'), billing_anchor: 'anniversary' } });
+  c.apply(9, invoice('INV-000003', 'gamma', '2027-01-31T08:00:00Z', '2027-03-31T08:00:00Z'));
+  const gamma = (to) => admitAmendment(c, amendment('C2', 'gamma', to), 20, '2027-01-31T08:00:00Z');
+  eq(gamma('2027-04-15T00:00:00Z'), 'PASS', 'an end in the period from 31 March 08:00, invoiced to its start');
+  eq(gamma('2027-03-31T08:00:00Z'), 'PASS', 'an end on that boundary');
+  eq(gamma('2027-03-31T07:59:59Z'), 'price_in_invoiced_period body.term_to', 'a second before it: the period from 28 February');
+  c.apply(10, invoice('INV-000004', 'gamma', '2027-03-31T08:00:00Z', '2027-03-31T08:00:01Z'));
+  eq(gamma('2027-04-30T08:00:00Z'), 'PASS', 'an end on the next boundary');
+  eq(gamma('2027-04-30T07:59:59Z'), 'price_in_invoiced_period body.term_to', 'a second of the period invoiced');
+});
+
+await test('amendment admission: an extension overlaps no other contract of the tenant, half-open (contract_overlap, body.term_to)', async () => {
+  const a = context();
+  a.apply(7, { kind: 'contract_registered', body: contract('C2', 'acme', '2027-07-01T00:00:00Z', '2028-01-01T00:00:00Z') });
+  a.apply(8, { kind: 'contract_registered', body: contract('C3', 'beta', '2027-06-01T00:00:00Z', '2027-07-01T00:00:00Z') });
+  for (const [what, to, index, want] of [
+    ['up to C2', '2027-07-01T00:00:00Z', 10, 'PASS'],
+    ['a second into C2', '2027-07-01T00:00:01Z', 10, 'contract_overlap body.term_to'],
+    ['around C2', '2028-06-01T00:00:00Z', 10, 'contract_overlap body.term_to'],
+    ['into C2 before its registration', '2027-08-01T00:00:00Z', 7, 'PASS'],
+    ['shortened: no overlap to check', '2027-04-01T00:00:00Z', 10, 'PASS'],
+  ]) eq(admitAmendment(a, amendment('C1', 'acme', to), index), want, what);
+  // beta's C3 lies in the gap: another tenant's term is its own.
+  eq(admitAmendment(a, amendment('C3', 'beta', '2027-08-01T00:00:00Z'), 10), 'PASS', "beta's C3 extended over acme's C2's time");
+  // C2 extended to 2028 then C1 shortened: a contract of acme may then fill the gap.
+  a.apply(11, { kind: 'contract_amended', body: amendment('C1', 'acme', '2027-05-01T00:00:00Z') });
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-07-01T00:00:00Z'), 12), 'PASS', 'C1 extended back to C2');
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-07-01T00:00:01Z'), 12), 'contract_overlap body.term_to', 'and one second over');
+});
+
+await test('contract admission: terms compared as amended by the amendments before the entry (contract_overlap, body.term_from)', async () => {
+  const a = context();
+  a.apply(7, { kind: 'contract_amended', body: amendment('C1', 'acme', '2027-05-15T00:00:00Z') });
+  eq(admit(a, contract('C2', 'acme', '2027-05-15T00:00:00Z', '2027-09-01T00:00:00Z'), 10), 'PASS', 'from the amended end');
+  eq(admit(a, contract('C2', 'acme', '2027-05-14T23:59:59Z', '2027-09-01T00:00:00Z'), 10), 'contract_overlap body.term_from', 'a second before it');
+  eq(admit(a, contract('C2', 'acme', '2027-05-15T00:00:00Z', '2027-09-01T00:00:00Z'), 7), 'contract_overlap body.term_from', "at the amendment's own index: the registered term");
+  a.apply(8, { kind: 'contract_amended', body: amendment('C1', 'acme', '2027-07-01T00:00:00Z') });
+  eq(admit(a, contract('C2', 'acme', '2027-06-15T00:00:00Z', '2027-09-01T00:00:00Z'), 10), 'contract_overlap body.term_from', 'into the extended term');
+  eq(admit(a, contract('C2', 'acme', '2027-07-01T00:00:00Z', '2027-09-01T00:00:00Z'), 10), 'PASS', 'after the extended term');
+  eq(admit(a, contract('C2', 'acme', '2027-06-15T00:00:00Z', '2027-09-01T00:00:00Z'), 8), 'PASS', 'before the extension');
+  // An amendment naming C1 under another tenant (never admitted) moves nothing (contract.rs `Contracts::apply`).
+  a.apply(9, { kind: 'contract_amended', body: amendment('C1', 'beta', '2027-03-15T00:00:00Z') });
+  eq(admit(a, contract('C2', 'acme', '2027-06-15T00:00:00Z', '2027-09-01T00:00:00Z'), 10), 'contract_overlap body.term_from', "beta's stray amendment of C1");
+  // Nor does one before the contract's registration (an unknown contract then).
+  a.apply(11, { kind: 'contract_amended', body: amendment('C9', 'acme', '2027-12-01T00:00:00Z') });
+  a.apply(12, { kind: 'contract_registered', body: contract('C9', 'acme', '2027-07-01T00:00:00Z', '2027-09-01T00:00:00Z') });
+  eq(admit(a, contract('C10', 'acme', '2027-10-01T00:00:00Z', '2027-11-01T00:00:00Z'), 13), 'PASS', 'an amendment before a registration is no amendment of it');
+  eq(admit(a, contract('C10', 'acme', '2027-08-01T00:00:00Z', '2027-11-01T00:00:00Z'), 13), 'contract_overlap body.term_from', "C9's registered term");
+});
+
+await test("amendment admission: the rules in the spec's order", async () => {
+  const a = context();
+  a.apply(7, invoice('INV-000003', 'acme', '2027-03-01T00:00:00Z', '2027-04-01T00:00:00Z'));
+  a.apply(8, { kind: 'contract_registered', body: contract('C2', 'acme', '2027-06-15T00:00:00Z', '2027-09-01T00:00:00Z') });
+  const late = '2040-01-01T00:00:00Z';
+  const from = at('2027-03-01T00:00:00Z');
+  // Each body breaks every rule from one on; the first is named.
+  eq(admitAmendment(a, amendment('C9', 'zeta', '2027-02-15T00:00:00Z'), 10, late), 'unknown_tenant', 'unknown_tenant first');
+  eq(admitAmendment(a, amendment('C9', 'acme', '2027-02-15T00:00:00Z'), 10, late), 'unknown_contract body.contract', 'then unknown_contract');
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-02-15T00:00:00Z'), 10, late), 'invalid_field body.term_to', 'then the start');
+  eq(admitAmendment(a, amendment('C1', 'acme', iso(from + MAX_CONTRACT_TERM_SECONDS + 1)), 10, late), 'quantity_out_of_range body.term_to', 'then the length');
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-06-01T00:00:00Z'), 10, late), 'invalid_field body.term_to', 'then the current end');
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-03-20T00:00:00Z'), 10, late), 'price_in_past body.term_to', 'then the past');
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-03-20T00:00:00Z'), 10), 'price_in_invoiced_period body.term_to', 'then an invoiced period');
+  // An extension into C2 starting inside the invoiced period: invoiced first.
+  a.apply(9, { kind: 'contract_amended', body: amendment('C1', 'acme', '2027-03-20T00:00:00Z') });
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-07-01T00:00:00Z'), 10), 'price_in_invoiced_period body.term_to', 'invoiced before contract_overlap');
+  eq(admitAmendment(a, amendment('C1', 'acme', '2027-07-01T00:00:00Z'), 9), 'contract_overlap body.term_to', 'contract_overlap last (at the amendment of C1: its end on a boundary)');
 });
 
 console.log(`\n${results.passed} passed, ${results.failures.length} failed`);

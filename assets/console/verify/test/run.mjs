@@ -2203,6 +2203,71 @@ await test('disputes: bundles signed here: exclusions are context, rechecked as 
   }
 });
 
+// ---------------------------------------------------------------- contract amendments (§5.21)
+//
+// A ledger-written contract_amended entry moves a contract's end. In a bundle it is context,
+// with the tenant's contracts and invoices: the console rechecks every amendment rule among
+// them, and the contract rules with the terms as amended.
+
+await test('contract amendments: bundles signed here: amendments are context, and the terms compared are the amended ones', async () => {
+  const verdictOf = async (c) => {
+    const r = await verify.verifyBundle({ bundle: c.bundle, logKey: c.logKey });
+    if (bin) {
+      eq(binaryVerdict(['--bundle', writeTmp('amendments.ndjson', c.bundle), '--log-key', c.logKey]), verdict(r), 'gpuledger verify');
+      compareItems(r, 'amendments bundle');
+    }
+    return r.ok ? 'PASS' : `${r.failure.reason} (${r.failure.item})`;
+  };
+  // Every ledger entry is received at 2026-10-01T00:00:00Z.
+  const contract = (contract, from, to) => ({
+    billing_anchor: 'calendar', billing_period: 'month', contract, currency: 'CNY',
+    fees: [{ amount: '3000', category: 'compute', name: 'Bare metal, monthly', timing: 'advance' }],
+    region: 'r1', tenant: 't', term_from: from, term_to: to,
+  });
+  const amend = (contract, to, more = {}) => ({ contract, reason: 'Ended early by mutual agreement', tenant: 't', term_to: to, ...more });
+  // 0 log_policy, 1 tenant_registered t, 2 C1 for November and December 2026, then `more`'s
+  const withC1 = (more) => fleetLog(async ({ ledger }) => {
+    await ledger('contract_registered', contract('C1', '2026-11-01T00:00:00Z', '2027-01-01T00:00:00Z'));
+    await more({ ledger });
+  });
+  for (const [name, c, want] of [
+    ['C1 ended early, C2 from its new end', await withC1(async ({ ledger }) => {
+      await ledger('contract_amended', amend('C1', '2026-12-01T00:00:00Z'));
+      await ledger('contract_registered', contract('C2', '2026-12-01T00:00:00Z', '2027-02-01T00:00:00Z'));
+    }), 'PASS'],
+    ['C2 from the end C1 would have had', await withC1(async ({ ledger }) => {
+      await ledger('contract_registered', contract('C2', '2026-12-01T00:00:00Z', '2027-02-01T00:00:00Z'));
+    }), 'contract_overlap (entry 3)'],
+    ['C1 extended, then amended back', await withC1(async ({ ledger }) => {
+      await ledger('contract_amended', amend('C1', '2027-03-01T00:00:00Z'));
+      await ledger('contract_amended', amend('C1', '2027-01-01T00:00:00Z', { reason: 'Extension withdrawn' }));
+      await ledger('contract_registered', contract('C2', '2027-01-01T00:00:00Z', '2027-02-01T00:00:00Z'));
+    }), 'PASS'],
+    ['C2 inside the extended term', await withC1(async ({ ledger }) => {
+      await ledger('contract_amended', amend('C1', '2027-03-01T00:00:00Z'));
+      await ledger('contract_registered', contract('C2', '2027-02-01T00:00:00Z', '2027-04-01T00:00:00Z'));
+    }), 'contract_overlap (entry 4)'],
+    ['C1 extended into C2', await withC1(async ({ ledger }) => {
+      await ledger('contract_registered', contract('C2', '2027-01-01T00:00:00Z', '2027-02-01T00:00:00Z'));
+      await ledger('contract_amended', amend('C1', '2027-01-01T00:00:01Z'));
+    }), 'contract_overlap (entry 4)'],
+    ['an unknown contract', await withC1(async ({ ledger }) => { await ledger('contract_amended', amend('C9', '2026-12-01T00:00:00Z')); }), 'unknown_contract (entry 3)'],
+    ['an amendment before its contract', await fleetLog(async ({ ledger }) => {
+      await ledger('contract_amended', amend('C1', '2026-12-01T00:00:00Z'));
+      await ledger('contract_registered', contract('C1', '2026-11-01T00:00:00Z', '2027-01-01T00:00:00Z'));
+    }), 'unknown_contract (entry 2)'],
+    ['an unregistered tenant', await withC1(async ({ ledger }) => { await ledger('contract_amended', amend('C1', '2026-12-01T00:00:00Z', { tenant: 'u' })); }), 'unknown_tenant (entry 3)'],
+    ['the current end', await withC1(async ({ ledger }) => { await ledger('contract_amended', amend('C1', '2027-01-01T00:00:00Z')); }), 'invalid_field (entry 3)'],
+    ['an end at the start', await withC1(async ({ ledger }) => { await ledger('contract_amended', amend('C1', '2026-11-01T00:00:00Z')); }), 'invalid_field (entry 3)'],
+    ['a term of 3660 days', await withC1(async ({ ledger }) => { await ledger('contract_amended', amend('C1', '2036-11-08T00:00:00Z')); }), 'PASS'],
+    ['a term of 3660 days and a second', await withC1(async ({ ledger }) => { await ledger('contract_amended', amend('C1', '2036-11-08T00:00:01Z')); }), 'quantity_out_of_range (entry 3)'],
+    ['a reason with a trailing space', await withC1(async ({ ledger }) => { await ledger('contract_amended', amend('C1', '2026-12-01T00:00:00Z', { reason: 'Ended early ' })); }), 'leaf_invalid (entry 3)'],
+    ['a term_from', await withC1(async ({ ledger }) => { await ledger('contract_amended', amend('C1', '2026-12-01T00:00:00Z', { term_from: '2026-11-15T00:00:00Z' })); }), 'leaf_invalid (entry 3)'],
+  ]) {
+    eq(await verdictOf(c), want, name);
+  }
+});
+
 await test('decimals: exact sums and products, numeric comparison', async () => {
   eq(Dec.parse('12.5').mul(Dec.parse('1.08')).toString(), '13.5', 'kwh × pue');
   eq(Dec.parse('13.5').mul(Dec.parse('550')).shift(3).toString(), '7.425', 'carbon');

@@ -5,8 +5,8 @@
 use super::{currency, id, money, ts, Record};
 use crate::ids::check_display_text;
 use crate::limits::{
-    MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS, MAX_FEE_NAME_BYTES, MAX_INCLUDED_MODELS,
-    MAX_SLA_STEPS,
+    MAX_CONTRACT_FEES, MAX_CONTRACT_TERM_SECONDS, MAX_EXCLUSION_REASON_BYTES, MAX_FEE_NAME_BYTES,
+    MAX_INCLUDED_MODELS, MAX_SLA_STEPS,
 };
 use crate::rejection::{Reason, Rejection};
 use crate::time::Timestamp;
@@ -195,6 +195,50 @@ fn money_option<S: serde::Serializer>(d: &Option<Decimal>, s: S) -> Result<S::Ok
     match d {
         Some(d) => super::money_string(d, s),
         None => s.serialize_none(),
+    }
+}
+
+/// An amendment of a tenant's contract (docs/PROTOCOL.md §5.21): the term ends at a new
+/// instant, earlier (ended early) or later (extended). Only what lies ahead changes: the rules
+/// that need the log are [`crate::contract::ContractBook`]; a contract as amended is
+/// [`crate::contract::Contracts`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ContractAmended {
+    /// The contract's tenant.
+    pub tenant: String,
+    /// The contract amended, registered earlier.
+    pub contract: String,
+    /// The term's new end: the term is `[term_from, term_to)` from this entry on.
+    pub term_to: Timestamp,
+    /// Why, for people (the invoice and the console show it): 1 to
+    /// [`MAX_EXCLUSION_REASON_BYTES`] bytes without control characters or surrounding spaces.
+    pub reason: String,
+}
+
+/// [`ContractAmended`] as serde reads it, before validation.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ContractAmendedWire {
+    tenant: String,
+    contract: String,
+    term_to: String,
+    reason: String,
+}
+
+impl Record for ContractAmended {
+    type Wire = ContractAmendedWire;
+    fn check(w: ContractAmendedWire) -> Result<Self, Rejection> {
+        let tenant = id("body.tenant", &w.tenant)?;
+        let contract = id("body.contract", &w.contract)?;
+        let term_to = ts("body.term_to", &w.term_to)?;
+        super::trimmed_text("body.reason", &w.reason, MAX_EXCLUSION_REASON_BYTES)?;
+        Ok(ContractAmended {
+            tenant,
+            contract,
+            term_to,
+            reason: w.reason,
+        })
     }
 }
 

@@ -1,15 +1,17 @@
 //! Contracts: `POST /v1/contracts` registers a tenant's contract (a `contract_registered`
 //! entry, PROTOCOL §5.19: fixed fees per billing period, one-off charges, a minimum spend);
-//! `GET /v1/contracts` lists a tenant's contracts with their billing periods. What a contract
-//! charges an invoice is `core::contract` (docs/RATING.md, "Contracts").
+//! `POST /v1/contract-amendments` ends one's term earlier or later (a `contract_amended` entry,
+//! §5.21); `GET /v1/contracts` lists a tenant's contracts as amended, with their billing
+//! periods and amendments. What a contract charges an invoice is `core::contract`
+//! (docs/RATING.md, "Contracts").
 
 use super::auth::Caller;
 use super::error::ApiError;
 use super::AppState;
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
-use gpuledger_core::contract::billing_periods;
+use gpuledger_core::contract::{billing_periods, Contracts};
 use gpuledger_core::invoice::Period;
-use gpuledger_core::record::{Body, ContractRegistered, Kind};
+use gpuledger_core::record::{Body, ContractAmended, ContractRegistered, Kind};
 use serde::{Deserialize, Serialize};
 
 /// Registers a tenant's contract (admin): `{tenant, contract, currency, region, term_from,
@@ -32,6 +34,25 @@ pub async fn post_contract(
     super::pricing::append(state, caller, req, payload, Kind::ContractRegistered).await
 }
 
+/// Amends a tenant's contract (admin): `{tenant, contract, term_to, reason}` ends its term at
+/// `term_to`, earlier (the contract ends early) or later (it is extended). Only what lies
+/// ahead changes: the change starts no earlier than the ledger clock less the policy's skew,
+/// not inside a billing period any invoice of the tenant holds, and an extension overlaps no
+/// other contract of the tenant (docs/PROTOCOL.md §5.21, §6.7). To change fees or a
+/// commitment, end the contract and register its successor from that instant.
+#[utoipa::path(tag = "invoices", request_body = ContractAmended,
+    responses(super::error::RoleForbidden, (status = 201, body = super::pricing::Appended), (status = 400, description = "`malformed_json`, `invalid_parameter`, `invalid_field` (the body is not a valid amendment) or `refused` (an admission rule refused it); `errors[0]` names the field and reason: `invalid_field`, `quantity_out_of_range`, `unknown_tenant`, `unknown_contract`, `price_in_past`, `price_in_invoiced_period`, `contract_overlap`", body = super::error::Problem, content_type = "application/problem+json"), (status = 409, description = "`conflict`: the first request with this `Idempotency-Key` is still running", body = super::error::Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+#[post("/contract-amendments")]
+pub async fn post_contract_amendment(
+    state: web::Data<AppState>,
+    caller: Caller,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    super::pricing::append(state, caller, req, payload, Kind::ContractAmended).await
+}
+
 /// Whose contracts to list.
 #[derive(Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -42,13 +63,24 @@ pub struct ContractQuery {
     pub tenant: Option<String>,
 }
 
-/// A contract, the index of its entry and its billing periods (clipped to the term).
+/// A contract as amended (its `term_to` is the latest amendment's), the index of its entry, its
+/// billing periods (clipped to the term) and its amendments.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ContractView {
     pub index: u64,
     #[serde(flatten)]
     pub contract: ContractRegistered,
     pub billing_periods: Vec<Period>,
+    /// The contract's `contract_amended` entries, in log order.
+    pub amendments: Vec<AmendmentView>,
+}
+
+/// One amendment of a contract: its entry, the term's end it set and why.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct AmendmentView {
+    pub index: u64,
+    pub term_to: gpuledger_core::time::Timestamp,
+    pub reason: String,
 }
 
 /// The contracts, in log order.
@@ -76,26 +108,42 @@ pub async fn get_contracts(
                 gpuledger_store::access::require_tenant(c, t)?;
             }
             let size = gpuledger_store::read::head(c)?.0;
-            gpuledger_store::read::bodies_of(c, &[Kind::ContractRegistered], size)
+            let kinds = [Kind::ContractRegistered, Kind::ContractAmended];
+            gpuledger_store::read::bodies_of(c, &kinds, size)
         })
         .await?;
-    let contracts = bodies
+    let mine = |b: &Body| {
+        tenant
+            .as_ref()
+            .is_none_or(|t| Some(t.as_str()) == b.tenant())
+    };
+    let mut amendments: std::collections::HashMap<String, Vec<AmendmentView>> = Default::default();
+    for (index, b) in bodies.iter().filter(|(_, b)| mine(b)) {
+        if let Body::ContractAmended(a) = b {
+            amendments
+                .entry(a.contract.clone())
+                .or_default()
+                .push(AmendmentView {
+                    index: *index,
+                    term_to: a.term_to,
+                    reason: a.reason.clone(),
+                });
+        }
+    }
+    let contracts = Contracts::of(bodies.into_iter().filter(|(_, b)| mine(b)))
+        .entries()
         .into_iter()
-        .filter_map(|(index, b)| match b {
-            Body::ContractRegistered(c) if tenant.as_ref().is_none_or(|t| *t == c.tenant) => {
-                Some(ContractView {
-                    index,
-                    billing_periods: billing_periods(&c)
-                        .iter()
-                        .map(|s| Period {
-                            from: s.from,
-                            to: s.to,
-                        })
-                        .collect(),
-                    contract: c,
+        .map(|(index, c)| ContractView {
+            index,
+            billing_periods: billing_periods(&c)
+                .iter()
+                .map(|s| Period {
+                    from: s.from,
+                    to: s.to,
                 })
-            }
-            _ => None,
+                .collect(),
+            amendments: amendments.remove(&c.contract).unwrap_or_default(),
+            contract: c,
         })
         .collect();
     Ok(HttpResponse::Ok().json(ContractList { contracts }))

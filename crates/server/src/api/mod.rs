@@ -449,6 +449,7 @@ fn v1_routes(cfg: &mut ServiceConfig) {
         .service(fleet::post_node_update)
         .service(contracts::post_contract)
         .service(contracts::get_contracts)
+        .service(contracts::post_contract_amendment)
         .service(prepayments::post_prepayment)
         .service(prepayments::get_prepayments)
         .service(prepayments::get_alerts)
