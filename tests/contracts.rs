@@ -15,7 +15,7 @@ use common::billing::{
     period, refused, size_of, t, use_h100,
 };
 use common::*;
-use gpuledger::core::invoice::{Invoice, InvoiceDoc, LineKind};
+use gpuledger::core::invoice::{Invoice, InvoiceDoc, LineKind, Period};
 use gpuledger::core::record::{
     BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
 };
@@ -338,6 +338,72 @@ both_backends!(
         let after_restart = ledger.issuance().due_contract_invoices().unwrap();
         assert!(after_restart.issued.is_empty() && after_restart.failed.is_empty());
         for inv in &run.issued {
+            let doc = InvoiceDoc::from(inv.clone());
+            assert_eq!(recompute_invoice(&ledger, &doc, |_| {}).unwrap(), doc);
+        }
+        let size = size_of(&ledger);
+        assert_eq!(verified(&db.url).size, size, "verify-log passes the log");
+    }
+);
+
+both_backends!(
+    an_interim_invoice_leaves_the_rest_of_its_period_to_the_scheduled_run,
+    |db: &TestDb| {
+        let ledger = open_at(db, t("2027-01-01T00:00:00Z"));
+        let node = acme_on_h100(&ledger);
+        // acme's contract without a commitment: the rent in advance, the IPs in arrears.
+        let mut c = contract();
+        c.contract = "C-interim".into();
+        c.commitment = None;
+        c.term_from = t("2027-03-01T00:00:00Z");
+        c.term_to = t("2027-06-01T00:00:00Z");
+        c.fees
+            .as_mut()
+            .unwrap()
+            .retain(|f| f.timing != FeeTiming::Once);
+        ledger
+            .append_ledger_entry(Body::ContractRegistered(c))
+            .unwrap();
+        use_h100(&ledger, &node, 1, "2027-03-05T00:00:00Z", 10);
+        use_h100(&ledger, &node, 2, "2027-03-20T00:00:00Z", 10);
+        // An interim invoice of March so far, by hand (a spend alert fired, say): the usage
+        // of its first half and the rent, anchored on 1 March.
+        ledger.set_clock(Some(t("2027-03-21T00:00:00Z")));
+        let interim = ledger
+            .issuance()
+            .invoices(
+                "acme",
+                period("2027-03-01T00:00:00Z", "2027-03-16T00:00:00Z"),
+            )
+            .unwrap()
+            .remove(0);
+        assert_eq!(
+            lines_of(&interim)
+                .into_iter()
+                .map(|(k, _, net)| (k, net))
+                .collect::<Vec<_>>(),
+            [("gpu", money(18_500)), ("fee", money(310_000))]
+        );
+        // Once March has closed, the scheduled run issues the rest of it (its usage and the
+        // IPs in arrears), once; April is not closed yet.
+        ledger.set_clock(Some(t("2027-04-01T01:00:00Z")));
+        let run = ledger.issuance().due_contract_invoices().unwrap();
+        assert!(run.failed.is_empty(), "{:?}", run.failed);
+        let rest: Vec<(Period, String)> = run
+            .issued
+            .iter()
+            .map(|i| (i.period, i.total.to_string()))
+            .collect();
+        assert_eq!(
+            rest,
+            [(
+                period("2027-03-16T00:00:00Z", "2027-04-01T00:00:00Z"),
+                money(18_500 + 1_000)
+            )]
+        );
+        let again = ledger.issuance().due_contract_invoices().unwrap();
+        assert!(again.issued.is_empty() && again.failed.is_empty());
+        for inv in [&interim, &run.issued[0]] {
             let doc = InvoiceDoc::from(inv.clone());
             assert_eq!(recompute_invoice(&ledger, &doc, |_| {}).unwrap(), doc);
         }

@@ -472,6 +472,30 @@ impl Period {
     pub fn overlaps(&self, other: &Period) -> bool {
         self.from < other.to && other.from < self.to
     }
+
+    /// The parts of this period that none of `taken` covers, in order.
+    pub fn uncovered(&self, taken: &[Period]) -> Vec<Period> {
+        let mut cuts: Vec<&Period> = taken.iter().filter(|p| p.overlaps(self)).collect();
+        cuts.sort_by_key(|p| p.from);
+        let mut out = Vec::new();
+        let mut at = self.from;
+        for p in cuts {
+            if at < p.from {
+                out.push(Period {
+                    from: at,
+                    to: p.from,
+                });
+            }
+            at = at.max(p.to);
+        }
+        if at < self.to {
+            out.push(Period {
+                from: at,
+                to: self.to,
+            });
+        }
+        out
+    }
 }
 
 /// Which of a tenant's records an invoice for `period` rates, and how (docs/RATING.md, "Late
@@ -1422,6 +1446,24 @@ impl CreditNoteDoc {
 mod tests {
     use super::*;
     use std::str::FromStr;
+
+    #[test]
+    fn uncovered_parts_of_a_period_are_its_gaps_in_order() {
+        let t = |s: i64| Timestamp::from_unix(1_800_000_000 + s).unwrap();
+        let p = |from: i64, to: i64| Period {
+            from: t(from),
+            to: t(to),
+        };
+        let month = p(0, 100);
+        assert_eq!(month.uncovered(&[]), [month]);
+        assert_eq!(month.uncovered(&[p(-50, 0), p(100, 200)]), [month]);
+        assert_eq!(month.uncovered(&[p(0, 40)]), [p(40, 100)]);
+        assert_eq!(
+            month.uncovered(&[p(70, 80), p(-10, 20), p(30, 40)]),
+            [p(20, 30), p(40, 70), p(80, 100)]
+        );
+        assert_eq!(month.uncovered(&[p(-10, 200)]), []);
+    }
 
     /// An excluded record that the invoice would rate (in its period, or late) is placed
     /// `Excluded`; one that would only continue an invoiced period's tier count counts for

@@ -207,8 +207,9 @@ pub fn invoice_json(invoice: &Invoice) -> Result<(String, String), StoreError> {
 /// issuance"): of every contract logged so far, each billing period (clipped to its term) that
 /// has closed (`core::admission::period_closes_at`, with `close_seconds` or the policy's
 /// skew), that charges something ([`gpuledger_core::contract::charges`]: a fee anchored in it,
-/// or a commitment) and that no invoice of the contract's tenant overlaps. By tenant, then
-/// period.
+/// or a commitment) and that no invoice of the contract's tenant overlaps; of a billing period
+/// an earlier invoice holds part of (an interim invoice), each uninvoiced rest that bills a fee
+/// anchored in it. By tenant, then period.
 pub fn due_contract_periods(
     conn: &mut DbConn,
     now: Timestamp,
@@ -237,12 +238,23 @@ pub fn due_contract_periods(
             if admission::period_closes_at(span.to, &policy, close_seconds) > now {
                 break;
             }
-            if !gpuledger_core::contract::charges_in(&c, &span)
-                || taken.iter().any(|p| p.overlaps(&period))
-            {
+            let gaps = period.uncovered(taken);
+            if gaps == [period] {
+                if gpuledger_core::contract::charges_in(&c, &span) {
+                    due.insert((c.tenant.clone(), period));
+                }
                 continue;
             }
-            due.insert((c.tenant.clone(), period));
+            // Partly invoiced (an interim invoice of the period so far, issued by hand): the
+            // rest is due where it bills a fee of its own (an arrears fee, anchored at the
+            // period's end). A contract judged over whole periods is never split, so it has
+            // no such rest.
+            for gap in gaps {
+                let rest = gpuledger_core::contract::charges(&c, gap.from, gap.to);
+                if !rest.fees.is_empty() && rest.split.is_none() {
+                    due.insert((c.tenant.clone(), gap));
+                }
+            }
         }
     }
     Ok(due.into_iter().collect())
