@@ -471,6 +471,14 @@ fn demo(db: &TestDb) -> Demo<'_> {
                 "sla": {"target": "99.9", "credits": [{"below": "99.9", "percent": "10"}]}}),
     )
     .ok_json(201);
+    // Shortened to 300 days: its invoices page shows the amendment under the term.
+    h.post(
+        "/v1/contract-amendments",
+        a,
+        &json!({"tenant": "tenant-a", "contract": "C-console-a",
+                "term_to": now.plus(300 * 86_400).to_string(), "reason": "Shortened to 300 days"}),
+    )
+    .ok_json(201);
     // tenant-a's top-up: its invoices page shows the balance the next invoices draw on. In
     // dollars, so the yuan invoices the admin pages issue and settle below draw nothing.
     h.post(
@@ -724,6 +732,13 @@ fn tenant_sees_usage_and_downloads_an_invoice_pdf(b: &Browser, d: &Demo, base: &
     assert!(
         row.contains("C-console-a") && row.contains("Bare metal, monthly"),
         "{row}"
+    );
+    // Its amendment, under the term.
+    let amended = b.find("#contracts [data-amendment]");
+    assert!(
+        b.text(&amended).contains("Shortened to 300 days"),
+        "{}",
+        b.text(&amended)
     );
     // Its SLA on the lease the fee rents, as the contract states it.
     let target = b.find("#contracts [data-sla-target]");
@@ -1282,6 +1297,31 @@ fn admin_billing(b: &Browser, d: &Demo, base: &str) {
         dec("10"),
         "{alerts}"
     );
+    // tenant-a's contract shortened again, to 200 days from now, in the form.
+    let to = Timestamp::now().plus(200 * 86_400).to_string();
+    set_value(b, "#amend-tenant", "tenant-a");
+    set_value(b, "#amend-contract", "C-console-a");
+    set_value(b, "#amend-to", &to[..16]);
+    set_value(b, "#amend-reason", "Ended early by mutual agreement");
+    b.click(&b.find("form:has(#amend-contract) button[type=submit]"));
+    let recorded = b.find("[data-recorded=\"amendment\"]");
+    let listed =
+        d.h.get("/v1/contracts?tenant=tenant-a", Some(&d.log.admin))
+            .ok_json(200);
+    let c = &listed["contracts"][0];
+    assert_eq!(
+        (
+            c["term_to"].as_str(),
+            c["amendments"].as_array().map(Vec::len)
+        ),
+        (attr(b, &recorded, "data-term-to").as_str().into(), Some(2)),
+        "{listed}"
+    );
+    // Ending it in the past is refused, and the API's problem shows.
+    set_value(b, "#amend-to", "2020-01-01T00:00");
+    b.click(&b.find("form:has(#amend-contract) button[type=submit]"));
+    let refused = b.find("form:has(#amend-contract) [data-problem]");
+    assert_eq!(attr(b, &refused, "data-status"), "400");
     shot(b, "admin-billing-prepaid");
 }
 

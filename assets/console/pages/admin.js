@@ -910,6 +910,40 @@ export async function billingPage(main) {
     },
   );
 
+  // End a contract early or extend it (`POST /v1/contract-amendments`, PROTOCOL §5.21): the
+  // ledger refuses a change that would reach into the past or an invoiced billing period.
+  const amendTenant = tenantSelect();
+  const amendContract = h("input", { required: true, autocomplete: "off", spellcheck: "false", maxlength: 64 });
+  const amendTo = h("input", { type: "datetime-local", required: true });
+  const amendReason = h("input", { required: true, autocomplete: "off", maxlength: 500 });
+  const amend = actionForm(
+    t("billing_amend_title"),
+    [
+      field("amend-tenant", t("tenant"), amendTenant),
+      field("amend-contract", t("contract"), amendContract),
+      field("amend-to", t("billing_amend_to"), amendTo),
+      field("amend-reason", t("billing_amend_reason"), amendReason),
+    ],
+    t("billing_amend_submit"),
+    async () => {
+      const at = toTimestamp(amendTo.value);
+      if (!at) throw new Error(String(t("billing_amend_to_bad")));
+      const body = {
+        tenant: amendTenant.value,
+        contract: amendContract.value.trim(),
+        term_to: at,
+        reason: amendReason.value.trim(),
+      };
+      const ans = await postJson("/v1/contract-amendments", body);
+      return h(
+        "span",
+        { dataset: { recorded: "amendment", contract: body.contract, termTo: body.term_to } },
+        t("billing_amend_recorded", { contract: body.contract, tenant: body.tenant, at: fmtDateTime(body.term_to) }),
+        ans && ans.index !== undefined ? ` (#${ans.index})` : "",
+      );
+    },
+  );
+
   const alertTenant = tenantSelect();
   const alertCurrency = currencyInput();
   const alertThreshold = h("input", { inputmode: "decimal", autocomplete: "off", pattern: "[0-9]+(\\.[0-9]+)?", "aria-describedby": "alert-threshold-hint" });
@@ -963,6 +997,7 @@ export async function billingPage(main) {
     credit,
     topup,
     alert,
+    amend,
     prepaidBox,
     h("section", { class: "card" }, h("h2", {}, t("invoices_list")), listBox),
   );
