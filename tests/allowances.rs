@@ -12,17 +12,15 @@
 mod common;
 
 use common::billing::{
-    acme_on_h100, acme_usage, acme_usage_logged_at, assert_split_refused, invoice_fixture, money,
+    acme_on_h100, acme_present, acme_usage_logged_at, assert_split_refused, invoice_fixture, money,
     period, refused, refused_contract, size_of, t,
 };
 use common::*;
-use ed25519_dalek::SigningKey;
 use gpuledger::core::invoice::{Invoice, InvoiceDoc, LineKind};
 use gpuledger::core::record::{
     BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
     Included,
 };
-use gpuledger::store::Ledger;
 
 /// acme's contract for January and February 2027, calendar months: 20 000 a month in advance
 /// for its lease of two H100s, 1 000 H100-hours included, 9.50 an hour above.
@@ -50,17 +48,6 @@ fn contract() -> ContractRegistered {
         }]),
         commitment: None,
         sla: None,
-    }
-}
-
-/// Signs and logs acme's usage of `count` H100s over `[start, end)`, one record a day.
-fn daily(ledger: &Ledger, node: &SigningKey, seq: &mut u64, start: &str, end: &str, count: i64) {
-    let (mut from, end) = (t(start), t(end));
-    while from < end {
-        let to = from.plus(86_400 - from.unix().rem_euclid(86_400)).min(end);
-        *seq += 1;
-        acme_usage(ledger, node, *seq, from, to, count);
-        from = to;
     }
 }
 
@@ -148,12 +135,11 @@ both_backends!(
         // January: both GPUs from 1 to 26 January (25 days: 1 200 GPU-hours). February: one GPU
         // from 1 to 11 February (240 GPU-hours). March, after the term: one GPU for 5 hours.
         let mut seq = 0;
-        daily(
+        acme_present(
             &ledger,
             &node,
             &mut seq,
-            "2027-01-01T00:00:00Z",
-            "2027-01-26T00:00:00Z",
+            ("2027-01-01T00:00:00Z", "2027-01-26T00:00:00Z"),
             2,
         );
 
@@ -281,20 +267,18 @@ both_backends!(
             1,
             t("2027-02-01T02:00:00Z"),
         );
-        daily(
+        acme_present(
             &ledger,
             &node,
             &mut seq,
-            "2027-02-01T00:00:00Z",
-            "2027-02-11T00:00:00Z",
+            ("2027-02-01T00:00:00Z", "2027-02-11T00:00:00Z"),
             1,
         );
-        daily(
+        acme_present(
             &ledger,
             &node,
             &mut seq,
-            "2027-03-01T00:00:00Z",
-            "2027-03-01T05:00:00Z",
+            ("2027-03-01T00:00:00Z", "2027-03-01T05:00:00Z"),
             1,
         );
         ledger.set_clock(Some(t("2027-04-01T01:00:00Z")));

@@ -10,8 +10,8 @@
 mod common;
 
 use common::billing::{
-    acme_on_h100, assert_altered_entry_fails, cents, invoice_fixture, money, period, refused,
-    size_of, t, use_h100,
+    acme_invoice, acme_on_h100, assert_altered_entry_fails, cents, invoice_fixture, money, period,
+    refused, size_of, t, use_h100,
 };
 use common::http::init;
 use common::*;
@@ -89,15 +89,11 @@ both_backends!(
             .append_ledger_entry(Body::ContractRegistered(first.clone()))
             .unwrap();
         // January: no usage, so its true-up is the whole commitment.
-        ledger.set_clock(Some(t("2027-02-01T01:00:00Z")));
-        let jan = ledger
-            .issuance()
-            .invoices(
-                "acme",
-                period("2027-01-01T00:00:00Z", "2027-02-01T00:00:00Z"),
-            )
-            .unwrap()
-            .remove(0);
+        let jan = acme_invoice(
+            &ledger,
+            "2027-02-01T01:00:00Z",
+            ("2027-01-01T00:00:00Z", "2027-02-01T00:00:00Z"),
+        );
         assert_eq!(jan.total.to_string(), money(310_000 + 100_000));
 
         // The successor cannot start while C-1 runs.
@@ -172,26 +168,18 @@ both_backends!(
         );
 
         // February is C-1's whole; March: 10 H100-hours at 18.50 on the 25th.
-        ledger.set_clock(Some(t("2027-03-01T01:00:00Z")));
-        let feb = ledger
-            .issuance()
-            .invoices(
-                "acme",
-                period("2027-02-01T00:00:00Z", "2027-03-01T00:00:00Z"),
-            )
-            .unwrap()
-            .remove(0);
+        let feb = acme_invoice(
+            &ledger,
+            "2027-03-01T01:00:00Z",
+            ("2027-02-01T00:00:00Z", "2027-03-01T00:00:00Z"),
+        );
         assert_eq!(feb.total.to_string(), money(310_000 + 100_000));
         use_h100(&ledger, &node, 1, "2027-03-25T00:00:00Z", 10);
-        ledger.set_clock(Some(t("2027-04-01T01:00:00Z")));
-        let mar = ledger
-            .issuance()
-            .invoices(
-                "acme",
-                period("2027-03-01T00:00:00Z", "2027-04-01T00:00:00Z"),
-            )
-            .unwrap()
-            .remove(0);
+        let mar = acme_invoice(
+            &ledger,
+            "2027-04-01T01:00:00Z",
+            ("2027-03-01T00:00:00Z", "2027-04-01T00:00:00Z"),
+        );
         // The test's own arithmetic, in cents: March has 31 days; C-1 holds 19 of them, C-2
         // the other 12. C-1's commitment is drawn by the month's usage (185.00) and trued up.
         let usage = cents(10 * 1850 * 100, 100);

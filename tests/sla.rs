@@ -11,18 +11,16 @@
 mod common;
 
 use common::billing::{
-    acme_on_h100, acme_usage, assert_altered_entry_fails, assert_split_refused, edit_bundle_line,
-    invoice_fixture, money, period, refused, refused_contract, size_of, t,
+    acme_on_h100, acme_present, assert_altered_entry_fails, assert_split_refused, edit_bundle_line,
+    invoice_fixture, money, period, refused, refused_contract, size_of, sla_99_9, t,
 };
 use common::*;
-use ed25519_dalek::SigningKey;
 use gpuledger::core::invoice::{Invoice, InvoiceDoc, LineKind};
 use gpuledger::core::record::{
     BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
-    Sla, SlaStep, TenantRegistered,
+    TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
-use gpuledger::store::Ledger;
 
 /// acme's contract for the first quarter of 2027, calendar months: 3000 a month in advance for
 /// its lease of two H100s, with the SLA.
@@ -45,32 +43,7 @@ fn contract() -> ContractRegistered {
             included: None,
         }]),
         commitment: None,
-        sla: Some(Sla {
-            target: dec("99.9"),
-            credits: vec![
-                SlaStep {
-                    below: dec("99.9"),
-                    percent: dec("10"),
-                },
-                SlaStep {
-                    below: dec("99"),
-                    percent: dec("25"),
-                },
-            ],
-        }),
-    }
-}
-
-/// Signs and logs acme's usage on node-1 as the agent would: `count` H100s present over
-/// `[start, end)`, cut into records at each 00:00 UTC (intervals aligned in Unix time), logged
-/// at each record's end.
-fn present(ledger: &Ledger, node: &SigningKey, seq: &mut u64, start: &str, end: &str, count: i64) {
-    let (mut from, end) = (t(start), t(end));
-    while from < end {
-        let to = from.plus(86_400 - from.unix().rem_euclid(86_400)).min(end);
-        *seq += 1;
-        acme_usage(ledger, node, *seq, from, to, count);
-        from = to;
+        sla: Some(sla_99_9()),
     }
 }
 
@@ -158,36 +131,32 @@ both_backends!(sla_credits_come_from_the_signed_records, |db: &TestDb| {
     // January: both GPUs present but one lost from 10 Jan 00:00 to 03:00. February: the node
     // down from 14 Feb 10:00 to 20:00 (no record). March: whole.
     let mut seq = 0;
-    present(
+    acme_present(
         &ledger,
         &node,
         &mut seq,
-        "2027-01-01T00:00:00Z",
-        "2027-01-10T00:00:00Z",
+        ("2027-01-01T00:00:00Z", "2027-01-10T00:00:00Z"),
         2,
     );
-    present(
+    acme_present(
         &ledger,
         &node,
         &mut seq,
-        "2027-01-10T00:00:00Z",
-        "2027-01-10T03:00:00Z",
+        ("2027-01-10T00:00:00Z", "2027-01-10T03:00:00Z"),
         1,
     );
-    present(
+    acme_present(
         &ledger,
         &node,
         &mut seq,
-        "2027-01-10T03:00:00Z",
-        "2027-02-14T10:00:00Z",
+        ("2027-01-10T03:00:00Z", "2027-02-14T10:00:00Z"),
         2,
     );
-    present(
+    acme_present(
         &ledger,
         &node,
         &mut seq,
-        "2027-02-14T20:00:00Z",
-        "2027-04-01T00:00:00Z",
+        ("2027-02-14T20:00:00Z", "2027-04-01T00:00:00Z"),
         2,
     );
     ledger.set_clock(Some(t("2027-04-01T01:00:00Z")));

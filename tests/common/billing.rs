@@ -8,7 +8,7 @@ use ed25519_dalek::SigningKey;
 use gpuledger::core::invoice::{Invoice, InvoiceDoc, Period};
 use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{
-    Body, ContractRegistered, GpuUsage, RateCard, Role, TenantRegistered,
+    Body, ContractRegistered, GpuUsage, RateCard, Role, Sla, SlaStep, TenantRegistered,
 };
 use gpuledger::core::time::Timestamp;
 use gpuledger::store::{Ledger, StoreError};
@@ -62,6 +62,35 @@ pub fn refused_contract(c: ContractRegistered, edit: &dyn Fn(&mut serde_json::Va
     let kind = gpuledger::core::record::Kind::ContractRegistered;
     let r = Body::from_value(kind, &v).unwrap_err();
     format!("{} {}", r.reason.code(), r.field.unwrap())
+}
+
+/// acme's invoice for `[from, to)`, issued at `at` (the ledger's clock is set there): the one
+/// currency's.
+pub fn acme_invoice(ledger: &Ledger, at: &str, (from, to): (&str, &str)) -> Invoice {
+    ledger.set_clock(Some(t(at)));
+    let mut issued = ledger
+        .issuance()
+        .invoices("acme", period(from, to))
+        .unwrap();
+    assert_eq!(issued.len(), 1, "one currency");
+    issued.remove(0)
+}
+
+/// The SLA the tests hold leases to: 99.9 %, a 10 % credit below it, 25 % below 99 %.
+pub fn sla_99_9() -> Sla {
+    Sla {
+        target: dec("99.9"),
+        credits: vec![
+            SlaStep {
+                below: dec("99.9"),
+                percent: dec("10"),
+            },
+            SlaStep {
+                below: dec("99"),
+                percent: dec("25"),
+            },
+        ],
+    }
 }
 
 /// Asserts that an invoice of acme for `[from, to)` is refused for splitting a billing period
@@ -135,6 +164,25 @@ pub fn acme_usage(
     count: i64,
 ) {
     acme_usage_logged_at(ledger, node, seq, (start, end), count, end);
+}
+
+/// Signs and logs acme's usage on node-1 as the agent would: `count` H100s present over
+/// `[start, end)`, cut into records at each 00:00 UTC (intervals aligned in Unix time), each
+/// logged at its end; `seq` is the last record's and moves on.
+pub fn acme_present(
+    ledger: &Ledger,
+    node: &SigningKey,
+    seq: &mut u64,
+    (start, end): (&str, &str),
+    count: i64,
+) {
+    let (mut from, end) = (t(start), t(end));
+    while from < end {
+        let to = from.plus(86_400 - from.unix().rem_euclid(86_400)).min(end);
+        *seq += 1;
+        acme_usage(ledger, node, *seq, from, to, count);
+        from = to;
+    }
 }
 
 /// As [`acme_usage`], logged at `at` (a late record: after its end).
