@@ -78,7 +78,10 @@ pub struct Reads {
     pub preview_total: String,
     pub certificate_seconds: f64,
     pub certificate_records: u64,
+    /// The usage of one day by hour, from the rollups (whole hours), and read record by record
+    /// (how it was read before the rollups), with the same rows.
     pub usage_day_seconds: f64,
+    pub usage_day_records_seconds: f64,
     pub usage_day_records: u64,
     /// The parts of a read of the tenant-month: selecting the records by start (an index-only
     /// scan), then reading and parsing them with nothing done with them.
@@ -104,6 +107,8 @@ pub struct GrowResult {
     /// (last − first) / first, in percent.
     pub last_vs_first_percent: Option<f64>,
     pub append_seconds: f64,
+    /// Of `append_seconds`, the time spent keeping the usage rollups (in the same transactions).
+    pub rollup_upkeep_seconds: f64,
     pub sign_seconds: f64,
     /// The reads in the grown log, and the same reads again at once (its pages then cached).
     pub grown: Reads,
@@ -427,6 +432,18 @@ fn reads(ledger: &Ledger, month: Period) -> Result<Reads, StoreError> {
         Ok(agg.finish())
     })?;
     let usage_day_seconds = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let by_record = ledger.reads().run(|c| {
+        let mut agg = Aggregator::new(day, day.plus(86_400), Vec::new(), Some(Window::Hour));
+        usage::aggregate_records(c, Some(TENANT), day, day.plus(86_400), &mut agg)?;
+        Ok(agg.finish())
+    })?;
+    let usage_day_records_seconds = started.elapsed().as_secs_f64();
+    if by_record != rows {
+        return Err(StoreError::Corrupt(
+            "the usage of a day from the rollups differs from its records".into(),
+        ));
+    }
     let (select_seconds, fetch_and_parse_seconds) = ledger.reads().run(|c| {
         let started = Instant::now();
         let idxs = usage::starting_in(c, TENANT, month.from, month.to, size)?;
@@ -443,7 +460,8 @@ fn reads(ledger: &Ledger, month: Period) -> Result<Reads, StoreError> {
         preview_total: rating::total(&cny).to_string(),
         certificate_seconds: round(certificate_seconds, 3),
         certificate_records: cert.entries.count,
-        usage_day_seconds: round(usage_day_seconds, 3),
+        usage_day_seconds: round(usage_day_seconds, 4),
+        usage_day_records_seconds: round(usage_day_records_seconds, 3),
         usage_day_records: rows.iter().map(|r| r.usage_records).sum(),
     })
 }
@@ -642,7 +660,9 @@ pub fn run_grow(
         nodes: &nodes,
         tenants: &tenants,
     };
+    let upkeep_before = gpuledger::store::rollups::upkeep_seconds();
     let (ledger, rate_per_million, sign_seconds, append_seconds) = layout.grown(cfg, progress)?;
+    let rollup_upkeep_seconds = gpuledger::store::rollups::upkeep_seconds() - upkeep_before;
     progress("measuring the grown log");
     let grown = reads(&ledger, month)?;
     let grown_again = reads(&ledger, month)?;
@@ -670,6 +690,7 @@ pub fn run_grow(
         last_vs_first_percent: first.zip(last).map(|(f, l)| round((l - f) / f * 100.0, 1)),
         rate_per_million,
         append_seconds: round(append_seconds, 1),
+        rollup_upkeep_seconds: round(rollup_upkeep_seconds, 1),
         sign_seconds: round(sign_seconds, 1),
         grown,
         grown_again,
@@ -698,8 +719,8 @@ fn write_reads(f: &mut std::fmt::Formatter<'_>, name: &str, r: &Reads) -> std::f
     )?;
     writeln!(
         f,
-        "  usage of one day:     {} s, {} records",
-        r.usage_day_seconds, r.usage_day_records
+        "  usage of one day:     {} s from the rollups, {} s record by record, {} records",
+        r.usage_day_seconds, r.usage_day_records_seconds, r.usage_day_records
     )?;
     writeln!(
         f,
@@ -737,6 +758,12 @@ impl std::fmt::Display for GrowResult {
                 f,
                 "time appending:         {} s (signing, not timed: {} s)",
                 self.append_seconds, self.sign_seconds
+            )?;
+            writeln!(
+                f,
+                "rollup upkeep:          {} s of the time appending ({:.1} %)",
+                self.rollup_upkeep_seconds,
+                100.0 * self.rollup_upkeep_seconds / self.append_seconds.max(1e-9)
             )?;
         } else {
             writeln!(f, "append:                 not measured (logs reused)")?;

@@ -21,7 +21,7 @@ pub const MAX_REPORTED_FAILURES: usize = 100;
 /// A problem found, at the index of the entry it concerns, with a stable reason code: the
 /// ingest rejection code where the entry breaks an admission rule (docs/PROTOCOL.md §6.6),
 /// otherwise one of `leaf_invalid`, `index_mismatch`, `chain_broken`, `received_at_decreased`, `duplicate_seq`,
-/// `bad_signature`, `tree`, `checkpoint`, `stored_column`, `missing_entry`, `key_table`.
+/// `bad_signature`, `tree`, `checkpoint`, `stored_column`, `missing_entry`, `key_table`, `rollup`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Failure {
     pub index: u64,

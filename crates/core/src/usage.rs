@@ -110,6 +110,57 @@ type Key = (
     Option<String>,
 );
 
+/// The rollup bucket of usage and energy records (issue #28, "rollups"): the records of one
+/// tenant (none: `""`), one kind, region, node, GPU model (energy: `""`) and lease (none: `""`)
+/// whose interval starts in one UTC hour. A bucket is a subset of one measurement stream, whose
+/// records never overlap, so its sums stay small.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RollupKey {
+    pub tenant: String,
+    /// The start of the hour, Unix seconds.
+    pub hour: i64,
+    /// `gpu_usage` or `energy`.
+    pub kind: &'static str,
+    pub region: String,
+    pub node: String,
+    pub gpu_model: String,
+    pub lease: String,
+}
+
+/// What one record adds to its bucket: the key and its GPU-seconds (usage) or kWh (energy).
+/// Other kinds add nothing. The one rule the ledger keeps its rollups by and `verify-log`
+/// recomputes them by.
+pub fn rollup_of(body: &Body) -> Option<(RollupKey, Decimal)> {
+    let hour = |t: Timestamp| t.unix() - t.unix().rem_euclid(3600);
+    match body {
+        Body::GpuUsage(u) => Some((
+            RollupKey {
+                tenant: u.tenant.clone(),
+                hour: hour(u.start),
+                kind: "gpu_usage",
+                region: u.region.clone(),
+                node: u.node.clone(),
+                gpu_model: u.gpu_model.clone(),
+                lease: u.lease.clone().unwrap_or_default(),
+            },
+            u.gpu_seconds,
+        )),
+        Body::Energy(e) => Some((
+            RollupKey {
+                tenant: e.tenant.clone().unwrap_or_default(),
+                hour: hour(e.start),
+                kind: "energy",
+                region: e.region.clone(),
+                node: e.node.clone(),
+                gpu_model: String::new(),
+                lease: String::new(),
+            },
+            e.kwh,
+        )),
+        _ => None,
+    }
+}
+
 /// Accumulates records into groups.
 #[derive(Debug)]
 pub struct Aggregator {
@@ -171,6 +222,39 @@ impl Aggregator {
             usage_records: 0,
             energy_records: 0,
         })
+    }
+
+    /// Adds a rollup bucket (`quantity` GPU-seconds or kWh over `records` records) exactly as
+    /// its records would add one by one: every record of a bucket starts in its hour, so a
+    /// bucket whose hour lies wholly inside the period counts whole; any other is ignored
+    /// (the caller reads those records themselves).
+    pub fn add_rollup(&mut self, key: &RollupKey, quantity: Decimal, records: u64) {
+        let (Some(start), Some(end)) = (
+            Timestamp::from_unix(key.hour),
+            Timestamp::from_unix(key.hour + 3600),
+        ) else {
+            return;
+        };
+        if start < self.from || self.to < end {
+            return;
+        }
+        let non_empty = |s: &str| (!s.is_empty()).then_some(s.to_owned());
+        let (model, lease) = (non_empty(&key.gpu_model), non_empty(&key.lease));
+        let k = self.key(
+            start,
+            &key.region,
+            &key.node,
+            model.as_deref(),
+            lease.as_deref(),
+        );
+        let row = self.row(k);
+        if key.kind == "energy" {
+            row.kwh += quantity;
+            row.energy_records += records;
+        } else {
+            row.gpu_seconds += quantity;
+            row.usage_records += records;
+        }
     }
 
     /// Adds one record's body; other kinds and records outside the period are ignored.

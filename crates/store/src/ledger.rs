@@ -273,6 +273,8 @@ impl Ledger {
         let mut reader = conn::connect(url)?;
         conn::migrate(&mut reader)?;
         let info = log_info(&mut reader)?;
+        // A log written before the usage rollups is rolled up once.
+        super::rollups::catch_up(&mut reader)?;
         check_log_key(&info, &key)?;
         let high_water = Arc::new(HighWater::load(high_water_file, &info.verifier_key)?);
         let guard = Arc::new(ClockGuard::new(clock, read::last_received_at(&mut reader)?));

@@ -29,6 +29,7 @@ pub mod read;
 pub mod reads;
 pub mod recover;
 pub mod replication;
+pub mod rollups;
 pub mod schema;
 pub mod usage;
 pub mod verify;

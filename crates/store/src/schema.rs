@@ -33,6 +33,27 @@ diesel::table! {
 }
 
 diesel::table! {
+    usage_rollups (tenant, hour, kind, region, node, gpu_model, lease) {
+        tenant -> Text,
+        hour -> BigInt,
+        kind -> Text,
+        region -> Text,
+        node -> Text,
+        gpu_model -> Text,
+        lease -> Text,
+        quantity_nanos -> BigInt,
+        records -> BigInt,
+    }
+}
+
+diesel::table! {
+    rollup_state (id) {
+        id -> BigInt,
+        size -> BigInt,
+    }
+}
+
+diesel::table! {
     tree_hashes (id) {
         id -> BigInt,
         hash -> Binary,

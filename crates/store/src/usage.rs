@@ -61,8 +61,36 @@ fn bound(size: u64) -> i64 {
 }
 
 /// Feeds the usage and energy records starting in `[from, to)` (of `tenant`, if given; of every
-/// tenant and of none otherwise) to `agg`, in log order.
+/// tenant and of none otherwise) to `agg`: the whole hours inside the period from the usage
+/// rollups (module `rollups`), the records of the partial hours at its ends one by one. The
+/// same rows as [`aggregate_records`], which reads every record.
 pub fn aggregate(
+    conn: &mut DbConn,
+    tenant: Option<&str>,
+    from: Timestamp,
+    to: Timestamp,
+    agg: &mut Aggregator,
+) -> Result<(), StoreError> {
+    let hour = |t: i64, up: bool| {
+        let down = t - t.rem_euclid(3600);
+        Timestamp::from_unix(if up && down < t { down + 3600 } else { down })
+    };
+    match (hour(from.unix(), true), hour(to.unix(), false)) {
+        (Some(first), Some(last)) if first < last => {
+            super::rollups::add_to(conn, tenant, first, last, agg)?;
+            for (a, b) in [(from, first), (last, to)] {
+                if a < b {
+                    aggregate_records(conn, tenant, a, b, agg)?;
+                }
+            }
+            Ok(())
+        }
+        _ => aggregate_records(conn, tenant, from, to, agg),
+    }
+}
+
+/// [`aggregate`] from every record, read one by one.
+pub fn aggregate_records(
     conn: &mut DbConn,
     tenant: Option<&str>,
     from: Timestamp,

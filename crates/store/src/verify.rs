@@ -122,6 +122,9 @@ struct Run<'a> {
     vkey: String,
     checkpoints: std::iter::Peekable<std::slice::Iter<'a, CheckpointRow>>,
     found: Failures,
+    /// The usage rollups the leaves imply, with the last entry of each bucket.
+    rollups: super::rollups::Sums,
+    rollup_last: std::collections::BTreeMap<gpuledger_core::usage::RollupKey, u64>,
 }
 
 /// [`verify_log`] inside its transaction (also run by `recover` inside its own).
@@ -142,6 +145,8 @@ pub(crate) fn verify_snapshot(
             failures: Vec::new(),
             total: 0,
         },
+        rollups: Default::default(),
+        rollup_last: Default::default(),
     };
     run.checkpoints_at(0);
     let mut start = 0u64;
@@ -159,6 +164,11 @@ pub(crate) fn verify_snapshot(
     }
     run.tail(conn, size, &head_hash)?;
     let keys = run.key_table(conn, size.saturating_sub(1))?;
+    // The rollups are derived from the leaves: compared only when the leaves themselves
+    // verify (a broken leaf would be blamed again, on its bucket, as a rollup difference).
+    if run.found.total == 0 {
+        run.rollups(conn, size)?;
+    }
     let mut found = run.found;
     if found.total > 0 || !found.failures.is_empty() {
         found.total = found.total.max(found.failures.len() as u64);
@@ -303,6 +313,12 @@ impl Run<'_> {
             self.found.push(f);
         }
         if let Some((leaf, checked)) = &c.entry {
+            if let Some((key, q)) = gpuledger_core::usage::rollup_of(&checked.body) {
+                self.rollup_last.insert(key.clone(), index);
+                if let Err(e) = super::rollups::add(&mut self.rollups, key, q) {
+                    self.found.push(bad(index, "rollup", e.to_string()));
+                }
+            }
             if let Some(col) = wrong_column(row, leaf, checked, &c.leaf_hash) {
                 self.found.push(bad(
                     index,
@@ -329,6 +345,65 @@ impl Run<'_> {
     }
 
     /// The head row is the last leaf's hash, and nothing is stored beyond the log size.
+    /// The stored usage rollups against the ones the leaves imply: every bucket that differs,
+    /// is missing or should not be there, named at the last entry of the bucket (or the last
+    /// entry of the log, for a row no entry implies).
+    /// A database not rolled up yet (from before the rollups, or rolled up to entry 0 with
+    /// no rows while it holds entries) is not checked: the ledger rolls it up when it opens.
+    fn rollups(&mut self, conn: &mut DbConn, size: u64) -> Result<(), VerifyError> {
+        let Some(state) = super::rollups::rolled_up_to(conn)? else {
+            return Ok(());
+        };
+        let mut stored = super::rollups::stored(conn)?;
+        if state == 0 && stored.is_empty() {
+            return Ok(());
+        }
+        let describe = |k: &gpuledger_core::usage::RollupKey| {
+            format!(
+                "usage rollup of tenant {:?}, hour {}, {} on node {} ({} {}, lease {:?})",
+                k.tenant, k.hour, k.kind, k.node, k.region, k.gpu_model, k.lease
+            )
+        };
+        for (key, want) in std::mem::take(&mut self.rollups) {
+            let at = self.rollup_last.get(&key).copied().unwrap_or(0);
+            match stored.remove(&key) {
+                Some(got) if got == want => {}
+                Some(got) => self.found.push(bad(
+                    at,
+                    "rollup",
+                    format!(
+                        "stored {} is {} (10^-9) over {} records; the leaves give {} over {}",
+                        describe(&key),
+                        got.0,
+                        got.1,
+                        want.0,
+                        want.1
+                    ),
+                )),
+                None => self.found.push(bad(
+                    at,
+                    "rollup",
+                    format!("the {} is missing", describe(&key)),
+                )),
+            }
+        }
+        for key in stored.keys() {
+            self.found.push(bad(
+                size.saturating_sub(1),
+                "rollup",
+                format!("the stored {} matches no record", describe(key)),
+            ));
+        }
+        if state != size {
+            self.found.push(bad(
+                size.saturating_sub(1),
+                "rollup",
+                format!("the usage rollups say they hold {state} entries, the log has {size}"),
+            ));
+        }
+        Ok(())
+    }
+
     fn tail(&mut self, conn: &mut DbConn, size: u64, head_hash: &Hash) -> Result<(), VerifyError> {
         if *head_hash != self.checker.head() {
             self.found.push(bad(

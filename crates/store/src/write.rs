@@ -40,6 +40,10 @@ pub(crate) struct NewEntry {
     stream: Option<String>,
     start_at: Option<i64>,
     end_at: Option<i64>,
+    /// The record's rollup bucket and quantity, when the body was at hand (an append); a row
+    /// copied by `recover` has none, and its leaf is parsed for it.
+    #[diesel(skip_insertion)]
+    rollup: Option<(gpuledger_core::usage::RollupKey, rust_decimal::Decimal)>,
 }
 
 impl NewEntry {
@@ -69,6 +73,7 @@ impl NewEntry {
             content_hash: c.content_hash.to_vec(),
             leaf,
             leaf_hash: hash.0.to_vec(),
+            rollup: gpuledger_core::usage::rollup_of(&c.body),
         }
     }
 }
@@ -88,6 +93,7 @@ impl From<read::EntryRow> for NewEntry {
             stream: r.stream,
             start_at: r.start_at,
             end_at: r.end_at,
+            rollup: None,
         }
     }
 }
@@ -201,8 +207,8 @@ impl Appender {
 
 /// Writes `rows` (whose leaf hashes are `leaf_hashes`, in order) at the end of a log of `size`
 /// entries whose head the caller has locked: the entries, the tree hashes they complete
-/// (computed here from the leaf hashes) and the new head. The one place entries are stored,
-/// for appends and for `gpuledger recover`.
+/// (computed here from the leaf hashes), the new head and the usage rollups. The one place
+/// entries are stored, for appends and for `gpuledger recover`.
 pub(crate) fn store_entries(
     conn: &mut DbConn,
     size: u64,
@@ -250,6 +256,20 @@ pub(crate) fn store_entries(
     if n != 1 {
         return Err(StoreError::Corrupt("log head moved while locked".into()));
     }
+    // The usage rollups, in the same transaction (module `rollups`).
+    let started = std::time::Instant::now();
+    let mut sums = super::rollups::Sums::new();
+    for r in rows {
+        match &r.rollup {
+            Some((key, q)) => super::rollups::add(&mut sums, key.clone(), *q)?,
+            None if r.start_at.is_some() => {
+                super::rollups::add_body(&mut sums, &super::usage::parse_body(r.idx, &r.leaf)?)?
+            }
+            None => {}
+        }
+    }
+    super::rollups::store(conn, &sums, size, new_size)?;
+    super::rollups::count_upkeep(started);
     Ok(())
 }
 

@@ -1,0 +1,2 @@
+DROP TABLE rollup_state;
+DROP TABLE usage_rollups;
