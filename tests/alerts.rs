@@ -216,14 +216,8 @@ both_backends!(usage_alerts_over_http, |db: &TestDb| {
             "commitment_percent": ["50", "100"]
         })
     );
-    let acme = h.secret(
-        &admin,
-        serde_json::json!({"role": "tenant", "tenant": "acme"}),
-    );
-    let beta = h.secret(
-        &admin,
-        serde_json::json!({"role": "tenant", "tenant": "beta"}),
-    );
+    let acme = h.tenant_secret(&admin, "acme");
+    let beta = h.tenant_secret(&admin, "beta");
     assert_eq!(
         h.get("/v1/tenants/acme/alerts", Some(acme.as_str()))
             .ok_json(200),

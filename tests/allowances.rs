@@ -445,10 +445,7 @@ both_backends!(included_hours_over_http, |db: &TestDb| {
                                  "category": "compute", "lease": "lease-acme",
                                  "included": included});
     h.post("/v1/contracts", a, &body(fee)).ok_json(201);
-    let acme = h.secret(
-        &admin,
-        serde_json::json!({"role": "tenant", "tenant": "acme"}),
-    );
+    let acme = h.tenant_secret(&admin, "acme");
     let listed = h.get("/v1/contracts", Some(acme.as_str())).ok_json(200);
     assert_eq!(
         listed["contracts"][0]["fees"][0]["included"], included,

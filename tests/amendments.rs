@@ -310,14 +310,8 @@ both_backends!(amendments_over_http, |db: &TestDb| {
         );
     }
     assert_eq!(h.size(), size, "a refused amendment writes nothing");
-    let acme = h.secret(
-        &admin,
-        serde_json::json!({"role": "tenant", "tenant": "acme"}),
-    );
-    let beta = h.secret(
-        &admin,
-        serde_json::json!({"role": "tenant", "tenant": "beta"}),
-    );
+    let acme = h.tenant_secret(&admin, "acme");
+    let beta = h.tenant_secret(&admin, "beta");
     // Only an admin amends.
     h.post(
         "/v1/contract-amendments",

@@ -448,14 +448,8 @@ both_backends!(prepayments_over_http, |db: &TestDb| {
         "{p}"
     );
 
-    let acme = h.secret(
-        &admin,
-        serde_json::json!({"role": "tenant", "tenant": "acme"}),
-    );
-    let beta = h.secret(
-        &admin,
-        serde_json::json!({"role": "tenant", "tenant": "beta"}),
-    );
+    let acme = h.tenant_secret(&admin, "acme");
+    let beta = h.tenant_secret(&admin, "beta");
     let view = h.get("/v1/prepayments", Some(acme.as_str())).ok_json(200);
     assert_eq!(view["positions"][0]["available"], "300.00", "{view}");
     assert_eq!(view["prepayments"][0]["reference"], "R-1", "{view}");

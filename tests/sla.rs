@@ -413,14 +413,8 @@ both_backends!(sla_contracts_over_http, |db: &TestDb| {
     h.post("/v1/contracts", a, &body("lease-acme", sla.clone()))
         .ok_json(201);
     // The tenant reads its contract with its SLA; another tenant gets 404 for it.
-    let acme = h.secret(
-        &admin,
-        serde_json::json!({"role": "tenant", "tenant": "acme"}),
-    );
-    let beta = h.secret(
-        &admin,
-        serde_json::json!({"role": "tenant", "tenant": "beta"}),
-    );
+    let acme = h.tenant_secret(&admin, "acme");
+    let beta = h.tenant_secret(&admin, "beta");
     let listed = h.get("/v1/contracts", Some(acme.as_str())).ok_json(200);
     let c = &listed["contracts"][0];
     assert_eq!(

@@ -528,6 +528,11 @@ impl Http {
             .to_owned()
     }
 
+    /// A new token of tenant `tenant`'s role, issued by `admin`: its secret.
+    pub fn tenant_secret(&self, admin: &str, tenant: &str) -> String {
+        self.secret(admin, json!({"role": "tenant", "tenant": tenant}))
+    }
+
     /// Registers node `node` as a [`super::test_node`] unless the log has it (201 or 409).
     pub fn node(&self, admin: &str, node: &str) {
         self.node_in(admin, node, sample::REGION)

@@ -323,7 +323,13 @@ pub fn usage_alerts(conn: &mut DbConn, id: &str) -> Result<UsageAlerts, StoreErr
         .select(tenants::usage_alerts)
         .first(conn)
         .optional()?;
-    match column.ok_or_else(|| StoreError::NotFound(format!("tenant {id}")))? {
+    let column = column.ok_or_else(|| StoreError::NotFound(format!("tenant {id}")))?;
+    parse_usage_alerts(id, column)
+}
+
+/// The stored `usage_alerts` column of tenant `id`: the default when none.
+fn parse_usage_alerts(id: &str, column: Option<String>) -> Result<UsageAlerts, StoreError> {
+    match column {
         None => Ok(UsageAlerts::default()),
         Some(text) => serde_json::from_str(&text)
             .map_err(|e| StoreError::Corrupt(format!("tenant {id} usage_alerts: {e}"))),
@@ -338,11 +344,7 @@ pub fn all_usage_alerts(conn: &mut DbConn) -> Result<Vec<(String, UsageAlerts)>,
         .load(conn)?;
     rows.into_iter()
         .map(|(id, text)| {
-            let alerts = match text {
-                None => UsageAlerts::default(),
-                Some(t) => serde_json::from_str(&t)
-                    .map_err(|e| StoreError::Corrupt(format!("tenant {id} usage_alerts: {e}")))?,
-            };
+            let alerts = parse_usage_alerts(&id, text)?;
             Ok((id, alerts))
         })
         .collect()

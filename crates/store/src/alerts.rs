@@ -21,29 +21,16 @@ use gpuledger_core::contract::billing_periods;
 use gpuledger_core::invoice::{drawn, Period};
 use gpuledger_core::record::ContractRegistered;
 use gpuledger_core::time::Timestamp;
+use gpuledger_core::usage::Window;
 use rust_decimal::Decimal;
 use serde_json::{json, Map, Value};
-use time::{Date, OffsetDateTime, Time};
 
-/// The calendar month (UTC) that holds `now`, up to `now`.
+/// The calendar month (UTC) that holds `now`, up to `now`, and the month's end.
 pub fn month_so_far(now: Timestamp) -> Option<(Period, Timestamp)> {
-    let at = OffsetDateTime::from_unix_timestamp(now.unix()).ok()?;
-    let first = Date::from_calendar_date(at.year(), at.month(), 1).ok()?;
-    let from = Timestamp::from_unix(
-        first
-            .with_time(Time::MIDNIGHT)
-            .assume_utc()
-            .unix_timestamp(),
-    )?;
-    let next = first.month().next();
-    let year = if next == time::Month::January {
-        at.year() + 1
-    } else {
-        at.year()
-    };
-    let end = Date::from_calendar_date(year, next, 1).ok()?;
-    let end = Timestamp::from_unix(end.with_time(Time::MIDNIGHT).assume_utc().unix_timestamp())?;
-    Some((Period { from, to: now }, end))
+    let from = Window::Month.start_of(now);
+    // 32 days after the first of a month is inside the next one.
+    let end = Window::Month.start_of(from.plus(32 * 86_400));
+    (from <= now && now < end).then_some((Period { from, to: now }, end))
 }
 
 fn data(pairs: Vec<(&str, Value)>) -> Map<String, Value> {
@@ -174,4 +161,34 @@ pub fn crossings(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_month_so_far_runs_from_its_first_to_now_and_ends_at_the_next() {
+        let t = |s: &str| Timestamp::parse(s).unwrap();
+        for (now, from, end) in [
+            (
+                "2026-12-07T22:39:23Z",
+                "2026-12-01T00:00:00Z",
+                "2027-01-01T00:00:00Z",
+            ),
+            (
+                "2028-02-29T23:59:59Z",
+                "2028-02-01T00:00:00Z",
+                "2028-03-01T00:00:00Z",
+            ),
+            (
+                "2027-01-01T00:00:00Z",
+                "2027-01-01T00:00:00Z",
+                "2027-02-01T00:00:00Z",
+            ),
+        ] {
+            let (p, e) = month_so_far(t(now)).unwrap();
+            assert_eq!((p.from, p.to, e), (t(from), t(now), t(end)), "{now}");
+        }
+    }
 }

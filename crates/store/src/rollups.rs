@@ -55,19 +55,22 @@ fn nanos(q: Decimal) -> Result<i64, StoreError> {
         .ok_or_else(|| StoreError::Corrupt(format!("the quantity {q} is out of range")))
 }
 
-/// Adds one record's bucket and quantity to `sums`.
-pub fn add(sums: &mut Sums, key: RollupKey, quantity: Decimal) -> Result<(), StoreError> {
+/// Adds one record's bucket and quantity to `sums` (the key is copied only for a new bucket).
+pub fn add(sums: &mut Sums, key: &RollupKey, quantity: Decimal) -> Result<(), StoreError> {
     let n = nanos(quantity)?;
-    let s = sums.entry(key).or_insert((0, 0));
-    s.0 += n;
-    s.1 += 1;
+    match sums.get_mut(key) {
+        Some(s) => *s = (s.0 + n, s.1 + 1),
+        None => {
+            sums.insert(key.clone(), (n, 1));
+        }
+    }
     Ok(())
 }
 
 /// Adds `body` (a usage or energy record; anything else adds nothing) to `sums`.
 pub fn add_body(sums: &mut Sums, body: &Body) -> Result<(), StoreError> {
     match rollup_of(body) {
-        Some((key, q)) => add(sums, key, q),
+        Some((key, q)) => add(sums, &key, q),
         None => Ok(()),
     }
 }

@@ -314,10 +314,10 @@ impl Run<'_> {
         }
         if let Some((leaf, checked)) = &c.entry {
             if let Some((key, q)) = gpuledger_core::usage::rollup_of(&checked.body) {
-                self.rollup_last.insert(key.clone(), index);
-                if let Err(e) = super::rollups::add(&mut self.rollups, key, q) {
+                if let Err(e) = super::rollups::add(&mut self.rollups, &key, q) {
                     self.found.push(bad(index, "rollup", e.to_string()));
                 }
+                self.rollup_last.insert(key, index);
             }
             if let Some(col) = wrong_column(row, leaf, checked, &c.leaf_hash) {
                 self.found.push(bad(

@@ -261,7 +261,7 @@ pub(crate) fn store_entries(
     let mut sums = super::rollups::Sums::new();
     for r in rows {
         match &r.rollup {
-            Some((key, q)) => super::rollups::add(&mut sums, key.clone(), *q)?,
+            Some((key, q)) => super::rollups::add(&mut sums, key, *q)?,
             None if r.start_at.is_some() => {
                 super::rollups::add_body(&mut sums, &super::usage::parse_body(r.idx, &r.leaf)?)?
             }
