@@ -225,7 +225,7 @@ both_backends!(golden_scenario_rated_from_the_log, |db: &TestDb| {
         .reads()
         .run(|c| pricing::rate_period(c, "acme", at(0), at(86_400), size))
         .unwrap();
-    let (lines, unpriced) = rater.0.finish();
+    let (lines, unpriced) = rater.period_lines();
     let cny = &lines["CNY"];
     let amounts: Vec<String> = cny.iter().map(|l| l.amount.to_string()).collect();
     assert_eq!(amounts, GOLDEN_AMOUNTS);
@@ -243,7 +243,7 @@ both_backends!(golden_scenario_rated_from_the_log, |db: &TestDb| {
         .run(|c| pricing::rate_period(c, "acme", at(0), at(86_400), 7))
         .unwrap();
     // As of log size 7 no usage had been logged yet: a bound that leaked would rate it.
-    let (lines, unpriced) = early.0.finish();
+    let (lines, unpriced) = early.period_lines();
     assert!(
         lines.is_empty() && unpriced.is_empty(),
         "{lines:?} {unpriced:?}"
@@ -977,7 +977,7 @@ both_backends!(graduated_tiers_from_the_log, |db: &TestDb| {
             .reads()
             .run(|c| pricing::rate_period(c, tenant, at(0), at(86_400), size))
             .unwrap();
-        let (lines, unpriced) = r.0.finish();
+        let (lines, unpriced) = r.period_lines();
         assert!(unpriced.is_empty(), "{unpriced:?}");
         lines["CNY"]
             .iter()

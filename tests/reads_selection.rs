@@ -209,10 +209,9 @@ fn preview(ledger: &Ledger, tenant: &str, period: Period) -> BTreeMap<String, Ve
     let size = ledger.reads().size().unwrap();
     ledger
         .reads()
-        .run(|c| invoices::preview(c, tenant, period, size, &mut Default::default()))
+        .run(|c| invoices::preview(c, tenant, period, size, Default::default()))
         .unwrap()
-        .0
-        .finish()
+        .period_lines()
         .0
 }
 

@@ -2,7 +2,8 @@
 //! with the records answer every usage query exactly as reading every record does (periods on
 //! and off the hour, inside one hour, every window and grouping, one tenant or all, energy with
 //! and without a tenant, records that run past their hour); verify-log recomputes them from the
-//! leaves and names a bucket altered, removed or invented; a log whose rollups are gone (as one
+//! leaves and names a bucket altered (its sums, or the latest end of its records), removed or
+//! invented; a log whose rollups are gone (as one
 //! written before them) is rolled up again when the ledger opens, to the same rows.
 
 mod common;
@@ -181,12 +182,26 @@ both_backends!(
             &format!("UPDATE usage_rollups SET records = records - 1 WHERE {bucket}"),
         );
         assert_eq!(verified(&db.url).size, size);
+        // A latest end moved on (rating would trust it to keep a price change out).
+        execute(
+            &db.url,
+            &format!("UPDATE usage_rollups SET last_end = last_end - 60 WHERE {bucket}"),
+        );
+        let (reason, what) = verify_fails(&db.url);
+        assert_eq!(reason, "rollup", "{what}");
+        assert!(what.contains("ending by"), "{what}");
+        execute(
+            &db.url,
+            &format!("UPDATE usage_rollups SET last_end = last_end + 60 WHERE {bucket}"),
+        );
+        assert_eq!(verified(&db.url).size, size);
         execute(
             &db.url,
             &format!(
-            "INSERT INTO usage_rollups VALUES ('ghost', {hour}, 'gpu_usage', 'west', 'node-1', \
-             'H100', '', 3600000000000, 1)"
-        ),
+                "INSERT INTO usage_rollups VALUES ('ghost', {hour}, 'gpu_usage', 'west', \
+                 'node-1', 'H100', '', 3600000000000, 1, {})",
+                hour + 3600
+            ),
         );
         let (reason, what) = verify_fails(&db.url);
         assert_eq!(reason, "rollup");

@@ -411,10 +411,10 @@ fn open_existing(url: &str) -> Result<Ledger, StoreError> {
 fn reads(ledger: &Ledger, month: Period) -> Result<Reads, StoreError> {
     let size = ledger.reads().size()?;
     let started = Instant::now();
-    let (rater, _excluded) = ledger
+    let rated = ledger
         .reads()
-        .run(|c| invoices::preview(c, TENANT, month, size, &mut Default::default()))?;
-    let cny = super::cny_lines(rater)?;
+        .run(|c| invoices::preview(c, TENANT, month, size, Default::default()))?;
+    let cny = super::cny_lines(rated)?;
     let preview_seconds = started.elapsed().as_secs_f64();
     let started = Instant::now();
     let cert = ledger.issuance().certificate(CertificateRequest {

@@ -5,9 +5,12 @@
 //! - [`verify`]: offline verification of a certificate with a bundle of N records.
 //! - [`grow`]: a log grown to ten million records: append rate as it grows, and what a
 //!   tenant-month's reads cost in it and in a fresh log.
+//! - [`contract`]: a tenant-year of ten million records under a contract: the invoice preview
+//!   of a month and of the term from the usage rollups.
 
 pub mod agent;
 pub mod append;
+pub mod contract;
 pub mod grow;
 pub mod ingest;
 pub mod preview;
@@ -124,9 +127,9 @@ fn open_empty_log_with(
 /// The CNY lines a benchmark's rating came to; refused if any of its usage was unpriced (the
 /// benchmarks price everything they log).
 pub fn cny_lines(
-    rater: gpuledger::core::rating::Rater,
+    rated: gpuledger::core::invoice::Rated,
 ) -> Result<Vec<gpuledger::core::rating::Line>, StoreError> {
-    let (lines, unpriced) = rater.finish();
+    let (lines, unpriced) = rated.period_lines();
     if !unpriced.is_empty() {
         return Err(StoreError::Refused(format!(
             "benchmark usage was unpriced: {unpriced:?}"

@@ -64,10 +64,10 @@ pub fn run_preview(
     let size = ledger.reads().head()?.0;
     progress("previewing");
     let started = Instant::now();
-    let (rater, _excluded) = ledger
+    let rated = ledger
         .reads()
         .run(|c| pricing::rate_period(c, "bench-tenant", month_start, month_end, size))?;
-    let cny = super::cny_lines(rater)?;
+    let cny = super::cny_lines(rated)?;
     let preview_seconds = started.elapsed().as_secs_f64();
     let n = per_node * nodes.len() as u64;
     Ok(PreviewResult {

@@ -38,6 +38,25 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// A large tenant's year under a contract: N usage records over its term on an empty log,
+    /// then the invoice preview of its last whole billing period and of the whole term from
+    /// the usage rollups (and the month record by record, which must agree).
+    Contract {
+        /// Usage records of the tenant (a multiple of 16 nodes).
+        #[arg(long, default_value_t = 10_000_000)]
+        records: u64,
+        /// Database of the log; it must hold an empty log. Default: a fresh SQLite file in a
+        /// temporary directory (removed after).
+        #[arg(long)]
+        database_url: Option<String>,
+        /// Measure the log an earlier run with the same settings filled on the same day (kept
+        /// with --database-url) instead of filling it.
+        #[arg(long)]
+        reuse: bool,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// HTTP ingest: concurrent simulated agents post signed batches to a server.
     Ingest(IngestArgs),
     /// Append throughput against a raw-insert baseline in the same database.
@@ -230,6 +249,21 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             json,
         } => verify(records, interleave, keep, json),
         BenchCommand::Preview { records, json } => preview(records, json),
+        BenchCommand::Contract {
+            records,
+            database_url,
+            reuse,
+            json,
+        } => in_temp_dir(|tmp| {
+            let cfg = bench::contract::ContractBench {
+                database_url: database_url
+                    .unwrap_or_else(|| format!("sqlite://{}", tmp.join("contract.db").display())),
+                records,
+                reuse,
+            };
+            Ok(bench::contract::run_contract(&cfg, &progress(json))?)
+        })
+        .and_then(|r| report(r, json)),
         BenchCommand::Ingest(args) => args.run(),
         BenchCommand::Append {
             database_url,

@@ -17,6 +17,7 @@
 use crate::contract::{billing_periods, BillingSpan};
 use crate::invoice::Period;
 use crate::record::{ContractRegistered, GpuUsage};
+use crate::sla::span_at;
 use crate::time::Timestamp;
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde::{Deserialize, Serialize};
@@ -134,12 +135,22 @@ impl Metering {
     /// The included entry that prices `u`, if any: its lease and model are included by a fee
     /// of a contract whose term holds its start.
     fn entry(&self, u: &GpuUsage) -> Option<&EntryKey> {
-        let lease = u.lease.as_ref()?;
-        self.priced
-            .get(&(lease.clone(), u.gpu_model.clone()))?
+        self.entry_at(u.lease.as_deref()?, &u.gpu_model, u.start)
+    }
+
+    /// The included entry that prices usage of `lease` and `gpu_model` starting at `t`.
+    fn entry_at(&self, lease: &str, gpu_model: &str, t: Timestamp) -> Option<&EntryKey> {
+        self.terms(lease, gpu_model)
             .iter()
-            .find(|(from, to, _)| *from <= u.start && u.start < *to)
+            .find(|(from, to, _)| *from <= t && t < *to)
             .map(|(_, _, k)| k)
+    }
+
+    /// The terms that price `lease` and `gpu_model`.
+    fn terms(&self, lease: &str, gpu_model: &str) -> &[PricedTerm] {
+        self.priced
+            .get(&(lease.to_owned(), gpu_model.to_owned()))
+            .map_or(&[], |v| v)
     }
 
     /// Whether `u` is contract-priced (it makes no rate-card line).
@@ -164,15 +175,60 @@ impl Metering {
                 .add(u),
             None => {
                 let spans = self.own.entry(key).or_default();
-                let i = spans.partition_point(|(p, _)| p.from <= u.start);
-                if let Some((p, used)) = i.checked_sub(1).and_then(|i| spans.get_mut(i)) {
-                    if u.start < p.to {
-                        used.add(u);
-                    }
+                if let Some(i) = span_at(spans, u.start) {
+                    spans[i].1.add(u);
                 }
             }
         }
         true
+    }
+
+    /// Whether the usage records of `lease` and `gpu_model` starting in `[from, to)` are
+    /// metered alike: the same included entry (or none) prices them all, and they fall in one
+    /// of its watched billing periods (or in none). `Some(priced)` then, `None` otherwise.
+    pub fn meters_alike(
+        &self,
+        lease: Option<&str>,
+        gpu_model: &str,
+        (from, to): (Timestamp, Timestamp),
+    ) -> Option<bool> {
+        let inside = |t: Timestamp| from < t && t < to;
+        let Some(lease) = lease else {
+            return Some(false);
+        };
+        let terms = self.terms(lease, gpu_model);
+        if terms.iter().any(|(a, b, _)| inside(*a) || inside(*b)) {
+            return None;
+        }
+        let Some(key) = self.entry_at(lease, gpu_model, from) else {
+            return Some(false);
+        };
+        let spans = self.own.get(key).map_or(&[][..], |v| v);
+        if spans.iter().any(|(p, _)| inside(p.from) || inside(p.to)) {
+            return None;
+        }
+        Some(true)
+    }
+
+    /// Counts `records` contract-priced usage records of `lease` and `gpu_model` that
+    /// [`Self::meters_alike`] found metered alike, starting at or after `from`, making
+    /// `gpu_seconds`, in the invoice's own period: as [`Self::add`] would count them one by one.
+    pub fn add_sum(
+        &mut self,
+        lease: &str,
+        gpu_model: &str,
+        from: Timestamp,
+        gpu_seconds: Decimal,
+        records: u64,
+    ) {
+        let Some(key) = self.entry_at(lease, gpu_model, from).cloned() else {
+            return;
+        };
+        let spans = self.own.entry(key).or_default();
+        if let Some(i) = span_at(spans, from) {
+            spans[i].1.gpu_seconds += gpu_seconds;
+            spans[i].1.records += records;
+        }
     }
 
     fn own(&self, key: &EntryKey, span: Period) -> Used {

@@ -23,11 +23,13 @@ pub use contract_lines::{
 };
 pub use v1::{legacy_lines, InvoiceV1, LegacyLine};
 
-use super::rating::{round_amount, LeaseClass, Line, LineKey, PriceBook, Rater, Unpriced};
+use super::rating::{round_amount, LeaseClass, Line, LineKey, PriceBook, Rater, Series, Unpriced};
+use super::record::Body;
 use super::time::Timestamp;
+use super::usage::{rollup_of, Rollup, RollupKey};
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The `format` member of a version 2 invoice document.
 pub const INVOICE_FORMAT_V2: &str = "gpuledger-invoice/v2";
@@ -602,9 +604,12 @@ pub struct InvoiceRating {
     main: Rater,
     late: BTreeMap<Period, Rater>,
     excluded: Vec<ExcludedRecord>,
+    /// The rollup buckets holding a record excluded from rating (never rated whole).
+    excluded_buckets: BTreeSet<RollupKey>,
 }
 
 /// What an [`InvoiceRating`] came to, per currency.
+#[derive(Debug)]
 pub struct Rated {
     /// The invoice period's lines.
     pub lines: BTreeMap<String, Vec<RatedLine>>,
@@ -628,7 +633,72 @@ impl InvoiceRating {
             scope,
             late: BTreeMap::new(),
             excluded: Vec::new(),
+            excluded_buckets: BTreeSet::new(),
         }
+    }
+
+    /// Notes the bodies of the scope's excluded records (any order, any subset holding those
+    /// in the period): their rollup buckets are never rated whole ([`Self::add_bucket`]).
+    pub fn excluded_bodies<'a>(mut self, bodies: impl IntoIterator<Item = &'a Body>) -> Self {
+        self.excluded_buckets.extend(
+            bodies
+                .into_iter()
+                .filter_map(|b| rollup_of(b).map(|(k, _)| k)),
+        );
+        self
+    }
+
+    /// Rates the records of a rollup bucket (`key`, `sums`: docs/ARCHITECTURE.md, the usage
+    /// rollups) whole, exactly as [`Self::add`] would rate them one by one, when that is
+    /// certain: its hour lies inside the invoice's period (every record of it is placed in the
+    /// period, whatever its index), none of its records is excluded ([`Self::excluded_bodies`]),
+    /// and all of them are measured alike ([`Measurement::measures_alike`]: one SLA span, one
+    /// included entry and billing period) and priced alike ([`Rater::add_usage_sum`]: one
+    /// price throughout; energy: one set of region parameters through the hour). Returns true
+    /// when rated; false, having changed nothing, when the caller must add its records one by
+    /// one.
+    pub fn add_bucket(&mut self, book: &PriceBook, key: &RollupKey, sums: &Rollup) -> bool {
+        let Some((from, to)) = key.hour_span() else {
+            return false;
+        };
+        let period = self.scope.period;
+        if from < period.from || period.to < to || self.excluded_buckets.contains(key) {
+            return false;
+        }
+        if key.kind == "energy" {
+            if !book.region_throughout(&key.region, from, to) {
+                return false;
+            }
+            self.main
+                .add_energy_sum(book, &key.region, from, sums.quantity, sums.records);
+            return true;
+        }
+        let series = Series {
+            tenant: &key.tenant,
+            region: &key.region,
+            gpu_model: &key.gpu_model,
+            lease: key.lease(),
+        };
+        let Some(by_contract) = self
+            .measurement
+            .measures_alike(&series, (from, to), sums.last_end)
+        else {
+            return false;
+        };
+        if !by_contract
+            && !self.main.add_usage_sum(
+                book,
+                &series,
+                (from, sums.last_end),
+                sums.quantity,
+                sums.records,
+            )
+        {
+            return false;
+        }
+        self.measurement
+            .add_sum(&series, from, sums.quantity, sums.records);
+        true
     }
 
     /// Measures what `measurement` watches (built for the scope's period from the tenant's
@@ -716,6 +786,25 @@ impl InvoiceRating {
             }
         }
         rated
+    }
+}
+
+impl Rated {
+    /// The invoice period's lines per currency (adjustments left out) and its unpriced usage:
+    /// what a preview of the period shows.
+    pub fn period_lines(self) -> (BTreeMap<String, Vec<Line>>, Vec<Unpriced>) {
+        let lines = self
+            .lines
+            .into_iter()
+            .map(|(c, l)| (c, l.into_iter().map(|r| r.line).collect()))
+            .collect();
+        let unpriced = self
+            .unpriced
+            .into_iter()
+            .filter(|(p, _)| p.is_none())
+            .flat_map(|(_, u)| u)
+            .collect();
+        (lines, unpriced)
     }
 }
 

@@ -302,19 +302,21 @@ impl PriceBook {
         .0
     }
 
+    /// The price points of a series: spot prices for spot, else the class's rate cards.
+    fn series(&self, region: &str, gpu_model: &str, class: LeaseClass) -> &[PricePoint] {
+        let v = match class {
+            LeaseClass::Spot => self.spot.get(&(region.to_owned(), gpu_model.to_owned())),
+            c => self
+                .rate_cards
+                .get(&(region.to_owned(), gpu_model.to_owned(), c)),
+        };
+        v.map_or(&[], |v| v)
+    }
+
     /// Splits a usage record at every price change inside it.
     pub fn rate_usage(&self, u: &GpuUsage) -> Vec<UsagePiece> {
         let class = self.class_of(u.lease.as_deref());
-        let series: &[PricePoint] = match class {
-            LeaseClass::Spot => self
-                .spot
-                .get(&(u.region.clone(), u.gpu_model.clone()))
-                .map_or(&[], |v| v),
-            c => self
-                .rate_cards
-                .get(&(u.region.clone(), u.gpu_model.clone(), c))
-                .map_or(&[], |v| v),
-        };
+        let series = self.series(&u.region, &u.gpu_model, class);
         let mut out = Vec::new();
         let mut t = u.start;
         while t < u.end {
@@ -331,6 +333,36 @@ impl PriceBook {
             t = piece_end;
         }
         out
+    }
+
+    /// The one price (currency, per GPU-hour; `None`: no price) in force for a series over all
+    /// of `[from, to)`, or `Err` when a price takes effect inside it: what prices every usage
+    /// record of the series lying in that span as one piece ([`Self::rate_usage`]).
+    #[allow(clippy::type_complexity)]
+    pub fn price_throughout(
+        &self,
+        region: &str,
+        gpu_model: &str,
+        class: LeaseClass,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Option<(&str, Decimal)>, Timestamp> {
+        let (point, next) = in_force(self.series(region, gpu_model, class), from, |x| {
+            x.effective_from
+        });
+        match next {
+            Some(n) if n < to => Err(n),
+            _ => Ok(point.map(|p| (p.currency.as_str(), p.price))),
+        }
+    }
+
+    /// Whether the same region parameters (or none) are in force at every instant of
+    /// `[from, to)`: what prices every energy record starting in it alike.
+    pub fn region_throughout(&self, region: &str, from: Timestamp, to: Timestamp) -> bool {
+        let v = self.regions.get(region).map_or(&[][..], |v| v);
+        in_force(v, from, |x| x.effective_from)
+            .1
+            .is_none_or(|n| to <= n)
     }
 }
 
@@ -489,6 +521,28 @@ struct TieredVolume {
     records: u64,
 }
 
+/// A tenant's usage of one region, GPU model and lease (none: on-demand): what decides how a
+/// usage record is priced, beside its interval.
+#[derive(Debug, Clone, Copy)]
+pub struct Series<'a> {
+    pub tenant: &'a str,
+    pub region: &'a str,
+    pub gpu_model: &'a str,
+    pub lease: Option<&'a str>,
+}
+
+impl<'a> Series<'a> {
+    /// The series of a usage record.
+    pub fn of(u: &'a GpuUsage) -> Self {
+        Series {
+            tenant: &u.tenant,
+            region: &u.region,
+            gpu_model: &u.gpu_model,
+            lease: u.lease.as_deref(),
+        }
+    }
+}
+
 /// Accumulates a tenant's records of one period into invoice lines, one set per currency.
 #[derive(Debug)]
 pub struct Rater {
@@ -514,23 +568,23 @@ impl Rater {
         }
     }
 
-    /// The graduated count of `u`'s series, if its tenant's plan tiers it in this period.
-    fn tiered_volume(&mut self, book: &PriceBook, u: &GpuUsage) -> Option<&mut TieredVolume> {
+    /// The graduated count of a series (the tenant's usage of a region, GPU model and lease),
+    /// if the tenant's plan tiers it in this period.
+    fn tiered_volume(&mut self, book: &PriceBook, s: &Series) -> Option<&mut TieredVolume> {
         if !book.has_tiers() {
             return None;
         }
-        let class = book.class_of(u.lease.as_deref());
-        let (plan, s) =
-            book.tiers_for(&u.tenant, &u.region, &u.gpu_model, class, self.period_from)?;
+        let class = book.class_of(s.lease);
+        let (plan, t) = book.tiers_for(s.tenant, s.region, s.gpu_model, class, self.period_from)?;
         let key = (
-            s.currency.clone(),
+            t.currency.clone(),
             plan.to_owned(),
-            u.region.clone(),
-            u.gpu_model.clone(),
+            s.region.to_owned(),
+            s.gpu_model.to_owned(),
             class,
         );
         Some(self.tiered.entry(key).or_insert_with(|| TieredVolume {
-            tiers: s.tiers.clone(),
+            tiers: t.tiers.clone(),
             invoiced: Decimal::ZERO,
             gpu_seconds: Decimal::ZERO,
             records: 0,
@@ -540,7 +594,7 @@ impl Rater {
     /// Adds a usage record that was already invoiced: it is not billed again, but a graduated
     /// series' count continues after it (used for late records' adjustment lines).
     pub fn add_invoiced_usage(&mut self, book: &PriceBook, u: &GpuUsage) {
-        if let Some(v) = self.tiered_volume(book, u) {
+        if let Some(v) = self.tiered_volume(book, &Series::of(u)) {
             v.invoiced += u.gpu_seconds;
         }
     }
@@ -552,73 +606,129 @@ impl Rater {
 
     /// Adds a usage record.
     pub fn add_usage(&mut self, book: &PriceBook, u: &GpuUsage) {
-        if let Some(v) = self.tiered_volume(book, u) {
+        let series = Series::of(u);
+        if let Some(v) = self.tiered_volume(book, &series) {
             v.gpu_seconds += u.gpu_seconds;
             v.records += 1;
             return;
         }
         for p in book.rate_usage(u) {
-            match p.price {
-                Some((currency, price)) => {
-                    let key = LineKey::Gpu {
-                        region: u.region.clone(),
-                        gpu_model: u.gpu_model.clone(),
-                        class: p.class,
-                        tier: None,
-                        unit_price_per_gpu_hour: price.normalize(),
-                    };
-                    let e = self.lines.entry((currency, key)).or_default();
-                    e.0 += p.gpu_seconds;
-                    e.1 += p.gpu_seconds * price;
-                    e.2 += 1;
-                }
-                None => {
-                    let what = match p.class {
-                        LeaseClass::Spot => "no spot price in force",
-                        _ => "no rate card in force",
-                    };
-                    let e = self
-                        .unpriced
-                        .entry((
-                            what.to_owned(),
-                            u.region.clone(),
-                            Some(u.gpu_model.clone()),
-                            Some(p.class),
-                        ))
-                        .or_default();
-                    e.0 += p.gpu_seconds;
-                    e.1 += 1;
-                }
+            self.add_piece(&series, p.class, p.price, p.gpu_seconds, 1);
+        }
+    }
+
+    /// Adds the `records` usage records of a series making `gpu_seconds`, all lying in
+    /// `[from, to)`, exactly as [`Self::add_usage`] would add them one by one, when that is
+    /// certain: the series is graduated (its count is a sum), or one price (or none) is in
+    /// force throughout the span, so no record splits. Otherwise adds nothing and returns
+    /// false (the caller adds the records one by one).
+    pub fn add_usage_sum(
+        &mut self,
+        book: &PriceBook,
+        series: &Series,
+        (from, to): (Timestamp, Timestamp),
+        gpu_seconds: Decimal,
+        records: u64,
+    ) -> bool {
+        if let Some(v) = self.tiered_volume(book, series) {
+            v.gpu_seconds += gpu_seconds;
+            v.records += records;
+            return true;
+        }
+        let class = book.class_of(series.lease);
+        match book.price_throughout(series.region, series.gpu_model, class, from, to) {
+            Ok(price) => {
+                let price = price.map(|(c, p)| (c.to_owned(), p));
+                self.add_piece(series, class, price, gpu_seconds, records);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Adds `records` pieces of usage of a series making `gpu_seconds` at `price` (or to the
+    /// unpriced usage).
+    fn add_piece(
+        &mut self,
+        series: &Series,
+        class: LeaseClass,
+        price: Option<(String, Decimal)>,
+        gpu_seconds: Decimal,
+        records: u64,
+    ) {
+        match price {
+            Some((currency, price)) => {
+                let key = LineKey::Gpu {
+                    region: series.region.to_owned(),
+                    gpu_model: series.gpu_model.to_owned(),
+                    class,
+                    tier: None,
+                    unit_price_per_gpu_hour: price.normalize(),
+                };
+                let e = self.lines.entry((currency, key)).or_default();
+                e.0 += gpu_seconds;
+                e.1 += gpu_seconds * price;
+                e.2 += records;
+            }
+            None => {
+                let what = match class {
+                    LeaseClass::Spot => "no spot price in force",
+                    _ => "no rate card in force",
+                };
+                let e = self
+                    .unpriced
+                    .entry((
+                        what.to_owned(),
+                        series.region.to_owned(),
+                        Some(series.gpu_model.to_owned()),
+                        Some(class),
+                    ))
+                    .or_default();
+                e.0 += gpu_seconds;
+                e.1 += records;
             }
         }
     }
 
     /// Adds an energy record.
     pub fn add_energy(&mut self, book: &PriceBook, e: &Energy) {
-        match book.region_at(&e.region, e.start) {
+        self.add_energy_sum(book, &e.region, e.start, e.kwh, 1);
+    }
+
+    /// Adds `records` energy records of `region` making `kwh`, priced by the region parameters
+    /// in force at `start` (each record's start, or an instant with the same parameters).
+    pub fn add_energy_sum(
+        &mut self,
+        book: &PriceBook,
+        region: &str,
+        start: Timestamp,
+        kwh: Decimal,
+        records: u64,
+    ) {
+        match book.region_at(region, start) {
             Some(r) => {
                 let key = LineKey::Energy {
-                    region: e.region.clone(),
+                    region: region.to_owned(),
                     unit_price_per_kwh: r.electricity_price_per_kwh.normalize(),
                     pue: r.pue.normalize(),
                 };
                 let l = self.lines.entry((r.currency.clone(), key)).or_default();
-                l.0 += e.kwh;
-                l.1 += e.kwh * r.pue * r.electricity_price_per_kwh;
-                l.2 += 1;
+                l.0 += kwh;
+                l.1 += kwh * r.pue * r.electricity_price_per_kwh;
+                l.2 += records;
             }
             None => {
                 let u = self
                     .unpriced
                     .entry((
                         "no region parameters in force".to_owned(),
-                        e.region.clone(),
+                        region.to_owned(),
                         None,
                         None,
                     ))
                     .or_default();
-                u.0 += e.kwh;
-                u.1 += 1;
+                u.0 += kwh;
+                u.1 += records;
             }
         }
     }

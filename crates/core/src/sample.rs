@@ -127,7 +127,18 @@ pub fn usage_under(
     count: Decimal,
     end: Timestamp,
 ) -> Envelope {
-    let start = end.plus(-10);
+    usage_over(node, key, seq, (tenant, lease), count, (end.plus(-10), end))
+}
+
+/// [`usage_under`] over `[start, end)`.
+pub fn usage_over(
+    node: &str,
+    key: &SigningKey,
+    seq: u64,
+    (tenant, lease): (&str, &str),
+    count: Decimal,
+    (start, end): (Timestamp, Timestamp),
+) -> Envelope {
     let body = Body::GpuUsage(GpuUsage {
         tenant: tenant.to_owned(),
         lease: Some(lease.to_owned()),
@@ -137,7 +148,7 @@ pub fn usage_under(
         gpu_count: count,
         start,
         end,
-        gpu_seconds: count * Decimal::from(10),
+        gpu_seconds: count * Decimal::from(start.seconds_until(end)),
     });
     Envelope::sign(ORIGIN, Kind::GpuUsage, node, key, seq, &body)
 }

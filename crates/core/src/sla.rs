@@ -17,6 +17,7 @@
 use crate::contract::{billing_periods, BillingSpan};
 use crate::invoice::Period;
 use crate::record::{ContractRegistered, GpuUsage, LeaseRegistered, Sla};
+use crate::time::Timestamp;
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -238,13 +239,39 @@ impl Presence {
         let Some((_, spans)) = self.leases.get_mut(lease) else {
             return;
         };
-        let i = spans.partition_point(|(p, _)| p.from <= u.start);
-        let Some((p, present)) = i.checked_sub(1).and_then(|i| spans.get_mut(i)) else {
-            return;
-        };
-        if u.start < p.to {
+        if let Some((p, present)) = span_at(spans, u.start).map(|i| &mut spans[i]) {
             let end = u.end.min(p.to);
             *present += u.gpu_count * Decimal::from(u.start.seconds_until(end));
+        }
+    }
+
+    /// Whether the usage records of `lease` starting in `[from, to)` and ending by `last_end`
+    /// are counted alike: all in one judged span, none crossing its end (so each counts its
+    /// GPU-seconds whole), or all in none. What [`Self::add_sum`] requires.
+    pub fn counts_alike(
+        &self,
+        lease: Option<&str>,
+        (from, to): (Timestamp, Timestamp),
+        last_end: Timestamp,
+    ) -> bool {
+        let Some((_, spans)) = lease.and_then(|l| self.leases.get(l)) else {
+            return true;
+        };
+        let inside = |t: Timestamp| from < t && t < to;
+        if spans.iter().any(|(p, _)| inside(p.from) || inside(p.to)) {
+            return false;
+        }
+        span_at(spans, from).is_none_or(|i| last_end <= spans[i].0.to)
+    }
+
+    /// Counts usage records of `lease` that [`Self::counts_alike`] found counted alike, starting
+    /// at or after `from`, making `gpu_seconds`: as [`Self::add`] would count them one by one.
+    pub fn add_sum(&mut self, lease: Option<&str>, from: Timestamp, gpu_seconds: Decimal) {
+        let Some((_, spans)) = lease.and_then(|l| self.leases.get_mut(l)) else {
+            return;
+        };
+        if let Some(i) = span_at(spans, from) {
+            spans[i].1 += gpu_seconds;
         }
     }
 
@@ -256,6 +283,12 @@ impl Presence {
         let leased = leased_gpu_seconds(reg.as_ref()?, span.from, span.to);
         Some((leased, present))
     }
+}
+
+/// The place in `spans` (sorted by start, apart) of the span holding `t`, if any.
+pub(crate) fn span_at<T>(spans: &[(Period, T)], t: Timestamp) -> Option<usize> {
+    let i = spans.partition_point(|(p, _)| p.from <= t).checked_sub(1)?;
+    (t < spans[i].0.to).then_some(i)
 }
 
 #[cfg(test)]

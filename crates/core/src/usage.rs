@@ -127,11 +127,51 @@ pub struct RollupKey {
     pub lease: String,
 }
 
-/// What one record adds to its bucket: the key and its GPU-seconds (usage) or kWh (energy).
-/// Other kinds add nothing. The one rule the ledger keeps its rollups by and `verify-log`
-/// recomputes them by.
-pub fn rollup_of(body: &Body) -> Option<(RollupKey, Decimal)> {
+impl RollupKey {
+    /// The bucket's hour `[start, start + 1 h)`; `None` out of the timestamps' range.
+    pub fn hour_span(&self) -> Option<(Timestamp, Timestamp)> {
+        Some((
+            Timestamp::from_unix(self.hour)?,
+            Timestamp::from_unix(self.hour.checked_add(3600)?)?,
+        ))
+    }
+
+    /// The bucket's lease (`None` for `""`).
+    pub fn lease(&self) -> Option<&str> {
+        (!self.lease.is_empty()).then_some(self.lease.as_str())
+    }
+}
+
+/// What the records of a rollup bucket add up to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rollup {
+    /// GPU-seconds (usage) or kWh (energy).
+    pub quantity: Decimal,
+    pub records: u64,
+    /// The latest end of the records' intervals (what a price change must not fall before
+    /// for the bucket to be priced whole).
+    pub last_end: Timestamp,
+}
+
+impl Rollup {
+    /// Adds `other`'s records.
+    pub fn add(&mut self, other: &Rollup) {
+        self.quantity += other.quantity;
+        self.records += other.records;
+        self.last_end = self.last_end.max(other.last_end);
+    }
+}
+
+/// What one record adds to its bucket: the key, and its GPU-seconds (usage) or kWh (energy) as
+/// one record ending at its end. Other kinds add nothing. The one rule the ledger keeps its
+/// rollups by and `verify-log` recomputes them by.
+pub fn rollup_of(body: &Body) -> Option<(RollupKey, Rollup)> {
     let hour = |t: Timestamp| t.unix() - t.unix().rem_euclid(3600);
+    let one = |quantity, last_end| Rollup {
+        quantity,
+        records: 1,
+        last_end,
+    };
     match body {
         Body::GpuUsage(u) => Some((
             RollupKey {
@@ -143,7 +183,7 @@ pub fn rollup_of(body: &Body) -> Option<(RollupKey, Decimal)> {
                 gpu_model: u.gpu_model.clone(),
                 lease: u.lease.clone().unwrap_or_default(),
             },
-            u.gpu_seconds,
+            one(u.gpu_seconds, u.end),
         )),
         Body::Energy(e) => Some((
             RollupKey {
@@ -155,7 +195,7 @@ pub fn rollup_of(body: &Body) -> Option<(RollupKey, Decimal)> {
                 gpu_model: String::new(),
                 lease: String::new(),
             },
-            e.kwh,
+            one(e.kwh, e.end),
         )),
         _ => None,
     }
@@ -229,10 +269,7 @@ impl Aggregator {
     /// bucket whose hour lies wholly inside the period counts whole; any other is ignored
     /// (the caller reads those records themselves).
     pub fn add_rollup(&mut self, key: &RollupKey, quantity: Decimal, records: u64) {
-        let (Some(start), Some(end)) = (
-            Timestamp::from_unix(key.hour),
-            Timestamp::from_unix(key.hour + 3600),
-        ) else {
+        let Some((start, end)) = key.hour_span() else {
             return;
         };
         if start < self.from || self.to < end {

@@ -21,7 +21,7 @@ use super::error::StoreError;
 use super::schema::{entries, invoices};
 use super::usage::{self, Selected};
 use super::write::{checkpoint_locked, push_ledger_entry, Appender};
-use super::{pricing, read};
+use super::{pricing, read, rollups};
 use diesel::prelude::*;
 use gpuledger_core::admission;
 use gpuledger_core::canonical;
@@ -31,7 +31,7 @@ use gpuledger_core::invoice::{
     InvoiceScope, Issuer, Period, Placement, Rated, TaxTable, INVOICE_FORMAT_V2,
 };
 use gpuledger_core::leaf::Leaf;
-use gpuledger_core::rating::{self, PriceBook, Rater};
+use gpuledger_core::rating::{self, PriceBook};
 use gpuledger_core::record::{Body, ContractRegistered, InvoiceIssued, Kind, Settlement};
 use gpuledger_core::rejection::Reason;
 use gpuledger_core::time::Timestamp;
@@ -295,11 +295,12 @@ fn excluded_below(
         .collect())
 }
 
-/// The tenant's records below log size `size` (ascending) that an invoice of `scope` is fed: a superset of every record whose placement can change its lines.
+/// The tenant's records below log size `size` (ascending) that an invoice of `scope` is fed
+/// besides those starting in its period ([`feed_period`]): a superset of every other record
+/// whose placement can change its lines.
 ///
 /// [`InvoiceScope::place`] puts a record (index `i`, start `t`) in
-/// - `Period` when `t` is in the period: all of these are read (the `entries_tenant_start`
-///   range of the period);
+/// - `Period` when `t` is in the period: [`feed_period`] feeds these;
 /// - `Late(p)` when `t` is in an earlier invoiced period `p` and `i ≥ since`: every record
 ///   logged at `since..size` is looked at (the `(tenant, idx)` range) and the rule itself keeps
 ///   the late ones;
@@ -319,12 +320,15 @@ fn selection(
     size: u64,
     tiered: bool,
 ) -> Result<Vec<Selected>, StoreError> {
-    let mut idxs = usage::starting_in(conn, tenant, scope.period.from, scope.period.to, size)?;
+    let mut idxs = Vec::new();
     if scope.earlier.is_empty() {
         return Ok(idxs);
     }
     let mut late_periods = BTreeSet::new();
     for (entry, start) in usage::logged_in(conn, tenant, scope.since..size)? {
+        if scope.period.contains(start) {
+            continue;
+        }
         match scope.place(entry.idx, start) {
             Placement::Late(p) => {
                 idxs.push(entry);
@@ -343,6 +347,113 @@ fn selection(
     idxs.sort_unstable();
     idxs.dedup();
     Ok(idxs)
+}
+
+/// Feeds `rating` the tenant's records below log size `size` whose intervals start in its
+/// scope's period, noting each in `watch`: each usage rollup bucket of the period's hours
+/// ([`rollups::buckets_at`]) that [`InvoiceRating::add_bucket`] rates whole, and the records
+/// of the other buckets one by one (the partial hours at the period's ends, a bucket holding
+/// an excluded record, a price change, the end of an SLA's or an included entry's billing
+/// period, ...). When the rollups cannot say what they held at `size`, every record of the
+/// period one by one. Either way the lines are the same: `add_bucket` rates a bucket whole only
+/// where that is exactly what its records would make.
+fn feed_period(
+    conn: &mut DbConn,
+    tenant: &str,
+    book: &PriceBook,
+    size: u64,
+    rating: &mut InvoiceRating,
+    watch: &mut Watch,
+) -> Result<(), StoreError> {
+    let period = rating.scope().period;
+    let first_hour = Timestamp::from_unix(period.from.unix() - period.from.unix().rem_euclid(3600))
+        .unwrap_or(period.from);
+    let Some(buckets) = rollups::buckets_at(conn, tenant, first_hour, period.to, size)? else {
+        let idxs = usage::starting_in(conn, tenant, period.from, period.to, size)?;
+        return feed_records(conn, tenant, book, &idxs, rating, watch, None);
+    };
+    let mut by_record = BTreeSet::new();
+    for (key, sums) in buckets {
+        if rating.add_bucket(book, &key, &sums) {
+            watch.saw_bucket(&key, sums.last_end);
+        } else {
+            by_record.insert(key);
+        }
+    }
+    // The records of the buckets not rated whole, by runs of consecutive hours.
+    let hours: BTreeSet<i64> = by_record.iter().map(|k| k.hour).collect();
+    let mut runs: Vec<(i64, i64)> = Vec::new();
+    for h in hours {
+        match runs.last_mut() {
+            Some((_, to)) if *to == h => *to = h + 3600,
+            _ => runs.push((h, h + 3600)),
+        }
+    }
+    for (a, b) in runs {
+        let from = Timestamp::from_unix(a).map_or(period.from, |t| t.max(period.from));
+        let to = Timestamp::from_unix(b).map_or(period.to, |t| t.min(period.to));
+        let idxs = usage::starting_in(conn, tenant, from, to, size)?;
+        feed_records(conn, tenant, book, &idxs, rating, watch, Some(&by_record))?;
+    }
+    Ok(())
+}
+
+/// Feeds `rating` the records at `idxs` (of `only` those buckets, if given), noting in `watch`
+/// those it places.
+fn feed_records(
+    conn: &mut DbConn,
+    tenant: &str,
+    book: &PriceBook,
+    idxs: &[Selected],
+    rating: &mut InvoiceRating,
+    watch: &mut Watch,
+    only: Option<&BTreeSet<gpuledger_core::usage::RollupKey>>,
+) -> Result<(), StoreError> {
+    usage::for_each_of(conn, Some(tenant), idxs, &mut |idx, _, _, body| {
+        if let Some(only) = only {
+            match gpuledger_core::usage::rollup_of(body) {
+                Some((key, _)) if only.contains(&key) => {}
+                _ => return,
+            }
+        }
+        if rating.add(book, idx, body) != Placement::Outside {
+            watch.saw(body);
+        }
+    })
+}
+
+/// The bodies of the entries at `idxs` below log size `size`.
+fn bodies_at(conn: &mut DbConn, idxs: &[u64], size: u64) -> Result<Vec<Body>, StoreError> {
+    let mut out = Vec::new();
+    for chunk in idxs.chunks(1_000) {
+        let wanted: Vec<i64> = chunk
+            .iter()
+            .filter(|i| **i < size)
+            .map(|i| *i as i64)
+            .collect();
+        let rows: Vec<(i64, Vec<u8>)> = entries::table
+            .filter(entries::idx.eq_any(wanted))
+            .select((entries::idx, entries::leaf))
+            .load(conn)?;
+        for (i, leaf) in rows {
+            out.push(usage::parse_body(i, &leaf)?);
+        }
+    }
+    Ok(out)
+}
+
+/// A rating of `scope` measuring `measurement`, told the bodies of its excluded records.
+fn start_rating(
+    conn: &mut DbConn,
+    scope: InvoiceScope,
+    measurement: core_invoice::Measurement,
+    size: u64,
+) -> Result<InvoiceRating, StoreError> {
+    let excluded: Vec<u64> = scope.excluded.keys().copied().collect();
+    let bodies = bodies_at(conn, &excluded, size)?;
+    Ok(InvoiceRating::new(scope)
+        .measuring(measurement)
+        .excluded_bodies(&bodies))
 }
 
 /// What a computed rating depends on besides the records it read: a price, plan or lease logged
@@ -373,6 +484,14 @@ impl Watch {
         self.horizon = self.horizon.max(Some(end));
     }
 
+    /// Notes a rollup bucket rated whole, whose records end by `last_end`.
+    fn saw_bucket(&mut self, key: &gpuledger_core::usage::RollupKey, last_end: Timestamp) {
+        if let Some(l) = key.lease() {
+            self.leases.insert(l.to_owned());
+        }
+        self.horizon = self.horizon.max(Some(last_end));
+    }
+
     /// Whether a pricing entry logged after the rating can change it.
     fn affected_by(&self, tenant: &str, body: &Body) -> bool {
         let before = |t: Timestamp| self.horizon.is_some_and(|h| t < h);
@@ -400,13 +519,10 @@ fn rate(
 ) -> Result<(Rated, Watch), StoreError> {
     let book = pricing::price_book(conn, size)?;
     let idxs = selection(conn, tenant, &scope, size, book.has_tiers())?;
-    let mut rating = InvoiceRating::new(scope).measuring(measurement);
+    let mut rating = start_rating(conn, scope, measurement, size)?;
     let mut watch = Watch::default();
-    usage::for_each_of(conn, Some(tenant), &idxs, &mut |idx, _, _, body| {
-        if rating.add(&book, idx, body) != Placement::Outside {
-            watch.saw(body);
-        }
-    })?;
+    feed_period(conn, tenant, &book, size, &mut rating, &mut watch)?;
+    feed_records(conn, tenant, &book, &idxs, &mut rating, &mut watch, None)?;
     let rated = rating.finish();
     if let Some((p, unpriced)) = rated.unpriced.first() {
         let what = if p.is_some() {
@@ -421,45 +537,31 @@ fn rate(
 
 /// Rates `tenant`'s usage and energy records whose intervals start in `period`, with the prices
 /// of the log as of size `size` (and the plan and volume tiers in force at the period's start):
-/// the invoice preview, with the records of the period excluded from rating (as an invoice
-/// leaves them out); the usage records rated count toward `measurement` (SLA presence), and
-/// those it finds contract-priced are not rated by the rate card. Reads the records starting
-/// in the period and the tenant's exclusions, nothing else of the tenant's history.
+/// the invoice preview, rated as an invoice of the period with no earlier invoice would be
+/// ([`InvoiceRating`], fed by [`feed_period`]: the rollups' whole buckets, the other records
+/// one by one), the records of the period excluded from rating left out; the usage records
+/// rated count toward `measurement` (SLA presence, included hours), and those it finds
+/// contract-priced are not rated by the rate card. Reads the period's rollups and records and
+/// the tenant's exclusions, nothing else of the tenant's history.
 pub fn preview(
     conn: &mut DbConn,
     tenant: &str,
     period: Period,
     size: u64,
-    measurement: &mut core_invoice::Measurement,
-) -> Result<(Rater, Vec<core_invoice::ExcludedRecord>), StoreError> {
+    measurement: core_invoice::Measurement,
+) -> Result<Rated, StoreError> {
     let book: PriceBook = pricing::price_book(conn, size)?;
-    let mut rater = Rater::new(period.from);
-    let exclusions = read::exclusions(conn, tenant, size)?;
-    let mut excluded = Vec::new();
-    let idxs = usage::starting_in(conn, tenant, period.from, period.to, size)?;
-    usage::for_each_of(conn, Some(tenant), &idxs, &mut |idx, _, _, body| {
-        if record_start(body).is_some_and(|start| period.contains(start)) {
-            if let Some((_, reason)) = exclusions.get(&idx) {
-                excluded.push(core_invoice::ExcludedRecord {
-                    entry: idx,
-                    reason: reason.clone(),
-                });
-                return;
-            }
-        }
-        match body {
-            Body::GpuUsage(u) if period.contains(u.start) => {
-                // A contract-priced record is its contract's, not the rate card's.
-                let by_contract = measurement.add(u, None);
-                if !by_contract {
-                    rater.add_usage(&book, u)
-                }
-            }
-            Body::Energy(e) if period.contains(e.start) => rater.add_energy(&book, e),
-            _ => {}
-        }
-    })?;
-    Ok((rater, excluded))
+    let scope = InvoiceScope::new(period, []).excluding(excluded_below(conn, tenant, size)?);
+    let mut rating = start_rating(conn, scope, measurement, size)?;
+    feed_period(
+        conn,
+        tenant,
+        &book,
+        size,
+        &mut rating,
+        &mut Watch::default(),
+    )?;
+    Ok(rating.finish())
 }
 
 /// The preview of `tenant`'s invoice for `period` at log size `size` ([`preview_period`]).
@@ -487,9 +589,11 @@ pub fn preview_period(
     taxes: &TaxTable,
 ) -> Result<PeriodPreview, StoreError> {
     let contracts = read::contracts(conn, tenant, size)?;
-    let mut measurement = read::measurement(conn, tenant, &contracts, period, size)?;
-    let (rater, excluded) = preview(conn, tenant, period, size, &mut measurement)?;
-    let (mut by_currency, unpriced) = rater.finish();
+    let measurement = read::measurement(conn, tenant, &contracts, period, size)?;
+    let mut rated = preview(conn, tenant, period, size, measurement)?;
+    let measurement = std::mem::take(&mut rated.measurement);
+    let excluded = std::mem::take(&mut rated.excluded);
+    let (mut by_currency, unpriced) = rated.period_lines();
     for c in &contracts {
         by_currency.entry(c.currency.clone()).or_default();
     }

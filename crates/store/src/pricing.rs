@@ -5,7 +5,7 @@ use super::conn::DbConn;
 use super::error::StoreError;
 use super::schema::entries;
 use diesel::prelude::*;
-use gpuledger_core::rating::{PriceBook, Rater};
+use gpuledger_core::rating::PriceBook;
 use gpuledger_core::record::{Body, Kind, LeaseClass};
 use gpuledger_core::time::Timestamp;
 use std::collections::HashMap;
@@ -263,22 +263,23 @@ pub fn price_book(conn: &mut DbConn, size: u64) -> Result<PriceBook, StoreError>
 }
 
 /// Rates a tenant's usage and energy records whose intervals start in `[from, to)`, with the
-/// prices of the log as of size `size` (and the plan and volume tiers in force at `from`); the
-/// records excluded from rating (disputes) are left out and returned.
+/// prices of the log as of size `size` (and the plan and volume tiers in force at `from`), as
+/// an invoice of the period that no earlier invoice precedes: the records excluded from rating
+/// (disputes) are left out and listed. No contract is measured.
 pub fn rate_period(
     conn: &mut DbConn,
     tenant: &str,
     from: Timestamp,
     to: Timestamp,
     size: u64,
-) -> Result<(Rater, Vec<gpuledger_core::invoice::ExcludedRecord>), StoreError> {
-    // The tenant-month's records through the start index (`store::invoices::preview`), not
-    // the tenant's whole history.
+) -> Result<gpuledger_core::invoice::Rated, StoreError> {
+    // The tenant-month's rollups and records (`store::invoices::preview`), not the tenant's
+    // whole history.
     super::invoices::preview(
         conn,
         tenant,
         gpuledger_core::invoice::Period { from, to },
         size,
-        &mut Default::default(),
+        Default::default(),
     )
 }

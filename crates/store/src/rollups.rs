@@ -17,13 +17,17 @@ use diesel::prelude::*;
 use diesel::upsert::excluded;
 use gpuledger_core::record::{Body, Kind};
 use gpuledger_core::time::Timestamp;
-use gpuledger_core::usage::{rollup_of, Aggregator, RollupKey};
+use gpuledger_core::usage::{rollup_of, Aggregator, Rollup, RollupKey};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 
-/// Per bucket: the quantity in units of 10⁻⁹ and the number of records.
-pub type Sums = BTreeMap<RollupKey, (i64, i64)>;
+/// A bucket's sums as stored: the quantity in units of 10⁻⁹, the number of records and the
+/// latest end of their intervals (Unix seconds).
+pub type Sum = (i64, i64, i64);
+
+/// Per bucket, its [`Sum`].
+pub type Sums = BTreeMap<RollupKey, Sum>;
 
 /// Time this process spent keeping the rollups while storing entries, in nanoseconds (what
 /// `bench grow` weighs against the time appending).
@@ -55,13 +59,14 @@ fn nanos(q: Decimal) -> Result<i64, StoreError> {
         .ok_or_else(|| StoreError::Corrupt(format!("the quantity {q} is out of range")))
 }
 
-/// Adds one record's bucket and quantity to `sums` (the key is copied only for a new bucket).
-pub fn add(sums: &mut Sums, key: &RollupKey, quantity: Decimal) -> Result<(), StoreError> {
-    let n = nanos(quantity)?;
+/// Adds what records add to their bucket (`core::usage::rollup_of`) to `sums` (the key is
+/// copied only for a new bucket).
+pub fn add(sums: &mut Sums, key: &RollupKey, r: &Rollup) -> Result<(), StoreError> {
+    let (q, n, end) = (nanos(r.quantity)?, r.records as i64, r.last_end.unix());
     match sums.get_mut(key) {
-        Some(s) => *s = (s.0 + n, s.1 + 1),
+        Some(s) => *s = (s.0 + q, s.1 + n, s.2.max(end)),
         None => {
-            sums.insert(key.clone(), (n, 1));
+            sums.insert(key.clone(), (q, n, end));
         }
     }
     Ok(())
@@ -70,12 +75,12 @@ pub fn add(sums: &mut Sums, key: &RollupKey, quantity: Decimal) -> Result<(), St
 /// Adds `body` (a usage or energy record; anything else adds nothing) to `sums`.
 pub fn add_body(sums: &mut Sums, body: &Body) -> Result<(), StoreError> {
     match rollup_of(body) {
-        Some((key, q)) => add(sums, &key, q),
+        Some((key, r)) => add(sums, &key, &r),
         None => Ok(()),
     }
 }
 
-/// Buckets upserted per statement (9 parameters each, well below either database's limit).
+/// Buckets upserted per statement (10 parameters each, well below either database's limit).
 const UPSERT_CHUNK: usize = 1_000;
 
 /// A bucket's row as inserted.
@@ -91,6 +96,7 @@ struct NewRollup<'a> {
     lease: &'a str,
     quantity_nanos: i64,
     records: i64,
+    last_end: i64,
 }
 
 /// Adds `sums` to the stored rollups and records that the entries below `new_size` are rolled
@@ -105,7 +111,7 @@ pub(crate) fn store(
     use usage_rollups::dsl as r;
     let rows: Vec<NewRollup> = sums
         .iter()
-        .map(|(k, (q, n))| NewRollup {
+        .map(|(k, (q, n, end))| NewRollup {
             tenant: &k.tenant,
             hour: k.hour,
             kind: k.kind,
@@ -115,6 +121,7 @@ pub(crate) fn store(
             lease: &k.lease,
             quantity_nanos: *q,
             records: *n,
+            last_end: *end,
         })
         .collect();
     let conflict = (
@@ -126,10 +133,14 @@ pub(crate) fn store(
         r::gpu_model,
         r::lease,
     );
-    let add = (
-        r::quantity_nanos.eq(r::quantity_nanos + excluded(r::quantity_nanos)),
-        r::records.eq(r::records + excluded(r::records)),
-    );
+    // The latest end: GREATEST on PostgreSQL, the two-argument max() on SQLite.
+    let add = |latest: &'static str| {
+        (
+            r::quantity_nanos.eq(r::quantity_nanos + excluded(r::quantity_nanos)),
+            r::records.eq(r::records + excluded(r::records)),
+            r::last_end.eq(diesel::dsl::sql::<diesel::sql_types::BigInt>(latest)),
+        )
+    };
     match conn {
         // One statement per chunk: a round trip per bucket would cost more than the records.
         DbConn::Pg(c) => {
@@ -138,7 +149,7 @@ pub(crate) fn store(
                     .values(chunk)
                     .on_conflict(conflict)
                     .do_update()
-                    .set(add)
+                    .set(add("GREATEST(usage_rollups.last_end, excluded.last_end)"))
                     .execute(c)?;
             }
         }
@@ -149,7 +160,7 @@ pub(crate) fn store(
                     .values(row)
                     .on_conflict(conflict)
                     .do_update()
-                    .set(add)
+                    .set(add("max(usage_rollups.last_end, excluded.last_end)"))
                     .execute(c)?;
             }
         }
@@ -251,6 +262,7 @@ type Row = (
     String,
     i64,
     i64,
+    i64,
 );
 
 /// The columns of a [`Row`].
@@ -266,14 +278,15 @@ macro_rules! row_columns {
             usage_rollups::lease,
             usage_rollups::quantity_nanos,
             usage_rollups::records,
+            usage_rollups::last_end,
         )
     };
 }
 
 /// A stored row as its bucket and sums.
 fn bucket(
-    (tenant, hour, kind, region, node, gpu_model, lease, q, n): Row,
-) -> Result<(RollupKey, (i64, i64)), StoreError> {
+    (tenant, hour, kind, region, node, gpu_model, lease, q, n, end): Row,
+) -> Result<(RollupKey, Sum), StoreError> {
     let kind = match kind.as_str() {
         "gpu_usage" => "gpu_usage",
         "energy" => "energy",
@@ -292,7 +305,7 @@ fn bucket(
         gpu_model,
         lease,
     };
-    Ok((key, (q, n)))
+    Ok((key, (q, n, end)))
 }
 
 /// The stored rollups, every row.
@@ -324,8 +337,110 @@ pub fn add_to(
             .load(conn)?,
     };
     for row in rows {
-        let (key, (q, n)) = bucket(row)?;
+        let (key, (q, n, _)) = bucket(row)?;
         agg.add_rollup(&key, Decimal::new(q, 9), n as u64);
     }
     Ok(())
+}
+
+/// How many times [`buckets_at`] reads the rollups again when entries were stored while it
+/// read them.
+const CONSISTENT_READS: usize = 3;
+
+/// `tenant`'s buckets of the hours `[from, to)` holding exactly the log's entries below `size`
+/// (ascending by key), for rating a period from them; `None` when the rollups cannot say (they
+/// hold fewer entries, or entries kept being stored while they were read): the caller rates
+/// the records one by one.
+///
+/// The rows and the size they hold are read so that they agree (the size read before and
+/// after the rows is the same; every transaction that stores entries moves it). Records of the
+/// tenant stored at or after `size` are then taken out of their buckets again: the quantity
+/// and count exactly; a bucket's latest end may stay later than its records' (an
+/// overestimate only ever makes a bucket rated record by record).
+pub fn buckets_at(
+    conn: &mut DbConn,
+    tenant: &str,
+    from: Timestamp,
+    to: Timestamp,
+    size: u64,
+) -> Result<Option<Vec<(RollupKey, Rollup)>>, StoreError> {
+    use usage_rollups::dsl as r;
+    let state = |conn: &mut DbConn| -> Result<u64, StoreError> {
+        let s: i64 = rollup_state::table
+            .find(1i64)
+            .select(rollup_state::size)
+            .first(conn)?;
+        Ok(s as u64)
+    };
+    let mut read = None;
+    for _ in 0..CONSISTENT_READS {
+        let before = state(conn)?;
+        if before < size {
+            return Ok(None);
+        }
+        let rows: Vec<Row> = usage_rollups::table
+            .filter(r::tenant.eq(tenant))
+            .filter(r::hour.ge(from.unix()).and(r::hour.lt(to.unix())))
+            .select(row_columns!())
+            .load(conn)?;
+        if state(conn)? == before {
+            read = Some((before, rows));
+            break;
+        }
+    }
+    let Some((held, rows)) = read else {
+        return Ok(None);
+    };
+    let mut sums = Sums::new();
+    for row in rows {
+        let (key, sum) = bucket(row)?;
+        sums.insert(key, sum);
+    }
+    // The tenant's records stored since `size`, out of their buckets again.
+    let later: Vec<super::usage::Selected> = super::usage::logged_in(conn, tenant, size..held)?
+        .into_iter()
+        .filter(|(_, start)| from <= *start && *start < to)
+        .map(|(s, _)| s)
+        .collect();
+    let mut failed = None;
+    super::usage::for_each_of(conn, Some(tenant), &later, &mut |_, _, _, body| {
+        let Some((key, r)) = rollup_of(body) else {
+            return;
+        };
+        let taken = nanos(r.quantity).ok().and_then(|q| {
+            let s = sums.get_mut(&key)?;
+            (s.0 >= q && s.1 >= 1).then(|| *s = (s.0 - q, s.1 - 1, s.2))
+        });
+        if taken.is_none() {
+            failed.get_or_insert_with(|| describe_missing(&key));
+        }
+    })?;
+    if let Some(e) = failed {
+        return Err(StoreError::Corrupt(e));
+    }
+    let mut out = Vec::with_capacity(sums.len());
+    for (key, (q, n, end)) in sums {
+        if n == 0 {
+            continue;
+        }
+        let last_end = Timestamp::from_unix(end).ok_or_else(|| {
+            StoreError::Corrupt(format!("a usage rollup ends out of range at {end}"))
+        })?;
+        let sums = Rollup {
+            quantity: Decimal::new(q, 9),
+            records: n as u64,
+            last_end,
+        };
+        out.push((key, sums));
+    }
+    Ok(Some(out))
+}
+
+/// The error of a record stored below the rollups' size that its bucket does not hold.
+fn describe_missing(key: &RollupKey) -> String {
+    format!(
+        "the usage rollup of tenant {:?}, hour {}, {} on node {} does not hold a record stored \
+         in it",
+        key.tenant, key.hour, key.kind, key.node
+    )
 }

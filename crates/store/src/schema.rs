@@ -43,6 +43,7 @@ diesel::table! {
         lease -> Text,
         quantity_nanos -> BigInt,
         records -> BigInt,
+        last_end -> BigInt,
     }
 }
 

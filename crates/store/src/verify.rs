@@ -313,8 +313,8 @@ impl Run<'_> {
             self.found.push(f);
         }
         if let Some((leaf, checked)) = &c.entry {
-            if let Some((key, q)) = gpuledger_core::usage::rollup_of(&checked.body) {
-                if let Err(e) = super::rollups::add(&mut self.rollups, &key, q) {
+            if let Some((key, r)) = gpuledger_core::usage::rollup_of(&checked.body) {
+                if let Err(e) = super::rollups::add(&mut self.rollups, &key, &r) {
                     self.found.push(bad(index, "rollup", e.to_string()));
                 }
                 self.rollup_last.insert(key, index);
@@ -372,12 +372,15 @@ impl Run<'_> {
                     at,
                     "rollup",
                     format!(
-                        "stored {} is {} (10^-9) over {} records; the leaves give {} over {}",
+                        "stored {} is {} (10^-9) over {} records ending by {}; the leaves give \
+                         {} over {} ending by {}",
                         describe(&key),
                         got.0,
                         got.1,
+                        got.2,
                         want.0,
-                        want.1
+                        want.1,
+                        want.2
                     ),
                 )),
                 None => self.found.push(bad(

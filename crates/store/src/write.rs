@@ -43,7 +43,10 @@ pub(crate) struct NewEntry {
     /// The record's rollup bucket and quantity, when the body was at hand (an append); a row
     /// copied by `recover` has none, and its leaf is parsed for it.
     #[diesel(skip_insertion)]
-    rollup: Option<(gpuledger_core::usage::RollupKey, rust_decimal::Decimal)>,
+    rollup: Option<(
+        gpuledger_core::usage::RollupKey,
+        gpuledger_core::usage::Rollup,
+    )>,
 }
 
 impl NewEntry {
@@ -261,7 +264,7 @@ pub(crate) fn store_entries(
     let mut sums = super::rollups::Sums::new();
     for r in rows {
         match &r.rollup {
-            Some((key, q)) => super::rollups::add(&mut sums, key, *q)?,
+            Some((key, r)) => super::rollups::add(&mut sums, key, r)?,
             None if r.start_at.is_some() => {
                 super::rollups::add_body(&mut sums, &super::usage::parse_body(r.idx, &r.leaf)?)?
             }

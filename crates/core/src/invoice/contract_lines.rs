@@ -7,9 +7,10 @@
 use super::{gpu_hours, money_str, InvoiceLine, LineKind, Period, Tax, Unit};
 use crate::allowance::{Allowance, Metering};
 use crate::contract::{charges, BillingSpan};
-use crate::rating::round_amount;
+use crate::rating::{round_amount, Series};
 use crate::record::{ContractRegistered, FeeTiming};
 use crate::sla::{judge, Availability, Presence};
+use crate::time::Timestamp;
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde::{Deserialize, Serialize};
 
@@ -71,6 +72,40 @@ impl Measurement {
             self.presence.add(u);
         }
         self.metering.add(u, late)
+    }
+}
+
+impl Measurement {
+    /// Whether the usage records of `series` starting in `span` and ending by `last_end`, in
+    /// the invoice's own period, are measured alike: `Some(contract_priced)` when
+    /// [`Self::add_sum`] counts them exactly as [`Self::add`] would one by one, `None` when not.
+    pub fn measures_alike(
+        &self,
+        series: &Series,
+        span: (Timestamp, Timestamp),
+        last_end: Timestamp,
+    ) -> Option<bool> {
+        if !self.presence.counts_alike(series.lease, span, last_end) {
+            return None;
+        }
+        self.metering
+            .meters_alike(series.lease, series.gpu_model, span)
+    }
+
+    /// Counts `records` usage records of `series` making `gpu_seconds`, starting at or after
+    /// `from`, that [`Self::measures_alike`] found measured alike.
+    pub fn add_sum(
+        &mut self,
+        series: &Series,
+        from: Timestamp,
+        gpu_seconds: Decimal,
+        records: u64,
+    ) {
+        self.presence.add_sum(series.lease, from, gpu_seconds);
+        if let Some(lease) = series.lease {
+            self.metering
+                .add_sum(lease, series.gpu_model, from, gpu_seconds, records);
+        }
     }
 }
 
