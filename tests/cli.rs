@@ -278,6 +278,29 @@ fn bench_preview_prices_the_month_it_fills() {
     assert!(total > rust_decimal::Decimal::ZERO, "{v}");
 }
 
+/// The contract benchmark previews the term it filled: every record accepted, the month rated
+/// from the rollups exactly as record by record (else it fails), totals above zero.
+#[test]
+fn bench_contract_previews_the_term_it_fills() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gpuledger(
+        dir.path(),
+        &["bench", "contract", "--records", "3200", "--json"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["records"], 3200, "{v}");
+    assert!(v["month_records"].as_u64().unwrap() > 0, "{v}");
+    for total in ["month_total", "term_total"] {
+        let (amount, currency) = v[total].as_str().unwrap().split_once(' ').unwrap();
+        let amount: rust_decimal::Decimal = amount.parse().unwrap();
+        assert!(
+            amount > rust_decimal::Decimal::ZERO && currency == "CNY",
+            "{v}"
+        );
+    }
+}
+
 /// The verification benchmark builds a log the verifiers pass: `gpuledger verify` says PASS on
 /// its bundle (it once built one whose region parameters took effect before they were logged,
 /// which the no-price-in-the-past rule refuses, and only a run by hand showed it).

@@ -776,6 +776,17 @@ fn tenant_sees_usage_and_downloads_an_invoice_pdf(b: &Browser, d: &Demo, base: &
         items(&served["lines"]).len(),
         "every line is shown"
     );
+    // The browser recomputes the invoice from its bundle (verify/invoice.js): PASS, and no
+    // "invoice amounts not checked" note.
+    if verifier_present() {
+        b.click(&b.find("#invoice-check-button"));
+        let (result, reason) = verdict(b, "#invoice-check");
+        assert_eq!(result, "PASS", "the invoice's check: reason {reason:?}");
+        assert!(
+            b.try_find("#invoice-check [data-not-checked]").is_none(),
+            "an invoice's check checks its amounts"
+        );
+    }
     shot(b, "tenant-invoice");
 }
 
@@ -1057,6 +1068,50 @@ import('/console/lib/trust.js').then((trust) => {
     let (result, reason) = verdict(b, "#offline-result");
     assert_eq!(result, "FAIL");
     assert_eq!(reason.as_deref(), Some(want.as_str()));
+
+    // An invoice and its bundle, offline: PASS as issued; with a line's net raised (its tax,
+    // gross and the totals kept consistent) the recomputation names the line, as
+    // `gpuledger verify --invoice` does.
+    let invoice = d.h.get("/v1/invoices/INV-000001", Some(&d.tenant_a)).text();
+    let invoice_bundle = dir.join("invoice.bundle.jsonl");
+    std::fs::write(
+        &invoice_bundle,
+        d.h.get("/v1/invoices/INV-000001/bundle", Some(&d.tenant_a))
+            .body,
+    )
+    .unwrap();
+    let mut forged: serde_json::Value = serde_json::from_str(&invoice).unwrap();
+    let raise = |v: &mut serde_json::Value| {
+        let n = dec(v.as_str().unwrap()) + Decimal::ONE;
+        *v = json!(format!("{n:.2}"));
+    };
+    raise(&mut forged["lines"][0]["net"]);
+    raise(&mut forged["lines"][0]["gross"]);
+    raise(&mut forged["net_total"]);
+    raise(&mut forged["total"]);
+    let mut checked = Vec::new();
+    for (name, text) in [("issued", invoice), ("forged", forged.to_string())] {
+        let file = dir.join(format!("{name}.invoice.json"));
+        std::fs::write(&file, text).unwrap();
+        b.navigate(&format!("{base}/console/offline.html"));
+        b.find("main[data-ready=\"offline\"]");
+        b.send_keys(&b.find("#offline-invoice"), file.to_str().unwrap());
+        b.send_keys(&b.find("#offline-bundle"), invoice_bundle.to_str().unwrap());
+        b.send_keys(&b.find("#offline-key"), &d.verifier_key);
+        b.click(&b.find("#offline-check"));
+        checked.push(verdict(b, "#offline-result"));
+    }
+    assert_eq!(
+        checked[0].0, "PASS",
+        "the issued invoice: {:?}",
+        checked[0].1
+    );
+    assert_eq!(
+        (checked[1].0.as_str(), checked[1].1.as_deref()),
+        ("FAIL", Some("claim_mismatch")),
+        "the forged invoice"
+    );
+    shot(b, "offline-invoice-fail");
 }
 
 /// The admin's pages load and show the log's data.

@@ -123,3 +123,30 @@ fn browser_verifier_checks_contracts_under_node() {
 fn browser_verifier_checks_prepayments_under_node() {
     node_suite("prepaid.mjs", "prepayment checks");
 }
+
+/// `node assets/console/verify/test/invoices.mjs`: the console recomputes the Rust-made invoice
+/// fixtures (tests/fixtures) from their bundles (PASS) and names the first difference in forged
+/// copies, each verdict compared with `gpuledger verify --invoice`'s (issue #28: invoices are
+/// recomputed by every verifier).
+#[test]
+fn browser_verifier_recomputes_invoices_as_gpuledger_verify_does() {
+    if !node_ready() {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("node")
+        .arg(root.join("assets/console/verify/test/invoices.mjs"))
+        .current_dir(root)
+        .env("GPULEDGER_BIN", env!("CARGO_BIN_EXE_gpuledger"))
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && stdout.contains(" passed, 0 failed")
+            && stdout.contains("verdicts compared with"),
+        "the console's invoice checks failed or were not compared ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -49,44 +49,6 @@ fn contract() -> ContractRegistered {
     }
 }
 
-/// Everything a rating came to, as text to compare, each decimal as its value (a sum read from
-/// the rollups has 9 places where the records' sum may have fewer; documents write every
-/// decimal normalized, `core::decimal`).
-fn describe(r: &Rated) -> String {
-    let text = format!(
-        "lines {:?}\nadjustments {:?}\nunpriced {:?}\nexcluded {:?}\nmeasured {:?}",
-        r.lines, r.adjustments, r.unpriced, r.excluded, r.measurement
-    );
-    normalized_decimals(&text)
-}
-
-/// `text` with the trailing zeros of every decimal fraction dropped (`5.250` → `5.25`,
-/// `7.000` → `7`).
-fn normalized_decimals(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    let mut after_digit = false;
-    while let Some(c) = chars.next() {
-        if c == '.' && after_digit && chars.peek().is_some_and(|d| d.is_ascii_digit()) {
-            let mut fraction = String::new();
-            while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
-                fraction.push(*d);
-                chars.next();
-            }
-            let kept = fraction.trim_end_matches('0');
-            if !kept.is_empty() {
-                out.push('.');
-                out.push_str(kept);
-            }
-            after_digit = true;
-            continue;
-        }
-        after_digit = c.is_ascii_digit();
-        out.push(c);
-    }
-    out
-}
-
 /// The scope of a preview of `period` at `size`, and the measurement of acme's contracts.
 fn scope_and_measurement(
     c: &mut gpuledger::store::DbConn,
@@ -105,8 +67,10 @@ fn scope_and_measurement(
 }
 
 /// acme's preview of `period` at log size `size` both ways: the ledger's (rollups), and every
-/// record one by one through the same core rule.
-fn both(ledger: &Ledger, period: Period, size: u64) -> (String, String) {
+/// record one by one through the same core rule. Decimals compare by value: a sum read from
+/// the rollups has 9 places where the records' sum may have fewer, and documents write every
+/// decimal normalized (`core::decimal`).
+fn both(ledger: &Ledger, period: Period, size: u64) -> (Rated, Rated) {
     ledger
         .reads()
         .run(|c| {
@@ -118,7 +82,7 @@ fn both(ledger: &Ledger, period: Period, size: u64) -> (String, String) {
             usage::for_each_of(c, Some("acme"), &idxs, &mut |i, _, _, b| {
                 slow.add(&book, i, b);
             })?;
-            Ok((describe(&fast), describe(&slow.finish())))
+            Ok((fast, slow.finish()))
         })
         .unwrap()
 }

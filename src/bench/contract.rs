@@ -13,8 +13,8 @@
 use super::round;
 use ed25519_dalek::SigningKey;
 use gpuledger::core::contract::billing_periods;
-use gpuledger::core::invoice::{InvoiceRating, InvoiceScope, Period, TaxTable};
-use gpuledger::core::limits::POLICY_RECORD_AGE_SECONDS;
+use gpuledger::core::invoice::{InvoiceRating, InvoiceScope, Period, Rated, TaxTable};
+use gpuledger::core::limits::{MAX_INTERVAL_SECONDS, POLICY_RECORD_AGE_SECONDS};
 use gpuledger::core::outcome::Outcome;
 use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{
@@ -134,8 +134,9 @@ pub fn run_contract(
     let c = contract(term);
     let nodes = super::sample_signers("contract-node", NODES);
     let per_node = cfg.records.div_ceil(NODES as u64);
-    // Contiguous records of each node, as long as the records asked for need.
-    let slot = ((DAYS * 86_400) as u64 / per_node).max(1) as i64;
+    // Contiguous records of each node, as long as the records asked for need to fill the
+    // days (at most a day: few records cover fewer days).
+    let slot = ((DAYS * 86_400) as u64 / per_node).clamp(1, MAX_INTERVAL_SECONDS as u64) as i64;
     let (ledger, fill_seconds) = if cfg.reuse {
         let log_key = sample::key("bench-contract-log");
         store::init(&cfg.database_url, &log_key, sample::ORIGIN)?;
@@ -157,13 +158,15 @@ pub fn run_contract(
         (ledger, started.elapsed().as_secs_f64())
     };
     let size = ledger.reads().head()?.0;
+    // The last whole billing period the records reach into its end.
+    let filled_to = term_from.plus(slot * per_node as i64).min(records_end);
     let month = billing_periods(&c)
         .into_iter()
         .map(|s| Period {
             from: s.from,
             to: s.to,
         })
-        .rfind(|p| p.to <= records_end)
+        .rfind(|p| p.to <= filled_to)
         .ok_or_else(|| StoreError::Refused("the term has no whole billing period yet".into()))?;
     let taxes = TaxTable::default();
     let preview = |period: Period| -> Result<(f64, String), StoreError> {
@@ -193,10 +196,9 @@ pub fn run_contract(
         let m = read::measurement(conn, TENANT, &contracts, month, size)?;
         invoices::preview(conn, TENANT, month, size, m)
     })?;
-    let fast = format!("{:?} {:?}", fast.lines, fast.measurement);
     if fast != slow {
         return Err(StoreError::Corrupt(format!(
-            "the month rated from the rollups differs from its records: {fast} ≠ {slow}"
+            "the month rated from the rollups differs from its records: {fast:?} ≠ {slow:?}"
         )));
     }
     Ok(ContractResult {
@@ -220,9 +222,9 @@ pub fn run_contract(
     })
 }
 
-/// The month's usage rated record by record through the same core rule, as text to compare,
-/// and how many records it read.
-fn by_records(conn: &mut DbConn, month: Period, size: u64) -> Result<(String, u64), StoreError> {
+/// The month's usage rated record by record through the same core rule, and how many records
+/// it read.
+fn by_records(conn: &mut DbConn, month: Period, size: u64) -> Result<(Rated, u64), StoreError> {
     let contracts = read::contracts(conn, TENANT, size)?;
     let measurement = read::measurement(conn, TENANT, &contracts, month, size)?;
     let book = pricing::price_book(conn, size)?;
@@ -231,11 +233,7 @@ fn by_records(conn: &mut DbConn, month: Period, size: u64) -> Result<(String, u6
     usage::for_each_of(conn, Some(TENANT), &idxs, &mut |i, _, _, b| {
         rating.add(&book, i, b);
     })?;
-    let rated = rating.finish();
-    Ok((
-        format!("{:?} {:?}", rated.lines, rated.measurement),
-        idxs.len() as u64,
-    ))
+    Ok((rating.finish(), idxs.len() as u64))
 }
 
 /// The log policy (records up to a year old), the nodes and their keys, the tenant and its

@@ -89,7 +89,7 @@ pub struct Judged {
 
 /// The contract-priced GPU-seconds an invoice rates, per included entry: in its own period by
 /// judged billing period, and late by the earlier invoiced period they belong to.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Metering {
     /// (lease, model) → the terms that price it, each with its entry.
     priced: BTreeMap<(String, String), Vec<PricedTerm>>,

@@ -608,8 +608,9 @@ pub struct InvoiceRating {
     excluded_buckets: BTreeSet<RollupKey>,
 }
 
-/// What an [`InvoiceRating`] came to, per currency.
-#[derive(Debug)]
+/// What an [`InvoiceRating`] came to, per currency. Equal when every member is equal in value
+/// (decimals compare by value, whatever their scale).
+#[derive(Debug, PartialEq, Eq)]
 pub struct Rated {
     /// The invoice period's lines.
     pub lines: BTreeMap<String, Vec<RatedLine>>,

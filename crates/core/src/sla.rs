@@ -183,7 +183,7 @@ pub fn rented_leases(c: &ContractRegistered) -> Vec<&str> {
 /// The GPU-seconds present per lease and judged billing period, gathered from the usage
 /// records an invoice rates in its own period ([`Presence::add`]), with the registrations of
 /// the leases watched.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Presence {
     /// Lease → what is watched of it.
     leases: BTreeMap<String, Watched>,

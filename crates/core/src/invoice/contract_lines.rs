@@ -56,7 +56,7 @@ pub struct ContractLines {
 
 /// What the records an invoice rates show beyond its usage lines: the presence of the leases
 /// its contracts' SLAs watch, and the contract-priced GPU-seconds of their included hours.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Measurement {
     pub presence: Presence,
     pub metering: Metering,
