@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from decimal import Context as _DecimalContext
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import nacl.bindings
 import rfc8785
@@ -2645,6 +2645,16 @@ class LogView:
         # The same, (tenant of the record_excluded entry, excluded entry), in log order: the
         # records an invoice's SLA availability leaves out (RATING.md, "SLA credits").
         self.excluded_entries: List[Tuple[str, int]] = []
+        # The same with the exclusion's reason, (tenant, excluded entry, reason), in log order: an
+        # invoice's `excluded` member (InvoiceScope).
+        self.exclusion_reasons: List[Tuple[str, int, str]] = []
+        # The pricing entries of the context, (index, kind, body) in log order: rate_card,
+        # spot_price, region_params, volume_tiers, tenant_plan and lease_registered (a lease's
+        # class), of every tenant: what an invoice's usage lines are re-rated by (PriceBook).
+        self.pricing_entries: List[Tuple[int, str, Dict[str, Any]]] = []
+        # An invoice's bundle (verify_bundle with an invoice): its records, in bundle order, as
+        # rating reads them (UsageRecord); left empty for any other bundle.
+        self.usage_records: List["UsageRecord"] = []
         # The bundle's gpu_usage records that name a lease, as SLA availability and included
         # GPU-hours read them: (index, tenant, lease, start, end, gpu_count, gpu_model,
         # gpu_seconds) (RATING.md, "SLA credits", "Included GPU-hours and overage").
@@ -3353,6 +3363,9 @@ class LogView:
         if kind == "record_excluded":
             self.exclusions.setdefault(body["entry"], index)
             self.excluded_entries.append((body["tenant"], body["entry"]))
+            self.exclusion_reasons.append((body["tenant"], body["entry"], body["reason"]))
+        if kind in PRICE_KINDS or kind == "lease_registered":
+            self.pricing_entries.append((index, kind, body))
         if kind == "credit_note" and body["invoice"] in self.accounts:
             self.accounts[body["invoice"]][3] = DEC.add(self.accounts[body["invoice"]][3], Decimal(body["amount"]))
         elif kind == "invoice_issued":
@@ -3579,7 +3592,11 @@ def _check_record_subject(ce: CheckedEntry, cert: CertInfo, item: str) -> Option
     return None
 
 
-def _run_bundle(path: str, key: VerifierKey, cert: Optional[CertInfo]) -> Tuple[Structure, Checkpoint, LogView, Optional[Claims], Dict[str, int]]:
+def _run_bundle(path: str, key: VerifierKey, cert: Optional[CertInfo],
+                invoice_tenant: Optional[str] = None) -> Tuple[Structure, Checkpoint, LogView, Optional[Claims], Dict[str, int]]:
+    """Steps 1 to 5 over a bundle. With `invoice_tenant` (an invoice's bundle) a record of
+    another tenant is `wrong_tenant` (as for a certificate's; crates/core/src/bundle.rs `place`
+    with InvoiceCheck's tenant) and the records are kept in `view.usage_records` for rating."""
     # Step 1
     st = check_structure(path)
     # Step 2
@@ -3602,7 +3619,7 @@ def _run_bundle(path: str, key: VerifierKey, cert: Optional[CertInfo]) -> Tuple[
         raise Failure("checkpoint_mismatch", "bundle header log_origin",
                       f"{st.header.log_origin!r} is not the checkpoint's origin {cp.origin!r}")
     # Steps 4 and 5 (step 5 failures are reported after every entry passed step 4)
-    view = LogView(key, cert.tenant if cert is not None else None)
+    view = LogView(key, cert.tenant if cert is not None else invoice_tenant)
     claims = Claims() if cert is not None else None
     first_subject_failure: Optional[Failure] = None
     last_record: Optional[Tuple[int, bytes]] = None
@@ -3627,6 +3644,8 @@ def _run_bundle(path: str, key: VerifierKey, cert: Optional[CertInfo]) -> Tuple[
             if kind == "gpu_usage" and "lease" in body:
                 view.lease_usage.append((e.index, body["tenant"], body["lease"], ce.parsed["start"],
                                          ce.parsed["end"], body["gpu_count"], body["gpu_model"], body["gpu_seconds"]))
+            if invoice_tenant is not None:
+                view.usage_records.append(UsageRecord.of(e.index, kind, body, ce.parsed["start"], ce.parsed["end"]))
             if cert is not None:
                 if first_subject_failure is None:
                     first_subject_failure = _check_record_subject(ce, cert, e.item)
@@ -3715,24 +3734,31 @@ def verify_certificate(cert_path: str, bundle_path: str, key: VerifierKey) -> Re
     return Result(True, None, None, msg, summary)
 
 
-def verify_bundle(bundle_path: str, key: VerifierKey, invoice_path: Optional[str] = None) -> Result:
+def verify_bundle(bundle_path: str, key: VerifierKey, invoice_path: Optional[str] = None, *,
+                  rerate_usage: bool = True) -> Result:
     """A bundle alone (section 15 steps 1, 2 and 4), e.g. an invoice's. With `invoice_path` (a
     version 2 invoice document, read and shape-checked before the bundle, as a certificate is),
     then also the invoice's contract lines, commitments, taxes and totals recomputed from the
     bundle's contracts, and its prepaid draws and amount due from the bundle's prepayment and
-    earlier invoice_issued entries of its tenant (check_invoice_contract_lines); its usage
-    lines are not re-rated."""
+    earlier invoice_issued entries of its tenant (check_invoice_contract_lines), and its usage
+    lines (gpu, energy, adjustment lines) and `excluded` member re-rated from the bundle's
+    records and prices (invoice_usage, as the Rust verifier's InvoiceCheck: a record of another
+    tenant is wrong_tenant, one in no period the invoice covers outside_period). `rerate_usage`
+    False (never from the command line; for tests of the other members on invoices written by
+    hand) takes the usage lines and `excluded` as the invoice states them instead."""
     invoice: Optional[Dict[str, Any]] = None
     try:
         inv = read_invoice(invoice_path) if invoice_path is not None else None
         with _rereadable(bundle_path) as path:
-            st, cp, view, _, kinds = _run_bundle(path, key, None)
+            st, cp, view, _, kinds = _run_bundle(path, key, None, inv.tenant if inv is not None else None)
         if inv is not None:
+            check_invoice_subject(inv, st.header, cp)
+            usage = invoice_usage(view, inv) if rerate_usage else None
             # The tenant's contracts as amended by the amendments in the bundle (all below its size).
             contracts = view.contracts.bodies_of(inv.tenant)
             book = invoice_prepaid_book(view.prepaid_entries, inv.tenant, inv.number)
             invoice = check_invoice_contract_lines(inv, st.header, cp, contracts, book,
-                                                   SlaEvidence.of_view(view, inv.tenant, inv.number))
+                                                   SlaEvidence.of_view(view, inv.tenant, inv.number), usage)
     except Failure as f:
         return _failure_result(f)
     summary = {
@@ -3756,9 +3782,11 @@ def verify_bundle(bundle_path: str, key: VerifierKey, invoice_path: Optional[str
                 f"{len(invoice['contracts'])} contracts of {invoice['tenant']} in {invoice['currency']} (and, for "
                 "the SLAs and the included GPU-hours, its leases, usage records and earlier invoices), every "
                 f"line's tax and gross and the totals rechecked (total {invoice['total']} {invoice['currency']}); "
-                f"{_prepaid_text(invoice)}; "
-                f"its {invoice['usage_lines']} usage and {invoice['other_lines']} adjustment lines were NOT "
-                "re-rated (their nets are taken as the invoice states them, also for the commitments' drawn)")
+                f"{_prepaid_text(invoice)}; its {invoice['usage_lines']} usage and {invoice['other_lines']} "
+                + (f"adjustment lines re-rated from the bundle's {st.records} records and its prices"
+                   + (f" ({invoice['excluded']} records excluded)" if invoice["excluded"] else "")
+                   if invoice["usage_lines_rerated"] else "adjustment lines NOT re-rated (taken as the invoice "
+                   "states them)"))
     return Result(True, None, None, msg, summary)
 
 
@@ -3823,9 +3851,9 @@ def verify_consistency_files(old_path: str, new_path: str, proof_path: str, key:
 # ---------------------------------------------------------------------------------------------
 # An invoice's contract lines (docs/RATING.md, "Contracts"), recomputed from the
 # contract_registered entries of its bundle with exact fractions (fractions.Fraction, never a
-# float). The invoice's usage lines (gpu, energy) are NOT re-rated: their nets are taken as the
-# invoice states them (for the commitment's draw-down and for tax and totals). The `included` and
-# `overage` lines of GPU-hours a contract includes are contract lines: recomputed.
+# float). The invoice's usage lines (gpu, energy) are re-rated from its records (the "Usage
+# rating" section below: invoice_usage), and their nets draw the commitments down. The
+# `included` and `overage` lines of GPU-hours a contract includes are contract lines: recomputed.
 # ---------------------------------------------------------------------------------------------
 
 INVOICE_FORMAT_V2 = "gpuledger-invoice/v2"
@@ -4630,6 +4658,519 @@ def invoice_prepaid_book(entries: List[Tuple[int, str, Dict[str, Any], Optional[
     return book
 
 
+# ---------------------------------------------------------------------------------------------
+# Usage rating (docs/RATING.md; crates/core/src/rating.rs, crates/core/src/invoice.rs): an
+# invoice's usage lines (gpu, energy, and the adjustment lines of late records) re-rated from
+# the records of its bundle, by the prices of its context, with exact fractions: each record
+# split second by second at every price change inside it, volume tiers graduated over the
+# period's volume, energy at kWh × PUE × the electricity price in force at its start, each
+# line rounded half-even once to the currency's minor unit.
+# ---------------------------------------------------------------------------------------------
+
+LEASE_CLASS_ORDER = ("on_demand", "reserved", "spot")  # rating.rs LeaseClass: declaration order is its Ord
+LEASE_CLASS_LABELS = {"on_demand": "on-demand", "reserved": "reserved", "spot": "spot"}  # invoice.rs class_label
+BILLED_KWH_DECIMALS = 6  # an energy line's quantity: measured kWh × PUE, half-even to 6 places
+NO_RATE_CARD = "no rate card in force"
+NO_SPOT_PRICE = "no spot price in force"
+NO_REGION_PARAMS = "no region parameters in force"
+
+
+@dataclass(frozen=True)
+class PricePoint:
+    """rating.rs `PricePoint`, `RegionParams`, `TierSchedule` and `PlanPoint` alike: what takes
+    effect at `effective_from` and stays until the next point of its series; `value` is the
+    price per GPU-hour (a Fraction), (price per kWh, PUE) for region parameters, the tiers
+    [(bound in GPU-hours or None, price)] for volume tiers, the plan's name for a plan."""
+    effective_from: int
+    currency: str
+    value: Any
+
+
+def insert_point(points: List[PricePoint], point: PricePoint) -> None:
+    """rating.rs `insert_sorted`: after every point taking effect at or before it, so that of
+    points taking effect at one instant the one logged last is in force."""
+    at = bisect.bisect_right([p.effective_from for p in points], point.effective_from)
+    points.insert(at, point)
+
+
+def in_force(points: List[PricePoint], t: int) -> Tuple[Optional[PricePoint], Optional[int]]:
+    """rating.rs `in_force`: the point in force at `t` (None before the first) and the instant
+    the series next changes after `t` (None when it does not)."""
+    at = bisect.bisect_right([p.effective_from for p in points], t)
+    return (points[at - 1] if at else None), (points[at].effective_from if at < len(points) else None)
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    """A gpu_usage or energy record of a bundle, as rating reads it (`gpu_count`, `gpu_seconds`
+    and `kwh` exact; an energy record has no lease or GPU model)."""
+    index: int
+    kind: str
+    tenant: Optional[str]
+    region: str
+    start: int
+    end: int
+    lease: Optional[str] = None
+    gpu_model: str = ""
+    gpu_count: Fraction = Fraction(0)
+    gpu_seconds: Fraction = Fraction(0)
+    kwh: Fraction = Fraction(0)
+
+    @classmethod
+    def of(cls, index: int, kind: str, body: Dict[str, Any], start: int, end: int) -> "UsageRecord":
+        """The record of a checked entry's body (its start and end parsed)."""
+        if kind == "gpu_usage":
+            return cls(index, kind, body["tenant"], body["region"], start, end, body.get("lease"),
+                       body["gpu_model"], Fraction(body["gpu_count"]), Fraction(body["gpu_seconds"]))
+        return cls(index, kind, body.get("tenant"), body["region"], start, end, kwh=Fraction(body["kwh"]))
+
+
+class PriceBook:
+    """rating.rs `PriceBook`: every price rating needs, from the pricing entries of a bundle's
+    context taken in log order (`add_entry`): rate cards per (region, GPU model, class), spot
+    prices per (region, GPU model), region parameters per region, each lease's class, tenants'
+    plans and plans' volume tiers per (plan, region, GPU model, class)."""
+
+    def __init__(self):
+        self.rate_cards: Dict[Tuple[str, str, str], List[PricePoint]] = {}
+        self.spot: Dict[Tuple[str, str], List[PricePoint]] = {}
+        self.regions: Dict[str, List[PricePoint]] = {}
+        self.leases: Dict[str, str] = {}
+        self.plans: Dict[str, List[PricePoint]] = {}
+        self.tiers: Dict[Tuple[str, str, str, str], List[PricePoint]] = {}
+
+    def add_entry(self, kind: str, body: Dict[str, Any]) -> None:
+        """rating.rs `PriceBook::add_entry`: what a rate_card, spot_price, region_params,
+        lease_registered, volume_tiers or tenant_plan entry says (other kinds are ignored)."""
+        if kind in ("rate_card", "spot_price", "region_params", "volume_tiers", "tenant_plan"):
+            at = parse_timestamp(body["effective_from"])
+        if kind == "rate_card":
+            insert_point(self.rate_cards.setdefault((body["region"], body["gpu_model"], body["lease_class"]), []),
+                         PricePoint(at, body["currency"], Fraction(body["price_per_gpu_hour"])))
+        elif kind == "spot_price":
+            insert_point(self.spot.setdefault((body["region"], body["gpu_model"]), []),
+                         PricePoint(at, body["currency"], Fraction(body["price_per_gpu_hour"])))
+        elif kind == "region_params":
+            insert_point(self.regions.setdefault(body["region"], []),
+                         PricePoint(at, body["currency"], (Fraction(body["electricity_price_per_kwh"]),
+                                                           Fraction(body["pue"]))))
+        elif kind == "lease_registered":
+            self.leases[body["lease"]] = body["class"]
+        elif kind == "volume_tiers":
+            tiers = [(Fraction(t["up_to_gpu_hours"]) if "up_to_gpu_hours" in t else None,
+                      Fraction(t["price_per_gpu_hour"])) for t in body["tiers"]]
+            insert_point(self.tiers.setdefault((body["plan"], body["region"], body["gpu_model"],
+                                                body["lease_class"]), []),
+                         PricePoint(at, body["currency"], tiers))
+        elif kind == "tenant_plan":
+            insert_point(self.plans.setdefault(body["tenant"], []), PricePoint(at, "", body["plan"]))
+
+    def class_of(self, lease: Optional[str]) -> str:
+        """rating.rs `class_of`: the class a usage record is billed as (its lease's; on-demand
+        without a lease or with one the book does not know)."""
+        return self.leases.get(lease, "on_demand") if lease is not None else "on_demand"
+
+    def series(self, region: str, gpu_model: str, cls: str) -> List[PricePoint]:
+        """rating.rs `series`: spot prices for spot, else the class's rate cards."""
+        if cls == "spot":
+            return self.spot.get((region, gpu_model), [])
+        return self.rate_cards.get((region, gpu_model, cls), [])
+
+    def region_at(self, region: str, t: int) -> Optional[PricePoint]:
+        """rating.rs `region_at`: the region parameters in force at `t`."""
+        return in_force(self.regions.get(region, []), t)[0]
+
+    def tiers_for(self, tenant: str, region: str, gpu_model: str, cls: str,
+                  period_from: int) -> Optional[Tuple[str, PricePoint]]:
+        """rating.rs `tiers_for`: the plan and tier schedule in force at the period's start that
+        price the tenant's usage of a series; None (rate card or spot price) when the class is
+        spot, no tiers are known, the tenant has no plan then, or its plan no tiers for it."""
+        if cls == "spot" or not self.tiers:
+            return None
+        plan = in_force(self.plans.get(tenant, []), period_from)[0]
+        if plan is None:
+            return None
+        schedule = in_force(self.tiers.get((plan.value, region, gpu_model, cls), []), period_from)[0]
+        return None if schedule is None else (plan.value, schedule)
+
+    def rate_usage(self, u: UsageRecord) -> List[Tuple[str, Fraction, Optional[Tuple[str, Fraction]]]]:
+        """rating.rs `rate_usage`: a usage record split at every price change inside it, second
+        by second: (class, GPU-seconds = gpu_count × the piece's seconds, (currency, price per
+        GPU-hour) or None where no price is in force) per piece, in order."""
+        cls = self.class_of(u.lease)
+        series = self.series(u.region, u.gpu_model, cls)
+        pieces = []
+        t = u.start
+        while t < u.end:
+            point, following = in_force(series, t)
+            piece_end = following if following is not None and following < u.end else u.end
+            price = (point.currency, point.value) if point is not None else None
+            pieces.append((cls, u.gpu_count * (piece_end - t), price))
+            t = piece_end
+        return pieces
+
+
+def graduate(tiers: List[Tuple[Optional[Fraction], Fraction]], lo: Fraction, hi: Fraction) -> List[Tuple[int, Fraction]]:
+    """rating.rs `graduate`: the volume between `lo` and `hi` GPU-seconds of a series' count in a
+    period split over graduated tiers: (tier index from 0, GPU-seconds in it) for each tier the
+    range touches, in order. Tier i holds the GPU-seconds above the previous bound and up to its
+    `up_to_gpu_hours` × 3600; the last tier is open whatever it says."""
+    out: List[Tuple[int, Fraction]] = []
+    low = Fraction(0)
+    for i, (bound, _) in enumerate(tiers):
+        high = bound * SECONDS_PER_HOUR if bound is not None and i + 1 < len(tiers) else None
+        a = max(lo, low)
+        b = hi if high is None else min(hi, high)
+        if b > a:
+            out.append((i, b - a))
+        if high is not None and high < hi:
+            low = high
+        else:
+            break
+    return out
+
+
+class LineKey(NamedTuple):
+    """rating.rs `LineKey`: what a line is for. `gpu`: region, GPU model, class, the plan and
+    tier (from 1) of a tier line (None on rate-card and spot lines), the unit price per GPU-hour;
+    `energy`: region, the price per kWh and the PUE."""
+    kind: str
+    region: str
+    unit_price: Fraction
+    gpu_model: Optional[str] = None
+    cls: Optional[str] = None
+    plan: Optional[str] = None
+    tier: Optional[int] = None
+    pue: Optional[Fraction] = None
+
+    def order(self) -> Tuple[Any, ...]:
+        """The key's place in rating.rs's BTreeMap: LineKey's derived Ord (Gpu before Energy;
+        Gpu by region, GPU model, class in declaration order, tier (none first, then plan and
+        tier), unit price; Energy by region, unit price, PUE; strings by their bytes, decimals
+        by value)."""
+        if self.kind == "gpu":
+            tier = (0,) if self.plan is None else (1, self.plan.encode(), self.tier)
+            return (0, self.region.encode(), self.gpu_model.encode(), LEASE_CLASS_ORDER.index(self.cls), tier,
+                    self.unit_price)
+        return (1, self.region.encode(), self.unit_price, self.pue)
+
+
+@dataclass
+class RatedLine:
+    """rating.rs `Line` (less its currency): its key, exact quantity (GPU-seconds, or measured
+    kWh), the amount rounded half-even once to the currency's minor unit, the records."""
+    key: LineKey
+    quantity: Fraction
+    amount: Fraction
+    records: int
+
+
+@dataclass
+class TieredVolume:
+    """rating.rs `TieredVolume`: a graduated series' count in a period: its tiers, the
+    GPU-seconds invoiced already (adjustments continue after them), those to bill now and their
+    records."""
+    tiers: List[Tuple[Optional[Fraction], Fraction]]
+    invoiced: Fraction = Fraction(0)
+    gpu_seconds: Fraction = Fraction(0)
+    records: int = 0
+
+
+class Rater:
+    """rating.rs `Rater`: a tenant's records of one period into lines per (currency, key), each
+    (quantity, exact numerator, records), the numerator of GPU lines GPU-seconds × price
+    (divided by 3600 once, in `finish`); the usage no price prices, per (what is missing,
+    region, GPU model, class); the graduated series, counted whole and split over their tiers in
+    `finish`."""
+
+    def __init__(self, period_from: int):
+        self.period_from = period_from
+        self.lines: Dict[Tuple[str, LineKey], List[Any]] = {}
+        self.unpriced: Dict[Tuple[str, str, Optional[str], Optional[str]], List[Any]] = {}
+        self.tiered: Dict[Tuple[str, str, str, str, str], TieredVolume] = {}
+
+    def _tiered_volume(self, book: PriceBook, u: UsageRecord) -> Optional[TieredVolume]:
+        """rating.rs `tiered_volume`: the graduated count of the record's series (tenant,
+        region, GPU model, lease) if its tenant's plan tiers it in this period."""
+        cls = book.class_of(u.lease)
+        found = book.tiers_for(u.tenant, u.region, u.gpu_model, cls, self.period_from)
+        if found is None:
+            return None
+        plan, schedule = found
+        key = (schedule.currency, plan, u.region, u.gpu_model, cls)
+        if key not in self.tiered:
+            self.tiered[key] = TieredVolume(list(schedule.value))
+        return self.tiered[key]
+
+    def add_invoiced_usage(self, book: PriceBook, u: UsageRecord) -> None:
+        """rating.rs `add_invoiced_usage`: a usage record invoiced already is not billed again,
+        but a graduated series' count continues after it."""
+        v = self._tiered_volume(book, u)
+        if v is not None:
+            v.invoiced += u.gpu_seconds
+
+    def add_usage(self, book: PriceBook, u: UsageRecord) -> None:
+        """rating.rs `add_usage`: a usage record, to its graduated count or piece by piece
+        (`PriceBook.rate_usage`) to its rate-card or spot lines (or to the unpriced usage)."""
+        v = self._tiered_volume(book, u)
+        if v is not None:
+            v.gpu_seconds += u.gpu_seconds
+            v.records += 1
+            return
+        for cls, gpu_seconds, price in book.rate_usage(u):
+            self._add_piece(u, cls, price, gpu_seconds)
+
+    def _add_piece(self, u: UsageRecord, cls: str, price: Optional[Tuple[str, Fraction]],
+                   gpu_seconds: Fraction) -> None:
+        """rating.rs `add_piece`, for one piece of one record."""
+        if price is None:
+            what = NO_SPOT_PRICE if cls == "spot" else NO_RATE_CARD
+            e = self.unpriced.setdefault((what, u.region, u.gpu_model, cls), [Fraction(0), 0])
+            e[0] += gpu_seconds
+            e[1] += 1
+            return
+        currency, unit_price = price
+        key = LineKey("gpu", u.region, unit_price, u.gpu_model, cls)
+        e = self.lines.setdefault((currency, key), [Fraction(0), Fraction(0), 0])
+        e[0] += gpu_seconds
+        e[1] += gpu_seconds * unit_price
+        e[2] += 1
+
+    def add_energy(self, book: PriceBook, u: UsageRecord) -> None:
+        """rating.rs `add_energy`: an energy record at the region parameters in force at its
+        start: kWh × PUE × price per kWh (or to the unpriced usage)."""
+        params = book.region_at(u.region, u.start)
+        if params is None:
+            e = self.unpriced.setdefault((NO_REGION_PARAMS, u.region, None, None), [Fraction(0), 0])
+            e[0] += u.kwh
+            e[1] += 1
+            return
+        price, pue = params.value
+        key = LineKey("energy", u.region, price, pue=pue)
+        e = self.lines.setdefault((params.currency, key), [Fraction(0), Fraction(0), 0])
+        e[0] += u.kwh
+        e[1] += u.kwh * pue * price
+        e[2] += 1
+
+    def finish(self) -> Tuple[Dict[str, List[RatedLine]], List[Tuple[str, str, Optional[str], Optional[str], Fraction, int]]]:
+        """rating.rs `Rater::finish`: the graduated series split over their tiers (each tier line
+        counting every record of the series), then the lines per currency in the BTreeMap's
+        order of (currency, key), each amount = exact (numerator ÷ 3600 for GPU lines) rounded
+        half-even once to the currency's minor unit; and the unpriced usage (what, region, GPU
+        model, class, quantity, records), in its key's order."""
+        for (currency, plan, region, gpu_model, cls), v in self.tiered.items():
+            for i, quantity in graduate(v.tiers, v.invoiced, v.invoiced + v.gpu_seconds):
+                price = v.tiers[i][1]
+                key = LineKey("gpu", region, price, gpu_model, cls, plan, i + 1)
+                e = self.lines.setdefault((currency, key), [Fraction(0), Fraction(0), 0])
+                e[0] += quantity
+                e[1] += quantity * price
+                e[2] += v.records
+        self.tiered = {}
+        by_currency: Dict[str, List[RatedLine]] = {}
+        for (currency, key) in sorted(self.lines, key=lambda ck: (ck[0].encode(), ck[1].order())):
+            quantity, numerator, records = self.lines[(currency, key)]
+            exact = numerator / SECONDS_PER_HOUR if key.kind == "gpu" else numerator
+            by_currency.setdefault(currency, []).append(
+                RatedLine(key, quantity, round_half_even(exact, minor_units(currency)), records))
+        order = {c: i for i, c in enumerate(LEASE_CLASS_ORDER)}
+        unpriced = [(what, region, model, cls, q, n) for (what, region, model, cls), (q, n) in sorted(
+            self.unpriced.items(), key=lambda kv: (kv[0][0].encode(), kv[0][1].encode(),
+                                                   (0,) if kv[0][2] is None else (1, kv[0][2].encode()),
+                                                   (0,) if kv[0][3] is None else (1, order[kv[0][3]])))]
+        return by_currency, unpriced
+
+
+def billed_kwh(measured: Fraction, pue: Fraction) -> Fraction:
+    """invoice.rs `billed_kwh`: an energy line's quantity, measured kWh × PUE rounded half-even
+    to 6 places."""
+    return round_half_even(measured * pue, BILLED_KWH_DECIMALS)
+
+
+def describe(key: LineKey) -> str:
+    """invoice.rs `describe`: `GPU compute, H100, cn-east, on-demand` (tier lines add `, volume
+    tier 2 of plan P`), `Electricity, cn-east, PUE 1.08`."""
+    if key.kind == "gpu":
+        text = f"GPU compute, {key.gpu_model}, {key.region}, {LEASE_CLASS_LABELS[key.cls]}"
+        if key.plan is not None:
+            text += f", volume tier {key.tier} of plan {key.plan}"
+        return text
+    return f"Electricity, {key.region}, PUE {canonical_str(key.pue)}"
+
+
+def usage_invoice_line(line: RatedLine, currency: str, adjustment_for: Optional[Tuple[int, int]]) -> Dict[str, Any]:
+    """invoice.rs `line_v2`: the invoice line (version 2) of a rated line, tax members left to
+    the caller: a `gpu` line in GPU-hours (gpu_hours_str) with the exact `gpu_seconds`, its
+    `gpu_model`, `class` and, on a tier line, `plan` and `tier`; an `energy` line in billed kWh
+    (billed_kwh) with the exact `measured_kwh` and the `pue`; `unit_price`, `net` (the rounded
+    amount with the currency's minor digits), `records`, and on an adjustment line
+    `adjustment_for` the earlier period."""
+    key = line.key
+    out: Dict[str, Any] = {"kind": key.kind, "description": describe(key), "region": key.region}
+    if key.kind == "gpu":
+        out.update(gpu_model=key.gpu_model, **{"class": key.cls})
+        if key.plan is not None:
+            out.update(plan=key.plan, tier=key.tier)
+        out.update(quantity=gpu_hours_str(line.quantity), unit="GPU-h", gpu_seconds=canonical_str(line.quantity))
+    else:
+        out.update(quantity=canonical_str(billed_kwh(line.quantity, key.pue)), unit="kWh",
+                   measured_kwh=canonical_str(line.quantity), pue=canonical_str(key.pue))
+    out.update(unit_price=canonical_str(key.unit_price), net=fixed_str(line.amount, minor_units(currency)),
+               records=line.records)
+    if adjustment_for is not None:
+        out["adjustment_for"] = {"from": format_ts(adjustment_for[0]), "to": format_ts(adjustment_for[1])}
+    return out
+
+
+@dataclass
+class InvoiceScope:
+    """invoice.rs `InvoiceScope`: which of a tenant's records an invoice of [period_from,
+    period_to) rates, and how: the periods of the tenant's earlier invoices, `since` the largest
+    checkpoint size among them (records below it were invoiced already), and the records its
+    tenant's record_excluded entries exclude (entry -> the first exclusion's reason)."""
+    period_from: int
+    period_to: int
+    earlier: List[Tuple[int, int]] = field(default_factory=list)
+    since: int = 0
+    excluded: Dict[int, str] = field(default_factory=dict)
+
+    def place(self, index: int, start: int) -> Tuple[str, Optional[Tuple[int, int]]]:
+        """invoice.rs `InvoiceScope::place`: ("period", None) when the record starts in the
+        invoice's period; ("late", p) when it starts in the earlier invoiced period p and was
+        logged at or after `since`; ("invoiced", p) when before (it only continues p's volume
+        tiers); ("outside", None) when it starts in no such period. An excluded record that
+        would be rated (period, late) is ("excluded", None); one that would only continue a
+        count is ("outside", None)."""
+        if self.period_from <= start < self.period_to:
+            placement: Tuple[str, Optional[Tuple[int, int]]] = ("period", None)
+        else:
+            placement = ("outside", None)
+            for p in self.earlier:
+                if p[0] <= start < p[1]:
+                    placement = ("late", p) if index >= self.since else ("invoiced", p)
+                    break
+        if index not in self.excluded:
+            return placement
+        return ("excluded", None) if placement[0] in ("period", "late") else ("outside", None)
+
+
+class Metering:
+    """allowance.rs `Metering::prices`: which usage records are contract-priced, from the
+    tenant's contracts (every currency, terms as amended): a record is when it names a lease and
+    a fee of a contract whose term [term_from, term_to) holds its start rents that lease and
+    includes its GPU model. Such a record makes no rate-card line."""
+
+    def __init__(self, contracts: List[Dict[str, Any]]):
+        self.terms: Dict[Tuple[str, str], List[Tuple[int, int]]] = {}
+        for c in contracts:
+            term = (parse_timestamp(c["term_from"]), parse_timestamp(c["term_to"]))
+            for fee in c.get("fees") or ():
+                if fee.get("lease") is None:
+                    continue
+                for entry in fee.get("included") or ():
+                    self.terms.setdefault((fee["lease"], entry["gpu_model"]), []).append(term)
+
+    def prices(self, u: UsageRecord) -> bool:
+        """Whether the usage record is contract-priced."""
+        if u.lease is None:
+            return False
+        return any(a <= u.start < b for a, b in self.terms.get((u.lease, u.gpu_model), ()))
+
+
+@dataclass
+class RatedUsage:
+    """What the re-rating of an invoice's records came to, in the invoice's currency: its
+    own-period usage lines and its adjustment lines (invoice line objects, tax members left
+    out), its `excluded` member ([{entry, reason}] by increasing entry) and how many of its
+    records were placed where."""
+    lines: List[Dict[str, Any]]
+    adjustments: List[Dict[str, Any]]
+    excluded: List[Dict[str, Any]]
+    placed: Dict[str, int]
+
+
+def _unpriced_text(unpriced: List[Tuple[str, str, Optional[str], Optional[str], Fraction, int]]) -> str:
+    parts = []
+    for what, region, model, cls, quantity, records in unpriced:
+        series = ", ".join(x for x in (region, model, cls) if x is not None)
+        unit = "kWh" if model is None else "GPU-seconds"
+        parts.append(f"{what} ({series}): {canonical_str(quantity)} {unit} of {records} records")
+    return "; ".join(parts)
+
+
+def rate_invoice_usage(tenant: str, currency: str, scope: InvoiceScope, book: PriceBook, metering: Metering,
+                       records: List[UsageRecord]) -> RatedUsage:
+    """invoice.rs `InvoiceRating` (`add`, `finish`), fed as `InvoiceCheck` feeds it: each record
+    of the bundle (index order) placed by the scope; a record of another tenant is
+    `wrong_tenant`, one placed nowhere `outside_period` (item `entry N`); an excluded one is
+    listed, rated nowhere; one of the period into the period's Rater, a late one into its
+    earlier period's (Rater from that period's start: its plan and tiers), an invoiced one only
+    continuing that period's tier count; a contract-priced gpu_usage record (Metering) rated by
+    no Rater (nor counted toward a tier). Then usage of the period that no price prices is
+    `claim_mismatch`, item `invoice` (the ledger never issues such an invoice; unpriced late
+    usage just makes no line). The lines of the invoice's currency: the period's, then each
+    earlier period's (ascending) as adjustment lines; a line of quantity 0 is left out
+    (`lines_v2`)."""
+    main = Rater(scope.period_from)
+    late: Dict[Tuple[int, int], Rater] = {}
+    excluded: Dict[int, str] = {}
+    placed: Dict[str, int] = {}
+    for u in records:
+        if u.tenant != tenant:
+            raise Failure("wrong_tenant", f"entry {u.index}", f"the record is not {tenant}'s")
+        where, p = scope.place(u.index, u.start)
+        placed[where] = placed.get(where, 0) + 1
+        if where == "outside":
+            raise Failure("outside_period", f"entry {u.index}",
+                          "the record is in neither the invoice's period nor an invoiced one "
+                          f"(it starts at {format_ts(u.start)})")
+        if where == "excluded":
+            excluded[u.index] = scope.excluded[u.index]
+            continue
+        rater = main if where == "period" else late.setdefault(p, Rater(p[0]))
+        if u.kind == "gpu_usage" and metering.prices(u):
+            continue  # contract-priced: no rate-card line, no volume tier
+        if where == "invoiced":
+            if u.kind == "gpu_usage":
+                rater.add_invoiced_usage(book, u)
+        elif u.kind == "gpu_usage":
+            rater.add_usage(book, u)
+        else:
+            rater.add_energy(book, u)
+    own, unpriced = main.finish()
+    if unpriced:
+        raise Failure("claim_mismatch", "invoice", "the bundle's prices leave some of the period's usage unpriced: "
+                      + _unpriced_text(unpriced))
+    lines = [usage_invoice_line(l, currency, None) for l in own.get(currency, []) if l.quantity != 0]
+    adjustments: List[Dict[str, Any]] = []
+    for p in sorted(late):
+        by_currency, _ = late[p].finish()
+        adjustments += [usage_invoice_line(l, currency, p) for l in by_currency.get(currency, []) if l.quantity != 0]
+    return RatedUsage(lines, adjustments, [{"entry": e, "reason": excluded[e]} for e in sorted(excluded)], placed)
+
+
+def invoice_usage(view: "LogView", inv: "InvoiceInfo") -> RatedUsage:
+    """`InvoiceCheck` (crates/core/src/invoice.rs) for the usage lines of `inv` from its verified
+    bundle's `view`: the book of every pricing entry of the context (PriceBook.add_entry, log
+    order), the scope of the tenant's other invoice_issued entries (their periods; since = the
+    largest of their checkpoint sizes) and of its record_excluded entries (the first reason of an
+    entry counts), the metering of its contracts as amended, then the records rated
+    (rate_invoice_usage)."""
+    book = PriceBook()
+    for _, kind, body in view.pricing_entries:
+        book.add_entry(kind, body)
+    earlier = [(pf, pt, size) for t, n, pf, pt, size in view.invoice_scopes if t == inv.tenant and n != inv.number]
+    excluded: Dict[int, str] = {}
+    for t, entry, reason in view.exclusion_reasons:
+        if t == inv.tenant:
+            excluded.setdefault(entry, reason)
+    scope = InvoiceScope(inv.period_from, inv.period_to, [(pf, pt) for pf, pt, _ in earlier],
+                         max((size for _, _, size in earlier), default=0), excluded)
+    metering = Metering(view.contracts.bodies_of(inv.tenant))
+    return rate_invoice_usage(inv.tenant, inv.currency, scope, book, metering, view.usage_records)
+
+
+
 @dataclass
 class InvoiceInfo:
     raw: Dict[str, Any]
@@ -4814,10 +5355,26 @@ def _prepaid_difference(claimed: Any, computed: Any) -> str:
     return whole
 
 
+def check_invoice_subject(inv: InvoiceInfo, header: Header, cp: Checkpoint) -> None:
+    """invoice.rs `InvoiceCheck::start`: the bundle is the invoice's (its subject the invoice's
+    number; its checkpoint the invoice's size, root and origin), else `checkpoint_mismatch`, item
+    `invoice`."""
+    doc = inv.raw
+    if header.subject_kind != "invoice" or header.subject_id != inv.number:
+        raise Failure("checkpoint_mismatch", "invoice",
+                      f"the bundle is for {header.subject_kind} {header.subject_id}, not invoice {inv.number}")
+    if (doc["checkpoint_size"] != cp.size or doc["checkpoint_root"] != b64(cp.root)
+            or doc["log_origin"] != cp.origin):
+        raise Failure("checkpoint_mismatch", "invoice",
+                      f"the invoice's checkpoint ({doc['log_origin']} size {doc['checkpoint_size']} root "
+                      f"{doc['checkpoint_root']}) is not the bundle's ({cp.origin} size {cp.size} root {b64(cp.root)})")
+
+
 def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoint,
                                  contracts: List[Dict[str, Any]],
                                  prepaid: Optional[PrepaidBook] = None,
-                                 sla: Optional[SlaEvidence] = None) -> Dict[str, Any]:
+                                 sla: Optional[SlaEvidence] = None,
+                                 usage: Optional[RatedUsage] = None) -> Dict[str, Any]:
     """RATING.md, "Contracts" and "Invoice lines", for an invoice and its verified bundle: the
     bundle is the invoice's (subject, checkpoint size, root and origin: `checkpoint_mismatch`,
     item `invoice`); then the invoice's contract lines and `commitments` are recomputed from
@@ -4834,35 +5391,24 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
     bundle's prepayment and earlier invoice_issued entries, invoice_prepaid_book) with the
     recomputed total, the bundle's checkpoint size and the invoice's issued_at, and
     `amount_due` (PrepaidBook.draws, prepaid_members; both absent when nothing is drawn). The
-    first difference is `claim_mismatch` (invoice_first_difference). The usage lines' own
-    members and nets are taken as the invoice states them: they are NOT re-rated; the tax rates
-    (and names) are the issuer's declaration, each at most 1."""
+    first difference is `claim_mismatch` (invoice_first_difference). With `usage` (the
+    invoice's records re-rated, rate_invoice_usage), the usage lines are the re-rated ones (own
+    period first, adjustment lines last) and the `excluded` member the records the tenant's
+    exclusions took out; without, the invoice's usage lines are taken as it states them (NOT
+    re-rated) and its `excluded` as it is. The tax rates (and names) are the issuer's
+    declaration, each at most 1."""
     doc = inv.raw
-    if header.subject_kind != "invoice" or header.subject_id != inv.number:
-        raise Failure("checkpoint_mismatch", "invoice",
-                      f"the bundle is for {header.subject_kind} {header.subject_id}, not invoice {inv.number}")
-    if (doc["checkpoint_size"] != cp.size or doc["checkpoint_root"] != b64(cp.root)
-            or doc["log_origin"] != cp.origin):
-        raise Failure("checkpoint_mismatch", "invoice",
-                      f"the invoice's checkpoint ({doc['log_origin']} size {doc['checkpoint_size']} root "
-                      f"{doc['checkpoint_root']}) is not the bundle's ({cp.origin} size {cp.size} root {b64(cp.root)})")
+    check_invoice_subject(inv, header, cp)
     places = minor_units(inv.currency)
     lines = doc["lines"]
-    usage = [i for i, l in enumerate(lines) if l["kind"] in USAGE_LINE_KINDS and "adjustment_for" not in l]
-    rest = [i for i, l in enumerate(lines) if l["kind"] in USAGE_LINE_KINDS and "adjustment_for" in l]
-    money_re = re.compile(r"(0|[1-9][0-9]*)" + (rf"\.[0-9]{{{places}}}" if places else ""))
-    nets: Dict[int, Fraction] = {}
-    for i in usage + rest:
-        net = lines[i]["net"]
-        if money_re.fullmatch(net) is None:
-            raise Failure("claim_mismatch", f"lines[{i}].net",
-                          f"{net!r} is not an amount with {inv.currency}'s {places} minor digits")
-        nets[i] = Fraction(net)
-    drawn = sum((nets[i] for i in usage), Fraction(0))
+    if usage is not None:
+        own_lines, adjustment_lines = copy.deepcopy(usage.lines), copy.deepcopy(usage.adjustments)
+        drawn = sum((Fraction(l["net"]) for l in own_lines), Fraction(0))
+    else:
+        own_lines, adjustment_lines, drawn = _stated_usage_lines(inv)
     computed_contract, commitments, availability, allowances = contract_lines(
         contracts, inv.period_from, inv.period_to, inv.currency, drawn, sla)
-    expected = ([copy.deepcopy(lines[i]) for i in usage] + computed_contract
-                + [copy.deepcopy(lines[i]) for i in rest])
+    expected = own_lines + computed_contract + adjustment_lines
     net_total = tax_total = gross_total = Fraction(0)
     for i, line in enumerate(expected):
         claimed = lines[i] if i < len(lines) else {"tax_rate": "0"}
@@ -4889,6 +5435,10 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
     computed.pop("allowances", None)
     if allowances:
         computed["allowances"] = allowances
+    if usage is not None:
+        computed.pop("excluded", None)
+        if usage.excluded:
+            computed["excluded"] = usage.excluded
     book = prepaid if prepaid is not None else PrepaidBook()
     draws = book.draws(inv.tenant, inv.currency, gross_total, cp.size, inv.issued_at)
     prepaid_list, amount_due = prepaid_members(draws, gross_total, inv.currency)
@@ -4914,9 +5464,11 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
         "included_lines": sum(1 for l in computed_contract if l["kind"] == "included"),
         "overage_lines": sum(1 for l in computed_contract if l["kind"] == "overage"),
         "allowances": len(allowances),
-        "usage_lines": len(usage),
-        "other_lines": len(rest),
-        "usage_lines_rerated": False,
+        "usage_lines": len(own_lines),
+        "other_lines": len(adjustment_lines),
+        "usage_lines_rerated": usage is not None,
+        "excluded": len(usage.excluded) if usage is not None else None,
+        "records_placed": dict(sorted(usage.placed.items())) if usage is not None else None,
         "net_total": doc["net_total"],
         "tax_total": doc["tax_total"],
         "total": doc["total"],
@@ -4925,6 +5477,24 @@ def check_invoice_contract_lines(inv: InvoiceInfo, header: Header, cp: Checkpoin
         "prepaid": prepaid_list or [],
         "amount_due": amount_due,
     }
+
+
+def _stated_usage_lines(inv: InvoiceInfo) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Fraction]:
+    """The invoice's usage lines as it states them (check_invoice_contract_lines without
+    re-rating): its own-period ones (kind gpu or energy without `adjustment_for`), its adjustment
+    ones, and the draw-down, Σ net of the former; a net that is not an amount with the
+    currency's minor digits is `claim_mismatch`, item `lines[i].net`."""
+    places = minor_units(inv.currency)
+    lines = inv.raw["lines"]
+    usage = [i for i, l in enumerate(lines) if l["kind"] in USAGE_LINE_KINDS and "adjustment_for" not in l]
+    rest = [i for i, l in enumerate(lines) if l["kind"] in USAGE_LINE_KINDS and "adjustment_for" in l]
+    money_re = re.compile(r"(0|[1-9][0-9]*)" + (rf"\.[0-9]{{{places}}}" if places else ""))
+    for i in usage + rest:
+        if money_re.fullmatch(lines[i]["net"]) is None:
+            raise Failure("claim_mismatch", f"lines[{i}].net",
+                          f"{lines[i]['net']!r} is not an amount with {inv.currency}'s {places} minor digits")
+    drawn = sum((Fraction(lines[i]["net"]) for i in usage), Fraction(0))
+    return [copy.deepcopy(lines[i]) for i in usage], [copy.deepcopy(lines[i]) for i in rest], drawn
 
 
 # ---------------------------------------------------------------------------------------------
@@ -4959,8 +5529,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--invoice", metavar="INVOICE.json",
                    help="the bundle's invoice (gpuledger-invoice/v2): recompute its contract lines, commitments, "
                         "taxes and totals from the bundle's contracts (docs/RATING.md, Contracts), and its prepaid "
-                        "draws and amount due from the bundle's prepaid lots (Prepaid balances); its usage "
-                        "lines are not re-rated")
+                        "draws and amount due from the bundle's prepaid lots (Prepaid balances), and its usage "
+                        "lines re-rated from the bundle's records and prices")
     common(b)
     k = sub.add_parser("checkpoint", help="check a signed checkpoint note (section 9)")
     k.add_argument("--checkpoint", required=True)

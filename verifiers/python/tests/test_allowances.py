@@ -190,7 +190,8 @@ class AllowanceLog:
     """A producer log of tenant acme renting `lease-acme` (node-1's GPUs by model and count: 2
     H100 and 1 A100) under contract C-acme-inc (TERM unless told, calendar months, FEE_NAME 20000
     in advance renting the lease and including `included`, INCLUDED unless told), with the
-    agent's records added by `record`."""
+    agent's records added by `record`. What the contract does not price is the rate card's:
+    reserved H100 at 18.5 and A100 at 10 per GPU-hour in west (CNY)."""
 
     def __init__(self, included=None, fees=None, commitment=None, sla=None, term=TERM,
                  origin="test.gpuledger/allowances"):
@@ -198,6 +199,8 @@ class AllowanceLog:
         self.node = producer.Key.from_byte(0xa2)
         log.policy("2026-11-01T00:00:00Z")
         log.tenant("acme", "2026-11-01T00:00:00Z")
+        log.rate_card("west", MODEL, "reserved", "18.5", "2026-11-01T00:00:00Z", "2026-11-01T00:00:00Z")
+        log.rate_card("west", OTHER, "reserved", "10", "2026-11-01T00:00:00Z", "2026-11-01T00:00:00Z")
         log.node("node-1", "west", "2026-11-01T00:00:00Z", {MODEL: 8, OTHER: 8})
         log.register("node-1", self.node, "node", "2026-11-01T00:00:00Z", regions=["west"])
         log.lease(LEASE, "acme", "reserved", "2026-11-01T00:00:00Z",
@@ -228,6 +231,13 @@ class AllowanceLog:
 
 def taxed(line):
     return dict(line, tax_rate="0", tax="0.00", gross=line["net"])
+
+
+def rate_card_line(model, seconds, quantity, unit_price, net, records):
+    """A `gpu` line of the rate card (reserved, west): what the contract does not price."""
+    return taxed({"kind": "gpu", "description": f"GPU compute, {model}, west, reserved", "region": "west",
+                  "gpu_model": model, "class": "reserved", "quantity": quantity, "unit": "GPU-h",
+                  "gpu_seconds": seconds, "unit_price": unit_price, "net": net, "records": records})
 
 
 def fee_line(service, net="20000.00", quantity="1", unit_price="20000", name=FEE_NAME):
@@ -294,8 +304,9 @@ def make_invoice(al, period, lines, allowances=None, commitments=None, availabil
 
 class AllowanceInvoices(VerifierTestCase):
     """Invoices of acme built by hand over an AllowanceLog, each checked with `bundle --invoice`
-    against a bundle (at the invoice's checkpoint size) of the invoice's records. Usage lines
-    are left out unless a test needs one: the verifier does not re-rate them."""
+    against a bundle (at the invoice's checkpoint size) of the invoice's records. The records
+    are the contract's (no usage line) unless a test logs one the rate card prices (re-rated:
+    its `gpu` line comes first)."""
 
     def check(self, al, inv, records=None):
         log = al.log
@@ -355,13 +366,16 @@ class AllowanceInvoices(VerifierTestCase):
             "lines[1].class": lambda i: i["lines"][1].update({"class": "reserved"}),
             "lines[1].category": lambda i: i["lines"][1].update(category="other"),
             "lines[1].kind": lambda i: i["lines"][1].update(kind="overage"),
-            "lines[0].description": lambda i: i["lines"][1].update(kind="gpu"),  # a usage line: first
         }
         for item, edit in edits.items():
             with self.subTest(item):
                 changed = copy.deepcopy(inv)
                 edit(changed)
                 self.assertFail(self.check(al, changed), "claim_mismatch", item)
+        # The included line called a usage line: the records make none (they are the contract's).
+        changed = copy.deepcopy(inv)
+        changed["lines"][1].update(kind="gpu")
+        self.assertFail(self.check(al, changed), "claim_mismatch", "lines[1].kind")
         # Each member of the row, the row left out, the whole member left out.
         for member, value in (("included_gpu_seconds", "3600.000001"), ("used_gpu_seconds", "9001"),
                               ("overage_gpu_seconds", "5401"), ("gpu_model", OTHER), ("lease", "lease-x"),
@@ -385,15 +399,18 @@ class AllowanceInvoices(VerifierTestCase):
         changed = copy.deepcopy(inv)
         del changed["lines"][1]
         self.assertFail(self.check(al, changed), "claim_mismatch", "lines[1].description")
-        # The records rated by the rate card instead (a gpu line, the contract's lines dropped).
+        # The records rated by the rate card instead (a gpu line first, the contract's lines
+        # dropped): the records are contract-priced, so the bundle makes no gpu line.
         changed = copy.deepcopy(inv)
-        changed["lines"][1:] = [{"kind": "gpu", "description": "GPU compute, H100, west, reserved", "region": "west",
-                                 "gpu_model": MODEL, "class": "reserved", "quantity": "2.5", "unit": "GPU-h",
-                                 "gpu_seconds": "9000", "unit_price": "18.5", "net": "46.25", "tax_rate": "0",
-                                 "tax": "0.00", "gross": "46.25", "records": 2}]
+        changed["lines"][1:] = [rate_card_line(MODEL, "9000", "2.5", "18.5", "46.25", 2)]
         changed["lines"].reverse()
         changed.update(net_total="20046.25", total="20046.25")
-        self.assertFail(self.check(al, changed), "claim_mismatch", "lines[2]")
+        self.assertFail(self.check(al, changed), "claim_mismatch", "lines[0].category")
+        # Both: a contract-priced record billed at the rate card too.
+        changed = copy.deepcopy(inv)
+        changed["lines"].insert(0, rate_card_line(MODEL, "9000", "2.5", "18.5", "46.25", 2))
+        changed.update(net_total="20060.50", total="20060.50")
+        self.assertFail(self.check(al, changed), "claim_mismatch", "lines[0].category")
 
     def test_overage_is_taxed_like_every_line(self):
         # 6 % of 14.25 = 0.855 → 0.86 (half-even: 0.855 is a tie, 5 odd → up), gross 15.11; of 0.00: 0.00.
@@ -517,23 +534,30 @@ class AllowanceInvoices(VerifierTestCase):
         self.assertPass(self.check(al, inv))
 
     def test_a_model_not_included_is_not_the_contracts(self):
-        """Only H100 is included: the lease's A100 records (rated by the rate card, their line not
-        re-rated here) count toward nothing; the H100 row shows only H100 usage."""
+        """Only H100 is included: the lease's A100 record (1 GPU-h, rated by the rate card at 10:
+        a gpu line of 10.00, first) counts toward nothing; the H100 row shows only H100 usage."""
         al = AllowanceLog()
         al.record("2027-01-05T10:00:00Z", 3600, "1", OTHER)
         al.record("2027-01-06T10:00:00Z", 1800)
-        inv = make_invoice(al, JAN, [fee_line(JAN), included_line(JAN, "1800", "0.5", "0.5", "1", 1)],
+        inv = make_invoice(al, JAN, [rate_card_line(OTHER, "3600", "1", "10", "10.00", 1), fee_line(JAN),
+                                     included_line(JAN, "1800", "0.5", "0.5", "1", 1)],
                            [allowance_row(JAN, "3600", "1800", "0")])
         self.assertPass(self.check(al, inv))
+        # Without its gpu line (totals adjusted), the A100 record is missing from the invoice.
+        inv["lines"].pop(0)
+        inv.update(net_total="20000.00", total="20000.00")
+        self.assertFail(self.check(al, inv), "claim_mismatch", "lines[0].category")
 
     def test_records_outside_the_term_are_not_contract_priced(self):
         """An invoice of December and January; the contract's term starts on 1 January: the
-        December H100 record (2 GPU-h) is the rate card's, January's row counts January only."""
+        December H100 record (2 GPU-h) is the rate card's (2 × 18.5 = 37.00), January's row
+        counts January only."""
         al = AllowanceLog()
         al.record("2026-12-20T10:00:00Z", 3600, "2", received_at="2026-12-20T11:00:02Z")
         al.record("2027-01-06T10:00:00Z", 1800)
         inv = make_invoice(al, ("2026-12-01T00:00:00Z", JAN[1]),
-                           [fee_line(JAN), included_line(JAN, "1800", "0.5", "0.5", "1", 1)],
+                           [rate_card_line(MODEL, "7200", "2", "18.5", "37.00", 1), fee_line(JAN),
+                            included_line(JAN, "1800", "0.5", "0.5", "1", 1)],
                            [allowance_row(JAN, "3600", "1800", "0")])
         self.assertPass(self.check(al, inv))
 
@@ -546,18 +570,19 @@ class AllowanceInvoices(VerifierTestCase):
         inv = make_invoice(al, JAN, [fee_line(JAN), included_line(JAN, "3600", "1", "2", "1", 1),
                                      overage_line(JAN, "3600", "1", "9.5", "9.50", "1", 1)],
                            [allowance_row(JAN, "3600", "7200", "3600")])
+        self.assertFail(self.check(al, inv), "claim_mismatch", "excluded")
+        inv["excluded"] = [{"entry": disputed, "reason": "tenant disputes the job"}]
         self.assertPass(self.check(al, inv))
 
     def test_overage_draws_down_the_commitment(self):
-        """A commitment of 100 a month; a usage line of 50.00 (the lease's A100, not re-rated)
-        and the overage of 14.25: drawn 64.25, true-up 35.75. Lines: usage, fee, included,
-        overage, true-up."""
+        """A commitment of 100 a month; a usage line of 50.00 (the lease's A100, 5 GPU-h at the
+        rate card's 10) and the overage of 14.25: drawn 64.25, true-up 35.75. Lines: usage, fee,
+        included, overage, true-up."""
         al = AllowanceLog(commitment="100")
         al.record("2027-01-05T10:00:00Z", 3600, "2")
         al.record("2027-01-06T10:00:00Z", 1800, "1")
-        usage = taxed({"kind": "gpu", "description": "GPU compute, A100, west, reserved", "region": "west",
-                       "gpu_model": OTHER, "class": "reserved", "quantity": "5", "unit": "GPU-h",
-                       "gpu_seconds": "18000", "unit_price": "10", "net": "50.00", "records": 1})
+        al.record("2027-01-07T10:00:00Z", 18000, "1", OTHER)
+        usage = rate_card_line(OTHER, "18000", "5", "10", "50.00", 1)
         true_up = taxed({"kind": "true_up", "description": f"Minimum commitment true-up, contract {CONTRACT}",
                          "region": "west", "contract": CONTRACT, "quantity": "1", "unit": "period",
                          "unit_price": "35.75", "net": "35.75", "records": 0})
@@ -655,7 +680,7 @@ class AllowanceInvoices(VerifierTestCase):
         changed.update(net_total="20000.00", total="20000.00")
         self.assertFail(self.check(al, changed, feb_records), "claim_mismatch", "lines[2]")
         # Before INV-000001 is in the bundle (no earlier invoice), the record is not late: it starts
-        # outside the period and is rated nowhere.
+        # in no period the invoice covers (outside_period, as InvoiceCheck says).
         no_earlier = make_invoice(al, FEB, feb["lines"][:2], feb["allowances"], number="INV-000002")
         records = sorted(al.records_in(FEB) + [late_jan])
         size = no_earlier["checkpoint_size"]
@@ -663,8 +688,9 @@ class AllowanceInvoices(VerifierTestCase):
                    if al.log.entries[i].kind != "invoice_issued"]
         data = producer.bundle_bytes(producer.make_bundle(al.log, size, context, records, {"invoice": "INV-000002"}))
         path = self.write("invoice.json", json.dumps(no_earlier, ensure_ascii=False))
-        self.assertPass(gv.verify_bundle(self.write("bundle.ndjson", data),
-                                         gv.parse_verifier_key(al.log.verifier_key()), path))
+        self.assertFail(gv.verify_bundle(self.write("bundle.ndjson", data),
+                                         gv.parse_verifier_key(al.log.verifier_key()), path),
+                        "outside_period", f"entry {late_jan}")
 
         al.issue("INV-000002", FEB, feb["total"])
         late_jan2 = al.record("2027-01-25T10:00:00Z", 1800, received_at="2027-03-01T02:00:00Z")
@@ -680,6 +706,7 @@ class AllowanceInvoices(VerifierTestCase):
         # An excluded late record counts nowhere.
         al.log.exclude("acme", late_feb, "tenant disputes the job", "2027-03-01T03:00:00Z")
         mar2 = make_invoice(al, MAR, mar["lines"][:2], mar["allowances"], number="INV-000003")
+        mar2["excluded"] = [{"entry": late_feb, "reason": "tenant disputes the job"}]
         self.assertPass(self.check(al, mar2, mar_records))
 
     def test_late_overage_draws_nothing_down(self):

@@ -69,10 +69,10 @@ class FixtureInvoice(VerifierTestCase):
         s = r.summary["invoice"]
         self.assertEqual((s["number"], s["tenant"], s["currency"]), ("INV-000001", "acme", "CNY"))
         self.assertEqual((s["contracts"], s["contract_lines"], s["commitments"]), (["C-acme-2027"], 4, 1))
-        self.assertEqual((s["usage_lines"], s["other_lines"], s["usage_lines_rerated"]), (1, 0, False))
+        self.assertEqual((s["usage_lines"], s["other_lines"], s["usage_lines_rerated"]), (1, 0, True))
         self.assertEqual(s["total"], "2687.58")
         self.assertIn("4 contract lines", r.message)
-        self.assertIn("NOT re-rated", r.message)
+        self.assertIn("adjustment lines re-rated from the bundle's 1 records", r.message)
 
     def test_without_the_option_nothing_changes(self):
         r = gv.verify_bundle(FIXTURE_BUNDLE, self.key)
@@ -89,7 +89,7 @@ class FixtureInvoice(VerifierTestCase):
         self.assertEqual(rc, 0, out.getvalue())
         obj = json.loads(out.getvalue())
         self.assertEqual(obj["result"], "PASS")
-        self.assertFalse(obj["summary"]["invoice"]["usage_lines_rerated"])
+        self.assertTrue(obj["summary"]["invoice"]["usage_lines_rerated"])
         self.invoice["lines"][2]["net"] = "1650.01"
         path = self.write("invoice.json", json.dumps(self.invoice))
         out = io.StringIO()
@@ -187,22 +187,26 @@ class FixtureInvoice(VerifierTestCase):
             inv["lines"].insert(4, copy.deepcopy(inv["lines"][3]))
         self.assertFail(self.edited(extra), "claim_mismatch", "lines[4].category")
 
-    def test_drawn_follows_the_invoices_usage_nets(self):
-        # The usage line is not re-rated: with its net 185.01 the draw-down is 185.01 and the
-        # true-up 347.25, so the edited invoice is consistent in everything this check recomputes.
+    def test_drawn_follows_the_rerated_usage(self):
+        # The usage line is re-rated from the record (10 GPU-h at 18.5 = 185.00): a usage net of
+        # 185.01 with the draw-down and the true-up made to match (185.01, 347.25) is named at
+        # the usage line, where the invoice first differs from the records.
         def edit(inv):
             inv["lines"][0].update(net="185.01", gross="185.01")
             inv["lines"][4].update(net="347.25", gross="347.25", unit_price="347.25")
             inv["commitments"][0].update(drawn="185.01", true_up="347.25")
-        self.assertPass(self.edited(edit))
-
-        def true_up_kept(inv):
-            inv["lines"][0].update(net="185.01", gross="185.01")
-        self.assertFail(self.edited(true_up_kept), "claim_mismatch", "lines[4].gross")
+        self.assertFail(self.edited(edit), "claim_mismatch", "lines[0].gross")
+        self.assertFail(self.edited(lambda inv: inv["lines"][0].update(net="185.01")),
+                        "claim_mismatch", "lines[0].net")
 
         def not_money(inv):
             inv["lines"][0].update(net="185.0", gross="185.0")
-        self.assertFail(self.edited(not_money), "claim_mismatch", "lines[0].net")
+        self.assertFail(self.edited(not_money), "claim_mismatch", "lines[0].gross")
+        # Taken as stated (rerate_usage=False), the first edit is consistent in everything else.
+        inv = copy.deepcopy(self.invoice)
+        edit(inv)
+        path = self.write("invoice.json", json.dumps(inv))
+        self.assertPass(gv.verify_bundle(FIXTURE_BUNDLE, self.key, path, rerate_usage=False))
 
     def test_taxes_are_recomputed_with_the_declared_rates(self):
         # 1650.00 × 0.06 = 99.00; 5.32 × 0.125 = 0.665 → 0.66 (half-even).
@@ -230,7 +234,10 @@ class FixtureInvoice(VerifierTestCase):
     # the period, the subject, the invoice's form
 
     def test_a_period_that_splits_a_committed_billing_period(self):
+        # Ending at the usage record's start: the record is in no period the invoice covers.
         r = self.edited(lambda inv: inv["period"].update(to="2027-01-20T00:00:00Z"))
+        self.assertFail(r, "outside_period", "entry 7")
+        r = self.edited(lambda inv: inv["period"].update(to="2027-01-25T00:00:00Z"))
         self.assertFail(r, "claim_mismatch", "period")
         self.assertIn("[2027-01-15T12:00:00Z, 2027-02-01T00:00:00Z)", r.message)
         self.assertIn("C-acme-2027", r.message)
@@ -486,13 +493,13 @@ class ContractInvoices(LogBundleTestCase):
         log.contract("u", "C-U", "2027-01-01T00:00:00Z", "2028-01-01T00:00:00Z", at,
                      fees=[producer.fee("Other", "1")], commitment="5")
 
-    def run_invoice(self, inv):
+    def run_invoice(self, inv, rerate=True):
         size = len(self.log.entries)
         context = [e.index for e in self.log.entries]
         lines = producer.make_bundle(self.log, size, context, [], {"invoice": self.NUMBER})
         bundle = self.write("bundle.ndjson", producer.bundle_bytes(lines))
         path = self.write("invoice.json", json.dumps(inv, ensure_ascii=False))
-        return gv.verify_bundle(bundle, gv.parse_verifier_key(self.log.verifier_key()), path)
+        return gv.verify_bundle(bundle, gv.parse_verifier_key(self.log.verifier_key()), path, rerate_usage=rerate)
 
     def invoice(self, period, lines, commitments, totals, currency="CNY"):
         size = len(self.log.entries)
@@ -571,17 +578,20 @@ class ContractInvoices(LogBundleTestCase):
                           adjustment_for={"from": "2026-12-01T00:00:00Z", "to": "2027-01-01T00:00:00Z"})
         inv["lines"] = [usage] + inv["lines"] + [adjustment]
         # drawn 1800.00: the true-up is 1790.32 - 1800.00 < 0, so no true-up line; the adjustment
-        # line draws nothing down.
+        # line draws nothing down. These usage lines have no records behind them: taken as
+        # stated (rerate=False; test_usage_rating.py re-rates logged ones).
         del inv["lines"][8]
         inv["commitments"][0].update(drawn="1800.00", true_up="0.00")
         inv.update(net_total="8185.90", total="8185.90")
-        self.assertPass(self.run_invoice(inv))
+        self.assertPass(self.run_invoice(inv, rerate=False))
         moved = copy.deepcopy(inv)
         moved["lines"].insert(1, moved["lines"].pop())
-        self.assertFail(self.run_invoice(moved), "claim_mismatch", "lines[1].adjustment_for")
+        self.assertFail(self.run_invoice(moved, rerate=False), "claim_mismatch", "lines[1].adjustment_for")
         kept = copy.deepcopy(inv)
         kept["lines"].insert(8, self.true_up("C-A", "0.00", "0"))
-        self.assertFail(self.run_invoice(kept), "claim_mismatch", "lines[8].category")
+        self.assertFail(self.run_invoice(kept, rerate=False), "claim_mismatch", "lines[8].category")
+        # Re-rated, the bundle's records (none) make no usage line.
+        self.assertFail(self.run_invoice(inv), "claim_mismatch", "lines[0].category")
 
     def test_a_period_that_splits_a_committed_month(self):
         inv = self.quarter()

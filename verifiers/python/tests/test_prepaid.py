@@ -450,7 +450,9 @@ class PrepaidInvoices(LogBundleTestCase):
     """Invoices written by hand over producer logs, checked with `bundle --invoice` on the
     invoice's bundle (section 14: the context producer.context_for gives it). The invoice is
     for tenant t, December 2026 (PERIOD), in CNY unless said, with one usage line of net =
-    total (usage lines are not re-rated), issued at the log's size, at ISSUED unless said. The base log: 0
+    total, issued at the log's size, at ISSUED unless said; its usage line is taken as it says
+    (`verify_bundle(..., rerate_usage=False)`: these logs hold no records, and the draws are the
+    subject here; ProducerFixtureInvoice and the Rust fixture re-rate theirs). The base log: 0
     log_policy, 1 tenant_registered t, 2 tenant_registered u."""
 
     ORIGIN = "gpuledger.test/prepaid"
@@ -506,7 +508,7 @@ class PrepaidInvoices(LogBundleTestCase):
         lines = producer.make_bundle(self.log, size, context, [], {"invoice": NUMBER})
         bundle = self.write("bundle.ndjson", producer.bundle_bytes(lines))
         path = self.write("invoice.json", json.dumps(inv, ensure_ascii=False))
-        return gv.verify_bundle(bundle, gv.parse_verifier_key(self.log.verifier_key()), path)
+        return gv.verify_bundle(bundle, gv.parse_verifier_key(self.log.verifier_key()), path, rerate_usage=False)
 
     def four_lots(self):
         self.lot("p-late", "100.00")                                          # 3
@@ -748,20 +750,16 @@ class PrepaidInvoices(LogBundleTestCase):
         bundle = self.write("bundle.ndjson", producer.bundle_bytes(lines))
         key = self.log.verifier_key()
         path = self.write("invoice.json", json.dumps(inv))
-        out = io.StringIO()
-        with redirect_stdout(out):
-            rc = gv.main(["bundle", "--bundle", bundle, "--log-key", key, "--invoice", path, "--json"])
-        self.assertEqual(rc, 0, out.getvalue())
-        obj = json.loads(out.getvalue())
-        self.assertEqual(obj["summary"]["invoice"]["prepaid"], inv["prepaid"])
-        self.assertEqual(obj["summary"]["invoice"]["amount_due"], "0.00")
-        inv["amount_due"] = "1.00"
-        path = self.write("invoice.json", json.dumps(inv))
+        # The command line always re-rates: the hand-written usage line has no record behind it
+        # (ProducerFixtureInvoice runs the command line on an invoice whose usage is logged).
         out = io.StringIO()
         with redirect_stdout(out):
             rc = gv.main(["bundle", "--bundle", bundle, "--log-key", key, "--invoice", path])
         self.assertEqual(rc, 1)
-        self.assertTrue(out.getvalue().startswith("FAIL: claim_mismatch: amount_due: "), out.getvalue())
+        self.assertTrue(out.getvalue().startswith("FAIL: claim_mismatch: lines[0]: "), out.getvalue())
+        self.assertPass(self.run_invoice(inv))
+        inv["amount_due"] = "1.00"
+        self.assertFail(self.run_invoice(inv), "claim_mismatch", "amount_due")
 
 
 class FixtureInvoice(RustInvoiceFixture):
@@ -808,7 +806,7 @@ class ProducerFixtureInvoice(FixtureInvoice):
     """FixtureInvoice's checks on a directory of the fixture's layout written here from a producer
     log: tenant acme, a grant of 100.00 expiring 2027-03-01 and a purchase of 5000.00, an earlier
     invoice (December 2026, total 40.00) that drew 40.00 of the grant; the January invoice,
-    total 185.00, draws the grant's 60.00 and 125.00 of the purchase: amount due 0.00."""
+    total 185.00 (one record, 10 GPU-h at 18.5, re-rated), draws the grant's 60.00 and 125.00 of the purchase: amount due 0.00."""
 
     def fixture_dir(self):
         return os.path.join(self.tmp, "prepaid")
@@ -816,6 +814,7 @@ class ProducerFixtureInvoice(FixtureInvoice):
     def setUp(self):
         VerifierTestCase.setUp(self)
         log = producer.Log(producer.Key.from_byte(0x98), "test.gpuledger/log")
+        node = producer.Key.from_byte(0x99)
         log.policy("2026-11-01T00:00:00Z")
         log.tenant("acme", "2026-11-01T00:00:00Z")
         log.prepayment("acme", "GRANT-1", "100.00", "2026-11-02T00:00:00Z", source="grant",
@@ -823,6 +822,14 @@ class ProducerFixtureInvoice(FixtureInvoice):
         log.prepayment("acme", "TOPUP-2027-0042", "5000.00", "2026-11-02T00:00:00Z")
         log.invoice("INV-000001", "acme", "2026-12-01T00:00:00Z", "2027-01-01T00:00:00Z", 4, "2027-01-01T01:00:00Z",
                     total="40.00")
+        # The January usage: 5 H100s for 2 hours (36000 GPU-s) at 18.5 an hour, 185.00.
+        log.rate_card("west", "H100", "on_demand", "18.5", "2027-01-02T00:00:00Z", "2027-01-01T02:00:00Z")
+        log.node("node-1", "west", "2027-01-01T02:00:00Z", {"H100": 8})
+        log.register("node-1", node, "node", "2027-01-01T02:00:00Z", regions=["west"])
+        log.lease("lease-acme", "acme", "on_demand", "2027-01-01T02:00:00Z",
+                  [producer.lease_count("node-1", "H100", "5")], start="2027-01-01T00:00:00Z")
+        record = log.gpu_usage("node-1", node, "acme", "west", "H100", "5", "2027-01-10T00:00:00Z", 7200,
+                               lease="lease-acme")
         size = len(log.entries)
         usage = {"kind": "gpu", "description": "GPU compute, H100, west, on-demand", "region": "west",
                  "gpu_model": "H100", "class": "on_demand", "quantity": "10", "unit": "GPU-h", "gpu_seconds": "36000",
@@ -837,8 +844,8 @@ class ProducerFixtureInvoice(FixtureInvoice):
                    "prepaid": [{"prepayment": "GRANT-1", "source": "grant", "amount": "60.00"},
                                {"prepayment": "TOPUP-2027-0042", "source": "purchase", "amount": "125.00"}],
                    "amount_due": "0.00"}
-        lines = producer.make_bundle(log, size, producer.context_for(log, size, [], "acme", invoice=True), [],
-                                     {"invoice": "INV-000002"})
+        lines = producer.make_bundle(log, size, producer.context_for(log, size, [record], "acme", invoice=True),
+                                     [record], {"invoice": "INV-000002"})
         self.write("prepaid/invoice.json", json.dumps(invoice, ensure_ascii=False))
         self.write("prepaid/bundle.ndjson", producer.bundle_bytes(lines))
         self.write("prepaid/verifier_key.txt", log.verifier_key() + "\n")

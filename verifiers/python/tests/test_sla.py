@@ -373,13 +373,18 @@ def v3_bundle_bytes(log, size, context, records, subject):
 class SlaLog:
     """A producer log of tenant acme renting `lease-acme` (node-1's H100s by model and count, 2
     unless told) under contract C-acme-sla (TERM, calendar months, FEE_NAME 3000 in advance
-    renting the lease, the SLA of SLA), with the agent's records added by `present`."""
+    renting the lease, the SLA of SLA), with the agent's records added by `present`. The H100s
+    of west are rated by an on-demand rate card of 18.5 per GPU-hour in `rate_currency` (USD
+    unless told: the usage then makes no line on an invoice in CNY, whose lines are of its own
+    currency only, as the ledger rates them; every record is priced, none unpriced)."""
 
     def __init__(self, origin="test.gpuledger/log", fees=None, sla_body=None, lease_items=None, commitment=None,
-                 lease_term=(producer.DEFAULT_LEASE_FROM, None)):
+                 lease_term=(producer.DEFAULT_LEASE_FROM, None), rate_currency="USD"):
         self.log = log = producer.Log(producer.Key.from_byte(0x9c), origin)
         self.node = producer.Key.from_byte(0x9d)
         log.policy("2026-11-01T00:00:00Z")
+        log.rate_card("west", MODEL, "on_demand", "18.5", "2026-11-01T00:00:00Z", "2026-11-01T00:00:00Z",
+                      currency=rate_currency)
         log.tenant("acme", "2026-11-01T00:00:00Z")
         log.node("node-1", "west", "2026-11-01T00:00:00Z", {MODEL: 8})
         log.register("node-1", self.node, "node", "2026-11-01T00:00:00Z", regions=["west"])
@@ -465,8 +470,8 @@ def make_invoice(sl, period, lines, availability=None, commitments=None, number=
 
 class SlaInvoices(VerifierTestCase):
     """Invoices of acme built by hand over an SlaLog, each checked with `bundle --invoice`
-    against a bundle of the invoice's records (usage lines are left out of these invoices: the
-    verifier does not re-rate them, and the availability is measured on the records)."""
+    against a bundle of the invoice's records (their usage is rated in USD by SlaLog's rate card,
+    so these CNY invoices have no usage line; the availability is measured on the records)."""
 
     NUMBER = "INV-000002"
 
@@ -613,9 +618,17 @@ class SlaInvoices(VerifierTestCase):
         feb = self.invoice(sl, FEB, [fee_line(FEB), credit_line(FEB, "10", "99.4047", "-300.00")],
                            [availability_row(FEB, leased, present, "99.4047", "10")])
         self.assertPass(self.check(sl, feb))
-        # The straddling record in February's bundle too (as a late record would be): still
-        # nothing of it counts there.
-        self.assertPass(self.check(sl, feb, records=sl.records_in(("2027-01-31T00:00:00Z", FEB[1]))))
+        # The straddling record in February's bundle too, January not invoiced: it starts in no
+        # period the invoice covers (outside_period, as InvoiceCheck says of it).
+        both = sl.records_in(("2027-01-31T00:00:00Z", FEB[1]))  # 31 January's two records first
+        self.assertFail(self.check(sl, feb, records=both), "outside_period", f"entry {both[0]}")
+        # January invoiced once all these records were logged: they were invoiced already, and
+        # still nothing of the straddling one counts in February.
+        size = len(sl.log.entries)
+        sl.log.invoice("INV-000001", "acme", JAN[0], JAN[1], size, "2027-03-01T02:00:00Z", total="3000.00")
+        feb = self.invoice(sl, FEB, [fee_line(FEB), credit_line(FEB, "10", "99.4047", "-300.00")],
+                           [availability_row(FEB, leased, present, "99.4047", "10")])
+        self.assertPass(self.check(sl, feb, records=both))
 
     def test_an_excluded_record_does_not_count(self):
         """January whole, but the record of 20 January (2 GPUs, a day) excluded by a dispute:
@@ -632,6 +645,9 @@ class SlaInvoices(VerifierTestCase):
         self.assertEqual(truncated4(Fraction(100 * present, leased)), Fraction("96.7741"))
         inv = self.invoice(sl, JAN, [fee_line(JAN), credit_line(JAN, "25", "96.7741", "-750.00")],
                            [availability_row(JAN, leased, present, "96.7741", "25")])
+        # The invoice lists the record it leaves out (`excluded`, recomputed with its lines).
+        self.assertFail(self.check(sl, inv), "claim_mismatch", "excluded")
+        inv["excluded"] = [{"entry": excluded, "reason": "tenant reports the GPUs unreachable"}]
         self.assertPass(self.check(sl, inv))
         # Another tenant's exclusion naming the same entry is not acme's (a bundle of both
         # tenants' registrations).
@@ -726,24 +742,26 @@ class SlaInvoices(VerifierTestCase):
                       r.message)
 
     def test_credits_do_not_draw_down_the_commitment(self):
-        """With a commitment of 5000 and usage of 1000.00 (its line not re-rated): drawn 1000.00,
-        true-up 4000.00, whatever the credit (−300.00); lines: usage, fee, credit, true-up."""
-        sl = SlaLog(commitment="5000")
+        """With a commitment of 30000 and usage rated in CNY (5346000 GPU-s, 1485 GPU-h at 18.5 =
+        27472.50, 32 records: 9 days, 00:00-03:00 and 03:00-24:00 on 10 January, 21 days): drawn
+        27472.50, true-up 2527.50, whatever the credit (−300.00); lines: usage, fee, credit,
+        true-up."""
+        sl = SlaLog(commitment="30000", rate_currency="CNY")
         sl.present(JAN[0], "2027-01-10T00:00:00Z", "2")
         sl.present("2027-01-10T00:00:00Z", "2027-01-10T03:00:00Z", "1")
         sl.present("2027-01-10T03:00:00Z", JAN[1], "2")
         usage = {"kind": "gpu", "description": "GPU compute, H100, west, on-demand", "region": "west",
-                 "gpu_model": MODEL, "class": "on_demand", "quantity": "54.054054", "unit": "GPU-h",
-                 "gpu_seconds": "194594.5944", "unit_price": "18.5", "net": "1000.00", "tax_rate": "0", "tax": "0.00",
-                 "gross": "1000.00", "records": 3}
+                 "gpu_model": MODEL, "class": "on_demand", "quantity": "1485", "unit": "GPU-h",
+                 "gpu_seconds": "5346000", "unit_price": "18.5", "net": "27472.50", "tax_rate": "0", "tax": "0.00",
+                 "gross": "27472.50", "records": 32}
         true_up = {"kind": "true_up", "description": "Minimum commitment true-up, contract C-acme-sla", "region": "west",
-                   "contract": "C-acme-sla", "quantity": "1", "unit": "period", "unit_price": "4000", "net": "4000.00",
-                   "tax_rate": "0", "tax": "0.00", "gross": "4000.00", "records": 0}
+                   "contract": "C-acme-sla", "quantity": "1", "unit": "period", "unit_price": "2527.5", "net": "2527.50",
+                   "tax_rate": "0", "tax": "0.00", "gross": "2527.50", "records": 0}
         inv = self.invoice(sl, JAN, [usage, fee_line(JAN), credit_line(JAN, "10", "99.7983", "-300.00"), true_up],
                            [availability_row(JAN, 2 * JAN_S, 2 * JAN_S - 10800, "99.7983", "10")],
-                           [{"contract": "C-acme-sla", "committed": "5000.00", "drawn": "1000.00",
-                             "true_up": "4000.00"}])
-        self.assertEqual(inv["total"], "7700.00")
+                           [{"contract": "C-acme-sla", "committed": "30000.00", "drawn": "27472.50",
+                             "true_up": "2527.50"}])
+        self.assertEqual(inv["total"], "32700.00")
         self.assertPass(self.check(sl, inv))
         moved = copy.deepcopy(inv)
         moved["lines"][2], moved["lines"][3] = moved["lines"][3], moved["lines"][2]
@@ -827,7 +845,7 @@ class FixtureInvoice(RustInvoiceFixture):
         self.assertPass(r)
         s = r.summary["invoice"]
         self.assertEqual((s["sla_credit_lines"], s["availability"]), (1, len(self.invoice["availability"])))
-        self.assertFalse(s["usage_lines_rerated"])
+        self.assertTrue(s["usage_lines_rerated"])
 
     def test_the_command_line(self):
         out = io.StringIO()
@@ -909,15 +927,15 @@ class ProducerFixtureInvoice(FixtureInvoice):
     """FixtureInvoice's checks on a directory of the fixture's layout written here from a producer
     log (a version-3 bundle, as the ledger writes them): tenant acme, node-1 in west with 8 H100,
     lease-acme (2 H100 by count), C-acme-sla; records of 2 GPUs all January but 1 from 10
-    January 00:00 to 03:00; its January invoice: usage 1485 GPU-h at 18.5 = 27472.50 (not
-    re-rated), rent 3000.00, credit −300.00, total 30172.50."""
+    January 00:00 to 03:00; its January invoice: usage 1485 GPU-h at 18.5 = 27472.50 (32
+    records), rent 3000.00, credit −300.00, total 30172.50."""
 
     def fixture_dir(self):
         return os.path.join(self.tmp, "sla")
 
     def setUp(self):
         VerifierTestCase.setUp(self)
-        sl = SlaLog()
+        sl = SlaLog(rate_currency="CNY")
         sl.present(JAN[0], "2027-01-10T00:00:00Z", "2")
         sl.present("2027-01-10T00:00:00Z", "2027-01-10T03:00:00Z", "1")
         sl.present("2027-01-10T03:00:00Z", JAN[1], "2")
@@ -926,7 +944,7 @@ class ProducerFixtureInvoice(FixtureInvoice):
         usage = {"kind": "gpu", "description": "GPU compute, H100, west, on-demand", "region": "west",
                  "gpu_model": MODEL, "class": "on_demand", "quantity": "1485", "unit": "GPU-h",
                  "gpu_seconds": "5346000", "unit_price": "18.5", "net": "27472.50", "tax_rate": "0", "tax": "0.00",
-                 "gross": "27472.50", "records": 33}
+                 "gross": "27472.50", "records": 32}
         invoice = make_invoice(sl, JAN, [usage, fee_line(JAN), credit_line(JAN, "10", "99.7983", "-300.00")],
                                [availability_row(JAN, 2 * JAN_S, 2 * JAN_S - 10800, "99.7983", "10")],
                                number="INV-000001")
