@@ -5,7 +5,7 @@
 
 import { h, t, replace, currentLocale, setLocale, LOCALES } from "./lib/dom.js";
 import { showResult } from "./lib/trust.js";
-import { verifyBundle, verifyCertificate } from "./verify/index.js";
+import { verifyBundle, verifyCertificate, verifyInvoice } from "./verify/index.js";
 
 function render() {
   setLocale(currentLocale());
@@ -20,6 +20,7 @@ function render() {
     render();
   });
   const cert = h("input", { id: "offline-certificate", type: "file", accept: ".json,application/json" });
+  const invoice = h("input", { id: "offline-invoice", type: "file", accept: ".json,application/json" });
   const bundle = h("input", { id: "offline-bundle", type: "file", required: true });
   const key = h("textarea", { id: "offline-key", rows: 2, spellcheck: "false", required: true, placeholder: t("trust_paste_placeholder") });
   const witnesses = h("textarea", { id: "offline-witnesses", rows: 2, spellcheck: "false", placeholder: t("trust_witnesses_placeholder") });
@@ -45,10 +46,13 @@ function render() {
           },
         };
         try {
-          const r = cert.files[0]
-            ? await verifyCertificate({ ...args, certificateText: await cert.files[0].text() })
-            : await verifyBundle(args);
-          showResult(out, r, { source: "pasted", evidence: true, servedCode: false, witnessHint: "offline" });
+          if (cert.files[0] && invoice.files[0]) throw new Error(t("offline_one_document"));
+          let r;
+          if (invoice.files[0]) r = await verifyInvoice({ ...args, invoiceText: await invoice.files[0].text() });
+          else if (cert.files[0]) r = await verifyCertificate({ ...args, certificateText: await cert.files[0].text() });
+          else r = await verifyBundle(args);
+          const evidence = !invoice.files[0];
+          showResult(out, r, { source: "pasted", evidence, servedCode: false, witnessHint: "offline" });
         } catch (e) {
           replace(out, h("p", { class: "error", role: "alert" }, t("error_with", { message: e.message })));
         }
@@ -56,6 +60,8 @@ function render() {
     },
     h("label", { for: "offline-certificate" }, t("offline_certificate")),
     cert,
+    h("label", { for: "offline-invoice" }, t("offline_invoice")),
+    invoice,
     h("label", { for: "offline-bundle" }, t("offline_bundle")),
     bundle,
     h("label", { for: "offline-key" }, t("trust_paste_label_offline")),

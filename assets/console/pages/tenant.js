@@ -513,11 +513,19 @@ async function invoicePage(main, number) {
     [t("balance_due"), account.balance_due !== undefined ? money(account.balance_due) : null],
     [t("status"), account.status ? statusCell(account.status) : null],
   ].filter(([, v]) => v !== null && v !== undefined);
+  const checkOut = h("div", { class: "check-result", id: "invoice-check", "aria-live": "polite" });
   replace(
     main,
     h("p", {}, h("a", { href: "#/invoices" }, t("back_to_invoices"))),
     h("h1", { id: "invoice-title", dataset: { invoice: inv.number } }, t("invoice_title", { number: inv.number })),
-    h("section", { class: "card" }, h("dl", { class: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])), invoiceDownloads(inv.number)),
+    h(
+      "section",
+      { class: "card" },
+      h("dl", { class: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+      invoiceDownloads(inv.number),
+      h("div", { class: "actions" }, invoiceCheckButton(inv.number, checkOut)),
+      checkOut,
+    ),
     h(
       "section",
       { class: "card" },
@@ -890,16 +898,17 @@ export async function certificatesPage(main, id) {
   await fillList();
 }
 
-function checkButton(id, out) {
+/** A button that runs `check` once at a time (disabled while it runs). */
+function runButton(attrs, check) {
   return h(
     "button",
     {
       type: "button",
-      dataset: { check: id },
+      ...attrs,
       onclick: async (ev) => {
         ev.target.disabled = true;
         try {
-          await checkCertificate(id, out);
+          await check();
         } finally {
           ev.target.disabled = false;
         }
@@ -909,20 +918,31 @@ function checkButton(id, out) {
   );
 }
 
-/** Fetches a certificate and its bundle and checks them here, with the verifier module. */
-export async function checkCertificate(id, out) {
+function checkButton(id, out) {
+  return runButton({ dataset: { check: id } }, () => checkCertificate(id, out));
+}
+
+/** The button that recomputes invoice `number` from its bundle here, into `out`. */
+function invoiceCheckButton(number, out) {
+  return runButton({ id: "invoice-check-button" }, () => checkInvoice(number, out));
+}
+
+/**
+ * Fetches a document (`path`) and its evidence bundle (`path`/bundle) and checks them here with
+ * the verifier module into `out`: `verify(v, text, args)` runs the check of the document's kind.
+ * `evidence`: whether the verdict says that invoice amounts were not checked.
+ */
+async function checkFetched(out, path, verify, evidence) {
   const bar = h("progress", { max: 1, value: 0, "aria-label": t("progress") });
   replace(out, h("p", { class: "muted" }, t("checking")), bar);
   try {
-    const enc = encodeURIComponent(id);
-    const [certificateText, bundle, trust, v] = await Promise.all([
-      getText(`/v1/certificates/${enc}`),
-      getBlob(`/v1/certificates/${enc}/bundle`),
+    const [text, bundle, trust, v] = await Promise.all([
+      getText(path),
+      getBlob(`${path}/bundle`),
       trustForChecks(),
       loadVerifier(),
     ]);
-    const result = await v.verifyCertificate({
-      certificateText,
+    const result = await verify(v, text, {
       bundle,
       logKey: trust.logKey,
       witnesses: trust.witnesses,
@@ -932,10 +952,25 @@ export async function checkCertificate(id, out) {
         bar.value = done;
       },
     });
-    showResult(out, result, { source: trust.source, evidence: true });
+    showResult(out, result, { source: trust.source, evidence });
   } catch (e) {
     replace(out, h("p", { class: "error", role: "alert" }, t("error_with", { message: e.message })));
   }
+}
+
+/**
+ * Fetches an invoice (the document as issued) and its evidence bundle and recomputes every line,
+ * total, commitment, availability and prepaid draw here (verify/invoice.js).
+ */
+export async function checkInvoice(number, out) {
+  const path = `/v1/invoices/${encodeURIComponent(number)}`;
+  await checkFetched(out, path, (v, invoiceText, args) => v.verifyInvoice({ ...args, invoiceText }), false);
+}
+
+/** Fetches a certificate and its bundle and checks them here, with the verifier module. */
+export async function checkCertificate(id, out) {
+  const path = `/v1/certificates/${encodeURIComponent(id)}`;
+  await checkFetched(out, path, (v, certificateText, args) => v.verifyCertificate({ ...args, certificateText }), true);
 }
 
 async function certificatePage(main, id) {

@@ -273,9 +273,9 @@ class Registry {
  * order, the checkpoint, each leaf, the hash chain where the bundle holds the entry before,
  * the key of every entry by position, every signature strictly, and inclusion (per entry in
  * v2, the multi-proof in v3). `makeSubject(header, anchor)` is called once the header is
- * verified (it checks the certificate against it) and returns
- * {tenant, context(index, entry), record(index, leafHash, entry)} or null. `witnesses(note)`,
- * when given, is the witness step, run on the header's checkpoint first.
+ * verified (it checks the certificate or invoice against it) and returns
+ * {tenant, context(index, entry, receivedAt), record(index, leafHash, entry)} or null.
+ * `witnesses(note)`, when given, is the witness step, run on the header's checkpoint first.
  * Returns the summary; throws Failure at the first failure in line order.
  */
 export async function checkBundle({ input, logKey, logKeyId, importKey, makeSubject, onProgress, steps, witnesses }) {
@@ -594,7 +594,7 @@ export async function checkBundle({ input, logKey, logKeyId, importKey, makeSubj
       }
       await registry.apply(index, e, importKey);
       admission.apply(index, e);
-      if (subject) await subject.context(index, e);
+      if (subject) await subject.context(index, e, leaf.received_at);
     } else {
       admission.apply(index, e);
       pendingSigs.push({ index, promise: key.verify(e.message, e.sig) });

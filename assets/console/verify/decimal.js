@@ -69,7 +69,7 @@ export class Dec {
     return a < b ? -1 : a > b ? 1 : 0;
   }
 
-  /** The canonical spelling: no trailing fraction zeros, no leading zeros. */
+  /** The canonical spelling: no trailing fraction zeros, no leading zeros (`-` if negative). */
   toString() {
     let c = this.coef;
     let s = this.scale;
@@ -77,7 +77,81 @@ export class Dec {
       c /= 10n;
       s--;
     }
-    const digits = c.toString().padStart(s + 1, '0');
-    return s === 0 ? digits : `${digits.slice(0, -s)}.${digits.slice(-s)}`;
+    return new Dec(c, s).toScaled();
+  }
+
+  // ---- Signed arithmetic and the rounding rules of invoices (invoice.js). Amounts can be
+  // negative there (an SLA credit's net), and a value keeps its scale as rust_decimal does
+  // (`148.00` stays `148.00`): `toScaled` writes it so, `toString` canonically.
+
+  /** Parses a plain decimal with an optional leading `-`; null when it is not one. */
+  static parseSigned(s) {
+    if (typeof s !== 'string') return null;
+    const negative = s.startsWith('-');
+    const d = Dec.parse(negative ? s.slice(1) : s);
+    return d && negative ? d.neg() : d;
+  }
+
+  /**
+   * `num` ÷ `den` rounded to `places` fraction digits, exactly (BigInt): `half_even` (ties to
+   * the even digit, rust_decimal's MidpointNearestEven) or `to_zero` (truncated, ToZero). The
+   * result has exactly `places` digits of scale.
+   */
+  static quotient(num, den, places, mode = 'half_even') {
+    let n = num.coef * 10n ** BigInt(den.scale + places);
+    let d = den.coef * 10n ** BigInt(num.scale);
+    if (d === 0n) throw new RangeError('division by zero');
+    if (d < 0n) {
+      n = -n;
+      d = -d;
+    }
+    let q = n / d;
+    const r = n - q * d;
+    if (mode === 'half_even' && r !== 0n) {
+      const twice = 2n * (r < 0n ? -r : r);
+      if (twice > d || (twice === d && q % 2n !== 0n)) q += n < 0n ? -1n : 1n;
+    }
+    return new Dec(q, places);
+  }
+
+  /** This rounded to `places` digits (`half_even` or `to_zero`), with exactly that scale. */
+  round(places, mode = 'half_even') {
+    return Dec.quotient(this, Dec.int(1), places, mode);
+  }
+
+  /** This with at least `places` fraction digits, never rounded (rating.rs `pad_amount`). */
+  pad(places) {
+    return this.scale >= places ? this : new Dec(this.#at(places), places);
+  }
+
+  sub(o) {
+    return this.add(o.neg());
+  }
+
+  neg() {
+    return new Dec(-this.coef, this.scale);
+  }
+
+  isZero() {
+    return this.coef === 0n;
+  }
+
+  /** The smaller of this and `o` (this when equal, as `Ord::min` keeps the first). */
+  min(o) {
+    return o.cmp(this) < 0 ? o : this;
+  }
+
+  /** The larger of this and `o` (`o` when equal, as `Ord::max` keeps the second). */
+  max(o) {
+    return o.cmp(this) >= 0 ? o : this;
+  }
+
+  /** The spelling with exactly this value's scale (rust_decimal's Display: `148.00`, `-0.5`). */
+  toScaled() {
+    const negative = this.coef < 0n;
+    const digits = (negative ? -this.coef : this.coef).toString().padStart(this.scale + 1, '0');
+    const s = this.scale;
+    const text = s === 0 ? digits : `${digits.slice(0, -s)}.${digits.slice(-s)}`;
+    return negative ? `-${text}` : text;
   }
 }

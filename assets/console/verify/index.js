@@ -77,17 +77,32 @@
 //   holds (`reference_used`; the context carries the tenant's own), and its `expires_at`, if
 //   any, after the entry's `received_at` (`invalid_field`).
 //
-// NOT checked here (the offline verifier, `gpuledger verify`, does; every verdict on evidence
-// says so, lib/trust.js `showResult`):
-// - invoices (the recomputation of docs/RATING.md, a contract's fee, SLA credit and true-up
-//   lines and the invoice's `availability`, and what the invoice draws from the tenant's
-//   prepaid lots, its `prepaid` and `amount_due`, included).
-// And whatever it checks, code served by the log's own server cannot protect against that
+// - invoices (`verifyInvoice`, invoice.js; crates/core/src/invoice.rs `InvoiceCheck`): that
+//   the bundle is the invoice's (subject, checkpoint size, root and origin), each record the
+//   tenant's and in the invoice's period or an earlier invoiced one (`wrong_tenant`,
+//   `outside_period`), and the whole document recomputed exactly from the bundle: the usage
+//   lines by docs/RATING.md (rating.js: rate cards and spot prices split at each price change,
+//   region parameters for energy, volume tiers, late records as adjustment lines, excluded
+//   records), the contract lines (contract_lines.js: fees in advance, in arrears and once,
+//   prorated by the second; included GPU-hours and overage and the `allowances`; SLA credits
+//   and the `availability`; commitments and their true-ups), tax and gross at the rates the
+//   invoice declares, the totals and `due_at`, and what it draws from the tenant's prepaid
+//   lots (prepaid.js: `prepaid`, `amount_due`); the first member that differs is
+//   `claim_mismatch` with its path (`lines[2].net`, `total`, `availability`), as
+//   `gpuledger verify --invoice` names it.
+//
+//   Version 1 documents (no `format` member, issued before `gpuledger-invoice/v2`) are
+//   recomputed by their own rules (crates/core/src/invoice/v1.rs: usage lines with an
+//   `amount` each, no tax, `total` = Σ amount).
+//
+// Everything `gpuledger verify` checks of a certificate, a bundle, a checkpoint, a consistency
+// proof or an invoice is checked here too. And whatever it checks, code served by the log's own server cannot protect against that
 // server: docs/CONSOLE.md says how to run it from a copy you trust (offline.html).
 //
 // Memory: the bundle is read as a stream (Blob.stream()); the verifier keeps the context
 // entries and 40 bytes per entry (index and leaf hash, §14.2), never the whole file or the
-// multi-proof's nodes, so a bundle of 100 MB or more verifies in a browser tab.
+// multi-proof's nodes (an invoice's check keeps its running sums per line, not the records),
+// so a bundle of 100 MB or more verifies in a browser tab.
 
 import { b64decode } from './jcs.js';
 import { PublicKey } from './ed25519.js';
@@ -95,6 +110,7 @@ import { checkQuorum, envelopeKeyId, parseVerifierKey, verifyCheckpointNote, not
 import { verifyConsistency as consistencyProof } from './merkle.js';
 import { checkBundle } from './bundle.js';
 import { CertificateCheck, checkCertificateSignature, parseCertificate } from './certificate.js';
+import { InvoiceCheck, parseInvoice } from './invoice.js';
 import { Failure, run } from './result.js';
 
 export { Failure } from './result.js';
@@ -189,6 +205,22 @@ async function bundleSteps(steps, { bundle, logKey, onProgress, makeSubject, wit
 }
 
 /**
+ * The witness check of a bundle header's checkpoint for `bundleSteps` (`check`; null without
+ * witnesses) and the summary of what it found (`summary()`).
+ */
+function headerWitnesses(steps, witnesses, quorum) {
+  let found = null;
+  const check =
+    witnesses && witnesses.length
+      ? async (note) => {
+          found = await witnessStep(steps, note, witnesses, quorum, 'checkpoint');
+          return found;
+        }
+      : null;
+  return { check, summary: () => witnessSummary(found, witnesses, quorum) };
+}
+
+/**
  * Verifies a certificate with its evidence bundle (§15, §16.6).
  * @param {{certificateText: string, bundle: Blob|string|Uint8Array|ReadableStream, logKey: string,
  *   witnesses?: string[], quorum?: number, onProgress?: (done: number, total: number|null) => void}} args
@@ -226,20 +258,58 @@ export async function verifyCertificate({ certificateText, bundle, logKey, witne
   });
 }
 
+/**
+ * Verifies an invoice (`gpuledger-invoice/v2`, as `GET /v1/invoices/{number}` serves it) with
+ * its evidence bundle (§15; crates/verifier `invoice`): the bundle as `verifyBundle` does, then
+ * the invoice recomputed from it (invoice.js `InvoiceCheck`).
+ * @param {{invoiceText: string, bundle: Blob|string|Uint8Array|ReadableStream, logKey: string,
+ *   witnesses?: string[], quorum?: number, onProgress?: (done: number, total: number|null) => void}} args
+ */
+export async function verifyInvoice({ invoiceText, bundle, logKey, witnesses, quorum, onProgress }) {
+  return run(async (steps) => {
+    const key = await logKeyOf(logKey, steps);
+    const inv = parseInvoice(invoiceText);
+    const w = headerWitnesses(steps, witnesses, quorum);
+    const { subject, summary } = await bundleSteps(steps, {
+      bundle,
+      logKey: key,
+      onProgress,
+      witnesses: w.check,
+      makeSubject: async (header, anchor) => {
+        const check = new InvoiceCheck(inv);
+        await steps.step('invoice matches bundle', () => check.checkHeader(header, anchor), () => 'same checkpoint, origin and subject');
+        return check;
+      },
+    });
+    const computed = await steps.step(
+      'claims',
+      () => subject.finish(),
+      (c) =>
+        (c.format ? `${c.lines.length} lines, net ${c.net_total}, tax ${c.tax_total} at the rates it declares` : `${c.lines.length} lines (version 1)`) +
+        `, total ${c.total} ${c.currency}${c.amount_due !== undefined ? `, ${c.amount_due} due after prepaid lots` : ''}` +
+        `: recomputed exactly from ${summary.records} signed records`,
+    );
+    const v2 = computed.format === 'gpuledger-invoice/v2';
+    return {
+      ...summary,
+      invoice: computed.number,
+      tenant: computed.tenant,
+      currency: computed.currency,
+      total: computed.total,
+      ...(v2 ? { net_total: computed.net_total, tax_total: computed.tax_total } : {}),
+      format: v2 ? computed.format : 'gpuledger-invoice/v1',
+      witnesses: w.summary(),
+    };
+  });
+}
+
 /** Verifies an evidence bundle alone (§15 steps 1, 2 and 4; §16.6 on its header's checkpoint). */
 export async function verifyBundle({ bundle, logKey, witnesses, quorum, onProgress }) {
   return run(async (steps) => {
     const key = await logKeyOf(logKey, steps);
-    let found = null;
-    const witnessCheck =
-      witnesses && witnesses.length
-        ? async (note) => {
-            found = await witnessStep(steps, note, witnesses, quorum, 'checkpoint');
-            return found;
-          }
-        : null;
-    const { summary } = await bundleSteps(steps, { bundle, logKey: key, onProgress, witnesses: witnessCheck });
-    return { ...summary, witnesses: witnessSummary(found, witnesses, quorum) };
+    const w = headerWitnesses(steps, witnesses, quorum);
+    const { summary } = await bundleSteps(steps, { bundle, logKey: key, onProgress, witnesses: w.check });
+    return { ...summary, witnesses: w.summary() };
   });
 }
 
