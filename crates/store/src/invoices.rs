@@ -1169,7 +1169,7 @@ pub fn balances(conn: &mut DbConn, tenant: &str) -> Result<Balances, StoreError>
         Kind::CreditNote.as_str(),
     ];
     let idxs: Vec<i64> = entries::table
-        .filter(entries::tenant.eq(tenant))
+        .filter(read::tenant_is(tenant))
         .filter(entries::kind.eq_any(kinds))
         .order(entries::idx.asc())
         .select(entries::idx)
@@ -1334,7 +1334,7 @@ fn settlements(
         .select((entries::idx, entries::leaf))
         .into_boxed();
     if let Some(t) = tenant {
-        q = q.filter(entries::tenant.eq(t));
+        q = q.filter(read::tenant_is(t));
     }
     let rows: Vec<(i64, Vec<u8>)> = q.load(conn)?;
     let mut by_invoice: HashMap<String, Vec<SettlementView>> = HashMap::new();

@@ -39,7 +39,7 @@ pub fn book(conn: &mut DbConn, tenant: Option<&str>, size: u64) -> Result<Prepai
         .select((entries::idx, entries::received_at, entries::leaf))
         .into_boxed();
     if let Some(t) = tenant {
-        q = q.filter(entries::tenant.eq(t));
+        q = q.filter(super::read::tenant_is(t));
     }
     for (i, at, leaf) in q.load::<(i64, i64, Vec<u8>)>(conn)? {
         let at = Timestamp::from_unix(at)
