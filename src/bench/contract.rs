@@ -15,7 +15,6 @@ use ed25519_dalek::SigningKey;
 use gpuledger::core::contract::billing_periods;
 use gpuledger::core::invoice::{InvoiceRating, InvoiceScope, Period, Rated, TaxTable};
 use gpuledger::core::limits::{MAX_INTERVAL_SECONDS, POLICY_RECORD_AGE_SECONDS};
-use gpuledger::core::outcome::Outcome;
 use gpuledger::core::rating::LeaseClass;
 use gpuledger::core::record::{
     BillingAnchor, BillingPeriod, Body, ContractFee, ContractRegistered, FeeCategory, FeeTiming,
@@ -293,17 +292,7 @@ fn fill(
                 })
             })
             .collect();
-        for part in batch.chunks(gpuledger::core::limits::MAX_APPEND_BATCH) {
-            let outcomes = ledger.append(part.to_vec())?;
-            if let Some(bad) = outcomes
-                .iter()
-                .find(|o| !matches!(o, Outcome::Accepted { .. }))
-            {
-                return Err(StoreError::Refused(format!(
-                    "a benchmark record was not accepted: {bad:?}"
-                )));
-            }
-        }
+        super::append_accepted(ledger, &batch)?;
         seq = hi;
         let done = seq * nodes.len() as u64;
         if done >= reported + 1_000_000 {

@@ -124,6 +124,26 @@ fn open_empty_log_with(
     Ok(ledger)
 }
 
+/// Appends a benchmark's signed records in batches of the append limit, refusing the run at the
+/// first record not accepted (a benchmark that timed refused records once measured nothing).
+pub fn append_accepted(
+    ledger: &Ledger,
+    records: &[gpuledger::core::envelope::Envelope],
+) -> Result<(), StoreError> {
+    for part in records.chunks(gpuledger::core::limits::MAX_APPEND_BATCH) {
+        let outcomes = ledger.append(part.to_vec())?;
+        if let Some(bad) = outcomes
+            .iter()
+            .find(|o| !matches!(o, gpuledger::core::outcome::Outcome::Accepted { .. }))
+        {
+            return Err(StoreError::Refused(format!(
+                "a benchmark record was not accepted: {bad:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The CNY lines a benchmark's rating came to; refused if any of its usage was unpriced (the
 /// benchmarks price everything they log).
 pub fn cny_lines(

@@ -4,7 +4,6 @@
 
 use super::round;
 use ed25519_dalek::SigningKey;
-use gpuledger::core::outcome::Outcome;
 use gpuledger::core::rating::{self, LeaseClass};
 use gpuledger::core::record::{Body, RateCard};
 use gpuledger::core::time::Timestamp;
@@ -105,17 +104,7 @@ fn fill(
                 })
             })
             .collect();
-        for part in batch.chunks(gpuledger::core::limits::MAX_APPEND_BATCH) {
-            let outcomes = ledger.append(part.to_vec())?;
-            if let Some(bad) = outcomes
-                .iter()
-                .find(|o| !matches!(o, Outcome::Accepted { .. }))
-            {
-                return Err(StoreError::Refused(format!(
-                    "a benchmark record was not accepted: {bad:?}"
-                )));
-            }
-        }
+        super::append_accepted(ledger, &batch)?;
         seq = hi;
     }
     Ok(per_node)

@@ -366,8 +366,7 @@ fn feed_period(
     watch: &mut Watch,
 ) -> Result<(), StoreError> {
     let period = rating.scope().period;
-    let first_hour = Timestamp::from_unix(period.from.unix() - period.from.unix().rem_euclid(3600))
-        .unwrap_or(period.from);
+    let first_hour = gpuledger_core::usage::Window::Hour.start_of(period.from);
     let Some(buckets) = rollups::buckets_at(conn, tenant, first_hour, period.to, size)? else {
         let idxs = usage::starting_in(conn, tenant, period.from, period.to, size)?;
         return feed_records(conn, tenant, book, &idxs, rating, watch, None);
@@ -1168,12 +1167,12 @@ pub fn balances(conn: &mut DbConn, tenant: &str) -> Result<Balances, StoreError>
         Kind::Payment.as_str(),
         Kind::CreditNote.as_str(),
     ];
-    let idxs: Vec<i64> = entries::table
-        .filter(read::tenant_is(tenant))
+    let mut idxs: Vec<i64> = entries::table
+        .filter(read::tenant_ledger_entries(tenant))
         .filter(entries::kind.eq_any(kinds))
-        .order(entries::idx.asc())
         .select(entries::idx)
         .load(conn)?;
+    idxs.sort_unstable();
     let mut out = Balances::default();
     // Per invoice: (currency, total, prepaid + paid + credited).
     let mut per_invoice: BTreeMap<String, (String, Decimal, Decimal)> = BTreeMap::new();
@@ -1330,13 +1329,13 @@ fn settlements(
     let kinds = [Kind::Payment.as_str(), Kind::CreditNote.as_str()];
     let mut q = entries::table
         .filter(entries::kind.eq_any(kinds))
-        .order(entries::idx.asc())
         .select((entries::idx, entries::leaf))
         .into_boxed();
     if let Some(t) = tenant {
-        q = q.filter(read::tenant_is(t));
+        q = q.filter(read::tenant_ledger_entries(t));
     }
-    let rows: Vec<(i64, Vec<u8>)> = q.load(conn)?;
+    let mut rows: Vec<(i64, Vec<u8>)> = q.load(conn)?;
+    rows.sort_unstable_by_key(|(i, _)| *i);
     let mut by_invoice: HashMap<String, Vec<SettlementView>> = HashMap::new();
     for (i, bytes) in rows {
         let (date, body) = decode_leaf(i, &bytes)?;

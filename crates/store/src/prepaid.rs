@@ -35,13 +35,14 @@ pub fn book(conn: &mut DbConn, tenant: Option<&str>, size: u64) -> Result<Prepai
     let mut q = entries::table
         .filter(entries::kind.eq_any(kinds))
         .filter(entries::idx.lt(size))
-        .order(entries::idx.asc())
         .select((entries::idx, entries::received_at, entries::leaf))
         .into_boxed();
     if let Some(t) = tenant {
-        q = q.filter(super::read::tenant_is(t));
+        q = q.filter(super::read::tenant_ledger_entries(t));
     }
-    for (i, at, leaf) in q.load::<(i64, i64, Vec<u8>)>(conn)? {
+    let mut rows = q.load::<(i64, i64, Vec<u8>)>(conn)?;
+    rows.sort_unstable_by_key(|(i, _, _)| *i);
+    for (i, at, leaf) in rows {
         let at = Timestamp::from_unix(at)
             .ok_or_else(|| StoreError::Corrupt(format!("entry {i}: received_at {at}")))?;
         book.apply(i as u64, at, &super::usage::parse_body(i, &leaf)?);

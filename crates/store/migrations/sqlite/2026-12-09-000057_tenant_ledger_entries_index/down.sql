@@ -1,0 +1,1 @@
+DROP INDEX entries_tenant_kind;
